@@ -1,0 +1,49 @@
+#include "core/arena.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/cuda_runtime.h"
+
+namespace gpt {
+
+Arena::Arena(Device device, std::string name, size_t block_bytes)
+    : device_(device), name_(std::move(name)), block_bytes_(block_bytes) {}
+
+Tensor Arena::allocate(DType dtype, Shape shape) {
+  GPT_CHECK(!frozen_) << "allocation of " << shape.to_string() << " from arena '" << name_
+                      << "' after it was frozen (no allocation inside the training step)";
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  const size_t rounded = (bytes + kAllocationAlignment - 1) / kAllocationAlignment * kAllocationAlignment;
+  if (blocks_.empty() || offset_in_block_ + rounded > blocks_.back().bytes()) {
+    blocks_.emplace_back(device_, std::max(block_bytes_, rounded));
+    offset_in_block_ = 0;
+  }
+  void* pointer = static_cast<char*>(blocks_.back().data()) + offset_in_block_;
+  offset_in_block_ += rounded;
+  used_bytes_ += rounded;
+  return Tensor(pointer, dtype, shape, device_);
+}
+
+Tensor Arena::allocate_zeroed(DType dtype, Shape shape) {
+  Tensor tensor = allocate(dtype, shape);
+  zero_tensor(tensor);
+  return tensor;
+}
+
+size_t Arena::reserved_bytes() const {
+  size_t total = 0;
+  for (const Buffer& block : blocks_) total += block.bytes();
+  return total;
+}
+
+void zero_tensor(const Tensor& tensor) {
+  if (!tensor.defined() || tensor.numel() == 0) return;
+  if (tensor.device() == Device::kCuda) {
+    cuda::memset_device(tensor.data(), 0, tensor.bytes());
+  } else {
+    std::memset(tensor.data(), 0, tensor.bytes());
+  }
+}
+
+}  // namespace gpt

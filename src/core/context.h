@@ -1,0 +1,44 @@
+// Everything an op needs besides its tensors: the device, and on the CPU a grow-once scratch area
+// used to widen BF16 operands for BLAS; on the GPU the stream, library handles and workspace
+// (held by core/cuda_context, opaque here so that no CUDA header leaks out of core).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace gpt {
+
+namespace cuda {
+class DeviceContext;
+}
+
+class Context {
+ public:
+  // CPU backend. `cpu_threads` is the number of BLAS threads this process may use.
+  static Context cpu(int cpu_threads);
+  // CUDA backend on GPU `device_index` (fatal if the backend is not built).
+  static Context gpu(int device_index);
+
+  Device device() const { return device_; }
+  int cpu_threads() const { return cpu_threads_; }
+  cuda::DeviceContext& cuda() const;
+
+  // FP32 scratch on the host, `slot` in [0, kScratchSlots). Grows on first use to the largest size
+  // requested and is reused afterwards, so steady-state steps do not allocate.
+  static constexpr int kScratchSlots = 4;
+  float* cpu_scratch(int slot, size_t count);
+
+  // Waits for all work queued on this context (no-op on the CPU).
+  void synchronize() const;
+
+ private:
+  Device device_ = Device::kCpu;
+  int cpu_threads_ = 1;
+  std::shared_ptr<cuda::DeviceContext> cuda_;
+  std::vector<float> scratch_[kScratchSlots];
+};
+
+}  // namespace gpt

@@ -1,0 +1,36 @@
+// Rank-prefixed diagnostics on stderr. The training log lines (Megatron's format) are not
+// diagnostics: they go to stdout without a prefix, through train/log_line.h.
+#pragma once
+
+#include <sstream>
+#include <string>
+
+namespace gpt {
+
+// The process's rank in the world, used for message prefixes. -1 until the grid is built.
+void set_log_rank(int rank);
+int log_rank();
+
+enum class LogLevel { kInfo, kWarning, kError };
+
+namespace internal {
+class LogMessage {
+ public:
+  explicit LogMessage(LogLevel level);
+  ~LogMessage();
+  std::ostream& stream() { return stream_; }
+
+ private:
+  LogLevel level_;
+  std::ostringstream stream_;
+};
+}  // namespace internal
+
+// Writes one line to stderr atomically (single write call), with the rank prefix.
+void log_line(LogLevel level, const std::string& text);
+
+}  // namespace gpt
+
+#define GPT_LOG_INFO() ::gpt::internal::LogMessage(::gpt::LogLevel::kInfo).stream()
+#define GPT_LOG_WARNING() ::gpt::internal::LogMessage(::gpt::LogLevel::kWarning).stream()
+#define GPT_LOG_ERROR() ::gpt::internal::LogMessage(::gpt::LogLevel::kError).stream()

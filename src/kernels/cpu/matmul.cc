@@ -1,0 +1,121 @@
+// GEMM through OpenBLAS's cblas_sgemm. BF16 operands are widened exactly to FP32 first (every
+// BF16 value is an FP32 value), so the only rounding is FP32 accumulation and the final store.
+#include <cblas.h>
+
+#include <atomic>
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/element.h"
+
+namespace gpt::cpu {
+namespace {
+
+// OpenBLAS's thread count is process-wide; set it when a context asks for a different one.
+void use_blas_threads(int threads) {
+  static std::atomic<int> current{-1};
+  if (current.exchange(threads) != threads) openblas_set_num_threads(threads);
+}
+
+// FP32 view of a float32 or bfloat16 tensor: the data itself, or a widened copy in scratch.
+const float* as_float32(Context& ctx, int slot, const Tensor& t) {
+  if (t.dtype() == DType::kFloat32) return t.data_as<float>();
+  const bf16* source = t.data_as<bf16>();
+  float* widened = ctx.cpu_scratch(slot, static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) widened[i] = source[i].to_float();
+  return widened;
+}
+
+float gelu(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  const float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+
+}  // namespace
+
+void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const ops::MatmulOptions& options) {
+  const int64_t m = options.transpose_a ? a.cols() : a.rows();
+  const int64_t k = options.transpose_a ? a.rows() : a.cols();
+  const int64_t k_b = options.transpose_b ? b.cols() : b.rows();
+  const int64_t n = options.transpose_b ? b.rows() : b.cols();
+  GPT_CHECK_EQ(k, k_b) << "matmul inner dims of " << a.to_string() << " and " << b.to_string();
+  GPT_CHECK(out.rows() == m && out.cols() == n)
+      << "matmul output " << out.to_string() << ", expected [" << m << ", " << n << "]";
+  GPT_CHECK(a.dtype() == b.dtype()) << "matmul operands " << a.to_string() << " and " << b.to_string();
+  GPT_CHECK(out.dtype() == a.dtype() || out.dtype() == DType::kFloat32)
+      << "matmul output " << out.to_string() << " for operands " << a.to_string();
+  if (options.bias.defined()) GPT_CHECK_EQ(options.bias.numel(), n) << "bias length";
+  if (options.pre_gelu.defined()) {
+    GPT_CHECK(options.bias.defined() && options.pre_gelu.dtype() == out.dtype() &&
+              options.pre_gelu.numel() == out.numel())
+        << "GeLU epilogue needs a bias and a pre_gelu tensor like the output";
+  }
+
+  use_blas_threads(ctx.cpu_threads());
+  const float* a32 = as_float32(ctx, 0, a);
+  const float* b32 = as_float32(ctx, 1, b);
+  float* c32;
+  if (out.dtype() == DType::kFloat32) {
+    c32 = out.data_as<float>();
+  } else {
+    c32 = ctx.cpu_scratch(2, static_cast<size_t>(out.numel()));
+    if (options.beta != 0.0f) {
+      const bf16* existing = out.data_as<bf16>();
+      for (int64_t i = 0; i < out.numel(); ++i) c32[i] = existing[i].to_float();
+    }
+  }
+  if (m > 0 && n > 0) {
+    if (k == 0) {
+      for (int64_t i = 0; i < m * n; ++i) c32[i] = options.beta == 0.0f ? 0.0f : options.beta * c32[i];
+    } else {
+      cblas_sgemm(CblasRowMajor, options.transpose_a ? CblasTrans : CblasNoTrans,
+                  options.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                  static_cast<int>(k), options.alpha, a32, static_cast<int>(a.cols()), b32,
+                  static_cast<int>(b.cols()), options.beta, c32, static_cast<int>(n));
+    }
+  }
+  if (options.bias.defined()) {
+    dispatch_float_type(options.bias.dtype(), [&](auto tag) {
+      using B = decltype(tag);
+      const B* bias = options.bias.data_as<B>();
+      for (int64_t row = 0; row < m; ++row) {
+        for (int64_t col = 0; col < n; ++col) c32[row * n + col] += load(bias, col);
+      }
+    });
+  }
+  dispatch_float_type(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* result = out.data_as<T>();
+    if (options.pre_gelu.defined()) {
+      T* pre = options.pre_gelu.data_as<T>();
+      for (int64_t i = 0; i < m * n; ++i) {
+        // As cuBLASLt's GELU_AUX epilogue: GeLU of the FP32 pre-activation, which is stored too.
+        store(pre, i, c32[i]);
+        store(result, i, gelu(c32[i]));
+      }
+    } else if constexpr (!std::is_same_v<T, float>) {
+      for (int64_t i = 0; i < m * n; ++i) store(result, i, c32[i]);
+    }
+  });
+}
+
+void bias_grad(Context& ctx, const Tensor& dbias, const Tensor& dy) {
+  const int64_t rows = dy.rows(), cols = dy.cols();
+  GPT_CHECK_EQ(dbias.numel(), cols);
+  float* grad = dbias.data_as<float>();
+  dispatch_float_type(dy.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* d = dy.data_as<T>();
+    thread_local std::vector<double> totals;
+    totals.assign(static_cast<size_t>(cols), 0.0);
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int64_t col = 0; col < cols; ++col) totals[col] += load(d, row * cols + col);
+    }
+    for (int64_t col = 0; col < cols; ++col) grad[col] += static_cast<float>(totals[col]);
+  });
+}
+
+}  // namespace gpt::cpu

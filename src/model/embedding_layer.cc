@@ -1,0 +1,41 @@
+#include "model/embedding_layer.h"
+
+#include "kernels/ops.h"
+
+namespace gpt {
+
+EmbeddingLayer::EmbeddingLayer(const ModelConfig& config, ParamStore& params, const TensorParallel& tp,
+                               const LayerShapes& s, LayerWorkspace& workspace, Arena& arena, int stash_slots)
+    : tp_(tp),
+      shapes_(s),
+      ws_(workspace),
+      word_(params.get("embedding.word_embeddings.weight")),
+      position_(params.get("embedding.position_embeddings.weight")) {
+  stash_.resize(static_cast<size_t>(stash_slots));
+  for (Stash& st : stash_) {
+    st.tokens = arena.allocate(DType::kInt32, {s.rows()});
+    st.output = arena.allocate(config.dtype, {s.local_sequence, s.batch, s.hidden});
+  }
+}
+
+Tensor EmbeddingLayer::forward(Context& ctx, int slot) {
+  Stash& st = stash_[static_cast<size_t>(slot)];
+  // Each TP rank looks up the tokens of its vocabulary shard (zeros elsewhere); the sum over TP
+  // ranks is the full lookup. Without sequence parallelism the sum is formed in place.
+  const Tensor partial = tp_.sequence_parallel() ? ws_.full_a : st.output;  // [s, b, h]
+  ops::embedding_forward(ctx, partial.as_matrix(), st.tokens, word_.value, shapes_.vocab_start);
+  tp_.reduce_output(ctx, partial, st.output);
+  ops::position_embedding_forward(ctx, st.output.as_matrix(), position_.value, shapes_.batch,
+                                  shapes_.sequence_offset);
+  return st.output;
+}
+
+void EmbeddingLayer::backward(Context& ctx, int slot, const Tensor& grad_output) {
+  Stash& st = stash_[static_cast<size_t>(slot)];
+  ops::position_embedding_backward(ctx, position_.grad, grad_output.as_matrix(), shapes_.batch,
+                                   shapes_.sequence_offset);
+  const Tensor grad_full = tp_.gather_output_grad(ctx, grad_output, ws_.full_a);  // [s, b, h]
+  ops::embedding_backward(ctx, word_.grad, grad_full.as_matrix(), st.tokens, shapes_.vocab_start);
+}
+
+}  // namespace gpt

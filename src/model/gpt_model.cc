@@ -1,0 +1,75 @@
+#include "model/gpt_model.h"
+
+#include "core/memory.h"
+
+namespace gpt {
+
+GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
+                   int stash_slots, ChunkLayout layout, Arena& arena)
+    : shapes_(LayerShapes::make(config, tp, micro_batch)), layout_(layout) {
+  workspace_ = std::make_unique<LayerWorkspace>(shapes_, config.dtype, arena);
+  if (layout.has_embedding) {
+    embedding_ = std::make_unique<EmbeddingLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots);
+  }
+  for (int64_t i = 0; i < layout.num_layers; ++i) {
+    layers_.push_back(std::make_unique<TransformerLayer>(config, layout.first_layer + i, params, tp, shapes_,
+                                                         *workspace_, arena, stash_slots));
+  }
+  if (layout.has_output) {
+    output_ = std::make_unique<OutputLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots);
+  }
+  grad_ = arena.allocate(config.dtype, {shapes_.local_sequence, shapes_.batch, shapes_.hidden});
+}
+
+void GptModel::load_transposed(const Tensor& destination, std::span<const int32_t> values_bs) const {
+  const int64_t s = shapes_.sequence, b = shapes_.batch;
+  GPT_CHECK_EQ(static_cast<int64_t>(values_bs.size()), s * b) << "microbatch token count";
+  std::vector<int32_t> values_sb(values_bs.size());
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t si = 0; si < s; ++si) values_sb[si * b + bi] = values_bs[bi * s + si];
+  }
+  copy_bytes(destination.device(), destination.data(), Device::kCpu, values_sb.data(), destination.bytes());
+}
+
+void GptModel::load_tokens(int slot, std::span<const int32_t> tokens_bs) {
+  GPT_CHECK(embedding_ != nullptr) << "tokens loaded into a chunk without the embedding";
+  load_transposed(embedding_->tokens(slot), tokens_bs);
+}
+
+void GptModel::load_targets(int slot, std::span<const int32_t> targets_bs) {
+  GPT_CHECK(output_ != nullptr) << "targets loaded into a chunk without the output layer";
+  load_transposed(output_->targets(slot), targets_bs);
+}
+
+Tensor GptModel::forward(Context& ctx, int slot, const Tensor& input, const Tensor& loss_sum, float grad_scale) {
+  Tensor hidden = embedding_ ? embedding_->forward(ctx, slot) : input;
+  GPT_CHECK(hidden.defined()) << "forward of a middle chunk without an input activation";
+  for (auto& layer : layers_) hidden = layer->forward(ctx, slot, hidden);
+  if (!output_) return hidden;
+  output_->forward(ctx, slot, hidden, loss_sum, grad_scale);
+  return Tensor();
+}
+
+Tensor GptModel::backward(Context& ctx, int slot, const Tensor& grad_output) {
+  Tensor grad = output_ ? output_->backward(ctx, slot, grad_) : grad_output;
+  GPT_CHECK(grad.defined()) << "backward of a middle chunk without an output gradient";
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) grad = (*it)->backward(ctx, slot, grad, grad_);
+  if (!embedding_) return grad;
+  embedding_->backward(ctx, slot, grad);
+  return Tensor();
+}
+
+std::vector<ParamSpec> chunk_param_specs(const std::vector<ParamSpec>& all, const ChunkLayout& layout) {
+  std::vector<ParamSpec> selected;
+  for (const ParamSpec& spec : all) {
+    const bool wanted =
+        (spec.section == ParamSection::kEmbedding && layout.has_embedding) ||
+        (spec.section == ParamSection::kFinal && layout.has_output) ||
+        (spec.section == ParamSection::kLayer && spec.layer >= layout.first_layer &&
+         spec.layer < layout.first_layer + layout.num_layers);
+    if (wanted) selected.push_back(spec);
+  }
+  return selected;
+}
+
+}  // namespace gpt

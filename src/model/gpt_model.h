@@ -1,0 +1,63 @@
+// A model chunk: a contiguous range of transformer layers, with the embedding in front when the
+// chunk is the first of the pipeline and the output layer (final norm, LM head, loss) behind when
+// it is the last. A single-stage model is one chunk with both. Microbatches in flight occupy stash
+// slots; forward and backward of a slot must alternate.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/embedding_layer.h"
+#include "model/output_layer.h"
+#include "model/transformer_layer.h"
+
+namespace gpt {
+
+struct ChunkLayout {
+  int64_t first_layer = 0;
+  int64_t num_layers = 0;
+  bool has_embedding = true;
+  bool has_output = true;
+};
+
+class GptModel {
+ public:
+  GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
+           int stash_slots, ChunkLayout layout, Arena& arena);
+
+  const LayerShapes& shapes() const { return shapes_; }
+  const ChunkLayout& layout() const { return layout_; }
+
+  // Copies a microbatch's token ids and targets ([b, s] row-major, int32, host) into the slot,
+  // transposed to the model's [s, b] order. Tokens only on the first chunk, targets on the last.
+  void load_tokens(int slot, std::span<const int32_t> tokens_bs);
+  void load_targets(int slot, std::span<const int32_t> targets_bs);
+
+  // input [s_l, b, h] from the previous stage (ignored on the first chunk). Returns the output
+  // activation [s_l, b, h], or, on the last chunk, an undefined tensor after adding the summed
+  // token losses to loss_sum and (grad_scale > 0) preparing the loss gradient.
+  Tensor forward(Context& ctx, int slot, const Tensor& input, const Tensor& loss_sum, float grad_scale);
+  // grad_output [s_l, b, h] from the next stage (ignored on the last chunk). Accumulates parameter
+  // gradients and returns the input gradient [s_l, b, h] (undefined on the first chunk). The
+  // returned tensor is overwritten by the next backward.
+  Tensor backward(Context& ctx, int slot, const Tensor& grad_output);
+
+  OutputLayer* output_layer() { return output_.get(); }
+
+ private:
+  void load_transposed(const Tensor& destination, std::span<const int32_t> values_bs) const;
+
+  LayerShapes shapes_;
+  ChunkLayout layout_;
+  std::unique_ptr<LayerWorkspace> workspace_;
+  std::unique_ptr<EmbeddingLayer> embedding_;
+  std::vector<std::unique_ptr<TransformerLayer>> layers_;
+  std::unique_ptr<OutputLayer> output_;
+  Tensor grad_;  // [s_l, b, h]: the gradient flowing backward through the chunk
+};
+
+// Parameter specs a chunk holds (for building its ParamStore).
+std::vector<ParamSpec> chunk_param_specs(const std::vector<ParamSpec>& all, const ChunkLayout& layout);
+
+}  // namespace gpt

@@ -1,0 +1,52 @@
+// Final LayerNorm, the LM head (vocab-parallel: each TP rank computes the logits of its vocabulary
+// shard, tied to the word embedding unless --untie-embeddings-and-output-weights) and the
+// vocab-parallel softmax cross-entropy. The full logits are never gathered: TP ranks exchange only
+// per-row maxima and sums. With gradients requested, forward overwrites the logits with their
+// gradient right away (the loss gradient is known), so backward needs no extra copy of them.
+#pragma once
+
+#include <vector>
+
+#include "model/layer_shapes.h"
+#include "model/param_store.h"
+
+namespace gpt {
+
+class OutputLayer {
+ public:
+  OutputLayer(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, const LayerShapes& shapes,
+              LayerWorkspace& workspace, Arena& arena, int stash_slots);
+
+  // The slot's target buffer [s * b] int32 ([s, b] order), filled by the caller before forward.
+  const Tensor& targets(int slot) const { return stash_[static_cast<size_t>(slot)].targets; }
+
+  // input [s_l, b, h]. Adds the sum of the per-token losses to loss_sum [1] (float32). With
+  // grad_scale > 0 the logits' gradient, d(grad_scale * sum of losses), is prepared for backward.
+  void forward(Context& ctx, int slot, const Tensor& input, const Tensor& loss_sum, float grad_scale);
+  // grad_input [s_l, b, h] receives the gradient of the input.
+  Tensor backward(Context& ctx, int slot, const Tensor& grad_input);
+
+  // The logits [s * b, v_l] of the slot's last forward without gradient (for tests and the oracle).
+  const Tensor& logits(int slot) const { return stash_[static_cast<size_t>(slot)].logits; }
+
+ private:
+  struct Stash {
+    Tensor targets;               // [s * b] int32
+    Tensor input;                 // [s_l, b, h] view
+    Tensor norm, mean, rstd;      // [s_l, b, h], [s_l b] x2
+    Tensor norm_gathered;         // [s, b, h] under sequence parallelism
+    Tensor logits;                // [s * b, v_l]: logits, then their gradient
+  };
+  float epsilon_;
+  const TensorParallel& tp_;
+  LayerShapes shapes_;
+  LayerWorkspace& ws_;
+  Param& norm_weight_;
+  Param& norm_bias_;
+  Param& head_;  // output_layer.weight, or the tied word embedding
+  // Per-row cross-entropy statistics of the microbatch in flight [s * b] (float32).
+  Tensor row_max_, global_max_, row_sumexp_, target_logit_, row_loss_;
+  std::vector<Stash> stash_;
+};
+
+}  // namespace gpt

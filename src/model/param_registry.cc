@@ -1,0 +1,97 @@
+#include "model/param_registry.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "core/philox.h"
+
+namespace gpt {
+
+int64_t ParamSpec::global_numel() const {
+  int64_t n = 1;
+  for (int64_t d : global_shape) n *= d;
+  return n;
+}
+
+namespace {
+
+ParamSpec make(std::string name, std::vector<int64_t> shape, TensorSplit split, ParamInit init, float std,
+               ParamSection section, int64_t layer) {
+  ParamSpec spec;
+  spec.name = std::move(name);
+  spec.global_shape = std::move(shape);
+  spec.split = split;
+  spec.init = init;
+  spec.init_std = std;
+  spec.section = section;
+  spec.layer = layer;
+  // Megatron: no weight decay for biases and 1-D parameters.
+  spec.weight_decay = spec.global_shape.size() > 1;
+  spec.sequence_parallel_grad = split == TensorSplit::kReplicated;
+  return spec;
+}
+
+void add_layernorm(std::vector<ParamSpec>& specs, const std::string& prefix, int64_t h, ParamSection section,
+                   int64_t layer) {
+  specs.push_back(make(prefix + ".weight", {h}, TensorSplit::kReplicated, ParamInit::kOnes, 0, section, layer));
+  specs.push_back(make(prefix + ".bias", {h}, TensorSplit::kReplicated, ParamInit::kZeros, 0, section, layer));
+}
+
+}  // namespace
+
+std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
+  const float std = c.init_method_std;
+  // Megatron's output_layer_init_method: std / sqrt(2 * num_layers) for the two layers that write
+  // into the residual stream.
+  const float scaled_std = std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
+  const int64_t h = c.hidden_size, projection = c.attention_projection_size();
+  std::vector<ParamSpec> specs;
+  specs.push_back(make("embedding.word_embeddings.weight", {c.padded_vocab_size, h}, TensorSplit::kRows,
+                       ParamInit::kNormal, std, ParamSection::kEmbedding, -1));
+  specs.push_back(make("embedding.position_embeddings.weight", {c.max_position_embeddings, h},
+                       TensorSplit::kReplicated, ParamInit::kNormal, std, ParamSection::kEmbedding, -1));
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    const std::string prefix = "decoder.layers." + std::to_string(layer);
+    const auto section = ParamSection::kLayer;
+    add_layernorm(specs, prefix + ".input_layernorm", h, section, layer);
+    // QKV rows are ordered [heads, 3, d] so that a split of heads across TP ranks is contiguous.
+    specs.push_back(make(prefix + ".self_attention.linear_qkv.weight", {3 * projection, h}, TensorSplit::kRows,
+                         ParamInit::kNormal, std, section, layer));
+    specs.push_back(make(prefix + ".self_attention.linear_qkv.bias", {3 * projection}, TensorSplit::kRows,
+                         ParamInit::kZeros, 0, section, layer));
+    specs.push_back(make(prefix + ".self_attention.linear_proj.weight", {h, projection}, TensorSplit::kColumns,
+                         ParamInit::kNormal, scaled_std, section, layer));
+    specs.push_back(make(prefix + ".self_attention.linear_proj.bias", {h}, TensorSplit::kReplicated,
+                         ParamInit::kZeros, 0, section, layer));
+    add_layernorm(specs, prefix + ".pre_mlp_layernorm", h, section, layer);
+    specs.push_back(make(prefix + ".mlp.linear_fc1.weight", {c.ffn_hidden_size, h}, TensorSplit::kRows,
+                         ParamInit::kNormal, std, section, layer));
+    specs.push_back(make(prefix + ".mlp.linear_fc1.bias", {c.ffn_hidden_size}, TensorSplit::kRows,
+                         ParamInit::kZeros, 0, section, layer));
+    specs.push_back(make(prefix + ".mlp.linear_fc2.weight", {h, c.ffn_hidden_size}, TensorSplit::kColumns,
+                         ParamInit::kNormal, scaled_std, section, layer));
+    specs.push_back(make(prefix + ".mlp.linear_fc2.bias", {h}, TensorSplit::kReplicated, ParamInit::kZeros, 0,
+                         section, layer));
+  }
+  add_layernorm(specs, "decoder.final_layernorm", h, ParamSection::kFinal, -1);
+  if (c.untie_embeddings_and_output_weights) {
+    specs.push_back(make("output_layer.weight", {c.padded_vocab_size, h}, TensorSplit::kRows, ParamInit::kNormal,
+                         std, ParamSection::kFinal, -1));
+  }
+  return specs;
+}
+
+float initial_value(const ParamSpec& spec, uint64_t seed, int64_t global_index) {
+  switch (spec.init) {
+    case ParamInit::kZeros: return 0.0f;
+    case ParamInit::kOnes: return 1.0f;
+    case ParamInit::kNormal: {
+      const uint64_t key = philox_key(seed, spec.name);
+      return static_cast<float>(philox_normal(key, static_cast<uint64_t>(global_index)) * spec.init_std);
+    }
+  }
+  GPT_FATAL() << "unknown init for " << spec.name;
+  return 0.0f;
+}
+
+}  // namespace gpt

@@ -1,0 +1,50 @@
+// Every parameter of the global (unsplit) model: its stable global name (Megatron-Core's names),
+// global shape, how tensor parallelism splits it, how it is initialized and whether weight decay
+// applies. Layouts, checkpoints and the optimizer all refer to parameters through these specs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace gpt {
+
+// How a parameter is divided across tensor-parallel ranks.
+enum class TensorSplit {
+  kReplicated,  // every TP rank holds all of it (norms, row-parallel biases, position embedding)
+  kRows,        // dim 0 split: column-parallel weights and biases, vocab-parallel tables
+  kColumns,     // dim 1 split: row-parallel weights
+};
+
+enum class ParamInit { kNormal, kZeros, kOnes };
+
+// Which part of the model a parameter belongs to, for pipeline stage assignment.
+enum class ParamSection { kEmbedding, kLayer, kFinal };
+
+struct ParamSpec {
+  std::string name;                  // e.g. "decoder.layers.3.mlp.linear_fc1.weight"
+  std::vector<int64_t> global_shape; // rank 1 or 2
+  TensorSplit split = TensorSplit::kReplicated;
+  ParamInit init = ParamInit::kZeros;
+  float init_std = 0.0f;             // for kNormal
+  bool weight_decay = false;         // false for biases and norm parameters (Megatron's rule)
+  ParamSection section = ParamSection::kLayer;
+  int64_t layer = -1;                // global layer index for kLayer
+  // Replicated across TP but fed by rows of the sequence-split stream under sequence parallelism:
+  // its gradient must be all-reduced over TP in that case (LayerNorm, row-parallel bias, positions).
+  bool sequence_parallel_grad = false;
+
+  int64_t global_numel() const;
+};
+
+// All parameters of the model in order of first use in forward (embedding, layers, final norm,
+// output layer).
+std::vector<ParamSpec> build_param_specs(const ModelConfig& config);
+
+// Initial value of element `global_index` (row-major in the global shape) of a parameter. Depends
+// only on (seed, name, index), never on the layout.
+float initial_value(const ParamSpec& spec, uint64_t seed, int64_t global_index);
+
+}  // namespace gpt

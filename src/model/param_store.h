@@ -1,0 +1,74 @@
+// The parameters one rank holds: its tensor-parallel slice of each parameter of its pipeline
+// stage, in one contiguous buffer of the compute dtype, with FP32 gradients ("main_grad") in a
+// second contiguous buffer of the same layout. Contiguity is what data-parallel buckets, the
+// distributed optimizer and checkpoint shards are cut from. Parameters are laid out in reverse
+// order of first use, so that gradients become final front to back during backward.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/context.h"
+#include "model/param_registry.h"
+
+namespace gpt {
+
+struct Param {
+  const ParamSpec* spec = nullptr;
+  Shape local_shape;          // this rank's slice
+  int64_t row_offset = 0;     // slice position in the global tensor
+  int64_t column_offset = 0;
+  int64_t flat_offset = 0;    // position in the store's flat buffers (elements)
+  Tensor value;               // compute dtype
+  Tensor grad;                // float32, accumulated over microbatches
+  // Tensor-parallel duplicates (replicated parameters on TP ranks other than 0) are left out of the
+  // global gradient norm so that each parameter counts once.
+  bool counts_in_grad_norm = true;
+
+  const std::string& name() const { return spec->name; }
+  int64_t numel() const { return local_shape.numel(); }
+};
+
+class ParamStore {
+ public:
+  // `specs` are the parameters of this rank's pipeline stage(s).
+  ParamStore(std::vector<ParamSpec> specs, int tensor_parallel_rank, int tensor_parallel_size, DType dtype,
+             Arena& arena);
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
+
+  // Fatal if absent: layers ask only for parameters their stage owns.
+  Param& get(const std::string& name);
+  bool contains(const std::string& name) const { return index_.count(name) > 0; }
+  std::vector<Param>& params() { return params_; }
+  const std::vector<Param>& params() const { return params_; }
+
+  DType dtype() const { return dtype_; }
+  // All values / all gradients as 1-D tensors (including alignment padding, which stays zero).
+  const Tensor& flat_values() const { return flat_values_; }
+  const Tensor& flat_grads() const { return flat_grads_; }
+
+  // Fills every slice from (seed, global name, global index): the same global model for any layout.
+  void initialize(uint64_t seed);
+  void zero_grads() const;
+
+ private:
+  std::vector<ParamSpec> specs_;
+  std::vector<Param> params_;
+  std::unordered_map<std::string, size_t> index_;
+  DType dtype_;
+  Tensor flat_values_;
+  Tensor flat_grads_;
+};
+
+// The local slice of a parameter for a TP rank: shape and offsets in the global tensor.
+struct SliceLayout {
+  Shape local_shape;
+  int64_t row_offset = 0;
+  int64_t column_offset = 0;
+};
+SliceLayout slice_layout(const ParamSpec& spec, int tensor_parallel_rank, int tensor_parallel_size);
+
+}  // namespace gpt

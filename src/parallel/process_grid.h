@@ -1,0 +1,67 @@
+// The process grid: world = TP x PP x DP in Megatron's rank order (tensor-parallel fastest, then
+// data-parallel, then pipeline: rank = tp + TP * (dp + DP * pp)), and one communicator per group.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "parallel/comm/communicator.h"
+
+namespace gpt {
+
+struct GridShape {
+  int tensor = 1;
+  int pipeline = 1;
+  int data = 1;
+  int world() const { return tensor * pipeline * data; }
+};
+
+struct GridCoordinates {
+  int tensor = 0;
+  int pipeline = 0;
+  int data = 0;
+};
+
+// Megatron's rank order.
+int grid_rank(const GridShape& shape, const GridCoordinates& coordinates);
+GridCoordinates grid_coordinates(const GridShape& shape, int rank);
+
+class ProcessGrid {
+ public:
+  // A world of one process: every group is the process itself.
+  static std::unique_ptr<ProcessGrid> single();
+
+  ProcessGrid(GridShape shape, int world_rank, std::unique_ptr<Communicator> world,
+              std::unique_ptr<Communicator> tensor, std::unique_ptr<Communicator> data,
+              std::unique_ptr<Communicator> pipeline, std::unique_ptr<Communicator> embedding,
+              std::unique_ptr<Communicator> model_parallel);
+
+  const GridShape& shape() const { return shape_; }
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return shape_.world(); }
+  const GridCoordinates& coordinates() const { return coordinates_; }
+  bool is_first_pipeline_stage() const { return coordinates_.pipeline == 0; }
+  bool is_last_pipeline_stage() const { return coordinates_.pipeline == shape_.pipeline - 1; }
+  // The rank that prints the training log (Megatron: the last rank).
+  bool is_logging_rank() const { return world_rank_ == world_size() - 1; }
+
+  Communicator& world() const { return *world_; }
+  Communicator& tensor() const { return *tensor_; }
+  Communicator& data() const { return *data_; }
+  Communicator& pipeline() const { return *pipeline_; }
+  // First and last pipeline stage of one (tp, dp) column: ties the embedding and the LM head.
+  Communicator& embedding() const { return *embedding_; }
+  // TP x PP ranks of one data-parallel replica.
+  Communicator& model_parallel() const { return *model_parallel_; }
+
+  // "world 8 = TP 2 x PP 2 x DP 2" plus the ranks of every group, for rank 0 to print.
+  std::string describe() const;
+
+ private:
+  GridShape shape_;
+  int world_rank_;
+  GridCoordinates coordinates_;
+  std::unique_ptr<Communicator> world_, tensor_, data_, pipeline_, embedding_, model_parallel_;
+};
+
+}  // namespace gpt

@@ -1,0 +1,28 @@
+#include "parallel/tensor_parallel/regions.h"
+
+namespace gpt {
+
+Tensor TensorParallel::gather_input(Context& ctx, const Tensor& local, const Tensor& full) const {
+  if (!sequence_parallel()) return local;
+  group_.all_gather(ctx, full, local);
+  return full;
+}
+
+Tensor TensorParallel::reduce_input_grad(Context& ctx, const Tensor& grad_full, const Tensor& local) const {
+  if (sequence_parallel()) {
+    group_.reduce_scatter(ctx, local, grad_full, ReduceOp::kSum);
+    return local;
+  }
+  if (group_.size() > 1) group_.all_reduce(ctx, grad_full, ReduceOp::kSum);
+  return grad_full;
+}
+
+Tensor TensorParallel::reduce_output(Context& ctx, const Tensor& partial, const Tensor& local) const {
+  return reduce_input_grad(ctx, partial, local);  // the same collective: sum over TP ranks
+}
+
+Tensor TensorParallel::gather_output_grad(Context& ctx, const Tensor& grad_local, const Tensor& full) const {
+  return gather_input(ctx, grad_local, full);  // the same collective: gather along the sequence
+}
+
+}  // namespace gpt

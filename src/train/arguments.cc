@@ -1,0 +1,276 @@
+#include "train/arguments.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+
+namespace gpt {
+namespace {
+
+absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+absl::Status require_positive(const char* flag, int64_t value) {
+  if (value <= 0) return invalid(absl::StrCat(flag, " must be a positive integer (got ", value, ")"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Arguments> parse_arguments(int argc, const char* const* argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  return parse_arguments(args);
+}
+
+absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) {
+  Arguments a;
+  a.command_line = argv;
+  CLI::App app{"Pretrain a GPT model (Megatron-LM compatible flags)", argv.empty() ? "pretrain_gpt" : argv[0]};
+  app.option_defaults()->always_capture_default();
+  // Model.
+  app.add_option("--num-layers", a.num_layers, "Number of transformer layers");
+  app.add_option("--hidden-size", a.hidden_size, "Transformer hidden size");
+  app.add_option("--ffn-hidden-size", a.ffn_hidden_size, "MLP hidden size (default 4 * hidden size)");
+  app.add_option("--num-attention-heads", a.num_attention_heads, "Number of attention heads");
+  app.add_option("--kv-channels", a.kv_channels, "Head dimension (default hidden size / heads)");
+  app.add_option("--seq-length", a.seq_length, "Sequence length");
+  app.add_option("--max-position-embeddings", a.max_position_embeddings, "Learned position embeddings");
+  app.add_option("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by,
+                 "Pad the vocabulary to a multiple of this times TP");
+  app.add_flag("--untie-embeddings-and-output-weights", a.untie_embeddings_and_output_weights,
+               "Separate output layer instead of the tied word embedding");
+  app.add_option("--init-method-std", a.init_method_std, "Standard deviation of weight initialization");
+  app.add_option("--norm-epsilon", a.norm_epsilon, "LayerNorm epsilon");
+  app.add_option("--hidden-dropout", a.hidden_dropout, "Dropout after attention and MLP (only 0 is supported)");
+  app.add_option("--attention-dropout", a.attention_dropout, "Dropout of attention probabilities (only 0 is supported)");
+  app.add_option("--position-embedding-type", a.position_embedding_type, "learned_absolute");
+  app.add_option("--normalization", a.normalization, "LayerNorm");
+  // Parallelism.
+  app.add_option("--tensor-model-parallel-size", a.tensor_model_parallel_size, "Tensor-parallel size");
+  app.add_option("--pipeline-model-parallel-size", a.pipeline_model_parallel_size, "Pipeline-parallel size");
+  app.add_option("--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
+                 "Layers per virtual stage (interleaved schedule)");
+  app.add_flag("--sequence-parallel", a.sequence_parallel, "Split activations along the sequence across TP");
+  app.add_flag("--use-distributed-optimizer", a.use_distributed_optimizer, "Shard optimizer state across DP (ZeRO-1)");
+  app.add_flag("--overlap-grad-reduce", a.overlap_grad_reduce, "Overlap gradient reduction with backward");
+  app.add_flag("--overlap-param-gather", a.overlap_param_gather, "Overlap parameter all-gather with forward");
+  app.add_option("--distributed-backend", a.distributed_backend, "nccl or mpi");
+  app.add_option("--distributed-timeout-minutes", a.distributed_timeout_minutes, "Bound on every collective wait");
+  // Training.
+  app.add_option("--micro-batch-size", a.micro_batch_size, "Samples per microbatch per data-parallel rank");
+  app.add_option("--global-batch-size", a.global_batch_size, "Samples per iteration over all ranks");
+  app.add_option("--train-iters", a.train_iters, "Iterations to train");
+  app.add_option("--lr", a.lr, "Peak learning rate");
+  app.add_option("--min-lr", a.min_lr, "Learning rate at the end of decay");
+  app.add_option("--lr-decay-style", a.lr_decay_style, "constant, linear or cosine");
+  app.add_option("--lr-decay-iters", a.lr_decay_iters, "Iterations to decay over (default --train-iters)");
+  app.add_option("--lr-warmup-iters", a.lr_warmup_iters, "Iterations of linear warmup");
+  app.add_option("--lr-warmup-fraction", a.lr_warmup_fraction, "Warmup as a fraction of the decay iterations");
+  app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay");
+  app.add_option("--clip-grad", a.clip_grad, "Clip gradients to this global L2 norm (0: off)");
+  app.add_option("--adam-beta1", a.adam_beta1, "Adam beta1");
+  app.add_option("--adam-beta2", a.adam_beta2, "Adam beta2");
+  app.add_option("--adam-eps", a.adam_eps, "Adam epsilon");
+  app.add_flag("--bf16", a.bf16, "BF16 parameters and activations, FP32 master weights and gradients");
+  app.add_flag("--fp16", a.fp16, "FP16 mixed precision (not supported: use --bf16)");
+  app.add_option("--seed", a.seed, "Random seed (initialization and data order)");
+  // Data.
+  app.add_flag("--mock-data", a.mock_data, "Synthetic data, no files needed");
+  app.add_option("--vocab-size", a.vocab_size, "Vocabulary size for --mock-data");
+  // Logging.
+  app.add_option("--log-interval", a.log_interval, "Iterations between log lines");
+  app.add_flag("--log-throughput", a.log_throughput, "Accepted for compatibility: throughput is always logged");
+
+  std::vector<std::string> reversed(argv.size() > 1 ? argv.begin() + 1 : argv.end(), argv.end());
+  std::reverse(reversed.begin(), reversed.end());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    return absl::CancelledError(app.help());
+  } catch (const CLI::ParseError& error) {
+    return invalid(error.what());
+  }
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->count() > 0 && !option->get_lnames().empty()) a.given.insert("--" + option->get_lnames().front());
+  }
+  return a;
+}
+
+absl::Status validate_arguments(Arguments& a) {
+  // Required flags.
+  const std::pair<const char*, int64_t> required[] = {
+      {"--num-layers", a.num_layers},         {"--hidden-size", a.hidden_size},
+      {"--num-attention-heads", a.num_attention_heads}, {"--seq-length", a.seq_length},
+      {"--max-position-embeddings", a.max_position_embeddings}, {"--micro-batch-size", a.micro_batch_size},
+      {"--train-iters", a.train_iters}};
+  for (const auto& [flag, value] : required) {
+    if (!a.was_given(flag)) return invalid(absl::StrCat("missing required flag ", flag));
+    GPT_RETURN_IF_ERROR(require_positive(flag, value));
+  }
+  if (!a.was_given("--lr")) return invalid("missing required flag --lr");
+  if (!a.mock_data) return invalid("no training data: pass --mock-data (with --vocab-size)");
+  if (!a.was_given("--vocab-size")) return invalid("missing required flag --vocab-size (needed by --mock-data)");
+  GPT_RETURN_IF_ERROR(require_positive("--vocab-size", a.vocab_size));
+  if (a.vocab_size < 2) return invalid(absl::StrCat("--vocab-size must be at least 2 (got ", a.vocab_size, ")"));
+
+  // Sizes.
+  const std::pair<const char*, int64_t> positive[] = {
+      {"--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by},
+      {"--tensor-model-parallel-size", a.tensor_model_parallel_size},
+      {"--pipeline-model-parallel-size", a.pipeline_model_parallel_size},
+      {"--log-interval", a.log_interval},
+      {"--distributed-timeout-minutes", a.distributed_timeout_minutes}};
+  for (const auto& [flag, value] : positive) GPT_RETURN_IF_ERROR(require_positive(flag, value));
+  const std::pair<const char*, int64_t> positive_if_given[] = {
+      {"--ffn-hidden-size", a.ffn_hidden_size},   {"--kv-channels", a.kv_channels},
+      {"--global-batch-size", a.global_batch_size}, {"--lr-decay-iters", a.lr_decay_iters},
+      {"--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage}};
+  for (const auto& [flag, value] : positive_if_given) {
+    if (a.was_given(flag)) GPT_RETURN_IF_ERROR(require_positive(flag, value));
+  }
+  if (a.lr_warmup_iters < 0) return invalid(absl::StrCat("--lr-warmup-iters must be >= 0 (got ", a.lr_warmup_iters, ")"));
+
+  // Model shape.
+  if (a.ffn_hidden_size == 0) a.ffn_hidden_size = 4 * a.hidden_size;
+  if (a.kv_channels == 0) {
+    if (a.hidden_size % a.num_attention_heads != 0) {
+      return invalid(absl::StrCat("--hidden-size (", a.hidden_size, ") must be divisible by --num-attention-heads (",
+                                  a.num_attention_heads, ")"));
+    }
+    a.kv_channels = a.hidden_size / a.num_attention_heads;
+  }
+  if (a.seq_length > a.max_position_embeddings) {
+    return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must not exceed --max-position-embeddings (",
+                                a.max_position_embeddings, ")"));
+  }
+  if (a.position_embedding_type != "learned_absolute") {
+    return invalid(absl::StrCat("--position-embedding-type ", a.position_embedding_type,
+                                " is not supported (only learned_absolute)"));
+  }
+  if (a.normalization != "LayerNorm") {
+    return invalid(absl::StrCat("--normalization ", a.normalization, " is not supported (only LayerNorm)"));
+  }
+  if (a.hidden_dropout != 0.0 || a.attention_dropout != 0.0) {
+    return invalid("--hidden-dropout and --attention-dropout must be 0: dropout is not supported");
+  }
+  if (!(a.init_method_std > 0.0)) return invalid(absl::StrCat("--init-method-std must be positive (got ", a.init_method_std, ")"));
+  if (!(a.norm_epsilon > 0.0)) return invalid(absl::StrCat("--norm-epsilon must be positive (got ", a.norm_epsilon, ")"));
+
+  // Precision.
+  if (a.fp16) return invalid("--fp16 is not supported: use --bf16 (or neither, for FP32)");
+
+  // Optimizer and schedule.
+  if (!(a.lr >= 0.0)) return invalid(absl::StrCat("--lr must be >= 0 (got ", a.lr, ")"));
+  if (!(a.min_lr >= 0.0) || a.min_lr > a.lr) {
+    return invalid(absl::StrCat("--min-lr (", a.min_lr, ") must be between 0 and --lr (", a.lr, ")"));
+  }
+  if (a.lr_decay_style != "constant" && a.lr_decay_style != "linear" && a.lr_decay_style != "cosine") {
+    return invalid(absl::StrCat("--lr-decay-style must be constant, linear or cosine (got ", a.lr_decay_style, ")"));
+  }
+  if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
+  if (a.lr_warmup_fraction >= 0.0) {
+    if (a.lr_warmup_iters != 0) return invalid("--lr-warmup-fraction and --lr-warmup-iters cannot both be given");
+    if (a.lr_warmup_fraction > 1.0) {
+      return invalid(absl::StrCat("--lr-warmup-fraction must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
+    }
+  }
+  const double warmup_iters = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_iters
+                                                           : static_cast<double>(a.lr_warmup_iters);
+  if (a.lr_decay_style != "constant" && warmup_iters >= static_cast<double>(a.lr_decay_iters)) {
+    return invalid(absl::StrCat("learning-rate warmup (", warmup_iters, " iterations) must be shorter than --lr-decay-iters (",
+                                a.lr_decay_iters, ")"));
+  }
+  if (!(a.weight_decay >= 0.0)) return invalid(absl::StrCat("--weight-decay must be >= 0 (got ", a.weight_decay, ")"));
+  if (!(a.clip_grad >= 0.0)) return invalid(absl::StrCat("--clip-grad must be >= 0 (got ", a.clip_grad, ")"));
+  if (!(a.adam_beta1 >= 0.0 && a.adam_beta1 < 1.0)) return invalid("--adam-beta1 must be in [0, 1)");
+  if (!(a.adam_beta2 >= 0.0 && a.adam_beta2 < 1.0)) return invalid("--adam-beta2 must be in [0, 1)");
+  if (!(a.adam_eps > 0.0)) return invalid("--adam-eps must be positive");
+  if (a.seed < 0) return invalid(absl::StrCat("--seed must be >= 0 (got ", a.seed, ")"));
+
+  // Parallel flags that do not need the world size.
+  if (a.distributed_backend != "" && a.distributed_backend != "nccl" && a.distributed_backend != "mpi") {
+    return invalid(absl::StrCat("--distributed-backend must be nccl or mpi (got ", a.distributed_backend, ")"));
+  }
+  const int64_t tp = a.tensor_model_parallel_size;
+  if (a.num_attention_heads % tp != 0) {
+    return invalid(absl::StrCat("--num-attention-heads (", a.num_attention_heads,
+                                ") must be divisible by --tensor-model-parallel-size (", tp, ")"));
+  }
+  if (a.hidden_size % tp != 0) {
+    return invalid(absl::StrCat("--hidden-size (", a.hidden_size, ") must be divisible by --tensor-model-parallel-size (",
+                                tp, ")"));
+  }
+  if (a.ffn_hidden_size % tp != 0) {
+    return invalid(absl::StrCat("--ffn-hidden-size (", a.ffn_hidden_size,
+                                ") must be divisible by --tensor-model-parallel-size (", tp, ")"));
+  }
+  if (a.sequence_parallel && a.seq_length % tp != 0) {
+    return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must be divisible by --tensor-model-parallel-size (",
+                                tp, ") with --sequence-parallel"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t data_parallel_size(const Arguments& a, int64_t world_size) {
+  return world_size / (a.tensor_model_parallel_size * a.pipeline_model_parallel_size);
+}
+
+int64_t num_microbatches(const Arguments& a, int64_t world_size) {
+  return a.global_batch_size / (a.micro_batch_size * data_parallel_size(a, world_size));
+}
+
+absl::Status validate_for_world(Arguments& a, int64_t world_size) {
+  const int64_t model_parallel = a.tensor_model_parallel_size * a.pipeline_model_parallel_size;
+  if (world_size % model_parallel != 0) {
+    return invalid(absl::StrCat("world size (", world_size, ") must be divisible by --tensor-model-parallel-size (",
+                                a.tensor_model_parallel_size, ") x --pipeline-model-parallel-size (",
+                                a.pipeline_model_parallel_size, ")"));
+  }
+  const int64_t dp = world_size / model_parallel;
+  if (a.global_batch_size == 0) a.global_batch_size = a.micro_batch_size * dp;
+  if (a.global_batch_size % (a.micro_batch_size * dp) != 0) {
+    return invalid(absl::StrCat("--global-batch-size (", a.global_batch_size, ") must be divisible by --micro-batch-size (",
+                                a.micro_batch_size, ") x data-parallel size (", dp, ")"));
+  }
+  return absl::OkStatus();
+}
+
+std::string describe_arguments(const Arguments& a) {
+  std::ostringstream out;
+  auto line = [&](const char* name, const auto& value) {
+    std::string padded = std::string("  ") + name + " ";
+    if (padded.size() < 48) padded.append(48 - padded.size(), '.');
+    out << padded << " " << value << "\n";
+  };
+  out << "------------------------ arguments ------------------------\n";
+  line("num_layers", a.num_layers);
+  line("hidden_size", a.hidden_size);
+  line("ffn_hidden_size", a.ffn_hidden_size);
+  line("num_attention_heads", a.num_attention_heads);
+  line("kv_channels", a.kv_channels);
+  line("seq_length", a.seq_length);
+  line("max_position_embeddings", a.max_position_embeddings);
+  line("vocab_size", a.vocab_size);
+  line("make_vocab_size_divisible_by", a.make_vocab_size_divisible_by);
+  line("untie_embeddings_and_output_weights", a.untie_embeddings_and_output_weights ? "True" : "False");
+  line("tensor_model_parallel_size", a.tensor_model_parallel_size);
+  line("pipeline_model_parallel_size", a.pipeline_model_parallel_size);
+  line("sequence_parallel", a.sequence_parallel ? "True" : "False");
+  line("micro_batch_size", a.micro_batch_size);
+  line("global_batch_size", a.global_batch_size);
+  line("train_iters", a.train_iters);
+  line("lr", a.lr);
+  line("min_lr", a.min_lr);
+  line("lr_decay_style", a.lr_decay_style);
+  line("lr_decay_iters", a.lr_decay_iters);
+  line("lr_warmup_iters", a.lr_warmup_iters);
+  line("weight_decay", a.weight_decay);
+  line("clip_grad", a.clip_grad);
+  line("bf16", a.bf16 ? "True" : "False");
+  line("seed", a.seed);
+  out << "-------------------- end of arguments ---------------------";
+  return out.str();
+}
+
+}  // namespace gpt

@@ -1,0 +1,94 @@
+// pretrain_gpt's command line, with Megatron-LM's flag names, meanings and defaults
+// (megatron/training/arguments.py). Parsing and validation happen before anything is allocated;
+// every problem is an absl::Status whose message names the flag.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gpt {
+
+struct Arguments {
+  // Model.
+  int64_t num_layers = 0;
+  int64_t hidden_size = 0;
+  int64_t ffn_hidden_size = 0;          // 0: 4 * hidden_size
+  int64_t num_attention_heads = 0;
+  int64_t kv_channels = 0;              // 0: hidden_size / num_attention_heads
+  int64_t seq_length = 0;
+  int64_t max_position_embeddings = 0;
+  int64_t make_vocab_size_divisible_by = 128;
+  bool untie_embeddings_and_output_weights = false;
+  double init_method_std = 0.02;
+  double norm_epsilon = 1e-5;
+  double hidden_dropout = 0.0;
+  double attention_dropout = 0.0;
+  std::string position_embedding_type = "learned_absolute";
+  std::string normalization = "LayerNorm";
+
+  // Parallelism.
+  int64_t tensor_model_parallel_size = 1;
+  int64_t pipeline_model_parallel_size = 1;
+  int64_t num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
+  bool sequence_parallel = false;
+  bool use_distributed_optimizer = false;
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  std::string distributed_backend;      // "": NCCL on GPU, MPI on CPU
+  int64_t distributed_timeout_minutes = 10;
+
+  // Training.
+  int64_t micro_batch_size = 0;
+  int64_t global_batch_size = 0;        // 0: micro_batch_size * data-parallel size
+  int64_t train_iters = 0;
+  double lr = 0.0;
+  double min_lr = 0.0;
+  std::string lr_decay_style = "linear";
+  int64_t lr_decay_iters = 0;           // 0: train_iters
+  int64_t lr_warmup_iters = 0;
+  double lr_warmup_fraction = -1.0;     // < 0: not given
+  double weight_decay = 0.01;
+  double clip_grad = 1.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  bool bf16 = false;
+  bool fp16 = false;
+  int64_t seed = 1234;
+
+  // Data.
+  bool mock_data = false;
+  int64_t vocab_size = 0;
+
+  // Logging.
+  int64_t log_interval = 100;
+  bool log_throughput = false;  // accepted for compatibility; throughput is always logged
+
+  // The command line as given, and the long names of the flags that appeared on it.
+  std::vector<std::string> command_line;
+  std::set<std::string> given;
+  bool was_given(const std::string& flag) const { return given.count(flag) > 0; }
+};
+
+// Parses argv (argv[0] is the program name). A request for --help returns a Cancelled status
+// carrying the help text.
+absl::StatusOr<Arguments> parse_arguments(int argc, const char* const* argv);
+absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv);
+
+// Fills defaults that depend on other flags and checks every constraint that does not need the
+// world size.
+absl::Status validate_arguments(Arguments& args);
+// The constraints that involve the number of processes (world = TP x PP x DP, batch divisibility).
+absl::Status validate_for_world(Arguments& args, int64_t world_size);
+
+int64_t data_parallel_size(const Arguments& args, int64_t world_size);
+int64_t num_microbatches(const Arguments& args, int64_t world_size);
+
+// Megatron's argument dump, one "  name .... value" line per flag given or defaulted.
+std::string describe_arguments(const Arguments& args);
+
+}  // namespace gpt

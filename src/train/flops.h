@@ -1,0 +1,15 @@
+// Model FLOPs per iteration, Megatron's num_floating_point_operations (no recomputation counted,
+// full s/h attention-score term, i.e. not halved for the causal mask):
+//   12 B s l h^2 [ (1 + groups/heads + s/h) * (heads d / h) + ffn/h + V_padded / (2 l h) ]
+// which for ffn = 4h and d = h/heads is 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+#pragma once
+
+#include <cstdint>
+
+#include "model/config.h"
+
+namespace gpt {
+
+double model_flops_per_iteration(const ModelConfig& config, int64_t global_batch_size);
+
+}  // namespace gpt

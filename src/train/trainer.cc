@@ -1,0 +1,201 @@
+#include "train/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "core/logging.h"
+#include "core/memory.h"
+#include "core/timer.h"
+#include "data/mock_dataset.h"
+#include "optim/grad_clip.h"
+#include "train/flops.h"
+#include "train/log_line.h"
+
+namespace gpt {
+namespace {
+
+// BLAS threads per process: the machine's cores shared among the ranks on this node.
+int cpu_threads_per_rank() {
+  int local_ranks = 1;
+  if (const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local_ranks = std::max(1, std::atoi(local_size));
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, cores / local_ranks);
+}
+
+LrScheduleConfig schedule_from(const Arguments& a) {
+  LrScheduleConfig c;
+  c.max_lr = a.lr;
+  c.min_lr = a.min_lr;
+  c.decay_steps = a.lr_decay_iters * a.global_batch_size;
+  c.warmup_steps = a.lr_warmup_fraction >= 0.0
+                       ? static_cast<int64_t>(a.lr_warmup_fraction * static_cast<double>(c.decay_steps))
+                       : a.lr_warmup_iters * a.global_batch_size;
+  c.style = a.lr_decay_style == "constant" ? LrDecayStyle::kConstant
+            : a.lr_decay_style == "cosine" ? LrDecayStyle::kCosine
+                                           : LrDecayStyle::kLinear;
+  return c;
+}
+
+}  // namespace
+
+ModelConfig model_config_from(const Arguments& a) {
+  ModelConfig c;
+  c.num_layers = a.num_layers;
+  c.hidden_size = a.hidden_size;
+  c.ffn_hidden_size = a.ffn_hidden_size;
+  c.num_attention_heads = a.num_attention_heads;
+  c.kv_channels = a.kv_channels;
+  c.seq_length = a.seq_length;
+  c.max_position_embeddings = a.max_position_embeddings;
+  c.vocab_size = a.vocab_size;
+  c.padded_vocab_size = padded_vocab_size(a.vocab_size, a.make_vocab_size_divisible_by, a.tensor_model_parallel_size);
+  c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
+  c.layernorm_epsilon = static_cast<float>(a.norm_epsilon);
+  c.init_method_std = static_cast<float>(a.init_method_std);
+  c.dtype = a.bf16 ? DType::kBFloat16 : DType::kFloat32;
+  return c;
+}
+
+Trainer::Trainer(const Arguments& args, ProcessGrid& grid)
+    : args_(args),
+      grid_(grid),
+      ctx_(Context::cpu(cpu_threads_per_rank())),
+      config_(model_config_from(args)),
+      specs_(build_param_specs(config_)),
+      arena_(ctx_.device(), "model") {}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& args, ProcessGrid& grid) {
+  std::unique_ptr<Trainer> t(new Trainer(args, grid));
+  const GridShape& shape = grid.shape();
+  if (shape.pipeline != 1) {
+    return absl::UnimplementedError("--pipeline-model-parallel-size > 1 is not available in this build");
+  }
+  t->data_parallel_size_ = shape.data;
+  t->microbatches_ = num_microbatches(args, grid.world_size());
+  t->tensor_parallel_ = std::make_unique<TensorParallel>(grid.tensor(), args.sequence_parallel);
+  const ChunkLayout layout{0, args.num_layers, true, true};
+  t->params_ = std::make_unique<ParamStore>(chunk_param_specs(t->specs_, layout), grid.coordinates().tensor,
+                                            shape.tensor, t->config_.dtype, t->arena_);
+  t->params_->initialize(static_cast<uint64_t>(args.seed));
+  t->model_ = std::make_unique<GptModel>(t->config_, *t->params_, *t->tensor_parallel_, args.micro_batch_size,
+                                         /*stash_slots=*/1, layout, t->arena_);
+  const AdamWConfig adam{static_cast<float>(args.adam_beta1), static_cast<float>(args.adam_beta2),
+                         static_cast<float>(args.adam_eps), static_cast<float>(args.weight_decay)};
+  t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adam, t->arena_);
+  t->loss_sum_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
+  t->norm_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
+  t->arena_.freeze();
+  t->data_ = std::make_unique<MockDataset>(static_cast<uint64_t>(args.seed), args.vocab_size, args.seq_length);
+  t->schedule_ = schedule_from(args);
+  return t;
+}
+
+int64_t Trainer::parameters_on_rank() const {
+  int64_t total = 0;
+  for (const Param& param : params_->params()) total += param.numel();
+  return total;
+}
+
+void Trainer::reduce_gradients() {
+  // Under sequence parallelism, replicated parameters saw only this rank's sequence rows.
+  if (tensor_parallel_->sequence_parallel()) {
+    for (Param& param : params_->params()) {
+      if (param.spec->sequence_parallel_grad) grid_.tensor().all_reduce(ctx_, param.grad, ReduceOp::kSum);
+    }
+  }
+  if (grid_.data().size() > 1) grid_.data().all_reduce(ctx_, params_->flat_grads(), ReduceOp::kSum);
+}
+
+double Trainer::read_and_reduce_loss() {
+  if (grid_.data().size() > 1) grid_.data().all_reduce(ctx_, loss_sum_, ReduceOp::kSum);
+  float total = 0.0f;
+  copy_bytes(Device::kCpu, &total, loss_sum_.device(), loss_sum_.data(), sizeof(float));
+  const double tokens = static_cast<double>(args_.seq_length * args_.micro_batch_size * microbatches_) *
+                        static_cast<double>(data_parallel_size_);
+  return static_cast<double>(total) / tokens;
+}
+
+StepResult Trainer::train_step() {
+  StepResult result;
+  params_->zero_grads();
+  zero_tensor(loss_sum_);
+  const int64_t tokens_per_microbatch = args_.seq_length * args_.micro_batch_size;
+  // Gradient of the mean token loss over the whole global batch.
+  const float grad_scale =
+      1.0f / static_cast<float>(tokens_per_microbatch * microbatches_ * data_parallel_size_);
+  for (int64_t j = 0; j < microbatches_; ++j) {
+    load_microbatch(*data_, consumed_samples_, j, args_.micro_batch_size, data_parallel_size_,
+                    grid_.coordinates().data, microbatch_);
+    model_->load_tokens(0, microbatch_.tokens);
+    model_->load_targets(0, microbatch_.targets);
+    model_->forward(ctx_, 0, Tensor(), loss_sum_, grad_scale);
+    model_->backward(ctx_, 0, Tensor());
+  }
+  reduce_gradients();
+  Communicator* norm_groups[] = {&grid_.model_parallel()};
+  result.grad_norm = global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups);
+  result.learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size);
+  if (std::isfinite(result.grad_norm)) {
+    optimizer_->step(ctx_, static_cast<float>(result.learning_rate),
+                     clip_coefficient(result.grad_norm, args_.clip_grad));
+  } else {
+    result.skipped = true;
+  }
+  result.loss = read_and_reduce_loss();
+  ++iteration_;
+  consumed_samples_ += args_.global_batch_size;
+  return result;
+}
+
+absl::Status Trainer::run() {
+  const bool logging = grid_.is_logging_rank();
+  if (grid_.world_rank() == 0) {
+    std::printf("%s\n", describe_arguments(args_).c_str());
+    std::printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %lld\n",
+                grid_.coordinates().tensor, grid_.coordinates().pipeline,
+                static_cast<long long>(parameters_on_rank()));
+    std::fflush(stdout);
+  }
+  const double flops_per_iteration = model_flops_per_iteration(config_, args_.global_batch_size);
+  Stopwatch interval;
+  double interval_loss = 0.0;
+  int64_t interval_iterations = 0, skipped = 0, nan_iterations = 0;
+  while (iteration_ < args_.train_iters) {
+    const StepResult step = train_step();
+    if (std::isfinite(step.loss)) {
+      interval_loss += step.loss;
+      ++interval_iterations;
+    } else {
+      ++nan_iterations;
+    }
+    if (step.skipped) ++skipped;
+    if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters) {
+      ctx_.synchronize();
+      const int64_t iterations_in_interval = (iteration_ - 1) % args_.log_interval + 1;
+      const double seconds_per_iteration = interval.elapsed_seconds() / static_cast<double>(iterations_in_interval);
+      IterationLog log;
+      log.iteration = iteration_;
+      log.train_iters = args_.train_iters;
+      log.consumed_samples = consumed_samples_;
+      log.elapsed_ms_per_iteration = seconds_per_iteration * 1000.0;
+      log.tflops_per_gpu = flops_per_iteration / (seconds_per_iteration * 1e12 * grid_.world_size());
+      log.learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size);
+      log.global_batch_size = args_.global_batch_size;
+      log.lm_loss = interval_iterations > 0 ? interval_loss / static_cast<double>(interval_iterations) : NAN;
+      log.grad_norm = step.grad_norm;
+      log.skipped_iterations = skipped;
+      log.nan_iterations = nan_iterations;
+      if (logging) {
+        std::printf("%s\n", format_log_line(log, current_timestamp()).c_str());
+        std::fflush(stdout);
+      }
+      interval.restart();
+      interval_loss = 0.0;
+      interval_iterations = skipped = nan_iterations = 0;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpt

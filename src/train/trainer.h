@@ -1,0 +1,76 @@
+// The training loop: builds the model, optimizer and data source for this rank from validated
+// arguments, then runs iterations of gradient accumulation over microbatches, gradient clipping
+// and an AdamW step, printing Megatron's log line every --log-interval iterations.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/context.h"
+#include "data/microbatch.h"
+#include "data/sample_source.h"
+#include "model/gpt_model.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+#include "parallel/process_grid.h"
+#include "train/arguments.h"
+
+namespace gpt {
+
+struct StepResult {
+  double loss = 0.0;           // mean token loss over the global batch
+  double grad_norm = 0.0;      // before clipping
+  double learning_rate = 0.0;  // the rate this step used
+  bool skipped = false;        // non-finite gradient: no update
+};
+
+// Model configuration from validated arguments for a given TP size.
+ModelConfig model_config_from(const Arguments& args);
+
+class Trainer {
+ public:
+  // `args` must have passed validate_arguments and validate_for_world.
+  static absl::StatusOr<std::unique_ptr<Trainer>> create(const Arguments& args, ProcessGrid& grid);
+
+  StepResult train_step();
+  // All iterations up to --train-iters, with logging.
+  absl::Status run();
+
+  Context& context() { return ctx_; }
+  const ModelConfig& config() const { return config_; }
+  ParamStore& params() { return *params_; }
+  GptModel& model() { return *model_; }
+  AdamW& optimizer() { return *optimizer_; }
+  int64_t iteration() const { return iteration_; }
+  int64_t consumed_samples() const { return consumed_samples_; }
+  // Total parameters of the global model and the count this rank holds.
+  int64_t parameters_on_rank() const;
+
+ private:
+  Trainer(const Arguments& args, ProcessGrid& grid);
+  void reduce_gradients();
+  double read_and_reduce_loss();
+
+  Arguments args_;
+  ProcessGrid& grid_;
+  Context ctx_;
+  ModelConfig config_;
+  std::vector<ParamSpec> specs_;
+  Arena arena_;
+  std::unique_ptr<ParamStore> params_;
+  std::unique_ptr<TensorParallel> tensor_parallel_;
+  std::unique_ptr<GptModel> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<SampleSource> data_;
+  LrScheduleConfig schedule_;
+  Microbatch microbatch_;
+  Tensor loss_sum_;      // [1] float32, summed token losses of the iteration
+  Tensor norm_scratch_;  // [1] float32
+  int64_t microbatches_ = 1;
+  int64_t data_parallel_size_ = 1;
+  int64_t iteration_ = 0;
+  int64_t consumed_samples_ = 0;
+};
+
+}  // namespace gpt
