@@ -117,7 +117,23 @@ double Trainer::read_and_reduce_loss() {
 }
 
 StepResult Trainer::train_step() {
-  StepResult result;
+  compute_gradients();
+  return apply_update();
+}
+
+double Trainer::evaluate_microbatch(int64_t microbatch) {
+  load_microbatch(*data_, consumed_samples_, microbatch, args_.micro_batch_size, data_parallel_size_,
+                  grid_.coordinates().data, microbatch_);
+  model_->load_tokens(0, microbatch_.tokens);
+  model_->load_targets(0, microbatch_.targets);
+  zero_tensor(loss_sum_);
+  model_->forward(ctx_, 0, Tensor(), loss_sum_, /*grad_scale=*/0.0f);
+  float total = 0.0f;
+  copy_bytes(Device::kCpu, &total, loss_sum_.device(), loss_sum_.data(), sizeof(float));
+  return static_cast<double>(total) / static_cast<double>(args_.seq_length * args_.micro_batch_size);
+}
+
+void Trainer::compute_gradients() {
   params_->zero_grads();
   zero_tensor(loss_sum_);
   const int64_t tokens_per_microbatch = args_.seq_length * args_.micro_batch_size;
@@ -133,6 +149,10 @@ StepResult Trainer::train_step() {
     model_->backward(ctx_, 0, Tensor());
   }
   reduce_gradients();
+}
+
+StepResult Trainer::apply_update() {
+  StepResult result;
   Communicator* norm_groups[] = {&grid_.model_parallel()};
   result.grad_norm = global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups);
   result.learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size);

@@ -34,6 +34,15 @@ class Trainer {
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const Arguments& args, ProcessGrid& grid);
 
   StepResult train_step();
+  // The two halves of train_step, for tests that inspect gradients before the update:
+  // forward/backward over the iteration's microbatches and gradient reduction, then clipping, the
+  // AdamW step and the loss read-out.
+  void compute_gradients();
+  StepResult apply_update();
+  // Forward only (no gradients) of this rank's microbatch `microbatch` of the next iteration;
+  // returns the mean token loss of that microbatch. The logits stay in the output layer.
+  double evaluate_microbatch(int64_t microbatch);
+  const Microbatch& last_microbatch() const { return microbatch_; }
   // All iterations up to --train-iters, with logging.
   absl::Status run();
 
