@@ -1,5 +1,7 @@
 #include "data/mock_dataset.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "core/philox.h"
 
@@ -19,7 +21,10 @@ void MockDataset::sample(int64_t index, std::span<int32_t> tokens) const {
   size_t position = 0;
   while (position < tokens.size()) {
     const uint64_t draw = philox_uint64(key_, counter++);
-    int64_t value = static_cast<int64_t>(draw % static_cast<uint64_t>(modulus));
+    // Starts among the first 8 * seq_length ids (as Megatron's mock documents use small ids), so
+    // that even with a GPT-2-sized vocabulary every id in use is seen often enough to learn.
+    const int64_t start_range = std::min(modulus, 8 * seq_length_);
+    int64_t value = static_cast<int64_t>(draw % static_cast<uint64_t>(start_range));
     const int64_t stride = 1 + static_cast<int64_t>((draw >> 32) % 3);
     const int64_t length = 1 + static_cast<int64_t>((draw >> 40) % static_cast<uint64_t>(2 * seq_length_));
     for (int64_t i = 0; i < length && position < tokens.size(); ++i) {

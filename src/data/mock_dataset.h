@@ -1,8 +1,8 @@
 // --mock-data: deterministic synthetic token sequences, Megatron's flag. Like Megatron's
 // MockGPTDataset it needs no files, but its documents have learnable structure so that the loss
 // visibly falls: each document is an arithmetic progression (start, start + stride, ...) modulo
-// vocab_size - 1 with a stride from {1, 2, 3}, a random length, and ends with the end-of-document
-// id vocab_size - 1. Sample i is generated from (seed, i) alone, so any rank reads any sample.
+// vocab_size - 1, starting below 8 * seq_length, with a stride from {1, 2, 3} and a random length,
+// and ends with the end-of-document id vocab_size - 1. Sample i is generated from (seed, i) alone, so any rank reads any sample.
 #pragma once
 
 #include "data/sample_source.h"

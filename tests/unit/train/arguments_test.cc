@@ -1,0 +1,147 @@
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "train/arguments.h"
+
+namespace gpt {
+namespace {
+
+std::vector<std::string> base_flags() {
+  return {"pretrain_gpt", "--mock-data", "--vocab-size", "512", "--num-layers", "2", "--hidden-size", "64",
+          "--num-attention-heads", "4", "--seq-length", "32", "--max-position-embeddings", "32",
+          "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "5", "--lr", "1e-3"};
+}
+
+// Replaces the value of `flag` in the base flags (or appends flag and value).
+std::vector<std::string> with(std::vector<std::string> flags, const std::string& flag, const std::string& value) {
+  for (size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] == flag) {
+      flags[i + 1] = value;
+      return flags;
+    }
+  }
+  flags.push_back(flag);
+  if (!value.empty()) flags.push_back(value);
+  return flags;
+}
+
+std::vector<std::string> without(std::vector<std::string> flags, const std::string& flag) {
+  for (size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] == flag) {
+      const bool has_value = i + 1 < flags.size() && flags[i + 1].rfind("--", 0) != 0;
+      flags.erase(flags.begin() + i, flags.begin() + i + (has_value ? 2 : 1));
+      return flags;
+    }
+  }
+  return flags;
+}
+
+// The error a command line produces (parse, validate, then the world-size checks), or "" if none.
+std::string error_of(const std::vector<std::string>& flags, int64_t world_size = 1) {
+  absl::StatusOr<Arguments> parsed = parse_arguments(flags);
+  if (!parsed.ok()) return std::string(parsed.status().message());
+  absl::Status status = validate_arguments(*parsed);
+  if (status.ok()) status = validate_for_world(*parsed, world_size);
+  return std::string(status.message());
+}
+
+TEST(Arguments, DefaultsFollowMegatron) {
+  absl::StatusOr<Arguments> parsed = parse_arguments(without(base_flags(), "--global-batch-size"));
+  ASSERT_TRUE(parsed.ok());
+  Arguments& a = *parsed;
+  ASSERT_TRUE(validate_arguments(a).ok());
+  ASSERT_TRUE(validate_for_world(a, 1).ok());
+  EXPECT_EQ(a.ffn_hidden_size, 256);
+  EXPECT_EQ(a.kv_channels, 16);
+  EXPECT_EQ(a.global_batch_size, 2);  // mbs x dp
+  EXPECT_EQ(a.lr_decay_iters, 5);     // train iters
+  EXPECT_EQ(a.seed, 1234);
+  EXPECT_DOUBLE_EQ(a.clip_grad, 1.0);
+  EXPECT_DOUBLE_EQ(a.weight_decay, 0.01);
+  EXPECT_DOUBLE_EQ(a.adam_beta2, 0.999);
+  EXPECT_DOUBLE_EQ(a.adam_eps, 1e-8);
+  EXPECT_DOUBLE_EQ(a.init_method_std, 0.02);
+  EXPECT_EQ(a.make_vocab_size_divisible_by, 128);
+  EXPECT_EQ(a.distributed_timeout_minutes, 10);
+  EXPECT_EQ(a.lr_decay_style, "linear");
+  EXPECT_EQ(a.log_interval, 100);
+  EXPECT_FALSE(a.bf16);
+  EXPECT_EQ(error_of(base_flags()), "");
+  EXPECT_EQ(num_microbatches(a, 1), 1);
+}
+
+TEST(Arguments, AcceptsEqualsSyntaxAndHelp) {
+  std::vector<std::string> flags = without(base_flags(), "--lr");
+  flags.push_back("--lr=3e-4");
+  absl::StatusOr<Arguments> parsed = parse_arguments(flags);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_DOUBLE_EQ(parsed->lr, 3e-4);
+  absl::StatusOr<Arguments> help = parse_arguments(std::vector<std::string>{"pretrain_gpt", "--help"});
+  ASSERT_TRUE(absl::IsCancelled(help.status()));
+  EXPECT_NE(help.status().message().find("--tensor-model-parallel-size"), std::string::npos);
+}
+
+struct BadInput {
+  std::vector<std::string> flags;
+  std::string expected;  // a piece of the message (names the flag)
+  int64_t world_size = 1;
+};
+
+TEST(Arguments, EveryBadInputNamesTheFlag) {
+  const std::vector<BadInput> cases = {
+      {with(base_flags(), "--no-such-flag", "3"), "--no-such-flag"},
+      {with(base_flags(), "--hidden-size", "abc"), "--hidden-size"},
+      {with(base_flags(), "--num-layers", "0"), "--num-layers must be a positive integer (got 0)"},
+      {with(base_flags(), "--hidden-size", "-64"), "--hidden-size must be a positive integer"},
+      {with(base_flags(), "--num-attention-heads", "0"), "--num-attention-heads must be a positive"},
+      {with(base_flags(), "--seq-length", "0"), "--seq-length must be a positive"},
+      {with(base_flags(), "--micro-batch-size", "0"), "--micro-batch-size must be a positive"},
+      {with(base_flags(), "--train-iters", "-1"), "--train-iters must be a positive"},
+      {with(base_flags(), "--global-batch-size", "0"), "--global-batch-size must be a positive"},
+      {with(base_flags(), "--vocab-size", "0"), "--vocab-size must be a positive"},
+      {with(base_flags(), "--ffn-hidden-size", "0"), "--ffn-hidden-size must be a positive"},
+      {with(base_flags(), "--tensor-model-parallel-size", "0"), "--tensor-model-parallel-size must be a positive"},
+      {with(base_flags(), "--log-interval", "0"), "--log-interval must be a positive"},
+      {with(base_flags(), "--num-attention-heads", "5"), "--hidden-size (64) must be divisible by --num-attention-heads (5)"},
+      {with(base_flags(), "--global-batch-size", "7"), "--global-batch-size (7) must be divisible by --micro-batch-size (2)"},
+      {with(base_flags(), "--seq-length", "64"), "--seq-length (64) must not exceed --max-position-embeddings (32)"},
+      {without(base_flags(), "--num-layers"), "missing required flag --num-layers"},
+      {without(base_flags(), "--hidden-size"), "missing required flag --hidden-size"},
+      {without(base_flags(), "--num-attention-heads"), "missing required flag --num-attention-heads"},
+      {without(base_flags(), "--seq-length"), "missing required flag --seq-length"},
+      {without(base_flags(), "--max-position-embeddings"), "missing required flag --max-position-embeddings"},
+      {without(base_flags(), "--micro-batch-size"), "missing required flag --micro-batch-size"},
+      {without(base_flags(), "--train-iters"), "missing required flag --train-iters"},
+      {without(base_flags(), "--lr"), "missing required flag --lr"},
+      {without(base_flags(), "--vocab-size"), "missing required flag --vocab-size"},
+      {without(base_flags(), "--mock-data"), "--mock-data"},
+      {with(base_flags(), "--fp16", ""), "--fp16 is not supported"},
+      {with(base_flags(), "--lr-decay-style", "step"), "--lr-decay-style must be constant, linear or cosine"},
+      {with(base_flags(), "--min-lr", "1"), "--min-lr (1) must be between 0 and --lr"},
+      {with(with(base_flags(), "--lr-warmup-iters", "2"), "--lr-warmup-fraction", "0.1"),
+       "--lr-warmup-fraction and --lr-warmup-iters cannot both be given"},
+      {with(base_flags(), "--lr-warmup-iters", "5"), "must be shorter than --lr-decay-iters"},
+      {with(base_flags(), "--clip-grad", "-1"), "--clip-grad must be >= 0"},
+      {with(base_flags(), "--adam-beta1", "1"), "--adam-beta1 must be in [0, 1)"},
+      {with(base_flags(), "--hidden-dropout", "0.1"), "--hidden-dropout"},
+      {with(base_flags(), "--position-embedding-type", "rope"), "--position-embedding-type rope is not supported"},
+      {with(base_flags(), "--distributed-backend", "gloo"), "--distributed-backend must be nccl or mpi"},
+      {with(base_flags(), "--tensor-model-parallel-size", "3"),
+       "--num-attention-heads (4) must be divisible by --tensor-model-parallel-size (3)"},
+      {with(with(base_flags(), "--tensor-model-parallel-size", "2"), "--ffn-hidden-size", "9"),
+       "--ffn-hidden-size (9) must be divisible by --tensor-model-parallel-size (2)"},
+      {with(with(with(base_flags(), "--tensor-model-parallel-size", "4"), "--sequence-parallel", ""), "--seq-length", "30"),
+       "--seq-length (30) must be divisible by --tensor-model-parallel-size (4) with --sequence-parallel"},
+      {with(base_flags(), "--tensor-model-parallel-size", "2"), "world size (1) must be divisible by --tensor-model-parallel-size (2)"},
+      {with(base_flags(), "--pipeline-model-parallel-size", "2"), "world size (3) must be divisible", 3},
+  };
+  for (const BadInput& bad : cases) {
+    const std::string message = error_of(bad.flags, bad.world_size);
+    EXPECT_NE(message.find(bad.expected), std::string::npos)
+        << "expected '" << bad.expected << "' in '" << message << "'";
+  }
+}
+
+}  // namespace
+}  // namespace gpt

@@ -1,0 +1,49 @@
+#include "gtest/gtest.h"
+#include "train/flops.h"
+#include "train/log_line.h"
+
+namespace gpt {
+namespace {
+
+// The line from Megatron-LM quoted in ../shared/reference/FACTS.md, reproduced character for
+// character.
+TEST(LogLine, MatchesMegatronExactly) {
+  IterationLog log;
+  log.iteration = 2;
+  log.train_iters = 250000000;
+  log.consumed_samples = 8;
+  log.elapsed_ms_per_iteration = 370.3;
+  log.tflops_per_gpu = 0.6;
+  log.learning_rate = 1e-5;
+  log.global_batch_size = 4;
+  log.lm_loss = 6.158036;
+  log.grad_norm = 110.614;
+  EXPECT_EQ(format_log_line(log, "2025-02-20 11:18:37"),
+            " [2025-02-20 11:18:37] iteration        2/250000000 | consumed samples:            8 | elapsed time "
+            "per iteration (ms): 370.3 | throughput per GPU (TFLOP/s/GPU): 0.6 | learning rate: 1.000000E-05 | "
+            "global batch size:     4 | lm loss: 6.158036E+00 | loss scale: 1.0 | grad norm: 110.614 | number of "
+            "skipped iterations:   0 | number of nan iterations:   0 |");
+}
+
+TEST(LogLine, TimestampAndValidationFormat) {
+  EXPECT_EQ(current_timestamp().size(), 19u);
+  EXPECT_EQ(format_validation_line("iteration 100", 2.0),
+            " validation loss at iteration 100 | lm loss value: 2.000000E+00 | lm loss PPL: 7.389056E+00 | ");
+}
+
+TEST(Flops, MegatronFormulaForGpt) {
+  ModelConfig c;
+  c.num_layers = 24;
+  c.hidden_size = 2048;
+  c.ffn_hidden_size = 4 * 2048;
+  c.num_attention_heads = 16;
+  c.kv_channels = 128;
+  c.seq_length = 2048;
+  c.padded_vocab_size = 50304;
+  const double b = 8, s = 2048, l = 24, h = 2048, v = 50304;
+  const double expected = 72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h));
+  EXPECT_NEAR(model_flops_per_iteration(c, 8) / expected, 1.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace gpt
