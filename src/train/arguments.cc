@@ -119,8 +119,7 @@ absl::Status validate_arguments(Arguments& a) {
       {"--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by},
       {"--tensor-model-parallel-size", a.tensor_model_parallel_size},
       {"--pipeline-model-parallel-size", a.pipeline_model_parallel_size},
-      {"--log-interval", a.log_interval},
-      {"--distributed-timeout-minutes", a.distributed_timeout_minutes}};
+      {"--log-interval", a.log_interval}};
   for (const auto& [flag, value] : positive) GPT_RETURN_IF_ERROR(require_positive(flag, value));
   const std::pair<const char*, int64_t> positive_if_given[] = {
       {"--ffn-hidden-size", a.ffn_hidden_size},   {"--kv-channels", a.kv_channels},
@@ -130,6 +129,10 @@ absl::Status validate_arguments(Arguments& a) {
     if (a.was_given(flag)) GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
   if (a.lr_warmup_iters < 0) return invalid(absl::StrCat("--lr-warmup-iters must be >= 0 (got ", a.lr_warmup_iters, ")"));
+
+  if (!(a.distributed_timeout_minutes > 0.0)) {
+    return invalid(absl::StrCat("--distributed-timeout-minutes must be positive (got ", a.distributed_timeout_minutes, ")"));
+  }
 
   // Model shape.
   if (a.ffn_hidden_size == 0) a.ffn_hidden_size = 4 * a.hidden_size;

@@ -39,7 +39,7 @@ struct Arguments {
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   std::string distributed_backend;      // "": NCCL on GPU, MPI on CPU
-  int64_t distributed_timeout_minutes = 10;
+  double distributed_timeout_minutes = 10;  // fractions allowed (tests use seconds)
 
   // Training.
   int64_t micro_batch_size = 0;

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent GPT-2 oracle for the project's CPU backend.
 
-Runs the project's `oracle_dump` (our trainer) for a small configuration, rebuilds the same model
+Runs the project's `training_dump` (our trainer, one process) for a small configuration, rebuilds the same model
 in PyTorch from the dumped initial weights (float64, autograd; written from the GPT-2 definition,
 sharing no code with the project) and checks:
   * the logits and loss of one microbatch,
@@ -138,8 +138,9 @@ def main():
     parser.add_argument("--work-dir", default=".")
     args = parser.parse_args()
     extra, tolerance, compare_final = VARIANTS[args.variant]
-    dump_path = os.path.join(args.work_dir, f"oracle_{args.variant}.h5")
-    subprocess.run([args.dump_binary, "--output", dump_path, "--steps", str(STEPS)] + BASE_FLAGS + extra, check=True)
+    prefix = os.path.join(args.work_dir, f"oracle_{args.variant}")
+    subprocess.run([args.dump_binary, "--output", prefix, "--steps", str(STEPS)] + BASE_FLAGS + extra, check=True)
+    dump_path = prefix + "_rank0.h5"
 
     torch.set_default_dtype(torch.float64)
     failures = []
@@ -152,7 +153,7 @@ def main():
 
     with h5py.File(dump_path, "r") as f:
         cfg = read_config(f)
-        names = list(f["initial"].keys())
+        names = list(f["initial"].keys())  # one process: every slice is the whole tensor
         # Group paths flatten: h5py nests "a.b.c" names as they are (no '/').
         initial = {name: torch.tensor(f["initial"][name][()], dtype=torch.float64) for name in names}
         ours_grads = {name: f["grads"][name][()] for name in names}

@@ -1,10 +1,15 @@
-// Runs the project's own trainer on one process and writes what the PyTorch oracle needs to an
-// HDF5 file: the configuration, the initial global weights, the token batches of every step, the
-// logits and loss of one microbatch, the gradients of the first step, and the loss, gradient norm
-// and learning rate of every step.
+// Runs the project's trainer (any layout, under mpirun or alone) and writes one HDF5 file per rank
+// with what the PyTorch oracle and the layout-parity tests compare:
+//   attributes     the configuration and this rank's grid coordinates
+//   initial/<name> this rank's slice of every parameter before training (float32)
+//   grads/<name>   its slice of the first step's gradient (before clipping)
+//   final/<name>   its slice after the last step
+//   layout/<name>  [row_offset, column_offset, global_rows, global_columns] of the slice
+//   tokens, targets [steps, microbatches, b, s] of this DP rank; logits0, loss0 of microbatch 0
+//   losses, grad_norms, learning_rates [steps]
 //
-//   oracle_dump --output FILE --steps N <pretrain_gpt flags>
-#include <cstdio>
+//   [mpirun -np N] training_dump --output PREFIX --steps N <pretrain_gpt flags>
+// writes PREFIX_rank<r>.h5.
 #include <string>
 #include <vector>
 
@@ -13,6 +18,7 @@
 #include "data/microbatch.h"
 #include "data/mock_dataset.h"
 #include "kernels/ops.h"
+#include "train/launcher.h"
 #include "train/trainer.h"
 
 namespace gpt {
@@ -20,10 +26,10 @@ namespace {
 
 std::vector<float> to_float32(Context& ctx, const Tensor& t) {
   std::vector<float> host(static_cast<size_t>(t.numel()));
-  Tensor host_view(host.data(), DType::kFloat32, Shape({t.numel()}), Device::kCpu);
   if (t.dtype() == DType::kFloat32) {
     copy_bytes(Device::kCpu, host.data(), t.device(), t.data(), t.bytes());
   } else {
+    Tensor host_view(host.data(), DType::kFloat32, Shape({t.numel()}), Device::kCpu);
     ops::cast(ctx, host_view, t.flat_range(0, t.numel()));
   }
   return host;
@@ -44,56 +50,58 @@ absl::Status write_params(Hdf5File& file, Trainer& trainer, const std::string& g
   return absl::OkStatus();
 }
 
-absl::Status run(int argc, char** argv) {
-  std::string output;
-  int64_t steps = 10;
-  std::vector<std::string> forwarded = {argv[0]};
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--output" && i + 1 < argc) {
-      output = argv[++i];
-    } else if (arg == "--steps" && i + 1 < argc) {
-      steps = std::stoll(argv[++i]);
-    } else {
-      forwarded.push_back(arg);
-    }
+absl::Status write_layout(Hdf5File& file, Trainer& trainer) {
+  for (const Param& param : trainer.params().params()) {
+    const auto& global = param.spec->global_shape;
+    const int64_t layout[4] = {param.row_offset, param.column_offset, global[0], global.size() == 2 ? global[1] : 1};
+    GPT_RETURN_IF_ERROR(file.write("layout/" + param.name(), {4}, layout));
   }
-  if (output.empty()) return absl::InvalidArgumentError("oracle_dump needs --output FILE");
-  GPT_ASSIGN_OR_RETURN(Arguments args, parse_arguments(forwarded));
-  GPT_RETURN_IF_ERROR(validate_arguments(args));
-  std::unique_ptr<ProcessGrid> grid = ProcessGrid::single();
-  GPT_RETURN_IF_ERROR(validate_for_world(args, 1));
-  GPT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::create(args, *grid));
-  const ModelConfig& config = trainer->config();
-  const int64_t microbatches = num_microbatches(args, 1);
+  return absl::OkStatus();
+}
 
-  GPT_ASSIGN_OR_RETURN(Hdf5File file, Hdf5File::create(output));
+absl::Status write_attributes(Hdf5File& file, const Arguments& args, const ModelConfig& config, const ProcessGrid& grid,
+                              int64_t steps) {
   const std::pair<const char*, int64_t> ints[] = {
       {"num_layers", config.num_layers}, {"hidden_size", config.hidden_size},
       {"ffn_hidden_size", config.ffn_hidden_size}, {"num_attention_heads", config.num_attention_heads},
       {"kv_channels", config.kv_channels}, {"seq_length", config.seq_length},
       {"vocab_size", config.vocab_size}, {"padded_vocab_size", config.padded_vocab_size},
       {"micro_batch_size", args.micro_batch_size}, {"global_batch_size", args.global_batch_size},
-      {"num_microbatches", microbatches}, {"lr_warmup_iters", args.lr_warmup_iters},
+      {"num_microbatches", num_microbatches(args, grid.world_size())}, {"lr_warmup_iters", args.lr_warmup_iters},
       {"lr_decay_iters", args.lr_decay_iters}, {"steps", steps},
       {"untie_embeddings_and_output_weights", config.untie_embeddings_and_output_weights ? 1 : 0},
-      {"bf16", args.bf16 ? 1 : 0}};
+      {"bf16", args.bf16 ? 1 : 0}, {"world_size", grid.world_size()}, {"world_rank", grid.world_rank()},
+      {"tensor_rank", grid.coordinates().tensor}, {"pipeline_rank", grid.coordinates().pipeline},
+      {"data_rank", grid.coordinates().data}, {"tensor_size", grid.shape().tensor},
+      {"pipeline_size", grid.shape().pipeline}, {"data_size", grid.shape().data}};
   for (const auto& [name, value] : ints) GPT_RETURN_IF_ERROR(file.set_attribute(name, value));
   const std::pair<const char*, double> doubles[] = {
-      {"lr", args.lr},           {"min_lr", args.min_lr},         {"weight_decay", args.weight_decay},
+      {"lr", args.lr},               {"min_lr", args.min_lr},         {"weight_decay", args.weight_decay},
       {"clip_grad", args.clip_grad}, {"adam_beta1", args.adam_beta1}, {"adam_beta2", args.adam_beta2},
-      {"adam_eps", args.adam_eps}, {"norm_epsilon", args.norm_epsilon}};
+      {"adam_eps", args.adam_eps},   {"norm_epsilon", args.norm_epsilon}};
   for (const auto& [name, value] : doubles) GPT_RETURN_IF_ERROR(file.set_attribute(name, value));
-  GPT_RETURN_IF_ERROR(file.set_attribute("lr_decay_style", args.lr_decay_style));
+  return file.set_attribute("lr_decay_style", args.lr_decay_style);
+}
+
+absl::Status dump(const Arguments& args, ProcessGrid& grid, const std::map<std::string, std::string>& own) {
+  if (!own.count("--output")) return absl::InvalidArgumentError("training_dump needs --output PREFIX");
+  const int64_t steps = own.count("--steps") ? std::stoll(own.at("--steps")) : 10;
+  GPT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::create(args, grid));
+  const std::string path = own.at("--output") + "_rank" + std::to_string(grid.world_rank()) + ".h5";
+  GPT_ASSIGN_OR_RETURN(Hdf5File file, Hdf5File::create(path));
+  GPT_RETURN_IF_ERROR(write_attributes(file, args, trainer->config(), grid, steps));
+  GPT_RETURN_IF_ERROR(write_layout(file, *trainer));
   GPT_RETURN_IF_ERROR(write_params(file, *trainer, "initial", /*gradients=*/false));
 
-  // Every step's token batches, read exactly as the trainer reads them.
+  // This DP rank's token batches for every step, read exactly as the trainer reads them.
+  const int64_t microbatches = num_microbatches(args, grid.world_size());
   MockDataset data(static_cast<uint64_t>(args.seed), args.vocab_size, args.seq_length);
   std::vector<int32_t> tokens, targets;
   Microbatch microbatch;
   for (int64_t step = 0; step < steps; ++step) {
     for (int64_t j = 0; j < microbatches; ++j) {
-      load_microbatch(data, step * args.global_batch_size, j, args.micro_batch_size, 1, 0, microbatch);
+      load_microbatch(data, step * args.global_batch_size, j, args.micro_batch_size, grid.shape().data,
+                      grid.coordinates().data, microbatch);
       tokens.insert(tokens.end(), microbatch.tokens.begin(), microbatch.tokens.end());
       targets.insert(targets.end(), microbatch.targets.begin(), microbatch.targets.end());
     }
@@ -102,13 +110,12 @@ absl::Status run(int argc, char** argv) {
   GPT_RETURN_IF_ERROR(file.write("tokens", batch_shape, tokens.data()));
   GPT_RETURN_IF_ERROR(file.write("targets", batch_shape, targets.data()));
 
-  // Forward only of the first microbatch: logits [s*b, V_padded] in [s, b] row order, and loss.
-  const double loss0 = trainer->evaluate_microbatch(0);
+  // Forward only of microbatch 0: this rank's logits [s*b, V_padded / TP] ([s, b] rows) and loss.
+  const float loss0 = static_cast<float>(trainer->evaluate_microbatch(0));
   const Tensor& logits = trainer->model().output_layer()->logits(0);
   const std::vector<float> logits_host = to_float32(trainer->context(), logits);
   GPT_RETURN_IF_ERROR(file.write("logits0", shape_of(logits), logits_host.data()));
-  const float loss0_value = static_cast<float>(loss0);
-  GPT_RETURN_IF_ERROR(file.write("loss0", {}, &loss0_value));
+  GPT_RETURN_IF_ERROR(file.write("loss0", {}, &loss0));
 
   std::vector<float> losses, grad_norms, learning_rates;
   for (int64_t step = 0; step < steps; ++step) {
@@ -122,18 +129,12 @@ absl::Status run(int argc, char** argv) {
   GPT_RETURN_IF_ERROR(file.write("losses", {steps}, losses.data()));
   GPT_RETURN_IF_ERROR(file.write("grad_norms", {steps}, grad_norms.data()));
   GPT_RETURN_IF_ERROR(file.write("learning_rates", {steps}, learning_rates.data()));
-  GPT_RETURN_IF_ERROR(write_params(file, *trainer, "final", /*gradients=*/false));
-  return absl::OkStatus();
+  return write_params(file, *trainer, "final", /*gradients=*/false);
 }
 
 }  // namespace
 }  // namespace gpt
 
 int main(int argc, char** argv) {
-  const absl::Status status = gpt::run(argc, argv);
-  if (!status.ok()) {
-    std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
-    return 1;
-  }
-  return 0;
+  return gpt::launch(argc, argv, {.own_flags_with_value = {"--output", "--steps"}, .print_layout = false}, gpt::dump);
 }

@@ -1,0 +1,43 @@
+#include "parallel/mpi_grid.h"
+
+#include <mpi.h>
+
+#include "core/check.h"
+#include "parallel/comm/mpi_communicator.h"
+#include "parallel/comm/self_communicator.h"
+
+namespace gpt {
+namespace {
+
+// MPI_Comm_split is collective over the world: every rank calls it for every group, members
+// passing their group's color, others MPI_UNDEFINED.
+std::unique_ptr<Communicator> split(int color, int key, const char* name, double timeout_seconds) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  GPT_CHECK_EQ(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm), MPI_SUCCESS) << "MPI_Comm_split for " << name;
+  if (comm == MPI_COMM_NULL) return std::make_unique<SelfCommunicator>(name);
+  return std::make_unique<MpiCommunicator>(comm, name, timeout_seconds);
+}
+
+}  // namespace
+
+std::unique_ptr<ProcessGrid> build_mpi_grid(const GridShape& shape, double timeout_seconds) {
+  int world_rank = 0, world_size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  GPT_CHECK_EQ(world_size, shape.world()) << "grid shape does not cover the world";
+  const GridCoordinates c = grid_coordinates(shape, world_rank);
+  const bool embedding_member = c.pipeline == 0 || c.pipeline == shape.pipeline - 1;
+  MPI_Comm world_copy = MPI_COMM_NULL;
+  GPT_CHECK_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &world_copy), MPI_SUCCESS) << "MPI_Comm_dup";
+  auto world = std::make_unique<MpiCommunicator>(world_copy, "world", timeout_seconds);
+  auto tensor = split(c.data + shape.data * c.pipeline, c.tensor, "tensor-parallel", timeout_seconds);
+  auto data = split(c.tensor + shape.tensor * c.pipeline, c.data, "data-parallel", timeout_seconds);
+  auto pipeline = split(c.tensor + shape.tensor * c.data, c.pipeline, "pipeline-parallel", timeout_seconds);
+  auto embedding = split(embedding_member ? c.tensor + shape.tensor * c.data : MPI_UNDEFINED, c.pipeline,
+                         "embedding", timeout_seconds);
+  auto model_parallel = split(c.data, c.tensor + shape.tensor * c.pipeline, "model-parallel", timeout_seconds);
+  return std::make_unique<ProcessGrid>(shape, world_rank, std::move(world), std::move(tensor), std::move(data),
+                                       std::move(pipeline), std::move(embedding), std::move(model_parallel));
+}
+
+}  // namespace gpt

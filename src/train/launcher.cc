@@ -1,0 +1,85 @@
+#include "train/launcher.h"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <map>
+
+#include "core/cuda_runtime.h"
+#include "core/memory.h"
+#include "core/logging.h"
+#include "parallel/comm/mpi_runtime.h"
+#include "parallel/mpi_grid.h"
+
+namespace gpt {
+namespace {
+
+// Every rank reaches here with its own status; the lowest failing rank prints, all fail.
+int agree_and_report(const MpiRuntime& mpi, const absl::Status& status) {
+  int failing_rank = status.ok() ? mpi.world_size() : mpi.world_rank();
+  if (mpi.active()) MPI_Allreduce(MPI_IN_PLACE, &failing_rank, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (failing_rank == mpi.world_size()) return 0;
+  if (failing_rank == mpi.world_rank()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+    std::fflush(stderr);
+  }
+  return 1;
+}
+
+absl::Status check_backend(const Arguments& args) {
+  if (args.distributed_backend != "nccl") return absl::OkStatus();
+  if (!cuda_backend_built() || cuda::device_count() == 0) {
+    return absl::InvalidArgumentError(
+        "--distributed-backend nccl needs a GPU, and none is available (use --distributed-backend mpi on the CPU)");
+  }
+  return absl::UnimplementedError("--distributed-backend nccl: training on the GPU is not available in this build yet");
+}
+
+}  // namespace
+
+int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody& body) {
+  MpiRuntime mpi(&argc, &argv);
+  std::map<std::string, std::string> own_flags;
+  std::vector<std::string> megatron_args = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    bool own = false;
+    for (const std::string& flag : options.own_flags_with_value) {
+      if (arg == flag && i + 1 < argc) {
+        own_flags[flag] = argv[++i];
+        own = true;
+      }
+    }
+    if (!own) megatron_args.push_back(arg);
+  }
+
+  absl::StatusOr<Arguments> parsed = parse_arguments(megatron_args);
+  if (!parsed.ok() && absl::IsCancelled(parsed.status())) {  // --help
+    if (mpi.world_rank() == 0) std::printf("%s", std::string(parsed.status().message()).c_str());
+    return 0;
+  }
+  absl::Status status = parsed.status();
+  Arguments args;
+  if (status.ok()) {
+    args = *std::move(parsed);
+    status = validate_arguments(args);
+  }
+  if (status.ok()) status = validate_for_world(args, mpi.world_size());
+  if (status.ok()) status = check_backend(args);
+  if (const int code = agree_and_report(mpi, status); code != 0) return code;
+
+  const GridShape shape{static_cast<int>(args.tensor_model_parallel_size),
+                        static_cast<int>(args.pipeline_model_parallel_size),
+                        static_cast<int>(data_parallel_size(args, mpi.world_size()))};
+  std::unique_ptr<ProcessGrid> grid =
+      mpi.active() ? build_mpi_grid(shape, args.distributed_timeout_minutes * 60.0) : ProcessGrid::single();
+  if (options.print_layout && grid->world_rank() == 0) {
+    std::printf("%s\n", grid->describe().c_str());
+    std::fflush(stdout);
+  }
+  status = body(args, *grid, own_flags);
+  return agree_and_report(mpi, status);
+}
+
+}  // namespace gpt
