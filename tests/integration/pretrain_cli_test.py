@@ -29,20 +29,73 @@ BAD = [
 ]
 
 
+# Under mpirun -np 4: (extra flags, piece of the single error message).
+BAD_MPI = [
+    (["--tensor-model-parallel-size", "3", "--num-attention-heads", "12", "--hidden-size", "96"],
+     "world size (4) must be divisible by --tensor-model-parallel-size (3)"),
+    (["--tensor-model-parallel-size", "4", "--num-attention-heads", "2", "--hidden-size", "64"],
+     "--num-attention-heads (2) must be divisible by --tensor-model-parallel-size (4)"),
+    (["--tensor-model-parallel-size", "4", "--hidden-size", "66", "--num-attention-heads", "4", "--kv-channels", "16"],
+     "--hidden-size (66) must be divisible by --tensor-model-parallel-size (4)"),
+    (["--tensor-model-parallel-size", "4", "--ffn-hidden-size", "90"],
+     "--ffn-hidden-size (90) must be divisible by --tensor-model-parallel-size (4)"),
+    (["--tensor-model-parallel-size", "4", "--sequence-parallel", "--seq-length", "30"],
+     "--seq-length (30) must be divisible by --tensor-model-parallel-size (4) with --sequence-parallel"),
+    (["--distributed-backend", "nccl"], "--distributed-backend nccl needs a GPU"),
+]
+
+
+def losses_of(stdout):
+    return [m.group(6) for m in (LOG_LINE.match(l) for l in stdout.splitlines()) if m]
+
+
+def check_mpi(binary, mpirun, failures):
+    """TP=4 under mpirun prints the 1-rank losses once; bad layouts fail cleanly on every rank."""
+    single = subprocess.run([binary] + ACCEPTANCE, capture_output=True, text=True, timeout=300)
+    launcher = [mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none"]
+    tp4 = subprocess.run(launcher + [binary] + ACCEPTANCE + ["--tensor-model-parallel-size", "4"],
+                         capture_output=True, text=True, timeout=300)
+    ours, reference = losses_of(tp4.stdout), losses_of(single.stdout)
+    if tp4.returncode != 0 or len(ours) != 50:
+        failures.append(f"TP=4 run: exit {tp4.returncode}, {len(ours)} log lines (expected 50, printed once)")
+    else:
+        worst = max(abs(float(a) - float(b)) / float(b) for a, b in zip(ours, reference))
+        print(f"TP=4 vs 1 rank: 50 lm loss values, max relative difference {worst:.1e}, "
+              f"identical printed values: {sum(a == b for a, b in zip(ours, reference))}/50")
+        if worst > 5e-6:
+            failures.append(f"TP=4 lm loss differs from 1 rank by {worst:.1e}")
+    # Each rank reports its own exit status through the wrapper.
+    wrapper = 'exec 3>&2; "$@"; echo "exit-status $?" >&3'
+    for extra, expected in BAD_MPI:
+        run = subprocess.run(launcher + ["sh", "-c", wrapper, "sh", binary] + with_flags(ACCEPTANCE, extra),
+                             capture_output=True, text=True, timeout=120)
+        errors = [l for l in run.stderr.splitlines() if l.startswith("error:")]
+        statuses = [l for l in run.stderr.splitlines() if l.startswith("exit-status")]
+        if len(errors) != 1 or expected not in errors[0] or len(statuses) != 4 or any(
+                s == "exit-status 0" for s in statuses) or "iteration" in run.stdout:
+            failures.append(f"mpirun {extra}: errors {errors}, statuses {statuses}, expected {expected!r}")
+    print(f"{len(BAD_MPI)} bad layouts rejected under mpirun -np 4 with one message and a non-zero exit on every rank")
+
+
 def with_flags(base, extra):
-    args = list(base)
-    for i in range(0, len(extra), 2):
-        if extra[i] in args:
+    """Replaces or appends flags; a flag followed by another flag (or nothing) is a switch."""
+    args, i = list(base), 0
+    while i < len(extra):
+        has_value = i + 1 < len(extra) and not extra[i + 1].startswith("--")
+        if extra[i] in args and has_value:
             args[args.index(extra[i]) + 1] = extra[i + 1]
-        else:
-            args += extra[i:i + 2]
+        elif extra[i] not in args:
+            args += extra[i:i + 2] if has_value else [extra[i]]
+        i += 2 if has_value else 1
     return args
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
-    binary = parser.parse_args().binary
+    parser.add_argument("--mpirun")
+    options = parser.parse_args()
+    binary = options.binary
     failures = []
 
     run = subprocess.run([binary] + ACCEPTANCE, capture_output=True, text=True, timeout=300)
@@ -67,6 +120,8 @@ def main():
         error_lines = [line for line in bad.stderr.splitlines() if line.strip()]
         if bad.returncode == 0 or "iteration" in bad.stdout or len(error_lines) != 1 or expected not in error_lines[0]:
             failures.append(f"{extra}: exit {bad.returncode}, stderr {bad.stderr!r}, expected {expected!r}")
+    if options.mpirun:
+        check_mpi(binary, options.mpirun, failures)
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         return 1

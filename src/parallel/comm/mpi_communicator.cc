@@ -50,7 +50,10 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, double timeout
 }
 
 MpiCommunicator::~MpiCommunicator() {
-  if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  // A communicator that outlives MPI (a static in a test) needs no freeing: MPI is gone.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 MpiCommunicator::Staged MpiCommunicator::stage_in(Context& ctx, const Tensor& t, int slot, bool widen_bf16,
