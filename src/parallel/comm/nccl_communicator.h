@@ -1,0 +1,41 @@
+// Collectives on GPU buffers through NCCL, one rank per GPU. Work is enqueued on the
+// communicator's own stream, ordered after the context's stream and before its later work by
+// events, so the host never waits. A watchdog thread bounds every operation by the timeout: an
+// operation still unfinished at its deadline, or an asynchronous NCCL error, aborts the
+// communicator and ends the job with the collective, the group and the waiting rank.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "parallel/comm/communicator.h"
+
+namespace gpt {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `bootstrap`'s group (rank 0 creates the NCCL id and broadcasts it over
+  // `bootstrap`, an MPI or self communicator). `ctx` must be a GPU context.
+  NcclCommunicator(Context& ctx, Communicator& bootstrap, std::string name, double timeout_seconds);
+  ~NcclCommunicator() override;
+
+  int rank() const override;
+  int size() const override;
+  const std::string& name() const override;
+
+  void all_reduce(Context& ctx, const Tensor& data, ReduceOp op) override;
+  void reduce_scatter(Context& ctx, const Tensor& output, const Tensor& input, ReduceOp op) override;
+  void all_gather(Context& ctx, const Tensor& output, const Tensor& input) override;
+  void broadcast(Context& ctx, const Tensor& data, int root) override;
+  void exchange(Context& ctx, std::span<const PeerTransfer> transfers) override;
+  void barrier(Context& ctx) override;
+
+ private:
+  class State;
+  std::unique_ptr<State> state_;
+};
+
+// True when the build includes NCCL.
+bool nccl_available();
+
+}  // namespace gpt
