@@ -1,0 +1,97 @@
+#include "data/npy_file.h"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace gpt {
+namespace {
+
+template <typename T>
+constexpr const char* descr();
+template <>
+constexpr const char* descr<int32_t>() { return "<i4"; }
+template <>
+constexpr const char* descr<int64_t>() { return "<i8"; }
+
+constexpr char kMagic[] = "\x93NUMPY";
+
+}  // namespace
+
+template <typename T>
+absl::Status write_npy(const std::string& path, const std::vector<int64_t>& shape, const std::vector<T>& values) {
+  std::string dims;
+  for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&dims, shape[i], shape.size() == 1 || i + 1 < shape.size() ? "," : "");
+  std::string header = absl::StrCat("{'descr': '", descr<T>(), "', 'fortran_order': False, 'shape': (", dims, "), }");
+  // Magic (6) + version (2) + header length (2) + header, padded with spaces to 64 bytes, '\n'.
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header.push_back('\n');
+  // A name per process: ranks that build the same index concurrently never share a partial file.
+  const std::string temporary = absl::StrCat(path, ".tmp.", ::getpid());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", temporary));
+    out.write(kMagic, 6);
+    const char version[2] = {1, 0};
+    out.write(version, 2);
+    const uint16_t length = static_cast<uint16_t>(header.size());
+    out.write(reinterpret_cast<const char*>(&length), 2);
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(T)));
+    if (!out.flush()) return absl::DataLossError(absl::StrCat("cannot write ", temporary));
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) return absl::DataLossError(absl::StrCat("cannot rename ", temporary, " to ", path, ": ", error.message()));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::StatusOr<NpyArray<T>> read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  char magic[6];
+  char version[2];
+  uint16_t length = 0;
+  in.read(magic, 6).read(version, 2).read(reinterpret_cast<char*>(&length), 2);
+  if (!in || std::memcmp(magic, kMagic, 6) != 0 || version[0] != 1) {
+    return absl::DataLossError(absl::StrCat(path, " is not a version-1 .npy file"));
+  }
+  std::string header(length, '\0');
+  in.read(header.data(), length);
+  if (header.find(absl::StrCat("'descr': '", descr<T>(), "'")) == std::string::npos ||
+      header.find("'fortran_order': False") == std::string::npos) {
+    return absl::DataLossError(absl::StrCat(path, ": unexpected array type (", header, ")"));
+  }
+  const size_t open = header.find("'shape': ("), close = header.find(')', open);
+  if (open == std::string::npos || close == std::string::npos) return absl::DataLossError(absl::StrCat(path, ": no shape"));
+  NpyArray<T> array;
+  int64_t count = 1;
+  for (absl::string_view part : absl::StrSplit(header.substr(open + 10, close - open - 10), ',', absl::SkipWhitespace())) {
+    int64_t dim = 0;
+    if (!absl::SimpleAtoi(part, &dim) || dim < 0) return absl::DataLossError(absl::StrCat(path, ": bad shape"));
+    array.shape.push_back(dim);
+    count *= dim;
+  }
+  array.values.resize(static_cast<size_t>(count));
+  in.read(reinterpret_cast<char*>(array.values.data()), static_cast<std::streamsize>(count * sizeof(T)));
+  if (in.gcount() != static_cast<std::streamsize>(count * sizeof(T))) {
+    return absl::DataLossError(absl::StrCat(path, " is truncated"));
+  }
+  return array;
+}
+
+template absl::Status write_npy<int32_t>(const std::string&, const std::vector<int64_t>&, const std::vector<int32_t>&);
+template absl::Status write_npy<int64_t>(const std::string&, const std::vector<int64_t>&, const std::vector<int64_t>&);
+template absl::StatusOr<NpyArray<int32_t>> read_npy<int32_t>(const std::string&);
+template absl::StatusOr<NpyArray<int64_t>> read_npy<int64_t>(const std::string&);
+
+}  // namespace gpt
