@@ -4,7 +4,9 @@
 #include <sstream>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "data/dataset_split.h"
 
 namespace gpt {
 namespace {
@@ -77,8 +79,16 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   app.add_option("--seed", a.seed, "Random seed (initialization and data order)");
   // Data.
   app.add_flag("--mock-data", a.mock_data, "Synthetic data, no files needed");
-  app.add_option("--vocab-size", a.vocab_size, "Vocabulary size for --mock-data");
-  // Logging.
+  app.add_option("--vocab-size", a.vocab_size, "Vocabulary size for --mock-data or --tokenizer-type NullTokenizer");
+  app.add_option("--data-path", a.data_path, "Dataset prefix, or weight prefix pairs to blend")->expected(1, -1);
+  app.add_option("--split", a.split, "Train/valid/test proportions of the documents");
+  app.add_option("--vocab-file", a.vocab_file, "GPT-2 vocab.json");
+  app.add_option("--merge-file", a.merge_file, "GPT-2 merges.txt");
+  app.add_option("--tokenizer-type", a.tokenizer_type, "GPT2BPETokenizer or NullTokenizer");
+  app.add_option("--data-cache-path", a.data_cache_path, "Directory for cached dataset indices");
+  // Evaluation and logging.
+  app.add_option("--eval-interval", a.eval_interval, "Iterations between evaluations on the validation split");
+  app.add_option("--eval-iters", a.eval_iters, "Global batches per evaluation (0: no evaluation)");
   app.add_option("--log-interval", a.log_interval, "Iterations between log lines");
   app.add_flag("--log-throughput", a.log_throughput, "Accepted for compatibility: throughput is always logged");
 
@@ -97,6 +107,49 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   return a;
 }
 
+absl::Status validate_data_arguments(Arguments& a) {
+  if (a.mock_data == !a.data_path.empty()) {
+    return invalid(a.mock_data ? "--mock-data and --data-path cannot both be given"
+                               : "no training data: pass --data-path (a Megatron dataset prefix) or --mock-data");
+  }
+  if (!a.data_path.empty()) {
+    // One prefix, or weight prefix pairs with positive weights.
+    if (a.data_path.size() > 1) {
+      if (a.data_path.size() % 2 != 0) {
+        return invalid("--data-path takes one prefix or weight prefix pairs (an odd number of values was given)");
+      }
+      for (size_t i = 0; i < a.data_path.size(); i += 2) {
+        double weight = 0;
+        if (!absl::SimpleAtod(a.data_path[i], &weight) || !(weight > 0.0)) {
+          return invalid(absl::StrCat("--data-path: '", a.data_path[i], "' is not a positive weight (expected weight prefix pairs)"));
+        }
+      }
+    }
+    GPT_RETURN_IF_ERROR(parse_split(a.split).status());
+    if (a.tokenizer_type.empty()) a.tokenizer_type = a.vocab_file.empty() ? "" : "GPT2BPETokenizer";
+    if (a.tokenizer_type.empty()) {
+      return invalid("--data-path needs a tokenizer: --vocab-file and --merge-file (GPT2BPETokenizer), or "
+                     "--tokenizer-type NullTokenizer with --vocab-size");
+    }
+    if (a.tokenizer_type == "GPT2BPETokenizer") {
+      if (a.vocab_file.empty() || a.merge_file.empty()) {
+        return invalid("--tokenizer-type GPT2BPETokenizer needs --vocab-file and --merge-file");
+      }
+      return absl::OkStatus();
+    }
+    if (a.tokenizer_type != "NullTokenizer") {
+      return invalid(absl::StrCat("--tokenizer-type must be GPT2BPETokenizer or NullTokenizer (got ", a.tokenizer_type, ")"));
+    }
+  }
+  if (!a.was_given("--vocab-size")) {
+    return invalid(absl::StrCat("missing required flag --vocab-size (needed by ",
+                                a.mock_data ? "--mock-data" : "--tokenizer-type NullTokenizer", ")"));
+  }
+  GPT_RETURN_IF_ERROR(require_positive("--vocab-size", a.vocab_size));
+  if (a.vocab_size < 2) return invalid(absl::StrCat("--vocab-size must be at least 2 (got ", a.vocab_size, ")"));
+  return absl::OkStatus();
+}
+
 absl::Status validate_arguments(Arguments& a) {
   // Required flags.
   const std::pair<const char*, int64_t> required[] = {
@@ -109,17 +162,15 @@ absl::Status validate_arguments(Arguments& a) {
     GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
   if (!a.was_given("--lr")) return invalid("missing required flag --lr");
-  if (!a.mock_data) return invalid("no training data: pass --mock-data (with --vocab-size)");
-  if (!a.was_given("--vocab-size")) return invalid("missing required flag --vocab-size (needed by --mock-data)");
-  GPT_RETURN_IF_ERROR(require_positive("--vocab-size", a.vocab_size));
-  if (a.vocab_size < 2) return invalid(absl::StrCat("--vocab-size must be at least 2 (got ", a.vocab_size, ")"));
+  GPT_RETURN_IF_ERROR(validate_data_arguments(a));
 
   // Sizes.
   const std::pair<const char*, int64_t> positive[] = {
       {"--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by},
       {"--tensor-model-parallel-size", a.tensor_model_parallel_size},
       {"--pipeline-model-parallel-size", a.pipeline_model_parallel_size},
-      {"--log-interval", a.log_interval}};
+      {"--log-interval", a.log_interval},
+      {"--eval-interval", a.eval_interval}};
   for (const auto& [flag, value] : positive) GPT_RETURN_IF_ERROR(require_positive(flag, value));
   const std::pair<const char*, int64_t> positive_if_given[] = {
       {"--ffn-hidden-size", a.ffn_hidden_size},   {"--kv-channels", a.kv_channels},
@@ -128,6 +179,7 @@ absl::Status validate_arguments(Arguments& a) {
   for (const auto& [flag, value] : positive_if_given) {
     if (a.was_given(flag)) GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
+  if (a.eval_iters < 0) return invalid(absl::StrCat("--eval-iters must be >= 0 (got ", a.eval_iters, ")"));
   if (a.lr_warmup_iters < 0) return invalid(absl::StrCat("--lr-warmup-iters must be >= 0 (got ", a.lr_warmup_iters, ")"));
 
   if (!(a.distributed_timeout_minutes > 0.0)) {
@@ -272,6 +324,15 @@ std::string describe_arguments(const Arguments& a) {
   line("clip_grad", a.clip_grad);
   line("bf16", a.bf16 ? "True" : "False");
   line("seed", a.seed);
+  if (!a.data_path.empty()) {
+    std::string paths;
+    for (const std::string& p : a.data_path) paths += (paths.empty() ? "" : " ") + p;
+    line("data_path", paths);
+    line("split", a.split);
+    line("tokenizer_type", a.tokenizer_type);
+  }
+  line("eval_interval", a.eval_interval);
+  line("eval_iters", a.eval_iters);
   out << "-------------------- end of arguments ---------------------";
   return out.str();
 }

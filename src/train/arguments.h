@@ -63,8 +63,16 @@ struct Arguments {
   // Data.
   bool mock_data = false;
   int64_t vocab_size = 0;
+  std::vector<std::string> data_path;   // a prefix, or weight prefix pairs
+  std::string split = "969,30,1";
+  std::string vocab_file;
+  std::string merge_file;
+  std::string tokenizer_type;           // GPT2BPETokenizer (default with --vocab-file) or NullTokenizer
+  std::string data_cache_path;
 
-  // Logging.
+  // Evaluation and logging.
+  int64_t eval_interval = 1000;
+  int64_t eval_iters = 100;
   int64_t log_interval = 100;
   bool log_throughput = false;  // accepted for compatibility; throughput is always logged
 
@@ -82,6 +90,8 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv);
 // Fills defaults that depend on other flags and checks every constraint that does not need the
 // world size.
 absl::Status validate_arguments(Arguments& args);
+// The data flags: --mock-data or --data-path (one prefix or weight prefix pairs), the tokenizer.
+absl::Status validate_data_arguments(Arguments& args);
 // The constraints that involve the number of processes (world = TP x PP x DP, batch divisibility).
 absl::Status validate_for_world(Arguments& args, int64_t world_size);
 

@@ -7,8 +7,8 @@
 #include "core/logging.h"
 #include "core/memory.h"
 #include "core/timer.h"
-#include "data/mock_dataset.h"
 #include "optim/grad_clip.h"
+#include "train/data_setup.h"
 #include "train/flops.h"
 #include "train/log_line.h"
 
@@ -86,7 +86,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& args, 
   t->loss_sum_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->norm_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->arena_.freeze();
-  t->data_ = std::make_unique<MockDataset>(static_cast<uint64_t>(args.seed), args.vocab_size, args.seq_length);
+  GPT_ASSIGN_OR_RETURN(DataSources data, build_data_sources(args));
+  t->train_data_ = data.train;
+  t->valid_data_ = data.valid;
+  t->test_data_ = data.test;
   t->schedule_ = schedule_from(args);
   return t;
 }
@@ -107,13 +110,50 @@ void Trainer::reduce_gradients() {
   if (grid_.data().size() > 1) grid_.data().all_reduce(ctx_, params_->flat_grads(), ReduceOp::kSum);
 }
 
-double Trainer::read_and_reduce_loss() {
+double Trainer::read_and_reduce_loss(int64_t microbatches) {
   if (grid_.data().size() > 1) grid_.data().all_reduce(ctx_, loss_sum_, ReduceOp::kSum);
   float total = 0.0f;
   copy_bytes(Device::kCpu, &total, loss_sum_.device(), loss_sum_.data(), sizeof(float));
-  const double tokens = static_cast<double>(args_.seq_length * args_.micro_batch_size * microbatches_) *
+  const double tokens = static_cast<double>(args_.seq_length * args_.micro_batch_size * microbatches) *
                         static_cast<double>(data_parallel_size_);
   return static_cast<double>(total) / tokens;
+}
+
+void Trainer::load_batch(const SampleSource& source, int64_t consumed, int64_t microbatch) {
+  load_microbatch(source, consumed, microbatch, args_.micro_batch_size, data_parallel_size_, grid_.coordinates().data,
+                  microbatch_);
+  model_->load_tokens(0, microbatch_.tokens);
+  model_->load_targets(0, microbatch_.targets);
+}
+
+void Trainer::set_data_position(const DataPosition& position, int64_t iteration) {
+  consumed_samples_ = position.consumed_train_samples;
+  consumed_valid_samples_ = position.consumed_valid_samples;
+  iteration_ = iteration;
+}
+
+double Trainer::evaluate(Split split) {
+  const SampleSource* source = split == Split::kTest ? test_data_.get() : valid_data_.get();
+  GPT_CHECK(source != nullptr) << "evaluation without a validation/test split";
+  int64_t consumed = split == Split::kTest ? 0 : consumed_valid_samples_;
+  zero_tensor(loss_sum_);
+  for (int64_t iteration = 0; iteration < args_.eval_iters; ++iteration) {
+    for (int64_t j = 0; j < microbatches_; ++j) {
+      load_batch(*source, consumed, j);
+      model_->forward(ctx_, 0, Tensor(), loss_sum_, /*grad_scale=*/0.0f);
+    }
+    consumed += args_.global_batch_size;
+  }
+  if (split == Split::kValid) consumed_valid_samples_ = consumed;
+  return read_and_reduce_loss(microbatches_ * args_.eval_iters);
+}
+
+void Trainer::print_evaluation(const std::string& where, double loss) const {
+  if (!grid_.is_logging_rank()) return;
+  const std::string line = format_validation_line(where, loss);
+  const std::string rule(line.size() + 1, '-');
+  std::printf("%s\n%s\n%s\n", rule.c_str(), line.c_str(), rule.c_str());
+  std::fflush(stdout);
 }
 
 StepResult Trainer::train_step() {
@@ -122,10 +162,7 @@ StepResult Trainer::train_step() {
 }
 
 double Trainer::evaluate_microbatch(int64_t microbatch) {
-  load_microbatch(*data_, consumed_samples_, microbatch, args_.micro_batch_size, data_parallel_size_,
-                  grid_.coordinates().data, microbatch_);
-  model_->load_tokens(0, microbatch_.tokens);
-  model_->load_targets(0, microbatch_.targets);
+  load_batch(*train_data_, consumed_samples_, microbatch);
   zero_tensor(loss_sum_);
   model_->forward(ctx_, 0, Tensor(), loss_sum_, /*grad_scale=*/0.0f);
   float total = 0.0f;
@@ -141,10 +178,7 @@ void Trainer::compute_gradients() {
   const float grad_scale =
       1.0f / static_cast<float>(tokens_per_microbatch * microbatches_ * data_parallel_size_);
   for (int64_t j = 0; j < microbatches_; ++j) {
-    load_microbatch(*data_, consumed_samples_, j, args_.micro_batch_size, data_parallel_size_,
-                    grid_.coordinates().data, microbatch_);
-    model_->load_tokens(0, microbatch_.tokens);
-    model_->load_targets(0, microbatch_.targets);
+    load_batch(*train_data_, consumed_samples_, j);
     model_->forward(ctx_, 0, Tensor(), loss_sum_, grad_scale);
     model_->backward(ctx_, 0, Tensor());
   }
@@ -162,7 +196,7 @@ StepResult Trainer::apply_update() {
   } else {
     result.skipped = true;
   }
-  result.loss = read_and_reduce_loss();
+  result.loss = read_and_reduce_loss(microbatches_);
   ++iteration_;
   consumed_samples_ += args_.global_batch_size;
   return result;
@@ -178,11 +212,14 @@ absl::Status Trainer::run() {
     std::fflush(stdout);
   }
   const double flops_per_iteration = model_flops_per_iteration(config_, args_.global_batch_size);
-  Stopwatch interval;
+  double interval_seconds = 0.0;  // training steps only; evaluation is not counted
   double interval_loss = 0.0;
   int64_t interval_iterations = 0, skipped = 0, nan_iterations = 0;
   while (iteration_ < args_.train_iters) {
+    Stopwatch step_time;
     const StepResult step = train_step();
+    ctx_.synchronize();
+    interval_seconds += step_time.elapsed_seconds();
     if (std::isfinite(step.loss)) {
       interval_loss += step.loss;
       ++interval_iterations;
@@ -191,9 +228,8 @@ absl::Status Trainer::run() {
     }
     if (step.skipped) ++skipped;
     if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters) {
-      ctx_.synchronize();
       const int64_t iterations_in_interval = (iteration_ - 1) % args_.log_interval + 1;
-      const double seconds_per_iteration = interval.elapsed_seconds() / static_cast<double>(iterations_in_interval);
+      const double seconds_per_iteration = interval_seconds / static_cast<double>(iterations_in_interval);
       IterationLog log;
       log.iteration = iteration_;
       log.train_iters = args_.train_iters;
@@ -210,10 +246,17 @@ absl::Status Trainer::run() {
         std::printf("%s\n", format_log_line(log, current_timestamp()).c_str());
         std::fflush(stdout);
       }
-      interval.restart();
+      interval_seconds = 0.0;
       interval_loss = 0.0;
       interval_iterations = skipped = nan_iterations = 0;
     }
+    if (valid_data_ && iteration_ % args_.eval_interval == 0) {
+      print_evaluation("iteration " + std::to_string(iteration_), evaluate(Split::kValid));
+    }
+  }
+  if (valid_data_) {
+    print_evaluation("the end of training for val data", evaluate(Split::kValid));
+    print_evaluation("the end of training for test data", evaluate(Split::kTest));
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 
 #include "core/arena.h"
 #include "core/context.h"
+#include "data/dataset_split.h"
 #include "data/microbatch.h"
 #include "data/sample_source.h"
 #include "model/gpt_model.h"
@@ -42,7 +43,20 @@ class Trainer {
   // Forward only (no gradients) of this rank's microbatch `microbatch` of the next iteration;
   // returns the mean token loss of that microbatch. The logits stay in the output layer.
   double evaluate_microbatch(int64_t microbatch);
-  const Microbatch& last_microbatch() const { return microbatch_; }
+  // Mean token loss over --eval-iters global batches of the validation (or test) split, forward
+  // only; validation continues where the previous evaluation stopped, test starts at 0.
+  double evaluate(Split split);
+
+  // Where the data stands: samples consumed from the train and validation splits. Setting it
+  // (after a restart) makes the next samples exactly those an uninterrupted run would read.
+  struct DataPosition {
+    int64_t consumed_train_samples = 0;
+    int64_t consumed_valid_samples = 0;
+  };
+  DataPosition data_position() const { return {consumed_samples_, consumed_valid_samples_}; }
+  void set_data_position(const DataPosition& position, int64_t iteration);
+  // The last microbatch this rank loaded into the model (token ids [b, s]).
+  const Microbatch& current_microbatch() const { return microbatch_; }
   // All iterations up to --train-iters, with logging.
   absl::Status run();
 
@@ -59,7 +73,11 @@ class Trainer {
  private:
   Trainer(const Arguments& args, ProcessGrid& grid);
   void reduce_gradients();
-  double read_and_reduce_loss();
+  // Loads this rank's microbatch j of the global batch starting at `consumed` into the model.
+  void load_batch(const SampleSource& source, int64_t consumed, int64_t microbatch);
+  // Mean token loss from loss_sum_ over `microbatches` microbatches per DP rank.
+  double read_and_reduce_loss(int64_t microbatches);
+  void print_evaluation(const std::string& where, double loss) const;
 
   Arguments args_;
   ProcessGrid& grid_;
@@ -71,7 +89,7 @@ class Trainer {
   std::unique_ptr<TensorParallel> tensor_parallel_;
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<SampleSource> data_;
+  std::shared_ptr<const SampleSource> train_data_, valid_data_, test_data_;
   LrScheduleConfig schedule_;
   Microbatch microbatch_;
   Tensor loss_sum_;      // [1] float32, summed token losses of the iteration
@@ -80,6 +98,7 @@ class Trainer {
   int64_t data_parallel_size_ = 1;
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;
+  int64_t consumed_valid_samples_ = 0;
 };
 
 }  // namespace gpt

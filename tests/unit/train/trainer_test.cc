@@ -49,5 +49,46 @@ TEST(Trainer, Bf16TracksFp32) {
   for (size_t i = 0; i < fp32.size(); ++i) EXPECT_NEAR(bf16[i], fp32[i], 2e-2 * fp32[i]);
 }
 
+std::unique_ptr<Trainer> make_trainer(const std::vector<std::string>& flags, std::unique_ptr<ProcessGrid>& grid) {
+  absl::StatusOr<Arguments> parsed = parse_arguments(flags);
+  Arguments args = *parsed;
+  EXPECT_TRUE(validate_arguments(args).ok());
+  EXPECT_TRUE(validate_for_world(args, 1).ok());
+  grid = ProcessGrid::single();
+  return *Trainer::create(args, *grid);
+}
+
+TEST(Trainer, ResumedDataPositionReadsTheSamplesAnUninterruptedRunReads) {
+  std::vector<std::string> f = flags("2");
+  f.insert(f.end(), {"--eval-iters", "2", "--eval-interval", "2"});
+  std::unique_ptr<ProcessGrid> grid_a, grid_b;
+  std::unique_ptr<Trainer> a = make_trainer(f, grid_a);
+  for (int i = 0; i < 3; ++i) a->train_step();
+  a->evaluate(Split::kValid);
+  const Trainer::DataPosition position = a->data_position();
+  EXPECT_EQ(position.consumed_train_samples, 24);
+  EXPECT_EQ(position.consumed_valid_samples, 16);
+  // A fresh trainer told where the first one stands reads the same next samples.
+  std::unique_ptr<Trainer> b = make_trainer(f, grid_b);
+  b->set_data_position(position, 3);
+  for (int64_t j = 0; j < 4; ++j) {
+    a->evaluate_microbatch(j);
+    const std::vector<int32_t> expected = a->current_microbatch().tokens;
+    b->evaluate_microbatch(j);
+    EXPECT_EQ(b->current_microbatch().tokens, expected) << "train microbatch " << j;
+  }
+  a->evaluate(Split::kValid);
+  const std::vector<int32_t> expected_valid = a->current_microbatch().tokens;
+  b->evaluate(Split::kValid);
+  EXPECT_EQ(b->current_microbatch().tokens, expected_valid);
+  EXPECT_EQ(b->data_position().consumed_valid_samples, 32);
+  // And a trainer that did not move reads different samples.
+  std::unique_ptr<ProcessGrid> grid_c;
+  std::unique_ptr<Trainer> c = make_trainer(f, grid_c);
+  c->evaluate_microbatch(0);
+  a->evaluate_microbatch(0);
+  EXPECT_NE(c->current_microbatch().tokens, a->current_microbatch().tokens);
+}
+
 }  // namespace
 }  // namespace gpt

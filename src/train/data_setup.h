@@ -1,0 +1,22 @@
+// The train, validation and test sample sources a run reads, built from the data flags. Sizes
+// follow Megatron's train_valid_test_num_samples: train = iters x gbs, valid = (iters / eval
+// interval + 1) x eval iters x gbs, test = eval iters x gbs.
+#pragma once
+
+#include <array>
+#include <memory>
+
+#include "data/sample_source.h"
+#include "train/arguments.h"
+
+namespace gpt {
+
+struct DataSources {
+  std::shared_ptr<const SampleSource> train, valid, test;  // valid/test null when not evaluated
+  int64_t vocab_size = 0;  // the tokenizer's (unpadded) vocabulary
+};
+
+std::array<int64_t, 3> samples_per_split(const Arguments& args);
+absl::StatusOr<DataSources> build_data_sources(const Arguments& args);
+
+}  // namespace gpt
