@@ -38,7 +38,8 @@ class Arena {
   bool frozen_ = false;
 };
 
-// Sets every byte of a tensor to zero on its device.
+// Sets every byte of a tensor to zero on its device, synchronously (for setup; inside the training
+// step use ops::zero, which is ordered on the context's stream).
 void zero_tensor(const Tensor& tensor);
 
 }  // namespace gpt

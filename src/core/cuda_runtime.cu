@@ -50,7 +50,11 @@ void memcpy_sync(void* dst, const void* src, size_t bytes, CopyKind kind) {
 }
 
 void memset_device(void* pointer, int value, size_t bytes) {
+  // Setup-time only (the training step uses ops::zero on its stream): fully synchronous, so it is
+  // ordered with work on any stream.
+  GPT_CUDA_CHECK(cudaDeviceSynchronize());
   GPT_CUDA_CHECK(cudaMemset(pointer, value, bytes));
+  GPT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void synchronize_device() { GPT_CUDA_CHECK(cudaDeviceSynchronize()); }

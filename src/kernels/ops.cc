@@ -5,6 +5,9 @@
 #include <initializer_list>
 
 #include "kernels/cpu/cpu_ops.h"
+#ifdef GPT_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 namespace gpt::ops {
 namespace {
@@ -18,17 +21,19 @@ void check_devices(const Context& ctx, const char* op, std::initializer_list<con
   }
 }
 
-// Only the CPU backend exists in this build step; a CUDA context reaching an op is a broken
-// invariant (the trainer refuses --device cuda until the CUDA op set is linked).
-void require_cpu(const Context& ctx, const char* op) {
-  GPT_CHECK(ctx.device() == Device::kCpu) << op << " has no implementation for " << device_name(ctx.device());
-}
-
 }  // namespace
 
-#define GPT_DISPATCH(op, tensors, ...)  \
-  check_devices(ctx, #op, tensors);     \
-  require_cpu(ctx, #op);                \
+#ifdef GPT_WITH_CUDA
+#define GPT_CUDA_BRANCH(op, ...)                                  \
+  if (ctx.device() == Device::kCuda) return cuda_ops::op(ctx, __VA_ARGS__)
+#else
+#define GPT_CUDA_BRANCH(op, ...) \
+  GPT_CHECK(ctx.device() == Device::kCpu) << #op << ": this build has no CUDA backend"
+#endif
+
+#define GPT_DISPATCH(op, tensors, ...) \
+  check_devices(ctx, #op, tensors);    \
+  GPT_CUDA_BRANCH(op, __VA_ARGS__);    \
   cpu::op(ctx, __VA_ARGS__)
 
 void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& options) {
@@ -147,6 +152,10 @@ void sum_of_squares(Context& ctx, const Tensor& out, const Tensor& x) {
 
 void sum(Context& ctx, const Tensor& out, const Tensor& x) {
   GPT_DISPATCH(sum, (std::initializer_list<const Tensor*>{&out, &x}), out, x);
+}
+
+void zero(Context& ctx, const Tensor& x) {
+  GPT_DISPATCH(zero, (std::initializer_list<const Tensor*>{&x}), x);
 }
 
 void scale(Context& ctx, const Tensor& x, float factor) {

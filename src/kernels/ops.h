@@ -129,6 +129,8 @@ void adamw_update(Context& ctx, const AdamWStep& step, const Tensor& master, con
 void sum_of_squares(Context& ctx, const Tensor& out, const Tensor& x);
 // out [1] float32 += sum of x (x float32).
 void sum(Context& ctx, const Tensor& out, const Tensor& x);
+// Every element of x = 0, ordered with the context's other work.
+void zero(Context& ctx, const Tensor& x);
 // x *= factor (float32).
 void scale(Context& ctx, const Tensor& x, float factor);
 // out = in converted (float32 <-> bfloat16, or a copy when the dtypes match). Shapes may differ

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "kernels/ops.h"
 
 namespace gpt {
 namespace {
@@ -85,6 +86,6 @@ void ParamStore::initialize(uint64_t seed) {
   }
 }
 
-void ParamStore::zero_grads() const { zero_tensor(flat_grads_); }
+void ParamStore::zero_grads(Context& ctx) const { ops::zero(ctx, flat_grads_); }
 
 }  // namespace gpt

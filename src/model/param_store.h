@@ -52,7 +52,7 @@ class ParamStore {
 
   // Fills every slice from (seed, global name, global index): the same global model for any layout.
   void initialize(uint64_t seed);
-  void zero_grads() const;
+  void zero_grads(Context& ctx) const;
 
  private:
   std::vector<ParamSpec> specs_;

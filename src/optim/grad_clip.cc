@@ -10,7 +10,7 @@ namespace gpt {
 
 double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& scratch,
                         std::span<Communicator* const> groups) {
-  zero_tensor(scratch);
+  ops::zero(ctx, scratch);
   for (const Param& param : params.params()) {
     if (param.counts_in_grad_norm) ops::sum_of_squares(ctx, scratch, param.grad.flat_range(0, param.numel()));
   }

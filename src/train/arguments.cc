@@ -86,6 +86,7 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   app.add_option("--merge-file", a.merge_file, "GPT-2 merges.txt");
   app.add_option("--tokenizer-type", a.tokenizer_type, "GPT2BPETokenizer or NullTokenizer");
   app.add_option("--data-cache-path", a.data_cache_path, "Directory for cached dataset indices");
+  app.add_option("--device", a.device, "auto, cpu or cuda (not a Megatron flag)");
   // Evaluation and logging.
   app.add_option("--eval-interval", a.eval_interval, "Iterations between evaluations on the validation split");
   app.add_option("--eval-iters", a.eval_iters, "Global batches per evaluation (0: no evaluation)");
@@ -243,6 +244,10 @@ absl::Status validate_arguments(Arguments& a) {
   if (!(a.adam_eps > 0.0)) return invalid("--adam-eps must be positive");
   if (a.seed < 0) return invalid(absl::StrCat("--seed must be >= 0 (got ", a.seed, ")"));
 
+  if (a.device != "auto" && a.device != "cpu" && a.device != "cuda") {
+    return invalid(absl::StrCat("--device must be auto, cpu or cuda (got ", a.device, ")"));
+  }
+
   // Parallel flags that do not need the world size.
   if (a.distributed_backend != "" && a.distributed_backend != "nccl" && a.distributed_backend != "mpi") {
     return invalid(absl::StrCat("--distributed-backend must be nccl or mpi (got ", a.distributed_backend, ")"));
@@ -323,6 +328,7 @@ std::string describe_arguments(const Arguments& a) {
   line("weight_decay", a.weight_decay);
   line("clip_grad", a.clip_grad);
   line("bf16", a.bf16 ? "True" : "False");
+  line("device", a.device);
   line("seed", a.seed);
   if (!a.data_path.empty()) {
     std::string paths;

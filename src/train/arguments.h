@@ -70,6 +70,10 @@ struct Arguments {
   std::string tokenizer_type;           // GPT2BPETokenizer (default with --vocab-file) or NullTokenizer
   std::string data_cache_path;
 
+  // Device (not a Megatron flag: Megatron always uses the GPU). auto: the GPU when the CUDA
+  // backend is built and one is visible, else the CPU reference backend.
+  std::string device = "auto";
+
   // Evaluation and logging.
   int64_t eval_interval = 1000;
   int64_t eval_iters = 100;

@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/mpi_grid.h"
+#include "train/trainer.h"
 
 namespace gpt {
 namespace {
@@ -27,7 +28,8 @@ int agree_and_report(const MpiRuntime& mpi, const absl::Status& status) {
   return 1;
 }
 
-absl::Status check_backend(const Arguments& args) {
+absl::Status check_backend(Arguments& args) {
+  GPT_RETURN_IF_ERROR(resolve_device(args));
   if (args.distributed_backend != "nccl") return absl::OkStatus();
   if (!cuda_backend_built() || cuda::device_count() == 0) {
     return absl::InvalidArgumentError(

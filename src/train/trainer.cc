@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <thread>
 
+#include "core/cuda_runtime.h"
 #include "core/logging.h"
 #include "core/memory.h"
 #include "core/timer.h"
+#include "kernels/ops.h"
 #include "optim/grad_clip.h"
 #include "train/data_setup.h"
 #include "train/flops.h"
@@ -15,12 +17,19 @@
 namespace gpt {
 namespace {
 
-// BLAS threads per process: the machine's cores shared among the ranks on this node.
-int cpu_threads_per_rank() {
-  int local_ranks = 1;
-  if (const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local_ranks = std::max(1, std::atoi(local_size));
+int environment_int(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value ? std::atoi(value) : fallback;
+}
+
+// The CPU backend with the node's cores shared among its ranks (BLAS threads), or the GPU of this
+// rank's local index (several ranks may share one GPU with the MPI communicator).
+Context make_context(const Arguments& args) {
+  const int local_rank = environment_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  if (args.device == "cuda") return Context::gpu(local_rank % cuda::device_count());
+  const int local_ranks = std::max(1, environment_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
   const int cores = std::max(1u, std::thread::hardware_concurrency());
-  return std::max(1, cores / local_ranks);
+  return Context::cpu(std::max(1, cores / local_ranks));
 }
 
 LrScheduleConfig schedule_from(const Arguments& a) {
@@ -38,6 +47,16 @@ LrScheduleConfig schedule_from(const Arguments& a) {
 }
 
 }  // namespace
+
+absl::Status resolve_device(Arguments& args) {
+  const bool gpu_available = cuda_backend_built() && cuda::device_count() > 0;
+  if (args.device == "cuda" && !gpu_available) {
+    return absl::InvalidArgumentError(cuda_backend_built() ? "--device cuda: no GPU is visible"
+                                                           : "--device cuda: this build has no CUDA backend");
+  }
+  if (args.device == "auto") args.device = gpu_available ? "cuda" : "cpu";
+  return absl::OkStatus();
+}
 
 ModelConfig model_config_from(const Arguments& a) {
   ModelConfig c;
@@ -60,12 +79,14 @@ ModelConfig model_config_from(const Arguments& a) {
 Trainer::Trainer(const Arguments& args, ProcessGrid& grid)
     : args_(args),
       grid_(grid),
-      ctx_(Context::cpu(cpu_threads_per_rank())),
+      ctx_(make_context(args)),
       config_(model_config_from(args)),
       specs_(build_param_specs(config_)),
       arena_(ctx_.device(), "model") {}
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& args, ProcessGrid& grid) {
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given, ProcessGrid& grid) {
+  Arguments args = given;
+  GPT_RETURN_IF_ERROR(resolve_device(args));
   std::unique_ptr<Trainer> t(new Trainer(args, grid));
   const GridShape& shape = grid.shape();
   if (shape.pipeline != 1) {
@@ -136,7 +157,7 @@ double Trainer::evaluate(Split split) {
   const SampleSource* source = split == Split::kTest ? test_data_.get() : valid_data_.get();
   GPT_CHECK(source != nullptr) << "evaluation without a validation/test split";
   int64_t consumed = split == Split::kTest ? 0 : consumed_valid_samples_;
-  zero_tensor(loss_sum_);
+  ops::zero(ctx_, loss_sum_);
   for (int64_t iteration = 0; iteration < args_.eval_iters; ++iteration) {
     for (int64_t j = 0; j < microbatches_; ++j) {
       load_batch(*source, consumed, j);
@@ -163,7 +184,7 @@ StepResult Trainer::train_step() {
 
 double Trainer::evaluate_microbatch(int64_t microbatch) {
   load_batch(*train_data_, consumed_samples_, microbatch);
-  zero_tensor(loss_sum_);
+  ops::zero(ctx_, loss_sum_);
   model_->forward(ctx_, 0, Tensor(), loss_sum_, /*grad_scale=*/0.0f);
   float total = 0.0f;
   copy_bytes(Device::kCpu, &total, loss_sum_.device(), loss_sum_.data(), sizeof(float));
@@ -171,8 +192,8 @@ double Trainer::evaluate_microbatch(int64_t microbatch) {
 }
 
 void Trainer::compute_gradients() {
-  params_->zero_grads();
-  zero_tensor(loss_sum_);
+  params_->zero_grads(ctx_);
+  ops::zero(ctx_, loss_sum_);
   const int64_t tokens_per_microbatch = args_.seq_length * args_.micro_batch_size;
   // Gradient of the mean token loss over the whole global batch.
   const float grad_scale =

@@ -26,6 +26,10 @@ struct StepResult {
   bool skipped = false;        // non-finite gradient: no update
 };
 
+// Turns --device auto into cpu or cuda (the GPU when the CUDA backend is built and one is visible);
+// an explicit --device cuda without a GPU is an error.
+absl::Status resolve_device(Arguments& args);
+
 // Model configuration from validated arguments for a given TP size.
 ModelConfig model_config_from(const Arguments& args);
 

@@ -18,7 +18,7 @@ import time
 import h5py
 import numpy as np
 
-MODEL = ["--mock-data", "--vocab-size", "250", "--num-layers", "2", "--hidden-size", "64",
+MODEL = ["--device", "cpu", "--mock-data", "--vocab-size", "250", "--num-layers", "2", "--hidden-size", "64",
          "--num-attention-heads", "4", "--seq-length", "32", "--max-position-embeddings", "32",
          "--micro-batch-size", "2", "--global-batch-size", "8", "--lr", "2e-3", "--min-lr", "2e-4",
          "--lr-warmup-iters", "3", "--lr-decay-style", "cosine", "--clip-grad", "0.5", "--seed", "11",

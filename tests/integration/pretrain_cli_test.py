@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-ACCEPTANCE = ("--mock-data --vocab-size 512 --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+ACCEPTANCE = ("--device cpu --mock-data --vocab-size 512 --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
               "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 8 "
               "--train-iters 50 --lr 1e-3 --log-interval 1").split()
 

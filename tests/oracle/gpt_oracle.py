@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 BASE_FLAGS = [
-    "--mock-data", "--vocab-size", "200", "--num-layers", "2", "--hidden-size", "64",
+    "--device", "cpu", "--mock-data", "--vocab-size", "200", "--num-layers", "2", "--hidden-size", "64",
     "--num-attention-heads", "4", "--seq-length", "16", "--max-position-embeddings", "20",
     "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "10",
     "--lr", "2e-3", "--min-lr", "2e-4", "--lr-warmup-iters", "2", "--lr-decay-style", "cosine",

@@ -41,6 +41,7 @@ void adamw_update(Context& ctx, const ops::AdamWStep& step, const Tensor& master
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out);
 void sum_of_squares(Context& ctx, const Tensor& out, const Tensor& x);
 void sum(Context& ctx, const Tensor& out, const Tensor& x);
+void zero(Context& ctx, const Tensor& x);
 void scale(Context& ctx, const Tensor& x, float factor);
 void cast(Context& ctx, const Tensor& out, const Tensor& in);
 

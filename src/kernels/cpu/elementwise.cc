@@ -1,5 +1,6 @@
 // Residual add, GeLU, casts and small reductions.
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/element.h"
@@ -71,6 +72,10 @@ void sum(Context& ctx, const Tensor& out, const Tensor& x) {
   double total = 0.0;
   for (int64_t i = 0; i < x.numel(); ++i) total += in[i];
   out.data_as<float>()[0] += static_cast<float>(total);
+}
+
+void zero(Context& ctx, const Tensor& x) {
+  if (x.numel() > 0) std::memset(x.data(), 0, x.bytes());
 }
 
 void scale(Context& ctx, const Tensor& x, float factor) {

@@ -116,7 +116,7 @@ TEST(GptModel, GradientsMatchFiniteDifferences) {
     model.forward(ctx, 0, Tensor(), loss_sum, 0.0f);
     return static_cast<double>(loss_sum.data_as<float>()[0]);
   };
-  store.zero_grads();
+  store.zero_grads(ctx);
   zero_tensor(loss_sum);
   model.forward(ctx, 0, Tensor(), loss_sum, 1.0f);  // gradient of the summed loss
   model.backward(ctx, 0, Tensor());

@@ -22,7 +22,7 @@ std::vector<double> train_losses(std::vector<std::string> flags, int steps) {
 }
 
 std::vector<std::string> flags(const char* micro_batch, bool bf16 = false) {
-  std::vector<std::string> f = {"t", "--mock-data", "--vocab-size", "97", "--num-layers", "2", "--hidden-size", "32",
+  std::vector<std::string> f = {"t", "--device", "cpu", "--mock-data", "--vocab-size", "97", "--num-layers", "2", "--hidden-size", "32",
                                 "--num-attention-heads", "4", "--seq-length", "16", "--max-position-embeddings", "16",
                                 "--micro-batch-size", micro_batch, "--global-batch-size", "8", "--train-iters", "6",
                                 "--lr", "3e-3"};
