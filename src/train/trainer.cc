@@ -236,6 +236,7 @@ absl::Status Trainer::run() {
   double interval_seconds = 0.0;  // training steps only; evaluation is not counted
   double interval_loss = 0.0;
   int64_t interval_iterations = 0, skipped = 0, nan_iterations = 0;
+  bool memory_reported = false;
   while (iteration_ < args_.train_iters) {
     Stopwatch step_time;
     const StepResult step = train_step();
@@ -265,6 +266,16 @@ absl::Status Trainer::run() {
       log.nan_iterations = nan_iterations;
       if (logging) {
         std::printf("%s\n", format_log_line(log, current_timestamp()).c_str());
+        if (!memory_reported && ctx_.device() == Device::kCuda) {
+          // Megatron's report after the first interval. Memory is allocated once at start-up
+          // (arenas, workspaces), so this is also the peak.
+          std::printf("[Rank %d] (after %lld iterations) memory (MB) | allocated: %.1f | max allocated: %.1f | "
+                      "reserved: %.1f | max reserved: %.1f\n",
+                      grid_.world_rank(), static_cast<long long>(iteration_), arena_.used_bytes() / 1048576.0,
+                      arena_.used_bytes() / 1048576.0, cuda::device_memory_used_bytes() / 1048576.0,
+                      cuda::device_memory_used_bytes() / 1048576.0);
+          memory_reported = true;
+        }
         std::fflush(stdout);
       }
       interval_seconds = 0.0;

@@ -1,0 +1,266 @@
+// Every CUDA op against the CPU reference on the same random inputs: outputs are poisoned (NaN)
+// before each run so unwritten elements show, shapes include odd sizes and sizes that are not a
+// multiple of the vector width. Error metric: ||gpu - cpu|| / ||cpu||.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "core/memory.h"
+#include "gpu/gpu_test_util.h"
+#include "kernels/ops.h"
+
+namespace gpt {
+namespace {
+
+// A tensor held twice, on the host and on the GPU, with the same contents.
+struct Twin {
+  Tensor cpu, gpu;
+};
+
+class OpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    GPT_REQUIRE_GPU();
+    gpu_ = std::make_unique<Context>(Context::gpu(0));
+  }
+
+  Twin make(DType dtype, Shape shape, float scale = 1.0f, float offset = 0.0f) {
+    Twin t{host_.allocate(dtype, shape), device_.allocate(dtype, shape)};
+    std::normal_distribution<float> normal(offset, scale);
+    for (int64_t i = 0; i < t.cpu.numel(); ++i) {
+      const float v = normal(rng_);
+      if (dtype == DType::kFloat32) t.cpu.data_as<float>()[i] = v;
+      else t.cpu.data_as<bf16>()[i] = bf16(v);
+    }
+    upload(t);
+    return t;
+  }
+  Twin tokens(Shape shape, int32_t low, int32_t high) {
+    Twin t{host_.allocate(DType::kInt32, shape), device_.allocate(DType::kInt32, shape)};
+    std::uniform_int_distribution<int32_t> uniform(low, high - 1);
+    for (int64_t i = 0; i < t.cpu.numel(); ++i) t.cpu.data_as<int32_t>()[i] = uniform(rng_);
+    upload(t);
+    return t;
+  }
+  void upload(const Twin& t) { copy_bytes(Device::kCuda, t.gpu.data(), Device::kCpu, t.cpu.data(), t.cpu.bytes()); }
+  // Output poisoned with NaN on both sides (all-ones bytes are NaN in float32 and bfloat16).
+  Twin output(DType dtype, Shape shape) {
+    Twin t{host_.allocate(dtype, shape), device_.allocate(dtype, shape)};
+    std::memset(t.cpu.data(), 0xff, t.cpu.bytes());
+    std::vector<uint8_t> poison(t.cpu.bytes(), 0xff);
+    copy_bytes(Device::kCuda, t.gpu.data(), Device::kCpu, poison.data(), poison.size());
+    return t;
+  }
+
+  // Relative L2 error of the GPU result against the CPU result.
+  double error(const Twin& t) {
+    gpu_->synchronize();
+    std::vector<uint8_t> back(t.gpu.bytes());
+    copy_bytes(Device::kCpu, back.data(), Device::kCuda, t.gpu.data(), back.size());
+    double difference = 0, reference = 0;
+    for (int64_t i = 0; i < t.cpu.numel(); ++i) {
+      float ours, ref;
+      if (t.cpu.dtype() == DType::kFloat32) {
+        ref = t.cpu.data_as<float>()[i];
+        std::memcpy(&ours, back.data() + 4 * i, 4);
+      } else {
+        ref = t.cpu.data_as<bf16>()[i].to_float();
+        uint16_t bits;
+        std::memcpy(&bits, back.data() + 2 * i, 2);
+        ours = bf16_bits_to_float(bits);
+      }
+      if (!std::isfinite(ours)) return INFINITY;  // unwritten (poisoned) or broken
+      difference += (ours - ref) * static_cast<double>(ours - ref);
+      reference += static_cast<double>(ref) * ref;
+    }
+    return reference > 0 ? std::sqrt(difference / reference) : std::sqrt(difference);
+  }
+
+  static double tolerance(DType dtype) { return dtype == DType::kBFloat16 ? 1e-2 : 1e-5; }
+
+  Context cpu_ = Context::cpu(1);
+  std::unique_ptr<Context> gpu_;
+  Arena host_{Device::kCpu, "host"};
+  Arena device_{Device::kCuda, "device"};
+  std::mt19937 rng_{1234};
+};
+
+const DType kTypes[] = {DType::kFloat32, DType::kBFloat16};
+
+TEST_F(OpsTest, MatmulAllTransposesBiasGeluAndAccumulation) {
+  for (DType t : kTypes) {
+    for (auto [m, n, k] : {std::tuple{1, 1, 1}, std::tuple{17, 33, 65}, std::tuple{128, 96, 200}}) {
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          Twin a = make(t, ta ? Shape({k, m}) : Shape({m, k}));
+          Twin b = make(t, tb ? Shape({n, k}) : Shape({k, n}));
+          Twin bias = make(t, {n});
+          Twin out = output(t, {m, n}), pre = output(t, {m, n});
+          ops::matmul(cpu_, out.cpu, a.cpu, b.cpu, {.transpose_a = ta, .transpose_b = tb, .bias = bias.cpu, .pre_gelu = pre.cpu});
+          ops::matmul(*gpu_, out.gpu, a.gpu, b.gpu, {.transpose_a = ta, .transpose_b = tb, .bias = bias.gpu, .pre_gelu = pre.gpu});
+          EXPECT_LE(error(out), 2 * tolerance(t)) << "gelu m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb;
+          EXPECT_LE(error(pre), 2 * tolerance(t));
+          // Weight-gradient style: FP32 output accumulated (beta 1) from the operands' dtype.
+          Twin acc = make(DType::kFloat32, {m, n});
+          ops::matmul(cpu_, acc.cpu, a.cpu, b.cpu, {.transpose_a = ta, .transpose_b = tb, .beta = 1.0f});
+          ops::matmul(*gpu_, acc.gpu, a.gpu, b.gpu, {.transpose_a = ta, .transpose_b = tb, .beta = 1.0f});
+          EXPECT_LE(error(acc), 1e-5) << "accumulate";
+        }
+      }
+    }
+  }
+}
+
+TEST_F(OpsTest, LayerNormForwardResidualBackwardAndBiasGrad) {
+  for (DType t : kTypes) {
+    for (auto [rows, h] : {std::pair{1, 7}, std::pair{37, 129}, std::pair{64, 1024}}) {
+      Twin x = make(t, {rows, h}, 2.0f, 0.5f), delta = make(t, {rows, h}), delta_bias = make(t, {h});
+      Twin w = make(t, {h}, 0.2f, 1.0f), b = make(t, {h});
+      Twin y = output(t, {rows, h}), residual = output(t, {rows, h});
+      Twin mean = output(DType::kFloat32, {rows}), rstd = output(DType::kFloat32, {rows});
+      for (Context* c : {&cpu_, gpu_.get()}) {
+        const bool on_gpu = c != &cpu_;
+        auto pick = [&](const Twin& v) { return on_gpu ? v.gpu : v.cpu; };
+        ops::residual_layernorm_forward(*c, pick(residual), pick(y), pick(mean), pick(rstd), pick(x), pick(delta),
+                                        pick(delta_bias), pick(w), pick(b), 1e-5f);
+      }
+      EXPECT_LE(error(y), tolerance(t));
+      EXPECT_LE(error(residual), tolerance(t));
+      EXPECT_LE(error(rstd), 1e-5);
+      Twin dy = make(t, {rows, h}), dx = make(t, {rows, h});
+      Twin dw = make(DType::kFloat32, {h}), db = make(DType::kFloat32, {h});
+      ops::layernorm_backward(cpu_, dx.cpu, dw.cpu, db.cpu, dy.cpu, residual.cpu, mean.cpu, rstd.cpu, w.cpu, true);
+      ops::layernorm_backward(*gpu_, dx.gpu, dw.gpu, db.gpu, dy.gpu, residual.gpu, mean.gpu, rstd.gpu, w.gpu, true);
+      EXPECT_LE(error(dx), tolerance(t));
+      EXPECT_LE(error(dw), 1e-4);
+      EXPECT_LE(error(db), 1e-4);
+      Twin bias_grad = make(DType::kFloat32, {h});
+      ops::bias_grad(cpu_, bias_grad.cpu, dy.cpu);
+      ops::bias_grad(*gpu_, bias_grad.gpu, dy.gpu);
+      EXPECT_LE(error(bias_grad), 1e-5);
+    }
+  }
+}
+
+TEST_F(OpsTest, ElementwiseOps) {
+  for (DType t : kTypes) {
+    for (int64_t n : {1, 7, 1003, 65536 + 5}) {
+      const int64_t h = n % 7 == 0 ? 7 : 1;
+      Twin x = make(t, {n / h, h}), d = make(t, {n / h, h}), bias = make(t, {h}), out = output(t, {n / h, h});
+      ops::residual_add(cpu_, out.cpu, x.cpu, d.cpu, bias.cpu);
+      ops::residual_add(*gpu_, out.gpu, x.gpu, d.gpu, bias.gpu);
+      EXPECT_LE(error(out), tolerance(t));
+      Twin y = output(t, {n / h, h});
+      ops::gelu_forward(cpu_, y.cpu, x.cpu);
+      ops::gelu_forward(*gpu_, y.gpu, x.gpu);
+      EXPECT_LE(error(y), tolerance(t));
+      ops::gelu_backward(cpu_, d.cpu, d.cpu, x.cpu);
+      ops::gelu_backward(*gpu_, d.gpu, d.gpu, x.gpu);
+      EXPECT_LE(error(d), tolerance(t));
+      Twin other = output(t == DType::kFloat32 ? DType::kBFloat16 : DType::kFloat32, {n});
+      ops::cast(cpu_, other.cpu, x.cpu);
+      ops::cast(*gpu_, other.gpu, x.gpu);
+      EXPECT_EQ(error(other), 0.0) << "casts round identically";
+    }
+  }
+  Twin f = make(DType::kFloat32, {100003});
+  Twin total = make(DType::kFloat32, {1}), squares = make(DType::kFloat32, {1});
+  ops::sum(cpu_, total.cpu, f.cpu);
+  ops::sum(*gpu_, total.gpu, f.gpu);
+  ops::sum_of_squares(cpu_, squares.cpu, f.cpu);
+  ops::sum_of_squares(*gpu_, squares.gpu, f.gpu);
+  EXPECT_LE(error(total), 1e-4);
+  EXPECT_LE(error(squares), 1e-5);
+  ops::scale(cpu_, f.cpu, 0.37f);
+  ops::scale(*gpu_, f.gpu, 0.37f);
+  EXPECT_EQ(error(f), 0.0);
+  ops::zero(*gpu_, f.gpu);
+  ops::zero(cpu_, f.cpu);
+  EXPECT_EQ(error(f), 0.0);
+}
+
+TEST_F(OpsTest, AttentionForwardAndBackward) {
+  for (DType t : kTypes) {
+    for (auto [s, b, heads, d] : {std::tuple{1, 1, 1, 8}, std::tuple{37, 2, 3, 16}, std::tuple{128, 2, 4, 64}}) {
+      Twin qkv = make(t, {s, b, heads, 3 * d}), out = output(t, {s, b, heads, d});
+      Twin lse = output(DType::kFloat32, {b, heads, s});
+      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+      ops::attention_forward(cpu_, out.cpu, lse.cpu, qkv.cpu, scale);
+      ops::attention_forward(*gpu_, out.gpu, lse.gpu, qkv.gpu, scale);
+      EXPECT_LE(error(out), tolerance(t)) << "s=" << s;
+      EXPECT_LE(error(lse), 1e-5);
+      Twin dout = make(t, {s, b, heads, d}), dqkv = output(t, {s, b, heads, 3 * d});
+      ops::attention_backward(cpu_, dqkv.cpu, dout.cpu, qkv.cpu, out.cpu, lse.cpu, scale);
+      ops::attention_backward(*gpu_, dqkv.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, scale);
+      EXPECT_LE(error(dqkv), t == DType::kBFloat16 ? 2e-2 : 1e-4) << "s=" << s;
+    }
+  }
+}
+
+TEST_F(OpsTest, EmbeddingsAndPositions) {
+  for (DType t : kTypes) {
+    const int64_t s = 33, b = 3, h = 41, local_vocab = 50, start = 20;
+    Twin table = make(t, {local_vocab, h}), ids = tokens({s * b}, 0, 90), out = output(t, {s * b, h});
+    ops::embedding_forward(cpu_, out.cpu, ids.cpu, table.cpu, start);
+    ops::embedding_forward(*gpu_, out.gpu, ids.gpu, table.gpu, start);
+    EXPECT_EQ(error(out), 0.0);
+    Twin positions = make(t, {40, h});
+    ops::position_embedding_forward(cpu_, out.cpu, positions.cpu, b, 5);
+    ops::position_embedding_forward(*gpu_, out.gpu, positions.gpu, b, 5);
+    EXPECT_LE(error(out), tolerance(t));
+    Twin dtable = make(DType::kFloat32, {local_vocab, h}), dpositions = make(DType::kFloat32, {40, h});
+    ops::embedding_backward(cpu_, dtable.cpu, out.cpu, ids.cpu, start);
+    ops::embedding_backward(*gpu_, dtable.gpu, out.gpu, ids.gpu, start);
+    EXPECT_LE(error(dtable), 1e-6);
+    ops::position_embedding_backward(cpu_, dpositions.cpu, out.cpu, b, 5);
+    ops::position_embedding_backward(*gpu_, dpositions.gpu, out.gpu, b, 5);
+    EXPECT_LE(error(dpositions), 1e-6);
+  }
+}
+
+TEST_F(OpsTest, CrossEntropyPiecesWithPaddingAndShards) {
+  for (DType t : kTypes) {
+    const int64_t rows = 19, cols = 1031, valid = 1000, start = 500;
+    Twin logits = make(t, {rows, cols}, 3.0f), targets = tokens({rows}, 0, 2000);
+    Twin m = output(DType::kFloat32, {rows}), sumexp = output(DType::kFloat32, {rows});
+    Twin target = output(DType::kFloat32, {rows}), loss = output(DType::kFloat32, {rows});
+    for (Context* c : {&cpu_, gpu_.get()}) {
+      const bool g = c != &cpu_;
+      auto pick = [&](const Twin& v) { return g ? v.gpu : v.cpu; };
+      ops::cross_entropy_stats(*c, pick(m), pick(sumexp), pick(target), pick(logits), pick(targets), start, valid);
+      ops::cross_entropy_loss(*c, pick(loss), pick(m), pick(sumexp), pick(target));
+      ops::cross_entropy_backward(*c, pick(logits), pick(logits), pick(targets), pick(m), pick(sumexp), 0.25f, start, valid);
+    }
+    EXPECT_LE(error(m), 1e-6);
+    EXPECT_LE(error(sumexp), 1e-5);
+    EXPECT_LE(error(target), 1e-6);
+    EXPECT_LE(error(loss), 1e-5);
+    EXPECT_LE(error(logits), tolerance(t));
+    Twin global = make(DType::kFloat32, {rows}, 0.1f, 2.0f);
+    ops::cross_entropy_rescale(cpu_, sumexp.cpu, m.cpu, global.cpu);
+    ops::cross_entropy_rescale(*gpu_, sumexp.gpu, m.gpu, global.gpu);
+    EXPECT_LE(error(sumexp), 1e-5);
+  }
+}
+
+TEST_F(OpsTest, AdamWMatchesTheReferenceOverSeveralSteps) {
+  const int64_t n = 10007;
+  Twin master = make(DType::kFloat32, {n}), grad = make(DType::kFloat32, {n});
+  Twin m = make(DType::kFloat32, {n}, 0.0f), v = make(DType::kFloat32, {n}, 0.0f), copy = output(DType::kBFloat16, {n});
+  for (int step = 1; step <= 5; ++step) {
+    const ops::AdamWStep s{.learning_rate = 1e-3f, .weight_decay = 0.1f, .step = step, .grad_scale = 0.5f};
+    ops::adamw_update(cpu_, s, master.cpu, grad.cpu, m.cpu, v.cpu, copy.cpu);
+    ops::adamw_update(*gpu_, s, master.gpu, grad.gpu, m.gpu, v.gpu, copy.gpu);
+  }
+  EXPECT_LE(error(master), 1e-6);
+  EXPECT_LE(error(m), 1e-6);
+  EXPECT_LE(error(v), 1e-6);
+  EXPECT_LE(error(copy), 1e-2);
+}
+
+}  // namespace
+}  // namespace gpt
