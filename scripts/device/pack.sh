@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds here with the CUDA backend for Hopper and packs everything a GPU session runs into .devrt/
+# (gitignored): the GPU test binaries, pretrain_gpt, the benchmark scripts, and the shared
+# libraries and OpenMPI runtime the GPU machine lacks (../shared/device/pack-runtime.sh).
+# Then, in one device call (see scripts/device/README.md):
+#   carry [".devrt"], command "bash .devrt/run.sh"
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+GPT_CUDA_ARCHITECTURES=${GPT_CUDA_ARCHITECTURES:-90a}
+if ! command -v nvcc >/dev/null 2>&1; then export CUDACXX=/usr/local/cuda/bin/nvcc; fi
+cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA_ARCHITECTURES="$GPT_CUDA_ARCHITECTURES" \
+      -DCMAKE_CUDA_ARCHITECTURES="$GPT_CUDA_ARCHITECTURES" >/dev/null
+cmake --build build-device -j"$(nproc)" --target pretrain_gpt cuda_runtime_test ops_test training_test \
+      nccl_communicator_test
+pack=../shared/device/pack-runtime.sh
+[ -x "$pack" ] || pack=/work/shared/device/pack-runtime.sh
+bash "$pack" .devrt build-device/bin/pretrain_gpt build-device/bin/cuda_runtime_test build-device/bin/ops_test \
+     build-device/bin/training_test build-device/bin/nccl_communicator_test
+cp scripts/device/run.sh .devrt/run.sh
+cp bench/gpu_benchmark.py bench/torch_gpt_baseline.py .devrt/
+du -sh .devrt
