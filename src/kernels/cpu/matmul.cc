@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/gemm_shape.h"
 #include "kernels/cpu/element.h"
 
 namespace gpt::cpu {
@@ -37,22 +38,7 @@ float gelu(float x) {
 }  // namespace
 
 void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const ops::MatmulOptions& options) {
-  const int64_t m = options.transpose_a ? a.cols() : a.rows();
-  const int64_t k = options.transpose_a ? a.rows() : a.cols();
-  const int64_t k_b = options.transpose_b ? b.cols() : b.rows();
-  const int64_t n = options.transpose_b ? b.rows() : b.cols();
-  GPT_CHECK_EQ(k, k_b) << "matmul inner dims of " << a.to_string() << " and " << b.to_string();
-  GPT_CHECK(out.rows() == m && out.cols() == n)
-      << "matmul output " << out.to_string() << ", expected [" << m << ", " << n << "]";
-  GPT_CHECK(a.dtype() == b.dtype()) << "matmul operands " << a.to_string() << " and " << b.to_string();
-  GPT_CHECK(out.dtype() == a.dtype() || out.dtype() == DType::kFloat32)
-      << "matmul output " << out.to_string() << " for operands " << a.to_string();
-  if (options.bias.defined()) GPT_CHECK_EQ(options.bias.numel(), n) << "bias length";
-  if (options.pre_gelu.defined()) {
-    GPT_CHECK(options.bias.defined() && options.pre_gelu.dtype() == out.dtype() &&
-              options.pre_gelu.numel() == out.numel())
-        << "GeLU epilogue needs a bias and a pre_gelu tensor like the output";
-  }
+  const auto [m, n, k] = checked_gemm_shape(out, a, b, options);
 
   use_blas_threads(ctx.cpu_threads());
   const float* a32 = as_float32(ctx, 0, a);

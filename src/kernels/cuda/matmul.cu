@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/gemm_shape.h"
 
 namespace gpt::cuda_ops {
 namespace {
@@ -50,17 +51,8 @@ struct LtDescriptors {
 }  // namespace
 
 void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const ops::MatmulOptions& options) {
-  const int64_t m = options.transpose_a ? a.cols() : a.rows();
-  const int64_t k = options.transpose_a ? a.rows() : a.cols();
-  const int64_t k_b = options.transpose_b ? b.cols() : b.rows();
-  const int64_t n = options.transpose_b ? b.rows() : b.cols();
-  GPT_CHECK_EQ(k, k_b) << "matmul inner dims of " << a.to_string() << " and " << b.to_string();
-  GPT_CHECK(out.rows() == m && out.cols() == n) << "matmul output " << out.to_string();
-  GPT_CHECK(a.dtype() == b.dtype()) << "matmul operands " << a.to_string() << " and " << b.to_string();
-  GPT_CHECK(out.dtype() == a.dtype() || out.dtype() == DType::kFloat32) << "matmul output dtype";
+  const auto [m, n, k] = checked_gemm_shape(out, a, b, options);
   const bool gelu = options.pre_gelu.defined();
-  if (options.bias.defined()) GPT_CHECK(options.bias.numel() == n && options.bias.dtype() == out.dtype()) << "bias";
-  if (gelu) GPT_CHECK(options.bias.defined() && options.pre_gelu.numel() == out.numel()) << "GeLU epilogue";
   if (m == 0 || n == 0) return;
   if (k == 0) {  // cuBLASLt rejects k = 0; the product is zero
     GPT_CHECK(options.beta == 0.0f && !options.bias.defined()) << "empty GEMM with beta or bias";
