@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "parallel/comm/communicator.h"
 
@@ -21,6 +22,9 @@ struct GridCoordinates {
   int pipeline = 0;
   int data = 0;
 };
+
+// True when the build includes NCCL (the CUDA backend found nccl.h and libnccl).
+bool nccl_available();
 
 // Megatron's rank order.
 int grid_rank(const GridShape& shape, const GridCoordinates& coordinates);
@@ -54,6 +58,11 @@ class ProcessGrid {
   // TP x PP ranks of one data-parallel replica.
   Communicator& model_parallel() const { return *model_parallel_; }
 
+  // Moves every group of more than one rank onto NCCL (GPU buffers, one rank per GPU), using the
+  // current (MPI) communicators to distribute the NCCL ids; they stay alive as bootstrap.
+  // Only valid in builds with NCCL (nccl_available()).
+  void adopt_nccl(Context& ctx, double timeout_seconds);
+
   // "world 8 = TP 2 x PP 2 x DP 2" plus the ranks of every group, for rank 0 to print.
   std::string describe() const;
 
@@ -62,6 +71,7 @@ class ProcessGrid {
   int world_rank_;
   GridCoordinates coordinates_;
   std::unique_ptr<Communicator> world_, tensor_, data_, pipeline_, embedding_, model_parallel_;
+  std::vector<std::unique_ptr<Communicator>> bootstrap_;  // MPI groups replaced by NCCL ones
 };
 
 }  // namespace gpt

@@ -2,11 +2,14 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "core/cuda_runtime.h"
 #include "core/memory.h"
+#include "absl/strings/str_cat.h"
 #include "core/logging.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/mpi_grid.h"
@@ -28,14 +31,26 @@ int agree_and_report(const MpiRuntime& mpi, const absl::Status& status) {
   return 1;
 }
 
-absl::Status check_backend(Arguments& args) {
+// The device first, then the communication backend: NCCL by default on GPUs (one rank per GPU),
+// MPI on the CPU or when several ranks share a GPU.
+absl::Status check_backend(Arguments& args, int world_size) {
   GPT_RETURN_IF_ERROR(resolve_device(args));
+  const int local_ranks = std::max(1, std::atoi(std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") ? std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") : "1"));
+  const int gpus = args.device == "cuda" ? cuda::device_count() : 0;
+  if (args.distributed_backend.empty()) {
+    args.distributed_backend = args.device == "cuda" && nccl_available() && world_size > 1 && local_ranks <= gpus ? "nccl" : "mpi";
+  }
   if (args.distributed_backend != "nccl") return absl::OkStatus();
-  if (!cuda_backend_built() || cuda::device_count() == 0) {
+  if (args.device != "cuda") {
     return absl::InvalidArgumentError(
         "--distributed-backend nccl needs a GPU, and none is available (use --distributed-backend mpi on the CPU)");
   }
-  return absl::UnimplementedError("--distributed-backend nccl: training on the GPU is not available in this build yet");
+  if (!nccl_available()) return absl::InvalidArgumentError("--distributed-backend nccl: this build has no NCCL");
+  if (local_ranks > gpus) {
+    return absl::InvalidArgumentError(absl::StrCat("--distributed-backend nccl needs one rank per GPU (", local_ranks,
+                                                   " ranks on ", gpus, " GPUs here): use --distributed-backend mpi"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -68,7 +83,7 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
     status = validate_arguments(args);
   }
   if (status.ok()) status = validate_for_world(args, mpi.world_size());
-  if (status.ok()) status = check_backend(args);
+  if (status.ok()) status = check_backend(args, mpi.world_size());
   if (const int code = agree_and_report(mpi, status); code != 0) return code;
 
   const GridShape shape{static_cast<int>(args.tensor_model_parallel_size),

@@ -92,6 +92,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   if (shape.pipeline != 1) {
     return absl::UnimplementedError("--pipeline-model-parallel-size > 1 is not available in this build");
   }
+  if (args.distributed_backend == "nccl") grid.adopt_nccl(t->ctx_, args.distributed_timeout_minutes * 60.0);
   t->data_parallel_size_ = shape.data;
   t->microbatches_ = num_microbatches(args, grid.world_size());
   t->tensor_parallel_ = std::make_unique<TensorParallel>(grid.tensor(), args.sequence_parallel);

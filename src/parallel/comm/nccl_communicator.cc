@@ -1,4 +1,5 @@
 #include "parallel/comm/nccl_communicator.h"
+#include "parallel/process_grid.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>

@@ -35,7 +35,4 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<State> state_;
 };
 
-// True when the build includes NCCL.
-bool nccl_available();
-
 }  // namespace gpt
