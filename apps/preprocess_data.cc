@@ -1,0 +1,211 @@
+// preprocess_data: JSON lines to Megatron indexed datasets with GPT-2 BPE, Megatron's interface
+// (tools/preprocess_data.py):
+//
+//   preprocess_data --input corpus.jsonl --output-prefix my-corpus --vocab-file vocab.json
+//       --merge-file merges.txt --tokenizer-type GPT2BPETokenizer --append-eod --workers 8
+//
+// writes my-corpus_text_document.bin/.idx (one per --json-keys key). Lines are read in batches and
+// encoded by --workers threads; documents are written in input order, so the output is the same
+// for any worker count. A malformed JSON line, a missing or non-string key, an empty document or
+// invalid UTF-8 is counted and reported with its line number; --on-error stop (default) ends the
+// run without output, --on-error skip leaves the line out.
+#include <simdjson.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/indexed_dataset.h"
+
+namespace gpt {
+namespace {
+
+struct Options {
+  std::string input, output_prefix, vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer", on_error = "stop";
+  std::vector<std::string> json_keys = {"text"};
+  bool append_eod = false;
+  int workers = 1;
+  int64_t batch_lines = 4096;
+};
+
+enum class Problem { kNone, kMalformedJson, kMissingKey, kEmptyDocument, kInvalidUtf8 };
+const char* describe(Problem p) {
+  switch (p) {
+    case Problem::kMalformedJson: return "malformed JSON";
+    case Problem::kMissingKey: return "missing or non-string key";
+    case Problem::kEmptyDocument: return "empty document";
+    case Problem::kInvalidUtf8: return "invalid UTF-8";
+    default: return "ok";
+  }
+}
+
+// One line's result: for each key its token ids, or the problem found.
+struct LineResult {
+  Problem problem = Problem::kNone;
+  std::string problem_key;
+  std::vector<std::vector<int32_t>> ids;  // per key
+};
+
+class Worker {
+ public:
+  Worker(const Gpt2Tokenizer& tokenizer, const Options& options) : tokenizer_(tokenizer), options_(options) {}
+
+  void process(const std::string& line, LineResult& result) {
+    result.problem = Problem::kNone;
+    result.ids.assign(options_.json_keys.size(), {});
+    // The DOM parser validates the whole line: structure, trailing content and UTF-8.
+    simdjson::dom::element document;
+    const auto error = parser_.parse(line.data(), line.size()).get(document);
+    if (error != simdjson::SUCCESS) {
+      result.problem = error == simdjson::UTF8_ERROR ? Problem::kInvalidUtf8 : Problem::kMalformedJson;
+      return;
+    }
+    if (!document.is_object()) {
+      result.problem = Problem::kMalformedJson;
+      return;
+    }
+    for (size_t k = 0; k < options_.json_keys.size(); ++k) {
+      std::string_view text;
+      if (document[options_.json_keys[k]].get_string().get(text) != simdjson::SUCCESS) {
+        result.problem = Problem::kMissingKey;
+        result.problem_key = options_.json_keys[k];
+        return;
+      }
+      if (text.empty()) {
+        result.problem = Problem::kEmptyDocument;
+        result.problem_key = options_.json_keys[k];
+        return;
+      }
+      tokenizer_.encode(text, result.ids[k]);
+      if (options_.append_eod) result.ids[k].push_back(tokenizer_.eod_id());
+    }
+  }
+
+ private:
+  Gpt2Tokenizer tokenizer_;  // a copy per worker: the piece cache is not shared
+  const Options& options_;
+  simdjson::dom::parser parser_;
+};
+
+absl::Status run(const Options& options) {
+  if (options.tokenizer_type != "GPT2BPETokenizer") {
+    return absl::InvalidArgumentError(absl::StrCat("--tokenizer-type ", options.tokenizer_type,
+                                                   " is not supported (GPT2BPETokenizer)"));
+  }
+  if (options.workers < 1) return absl::InvalidArgumentError("--workers must be at least 1");
+  if (options.on_error != "stop" && options.on_error != "skip") {
+    return absl::InvalidArgumentError("--on-error must be stop or skip");
+  }
+  GPT_ASSIGN_OR_RETURN(Gpt2Tokenizer tokenizer, Gpt2Tokenizer::load(options.vocab_file, options.merge_file));
+  std::ifstream input(options.input);
+  if (!input) return absl::NotFoundError(absl::StrCat("cannot read --input ", options.input));
+  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
+  for (const std::string& key : options.json_keys) {
+    GPT_ASSIGN_OR_RETURN(auto writer, IndexedDatasetWriter::create(absl::StrCat(options.output_prefix, "_", key, "_document"),
+                                                                   token_dtype_for_vocab(tokenizer.vocab_size())));
+    writers.push_back(std::move(writer));
+  }
+  std::vector<Worker> workers;
+  for (int w = 0; w < options.workers; ++w) workers.emplace_back(tokenizer, options);
+
+  const auto start = std::chrono::steady_clock::now();
+  std::map<Problem, std::vector<int64_t>> problems;  // problem -> line numbers
+  int64_t line_number = 0, documents = 0, tokens = 0, bytes = 0;
+  std::vector<std::string> lines;
+  std::vector<LineResult> results;
+  bool more = true;
+  while (more) {
+    lines.clear();
+    std::string line;
+    while (static_cast<int64_t>(lines.size()) < options.batch_lines * options.workers && std::getline(input, line)) {
+      bytes += static_cast<int64_t>(line.size()) + 1;
+      lines.push_back(std::move(line));
+    }
+    more = static_cast<bool>(input);
+    if (lines.empty()) break;
+    results.resize(lines.size());
+    // Worker w takes lines w, w + workers, ...: balanced, and results land by index.
+    std::vector<std::thread> threads;
+    for (int w = 1; w < options.workers; ++w) {
+      threads.emplace_back([&, w] {
+        for (size_t i = static_cast<size_t>(w); i < lines.size(); i += static_cast<size_t>(options.workers)) {
+          workers[w].process(lines[i], results[i]);
+        }
+      });
+    }
+    for (size_t i = 0; i < lines.size(); i += static_cast<size_t>(options.workers)) workers[0].process(lines[i], results[i]);
+    for (std::thread& t : threads) t.join();
+    for (size_t i = 0; i < lines.size(); ++i) {
+      ++line_number;
+      if (lines[i].find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are not documents
+      const LineResult& r = results[i];
+      if (r.problem != Problem::kNone) {
+        problems[r.problem].push_back(line_number);
+        if (options.on_error == "stop") {
+          return absl::InvalidArgumentError(absl::StrCat(options.input, ":", line_number, ": ", describe(r.problem),
+                                                         r.problem_key.empty() ? "" : absl::StrCat(" ('", r.problem_key, "')"),
+                                                         "; no output written (--on-error skip leaves such lines out)"));
+        }
+        continue;
+      }
+      for (size_t k = 0; k < writers.size(); ++k) {
+        GPT_RETURN_IF_ERROR(writers[k]->add_document(r.ids[k]));
+        tokens += static_cast<int64_t>(r.ids[k].size());
+      }
+      ++documents;
+    }
+  }
+  for (auto& writer : writers) GPT_RETURN_IF_ERROR(writer->finish());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("preprocess_data: %lld documents, %lld tokens written to %s_{%s}_document (%.2f s, %.1f MB/s, %d workers)\n",
+              static_cast<long long>(documents), static_cast<long long>(tokens), options.output_prefix.c_str(),
+              absl::StrJoin(options.json_keys, ",").c_str(), seconds, bytes / 1e6 / seconds, options.workers);
+  for (const auto& [problem, numbers] : problems) {
+    std::vector<int64_t> first(numbers.begin(), numbers.begin() + std::min<size_t>(numbers.size(), 10));
+    std::printf("  skipped %zu lines with %s (lines %s%s)\n", numbers.size(), describe(problem),
+                absl::StrJoin(first, ", ").c_str(), numbers.size() > first.size() ? ", ..." : "");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace gpt
+
+int main(int argc, char** argv) {
+  gpt::Options options;
+  CLI::App app{"JSON lines to a Megatron indexed dataset with GPT-2 BPE", "preprocess_data"};
+  app.add_option("--input", options.input, "JSON lines file")->required();
+  app.add_option("--json-keys", options.json_keys, "Keys to tokenize (default text)")->expected(1, -1);
+  app.add_option("--output-prefix", options.output_prefix, "Output prefix")->required();
+  app.add_option("--vocab-file", options.vocab_file, "GPT-2 vocab.json")->required();
+  app.add_option("--merge-file", options.merge_file, "GPT-2 merges.txt")->required();
+  app.add_option("--tokenizer-type", options.tokenizer_type, "GPT2BPETokenizer");
+  app.add_flag("--append-eod", options.append_eod, "End every document with <|endoftext|>");
+  app.add_option("--workers", options.workers, "Encoding threads");
+  app.add_option("--on-error", options.on_error, "stop (default) or skip bad lines");
+  app.add_option("--batch-lines", options.batch_lines, "Lines per worker per batch");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError& error) {
+    std::fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  }
+  const absl::Status status = gpt::run(options);
+  if (!status.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
