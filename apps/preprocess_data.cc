@@ -34,7 +34,7 @@ struct Options {
   std::vector<std::string> json_keys = {"text"};
   bool append_eod = false;
   int workers = 1;
-  int64_t batch_lines = 4096;
+  int64_t batch_lines = 32;  // small batches keep the working set in cache and the pipeline busy
 };
 
 enum class Problem { kNone, kMalformedJson, kMissingKey, kEmptyDocument, kInvalidUtf8 };
@@ -61,7 +61,9 @@ class Worker {
 
   void process(const std::string& line, LineResult& result) {
     result.problem = Problem::kNone;
-    result.ids.assign(options_.json_keys.size(), {});
+    result.problem_key.clear();
+    result.ids.resize(options_.json_keys.size());
+    for (std::vector<int32_t>& ids : result.ids) ids.clear();  // keeps capacity across batches
     // The DOM parser validates the whole line: structure, trailing content and UTF-8.
     simdjson::dom::element document;
     const auto error = parser_.parse(line.data(), line.size()).get(document);
@@ -120,34 +122,44 @@ absl::Status run(const Options& options) {
   const auto start = std::chrono::steady_clock::now();
   std::map<Problem, std::vector<int64_t>> problems;  // problem -> line numbers
   int64_t line_number = 0, documents = 0, tokens = 0, bytes = 0;
-  std::vector<std::string> lines;
-  std::vector<LineResult> results;
-  bool more = true;
-  while (more) {
-    lines.clear();
-    std::string line;
-    while (static_cast<int64_t>(lines.size()) < options.batch_lines * options.workers && std::getline(input, line)) {
-      bytes += static_cast<int64_t>(line.size()) + 1;
-      lines.push_back(std::move(line));
+
+  // Three batches in flight: the workers encode batch k while this thread writes batch k - 1 and
+  // reads batch k + 1. Worker w takes lines w, w + workers, ... of a batch; results land by index,
+  // so the output order (and bytes) do not depend on the worker count.
+  // Lines and results keep their storage from batch to batch (no allocation churn once warm).
+  struct Batch {
+    std::vector<std::string> storage;
+    std::vector<LineResult> results;
+    size_t count = 0;
+  };
+  Batch batches[3];
+  const size_t batch_capacity = static_cast<size_t>(options.batch_lines * options.workers);
+  auto read_batch = [&](Batch& batch) {
+    batch.storage.resize(batch_capacity);
+    batch.results.resize(batch_capacity);
+    batch.count = 0;
+    while (batch.count < batch_capacity && std::getline(input, batch.storage[batch.count])) {
+      bytes += static_cast<int64_t>(batch.storage[batch.count].size()) + 1;
+      ++batch.count;
     }
-    more = static_cast<bool>(input);
-    if (lines.empty()) break;
-    results.resize(lines.size());
-    // Worker w takes lines w, w + workers, ...: balanced, and results land by index.
+  };
+  auto encode_batch = [&](Batch& batch) {
     std::vector<std::thread> threads;
-    for (int w = 1; w < options.workers; ++w) {
+    for (int w = 0; w < options.workers; ++w) {
       threads.emplace_back([&, w] {
-        for (size_t i = static_cast<size_t>(w); i < lines.size(); i += static_cast<size_t>(options.workers)) {
-          workers[w].process(lines[i], results[i]);
+        for (size_t i = static_cast<size_t>(w); i < batch.count; i += static_cast<size_t>(options.workers)) {
+          workers[static_cast<size_t>(w)].process(batch.storage[i], batch.results[i]);
         }
       });
     }
-    for (size_t i = 0; i < lines.size(); i += static_cast<size_t>(options.workers)) workers[0].process(lines[i], results[i]);
-    for (std::thread& t : threads) t.join();
-    for (size_t i = 0; i < lines.size(); ++i) {
+    return threads;
+  };
+  // Writes one encoded batch; a bad line under --on-error stop ends the run.
+  auto write_batch = [&](const Batch& batch) -> absl::Status {
+    for (size_t i = 0; i < batch.count; ++i) {
       ++line_number;
-      if (lines[i].find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are not documents
-      const LineResult& r = results[i];
+      if (batch.storage[i].find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are not documents
+      const LineResult& r = batch.results[i];
       if (r.problem != Problem::kNone) {
         problems[r.problem].push_back(line_number);
         if (options.on_error == "stop") {
@@ -163,6 +175,19 @@ absl::Status run(const Options& options) {
       }
       ++documents;
     }
+    return absl::OkStatus();
+  };
+
+  read_batch(batches[0]);
+  absl::Status status = absl::OkStatus();
+  for (int64_t k = 0; batches[k % 3].count > 0; ++k) {
+    Batch& current = batches[k % 3];
+    std::vector<std::thread> threads = encode_batch(current);
+    if (k > 0 && status.ok()) status = write_batch(batches[(k - 1) % 3]);
+    read_batch(batches[(k + 1) % 3]);
+    for (std::thread& t : threads) t.join();
+    if (!status.ok()) return status;
+    if (batches[(k + 1) % 3].count == 0) GPT_RETURN_IF_ERROR(write_batch(current));
   }
   for (auto& writer : writers) GPT_RETURN_IF_ERROR(writer->finish());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

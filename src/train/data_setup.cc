@@ -1,8 +1,95 @@
 #include "train/data_setup.h"
 
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "data/blended_dataset.h"
+#include "data/dataset_split.h"
+#include "data/gpt2_vocabulary.h"
+#include "data/gpt_dataset.h"
+#include "data/indexed_dataset.h"
 #include "data/mock_dataset.h"
 
 namespace gpt {
+namespace {
+
+struct WeightedPrefix {
+  double weight;
+  std::string prefix;
+};
+
+std::vector<WeightedPrefix> weighted_prefixes(const std::vector<std::string>& data_path) {
+  if (data_path.size() == 1) return {{1.0, data_path[0]}};
+  std::vector<WeightedPrefix> result;
+  double total = 0.0;
+  for (size_t i = 0; i + 1 < data_path.size(); i += 2) {
+    double weight = 0.0;
+    (void)absl::SimpleAtod(data_path[i], &weight);  // validated with the arguments
+    result.push_back({weight, data_path[i + 1]});
+    total += weight;
+  }
+  for (WeightedPrefix& w : result) w.weight /= total;
+  return result;
+}
+
+absl::StatusOr<int64_t> tokenizer_vocab_size(const Arguments& a) {
+  if (a.tokenizer_type == "NullTokenizer") return a.vocab_size + 1;  // Megatron: ids [0, N) plus eod N
+  GPT_ASSIGN_OR_RETURN(Gpt2Vocabulary vocabulary, Gpt2Vocabulary::load(a.vocab_file));
+  return vocabulary.size();
+}
+
+// Megatron's default cache: next to the (first) dataset.
+std::string cache_dir(const Arguments& a, const std::string& first_prefix) {
+  if (!a.data_cache_path.empty()) return a.data_cache_path;
+  const std::filesystem::path parent = std::filesystem::path(first_prefix).parent_path();
+  return ((parent.empty() ? std::filesystem::path(".") : parent) / "cache" / "GPTDataset_indices").string();
+}
+
+absl::StatusOr<DataSources> build_indexed(const Arguments& a) {
+  DataSources sources;
+  GPT_ASSIGN_OR_RETURN(sources.vocab_size, tokenizer_vocab_size(a));
+  GPT_ASSIGN_OR_RETURN(const auto split_weights, parse_split(a.split));
+  const std::array<int64_t, 3> wanted = samples_per_split(a);
+  const std::vector<WeightedPrefix> prefixes = weighted_prefixes(a.data_path);
+  const char* split_names[3] = {"train", "valid", "test"};
+  std::array<std::vector<std::shared_ptr<const SampleSource>>, 3> per_split;
+  for (const WeightedPrefix& wp : prefixes) {
+    GPT_ASSIGN_OR_RETURN(std::unique_ptr<IndexedDataset> opened, IndexedDataset::open(wp.prefix));
+    std::shared_ptr<const IndexedDataset> corpus = std::move(opened);
+    const std::array<DocumentRange, 3> ranges = split_documents(split_weights, corpus->num_documents());
+    for (int s = 0; s < 3; ++s) {
+      if (s > 0 && a.eval_iters == 0) continue;
+      if (ranges[s].size() == 0) continue;  // as Megatron: a split without documents has no dataset
+      GptDatasetConfig config;
+      config.seed = static_cast<uint64_t>(a.seed);
+      config.seq_length = a.seq_length;
+      config.num_samples = prefixes.size() == 1 ? wanted[s] : samples_needed_per_dataset({wp.weight}, wanted[s])[0];
+      config.documents = ranges[s];
+      config.split_name = split_names[s];
+      config.cache_dir = cache_dir(a, prefixes.front().prefix);
+      GPT_ASSIGN_OR_RETURN(std::unique_ptr<GptDataset> dataset, GptDataset::build(corpus, config));
+      per_split[s].push_back(std::move(dataset));
+    }
+  }
+  std::vector<double> weights;
+  for (const WeightedPrefix& wp : prefixes) weights.push_back(wp.weight);
+  std::array<std::shared_ptr<const SampleSource>, 3> built;
+  for (int s = 0; s < 3; ++s) {
+    if (per_split[s].size() != prefixes.size()) continue;  // some dataset has no documents for it
+    built[s] = per_split[s].size() == 1 ? per_split[s][0]
+                                        : std::make_shared<BlendedDataset>(per_split[s], weights, wanted[s]);
+  }
+  if (!built[0]) {
+    return absl::InvalidArgumentError(absl::StrCat("--split ", a.split, " leaves no documents for training"));
+  }
+  sources.train = built[0];
+  sources.valid = built[1];
+  sources.test = built[2];
+  return sources;
+}
+
+}  // namespace
 
 std::array<int64_t, 3> samples_per_split(const Arguments& a) {
   const int64_t evaluations = a.train_iters / a.eval_interval + 1;
@@ -11,6 +98,7 @@ std::array<int64_t, 3> samples_per_split(const Arguments& a) {
 }
 
 absl::StatusOr<DataSources> build_data_sources(const Arguments& a) {
+  if (!a.data_path.empty()) return build_indexed(a);
   DataSources sources;
   const uint64_t seed = static_cast<uint64_t>(a.seed);
   // Mock data: three independent streams, one per split.

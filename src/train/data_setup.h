@@ -12,7 +12,8 @@
 namespace gpt {
 
 struct DataSources {
-  std::shared_ptr<const SampleSource> train, valid, test;  // valid/test null when not evaluated
+  // valid/test are null when not evaluated (--eval-iters 0) or when --split gives them no documents.
+  std::shared_ptr<const SampleSource> train, valid, test;
   int64_t vocab_size = 0;  // the tokenizer's (unpadded) vocabulary
 };
 

@@ -87,7 +87,14 @@ Trainer::Trainer(const Arguments& args, ProcessGrid& grid)
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given, ProcessGrid& grid) {
   Arguments args = given;
   GPT_RETURN_IF_ERROR(resolve_device(args));
+  // The data first: its tokenizer fixes the vocabulary, and a missing or damaged dataset is
+  // reported before any model memory is taken.
+  GPT_ASSIGN_OR_RETURN(DataSources data, build_data_sources(args));
+  args.vocab_size = data.vocab_size;
   std::unique_ptr<Trainer> t(new Trainer(args, grid));
+  t->train_data_ = data.train;
+  t->valid_data_ = data.valid;
+  t->test_data_ = data.test;
   const GridShape& shape = grid.shape();
   if (shape.pipeline != 1) {
     return absl::UnimplementedError("--pipeline-model-parallel-size > 1 is not available in this build");
@@ -108,10 +115,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->loss_sum_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->norm_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->arena_.freeze();
-  GPT_ASSIGN_OR_RETURN(DataSources data, build_data_sources(args));
-  t->train_data_ = data.train;
-  t->valid_data_ = data.valid;
-  t->test_data_ = data.test;
   t->schedule_ = schedule_from(args);
   return t;
 }
@@ -144,6 +147,13 @@ double Trainer::read_and_reduce_loss(int64_t microbatches) {
 void Trainer::load_batch(const SampleSource& source, int64_t consumed, int64_t microbatch) {
   load_microbatch(source, consumed, microbatch, args_.micro_batch_size, data_parallel_size_, grid_.coordinates().data,
                   microbatch_);
+  for (const std::vector<int32_t>* ids : {&microbatch_.tokens, &microbatch_.targets}) {
+    for (int32_t id : *ids) {
+      GPT_CHECK(id >= 0 && id < config_.vocab_size)
+          << "token id " << id << " outside the vocabulary of " << config_.vocab_size
+          << " (was the dataset prepared with another tokenizer?)";
+    }
+  }
   model_->load_tokens(0, microbatch_.tokens);
   model_->load_targets(0, microbatch_.targets);
 }
@@ -287,10 +297,8 @@ absl::Status Trainer::run() {
       print_evaluation("iteration " + std::to_string(iteration_), evaluate(Split::kValid));
     }
   }
-  if (valid_data_) {
-    print_evaluation("the end of training for val data", evaluate(Split::kValid));
-    print_evaluation("the end of training for test data", evaluate(Split::kTest));
-  }
+  if (valid_data_) print_evaluation("the end of training for val data", evaluate(Split::kValid));
+  if (test_data_) print_evaluation("the end of training for test data", evaluate(Split::kTest));
   return absl::OkStatus();
 }
 
