@@ -1,0 +1,79 @@
+#include <cstring>
+
+#include "gtest/gtest.h"
+#include "kernels/ops.h"
+#include "unit/kernels/kernel_test_util.h"
+#include "unit/kernels/reference.h"
+
+namespace gpt {
+namespace {
+using namespace testing_util;
+
+const DType kTypes[] = {DType::kFloat32, DType::kBFloat16};
+
+TEST(GeluReference, DerivativeMatchesFiniteDifferences) {
+  for (double x : {-3.0, -0.7, 0.0, 0.4, 2.5}) {
+    const double numeric = (reference::gelu(x + 1e-6) - reference::gelu(x - 1e-6)) / 2e-6;
+    EXPECT_NEAR(reference::gelu_derivative(x), numeric, 1e-8);
+  }
+}
+
+TEST(Elementwise, ResidualAddGeluAndBackward) {
+  Context ctx = Context::cpu(1);
+  TensorFactory make(11);
+  for (DType t : kTypes) {
+    for (auto [rows, h] : {std::pair{1, 1}, std::pair{7, 13}, std::pair{33, 64}}) {
+      Tensor x = make.random(t, {rows, h}, 2.0), d = make.random(t, {rows, h}), bias = make.random(t, {h});
+      reference::Vec want(values(x));
+      for (int64_t i = 0; i < rows * h; ++i) want[i] += at(d, i) + at(bias, i % h);
+      Tensor out = make.poisoned(t, {rows, h});
+      ops::residual_add(ctx, out, x, d, bias);
+      EXPECT_LE(relative_error(out, want), tolerance(t));
+      ops::residual_add(ctx, x, x, d, bias);  // in place
+      EXPECT_LE(relative_error(x, want), tolerance(t));
+      reference::Vec y_want, dx_want;
+      Tensor dy = make.random(t, {rows, h});
+      for (int64_t i = 0; i < rows * h; ++i) {
+        y_want.push_back(reference::gelu(at(x, i)));
+        dx_want.push_back(at(dy, i) * reference::gelu_derivative(at(x, i)));
+      }
+      Tensor y = make.poisoned(t, {rows, h});
+      ops::gelu_forward(ctx, y, x);
+      EXPECT_LE(relative_error(y, y_want), tolerance(t));
+      ops::gelu_backward(ctx, dy, dy, x);  // dx aliasing dy
+      EXPECT_LE(relative_error(dy, dx_want), tolerance(t));
+    }
+  }
+}
+
+TEST(Elementwise, CastsRoundToNearestEvenAndReductionsAreExactEnough) {
+  Context ctx = Context::cpu(1);
+  TensorFactory make(12);
+  Tensor f = make.random(DType::kFloat32, {1001}, 3.0);
+  Tensor h = make.poisoned(DType::kBFloat16, {1001}), back = make.poisoned(DType::kFloat32, {1001});
+  ops::cast(ctx, h, f);
+  ops::cast(ctx, back, h);
+  for (int64_t i = 0; i < 1001; ++i) {
+    ASSERT_EQ(h.data_as<bf16>()[i].bits, float_to_bf16_bits(f.data_as<float>()[i]));
+    ASSERT_EQ(back.data_as<float>()[i], h.data_as<bf16>()[i].to_float());
+  }
+  Tensor total = make.random(DType::kFloat32, {1}), squares = make.random(DType::kFloat32, {1});
+  double sum = at(total, 0), sum_squares = at(squares, 0);
+  for (int64_t i = 0; i < 1001; ++i) {
+    sum += at(f, i);
+    sum_squares += at(f, i) * at(f, i);
+  }
+  ops::sum(ctx, total, f);
+  ops::sum_of_squares(ctx, squares, f);
+  EXPECT_NEAR(at(total, 0), sum, 1e-5 * std::abs(sum) + 1e-5);
+  EXPECT_NEAR(at(squares, 0), sum_squares, 1e-6 * sum_squares);
+  reference::Vec scaled = values(f);
+  for (double& v : scaled) v *= 0.25;
+  ops::scale(ctx, f, 0.25f);
+  EXPECT_EQ(relative_error(f, scaled), 0.0);
+  ops::zero(ctx, f);
+  EXPECT_EQ(relative_error(f, reference::Vec(1001, 0.0)), 0.0);
+}
+
+}  // namespace
+}  // namespace gpt
