@@ -21,10 +21,11 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
   grad_ = arena.allocate(config.dtype, {shapes_.local_sequence, shapes_.batch, shapes_.hidden});
 }
 
-void GptModel::load_transposed(const Tensor& destination, std::span<const int32_t> values_bs) const {
+void GptModel::load_transposed(const Tensor& destination, std::span<const int32_t> values_bs) {
   const int64_t s = shapes_.sequence, b = shapes_.batch;
   GPT_CHECK_EQ(static_cast<int64_t>(values_bs.size()), s * b) << "microbatch token count";
-  std::vector<int32_t> values_sb(values_bs.size());
+  std::vector<int32_t>& values_sb = transposed_;  // sized once, reused for every microbatch
+  values_sb.resize(values_bs.size());
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t si = 0; si < s; ++si) values_sb[si * b + bi] = values_bs[bi * s + si];
   }

@@ -46,7 +46,7 @@ class GptModel {
   OutputLayer* output_layer() { return output_.get(); }
 
  private:
-  void load_transposed(const Tensor& destination, std::span<const int32_t> values_bs) const;
+  void load_transposed(const Tensor& destination, std::span<const int32_t> values_bs);
 
   LayerShapes shapes_;
   ChunkLayout layout_;
@@ -55,6 +55,7 @@ class GptModel {
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
   std::unique_ptr<OutputLayer> output_;
   Tensor grad_;  // [s_l, b, h]: the gradient flowing backward through the chunk
+  std::vector<int32_t> transposed_;  // host staging for token ids in [s, b] order
 };
 
 // Parameter specs a chunk holds (for building its ParamStore).
