@@ -158,6 +158,10 @@ void zero(Context& ctx, const Tensor& x) {
   GPT_DISPATCH(zero, (std::initializer_list<const Tensor*>{&x}), x);
 }
 
+void copy(Context& ctx, const Tensor& out, const Tensor& in) {
+  GPT_DISPATCH(copy, (std::initializer_list<const Tensor*>{&out, &in}), out, in);
+}
+
 void scale(Context& ctx, const Tensor& x, float factor) {
   GPT_DISPATCH(scale, (std::initializer_list<const Tensor*>{&x}), x, factor);
 }

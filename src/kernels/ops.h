@@ -131,6 +131,8 @@ void sum_of_squares(Context& ctx, const Tensor& out, const Tensor& x);
 void sum(Context& ctx, const Tensor& out, const Tensor& x);
 // Every element of x = 0, ordered with the context's other work.
 void zero(Context& ctx, const Tensor& x);
+// out = in (same dtype and element count), ordered with the context's other work.
+void copy(Context& ctx, const Tensor& out, const Tensor& in);
 // x *= factor (float32).
 void scale(Context& ctx, const Tensor& x, float factor);
 // out = in converted (float32 <-> bfloat16, or a copy when the dtypes match). Shapes may differ

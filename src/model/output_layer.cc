@@ -1,6 +1,5 @@
 #include "model/output_layer.h"
 
-#include "core/memory.h"
 #include "kernels/ops.h"
 
 namespace gpt {
@@ -45,7 +44,7 @@ void OutputLayer::forward(Context& ctx, int slot, const Tensor& input, const Ten
   if (tp_.size() > 1) {
     // Combine shards: a common maximum, then the sums of exp and the target logit (only the
     // shard holding the target contributes a non-zero logit).
-    copy_tensor(global_max_, row_max_);
+    ops::copy(ctx, global_max_, row_max_);
     tp_.group().all_reduce(ctx, global_max_, ReduceOp::kMax);
     ops::cross_entropy_rescale(ctx, row_sumexp_, row_max_, global_max_);
     tp_.group().all_reduce(ctx, row_sumexp_, ReduceOp::kSum);

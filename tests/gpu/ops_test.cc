@@ -178,6 +178,10 @@ TEST_F(OpsTest, ElementwiseOps) {
   ops::scale(cpu_, f.cpu, 0.37f);
   ops::scale(*gpu_, f.gpu, 0.37f);
   EXPECT_EQ(error(f), 0.0);
+  Twin duplicate = output(DType::kFloat32, {100003});
+  ops::copy(cpu_, duplicate.cpu, f.cpu);
+  ops::copy(*gpu_, duplicate.gpu, f.gpu);
+  EXPECT_EQ(error(duplicate), 0.0);
   ops::zero(*gpu_, f.gpu);
   ops::zero(cpu_, f.cpu);
   EXPECT_EQ(error(f), 0.0);

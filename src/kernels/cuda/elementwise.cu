@@ -155,6 +155,13 @@ void zero(Context& ctx, const Tensor& x) {
   if (x.numel() > 0) GPT_CUDA_CHECK(cudaMemsetAsync(x.data(), 0, x.bytes(), stream_of(ctx)));
 }
 
+void copy(Context& ctx, const Tensor& out, const Tensor& in) {
+  GPT_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel()) << "copy " << in.to_string() << " to " << out.to_string();
+  if (in.numel() > 0) {
+    GPT_CUDA_CHECK(cudaMemcpyAsync(out.data(), in.data(), in.bytes(), cudaMemcpyDeviceToDevice, stream_of(ctx)));
+  }
+}
+
 void scale(Context& ctx, const Tensor& x, float factor) {
   scale_kernel<<<grid_for(x.numel(), kThreads), kThreads, 0, stream_of(ctx)>>>(x.data_as<float>(), factor, x.numel());
   GPT_CUDA_CHECK_LAUNCH();

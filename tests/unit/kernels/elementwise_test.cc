@@ -71,6 +71,9 @@ TEST(Elementwise, CastsRoundToNearestEvenAndReductionsAreExactEnough) {
   for (double& v : scaled) v *= 0.25;
   ops::scale(ctx, f, 0.25f);
   EXPECT_EQ(relative_error(f, scaled), 0.0);
+  Tensor duplicate = make.poisoned(DType::kFloat32, {1001});
+  ops::copy(ctx, duplicate, f);
+  EXPECT_EQ(relative_error(duplicate, values(f)), 0.0);
   ops::zero(ctx, f);
   EXPECT_EQ(relative_error(f, reference::Vec(1001, 0.0)), 0.0);
 }
