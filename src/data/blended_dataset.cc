@@ -7,12 +7,8 @@
 
 namespace gpt {
 
-std::vector<int64_t> samples_needed_per_dataset(const std::vector<double>& weights, int64_t total) {
-  std::vector<int64_t> needed;
-  for (double w : weights) {
-    needed.push_back(static_cast<int64_t>(std::ceil(std::ceil(static_cast<double>(total) * w) * 1.005)));
-  }
-  return needed;
+int64_t samples_needed(double weight, int64_t total) {
+  return static_cast<int64_t>(std::ceil(std::ceil(static_cast<double>(total) * weight) * 1.005));
 }
 
 BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const SampleSource>> datasets, std::vector<double> weights,

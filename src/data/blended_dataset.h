@@ -14,7 +14,7 @@ namespace gpt {
 class BlendedDataset final : public SampleSource {
  public:
   // `weights` are normalized; each dataset must hold at least the samples the blend asks of it
-  // (samples_needed_per_dataset).
+  // (samples_needed).
   BlendedDataset(std::vector<std::shared_ptr<const SampleSource>> datasets, std::vector<double> weights, int64_t size);
 
   int64_t seq_length() const override { return datasets_.front()->seq_length(); }
@@ -28,7 +28,8 @@ class BlendedDataset final : public SampleSource {
   std::vector<int64_t> dataset_sample_index_;
 };
 
-// Megatron's per-dataset sample budget for a blend of `total` samples: ceil(ceil(total * w) * 1.005).
-std::vector<int64_t> samples_needed_per_dataset(const std::vector<double>& weights, int64_t total);
+// Megatron's sample budget of a dataset of weight w in a blend of `total` samples:
+// ceil(ceil(total * w) * 1.005).
+int64_t samples_needed(double weight, int64_t total);
 
 }  // namespace gpt

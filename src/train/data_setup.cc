@@ -64,7 +64,7 @@ absl::StatusOr<DataSources> build_indexed(const Arguments& a) {
       GptDatasetConfig config;
       config.seed = static_cast<uint64_t>(a.seed);
       config.seq_length = a.seq_length;
-      config.num_samples = prefixes.size() == 1 ? wanted[s] : samples_needed_per_dataset({wp.weight}, wanted[s])[0];
+      config.num_samples = prefixes.size() == 1 ? wanted[s] : samples_needed(wp.weight, wanted[s]);
       config.documents = ranges[s];
       config.split_name = split_names[s];
       config.cache_dir = cache_dir(a, prefixes.front().prefix);

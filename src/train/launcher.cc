@@ -35,7 +35,7 @@ int agree_and_report(const MpiRuntime& mpi, const absl::Status& status) {
 // MPI on the CPU or when several ranks share a GPU.
 absl::Status check_backend(Arguments& args, int world_size) {
   GPT_RETURN_IF_ERROR(resolve_device(args));
-  const int local_ranks = std::max(1, std::atoi(std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") ? std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE") : "1"));
+  const int local_ranks = local_world_size();
   const int gpus = args.device == "cuda" ? cuda::device_count() : 0;
   if (args.distributed_backend.empty()) {
     args.distributed_backend = args.device == "cuda" && nccl_available() && world_size > 1 && local_ranks <= gpus ? "nccl" : "mpi";

@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "kernels/ops.h"
 #include "optim/grad_clip.h"
+#include "parallel/comm/mpi_runtime.h"
 #include "train/data_setup.h"
 #include "train/flops.h"
 #include "train/log_line.h"
@@ -17,19 +18,12 @@
 namespace gpt {
 namespace {
 
-int environment_int(const char* name, int fallback) {
-  const char* value = std::getenv(name);
-  return value ? std::atoi(value) : fallback;
-}
-
 // The CPU backend with the node's cores shared among its ranks (BLAS threads), or the GPU of this
 // rank's local index (several ranks may share one GPU with the MPI communicator).
 Context make_context(const Arguments& args) {
-  const int local_rank = environment_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
-  if (args.device == "cuda") return Context::gpu(local_rank % cuda::device_count());
-  const int local_ranks = std::max(1, environment_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+  if (args.device == "cuda") return Context::gpu(local_rank() % cuda::device_count());
   const int cores = std::max(1u, std::thread::hardware_concurrency());
-  return Context::cpu(std::max(1, cores / local_ranks));
+  return Context::cpu(std::max(1, cores / local_world_size()));
 }
 
 LrScheduleConfig schedule_from(const Arguments& a) {
@@ -85,6 +79,9 @@ Trainer::Trainer(const Arguments& args, ProcessGrid& grid)
       arena_(ctx_.device(), "model") {}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given, ProcessGrid& grid) {
+  if (grid.shape().pipeline != 1) {
+    return absl::UnimplementedError("--pipeline-model-parallel-size > 1 is not available in this build");
+  }
   Arguments args = given;
   GPT_RETURN_IF_ERROR(resolve_device(args));
   // The data first: its tokenizer fixes the vocabulary, and a missing or damaged dataset is
@@ -96,9 +93,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->valid_data_ = data.valid;
   t->test_data_ = data.test;
   const GridShape& shape = grid.shape();
-  if (shape.pipeline != 1) {
-    return absl::UnimplementedError("--pipeline-model-parallel-size > 1 is not available in this build");
-  }
   if (args.distributed_backend == "nccl") grid.adopt_nccl(t->ctx_, args.distributed_timeout_minutes * 60.0);
   t->data_parallel_size_ = shape.data;
   t->microbatches_ = num_microbatches(args, grid.world_size());
@@ -135,13 +129,17 @@ void Trainer::reduce_gradients() {
   if (grid_.data().size() > 1) grid_.data().all_reduce(ctx_, params_->flat_grads(), ReduceOp::kSum);
 }
 
-double Trainer::read_and_reduce_loss(int64_t microbatches) {
-  if (grid_.data().size() > 1) grid_.data().all_reduce(ctx_, loss_sum_, ReduceOp::kSum);
+double Trainer::mean_token_loss(int64_t microbatches, int64_t ranks) const {
   float total = 0.0f;
   copy_bytes(Device::kCpu, &total, loss_sum_.device(), loss_sum_.data(), sizeof(float));
   const double tokens = static_cast<double>(args_.seq_length * args_.micro_batch_size * microbatches) *
-                        static_cast<double>(data_parallel_size_);
+                        static_cast<double>(ranks);
   return static_cast<double>(total) / tokens;
+}
+
+double Trainer::read_and_reduce_loss(int64_t microbatches) {
+  if (grid_.data().size() > 1) grid_.data().all_reduce(ctx_, loss_sum_, ReduceOp::kSum);
+  return mean_token_loss(microbatches, data_parallel_size_);
 }
 
 void Trainer::load_batch(const SampleSource& source, int64_t consumed, int64_t microbatch) {
@@ -197,9 +195,7 @@ double Trainer::evaluate_microbatch(int64_t microbatch) {
   load_batch(*train_data_, consumed_samples_, microbatch);
   ops::zero(ctx_, loss_sum_);
   model_->forward(ctx_, 0, Tensor(), loss_sum_, /*grad_scale=*/0.0f);
-  float total = 0.0f;
-  copy_bytes(Device::kCpu, &total, loss_sum_.device(), loss_sum_.data(), sizeof(float));
-  return static_cast<double>(total) / static_cast<double>(args_.seq_length * args_.micro_batch_size);
+  return mean_token_loss(1, 1);  // this rank's microbatch alone
 }
 
 void Trainer::compute_gradients() {

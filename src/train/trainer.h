@@ -30,7 +30,7 @@ struct StepResult {
 // an explicit --device cuda without a GPU is an error.
 absl::Status resolve_device(Arguments& args);
 
-// Model configuration from validated arguments for a given TP size.
+// Model configuration from validated arguments (vocabulary padded for their TP size).
 ModelConfig model_config_from(const Arguments& args);
 
 class Trainer {
@@ -79,7 +79,9 @@ class Trainer {
   void reduce_gradients();
   // Loads this rank's microbatch j of the global batch starting at `consumed` into the model.
   void load_batch(const SampleSource& source, int64_t consumed, int64_t microbatch);
-  // Mean token loss from loss_sum_ over `microbatches` microbatches per DP rank.
+  // loss_sum_ read to the host as a mean over `microbatches` microbatches of `ranks` ranks.
+  double mean_token_loss(int64_t microbatches, int64_t ranks) const;
+  // The same after summing loss_sum_ over the data-parallel group.
   double read_and_reduce_loss(int64_t microbatches);
   void print_evaluation(const std::string& where, double loss) const;
 

@@ -6,28 +6,18 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
-#include "train/trainer.h"
+#include "support/trainer_support.h"
 
 namespace gpt {
 namespace {
 
 std::vector<double> losses(const char* device, int steps) {
-  const std::vector<std::string> flags = {
-      "t", "--device", device, "--bf16", "--mock-data", "--vocab-size", "1000", "--num-layers", "2",
-      "--hidden-size", "128", "--num-attention-heads", "4", "--seq-length", "64", "--max-position-embeddings", "64",
-      "--micro-batch-size", "4", "--global-batch-size", "16", "--train-iters", "50", "--lr", "1e-3",
-      "--lr-warmup-iters", "5", "--eval-iters", "0"};
-  absl::StatusOr<Arguments> parsed = parse_arguments(flags);
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  Arguments args = *parsed;
-  EXPECT_TRUE(validate_arguments(args).ok());
-  EXPECT_TRUE(validate_for_world(args, 1).ok());
-  std::unique_ptr<ProcessGrid> grid = ProcessGrid::single();
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::create(args, *grid);
-  EXPECT_TRUE(trainer.ok()) << trainer.status();
-  std::vector<double> result;
-  for (int i = 0; i < steps; ++i) result.push_back((*trainer)->train_step().loss);
-  return result;
+  return testing_support::train_losses(
+      {"t", "--device", device, "--bf16", "--mock-data", "--vocab-size", "1000", "--num-layers", "2",
+       "--hidden-size", "128", "--num-attention-heads", "4", "--seq-length", "64", "--max-position-embeddings", "64",
+       "--micro-batch-size", "4", "--global-batch-size", "16", "--train-iters", "50", "--lr", "1e-3",
+       "--lr-warmup-iters", "5", "--eval-iters", "0"},
+      steps);
 }
 
 TEST(GpuTraining, TracksTheCpuBackendAndIsBitwiseDeterministic) {
@@ -35,6 +25,8 @@ TEST(GpuTraining, TracksTheCpuBackendAndIsBitwiseDeterministic) {
   const std::vector<double> cpu = losses("cpu", 50);
   const std::vector<double> gpu = losses("cuda", 50);
   const std::vector<double> gpu_again = losses("cuda", 50);
+  ASSERT_EQ(cpu.size(), 50u);
+  ASSERT_EQ(gpu.size(), 50u);
   double worst = 0.0;
   for (size_t i = 0; i < cpu.size(); ++i) worst = std::max(worst, std::fabs(gpu[i] - cpu[i]) / cpu[i]);
   std::printf("GPU vs CPU, 50 BF16 steps: max relative loss difference %.3e (first %.6f vs %.6f, last %.6f vs %.6f)\n",

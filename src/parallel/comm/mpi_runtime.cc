@@ -2,7 +2,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -17,6 +19,21 @@ bool launched_by_mpi() {
     if (std::getenv(variable) != nullptr) return true;
   }
   return false;
+}
+
+namespace {
+int first_environment_int(std::initializer_list<const char*> names, int fallback) {
+  for (const char* name : names) {
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  }
+  return fallback;
+}
+}  // namespace
+
+int local_rank() { return first_environment_int({"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}, 0); }
+
+int local_world_size() {
+  return std::max(1, first_environment_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS"}, 1));
 }
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {

@@ -26,4 +26,10 @@ class MpiRuntime {
 // True when an MPI launcher started this process (OpenMPI, PMI/PMIx, Slurm variables).
 bool launched_by_mpi();
 
+// This process's index among the ranks on its node, and their number, from the launcher's
+// environment (OpenMPI, then Slurm); 0 and 1 without a launcher. Used to pick a GPU and to share
+// the node's cores.
+int local_rank();
+int local_world_size();
+
 }  // namespace gpt

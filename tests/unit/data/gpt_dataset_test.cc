@@ -158,7 +158,8 @@ TEST(BlendedDataset, ProportionsFollowWeightsThroughoutTheRun) {
                         std::make_shared<ConstantSource>(2)},
                        weights, 10000);
   std::vector<int64_t> counts(3, 0);
-  const std::vector<int64_t> budget = samples_needed_per_dataset(weights, 10000);
+  std::vector<int64_t> budget;
+  for (double w : weights) budget.push_back(samples_needed(w, 10000));
   for (int64_t i = 0; i < 10000; ++i) {
     const int d = blend.dataset_of(i);
     ++counts[d];

@@ -1,25 +1,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "support/trainer_support.h"
 #include "train/trainer.h"
 
 namespace gpt {
 namespace {
-
-std::vector<double> train_losses(std::vector<std::string> flags, int steps) {
-  absl::StatusOr<Arguments> parsed = parse_arguments(flags);
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  Arguments args = *parsed;
-  EXPECT_TRUE(validate_arguments(args).ok());
-  EXPECT_TRUE(validate_for_world(args, 1).ok());
-  std::unique_ptr<ProcessGrid> grid = ProcessGrid::single();
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::create(args, *grid);
-  EXPECT_TRUE(trainer.ok()) << trainer.status();
-  std::vector<double> losses;
-  for (int i = 0; i < steps; ++i) losses.push_back((*trainer)->train_step().loss);
-  EXPECT_EQ((*trainer)->consumed_samples(), steps * args.global_batch_size);
-  return losses;
-}
+using testing_support::make_trainer;
+using testing_support::train_losses;
 
 std::vector<std::string> flags(const char* micro_batch, bool bf16 = false) {
   std::vector<std::string> f = {"t", "--device", "cpu", "--mock-data", "--vocab-size", "97", "--num-layers", "2", "--hidden-size", "32",
@@ -30,8 +18,18 @@ std::vector<std::string> flags(const char* micro_batch, bool bf16 = false) {
   return f;
 }
 
+TEST(Trainer, CountsConsumedSamples) {
+  std::unique_ptr<ProcessGrid> grid;
+  std::unique_ptr<Trainer> trainer = make_trainer(flags("2"), grid);
+  for (int i = 0; i < 3; ++i) trainer->train_step();
+  EXPECT_EQ(trainer->consumed_samples(), 3 * 8);
+  EXPECT_EQ(trainer->iteration(), 3);
+}
+
 TEST(Trainer, RunsAreBitwiseDeterministic) {
-  EXPECT_EQ(train_losses(flags("2"), 4), train_losses(flags("2"), 4));
+  const std::vector<double> first = train_losses(flags("2"), 4);
+  ASSERT_EQ(first.size(), 4u);
+  EXPECT_EQ(first, train_losses(flags("2"), 4));
   EXPECT_EQ(train_losses(flags("2", true), 4), train_losses(flags("2", true), 4));
 }
 
@@ -39,6 +37,8 @@ TEST(Trainer, GradientAccumulationMatchesOneLargeMicrobatch) {
   // 4 microbatches of 2 and 1 microbatch of 8 see the same samples and the same mean loss.
   const std::vector<double> accumulated = train_losses(flags("2"), 6);
   const std::vector<double> single = train_losses(flags("8"), 6);
+  ASSERT_EQ(accumulated.size(), 6u);
+  ASSERT_EQ(single.size(), 6u);
   for (size_t i = 0; i < single.size(); ++i) EXPECT_NEAR(accumulated[i], single[i], 1e-5 * single[i]);
   EXPECT_LT(single.back(), single.front());
 }
@@ -46,16 +46,9 @@ TEST(Trainer, GradientAccumulationMatchesOneLargeMicrobatch) {
 TEST(Trainer, Bf16TracksFp32) {
   const std::vector<double> fp32 = train_losses(flags("4"), 6);
   const std::vector<double> bf16 = train_losses(flags("4", true), 6);
+  ASSERT_EQ(fp32.size(), 6u);
+  ASSERT_EQ(bf16.size(), 6u);
   for (size_t i = 0; i < fp32.size(); ++i) EXPECT_NEAR(bf16[i], fp32[i], 2e-2 * fp32[i]);
-}
-
-std::unique_ptr<Trainer> make_trainer(const std::vector<std::string>& flags, std::unique_ptr<ProcessGrid>& grid) {
-  absl::StatusOr<Arguments> parsed = parse_arguments(flags);
-  Arguments args = *parsed;
-  EXPECT_TRUE(validate_arguments(args).ok());
-  EXPECT_TRUE(validate_for_world(args, 1).ok());
-  grid = ProcessGrid::single();
-  return *Trainer::create(args, *grid);
 }
 
 TEST(Trainer, ResumedDataPositionReadsTheSamplesAnUninterruptedRunReads) {
