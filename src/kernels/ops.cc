@@ -2,7 +2,10 @@
 // forwards to the backend; the CUDA backend joins here when it is built (kernels/cuda).
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <initializer_list>
+#include <utility>
+#include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #ifdef GPT_WITH_CUDA
@@ -144,6 +147,34 @@ void adamw_update(Context& ctx, const AdamWStep& step, const Tensor& master, con
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out) {
   GPT_DISPATCH(adamw_update, (std::initializer_list<const Tensor*>{&master, &grad, &exp_avg, &exp_avg_sq, &param_out}),
                step, master, grad, exp_avg, exp_avg_sq, param_out);
+}
+
+void adamw_update_segments(Context& ctx, const AdamWStep& step, const Tensor& master, const Tensor& grad,
+                           const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out,
+                           std::span<const AdamWSegment> segments) {
+  const int64_t n = master.numel();
+  GPT_CHECK(master.dtype() == DType::kFloat32 && grad.dtype() == DType::kFloat32 &&
+            exp_avg.dtype() == DType::kFloat32 && exp_avg_sq.dtype() == DType::kFloat32)
+      << "adamw_update_segments: the optimizer state is float32";
+  GPT_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n) << "adamw_update_segments sizes";
+  GPT_CHECK(!param_out.defined() || (param_out.numel() == n && param_out.dtype() == DType::kBFloat16))
+      << "adamw_update_segments parameter copy " << param_out.to_string();
+  // In bounds and disjoint: an overlap would update some elements twice, in an undefined order.
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  ranges.reserve(segments.size());
+  for (const AdamWSegment& s : segments) {
+    GPT_CHECK(s.offset >= 0 && s.length >= 0 && s.offset + s.length <= n)
+        << "adamw segment [" << s.offset << ", " << s.offset + s.length << ") outside [0, " << n << ")";
+    ranges.emplace_back(s.offset, s.offset + s.length);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    GPT_CHECK(ranges[i].first >= ranges[i - 1].second)
+        << "adamw segments overlap at [" << ranges[i].first << ", " << ranges[i - 1].second << ")";
+  }
+  GPT_DISPATCH(adamw_update_segments,
+               (std::initializer_list<const Tensor*>{&master, &grad, &exp_avg, &exp_avg_sq, &param_out}), step, master,
+               grad, exp_avg, exp_avg_sq, param_out, segments);
 }
 
 void sum_of_squares(Context& ctx, const Tensor& out, const Tensor& x) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/context.h"
 #include "core/tensor.h"
@@ -124,6 +125,20 @@ struct AdamWStep {
 // itself the parameter (FP32 training).
 void adamw_update(Context& ctx, const AdamWStep& step, const Tensor& master, const Tensor& grad,
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out);
+
+// A range of the flat optimizer state for adamw_update_segments.
+struct AdamWSegment {
+  int64_t offset = 0;         // first element in the flat tensors
+  int64_t length = 0;
+  bool weight_decay = false;  // step.weight_decay applies (matrices) or not (biases, norms: 0)
+};
+// adamw_update on each segment of the flat tensors (master, grad, exp_avg, exp_avg_sq: [n] float32;
+// param_out: [n] bfloat16 or undefined), each with its own weight decay, in one launch on the GPU
+// instead of one per parameter. Bit for bit the same as adamw_update called on every segment's
+// flat_range with step.weight_decay or 0. Segments lie inside [0, n) and do not overlap.
+void adamw_update_segments(Context& ctx, const AdamWStep& step, const Tensor& master, const Tensor& grad,
+                           const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out,
+                           std::span<const AdamWSegment> segments);
 
 // out [1] float32 += sum of x^2 (x float32).
 void sum_of_squares(Context& ctx, const Tensor& out, const Tensor& x);

@@ -101,28 +101,58 @@ void cast(Context& ctx, const Tensor& out, const Tensor& in) {
   });
 }
 
+namespace {
+
+// Step-wide AdamW constants, computed as torch.optim.AdamW does (bias corrections in double).
+struct AdamWConstants {
+  float step_size;
+  float bias_correction2_sqrt;
+};
+AdamWConstants adamw_constants(const ops::AdamWStep& step) {
+  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(step.beta1), static_cast<double>(step.step));
+  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(step.beta2), static_cast<double>(step.step));
+  return {static_cast<float>(step.learning_rate / bias_correction1), static_cast<float>(std::sqrt(bias_correction2))};
+}
+
+// The update of elements [offset, offset + n) with decoupled weight decay `weight_decay`. The float
+// operations (and their order) are those of the CUDA kernel (cuda/adamw.cu), which avoids FMA
+// contraction, so both backends agree bit for bit.
+void adamw_range(const ops::AdamWStep& step, const AdamWConstants& c, float weight_decay, const Tensor& master,
+                 const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t offset, int64_t n) {
+  float* p = master.data_as<float>() + offset;
+  const float* g = grad.data_as<float>() + offset;
+  float* m = exp_avg.data_as<float>() + offset;
+  float* v = exp_avg_sq.data_as<float>() + offset;
+  const float decay = 1.0f - step.learning_rate * weight_decay;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] * step.grad_scale;
+    m[i] = step.beta1 * m[i] + (1.0f - step.beta1) * gi;
+    v[i] = step.beta2 * v[i] + (1.0f - step.beta2) * gi * gi;
+    const float denominator = std::sqrt(v[i]) / c.bias_correction2_sqrt + step.epsilon;
+    p[i] = p[i] * decay - c.step_size * m[i] / denominator;
+  }
+}
+
+}  // namespace
+
 void adamw_update(Context& ctx, const ops::AdamWStep& step, const Tensor& master, const Tensor& grad,
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out) {
   const int64_t n = master.numel();
   GPT_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n) << "adamw sizes";
   if (param_out.defined()) GPT_CHECK_EQ(param_out.numel(), n) << "adamw param copy size";
-  float* p = master.data_as<float>();
-  const float* g = grad.data_as<float>();
-  float* m = exp_avg.data_as<float>();
-  float* v = exp_avg_sq.data_as<float>();
-  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(step.beta1), static_cast<double>(step.step));
-  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(step.beta2), static_cast<double>(step.step));
-  const float step_size = static_cast<float>(step.learning_rate / bias_correction1);
-  const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const float decay = 1.0f - step.learning_rate * step.weight_decay;
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i] * step.grad_scale;
-    m[i] = step.beta1 * m[i] + (1.0f - step.beta1) * gi;
-    v[i] = step.beta2 * v[i] + (1.0f - step.beta2) * gi * gi;
-    const float denominator = std::sqrt(v[i]) / bias_correction2_sqrt + step.epsilon;
-    p[i] = p[i] * decay - step_size * m[i] / denominator;
-  }
+  adamw_range(step, adamw_constants(step), step.weight_decay, master, grad, exp_avg, exp_avg_sq, 0, n);
   if (param_out.defined()) cast(ctx, param_out, master);
+}
+
+void adamw_update_segments(Context& ctx, const ops::AdamWStep& step, const Tensor& master, const Tensor& grad,
+                           const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out,
+                           std::span<const ops::AdamWSegment> segments) {
+  const AdamWConstants c = adamw_constants(step);
+  for (const ops::AdamWSegment& s : segments) {
+    adamw_range(step, c, s.weight_decay ? step.weight_decay : 0.0f, master, grad, exp_avg, exp_avg_sq, s.offset,
+                s.length);
+    if (param_out.defined()) cast(ctx, param_out.flat_range(s.offset, s.length), master.flat_range(s.offset, s.length));
+  }
 }
 
 }  // namespace gpt::cpu

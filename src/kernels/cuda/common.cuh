@@ -61,6 +61,9 @@ __device__ __forceinline__ float block_max(float v) {
 
 inline cudaStream_t stream_of(Context& ctx) { return ctx.cuda().stream(); }
 
+// Blocks for one item per thread, capped (grid x is limited and huge grids waste launches): a kernel
+// launched with grid_for must loop grid-stride, or items past the cap are silently skipped. The
+// memory-bound kernels size their grids with resident_grid / occupancy_grid (vector_io.cuh).
 inline unsigned int grid_for(int64_t items, int threads_per_block) {
   const int64_t blocks = (items + threads_per_block - 1) / threads_per_block;
   return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));

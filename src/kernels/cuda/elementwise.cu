@@ -1,9 +1,10 @@
-// Elementwise ops, AdamW and the scalar reductions. Reductions are deterministic: fixed-shape
-// block partials written to scratch, then one block adds them in a fixed order.
-#include <cmath>
-
+// Elementwise ops and the scalar reductions, vectorized (vector_io.cuh): 16-byte accesses on the
+// aligned body, a scalar head and tail, grid-stride over any grid. Reductions are deterministic:
+// fixed-shape block partials (the grid depends only on the element count) written to scratch, then
+// one block adds them in a fixed order.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/vector_io.cuh"
 
 namespace gpt::cuda_ops {
 namespace {
@@ -13,79 +14,161 @@ constexpr int kThreads = 256;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
 
+template <int kWidth, typename Op>
+__global__ void __launch_bounds__(kThreads) elementwise_kernel(Op op, int64_t n, VectorSplit split) {
+  for_each_split<kWidth>(n, split, op);
+}
+
+// One thread per aligned group or scalar element; the grid strides when the device is full.
+template <int kWidth, typename Op>
+void launch_elementwise(Context& ctx, const Op& op, int64_t n, VectorSplit split) {
+  if (n == 0) return;
+  const int64_t scalars = n - split.groups * kWidth;
+  const int64_t work = split.groups > scalars ? split.groups : scalars;
+  elementwise_kernel<kWidth><<<resident_grid(ctx, work, kThreads), kThreads, 0, stream_of(ctx)>>>(op, n, split);
+  GPT_CUDA_CHECK_LAUNCH();
+}
+
+// out = x + delta + bias[column]; bias may be null. Elements of a group may cross a row end.
 template <typename T>
-__global__ void residual_add_kernel(T* out, const T* x, const T* delta, const T* bias, int64_t n, int64_t h) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float b = bias ? to_float(bias[i % h]) : 0.0f;
-    out[i] = from_float<T>(to_float(x[i]) + to_float(delta[i]) + b);
+struct ResidualAdd {
+  T* out;
+  const T* x;
+  const T* delta;
+  const T* bias;  // [h] or null
+  int64_t h;
+  template <int W>
+  __device__ void operator()(Width<W>, int64_t i) const {
+    float a[W], d[W];
+    load_floats<W>(x + i, a);
+    load_floats<W>(delta + i, d);
+    int64_t column = bias ? i % h : 0;
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      float b = 0.0f;
+      if (bias) {
+        b = to_float(bias[column]);
+        column = column + 1 == h ? 0 : column + 1;
+      }
+      a[k] = a[k] + d[k] + b;
+    }
+    store_floats<W>(out + i, a);
   }
+};
+
+__device__ __forceinline__ float gelu(float v) {
+  return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluCubic * v * v * v)));
+}
+__device__ __forceinline__ float gelu_derivative(float v) {
+  const float t = tanhf(kSqrt2OverPi * (v + kGeluCubic * v * v * v));
+  const float d_inner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
+  return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * d_inner;
 }
 
 template <typename T>
-__global__ void gelu_forward_kernel(T* y, const T* x, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = to_float(x[i]);
-    y[i] = from_float<T>(0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluCubic * v * v * v))));
+struct GeluForward {
+  T* y;
+  const T* x;
+  template <int W>
+  __device__ void operator()(Width<W>, int64_t i) const {
+    float v[W];
+    load_floats<W>(x + i, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = gelu(v[k]);
+    store_floats<W>(y + i, v);
   }
-}
+};
 
+// dx = dy * gelu'(x); dx may alias dy (each element is read before it is written, by one thread).
 template <typename T>
-__global__ void gelu_backward_kernel(T* dx, const T* dy, const T* x, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = to_float(x[i]);
-    const float t = tanhf(kSqrt2OverPi * (v + kGeluCubic * v * v * v));
-    const float d_inner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
-    dx[i] = from_float<T>(to_float(dy[i]) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * d_inner));
+struct GeluBackward {
+  T* dx;
+  const T* dy;
+  const T* x;
+  template <int W>
+  __device__ void operator()(Width<W>, int64_t i) const {
+    float v[W], g[W];
+    load_floats<W>(x + i, v);
+    load_floats<W>(dy + i, g);
+#pragma unroll
+    for (int k = 0; k < W; ++k) g[k] = g[k] * gelu_derivative(v[k]);
+    store_floats<W>(dx + i, g);
   }
-}
+};
 
 template <typename In, typename Out>
-__global__ void cast_kernel(Out* out, const In* in, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[i] = from_float<Out>(to_float(in[i]));
+struct Cast {
+  Out* out;
+  const In* in;
+  template <int W>
+  __device__ void operator()(Width<W>, int64_t i) const {
+    float v[W];
+    load_floats<W>(in + i, v);
+    store_floats<W>(out + i, v);
   }
+};
+
+struct Scale {
+  float* x;
+  float factor;
+  template <int W>
+  __device__ void operator()(Width<W>, int64_t i) const {
+    float v[W];
+    load_floats<W>(x + i, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] *= factor;
+    store_floats<W>(x + i, v);
+  }
+};
+
+// ---- Deterministic sums ------------------------------------------------------------------------
+
+constexpr int kReductionThreads = 256;
+constexpr int kMaxReductionBlocks = 1024;  // the finishing block adds one partial per thread
+constexpr int64_t kGroupsPerReductionThread = 16;
+
+// Blocks for a reduction over n floats: a function of n alone, so the summation order (and the
+// result, bit for bit) never depends on the device or on timing.
+int reduction_blocks(int64_t n) {
+  const int64_t per_block = kReductionThreads * kPackSize<float> * kGroupsPerReductionThread;
+  const int64_t blocks = (n + per_block - 1) / per_block;
+  return static_cast<int>(blocks < 1 ? 1 : (blocks > kMaxReductionBlocks ? kMaxReductionBlocks : blocks));
 }
 
-__global__ void scale_kernel(float* x, float factor, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    x[i] *= factor;
-  }
-}
-
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, __nv_bfloat16* copy, int64_t n, float lr,
-                             float beta1, float beta2, float eps, float decay, float step_size,
-                             float bias_correction2_sqrt, float grad_scale) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float gi = g[i] * grad_scale;
-    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    const float pi = p[i] * decay - step_size * mi / (sqrtf(vi) / bias_correction2_sqrt + eps);
-    p[i] = pi;
-    if (copy) copy[i] = __float2bfloat16_rn(pi);
-  }
-}
-
-// Stage 1: each block sums (optionally squared) a fixed slice into partial[blockIdx.x].
+// Stage 1: each block sums (optionally squared) its grid-stride share into partial[blockIdx.x].
+// Four groups are loaded before they are added, to keep several 16-byte loads in flight.
 template <bool kSquare>
-__global__ void partial_sum_kernel(const float* x, int64_t n, float* partial) {
+__global__ void __launch_bounds__(kReductionThreads) partial_sum_kernel(const float* x, int64_t n, VectorSplit split,
+                                                                        float* partial) {
+  constexpr int W = kPackSize<float>;
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  auto term = [](float v) { return kSquare ? v * v : v; };
   float total = 0.0f;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    total += kSquare ? x[i] * x[i] : x[i];
+  int64_t g = first;
+  for (; g + 3 * stride < split.groups; g += 4 * stride) {
+    float v[4][W];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) load_floats<W>(x + split.head + (g + u * stride) * W, v[u]);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) total += term(v[u][k]);
+    }
   }
+  for (; g < split.groups; g += stride) {
+    float v[W];
+    load_floats<W>(x + split.head + g * W, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) total += term(v[k]);
+  }
+  for (int64_t i = first; i < split.head; i += stride) total += term(x[i]);
+  for (int64_t i = split.head + split.groups * W + first; i < n; i += stride) total += term(x[i]);
   total = block_sum(total);
   if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
-// Stage 2: one block adds the partials in order and accumulates into out[0].
+// Stage 2: one block adds the partials in a fixed order and accumulates into out[0].
 __global__ void finish_sum_kernel(const float* partial, int count, float* out) {
   float total = 0.0f;
   for (int i = threadIdx.x; i < count; i += blockDim.x) total += partial[i];
@@ -93,15 +176,17 @@ __global__ void finish_sum_kernel(const float* partial, int count, float* out) {
   if (threadIdx.x == 0) out[0] += total;
 }
 
-constexpr int kReductionBlocks = 512;
-
 template <bool kSquare>
 void reduce_into(Context& ctx, const Tensor& out, const Tensor& x, const char* op) {
   GPT_CHECK(out.numel() == 1 && out.dtype() == DType::kFloat32 && x.dtype() == DType::kFloat32) << op;
-  auto* partial = static_cast<float*>(ctx.cuda().scratch(kReductionBlocks * sizeof(float), op));
-  partial_sum_kernel<kSquare><<<kReductionBlocks, kThreads, 0, stream_of(ctx)>>>(x.data_as<float>(), x.numel(), partial);
+  const int64_t n = x.numel();
+  const int blocks = reduction_blocks(n);
+  const float* data = x.data_as<float>();
+  auto* partial = static_cast<float*>(ctx.cuda().scratch(kMaxReductionBlocks * sizeof(float), op));
+  partial_sum_kernel<kSquare><<<blocks, kReductionThreads, 0, stream_of(ctx)>>>(
+      data, n, split_for_vectors<kPackSize<float>>(n, {operand(data)}), partial);
   GPT_CUDA_CHECK_LAUNCH();
-  finish_sum_kernel<<<1, 1024, 0, stream_of(ctx)>>>(partial, kReductionBlocks, out.data_as<float>());
+  finish_sum_kernel<<<1, kMaxReductionBlocks, 0, stream_of(ctx)>>>(partial, blocks, out.data_as<float>());
   GPT_CUDA_CHECK_LAUNCH();
 }
 
@@ -109,33 +194,37 @@ void reduce_into(Context& ctx, const Tensor& out, const Tensor& x, const char* o
 
 void residual_add(Context& ctx, const Tensor& out, const Tensor& x, const Tensor& delta, const Tensor& delta_bias) {
   GPT_CHECK(out.numel() == x.numel() && delta.numel() == x.numel()) << "residual_add shapes";
+  const int64_t h = x.cols();
+  GPT_CHECK(!delta_bias.defined() || delta_bias.numel() == h) << "residual_add bias " << delta_bias.to_string();
   dispatch_float_type(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    residual_add_kernel<T><<<grid_for(x.numel(), kThreads), kThreads, 0, stream_of(ctx)>>>(
-        device_data<T>(out), device_data<T>(x), device_data<T>(delta), optional_device_data<T>(delta_bias), x.numel(),
-        x.cols());
+    constexpr int W = kPackSize<T>;
+    const ResidualAdd<T> op{device_data<T>(out), device_data<T>(x), device_data<T>(delta),
+                            optional_device_data<T>(delta_bias), h};
+    launch_elementwise<W>(ctx, op, x.numel(),
+                          split_for_vectors<W>(x.numel(), {operand(op.out), operand(op.x), operand(op.delta)}));
   });
-  GPT_CUDA_CHECK_LAUNCH();
 }
 
 void gelu_forward(Context& ctx, const Tensor& y, const Tensor& x) {
   GPT_CHECK(y.numel() == x.numel()) << "gelu shapes";
   dispatch_float_type(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    gelu_forward_kernel<T><<<grid_for(x.numel(), kThreads), kThreads, 0, stream_of(ctx)>>>(device_data<T>(y),
-                                                                                           device_data<T>(x), x.numel());
+    constexpr int W = kPackSize<T>;
+    const GeluForward<T> op{device_data<T>(y), device_data<T>(x)};
+    launch_elementwise<W>(ctx, op, x.numel(), split_for_vectors<W>(x.numel(), {operand(op.y), operand(op.x)}));
   });
-  GPT_CUDA_CHECK_LAUNCH();
 }
 
 void gelu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
   GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << "gelu backward shapes";
   dispatch_float_type(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    gelu_backward_kernel<T><<<grid_for(x.numel(), kThreads), kThreads, 0, stream_of(ctx)>>>(
-        device_data<T>(dx), device_data<T>(dy), device_data<T>(x), x.numel());
+    constexpr int W = kPackSize<T>;
+    const GeluBackward<T> op{device_data<T>(dx), device_data<T>(dy), device_data<T>(x)};
+    launch_elementwise<W>(ctx, op, x.numel(),
+                          split_for_vectors<W>(x.numel(), {operand(op.dx), operand(op.dy), operand(op.x)}));
   });
-  GPT_CUDA_CHECK_LAUNCH();
 }
 
 void cast(Context& ctx, const Tensor& out, const Tensor& in) {
@@ -144,11 +233,12 @@ void cast(Context& ctx, const Tensor& out, const Tensor& in) {
     using In = decltype(in_tag);
     dispatch_float_type(out.dtype(), [&](auto out_tag) {
       using Out = decltype(out_tag);
-      cast_kernel<In, Out><<<grid_for(in.numel(), kThreads), kThreads, 0, stream_of(ctx)>>>(
-          device_data<Out>(out), device_data<In>(in), in.numel());
+      // 8 elements per group when either side is bf16 (one 16-byte bf16 access, two float ones).
+      constexpr int W = (kPackSize<In> > kPackSize<Out>) ? kPackSize<In> : kPackSize<Out>;
+      const Cast<In, Out> op{device_data<Out>(out), device_data<In>(in)};
+      launch_elementwise<W>(ctx, op, in.numel(), split_for_vectors<W>(in.numel(), {operand(op.out), operand(op.in)}));
     });
   });
-  GPT_CUDA_CHECK_LAUNCH();
 }
 
 void zero(Context& ctx, const Tensor& x) {
@@ -163,27 +253,9 @@ void copy(Context& ctx, const Tensor& out, const Tensor& in) {
 }
 
 void scale(Context& ctx, const Tensor& x, float factor) {
-  scale_kernel<<<grid_for(x.numel(), kThreads), kThreads, 0, stream_of(ctx)>>>(x.data_as<float>(), factor, x.numel());
-  GPT_CUDA_CHECK_LAUNCH();
-}
-
-void adamw_update(Context& ctx, const ops::AdamWStep& step, const Tensor& master, const Tensor& grad,
-                  const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out) {
-  const int64_t n = master.numel();
-  GPT_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n) << "adamw sizes";
-  __nv_bfloat16* copy = nullptr;
-  if (param_out.defined()) {
-    GPT_CHECK(param_out.numel() == n && param_out.dtype() == DType::kBFloat16) << "adamw copy";
-    copy = static_cast<__nv_bfloat16*>(param_out.data());
-  }
-  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(step.beta1), static_cast<double>(step.step));
-  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(step.beta2), static_cast<double>(step.step));
-  adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(ctx)>>>(
-      master.data_as<float>(), grad.data_as<float>(), exp_avg.data_as<float>(), exp_avg_sq.data_as<float>(), copy, n,
-      step.learning_rate, step.beta1, step.beta2, step.epsilon, 1.0f - step.learning_rate * step.weight_decay,
-      static_cast<float>(step.learning_rate / bias_correction1), static_cast<float>(std::sqrt(bias_correction2)),
-      step.grad_scale);
-  GPT_CUDA_CHECK_LAUNCH();
+  constexpr int W = kPackSize<float>;
+  const Scale op{x.data_as<float>(), factor};
+  launch_elementwise<W>(ctx, op, x.numel(), split_for_vectors<W>(x.numel(), {operand(op.x)}));
 }
 
 void sum_of_squares(Context& ctx, const Tensor& out, const Tensor& x) { reduce_into<true>(ctx, out, x, "sum_of_squares"); }
