@@ -2,7 +2,8 @@
 // from the BF16 parameters at start, as Megatron does) and writes rounded copies back after each
 // step; with FP32 parameters the parameters are themselves the master weights. Moments are FP32.
 // The state is laid out like the store's flat buffers; `segments` say which parts each update
-// covers and whether weight decay applies (the distributed optimizer will own a sub-range).
+// covers and whether weight decay applies (the distributed optimizer will own a sub-range). A step
+// is one multi-tensor update (ops::adamw_update_segments): one launch on the GPU for all parameters.
 #pragma once
 
 #include <cstdint>
@@ -39,16 +40,11 @@ class AdamW {
   bool has_separate_master() const { return separate_master_; }
 
  private:
-  struct Segment {
-    int64_t offset;
-    int64_t length;
-    bool weight_decay;
-  };
   ParamStore& params_;
   AdamWConfig config_;
   bool separate_master_;
   Tensor master_, exp_avg_, exp_avg_sq_;
-  std::vector<Segment> segments_;
+  std::vector<ops::AdamWSegment> segments_;  // one per parameter
   int64_t steps_ = 0;
 };
 

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/arena.h"
@@ -63,6 +64,44 @@ TEST(AdamW, DecaysOnlyMatricesAndKeepsBf16CopyOfMaster) {
   }
   for (int i = 0; i < 3; ++i) EXPECT_FLOAT_EQ(b.value.data_as<bf16>()[i].to_float(), -1.0f + i);
   EXPECT_EQ(adam.steps_taken(), 1);
+}
+
+// One multi-tensor step is the per-parameter update it replaced, bit for bit, in FP32 (the master
+// is the parameter) and BF16 (a separate master and a rounded copy).
+TEST(AdamW, StepEqualsOneUpdatePerParameter) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    Context ctx = Context::cpu(1);
+    Arena arena(Device::kCpu, "test");
+    ParamStore store({spec("w", {5, 7}), spec("b", {7}), spec("v", {3, 2})}, 0, 1, dtype, arena);
+    store.initialize(7);
+    const AdamWConfig config{.beta1 = 0.8f, .beta2 = 0.95f, .epsilon = 1e-6f, .weight_decay = 0.1f};
+    AdamW adam(ctx, store, config, arena);
+    // The reference: the state copied, then adamw_update on each parameter's range.
+    const int64_t total = adam.master().numel();
+    Tensor master = arena.allocate(DType::kFloat32, {total});
+    Tensor m = arena.allocate_zeroed(DType::kFloat32, {total}), v = arena.allocate_zeroed(DType::kFloat32, {total});
+    Tensor values = arena.allocate(dtype, {total});
+    ops::copy(ctx, master, adam.master());
+    ops::copy(ctx, values, store.flat_values());
+    for (int step = 1; step <= 3; ++step) {
+      for (int64_t i = 0; i < total; ++i) store.flat_grads().data_as<float>()[i] = std::sin(0.37f * i + step);
+      adam.step(ctx, 1e-2f, 0.5f);
+      for (const Param& param : store.params()) {
+        auto range = [&](const Tensor& t) { return t.flat_range(param.flat_offset, param.numel()); };
+        const ops::AdamWStep s{.learning_rate = 1e-2f, .beta1 = config.beta1, .beta2 = config.beta2,
+                               .epsilon = config.epsilon, .weight_decay = param.spec->weight_decay ? 0.1f : 0.0f,
+                               .step = step, .grad_scale = 0.5f};
+        const bool separate = dtype != DType::kFloat32;
+        ops::adamw_update(ctx, s, separate ? range(master) : range(values), range(store.flat_grads()), range(m), range(v),
+                          separate ? range(values) : Tensor());
+      }
+    }
+    const Tensor& reference_master = dtype == DType::kFloat32 ? values : master;
+    EXPECT_EQ(std::memcmp(adam.master().data(), reference_master.data(), reference_master.bytes()), 0);
+    EXPECT_EQ(std::memcmp(adam.exp_avg().data(), m.data(), m.bytes()), 0);
+    EXPECT_EQ(std::memcmp(adam.exp_avg_sq().data(), v.data(), v.bytes()), 0);
+    EXPECT_EQ(std::memcmp(store.flat_values().data(), values.data(), values.bytes()), 0);
+  }
 }
 
 TEST(GradNorm, CountsTensorParallelDuplicatesOnce) {
