@@ -2,10 +2,31 @@
 // and line (core/cuda_check.h).
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdio>
+
 #include "core/cuda_check.h"
+#include "core/cuda_device_context.cuh"
 #include "core/cuda_runtime.h"
 
 namespace gpt::cuda {
+namespace {
+
+std::atomic<size_t> device_synchronization_count{0};
+
+// Every whole-device wait goes through here, so tests can prove that a training step has none.
+void wait_for_device() {
+  device_synchronization_count.fetch_add(1, std::memory_order_relaxed);
+  GPT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+cudaMemcpyKind cuda_copy_kind(CopyKind kind) {
+  return kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+         : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                           : cudaMemcpyDeviceToDevice;
+}
+
+}  // namespace
 
 int device_count() {
   int count = 0;
@@ -25,6 +46,18 @@ std::string device_name(int device) {
   return properties.name;
 }
 
+std::string device_uuid(int device) {
+  cudaDeviceProp properties{};
+  GPT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  std::string hex;
+  for (char byte : properties.uuid.bytes) {
+    char pair[3];
+    std::snprintf(pair, sizeof(pair), "%02x", static_cast<unsigned char>(byte));
+    hex += pair;
+  }
+  return hex;
+}
+
 void* malloc_device(size_t bytes) {
   void* pointer = nullptr;
   GPT_CUDA_CHECK(cudaMalloc(&pointer, bytes));
@@ -42,22 +75,25 @@ void* malloc_pinned_host(size_t bytes) {
 void free_pinned_host(void* pointer) { GPT_CUDA_CHECK(cudaFreeHost(pointer)); }
 
 void memcpy_sync(void* dst, const void* src, size_t bytes, CopyKind kind) {
-  const cudaMemcpyKind cuda_kind = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
-                                   : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
-                                                                     : cudaMemcpyDeviceToDevice;
-  GPT_CUDA_CHECK(cudaDeviceSynchronize());
-  GPT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cuda_kind));
+  wait_for_device();
+  GPT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cuda_copy_kind(kind)));
+}
+
+void memcpy_on_stream(const DeviceContext& context, void* dst, const void* src, size_t bytes, CopyKind kind) {
+  GPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cuda_copy_kind(kind), context.stream()));
 }
 
 void memset_device(void* pointer, int value, size_t bytes) {
   // Setup-time only (the training step uses ops::zero on its stream): fully synchronous, so it is
   // ordered with work on any stream.
-  GPT_CUDA_CHECK(cudaDeviceSynchronize());
+  wait_for_device();
   GPT_CUDA_CHECK(cudaMemset(pointer, value, bytes));
-  GPT_CUDA_CHECK(cudaDeviceSynchronize());
+  wait_for_device();
 }
 
-void synchronize_device() { GPT_CUDA_CHECK(cudaDeviceSynchronize()); }
+void synchronize_device() { wait_for_device(); }
+
+size_t device_synchronizations() { return device_synchronization_count.load(std::memory_order_relaxed); }
 
 size_t device_memory_used_bytes() {
   size_t free_bytes = 0, total_bytes = 0;

@@ -15,7 +15,8 @@ constexpr size_t kAllocationAlignment = 256;
 void* allocate_bytes(Device device, size_t bytes);
 void free_bytes(Device device, void* pointer);
 
-// Synchronous copy between any two devices (host <-> host, host <-> GPU, GPU <-> GPU).
+// Synchronous copy between any two devices (host <-> host, host <-> GPU, GPU <-> GPU). Waits for
+// the whole device first: for set-up; the training step copies with core/stream_copy.h.
 void copy_bytes(Device dst_device, void* dst, Device src_device, const void* src, size_t bytes);
 // Copies src into dst; shapes may differ but element counts and dtypes must match.
 void copy_tensor(const Tensor& dst, const Tensor& src);
