@@ -31,14 +31,30 @@ int agree_and_report(const MpiRuntime& mpi, const absl::Status& status) {
   return 1;
 }
 
-// The device first, then the communication backend: NCCL by default on GPUs (one rank per GPU),
-// MPI on the CPU or when several ranks share a GPU.
-absl::Status check_backend(Arguments& args, int world_size) {
-  GPT_RETURN_IF_ERROR(resolve_device(args));
-  const int local_ranks = local_world_size();
-  const int gpus = args.device == "cuda" ? cuda::device_count() : 0;
+// The most ranks of the job that use one GPU (1: every rank has its own). Compares the UUIDs of
+// the GPUs the node's ranks will take (trainer.cc's make_context takes the same one), so it is
+// right whether the launcher shows every rank all of the node's GPUs or, through
+// CUDA_VISIBLE_DEVICES, only its own. Collective over the world: every rank calls it.
+int most_ranks_per_gpu(const MpiRuntime& mpi, const Arguments& args) {
+  const std::string key = args.device == "cuda"
+                              ? cuda::device_uuid(gpu_for_local_rank(local_rank(), cuda::device_count()))
+                              : absl::StrCat("host rank ", local_rank());  // never equal to another's
+  int most = node_ranks_with_same_key(key);
+  if (mpi.active()) MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return most;
+}
+
+// The communication backend: NCCL by default on GPUs when every rank has a GPU of its own, MPI on
+// the CPU or when ranks share a GPU (said once, not silently). NCCL asked for explicitly on shared
+// GPUs is refused: NCCL needs one rank per GPU.
+absl::Status choose_backend(Arguments& args, const MpiRuntime& mpi, int ranks_per_gpu) {
+  const bool gpus_shared = args.device == "cuda" && ranks_per_gpu > 1;
   if (args.distributed_backend.empty()) {
-    args.distributed_backend = args.device == "cuda" && nccl_available() && world_size > 1 && local_ranks <= gpus ? "nccl" : "mpi";
+    args.distributed_backend = args.device == "cuda" && nccl_available() && mpi.world_size() > 1 && !gpus_shared ? "nccl" : "mpi";
+    if (gpus_shared && mpi.world_rank() == 0) {
+      GPT_LOG_WARNING() << "up to " << ranks_per_gpu << " ranks share one GPU: using the MPI communicator "
+                        << "(device data staged through the host)";
+    }
   }
   if (args.distributed_backend != "nccl") return absl::OkStatus();
   if (args.device != "cuda") {
@@ -46,9 +62,11 @@ absl::Status check_backend(Arguments& args, int world_size) {
         "--distributed-backend nccl needs a GPU, and none is available (use --distributed-backend mpi on the CPU)");
   }
   if (!nccl_available()) return absl::InvalidArgumentError("--distributed-backend nccl: this build has no NCCL");
-  if (local_ranks > gpus) {
-    return absl::InvalidArgumentError(absl::StrCat("--distributed-backend nccl needs one rank per GPU (", local_ranks,
-                                                   " ranks on ", gpus, " GPUs here): use --distributed-backend mpi"));
+  if (gpus_shared) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--distributed-backend nccl needs one GPU per rank, but up to ", ranks_per_gpu,
+        " ranks share one (this node: ", local_world_size(), " ranks, ", cuda::device_count(),
+        " visible GPUs; check CUDA_VISIBLE_DEVICES and the ranks per node, or use --distributed-backend mpi)"));
   }
   return absl::OkStatus();
 }
@@ -83,7 +101,10 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
     status = validate_arguments(args);
   }
   if (status.ok()) status = validate_for_world(args, mpi.world_size());
-  if (status.ok()) status = check_backend(args, mpi.world_size());
+  if (status.ok()) status = resolve_device(args);
+  if (const int code = agree_and_report(mpi, status); code != 0) return code;
+  // Collective: only after every rank has agreed that it got this far.
+  status = choose_backend(args, mpi, most_ranks_per_gpu(mpi, args));
   if (const int code = agree_and_report(mpi, status); code != 0) return code;
 
   const GridShape shape{static_cast<int>(args.tensor_model_parallel_size),

@@ -19,9 +19,10 @@ namespace gpt {
 namespace {
 
 // The CPU backend with the node's cores shared among its ranks (BLAS threads), or the GPU of this
-// rank's local index (several ranks may share one GPU with the MPI communicator).
+// rank's node-local index among the visible ones (several ranks may share one GPU with the MPI
+// communicator; the launcher refuses that with NCCL).
 Context make_context(const Arguments& args) {
-  if (args.device == "cuda") return Context::gpu(local_rank() % cuda::device_count());
+  if (args.device == "cuda") return Context::gpu(gpu_for_local_rank(local_rank(), cuda::device_count()));
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   return Context::cpu(std::max(1, cores / local_world_size()));
 }

@@ -2,16 +2,26 @@
 
 #include <mpi.h>
 
-#include <algorithm>
 #include <cstdlib>
-#include <initializer_list>
+#include <vector>
 
 #include "core/check.h"
 #include "core/logging.h"
 
 namespace gpt {
 namespace {
+
 void abort_world(int exit_code) { MPI_Abort(MPI_COMM_WORLD, exit_code == 0 ? 1 : exit_code); }
+
+// The ranks that share this node's memory, formed once at start-up: a collective split cannot be
+// done lazily, since only some ranks might ask. MPI_COMM_NULL without MPI.
+struct NodeGroup {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+};
+NodeGroup node_group;
+
 }  // namespace
 
 bool launched_by_mpi() {
@@ -21,19 +31,37 @@ bool launched_by_mpi() {
   return false;
 }
 
-namespace {
-int first_environment_int(std::initializer_list<const char*> names, int fallback) {
-  for (const char* name : names) {
-    if (const char* value = std::getenv(name)) return std::atoi(value);
+int local_rank() { return node_group.rank; }
+int local_world_size() { return node_group.size; }
+
+int node_ranks_with_same_key(const std::string& key) {
+  if (node_group.comm == MPI_COMM_NULL) return 1;
+  // Keys of any length: gather the lengths, then the bytes.
+  const int length = static_cast<int>(key.size());
+  std::vector<int> lengths(static_cast<size_t>(node_group.size)), offsets(lengths.size());
+  GPT_CHECK_EQ(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, node_group.comm), MPI_SUCCESS)
+      << "MPI_Allgather of key lengths on the node";
+  int total = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    offsets[r] = total;
+    total += lengths[r];
   }
-  return fallback;
+  std::string keys(static_cast<size_t>(total), '\0');
+  GPT_CHECK_EQ(MPI_Allgatherv(key.data(), length, MPI_CHAR, keys.data(), lengths.data(), offsets.data(), MPI_CHAR,
+                              node_group.comm),
+               MPI_SUCCESS)
+      << "MPI_Allgatherv of keys on the node";
+  int same = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    if (keys.compare(static_cast<size_t>(offsets[r]), static_cast<size_t>(lengths[r]), key) == 0) ++same;
+  }
+  return same;
 }
-}  // namespace
 
-int local_rank() { return first_environment_int({"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}, 0); }
-
-int local_world_size() {
-  return std::max(1, first_environment_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE", "MPI_LOCALNRANKS"}, 1));
+int gpu_for_local_rank(int local_rank, int visible_gpus) {
+  GPT_CHECK_GT(visible_gpus, 0) << "no visible GPU to choose from";
+  GPT_CHECK_GE(local_rank, 0);
+  return local_rank % visible_gpus;
 }
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
@@ -47,10 +75,20 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   set_log_rank(world_rank_);
   set_fatal_handler(abort_world);
+  // Keyed by world rank, so node-local ranks keep the world order.
+  GPT_CHECK_EQ(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node_group.comm),
+               MPI_SUCCESS)
+      << "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)";
+  MPI_Comm_set_errhandler(node_group.comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(node_group.comm, &node_group.rank);
+  MPI_Comm_size(node_group.comm, &node_group.size);
 }
 
 MpiRuntime::~MpiRuntime() {
-  if (active_) MPI_Finalize();
+  if (!active_) return;
+  MPI_Comm_free(&node_group.comm);
+  node_group = NodeGroup{};
+  MPI_Finalize();
 }
 
 }  // namespace gpt
