@@ -1,6 +1,6 @@
 #include "model/gpt_model.h"
 
-#include "core/memory.h"
+#include "core/stream_copy.h"
 
 namespace gpt {
 
@@ -21,25 +21,27 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
   grad_ = arena.allocate(config.dtype, {shapes_.local_sequence, shapes_.batch, shapes_.hidden});
 }
 
-void GptModel::load_transposed(const Tensor& destination, std::span<const int32_t> values_bs) {
+void GptModel::load_transposed(Context& ctx, const Tensor& destination, std::span<const int32_t> values_bs) {
   const int64_t s = shapes_.sequence, b = shapes_.batch;
   GPT_CHECK_EQ(static_cast<int64_t>(values_bs.size()), s * b) << "microbatch token count";
-  std::vector<int32_t>& values_sb = transposed_;  // sized once, reused for every microbatch
+  // Sized once and reused for every microbatch: the stream-ordered copy below takes pageable
+  // memory, which CUDA has staged by the time it returns.
+  std::vector<int32_t>& values_sb = transposed_;
   values_sb.resize(values_bs.size());
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t si = 0; si < s; ++si) values_sb[si * b + bi] = values_bs[bi * s + si];
   }
-  copy_bytes(destination.device(), destination.data(), Device::kCpu, values_sb.data(), destination.bytes());
+  copy_to_device(ctx, destination, std::span<const int32_t>(values_sb));
 }
 
-void GptModel::load_tokens(int slot, std::span<const int32_t> tokens_bs) {
+void GptModel::load_tokens(Context& ctx, int slot, std::span<const int32_t> tokens_bs) {
   GPT_CHECK(embedding_ != nullptr) << "tokens loaded into a chunk without the embedding";
-  load_transposed(embedding_->tokens(slot), tokens_bs);
+  load_transposed(ctx, embedding_->tokens(slot), tokens_bs);
 }
 
-void GptModel::load_targets(int slot, std::span<const int32_t> targets_bs) {
+void GptModel::load_targets(Context& ctx, int slot, std::span<const int32_t> targets_bs) {
   GPT_CHECK(output_ != nullptr) << "targets loaded into a chunk without the output layer";
-  load_transposed(output_->targets(slot), targets_bs);
+  load_transposed(ctx, output_->targets(slot), targets_bs);
 }
 
 Tensor GptModel::forward(Context& ctx, int slot, const Tensor& input, const Tensor& loss_sum, float grad_scale) {

@@ -30,9 +30,10 @@ class GptModel {
   const ChunkLayout& layout() const { return layout_; }
 
   // Copies a microbatch's token ids and targets ([b, s] row-major, int32, host) into the slot,
-  // transposed to the model's [s, b] order. Tokens only on the first chunk, targets on the last.
-  void load_tokens(int slot, std::span<const int32_t> tokens_bs);
-  void load_targets(int slot, std::span<const int32_t> targets_bs);
+  // transposed to the model's [s, b] order, on the context's stream (the host does not wait).
+  // Tokens only on the first chunk, targets on the last.
+  void load_tokens(Context& ctx, int slot, std::span<const int32_t> tokens_bs);
+  void load_targets(Context& ctx, int slot, std::span<const int32_t> targets_bs);
 
   // input [s_l, b, h] from the previous stage (ignored on the first chunk). Returns the output
   // activation [s_l, b, h], or, on the last chunk, an undefined tensor after adding the summed
@@ -46,7 +47,7 @@ class GptModel {
   OutputLayer* output_layer() { return output_.get(); }
 
  private:
-  void load_transposed(const Tensor& destination, std::span<const int32_t> values_bs);
+  void load_transposed(Context& ctx, const Tensor& destination, std::span<const int32_t> values_bs);
 
   LayerShapes shapes_;
   ChunkLayout layout_;

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "core/arena.h"
-#include "core/memory.h"
+#include "core/stream_copy.h"
 #include "kernels/ops.h"
 
 namespace gpt {
@@ -18,7 +18,8 @@ double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& sc
     if (group->size() > 1) group->all_reduce(ctx, scratch, ReduceOp::kSum);
   }
   float squares = 0.0f;
-  copy_bytes(Device::kCpu, &squares, scratch.device(), scratch.data(), sizeof(float));
+  copy_to_host(ctx, &squares, scratch);
+  ctx.synchronize();  // the host needs the norm to decide the update: a wait for this stream only
   return std::sqrt(static_cast<double>(squares));
 }
 

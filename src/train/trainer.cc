@@ -7,6 +7,7 @@
 #include "core/cuda_runtime.h"
 #include "core/logging.h"
 #include "core/memory.h"
+#include "core/stream_copy.h"
 #include "core/timer.h"
 #include "kernels/ops.h"
 #include "optim/grad_clip.h"
@@ -132,7 +133,8 @@ void Trainer::reduce_gradients() {
 
 double Trainer::mean_token_loss(int64_t microbatches, int64_t ranks) const {
   float total = 0.0f;
-  copy_bytes(Device::kCpu, &total, loss_sum_.device(), loss_sum_.data(), sizeof(float));
+  copy_to_host(ctx_, &total, loss_sum_);
+  ctx_.synchronize();  // this stream only: the loss is the last thing the step queued
   const double tokens = static_cast<double>(args_.seq_length * args_.micro_batch_size * microbatches) *
                         static_cast<double>(ranks);
   return static_cast<double>(total) / tokens;
@@ -153,8 +155,8 @@ void Trainer::load_batch(const SampleSource& source, int64_t consumed, int64_t m
           << " (was the dataset prepared with another tokenizer?)";
     }
   }
-  model_->load_tokens(0, microbatch_.tokens);
-  model_->load_targets(0, microbatch_.targets);
+  model_->load_tokens(ctx_, 0, microbatch_.tokens);
+  model_->load_targets(ctx_, 0, microbatch_.targets);
 }
 
 void Trainer::set_data_position(const DataPosition& position, int64_t iteration) {

@@ -108,8 +108,8 @@ TEST(GptModel, GradientsMatchFiniteDifferences) {
     tokens[i] = static_cast<int32_t>((i * 7 + 3) % config.vocab_size);
     targets[i] = static_cast<int32_t>((i * 5 + 1) % config.vocab_size);
   }
-  model.load_tokens(0, tokens);
-  model.load_targets(0, targets);
+  model.load_tokens(ctx, 0, tokens);
+  model.load_targets(ctx, 0, targets);
   Tensor loss_sum = arena.allocate_zeroed(DType::kFloat32, {1});
   auto loss = [&]() {
     zero_tensor(loss_sum);
