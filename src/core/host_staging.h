@@ -18,6 +18,8 @@ class HostStaging {
 
   // At least `bytes` bytes; reallocates only when a larger size is first asked for.
   void* reserve(size_t bytes);
+  // Bytes reserved so far.
+  size_t capacity() const { return bytes_; }
 
  private:
   void release();

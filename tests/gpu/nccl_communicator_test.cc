@@ -6,6 +6,7 @@
 #include "core/bf16.h"
 #include "core/memory.h"
 #include "gpu/gpu_test_util.h"
+#include "kernels/ops.h"
 #include "parallel/comm/nccl_communicator.h"
 #include "parallel/comm/self_communicator.h"
 
@@ -58,6 +59,57 @@ TEST(NcclCommunicator, EveryCollectiveWithOneRank) {
   const std::vector<bf16> back = to_host<bf16>(ctx, bf);
   for (int i = 0; i < 37; ++i) EXPECT_EQ(back[i].bits, halves[i].bits);
   nccl.barrier(ctx);
+}
+
+// Asynchronous forms: several operations started before any wait, waited on in reverse order,
+// then a kernel on the compute stream that reads a result (ordered by the wait, with no host
+// synchronization in between); results exact.
+TEST(NcclCommunicator, SeveralInFlightBeforeAnyWait) {
+  GPT_REQUIRE_GPU();
+  Context ctx = Context::gpu(0);
+  SelfCommunicator bootstrap("bootstrap");
+  NcclCommunicator nccl(ctx, bootstrap, "nccl-test", 60.0);
+  Arena arena(Device::kCuda, "nccl-test");
+  const int64_t n = 1001;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 17) - 8.0f;
+  std::vector<bf16> halves(37);
+  for (int i = 0; i < 37; ++i) halves[i] = bf16(static_cast<float>(i) - 18.0f);
+  Tensor summed = to_device(arena, values), maximum = to_device(arena, values), source = to_device(arena, values);
+  Tensor broadcast = to_device(arena, values), bf = to_device(arena, halves);
+  Tensor scattered = arena.allocate(DType::kFloat32, {n}), gathered = arena.allocate(DType::kFloat32, {n});
+  std::vector<CollectiveHandle> handles;
+  handles.push_back(nccl.start_all_reduce(ctx, summed, ReduceOp::kSum));
+  handles.push_back(nccl.start_all_reduce(ctx, maximum, ReduceOp::kMax));
+  handles.push_back(nccl.start_reduce_scatter(ctx, scattered, source, ReduceOp::kSum));
+  handles.push_back(nccl.start_all_gather(ctx, gathered, source));
+  handles.push_back(nccl.start_broadcast(ctx, broadcast, 0));
+  handles.push_back(nccl.start_all_reduce(ctx, bf, ReduceOp::kSum));
+  for (auto handle = handles.rbegin(); handle != handles.rend(); ++handle) handle->wait(ctx);
+  ops::scale(ctx, summed, 2.0f);  // on the compute stream, after the wait
+  std::vector<float> doubled = values;
+  for (float& v : doubled) v *= 2.0f;
+  EXPECT_EQ(to_host<float>(ctx, summed), doubled);
+  EXPECT_EQ(to_host<float>(ctx, maximum), values);
+  EXPECT_EQ(to_host<float>(ctx, scattered), values);
+  EXPECT_EQ(to_host<float>(ctx, gathered), values);
+  EXPECT_EQ(to_host<float>(ctx, broadcast), values);
+  const std::vector<bf16> back = to_host<bf16>(ctx, bf);
+  for (int i = 0; i < 37; ++i) EXPECT_EQ(back[i].bits, halves[i].bits);
+}
+
+TEST(NcclCommunicator, DroppingAnUnwaitedHandleIsFatal) {
+  GPT_REQUIRE_GPU();
+  EXPECT_DEATH(
+      {
+        Context ctx = Context::gpu(0);
+        SelfCommunicator bootstrap("bootstrap");
+        NcclCommunicator nccl(ctx, bootstrap, "nccl-test", 60.0);
+        Arena arena(Device::kCuda, "nccl-test");
+        Tensor data = arena.allocate(DType::kFloat32, {8});
+        static_cast<void>(nccl.start_all_reduce(ctx, data, ReduceOp::kSum));  // dropped at once
+      },
+      "all_reduce on group 'nccl-test' \\(NCCL\\) was started but never waited on");
 }
 
 TEST(NcclCommunicator, RefusesHostTensors) {

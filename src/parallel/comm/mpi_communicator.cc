@@ -1,5 +1,6 @@
 #include "parallel/comm/mpi_communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <sstream>
@@ -7,7 +8,7 @@
 
 #include "core/bf16.h"
 #include "core/check.h"
-#include "core/memory.h"
+#include "core/stream_copy.h"
 
 #define GPT_MPI_CHECK(call)                                                           \
   do {                                                                                \
@@ -37,10 +38,90 @@ MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
 
 }  // namespace
 
+// One operation in flight: its MPI requests and the host copies it works on, which are its own
+// until wait() has copied the results back.
+class MpiCommunicator::Pending final : public PendingCollective {
+ public:
+  Pending(MpiCommunicator& comm, const char* operation) : comm_(comm), operation_(operation) {}
+  ~Pending() override {
+    for (std::unique_ptr<HostStaging>& area : staging_) comm_.return_staging(std::move(area));
+  }
+
+  struct Host {
+    void* data;
+    MPI_Datatype type;
+  };
+  // Host view of `t` in the type MPI works on (FP32 for BF16 reductions): the tensor itself when
+  // it is a host tensor of that type, else a staging copy, filled from `t` when `copy_in` and
+  // copied back into `t` by wait() when `copy_out`.
+  Host stage(Context& ctx, const Tensor& t, bool widen_bf16, bool copy_in, bool copy_out) {
+    const bool widen = widen_bf16 && t.dtype() == DType::kBFloat16;
+    if (t.device() == Device::kCpu && !widen) return {t.data(), mpi_type(t.dtype())};
+    void* host = borrow(widen ? static_cast<size_t>(t.numel()) * sizeof(float) : t.bytes());
+    if (copy_in) {
+      const void* bits = t.data();
+      if (t.device() != Device::kCpu) {
+        void* landing = widen ? borrow(t.bytes()) : host;
+        copy_to_host(ctx, landing, t);
+        ctx.synchronize();  // MPI reads host memory: this stream's copy must have landed
+        bits = landing;
+      }
+      if (widen) {
+        const auto* from = static_cast<const bf16*>(bits);
+        auto* to = static_cast<float*>(host);
+        for (int64_t i = 0; i < t.numel(); ++i) to[i] = from[i].to_float();
+      }
+    }
+    if (copy_out) copy_back_.push_back({t, host, widen});
+    return {host, widen ? MPI_FLOAT : mpi_type(t.dtype())};
+  }
+
+  void wait(Context& ctx) override {
+    comm_.wait_requests(operation_, requests);
+    bool queued = false;
+    for (const CopyBack& back : copy_back_) {
+      const void* bits = back.data;
+      if (back.widened) {
+        auto* narrowed = back.tensor.device() == Device::kCpu ? back.tensor.data_as<bf16>()
+                                                              : static_cast<bf16*>(borrow(back.tensor.bytes()));
+        const auto* from = static_cast<const float*>(back.data);
+        for (int64_t i = 0; i < back.tensor.numel(); ++i) narrowed[i] = bf16(from[i]);
+        bits = narrowed;
+      }
+      if (back.tensor.device() != Device::kCpu) {
+        copy_to_device(ctx, back.tensor, bits);
+        queued = true;
+      }
+    }
+    // The staging areas go back to the pool, and page-locked ones are read by the copies until the
+    // stream reaches them: wait for this stream (not the device) before letting them go.
+    if (queued) ctx.synchronize();
+  }
+
+  std::string describe() const override { return std::string(operation_) + " on group '" + comm_.name_ + "'"; }
+
+  std::vector<MPI_Request> requests;
+
+ private:
+  struct CopyBack {
+    Tensor tensor;
+    void* data;
+    bool widened;
+  };
+
+  void* borrow(size_t bytes) {
+    staging_.push_back(comm_.borrow_staging());
+    return staging_.back()->reserve(bytes);
+  }
+
+  MpiCommunicator& comm_;
+  const char* operation_;
+  std::vector<std::unique_ptr<HostStaging>> staging_;
+  std::vector<CopyBack> copy_back_;
+};
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, double timeout_seconds)
     : comm_(comm), name_(std::move(name)), timeout_seconds_(timeout_seconds) {
-  staging_.reserve(3);
-  for (int i = 0; i < 3; ++i) staging_.emplace_back();
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -56,45 +137,19 @@ MpiCommunicator::~MpiCommunicator() {
   if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-MpiCommunicator::Staged MpiCommunicator::stage_in(Context& ctx, const Tensor& t, int slot, bool widen_bf16,
-                                                  bool copy_contents) {
-  const bool widen = widen_bf16 && t.dtype() == DType::kBFloat16;
-  if (t.device() == Device::kCpu && !widen) return {t.data(), mpi_type(t.dtype()), false};
-  const size_t bytes = static_cast<size_t>(t.numel()) * (widen ? sizeof(float) : dtype_size(t.dtype()));
-  void* buffer = staging_[static_cast<size_t>(slot)].reserve(bytes);
-  if (copy_contents) {
-    ctx.synchronize();
-    if (!widen) {
-      copy_bytes(Device::kCpu, buffer, t.device(), t.data(), t.bytes());
-    } else {
-      const bf16* bits = host_bf16(t);
-      auto* widened = static_cast<float*>(buffer);
-      for (int64_t i = 0; i < t.numel(); ++i) widened[i] = bits[i].to_float();
-    }
-  }
-  return {buffer, widen ? MPI_FLOAT : mpi_type(t.dtype()), true};
+std::unique_ptr<HostStaging> MpiCommunicator::borrow_staging() {
+  if (free_staging_.empty()) return std::make_unique<HostStaging>();
+  // The largest free area: it most likely fits, and areas then keep distinct sizes.
+  auto largest = std::max_element(free_staging_.begin(), free_staging_.end(),
+                                  [](const auto& a, const auto& b) { return a->capacity() < b->capacity(); });
+  std::unique_ptr<HostStaging> area = std::move(*largest);
+  free_staging_.erase(largest);
+  return area;
 }
 
-const bf16* MpiCommunicator::host_bf16(const Tensor& t) {
-  if (t.device() == Device::kCpu) return t.data_as<bf16>();
-  void* bits = staging_[2].reserve(t.bytes());
-  copy_bytes(Device::kCpu, bits, t.device(), t.data(), t.bytes());
-  return static_cast<const bf16*>(bits);
-}
+void MpiCommunicator::return_staging(std::unique_ptr<HostStaging> area) { free_staging_.push_back(std::move(area)); }
 
-void MpiCommunicator::stage_out(Context& ctx, const Tensor& t, const Staged& staged) {
-  if (!staged.copied) return;
-  if (staged.type == MPI_FLOAT && t.dtype() == DType::kBFloat16) {
-    bf16* bits = t.device() == Device::kCpu ? t.data_as<bf16>() : static_cast<bf16*>(staging_[2].reserve(t.bytes()));
-    const auto* widened = static_cast<const float*>(staged.data);
-    for (int64_t i = 0; i < t.numel(); ++i) bits[i] = bf16(widened[i]);
-    if (t.device() != Device::kCpu) copy_bytes(t.device(), t.data(), Device::kCpu, bits, t.bytes());
-  } else {
-    copy_bytes(t.device(), t.data(), Device::kCpu, staged.data, t.bytes());
-  }
-}
-
-void MpiCommunicator::wait(const char* operation, std::vector<MPI_Request>& requests) {
+void MpiCommunicator::wait_requests(const char* operation, std::vector<MPI_Request>& requests) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_seconds_);
   // Poll with back-off: MPI needs the calls to make progress, but several ranks may share a core.
@@ -115,85 +170,74 @@ void MpiCommunicator::wait(const char* operation, std::vector<MPI_Request>& requ
   }
 }
 
-void MpiCommunicator::all_reduce(Context& ctx, const Tensor& data, ReduceOp op) {
-  if (data.numel() == 0) return;
-  const Staged staged = stage_in(ctx, data, 0, /*widen_bf16=*/true, /*copy_contents=*/true);
-  std::vector<MPI_Request> requests(1);
-  GPT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, staged.data, static_cast<int>(data.numel()), staged.type, mpi_op(op),
-                               comm_, &requests[0]));
-  wait("all_reduce", requests);
-  stage_out(ctx, data, staged);
+CollectiveHandle MpiCommunicator::start_all_reduce(Context& ctx, const Tensor& data, ReduceOp op) {
+  if (data.numel() == 0) return {};
+  auto pending = std::make_unique<Pending>(*this, "all_reduce");
+  const Pending::Host host = pending->stage(ctx, data, /*widen_bf16=*/true, /*copy_in=*/true, /*copy_out=*/true);
+  pending->requests.resize(1);
+  GPT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, host.data, static_cast<int>(data.numel()), host.type, mpi_op(op), comm_,
+                               &pending->requests[0]));
+  return CollectiveHandle(std::move(pending));
 }
 
-void MpiCommunicator::reduce_scatter(Context& ctx, const Tensor& output, const Tensor& input, ReduceOp op) {
+CollectiveHandle MpiCommunicator::start_reduce_scatter(Context& ctx, const Tensor& output, const Tensor& input,
+                                                       ReduceOp op) {
   GPT_CHECK(input.numel() == output.numel() * size_ && input.dtype() == output.dtype())
       << "reduce_scatter " << input.to_string() << " -> " << output.to_string() << " on " << name_;
-  const Staged in = stage_in(ctx, input, 0, true, true);
-  const Staged out = stage_in(ctx, output, 1, true, false);
-  std::vector<MPI_Request> requests(1);
+  auto pending = std::make_unique<Pending>(*this, "reduce_scatter");
+  const Pending::Host in = pending->stage(ctx, input, true, /*copy_in=*/true, /*copy_out=*/false);
+  const Pending::Host out = pending->stage(ctx, output, true, /*copy_in=*/false, /*copy_out=*/true);
+  pending->requests.resize(1);
   GPT_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, static_cast<int>(output.numel()), in.type, mpi_op(op),
-                                          comm_, &requests[0]));
-  wait("reduce_scatter", requests);
-  stage_out(ctx, output, out);
+                                          comm_, &pending->requests[0]));
+  return CollectiveHandle(std::move(pending));
 }
 
-void MpiCommunicator::all_gather(Context& ctx, const Tensor& output, const Tensor& input) {
+CollectiveHandle MpiCommunicator::start_all_gather(Context& ctx, const Tensor& output, const Tensor& input) {
   GPT_CHECK(output.numel() == input.numel() * size_ && input.dtype() == output.dtype())
       << "all_gather " << input.to_string() << " -> " << output.to_string() << " on " << name_;
-  const Staged in = stage_in(ctx, input, 0, false, true);
-  const Staged out = stage_in(ctx, output, 1, false, false);
-  std::vector<MPI_Request> requests(1);
+  auto pending = std::make_unique<Pending>(*this, "all_gather");
+  const Pending::Host in = pending->stage(ctx, input, false, /*copy_in=*/true, /*copy_out=*/false);
+  const Pending::Host out = pending->stage(ctx, output, false, /*copy_in=*/false, /*copy_out=*/true);
+  pending->requests.resize(1);
   GPT_MPI_CHECK(MPI_Iallgather(in.data, static_cast<int>(input.numel()), in.type, out.data,
-                               static_cast<int>(input.numel()), out.type, comm_, &requests[0]));
-  wait("all_gather", requests);
-  stage_out(ctx, output, out);
+                               static_cast<int>(input.numel()), out.type, comm_, &pending->requests[0]));
+  return CollectiveHandle(std::move(pending));
 }
 
-void MpiCommunicator::broadcast(Context& ctx, const Tensor& data, int root) {
-  const Staged staged = stage_in(ctx, data, 0, false, rank_ == root);
-  std::vector<MPI_Request> requests(1);
-  GPT_MPI_CHECK(MPI_Ibcast(staged.data, static_cast<int>(data.numel()), staged.type, root, comm_, &requests[0]));
-  wait("broadcast", requests);
-  if (rank_ != root) stage_out(ctx, data, staged);
+CollectiveHandle MpiCommunicator::start_broadcast(Context& ctx, const Tensor& data, int root) {
+  auto pending = std::make_unique<Pending>(*this, "broadcast");
+  const bool is_root = rank_ == root;
+  const Pending::Host host = pending->stage(ctx, data, false, /*copy_in=*/is_root, /*copy_out=*/!is_root);
+  pending->requests.resize(1);
+  GPT_MPI_CHECK(MPI_Ibcast(host.data, static_cast<int>(data.numel()), host.type, root, comm_, &pending->requests[0]));
+  return CollectiveHandle(std::move(pending));
 }
 
-void MpiCommunicator::exchange(Context& ctx, std::span<const PeerTransfer> transfers) {
-  // Host tensors are used in place; device tensors each get their own staging buffer.
-  while (transfer_staging_.size() < transfers.size()) transfer_staging_.emplace_back();
-  std::vector<void*> buffers(transfers.size());
-  std::vector<MPI_Request> requests(transfers.size());
-  if (!transfers.empty()) ctx.synchronize();
+CollectiveHandle MpiCommunicator::start_exchange(Context& ctx, std::span<const PeerTransfer> transfers) {
+  if (transfers.empty()) return {};
+  // Host tensors are used in place; device tensors each get their own staging area.
+  auto pending = std::make_unique<Pending>(*this, "send/receive");
+  pending->requests.resize(transfers.size());
   for (size_t i = 0; i < transfers.size(); ++i) {
     const PeerTransfer& t = transfers[i];
     GPT_CHECK(t.peer >= 0 && t.peer < size_ && t.peer != rank_) << "peer " << t.peer << " in group " << name_;
-    buffers[i] = t.tensor.data();
-    if (t.tensor.device() != Device::kCpu) {
-      buffers[i] = transfer_staging_[i].reserve(t.tensor.bytes());
-      if (t.kind == PeerTransfer::Kind::kSend) {
-        copy_bytes(Device::kCpu, buffers[i], t.tensor.device(), t.tensor.data(), t.tensor.bytes());
-      }
-    }
+    const bool send = t.kind == PeerTransfer::Kind::kSend;
+    const Pending::Host host = pending->stage(ctx, t.tensor, false, /*copy_in=*/send, /*copy_out=*/!send);
     const int count = static_cast<int>(t.tensor.numel());
-    const MPI_Datatype type = mpi_type(t.tensor.dtype());
-    if (t.kind == PeerTransfer::Kind::kSend) {
-      GPT_MPI_CHECK(MPI_Isend(buffers[i], count, type, t.peer, 0, comm_, &requests[i]));
+    if (send) {
+      GPT_MPI_CHECK(MPI_Isend(host.data, count, host.type, t.peer, 0, comm_, &pending->requests[i]));
     } else {
-      GPT_MPI_CHECK(MPI_Irecv(buffers[i], count, type, t.peer, 0, comm_, &requests[i]));
+      GPT_MPI_CHECK(MPI_Irecv(host.data, count, host.type, t.peer, 0, comm_, &pending->requests[i]));
     }
   }
-  wait("send/receive", requests);
-  for (size_t i = 0; i < transfers.size(); ++i) {
-    const PeerTransfer& t = transfers[i];
-    if (t.kind == PeerTransfer::Kind::kReceive && t.tensor.device() != Device::kCpu) {
-      copy_bytes(t.tensor.device(), t.tensor.data(), Device::kCpu, buffers[i], t.tensor.bytes());
-    }
-  }
+  return CollectiveHandle(std::move(pending));
 }
 
 void MpiCommunicator::barrier(Context&) {
   std::vector<MPI_Request> requests(1);
   GPT_MPI_CHECK(MPI_Ibarrier(comm_, &requests[0]));
-  wait("barrier", requests);
+  wait_requests("barrier", requests);
 }
 
 }  // namespace gpt

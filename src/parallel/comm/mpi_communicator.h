@@ -1,12 +1,14 @@
 // Collectives over an MPI communicator on host buffers; device buffers are staged through pinned
 // host memory (which lets several ranks share one GPU in tests). Reductions of BF16 data are done
-// in FP32. Every operation is a non-blocking MPI call polled until it completes or the
-// --distributed-timeout-minutes deadline passes; a rank that never arrives therefore ends the
-// job with a message naming the collective, the group and the waiting rank, never a silent hang.
+// in FP32. Every operation is a non-blocking MPI call: start_x posts it, wait() polls it until it
+// completes or the --distributed-timeout-minutes deadline passes, so a rank that never arrives
+// ends the job with a message naming the collective, the group and the waiting rank, never a
+// silent hang. Handles must be waited on before the communicator is destroyed.
 #pragma once
 
 #include <mpi.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,27 +29,23 @@ class MpiCommunicator final : public Communicator {
   // World ranks of the group's members, for messages.
   const std::vector<int>& world_ranks() const { return world_ranks_; }
 
-  void all_reduce(Context& ctx, const Tensor& data, ReduceOp op) override;
-  void reduce_scatter(Context& ctx, const Tensor& output, const Tensor& input, ReduceOp op) override;
-  void all_gather(Context& ctx, const Tensor& output, const Tensor& input) override;
-  void broadcast(Context& ctx, const Tensor& data, int root) override;
-  void exchange(Context& ctx, std::span<const PeerTransfer> transfers) override;
+  CollectiveHandle start_all_reduce(Context& ctx, const Tensor& data, ReduceOp op) override;
+  CollectiveHandle start_reduce_scatter(Context& ctx, const Tensor& output, const Tensor& input, ReduceOp op) override;
+  CollectiveHandle start_all_gather(Context& ctx, const Tensor& output, const Tensor& input) override;
+  CollectiveHandle start_broadcast(Context& ctx, const Tensor& data, int root) override;
+  CollectiveHandle start_exchange(Context& ctx, std::span<const PeerTransfer> transfers) override;
   void barrier(Context& ctx) override;
 
  private:
-  // Host view of `t` in the dtype MPI operates on (FP32 for BF16 reductions): the tensor itself
-  // when it is a host tensor of that dtype, else a staging copy. `slot` picks a staging area.
-  struct Staged {
-    void* data;
-    MPI_Datatype type;
-    bool copied;
-  };
-  Staged stage_in(Context& ctx, const Tensor& t, int slot, bool widen_bf16, bool copy_contents);
-  void stage_out(Context& ctx, const Tensor& t, const Staged& staged);
-  // BF16 elements of `t` readable on the host (the tensor itself, or a copy in staging slot 2).
-  const bf16* host_bf16(const Tensor& t);
+  class Pending;
+
   // Polls `requests` until all complete; fatal with a clear message at the deadline.
-  void wait(const char* operation, std::vector<MPI_Request>& requests);
+  void wait_requests(const char* operation, std::vector<MPI_Request>& requests);
+  // Host staging areas are lent to an operation from start to wait, so operations in flight
+  // together never share one; returned areas are reused (grow-once), so steady-state steps do not
+  // allocate.
+  std::unique_ptr<HostStaging> borrow_staging();
+  void return_staging(std::unique_ptr<HostStaging> area);
 
   MPI_Comm comm_;
   std::string name_;
@@ -56,8 +54,7 @@ class MpiCommunicator final : public Communicator {
   int size_ = 1;
   int world_rank_ = 0;
   std::vector<int> world_ranks_;
-  std::vector<HostStaging> transfer_staging_;  // one per concurrent point-to-point transfer
-  std::vector<HostStaging> staging_;  // grow-once host buffers: [0], [1] operands, [2] BF16 bits
+  std::vector<std::unique_ptr<HostStaging>> free_staging_;
 };
 
 }  // namespace gpt

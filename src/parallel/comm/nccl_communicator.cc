@@ -38,6 +38,23 @@ ncclDataType_t nccl_type(DType dtype) {
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kSum ? ncclSum : ncclMax; }
 
+// An operation queued on the communicator's stream; waiting makes the caller's stream wait for it.
+// The watchdog bounds it by the timeout whether or not anyone waits.
+class NcclPending final : public PendingCollective {
+ public:
+  NcclPending(cudaEvent_t done, const char* operation, const std::string& group)
+      : done_(done), operation_(operation), group_(group) {}
+  ~NcclPending() override { cudaEventDestroy(done_); }
+
+  void wait(Context& ctx) override { GPT_CUDA_CHECK(cudaStreamWaitEvent(ctx.cuda().stream(), done_, 0)); }
+  std::string describe() const override { return std::string(operation_) + " on group '" + group_ + "' (NCCL)"; }
+
+ private:
+  cudaEvent_t done_;
+  const char* operation_;
+  const std::string& group_;
+};
+
 }  // namespace
 
 bool nccl_available() { return true; }
@@ -71,25 +88,30 @@ class NcclCommunicator::State {
     cudaStreamDestroy(stream_);
   }
 
-  // Runs `enqueue` on the communicator's stream between the context's earlier and later work.
+  // Queues `enqueue` on the communicator's stream after the context's earlier work. The handle
+  // orders the context's later work after it once waited on; until then the compute stream runs
+  // on (overlap). The watchdog watches its own event, so a handle waited on late, or dropped by a
+  // failing rank, does not blind it.
   template <typename Enqueue>
-  void run(Context& ctx, const char* operation, Enqueue&& enqueue) {
+  CollectiveHandle start(Context& ctx, const char* operation, Enqueue&& enqueue) {
     cudaStream_t compute = ctx.cuda().stream();
-    cudaEvent_t ready = nullptr, done = nullptr;
+    cudaEvent_t ready = nullptr, watched = nullptr, done = nullptr;
     GPT_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    GPT_CUDA_CHECK(cudaEventCreateWithFlags(&watched, cudaEventDisableTiming));
     GPT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     GPT_CUDA_CHECK(cudaEventRecord(ready, compute));
     GPT_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
     enqueue(stream_);
+    GPT_CUDA_CHECK(cudaEventRecord(watched, stream_));
     GPT_CUDA_CHECK(cudaEventRecord(done, stream_));
-    GPT_CUDA_CHECK(cudaStreamWaitEvent(compute, done, 0));
     GPT_CUDA_CHECK(cudaEventDestroy(ready));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const auto timeout = std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_));
-      pending_.push_back({operation, done, std::chrono::steady_clock::now() + timeout});
+      pending_.push_back({operation, watched, std::chrono::steady_clock::now() + timeout});
     }
     wake_.notify_all();
+    return CollectiveHandle(std::make_unique<NcclPending>(done, operation, name_));
   }
 
   const std::string name_;
@@ -153,52 +175,53 @@ void check_on_gpu(const std::string& group, const Tensor& t) {
 }
 }  // namespace
 
-void NcclCommunicator::all_reduce(Context& ctx, const Tensor& data, ReduceOp op) {
+CollectiveHandle NcclCommunicator::start_all_reduce(Context& ctx, const Tensor& data, ReduceOp op) {
   const std::string& name_ = state_->name_;
   check_on_gpu(name_, data);
-  state_->run(ctx, "all_reduce", [&](cudaStream_t stream) {
+  return state_->start(ctx, "all_reduce", [&](cudaStream_t stream) {
     GPT_NCCL_CHECK(ncclAllReduce(data.data(), data.data(), static_cast<size_t>(data.numel()), nccl_type(data.dtype()),
                                  nccl_op(op), state_->comm_, stream));
   });
 }
 
-void NcclCommunicator::reduce_scatter(Context& ctx, const Tensor& output, const Tensor& input, ReduceOp op) {
+CollectiveHandle NcclCommunicator::start_reduce_scatter(Context& ctx, const Tensor& output, const Tensor& input,
+                                                        ReduceOp op) {
   const std::string& name_ = state_->name_;
   check_on_gpu(name_, input);
   check_on_gpu(name_, output);
   GPT_CHECK(input.numel() == output.numel() * state_->size_ && input.dtype() == output.dtype())
       << "reduce_scatter " << input.to_string() << " -> " << output.to_string() << " on " << name_;
-  state_->run(ctx, "reduce_scatter", [&](cudaStream_t stream) {
+  return state_->start(ctx, "reduce_scatter", [&](cudaStream_t stream) {
     GPT_NCCL_CHECK(ncclReduceScatter(input.data(), output.data(), static_cast<size_t>(output.numel()),
                                      nccl_type(input.dtype()), nccl_op(op), state_->comm_, stream));
   });
 }
 
-void NcclCommunicator::all_gather(Context& ctx, const Tensor& output, const Tensor& input) {
+CollectiveHandle NcclCommunicator::start_all_gather(Context& ctx, const Tensor& output, const Tensor& input) {
   const std::string& name_ = state_->name_;
   check_on_gpu(name_, input);
   check_on_gpu(name_, output);
   GPT_CHECK(output.numel() == input.numel() * state_->size_ && input.dtype() == output.dtype())
       << "all_gather " << input.to_string() << " -> " << output.to_string() << " on " << name_;
-  state_->run(ctx, "all_gather", [&](cudaStream_t stream) {
+  return state_->start(ctx, "all_gather", [&](cudaStream_t stream) {
     GPT_NCCL_CHECK(ncclAllGather(input.data(), output.data(), static_cast<size_t>(input.numel()),
                                  nccl_type(input.dtype()), state_->comm_, stream));
   });
 }
 
-void NcclCommunicator::broadcast(Context& ctx, const Tensor& data, int root) {
+CollectiveHandle NcclCommunicator::start_broadcast(Context& ctx, const Tensor& data, int root) {
   const std::string& name_ = state_->name_;
   check_on_gpu(name_, data);
-  state_->run(ctx, "broadcast", [&](cudaStream_t stream) {
+  return state_->start(ctx, "broadcast", [&](cudaStream_t stream) {
     GPT_NCCL_CHECK(ncclBroadcast(data.data(), data.data(), static_cast<size_t>(data.numel()), nccl_type(data.dtype()),
                                  root, state_->comm_, stream));
   });
 }
 
-void NcclCommunicator::exchange(Context& ctx, std::span<const PeerTransfer> transfers) {
+CollectiveHandle NcclCommunicator::start_exchange(Context& ctx, std::span<const PeerTransfer> transfers) {
   const std::string& name_ = state_->name_;
   for (const PeerTransfer& t : transfers) check_on_gpu(name_, t.tensor);
-  state_->run(ctx, "send/receive", [&](cudaStream_t stream) {
+  return state_->start(ctx, "send/receive", [&](cudaStream_t stream) {
     // One group call: sends and receives that depend on each other cannot deadlock.
     GPT_NCCL_CHECK(ncclGroupStart());
     for (const PeerTransfer& t : transfers) {
@@ -215,10 +238,10 @@ void NcclCommunicator::exchange(Context& ctx, std::span<const PeerTransfer> tran
 
 void NcclCommunicator::barrier(Context& ctx) {
   const std::string& name_ = state_->name_;
-  state_->run(ctx, "barrier", [&](cudaStream_t stream) {
+  state_->start(ctx, "barrier", [&](cudaStream_t stream) {
     GPT_NCCL_CHECK(ncclAllReduce(state_->barrier_word_, state_->barrier_word_, 1, ncclFloat32, ncclSum, state_->comm_,
                                  stream));
-  });
+  }).wait(ctx);
   ctx.synchronize();
 }
 

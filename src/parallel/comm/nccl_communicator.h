@@ -1,8 +1,9 @@
 // Collectives on GPU buffers through NCCL, one rank per GPU. Work is enqueued on the
-// communicator's own stream, ordered after the context's stream and before its later work by
-// events, so the host never waits. A watchdog thread bounds every operation by the timeout: an
-// operation still unfinished at its deadline, or an asynchronous NCCL error, aborts the
-// communicator and ends the job with the collective, the group and the waiting rank.
+// communicator's own stream after the context's earlier work; waiting on the handle makes the
+// context's stream wait for it by an event, so the host never waits and the compute stream runs
+// on until the caller needs the result. A watchdog thread bounds every operation by the timeout,
+// waited on or not: an operation still unfinished at its deadline, or an asynchronous NCCL error,
+// aborts the communicator and ends the job with the collective, the group and the waiting rank.
 #pragma once
 
 #include <memory>
@@ -23,11 +24,11 @@ class NcclCommunicator final : public Communicator {
   int size() const override;
   const std::string& name() const override;
 
-  void all_reduce(Context& ctx, const Tensor& data, ReduceOp op) override;
-  void reduce_scatter(Context& ctx, const Tensor& output, const Tensor& input, ReduceOp op) override;
-  void all_gather(Context& ctx, const Tensor& output, const Tensor& input) override;
-  void broadcast(Context& ctx, const Tensor& data, int root) override;
-  void exchange(Context& ctx, std::span<const PeerTransfer> transfers) override;
+  CollectiveHandle start_all_reduce(Context& ctx, const Tensor& data, ReduceOp op) override;
+  CollectiveHandle start_reduce_scatter(Context& ctx, const Tensor& output, const Tensor& input, ReduceOp op) override;
+  CollectiveHandle start_all_gather(Context& ctx, const Tensor& output, const Tensor& input) override;
+  CollectiveHandle start_broadcast(Context& ctx, const Tensor& data, int root) override;
+  CollectiveHandle start_exchange(Context& ctx, std::span<const PeerTransfer> transfers) override;
   void barrier(Context& ctx) override;
 
  private:
