@@ -1,11 +1,13 @@
 // Every CUDA op against the CPU reference on the same random inputs: outputs are poisoned (NaN)
 // before each run so unwritten elements show, shapes include odd sizes and sizes that are not a
 // multiple of the vector width. Error metric: ||gpu - cpu|| / ||cpu||.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/arena.h"
@@ -81,6 +83,24 @@ class OpsTest : public ::testing::Test {
   }
 
   static double tolerance(DType dtype) { return dtype == DType::kBFloat16 ? 1e-2 : 1e-5; }
+
+  // The GPU copy, read back.
+  std::vector<uint8_t> download(const Tensor& gpu) {
+    gpu_->synchronize();
+    std::vector<uint8_t> back(gpu.bytes());
+    copy_bytes(Device::kCpu, back.data(), Device::kCuda, gpu.data(), back.size());
+    return back;
+  }
+  // The GPU result equals the CPU result bit for bit.
+  bool identical(const Twin& t) {
+    const std::vector<uint8_t> back = download(t.gpu);
+    return std::memcmp(back.data(), t.cpu.data(), back.size()) == 0;
+  }
+  // Elements [offset, offset + shape.numel()) of both copies seen with `shape`: with an offset
+  // that is not a multiple of the vector width, the views are misaligned (the scalar paths).
+  static Twin part(const Twin& t, int64_t offset, Shape shape) {
+    return {t.cpu.flat_range(offset, shape.numel()).view(shape), t.gpu.flat_range(offset, shape.numel()).view(shape)};
+  }
 
   Context cpu_ = Context::cpu(1);
   std::unique_ptr<Context> gpu_;
@@ -264,6 +284,271 @@ TEST_F(OpsTest, AdamWMatchesTheReferenceOverSeveralSteps) {
   EXPECT_LE(error(m), 1e-6);
   EXPECT_LE(error(v), 1e-6);
   EXPECT_LE(error(copy), 1e-2);
+}
+
+// Every register configuration of the one-pass LayerNorm kernels (h from 7 to 8192, in both
+// dtypes), the multi-pass path beyond (h = 20000), the scalar path (odd h, misaligned views), many
+// more rows than the grid holds (the grid strides), outputs aliasing inputs as the model uses them,
+// and the weight/bias gradients bitwise reproducible.
+TEST_F(OpsTest, LayerNormEveryRowConfigurationAlignmentAndAliasing) {
+  struct Case {
+    int64_t rows, h, offset;
+  };
+  const Case cases[] = {{3, 7, 0},     {5, 64, 0},    {9, 200, 0},   {7, 256, 0},    {33, 768, 0},  {5, 1000, 0},
+                        {4, 1024, 0},  {6, 2048, 0},  {3, 4100, 0},  {3, 4096, 0},   {2, 8192, 0},  {2, 20000, 0},
+                        {17, 768, 1},  {5, 2048, 3},  {100003, 8, 0}, {40000, 24, 0}};
+  for (DType t : kTypes) {
+    for (const Case& c : cases) {
+      const int64_t rows = c.rows, h = c.h, n = rows * h;
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " rows=" << rows << " h=" << h << " offset=" << c.offset);
+      Twin x_storage = make(t, {n + c.offset}, 2.0f, 0.5f), delta_storage = make(t, {n + c.offset});
+      Twin x = part(x_storage, c.offset, {rows, h}), delta = part(delta_storage, c.offset, {rows, h});
+      Twin delta_bias = make(t, {h}), w = make(t, {h}, 0.2f, 1.0f), b = make(t, {h});
+      Twin y = output(t, {rows, h}), residual = output(t, {rows, h});
+      Twin mean = output(DType::kFloat32, {rows}), rstd = output(DType::kFloat32, {rows});
+      for (Context* ctx : {&cpu_, gpu_.get()}) {
+        const bool on_gpu = ctx != &cpu_;
+        auto pick = [&](const Twin& v) { return on_gpu ? v.gpu : v.cpu; };
+        ops::layernorm_forward(*ctx, pick(y), pick(mean), pick(rstd), pick(x), pick(w), pick(b), 1e-5f);
+      }
+      EXPECT_LE(error(y), tolerance(t));
+      EXPECT_LE(error(mean), 1e-5);
+      EXPECT_LE(error(rstd), 1e-5);
+      // Fused residual, written over x (the residual stream is updated in place).
+      for (Context* ctx : {&cpu_, gpu_.get()}) {
+        const bool on_gpu = ctx != &cpu_;
+        auto pick = [&](const Twin& v) { return on_gpu ? v.gpu : v.cpu; };
+        ops::residual_layernorm_forward(*ctx, pick(x), pick(y), pick(mean), pick(rstd), pick(x), pick(delta),
+                                        pick(delta_bias), pick(w), pick(b), 1e-5f);
+      }
+      EXPECT_LE(error(x), tolerance(t));
+      EXPECT_LE(error(y), tolerance(t));
+      EXPECT_LE(error(rstd), 1e-5);
+      // Backward twice: into a separate dx (accumulating), then dx written over dy.
+      Twin dy = make(t, {rows, h}), dx = make(t, {rows, h});
+      Twin dw = make(DType::kFloat32, {h}), db = make(DType::kFloat32, {h});
+      for (bool in_place : {false, true}) {
+        const Twin& target = in_place ? dy : dx;
+        ops::layernorm_backward(cpu_, target.cpu, dw.cpu, db.cpu, dy.cpu, x.cpu, mean.cpu, rstd.cpu, w.cpu, !in_place);
+        ops::layernorm_backward(*gpu_, target.gpu, dw.gpu, db.gpu, dy.gpu, x.gpu, mean.gpu, rstd.gpu, w.gpu, !in_place);
+        EXPECT_LE(error(target), tolerance(t)) << "in place " << in_place;
+        EXPECT_LE(error(dw), 1e-4);
+        EXPECT_LE(error(db), 1e-4);
+      }
+      // Deterministic: the same inputs give the same bits, run after run.
+      std::vector<std::vector<uint8_t>> runs;
+      for (int run = 0; run < 2; ++run) {
+        Twin dw_run = output(DType::kFloat32, {h}), db_run = output(DType::kFloat32, {h});
+        ops::zero(*gpu_, dw_run.gpu);
+        ops::zero(*gpu_, db_run.gpu);
+        ops::copy(*gpu_, dx.gpu, dy.gpu);  // the same dy each run, overwritten in place
+        ops::layernorm_backward(*gpu_, dx.gpu, dw_run.gpu, db_run.gpu, dx.gpu, x.gpu, mean.gpu, rstd.gpu, w.gpu, false);
+        runs.push_back(download(dw_run.gpu));
+        runs.push_back(download(db_run.gpu));
+        runs.push_back(download(dx.gpu));
+      }
+      EXPECT_EQ(runs[0], runs[3]) << "dweight";
+      EXPECT_EQ(runs[1], runs[4]) << "dbias";
+      EXPECT_EQ(runs[2], runs[5]) << "dx";
+    }
+  }
+}
+
+// Vector body with scalar head and tail: misaligned views of every operand, sizes around the
+// vector width, a residual bias whose rows are not a multiple of the width, and an element count
+// far beyond one thread per element of the grid.
+TEST_F(OpsTest, ElementwiseOpsOnMisalignedViewsAndLargeSizes) {
+  struct Case {
+    int64_t n, h, x_offset, d_offset, out_offset;
+  };
+  // Equal offsets: a scalar head, then the vector body. Different offsets: all scalar.
+  const Case cases[] = {{8, 8, 1, 1, 1},       {9 * 13, 13, 3, 6, 0},  {768 * 5, 768, 0, 0, 0},
+                        {768 * 5, 768, 2, 2, 2}, {768 * 5 + 3, 1, 5, 5, 5}, {(int64_t{1} << 24) + 24, 24, 0, 0, 0}};
+  for (DType t : kTypes) {
+    for (const Case& c : cases) {
+      const int64_t n = c.n, h = c.h;
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " n=" << n << " h=" << h << " offsets " << c.x_offset
+                                        << " " << c.d_offset << " " << c.out_offset);
+      Twin x_storage = make(t, {n + c.x_offset}), d_storage = make(t, {n + c.d_offset});
+      Twin x = part(x_storage, c.x_offset, {n / h, h}), d = part(d_storage, c.d_offset, {n / h, h});
+      Twin bias = make(t, {h});
+      Twin out_storage = output(t, {n + c.out_offset});
+      Twin out = part(out_storage, c.out_offset, {n / h, h});
+      ops::residual_add(cpu_, out.cpu, x.cpu, d.cpu, bias.cpu);
+      ops::residual_add(*gpu_, out.gpu, x.gpu, d.gpu, bias.gpu);
+      EXPECT_TRUE(identical(out)) << "residual_add";
+      ops::residual_add(cpu_, d.cpu, x.cpu, d.cpu, Tensor());
+      ops::residual_add(*gpu_, d.gpu, x.gpu, d.gpu, Tensor());
+      EXPECT_TRUE(identical(d)) << "residual_add in place";
+      Twin y = output(t, {n / h, h});
+      ops::gelu_forward(cpu_, y.cpu, x.cpu);
+      ops::gelu_forward(*gpu_, y.gpu, x.gpu);
+      EXPECT_LE(error(y), tolerance(t));
+      ops::gelu_backward(cpu_, d.cpu, d.cpu, x.cpu);
+      ops::gelu_backward(*gpu_, d.gpu, d.gpu, x.gpu);
+      EXPECT_LE(error(d), tolerance(t));
+      Twin other = output(t == DType::kFloat32 ? DType::kBFloat16 : DType::kFloat32, {n + 1});
+      Twin other_part = part(other, 1, {n});
+      ops::cast(cpu_, other_part.cpu, x.cpu);
+      ops::cast(*gpu_, other_part.gpu, x.gpu);
+      EXPECT_TRUE(identical(other_part)) << "cast";
+    }
+  }
+  for (int64_t offset : {0, 1, 2}) {
+    // Mean 1, so that the sum is far from 0 and its relative error meaningful.
+    Twin f_storage = make(DType::kFloat32, {(int64_t{1} << 22) + 7}, 1.0f, 1.0f);
+    Twin f = part(f_storage, offset, {(int64_t{1} << 22) + 5 - offset});
+    Twin total = make(DType::kFloat32, {1}), squares = make(DType::kFloat32, {1});
+    ops::sum(cpu_, total.cpu, f.cpu);
+    ops::sum(*gpu_, total.gpu, f.gpu);
+    ops::sum_of_squares(cpu_, squares.cpu, f.cpu);
+    ops::sum_of_squares(*gpu_, squares.gpu, f.gpu);
+    EXPECT_LE(error(total), 1e-4);
+    EXPECT_LE(error(squares), 1e-5);
+    // Reproducible: the same sum, bit for bit, every time.
+    Twin first = output(DType::kFloat32, {1}), second = output(DType::kFloat32, {1});
+    ops::zero(*gpu_, first.gpu);
+    ops::zero(*gpu_, second.gpu);
+    ops::sum_of_squares(*gpu_, first.gpu, f.gpu);
+    ops::sum_of_squares(*gpu_, second.gpu, f.gpu);
+    EXPECT_EQ(download(first.gpu), download(second.gpu));
+    ops::scale(cpu_, f.cpu, 0.37f);
+    ops::scale(*gpu_, f.gpu, 0.37f);
+    EXPECT_TRUE(identical(f)) << "scale";
+  }
+}
+
+// Vectorized statistics and gradient over a GPT-2 vocabulary shard (padded columns excluded), the
+// scalar path (odd widths, a misaligned view), and more rows than the grid holds.
+TEST_F(OpsTest, CrossEntropyVectorizedShardsAndManyRows) {
+  struct Case {
+    int64_t rows, cols, valid, start, offset;
+  };
+  for (DType t : kTypes) {
+    for (const Case& c : {Case{7, 50304, 50257, 0, 0}, Case{5, 25152, 25152, 25152, 0}, Case{6, 25152, 25105, 25152, 0},
+                          Case{9, 1000, 997, 0, 1}, Case{5000, 64, 60, 30, 0}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " rows=" << c.rows << " cols=" << c.cols);
+      Twin storage = make(t, {c.rows * c.cols + c.offset}, 3.0f);
+      Twin logits = part(storage, c.offset, {c.rows, c.cols});
+      Twin targets = tokens({c.rows}, 0, static_cast<int32_t>(2 * c.cols));
+      Twin m = output(DType::kFloat32, {c.rows}), sumexp = output(DType::kFloat32, {c.rows});
+      Twin target = output(DType::kFloat32, {c.rows}), dlogits = output(t, {c.rows, c.cols});
+      for (Context* ctx : {&cpu_, gpu_.get()}) {
+        const bool g = ctx != &cpu_;
+        auto pick = [&](const Twin& v) { return g ? v.gpu : v.cpu; };
+        ops::cross_entropy_stats(*ctx, pick(m), pick(sumexp), pick(target), pick(logits), pick(targets), c.start, c.valid);
+        ops::cross_entropy_backward(*ctx, pick(dlogits), pick(logits), pick(targets), pick(m), pick(sumexp), 0.5f,
+                                    c.start, c.valid);
+      }
+      EXPECT_EQ(error(m), 0.0);
+      EXPECT_LE(error(sumexp), 1e-5);
+      EXPECT_EQ(error(target), 0.0);
+      EXPECT_LE(error(dlogits), tolerance(t));
+      // In place, as the output layer calls it.
+      ops::cross_entropy_backward(cpu_, logits.cpu, logits.cpu, targets.cpu, m.cpu, sumexp.cpu, 0.5f, c.start, c.valid);
+      ops::cross_entropy_backward(*gpu_, logits.gpu, logits.gpu, targets.gpu, m.gpu, sumexp.gpu, 0.5f, c.start, c.valid);
+      EXPECT_LE(error(logits), tolerance(t));
+    }
+  }
+}
+
+// Vectorized rows (h a multiple of the pack) and the scalar path; a token gradient with long runs
+// of one token (the sort and the in-order sum), bitwise reproducible; more rows than the grid.
+TEST_F(OpsTest, EmbeddingsVectorizedAndDeterministic) {
+  for (DType t : kTypes) {
+    for (auto [s, b, h] : {std::tuple{int64_t{64}, int64_t{4}, int64_t{768}}, std::tuple{int64_t{33}, int64_t{3}, int64_t{44}},
+                           std::tuple{int64_t{5000}, int64_t{8}, int64_t{16}}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " s=" << s << " b=" << b << " h=" << h);
+      const int64_t local_vocab = 300, start = 100;
+      Twin table = make(t, {local_vocab, h}), out = output(t, {s * b, h});
+      // Mostly tokens of a few ids (long runs), some outside this shard.
+      Twin ids = tokens({s * b}, 95, 110);
+      ops::embedding_forward(cpu_, out.cpu, ids.cpu, table.cpu, start);
+      ops::embedding_forward(*gpu_, out.gpu, ids.gpu, table.gpu, start);
+      EXPECT_TRUE(identical(out));
+      Twin positions = make(t, {s + 7, h});
+      ops::position_embedding_forward(cpu_, out.cpu, positions.cpu, b, 7);
+      ops::position_embedding_forward(*gpu_, out.gpu, positions.gpu, b, 7);
+      EXPECT_TRUE(identical(out));
+      Twin dtable = make(DType::kFloat32, {local_vocab, h}), dpositions = make(DType::kFloat32, {s + 7, h});
+      // FP32 sums in row order on both sides, associated differently (the CPU adds each row into
+      // the table, the GPU a run's total): runs of thousands of rows differ by a few 1e-6.
+      ops::embedding_backward(cpu_, dtable.cpu, out.cpu, ids.cpu, start);
+      ops::embedding_backward(*gpu_, dtable.gpu, out.gpu, ids.gpu, start);
+      EXPECT_LE(error(dtable), 2e-5);
+      ops::position_embedding_backward(cpu_, dpositions.cpu, out.cpu, b, 7);
+      ops::position_embedding_backward(*gpu_, dpositions.gpu, out.gpu, b, 7);
+      EXPECT_LE(error(dpositions), 2e-6);
+      Twin again = output(DType::kFloat32, {local_vocab, h});
+      ops::zero(*gpu_, dtable.gpu);
+      ops::zero(*gpu_, again.gpu);
+      ops::embedding_backward(*gpu_, dtable.gpu, out.gpu, ids.gpu, start);
+      ops::embedding_backward(*gpu_, again.gpu, out.gpu, ids.gpu, start);
+      EXPECT_EQ(download(dtable.gpu), download(again.gpu));
+    }
+  }
+}
+
+// Bias gradients of GPT-sized columns (vector path) and odd ones, from FP32 and BF16 rows.
+TEST_F(OpsTest, BiasGradVectorizedAndOddColumns) {
+  for (DType t : kTypes) {
+    for (auto [rows, cols] : {std::pair{int64_t{3000}, int64_t{3072}}, std::pair{int64_t{2}, int64_t{2304}},
+                              std::pair{int64_t{777}, int64_t{100}}, std::pair{int64_t{5}, int64_t{5}}}) {
+      Twin dy = make(t, {rows, cols}), dbias = make(DType::kFloat32, {cols});
+      ops::bias_grad(cpu_, dbias.cpu, dy.cpu);
+      ops::bias_grad(*gpu_, dbias.gpu, dy.gpu);
+      EXPECT_LE(error(dbias), 1e-5) << dtype_name(t) << " rows=" << rows << " cols=" << cols;
+    }
+  }
+}
+
+// The multi-tensor AdamW is the CPU reference bit for bit (both avoid FMA contraction): more
+// segments than one launch takes, odd offsets and lengths, empty segments, gaps left untouched,
+// with and without the BF16 copy, on aligned and misaligned state.
+TEST_F(OpsTest, AdamWSegmentsMatchTheReferenceBitForBit) {
+  std::mt19937 pick(7);
+  std::vector<ops::AdamWSegment> segments;
+  int64_t offset = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const int64_t length = i % 97 == 0 ? 0 : std::uniform_int_distribution<int64_t>(1, i % 10 == 0 ? 20000 : 300)(pick);
+    const int64_t gap = i % 13 == 0 ? 3 : 0;
+    segments.push_back({.offset = offset + gap, .length = length, .weight_decay = i % 3 != 0});
+    offset += gap + length;
+  }
+  std::reverse(segments.begin(), segments.end());  // any order
+  for (int64_t shift : {0, 1}) {
+    for (bool with_copy : {true, false}) {
+      const int64_t n = offset;
+      Twin master = make(DType::kFloat32, {n + shift}), grad = make(DType::kFloat32, {n + shift});
+      // v stays positive (0.5 +- 0.01): the square root of a negative is a NaN whose bits differ.
+      Twin m = make(DType::kFloat32, {n + shift}, 0.1f), v = make(DType::kFloat32, {n + shift}, 0.01f, 0.5f);
+      Twin copy = output(DType::kBFloat16, {n + shift});
+      auto view = [&](const Twin& t) { return part(t, shift, {n}); };
+      for (int step = 1; step <= 3; ++step) {
+        const ops::AdamWStep s{.learning_rate = 1e-3f, .weight_decay = 0.1f, .step = step, .grad_scale = 0.5f};
+        for (Context* ctx : {&cpu_, gpu_.get()}) {
+          const bool g = ctx != &cpu_;
+          auto on = [&](const Twin& t) { return g ? view(t).gpu : view(t).cpu; };
+          ops::adamw_update_segments(*ctx, s, on(master), on(grad), on(m), on(v), with_copy ? on(copy) : Tensor(),
+                                     segments);
+        }
+      }
+      SCOPED_TRACE(::testing::Message() << "shift " << shift << " copy " << with_copy);
+      EXPECT_TRUE(identical(master));
+      EXPECT_TRUE(identical(m));
+      EXPECT_TRUE(identical(v));
+      EXPECT_TRUE(identical(copy));  // including the poisoned gaps
+    }
+  }
+  // The single-tensor op shares the kernel.
+  Twin master = make(DType::kFloat32, {10007}), grad = make(DType::kFloat32, {10007});
+  Twin m = make(DType::kFloat32, {10007}, 0.0f), v = make(DType::kFloat32, {10007}, 0.0f);
+  Twin copy = output(DType::kBFloat16, {10007});
+  const ops::AdamWStep s{.learning_rate = 1e-3f, .weight_decay = 0.1f, .step = 1, .grad_scale = 0.5f};
+  ops::adamw_update(cpu_, s, master.cpu, grad.cpu, m.cpu, v.cpu, copy.cpu);
+  ops::adamw_update(*gpu_, s, master.gpu, grad.gpu, m.gpu, v.gpu, copy.gpu);
+  EXPECT_TRUE(identical(master));
+  EXPECT_TRUE(identical(copy));
 }
 
 }  // namespace
