@@ -1,41 +1,65 @@
 #!/usr/bin/env python3
 """One-GPU benchmark: pretrain_gpt (BF16, --mock-data, GPT-2 vocabulary) for GPT-2 124M, GPT-2
 350M and a 1.3B model, each against the PyTorch baseline (torch_gpt_baseline.py) of the same model
-and micro batch. Reports tokens/s, model TFLOP/s per GPU (Megatron's formula, attention term not
-halved), MFU against 989 TFLOP/s (H100 SXM dense BF16) and peak device memory, as a markdown
-table for docs/PERFORMANCE.md."""
+and micro batch, in the same command. Reports tokens/s, model TFLOP/s per GPU (Megatron's formula,
+attention term not halved), MFU against 989 TFLOP/s (H100 SXM dense BF16), peak device memory and
+our/PyTorch ratio as a markdown table for docs/PERFORMANCE.md, then a per-op time breakdown of ours
+for each model (a separate run with GPT_OP_PROFILE=1, so profiling costs nothing in the table)."""
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
 
-MODELS = [  # name, layers, hidden, heads, seq, micro batch
-    ("GPT-2 124M", 12, 768, 12, 1024, 16),
-    ("GPT-2 350M", 24, 1024, 16, 1024, 8),
-    ("GPT 1.3B", 24, 2048, 16, 2048, 4),
-]
+MODELS = {  # name: (label, layers, hidden, heads, seq, micro batch)
+    "124M": ("GPT-2 124M", 12, 768, 12, 1024, 16),
+    "350M": ("GPT-2 350M", 24, 1024, 16, 1024, 8),
+    "1.3B": ("GPT 1.3B", 24, 2048, 16, 2048, 4),
+}
 PEAK_TFLOPS = 989.0
-ITERATIONS, LOG_INTERVAL = 20, 10
+ITERATIONS, LOG_INTERVAL = 30, 10
 LOG = re.compile(r"elapsed time per iteration \(ms\): ([\d.]+) \| throughput per GPU \(TFLOP/s/GPU\): ([\d.]+)")
 MEMORY = re.compile(r"max reserved: ([\d.]+)")
 
 
-def ours(binary, layers, hidden, heads, seq, micro_batch):
-    command = [binary, "--device", "cuda", "--bf16", "--mock-data", "--vocab-size", "50257",
-               "--num-layers", str(layers), "--hidden-size", str(hidden), "--num-attention-heads", str(heads),
-               "--seq-length", str(seq), "--max-position-embeddings", str(seq), "--micro-batch-size", str(micro_batch),
-               "--global-batch-size", str(micro_batch), "--train-iters", str(ITERATIONS), "--lr", "1e-4",
-               "--log-interval", str(LOG_INTERVAL), "--eval-iters", "0"]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=1200)
-    lines = [LOG.search(l) for l in run.stdout.splitlines()]
-    lines = [m for m in lines if m]
-    if run.returncode != 0 or not lines:
-        raise RuntimeError(f"pretrain_gpt failed ({run.returncode}): {run.stderr[-2000:]}")
+def ours_command(binary, layers, hidden, heads, seq, micro_batch, iterations):
+    return [binary, "--device", "cuda", "--bf16", "--mock-data", "--vocab-size", "50257",
+            "--num-layers", str(layers), "--hidden-size", str(hidden), "--num-attention-heads", str(heads),
+            "--seq-length", str(seq), "--max-position-embeddings", str(seq), "--micro-batch-size", str(micro_batch),
+            "--global-batch-size", str(micro_batch), "--train-iters", str(iterations), "--lr", "1e-4",
+            "--log-interval", str(LOG_INTERVAL), "--eval-iters", "0"]
+
+
+def run_ours(binary, library_path, shape, iterations, profile):
+    env = dict(os.environ)
+    if library_path:
+        env["LD_LIBRARY_PATH"] = library_path
+    if profile:
+        env["GPT_OP_PROFILE"] = "1"
+    run = subprocess.run(ours_command(binary, *shape, iterations), capture_output=True, text=True, timeout=1200,
+                         env=env)
+    if run.returncode != 0:
+        raise RuntimeError(f"pretrain_gpt failed ({run.returncode}): {run.stdout[-1500:]} {run.stderr[-2500:]}")
+    return run.stdout
+
+
+def ours(binary, library_path, shape):
+    stdout = run_ours(binary, library_path, shape, ITERATIONS, profile=False)
+    lines = [m for m in (LOG.search(l) for l in stdout.splitlines()) if m]
+    if not lines:
+        raise RuntimeError(f"pretrain_gpt printed no iteration line: {stdout[-2000:]}")
     ms, tflops = float(lines[-1].group(1)), float(lines[-1].group(2))  # the last interval: warm
-    memory = MEMORY.search(run.stdout)
+    micro_batch, seq = shape[4], shape[3]
+    memory = MEMORY.search(stdout)
     return {"ms_per_iteration": ms, "tokens_per_second": micro_batch * seq / (ms / 1e3), "tflops": tflops,
             "peak_memory_gib": float(memory.group(1)) / 1024 if memory else float("nan")}
+
+
+def breakdown(binary, library_path, shape):
+    stdout = run_ours(binary, library_path, shape, 8, profile=True)
+    start = stdout.find("per-op time")
+    return stdout[start:].strip() if start >= 0 else "(no per-op table printed)"
 
 
 def baseline(python, script, layers, hidden, heads, seq, micro_batch):
@@ -50,30 +74,39 @@ def baseline(python, script, layers, hidden, heads, seq, micro_batch):
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--binary", required=True)
+    parser.add_argument("--binary-library-path", default="", help="LD_LIBRARY_PATH for pretrain_gpt only")
     parser.add_argument("--baseline", required=True)
     parser.add_argument("--python", default="python3")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
     rows = ["| model | micro batch x seq | ours ms/iter | ours tokens/s | ours TFLOP/s | ours MFU | ours memory GiB "
-            "| PyTorch tokens/s | PyTorch TFLOP/s | PyTorch memory GiB | ours / PyTorch |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| PyTorch ms/iter | PyTorch tokens/s | PyTorch TFLOP/s | PyTorch MFU | PyTorch memory GiB | ours / PyTorch |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    sections = []
     failed = False
-    for name, *shape in MODELS:
+    for key in args.models:
+        name, *shape = MODELS[key]
         try:
-            a = ours(args.binary, *shape)
+            a = ours(args.binary, args.binary_library_path, shape)
             print(f"{name}: ours {a}", flush=True)
             b = baseline(args.python, args.baseline, *shape)
             print(f"{name}: PyTorch {b}", flush=True)
             rows.append(f"| {name} | {shape[4]} x {shape[3]} | {a['ms_per_iteration']:.1f} | {a['tokens_per_second']:.0f} "
                         f"| {a['tflops']:.1f} | {100 * a['tflops'] / PEAK_TFLOPS:.1f}% | {a['peak_memory_gib']:.1f} "
-                        f"| {b['tokens_per_second']:.0f} | {b['tflops']:.1f} | {b['peak_memory_gib']:.1f} "
+                        f"| {b['ms_per_iteration']:.1f} | {b['tokens_per_second']:.0f} | {b['tflops']:.1f} "
+                        f"| {100 * b['tflops'] / PEAK_TFLOPS:.1f}% | {b['peak_memory_gib']:.1f} "
                         f"| {a['tokens_per_second'] / b['tokens_per_second']:.2f} |")
+            table = breakdown(args.binary, args.binary_library_path, shape)
+            print(f"{name}: {table}", flush=True)
+            sections.append(f"### {name}, ours: {table}")
         except Exception as error:  # keep going: report every model
             print(f"{name}: {error}", flush=True)
-            rows.append(f"| {name} | failed: {str(error)[:200]} |")
+            rows.append(f"| {name} | failed: {str(error)[:300]} |")
             failed = True
+    text = "\n".join(rows) + "\n\n" + "\n\n".join(sections) + "\n"
     with open(args.output, "w") as f:
-        f.write("\n".join(rows) + "\n")
+        f.write(text)
     print("\n".join(rows))
     return 1 if failed else 0
 

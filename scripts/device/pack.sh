@@ -11,12 +11,11 @@ GPT_CUDA_ARCHITECTURES=${GPT_CUDA_ARCHITECTURES:-90a}
 if ! command -v nvcc >/dev/null 2>&1; then export CUDACXX=/usr/local/cuda/bin/nvcc; fi
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA_ARCHITECTURES="$GPT_CUDA_ARCHITECTURES" \
       -DCMAKE_CUDA_ARCHITECTURES="$GPT_CUDA_ARCHITECTURES" >/dev/null
-cmake --build build-device -j"$(nproc)" --target pretrain_gpt cuda_runtime_test ops_test training_test \
-      nccl_communicator_test
+programs=(pretrain_gpt cuda_runtime_test ops_test attention_test training_test nccl_communicator_test kernel_workbench)
+cmake --build build-device -j"$(nproc)" --target "${programs[@]}"
 pack=../shared/device/pack-runtime.sh
 [ -x "$pack" ] || pack=/work/shared/device/pack-runtime.sh
-bash "$pack" build-device/runtime build-device/bin/pretrain_gpt build-device/bin/cuda_runtime_test \
-     build-device/bin/ops_test build-device/bin/training_test build-device/bin/nccl_communicator_test
+bash "$pack" build-device/runtime "${programs[@]/#/build-device/bin/}"
 # Compressed, the runtime is ~10 MB instead of ~62 MB (OpenBLAS alone is 36 MB), well inside the
 # 64 MiB a device call may carry; run.sh unpacks it on the GPU machine.
 rm -rf .devrt && mkdir -p .devrt

@@ -15,6 +15,16 @@ namespace cuda {
 class DeviceContext;
 }
 
+// Choices that change which kernels run, never what they compute (beyond rounding).
+struct KernelOptions {
+  // Only algorithms whose results are bitwise reproducible run to run (Megatron's
+  // --deterministic-mode): on the GPU, cuDNN attention's backward without atomics.
+  bool deterministic = false;
+  // Attention through cuDNN's fused flash attention where it applies (BF16, head dim a multiple
+  // of 8 up to 128); otherwise, or when false, the exact reference kernel.
+  bool fused_attention = true;
+};
+
 class Context {
  public:
   // CPU backend. `cpu_threads` is the number of BLAS threads this process may use.
@@ -25,6 +35,8 @@ class Context {
   Device device() const { return device_; }
   int cpu_threads() const { return cpu_threads_; }
   cuda::DeviceContext& cuda() const;
+  const KernelOptions& options() const { return options_; }
+  void set_options(const KernelOptions& options) { options_ = options; }
 
   // FP32 scratch on the host, `slot` in [0, kScratchSlots). Grows on first use to the largest size
   // requested and is reused afterwards, so steady-state steps do not allocate.
@@ -37,6 +49,7 @@ class Context {
  private:
   Device device_ = Device::kCpu;
   int cpu_threads_ = 1;
+  KernelOptions options_;
   std::shared_ptr<cuda::DeviceContext> cuda_;
   std::vector<float> scratch_[kScratchSlots];
 };

@@ -14,6 +14,7 @@ DeviceContext::DeviceContext(int device_index) : device_index_(device_index) {
 
 DeviceContext::~DeviceContext() {
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  op_state_.clear();
   if (cublaslt_ != nullptr) cublasLtDestroy(cublaslt_);
   cudaFree(gemm_workspace_);
   cudaFree(scratch_);

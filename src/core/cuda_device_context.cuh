@@ -5,6 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <map>
+#include <memory>
+#include <string>
 
 #include "core/cuda_context.h"
 
@@ -30,6 +33,10 @@ class DeviceContext {
   void* scratch(size_t bytes, const char* op) const;
   static constexpr size_t kScratchBytes = size_t{256} << 20;
 
+  // State an op keeps between calls on this context (library handles, plans cached per shape),
+  // created by the op on first use and destroyed with the context, before the stream.
+  std::shared_ptr<void>& op_state(const std::string& key) { return op_state_[key]; }
+
  private:
   int device_index_;
   cudaStream_t stream_ = nullptr;
@@ -37,6 +44,7 @@ class DeviceContext {
   cublasLtHandle_t cublaslt_ = nullptr;
   void* gemm_workspace_ = nullptr;
   void* scratch_ = nullptr;
+  std::map<std::string, std::shared_ptr<void>> op_state_;
 };
 
 }  // namespace gpt::cuda

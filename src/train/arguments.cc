@@ -77,6 +77,10 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   app.add_flag("--bf16", a.bf16, "BF16 parameters and activations, FP32 master weights and gradients");
   app.add_flag("--fp16", a.fp16, "FP16 mixed precision (not supported: use --bf16)");
   app.add_option("--seed", a.seed, "Random seed (initialization and data order)");
+  app.add_flag("--deterministic-mode", a.deterministic_mode,
+               "Only bitwise reproducible algorithms (slower cuDNN attention backward)");
+  app.add_option("--attention-backend", a.attention_backend,
+                 "auto, fused (cuDNN fused attention), local or unfused (reference kernel); flash is not available");
   // Data.
   app.add_flag("--mock-data", a.mock_data, "Synthetic data, no files needed");
   app.add_option("--vocab-size", a.vocab_size, "Vocabulary size for --mock-data or --tokenizer-type NullTokenizer");
@@ -216,6 +220,17 @@ absl::Status validate_arguments(Arguments& a) {
   // Precision.
   if (a.fp16) return invalid("--fp16 is not supported: use --bf16 (or neither, for FP32)");
 
+  // Attention implementation.
+  if (a.attention_backend == "flash") {
+    return invalid("--attention-backend flash is not available (no FlashAttention library in this build): use fused "
+                   "(cuDNN's fused flash attention) or auto");
+  }
+  if (a.attention_backend != "auto" && a.attention_backend != "fused" && a.attention_backend != "local" &&
+      a.attention_backend != "unfused") {
+    return invalid(absl::StrCat("--attention-backend must be auto, fused, local or unfused (got ", a.attention_backend,
+                                ")"));
+  }
+
   // Optimizer and schedule.
   if (!(a.lr >= 0.0)) return invalid(absl::StrCat("--lr must be >= 0 (got ", a.lr, ")"));
   if (!(a.min_lr >= 0.0) || a.min_lr > a.lr) {
@@ -268,6 +283,13 @@ absl::Status validate_arguments(Arguments& a) {
   if (a.sequence_parallel && a.seq_length % tp != 0) {
     return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must be divisible by --tensor-model-parallel-size (",
                                 tp, ") with --sequence-parallel"));
+  }
+  if (a.attention_backend == "fused") {
+    if (!a.bf16) return invalid("--attention-backend fused needs --bf16 (cuDNN's fused attention is BF16 only)");
+    if (a.kv_channels % 8 != 0 || a.kv_channels > 128) {
+      return invalid(absl::StrCat("--attention-backend fused needs a head dimension (--kv-channels) that is a multiple "
+                                  "of 8 and at most 128 (got ", a.kv_channels, ")"));
+    }
   }
   return absl::OkStatus();
 }
@@ -328,6 +350,8 @@ std::string describe_arguments(const Arguments& a) {
   line("weight_decay", a.weight_decay);
   line("clip_grad", a.clip_grad);
   line("bf16", a.bf16 ? "True" : "False");
+  line("attention_backend", a.attention_backend);
+  line("deterministic_mode", a.deterministic_mode ? "True" : "False");
   line("device", a.device);
   line("seed", a.seed);
   if (!a.data_path.empty()) {

@@ -59,6 +59,12 @@ struct Arguments {
   bool bf16 = false;
   bool fp16 = false;
   int64_t seed = 1234;
+  // Bitwise reproducible kernels only (on the GPU: cuDNN attention's backward without atomics).
+  bool deterministic_mode = false;
+  // auto / fused: cuDNN's fused flash attention where it applies (BF16, head dim a multiple of 8 up
+  // to 128), the exact reference kernel elsewhere (fused refuses such a model); local / unfused:
+  // always the reference kernel. flash (the FlashAttention library) is refused.
+  std::string attention_backend = "auto";
 
   // Data.
   bool mock_data = false;

@@ -9,6 +9,8 @@
 #include "core/memory.h"
 #include "core/stream_copy.h"
 #include "core/timer.h"
+#include "kernels/attention_backend.h"
+#include "kernels/op_profile.h"
 #include "kernels/ops.h"
 #include "optim/grad_clip.h"
 #include "parallel/comm/mpi_runtime.h"
@@ -86,11 +88,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   }
   Arguments args = given;
   GPT_RETURN_IF_ERROR(resolve_device(args));
+  if (args.attention_backend == "fused" && (args.device != "cuda" || !fused_attention_built())) {
+    return absl::InvalidArgumentError(args.device != "cuda"
+                                          ? "--attention-backend fused needs the GPU (this run uses the CPU backend)"
+                                          : "--attention-backend fused: this build has no cuDNN");
+  }
   // The data first: its tokenizer fixes the vocabulary, and a missing or damaged dataset is
   // reported before any model memory is taken.
   GPT_ASSIGN_OR_RETURN(DataSources data, build_data_sources(args));
   args.vocab_size = data.vocab_size;
   std::unique_ptr<Trainer> t(new Trainer(args, grid));
+  t->ctx_.set_options({.deterministic = args.deterministic_mode,
+                       .fused_attention = args.attention_backend == "auto" || args.attention_backend == "fused"});
   t->train_data_ = data.train;
   t->valid_data_ = data.valid;
   t->test_data_ = data.test;
@@ -247,11 +256,18 @@ absl::Status Trainer::run() {
   double interval_loss = 0.0;
   int64_t interval_iterations = 0, skipped = 0, nan_iterations = 0;
   bool memory_reported = false;
+  // GPT_OP_PROFILE=1: per-op device time over the iterations after the first (warm-up).
+  const int64_t first_iteration = iteration_;
+  double profiled_seconds = 0.0;
   while (iteration_ < args_.train_iters) {
     Stopwatch step_time;
     const StepResult step = train_step();
     ctx_.synchronize();
     interval_seconds += step_time.elapsed_seconds();
+    if (op_profile::enabled()) {
+      if (iteration_ == first_iteration + 1) op_profile::reset();
+      else profiled_seconds += step_time.elapsed_seconds();
+    }
     if (std::isfinite(step.loss)) {
       interval_loss += step.loss;
       ++interval_iterations;
@@ -295,6 +311,14 @@ absl::Status Trainer::run() {
     if (valid_data_ && iteration_ % args_.eval_interval == 0) {
       print_evaluation("iteration " + std::to_string(iteration_), evaluate(Split::kValid));
     }
+  }
+  const int64_t profiled_iterations = iteration_ - first_iteration - 1;
+  if (op_profile::enabled() && logging && profiled_iterations > 0) {
+    std::printf("per-op time (rank %d, %lld iterations after the first):\n%s", grid_.world_rank(),
+                static_cast<long long>(profiled_iterations),
+                op_profile::report(profiled_iterations, profiled_seconds * 1e3 / static_cast<double>(profiled_iterations))
+                    .c_str());
+    std::fflush(stdout);
   }
   if (valid_data_) print_evaluation("the end of training for val data", evaluate(Split::kValid));
   if (test_data_) print_evaluation("the end of training for test data", evaluate(Split::kTest));

@@ -1,11 +1,12 @@
 // Exact causal attention on the GPU with FP32 math: one block per (query or key row, head, batch),
 // scores kept in shared memory, the probabilities recomputed from the log-sum-exp in backward.
-// It is the correctness path that lets GPU training run end to end; it is not fast (it reads K
-// and V once per query row). The production path is cuDNN's fused SDPA (not yet integrated).
+// It is not fast (it reads K and V once per query row): the production path is cuDNN's fused
+// flash attention (attention_cudnn.cc); this one runs where cuDNN's does not apply (FP32, head
+// dims cuDNN refuses, --attention-backend local) and is the GPU-side reference in tests.
 //
 // qkv [s, b, heads, 3d] (q, k, v of a head side by side), out [s, b, heads, d], lse [b, heads, s].
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/attention_kernels.h"
 
 namespace gpt::cuda_ops {
 namespace {
@@ -138,7 +139,7 @@ size_t shared_bytes(int64_t floats) {
 
 }  // namespace
 
-void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv, float scale) {
+void reference_attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv, float scale) {
   const Geometry g = geometry_of(qkv);
   GPT_CHECK(out.numel() == g.s * g.b * g.heads * g.d && lse.numel() == g.b * g.heads * g.s) << "attention shapes";
   const dim3 grid(static_cast<unsigned int>(g.s), static_cast<unsigned int>(g.heads), static_cast<unsigned int>(g.b));
@@ -150,8 +151,8 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const
   GPT_CUDA_CHECK_LAUNCH();
 }
 
-void attention_backward(Context& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, float scale) {
+void reference_attention_backward(Context& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                  const Tensor& out, const Tensor& lse, float scale) {
   const Geometry g = geometry_of(qkv);
   GPT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == out.numel()) << "attention backward shapes";
   auto* row_dot = static_cast<float*>(ctx.cuda().scratch(g.b * g.heads * g.s * sizeof(float), "attention_backward"));
