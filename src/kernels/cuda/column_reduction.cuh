@@ -102,17 +102,35 @@ __global__ void __launch_bounds__(kColumnTile * kRowGroups)
   const int64_t col = tile_start + threadIdx.x * static_cast<int64_t>(W);
   const int64_t begin = blockIdx.y * rows_per_chunk;
   const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
-  float total[W] = {};
-  for (int64_t row = begin + threadIdx.y; row < end; row += kRowGroups) {
+  auto load_row = [&](int64_t row, float (&v)[W]) {
     const T* row_data = matrix + row * cols;
-    float v[W];
     if (vector) {
-      if (col < cols) load_floats<W>(row_data + col, v);
-      else for (int k = 0; k < W; ++k) v[k] = 0.0f;
+      if (col < cols) {
+        load_floats<W>(row_data + col, v);
+      } else {
+#pragma unroll
+        for (int k = 0; k < W; ++k) v[k] = 0.0f;
+      }
     } else {
 #pragma unroll
       for (int k = 0; k < W; ++k) v[k] = col + k < cols ? to_float(row_data[col + k]) : 0.0f;
     }
+  };
+  float total[W] = {};
+  int64_t row = begin + threadIdx.y;
+  for (; row + 3 * kRowGroups < end; row += 4 * kRowGroups) {  // four loads in flight, added in row order
+    float v[4][W];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) load_row(row + u * kRowGroups, v[u]);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+#pragma unroll
+      for (int k = 0; k < W; ++k) total[k] += v[u][k];
+    }
+  }
+  for (; row < end; row += kRowGroups) {
+    float v[W];
+    load_row(row, v);
 #pragma unroll
     for (int k = 0; k < W; ++k) total[k] += v[k];
   }
