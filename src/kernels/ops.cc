@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/op_profile.h"
 #ifdef GPT_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -34,14 +35,27 @@ void check_devices(const Context& ctx, const char* op, std::initializer_list<con
   GPT_CHECK(ctx.device() == Device::kCpu) << #op << ": this build has no CUDA backend"
 #endif
 
-#define GPT_DISPATCH(op, tensors, ...) \
-  check_devices(ctx, #op, tensors);    \
-  GPT_CUDA_BRANCH(op, __VA_ARGS__);    \
+// `label` names the op in the per-op profile (kernels/op_profile.h).
+#define GPT_DISPATCH_AS(label, op, tensors, ...)    \
+  check_devices(ctx, #op, tensors);                 \
+  op_profile::Scope gpt_profile_scope_(ctx, label); \
+  GPT_CUDA_BRANCH(op, __VA_ARGS__);                 \
   cpu::op(ctx, __VA_ARGS__)
+#define GPT_DISPATCH(op, tensors, ...) GPT_DISPATCH_AS(#op, op, tensors, __VA_ARGS__)
+
+namespace {
+// The role of a GEMM in a linear layer, by its transposes (the model computes x W^T forward,
+// dY W for the input gradient and dY^T x for the weight gradient).
+const char* matmul_label(const MatmulOptions& options) {
+  if (options.transpose_a) return "matmul (weight gradient)";
+  return options.transpose_b ? "matmul (forward)" : "matmul (input gradient)";
+}
+}  // namespace
 
 void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const MatmulOptions& options) {
-  GPT_DISPATCH(matmul, (std::initializer_list<const Tensor*>{&out, &a, &b, &options.bias, &options.pre_gelu}),
-               out, a, b, options);
+  GPT_DISPATCH_AS(matmul_label(options), matmul,
+                  (std::initializer_list<const Tensor*>{&out, &a, &b, &options.bias, &options.pre_gelu}), out, a, b,
+                  options);
 }
 
 void bias_grad(Context& ctx, const Tensor& dbias, const Tensor& dy) {
