@@ -4,7 +4,8 @@
 and micro batch, in the same command. Reports tokens/s, model TFLOP/s per GPU (Megatron's formula,
 attention term not halved), MFU against 989 TFLOP/s (H100 SXM dense BF16), peak device memory and
 our/PyTorch ratio as a markdown table for docs/PERFORMANCE.md, then a per-op time breakdown of ours
-for each model (a separate run with GPT_OP_PROFILE=1, so profiling costs nothing in the table)."""
+for each model. One run of ours per model: iterations 11-20 (warm, unprofiled) give the table's
+figures, iterations 21-30 are profiled (GPT_OP_PROFILE_FROM=21) for the breakdown."""
 import argparse
 import json
 import os
@@ -18,7 +19,7 @@ MODELS = {  # name: (label, layers, hidden, heads, seq, micro batch)
     "1.3B": ("GPT 1.3B", 24, 2048, 16, 2048, 4),
 }
 PEAK_TFLOPS = 989.0
-ITERATIONS, LOG_INTERVAL = 30, 10
+ITERATIONS, LOG_INTERVAL, PROFILE_FROM = 30, 10, 21
 LOG = re.compile(r"elapsed time per iteration \(ms\): ([\d.]+) \| throughput per GPU \(TFLOP/s/GPU\): ([\d.]+)")
 MEMORY = re.compile(r"max reserved: ([\d.]+)")
 
@@ -31,35 +32,25 @@ def ours_command(binary, layers, hidden, heads, seq, micro_batch, iterations):
             "--log-interval", str(LOG_INTERVAL), "--eval-iters", "0"]
 
 
-def run_ours(binary, library_path, shape, iterations, profile):
-    env = dict(os.environ)
+def ours(binary, library_path, shape):
+    """Figures of iterations 11-20 and the per-op table of iterations 21-30."""
+    env = dict(os.environ, GPT_OP_PROFILE_FROM=str(PROFILE_FROM))
     if library_path:
         env["LD_LIBRARY_PATH"] = library_path
-    if profile:
-        env["GPT_OP_PROFILE"] = "1"
-    run = subprocess.run(ours_command(binary, *shape, iterations), capture_output=True, text=True, timeout=1200,
+    run = subprocess.run(ours_command(binary, *shape, ITERATIONS), capture_output=True, text=True, timeout=1200,
                          env=env)
     if run.returncode != 0:
         raise RuntimeError(f"pretrain_gpt failed ({run.returncode}): {run.stdout[-1500:]} {run.stderr[-2500:]}")
-    return run.stdout
-
-
-def ours(binary, library_path, shape):
-    stdout = run_ours(binary, library_path, shape, ITERATIONS, profile=False)
-    lines = [m for m in (LOG.search(l) for l in stdout.splitlines()) if m]
-    if not lines:
-        raise RuntimeError(f"pretrain_gpt printed no iteration line: {stdout[-2000:]}")
-    ms, tflops = float(lines[-1].group(1)), float(lines[-1].group(2))  # the last interval: warm
+    lines = [m for m in (LOG.search(l) for l in run.stdout.splitlines()) if m]
+    if len(lines) < 2:
+        raise RuntimeError(f"pretrain_gpt printed too few iteration lines: {run.stdout[-2000:]}")
+    ms, tflops = float(lines[1].group(1)), float(lines[1].group(2))  # iterations 11-20: warm, unprofiled
     micro_batch, seq = shape[4], shape[3]
-    memory = MEMORY.search(stdout)
+    memory = MEMORY.search(run.stdout)
+    start = run.stdout.find("per-op time")
     return {"ms_per_iteration": ms, "tokens_per_second": micro_batch * seq / (ms / 1e3), "tflops": tflops,
-            "peak_memory_gib": float(memory.group(1)) / 1024 if memory else float("nan")}
-
-
-def breakdown(binary, library_path, shape):
-    stdout = run_ours(binary, library_path, shape, 8, profile=True)
-    start = stdout.find("per-op time")
-    return stdout[start:].strip() if start >= 0 else "(no per-op table printed)"
+            "peak_memory_gib": float(memory.group(1)) / 1024 if memory else float("nan"),
+            "breakdown": run.stdout[start:].strip() if start >= 0 else "(no per-op table printed)"}
 
 
 def baseline(python, script, layers, hidden, heads, seq, micro_batch):
@@ -89,6 +80,7 @@ def main():
         name, *shape = MODELS[key]
         try:
             a = ours(args.binary, args.binary_library_path, shape)
+            table = a.pop("breakdown")
             print(f"{name}: ours {a}", flush=True)
             b = baseline(args.python, args.baseline, *shape)
             print(f"{name}: PyTorch {b}", flush=True)
@@ -97,7 +89,6 @@ def main():
                         f"| {b['ms_per_iteration']:.1f} | {b['tokens_per_second']:.0f} | {b['tflops']:.1f} "
                         f"| {100 * b['tflops'] / PEAK_TFLOPS:.1f}% | {b['peak_memory_gib']:.1f} "
                         f"| {a['tokens_per_second'] / b['tokens_per_second']:.2f} |")
-            table = breakdown(args.binary, args.binary_library_path, shape)
             print(f"{name}: {table}", flush=True)
             sections.append(f"### {name}, ours: {table}")
         except Exception as error:  # keep going: report every model

@@ -88,6 +88,14 @@ int64_t now_ns() {
 
 bool enabled() { return profile().on; }
 
+int64_t from_iteration() {
+  static const int64_t from = [] {
+    const char* env = std::getenv("GPT_OP_PROFILE_FROM");
+    return env != nullptr ? std::max<int64_t>(0, std::atoll(env)) : int64_t{0};
+  }();
+  return from;
+}
+
 void set_enabled(bool on) {
   std::lock_guard<std::mutex> lock(profile().mutex);
   profile().on = on;

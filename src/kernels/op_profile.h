@@ -15,6 +15,9 @@ namespace gpt::op_profile {
 // True when GPT_OP_PROFILE=1 was set (read once), or after set_enabled(true).
 bool enabled();
 void set_enabled(bool on);
+// GPT_OP_PROFILE_FROM: the first iteration (1-based) to profile when profiling should start late,
+// after iterations whose timing must not include profiling; 0 when unset.
+int64_t from_iteration();
 
 // Times the op named `op` (a string literal) from construction to destruction.
 class Scope {

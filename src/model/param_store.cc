@@ -1,5 +1,7 @@
 #include "model/param_store.h"
 
+#include <algorithm>
+#include <thread>
 #include <vector>
 
 #include "core/memory.h"
@@ -11,6 +13,22 @@ namespace {
 // dtype, and a clean cut point for buckets and shards.
 constexpr int64_t kParamAlignment = 64;
 int64_t align_up(int64_t n) { return (n + kParamAlignment - 1) / kParamAlignment * kParamAlignment; }
+
+// fill(first_row, end_row) over [0, rows) on the machine's cores when the tensor is large.
+template <typename Fill>
+void parallel_for_rows(int64_t rows, int64_t cols, Fill fill) {
+  const int64_t threads = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()), rows);
+  if (rows * cols < (int64_t{1} << 20) || threads <= 1) {
+    fill(0, rows);
+    return;
+  }
+  std::vector<std::thread> workers;
+  const int64_t per_thread = (rows + threads - 1) / threads;
+  for (int64_t first = 0; first < rows; first += per_thread) {
+    workers.emplace_back(fill, first, std::min(rows, first + per_thread));
+  }
+  for (std::thread& worker : workers) worker.join();
+}
 }  // namespace
 
 SliceLayout slice_layout(const ParamSpec& spec, int tp_rank, int tp_size) {
@@ -70,19 +88,21 @@ void ParamStore::initialize(uint64_t seed) {
     const int64_t rows = param.local_shape[0];
     const int64_t cols = param.local_shape.rank() == 2 ? param.local_shape[1] : 1;
     std::vector<float> staging(static_cast<size_t>(param.numel()));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t global_index = (param.row_offset + r) * global_cols + param.column_offset + c;
-        staging[r * cols + c] = initial_value(spec, seed, global_index);
+    std::vector<bf16> rounded(dtype_ == DType::kFloat32 ? 0 : staging.size());
+    // Each value depends on (seed, name, global index) alone, so rows fill in parallel: a 1.3B
+    // model takes seconds instead of a minute.
+    parallel_for_rows(rows, cols, [&](int64_t first_row, int64_t end_row) {
+      for (int64_t r = first_row; r < end_row; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const int64_t global_index = (param.row_offset + r) * global_cols + param.column_offset + c;
+          const float value = initial_value(spec, seed, global_index);
+          staging[r * cols + c] = value;
+          if (!rounded.empty()) rounded[r * cols + c] = bf16(value);
+        }
       }
-    }
-    if (dtype_ == DType::kFloat32) {
-      copy_bytes(param.value.device(), param.value.data(), Device::kCpu, staging.data(), param.value.bytes());
-    } else {
-      std::vector<bf16> rounded(staging.size());
-      for (size_t i = 0; i < staging.size(); ++i) rounded[i] = bf16(staging[i]);
-      copy_bytes(param.value.device(), param.value.data(), Device::kCpu, rounded.data(), param.value.bytes());
-    }
+    });
+    const void* source = rounded.empty() ? static_cast<const void*>(staging.data()) : rounded.data();
+    copy_bytes(param.value.device(), param.value.data(), Device::kCpu, source, param.value.bytes());
   }
 }
 

@@ -1,6 +1,8 @@
 #include "optim/grad_clip.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/arena.h"
 #include "core/stream_copy.h"
@@ -11,9 +13,26 @@ namespace gpt {
 double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& scratch,
                         std::span<Communicator* const> groups) {
   ops::zero(ctx, scratch);
-  for (const Param& param : params.params()) {
-    if (param.counts_in_grad_norm) ops::sum_of_squares(ctx, scratch, param.grad.flat_range(0, param.numel()));
+  // Parameters that count and are adjacent in the flat gradient buffer are summed as one range
+  // (the alignment padding between them holds zeros): one launch for the whole model when every
+  // parameter counts, instead of one per parameter.
+  std::vector<const Param*> ordered;
+  for (const Param& param : params.params()) ordered.push_back(&param);
+  std::sort(ordered.begin(), ordered.end(), [](const Param* a, const Param* b) { return a->flat_offset < b->flat_offset; });
+  int64_t begin = -1, end = -1;
+  auto flush = [&] {
+    if (begin >= 0) ops::sum_of_squares(ctx, scratch, params.flat_grads().flat_range(begin, end - begin));
+    begin = end = -1;
+  };
+  for (const Param* param : ordered) {
+    if (!param->counts_in_grad_norm) {
+      flush();
+      continue;
+    }
+    if (begin < 0) begin = param->flat_offset;
+    end = param->flat_offset + param->numel();
   }
+  flush();
   for (Communicator* group : groups) {
     if (group->size() > 1) group->all_reduce(ctx, scratch, ReduceOp::kSum);
   }

@@ -256,17 +256,25 @@ absl::Status Trainer::run() {
   double interval_loss = 0.0;
   int64_t interval_iterations = 0, skipped = 0, nan_iterations = 0;
   bool memory_reported = false;
-  // GPT_OP_PROFILE=1: per-op device time over the iterations after the first (warm-up).
+  // Per-op device time (kernels/op_profile.h): GPT_OP_PROFILE=1 profiles every iteration after
+  // the first (warm-up); GPT_OP_PROFILE_FROM=k profiles iterations k, k+1, ... only, so that the
+  // log lines of the iterations before are unaffected by profiling.
   const int64_t first_iteration = iteration_;
+  const int64_t profile_from = op_profile::from_iteration();
+  int64_t profiled_iterations = 0;
   double profiled_seconds = 0.0;
   while (iteration_ < args_.train_iters) {
+    if (profile_from > 0 && iteration_ + 1 == profile_from) op_profile::set_enabled(true);
+    const bool profiled = op_profile::enabled();
     Stopwatch step_time;
     const StepResult step = train_step();
     ctx_.synchronize();
     interval_seconds += step_time.elapsed_seconds();
-    if (op_profile::enabled()) {
-      if (iteration_ == first_iteration + 1) op_profile::reset();
-      else profiled_seconds += step_time.elapsed_seconds();
+    if (profiled && profile_from == 0 && iteration_ == first_iteration + 1) {
+      op_profile::reset();
+    } else if (profiled) {
+      profiled_seconds += step_time.elapsed_seconds();
+      ++profiled_iterations;
     }
     if (std::isfinite(step.loss)) {
       interval_loss += step.loss;
@@ -312,9 +320,8 @@ absl::Status Trainer::run() {
       print_evaluation("iteration " + std::to_string(iteration_), evaluate(Split::kValid));
     }
   }
-  const int64_t profiled_iterations = iteration_ - first_iteration - 1;
-  if (op_profile::enabled() && logging && profiled_iterations > 0) {
-    std::printf("per-op time (rank %d, %lld iterations after the first):\n%s", grid_.world_rank(),
+  if (logging && profiled_iterations > 0) {
+    std::printf("per-op time (rank %d, %lld iterations):\n%s", grid_.world_rank(),
                 static_cast<long long>(profiled_iterations),
                 op_profile::report(profiled_iterations, profiled_seconds * 1e3 / static_cast<double>(profiled_iterations))
                     .c_str());

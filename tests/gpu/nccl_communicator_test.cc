@@ -100,6 +100,9 @@ TEST(NcclCommunicator, SeveralInFlightBeforeAnyWait) {
 
 TEST(NcclCommunicator, DroppingAnUnwaitedHandleIsFatal) {
   GPT_REQUIRE_GPU();
+  // The statement uses the GPU: a forked child of a process that already initialized CUDA cannot
+  // (cudaSetDevice fails with "initialization error"), so the child re-executes the binary.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(
       {
         Context ctx = Context::gpu(0);

@@ -122,7 +122,10 @@ TEST_F(OpsTest, MatmulAllTransposesBiasGeluAndAccumulation) {
           Twin out = output(t, {m, n}), pre = output(t, {m, n});
           ops::matmul(cpu_, out.cpu, a.cpu, b.cpu, {.transpose_a = ta, .transpose_b = tb, .bias = bias.cpu, .pre_gelu = pre.cpu});
           ops::matmul(*gpu_, out.gpu, a.gpu, b.gpu, {.transpose_a = ta, .transpose_b = tb, .bias = bias.gpu, .pre_gelu = pre.gpu});
-          EXPECT_LE(error(out), 2 * tolerance(t)) << "gelu m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb;
+          // cuBLASLt's GeLU epilogue evaluates tanh with its own approximation: on an H100 an FP32
+          // single-element output differed by 2.2e-5 relative (pre-GeLU values agree to 1e-7).
+          const double gelu_tolerance = t == DType::kFloat32 ? 1e-4 : 2 * tolerance(t);
+          EXPECT_LE(error(out), gelu_tolerance) << "gelu m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb;
           EXPECT_LE(error(pre), 2 * tolerance(t));
           // Weight-gradient style: FP32 output accumulated (beta 1) from the operands' dtype.
           Twin acc = make(DType::kFloat32, {m, n});
@@ -363,7 +366,7 @@ TEST_F(OpsTest, ElementwiseOpsOnMisalignedViewsAndLargeSizes) {
   };
   // Equal offsets: a scalar head, then the vector body. Different offsets: all scalar.
   const Case cases[] = {{8, 8, 1, 1, 1},       {9 * 13, 13, 3, 6, 0},  {768 * 5, 768, 0, 0, 0},
-                        {768 * 5, 768, 2, 2, 2}, {768 * 5 + 3, 1, 5, 5, 5}, {(int64_t{1} << 24) + 24, 24, 0, 0, 0}};
+                        {768 * 5, 768, 2, 2, 2}, {768 * 5 + 3, 1, 5, 5, 5}, {24 * 700000, 24, 0, 0, 0}};
   for (DType t : kTypes) {
     for (const Case& c : cases) {
       const int64_t n = c.n, h = c.h;
