@@ -11,7 +11,8 @@ GPT_CUDA_ARCHITECTURES=${GPT_CUDA_ARCHITECTURES:-90a}
 if ! command -v nvcc >/dev/null 2>&1; then export CUDACXX=/usr/local/cuda/bin/nvcc; fi
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA_ARCHITECTURES="$GPT_CUDA_ARCHITECTURES" \
       -DCMAKE_CUDA_ARCHITECTURES="$GPT_CUDA_ARCHITECTURES" >/dev/null
-programs=(pretrain_gpt cuda_runtime_test ops_test attention_test training_test nccl_communicator_test kernel_workbench)
+programs=(pretrain_gpt cuda_runtime_test ops_test attention_test training_test stream_copy_test nccl_communicator_test
+          kernel_workbench)
 cmake --build build-device -j"$(nproc)" --target "${programs[@]}"
 pack=../shared/device/pack-runtime.sh
 [ -x "$pack" ] || pack=/work/shared/device/pack-runtime.sh

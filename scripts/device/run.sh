@@ -4,6 +4,7 @@
 # PyTorch baseline in the same command). Logs go to $OUT:
 #   device.txt gpu_tests.txt workbench.md benchmark.log benchmark.md
 # SKIP_BENCHMARK=1: tests and workbench only. BENCHMARK_MODELS="124M 350M": a subset.
+# ONLY_TESTS="stream_copy_test ...": just those test binaries (no workbench, no benchmark).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -22,7 +23,14 @@ bin=.devrt/runtime/bin
 } 2>&1 | tee "$OUT/device.txt"
 
 status=0
-for test in cuda_runtime_test ops_test attention_test nccl_communicator_test training_test; do
+if [ -n "${ONLY_TESTS:-}" ]; then
+  for test in $ONLY_TESTS; do
+    echo "=== $test" | tee -a "$OUT/gpu_tests.txt"
+    timeout 600 "$bin/$test" 2>&1 | tee -a "$OUT/gpu_tests.txt" | tail -15 || status=1
+  done
+  exit $status
+fi
+for test in cuda_runtime_test ops_test attention_test stream_copy_test nccl_communicator_test training_test; do
   [ -x "$bin/$test" ] || continue
   echo "=== $test" | tee -a "$OUT/gpu_tests.txt"
   timeout 600 "$bin/$test" >> "$OUT/gpu_tests.txt" 2>&1 || { status=1; echo "FAILED: $test" | tee -a "$OUT/gpu_tests.txt"; }
