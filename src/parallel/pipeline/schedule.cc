@@ -1,0 +1,351 @@
+#include "parallel/pipeline/schedule.h"
+
+#include <algorithm>
+#include <initializer_list>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/check.h"
+
+namespace gpt::pipeline {
+namespace {
+
+// Appends one rank's steps. Transfers this stage does not make (the first virtual stage's
+// activation receive, ...) are passed as nullopt and dropped, the way Megatron's p2p helpers skip
+// a None tensor; a batch left empty posts nothing.
+class RankWriter {
+ public:
+  RankWriter(int pipeline_size, int virtual_size, int rank) : p_(pipeline_size), v_(virtual_size), rank_(rank) {}
+
+  void compute(Op op, int chunk, int microbatch) { steps_.push_back(Step{{Instruction{op, chunk, microbatch, -1}}}); }
+
+  void transfers(std::initializer_list<std::optional<Instruction>> batch) {
+    Step step;
+    for (const std::optional<Instruction>& transfer : batch) {
+      if (transfer) step.instructions.push_back(*transfer);
+    }
+    if (step.instructions.empty()) return;
+    // Posting order (schedule.h): activations first, then microbatch, then the sending stage.
+    auto key = [&](const Instruction& i) {
+      int sender = virtual_stage(p_, rank_, i.chunk);
+      if (i.op == Op::kReceiveActivation) sender -= 1;
+      if (i.op == Op::kReceiveGradient) sender += 1;
+      return std::make_tuple(is_gradient_op(i.op), i.microbatch, sender);
+    };
+    std::stable_sort(step.instructions.begin(), step.instructions.end(),
+                     [&](const Instruction& a, const Instruction& b) { return key(a) < key(b); });
+    steps_.push_back(std::move(step));
+  }
+
+  std::optional<Instruction> send_activation(int chunk, int microbatch) const {
+    if (is_last_virtual_stage(p_, v_, rank_, chunk)) return std::nullopt;
+    return Instruction{Op::kSendActivation, chunk, microbatch, next_pipeline_rank(p_, rank_)};
+  }
+  std::optional<Instruction> receive_activation(int chunk, int microbatch) const {
+    if (is_first_virtual_stage(p_, rank_, chunk)) return std::nullopt;
+    return Instruction{Op::kReceiveActivation, chunk, microbatch, previous_pipeline_rank(p_, rank_)};
+  }
+  std::optional<Instruction> send_gradient(int chunk, int microbatch) const {
+    if (is_first_virtual_stage(p_, rank_, chunk)) return std::nullopt;
+    return Instruction{Op::kSendGradient, chunk, microbatch, previous_pipeline_rank(p_, rank_)};
+  }
+  std::optional<Instruction> receive_gradient(int chunk, int microbatch) const {
+    if (is_last_virtual_stage(p_, v_, rank_, chunk)) return std::nullopt;
+    return Instruction{Op::kReceiveGradient, chunk, microbatch, next_pipeline_rank(p_, rank_)};
+  }
+
+  std::vector<Step> take() { return std::move(steps_); }
+
+ private:
+  int p_, v_, rank_;
+  std::vector<Step> steps_;
+};
+
+// Megatron's forward_backward_pipelining_without_interleaving for one rank, with `warmup` forwards
+// before the steady 1F1B phase (p - r - 1 for 1F1B; m gives all-forward-all-backward). Forwards
+// and backwards run in microbatch order. Warm-up and cool-down transfers are single blocking
+// sends and receives; the steady phase pairs them the way Megatron batches
+// send_forward_recv_backward and send_backward_recv_forward, so that rank r's
+// {send activation j to r+1, receive gradient i from r+1} meets r+1's mirror step.
+std::vector<Step> without_interleaving(int p, int m, int rank, int warmup, bool forward_only) {
+  RankWriter out(p, 1, rank);
+  const int remaining = m - warmup;
+  for (int i = 0; i < warmup; ++i) {
+    out.transfers({out.receive_activation(0, i)});
+    out.compute(Op::kForward, 0, i);
+    out.transfers({out.send_activation(0, i)});
+  }
+  if (remaining > 0) out.transfers({out.receive_activation(0, warmup)});
+  for (int i = 0; i < remaining; ++i) {
+    const int forward = warmup + i;
+    const bool last_iteration = i == remaining - 1;
+    out.compute(Op::kForward, 0, forward);
+    if (forward_only) {
+      out.transfers({out.send_activation(0, forward)});
+      if (!last_iteration) out.transfers({out.receive_activation(0, forward + 1)});
+      continue;
+    }
+    out.transfers({out.send_activation(0, forward), out.receive_gradient(0, i)});
+    out.compute(Op::kBackward, 0, i);
+    if (last_iteration) {
+      out.transfers({out.send_gradient(0, i)});
+    } else {
+      out.transfers({out.send_gradient(0, i), out.receive_activation(0, forward + 1)});
+    }
+  }
+  if (!forward_only) {
+    for (int i = std::max(remaining, 0); i < m; ++i) {
+      out.transfers({out.receive_gradient(0, i)});
+      out.compute(Op::kBackward, 0, i);
+      out.transfers({out.send_gradient(0, i)});
+    }
+  }
+  return out.take();
+}
+
+// Megatron's forward_backward_pipelining_with_interleaving (without p2p overlap) for one rank.
+// The rank's m * v forwards are "virtual microbatches": microbatches go in groups of p, and within
+// a group every chunk runs the group's p microbatches before the next chunk starts, so the k-th
+// forward is chunk (k / p) % v of microbatch (k / (p v)) * p + k % p. The k-th backward runs the
+// same table with the chunks reversed. After each iteration (a forward, a forward and a backward,
+// or a backward) one batch sends what the iteration produced and receives the inputs of the next
+// iteration (Megatron's send_forward_backward_recv_forward_backward and its halves).
+// `all_warmup` runs every forward before any backward (all-forward-all-backward).
+std::vector<Step> with_interleaving(int p, int v, int m, int rank, bool all_warmup, bool forward_only) {
+  RankWriter out(p, v, rank);
+  const int total = m * v;
+  auto forward_chunk = [&](int k) { return (k % total / p) % v; };
+  auto backward_chunk = [&](int k) { return v - 1 - forward_chunk(k); };
+  auto microbatch_of = [&](int k) { return (k / (p * v)) * p + k % p; };
+  int warmup = forward_only || all_warmup ? total : std::min((p - rank - 1) * 2 + (v - 1) * p, total);
+  const bool every_forward_in_warmup = warmup == total;
+  const int remaining = total - warmup;
+
+  // Each chunk runs its microbatches in order, forwards and backwards alike, so the n-th tensor a
+  // chunk receives belongs to microbatch n.
+  std::vector<int> activations_received(static_cast<size_t>(v), 0), gradients_received(static_cast<size_t>(v), 0);
+  auto receive_activation = [&](int chunk) {
+    std::optional<Instruction> i = out.receive_activation(chunk, activations_received[static_cast<size_t>(chunk)]);
+    if (i) ++activations_received[static_cast<size_t>(chunk)];
+    return i;
+  };
+  auto receive_gradient = [&](int chunk) {
+    std::optional<Instruction> i = out.receive_gradient(chunk, gradients_received[static_cast<size_t>(chunk)]);
+    if (i) ++gradients_received[static_cast<size_t>(chunk)];
+    return i;
+  };
+
+  // Megatron's recv_tensor_from_previous_stage: whether the batch after iteration k receives the
+  // input of the next iteration, and for which chunk. The leading rank (rank 0 for forwards, rank
+  // p - 1 for backwards) takes its later chunks' inputs from the other end of the ring, which runs
+  // p - 1 iterations behind it; the last chunk of that end produces nothing to receive.
+  auto receive_for_next = [&](int k, bool forward) -> std::optional<int> {
+    const bool leading = forward ? rank == 0 : rank == p - 1;
+    auto chunk_of = [&](int i) { return forward ? forward_chunk(i) : backward_chunk(i); };
+    if (!leading) return chunk_of(k + 1);
+    if (k < p - 1) return std::nullopt;  // the other end has produced nothing yet
+    const int producer_chunk = chunk_of(k - (p - 1));
+    if (producer_chunk == (forward ? v - 1 : 0)) return std::nullopt;
+    return forward ? producer_chunk + 1 : producer_chunk - 1;
+  };
+  auto maybe = [](std::optional<int> chunk, auto receive) -> std::optional<Instruction> {
+    return chunk ? receive(*chunk) : std::nullopt;
+  };
+
+  out.transfers({receive_activation(0)});
+  for (int k = 0; k < warmup; ++k) {
+    const int chunk = forward_chunk(k), microbatch = microbatch_of(k);
+    out.compute(Op::kForward, chunk, microbatch);
+    std::optional<int> next_chunk = receive_for_next(k, true);
+    if (k == total - 1) next_chunk.reset();
+    if (k == warmup - 1 && !every_forward_in_warmup) {
+      // The last warm-up batch also receives the first backward's gradient (for the last chunk).
+      out.transfers({out.send_activation(chunk, microbatch), maybe(next_chunk, receive_activation),
+                     receive_gradient(v - 1)});
+    } else {
+      out.transfers({out.send_activation(chunk, microbatch), maybe(next_chunk, receive_activation)});
+    }
+  }
+  for (int k = 0; k < remaining; ++k) {
+    const int forward = warmup + k, backward = k;
+    const int f_chunk = forward_chunk(forward), b_chunk = backward_chunk(backward);
+    out.compute(Op::kForward, f_chunk, microbatch_of(forward));
+    out.compute(Op::kBackward, b_chunk, microbatch_of(backward));
+    std::optional<int> next_forward_chunk = receive_for_next(forward, true);
+    if (k == remaining - 1) next_forward_chunk.reset();
+    const std::optional<int> next_backward_chunk = receive_for_next(backward, false);
+    out.transfers({out.send_activation(f_chunk, microbatch_of(forward)), maybe(next_forward_chunk, receive_activation),
+                   out.send_gradient(b_chunk, microbatch_of(backward)), maybe(next_backward_chunk, receive_gradient)});
+  }
+  if (forward_only) return out.take();
+  if (every_forward_in_warmup) out.transfers({receive_gradient(v - 1)});
+  for (int k = remaining; k < total; ++k) {
+    const int chunk = backward_chunk(k), microbatch = microbatch_of(k);
+    out.compute(Op::kBackward, chunk, microbatch);
+    std::optional<int> next_chunk = receive_for_next(k, false);
+    if (k == total - 1) next_chunk.reset();
+    out.transfers({out.send_gradient(chunk, microbatch), maybe(next_chunk, receive_gradient)});
+  }
+  return out.take();
+}
+
+constexpr const char* kInterleavingNeedsPipeline =
+    "--num-layers-per-virtual-pipeline-stage (an interleaved schedule) needs --pipeline-model-parallel-size > 1";
+
+absl::Status check_sizes(int p, int v, int m) {
+  if (p < 1) return absl::InvalidArgumentError(absl::StrCat("--pipeline-model-parallel-size must be at least 1, got ", p));
+  if (v < 1) return absl::InvalidArgumentError(absl::StrCat("virtual pipeline size must be at least 1, got ", v));
+  if (m < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the number of microbatches (--global-batch-size / (--micro-batch-size x data-parallel size)) must be at least "
+        "1, got ",
+        m));
+  }
+  if (v > 1 && p == 1) return absl::InvalidArgumentError(kInterleavingNeedsPipeline);
+  if (v > 1 && m % p != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the interleaved schedule (--num-layers-per-virtual-pipeline-stage) needs the number of microbatches (", m,
+        " = --global-batch-size / (--micro-batch-size x data-parallel size)) to be a multiple of "
+        "--pipeline-model-parallel-size (",
+        p, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// The layer checks of validate_pipeline_layout; returns v.
+absl::StatusOr<int> layout_virtual_size(int num_layers, int p, int layers_per_virtual_stage) {
+  if (num_layers < 1) return absl::InvalidArgumentError(absl::StrCat("--num-layers must be at least 1, got ", num_layers));
+  if (p < 1) return absl::InvalidArgumentError(absl::StrCat("--pipeline-model-parallel-size must be at least 1, got ", p));
+  if (layers_per_virtual_stage < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--num-layers-per-virtual-pipeline-stage must be positive, got ", layers_per_virtual_stage));
+  }
+  if (p > num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("--pipeline-model-parallel-size (", p, ") exceeds --num-layers (",
+                                                   num_layers, "): every pipeline stage needs at least one layer"));
+  }
+  if (num_layers % p != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--num-layers (", num_layers,
+                                                   ") must be divisible by --pipeline-model-parallel-size (", p, ")"));
+  }
+  if (layers_per_virtual_stage == 0) return 1;
+  if ((num_layers / p) % layers_per_virtual_stage != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--num-layers (", num_layers, ") must be divisible by --pipeline-model-parallel-size (", p,
+        ") x --num-layers-per-virtual-pipeline-stage (", layers_per_virtual_stage, ")"));
+  }
+  const int v = num_layers / (p * layers_per_virtual_stage);
+  if (v > 1 && p == 1) return absl::InvalidArgumentError(kInterleavingNeedsPipeline);
+  return v;
+}
+
+}  // namespace
+
+absl::StatusOr<ScheduleKind> parse_schedule_kind(std::string_view name) {
+  if (name == "afab") return ScheduleKind::kAllForwardAllBackward;
+  if (name == "1f1b") return ScheduleKind::kOneFOneB;
+  if (name == "interleaved") return ScheduleKind::kInterleaved;
+  return absl::InvalidArgumentError(absl::StrCat("unknown pipeline schedule '", std::string(name), "' (afab, 1f1b, interleaved)"));
+}
+
+const char* to_string(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kAllForwardAllBackward: return "afab";
+    case ScheduleKind::kOneFOneB: return "1f1b";
+    case ScheduleKind::kInterleaved: return "interleaved";
+  }
+  return "?";
+}
+
+ScheduleKind default_schedule_kind(int virtual_size) {
+  return virtual_size > 1 ? ScheduleKind::kInterleaved : ScheduleKind::kOneFOneB;
+}
+
+absl::Status validate_pipeline_layout(int num_layers, int p, int layers_per_virtual_stage, int microbatches) {
+  absl::StatusOr<int> v = layout_virtual_size(num_layers, p, layers_per_virtual_stage);
+  return v.ok() ? check_sizes(p, *v, microbatches) : v.status();
+}
+
+absl::StatusOr<int> virtual_pipeline_size(int num_layers, int p, int layers_per_virtual_stage) {
+  return layout_virtual_size(num_layers, p, layers_per_virtual_stage);
+}
+
+absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int p, int v, int m) {
+  if (absl::Status status = check_sizes(p, v, m); !status.ok()) return status;
+  if (kind == ScheduleKind::kOneFOneB && v > 1) {
+    return absl::InvalidArgumentError(
+        "the 1f1b schedule runs one model chunk per rank; with --num-layers-per-virtual-pipeline-stage use the "
+        "interleaved schedule");
+  }
+  if (kind == ScheduleKind::kInterleaved && v == 1) {
+    return absl::InvalidArgumentError(
+        "the interleaved schedule needs --num-layers-per-virtual-pipeline-stage giving more than one model chunk per "
+        "rank");
+  }
+  Schedule schedule{p, v, m, {}};
+  for (int rank = 0; rank < p; ++rank) {
+    if (v == 1) {
+      const int warmup = kind == ScheduleKind::kAllForwardAllBackward ? m : std::min(p - rank - 1, m);
+      schedule.ranks.push_back(without_interleaving(p, m, rank, warmup, /*forward_only=*/false));
+    } else {
+      schedule.ranks.push_back(with_interleaving(p, v, m, rank, kind == ScheduleKind::kAllForwardAllBackward,
+                                                 /*forward_only=*/false));
+    }
+  }
+  return schedule;
+}
+
+absl::StatusOr<Schedule> make_forward_only_schedule(int p, int v, int m) {
+  if (absl::Status status = check_sizes(p, v, m); !status.ok()) return status;
+  Schedule schedule{p, v, m, {}};
+  for (int rank = 0; rank < p; ++rank) {
+    schedule.ranks.push_back(v == 1 ? without_interleaving(p, m, rank, m, /*forward_only=*/true)
+                                    : with_interleaving(p, v, m, rank, true, /*forward_only=*/true));
+  }
+  return schedule;
+}
+
+double expected_bubble_fraction(ScheduleKind kind, int p, int v, int m) {
+  return static_cast<double>(p - 1) / (static_cast<double>(v) * m);
+}
+
+int expected_peak_live(ScheduleKind kind, int p, int v, int m, int rank) {
+  switch (kind) {
+    case ScheduleKind::kAllForwardAllBackward: return m * v;
+    case ScheduleKind::kOneFOneB: return std::min(p - rank, m);
+    case ScheduleKind::kInterleaved: return std::min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v);
+  }
+  return 0;
+}
+
+bool is_compute_op(Op op) { return op == Op::kForward || op == Op::kBackward; }
+bool is_gradient_op(Op op) { return op == Op::kSendGradient || op == Op::kReceiveGradient; }
+bool is_send_op(Op op) { return op == Op::kSendActivation || op == Op::kSendGradient; }
+
+const char* to_string(Op op) {
+  switch (op) {
+    case Op::kForward: return "F";
+    case Op::kBackward: return "B";
+    case Op::kSendActivation: return "send-activation";
+    case Op::kReceiveActivation: return "receive-activation";
+    case Op::kSendGradient: return "send-gradient";
+    case Op::kReceiveGradient: return "receive-gradient";
+  }
+  return "?";
+}
+
+std::string to_string(const Instruction& i) {
+  std::string text = absl::StrCat(to_string(i.op), " c", i.chunk, " mb", i.microbatch);
+  if (!is_compute_op(i.op)) absl::StrAppend(&text, is_send_op(i.op) ? " -> rank " : " <- rank ", i.peer);
+  return text;
+}
+
+std::string to_string(const Step& step) {
+  return absl::StrJoin(step.instructions, " + ",
+                       [](std::string* out, const Instruction& i) { absl::StrAppend(out, to_string(i)); });
+}
+
+}  // namespace gpt::pipeline

@@ -1,0 +1,114 @@
+// The pipeline schedule as data: for each pipeline rank, the ordered steps it runs in one training
+// (or evaluation) iteration, and the generators of Megatron's schedules. The executor runs a
+// Schedule; the simulator (simulator.h) proves it matches and deadlock-free and measures its bubble.
+//
+// Model chunks follow Megatron's interleaving: the layers are cut into p * v virtual stages of
+// equal size and rank r's chunk c is virtual stage c * p + r. Microbatch j's activation leaving
+// (rank r, chunk c) goes to (rank r + 1, chunk c), or from rank p - 1 to (rank 0, chunk c + 1);
+// its gradient goes the reverse way. The first virtual stage (rank 0, chunk 0) receives no
+// activation (it reads its tokens) and the last (rank p - 1, chunk v - 1) sends none (its loss
+// starts the backward).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace gpt::pipeline {
+
+enum class Op { kForward, kBackward, kSendActivation, kReceiveActivation, kSendGradient, kReceiveGradient };
+
+struct Instruction {
+  Op op;
+  int chunk;       // model chunk on this rank, 0..v-1; for a transfer, the chunk that produces
+                   // (send) or consumes (receive) the tensor
+  int microbatch;  // 0..m-1
+  int peer;        // pipeline rank at the other end of a transfer; -1 for compute
+  bool operator==(const Instruction&) const = default;
+};
+
+// Either exactly one compute instruction, or one or more transfers that the executor posts together
+// as one batch and waits for together (so two ranks exchanging in both directions cannot
+// deadlock). Transfers are listed in the order they are posted: activations before gradients, then
+// by microbatch, then by the sending virtual stage. Two transfers between the same two ranks in the
+// same direction are matched in posting order (as NCCL and MPI match them), and this order makes
+// both ends list them alike.
+struct Step {
+  std::vector<Instruction> instructions;
+};
+
+struct Schedule {
+  int pipeline_size;                    // p
+  int virtual_size;                     // v, model chunks per rank
+  int microbatches;                     // m
+  std::vector<std::vector<Step>> ranks;  // ranks[r] = rank r's ordered steps
+};
+
+enum class ScheduleKind {
+  kAllForwardAllBackward,  // GPipe: every forward, then every backward
+  kOneFOneB,               // Megatron's forward_backward_pipelining_without_interleaving (v = 1)
+  kInterleaved,            // Megatron's forward_backward_pipelining_with_interleaving (v > 1)
+};
+
+// "afab", "1f1b", "interleaved".
+absl::StatusOr<ScheduleKind> parse_schedule_kind(std::string_view name);
+const char* to_string(ScheduleKind kind);
+// The schedule Megatron runs for this layout: interleaved when v > 1, else 1F1B.
+ScheduleKind default_schedule_kind(int virtual_size);
+
+// Checks a layout the way Megatron's arguments do and names the flags to change:
+// num_layers divisible by p (layers_per_virtual_stage == 0, no interleaving) or by
+// p * layers_per_virtual_stage; p <= num_layers; v > 1 needs p > 1; the interleaved schedule needs
+// the number of microbatches (global batch / (micro batch x data-parallel size)) to be a multiple
+// of p.
+absl::Status validate_pipeline_layout(int num_layers, int pipeline_size, int layers_per_virtual_stage,
+                                      int microbatches);
+// v for a layout that validate_pipeline_layout accepts: num_layers / (p * layers_per_virtual_stage),
+// or 1 without --num-layers-per-virtual-pipeline-stage.
+absl::StatusOr<int> virtual_pipeline_size(int num_layers, int pipeline_size, int layers_per_virtual_stage);
+
+// One training iteration of `kind` for p ranks, v chunks per rank, m microbatches. kOneFOneB needs
+// v = 1 and kInterleaved v > 1 (and m a multiple of p); kAllForwardAllBackward takes any v (with
+// v > 1 its forwards follow the interleaved order, in groups of p microbatches).
+absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int pipeline_size, int virtual_size, int microbatches);
+// Evaluation: every microbatch's forwards in the training schedule's order, no backward and no
+// gradient transfers.
+absl::StatusOr<Schedule> make_forward_only_schedule(int pipeline_size, int virtual_size, int microbatches);
+
+// What the generators promise, for the report and the tests. Bubble fraction as the simulator
+// defines it (simulator.h), with uniform costs and free transfers: (p - 1) / m without
+// interleaving, (p - 1) / (v * m) with v > 1 (AFAB included).
+double expected_bubble_fraction(ScheduleKind kind, int pipeline_size, int virtual_size, int microbatches);
+// The most (chunk, microbatch) pairs rank r holds between forward and backward:
+//   AFAB        m * v
+//   1F1B        min(p - r, m)                                   (Megatron's p - r - 1 warm-up + 1)
+//   interleaved min((p - r - 1) * 2 + (v - 1) * p + 1, m * v)   (warm-up + 1)
+// Each pair holds 1/v of a microbatch's activations, so rank 0 of the interleaved schedule holds
+// p + (p - 1) / v microbatches' worth, Megatron's bound.
+int expected_peak_live(ScheduleKind kind, int pipeline_size, int virtual_size, int microbatches, int rank);
+
+// Virtual-stage topology.
+inline int virtual_stage(int pipeline_size, int rank, int chunk) { return chunk * pipeline_size + rank; }
+inline bool is_first_virtual_stage(int pipeline_size, int rank, int chunk) {
+  return virtual_stage(pipeline_size, rank, chunk) == 0;
+}
+inline bool is_last_virtual_stage(int pipeline_size, int virtual_size, int rank, int chunk) {
+  return virtual_stage(pipeline_size, rank, chunk) == pipeline_size * virtual_size - 1;
+}
+// Where activations go (next) and gradients go (previous), around the ring of ranks.
+inline int next_pipeline_rank(int pipeline_size, int rank) { return (rank + 1) % pipeline_size; }
+inline int previous_pipeline_rank(int pipeline_size, int rank) { return (rank + pipeline_size - 1) % pipeline_size; }
+
+bool is_compute_op(Op op);
+bool is_gradient_op(Op op);  // send or receive of a gradient
+bool is_send_op(Op op);
+const char* to_string(Op op);
+// "F c1 mb3", "send-activation c1 mb3 -> rank 2", "receive-gradient c0 mb5 <- rank 1".
+std::string to_string(const Instruction& instruction);
+// The instructions joined by " + ".
+std::string to_string(const Step& step);
+
+}  // namespace gpt::pipeline

@@ -1,0 +1,365 @@
+#include "parallel/pipeline/simulator.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace gpt::pipeline {
+namespace {
+
+// Where a virtual stage lives.
+struct StageAt {
+  int rank;
+  int chunk;
+};
+StageAt stage_at(int p, int stage) { return {stage % p, stage / p}; }
+
+std::string where(int rank, size_t step, const Instruction& i) {
+  return absl::StrCat("rank ", rank, " step ", step, " (", to_string(i), ")");
+}
+
+absl::Status invalid(int rank, size_t step, const Instruction& i, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("invalid instruction: ", where(rank, step, i), ": ", why));
+}
+
+bool training(const Schedule& schedule) {
+  for (const std::vector<Step>& steps : schedule.ranks) {
+    for (const Step& step : steps) {
+      for (const Instruction& i : step.instructions) {
+        if (i.op == Op::kBackward) return true;
+      }
+    }
+  }
+  return false;
+}
+
+absl::Status check_shape(const Schedule& s) {
+  if (s.pipeline_size < 1 || s.virtual_size < 1 || s.microbatches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid schedule: p = ", s.pipeline_size,
+                                                   ", v = ", s.virtual_size, ", m = ", s.microbatches));
+  }
+  if (static_cast<int>(s.ranks.size()) != s.pipeline_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid schedule: ", s.ranks.size(), " rank lists for pipeline size ", s.pipeline_size));
+  }
+  return absl::OkStatus();
+}
+
+// The step holds one compute instruction or only transfers.
+absl::Status check_step(int rank, size_t index, const Step& step) {
+  if (step.instructions.empty()) return absl::InvalidArgumentError(absl::StrCat("invalid step: rank ", rank, " step ", index, " is empty"));
+  const bool compute = is_compute_op(step.instructions.front().op);
+  for (const Instruction& i : step.instructions) {
+    if (is_compute_op(i.op) != compute || (compute && step.instructions.size() > 1)) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid step: rank ", rank, " step ", index, " (",
+                                                     to_string(step), ") mixes compute with other instructions"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Ranges, and that a transfer exists for this stage and names the rank of the stage at its other end.
+absl::Status check_instruction(const Schedule& s, int rank, size_t step, const Instruction& i) {
+  const int p = s.pipeline_size;
+  if (i.chunk < 0 || i.chunk >= s.virtual_size) return invalid(rank, step, i, absl::StrCat("chunk out of 0..", s.virtual_size - 1));
+  if (i.microbatch < 0 || i.microbatch >= s.microbatches) {
+    return invalid(rank, step, i, absl::StrCat("microbatch out of 0..", s.microbatches - 1));
+  }
+  if (is_compute_op(i.op)) return i.peer == -1 ? absl::OkStatus() : invalid(rank, step, i, "compute with a peer");
+  const int stage = virtual_stage(p, rank, i.chunk);
+  const bool downstream = i.op == Op::kSendActivation || i.op == Op::kReceiveGradient;
+  const int other = downstream ? stage + 1 : stage - 1;
+  if (other < 0 || other >= p * s.virtual_size) {
+    return invalid(rank, step, i, absl::StrCat(downstream ? "the last" : "the first", " virtual stage has no ",
+                                               downstream ? "next" : "previous", " stage to exchange with"));
+  }
+  if (i.peer != stage_at(p, other).rank) {
+    return invalid(rank, step, i, absl::StrCat("virtual stage ", other, " is on rank ", stage_at(p, other).rank));
+  }
+  return absl::OkStatus();
+}
+
+// A transfer posted on the channel from `sender` to `receiver`.
+struct Posted {
+  int rank;
+  size_t step;
+  Instruction instruction;
+  double time;
+};
+struct Channel {
+  std::vector<Posted> sends, receives;  // matched by position
+};
+
+// Whether a send and the receive it met carry the same tensor: same kind and microbatch, and the
+// receiving chunk is the one after (activation) or before (gradient) the sending chunk's stage.
+absl::Status check_match(int p, const Posted& send, const Posted& receive, size_t position) {
+  const Instruction& s = send.instruction;
+  const Instruction& r = receive.instruction;
+  const bool gradient = s.op == Op::kSendGradient;
+  const int to_stage = virtual_stage(p, send.rank, s.chunk) + (gradient ? -1 : 1);
+  const StageAt to = stage_at(p, to_stage);
+  const Op expected = gradient ? Op::kReceiveGradient : Op::kReceiveActivation;
+  if (r.op == expected && r.chunk == to.chunk && r.microbatch == s.microbatch) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "mismatched transfer: message ", position, " from rank ", send.rank, " to rank ", receive.rank, ": ",
+      where(send.rank, send.step, s), " sends ", gradient ? "the gradient" : "the activation", " of microbatch ",
+      s.microbatch, " for chunk ", to.chunk, " but ", where(receive.rank, receive.step, r), " expects ",
+      is_gradient_op(r.op) ? "the gradient" : "the activation", " of microbatch ", r.microbatch, " for chunk ",
+      r.chunk));
+}
+
+}  // namespace
+
+Costs Costs::uniform(int p, int v, double forward, double backward) {
+  Costs costs;
+  costs.forward.assign(static_cast<size_t>(p), std::vector<double>(static_cast<size_t>(v), forward / v));
+  costs.backward.assign(static_cast<size_t>(p), std::vector<double>(static_cast<size_t>(v), backward / v));
+  return costs;
+}
+
+double Costs::transfer_time() const {
+  return p2p_latency + (p2p_bandwidth > 0 ? p2p_bytes / p2p_bandwidth : 0.0);
+}
+
+absl::StatusOr<SimulationReport> simulate(const Schedule& schedule, const Costs& costs) {
+  if (absl::Status status = check_shape(schedule); !status.ok()) return status;
+  const int p = schedule.pipeline_size;
+  const size_t ranks = static_cast<size_t>(p);
+  for (const auto* table : {&costs.forward, &costs.backward}) {
+    bool sized = table->size() == ranks;
+    for (const std::vector<double>& row : *table) sized = sized && static_cast<int>(row.size()) == schedule.virtual_size;
+    if (!sized) return absl::InvalidArgumentError(absl::StrCat("costs must be sized [", p, "][", schedule.virtual_size, "]"));
+  }
+  const bool keeps_activations = training(schedule);
+  const double transfer_time = costs.transfer_time();
+
+  SimulationReport report;
+  report.ranks.resize(ranks);
+  std::vector<size_t> next_step(ranks, 0);
+  std::vector<double> clock(ranks, 0.0);
+  // For the posted (current) transfer step of each rank: each transfer's channel and position.
+  std::vector<std::vector<std::pair<Channel*, size_t>>> pending(ranks);
+  std::vector<Channel> channels(ranks * ranks);  // [sender * p + receiver]
+  std::vector<std::set<std::pair<int, int>>> live(ranks);
+
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      const size_t rr = static_cast<size_t>(r);
+      const std::vector<Step>& steps = schedule.ranks[rr];
+      RankTimeline& timeline = report.ranks[rr];
+      while (next_step[rr] < steps.size()) {
+        const size_t index = next_step[rr];
+        const Step& step = steps[index];
+        if (pending[rr].empty()) {
+          if (absl::Status status = check_step(r, index, step); !status.ok()) return status;
+          for (const Instruction& i : step.instructions) {
+            if (absl::Status status = check_instruction(schedule, r, index, i); !status.ok()) return status;
+          }
+        }
+        const Instruction& first = step.instructions.front();
+        if (is_compute_op(first.op)) {
+          const auto& table = first.op == Op::kForward ? costs.forward : costs.backward;
+          const double cost = table[rr][static_cast<size_t>(first.chunk)];
+          timeline.compute.push_back({first, static_cast<int>(index), clock[rr], clock[rr] + cost});
+          clock[rr] += cost;
+          timeline.busy += cost;
+          if (keeps_activations && first.op == Op::kForward) live[rr].insert({first.chunk, first.microbatch});
+          if (first.op == Op::kBackward) live[rr].erase({first.chunk, first.microbatch});
+          timeline.peak_live = std::max(timeline.peak_live, static_cast<int>(live[rr].size()));
+          ++next_step[rr];
+          progress = true;
+          continue;
+        }
+        if (pending[rr].empty()) {  // post the batch
+          for (const Instruction& i : step.instructions) {
+            const bool send = is_send_op(i.op);
+            Channel& channel = channels[send ? rr * ranks + static_cast<size_t>(i.peer)
+                                             : static_cast<size_t>(i.peer) * ranks + rr];
+            std::vector<Posted>& mine = send ? channel.sends : channel.receives;
+            const std::vector<Posted>& theirs = send ? channel.receives : channel.sends;
+            const size_t position = mine.size();
+            mine.push_back({r, index, i, clock[rr]});
+            if (position < theirs.size()) {
+              const Posted& s = send ? mine.back() : theirs[position];
+              const Posted& q = send ? theirs[position] : mine.back();
+              if (absl::Status status = check_match(p, s, q, position); !status.ok()) return status;
+            }
+            pending[rr].push_back({&channel, position});
+          }
+          progress = true;
+        }
+        double end = clock[rr];
+        bool complete = true;
+        for (size_t t = 0; t < step.instructions.size() && complete; ++t) {
+          const auto& [channel, position] = pending[rr][t];
+          complete = position < channel->sends.size() && position < channel->receives.size();
+          if (complete) {
+            end = std::max(end, std::max(channel->sends[position].time, channel->receives[position].time) +
+                                    transfer_time);
+          }
+        }
+        if (!complete) break;
+        clock[rr] = end;
+        pending[rr].clear();
+        ++next_step[rr];
+        progress = true;
+      }
+    }
+  }
+
+  std::vector<std::string> waiting;
+  for (int r = 0; r < p; ++r) {
+    const size_t rr = static_cast<size_t>(r);
+    if (next_step[rr] == schedule.ranks[rr].size()) continue;
+    const Step& step = schedule.ranks[rr][next_step[rr]];
+    std::vector<std::string> missing;
+    for (size_t t = 0; t < step.instructions.size(); ++t) {
+      const auto& [channel, position] = pending[rr][t];
+      const Instruction& i = step.instructions[t];
+      const bool send = is_send_op(i.op);
+      if (position < (send ? channel->receives.size() : channel->sends.size())) continue;
+      const size_t peer = static_cast<size_t>(i.peer);
+      const std::string peer_state =
+          next_step[peer] == schedule.ranks[peer].size()
+              ? "has finished"
+              : absl::StrCat("waits at step ", next_step[peer], ": ", to_string(schedule.ranks[peer][next_step[peer]]));
+      missing.push_back(absl::StrCat(to_string(i), " has no matching ", send ? "receive" : "send", " (rank ", i.peer,
+                                     " ", peer_state, ")"));
+    }
+    waiting.push_back(absl::StrCat("rank ", r, " waits at step ", next_step[rr], ": ", absl::StrJoin(missing, ", ")));
+  }
+  if (!waiting.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("deadlock: ", absl::StrJoin(waiting, "; ")));
+  }
+
+  for (int r = 0; r < p; ++r) {
+    RankTimeline& timeline = report.ranks[static_cast<size_t>(r)];
+    timeline.finish = clock[static_cast<size_t>(r)];
+    report.makespan = std::max(report.makespan, timeline.finish);
+    report.ideal = std::max(report.ideal, timeline.busy);
+  }
+  double idle = 0;
+  for (RankTimeline& timeline : report.ranks) {
+    timeline.idle = report.makespan - timeline.busy;
+    idle += timeline.idle;
+  }
+  report.bubble_fraction = report.ideal > 0 ? (report.makespan - report.ideal) / report.ideal : 0.0;
+  report.idle_fraction = report.makespan > 0 ? idle / p / report.makespan : 0.0;
+  return report;
+}
+
+absl::Status check_schedule(const Schedule& s) {
+  if (absl::Status status = check_shape(s); !status.ok()) return status;
+  const int p = s.pipeline_size, v = s.virtual_size, m = s.microbatches;
+  const bool with_backward = training(s);
+  enum What { kForward, kBackward, kReceiveActivation, kSendActivation, kReceiveGradient, kSendGradient, kWhats };
+  auto what = [](Op op) {
+    switch (op) {
+      case Op::kForward: return kForward;
+      case Op::kBackward: return kBackward;
+      case Op::kReceiveActivation: return kReceiveActivation;
+      case Op::kSendActivation: return kSendActivation;
+      case Op::kReceiveGradient: return kReceiveGradient;
+      case Op::kSendGradient: return kSendGradient;
+    }
+    return kWhats;
+  };
+  static constexpr const char* kNames[] = {"forward", "backward", "activation receive", "activation send",
+                                           "gradient receive", "gradient send"};
+  for (int r = 0; r < p; ++r) {
+    // [what][chunk * m + microbatch]: how often, and the step of the first occurrence.
+    std::vector<std::vector<int>> count(kWhats, std::vector<int>(static_cast<size_t>(v * m), 0));
+    std::vector<std::vector<size_t>> at(kWhats, std::vector<size_t>(static_cast<size_t>(v * m), 0));
+    const std::vector<Step>& steps = s.ranks[static_cast<size_t>(r)];
+    for (size_t index = 0; index < steps.size(); ++index) {
+      if (absl::Status status = check_step(r, index, steps[index]); !status.ok()) return status;
+      for (const Instruction& i : steps[index].instructions) {
+        if (absl::Status status = check_instruction(s, r, index, i); !status.ok()) return status;
+        const size_t key = static_cast<size_t>(i.chunk * m + i.microbatch);
+        const size_t w = static_cast<size_t>(what(i.op));
+        if (count[w][key]++ == 0) at[w][key] = index;
+      }
+    }
+    for (int c = 0; c < v; ++c) {
+      const bool first = is_first_virtual_stage(p, r, c), last = is_last_virtual_stage(p, v, r, c);
+      for (int j = 0; j < m; ++j) {
+        const size_t key = static_cast<size_t>(c * m + j);
+        const int expected[kWhats] = {1, with_backward, !first, !last, with_backward && !last, with_backward && !first};
+        for (int w = 0; w < kWhats; ++w) {
+          if (count[static_cast<size_t>(w)][key] != expected[w]) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "schedule check: rank ", r, " has ", count[static_cast<size_t>(w)][key], " ", kNames[w],
+                "(s) of chunk ", c, " microbatch ", j, ", expected ", expected[w]));
+          }
+        }
+        auto before = [&](What a, What b) -> absl::Status {
+          if (!expected[a] || !expected[b] || at[a][key] < at[b][key]) return absl::OkStatus();
+          return absl::InvalidArgumentError(absl::StrCat("schedule check: rank ", r, " runs the ", kNames[a],
+                                                         " of chunk ", c, " microbatch ", j, " (step ", at[a][key],
+                                                         ") after its ", kNames[b], " (step ", at[b][key], ")"));
+        };
+        for (const auto& [a, b] : {std::pair{kForward, kBackward}, std::pair{kReceiveActivation, kForward},
+                                   std::pair{kForward, kSendActivation}, std::pair{kReceiveGradient, kBackward},
+                                   std::pair{kBackward, kSendGradient}}) {
+          if (absl::Status status = before(a, b); !status.ok()) return status;
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status check_timeline(const Schedule& s, const SimulationReport& report) {
+  const int p = s.pipeline_size, stages = p * s.virtual_size, m = s.microbatches;
+  // [stage * m + microbatch]
+  std::vector<const ComputeInterval*> forward(static_cast<size_t>(stages * m), nullptr), backward(forward);
+  if (report.ranks.size() != s.ranks.size()) return absl::InvalidArgumentError("report and schedule differ in ranks");
+  for (int r = 0; r < p; ++r) {
+    for (const ComputeInterval& interval : report.ranks[static_cast<size_t>(r)].compute) {
+      const Instruction& i = interval.instruction;
+      const size_t key = static_cast<size_t>(virtual_stage(p, r, i.chunk) * m + i.microbatch);
+      (i.op == Op::kForward ? forward : backward)[key] = &interval;
+    }
+  }
+  const bool with_backward = training(s);
+  auto order = [&](const ComputeInterval* before, const ComputeInterval* after, int stage, int j,
+                   const char* what) -> absl::Status {
+    if (before == nullptr || after == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("timeline check: ", what, " of virtual stage ", stage,
+                                                     " microbatch ", j, " is missing from the timeline"));
+    }
+    if (after->start >= before->end) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("timeline check: ", what, " of virtual stage ", stage, " microbatch ",
+                                                   j, " starts at ", after->start, " before ",
+                                                   to_string(before->instruction), " ends at ", before->end));
+  };
+  for (int k = 0; k < stages; ++k) {
+    for (int j = 0; j < m; ++j) {
+      const size_t key = static_cast<size_t>(k * m + j);
+      if (k > 0) {
+        if (absl::Status status = order(forward[key - static_cast<size_t>(m)], forward[key], k, j, "forward"); !status.ok()) {
+          return status;
+        }
+      }
+      if (!with_backward) continue;
+      const ComputeInterval* upstream = k + 1 < stages ? backward[key + static_cast<size_t>(m)] : forward[key];
+      if (absl::Status status = order(upstream, backward[key], k, j, "backward"); !status.ok()) return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status verify_schedule(const Schedule& schedule) {
+  if (absl::Status status = check_schedule(schedule); !status.ok()) return status;
+  absl::StatusOr<SimulationReport> report =
+      simulate(schedule, Costs::uniform(schedule.pipeline_size, schedule.virtual_size, 1.0, 2.0));
+  if (!report.ok()) return report.status();
+  return check_timeline(schedule, *report);
+}
+
+}  // namespace gpt::pipeline
