@@ -1,0 +1,204 @@
+// pipeline_schedule: generates a pipeline schedule for a layout given with Megatron's flags,
+// simulates it, and shows what each rank runs, the bubble against Megatron's formula, the peak
+// number of microbatches holding activations, and (with --svg) a Gantt chart:
+//
+//   pipeline_schedule --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1
+//       --num-layers 8 --num-microbatches 8 [--schedule 1f1b|interleaved|afab] [--svg out.svg]
+//       [--forward-cost 1 --backward-cost 2] [--p2p-latency 0 --p2p-bytes 0 --p2p-bandwidth 0]
+//
+// --forward-cost / --backward-cost are one microbatch's time through one rank's layers (all its
+// model chunks); each chunk takes 1/v of it. --bubble-table prints the markdown table of simulated
+// bubbles against the formulas that docs/PIPELINE.md shows.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "parallel/pipeline/gantt_svg.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/simulator.h"
+
+namespace gpt::pipeline {
+namespace {
+
+struct Options {
+  int pipeline_size = 1;
+  int layers_per_virtual_stage = 0;  // 0: no interleaving
+  int num_layers = 0;
+  int microbatches = 0;
+  std::string schedule;  // empty: Megatron's choice for the layout
+  bool forward_only = false;
+  std::string svg;
+  double forward_cost = 1, backward_cost = 2;
+  double p2p_latency = 0, p2p_bytes = 0, p2p_bandwidth = 0;
+  bool quiet = false;
+  bool bubble_table = false;
+};
+
+std::string formula_text(ScheduleKind kind, int p, int v, int m) {
+  if (v == 1) return absl::StrFormat("(p-1)/m = %d/%d", p - 1, m);
+  return absl::StrFormat("(p-1)/(v m) = %d/%d", p - 1, v * m);
+}
+
+std::string peak_formula_text(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kAllForwardAllBackward: return "m v";
+    case ScheduleKind::kOneFOneB: return "min(p - r, m)";
+    case ScheduleKind::kInterleaved: return "min((p-r-1)*2 + (v-1)*p + 1, m v)";
+  }
+  return "";
+}
+
+Costs costs_for(const Schedule& schedule, const Options& o) {
+  Costs costs = Costs::uniform(schedule.pipeline_size, schedule.virtual_size, o.forward_cost, o.backward_cost);
+  costs.p2p_latency = o.p2p_latency;
+  costs.p2p_bytes = o.p2p_bytes;
+  costs.p2p_bandwidth = o.p2p_bandwidth;
+  return costs;
+}
+
+absl::StatusOr<SimulationReport> simulate_uniform(const Schedule& schedule, const Options& o) {
+  const Costs costs = costs_for(schedule, o);
+  if (absl::Status status = check_schedule(schedule); !status.ok()) return status;
+  absl::StatusOr<SimulationReport> report = simulate(schedule, costs);
+  if (!report.ok()) return report;
+  if (absl::Status status = check_timeline(schedule, *report); !status.ok()) return status;
+  return report;
+}
+
+// Simulated bubble against the formula over a grid of layouts, uniform costs and free transfers.
+absl::Status print_bubble_table(const Options& o) {
+  std::printf("| p | v | m | schedule | simulated bubble | formula | AFAB bubble | peak live, rank 0 | AFAB peak |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (int p : {2, 4, 8}) {
+    for (int v : {1, 2, 4}) {
+      for (int m : {8, 16, 32}) {
+        const ScheduleKind kind = default_schedule_kind(v);
+        absl::StatusOr<Schedule> schedule = make_schedule(kind, p, v, m);
+        absl::StatusOr<Schedule> afab = make_schedule(ScheduleKind::kAllForwardAllBackward, p, v, m);
+        if (!schedule.ok()) return schedule.status();
+        if (!afab.ok()) return afab.status();
+        absl::StatusOr<SimulationReport> report = simulate_uniform(*schedule, o);
+        absl::StatusOr<SimulationReport> afab_report = simulate_uniform(*afab, o);
+        if (!report.ok()) return report.status();
+        if (!afab_report.ok()) return afab_report.status();
+        std::printf("| %d | %d | %d | %s | %.4f | %.4f (%s) | %.4f | %d (%.2f microbatches) | %d |\n", p, v, m,
+                    to_string(kind), report->bubble_fraction, expected_bubble_fraction(kind, p, v, m),
+                    formula_text(kind, p, v, m).c_str(), afab_report->bubble_fraction, report->ranks[0].peak_live,
+                    static_cast<double>(report->ranks[0].peak_live) / v, afab_report->ranks[0].peak_live);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status run(const Options& o) {
+  if (o.bubble_table) return print_bubble_table(o);
+  if (absl::Status status = validate_pipeline_layout(o.num_layers, o.pipeline_size, o.layers_per_virtual_stage,
+                                                     o.microbatches);
+      !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<int> virtual_size = virtual_pipeline_size(o.num_layers, o.pipeline_size, o.layers_per_virtual_stage);
+  if (!virtual_size.ok()) return virtual_size.status();
+  const int p = o.pipeline_size, v = *virtual_size, m = o.microbatches;
+  ScheduleKind kind = default_schedule_kind(v);
+  if (!o.schedule.empty()) {
+    absl::StatusOr<ScheduleKind> parsed = parse_schedule_kind(o.schedule);
+    if (!parsed.ok()) return parsed.status();
+    kind = *parsed;
+  }
+  absl::StatusOr<Schedule> schedule = o.forward_only ? make_forward_only_schedule(p, v, m) : make_schedule(kind, p, v, m);
+  if (!schedule.ok()) return schedule.status();
+  absl::StatusOr<SimulationReport> report = simulate_uniform(*schedule, o);
+  if (!report.ok()) return report.status();
+
+  const int layers_per_stage = o.num_layers / (p * v);
+  std::printf("%s schedule%s: PP %d, %d model chunk%s per rank (%d layers, %d per virtual stage), %d microbatches\n",
+              to_string(kind), o.forward_only ? " (forward only)" : "", p, v, v > 1 ? "s" : "", o.num_layers,
+              layers_per_stage, m);
+  std::printf("costs per microbatch through one rank's layers: forward %g, backward %g; per transfer %g\n\n",
+              o.forward_cost, o.backward_cost, costs_for(*schedule, o).transfer_time());
+  if (!o.quiet) {
+    for (int r = 0; r < p; ++r) {
+      std::vector<std::string> chunks;
+      for (int c = 0; c < v; ++c) {
+        const int first = virtual_stage(p, r, c) * layers_per_stage;
+        chunks.push_back(absl::StrFormat("chunk %d = virtual stage %d = layers %d-%d", c, virtual_stage(p, r, c), first,
+                                         first + layers_per_stage - 1));
+      }
+      const std::vector<Step>& steps = schedule->ranks[static_cast<size_t>(r)];
+      std::printf("rank %d (%s): %zu steps\n", r, absl::StrJoin(chunks, ", ").c_str(), steps.size());
+      for (size_t s = 0; s < steps.size(); ++s) std::printf("  %4zu  %s\n", s, to_string(steps[s]).c_str());
+      std::printf("\n");
+    }
+  }
+  std::printf("makespan %g, ideal (busiest rank's compute) %g\n", report->makespan, report->ideal);
+  std::printf("bubble fraction (makespan - ideal) / ideal: %.4f   formula %s = %.4f\n", report->bubble_fraction,
+              formula_text(kind, p, v, m).c_str(), expected_bubble_fraction(kind, p, v, m));
+  std::printf("idle share of the makespan (mean over ranks): %.4f\n\n", report->idle_fraction);
+  std::printf("rank  busy      idle      peak live (chunk, microbatch)  formula %s\n",
+              o.forward_only ? "(forward only: none kept)" : peak_formula_text(kind).c_str());
+  for (int r = 0; r < p; ++r) {
+    const RankTimeline& t = report->ranks[static_cast<size_t>(r)];
+    std::printf("%-4d  %-8g  %-8g  %-4d = %5.2f microbatches        %d\n", r, t.busy, t.idle, t.peak_live,
+                static_cast<double>(t.peak_live) / v, o.forward_only ? 0 : expected_peak_live(kind, p, v, m, r));
+  }
+  if (!o.svg.empty()) {
+    const std::string title = absl::StrFormat("%s%s, PP=%d, v=%d, m=%d: bubble %.4f (formula %.4f)", to_string(kind),
+                                              o.forward_only ? " forward only" : "", p, v, m, report->bubble_fraction,
+                                              expected_bubble_fraction(kind, p, v, m));
+    std::ofstream out(o.svg);
+    out << gantt_svg(*schedule, *report, {.title = title});
+    if (!out.good()) return absl::InternalError(absl::StrCat("cannot write ", o.svg));
+    std::printf("\nwrote %s\n", o.svg.c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace gpt::pipeline
+
+int main(int argc, char** argv) {
+  gpt::pipeline::Options o;
+  CLI::App app{"Generate, simulate and draw a pipeline-parallel schedule", "pipeline_schedule"};
+  app.add_option("--pipeline-model-parallel-size", o.pipeline_size, "Pipeline-parallel size p");
+  app.add_option("--num-layers-per-virtual-pipeline-stage", o.layers_per_virtual_stage,
+                 "Layers per virtual stage (interleaved schedule); default none");
+  app.add_option("--num-layers", o.num_layers, "Transformer layers");
+  app.add_option("--num-microbatches", o.microbatches,
+                 "Microbatches per iteration (Megatron: global batch / (micro batch x DP))");
+  app.add_option("--schedule", o.schedule, "1f1b, interleaved or afab (default: interleaved when v > 1, else 1f1b)");
+  app.add_flag("--forward-only", o.forward_only, "Evaluation schedule: forwards only");
+  app.add_option("--svg", o.svg, "Write a Gantt chart of the simulated schedule");
+  app.add_option("--forward-cost", o.forward_cost, "Forward time of one microbatch through one rank's layers");
+  app.add_option("--backward-cost", o.backward_cost, "Backward time of one microbatch through one rank's layers");
+  app.add_option("--p2p-latency", o.p2p_latency, "Time per point-to-point transfer");
+  app.add_option("--p2p-bytes", o.p2p_bytes, "Bytes per transfer (one activation or gradient)");
+  app.add_option("--p2p-bandwidth", o.p2p_bandwidth, "Bytes per time unit (0: unlimited)");
+  app.add_flag("--quiet", o.quiet, "Skip the per-rank instruction lists");
+  app.add_flag("--bubble-table", o.bubble_table, "Print simulated bubbles against the formulas for a grid of layouts");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError& error) {
+    std::fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  }
+  if (!o.bubble_table && (o.num_layers == 0 || o.microbatches == 0)) {
+    std::fprintf(stderr, "error: --num-layers and --num-microbatches are required\n");
+    return 1;
+  }
+  const absl::Status status = gpt::pipeline::run(o);
+  if (!status.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
