@@ -77,6 +77,7 @@ absl::Status check_instruction(const Schedule& s, int rank, size_t step, const I
     return invalid(rank, step, i, absl::StrCat(downstream ? "the last" : "the first", " virtual stage has no ",
                                                downstream ? "next" : "previous", " stage to exchange with"));
   }
+  if (i.peer == rank) return invalid(rank, step, i, "a transfer to its own rank (p = 1 runs one chunk)");
   if (i.peer != stage_at(p, other).rank) {
     return invalid(rank, step, i, absl::StrCat("virtual stage ", other, " is on rank ", stage_at(p, other).rank));
   }

@@ -375,6 +375,10 @@ TEST(PipelineSimulator, WrongMicrobatchChunkOrPeerIsReported) {
   EXPECT_THAT(std::string(simulate(schedule, Costs::uniform(2, 2, 1, 2)).status().message()),
               HasSubstr("chunk out of 0..1"));
 
+  // One rank with two chunks would send to itself.
+  schedule = Schedule{1, 2, 1, {{Step{{{Op::kForward, 0, 0, -1}}}, Step{{{Op::kSendActivation, 0, 0, 0}}}}}};
+  EXPECT_THAT(std::string(check_schedule(schedule).message()), HasSubstr("a transfer to its own rank"));
+
   schedule = make(ScheduleKind::kOneFOneB, 2, 1, 2);
   schedule.ranks[0][0].instructions.push_back({Op::kForward, 0, 1, -1});
   EXPECT_THAT(std::string(check_schedule(schedule).message()), HasSubstr("mixes compute with other instructions"));
