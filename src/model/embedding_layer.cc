@@ -9,7 +9,7 @@ EmbeddingLayer::EmbeddingLayer(const ModelConfig& config, ParamStore& params, co
     : tp_(tp),
       shapes_(s),
       ws_(workspace),
-      word_(params.get("embedding.word_embeddings.weight")),
+      word_(params.get(kWordEmbeddingName)),
       position_(params.get("embedding.position_embeddings.weight")) {
   stash_.resize(static_cast<size_t>(stash_slots));
   for (Stash& st : stash_) {

@@ -44,22 +44,27 @@ void GptModel::load_targets(Context& ctx, int slot, std::span<const int32_t> tar
   load_transposed(ctx, output_->targets(slot), targets_bs);
 }
 
-Tensor GptModel::forward(Context& ctx, int slot, const Tensor& input, const Tensor& loss_sum, float grad_scale) {
-  Tensor hidden = embedding_ ? embedding_->forward(ctx, slot) : input;
-  GPT_CHECK(hidden.defined()) << "forward of a middle chunk without an input activation";
+std::optional<Tensor> GptModel::forward(Context& ctx, int slot, const std::optional<Tensor>& input,
+                                        const LossAccumulator& loss) {
+  GPT_CHECK(input.has_value() != (embedding_ != nullptr))
+      << (embedding_ ? "an input activation given to the chunk with the embedding"
+                     : "forward of a chunk without the embedding needs an input activation");
+  Tensor hidden = embedding_ ? embedding_->forward(ctx, slot) : *input;
   for (auto& layer : layers_) hidden = layer->forward(ctx, slot, hidden);
   if (!output_) return hidden;
-  output_->forward(ctx, slot, hidden, loss_sum, grad_scale);
-  return Tensor();
+  output_->forward(ctx, slot, hidden, loss);
+  return std::nullopt;
 }
 
-Tensor GptModel::backward(Context& ctx, int slot, const Tensor& grad_output) {
-  Tensor grad = output_ ? output_->backward(ctx, slot, grad_) : grad_output;
-  GPT_CHECK(grad.defined()) << "backward of a middle chunk without an output gradient";
+std::optional<Tensor> GptModel::backward(Context& ctx, int slot, const std::optional<Tensor>& grad_output) {
+  GPT_CHECK(grad_output.has_value() != (output_ != nullptr))
+      << (output_ ? "an output gradient given to the chunk with the loss"
+                  : "backward of a chunk without the output layer needs an output gradient");
+  Tensor grad = output_ ? output_->backward(ctx, slot, grad_) : *grad_output;
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) grad = (*it)->backward(ctx, slot, grad, grad_);
   if (!embedding_) return grad;
   embedding_->backward(ctx, slot, grad);
-  return Tensor();
+  return std::nullopt;
 }
 
 std::vector<ParamSpec> chunk_param_specs(const std::vector<ParamSpec>& all, const ChunkLayout& layout) {
@@ -68,6 +73,10 @@ std::vector<ParamSpec> chunk_param_specs(const std::vector<ParamSpec>& all, cons
     const bool wanted =
         (spec.section == ParamSection::kEmbedding && layout.has_embedding) ||
         (spec.section == ParamSection::kFinal && layout.has_output) ||
+        // The tied LM head on a last stage without the embedding: its own copy of the word
+        // embedding (same name, so the same initial values), kept equal to the first stage's by
+        // all-reducing the two gradients over the embedding group.
+        (spec.name == kWordEmbeddingName && layout.has_output && !layout.has_embedding && layout.tied_head) ||
         (spec.section == ParamSection::kLayer && spec.layer >= layout.first_layer &&
          spec.layer < layout.first_layer + layout.num_layers);
     if (wanted) selected.push_back(spec);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct ChunkLayout {
   int64_t num_layers = 0;
   bool has_embedding = true;
   bool has_output = true;
+  bool tied_head = true;  // the LM head is the word embedding (no --untie-embeddings-and-output-weights)
 };
 
 class GptModel {
@@ -35,14 +37,15 @@ class GptModel {
   void load_tokens(Context& ctx, int slot, std::span<const int32_t> tokens_bs);
   void load_targets(Context& ctx, int slot, std::span<const int32_t> targets_bs);
 
-  // input [s_l, b, h] from the previous stage (ignored on the first chunk). Returns the output
-  // activation [s_l, b, h], or, on the last chunk, an undefined tensor after adding the summed
-  // token losses to loss_sum and (grad_scale > 0) preparing the loss gradient.
-  Tensor forward(Context& ctx, int slot, const Tensor& input, const Tensor& loss_sum, float grad_scale);
-  // grad_output [s_l, b, h] from the next stage (ignored on the last chunk). Accumulates parameter
-  // gradients and returns the input gradient [s_l, b, h] (undefined on the first chunk). The
-  // returned tensor is overwritten by the next backward.
-  Tensor backward(Context& ctx, int slot, const Tensor& grad_output);
+  // input [s_l, b, h] from the previous stage: present exactly when the chunk has no embedding
+  // (which reads the slot's tokens instead). Returns the output activation [s_l, b, h], or, on the
+  // chunk with the output layer, nothing after adding the summed token losses to loss.sum (and, in
+  // training, preparing the loss gradient).
+  std::optional<Tensor> forward(Context& ctx, int slot, const std::optional<Tensor>& input, const LossAccumulator& loss);
+  // grad_output [s_l, b, h] from the next stage: present exactly when the chunk has no output
+  // layer. Accumulates parameter gradients and returns the input gradient [s_l, b, h] (nothing on
+  // the chunk with the embedding), overwritten by the chunk's next backward.
+  std::optional<Tensor> backward(Context& ctx, int slot, const std::optional<Tensor>& grad_output);
 
   OutputLayer* output_layer() { return output_.get(); }
 

@@ -12,8 +12,7 @@ OutputLayer::OutputLayer(const ModelConfig& config, ParamStore& params, const Te
       ws_(workspace),
       norm_weight_(params.get("decoder.final_layernorm.weight")),
       norm_bias_(params.get("decoder.final_layernorm.bias")),
-      head_(params.get(config.untie_embeddings_and_output_weights ? "output_layer.weight"
-                                                                   : "embedding.word_embeddings.weight")) {
+      head_(params.get(config.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName)) {
   const int64_t rows = s.rows();
   row_max_ = arena.allocate(DType::kFloat32, {rows});
   global_max_ = arena.allocate(DType::kFloat32, {rows});
@@ -31,7 +30,7 @@ OutputLayer::OutputLayer(const ModelConfig& config, ParamStore& params, const Te
   }
 }
 
-void OutputLayer::forward(Context& ctx, int slot, const Tensor& input, const Tensor& loss_sum, float grad_scale) {
+void OutputLayer::forward(Context& ctx, int slot, const Tensor& input, const LossAccumulator& loss) {
   Stash& st = stash_[static_cast<size_t>(slot)];
   st.input = input;
   ops::layernorm_forward(ctx, st.norm, st.mean, st.rstd, input, norm_weight_.value, norm_bias_.value, epsilon_);
@@ -52,10 +51,10 @@ void OutputLayer::forward(Context& ctx, int slot, const Tensor& input, const Ten
     max_for_loss = global_max_;
   }
   ops::cross_entropy_loss(ctx, row_loss_, max_for_loss, row_sumexp_, target_logit_);
-  ops::sum(ctx, loss_sum, row_loss_);
-  if (grad_scale > 0.0f) {
-    ops::cross_entropy_backward(ctx, st.logits, st.logits, st.targets, max_for_loss, row_sumexp_, grad_scale,
-                                shapes_.vocab_start, shapes_.vocab_valid);
+  ops::sum(ctx, loss.sum, row_loss_);
+  if (loss.gradient_scale) {
+    ops::cross_entropy_backward(ctx, st.logits, st.logits, st.targets, max_for_loss, row_sumexp_,
+                                *loss.gradient_scale, shapes_.vocab_start, shapes_.vocab_valid);
   }
 }
 

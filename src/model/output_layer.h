@@ -5,12 +5,21 @@
 // gradient right away (the loss gradient is known), so backward needs no extra copy of them.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "model/layer_shapes.h"
 #include "model/param_store.h"
 
 namespace gpt {
+
+// Where the last chunk's forward puts the loss: the summed token losses are added to `sum` ([1]
+// float32). In training, `gradient_scale` is set and forward prepares d(scale * sum of losses) for
+// backward; in evaluation it is absent and no gradient is prepared.
+struct LossAccumulator {
+  Tensor sum;
+  std::optional<float> gradient_scale;
+};
 
 class OutputLayer {
  public:
@@ -20,9 +29,9 @@ class OutputLayer {
   // The slot's target buffer [s * b] int32 ([s, b] order), filled by the caller before forward.
   const Tensor& targets(int slot) const { return stash_[static_cast<size_t>(slot)].targets; }
 
-  // input [s_l, b, h]. Adds the sum of the per-token losses to loss_sum [1] (float32). With
-  // grad_scale > 0 the logits' gradient, d(grad_scale * sum of losses), is prepared for backward.
-  void forward(Context& ctx, int slot, const Tensor& input, const Tensor& loss_sum, float grad_scale);
+  // input [s_l, b, h]. Adds the sum of the per-token losses to loss.sum; in training prepares the
+  // logits' gradient for backward (see LossAccumulator).
+  void forward(Context& ctx, int slot, const Tensor& input, const LossAccumulator& loss);
   // grad_input [s_l, b, h] receives the gradient of the input.
   Tensor backward(Context& ctx, int slot, const Tensor& grad_input);
 

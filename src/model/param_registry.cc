@@ -46,7 +46,7 @@ std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
   const float scaled_std = std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
   const int64_t h = c.hidden_size, projection = c.attention_projection_size();
   std::vector<ParamSpec> specs;
-  specs.push_back(make("embedding.word_embeddings.weight", {c.padded_vocab_size, h}, TensorSplit::kRows,
+  specs.push_back(make(kWordEmbeddingName, {c.padded_vocab_size, h}, TensorSplit::kRows,
                        ParamInit::kNormal, std, ParamSection::kEmbedding, -1));
   specs.push_back(make("embedding.position_embeddings.weight", {c.max_position_embeddings, h},
                        TensorSplit::kReplicated, ParamInit::kNormal, std, ParamSection::kEmbedding, -1));

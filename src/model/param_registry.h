@@ -23,6 +23,9 @@ enum class ParamInit { kNormal, kZeros, kOnes };
 // Which part of the model a parameter belongs to, for pipeline stage assignment.
 enum class ParamSection { kEmbedding, kLayer, kFinal };
 
+// The word embedding, also the LM head unless --untie-embeddings-and-output-weights.
+inline constexpr const char* kWordEmbeddingName = "embedding.word_embeddings.weight";
+
 struct ParamSpec {
   std::string name;                  // e.g. "decoder.layers.3.mlp.linear_fc1.weight"
   std::vector<int64_t> global_shape; // rank 1 or 2

@@ -1,12 +1,14 @@
 #include "train/arguments.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "data/dataset_split.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace gpt {
 namespace {
@@ -52,7 +54,9 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   app.add_option("--tensor-model-parallel-size", a.tensor_model_parallel_size, "Tensor-parallel size");
   app.add_option("--pipeline-model-parallel-size", a.pipeline_model_parallel_size, "Pipeline-parallel size");
   app.add_option("--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage,
-                 "Layers per virtual stage (interleaved schedule)");
+                 "Layers per virtual stage (interleaved 1F1B schedule)");
+  app.add_option("--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank,
+                 "Model chunks per pipeline rank (interleaved 1F1B schedule)");
   app.add_flag("--sequence-parallel", a.sequence_parallel, "Split activations along the sequence across TP");
   app.add_flag("--use-distributed-optimizer", a.use_distributed_optimizer, "Shard optimizer state across DP (ZeRO-1)");
   app.add_flag("--overlap-grad-reduce", a.overlap_grad_reduce, "Overlap gradient reduction with backward");
@@ -180,7 +184,8 @@ absl::Status validate_arguments(Arguments& a) {
   const std::pair<const char*, int64_t> positive_if_given[] = {
       {"--ffn-hidden-size", a.ffn_hidden_size},   {"--kv-channels", a.kv_channels},
       {"--global-batch-size", a.global_batch_size}, {"--lr-decay-iters", a.lr_decay_iters},
-      {"--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage}};
+      {"--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage},
+      {"--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank}};
   for (const auto& [flag, value] : positive_if_given) {
     if (a.was_given(flag)) GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
@@ -298,6 +303,14 @@ int64_t data_parallel_size(const Arguments& a, int64_t world_size) {
   return world_size / (a.tensor_model_parallel_size * a.pipeline_model_parallel_size);
 }
 
+int virtual_pipeline_size(const Arguments& a) {
+  if (a.num_virtual_stages_per_pipeline_rank > 0) return static_cast<int>(a.num_virtual_stages_per_pipeline_rank);
+  if (a.num_layers_per_virtual_pipeline_stage > 0) {
+    return static_cast<int>(a.num_layers / (a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage));
+  }
+  return 1;
+}
+
 int64_t num_microbatches(const Arguments& a, int64_t world_size) {
   return a.global_batch_size / (a.micro_batch_size * data_parallel_size(a, world_size));
 }
@@ -315,7 +328,34 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
     return invalid(absl::StrCat("--global-batch-size (", a.global_batch_size, ") must be divisible by --micro-batch-size (",
                                 a.micro_batch_size, ") x data-parallel size (", dp, ")"));
   }
-  return absl::OkStatus();
+  // The pipeline layout, before any dataset or buffer exists.
+  const int64_t p = a.pipeline_model_parallel_size;
+  if (a.num_layers_per_virtual_pipeline_stage > 0 && a.num_virtual_stages_per_pipeline_rank > 0) {
+    return invalid("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank cannot both "
+                   "be given");
+  }
+  int64_t layers_per_virtual_stage = a.num_layers_per_virtual_pipeline_stage;
+  if (a.num_virtual_stages_per_pipeline_rank > 0) {
+    const int64_t stages = p * a.num_virtual_stages_per_pipeline_rank;
+    if (p == 1) {
+      return invalid("--num-virtual-stages-per-pipeline-rank needs --pipeline-model-parallel-size > 1");
+    }
+    if (a.num_layers % stages != 0) {
+      return invalid(absl::StrCat("--num-layers (", a.num_layers, ") must be divisible by --pipeline-model-parallel-size (",
+                                  p, ") x --num-virtual-stages-per-pipeline-rank (",
+                                  a.num_virtual_stages_per_pipeline_rank, ")"));
+    }
+    layers_per_virtual_stage = a.num_layers / stages;
+  }
+  const int64_t microbatches = a.global_batch_size / (a.micro_batch_size * dp);
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  if (a.num_layers > kIntMax || p > kIntMax || layers_per_virtual_stage > kIntMax || microbatches > kIntMax) {
+    return invalid("pipeline layout: --num-layers, --pipeline-model-parallel-size or the number of microbatches "
+                   "is too large");
+  }
+  return pipeline::validate_pipeline_layout(static_cast<int>(a.num_layers), static_cast<int>(p),
+                                            static_cast<int>(layers_per_virtual_stage),
+                                            static_cast<int>(microbatches));
 }
 
 std::string describe_arguments(const Arguments& a) {
@@ -338,6 +378,7 @@ std::string describe_arguments(const Arguments& a) {
   line("untie_embeddings_and_output_weights", a.untie_embeddings_and_output_weights ? "True" : "False");
   line("tensor_model_parallel_size", a.tensor_model_parallel_size);
   line("pipeline_model_parallel_size", a.pipeline_model_parallel_size);
+  if (virtual_pipeline_size(a) > 1) line("virtual_pipeline_model_parallel_size", virtual_pipeline_size(a));
   line("sequence_parallel", a.sequence_parallel ? "True" : "False");
   line("micro_batch_size", a.micro_batch_size);
   line("global_batch_size", a.global_batch_size);

@@ -34,6 +34,7 @@ struct Arguments {
   int64_t tensor_model_parallel_size = 1;
   int64_t pipeline_model_parallel_size = 1;
   int64_t num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
+  int64_t num_virtual_stages_per_pipeline_rank = 0;   // Megatron's newer spelling of the same; 0: unset
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
@@ -106,6 +107,9 @@ absl::Status validate_data_arguments(Arguments& args);
 absl::Status validate_for_world(Arguments& args, int64_t world_size);
 
 int64_t data_parallel_size(const Arguments& args, int64_t world_size);
+// Model chunks per pipeline rank (v): from --num-layers-per-virtual-pipeline-stage or
+// --num-virtual-stages-per-pipeline-rank, 1 without either. For validated arguments.
+int virtual_pipeline_size(const Arguments& args);
 int64_t num_microbatches(const Arguments& args, int64_t world_size);
 
 // Megatron's argument dump, one "  name .... value" line per flag given or defaulted.

@@ -83,9 +83,6 @@ Trainer::Trainer(const Arguments& args, ProcessGrid& grid)
       arena_(ctx_.device(), "model") {}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given, ProcessGrid& grid) {
-  if (grid.shape().pipeline != 1) {
-    return absl::UnimplementedError("--pipeline-model-parallel-size > 1 is not available in this build");
-  }
   Arguments args = given;
   GPT_RETURN_IF_ERROR(resolve_device(args));
   if (args.attention_backend == "fused" && (args.device != "cuda" || !fused_attention_built())) {
@@ -108,12 +105,33 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->data_parallel_size_ = shape.data;
   t->microbatches_ = num_microbatches(args, grid.world_size());
   t->tensor_parallel_ = std::make_unique<TensorParallel>(grid.tensor(), args.sequence_parallel);
-  const ChunkLayout layout{0, args.num_layers, true, true};
-  t->params_ = std::make_unique<ParamStore>(chunk_param_specs(t->specs_, layout), grid.coordinates().tensor,
-                                            shape.tensor, t->config_.dtype, t->arena_);
+  // This rank's chunks, their parameters (one store, so the flat buffers cover every chunk) and
+  // the schedules that drive them.
+  const PipelineLayout pipeline = pipeline_layout(args, shape, grid.coordinates(), t->microbatches_);
+  std::vector<ParamSpec> specs;
+  for (const ChunkLayout& chunk : pipeline.chunks) {
+    for (ParamSpec& spec : chunk_param_specs(t->specs_, chunk)) specs.push_back(std::move(spec));
+  }
+  t->params_ = std::make_unique<ParamStore>(std::move(specs), grid.coordinates().tensor, shape.tensor,
+                                            t->config_.dtype, t->arena_);
   t->params_->initialize(static_cast<uint64_t>(args.seed));
-  t->model_ = std::make_unique<GptModel>(t->config_, *t->params_, *t->tensor_parallel_, args.micro_batch_size,
-                                         /*stash_slots=*/1, layout, t->arena_);
+  // The last stage's copy of the tied word embedding counts once in the gradient norm: on the
+  // first stage.
+  if (!grid.is_first_pipeline_stage() && t->params_->contains(kWordEmbeddingName)) {
+    t->params_->get(kWordEmbeddingName).counts_in_grad_norm = false;
+  }
+  t->forward_backward_ = std::make_unique<ForwardBackward>(pipeline);
+  t->feed_ = std::make_unique<MicrobatchFeed>(args.micro_batch_size, shape.data, grid.coordinates().data,
+                                              t->config_.vocab_size);
+  std::vector<pipeline::Stage*> stages;
+  for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
+    t->chunks_.push_back(std::make_unique<GptModel>(t->config_, *t->params_, *t->tensor_parallel_,
+                                                    args.micro_batch_size, t->forward_backward_->stash_slots()[c],
+                                                    pipeline.chunks[c], t->arena_));
+    t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_));
+    stages.push_back(t->stages_.back().get());
+  }
+  t->forward_backward_->attach(std::move(stages), t->arena_);
   const AdamWConfig adam{static_cast<float>(args.adam_beta1), static_cast<float>(args.adam_beta2),
                          static_cast<float>(args.adam_eps), static_cast<float>(args.weight_decay)};
   t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adam, t->arena_);
@@ -137,6 +155,11 @@ void Trainer::reduce_gradients() {
       if (param.spec->sequence_parallel_grad) grid_.tensor().all_reduce(ctx_, param.grad, ReduceOp::kSum);
     }
   }
+  // The tied word embedding lives on the first and the last pipeline stage: both copies take the
+  // sum of their gradients, so that they stay equal.
+  if (grid_.embedding().size() > 1 && !config_.untie_embeddings_and_output_weights) {
+    grid_.embedding().all_reduce(ctx_, params_->get(kWordEmbeddingName).grad, ReduceOp::kSum);
+  }
   if (grid_.data().size() > 1) grid_.data().all_reduce(ctx_, params_->flat_grads(), ReduceOp::kSum);
 }
 
@@ -154,20 +177,6 @@ double Trainer::read_and_reduce_loss(int64_t microbatches) {
   return mean_token_loss(microbatches, data_parallel_size_);
 }
 
-void Trainer::load_batch(const SampleSource& source, int64_t consumed, int64_t microbatch) {
-  load_microbatch(source, consumed, microbatch, args_.micro_batch_size, data_parallel_size_, grid_.coordinates().data,
-                  microbatch_);
-  for (const std::vector<int32_t>* ids : {&microbatch_.tokens, &microbatch_.targets}) {
-    for (int32_t id : *ids) {
-      GPT_CHECK(id >= 0 && id < config_.vocab_size)
-          << "token id " << id << " outside the vocabulary of " << config_.vocab_size
-          << " (was the dataset prepared with another tokenizer?)";
-    }
-  }
-  model_->load_tokens(ctx_, 0, microbatch_.tokens);
-  model_->load_targets(ctx_, 0, microbatch_.targets);
-}
-
 void Trainer::set_data_position(const DataPosition& position, int64_t iteration) {
   consumed_samples_ = position.consumed_train_samples;
   consumed_valid_samples_ = position.consumed_valid_samples;
@@ -180,10 +189,8 @@ double Trainer::evaluate(Split split) {
   int64_t consumed = split == Split::kTest ? 0 : consumed_valid_samples_;
   ops::zero(ctx_, loss_sum_);
   for (int64_t iteration = 0; iteration < args_.eval_iters; ++iteration) {
-    for (int64_t j = 0; j < microbatches_; ++j) {
-      load_batch(*source, consumed, j);
-      model_->forward(ctx_, 0, Tensor(), loss_sum_, /*grad_scale=*/0.0f);
-    }
+    feed_->start(*source, consumed, {loss_sum_, std::nullopt});
+    forward_backward_->run(ctx_, grid_.pipeline(), Pass::kEvaluate);
     consumed += args_.global_batch_size;
   }
   if (split == Split::kValid) consumed_valid_samples_ = consumed;
@@ -204,9 +211,11 @@ StepResult Trainer::train_step() {
 }
 
 double Trainer::evaluate_microbatch(int64_t microbatch) {
-  load_batch(*train_data_, consumed_samples_, microbatch);
+  GPT_CHECK(chunks_.size() == 1 && grid_.shape().pipeline == 1) << "evaluate_microbatch needs a single-stage model";
   ops::zero(ctx_, loss_sum_);
-  model_->forward(ctx_, 0, Tensor(), loss_sum_, /*grad_scale=*/0.0f);
+  feed_->start(*train_data_, consumed_samples_, {loss_sum_, std::nullopt});
+  feed_->load(ctx_, *chunks_[0], 0, microbatch);
+  chunks_[0]->forward(ctx_, 0, std::nullopt, feed_->loss());
   return mean_token_loss(1, 1);  // this rank's microbatch alone
 }
 
@@ -217,11 +226,8 @@ void Trainer::compute_gradients() {
   // Gradient of the mean token loss over the whole global batch.
   const float grad_scale =
       1.0f / static_cast<float>(tokens_per_microbatch * microbatches_ * data_parallel_size_);
-  for (int64_t j = 0; j < microbatches_; ++j) {
-    load_batch(*train_data_, consumed_samples_, j);
-    model_->forward(ctx_, 0, Tensor(), loss_sum_, grad_scale);
-    model_->backward(ctx_, 0, Tensor());
-  }
+  feed_->start(*train_data_, consumed_samples_, {loss_sum_, grad_scale});
+  forward_backward_->run(ctx_, grid_.pipeline(), Pass::kTrain);
   reduce_gradients();
 }
 

@@ -1,6 +1,7 @@
-// The training loop: builds the model, optimizer and data source for this rank from validated
-// arguments, then runs iterations of gradient accumulation over microbatches, gradient clipping
-// and an AdamW step, printing Megatron's log line every --log-interval iterations.
+// The training loop: builds this rank's model chunks, optimizer and data sources from validated
+// arguments, then runs iterations: the global batch's microbatches through the pipeline schedule
+// (forward_backward.h; gradients accumulated), gradient reduction, clipping and an AdamW step,
+// printing Megatron's log line every --log-interval iterations.
 #pragma once
 
 #include <memory>
@@ -16,6 +17,9 @@
 #include "optim/lr_schedule.h"
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
+#include "train/forward_backward.h"
+#include "train/microbatch_feed.h"
+#include "train/model_stage.h"
 
 namespace gpt {
 
@@ -45,7 +49,8 @@ class Trainer {
   void compute_gradients();
   StepResult apply_update();
   // Forward only (no gradients) of this rank's microbatch `microbatch` of the next iteration;
-  // returns the mean token loss of that microbatch. The logits stay in the output layer.
+  // returns the mean token loss of that microbatch. The logits stay in the output layer. Without
+  // pipeline parallelism only (a test hook: the oracle and the data-position tests use it).
   double evaluate_microbatch(int64_t microbatch);
   // Mean token loss over --eval-iters global batches of the validation (or test) split, forward
   // only; validation continues where the previous evaluation stopped, test starts at 0.
@@ -60,14 +65,16 @@ class Trainer {
   DataPosition data_position() const { return {consumed_samples_, consumed_valid_samples_}; }
   void set_data_position(const DataPosition& position, int64_t iteration);
   // The last microbatch this rank loaded into the model (token ids [b, s]).
-  const Microbatch& current_microbatch() const { return microbatch_; }
+  const Microbatch& current_microbatch() const { return feed_->last(); }
   // All iterations up to --train-iters, with logging.
   absl::Status run();
 
   Context& context() { return ctx_; }
   const ModelConfig& config() const { return config_; }
   ParamStore& params() { return *params_; }
-  GptModel& model() { return *model_; }
+  // This rank's model chunks (chunk c is virtual stage c * PP + pipeline rank).
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  GptModel& chunk(int c) { return *chunks_[static_cast<size_t>(c)]; }
   AdamW& optimizer() { return *optimizer_; }
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
@@ -77,8 +84,6 @@ class Trainer {
  private:
   Trainer(const Arguments& args, ProcessGrid& grid);
   void reduce_gradients();
-  // Loads this rank's microbatch j of the global batch starting at `consumed` into the model.
-  void load_batch(const SampleSource& source, int64_t consumed, int64_t microbatch);
   // loss_sum_ read to the host as a mean over `microbatches` microbatches of `ranks` ranks.
   double mean_token_loss(int64_t microbatches, int64_t ranks) const;
   // The same after summing loss_sum_ over the data-parallel group.
@@ -93,11 +98,13 @@ class Trainer {
   Arena arena_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<TensorParallel> tensor_parallel_;
-  std::unique_ptr<GptModel> model_;
+  std::vector<std::unique_ptr<GptModel>> chunks_;
+  std::unique_ptr<MicrobatchFeed> feed_;
+  std::vector<std::unique_ptr<ModelStage>> stages_;
+  std::unique_ptr<ForwardBackward> forward_backward_;
   std::unique_ptr<AdamW> optimizer_;
   std::shared_ptr<const SampleSource> train_data_, valid_data_, test_data_;
   LrScheduleConfig schedule_;
-  Microbatch microbatch_;
   Tensor loss_sum_;      // [1] float32, summed token losses of the iteration
   Tensor norm_scratch_;  // [1] float32
   int64_t microbatches_ = 1;

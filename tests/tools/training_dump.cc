@@ -110,12 +110,15 @@ absl::Status dump(const Arguments& args, ProcessGrid& grid, const std::map<std::
   GPT_RETURN_IF_ERROR(file.write("tokens", batch_shape, tokens.data()));
   GPT_RETURN_IF_ERROR(file.write("targets", batch_shape, targets.data()));
 
-  // Forward only of microbatch 0: this rank's logits [s*b, V_padded / TP] ([s, b] rows) and loss.
-  const float loss0 = static_cast<float>(trainer->evaluate_microbatch(0));
-  const Tensor& logits = trainer->model().output_layer()->logits(0);
-  const std::vector<float> logits_host = to_float32(trainer->context(), logits);
-  GPT_RETURN_IF_ERROR(file.write("logits0", shape_of(logits), logits_host.data()));
-  GPT_RETURN_IF_ERROR(file.write("loss0", {}, &loss0));
+  // Forward only of microbatch 0: this rank's logits [s*b, V_padded / TP] ([s, b] rows) and loss
+  // (single-stage layouts; with pipeline stages the losses below are what is compared).
+  if (grid.shape().pipeline == 1) {
+    const float loss0 = static_cast<float>(trainer->evaluate_microbatch(0));
+    const Tensor& logits = trainer->chunk(0).output_layer()->logits(0);
+    const std::vector<float> logits_host = to_float32(trainer->context(), logits);
+    GPT_RETURN_IF_ERROR(file.write("logits0", shape_of(logits), logits_host.data()));
+    GPT_RETURN_IF_ERROR(file.write("loss0", {}, &loss0));
+  }
 
   std::vector<float> losses, grad_norms, learning_rates;
   for (int64_t step = 0; step < steps; ++step) {

@@ -113,13 +113,13 @@ TEST(GptModel, GradientsMatchFiniteDifferences) {
   Tensor loss_sum = arena.allocate_zeroed(DType::kFloat32, {1});
   auto loss = [&]() {
     zero_tensor(loss_sum);
-    model.forward(ctx, 0, Tensor(), loss_sum, 0.0f);
+    model.forward(ctx, 0, std::nullopt, {loss_sum, std::nullopt});
     return static_cast<double>(loss_sum.data_as<float>()[0]);
   };
   store.zero_grads(ctx);
   zero_tensor(loss_sum);
-  model.forward(ctx, 0, Tensor(), loss_sum, 1.0f);  // gradient of the summed loss
-  model.backward(ctx, 0, Tensor());
+  model.forward(ctx, 0, std::nullopt, {loss_sum, 1.0f});  // gradient of the summed loss
+  model.backward(ctx, 0, std::nullopt);
   for (const Param& p : store.params()) {
     for (int64_t i : {int64_t{0}, p.numel() / 2, p.numel() - 1}) {
       float& weight = p.value.data_as<float>()[i];

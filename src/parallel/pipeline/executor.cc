@@ -1,0 +1,193 @@
+#include "parallel/pipeline/executor.h"
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+#include "core/check.h"
+
+namespace gpt::pipeline {
+
+std::vector<int> stash_slots(std::span<const Step> steps, int chunks) {
+  std::vector<int> live(static_cast<size_t>(chunks), 0), peak(static_cast<size_t>(chunks), 1);
+  std::set<std::pair<int, int>> backward, sent;
+  for (const Step& step : steps) {
+    for (const Instruction& i : step.instructions) {
+      if (i.op == Op::kBackward) backward.insert({i.chunk, i.microbatch});
+      if (i.op == Op::kSendActivation) sent.insert({i.chunk, i.microbatch});
+    }
+  }
+  // A microbatch holds its slot from its activation's arrival (or its forward) until its backward;
+  // without a backward (forward only), until its activation is sent, or through its forward.
+  std::set<std::pair<int, int>> holding;
+  for (const Step& step : steps) {
+    for (const Instruction& i : step.instructions) {
+      GPT_CHECK(i.chunk >= 0 && i.chunk < chunks) << "schedule chunk " << i.chunk << " of " << chunks;
+      const std::pair<int, int> key{i.chunk, i.microbatch};
+      const size_t c = static_cast<size_t>(i.chunk);
+      if ((i.op == Op::kReceiveActivation || i.op == Op::kForward) && holding.insert(key).second) {
+        peak[c] = std::max(peak[c], ++live[c]);
+      }
+      const bool forward_only = backward.count(key) == 0;
+      const bool done = i.op == Op::kBackward ||
+                        (forward_only && (sent.count(key) ? i.op == Op::kSendActivation : i.op == Op::kForward));
+      if (done && holding.erase(key) > 0) --live[c];
+    }
+  }
+  return peak;
+}
+
+Executor::Executor(int pipeline_rank, int pipeline_size, std::vector<Stage*> chunks, std::vector<int> slots,
+                   Arena& arena)
+    : rank_(pipeline_rank), size_(pipeline_size), chunks_(std::move(chunks)), slots_(std::move(slots)) {
+  GPT_CHECK(!chunks_.empty() && chunks_.size() == slots_.size()) << "pipeline executor chunks";
+  activations_.resize(chunks_.size());
+  gradients_.resize(chunks_.size());
+  free_slots_.resize(chunks_.size());
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    for (int s = slots_[c] - 1; s >= 0; --s) free_slots_[c].push_back(s);
+    if (size_ == 1) continue;  // nothing crosses a stage boundary
+    for (int s = 0; s < slots_[c]; ++s) {
+      if (!first_virtual_stage(static_cast<int>(c))) {
+        activations_[c].push_back(arena.allocate(chunks_[c]->boundary_dtype(), chunks_[c]->boundary_shape()));
+      }
+      if (!last_virtual_stage(static_cast<int>(c))) {
+        gradients_[c].push_back(arena.allocate(chunks_[c]->boundary_dtype(), chunks_[c]->boundary_shape()));
+      }
+    }
+  }
+}
+
+int Executor::acquire(int chunk, int microbatch) {
+  const Key key{chunk, microbatch};
+  auto found = taken_.find(key);
+  if (found != taken_.end()) return found->second;
+  std::vector<int>& free = free_slots_[static_cast<size_t>(chunk)];
+  GPT_CHECK(!free.empty()) << "pipeline chunk " << chunk << " has no free stash slot for microbatch " << microbatch
+                           << " (built with " << slots_[static_cast<size_t>(chunk)] << ")";
+  const int slot = free.back();
+  free.pop_back();
+  taken_.emplace(key, slot);
+  return slot;
+}
+
+int Executor::slot_of(int chunk, int microbatch) const {
+  auto found = taken_.find({chunk, microbatch});
+  GPT_CHECK(found != taken_.end()) << "pipeline chunk " << chunk << " microbatch " << microbatch << " holds no slot";
+  return found->second;
+}
+
+void Executor::release(int chunk, int microbatch) {
+  auto found = taken_.find({chunk, microbatch});
+  GPT_CHECK(found != taken_.end()) << "releasing a slot microbatch " << microbatch << " does not hold";
+  free_slots_[static_cast<size_t>(chunk)].push_back(found->second);
+  taken_.erase(found);
+}
+
+void Executor::transfer(Context& ctx, Communicator& pipeline, const Step& step) {
+  // Both ends of a rank pair must post their transfers in the same order (MPI and NCCL match them
+  // in order): sort by what is moved, the microbatch and the virtual stage that sends it, which
+  // both ends compute alike.
+  struct Posted {
+    std::tuple<bool, int, int> order;
+    PeerTransfer transfer;
+  };
+  std::vector<Posted> posted;
+  std::vector<Key> release_after_transfer;
+  for (const Instruction& i : step.instructions) {
+    GPT_CHECK(!is_compute_op(i.op)) << "a step mixes compute and transfers";
+    GPT_CHECK(i.peer >= 0 && i.peer < size_ && i.peer != rank_) << to_string(i.op) << " with peer " << i.peer;
+    const size_t c = static_cast<size_t>(i.chunk);
+    const int stage = i.chunk * size_ + rank_;
+    const Key key{i.chunk, i.microbatch};
+    Tensor tensor;
+    int sender = stage;
+    switch (i.op) {
+      case Op::kSendActivation: {
+        auto found = outputs_.find(key);
+        GPT_CHECK(found != outputs_.end()) << "send of an activation not computed: chunk " << i.chunk << " microbatch "
+                                           << i.microbatch;
+        tensor = found->second;
+        outputs_.erase(found);
+        // Forward only: the slot (whose stash holds the activation) is free once it is sent.
+        if (has_backward_.count(key) == 0) release_after_transfer.push_back(key);
+        break;
+      }
+      case Op::kSendGradient: {
+        auto found = input_gradients_.find(key);
+        GPT_CHECK(found != input_gradients_.end())
+            << "send of a gradient not computed: chunk " << i.chunk << " microbatch " << i.microbatch;
+        tensor = found->second;
+        input_gradients_.erase(found);
+        break;
+      }
+      case Op::kReceiveActivation:
+        GPT_CHECK(!first_virtual_stage(i.chunk)) << "the first virtual stage receives no activation";
+        tensor = activations_[c][static_cast<size_t>(acquire(i.chunk, i.microbatch))];
+        sender = stage - 1;
+        break;
+      case Op::kReceiveGradient:
+        GPT_CHECK(!last_virtual_stage(i.chunk)) << "the last virtual stage receives no gradient";
+        tensor = gradients_[c][static_cast<size_t>(slot_of(i.chunk, i.microbatch))];
+        sender = stage + 1;
+        break;
+      default:
+        break;
+    }
+    const PeerTransfer::Kind kind = is_send_op(i.op) ? PeerTransfer::Kind::kSend : PeerTransfer::Kind::kReceive;
+    posted.push_back({{is_gradient_op(i.op), i.microbatch, sender}, PeerTransfer{kind, tensor, i.peer}});
+  }
+  std::stable_sort(posted.begin(), posted.end(), [](const Posted& a, const Posted& b) { return a.order < b.order; });
+  std::vector<PeerTransfer> transfers;
+  for (const Posted& p : posted) transfers.push_back(p.transfer);
+  pipeline.exchange(ctx, transfers);
+  for (const Key& key : release_after_transfer) release(key.first, key.second);
+}
+
+void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> steps) {
+  GPT_CHECK(pipeline.size() == size_ && pipeline.rank() == rank_)
+      << "pipeline group of " << pipeline.size() << " ranks (rank " << pipeline.rank() << "), schedule for " << size_;
+  has_backward_.clear();
+  for (const Step& step : steps) {
+    for (const Instruction& i : step.instructions) {
+      if (i.op == Op::kBackward) has_backward_.insert({i.chunk, i.microbatch});
+    }
+  }
+  for (const Step& step : steps) {
+    GPT_CHECK(!step.instructions.empty()) << "empty pipeline step";
+    const Instruction& first = step.instructions.front();
+    if (!is_compute_op(first.op)) {
+      transfer(ctx, pipeline, step);
+      continue;
+    }
+    GPT_CHECK_EQ(step.instructions.size(), 1u) << "a compute step holds one instruction";
+    GPT_CHECK(first.chunk >= 0 && first.chunk < static_cast<int>(chunks_.size())) << "chunk " << first.chunk;
+    const size_t c = static_cast<size_t>(first.chunk);
+    const Key key{first.chunk, first.microbatch};
+    Stage& stage = *chunks_[c];
+    if (first.op == Op::kForward) {
+      const int slot = acquire(first.chunk, first.microbatch);
+      std::optional<Tensor> input;
+      if (!first_virtual_stage(first.chunk)) input = activations_[c][static_cast<size_t>(slot)];
+      std::optional<Tensor> output = stage.forward(ctx, slot, first.microbatch, input);
+      GPT_CHECK(output.has_value() != last_virtual_stage(first.chunk)) << "stage output of chunk " << first.chunk;
+      if (output && size_ > 1) {
+        outputs_[key] = *output;  // the slot is released when it has been sent (forward only)
+      } else if (has_backward_.count(key) == 0) {
+        release(first.chunk, first.microbatch);
+      }
+    } else {
+      const int slot = slot_of(first.chunk, first.microbatch);
+      std::optional<Tensor> grad_output;
+      if (!last_virtual_stage(first.chunk)) grad_output = gradients_[c][static_cast<size_t>(slot)];
+      std::optional<Tensor> grad_input = stage.backward(ctx, slot, first.microbatch, grad_output);
+      if (grad_input && size_ > 1 && !first_virtual_stage(first.chunk)) input_gradients_[key] = *grad_input;
+      release(first.chunk, first.microbatch);
+    }
+  }
+  GPT_CHECK(taken_.empty() && outputs_.empty() && input_gradients_.empty())
+      << "pipeline steps ended with " << taken_.size() << " microbatches in flight and "
+      << outputs_.size() + input_gradients_.size() << " results never sent";
+}
+
+}  // namespace gpt::pipeline

@@ -1,0 +1,58 @@
+// Runs this rank's part of a pipeline schedule (schedule.h): compute steps call the rank's Stages,
+// transfer steps post their sends and receives over the pipeline communicator as one batch and
+// wait for it. The executor keeps, per model chunk, the stash slots of the microbatches in flight
+// (a slot is taken when a microbatch first reaches the chunk and freed after its backward, or
+// after its forward when the steps have no backward) and the receive buffers of each slot.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "core/arena.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/stage.h"
+
+namespace gpt::pipeline {
+
+// The stash slots each of `chunks` model chunks needs to run `steps` (the most microbatches alive
+// in that chunk at once), at least 1.
+std::vector<int> stash_slots(std::span<const Step> steps, int chunks);
+
+class Executor {
+ public:
+  // `chunks[c]` is this rank's model chunk c (virtual stage c * pipeline_size + pipeline_rank),
+  // built with at least slots[c] stash slots. Receive buffers come from `arena`.
+  Executor(int pipeline_rank, int pipeline_size, std::vector<Stage*> chunks, std::vector<int> slots, Arena& arena);
+
+  // Runs `steps` (this rank's list) to the end. `pipeline` is the pipeline-parallel group (its rank
+  // r is pipeline stage r). Every microbatch taken is released by the end.
+  void run(Context& ctx, Communicator& pipeline, std::span<const Step> steps);
+
+ private:
+  using Key = std::pair<int, int>;  // (chunk, microbatch)
+  int acquire(int chunk, int microbatch);
+  int slot_of(int chunk, int microbatch) const;
+  void release(int chunk, int microbatch);
+  bool first_virtual_stage(int chunk) const { return chunk == 0 && rank_ == 0; }
+  bool last_virtual_stage(int chunk) const {
+    return chunk == static_cast<int>(chunks_.size()) - 1 && rank_ == size_ - 1;
+  }
+  void transfer(Context& ctx, Communicator& pipeline, const Step& step);
+
+  int rank_, size_;
+  std::vector<Stage*> chunks_;
+  std::vector<int> slots_;
+  std::vector<std::vector<Tensor>> activations_, gradients_;  // [chunk][slot] receive buffers
+  std::vector<std::vector<int>> free_slots_;                  // [chunk]
+  std::map<Key, int> taken_;                                  // microbatch in flight -> slot
+  std::map<Key, Tensor> outputs_;          // forward results waiting to be sent
+  std::map<Key, Tensor> input_gradients_;  // backward results waiting to be sent
+  std::set<Key> has_backward_;              // of the steps being run
+};
+
+}  // namespace gpt::pipeline

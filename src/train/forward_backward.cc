@@ -1,0 +1,62 @@
+#include "train/forward_backward.h"
+
+#include "core/check.h"
+
+namespace gpt {
+namespace {
+
+pipeline::Schedule checked(absl::StatusOr<pipeline::Schedule> schedule) {
+  // The layout was validated with the arguments (validate_for_world): a refusal here is a bug.
+  GPT_CHECK(schedule.ok()) << "pipeline schedule: " << schedule.status();
+  return *std::move(schedule);
+}
+
+}  // namespace
+
+PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates,
+                               int64_t microbatches) {
+  PipelineLayout layout;
+  layout.pipeline_size = shape.pipeline;
+  layout.pipeline_rank = coordinates.pipeline;
+  layout.virtual_size = virtual_pipeline_size(args);
+  layout.microbatches = microbatches;
+  const int64_t stages = static_cast<int64_t>(layout.pipeline_size) * layout.virtual_size;
+  GPT_CHECK_EQ(args.num_layers % stages, 0) << "layers per virtual stage";
+  const int64_t layers = args.num_layers / stages;
+  for (int c = 0; c < layout.virtual_size; ++c) {
+    const int64_t stage = pipeline::virtual_stage(layout.pipeline_size, layout.pipeline_rank, c);
+    layout.chunks.push_back({.first_layer = stage * layers,
+                             .num_layers = layers,
+                             .has_embedding = stage == 0,
+                             .has_output = stage == stages - 1,
+                             .tied_head = !args.untie_embeddings_and_output_weights});
+  }
+  return layout;
+}
+
+ForwardBackward::ForwardBackward(const PipelineLayout& layout)
+    : layout_(layout),
+      train_(checked(pipeline::make_schedule(pipeline::default_schedule_kind(layout.virtual_size),
+                                             layout.pipeline_size, layout.virtual_size,
+                                             static_cast<int>(layout.microbatches)))),
+      evaluate_(checked(pipeline::make_forward_only_schedule(layout.pipeline_size, layout.virtual_size,
+                                                             static_cast<int>(layout.microbatches)))) {
+  const int chunks = layout.virtual_size;
+  const auto& rank = static_cast<size_t>(layout.pipeline_rank);
+  slots_ = pipeline::stash_slots(train_.ranks[rank], chunks);
+  const std::vector<int> evaluation = pipeline::stash_slots(evaluate_.ranks[rank], chunks);
+  for (size_t c = 0; c < slots_.size(); ++c) slots_[c] = std::max(slots_[c], evaluation[c]);
+}
+
+void ForwardBackward::attach(std::vector<pipeline::Stage*> chunks, Arena& arena) {
+  GPT_CHECK_EQ(chunks.size(), slots_.size()) << "model chunks for the pipeline";
+  executor_ = std::make_unique<pipeline::Executor>(layout_.pipeline_rank, layout_.pipeline_size, std::move(chunks),
+                                                   slots_, arena);
+}
+
+void ForwardBackward::run(Context& ctx, Communicator& pipeline, Pass pass) {
+  GPT_CHECK(executor_ != nullptr) << "forward_backward before the model chunks were attached";
+  executor_->run(ctx, pipeline, schedule(pass).ranks[static_cast<size_t>(layout_.pipeline_rank)]);
+}
+
+}  // namespace gpt

@@ -1,0 +1,60 @@
+// Megatron's forward_backward_func: one global batch's microbatches through this rank's model
+// chunks, in the order of a pipeline schedule (parallel/pipeline): 1F1B, interleaved 1F1B with
+// virtual stages, or forward only for evaluation. Without pipeline parallelism the schedule is
+// simply the forward and backward of each microbatch in turn. Which samples and where the loss
+// goes come from the MicrobatchFeed the chunks were built with.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/arena.h"
+#include "model/gpt_model.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/process_grid.h"
+#include "train/arguments.h"
+#include "train/model_stage.h"
+
+namespace gpt {
+
+enum class Pass { kTrain, kEvaluate };
+
+// This rank's part of the model: pipeline stage r holds chunks c = 0..v-1, chunk c being virtual
+// stage c * p + r of p * v equal layer ranges (Megatron's interleaving).
+struct PipelineLayout {
+  int pipeline_size = 1;
+  int pipeline_rank = 0;
+  int virtual_size = 1;
+  int64_t microbatches = 1;
+  std::vector<ChunkLayout> chunks;
+};
+// From validated arguments (validate_for_world has checked the divisibility rules).
+PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates,
+                               int64_t microbatches);
+
+class ForwardBackward {
+ public:
+  // Builds this rank's training and evaluation schedules.
+  explicit ForwardBackward(const PipelineLayout& layout);
+
+  // The stash slots chunk c must be built with (enough for both schedules).
+  const std::vector<int>& stash_slots() const { return slots_; }
+  // Hands over the chunks, built with stash_slots(); the executor's receive buffers come from
+  // `arena`. Call before the arena is frozen.
+  void attach(std::vector<pipeline::Stage*> chunks, Arena& arena);
+
+  // Runs the pass over the pipeline group.
+  void run(Context& ctx, Communicator& pipeline, Pass pass);
+
+  const pipeline::Schedule& schedule(Pass pass) const { return pass == Pass::kTrain ? train_ : evaluate_; }
+
+ private:
+  PipelineLayout layout_;
+  pipeline::Schedule train_, evaluate_;
+  std::vector<int> slots_;
+  std::unique_ptr<pipeline::Executor> executor_;
+};
+
+}  // namespace gpt

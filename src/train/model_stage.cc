@@ -1,0 +1,21 @@
+#include "train/model_stage.h"
+
+namespace gpt {
+
+Shape ModelStage::boundary_shape() const {
+  const LayerShapes& s = model_.shapes();
+  return Shape({s.local_sequence, s.batch, s.hidden});
+}
+
+std::optional<Tensor> ModelStage::forward(Context& ctx, int slot, int64_t microbatch,
+                                          const std::optional<Tensor>& input) {
+  if (model_.layout().has_embedding || model_.layout().has_output) feed_.load(ctx, model_, slot, microbatch);
+  return model_.forward(ctx, slot, input, feed_.loss());
+}
+
+std::optional<Tensor> ModelStage::backward(Context& ctx, int slot, int64_t microbatch,
+                                           const std::optional<Tensor>& grad_output) {
+  return model_.backward(ctx, slot, grad_output);
+}
+
+}  // namespace gpt
