@@ -33,7 +33,9 @@ STEPS = 20
 
 
 def assemble(files, group):
-    """Global tensors of `group` from the slices of DP rank 0."""
+    """Global tensors of `group` from the slices of DP rank 0. A slice held twice (a parameter
+    replicated across TP ranks, the tied word embedding on the first and the last pipeline stage)
+    must be the same in both places."""
     tensors = {}
     for path in files:
         with h5py.File(path, "r") as f:
@@ -44,6 +46,11 @@ def assemble(files, group):
                 piece = np.asarray(f[group][name][()], dtype=np.float64).reshape(-1, 1 if f[group][name].ndim == 1 else f[group][name].shape[1])
                 if name not in tensors:
                     tensors[name] = np.full((rows, columns), np.nan)
+                target = tensors[name][row:row + piece.shape[0], column:column + piece.shape[1]]
+                held = ~np.isnan(target)
+                if held.any():
+                    difference = relative(piece[held], target[held])
+                    assert difference <= 1e-6, f"{group}/{name}: copies differ by {difference:.2e} ({path})"
                 tensors[name][row:row + piece.shape[0], column:column + piece.shape[1]] = piece
     for name, tensor in tensors.items():
         assert not np.isnan(tensor).any(), f"{group}/{name}: slices do not cover the tensor"
@@ -64,7 +71,7 @@ def run_layout(binary, work_dir, name, ranks, flags, mpirun):
     prefix = os.path.join(work_dir, name)
     for stale in glob.glob(prefix + "_rank*.h5"):
         os.remove(stale)
-    command = [binary, "--output", prefix, "--steps", str(STEPS)] + MODEL + flags
+    command = [binary, "--output", prefix, "--steps", str(STEPS)] + with_overrides(MODEL, flags)
     if ranks > 1:
         command = mpirun + ["-np", str(ranks)] + command
     started = time.time()
@@ -74,8 +81,22 @@ def run_layout(binary, work_dir, name, ranks, flags, mpirun):
     return files, time.time() - started
 
 
+def with_overrides(model, flags):
+    """`model` with the values `flags` give again (e.g. --num-layers) replaced, then `flags`."""
+    overridden = {flag for flag in flags if flag.startswith("--")}
+    merged, skip = [], False
+    for i, flag in enumerate(model):
+        if skip:
+            skip = False
+        elif flag in overridden:
+            skip = i + 1 < len(model) and not model[i + 1].startswith("--")
+        else:
+            merged.append(flag)
+    return merged + flags
+
+
 PARALLEL_FLAGS_WITH_VALUE = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
-                             "--num-layers-per-virtual-pipeline-stage"}
+                             "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"}
 PARALLEL_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
                      "--overlap-param-gather"}
 
