@@ -1,6 +1,6 @@
 // The CUDA runtime seen from the rest of core, without CUDA headers. Implemented in
 // cuda_runtime.cu when the CUDA backend is built; otherwise every entry point is fatal except
-// cuda_device_count(), which reports 0.
+// device_count(), which reports 0.
 #pragma once
 
 #include <cstddef>

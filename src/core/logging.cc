@@ -28,7 +28,6 @@ void write_all(int fd, const std::string& text) {
 }  // namespace
 
 void set_log_rank(int rank) { g_log_rank.store(rank); }
-int log_rank() { return g_log_rank.load(); }
 
 void log_line(LogLevel level, const std::string& text) {
   const char* tag = level == LogLevel::kInfo ? "" : level == LogLevel::kWarning ? "warning: " : "error: ";

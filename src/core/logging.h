@@ -9,7 +9,6 @@ namespace gpt {
 
 // The process's rank in the world, used for message prefixes. -1 until the grid is built.
 void set_log_rank(int rank);
-int log_rank();
 
 enum class LogLevel { kInfo, kWarning, kError };
 
@@ -31,6 +30,4 @@ void log_line(LogLevel level, const std::string& text);
 
 }  // namespace gpt
 
-#define GPT_LOG_INFO() ::gpt::internal::LogMessage(::gpt::LogLevel::kInfo).stream()
 #define GPT_LOG_WARNING() ::gpt::internal::LogMessage(::gpt::LogLevel::kWarning).stream()
-#define GPT_LOG_ERROR() ::gpt::internal::LogMessage(::gpt::LogLevel::kError).stream()

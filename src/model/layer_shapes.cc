@@ -27,8 +27,6 @@ LayerWorkspace::LayerWorkspace(const LayerShapes& s, DType dtype, Arena& arena) 
   projection = arena.allocate(dtype, {s.rows(), s.local_projection()});
   qkv = arena.allocate(dtype, {s.rows(), 3 * s.local_projection()});
   ffn = arena.allocate(dtype, {s.sequence, s.batch, s.local_ffn});
-  stats_a = arena.allocate(DType::kFloat32, {s.rows()});
-  stats_b = arena.allocate(DType::kFloat32, {s.rows()});
 }
 
 }  // namespace gpt

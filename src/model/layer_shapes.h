@@ -40,8 +40,6 @@ struct LayerWorkspace {
   Tensor projection;     // [s b, heads_l d]     attention-output gradient
   Tensor qkv;            // [s b, 3 heads_l d]   QKV gradient
   Tensor ffn;            // [s, b, ffn_l]        MLP gradient
-  Tensor stats_a;        // [max(s, s_l) * b] float32
-  Tensor stats_b;
 
   LayerWorkspace(const LayerShapes& shapes, DType dtype, Arena& arena);
 };

@@ -29,7 +29,6 @@ absl::StatusOr<Arguments> parse_arguments(int argc, const char* const* argv) {
 
 absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) {
   Arguments a;
-  a.command_line = argv;
   CLI::App app{"Pretrain a GPT model (Megatron-LM compatible flags)", argv.empty() ? "pretrain_gpt" : argv[0]};
   app.option_defaults()->always_capture_default();
   // Model.

@@ -87,8 +87,7 @@ struct Arguments {
   int64_t log_interval = 100;
   bool log_throughput = false;  // accepted for compatibility; throughput is always logged
 
-  // The command line as given, and the long names of the flags that appeared on it.
-  std::vector<std::string> command_line;
+  // The long names of the flags that appeared on the command line.
   std::set<std::string> given;
   bool was_given(const std::string& flag) const { return given.count(flag) > 0; }
 };

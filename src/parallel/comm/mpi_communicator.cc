@@ -42,7 +42,7 @@ MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
 // until wait() has copied the results back.
 class MpiCommunicator::Pending final : public PendingCollective {
  public:
-  Pending(MpiCommunicator& comm, const char* operation) : comm_(comm), operation_(operation) {}
+  Pending(MpiCommunicator& comm, std::string operation) : comm_(comm), operation_(std::move(operation)) {}
   ~Pending() override {
     for (std::unique_ptr<HostStaging>& area : staging_) comm_.return_staging(std::move(area));
   }
@@ -77,7 +77,7 @@ class MpiCommunicator::Pending final : public PendingCollective {
   }
 
   void wait(Context& ctx) override {
-    comm_.wait_requests(operation_, requests);
+    comm_.wait_requests(operation_.c_str(), requests);
     bool queued = false;
     for (const CopyBack& back : copy_back_) {
       const void* bits = back.data;
@@ -98,7 +98,7 @@ class MpiCommunicator::Pending final : public PendingCollective {
     if (queued) ctx.synchronize();
   }
 
-  std::string describe() const override { return std::string(operation_) + " on group '" + comm_.name_ + "'"; }
+  std::string describe() const override { return operation_ + " on group '" + comm_.name_ + "'"; }
 
   std::vector<MPI_Request> requests;
 
@@ -115,7 +115,7 @@ class MpiCommunicator::Pending final : public PendingCollective {
   }
 
   MpiCommunicator& comm_;
-  const char* operation_;
+  std::string operation_;
   std::vector<std::unique_ptr<HostStaging>> staging_;
   std::vector<CopyBack> copy_back_;
 };
@@ -217,7 +217,15 @@ CollectiveHandle MpiCommunicator::start_broadcast(Context& ctx, const Tensor& da
 CollectiveHandle MpiCommunicator::start_exchange(Context& ctx, std::span<const PeerTransfer> transfers) {
   if (transfers.empty()) return {};
   // Host tensors are used in place; device tensors each get their own staging area.
-  auto pending = std::make_unique<Pending>(*this, "send/receive");
+  // Named by its peers, so that a timeout says which rank did not answer.
+  std::ostringstream operation;
+  operation << "send/receive with world rank";
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const int peer = transfers[i].peer;
+    operation << (i ? ", " : " ") << (peer >= 0 && peer < size_ ? world_ranks_[static_cast<size_t>(peer)] : peer)
+              << (transfers[i].kind == PeerTransfer::Kind::kSend ? " (send)" : " (receive)");
+  }
+  auto pending = std::make_unique<Pending>(*this, operation.str());
   pending->requests.resize(transfers.size());
   for (size_t i = 0; i < transfers.size(); ++i) {
     const PeerTransfer& t = transfers[i];

@@ -1,0 +1,42 @@
+// The executor's stash accounting against the schedules' own bounds: with 1F1B each rank needs as
+// many slots as Megatron's warm-up bound (p - r, at most m); with interleaving no chunk needs more
+// than the rank's bound and together they hold at least its peak; evaluation needs one per chunk.
+// (The executor's runs over a real pipeline group are checked by the layout-parity tests.)
+#include "gtest/gtest.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace gpt::pipeline {
+namespace {
+
+TEST(PipelineExecutor, StashSlotsMatchTheScheduleBounds) {
+  for (int p : {1, 2, 3, 4, 8}) {
+    for (int v : {1, 2, 3}) {
+      if (v > 1 && p == 1) continue;
+      for (int m : {p, 2 * p, 4 * p}) {
+        const ScheduleKind kind = default_schedule_kind(v);
+        absl::StatusOr<Schedule> train = make_schedule(kind, p, v, m);
+        absl::StatusOr<Schedule> evaluate = make_forward_only_schedule(p, v, m);
+        ASSERT_TRUE(train.ok()) << train.status();
+        ASSERT_TRUE(evaluate.ok()) << evaluate.status();
+        for (int r = 0; r < p; ++r) {
+          SCOPED_TRACE(testing::Message() << "p=" << p << " v=" << v << " m=" << m << " rank " << r);
+          const std::vector<int> slots = stash_slots(train->ranks[static_cast<size_t>(r)], v);
+          const int bound = expected_peak_live(kind, p, v, m, r);
+          int total = 0;
+          for (int s : slots) {
+            EXPECT_GE(s, 1);
+            EXPECT_LE(s, bound);
+            total += s;
+          }
+          if (v == 1) EXPECT_EQ(slots[0], bound);
+          EXPECT_GE(total, bound);
+          for (int s : stash_slots(evaluate->ranks[static_cast<size_t>(r)], v)) EXPECT_EQ(s, 1);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpt::pipeline
