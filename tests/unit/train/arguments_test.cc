@@ -135,6 +135,35 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
        "--seq-length (30) must be divisible by --tensor-model-parallel-size (4) with --sequence-parallel"},
       {with(base_flags(), "--tensor-model-parallel-size", "2"), "world size (1) must be divisible by --tensor-model-parallel-size (2)"},
       {with(base_flags(), "--pipeline-model-parallel-size", "2"), "world size (3) must be divisible", 3},
+      // Pipeline layouts (world of 4 = PP 4, 4 microbatches unless the batch flags change).
+      {with(base_flags(), "--pipeline-model-parallel-size", "4"),
+       "--pipeline-model-parallel-size (4) exceeds --num-layers (2)", 4},
+      {with(with(base_flags(), "--pipeline-model-parallel-size", "4"), "--num-layers", "6"),
+       "--num-layers (6) must be divisible by --pipeline-model-parallel-size (4)", 4},
+      {with(with(with(base_flags(), "--pipeline-model-parallel-size", "4"), "--num-layers", "8"),
+            "--num-layers-per-virtual-pipeline-stage", "3"),
+       "--num-layers (8) must be divisible by --pipeline-model-parallel-size (4) x "
+       "--num-layers-per-virtual-pipeline-stage (3)",
+       4},
+      {with(with(with(with(base_flags(), "--pipeline-model-parallel-size", "4"), "--num-layers", "8"),
+                 "--num-layers-per-virtual-pipeline-stage", "1"),
+            "--global-batch-size", "12"),
+       "to be a multiple of --pipeline-model-parallel-size (4)", 4},
+      {with(base_flags(), "--num-layers-per-virtual-pipeline-stage", "1"),
+       "--num-layers-per-virtual-pipeline-stage (an interleaved schedule) needs --pipeline-model-parallel-size > 1"},
+      {with(base_flags(), "--num-virtual-stages-per-pipeline-rank", "2"),
+       "--num-virtual-stages-per-pipeline-rank needs --pipeline-model-parallel-size > 1"},
+      {with(with(with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--num-layers", "8"),
+                 "--num-layers-per-virtual-pipeline-stage", "2"),
+            "--num-virtual-stages-per-pipeline-rank", "2"),
+       "cannot both be given", 2},
+      {with(with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--num-layers", "8"),
+            "--num-virtual-stages-per-pipeline-rank", "3"),
+       "--num-layers (8) must be divisible by --pipeline-model-parallel-size (2) x "
+       "--num-virtual-stages-per-pipeline-rank (3)",
+       2},
+      {with(base_flags(), "--attention-backend", "flash"), "--attention-backend flash is not available"},
+      {with(base_flags(), "--attention-backend", "fused"), "--attention-backend fused needs --bf16"},
   };
   for (const BadInput& bad : cases) {
     const std::string message = error_of(bad.flags, bad.world_size);
