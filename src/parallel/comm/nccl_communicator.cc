@@ -42,16 +42,16 @@ ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::kSum ? ncclSum : ncclM
 // The watchdog bounds it by the timeout whether or not anyone waits.
 class NcclPending final : public PendingCollective {
  public:
-  NcclPending(cudaEvent_t done, const char* operation, const std::string& group)
-      : done_(done), operation_(operation), group_(group) {}
+  NcclPending(cudaEvent_t done, std::string operation, const std::string& group)
+      : done_(done), operation_(std::move(operation)), group_(group) {}
   ~NcclPending() override { cudaEventDestroy(done_); }
 
   void wait(Context& ctx) override { GPT_CUDA_CHECK(cudaStreamWaitEvent(ctx.cuda().stream(), done_, 0)); }
-  std::string describe() const override { return std::string(operation_) + " on group '" + group_ + "' (NCCL)"; }
+  std::string describe() const override { return operation_ + " on group '" + group_ + "' (NCCL)"; }
 
  private:
   cudaEvent_t done_;
-  const char* operation_;
+  std::string operation_;
   const std::string& group_;
 };
 
@@ -93,7 +93,7 @@ class NcclCommunicator::State {
   // on (overlap). The watchdog watches its own event, so a handle waited on late, or dropped by a
   // failing rank, does not blind it.
   template <typename Enqueue>
-  CollectiveHandle start(Context& ctx, const char* operation, Enqueue&& enqueue) {
+  CollectiveHandle start(Context& ctx, std::string operation, Enqueue&& enqueue) {
     cudaStream_t compute = ctx.cuda().stream();
     cudaEvent_t ready = nullptr, watched = nullptr, done = nullptr;
     GPT_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
@@ -111,7 +111,7 @@ class NcclCommunicator::State {
       pending_.push_back({operation, watched, std::chrono::steady_clock::now() + timeout});
     }
     wake_.notify_all();
-    return CollectiveHandle(std::make_unique<NcclPending>(done, operation, name_));
+    return CollectiveHandle(std::make_unique<NcclPending>(done, std::move(operation), name_));
   }
 
   const std::string name_;
@@ -123,7 +123,7 @@ class NcclCommunicator::State {
 
  private:
   struct Pending {
-    const char* operation;
+    std::string operation;
     cudaEvent_t done;
     std::chrono::steady_clock::time_point deadline;
   };
@@ -143,7 +143,7 @@ class NcclCommunicator::State {
       ncclCommGetAsyncError(comm_, &async_error);
       const bool late = !pending_.empty() && std::chrono::steady_clock::now() > pending_.front().deadline;
       if (async_error != ncclSuccess || late) {
-        const char* operation = pending_.empty() ? "NCCL operation" : pending_.front().operation;
+        const std::string operation = pending_.empty() ? "NCCL operation" : pending_.front().operation;
         ncclCommAbort(comm_);
         GPT_FATAL() << operation << " on group '" << name_ << "' (NCCL) "
                     << (late ? "timed out" : "failed: ") << (late ? "" : ncclGetErrorString(async_error))
@@ -221,7 +221,13 @@ CollectiveHandle NcclCommunicator::start_broadcast(Context& ctx, const Tensor& d
 CollectiveHandle NcclCommunicator::start_exchange(Context& ctx, std::span<const PeerTransfer> transfers) {
   const std::string& name_ = state_->name_;
   for (const PeerTransfer& t : transfers) check_on_gpu(name_, t.tensor);
-  return state_->start(ctx, "send/receive", [&](cudaStream_t stream) {
+  // Named by its peers, so that a timeout says which rank did not answer.
+  std::string operation = "send/receive with group rank";
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    operation += (i ? ", " : " ") + std::to_string(transfers[i].peer) +
+                 (transfers[i].kind == PeerTransfer::Kind::kSend ? " (send)" : " (receive)");
+  }
+  return state_->start(ctx, std::move(operation), [&](cudaStream_t stream) {
     // One group call: sends and receives that depend on each other cannot deadlock.
     GPT_NCCL_CHECK(ncclGroupStart());
     for (const PeerTransfer& t : transfers) {
