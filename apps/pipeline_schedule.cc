@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "cli_parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -182,15 +183,7 @@ int main(int argc, char** argv) {
   app.add_option("--p2p-bandwidth", o.p2p_bandwidth, "Bytes per time unit (0: unlimited)");
   app.add_flag("--quiet", o.quiet, "Skip the per-rank instruction lists");
   app.add_flag("--bubble-table", o.bubble_table, "Print simulated bubbles against the formulas for a grid of layouts");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return 0;
-  } catch (const CLI::ParseError& error) {
-    std::fprintf(stderr, "error: %s\n", error.what());
-    return 1;
-  }
+  if (const std::optional<int> exit_status = gpt::parse_command_line(app, argc, argv)) return *exit_status;
   if (!o.bubble_table && (o.num_layers == 0 || o.microbatches == 0)) {
     std::fprintf(stderr, "error: --num-layers and --num-microbatches are required\n");
     return 1;

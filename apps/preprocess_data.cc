@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "cli_parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "data/gpt2_tokenizer.h"
@@ -218,15 +219,7 @@ int main(int argc, char** argv) {
   app.add_option("--workers", options.workers, "Encoding threads");
   app.add_option("--on-error", options.on_error, "stop (default) or skip bad lines");
   app.add_option("--batch-lines", options.batch_lines, "Lines per worker per batch");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return 0;
-  } catch (const CLI::ParseError& error) {
-    std::fprintf(stderr, "error: %s\n", error.what());
-    return 1;
-  }
+  if (const std::optional<int> exit_status = gpt::parse_command_line(app, argc, argv)) return *exit_status;
   const absl::Status status = gpt::run(options);
   if (!status.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());

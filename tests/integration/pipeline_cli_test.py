@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from pretrain_cli_test import losses_of, with_flags  # noqa: E402
+from pretrain_cli_test import expect_rejected_everywhere, losses_of  # noqa: E402
 
 ACCEPTANCE = ("--device cpu --mock-data --vocab-size 512 --num-layers 8 --hidden-size 64 --num-attention-heads 4 "
               "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 16 "
@@ -60,15 +60,7 @@ def main():
         if worst > 1e-5:  # at least 5 significant digits
             failures.append(f"PP=4 lm loss differs from 1 rank by {worst:.1e}")
 
-    wrapper = 'exec 3>&2; "$@"; echo "exit-status $?" >&3'
-    for extra, expected in BAD:
-        run = subprocess.run(launcher + ["sh", "-c", wrapper, "sh", options.binary] + with_flags(ACCEPTANCE, extra),
-                             capture_output=True, text=True, timeout=120)
-        errors = [l for l in run.stderr.splitlines() if l.startswith("error:")]
-        statuses = [l for l in run.stderr.splitlines() if l.startswith("exit-status")]
-        if len(errors) != 1 or expected not in errors[0] or len(statuses) != 4 or any(
-                s == "exit-status 0" for s in statuses) or "iteration" in run.stdout:
-            failures.append(f"mpirun {extra}: errors {errors}, statuses {statuses}, expected {expected!r}")
+    expect_rejected_everywhere(launcher, options.binary, ACCEPTANCE, BAD, 4, failures)
     return harness.finish(failures, f"{len(BAD)} bad pipeline layouts rejected under mpirun -np 4 with one message "
                                     "and a non-zero exit on every rank")
 

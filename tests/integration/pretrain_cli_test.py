@@ -70,17 +70,23 @@ def check_mpi(binary, mpirun, failures):
               f"identical printed values: {sum(a == b for a, b in zip(ours, reference))}/50")
         if worst > 5e-6:
             failures.append(f"TP=4 lm loss differs from 1 rank by {worst:.1e}")
+    expect_rejected_everywhere(launcher, binary, ACCEPTANCE, BAD_MPI, 4, failures)
+    print(f"{len(BAD_MPI)} bad layouts rejected under mpirun -np 4 with one message and a non-zero exit on every rank")
+
+
+def expect_rejected_everywhere(launcher, binary, base, cases, ranks, failures):
+    """Each (extra flags, expected text) case, run under `launcher` with `ranks` ranks, must print
+    exactly one error line containing the text, exit non-zero on every rank and train nothing."""
     # Each rank reports its own exit status through the wrapper.
     wrapper = 'exec 3>&2; "$@"; echo "exit-status $?" >&3'
-    for extra, expected in BAD_MPI:
-        run = subprocess.run(launcher + ["sh", "-c", wrapper, "sh", binary] + with_flags(ACCEPTANCE, extra),
+    for extra, expected in cases:
+        run = subprocess.run(launcher + ["sh", "-c", wrapper, "sh", binary] + with_flags(base, extra),
                              capture_output=True, text=True, timeout=120)
         errors = [l for l in run.stderr.splitlines() if l.startswith("error:")]
         statuses = [l for l in run.stderr.splitlines() if l.startswith("exit-status")]
-        if len(errors) != 1 or expected not in errors[0] or len(statuses) != 4 or any(
+        if len(errors) != 1 or expected not in errors[0] or len(statuses) != ranks or any(
                 s == "exit-status 0" for s in statuses) or "iteration" in run.stdout:
             failures.append(f"mpirun {extra}: errors {errors}, statuses {statuses}, expected {expected!r}")
-    print(f"{len(BAD_MPI)} bad layouts rejected under mpirun -np 4 with one message and a non-zero exit on every rank")
 
 
 def with_flags(base, extra):
