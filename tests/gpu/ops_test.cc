@@ -519,24 +519,26 @@ TEST_F(OpsTest, AdamWSegmentsMatchTheReferenceBitForBit) {
     offset += gap + length;
   }
   std::reverse(segments.begin(), segments.end());  // any order
-  for (int64_t shift : {0, 1}) {
+  // Views of the state starting 0, 1 or 3 elements past alignment (the same phase everywhere: a
+  // scalar head, then 16-byte groups), and gradients out of phase with the state (all scalar).
+  for (auto [state_shift, grad_shift] : {std::pair{0, 0}, std::pair{1, 1}, std::pair{3, 3}, std::pair{1, 2}}) {
     for (bool with_copy : {true, false}) {
       const int64_t n = offset;
-      Twin master = make(DType::kFloat32, {n + shift}), grad = make(DType::kFloat32, {n + shift});
+      Twin master = make(DType::kFloat32, {n + 3}), grad = make(DType::kFloat32, {n + 3});
       // v stays positive (0.5 +- 0.01): the square root of a negative is a NaN whose bits differ.
-      Twin m = make(DType::kFloat32, {n + shift}, 0.1f), v = make(DType::kFloat32, {n + shift}, 0.01f, 0.5f);
-      Twin copy = output(DType::kBFloat16, {n + shift});
-      auto view = [&](const Twin& t) { return part(t, shift, {n}); };
+      Twin m = make(DType::kFloat32, {n + 3}, 0.1f), v = make(DType::kFloat32, {n + 3}, 0.01f, 0.5f);
+      Twin copy = output(DType::kBFloat16, {n + 3});
+      auto view = [&](const Twin& t, int64_t shift) { return part(t, shift, {n}); };
       for (int step = 1; step <= 3; ++step) {
         const ops::AdamWStep s{.learning_rate = 1e-3f, .weight_decay = 0.1f, .step = step, .grad_scale = 0.5f};
         for (Context* ctx : {&cpu_, gpu_.get()}) {
           const bool g = ctx != &cpu_;
-          auto on = [&](const Twin& t) { return g ? view(t).gpu : view(t).cpu; };
-          ops::adamw_update_segments(*ctx, s, on(master), on(grad), on(m), on(v), with_copy ? on(copy) : Tensor(),
-                                     segments);
+          auto on = [&](const Twin& t, int64_t shift) { return g ? view(t, shift).gpu : view(t, shift).cpu; };
+          ops::adamw_update_segments(*ctx, s, on(master, state_shift), on(grad, grad_shift), on(m, state_shift),
+                                     on(v, state_shift), with_copy ? on(copy, state_shift) : Tensor(), segments);
         }
       }
-      SCOPED_TRACE(::testing::Message() << "shift " << shift << " copy " << with_copy);
+      SCOPED_TRACE(::testing::Message() << "shifts " << state_shift << " " << grad_shift << " copy " << with_copy);
       EXPECT_TRUE(identical(master));
       EXPECT_TRUE(identical(m));
       EXPECT_TRUE(identical(v));

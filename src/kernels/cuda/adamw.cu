@@ -71,9 +71,10 @@ __device__ __forceinline__ void adamw_elements(const AdamWPointers& a, const Ada
   if (a.copy) store_floats<W>(a.copy + i, p);
 }
 
-// `vector`: every base pointer is aligned, so element i starts an aligned group when i % 4 == 0.
+// `phase` >= 0: every pointer is as far from 16-byte (bf16 copy: 8-byte) alignment, so element i
+// starts an aligned group of 4 when (i + phase) % 4 == 0; -1: the scalar path everywhere.
 __global__ void __launch_bounds__(kThreads) adamw_segments_kernel(AdamWPointers a, AdamWConstants c,
-                                                                  const SegmentTable table, bool vector) {
+                                                                  const SegmentTable table, int phase) {
   const int64_t tiles = table.first_tile[table.count];
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     // The last segment whose first tile is <= tile (uniform across the block).
@@ -88,13 +89,13 @@ __global__ void __launch_bounds__(kThreads) adamw_segments_kernel(AdamWPointers 
     const int64_t begin = table.offset[s] + (tile - table.first_tile[s]) * kTile;
     const int64_t end = begin + kTile < segment_end ? begin + kTile : segment_end;
     const float decay = table.decay[s];
-    if (!vector) {
+    if (phase < 0) {
       for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) adamw_elements<1>(a, c, decay, i);
       continue;
     }
-    const int64_t rounded_up = (begin + kWidth - 1) / kWidth * kWidth;
+    const int64_t rounded_up = (begin + phase + kWidth - 1) / kWidth * kWidth - phase;
     const int64_t body_begin = rounded_up < end ? rounded_up : end;
-    const int64_t rounded_down = end / kWidth * kWidth;
+    const int64_t rounded_down = (end + phase) / kWidth * kWidth - phase;
     const int64_t body_end = rounded_down > body_begin ? rounded_down : body_begin;
     for (int64_t i = begin + threadIdx.x; i < body_begin; i += blockDim.x) adamw_elements<1>(a, c, decay, i);
     for (int64_t i = body_begin + threadIdx.x * static_cast<int64_t>(kWidth); i < body_end;
@@ -122,9 +123,21 @@ AdamWConstants constants_for(const ops::AdamWStep& step) {
 void launch_segments(Context& ctx, const ops::AdamWStep& step, const AdamWPointers& a,
                      std::span<const ops::AdamWSegment> segments) {
   const AdamWConstants c = constants_for(step);
-  const bool vector = aligned_to(a.master, kVectorBytes) && aligned_to(a.grad, kVectorBytes) &&
-                      aligned_to(a.exp_avg, kVectorBytes) && aligned_to(a.exp_avg_sq, kVectorBytes) &&
-                      (a.copy == nullptr || aligned_to(a.copy, kWidth * sizeof(__nv_bfloat16)));
+  // Views of the flat state (ZeRO shards, flat_range) may start anywhere: the vector path needs
+  // every pointer at the same distance, in elements, from its alignment.
+  auto phase_of = [](const void* pointer, int64_t element_bytes) -> int64_t {
+    const auto address = reinterpret_cast<uintptr_t>(pointer);
+    if (address % element_bytes != 0) return -1;
+    return static_cast<int64_t>((address / element_bytes) % kWidth);
+  };
+  const int64_t phase = phase_of(a.master, sizeof(float));
+  bool same = phase >= 0;
+  for (const void* p : {static_cast<const void*>(a.grad), static_cast<const void*>(a.exp_avg),
+                        static_cast<const void*>(a.exp_avg_sq)}) {
+    same = same && phase_of(p, sizeof(float)) == phase;
+  }
+  if (a.copy != nullptr) same = same && phase_of(a.copy, sizeof(__nv_bfloat16)) == phase;
+  const int vector_phase = same ? static_cast<int>(phase) : -1;
   size_t next = 0;
   while (next < segments.size()) {
     // A batch of up to kMaxSegmentsPerLaunch non-empty segments (one launch for any GPT we train).
@@ -144,7 +157,7 @@ void launch_segments(Context& ctx, const ops::AdamWStep& step, const AdamWPointe
     if (table.count == 0) break;
     table.first_tile[table.count] = tiles;
     const unsigned int grid = occupancy_grid(ctx, adamw_segments_kernel, kThreads, 0, tiles);
-    adamw_segments_kernel<<<grid, kThreads, 0, stream_of(ctx)>>>(a, c, table, vector);
+    adamw_segments_kernel<<<grid, kThreads, 0, stream_of(ctx)>>>(a, c, table, vector_phase);
     GPT_CUDA_CHECK_LAUNCH();
   }
 }
