@@ -6,14 +6,20 @@ namespace gpt {
 
 GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
                    int stash_slots, ChunkLayout layout, Arena& arena)
-    : shapes_(LayerShapes::make(config, tp, micro_batch)), layout_(layout) {
+    : shapes_(LayerShapes::make(config, tp, micro_batch)),
+      layout_(layout),
+      recompute_plan_(plan_recompute(config.recompute, layout.num_layers)),
+      activation_memory_(gpt::activation_memory(config, shapes_, tp.sequence_parallel(), layout.num_layers)) {
   workspace_ = std::make_unique<LayerWorkspace>(shapes_, config.dtype, arena);
+  recompute_buffers_ =
+      std::make_unique<RecomputeBuffers>(recompute_plan_, shapes_, config.dtype, tp.sequence_parallel(), arena);
   if (layout.has_embedding) {
     embedding_ = std::make_unique<EmbeddingLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots);
   }
   for (int64_t i = 0; i < layout.num_layers; ++i) {
     layers_.push_back(std::make_unique<TransformerLayer>(config, layout.first_layer + i, params, tp, shapes_,
-                                                         *workspace_, arena, stash_slots));
+                                                         *workspace_, recompute_plan_, i, *recompute_buffers_,
+                                                         arena, stash_slots));
   }
   if (layout.has_output) {
     output_ = std::make_unique<OutputLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots);
@@ -61,10 +67,22 @@ std::optional<Tensor> GptModel::backward(Context& ctx, int slot, const std::opti
       << (output_ ? "an output gradient given to the chunk with the loss"
                   : "backward of a chunk without the output layer needs an output gradient");
   Tensor grad = output_ ? output_->backward(ctx, slot, grad_) : *grad_output;
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) grad = (*it)->backward(ctx, slot, grad, grad_);
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    recompute_group_ending_at(ctx, slot, layers_.rend() - it - 1);
+    grad = (*it)->backward(ctx, slot, grad, grad_);
+  }
   if (!embedding_) return grad;
   embedding_->backward(ctx, slot, grad);
   return std::nullopt;
+}
+
+void GptModel::recompute_group_ending_at(Context& ctx, int slot, int64_t layer) {
+  const LayerRecompute& recompute = recompute_plan_.layers[static_cast<size_t>(layer)];
+  if (!recompute.ends_group(layer)) return;
+  Tensor hidden = layers_[static_cast<size_t>(recompute.group_begin)]->stashed_input(slot);  // [s_l, b, h]
+  for (int64_t i = recompute.group_begin; i < recompute.group_end; ++i) {
+    hidden = layers_[static_cast<size_t>(i)]->recompute(ctx, slot, hidden);
+  }
 }
 
 std::vector<ParamSpec> chunk_param_specs(const std::vector<ParamSpec>& all, const ChunkLayout& layout) {

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "model/activation_memory.h"
 #include "model/embedding_layer.h"
 #include "model/output_layer.h"
 #include "model/transformer_layer.h"
@@ -30,6 +31,10 @@ class GptModel {
 
   const LayerShapes& shapes() const { return shapes_; }
   const ChunkLayout& layout() const { return layout_; }
+  // Which layers recompute what (config.recompute over this chunk's layers), and the activation
+  // memory of the layers with and without it.
+  const RecomputePlan& recompute_plan() const { return recompute_plan_; }
+  const ActivationMemory& activation_memory() const { return activation_memory_; }
 
   // Copies a microbatch's token ids and targets ([b, s] row-major, int32, host) into the slot,
   // transposed to the model's [s, b] order, on the context's stream (the host does not wait).
@@ -51,9 +56,15 @@ class GptModel {
 
  private:
   void load_transposed(Context& ctx, const Tensor& destination, std::span<const int32_t> values_bs);
+  // Full recompute: before the backward of a group's last layer, re-runs the group's forward from
+  // its stashed input into the shared buffers (nothing for other layers).
+  void recompute_group_ending_at(Context& ctx, int slot, int64_t layer);
 
   LayerShapes shapes_;
   ChunkLayout layout_;
+  RecomputePlan recompute_plan_;
+  ActivationMemory activation_memory_;
+  std::unique_ptr<RecomputeBuffers> recompute_buffers_;  // shared by the chunk's layers
   std::unique_ptr<LayerWorkspace> workspace_;
   std::unique_ptr<EmbeddingLayer> embedding_;
   std::vector<std::unique_ptr<TransformerLayer>> layers_;

@@ -29,6 +29,9 @@ struct LayerShapes {
   int64_t local_projection() const { return local_heads * head_dim; }
 
   static LayerShapes make(const ModelConfig& config, const TensorParallel& tp, int64_t micro_batch);
+  // The same from the sizes alone (sequence_parallel: the sequence is split, i.e. SP with TP > 1).
+  static LayerShapes make(const ModelConfig& config, int64_t tensor_parallel_size, int64_t tensor_parallel_rank,
+                          bool sequence_parallel, int64_t micro_batch);
 };
 
 // Scratch shared by all layers of a chunk (allocated once).

@@ -4,42 +4,53 @@
 //
 // qkv and fc1 are column-parallel (heads and ffn split across TP), proj and fc2 row-parallel
 // (partial sums reduced across TP; their biases added once, after the reduction).
+//
+// Activation recompute (LayerRecompute, from the chunk's plan) changes only where activations
+// live, never the arithmetic: the recomputed tensors come from the same ops on the same inputs,
+// so gradients are bitwise those without recompute on the CPU backend. On the GPU every kernel of
+// forward is deterministic, so the rebuilt activations are bitwise the originals there too; what
+// differs between runs is cuDNN attention's backward, which accumulates with atomics unless
+// --deterministic-mode, with or without recompute (identical with it, rounding-level without).
 #pragma once
 
 #include <vector>
 
-#include "model/layer_shapes.h"
+#include "model/layer_activations.h"
 #include "model/param_store.h"
 
 namespace gpt {
 
 class TransformerLayer {
  public:
+  // `layer` is the global layer number, `index_in_chunk` its place in the chunk's recompute plan,
+  // `shared` the chunk's recompute buffers.
   TransformerLayer(const ModelConfig& config, int64_t layer, ParamStore& params, const TensorParallel& tp,
-                   const LayerShapes& shapes, LayerWorkspace& workspace, Arena& arena, int stash_slots);
+                   const LayerShapes& shapes, LayerWorkspace& workspace, const RecomputePlan& plan,
+                   int64_t index_in_chunk, RecomputeBuffers& shared, Arena& arena, int stash_slots);
 
   // input [s_l, b, h] (kept by reference in the stash until backward) -> output [s_l, b, h],
-  // owned by this layer's stash slot.
+  // owned by this layer's stash slot (or, inside a full-recompute group, by the shared buffers
+  // until the next layer has read it).
   Tensor forward(Context& ctx, int slot, const Tensor& input);
-  // grad_output [s_l, b, h] -> grad_input [s_l, b, h]; grad_input may alias grad_output.
+  // Full recompute, in backward: re-runs forward of the slot's microbatch from `input` (the
+  // group's stashed input, or the previous layer's recomputed output) into the shared buffers.
+  // Returns the recomputed output, except on the group's last layer, whose output is stashed and
+  // not needed by backward: there the recompute stops after fc1 (no fc2 GEMM, no reduction) and
+  // returns nothing.
+  Tensor recompute(Context& ctx, int slot, const Tensor& input);
+  // grad_output [s_l, b, h] -> grad_input [s_l, b, h]; grad_input may alias grad_output. Under
+  // full recompute the group must have been recomputed for this slot first.
   Tensor backward(Context& ctx, int slot, const Tensor& grad_output, const Tensor& grad_input);
 
- private:
-  // What backward needs from forward, per in-flight microbatch.
-  struct Stash {
-    Tensor input;                       // [s_l, b, h] view of the previous layer's output
-    Tensor ln1, ln1_mean, ln1_rstd;     // [s_l, b, h], [s_l b], [s_l b]
-    Tensor ln1_gathered;                // [s, b, h] under sequence parallelism
-    Tensor qkv;                         // [s b, 3 heads_l d]  ([s, b, heads_l, 3d] for attention)
-    Tensor attention;                   // [s b, heads_l d]
-    Tensor lse;                         // [b, heads_l, s]
-    Tensor residual;                    // [s_l, b, h]  x + attention block
-    Tensor ln2, ln2_mean, ln2_rstd;
-    Tensor ln2_gathered;
-    Tensor fc1_pre, fc1_act;            // [s, b, ffn_l]
-    Tensor output;                      // [s_l, b, h]
-  };
+  // The input the slot's forward was given (a full-recompute group restarts from it).
+  const Tensor& stashed_input(int slot) const { return stash_[static_cast<size_t>(slot)].input; }
 
+ private:
+  bool recomputes_full() const { return recompute_.stashing == LayerStashing::kGroupInput; }
+  // Attention block and the MLP up to GeLU: every activation backward reads, into `a`.
+  void forward_until_mlp_activation(Context& ctx, LayerActivations& a, const Tensor& input);
+  // fc2, its reduction, bias and residual: output [s_l, b, h] from `a`.
+  void forward_mlp_output(Context& ctx, const LayerActivations& a, const Tensor& output);
   // [s b, parts heads_l d] seen as [s, b, heads_l, parts d], the attention op's layout.
   Tensor heads_view(const Tensor& matrix, int parts) const;
 
@@ -48,9 +59,14 @@ class TransformerLayer {
   const TensorParallel& tp_;
   LayerShapes shapes_;
   LayerWorkspace& ws_;
+  LayerRecompute recompute_;
+  bool ends_group_;                     // full recompute: the group's last layer (output stashed)
+  LayerActivations* shared_ = nullptr;  // full recompute: the group position's shared set
+  int recomputed_slot_ = -1;            // full recompute: whose activations the shared set holds
   Param &ln1_weight_, &ln1_bias_, &qkv_weight_, &qkv_bias_, &proj_weight_, &proj_bias_;
   Param &ln2_weight_, &ln2_bias_, &fc1_weight_, &fc1_bias_, &fc2_weight_, &fc2_bias_;
-  std::vector<Stash> stash_;
+  // Per in-flight microbatch: what recompute_ says to keep (the rest are views of shared buffers).
+  std::vector<LayerActivations> stash_;
 };
 
 }  // namespace gpt
