@@ -20,6 +20,52 @@ absl::Status require_positive(const char* flag, int64_t value) {
   return absl::OkStatus();
 }
 
+// Megatron's rules (transformer_config.py __post_init__, arguments.py validate_args), except that
+// a method or count without full recompute is refused where Megatron would silently ignore it.
+// The count's upper bound needs the pipeline layout: validate_for_world.
+absl::Status validate_recompute(Arguments& a) {
+  if (a.recompute_activations) {
+    if (a.recompute_granularity == "full") {
+      return invalid("--recompute-activations (selective recompute) and --recompute-granularity full cannot both be "
+                     "given");
+    }
+    a.recompute_granularity = "selective";
+  }
+  const std::string& granularity = a.recompute_granularity;
+  const bool method_given = a.was_given("--recompute-method");
+  const bool count_given = a.was_given("--recompute-num-layers");
+  if (!granularity.empty() && granularity != "full" && granularity != "selective") {
+    return invalid(absl::StrCat("--recompute-granularity must be full or selective (got ", granularity, ")"));
+  }
+  if (method_given && a.recompute_method != "uniform" && a.recompute_method != "block") {
+    return invalid(absl::StrCat("--recompute-method must be uniform or block (got ", a.recompute_method, ")"));
+  }
+  if (granularity.empty()) {
+    if (method_given || count_given) {
+      return invalid("--recompute-method and --recompute-num-layers need --recompute-granularity full (without it "
+                     "nothing is recomputed)");
+    }
+    return absl::OkStatus();
+  }
+  if (granularity == "selective") {
+    if (method_given) {
+      return invalid("--recompute-method is not supported with --recompute-granularity selective (selective "
+                     "recomputes the attention core of every layer)");
+    }
+    if (count_given) return invalid("--recompute-num-layers must not be given with --recompute-granularity selective");
+    return absl::OkStatus();
+  }
+  if (!method_given) return invalid("--recompute-granularity full needs --recompute-method uniform or block");
+  if (!count_given) {
+    return invalid("--recompute-granularity full needs --recompute-num-layers (between 1 and the layers per "
+                   "pipeline stage)");
+  }
+  if (a.recompute_num_layers < 1) {
+    return invalid(absl::StrCat("--recompute-num-layers must be at least 1 (got ", a.recompute_num_layers, ")"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Arguments> parse_arguments(int argc, const char* const* argv) {
@@ -84,6 +130,13 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
                "Only bitwise reproducible algorithms (slower cuDNN attention backward)");
   app.add_option("--attention-backend", a.attention_backend,
                  "auto, fused (cuDNN fused attention), local or unfused (reference kernel); flash is not available");
+  app.add_option("--recompute-granularity", a.recompute_granularity,
+                 "Activation recompute: full (whole layers) or selective (attention core)");
+  app.add_option("--recompute-method", a.recompute_method,
+                 "With full: uniform (groups of --recompute-num-layers) or block (first --recompute-num-layers)");
+  app.add_option("--recompute-num-layers", a.recompute_num_layers,
+                 "With full: layers per recompute group (uniform) or recomputed per stage (block)");
+  app.add_flag("--recompute-activations", a.recompute_activations, "Same as --recompute-granularity selective");
   // Data.
   app.add_flag("--mock-data", a.mock_data, "Synthetic data, no files needed");
   app.add_option("--vocab-size", a.vocab_size, "Vocabulary size for --mock-data or --tokenizer-type NullTokenizer");
@@ -235,6 +288,8 @@ absl::Status validate_arguments(Arguments& a) {
                                 ")"));
   }
 
+  GPT_RETURN_IF_ERROR(validate_recompute(a));
+
   // Optimizer and schedule.
   if (!(a.lr >= 0.0)) return invalid(absl::StrCat("--lr must be >= 0 (got ", a.lr, ")"));
   if (!(a.min_lr >= 0.0) || a.min_lr > a.lr) {
@@ -352,9 +407,18 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
     return invalid("pipeline layout: --num-layers, --pipeline-model-parallel-size or the number of microbatches "
                    "is too large");
   }
-  return pipeline::validate_pipeline_layout(static_cast<int>(a.num_layers), static_cast<int>(p),
-                                            static_cast<int>(layers_per_virtual_stage),
-                                            static_cast<int>(microbatches));
+  GPT_RETURN_IF_ERROR(pipeline::validate_pipeline_layout(static_cast<int>(a.num_layers), static_cast<int>(p),
+                                                          static_cast<int>(layers_per_virtual_stage),
+                                                          static_cast<int>(microbatches)));
+  // Recompute counts apply to the layers of one model chunk (Megatron's TransformerBlock: a
+  // pipeline stage, or a virtual stage with interleaving); Megatron's message names this range.
+  const int64_t chunk_layers = layers_per_virtual_stage > 0 ? layers_per_virtual_stage : a.num_layers / p;
+  if (a.recompute_granularity == "full" && a.recompute_num_layers > chunk_layers) {
+    return invalid(absl::StrCat("--recompute-num-layers (", a.recompute_num_layers, ") must be between 1 and the layers ",
+                                layers_per_virtual_stage > 0 ? "per virtual pipeline stage" : "per pipeline stage",
+                                " (", chunk_layers, ")"));
+  }
+  return absl::OkStatus();
 }
 
 std::string describe_arguments(const Arguments& a) {
@@ -391,6 +455,9 @@ std::string describe_arguments(const Arguments& a) {
   line("clip_grad", a.clip_grad);
   line("bf16", a.bf16 ? "True" : "False");
   line("attention_backend", a.attention_backend);
+  line("recompute_granularity", a.recompute_granularity.empty() ? "None" : a.recompute_granularity);
+  line("recompute_method", a.recompute_method.empty() ? "None" : a.recompute_method);
+  line("recompute_num_layers", a.recompute_num_layers > 0 ? std::to_string(a.recompute_num_layers) : "None");
   line("deterministic_mode", a.deterministic_mode ? "True" : "False");
   line("device", a.device);
   line("seed", a.seed);

@@ -67,6 +67,13 @@ struct Arguments {
   // always the reference kernel. flash (the FlashAttention library) is refused.
   std::string attention_backend = "auto";
 
+  // Activation recompute (megatron/core/transformer/transformer_config.py): full re-runs whole
+  // layers in backward from a stashed input, selective only the attention core.
+  std::string recompute_granularity;    // "": none; full or selective
+  std::string recompute_method;         // full: uniform (groups of N layers) or block (first N layers)
+  int64_t recompute_num_layers = 0;     // full: N, per pipeline stage / virtual chunk; 0: not given
+  bool recompute_activations = false;   // Megatron's shorthand for --recompute-granularity selective
+
   // Data.
   bool mock_data = false;
   int64_t vocab_size = 0;

@@ -71,6 +71,14 @@ ModelConfig model_config_from(const Arguments& a) {
   c.layernorm_epsilon = static_cast<float>(a.norm_epsilon);
   c.init_method_std = static_cast<float>(a.init_method_std);
   c.dtype = a.bf16 ? DType::kBFloat16 : DType::kFloat32;
+  // Validated arguments: granularity and method are "" or one of Megatron's names.
+  c.recompute.granularity = a.recompute_granularity == "full"        ? RecomputeGranularity::kFull
+                            : a.recompute_granularity == "selective" ? RecomputeGranularity::kSelective
+                                                                     : RecomputeGranularity::kNone;
+  if (c.recompute.granularity == RecomputeGranularity::kFull) {
+    c.recompute.method = a.recompute_method == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
+    c.recompute.num_layers = a.recompute_num_layers;
+  }
   return c;
 }
 

@@ -99,6 +99,9 @@ PARALLEL_FLAGS_WITH_VALUE = {"--tensor-model-parallel-size", "--pipeline-model-p
                              "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"}
 PARALLEL_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
                      "--overlap-param-gather"}
+# Activation recompute must not change the result either: the reference runs without it.
+RECOMPUTE_FLAGS_WITH_VALUE = {"--recompute-granularity", "--recompute-method", "--recompute-num-layers"}
+RECOMPUTE_SWITCHES = {"--recompute-activations"}
 
 
 def without_parallel_flags(flags):
@@ -106,9 +109,9 @@ def without_parallel_flags(flags):
     for flag in flags:
         if skip:
             skip = False
-        elif flag in PARALLEL_FLAGS_WITH_VALUE:
+        elif flag in PARALLEL_FLAGS_WITH_VALUE or flag in RECOMPUTE_FLAGS_WITH_VALUE:
             skip = True
-        elif flag not in PARALLEL_SWITCHES:
+        elif flag not in PARALLEL_SWITCHES and flag not in RECOMPUTE_SWITCHES:
             model_flags.append(flag)
     return model_flags
 

@@ -82,6 +82,31 @@ TEST(Arguments, AcceptsEqualsSyntaxAndHelp) {
   EXPECT_NE(help.status().message().find("--tensor-model-parallel-size"), std::string::npos);
 }
 
+TEST(Arguments, RecomputeFlags) {
+  auto parsed_valid = [](const std::vector<std::string>& flags, int64_t world_size = 1) {
+    absl::StatusOr<Arguments> parsed = parse_arguments(flags);
+    EXPECT_TRUE(parsed.ok());
+    EXPECT_EQ(validate_arguments(*parsed).message(), "");
+    EXPECT_EQ(validate_for_world(*parsed, world_size).message(), "");
+    return *parsed;
+  };
+  const Arguments none = parsed_valid(base_flags());
+  EXPECT_EQ(none.recompute_granularity, "");
+  EXPECT_NE(describe_arguments(none).find("recompute_granularity ........................ None"), std::string::npos);
+  // --recompute-activations is Megatron's shorthand for selective.
+  EXPECT_EQ(parsed_valid(with(base_flags(), "--recompute-activations", "")).recompute_granularity, "selective");
+  const Arguments block = parsed_valid(
+      with(with(with(with(with(base_flags(), "--num-layers", "8"), "--pipeline-model-parallel-size", "2"),
+                     "--recompute-granularity", "full"),
+                "--recompute-method", "block"),
+           "--recompute-num-layers", "4"),
+      2);
+  const std::string dump = describe_arguments(block);
+  EXPECT_NE(dump.find("recompute_granularity ........................ full"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("recompute_method ............................. block"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("recompute_num_layers ......................... 4"), std::string::npos) << dump;
+}
+
 struct BadInput {
   std::vector<std::string> flags;
   std::string expected;  // a piece of the message (names the flag)
@@ -164,6 +189,43 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
        2},
       {with(base_flags(), "--attention-backend", "flash"), "--attention-backend flash is not available"},
       {with(base_flags(), "--attention-backend", "fused"), "--attention-backend fused needs --bf16"},
+      // Activation recompute (Megatron's rules; a method or count alone is refused, not ignored).
+      {with(base_flags(), "--recompute-granularity", "partial"), "--recompute-granularity must be full or selective (got partial)"},
+      {with(base_flags(), "--recompute-granularity", "full"), "--recompute-granularity full needs --recompute-method uniform or block"},
+      {with(with(base_flags(), "--recompute-granularity", "full"), "--recompute-method", "uniform"),
+       "--recompute-granularity full needs --recompute-num-layers"},
+      {with(with(with(base_flags(), "--recompute-granularity", "full"), "--recompute-method", "uniform"),
+            "--recompute-num-layers", "0"),
+       "--recompute-num-layers must be at least 1 (got 0)"},
+      {with(with(with(base_flags(), "--recompute-granularity", "full"), "--recompute-method", "random"),
+            "--recompute-num-layers", "1"),
+       "--recompute-method must be uniform or block (got random)"},
+      {with(with(base_flags(), "--recompute-granularity", "selective"), "--recompute-method", "uniform"),
+       "--recompute-method is not supported with --recompute-granularity selective"},
+      {with(with(base_flags(), "--recompute-granularity", "selective"), "--recompute-num-layers", "1"),
+       "--recompute-num-layers must not be given with --recompute-granularity selective"},
+      {with(base_flags(), "--recompute-method", "block"), "need --recompute-granularity full"},
+      {with(base_flags(), "--recompute-num-layers", "1"), "need --recompute-granularity full"},
+      {with(with(base_flags(), "--recompute-activations", ""), "--recompute-granularity", "full"),
+       "--recompute-activations (selective recompute) and --recompute-granularity full cannot both be given"},
+      // The count is bounded by the layers of one model chunk (2 here; 4 per stage, 2 per virtual stage).
+      {with(with(with(base_flags(), "--recompute-granularity", "full"), "--recompute-method", "block"),
+            "--recompute-num-layers", "3"),
+       "--recompute-num-layers (3) must be between 1 and the layers per pipeline stage (2)"},
+      {with(with(with(base_flags(), "--recompute-granularity", "full"), "--recompute-method", "uniform"),
+            "--recompute-num-layers", "3"),
+       "--recompute-num-layers (3) must be between 1 and the layers per pipeline stage (2)"},
+      {with(with(with(with(with(base_flags(), "--num-layers", "8"), "--pipeline-model-parallel-size", "2"),
+                      "--recompute-granularity", "full"),
+                 "--recompute-method", "block"),
+            "--recompute-num-layers", "5"),
+       "--recompute-num-layers (5) must be between 1 and the layers per pipeline stage (4)", 2},
+      {with(with(with(with(with(with(base_flags(), "--num-layers", "8"), "--pipeline-model-parallel-size", "2"),
+                           "--num-layers-per-virtual-pipeline-stage", "2"),
+                      "--recompute-granularity", "full"),
+                 "--recompute-method", "block"),
+            "--recompute-num-layers", "3"),
+       "--recompute-num-layers (3) must be between 1 and the layers per virtual pipeline stage (2)", 2},
   };
   for (const BadInput& bad : cases) {
     const std::string message = error_of(bad.flags, bad.world_size);
