@@ -25,6 +25,23 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
     output_ = std::make_unique<OutputLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots);
   }
   grad_ = arena.allocate(config.dtype, {shapes_.local_sequence, shapes_.batch, shapes_.hidden});
+  // Parameter groups by name, in forward order.
+  auto group = [&](auto&& wanted) {
+    std::vector<Param*> members;
+    for (Param& param : params.params()) {
+      if (wanted(param.name())) members.push_back(&param);
+    }
+    groups_.push_back(std::move(members));
+  };
+  if (layout.has_embedding) group([](const std::string& n) { return n.rfind("embedding.", 0) == 0; });
+  for (int64_t i = 0; i < layout.num_layers; ++i) {
+    const std::string prefix = "decoder.layers." + std::to_string(layout.first_layer + i) + ".";
+    group([&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
+  }
+  if (layout.has_output) {
+    const std::string head = config.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName;
+    group([&](const std::string& n) { return n.rfind("decoder.final_layernorm.", 0) == 0 || n == head; });
+  }
 }
 
 void GptModel::load_transposed(Context& ctx, const Tensor& destination, std::span<const int32_t> values_bs) {
@@ -55,9 +72,19 @@ std::optional<Tensor> GptModel::forward(Context& ctx, int slot, const std::optio
   GPT_CHECK(input.has_value() != (embedding_ != nullptr))
       << (embedding_ ? "an input activation given to the chunk with the embedding"
                      : "forward of a chunk without the embedding needs an input activation");
+  size_t group = 0;
+  auto reading = [&] {
+    if (observer_) observer_->before_forward(ctx, groups_[group]);
+    ++group;
+  };
+  if (embedding_) reading();
   Tensor hidden = embedding_ ? embedding_->forward(ctx, slot) : *input;
-  for (auto& layer : layers_) hidden = layer->forward(ctx, slot, hidden);
+  for (auto& layer : layers_) {
+    reading();
+    hidden = layer->forward(ctx, slot, hidden);
+  }
   if (!output_) return hidden;
+  reading();
   output_->forward(ctx, slot, hidden, loss);
   return std::nullopt;
 }
@@ -66,13 +93,23 @@ std::optional<Tensor> GptModel::backward(Context& ctx, int slot, const std::opti
   GPT_CHECK(grad_output.has_value() != (output_ != nullptr))
       << (output_ ? "an output gradient given to the chunk with the loss"
                   : "backward of a chunk without the output layer needs an output gradient");
+  const bool final_backward = final_backward_;
+  final_backward_ = false;
+  size_t group = groups_.size();
+  auto done = [&] {
+    --group;
+    if (observer_ && final_backward) observer_->gradients_final(ctx, groups_[group]);
+  };
   Tensor grad = output_ ? output_->backward(ctx, slot, grad_) : *grad_output;
+  if (output_) done();
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     recompute_group_ending_at(ctx, slot, layers_.rend() - it - 1);
     grad = (*it)->backward(ctx, slot, grad, grad_);
+    done();
   }
   if (!embedding_) return grad;
   embedding_->backward(ctx, slot, grad);
+  done();
   return std::nullopt;
 }
 

@@ -16,6 +16,16 @@
 
 namespace gpt {
 
+// Told by a model chunk, layer by layer, when parameters are about to be read (forward) and when
+// their gradients are final (the backward of the iteration's last microbatch): what lets
+// data-parallel reductions and parameter gathers overlap with compute.
+class ParamObserver {
+ public:
+  virtual ~ParamObserver() = default;
+  virtual void before_forward(Context& ctx, std::span<Param* const> params) = 0;
+  virtual void gradients_final(Context& ctx, std::span<Param* const> params) = 0;
+};
+
 struct ChunkLayout {
   int64_t first_layer = 0;
   int64_t num_layers = 0;
@@ -52,6 +62,14 @@ class GptModel {
   // the chunk with the embedding), overwritten by the chunk's next backward.
   std::optional<Tensor> backward(Context& ctx, int slot, const std::optional<Tensor>& grad_output);
 
+  // The observer of this chunk's parameters (none by default); `final_backward` marks the next
+  // backward as the iteration's last for this chunk, whose gradients are then final.
+  void set_observer(ParamObserver* observer) { observer_ = observer; }
+  void set_final_backward(bool final_backward) { final_backward_ = final_backward; }
+  // The parameters of each part of the chunk in forward order (embedding, layers, output), the
+  // word embedding listed wherever it is used.
+  const std::vector<std::vector<Param*>>& parameter_groups() const { return groups_; }
+
   OutputLayer* output_layer() { return output_.get(); }
 
  private:
@@ -70,6 +88,9 @@ class GptModel {
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
   std::unique_ptr<OutputLayer> output_;
   Tensor grad_;  // [s_l, b, h]: the gradient flowing backward through the chunk
+  std::vector<std::vector<Param*>> groups_;  // [embedding?, layers..., output?]
+  ParamObserver* observer_ = nullptr;
+  bool final_backward_ = false;
   std::vector<int32_t> transposed_;  // host staging for token ids in [s, b] order
 };
 

@@ -1,6 +1,7 @@
 #include "model/param_store.h"
 
 #include <algorithm>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -50,11 +51,30 @@ SliceLayout slice_layout(const ParamSpec& spec, int tp_rank, int tp_size) {
   return layout;
 }
 
-ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_rank, int tp_size, DType dtype, Arena& arena)
+ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_rank, int tp_size, DType dtype, Arena& arena,
+                       const BucketLayout& bucket_layout)
     : specs_(std::move(specs)), dtype_(dtype) {
+  GPT_CHECK_GE(bucket_layout.shard_over, 1) << "bucket shards";
   params_.reserve(specs_.size());
+  const int64_t bucket_multiple = bucket_layout.shard_over > 1 ? std::lcm(int64_t{bucket_layout.shard_over}, int64_t{128}) : 1;
   int64_t total = 0;
+  auto close_bucket = [&] {
+    if (buckets_.empty() || buckets_.back().params.empty()) return;
+    total = (total + bucket_multiple - 1) / bucket_multiple * bucket_multiple;
+    buckets_.back().range.end = total;
+  };
+  auto open_bucket = [&] {
+    if (!buckets_.empty() && buckets_.back().params.empty()) return;
+    buckets_.push_back({Range{total, total}, {}});
+  };
+  open_bucket();
   for (auto it = specs_.rbegin(); it != specs_.rend(); ++it) {
+    const bool alone = std::find(bucket_layout.own_bucket.begin(), bucket_layout.own_bucket.end(), it->name) !=
+                       bucket_layout.own_bucket.end();
+    if (alone) {
+      close_bucket();
+      open_bucket();
+    }
     const SliceLayout layout = slice_layout(*it, tp_rank, tp_size);
     Param param;
     param.spec = &*it;
@@ -65,8 +85,22 @@ ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_rank, int tp_size, D
     param.counts_in_grad_norm = it->split != TensorSplit::kReplicated || tp_rank == 0;
     total += align_up(layout.local_shape.numel());
     index_[it->name] = params_.size();
+    buckets_.back().params.push_back(params_.size());
+    buckets_.back().range.end = total;
     params_.push_back(param);
+    // Buckets stay below 2^30 elements whatever the flags say: MPI counts are ints, and a bucket's
+    // reduce-scatter and all-gather send it in one call.
+    constexpr int64_t kMaxBucket = int64_t{1} << 30;
+    const int64_t bucket_elements = total - buckets_.back().range.begin;
+    const bool full = (bucket_layout.bucket_size > 0 && bucket_elements >= bucket_layout.bucket_size) ||
+                      bucket_elements >= kMaxBucket;
+    if (alone || full) {
+      close_bucket();
+      open_bucket();
+    }
   }
+  close_bucket();
+  if (buckets_.size() > 1 && buckets_.back().params.empty()) buckets_.pop_back();
   flat_values_ = arena.allocate_zeroed(dtype, {total});
   flat_grads_ = arena.allocate_zeroed(DType::kFloat32, {total});
   for (Param& param : params_) {

@@ -12,6 +12,7 @@
 #include "core/arena.h"
 #include "core/context.h"
 #include "model/param_registry.h"
+#include "parallel/data_parallel/range.h"
 
 namespace gpt {
 
@@ -31,11 +32,29 @@ struct Param {
   int64_t numel() const { return local_shape.numel(); }
 };
 
+// How the flat buffers are cut into buckets for data-parallel reduction (Megatron's
+// param-and-grad buffer): parameters in reverse order of first use, each starting on a multiple of
+// 64 elements; a bucket closes once it holds at least `bucket_size` elements (0: one bucket); a
+// parameter named in `own_bucket` (the tied word embedding between pipeline stages) gets a bucket
+// of its own; with `shard_over` > 1 (the distributed optimizer) every bucket is padded to a multiple
+// of lcm(shard_over, 128) elements, Megatron's rule, so that it splits evenly over the
+// data-parallel ranks.
+struct BucketLayout {
+  int64_t bucket_size = 0;
+  int shard_over = 1;
+  std::vector<std::string> own_bucket;
+};
+
+struct Bucket {
+  Range range;                 // elements of the flat buffers, padding included
+  std::vector<size_t> params;  // indices into ParamStore::params()
+};
+
 class ParamStore {
  public:
   // `specs` are the parameters of this rank's pipeline stage(s).
   ParamStore(std::vector<ParamSpec> specs, int tensor_parallel_rank, int tensor_parallel_size, DType dtype,
-             Arena& arena);
+             Arena& arena, const BucketLayout& buckets = {});
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
 
@@ -54,6 +73,11 @@ class ParamStore {
   void initialize(uint64_t seed);
   void zero_grads(Context& ctx) const;
 
+  // The buckets, in the order their gradients become final in backward (front to back).
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  // The parameter's element range in the flat buffers.
+  Range range_of(const Param& param) const { return {param.flat_offset, param.flat_offset + param.numel()}; }
+
  private:
   std::vector<ParamSpec> specs_;
   std::vector<Param> params_;
@@ -61,6 +85,7 @@ class ParamStore {
   DType dtype_;
   Tensor flat_values_;
   Tensor flat_grads_;
+  std::vector<Bucket> buckets_;
 };
 
 // The local slice of a parameter for a TP rank: shape and offsets in the global tensor.

@@ -1,21 +1,36 @@
 #include "optim/adamw.h"
 
+#include "core/check.h"
+
 namespace gpt {
 
-AdamW::AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena& arena)
-    : params_(params), config_(config), separate_master_(params.dtype() != DType::kFloat32) {
+AdamW::AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena& arena, std::vector<Range> owned)
+    : params_(params), config_(config), separate_master_(params.dtype() != DType::kFloat32), owned_(std::move(owned)) {
   const int64_t total = params.flat_values().numel();
+  if (owned_.empty()) owned_.push_back({0, total});
+  int64_t elements = 0;
+  for (const Range& range : owned_) {
+    GPT_CHECK(range.begin >= 0 && range.end <= total) << "optimizer range outside the parameters";
+    Part part{range, elements, {}};
+    for (const Param& param : params.params()) {
+      const Range mine = params.range_of(param).intersect(range);
+      if (mine.empty()) continue;
+      part.segments.push_back({.offset = mine.begin - range.begin,
+                               .length = mine.size(),
+                               .weight_decay = param.spec->weight_decay});
+    }
+    elements += range.size();
+    parts_.push_back(std::move(part));
+  }
   if (separate_master_) {
-    master_ = arena.allocate(DType::kFloat32, {total});
-    ops::cast(ctx, master_, params.flat_values());
-  } else {
-    master_ = params.flat_values();
+    master_ = arena.allocate(DType::kFloat32, {elements});
+    for (const Part& part : parts_) {
+      ops::cast(ctx, master_.flat_range(part.state_offset, part.range.size()),
+                params.flat_values().flat_range(part.range.begin, part.range.size()));
+    }
   }
-  exp_avg_ = arena.allocate_zeroed(DType::kFloat32, {total});
-  exp_avg_sq_ = arena.allocate_zeroed(DType::kFloat32, {total});
-  for (const Param& param : params.params()) {
-    segments_.push_back({.offset = param.flat_offset, .length = param.numel(), .weight_decay = param.spec->weight_decay});
-  }
+  exp_avg_ = arena.allocate_zeroed(DType::kFloat32, {elements});
+  exp_avg_sq_ = arena.allocate_zeroed(DType::kFloat32, {elements});
 }
 
 void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
@@ -27,8 +42,14 @@ void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
                             .weight_decay = config_.weight_decay,  // on the segments that take it
                             .step = steps_,
                             .grad_scale = grad_scale};
-  ops::adamw_update_segments(ctx, step, master_, params_.flat_grads(), exp_avg_, exp_avg_sq_,
-                             separate_master_ ? params_.flat_values() : Tensor(), segments_);
+  for (const Part& part : parts_) {
+    const int64_t n = part.range.size();
+    const Tensor values = params_.flat_values().flat_range(part.range.begin, n);
+    ops::adamw_update_segments(ctx, step, separate_master_ ? master_.flat_range(part.state_offset, n) : values,
+                               params_.flat_grads().flat_range(part.range.begin, n),
+                               exp_avg_.flat_range(part.state_offset, n), exp_avg_sq_.flat_range(part.state_offset, n),
+                               separate_master_ ? values : Tensor(), part.segments);
+  }
 }
 
 }  // namespace gpt

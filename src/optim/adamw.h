@@ -1,8 +1,9 @@
-// AdamW over a ParamStore. With BF16 parameters the optimizer keeps FP32 master weights (copied
-// from the BF16 parameters at start, as Megatron does) and writes rounded copies back after each
-// step; with FP32 parameters the parameters are themselves the master weights. Moments are FP32.
-// The state is laid out like the store's flat buffers; `segments` say which parts each update
-// covers and whether weight decay applies (the distributed optimizer will own a sub-range). A step
+// AdamW over the ranges of a ParamStore's flat buffers that this rank owns: the whole buffer, or,
+// with the distributed optimizer (ZeRO-1), this data-parallel rank's shard of every bucket. With
+// BF16 parameters the optimizer keeps FP32 master weights for what it owns (copied from the BF16
+// parameters at start, as Megatron does) and writes rounded copies back after each step; with FP32
+// parameters the parameters are themselves the master weights. Moments are FP32. State is
+// allocated for the owned elements only, the owned ranges one after another. A step
 // is one multi-tensor update (ops::adamw_update_segments): one launch on the GPU for all parameters.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include "core/context.h"
 #include "kernels/ops.h"
 #include "model/param_store.h"
+#include "parallel/data_parallel/range.h"
 
 namespace gpt {
 
@@ -25,7 +27,8 @@ struct AdamWConfig {
 
 class AdamW {
  public:
-  AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena& arena);
+  // `owned`: disjoint ranges of the flat buffers this rank updates; empty means all of them.
+  AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena& arena, std::vector<Range> owned = {});
 
   // One update with the given learning rate; gradients are multiplied by grad_scale first
   // (the clipping coefficient). Increments the step counter.
@@ -33,18 +36,28 @@ class AdamW {
 
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
-  // FP32 state, same layout as the store's flat buffers.
-  const Tensor& master() const { return master_; }
+  // What this rank updates, and the FP32 state of it: the owned ranges' elements one after
+  // another (without sharding, the layout of the store's flat buffers). master() is the flat
+  // values themselves in FP32 training.
+  const std::vector<Range>& owned() const { return owned_; }
+  int64_t owned_elements() const { return exp_avg_.numel(); }
+  const Tensor& master() const { return separate_master_ ? master_ : params_.flat_values(); }
   const Tensor& exp_avg() const { return exp_avg_; }
   const Tensor& exp_avg_sq() const { return exp_avg_sq_; }
   bool has_separate_master() const { return separate_master_; }
 
  private:
+  struct Part {
+    Range range;           // in the flat buffers
+    int64_t state_offset;  // in the state tensors
+    std::vector<ops::AdamWSegment> segments;  // the parameters in `range`, offsets relative to it
+  };
   ParamStore& params_;
   AdamWConfig config_;
   bool separate_master_;
+  std::vector<Range> owned_;
+  std::vector<Part> parts_;
   Tensor master_, exp_avg_, exp_avg_sq_;
-  std::vector<ops::AdamWSegment> segments_;  // one per parameter
   int64_t steps_ = 0;
 };
 

@@ -10,29 +10,48 @@
 
 namespace gpt {
 
-double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& scratch,
-                        std::span<Communicator* const> groups) {
-  ops::zero(ctx, scratch);
-  // Parameters that count and are adjacent in the flat gradient buffer are summed as one range
-  // (the alignment padding between them holds zeros): one launch for the whole model when every
-  // parameter counts, instead of one per parameter.
+namespace {
+
+// The parameters in flat order.
+std::vector<const Param*> in_flat_order(const ParamStore& params) {
   std::vector<const Param*> ordered;
   for (const Param& param : params.params()) ordered.push_back(&param);
   std::sort(ordered.begin(), ordered.end(), [](const Param* a, const Param* b) { return a->flat_offset < b->flat_offset; });
-  int64_t begin = -1, end = -1;
-  auto flush = [&] {
-    if (begin >= 0) ops::sum_of_squares(ctx, scratch, params.flat_grads().flat_range(begin, end - begin));
-    begin = end = -1;
-  };
-  for (const Param* param : ordered) {
-    if (!param->counts_in_grad_norm) {
-      flush();
-      continue;
+  return ordered;
+}
+
+std::vector<Range> or_everything(const ParamStore& params, std::span<const Range> owned) {
+  if (!owned.empty()) return {owned.begin(), owned.end()};
+  return {Range{0, params.flat_grads().numel()}};
+}
+
+}  // namespace
+
+double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& scratch,
+                        std::span<Communicator* const> groups, std::span<const Range> owned) {
+  ops::zero(ctx, scratch);
+  // Within an owned range, parameters that count and are adjacent in the flat buffer are summed as
+  // one range (the alignment padding between them holds zeros): one launch per owned range when
+  // every parameter counts, instead of one per parameter.
+  const std::vector<const Param*> ordered = in_flat_order(params);
+  for (const Range& range : or_everything(params, owned)) {
+    int64_t begin = -1, end = -1;
+    auto flush = [&] {
+      if (begin >= 0) ops::sum_of_squares(ctx, scratch, params.flat_grads().flat_range(begin, end - begin));
+      begin = end = -1;
+    };
+    for (const Param* param : ordered) {
+      const Range mine = params.range_of(*param).intersect(range);
+      if (mine.empty()) continue;
+      if (!param->counts_in_grad_norm) {
+        flush();
+        continue;
+      }
+      if (begin < 0) begin = mine.begin;
+      end = mine.end;
     }
-    if (begin < 0) begin = param->flat_offset;
-    end = param->flat_offset + param->numel();
+    flush();
   }
-  flush();
   for (Communicator* group : groups) {
     if (group->size() > 1) group->all_reduce(ctx, scratch, ReduceOp::kSum);
   }
@@ -40,6 +59,23 @@ double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& sc
   copy_to_host(ctx, &squares, scratch);
   ctx.synchronize();  // the host needs the norm to decide the update: a wait for this stream only
   return std::sqrt(static_cast<double>(squares));
+}
+
+const Param* first_non_finite_gradient(Context& ctx, const ParamStore& params, const Tensor& scratch,
+                                       std::span<const Range> owned) {
+  for (const Param* param : in_flat_order(params)) {
+    for (const Range& range : or_everything(params, owned)) {
+      const Range mine = params.range_of(*param).intersect(range);
+      if (mine.empty()) continue;
+      ops::zero(ctx, scratch);
+      ops::sum_of_squares(ctx, scratch, params.flat_grads().flat_range(mine.begin, mine.size()));
+      float squares = 0.0f;
+      copy_to_host(ctx, &squares, scratch);
+      ctx.synchronize();
+      if (!std::isfinite(squares)) return param;
+    }
+  }
+  return nullptr;
 }
 
 float clip_coefficient(double grad_norm, double max_norm) {

@@ -106,6 +106,8 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   app.add_flag("--use-distributed-optimizer", a.use_distributed_optimizer, "Shard optimizer state across DP (ZeRO-1)");
   app.add_flag("--overlap-grad-reduce", a.overlap_grad_reduce, "Overlap gradient reduction with backward");
   app.add_flag("--overlap-param-gather", a.overlap_param_gather, "Overlap parameter all-gather with forward");
+  app.add_option("--ddp-bucket-size", a.ddp_bucket_size,
+                 "Elements per gradient bucket with --overlap-grad-reduce (default max(4e7, 1e6 x DP))");
   app.add_option("--distributed-backend", a.distributed_backend, "nccl or mpi");
   app.add_option("--distributed-timeout-minutes", a.distributed_timeout_minutes, "Bound on every collective wait");
   // Training.
@@ -152,6 +154,8 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   app.add_option("--eval-iters", a.eval_iters, "Global batches per evaluation (0: no evaluation)");
   app.add_option("--log-interval", a.log_interval, "Iterations between log lines");
   app.add_flag("--log-throughput", a.log_throughput, "Accepted for compatibility: throughput is always logged");
+  app.add_option("--timing-log-level", a.timing_log_level,
+                 "0: none; 1 or 2: per-phase times (forward-backward, all-grads-sync, optimizer) after each log line");
 
   std::vector<std::string> reversed(argv.size() > 1 ? argv.begin() + 1 : argv.end(), argv.end());
   std::reverse(reversed.begin(), reversed.end());
@@ -237,11 +241,15 @@ absl::Status validate_arguments(Arguments& a) {
       {"--ffn-hidden-size", a.ffn_hidden_size},   {"--kv-channels", a.kv_channels},
       {"--global-batch-size", a.global_batch_size}, {"--lr-decay-iters", a.lr_decay_iters},
       {"--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage},
-      {"--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank}};
+      {"--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank},
+      {"--ddp-bucket-size", a.ddp_bucket_size}};
   for (const auto& [flag, value] : positive_if_given) {
     if (a.was_given(flag)) GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
   if (a.eval_iters < 0) return invalid(absl::StrCat("--eval-iters must be >= 0 (got ", a.eval_iters, ")"));
+  if (a.timing_log_level < 0 || a.timing_log_level > 2) {
+    return invalid(absl::StrCat("--timing-log-level must be 0, 1 or 2 (got ", a.timing_log_level, ")"));
+  }
   if (a.lr_warmup_iters < 0) return invalid(absl::StrCat("--lr-warmup-iters must be >= 0 (got ", a.lr_warmup_iters, ")"));
 
   if (!(a.distributed_timeout_minutes > 0.0)) {
@@ -320,6 +328,12 @@ absl::Status validate_arguments(Arguments& a) {
 
   if (a.device != "auto" && a.device != "cpu" && a.device != "cuda") {
     return invalid(absl::StrCat("--device must be auto, cpu or cuda (got ", a.device, ")"));
+  }
+
+  // Data parallelism: Megatron's rules.
+  if (a.overlap_param_gather && !a.use_distributed_optimizer) {
+    return invalid("--overlap-param-gather needs --use-distributed-optimizer (it overlaps the distributed "
+                   "optimizer's parameter all-gather)");
   }
 
   // Parallel flags that do not need the world size.
@@ -443,6 +457,9 @@ std::string describe_arguments(const Arguments& a) {
   line("pipeline_model_parallel_size", a.pipeline_model_parallel_size);
   if (virtual_pipeline_size(a) > 1) line("virtual_pipeline_model_parallel_size", virtual_pipeline_size(a));
   line("sequence_parallel", a.sequence_parallel ? "True" : "False");
+  line("use_distributed_optimizer", a.use_distributed_optimizer ? "True" : "False");
+  line("overlap_grad_reduce", a.overlap_grad_reduce ? "True" : "False");
+  line("overlap_param_gather", a.overlap_param_gather ? "True" : "False");
   line("micro_batch_size", a.micro_batch_size);
   line("global_batch_size", a.global_batch_size);
   line("train_iters", a.train_iters);

@@ -39,6 +39,7 @@ struct Arguments {
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
+  int64_t ddp_bucket_size = 0;          // elements; 0: Megatron's default (with --overlap-grad-reduce)
   std::string distributed_backend;      // "": NCCL on GPU, MPI on CPU
   double distributed_timeout_minutes = 10;  // fractions allowed (tests use seconds)
 
@@ -93,6 +94,7 @@ struct Arguments {
   int64_t eval_iters = 100;
   int64_t log_interval = 100;
   bool log_throughput = false;  // accepted for compatibility; throughput is always logged
+  int64_t timing_log_level = 0;  // >= 1: Megatron's "(min, max) time across ranks" lines per phase
 
   // The long names of the flags that appeared on the command line.
   std::set<std::string> given;

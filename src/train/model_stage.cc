@@ -15,6 +15,8 @@ std::optional<Tensor> ModelStage::forward(Context& ctx, int slot, int64_t microb
 
 std::optional<Tensor> ModelStage::backward(Context& ctx, int slot, int64_t microbatch,
                                            const std::optional<Tensor>& grad_output) {
+  // Every schedule runs a chunk's backwards in microbatch order.
+  model_.set_final_backward(microbatch == microbatches_ - 1);
   return model_.backward(ctx, slot, grad_output);
 }
 

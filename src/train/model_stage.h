@@ -11,7 +11,9 @@ namespace gpt {
 
 class ModelStage final : public pipeline::Stage {
  public:
-  ModelStage(GptModel& model, DType dtype, MicrobatchFeed& feed) : model_(model), feed_(feed), dtype_(dtype) {}
+  // `microbatches` per iteration: the backward of the last one makes the chunk's gradients final.
+  ModelStage(GptModel& model, DType dtype, MicrobatchFeed& feed, int64_t microbatches)
+      : model_(model), feed_(feed), dtype_(dtype), microbatches_(microbatches) {}
 
   DType boundary_dtype() const override { return dtype_; }
   Shape boundary_shape() const override;
@@ -26,6 +28,7 @@ class ModelStage final : public pipeline::Stage {
   GptModel& model_;
   MicrobatchFeed& feed_;
   DType dtype_;
+  int64_t microbatches_;
 };
 
 }  // namespace gpt

@@ -17,6 +17,8 @@
 #include "train/data_setup.h"
 #include "train/flops.h"
 #include "train/log_line.h"
+#include "train/memory_report.h"
+#include "model/activation_memory.h"
 
 namespace gpt {
 namespace {
@@ -121,8 +123,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
     for (ParamSpec& spec : chunk_param_specs(t->specs_, chunk)) specs.push_back(std::move(spec));
   }
   t->params_ = std::make_unique<ParamStore>(std::move(specs), grid.coordinates().tensor, shape.tensor,
-                                            t->config_.dtype, t->arena_);
+                                            t->config_.dtype, t->arena_,
+                                            bucket_layout_from(args, shape, grid.coordinates()));
   t->params_->initialize(static_cast<uint64_t>(args.seed));
+  const size_t chunks_begin = t->arena_.used_bytes();
   // The last stage's copy of the tied word embedding counts once in the gradient norm: on the
   // first stage.
   if (!grid.is_first_pipeline_stage() && t->params_->contains(kWordEmbeddingName)) {
@@ -136,15 +140,26 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
     t->chunks_.push_back(std::make_unique<GptModel>(t->config_, *t->params_, *t->tensor_parallel_,
                                                     args.micro_batch_size, t->forward_backward_->stash_slots()[c],
                                                     pipeline.chunks[c], t->arena_));
-    t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_));
+    t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_,
+                                                      t->microbatches_));
     stages.push_back(t->stages_.back().get());
   }
   t->forward_backward_->attach(std::move(stages), t->arena_);
+  const size_t chunks_end = t->arena_.used_bytes();
+  t->data_parallel_ = std::make_unique<DataParallel>(args, grid, *t->params_, *t->tensor_parallel_, t->arena_);
+  std::vector<GptModel*> chunks;
+  for (auto& chunk : t->chunks_) chunks.push_back(chunk.get());
+  t->data_parallel_->attach(chunks);
   const AdamWConfig adam{static_cast<float>(args.adam_beta1), static_cast<float>(args.adam_beta2),
                          static_cast<float>(args.adam_eps), static_cast<float>(args.weight_decay)};
-  t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adam, t->arena_);
+  t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adam, t->arena_, t->data_parallel_->owned());
   t->loss_sum_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->norm_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
+  t->memory_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats});
+  t->timing_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {6});
+  t->timing_ = args.timing_log_level >= 1;
+  t->memory_gathered_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats * grid.world_size()});
+  t->memory_ = t->memory_figures(pipeline, static_cast<double>(chunks_end - chunks_begin));
   t->arena_.freeze();
   t->schedule_ = schedule_from(args);
   return t;
@@ -156,19 +171,53 @@ int64_t Trainer::parameters_on_rank() const {
   return total;
 }
 
-void Trainer::reduce_gradients() {
-  // Under sequence parallelism, replicated parameters saw only this rank's sequence rows.
-  if (tensor_parallel_->sequence_parallel()) {
-    for (Param& param : params_->params()) {
-      if (param.spec->sequence_parallel_grad) grid_.tensor().all_reduce(ctx_, param.grad, ReduceOp::kSum);
-    }
+Trainer::~Trainer() {
+  // Parameter gathers still in flight (--overlap-param-gather) finish before the buffers go.
+  if (data_parallel_) data_parallel_->settle(ctx_);
+}
+
+MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chunk_bytes) const {
+  MemoryFigures f;
+  int64_t elements = 0;
+  for (const Param& param : params_->params()) elements += param.numel();
+  const double owned = data_parallel_->distributed_optimizer()
+                           ? static_cast<double>(elements) / static_cast<double>(grid_.shape().data)
+                           : static_cast<double>(elements);
+  const bool separate_master = optimizer_->has_separate_master();
+  f.theoretical[MemoryFigures::kParameters] = static_cast<double>(elements) * dtype_size(config_.dtype);
+  f.allocated[MemoryFigures::kParameters] = static_cast<double>(params_->flat_values().bytes());
+  f.theoretical[MemoryFigures::kGradients] = static_cast<double>(elements) * 4.0;
+  f.allocated[MemoryFigures::kGradients] = static_cast<double>(params_->flat_grads().bytes());
+  f.theoretical[MemoryFigures::kMasterWeights] = separate_master ? owned * 4.0 : 0.0;
+  f.allocated[MemoryFigures::kMasterWeights] =
+      separate_master ? static_cast<double>(optimizer_->owned_elements()) * 4.0 : 0.0;
+  f.theoretical[MemoryFigures::kMoments] = 2.0 * owned * 4.0;
+  f.allocated[MemoryFigures::kMoments] = 2.0 * static_cast<double>(optimizer_->owned_elements()) * 4.0;
+  const std::vector<int>& slots = forward_backward_->stash_slots();
+  for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
+    f.theoretical[MemoryFigures::kActivations] += static_cast<double>(
+        activation_memory(config_, grid_.shape().tensor, tensor_parallel_->sequence_parallel(), args_.micro_batch_size,
+                          pipeline.chunks[c].num_layers)
+            .total_bytes(slots[c]));
   }
-  // The tied word embedding lives on the first and the last pipeline stage: both copies take the
-  // sum of their gradients, so that they stay equal.
-  if (grid_.embedding().size() > 1 && !config_.untie_embeddings_and_output_weights) {
-    grid_.embedding().all_reduce(ctx_, params_->get(kWordEmbeddingName).grad, ReduceOp::kSum);
+  f.allocated[MemoryFigures::kActivations] = chunk_bytes;  // the chunks' stashes, workspaces and logits
+  f.total_allocated = static_cast<double>(arena_.used_bytes());
+  return f;
+}
+
+void Trainer::report_non_finite_gradient() {
+  const Param* bad = first_non_finite_gradient(ctx_, *params_, norm_scratch_, optimizer_->owned());
+  // The lowest world rank that holds one names it: a max-reduction of (world size - rank).
+  const float mine = bad ? static_cast<float>(grid_.world_size() - grid_.world_rank()) : 0.0f;
+  copy_to_device(ctx_, norm_scratch_, &mine);
+  grid_.world().all_reduce(ctx_, norm_scratch_, ReduceOp::kMax);
+  float first = 0.0f;
+  copy_to_host(ctx_, &first, norm_scratch_);
+  ctx_.synchronize();
+  if (bad && first == mine) {
+    GPT_LOG_WARNING() << "iteration " << iteration_ + 1 << ": the gradient norm is not finite; the first non-finite "
+                      << "gradient is " << bad->name() << "; the update is skipped on every rank";
   }
-  if (grid_.data().size() > 1) grid_.data().all_reduce(ctx_, params_->flat_grads(), ReduceOp::kSum);
 }
 
 double Trainer::mean_token_loss(int64_t microbatches, int64_t ranks) const {
@@ -235,20 +284,64 @@ void Trainer::compute_gradients() {
   const float grad_scale =
       1.0f / static_cast<float>(tokens_per_microbatch * microbatches_ * data_parallel_size_);
   feed_->start(*train_data_, consumed_samples_, {loss_sum_, grad_scale});
+  data_parallel_->start_iteration();
+  Stopwatch phase;
   forward_backward_->run(ctx_, grid_.pipeline(), Pass::kTrain);
-  reduce_gradients();
+  end_phase(phase, phases_.forward_backward);
+  data_parallel_->finish_gradients(ctx_);
+  end_phase(phase, phases_.all_grads_sync);
+}
+
+void Trainer::end_phase(Stopwatch& since, double& total) {
+  if (!timing_) return;
+  ctx_.synchronize();
+  total += since.elapsed_seconds();
+  since.restart();
+}
+
+std::string Trainer::phase_report(int64_t iterations) {
+  // (min, max) over the world: one max-reduction of (t, -t).
+  const double n = static_cast<double>(std::max<int64_t>(1, iterations)) / 1e3;
+  const double mine[3] = {phases_.forward_backward / n, phases_.all_grads_sync / n, phases_.optimizer / n};
+  float values[6];
+  for (int i = 0; i < 3; ++i) {
+    values[i] = static_cast<float>(mine[i]);
+    values[3 + i] = -static_cast<float>(mine[i]);
+  }
+  copy_to_device(ctx_, timing_scratch_, std::span<const float>(values));
+  grid_.world().all_reduce(ctx_, timing_scratch_, ReduceOp::kMax);
+  copy_to_host(ctx_, values, timing_scratch_);
+  ctx_.synchronize();
+  phases_ = {};
+  const char* names[3] = {"forward-backward", "all-grads-sync", "optimizer"};
+  std::string out = "(min, max) time across ranks (ms):";
+  char line[160];
+  for (int i = 0; i < 3; ++i) {
+    std::string name = std::string(names[i]) + " ";
+    name.resize(48, '.');
+    std::snprintf(line, sizeof(line), "\n    %s: (%.2f, %.2f)", name.c_str(), -values[3 + i], values[i]);
+    out += line;
+  }
+  return out;
 }
 
 StepResult Trainer::apply_update() {
   StepResult result;
-  Communicator* norm_groups[] = {&grid_.model_parallel()};
-  result.grad_norm = global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups);
+  // With sharded gradients each data-parallel rank holds the sums of its shards only.
+  std::vector<Communicator*> norm_groups = {&grid_.model_parallel()};
+  if (data_parallel_->distributed_optimizer()) norm_groups.push_back(&grid_.data());
+  Stopwatch phase;
+  result.grad_norm = global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups, optimizer_->owned());
   result.learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size);
   if (std::isfinite(result.grad_norm)) {
     optimizer_->step(ctx_, static_cast<float>(result.learning_rate),
                      clip_coefficient(result.grad_norm, args_.clip_grad));
+    data_parallel_->after_step(ctx_);
+    end_phase(phase, phases_.optimizer);
   } else {
+    // Every rank sees the same norm and skips; the first rank holding a non-finite gradient names it.
     result.skipped = true;
+    report_non_finite_gradient();
   }
   result.loss = read_and_reduce_loss(microbatches_);
   ++iteration_;
@@ -263,6 +356,11 @@ absl::Status Trainer::run() {
     std::printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %lld\n",
                 grid_.coordinates().tensor, grid_.coordinates().pipeline,
                 static_cast<long long>(parameters_on_rank()));
+    std::fflush(stdout);
+  }
+  const std::string memory = memory_report(ctx_, grid_, memory_, memory_scratch_, memory_gathered_);
+  if (!memory.empty()) {
+    std::printf("%s", memory.c_str());
     std::fflush(stdout);
   }
   const double flops_per_iteration = model_flops_per_iteration(config_, args_.global_batch_size);
@@ -312,8 +410,10 @@ absl::Status Trainer::run() {
       log.grad_norm = step.grad_norm;
       log.skipped_iterations = skipped;
       log.nan_iterations = nan_iterations;
+      const std::string timers = timing_ ? phase_report(iterations_in_interval) : "";  // collective
       if (logging) {
         std::printf("%s\n", format_log_line(log, current_timestamp()).c_str());
+        if (!timers.empty()) std::printf("%s\n", timers.c_str());
         if (!memory_reported && ctx_.device() == Device::kCuda) {
           // Megatron's report after the first interval. Memory is allocated once at start-up
           // (arenas, workspaces), so this is also the peak.

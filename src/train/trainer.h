@@ -17,7 +17,10 @@
 #include "optim/lr_schedule.h"
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
+#include "train/data_parallel.h"
 #include "train/forward_backward.h"
+#include "train/memory_report.h"
+#include "core/timer.h"
 #include "train/microbatch_feed.h"
 #include "train/model_stage.h"
 
@@ -41,6 +44,7 @@ class Trainer {
  public:
   // `args` must have passed validate_arguments and validate_for_world.
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const Arguments& args, ProcessGrid& grid);
+  ~Trainer();
 
   StepResult train_step();
   // The two halves of train_step, for tests that inspect gradients before the update:
@@ -68,6 +72,9 @@ class Trainer {
   const Microbatch& current_microbatch() const { return feed_->last(); }
   // All iterations up to --train-iters, with logging.
   absl::Status run();
+  // Waits for parameter all-gathers still in flight (--overlap-param-gather leaves them to the next
+  // forward): call before reading the parameters outside training (a dump, a checkpoint).
+  void synchronize_parameters() { data_parallel_->settle(ctx_); }
 
   Context& context() { return ctx_; }
   const ModelConfig& config() const { return config_; }
@@ -83,7 +90,10 @@ class Trainer {
 
  private:
   Trainer(const Arguments& args, ProcessGrid& grid);
-  void reduce_gradients();
+  // After a non-finite gradient norm: the lowest rank holding a non-finite gradient names it.
+  void report_non_finite_gradient();
+  // This rank's memory figures (memory_report.h); `chunk_bytes` is what building the chunks took.
+  MemoryFigures memory_figures(const PipelineLayout& pipeline, double chunk_bytes) const;
   // loss_sum_ read to the host as a mean over `microbatches` microbatches of `ranks` ranks.
   double mean_token_loss(int64_t microbatches, int64_t ranks) const;
   // The same after summing loss_sum_ over the data-parallel group.
@@ -102,6 +112,20 @@ class Trainer {
   std::unique_ptr<MicrobatchFeed> feed_;
   std::vector<std::unique_ptr<ModelStage>> stages_;
   std::unique_ptr<ForwardBackward> forward_backward_;
+  std::unique_ptr<DataParallel> data_parallel_;
+  // Per-phase seconds of the iterations since the last log line (--timing-log-level >= 1: each
+  // phase ends with a wait for the device, as Megatron's timers do).
+  struct PhaseTimes {
+    double forward_backward = 0, all_grads_sync = 0, optimizer = 0;
+  };
+  PhaseTimes phases_;
+  bool timing_ = false;
+  // Ends a phase started at `since`: adds its seconds to `total` and restarts the clock.
+  void end_phase(Stopwatch& since, double& total);
+  std::string phase_report(int64_t iterations);
+  Tensor timing_scratch_;  // float32 [6], for the min/max over ranks
+  MemoryFigures memory_;
+  Tensor memory_scratch_, memory_gathered_;  // float32, for the start-up memory report
   std::unique_ptr<AdamW> optimizer_;
   std::shared_ptr<const SampleSource> train_data_, valid_data_, test_data_;
   LrScheduleConfig schedule_;

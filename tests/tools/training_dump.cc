@@ -50,6 +50,27 @@ absl::Status write_params(Hdf5File& file, Trainer& trainer, const std::string& g
   return absl::OkStatus();
 }
 
+// With the distributed optimizer each data-parallel rank holds the reduced gradient of its shards
+// only: the whole gradient is the sum over the group of every rank's shards (zero elsewhere).
+// Host copies, so the MPI group takes them as they are (the dumps run on the CPU backend).
+absl::Status write_gradients(Hdf5File& file, Trainer& trainer, ProcessGrid& grid) {
+  const std::vector<Range>& owned = trainer.optimizer().owned();
+  const Tensor& flat = trainer.params().flat_grads();
+  const bool sharded = !(owned.size() == 1 && owned[0] == Range{0, flat.numel()});
+  if (!sharded) return write_params(file, trainer, "grads", /*gradients=*/true);
+  std::vector<float> whole(static_cast<size_t>(flat.numel()), 0.0f);
+  const std::vector<float> mine = to_float32(trainer.context(), flat);
+  for (const Range& range : owned) {
+    for (int64_t i = range.begin; i < range.end; ++i) whole[static_cast<size_t>(i)] = mine[static_cast<size_t>(i)];
+  }
+  grid.data().all_reduce(trainer.context(), Tensor(whole.data(), DType::kFloat32, Shape({flat.numel()}), Device::kCpu),
+                         ReduceOp::kSum);
+  for (const Param& param : trainer.params().params()) {
+    GPT_RETURN_IF_ERROR(file.write("grads/" + param.name(), shape_of(param.grad), whole.data() + param.flat_offset));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status write_layout(Hdf5File& file, Trainer& trainer) {
   for (const Param& param : trainer.params().params()) {
     const auto& global = param.spec->global_shape;
@@ -123,7 +144,7 @@ absl::Status dump(const Arguments& args, ProcessGrid& grid, const std::map<std::
   std::vector<float> losses, grad_norms, learning_rates;
   for (int64_t step = 0; step < steps; ++step) {
     trainer->compute_gradients();
-    if (step == 0) GPT_RETURN_IF_ERROR(write_params(file, *trainer, "grads", /*gradients=*/true));
+    if (step == 0) GPT_RETURN_IF_ERROR(write_gradients(file, *trainer, grid));
     const StepResult result = trainer->apply_update();
     losses.push_back(static_cast<float>(result.loss));
     grad_norms.push_back(static_cast<float>(result.grad_norm));
@@ -132,6 +153,7 @@ absl::Status dump(const Arguments& args, ProcessGrid& grid, const std::map<std::
   GPT_RETURN_IF_ERROR(file.write("losses", {steps}, losses.data()));
   GPT_RETURN_IF_ERROR(file.write("grad_norms", {steps}, grad_norms.data()));
   GPT_RETURN_IF_ERROR(file.write("learning_rates", {steps}, learning_rates.data()));
+  trainer->synchronize_parameters();
   return write_params(file, *trainer, "final", /*gradients=*/false);
 }
 

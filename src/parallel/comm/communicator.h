@@ -40,6 +40,9 @@ class PendingCollective {
   // Completes the operation for the caller: afterwards, work the caller queues on `ctx` (or does
   // on the host, for host buffers) sees the result. Called once.
   virtual void wait(Context& ctx) = 0;
+  // Lets the operation advance without waiting for it (MPI progresses only inside MPI calls;
+  // NCCL and self need nothing). Cheap; callers may call it between pieces of other work.
+  virtual void progress() {}
   // What it is, for messages: "all_reduce on group 'data-parallel'".
   virtual std::string describe() const = 0;
 };
@@ -60,6 +63,10 @@ class [[nodiscard]] CollectiveHandle {
   // NCCL: `ctx`'s stream waits for the operation (the host does not). MPI: the host waits, within
   // the group's timeout, and copies device results back on `ctx`'s stream. Self: nothing.
   void wait(Context& ctx);
+  // See PendingCollective::progress; nothing for an empty handle.
+  void progress() {
+    if (pending_) pending_->progress();
+  }
   bool pending() const { return pending_ != nullptr; }
 
  private:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -100,6 +101,12 @@ class MpiCommunicator::Pending final : public PendingCollective {
 
   std::string describe() const override { return operation_ + " on group '" + comm_.name_ + "'"; }
 
+  void progress() override {
+    int done = 0;
+    const std::string& name_ = comm_.name_;  // for GPT_MPI_CHECK's message
+    GPT_MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
+  }
+
   std::vector<MPI_Request> requests;
 
  private:
@@ -170,13 +177,45 @@ void MpiCommunicator::wait_requests(const char* operation, std::vector<MPI_Reque
   }
 }
 
+namespace {
+
+// MPI counts are ints (Debian's OpenMPI has no MPI-4 large-count calls): a longer contiguous
+// message goes as consecutive pieces of at most 2^30 elements, one request each. `call` gets
+// (pointer, count, request) per piece.
+int64_t g_max_piece = int64_t{1} << 30;
+
+template <typename Call>
+void in_pieces(void* data, int64_t count, MPI_Datatype type, std::vector<MPI_Request>& requests, Call&& call) {
+  int element = 0;
+  MPI_Type_size(type, &element);
+  for (int64_t begin = 0; begin < count; begin += g_max_piece) {
+    const int piece = static_cast<int>(std::min(g_max_piece, count - begin));
+    requests.push_back(MPI_REQUEST_NULL);
+    call(static_cast<char*>(data) + begin * element, piece, &requests.back());
+  }
+}
+
+}  // namespace
+
+void MpiCommunicator::set_message_piece_for_testing(int64_t elements) {
+  GPT_CHECK(elements >= 1 && elements <= (int64_t{1} << 30)) << "message piece " << elements;
+  g_max_piece = elements;
+}
+
+int MpiCommunicator::checked_count(int64_t count, const char* operation) const {
+  GPT_CHECK_LE(count, int64_t{std::numeric_limits<int>::max()})
+      << operation << " on group '" << name_ << "': " << count << " elements per rank exceed MPI's int count "
+      << "(gradient buckets are cut at 2^30 elements for this reason)";
+  return static_cast<int>(count);
+}
+
 CollectiveHandle MpiCommunicator::start_all_reduce(Context& ctx, const Tensor& data, ReduceOp op) {
   if (data.numel() == 0) return {};
   auto pending = std::make_unique<Pending>(*this, "all_reduce");
   const Pending::Host host = pending->stage(ctx, data, /*widen_bf16=*/true, /*copy_in=*/true, /*copy_out=*/true);
-  pending->requests.resize(1);
-  GPT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, host.data, static_cast<int>(data.numel()), host.type, mpi_op(op), comm_,
-                               &pending->requests[0]));
+  in_pieces(host.data, data.numel(), host.type, pending->requests, [&](void* piece, int count, MPI_Request* request) {
+    GPT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, piece, count, host.type, mpi_op(op), comm_, request));
+  });
   return CollectiveHandle(std::move(pending));
 }
 
@@ -188,8 +227,8 @@ CollectiveHandle MpiCommunicator::start_reduce_scatter(Context& ctx, const Tenso
   const Pending::Host in = pending->stage(ctx, input, true, /*copy_in=*/true, /*copy_out=*/false);
   const Pending::Host out = pending->stage(ctx, output, true, /*copy_in=*/false, /*copy_out=*/true);
   pending->requests.resize(1);
-  GPT_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, static_cast<int>(output.numel()), in.type, mpi_op(op),
-                                          comm_, &pending->requests[0]));
+  GPT_MPI_CHECK(MPI_Ireduce_scatter_block(in.data, out.data, checked_count(output.numel(), "reduce_scatter"), in.type,
+                                          mpi_op(op), comm_, &pending->requests[0]));
   return CollectiveHandle(std::move(pending));
 }
 
@@ -200,8 +239,8 @@ CollectiveHandle MpiCommunicator::start_all_gather(Context& ctx, const Tensor& o
   const Pending::Host in = pending->stage(ctx, input, false, /*copy_in=*/true, /*copy_out=*/false);
   const Pending::Host out = pending->stage(ctx, output, false, /*copy_in=*/false, /*copy_out=*/true);
   pending->requests.resize(1);
-  GPT_MPI_CHECK(MPI_Iallgather(in.data, static_cast<int>(input.numel()), in.type, out.data,
-                               static_cast<int>(input.numel()), out.type, comm_, &pending->requests[0]));
+  const int count = checked_count(input.numel(), "all_gather");
+  GPT_MPI_CHECK(MPI_Iallgather(in.data, count, in.type, out.data, count, out.type, comm_, &pending->requests[0]));
   return CollectiveHandle(std::move(pending));
 }
 
@@ -209,8 +248,9 @@ CollectiveHandle MpiCommunicator::start_broadcast(Context& ctx, const Tensor& da
   auto pending = std::make_unique<Pending>(*this, "broadcast");
   const bool is_root = rank_ == root;
   const Pending::Host host = pending->stage(ctx, data, false, /*copy_in=*/is_root, /*copy_out=*/!is_root);
-  pending->requests.resize(1);
-  GPT_MPI_CHECK(MPI_Ibcast(host.data, static_cast<int>(data.numel()), host.type, root, comm_, &pending->requests[0]));
+  in_pieces(host.data, data.numel(), host.type, pending->requests, [&](void* piece, int count, MPI_Request* request) {
+    GPT_MPI_CHECK(MPI_Ibcast(piece, count, host.type, root, comm_, request));
+  });
   return CollectiveHandle(std::move(pending));
 }
 
@@ -226,18 +266,19 @@ CollectiveHandle MpiCommunicator::start_exchange(Context& ctx, std::span<const P
               << (transfers[i].kind == PeerTransfer::Kind::kSend ? " (send)" : " (receive)");
   }
   auto pending = std::make_unique<Pending>(*this, operation.str());
-  pending->requests.resize(transfers.size());
   for (size_t i = 0; i < transfers.size(); ++i) {
     const PeerTransfer& t = transfers[i];
     GPT_CHECK(t.peer >= 0 && t.peer < size_ && t.peer != rank_) << "peer " << t.peer << " in group " << name_;
     const bool send = t.kind == PeerTransfer::Kind::kSend;
     const Pending::Host host = pending->stage(ctx, t.tensor, false, /*copy_in=*/send, /*copy_out=*/!send);
-    const int count = static_cast<int>(t.tensor.numel());
-    if (send) {
-      GPT_MPI_CHECK(MPI_Isend(host.data, count, host.type, t.peer, 0, comm_, &pending->requests[i]));
-    } else {
-      GPT_MPI_CHECK(MPI_Irecv(host.data, count, host.type, t.peer, 0, comm_, &pending->requests[i]));
-    }
+    // Pieces between one pair of ranks arrive in order (MPI does not overtake on one tag).
+    in_pieces(host.data, t.tensor.numel(), host.type, pending->requests, [&](void* piece, int count, MPI_Request* r) {
+      if (send) {
+        GPT_MPI_CHECK(MPI_Isend(piece, count, host.type, t.peer, 0, comm_, r));
+      } else {
+        GPT_MPI_CHECK(MPI_Irecv(piece, count, host.type, t.peer, 0, comm_, r));
+      }
+    });
   }
   return CollectiveHandle(std::move(pending));
 }

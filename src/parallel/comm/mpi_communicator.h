@@ -19,6 +19,10 @@ namespace gpt {
 
 class MpiCommunicator final : public Communicator {
  public:
+  // Contiguous messages (all-reduce, broadcast, send/receive) go as pieces of at most 2^30
+  // elements, MPI's counts being ints; tests make the pieces tiny to exercise the splitting.
+  static void set_message_piece_for_testing(int64_t elements);
+
   // Takes ownership of `comm` (freed on destruction unless it is MPI_COMM_WORLD).
   MpiCommunicator(MPI_Comm comm, std::string name, double timeout_seconds);
   ~MpiCommunicator() override;
@@ -41,6 +45,8 @@ class MpiCommunicator final : public Communicator {
 
   // Polls `requests` until all complete; fatal with a clear message at the deadline.
   void wait_requests(const char* operation, std::vector<MPI_Request>& requests);
+  // `count` as MPI's int, fatal (naming the operation) beyond it.
+  int checked_count(int64_t count, const char* operation) const;
   // Host staging areas are lent to an operation from start to wait, so operations in flight
   // together never share one; returned areas are reused (grow-once), so steady-state steps do not
   // allocate.

@@ -9,6 +9,7 @@
 
 #include "core/bf16.h"
 #include "gtest/gtest.h"
+#include "parallel/comm/mpi_communicator.h"
 #include "parallel/mpi_grid.h"
 
 namespace gpt {
@@ -139,6 +140,36 @@ TEST(Collectives, BatchedSendReceiveAroundEveryRing) {
     for (int i = 0; i < 13; ++i) ASSERT_EQ(incoming[i], contribution(previous, i)) << group->name();
     group->barrier(ctx());
   }
+}
+
+// Contiguous messages split into pieces (as a message beyond MPI's int count would be), here pieces
+// of 3 elements: all-reduce, broadcast and batched send/receive stay exact.
+TEST(Collectives, MessagesInPiecesStayExact) {
+  MpiCommunicator::set_message_piece_for_testing(3);
+  for (Communicator* group : all_groups()) {
+    std::vector<float> data(17);
+    for (int64_t i = 0; i < 17; ++i) data[i] = contribution(group->rank(), i);
+    group->all_reduce(ctx(), view(data), ReduceOp::kSum);
+    for (int64_t i = 0; i < 17; ++i) {
+      float expected = 0;
+      for (int r = 0; r < group->size(); ++r) expected += contribution(r, i);
+      ASSERT_EQ(data[i], expected) << group->name() << " i=" << i;
+    }
+    std::vector<int64_t> broadcast(10, group->rank() == 0 ? 0 : -7);
+    if (group->rank() == 0) std::iota(broadcast.begin(), broadcast.end(), int64_t{500});
+    group->broadcast(ctx(), view(broadcast), 0);
+    for (int64_t i = 0; i < 10; ++i) ASSERT_EQ(broadcast[i], 500 + i) << group->name();
+    const int p = group->size();
+    if (p == 1) continue;
+    const int next = (group->rank() + 1) % p, previous = (group->rank() + p - 1) % p;
+    std::vector<float> outgoing(11), incoming(11, -1.0f);
+    for (int i = 0; i < 11; ++i) outgoing[i] = contribution(group->rank(), i);
+    const PeerTransfer transfers[] = {{PeerTransfer::Kind::kSend, view(outgoing), next},
+                                      {PeerTransfer::Kind::kReceive, view(incoming), previous}};
+    group->exchange(ctx(), transfers);
+    for (int i = 0; i < 11; ++i) ASSERT_EQ(incoming[i], contribution(previous, i)) << group->name();
+  }
+  MpiCommunicator::set_message_piece_for_testing(int64_t{1} << 30);
 }
 
 // Asynchronous forms: every kind of operation started on a group before any is waited on, then

@@ -188,6 +188,8 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
        "--num-virtual-stages-per-pipeline-rank (3)",
        2},
       {with(base_flags(), "--attention-backend", "flash"), "--attention-backend flash is not available"},
+      {with(base_flags(), "--overlap-param-gather", ""), "--overlap-param-gather needs --use-distributed-optimizer"},
+      {with(base_flags(), "--ddp-bucket-size", "0"), "--ddp-bucket-size must be a positive integer"},
       {with(base_flags(), "--attention-backend", "fused"), "--attention-backend fused needs --bf16"},
       // Activation recompute (Megatron's rules; a method or count alone is refused, not ignored).
       {with(base_flags(), "--recompute-granularity", "partial"), "--recompute-granularity must be full or selective (got partial)"},

@@ -1,3 +1,6 @@
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -81,6 +84,32 @@ TEST(Trainer, ResumedDataPositionReadsTheSamplesAnUninterruptedRunReads) {
   c->evaluate_microbatch(0);
   a->evaluate_microbatch(0);
   EXPECT_NE(c->current_microbatch().tokens, a->current_microbatch().tokens);
+}
+
+// A non-finite gradient skips the update (parameters and optimizer untouched), is counted as
+// skipped, and the parameter holding it is named.
+TEST(Trainer, NonFiniteGradientSkipsTheStepAndNamesTheParameter) {
+  std::unique_ptr<ProcessGrid> grid;
+  std::unique_ptr<Trainer> trainer = make_trainer(flags("2"), grid);
+  trainer->train_step();
+  trainer->compute_gradients();
+  Param& poisoned = trainer->params().get("decoder.layers.1.mlp.linear_fc1.weight");
+  poisoned.grad.data_as<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> before(trainer->params().flat_values().data_as<float>(),
+                                  trainer->params().flat_values().data_as<float>() +
+                                      trainer->params().flat_values().numel());
+  const int64_t steps_before = trainer->optimizer().steps_taken();
+  testing::internal::CaptureStderr();
+  const StepResult result = trainer->apply_update();
+  const std::string warning = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(result.skipped);
+  EXPECT_FALSE(std::isfinite(result.grad_norm));
+  EXPECT_TRUE(std::isfinite(result.loss));
+  EXPECT_EQ(trainer->optimizer().steps_taken(), steps_before);
+  EXPECT_EQ(0, std::memcmp(before.data(), trainer->params().flat_values().data(), before.size() * sizeof(float)));
+  EXPECT_NE(warning.find("decoder.layers.1.mlp.linear_fc1.weight"), std::string::npos) << warning;
+  // The next step trains again.
+  EXPECT_FALSE(trainer->train_step().skipped);
 }
 
 }  // namespace

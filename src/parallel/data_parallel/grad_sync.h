@@ -1,0 +1,51 @@
+// Data-parallel reduction of a flat FP32 gradient buffer, bucket by bucket (Megatron's
+// param-and-grad buffer): an all-reduce leaves every rank with the whole sum; for the distributed
+// optimizer a reduce-scatter leaves rank r with the sum of its shard only, the r-th of DP equal
+// parts of every bucket (the rest of the buffer keeps this rank's partial gradients). A bucket's
+// reduction may start while backward still runs (--overlap-grad-reduce): start() as soon as its
+// last gradient is final, progress() between layers, finish() before the optimizer step.
+#pragma once
+
+#include <vector>
+
+#include "core/arena.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/data_parallel/range.h"
+
+namespace gpt {
+
+enum class GradientReduction { kAllReduce, kReduceScatter };
+
+class GradientSync {
+ public:
+  // `buckets` are disjoint ranges of `flat_grads`; with kReduceScatter each must divide evenly over
+  // the group. Scratch for reduce-scatter results comes from `arena`.
+  GradientSync(Communicator& data_parallel, Tensor flat_grads, std::vector<Range> buckets,
+               GradientReduction reduction, Arena& arena);
+
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  GradientReduction reduction() const { return reduction_; }
+  // This rank's shard of bucket b: what holds the full sum after finish() (the whole bucket with
+  // all-reduce).
+  Range shard(int bucket) const;
+  std::vector<Range> shards() const;
+
+  // Starts bucket b's reduction; a bucket already started this iteration is left alone.
+  void start(Context& ctx, int bucket);
+  // Lets started reductions advance (MPI moves data only inside MPI calls).
+  void progress();
+  // Starts the buckets not started yet, waits for all, and leaves the sums in the shards. Returns
+  // the seconds the host spent waiting (the reduction time not hidden behind other work).
+  double finish(Context& ctx);
+
+ private:
+  Communicator& group_;
+  Tensor flat_grads_;
+  std::vector<Range> buckets_;
+  GradientReduction reduction_;
+  std::vector<Tensor> scattered_;  // [bucket] this rank's reduce-scatter result, copied back into its shard
+  std::vector<CollectiveHandle> handles_;
+  std::vector<bool> started_;
+};
+
+}  // namespace gpt

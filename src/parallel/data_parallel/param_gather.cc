@@ -1,0 +1,42 @@
+#include "parallel/data_parallel/param_gather.h"
+
+#include "core/check.h"
+#include "kernels/ops.h"
+
+namespace gpt {
+
+ParamGather::ParamGather(Communicator& data_parallel, Tensor flat_values, std::vector<Range> buckets, Arena& arena)
+    : group_(data_parallel), flat_values_(std::move(flat_values)), buckets_(std::move(buckets)),
+      handles_(buckets_.size()) {
+  for (const Range& b : buckets_) {
+    GPT_CHECK(b.size() % group_.size() == 0 && b.end <= flat_values_.numel()) << "parameter bucket over the group";
+    // The gather reads from a copy of the owned part: its output (the whole bucket) contains it.
+    if (group_.size() > 1) staging_.push_back(arena.allocate(flat_values_.dtype(), {b.size() / group_.size()}));
+  }
+}
+
+void ParamGather::start(Context& ctx) {
+  if (group_.size() == 1) return;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    GPT_CHECK(!handles_[b].pending()) << "parameter gather started twice";
+    const int64_t n = buckets_[b].size() / group_.size();
+    ops::copy(ctx, staging_[b], flat_values_.flat_range(buckets_[b].begin + group_.rank() * n, n));
+    handles_[b] = group_.start_all_gather(ctx, flat_values_.flat_range(buckets_[b].begin, buckets_[b].size()),
+                                          staging_[b]);
+  }
+}
+
+void ParamGather::wait_for(Context& ctx, int bucket) { handles_[static_cast<size_t>(bucket)].wait(ctx); }
+
+void ParamGather::wait_all(Context& ctx) {
+  for (CollectiveHandle& handle : handles_) handle.wait(ctx);
+}
+
+bool ParamGather::in_flight() const {
+  for (const CollectiveHandle& handle : handles_) {
+    if (handle.pending()) return true;
+  }
+  return false;
+}
+
+}  // namespace gpt

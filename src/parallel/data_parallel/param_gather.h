@@ -1,0 +1,37 @@
+// The distributed optimizer's second half: after each data-parallel rank has updated its shard of
+// every bucket, the updated parameter values are all-gathered so that every rank holds the whole
+// model again. Buckets are gathered one by one; with --overlap-param-gather they stay in flight
+// until the next forward first reads them (wait_for) instead of being waited for at once.
+#pragma once
+
+#include <vector>
+
+#include "core/arena.h"
+#include "parallel/comm/communicator.h"
+#include "parallel/data_parallel/range.h"
+
+namespace gpt {
+
+class ParamGather {
+ public:
+  // `buckets` are ranges of `flat_values`, each divisible by the group size; rank r owns the r-th
+  // equal part of each. Staging for the owned parts comes from `arena`.
+  ParamGather(Communicator& data_parallel, Tensor flat_values, std::vector<Range> buckets, Arena& arena);
+
+  // Starts gathering every bucket (after the optimizer step).
+  void start(Context& ctx);
+  // Waits for bucket b's gather if it is in flight.
+  void wait_for(Context& ctx, int bucket);
+  // Waits for every gather in flight.
+  void wait_all(Context& ctx);
+  bool in_flight() const;
+
+ private:
+  Communicator& group_;
+  Tensor flat_values_;
+  std::vector<Range> buckets_;
+  std::vector<Tensor> staging_;  // [bucket] this rank's part, gathered from
+  std::vector<CollectiveHandle> handles_;
+};
+
+}  // namespace gpt

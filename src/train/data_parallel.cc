@@ -1,0 +1,153 @@
+#include "train/data_parallel.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "kernels/ops.h"
+
+namespace gpt {
+namespace {
+
+bool tied_across_stages(const Arguments& args) {
+  return args.pipeline_model_parallel_size > 1 && !args.untie_embeddings_and_output_weights;
+}
+
+}  // namespace
+
+BucketLayout bucket_layout_from(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates) {
+  BucketLayout layout;
+  if (args.overlap_grad_reduce && coordinates.pipeline == 0) {
+    layout.bucket_size = args.ddp_bucket_size > 0 ? args.ddp_bucket_size
+                                                  : std::max<int64_t>(40000000, int64_t{1000000} * shape.data);
+  }
+  if (args.use_distributed_optimizer) layout.shard_over = shape.data;
+  if (tied_across_stages(args)) layout.own_bucket.push_back(kWordEmbeddingName);
+  return layout;
+}
+
+DataParallel::DataParallel(const Arguments& args, ProcessGrid& grid, ParamStore& params, const TensorParallel& tp,
+                           Arena& arena)
+    : grid_(grid),
+      params_(params),
+      tp_(tp),
+      distributed_optimizer_(args.use_distributed_optimizer),
+      overlap_grad_reduce_(args.overlap_grad_reduce),
+      overlap_param_gather_(args.overlap_param_gather),
+      tied_across_stages_(tied_across_stages(args)) {
+  std::vector<Range> ranges;
+  for (const Bucket& bucket : params.buckets()) {
+    const int index = static_cast<int>(ranges.size());
+    ranges.push_back(bucket.range);
+    for (size_t p : bucket.params) {
+      const Param* param = &params.params()[p];
+      bucket_of_[param] = index;
+      if (param->name() == kWordEmbeddingName && tied_across_stages_) tied_bucket_ = index;
+    }
+  }
+  unready_.assign(ranges.size(), 0);
+  grads_ = std::make_unique<GradientSync>(
+      grid.data(), params.flat_grads(), ranges,
+      distributed_optimizer_ ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce, arena);
+  if (distributed_optimizer_) gather_ = std::make_unique<ParamGather>(grid.data(), params.flat_values(), ranges, arena);
+  int64_t sequence_parallel_elements = 0;
+  for (const Param& param : params.params()) {
+    if (param.spec->sequence_parallel_grad) sequence_parallel_elements += param.numel();
+  }
+  if (tp.sequence_parallel() && sequence_parallel_elements > 0) {
+    staging_ = arena.allocate(DType::kFloat32, {sequence_parallel_elements});
+  }
+}
+
+void DataParallel::attach(std::span<GptModel* const> chunks) {
+  expected_reports_.clear();
+  for (GptModel* chunk : chunks) {
+    for (const std::vector<Param*>& group : chunk->parameter_groups()) {
+      for (const Param* param : group) ++expected_reports_[param];
+    }
+    if (overlap_grad_reduce_ || overlap_param_gather_) chunk->set_observer(this);
+  }
+  for (const Param& param : params_.params()) {
+    GPT_CHECK(expected_reports_.count(&param)) << param.name() << " belongs to no layer of this rank's chunks";
+  }
+}
+
+std::vector<Range> DataParallel::owned() const {
+  if (!distributed_optimizer_) return {};
+  return grads_->shards();
+}
+
+void DataParallel::start_iteration() {
+  reports_.clear();
+  sequence_reduced_.clear();
+  tied_summed_ = false;
+  std::fill(unready_.begin(), unready_.end(), 0);
+  for (const auto& [param, bucket] : bucket_of_) ++unready_[static_cast<size_t>(bucket)];
+}
+
+void DataParallel::reduce_sequence_parallel(Context& ctx, std::span<Param* const> params) {
+  if (!tp_.sequence_parallel()) return;
+  std::vector<Param*> pending;
+  int64_t elements = 0;
+  for (Param* param : params) {
+    if (!param->spec->sequence_parallel_grad || sequence_reduced_[param]) continue;
+    sequence_reduced_[param] = true;
+    pending.push_back(param);
+    elements += param->numel();
+  }
+  if (pending.empty()) return;
+  int64_t offset = 0;
+  for (Param* param : pending) {
+    ops::copy(ctx, staging_.flat_range(offset, param->numel()), param->grad.flat_range(0, param->numel()));
+    offset += param->numel();
+  }
+  tp_.group().all_reduce(ctx, staging_.flat_range(0, elements), ReduceOp::kSum);
+  offset = 0;
+  for (Param* param : pending) {
+    ops::copy(ctx, param->grad.flat_range(0, param->numel()), staging_.flat_range(offset, param->numel()));
+    offset += param->numel();
+  }
+}
+
+void DataParallel::tied_embedding_sum(Context& ctx) {
+  // The two copies of the tied word embedding take the sum of their gradients, so that they stay
+  // equal: before the data-parallel reduction of its bucket (which never starts earlier).
+  if (tied_summed_ || !tied_across_stages_ || grid_.embedding().size() == 1) return;
+  tied_summed_ = true;
+  grid_.embedding().all_reduce(ctx, params_.get(kWordEmbeddingName).grad, ReduceOp::kSum);
+}
+
+void DataParallel::gradients_final(Context& ctx, std::span<Param* const> params) {
+  if (!overlap_grad_reduce_) return;
+  reduce_sequence_parallel(ctx, params);
+  for (Param* param : params) {
+    if (++reports_[param] != expected_reports_[param]) continue;
+    const int bucket = bucket_of_[param];
+    if (--unready_[static_cast<size_t>(bucket)] == 0 && bucket != tied_bucket_) grads_->start(ctx, bucket);
+  }
+  grads_->progress();
+}
+
+double DataParallel::finish_gradients(Context& ctx) {
+  std::vector<Param*> all;
+  for (Param& param : params_.params()) all.push_back(&param);
+  reduce_sequence_parallel(ctx, all);
+  tied_embedding_sum(ctx);
+  return grads_->finish(ctx);
+}
+
+void DataParallel::after_step(Context& ctx) {
+  if (!gather_ || grid_.data().size() == 1) return;
+  gather_->start(ctx);
+  if (!overlap_param_gather_) gather_->wait_all(ctx);
+}
+
+void DataParallel::settle(Context& ctx) {
+  if (gather_) gather_->wait_all(ctx);
+}
+
+void DataParallel::before_forward(Context& ctx, std::span<Param* const> params) {
+  if (!gather_ || !gather_->in_flight()) return;
+  for (Param* param : params) gather_->wait_for(ctx, bucket_of_[param]);
+}
+
+}  // namespace gpt

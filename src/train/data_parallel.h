@@ -1,0 +1,83 @@
+// The data-parallel side of a training step for this rank's parameters (Megatron's
+// DistributedDataParallel plus the distributed optimizer's communication):
+// - gradients: under sequence parallelism the replicated parameters' gradients are summed over TP
+//   (one coalesced all-reduce per layer or per bucket, not one per parameter); the tied word
+//   embedding's two copies (first and last pipeline stage) are summed over the embedding group;
+//   then every bucket is all-reduced over DP, or reduce-scattered with --use-distributed-optimizer.
+//   With --overlap-grad-reduce a bucket's reduction starts as soon as its last gradient is final
+//   in the iteration's last backward, while the rest of backward runs;
+// - parameters (distributed optimizer): after the step each rank's updated shard is all-gathered,
+//   waited for at once, or with --overlap-param-gather bucket by bucket as the next forward first
+//   reads it.
+#pragma once
+
+#include <map>
+#include <span>
+#include <vector>
+
+#include "core/arena.h"
+#include "model/gpt_model.h"
+#include "model/param_store.h"
+#include "parallel/data_parallel/grad_sync.h"
+#include "parallel/data_parallel/param_gather.h"
+#include "parallel/process_grid.h"
+#include "parallel/tensor_parallel/regions.h"
+#include "train/arguments.h"
+
+namespace gpt {
+
+// The bucket layout the flags ask for (Megatron: --ddp-bucket-size, default max(4e7, 1e6 x DP)
+// elements, with --overlap-grad-reduce only and on the first pipeline stage only; otherwise one
+// bucket; padding for the distributed optimizer; the tied word embedding alone when it spans
+// pipeline stages).
+BucketLayout bucket_layout_from(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates);
+
+class DataParallel final : public ParamObserver {
+ public:
+  DataParallel(const Arguments& args, ProcessGrid& grid, ParamStore& params, const TensorParallel& tp, Arena& arena);
+
+  // The chunks whose parameters this covers (their parameter groups say when gradients are final).
+  void attach(std::span<GptModel* const> chunks);
+
+  // The ranges of the flat buffers this rank's optimizer updates: its shard of every bucket with
+  // the distributed optimizer, else everything.
+  std::vector<Range> owned() const;
+  bool distributed_optimizer() const { return distributed_optimizer_; }
+
+  // Before the iteration's first forward.
+  void start_iteration();
+  // After the iteration's backward: completes every reduction; the owned ranges then hold the
+  // global gradient sums. Returns the seconds the host waited for data-parallel reductions.
+  double finish_gradients(Context& ctx);
+  // After the optimizer step: gathers the updated shards (distributed optimizer).
+  void after_step(Context& ctx);
+  // Waits for parameter gathers still in flight (before evaluation, or at the end).
+  void settle(Context& ctx);
+
+  // ParamObserver.
+  void before_forward(Context& ctx, std::span<Param* const> params) override;
+  void gradients_final(Context& ctx, std::span<Param* const> params) override;
+
+ private:
+  // Sums the gradients of `params` that are replicated under sequence parallelism over TP, in one
+  // all-reduce through a staging buffer; each parameter once per iteration.
+  void reduce_sequence_parallel(Context& ctx, std::span<Param* const> params);
+  void tied_embedding_sum(Context& ctx);
+
+  ProcessGrid& grid_;
+  ParamStore& params_;
+  const TensorParallel& tp_;
+  bool distributed_optimizer_, overlap_grad_reduce_, overlap_param_gather_;
+  bool tied_across_stages_;
+  std::unique_ptr<GradientSync> grads_;
+  std::unique_ptr<ParamGather> gather_;
+  std::map<const Param*, int> bucket_of_;
+  std::map<const Param*, int> expected_reports_, reports_;
+  std::vector<int> unready_;  // [bucket] parameters whose gradient is not final yet
+  std::map<const Param*, bool> sequence_reduced_;
+  int tied_bucket_ = -1;
+  bool tied_summed_ = false;
+  Tensor staging_;  // float32, for coalesced sequence-parallel all-reduces
+};
+
+}  // namespace gpt
