@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""The full grid as a user runs it, under mpirun on the CPU backend: TP=2 x PP=2 (interleaved) x DP=2
+with sequence parallelism, the distributed optimizer and overlapped gradient reduction (FP32,
+4 layers, global batch 16) prints the same lm loss values as one rank, and its start-up memory
+report shows the optimizer state sharded over DP (moments = 2 x owned elements = the gradients'
+bytes with DP=2, where an unsharded optimizer holds twice them). Data-parallel options that cannot
+run end with one message and a non-zero exit on every rank."""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from pretrain_cli_test import expect_rejected_everywhere, losses_of  # noqa: E402
+
+ACCEPTANCE = ("--device cpu --mock-data --vocab-size 512 --num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+              "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 16 "
+              "--train-iters 20 --lr 1e-3 --log-interval 1").split()
+GRID = ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+        "--num-layers-per-virtual-pipeline-stage", "1", "--use-distributed-optimizer", "--overlap-grad-reduce",
+        "--sequence-parallel"]
+ROW = re.compile(r"^\s+(gradients \(FP32\)|optimizer moments \(FP32\))\s+([\d.]+) /\s+([\d.]+)")
+
+BAD = [
+    (["--overlap-param-gather"], "--overlap-param-gather needs --use-distributed-optimizer"),
+    (["--global-batch-size", "12"], "--global-batch-size (12) must be divisible by --micro-batch-size (2) x "
+                                    "data-parallel size (4)"),
+    (["--ddp-bucket-size", "-5"], "--ddp-bucket-size must be a positive integer"),
+]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--mpirun", required=True)
+    options = parser.parse_args()
+    failures = []
+
+    single = subprocess.run([options.binary] + ACCEPTANCE, capture_output=True, text=True, timeout=300)
+    launcher = [options.mpirun, "-np", "8", "--oversubscribe", "--bind-to", "none"]
+    grid = subprocess.run(launcher + [options.binary] + ACCEPTANCE + GRID, capture_output=True, text=True, timeout=600)
+    reference, ours = losses_of(single.stdout), losses_of(grid.stdout)
+    if grid.returncode != 0 or len(ours) != 20 or len(reference) != 20:
+        failures.append(f"3D run: exit {grid.returncode}, {len(ours)} log lines; {grid.stderr[-800:]}")
+    else:
+        worst = max(abs(float(a) - float(b)) / float(b) for a, b in zip(ours, reference))
+        print(f"TP=2 x PP=2 (v=2) x DP=2, SP, distributed optimizer, overlapped reduction vs 1 rank: 20 lm loss "
+              f"values, max relative difference {worst:.1e}, identical printed values "
+              f"{sum(a == b for a, b in zip(ours, reference))}/20")
+        if worst > 1e-5:
+            failures.append(f"3D lm loss differs from 1 rank by {worst:.1e}")
+    rows = {}
+    for line in grid.stdout.splitlines():
+        match = ROW.match(line)
+        if match and match.group(1) not in rows:  # the first stage's rows come first
+            rows[match.group(1)] = (float(match.group(2)), float(match.group(3)))
+    if len(rows) != 2:
+        failures.append(f"no memory report with gradient and moment rows in the 3D run's output")
+    else:
+        gradients, moments = rows["gradients (FP32)"][1], rows["optimizer moments (FP32)"][1]
+        print(f"memory report, first stage: gradients {gradients} MB, optimizer moments {moments} MB (sharded over DP=2)")
+        if not 0.9 <= moments / gradients <= 1.2:
+            failures.append(f"optimizer moments {moments} MB are not half of unsharded (2 x {gradients} MB)")
+
+    expect_rejected_everywhere([options.mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none"], options.binary,
+                               ACCEPTANCE, BAD, 4, failures)
+    return harness.finish(failures, f"{len(BAD)} bad data-parallel command lines rejected on every rank")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
