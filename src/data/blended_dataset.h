@@ -5,8 +5,10 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "data/sample_source.h"
 
 namespace gpt {
@@ -27,6 +29,12 @@ class BlendedDataset final : public SampleSource {
   std::vector<int16_t> dataset_index_;
   std::vector<int64_t> dataset_sample_index_;
 };
+
+// The weights of a blend, normalized to sum to 1. Each must be a finite positive number: `inf`, `nan`,
+// zero or a negative weight is refused, naming `names[i]` (the dataset it weighs). Very large
+// finite weights (1e308 each) are scaled by the largest before summing, so the sum cannot overflow.
+absl::StatusOr<std::vector<double>> normalize_blend_weights(const std::vector<double>& weights,
+                                                            const std::vector<std::string>& names);
 
 // Megatron's sample budget of a dataset of weight w in a blend of `total` samples:
 // ceil(ceil(total * w) * 1.005).

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "data/file_access.h"
 #include "data/gpt2_pretokenizer.h"
 
 namespace gpt {
@@ -50,6 +51,7 @@ absl::StatusOr<Gpt2Tokenizer> Gpt2Tokenizer::load(const std::string& vocab_json,
     tokenizer.byte_token_[b] = it->second;
     tokenizer.unicode_to_byte_[code] = static_cast<uint8_t>(b);
   }
+  GPT_RETURN_IF_ERROR(check_readable_file("--merge-file", merges_txt));
   std::ifstream in(merges_txt);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read --merge-file ", merges_txt));
   std::string line;

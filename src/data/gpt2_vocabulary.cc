@@ -3,10 +3,12 @@
 #include <simdjson.h>
 
 #include "absl/strings/str_cat.h"
+#include "data/file_access.h"
 
 namespace gpt {
 
 absl::StatusOr<Gpt2Vocabulary> Gpt2Vocabulary::load(const std::string& vocab_json) {
+  GPT_RETURN_IF_ERROR(check_readable_file("--vocab-file", vocab_json));
   simdjson::padded_string text;
   if (simdjson::padded_string::load(vocab_json).get(text) != simdjson::SUCCESS) {
     return absl::NotFoundError(absl::StrCat("cannot read --vocab-file ", vocab_json));

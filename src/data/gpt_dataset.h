@@ -8,7 +8,10 @@
 //   shuffle index   a permutation of the samples (again with the final epoch kept apart)
 //
 // The indices depend only on the corpus, the range, seq_length, the seed and the sample count;
-// they are cached under --data-cache-path and reused when that description matches. Shuffles use
+// they are cached under --data-cache-path and reused when that description matches. The corpus is
+// described by its content (for indexed datasets the size and checksum of the .idx, which holds
+// every document length), so a rewritten dataset at the same path never reuses stale indices;
+// loaded indices are range-checked and rebuilt if damaged. Shuffles use
 // the project's counter-based RNG, so the order is deterministic but not numpy's.
 #pragma once
 
@@ -49,6 +52,8 @@ class GptDataset final : public SampleSource {
       : store_(std::move(store)), config_(config) {}
   void build_indices();
   absl::Status load_or_build();
+  // Indices read from the cache must describe this range and seq_length exactly.
+  absl::Status check_loaded_indices() const;
   std::string description() const;
 
   std::shared_ptr<const DocumentStore> store_;

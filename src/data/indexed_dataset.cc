@@ -5,14 +5,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "data/file_access.h"
 
 namespace gpt {
 namespace {
@@ -20,7 +24,7 @@ namespace {
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr uint64_t kVersion = 1;
 
-size_t element_size(uint8_t code) {
+size_t element_size_of(uint8_t code) {
   switch (code) {
     case 1: case 2: return 1;
     case 3: case 8: return 2;
@@ -28,12 +32,6 @@ size_t element_size(uint8_t code) {
     case 5: case 6: return 8;
     default: return 0;
   }
-}
-
-int64_t file_size(const std::string& path) {
-  std::error_code error;
-  const auto size = std::filesystem::file_size(path, error);
-  return error ? -1 : static_cast<int64_t>(size);
 }
 
 template <typename T>
@@ -64,6 +62,10 @@ IndexedDatasetWriter::~IndexedDatasetWriter() {
 }
 
 absl::Status IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
+  if (tokens.size() > static_cast<size_t>(INT32_MAX)) {  // the .idx stores lengths as int32
+    return absl::InvalidArgumentError(absl::StrCat(prefix_, ": a document of ", tokens.size(),
+                                                   " tokens is longer than the format's 2^31 - 1"));
+  }
   const size_t size = dtype_ == TokenDtype::kUint16 ? 2 : 4;
   buffer_.resize(tokens.size() * size);
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -113,64 +115,143 @@ absl::Status IndexedDatasetWriter::finish() {
   return absl::OkStatus();
 }
 
+namespace {
+
+constexpr int64_t kHeaderBytes = 34;  // magic 9, version 8, dtype 1, sequence count 8, document count 8
+
+// The .idx bytes a header's counts call for, or nullopt when they overflow 64 bits: a damaged count
+// near 2^62 must fail the size check, not wrap around and pass it.
+std::optional<uint64_t> index_bytes_for(uint64_t sequences, uint64_t documents) {
+  uint64_t per_sequence = 0, sequence_bytes = 0, document_bytes = 0, total = 0;
+  if (__builtin_mul_overflow(sequences, uint64_t{4 + 8}, &sequence_bytes) ||
+      __builtin_mul_overflow(documents, uint64_t{8}, &document_bytes) ||
+      __builtin_add_overflow(sequence_bytes, document_bytes, &per_sequence) ||
+      __builtin_add_overflow(per_sequence, static_cast<uint64_t>(kHeaderBytes), &total)) {
+    return std::nullopt;
+  }
+  return total;
+}
+
+// 64-bit FNV-1a continued over `bytes`: the .idx checksum that keys the index cache.
+uint64_t fnv1a_continue(uint64_t hash, const void* bytes, size_t count) {
+  const auto* p = static_cast<const uint8_t*>(bytes);
+  for (size_t i = 0; i < count; ++i) {
+    hash ^= p[i];
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& prefix) {
   const std::string index_path = prefix + ".idx", bin_path = prefix + ".bin";
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("dataset index ", index_path, " not found (--data-path takes the prefix, without .bin/.idx)"));
-  char magic[9];
-  uint64_t version = 0, sequences = 0, documents = 0;
-  uint8_t code = 0;
-  in.read(magic, 9).read(reinterpret_cast<char*>(&version), 8).read(reinterpret_cast<char*>(&code), 1);
-  in.read(reinterpret_cast<char*>(&sequences), 8).read(reinterpret_cast<char*>(&documents), 8);
-  if (!in || std::memcmp(magic, kMagic, 9) != 0) {
+  absl::StatusOr<ReadOnlyFile> index_file = ReadOnlyFile::open("dataset index", index_path);
+  if (!index_file.ok()) {
+    if (!absl::IsNotFound(index_file.status())) return index_file.status();
+    return absl::NotFoundError(
+        absl::StrCat(index_file.status().message(), " (--data-path takes the prefix, without .bin/.idx)"));
+  }
+  const int64_t index_bytes = index_file->size();
+  // The header: a file too short to hold one is truncated if what it has matches the magic.
+  char header[kHeaderBytes] = {};
+  const int64_t header_read = std::min(index_bytes, kHeaderBytes);
+  if (!index_file->read_at(0, header, header_read)) {
+    return absl::DataLossError(absl::StrCat("cannot read dataset index ", index_path, ": ", std::strerror(errno)));
+  }
+  if (std::memcmp(header, kMagic, static_cast<size_t>(std::min<int64_t>(header_read, sizeof(kMagic)))) != 0) {
     return absl::DataLossError(absl::StrCat(index_path, " is not a Megatron indexed-dataset index (bad magic)"));
   }
+  if (index_bytes < kHeaderBytes) {
+    return absl::DataLossError(absl::StrCat(index_path, " is truncated: ", index_bytes, " bytes, shorter than the ",
+                                            kHeaderBytes, "-byte header"));
+  }
+  uint64_t version = 0, sequences = 0, documents = 0;
+  uint8_t code = 0;
+  std::memcpy(&version, header + 9, 8);
+  std::memcpy(&code, header + 17, 1);
+  std::memcpy(&sequences, header + 18, 8);
+  std::memcpy(&documents, header + 26, 8);
   if (version != kVersion) return absl::DataLossError(absl::StrCat(index_path, ": unsupported version ", version));
-  const size_t size = element_size(code);
+  const size_t size = element_size_of(code);
   if (size == 0) return absl::DataLossError(absl::StrCat(index_path, ": unknown dtype code ", static_cast<int>(code)));
   if (code != 8 && code != 4 && code != 5 && code != 1 && code != 3) {
     return absl::DataLossError(absl::StrCat(index_path, ": token dtype code ", static_cast<int>(code), " is not an integer type"));
   }
-  const int64_t expected_index = 34 + static_cast<int64_t>(sequences) * 12 + static_cast<int64_t>(documents) * 8;
-  if (documents == 0 || file_size(index_path) != expected_index) {
-    return absl::DataLossError(absl::StrCat(index_path, " is ", file_size(index_path), " bytes, but its header (",
-                                            sequences, " sequences, ", documents, " document indices) needs ",
-                                            expected_index, ": truncated or damaged"));
+  const std::string counts = absl::StrCat(sequences, " sequences, ", documents, " document indices");
+  if (documents == 0) {
+    return absl::DataLossError(absl::StrCat(index_path, ": its header (", counts,
+                                            ") has no document indices (at least one, 0, is needed): damaged"));
   }
+  const std::optional<uint64_t> expected_index = index_bytes_for(sequences, documents);
+  if (!expected_index || *expected_index > static_cast<uint64_t>(index_bytes)) {
+    return absl::DataLossError(absl::StrCat(
+        index_path, " is truncated: ", index_bytes, " bytes, but its header (", counts, ") needs ",
+        expected_index ? absl::StrCat(*expected_index) : std::string("more than 2^64")));
+  }
+  if (*expected_index < static_cast<uint64_t>(index_bytes)) {
+    return absl::DataLossError(absl::StrCat(index_path, " is ", index_bytes, " bytes, but its header (", counts,
+                                            ") describes ", *expected_index, ": damaged (trailing bytes)"));
+  }
+  // From here the counts are bounded by the file's size, so the arrays fit in memory.
   std::unique_ptr<IndexedDataset> dataset(new IndexedDataset());
   dataset->prefix_ = prefix;
   dataset->dtype_code_ = code;
   dataset->element_size_ = size;
+  dataset->index_bytes_ = index_bytes;
   dataset->lengths_.resize(sequences);
   dataset->pointers_.resize(sequences);
   dataset->document_indices_.resize(documents);
-  in.read(reinterpret_cast<char*>(dataset->lengths_.data()), static_cast<std::streamsize>(sequences * 4));
-  in.read(reinterpret_cast<char*>(dataset->pointers_.data()), static_cast<std::streamsize>(sequences * 8));
-  in.read(reinterpret_cast<char*>(dataset->document_indices_.data()), static_cast<std::streamsize>(documents * 8));
-  if (!in) return absl::DataLossError(absl::StrCat(index_path, ": truncated"));
+  const int64_t lengths_at = kHeaderBytes, pointers_at = lengths_at + static_cast<int64_t>(sequences) * 4,
+                documents_at = pointers_at + static_cast<int64_t>(sequences) * 8;
+  if (!index_file->read_at(lengths_at, dataset->lengths_.data(), static_cast<int64_t>(sequences) * 4) ||
+      !index_file->read_at(pointers_at, dataset->pointers_.data(), static_cast<int64_t>(sequences) * 8) ||
+      !index_file->read_at(documents_at, dataset->document_indices_.data(), static_cast<int64_t>(documents) * 8)) {
+    return absl::DataLossError(absl::StrCat("cannot read dataset index ", index_path, " (", std::strerror(errno),
+                                            "): truncated while reading?"));
+  }
+  uint64_t checksum = fnv1a_continue(0xcbf29ce484222325ull, header, sizeof(header));
+  checksum = fnv1a_continue(checksum, dataset->lengths_.data(), sequences * 4);
+  checksum = fnv1a_continue(checksum, dataset->pointers_.data(), sequences * 8);
+  dataset->index_checksum_ = fnv1a_continue(checksum, dataset->document_indices_.data(), documents * 8);
+
   // Every sequence must lie inside .bin, back to back.
-  const int64_t bin_bytes = file_size(bin_path);
-  if (bin_bytes < 0) return absl::NotFoundError(absl::StrCat("dataset tokens ", bin_path, " not found"));
+  GPT_ASSIGN_OR_RETURN(ReadOnlyFile bin_file, ReadOnlyFile::open("dataset tokens", bin_path));
+  const int64_t bin_bytes = bin_file.size();
   int64_t expected_pointer = 0;
   for (uint64_t i = 0; i < sequences; ++i) {
-    if (dataset->lengths_[i] < 0 || dataset->pointers_[i] != expected_pointer) {
-      return absl::DataLossError(absl::StrCat(index_path, ": sequence ", i, " has an inconsistent length or pointer"));
+    const int32_t length = dataset->lengths_[i];
+    if (length < 0) {
+      return absl::DataLossError(absl::StrCat(index_path, ": sequence ", i, " has a negative length (", length, ")"));
     }
-    expected_pointer += static_cast<int64_t>(dataset->lengths_[i]) * static_cast<int64_t>(size);
+    if (dataset->pointers_[i] != expected_pointer) {
+      return absl::DataLossError(absl::StrCat(index_path, ": sequence ", i, " starts at byte ", dataset->pointers_[i],
+                                              " of ", bin_path, ", but the sequences before it end at byte ",
+                                              expected_pointer, " (pointers must match the sizes)"));
+    }
+    // Bounded by the .bin size before every step, so the sum cannot overflow.
+    expected_pointer += static_cast<int64_t>(length) * static_cast<int64_t>(size);
+    if (expected_pointer > bin_bytes) break;
   }
   if (expected_pointer != bin_bytes) {
     return absl::DataLossError(absl::StrCat(bin_path, " is ", bin_bytes, " bytes, but ", index_path, " describes ",
-                                            expected_pointer, ": truncated or not the matching file"));
+                                            expected_pointer < bin_bytes ? "" : "at least ", expected_pointer,
+                                            ": truncated or not the matching file"));
   }
   const auto& docs = dataset->document_indices_;
   if (docs.front() != 0 || docs.back() != static_cast<int64_t>(sequences)) {
-    return absl::DataLossError(absl::StrCat(index_path, ": document indices do not cover the sequences"));
+    return absl::DataLossError(absl::StrCat(index_path, ": document indices run from ", docs.front(), " to ",
+                                            docs.back(), ", but must run from 0 to the sequence count ", sequences));
+  }
+  for (size_t d = 1; d < docs.size(); ++d) {
+    if (docs[d] < docs[d - 1]) {
+      return absl::DataLossError(absl::StrCat(index_path, ": document index ", d, " (", docs[d],
+                                              ") is smaller than document index ", d - 1, " (", docs[d - 1],
+                                              "): document indices must be non-decreasing"));
+    }
   }
   if (bin_bytes > 0) {
-    const int fd = ::open(bin_path.c_str(), O_RDONLY);
-    if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot open ", bin_path, ": ", std::strerror(errno)));
-    void* map = ::mmap(nullptr, static_cast<size_t>(bin_bytes), PROT_READ, MAP_SHARED, fd, 0);
-    ::close(fd);
+    void* map = ::mmap(nullptr, static_cast<size_t>(bin_bytes), PROT_READ, MAP_SHARED, bin_file.fd(), 0);
     if (map == MAP_FAILED) return absl::InternalError(absl::StrCat("cannot map ", bin_path, ": ", std::strerror(errno)));
     dataset->map_ = map;
     dataset->map_bytes_ = static_cast<size_t>(bin_bytes);
@@ -193,7 +274,15 @@ void IndexedDataset::read(int64_t sequence, int64_t offset, int64_t length, int3
     switch (dtype_code_) {
       case 8: { uint16_t v; std::memcpy(&v, p, 2); out[i] = v; break; }
       case 4: { int32_t v; std::memcpy(&v, p, 4); out[i] = v; break; }
-      case 5: { int64_t v; std::memcpy(&v, p, 8); out[i] = static_cast<int32_t>(v); break; }
+      case 5: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        // check_token_ids refuses such data when it is opened for training; never truncate.
+        GPT_CHECK(v >= INT32_MIN && v <= INT32_MAX) << prefix_ << ".bin: token id " << v << " in sequence "
+                                                    << sequence << " does not fit a 32-bit id";
+        out[i] = static_cast<int32_t>(v);
+        break;
+      }
       case 3: { int16_t v; std::memcpy(&v, p, 2); out[i] = v; break; }
       default: out[i] = *p; break;
     }
@@ -201,8 +290,11 @@ void IndexedDataset::read(int64_t sequence, int64_t offset, int64_t length, int3
 }
 
 std::string IndexedDataset::identity() const {
+  // The cached GPT indices depend only on the sequence lengths, which the .idx holds: its size and
+  // checksum tell a rewritten index from the one the cache was built for, whatever its path.
   return absl::StrCat(std::filesystem::absolute(prefix_).string(), " (", num_sequences(), " sequences, ", map_bytes_,
-                      " bytes)");
+                      " token bytes, .idx ", index_bytes_, " bytes with FNV-1a-64 ",
+                      absl::Hex(index_checksum_, absl::kZeroPad16), ")");
 }
 
 int64_t IndexedDataset::total_tokens() const {

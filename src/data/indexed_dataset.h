@@ -45,7 +45,10 @@ class IndexedDatasetWriter {
   bool finished_ = false;
 };
 
-// Memory-maps {prefix}.bin/.idx after validating the index against both file lengths.
+// Memory-maps {prefix}.bin/.idx after validating the index: header counts against the .idx size
+// (overflow-safe), sequence sizes and pointers against each other and the .bin size, document
+// indices from 0 to the sequence count, non-decreasing. Token ids are checked separately
+// (token_check.h), since that needs the vocabulary.
 class IndexedDataset final : public DocumentStore {
  public:
   static absl::StatusOr<std::unique_ptr<IndexedDataset>> open(const std::string& prefix);
@@ -62,6 +65,14 @@ class IndexedDataset final : public DocumentStore {
   const std::vector<int64_t>& document_indices() const { return document_indices_; }
   int64_t total_tokens() const;
 
+  // The raw .bin, for scans over every token (token_check.h).
+  const std::string& prefix() const { return prefix_; }
+  uint8_t dtype_code() const { return dtype_code_; }
+  size_t element_size() const { return element_size_; }
+  const uint8_t* token_bytes() const { return static_cast<const uint8_t*>(map_); }
+  size_t token_byte_count() const { return map_bytes_; }
+  const std::vector<int64_t>& pointers() const { return pointers_; }
+
  private:
   IndexedDataset() = default;
   std::string prefix_;
@@ -70,6 +81,8 @@ class IndexedDataset final : public DocumentStore {
   std::vector<int32_t> lengths_;
   std::vector<int64_t> pointers_;
   std::vector<int64_t> document_indices_;
+  int64_t index_bytes_ = 0;
+  uint64_t index_checksum_ = 0;  // FNV-1a-64 of the whole .idx
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
 };

@@ -1,5 +1,6 @@
 #include "data/npy_file.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "data/file_access.h"
 
 namespace gpt {
 namespace {
@@ -36,9 +38,15 @@ absl::Status write_npy(const std::string& path, const std::vector<int64_t>& shap
   header.push_back('\n');
   // A name per process: ranks that build the same index concurrently never share a partial file.
   const std::string temporary = absl::StrCat(path, ".tmp.", ::getpid());
+  // A failed write (a full disk, a read-only directory) leaves nothing behind.
+  auto fail = [&](absl::Status status) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    return status;
+  };
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write ", temporary));
+    if (!out) return fail(absl::PermissionDeniedError(absl::StrCat("cannot create ", temporary, ": ", std::strerror(errno))));
     out.write(kMagic, 6);
     const char version[2] = {1, 0};
     out.write(version, 2);
@@ -46,27 +54,26 @@ absl::Status write_npy(const std::string& path, const std::vector<int64_t>& shap
     out.write(reinterpret_cast<const char*>(&length), 2);
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
     out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(T)));
-    if (!out.flush()) return absl::DataLossError(absl::StrCat("cannot write ", temporary));
+    out.close();
+    if (!out) return fail(absl::DataLossError(absl::StrCat("cannot write ", temporary, " (disk full?)")));
   }
   std::error_code error;
   std::filesystem::rename(temporary, path, error);
-  if (error) return absl::DataLossError(absl::StrCat("cannot rename ", temporary, " to ", path, ": ", error.message()));
+  if (error) return fail(absl::DataLossError(absl::StrCat("cannot rename ", temporary, " to ", path, ": ", error.message())));
   return absl::OkStatus();
 }
 
 template <typename T>
 absl::StatusOr<NpyArray<T>> read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  char magic[6];
-  char version[2];
+  GPT_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::open("array", path));
+  char prefix[10];
   uint16_t length = 0;
-  in.read(magic, 6).read(version, 2).read(reinterpret_cast<char*>(&length), 2);
-  if (!in || std::memcmp(magic, kMagic, 6) != 0 || version[0] != 1) {
+  if (file.size() < 10 || !file.read_at(0, prefix, 10) || std::memcmp(prefix, kMagic, 6) != 0 || prefix[6] != 1) {
     return absl::DataLossError(absl::StrCat(path, " is not a version-1 .npy file"));
   }
+  std::memcpy(&length, prefix + 8, 2);
   std::string header(length, '\0');
-  in.read(header.data(), length);
+  if (!file.read_at(10, header.data(), length)) return absl::DataLossError(absl::StrCat(path, " is truncated (header)"));
   if (header.find(absl::StrCat("'descr': '", descr<T>(), "'")) == std::string::npos ||
       header.find("'fortran_order': False") == std::string::npos) {
     return absl::DataLossError(absl::StrCat(path, ": unexpected array type (", header, ")"));
@@ -74,16 +81,25 @@ absl::StatusOr<NpyArray<T>> read_npy(const std::string& path) {
   const size_t open = header.find("'shape': ("), close = header.find(')', open);
   if (open == std::string::npos || close == std::string::npos) return absl::DataLossError(absl::StrCat(path, ": no shape"));
   NpyArray<T> array;
-  int64_t count = 1;
+  // The element count is checked against the file before anything is allocated: a damaged shape
+  // is an error, not a bad_alloc.
+  uint64_t count = 1;
   for (absl::string_view part : absl::StrSplit(header.substr(open + 10, close - open - 10), ',', absl::SkipWhitespace())) {
     int64_t dim = 0;
-    if (!absl::SimpleAtoi(part, &dim) || dim < 0) return absl::DataLossError(absl::StrCat(path, ": bad shape"));
+    if (!absl::SimpleAtoi(part, &dim) || dim < 0 || __builtin_mul_overflow(count, static_cast<uint64_t>(dim), &count)) {
+      return absl::DataLossError(absl::StrCat(path, ": bad shape (", header, ")"));
+    }
     array.shape.push_back(dim);
-    count *= dim;
+  }
+  const uint64_t data_at = 10 + static_cast<uint64_t>(length);
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(count, static_cast<uint64_t>(sizeof(T)), &bytes) ||
+      data_at + bytes != static_cast<uint64_t>(file.size())) {
+    return absl::DataLossError(absl::StrCat(path, " is ", file.size(), " bytes, but its shape (", header.substr(open + 10, close - open - 10),
+                                            ") needs ", data_at, " + ", count, " x ", sizeof(T), ": truncated or damaged"));
   }
   array.values.resize(static_cast<size_t>(count));
-  in.read(reinterpret_cast<char*>(array.values.data()), static_cast<std::streamsize>(count * sizeof(T)));
-  if (in.gcount() != static_cast<std::streamsize>(count * sizeof(T))) {
+  if (!file.read_at(static_cast<int64_t>(data_at), array.values.data(), static_cast<int64_t>(bytes))) {
     return absl::DataLossError(absl::StrCat(path, " is truncated"));
   }
   return array;

@@ -16,7 +16,8 @@ struct NpyArray {
   std::vector<T> values;
 };
 
-// Written to a temporary name and renamed, so a reader never sees a partial file.
+// Written to a temporary name and renamed, so a reader never sees a partial file; a failed write
+// removes the temporary.
 template <typename T>
 absl::Status write_npy(const std::string& path, const std::vector<int64_t>& shape, const std::vector<T>& values);
 template <typename T>

@@ -1,14 +1,18 @@
 #include "train/arguments.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 #include "data/dataset_split.h"
 #include "parallel/pipeline/schedule.h"
+#include "train/numeric_flags.h"
 
 namespace gpt {
 namespace {
@@ -17,6 +21,56 @@ absl::Status invalid(const std::string& message) { return absl::InvalidArgumentE
 
 absl::Status require_positive(const char* flag, int64_t value) {
   if (value <= 0) return invalid(absl::StrCat(flag, " must be a positive integer (got ", value, ")"));
+  return absl::OkStatus();
+}
+
+// Flags that reach the kernels and the optimizer as FP32 must survive the cast: 1e39 would become
+// infinity, and a positive 1e-50 would become 0 (an epsilon of 0, an all-zero initialization).
+absl::Status require_fp32(const char* flag, double value, bool positive) {
+  if (std::fabs(value) > static_cast<double>(std::numeric_limits<float>::max())) {
+    return invalid(absl::StrCat(flag, " (", value, ") is beyond the FP32 range (at most 3.4e38)"));
+  }
+  if (positive && !(static_cast<float>(value) > 0.0f)) {
+    return invalid(absl::StrCat(flag, " must be positive and representable in FP32 (got ", value, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// Megatron's collective timeout is a Python timedelta; ours becomes a steady-clock deadline in
+// nanoseconds, so it is bounded well inside int64 (a million minutes is 1.9 years).
+constexpr double kMaxTimeoutMinutes = 1e6;
+
+// Counts that the run derives from the flags (samples, tokens, schedule steps) and keeps in int64:
+// each must fit, or the run would compute a wrapped count (a learning rate of 0, an index of the
+// wrong size). Called once the global batch size is known.
+absl::Status check_derived_counts(const Arguments& a) {
+  const int64_t gbs = a.global_batch_size;
+  const std::optional<int64_t> train_samples = checked_multiply(a.train_iters, gbs);
+  if (!train_samples) {
+    return invalid(absl::StrCat("--train-iters (", a.train_iters, ") x --global-batch-size (", gbs,
+                                "): the number of training samples overflows a 64-bit count"));
+  }
+  const std::optional<int64_t> train_tokens = checked_multiply(*train_samples, a.seq_length);
+  if (!train_tokens || !checked_add(*train_tokens, 1)) {
+    return invalid(absl::StrCat("--train-iters (", a.train_iters, ") x --global-batch-size (", gbs, ") x --seq-length (",
+                                a.seq_length, "): the number of training tokens overflows a 64-bit count"));
+  }
+  if (!checked_multiply(a.lr_decay_iters, gbs)) {
+    return invalid(absl::StrCat("--lr-decay-iters (", a.lr_decay_iters, ") x --global-batch-size (", gbs,
+                                "): the learning-rate schedule's sample count overflows a 64-bit count"));
+  }
+  if (!checked_multiply(a.lr_warmup_iters, gbs)) {
+    return invalid(absl::StrCat("--lr-warmup-iters (", a.lr_warmup_iters, ") x --global-batch-size (", gbs,
+                                "): the warmup's sample count overflows a 64-bit count"));
+  }
+  // Megatron's validation sample count: (train_iters / eval_interval + 1) evaluations.
+  const int64_t evaluations = a.train_iters / a.eval_interval + 1;
+  const std::optional<int64_t> eval_samples = checked_product(evaluations, a.eval_iters, gbs);
+  if (!eval_samples || !checked_multiply(*eval_samples, a.seq_length)) {
+    return invalid(absl::StrCat("--eval-iters (", a.eval_iters, ") x --global-batch-size (", gbs, ") x ", evaluations,
+                                " evaluations (--train-iters / --eval-interval + 1): the number of validation samples "
+                                "or tokens overflows a 64-bit count"));
+  }
   return absl::OkStatus();
 }
 
@@ -157,6 +211,10 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   app.add_option("--timing-log-level", a.timing_log_level,
                  "0: none; 1 or 2: per-phase times (forward-backward, all-grads-sync, optimizer) after each log line");
 
+  // Decimal only, no silent clamp, no inf or nan (train/numeric_flags.h); ranges are checked in
+  // validate_arguments, where the message can say what the flag means.
+  make_numeric_options_strict(app);
+
   std::vector<std::string> reversed(argv.size() > 1 ? argv.begin() + 1 : argv.end(), argv.end());
   std::reverse(reversed.begin(), reversed.end());
   try {
@@ -247,23 +305,44 @@ absl::Status validate_arguments(Arguments& a) {
     if (a.was_given(flag)) GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
   if (a.eval_iters < 0) return invalid(absl::StrCat("--eval-iters must be >= 0 (got ", a.eval_iters, ")"));
+  // The vocabulary is known here with --mock-data and NullTokenizer (ids [0, N) plus eod N); with a
+  // vocab file it is checked again once read (the memory plan), here only the multiple.
+  const bool vocab_known = a.mock_data || a.tokenizer_type == "NullTokenizer";
+  const std::optional<int64_t> known_vocab = a.mock_data ? std::optional<int64_t>(a.vocab_size)
+                                             : vocab_known ? checked_add(a.vocab_size, 1)
+                                                           : std::optional<int64_t>(1);
+  if (!known_vocab) return invalid(absl::StrCat("--vocab-size (", a.vocab_size, ") is too large"));
+  GPT_RETURN_IF_ERROR(checked_padded_vocab_size(a, *known_vocab).status());
   if (a.timing_log_level < 0 || a.timing_log_level > 2) {
     return invalid(absl::StrCat("--timing-log-level must be 0, 1 or 2 (got ", a.timing_log_level, ")"));
   }
   if (a.lr_warmup_iters < 0) return invalid(absl::StrCat("--lr-warmup-iters must be >= 0 (got ", a.lr_warmup_iters, ")"));
 
-  if (!(a.distributed_timeout_minutes > 0.0)) {
-    return invalid(absl::StrCat("--distributed-timeout-minutes must be positive (got ", a.distributed_timeout_minutes, ")"));
+  if (!(a.distributed_timeout_minutes > 0.0) || a.distributed_timeout_minutes > kMaxTimeoutMinutes) {
+    return invalid(absl::StrCat("--distributed-timeout-minutes must be positive and at most ", kMaxTimeoutMinutes,
+                                " (got ", a.distributed_timeout_minutes, ")"));
   }
 
   // Model shape.
-  if (a.ffn_hidden_size == 0) a.ffn_hidden_size = 4 * a.hidden_size;
+  if (a.ffn_hidden_size == 0) {
+    const std::optional<int64_t> ffn = checked_multiply(4, a.hidden_size);
+    if (!ffn) {
+      return invalid(absl::StrCat("--hidden-size (", a.hidden_size,
+                                  ") is too large: the default --ffn-hidden-size (4 x --hidden-size) overflows a "
+                                  "64-bit integer"));
+    }
+    a.ffn_hidden_size = *ffn;
+  }
   if (a.kv_channels == 0) {
     if (a.hidden_size % a.num_attention_heads != 0) {
       return invalid(absl::StrCat("--hidden-size (", a.hidden_size, ") must be divisible by --num-attention-heads (",
                                   a.num_attention_heads, ")"));
     }
     a.kv_channels = a.hidden_size / a.num_attention_heads;
+  }
+  if (!checked_product(3, a.num_attention_heads, a.kv_channels)) {
+    return invalid(absl::StrCat("--num-attention-heads (", a.num_attention_heads, ") x --kv-channels (", a.kv_channels,
+                                ") is too large: the QKV projection's size overflows a 64-bit integer"));
   }
   if (a.seq_length > a.max_position_embeddings) {
     return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must not exceed --max-position-embeddings (",
@@ -280,7 +359,9 @@ absl::Status validate_arguments(Arguments& a) {
     return invalid("--hidden-dropout and --attention-dropout must be 0: dropout is not supported");
   }
   if (!(a.init_method_std > 0.0)) return invalid(absl::StrCat("--init-method-std must be positive (got ", a.init_method_std, ")"));
+  GPT_RETURN_IF_ERROR(require_fp32("--init-method-std", a.init_method_std, /*positive=*/true));
   if (!(a.norm_epsilon > 0.0)) return invalid(absl::StrCat("--norm-epsilon must be positive (got ", a.norm_epsilon, ")"));
+  GPT_RETURN_IF_ERROR(require_fp32("--norm-epsilon", a.norm_epsilon, /*positive=*/true));
 
   // Precision.
   if (a.fp16) return invalid("--fp16 is not supported: use --bf16 (or neither, for FP32)");
@@ -300,6 +381,7 @@ absl::Status validate_arguments(Arguments& a) {
 
   // Optimizer and schedule.
   if (!(a.lr >= 0.0)) return invalid(absl::StrCat("--lr must be >= 0 (got ", a.lr, ")"));
+  GPT_RETURN_IF_ERROR(require_fp32("--lr", a.lr, /*positive=*/false));
   if (!(a.min_lr >= 0.0) || a.min_lr > a.lr) {
     return invalid(absl::StrCat("--min-lr (", a.min_lr, ") must be between 0 and --lr (", a.lr, ")"));
   }
@@ -307,6 +389,10 @@ absl::Status validate_arguments(Arguments& a) {
     return invalid(absl::StrCat("--lr-decay-style must be constant, linear or cosine (got ", a.lr_decay_style, ")"));
   }
   if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
+  // The default -1 means "not given"; a negative value typed by the user is an error, not that.
+  if (a.was_given("--lr-warmup-fraction") && !(a.lr_warmup_fraction >= 0.0)) {
+    return invalid(absl::StrCat("--lr-warmup-fraction must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
+  }
   if (a.lr_warmup_fraction >= 0.0) {
     if (a.lr_warmup_iters != 0) return invalid("--lr-warmup-fraction and --lr-warmup-iters cannot both be given");
     if (a.lr_warmup_fraction > 1.0) {
@@ -320,10 +406,18 @@ absl::Status validate_arguments(Arguments& a) {
                                 a.lr_decay_iters, ")"));
   }
   if (!(a.weight_decay >= 0.0)) return invalid(absl::StrCat("--weight-decay must be >= 0 (got ", a.weight_decay, ")"));
+  GPT_RETURN_IF_ERROR(require_fp32("--weight-decay", a.weight_decay, /*positive=*/false));
   if (!(a.clip_grad >= 0.0)) return invalid(absl::StrCat("--clip-grad must be >= 0 (got ", a.clip_grad, ")"));
-  if (!(a.adam_beta1 >= 0.0 && a.adam_beta1 < 1.0)) return invalid("--adam-beta1 must be in [0, 1)");
-  if (!(a.adam_beta2 >= 0.0 && a.adam_beta2 < 1.0)) return invalid("--adam-beta2 must be in [0, 1)");
-  if (!(a.adam_eps > 0.0)) return invalid("--adam-eps must be positive");
+  // The betas are FP32 in the optimizer: 1 - 1e-10 would round to 1 there and divide by zero in
+  // the bias correction.
+  if (!(a.adam_beta1 >= 0.0 && static_cast<float>(a.adam_beta1) < 1.0f)) {
+    return invalid(absl::StrCat("--adam-beta1 must be in [0, 1) (in FP32; got ", a.adam_beta1, ")"));
+  }
+  if (!(a.adam_beta2 >= 0.0 && static_cast<float>(a.adam_beta2) < 1.0f)) {
+    return invalid(absl::StrCat("--adam-beta2 must be in [0, 1) (in FP32; got ", a.adam_beta2, ")"));
+  }
+  if (!(a.adam_eps > 0.0)) return invalid(absl::StrCat("--adam-eps must be positive (got ", a.adam_eps, ")"));
+  GPT_RETURN_IF_ERROR(require_fp32("--adam-eps", a.adam_eps, /*positive=*/true));
   if (a.seed < 0) return invalid(absl::StrCat("--seed must be >= 0 (got ", a.seed, ")"));
 
   if (a.device != "auto" && a.device != "cpu" && a.device != "cuda") {
@@ -367,6 +461,23 @@ absl::Status validate_arguments(Arguments& a) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> checked_padded_vocab_size(const Arguments& a, int64_t vocab_size) {
+  const std::optional<int64_t> multiple =
+      checked_multiply(a.make_vocab_size_divisible_by, a.tensor_model_parallel_size);
+  if (!multiple) {
+    return invalid(absl::StrCat("--make-vocab-size-divisible-by (", a.make_vocab_size_divisible_by,
+                                ") x --tensor-model-parallel-size (", a.tensor_model_parallel_size,
+                                ") overflows a 64-bit integer"));
+  }
+  const std::optional<int64_t> padded = checked_round_up(vocab_size, *multiple);
+  if (!padded) {
+    return invalid(absl::StrCat("the vocabulary (", vocab_size, ") padded to a multiple of --make-vocab-size-divisible-by (",
+                                a.make_vocab_size_divisible_by, ") x --tensor-model-parallel-size (",
+                                a.tensor_model_parallel_size, ") overflows a 64-bit integer"));
+  }
+  return *padded;
+}
+
 int64_t data_parallel_size(const Arguments& a, int64_t world_size) {
   return world_size / (a.tensor_model_parallel_size * a.pipeline_model_parallel_size);
 }
@@ -384,15 +495,22 @@ int64_t num_microbatches(const Arguments& a, int64_t world_size) {
 }
 
 absl::Status validate_for_world(Arguments& a, int64_t world_size) {
-  const int64_t model_parallel = a.tensor_model_parallel_size * a.pipeline_model_parallel_size;
-  if (world_size % model_parallel != 0) {
+  // An overflowing product is larger than any world, so it gets the divisibility message.
+  const int64_t model_parallel =
+      checked_multiply(a.tensor_model_parallel_size, a.pipeline_model_parallel_size).value_or(0);
+  if (model_parallel == 0 || world_size % model_parallel != 0) {
     return invalid(absl::StrCat("world size (", world_size, ") must be divisible by --tensor-model-parallel-size (",
                                 a.tensor_model_parallel_size, ") x --pipeline-model-parallel-size (",
                                 a.pipeline_model_parallel_size, ")"));
   }
   const int64_t dp = world_size / model_parallel;
-  if (a.global_batch_size == 0) a.global_batch_size = a.micro_batch_size * dp;
-  if (a.global_batch_size % (a.micro_batch_size * dp) != 0) {
+  const std::optional<int64_t> batch_per_microbatch = checked_multiply(a.micro_batch_size, dp);
+  if (!batch_per_microbatch) {
+    return invalid(absl::StrCat("--micro-batch-size (", a.micro_batch_size, ") x data-parallel size (", dp,
+                                ") overflows a 64-bit integer"));
+  }
+  if (a.global_batch_size == 0) a.global_batch_size = *batch_per_microbatch;
+  if (a.global_batch_size % *batch_per_microbatch != 0) {
     return invalid(absl::StrCat("--global-batch-size (", a.global_batch_size, ") must be divisible by --micro-batch-size (",
                                 a.micro_batch_size, ") x data-parallel size (", dp, ")"));
   }
@@ -404,18 +522,19 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
   }
   int64_t layers_per_virtual_stage = a.num_layers_per_virtual_pipeline_stage;
   if (a.num_virtual_stages_per_pipeline_rank > 0) {
-    const int64_t stages = p * a.num_virtual_stages_per_pipeline_rank;
+    // Overflowing: more stages than any layer count, so the divisibility message.
+    const int64_t stages = checked_multiply(p, a.num_virtual_stages_per_pipeline_rank).value_or(0);
     if (p == 1) {
       return invalid("--num-virtual-stages-per-pipeline-rank needs --pipeline-model-parallel-size > 1");
     }
-    if (a.num_layers % stages != 0) {
+    if (stages == 0 || a.num_layers % stages != 0) {
       return invalid(absl::StrCat("--num-layers (", a.num_layers, ") must be divisible by --pipeline-model-parallel-size (",
                                   p, ") x --num-virtual-stages-per-pipeline-rank (",
                                   a.num_virtual_stages_per_pipeline_rank, ")"));
     }
     layers_per_virtual_stage = a.num_layers / stages;
   }
-  const int64_t microbatches = a.global_batch_size / (a.micro_batch_size * dp);
+  const int64_t microbatches = a.global_batch_size / *batch_per_microbatch;
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (a.num_layers > kIntMax || p > kIntMax || layers_per_virtual_stage > kIntMax || microbatches > kIntMax) {
     return invalid("pipeline layout: --num-layers, --pipeline-model-parallel-size or the number of microbatches "
@@ -424,6 +543,12 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
   GPT_RETURN_IF_ERROR(pipeline::validate_pipeline_layout(static_cast<int>(a.num_layers), static_cast<int>(p),
                                                           static_cast<int>(layers_per_virtual_stage),
                                                           static_cast<int>(microbatches)));
+  // The schedule generators count (chunk, microbatch) pairs in int.
+  if (static_cast<int64_t>(virtual_pipeline_size(a)) * microbatches > kIntMax) {
+    return invalid(absl::StrCat("pipeline layout: the number of microbatches (", microbatches,
+                                ") x model chunks per pipeline rank (", virtual_pipeline_size(a), ") is too large"));
+  }
+  GPT_RETURN_IF_ERROR(check_derived_counts(a));
   // Recompute counts apply to the layers of one model chunk (Megatron's TransformerBlock: a
   // pipeline stage, or a virtual stage with interleaving); Megatron's message names this range.
   const int64_t chunk_layers = layers_per_virtual_stage > 0 ? layers_per_virtual_stage : a.num_layers / p;

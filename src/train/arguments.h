@@ -114,6 +114,10 @@ absl::Status validate_data_arguments(Arguments& args);
 // The constraints that involve the number of processes (world = TP x PP x DP, batch divisibility).
 absl::Status validate_for_world(Arguments& args, int64_t world_size);
 
+// Megatron's padded vocabulary: the smallest multiple of --make-vocab-size-divisible-by x TP that is
+// at least vocab_size, or an error naming the flags where it does not fit in int64.
+absl::StatusOr<int64_t> checked_padded_vocab_size(const Arguments& args, int64_t vocab_size);
+
 int64_t data_parallel_size(const Arguments& args, int64_t world_size);
 // Model chunks per pipeline rank (v): from --num-layers-per-virtual-pipeline-stage or
 // --num-virtual-stages-per-pipeline-rank, 1 without either. For validated arguments.

@@ -1,6 +1,8 @@
 #include "train/data_setup.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -10,6 +12,9 @@
 #include "data/gpt_dataset.h"
 #include "data/indexed_dataset.h"
 #include "data/mock_dataset.h"
+#include "data/token_check.h"
+#include "parallel/comm/mpi_runtime.h"
+#include "train/rank_agreement.h"
 
 namespace gpt {
 namespace {
@@ -19,18 +24,44 @@ struct WeightedPrefix {
   std::string prefix;
 };
 
-std::vector<WeightedPrefix> weighted_prefixes(const std::vector<std::string>& data_path) {
-  if (data_path.size() == 1) return {{1.0, data_path[0]}};
-  std::vector<WeightedPrefix> result;
-  double total = 0.0;
+// One prefix (weight 1) or weight prefix pairs; the weights are checked here, where the blend is
+// built, whatever the argument parser let through: finite, positive, and normalized without
+// overflow (two weights of 1e308 are an even blend, not inf / inf).
+absl::StatusOr<std::vector<WeightedPrefix>> weighted_prefixes(const std::vector<std::string>& data_path) {
+  if (data_path.size() == 1) return std::vector<WeightedPrefix>{{1.0, data_path[0]}};
+  if (data_path.empty() || data_path.size() % 2 != 0) {
+    return absl::InvalidArgumentError("--data-path takes one prefix or weight prefix pairs");
+  }
+  std::vector<double> weights;
+  std::vector<std::string> prefixes;
   for (size_t i = 0; i + 1 < data_path.size(); i += 2) {
     double weight = 0.0;
-    (void)absl::SimpleAtod(data_path[i], &weight);  // validated with the arguments
-    result.push_back({weight, data_path[i + 1]});
-    total += weight;
+    if (!absl::SimpleAtod(data_path[i], &weight)) {
+      return absl::InvalidArgumentError(absl::StrCat("--data-path: '", data_path[i], "' (the weight of ",
+                                                     data_path[i + 1], ") is not a number"));
+    }
+    weights.push_back(weight);
+    prefixes.push_back(data_path[i + 1]);
   }
-  for (WeightedPrefix& w : result) w.weight /= total;
+  GPT_ASSIGN_OR_RETURN(const std::vector<double> normalized, normalize_blend_weights(weights, prefixes));
+  std::vector<WeightedPrefix> result;
+  for (size_t i = 0; i < prefixes.size(); ++i) result.push_back({normalized[i], prefixes[i]});
   return result;
+}
+
+// Opens a dataset and checks every token id against the vocabulary now, not hours into the run
+// when the microbatch holding a bad id is drawn. The ranks of a node open the same files, so each
+// checks its share with its share of the cores; the set-up agreement after data loading makes one
+// rank's finding everyone's.
+absl::StatusOr<std::shared_ptr<const IndexedDataset>> open_checked(const std::string& prefix, int64_t vocab_size) {
+  GPT_ASSIGN_OR_RETURN(std::unique_ptr<IndexedDataset> opened, IndexedDataset::open(prefix));
+  TokenCheckOptions check;
+  check.vocab_size = vocab_size;
+  check.parts = std::max(1, local_world_size());
+  check.part = local_rank();
+  check.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / check.parts);
+  GPT_RETURN_IF_ERROR(check_token_ids(*opened, check));
+  return std::shared_ptr<const IndexedDataset>(std::move(opened));
 }
 
 absl::StatusOr<int64_t> tokenizer_vocab_size(const Arguments& a) {
@@ -51,12 +82,11 @@ absl::StatusOr<DataSources> build_indexed(const Arguments& a) {
   GPT_ASSIGN_OR_RETURN(sources.vocab_size, tokenizer_vocab_size(a));
   GPT_ASSIGN_OR_RETURN(const auto split_weights, parse_split(a.split));
   const std::array<int64_t, 3> wanted = samples_per_split(a);
-  const std::vector<WeightedPrefix> prefixes = weighted_prefixes(a.data_path);
+  GPT_ASSIGN_OR_RETURN(const std::vector<WeightedPrefix> prefixes, weighted_prefixes(a.data_path));
   const char* split_names[3] = {"train", "valid", "test"};
   std::array<std::vector<std::shared_ptr<const SampleSource>>, 3> per_split;
   for (const WeightedPrefix& wp : prefixes) {
-    GPT_ASSIGN_OR_RETURN(std::unique_ptr<IndexedDataset> opened, IndexedDataset::open(wp.prefix));
-    std::shared_ptr<const IndexedDataset> corpus = std::move(opened);
+    GPT_ASSIGN_OR_RETURN(std::shared_ptr<const IndexedDataset> corpus, open_checked(wp.prefix, sources.vocab_size));
     const std::array<DocumentRange, 3> ranges = split_documents(split_weights, corpus->num_documents());
     for (int s = 0; s < 3; ++s) {
       if (s > 0 && a.eval_iters == 0) continue;
@@ -89,16 +119,7 @@ absl::StatusOr<DataSources> build_indexed(const Arguments& a) {
   return sources;
 }
 
-}  // namespace
-
-std::array<int64_t, 3> samples_per_split(const Arguments& a) {
-  const int64_t evaluations = a.train_iters / a.eval_interval + 1;
-  return {a.train_iters * a.global_batch_size, evaluations * a.eval_iters * a.global_batch_size,
-          a.eval_iters * a.global_batch_size};
-}
-
-absl::StatusOr<DataSources> build_data_sources(const Arguments& a) {
-  if (!a.data_path.empty()) return build_indexed(a);
+DataSources build_mock(const Arguments& a) {
   DataSources sources;
   const uint64_t seed = static_cast<uint64_t>(a.seed);
   // Mock data: three independent streams, one per split.
@@ -108,6 +129,22 @@ absl::StatusOr<DataSources> build_data_sources(const Arguments& a) {
     sources.valid = std::make_shared<MockDataset>(seed + 1, a.vocab_size, a.seq_length);
     sources.test = std::make_shared<MockDataset>(seed + 2, a.vocab_size, a.seq_length);
   }
+  return sources;
+}
+
+}  // namespace
+
+std::array<int64_t, 3> samples_per_split(const Arguments& a) {
+  const int64_t evaluations = a.train_iters / a.eval_interval + 1;
+  return {a.train_iters * a.global_batch_size, evaluations * a.eval_iters * a.global_batch_size,
+          a.eval_iters * a.global_batch_size};
+}
+
+absl::StatusOr<DataSources> build_data_sources(const Arguments& a) {
+  absl::StatusOr<DataSources> sources = a.data_path.empty() ? build_mock(a) : build_indexed(a);
+  // Collective: a missing or damaged file on one rank ends set-up on every rank now, with that
+  // rank's message, instead of leaving the others in their first collective until the timeout.
+  GPT_RETURN_IF_ERROR(agree_on_setup(sources.status(), "data loading"));
   return sources;
 }
 

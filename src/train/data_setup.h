@@ -18,6 +18,10 @@ struct DataSources {
 };
 
 std::array<int64_t, 3> samples_per_split(const Arguments& args);
+// Opens and validates every dataset up front (headers, sizes, every token id against the
+// tokenizer's vocabulary) and builds or loads the indices. Collective over the world: every rank
+// calls it, and an error on any rank fails it on every rank (agree_on_setup), the failing rank
+// with its own message.
 absl::StatusOr<DataSources> build_data_sources(const Arguments& args);
 
 }  // namespace gpt

@@ -13,19 +13,30 @@
 #include "core/logging.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/mpi_grid.h"
+#include "train/rank_agreement.h"
 #include "train/trainer.h"
 
 namespace gpt {
 namespace {
 
-// Every rank reaches here with its own status; the lowest failing rank prints, all fail.
+// Every rank reaches here with its own status; all fail if any did, and one message is printed:
+// that of the lowest rank that failed itself (not of a rank that stopped because a peer failed,
+// see agree_on_setup), prefixed with its rank unless every rank failed the same way.
 int agree_and_report(const MpiRuntime& mpi, const absl::Status& status) {
-  int failing_rank = status.ok() ? mpi.world_size() : mpi.world_rank();
-  if (mpi.active()) MPI_Allreduce(MPI_IN_PLACE, &failing_rank, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (failing_rank == mpi.world_size()) return 0;
-  if (failing_rank == mpi.world_rank()) {
+  const int size = mpi.world_size(), rank = mpi.world_rank();
+  const bool own = !status.ok() && !is_peer_failure(status);
+  int failures[2] = {own ? rank : size, status.ok() ? size : rank};  // lowest own failure, lowest any
+  int own_count = own ? 1 : 0;
+  if (mpi.active()) {
+    MPI_Allreduce(MPI_IN_PLACE, failures, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &own_count, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  }
+  if (failures[1] == size) return 0;
+  const int reporter = failures[0] != size ? failures[0] : failures[1];
+  if (reporter == rank) {
+    const std::string where = size > 1 && own_count < size ? absl::StrCat("rank ", rank, ": ") : "";
     std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+    std::fprintf(stderr, "error: %s%s\n", where.c_str(), std::string(status.message()).c_str());
     std::fflush(stderr);
   }
   return 1;
@@ -102,6 +113,10 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
   }
   if (status.ok()) status = validate_for_world(args, mpi.world_size());
   if (status.ok()) status = resolve_device(args);
+  if (const int code = agree_and_report(mpi, status); code != 0) return code;
+  // Ranks launched with different arguments (a wrapper script that sets --seed per rank, a stale
+  // host file) would train diverging replicas or fail in some collective naming nothing.
+  status = check_same_arguments(args);
   if (const int code = agree_and_report(mpi, status); code != 0) return code;
   // Collective: only after every rank has agreed that it got this far.
   status = choose_backend(args, mpi, most_ranks_per_gpu(mpi, args));

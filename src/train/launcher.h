@@ -1,7 +1,10 @@
 // What every MPI program of the project does around its work: start MPI when launched by mpirun
 // (a world of one otherwise), parse and validate the arguments before anything is allocated,
-// build the process grid (rank 0 prints the layout), run the body, and turn any error into one
-// message from the lowest failing rank and a non-zero exit on every rank.
+// check that every rank was given the same arguments (rank_agreement.h), build the process grid
+// (rank 0 prints the layout), run the body, and turn any error into one message from the lowest
+// failing rank and a non-zero exit on every rank. The body's own set-up steps that may fail on one
+// rank only (data loading, model building) agree with agree_on_setup, so that the other ranks do
+// not wait for the collective timeout.
 #pragma once
 
 #include <functional>
