@@ -1,11 +1,16 @@
 // pretrain_gpt: Megatron-style GPT pretraining. Under mpirun the world is split into TP x PP x DP;
-// started directly it runs as a world of one.
+// started directly it runs as a world of one. --load resumes from a checkpoint, --save writes them
+// (train/checkpointing.h).
+#include "train/checkpointing.h"
 #include "train/launcher.h"
 #include "train/trainer.h"
 
 int main(int argc, char** argv) {
-  return gpt::launch(argc, argv, {}, [](const gpt::Arguments& args, gpt::ProcessGrid& grid, const auto&) {
+  return gpt::launch(argc, argv, {}, [](const gpt::Arguments& args, gpt::ProcessGrid& grid, const auto&) -> absl::Status {
     GPT_ASSIGN_OR_RETURN(std::unique_ptr<gpt::Trainer> trainer, gpt::Trainer::create(args, grid));
-    return trainer->run();
+    gpt::Checkpointer checkpointer(args, grid);
+    GPT_RETURN_IF_ERROR(checkpointer.load(*trainer));
+    GPT_RETURN_IF_ERROR(trainer->run([&] { return checkpointer.after_iteration(*trainer); }));
+    return checkpointer.finish(*trainer);
   });
 }

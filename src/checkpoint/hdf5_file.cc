@@ -1,7 +1,12 @@
 #include "checkpoint/hdf5_file.h"
 
 #include <hdf5.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -97,6 +102,107 @@ absl::Status read_attribute(hid_t file, const std::string& path, const std::stri
   return absl::OkStatus();
 }
 
+
+// The file type of a dtype: little-endian IEEE types, and BF16 as the upper half of an IEEE
+// single (see the header). The caller closes a BF16 type; the predefined ones must not be closed,
+// so this returns a Handle that closes only what it created.
+hid_t make_bf16_type() {
+  const hid_t type = H5Tcopy(H5T_IEEE_F32LE);
+  H5Tset_fields(type, 15, 7, 8, 0, 7);
+  H5Tset_offset(type, 0);
+  H5Tset_precision(type, 16);
+  H5Tset_size(type, 2);
+  H5Tset_ebias(type, 127);
+  return type;
+}
+
+herr_t close_nothing(hid_t) { return 0; }
+
+Handle file_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return Handle(H5T_IEEE_F32LE, close_nothing);
+    case DType::kBFloat16: return Handle(make_bf16_type(), H5Tclose);
+    case DType::kInt32: return Handle(H5T_STD_I32LE, close_nothing);
+    case DType::kInt64: return Handle(H5T_STD_I64LE, close_nothing);
+  }
+  return Handle(-1, close_nothing);
+}
+
+// In memory the same layouts in native byte order (x86 and aarch64 are little-endian, so the
+// file types serve; BF16 needs its own type either way).
+Handle memory_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return Handle(H5T_NATIVE_FLOAT, close_nothing);
+    case DType::kBFloat16: return Handle(make_bf16_type(), H5Tclose);
+    case DType::kInt32: return Handle(H5T_NATIVE_INT32, close_nothing);
+    case DType::kInt64: return Handle(H5T_NATIVE_INT64, close_nothing);
+  }
+  return Handle(-1, close_nothing);
+}
+
+absl::StatusOr<DType> dtype_of_type(hid_t type) {
+  const H5T_class_t type_class = H5Tget_class(type);
+  const size_t size = H5Tget_size(type);
+  if (type_class == H5T_FLOAT && size == 4) return DType::kFloat32;
+  if (type_class == H5T_FLOAT && size == 2 && H5Tget_ebias(type) == 127) return DType::kBFloat16;
+  if (type_class == H5T_INTEGER && size == 4 && H5Tget_sign(type) == H5T_SGN_2) return DType::kInt32;
+  if (type_class == H5T_INTEGER && size == 8 && H5Tget_sign(type) == H5T_SGN_2) return DType::kInt64;
+  return absl::DataLossError("unsupported element type");
+}
+
+std::vector<hsize_t> to_hsize(const std::vector<int64_t>& values) { return {values.begin(), values.end()}; }
+
+// Chunks of about 2^20 elements (4 MiB of FP32) whole rows at a time: large enough that the
+// checksum and chunk index cost nothing measurable, small enough that a slice reads little extra.
+std::vector<hsize_t> chunk_shape(const std::vector<int64_t>& shape) {
+  constexpr int64_t kChunkElements = int64_t{1} << 20;
+  std::vector<hsize_t> chunk(shape.size(), 1);
+  int64_t inner = 1;
+  for (size_t d = shape.size(); d-- > 1;) {
+    chunk[d] = static_cast<hsize_t>(std::max<int64_t>(shape[d], 1));
+    inner *= std::max<int64_t>(shape[d], 1);
+  }
+  if (!shape.empty()) {
+    chunk[0] = static_cast<hsize_t>(std::clamp<int64_t>(kChunkElements / std::max<int64_t>(inner, 1), 1,
+                                                        std::max<int64_t>(shape[0], 1)));
+  }
+  return chunk;
+}
+
+std::string shape_text(const std::vector<int64_t>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) absl::StrAppend(&text, i ? ", " : "", values[i]);
+  return text + "]";
+}
+
+// Selects [offsets, offsets + counts) of the dataset's space; an error if it is not inside.
+absl::Status select_slab(hid_t space, const std::string& path, const std::string& name,
+                         const std::vector<int64_t>& offsets, const std::vector<int64_t>& counts) {
+  const int rank = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
+  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  bool inside = offsets.size() == dims.size() && counts.size() == dims.size();
+  for (size_t d = 0; inside && d < dims.size(); ++d) {
+    inside = offsets[d] >= 0 && counts[d] >= 0 && static_cast<hsize_t>(offsets[d] + counts[d]) <= dims[d];
+  }
+  if (!inside) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": slice at ", shape_text(offsets), " of ", shape_text(counts),
+                                                   " is not inside dataset '", name, "'"));
+  }
+  if (dims.empty()) return absl::OkStatus();
+  const std::vector<hsize_t> start = to_hsize(offsets), count = to_hsize(counts);
+  if (H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0) {
+    return absl::InternalError(absl::StrCat(path, ": cannot select a slice of '", name, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// Appends the full paths of the datasets under `group` (recursively).
+herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* out) {
+  if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<Hdf5File> Hdf5File::create(const std::string& path) {
@@ -146,6 +252,174 @@ absl::StatusOr<HostArray<int32_t>> Hdf5File::read_int32(const std::string& name)
 }
 absl::StatusOr<HostArray<int64_t>> Hdf5File::read_int64(const std::string& name) const {
   return read_dataset<int64_t>(handle_, path_, name, H5T_NATIVE_INT64);
+}
+
+absl::Status Hdf5File::create_dataset(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                                      bool checksum) {
+  const std::vector<hsize_t> dims = to_hsize(shape);
+  Handle space(shape.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+               H5Sclose);
+  Handle link_properties(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(link_properties.get(), 1);
+  Handle create_properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  // Filters need a chunked layout, and chunks need a non-empty, non-scalar shape.
+  if (checksum && !shape.empty() && numel > 0) {
+    const std::vector<hsize_t> chunk = chunk_shape(shape);
+    H5Pset_chunk(create_properties.get(), static_cast<int>(chunk.size()), chunk.data());
+    H5Pset_fletcher32(create_properties.get());
+  }
+  const Handle type = file_type_of(dtype);
+  Handle dataset(H5Dcreate2(handle_, name.c_str(), type.get(), space.get(), link_properties.get(),
+                            create_properties.get(), H5P_DEFAULT),
+                 H5Dclose);
+  if (!dataset.ok()) return absl::InternalError(absl::StrCat(path_, ": cannot create dataset '", name, "'"));
+  return absl::OkStatus();
+}
+
+absl::Status Hdf5File::write_slab(const std::string& name, const std::vector<int64_t>& offsets,
+                                  const std::vector<int64_t>& counts, DType dtype, const void* values) {
+  Handle dataset(H5Dopen2(handle_, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!dataset.ok()) return absl::NotFoundError(absl::StrCat(path_, ": no dataset '", name, "'"));
+  Handle file_space(H5Dget_space(dataset.get()), H5Sclose);
+  GPT_RETURN_IF_ERROR(select_slab(file_space.get(), path_, name, offsets, counts));
+  const std::vector<hsize_t> count = to_hsize(counts);
+  Handle memory_space(count.empty() ? H5Screate(H5S_SCALAR)
+                                    : H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr),
+                      H5Sclose);
+  const Handle memory_type = memory_type_of(dtype);
+  if (H5Dwrite(dataset.get(), memory_type.get(), memory_space.get(), file_space.get(), H5P_DEFAULT, values) < 0) {
+    return absl::DataLossError(absl::StrCat(path_, ": cannot write dataset '", name, "' (disk full?)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Hdf5File::read_slab(const std::string& name, const std::vector<int64_t>& offsets,
+                                 const std::vector<int64_t>& counts, DType dtype, void* out) const {
+  if (H5Lexists(handle_, name.c_str(), H5P_DEFAULT) <= 0) {
+    return absl::NotFoundError(absl::StrCat(path_, ": no dataset '", name, "'"));
+  }
+  Handle dataset(H5Dopen2(handle_, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!dataset.ok()) return absl::DataLossError(absl::StrCat(path_, ": cannot open dataset '", name, "'"));
+  Handle stored_type(H5Dget_type(dataset.get()), H5Tclose);
+  const absl::StatusOr<DType> stored = dtype_of_type(stored_type.get());
+  if (!stored.ok() || *stored != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": dataset '", name, "' is not of type ", std::string(dtype_name(dtype))));
+  }
+  Handle file_space(H5Dget_space(dataset.get()), H5Sclose);
+  GPT_RETURN_IF_ERROR(select_slab(file_space.get(), path_, name, offsets, counts));
+  const std::vector<hsize_t> count = to_hsize(counts);
+  Handle memory_space(count.empty() ? H5Screate(H5S_SCALAR)
+                                    : H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr),
+                      H5Sclose);
+  const Handle memory_type = memory_type_of(dtype);
+  if (H5Dread(dataset.get(), memory_type.get(), memory_space.get(), file_space.get(), H5P_DEFAULT, out) < 0) {
+    return absl::DataLossError(absl::StrCat(path_, ": cannot read dataset '", name,
+                                            "': checksum mismatch or truncated file"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Hdf5File::DatasetInfo> Hdf5File::dataset_info(const std::string& name) const {
+  if (H5Lexists(handle_, name.c_str(), H5P_DEFAULT) <= 0) {
+    return absl::NotFoundError(absl::StrCat(path_, ": no dataset '", name, "'"));
+  }
+  Handle dataset(H5Dopen2(handle_, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!dataset.ok()) return absl::DataLossError(absl::StrCat(path_, ": cannot open dataset '", name, "'"));
+  DatasetInfo info;
+  Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  const absl::StatusOr<DType> dtype = dtype_of_type(type.get());
+  if (!dtype.ok()) return absl::DataLossError(absl::StrCat(path_, ": dataset '", name, "' has an unsupported type"));
+  info.dtype = *dtype;
+  Handle space(H5Dget_space(dataset.get()), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
+  if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  info.shape.assign(dims.begin(), dims.end());
+  Handle properties(H5Dget_create_plist(dataset.get()), H5Pclose);
+  const H5D_layout_t layout = H5Pget_layout(properties.get());
+  info.is_virtual = layout == H5D_VIRTUAL;
+  if (layout == H5D_CHUNKED) {
+    for (int f = 0; f < H5Pget_nfilters(properties.get()); ++f) {
+      unsigned flags = 0;
+      size_t elements = 0;
+      unsigned filter_config = 0;
+      if (H5Pget_filter2(properties.get(), static_cast<unsigned>(f), &flags, &elements, nullptr, 0, nullptr,
+                         &filter_config) == H5Z_FILTER_FLETCHER32) {
+        info.checksummed = true;
+      }
+    }
+  }
+  return info;
+}
+
+std::vector<std::string> Hdf5File::dataset_names() const {
+  std::vector<std::string> names;
+  H5Ovisit(handle_, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names);
+  return names;
+}
+
+absl::Status Hdf5File::create_virtual(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                                      const std::vector<VirtualPiece>& pieces) {
+  const std::vector<hsize_t> dims = to_hsize(shape);
+  Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  const Handle type = file_type_of(dtype);
+  if (dtype == DType::kFloat32 || dtype == DType::kBFloat16) {
+    // Gaps read as NaN rather than a plausible zero.
+    const float fill = std::numeric_limits<float>::quiet_NaN();
+    Handle fill_type(H5Tcopy(H5T_NATIVE_FLOAT), H5Tclose);
+    std::vector<unsigned char> fill_bytes(H5Tget_size(type.get()) > 4 ? H5Tget_size(type.get()) : 4);
+    std::memcpy(fill_bytes.data(), &fill, sizeof(fill));
+    if (H5Tconvert(fill_type.get(), type.get(), 1, fill_bytes.data(), nullptr, H5P_DEFAULT) >= 0) {
+      H5Pset_fill_value(properties.get(), type.get(), fill_bytes.data());
+    }
+  }
+  for (const VirtualPiece& piece : pieces) {
+    Handle virtual_space(H5Scopy(space.get()), H5Sclose);
+    GPT_RETURN_IF_ERROR(select_slab(virtual_space.get(), path_, name, piece.offsets, piece.counts));
+    const std::vector<hsize_t> count = to_hsize(piece.counts);
+    Handle source_space(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
+    if (H5Pset_virtual(properties.get(), virtual_space.get(), piece.file.c_str(), piece.dataset.c_str(),
+                       source_space.get()) < 0) {
+      return absl::InternalError(absl::StrCat(path_, ": cannot map '", piece.file, ":", piece.dataset, "' into '", name, "'"));
+    }
+  }
+  Handle link_properties(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(link_properties.get(), 1);
+  Handle dataset(H5Dcreate2(handle_, name.c_str(), type.get(), space.get(), link_properties.get(), properties.get(),
+                            H5P_DEFAULT),
+                 H5Dclose);
+  if (!dataset.ok()) return absl::InternalError(absl::StrCat(path_, ": cannot create virtual dataset '", name, "'"));
+  return absl::OkStatus();
+}
+
+absl::Status Hdf5File::write_text(const std::string& name, const std::string& text) {
+  return write_dataset(handle_, path_, name, {static_cast<int64_t>(text.size())}, H5T_STD_U8LE, H5T_NATIVE_UCHAR,
+                       text.data());
+}
+
+absl::StatusOr<std::string> Hdf5File::read_text(const std::string& name) const {
+  GPT_ASSIGN_OR_RETURN(HostArray<unsigned char> bytes, read_dataset<unsigned char>(handle_, path_, name, H5T_NATIVE_UCHAR));
+  return std::string(bytes.values.begin(), bytes.values.end());
+}
+
+absl::Status Hdf5File::close_and_sync() {
+  if (handle_ < 0) return absl::OkStatus();
+  if (H5Fflush(handle_, H5F_SCOPE_GLOBAL) < 0) {
+    return absl::DataLossError(absl::StrCat(path_, ": cannot flush (disk full?)"));
+  }
+  void* descriptor = nullptr;
+  int fd = -1;
+  if (H5Fget_vfd_handle(handle_, H5P_DEFAULT, &descriptor) >= 0 && descriptor != nullptr) {
+    fd = ::dup(*static_cast<int*>(descriptor));
+  }
+  const herr_t closed = H5Fclose(std::exchange(handle_, -1));
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  if (closed < 0 || !synced) return absl::DataLossError(absl::StrCat(path_, ": cannot close and sync (disk full?)"));
+  return absl::OkStatus();
 }
 
 bool Hdf5File::contains(const std::string& name) const { return H5Lexists(handle_, name.c_str(), H5P_DEFAULT) > 0; }

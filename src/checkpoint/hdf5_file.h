@@ -1,12 +1,17 @@
-// A small RAII layer over the HDF5 C API: files, float32 / int32 / int64 datasets with shapes,
-// and scalar attributes. Errors opening or reading a file are absl::Status naming the file and
-// the dataset (a user can fix them); HDF5's own error stack printing is silenced.
+// A small RAII layer over the HDF5 C API: files, float32 / bfloat16 / int32 / int64 datasets with
+// shapes, slices of them (hyperslabs), checksummed chunked datasets, virtual datasets over other
+// files, and scalar attributes. Errors opening or reading a file are absl::Status naming the file
+// and the dataset (a user can fix them); HDF5's own error stack printing is silenced.
+//
+// BF16 is stored as an HDF5 floating-point type of 16 bits (sign 15, exponent 7..14 with bias 127,
+// mantissa 0..6): the upper half of an IEEE single, so HDF5 tools convert it to float correctly.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace gpt {
@@ -37,6 +42,44 @@ class Hdf5File {
   absl::StatusOr<HostArray<int32_t>> read_int32(const std::string& name) const;
   absl::StatusOr<HostArray<int64_t>> read_int64(const std::string& name) const;
   bool contains(const std::string& name) const;
+
+  // Chunked datasets for slices and checksums. `checksum` adds HDF5's Fletcher-32 filter: every
+  // chunk read is verified, and a damaged chunk is an error naming the file and dataset.
+  absl::Status create_dataset(const std::string& name, DType dtype, const std::vector<int64_t>& shape, bool checksum);
+  // The slice [offsets, offsets + counts) of a dataset, row-major, in the dataset's own dtype
+  // (`dtype` must match it: conversions are the caller's, so that rounding is ours).
+  absl::Status write_slab(const std::string& name, const std::vector<int64_t>& offsets,
+                          const std::vector<int64_t>& counts, DType dtype, const void* values);
+  absl::Status read_slab(const std::string& name, const std::vector<int64_t>& offsets,
+                         const std::vector<int64_t>& counts, DType dtype, void* out) const;
+  struct DatasetInfo {
+    DType dtype = DType::kFloat32;
+    std::vector<int64_t> shape;
+    bool checksummed = false;
+    bool is_virtual = false;
+  };
+  absl::StatusOr<DatasetInfo> dataset_info(const std::string& name) const;
+  // Every dataset in the file, by full path without the leading '/', in name order.
+  std::vector<std::string> dataset_names() const;
+
+  // A virtual dataset of `shape` whose pieces live in other files (paths relative to this file's
+  // directory); h5py and h5dump read it as one tensor. Elements no piece covers read as NaN
+  // (floats) or 0.
+  struct VirtualPiece {
+    std::string file;
+    std::string dataset;
+    std::vector<int64_t> offsets;
+    std::vector<int64_t> counts;
+  };
+  absl::Status create_virtual(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                              const std::vector<VirtualPiece>& pieces);
+
+  // Text (tables, argument lists) as a 1-D dataset of bytes: no attribute size limit.
+  absl::Status write_text(const std::string& name, const std::string& text);
+  absl::StatusOr<std::string> read_text(const std::string& name) const;
+
+  // Flushes, fsyncs and closes the file: after an OK return its bytes are on the disk.
+  absl::Status close_and_sync();
 
   // Scalar attributes on the root group.
   absl::Status set_attribute(const std::string& name, double value);

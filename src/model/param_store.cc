@@ -142,4 +142,29 @@ void ParamStore::initialize(uint64_t seed) {
 
 void ParamStore::zero_grads(Context& ctx) const { ops::zero(ctx, flat_grads_); }
 
+std::vector<ShardedTensor> ParamStore::sharded_tensors() const {
+  std::vector<ShardedTensor> result;
+  for (const Param& param : params_) {
+    const std::vector<int64_t>& global = param.spec->global_shape;
+    ShardedTensor piece;
+    piece.key = "model/" + param.name();
+    piece.global_shape = global;
+    piece.offsets = global.size() == 2 ? std::vector<int64_t>{param.row_offset, param.column_offset}
+                                       : std::vector<int64_t>{param.row_offset};
+    for (int d = 0; d < param.local_shape.rank(); ++d) piece.local_shape.push_back(param.local_shape[d]);
+    piece.replica_id = param.counts_in_grad_norm ? 0 : 1;
+    piece.replicated_over_data_parallel = true;
+    piece.data = param.value;
+    result.push_back(std::move(piece));
+  }
+  return result;
+}
+
+const Param* ParamStore::param_at(int64_t flat_index) const {
+  for (const Param& param : params_) {
+    if (flat_index >= param.flat_offset && flat_index < param.flat_offset + param.numel()) return &param;
+  }
+  return nullptr;
+}
+
 }  // namespace gpt

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "checkpoint/sharded_tensor.h"
 #include "core/arena.h"
 #include "core/context.h"
 #include "model/param_registry.h"
@@ -75,6 +76,13 @@ class ParamStore {
 
   // The buckets, in the order their gradients become final in backward (front to back).
   const std::vector<Bucket>& buckets() const { return buckets_; }
+  // Every parameter slice as a checkpoint piece "model/<name>" (views of the values). Duplicates
+  // this rank holds (a replicated parameter on TP rank > 0, the last stage's tied embedding copy:
+  // whatever does not count in the gradient norm) have replica_id 1.
+  std::vector<ShardedTensor> sharded_tensors() const;
+  // The param holding flat element `flat_index`, or nullptr for alignment padding.
+  const Param* param_at(int64_t flat_index) const;
+
   // The parameter's element range in the flat buffers.
   Range range_of(const Param& param) const { return {param.flat_offset, param.flat_offset + param.numel()}; }
 

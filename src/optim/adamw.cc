@@ -52,4 +52,56 @@ void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
   }
 }
 
+std::vector<ShardedTensor> AdamW::sharded_tensors(bool sharded) const {
+  std::vector<ShardedTensor> result;
+  struct State {
+    const char* name;
+    const Tensor* tensor;
+  };
+  std::vector<State> states = {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}};
+  if (separate_master_) states.insert(states.begin(), State{"master", &master_});
+  for (const Part& part : parts_) {
+    for (const ops::AdamWSegment& segment : part.segments) {
+      const int64_t flat_begin = part.range.begin + segment.offset;
+      const Param* param = params_.param_at(flat_begin);
+      GPT_CHECK(param != nullptr) << "optimizer segment at " << flat_begin << " holds no parameter";
+      const std::vector<int64_t>& global = param->spec->global_shape;
+      std::vector<int64_t> local_shape, slice_offsets = {param->row_offset};
+      for (int d = 0; d < param->local_shape.rank(); ++d) local_shape.push_back(param->local_shape[d]);
+      if (global.size() == 2) slice_offsets.push_back(param->column_offset);
+      const int64_t begin = flat_begin - param->flat_offset;  // within the slice
+      for (const FlatRectangle& rectangle : rectangles_of_flat_range(local_shape, begin, begin + segment.length)) {
+        int64_t count = 1;
+        for (int64_t c : rectangle.counts) count *= c;
+        // State element of slice element i: part.state_offset + segment.offset + (i - begin).
+        const int64_t state_offset = part.state_offset + segment.offset + (rectangle.flat_begin - begin);
+        for (const State& state : states) {
+          ShardedTensor piece;
+          piece.key = std::string("optimizer/") + state.name + "/" + param->name();
+          piece.global_shape = global;
+          for (size_t d = 0; d < global.size(); ++d) piece.offsets.push_back(slice_offsets[d] + rectangle.offsets[d]);
+          piece.local_shape = rectangle.counts;
+          piece.replica_id = param->counts_in_grad_norm ? 0 : 1;
+          piece.replicated_over_data_parallel = !sharded;
+          piece.data = state.tensor->flat_range(state_offset, count);
+          result.push_back(std::move(piece));
+        }
+      }
+    }
+  }
+  return result;
+}
+
+void AdamW::reset_from_params(Context& ctx) {
+  if (separate_master_) {
+    for (const Part& part : parts_) {
+      ops::cast(ctx, master_.flat_range(part.state_offset, part.range.size()),
+                params_.flat_values().flat_range(part.range.begin, part.range.size()));
+    }
+  }
+  ops::zero(ctx, exp_avg_);
+  ops::zero(ctx, exp_avg_sq_);
+  steps_ = 0;
+}
+
 }  // namespace gpt

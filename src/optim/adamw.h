@@ -45,6 +45,15 @@ class AdamW {
   const Tensor& exp_avg() const { return exp_avg_; }
   const Tensor& exp_avg_sq() const { return exp_avg_sq_; }
   bool has_separate_master() const { return separate_master_; }
+  // The state as checkpoint pieces: "optimizer/exp_avg/<name>", "optimizer/exp_avg_sq/<name>" and,
+  // with separate master weights, "optimizer/master/<name>", each owned part of a parameter slice as
+  // up to three rectangles of the global tensor (views of the state). `sharded`: the owned ranges
+  // are this rank's alone (the distributed optimizer); otherwise every data-parallel rank holds the
+  // same state. Tensor-parallel duplicates get replica_id 1, as in ParamStore::sharded_tensors.
+  std::vector<ShardedTensor> sharded_tensors(bool sharded) const;
+  // Master weights copied again from the parameters (after parameters were loaded without the
+  // optimizer state); moments zeroed and the step count reset: a fresh optimizer.
+  void reset_from_params(Context& ctx);
 
  private:
   struct Part {

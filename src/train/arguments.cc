@@ -12,6 +12,7 @@
 #include "core/checked_math.h"
 #include "data/dataset_split.h"
 #include "parallel/pipeline/schedule.h"
+#include "train/checkpoint_arguments.h"
 #include "train/numeric_flags.h"
 
 namespace gpt {
@@ -208,6 +209,27 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   app.add_option("--eval-iters", a.eval_iters, "Global batches per evaluation (0: no evaluation)");
   app.add_option("--log-interval", a.log_interval, "Iterations between log lines");
   app.add_flag("--log-throughput", a.log_throughput, "Accepted for compatibility: throughput is always logged");
+  app.add_option("--save", a.save, "Directory for checkpoints");
+  app.add_option("--save-interval", a.save_interval, "Iterations between checkpoints");
+  app.add_option("--load", a.load, "Directory to resume from (its latest_checkpointed_iteration.txt)");
+  app.add_option("--ckpt-step", a.ckpt_step, "Iteration to load instead of the tracker's");
+  app.add_flag("--no-load-optim", a.no_load_optim, "Do not load the optimizer state");
+  app.add_flag("--no-load-rng", a.no_load_rng, "Do not load the random state (use --seed)");
+  app.add_flag("--no-save-optim", a.no_save_optim, "Do not save the optimizer state");
+  app.add_flag("--finetune", a.finetune, "Load parameters only; start at iteration 0");
+  app.add_option("--ckpt-format", a.ckpt_format, "Checkpoint format: hdf5 (this program's only one)");
+  app.add_flag("--async-save", a.async_save, "Write checkpoints in a background thread from a host copy");
+  app.add_flag("--use-persistent-ckpt-worker", a.use_persistent_ckpt_worker, "Accepted with --async-save");
+  app.add_option("--dist-ckpt-strictness", a.dist_ckpt_strictness,
+                 "Missing / unexpected checkpoint keys on load: assume_ok_unexpected, log_unexpected, log_all, "
+                 "raise_unexpected, raise_all, ignore_all");
+  app.add_flag("--exit-signal-handler", a.exit_signal_handler, "On SIGTERM: finish the iteration, save, exit 0");
+  app.add_option("--exit-duration-in-mins", a.exit_duration_in_mins, "Save and exit after this many minutes");
+  app.add_option("--exit-interval", a.exit_interval, "Save and exit when the iteration is a multiple of this");
+  app.add_option("--keep-latest-checkpoints", a.keep_latest_checkpoints,
+                 "Delete all but the newest K committed checkpoints (not a Megatron flag)");
+  app.add_flag("--load-fallback-to-previous", a.load_fallback_to_previous,
+               "If the checkpoint to load is damaged, load the newest older one (not a Megatron flag)");
   app.add_option("--timing-log-level", a.timing_log_level,
                  "0: none; 1 or 2: per-phase times (forward-backward, all-grads-sync, optimizer) after each log line");
 
@@ -286,6 +308,7 @@ absl::Status validate_arguments(Arguments& a) {
   }
   if (!a.was_given("--lr")) return invalid("missing required flag --lr");
   GPT_RETURN_IF_ERROR(validate_data_arguments(a));
+  GPT_RETURN_IF_ERROR(validate_checkpoint_arguments(a));
 
   // Sizes.
   const std::pair<const char*, int64_t> positive[] = {

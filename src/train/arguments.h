@@ -96,6 +96,25 @@ struct Arguments {
   bool log_throughput = false;  // accepted for compatibility; throughput is always logged
   int64_t timing_log_level = 0;  // >= 1: Megatron's "(min, max) time across ranks" lines per phase
 
+  // Checkpoints (docs/CHECKPOINTS.md; validated in train/checkpointing.cc).
+  std::string save;                     // directory; "": no checkpoints
+  int64_t save_interval = 0;            // iterations between saves; 0: only at the end and on exit
+  std::string load;                     // directory; "": start from scratch
+  int64_t ckpt_step = -1;               // iteration to load instead of the tracker's; -1: the tracker's
+  bool no_load_optim = false;
+  bool no_load_rng = false;
+  bool no_save_optim = false;
+  bool finetune = false;                // parameters only; iteration and data start from 0
+  std::string ckpt_format = "hdf5";     // the only format of this program
+  bool async_save = false;              // write from a host copy in a background thread
+  bool use_persistent_ckpt_worker = false;  // accepted: the writer thread is one per save either way
+  std::string dist_ckpt_strictness = "assume_ok_unexpected";
+  bool exit_signal_handler = false;     // SIGTERM: finish the iteration, save, exit 0
+  int64_t exit_duration_in_mins = 0;    // 0: none
+  int64_t exit_interval = 0;            // 0: none
+  int64_t keep_latest_checkpoints = 0;  // not Megatron's: delete older committed checkpoints; 0: keep all
+  bool load_fallback_to_previous = false;  // not Megatron's: a damaged newest checkpoint falls back
+
   // The long names of the flags that appeared on the command line.
   std::set<std::string> given;
   bool was_given(const std::string& flag) const { return given.count(flag) > 0; }

@@ -58,6 +58,8 @@ std::string format(const std::vector<std::string>& values) {
 
 }  // namespace
 
+int job_world_size() { return mpi_running() ? world_size() : 1; }
+
 absl::Status agree_on_setup(const absl::Status& local, absl::string_view phase) {
   if (!mpi_running()) return local;
   const int rank = world_rank(), size = world_size();
@@ -141,6 +143,23 @@ std::string canonical_arguments(const Arguments& a) {
   line("--log-interval", a.log_interval);
   line("--log-throughput", a.log_throughput);
   line("--timing-log-level", a.timing_log_level);
+  line("--save", a.save);
+  line("--save-interval", a.save_interval);
+  line("--load", a.load);
+  line("--ckpt-step", a.ckpt_step);
+  line("--no-load-optim", a.no_load_optim);
+  line("--no-load-rng", a.no_load_rng);
+  line("--no-save-optim", a.no_save_optim);
+  line("--finetune", a.finetune);
+  line("--ckpt-format", a.ckpt_format);
+  line("--async-save", a.async_save);
+  line("--use-persistent-ckpt-worker", a.use_persistent_ckpt_worker);
+  line("--dist-ckpt-strictness", a.dist_ckpt_strictness);
+  line("--exit-signal-handler", a.exit_signal_handler);
+  line("--exit-duration-in-mins", a.exit_duration_in_mins);
+  line("--exit-interval", a.exit_interval);
+  line("--keep-latest-checkpoints", a.keep_latest_checkpoints);
+  line("--load-fallback-to-previous", a.load_fallback_to_previous);
   return out.str();
 }
 

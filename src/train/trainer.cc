@@ -349,7 +349,7 @@ StepResult Trainer::apply_update() {
   return result;
 }
 
-absl::Status Trainer::run() {
+absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_iteration) {
   const bool logging = grid_.is_logging_rank();
   if (grid_.world_rank() == 0) {
     std::printf("%s\n", describe_arguments(args_).c_str());
@@ -432,6 +432,10 @@ absl::Status Trainer::run() {
     }
     if (valid_data_ && iteration_ % args_.eval_interval == 0) {
       print_evaluation("iteration " + std::to_string(iteration_), evaluate(Split::kValid));
+    }
+    if (after_iteration) {
+      GPT_ASSIGN_OR_RETURN(const bool stop, after_iteration());
+      if (stop) return absl::OkStatus();
     }
   }
   if (logging && profiled_iterations > 0) {

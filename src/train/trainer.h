@@ -4,6 +4,7 @@
 // printing Megatron's log line every --log-interval iterations.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -70,8 +71,10 @@ class Trainer {
   void set_data_position(const DataPosition& position, int64_t iteration);
   // The last microbatch this rank loaded into the model (token ids [b, s]).
   const Microbatch& current_microbatch() const { return feed_->last(); }
-  // All iterations up to --train-iters, with logging.
-  absl::Status run();
+  // All iterations up to --train-iters, with logging. `after_iteration` (collective; checkpoints
+  // and exit conditions) runs at the end of every iteration; when it returns true training stops
+  // there, without the final evaluation (Megatron's exit).
+  absl::Status run(const std::function<absl::StatusOr<bool>()>& after_iteration = {});
   // Waits for parameter all-gathers still in flight (--overlap-param-gather leaves them to the next
   // forward): call before reading the parameters outside training (a dump, a checkpoint).
   void synchronize_parameters() { data_parallel_->settle(ctx_); }

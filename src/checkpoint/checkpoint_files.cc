@@ -1,0 +1,455 @@
+#include "checkpoint/checkpoint_files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "core/bf16.h"
+#include "core/checked_math.h"
+
+namespace gpt {
+namespace {
+
+constexpr char kPieceTable[] = "_pieces";
+constexpr char kArguments[] = "_arguments";
+constexpr char kFormat[] = "gpt-hdf5-checkpoint";
+constexpr int64_t kFormatVersion = 1;
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt32, DType::kInt64}) {
+    if (dtype_name(dtype) == name) return dtype;
+  }
+  return std::nullopt;
+}
+
+std::string join_numbers(const std::vector<int64_t>& values) { return absl::StrJoin(values, ","); }
+
+std::optional<std::vector<int64_t>> parse_numbers(std::string_view text) {
+  std::vector<int64_t> values;
+  if (text.empty()) return values;
+  for (absl::string_view part : absl::StrSplit(absl::string_view(text.data(), text.size()), ',')) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(part, &value)) return std::nullopt;
+    values.push_back(value);
+  }
+  return values;
+}
+
+std::optional<int64_t> volume(const std::vector<int64_t>& counts) {
+  std::optional<int64_t> product = 1;
+  for (int64_t c : counts) {
+    if (c < 0) return std::nullopt;
+    product = product ? checked_multiply(*product, c) : std::nullopt;
+  }
+  return product;
+}
+
+// One line of a piece table: key, dataset, dtype, global shape, offsets, counts[, shard].
+struct PieceLine {
+  std::string key, dataset;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> global_shape, offsets, counts;
+  int shard = -1;
+};
+
+std::string format_line(const PieceLine& line) {
+  std::string text = absl::StrCat(line.key, "\t", line.dataset, "\t", std::string(dtype_name(line.dtype)), "\t",
+                                  join_numbers(line.global_shape), "\t", join_numbers(line.offsets), "\t",
+                                  join_numbers(line.counts));
+  if (line.shard >= 0) absl::StrAppend(&text, "\t", line.shard);
+  return text + "\n";
+}
+
+// Checks what a damaged table could get wrong: fields, numbers, ranks, and that the piece lies
+// inside its global tensor.
+absl::StatusOr<std::vector<PieceLine>> parse_table(const std::string& text, const std::string& file, bool with_shard) {
+  std::vector<PieceLine> lines;
+  int number = 0;
+  for (absl::string_view row : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    ++number;
+    const std::vector<std::string> fields = absl::StrSplit(row, '\t');
+    auto bad = [&](const std::string& why) {
+      return absl::DataLossError(absl::StrCat(file, ": piece table line ", number, " is damaged (", why, ")"));
+    };
+    if (fields.size() != (with_shard ? 7u : 6u)) return bad("wrong number of fields");
+    PieceLine line;
+    line.key = fields[0];
+    line.dataset = fields[1];
+    const std::optional<DType> dtype = parse_dtype(fields[2]);
+    auto global = parse_numbers(fields[3]), offsets = parse_numbers(fields[4]), counts = parse_numbers(fields[5]);
+    if (!dtype || !global || !offsets || !counts) return bad("not numbers");
+    line.dtype = *dtype;
+    line.global_shape = *global;
+    line.offsets = *offsets;
+    line.counts = *counts;
+    const size_t rank = line.global_shape.size();
+    if (rank < 1 || rank > 2 || line.offsets.size() != rank || line.counts.size() != rank) return bad("ranks differ");
+    for (size_t d = 0; d < rank; ++d) {
+      const std::optional<int64_t> end = checked_add(line.offsets[d], line.counts[d]);
+      if (line.offsets[d] < 0 || line.counts[d] < 0 || !end || *end > line.global_shape[d]) {
+        return bad("piece outside its tensor");
+      }
+    }
+    if (with_shard && (!absl::SimpleAtoi(fields[6], &line.shard) || line.shard < 0)) return bad("shard number");
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+absl::Status write_metadata(Hdf5File& index, const CheckpointMetadata& m) {
+  GPT_RETURN_IF_ERROR(index.set_attribute("format", std::string(kFormat)));
+  GPT_RETURN_IF_ERROR(index.set_attribute("format_version", kFormatVersion));
+  const std::pair<const char*, int64_t> ints[] = {
+      {"iteration", m.iteration},
+      {"consumed_train_samples", m.consumed_train_samples},
+      {"consumed_valid_samples", m.consumed_valid_samples},
+      {"optimizer_steps", m.optimizer_steps},
+      {"seed", m.seed},
+      {"tensor_model_parallel_size", m.tensor_parallel},
+      {"pipeline_model_parallel_size", m.pipeline_parallel},
+      {"data_parallel_size", m.data_parallel},
+      {"virtual_stages_per_pipeline_rank", m.virtual_stages},
+      {"distributed_optimizer", m.distributed_optimizer ? 1 : 0}};
+  for (const auto& [name, value] : ints) GPT_RETURN_IF_ERROR(index.set_attribute(name, value));
+  GPT_RETURN_IF_ERROR(index.set_attribute("params_dtype", m.params_dtype));
+  return index.write_text(kArguments, m.arguments);
+}
+
+absl::Status read_metadata(const Hdf5File& index, CheckpointMetadata& m) {
+  const absl::StatusOr<std::string> format = index.attribute_string("format");
+  if (!format.ok() || *format != kFormat) {
+    return absl::DataLossError(absl::StrCat(index.path(), " is not a checkpoint index of this program"));
+  }
+  GPT_ASSIGN_OR_RETURN(const int64_t version, index.attribute_int("format_version"));
+  if (version != kFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(index.path(), ": checkpoint format version ", version,
+                                                      " (this program reads version ", kFormatVersion, ")"));
+  }
+  const std::pair<const char*, int64_t*> ints[] = {
+      {"iteration", &m.iteration},
+      {"consumed_train_samples", &m.consumed_train_samples},
+      {"consumed_valid_samples", &m.consumed_valid_samples},
+      {"optimizer_steps", &m.optimizer_steps},
+      {"seed", &m.seed},
+      {"tensor_model_parallel_size", &m.tensor_parallel},
+      {"pipeline_model_parallel_size", &m.pipeline_parallel},
+      {"data_parallel_size", &m.data_parallel},
+      {"virtual_stages_per_pipeline_rank", &m.virtual_stages}};
+  for (const auto& [name, value] : ints) {
+    GPT_ASSIGN_OR_RETURN(*value, index.attribute_int(name));
+  }
+  GPT_ASSIGN_OR_RETURN(const int64_t distributed, index.attribute_int("distributed_optimizer"));
+  m.distributed_optimizer = distributed != 0;
+  GPT_ASSIGN_OR_RETURN(m.params_dtype, index.attribute_string("params_dtype"));
+  GPT_ASSIGN_OR_RETURN(m.arguments, index.read_text(kArguments));
+  return absl::OkStatus();
+}
+
+// Rows [0, rows) of `columns` elements each, from `source` (row stride source_stride elements) to
+// `destination` (row stride destination_stride), converting the element type.
+void copy_rows(const unsigned char* source, DType source_dtype, int64_t source_stride, unsigned char* destination,
+               DType destination_dtype, int64_t destination_stride, int64_t rows, int64_t columns) {
+  const size_t source_size = dtype_size(source_dtype), destination_size = dtype_size(destination_dtype);
+  for (int64_t r = 0; r < rows; ++r) {
+    const unsigned char* from = source + static_cast<size_t>(r * source_stride) * source_size;
+    unsigned char* to = destination + static_cast<size_t>(r * destination_stride) * destination_size;
+    if (source_dtype == destination_dtype) {
+      std::memcpy(to, from, static_cast<size_t>(columns) * source_size);
+    } else if (source_dtype == DType::kBFloat16 && destination_dtype == DType::kFloat32) {
+      for (int64_t c = 0; c < columns; ++c) {
+        uint16_t bits;
+        std::memcpy(&bits, from + 2 * c, 2);
+        const float value = bf16_bits_to_float(bits);
+        std::memcpy(to + 4 * c, &value, 4);
+      }
+    } else {  // float32 to bfloat16
+      for (int64_t c = 0; c < columns; ++c) {
+        float value;
+        std::memcpy(&value, from + 4 * c, 4);
+        const uint16_t bits = float_to_bf16_bits(value);
+        std::memcpy(to + 2 * c, &bits, 2);
+      }
+    }
+  }
+}
+
+bool is_float(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kBFloat16; }
+
+}  // namespace
+
+std::string iteration_directory_name(int64_t iteration) { return absl::StrFormat("iter_%07d", iteration); }
+std::string shard_file_name(int world_rank) { return absl::StrFormat("shard_%05d.h5", world_rank); }
+
+absl::Status write_shard(const std::string& path, const std::vector<HostPiece>& pieces) {
+  GPT_ASSIGN_OR_RETURN(Hdf5File file, Hdf5File::create(path));
+  std::string table;
+  std::map<std::string, int> per_key;
+  for (const HostPiece& piece : pieces) {
+    const ShardedTensor& r = piece.record;
+    const std::string dataset = absl::StrCat(r.key, "/", per_key[r.key]++);
+    GPT_RETURN_IF_ERROR(file.create_dataset(dataset, piece.dtype, r.local_shape, /*checksum=*/true));
+    if (!piece.bytes.empty()) {
+      GPT_RETURN_IF_ERROR(file.write_slab(dataset, std::vector<int64_t>(r.local_shape.size(), 0), r.local_shape,
+                                          piece.dtype, piece.bytes.data()));
+    }
+    table += format_line({r.key, dataset, piece.dtype, r.global_shape, r.offsets, r.local_shape, -1});
+  }
+  GPT_RETURN_IF_ERROR(file.write_text(kPieceTable, table));
+  return file.close_and_sync();
+}
+
+absl::Status write_index(const std::string& directory, const std::vector<std::string>& shard_files,
+                         const CheckpointMetadata& metadata) {
+  struct Tensor {
+    DType dtype;
+    std::vector<int64_t> global_shape;
+    std::vector<PieceLine> pieces;
+  };
+  std::map<std::string, Tensor> tensors;
+  std::string table;
+  for (size_t s = 0; s < shard_files.size(); ++s) {
+    const std::string path = absl::StrCat(directory, "/", shard_files[s]);
+    GPT_ASSIGN_OR_RETURN(const Hdf5File shard, Hdf5File::open_read_only(path));
+    GPT_ASSIGN_OR_RETURN(const std::string text, shard.read_text(kPieceTable));
+    GPT_ASSIGN_OR_RETURN(std::vector<PieceLine> lines, parse_table(text, path, /*with_shard=*/false));
+    for (PieceLine& line : lines) {
+      line.shard = static_cast<int>(s);
+      table += format_line(line);
+      auto [it, inserted] = tensors.try_emplace(line.key, Tensor{line.dtype, line.global_shape, {}});
+      if (it->second.dtype != line.dtype || it->second.global_shape != line.global_shape) {
+        return absl::InternalError(absl::StrCat("checkpoint ", directory, ": pieces of '", line.key,
+                                                "' disagree on dtype or global shape"));
+      }
+      it->second.pieces.push_back(std::move(line));
+    }
+  }
+  // Every element written exactly once: pieces disjoint (pairwise) and adding up to the tensor.
+  for (const auto& [key, tensor] : tensors) {
+    int64_t covered = 0;
+    for (size_t i = 0; i < tensor.pieces.size(); ++i) {
+      covered += *volume(tensor.pieces[i].counts);
+      for (size_t j = 0; j < i; ++j) {
+        bool overlap = true;
+        for (size_t d = 0; d < tensor.global_shape.size(); ++d) {
+          const PieceLine &a = tensor.pieces[i], &b = tensor.pieces[j];
+          overlap = overlap && std::max(a.offsets[d], b.offsets[d]) < std::min(a.offsets[d] + a.counts[d], b.offsets[d] + b.counts[d]);
+        }
+        if (overlap) return absl::InternalError(absl::StrCat("checkpoint ", directory, ": two pieces of '", key, "' overlap"));
+      }
+    }
+    if (covered != *volume(tensor.global_shape)) {
+      return absl::InternalError(absl::StrCat("checkpoint ", directory, ": the pieces of '", key, "' cover ", covered,
+                                              " of its ", *volume(tensor.global_shape), " elements"));
+    }
+  }
+  GPT_ASSIGN_OR_RETURN(Hdf5File index, Hdf5File::create(absl::StrCat(directory, "/", kIndexFileName)));
+  GPT_RETURN_IF_ERROR(write_metadata(index, metadata));
+  GPT_RETURN_IF_ERROR(index.set_attribute("shard_files", absl::StrJoin(shard_files, ",")));
+  GPT_RETURN_IF_ERROR(index.write_text(kPieceTable, table));
+  for (const auto& [key, tensor] : tensors) {
+    std::vector<Hdf5File::VirtualPiece> pieces;
+    for (const PieceLine& line : tensor.pieces) {
+      if (*volume(line.counts) == 0) continue;
+      // Relative to the index: HDF5 looks for a relative source beside the virtual file.
+      pieces.push_back({shard_files[static_cast<size_t>(line.shard)], line.dataset, line.offsets, line.counts});
+    }
+    GPT_RETURN_IF_ERROR(index.create_virtual(key, tensor.dtype, tensor.global_shape, pieces));
+  }
+  return index.close_and_sync();
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const std::string& directory) {
+  const std::string path = absl::StrCat(directory, "/", kIndexFileName);
+  std::error_code error;
+  if (!std::filesystem::is_directory(directory, error)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", directory, " does not exist"));
+  }
+  if (!std::filesystem::exists(path, error)) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", directory, " has no ", kIndexFileName,
+                                            " (an incomplete save?)"));
+  }
+  std::unique_ptr<CheckpointReader> reader(new CheckpointReader());
+  reader->directory_ = directory;
+  GPT_ASSIGN_OR_RETURN(const Hdf5File index, Hdf5File::open_read_only(path));
+  GPT_RETURN_IF_ERROR(read_metadata(index, reader->metadata_));
+  GPT_ASSIGN_OR_RETURN(const std::string text, index.read_text(kPieceTable));
+  GPT_ASSIGN_OR_RETURN(std::vector<PieceLine> lines, parse_table(text, path, /*with_shard=*/true));
+  std::map<std::string, int> shard_numbers;
+  for (PieceLine& line : lines) {
+    StoredTensor& tensor = reader->tensors_[line.key];
+    if (tensor.pieces.empty()) {
+      tensor.dtype = line.dtype;
+      tensor.global_shape = line.global_shape;
+    } else if (tensor.dtype != line.dtype || tensor.global_shape != line.global_shape) {
+      return absl::DataLossError(absl::StrCat(path, ": pieces of '", line.key, "' disagree on dtype or shape"));
+    }
+    tensor.pieces.push_back({line.shard, line.dataset, line.offsets, line.counts});
+  }
+  int shards = 0;
+  for (const auto& [key, tensor] : reader->tensors_) {
+    for (const StoredPiece& piece : tensor.pieces) shards = std::max(shards, piece.shard + 1);
+  }
+  // The piece table numbers the shards in the order of the index's "shard_files" list.
+  GPT_ASSIGN_OR_RETURN(const std::string listed, index.attribute_string("shard_files"));
+  std::vector<std::string> names = absl::StrSplit(listed, ',', absl::SkipEmpty());
+  if (static_cast<int>(names.size()) < shards) {
+    return absl::DataLossError(absl::StrCat(path, ": the piece table names more shards than the index lists"));
+  }
+  reader->shard_files_ = names;
+  reader->open_shards_.resize(names.size());
+  return reader;
+}
+
+std::vector<std::string> CheckpointReader::keys() const {
+  std::vector<std::string> result;
+  for (const auto& [key, tensor] : tensors_) result.push_back(key);
+  return result;
+}
+
+absl::StatusOr<Hdf5File*> CheckpointReader::shard(int index) {
+  std::unique_ptr<Hdf5File>& slot = open_shards_[static_cast<size_t>(index)];
+  if (!slot) {
+    const std::string path = absl::StrCat(directory_, "/", shard_files_[static_cast<size_t>(index)]);
+    absl::StatusOr<Hdf5File> file = Hdf5File::open_read_only(path);
+    if (!file.ok()) {
+      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " is missing or not HDF5 (truncated?)"));
+    }
+    slot = std::make_unique<Hdf5File>(std::move(*file));
+  }
+  return slot.get();
+}
+
+absl::Status CheckpointReader::read(const std::string& key, const std::vector<int64_t>& global_shape,
+                                    const std::vector<int64_t>& offsets, const std::vector<int64_t>& shape, DType dtype,
+                                    void* out) {
+  auto it = tensors_.find(key);
+  if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("checkpoint ", directory_, " has no tensor '", key, "'"));
+  const StoredTensor& tensor = it->second;
+  if (tensor.global_shape != global_shape) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", directory_, ": tensor '", key, "' has global shape [", join_numbers(tensor.global_shape),
+        "], this model's is [", join_numbers(global_shape), "] (a different model size or vocabulary padding?)"));
+  }
+  if (is_float(tensor.dtype) != is_float(dtype) || (!is_float(dtype) && tensor.dtype != dtype)) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", directory_, ": tensor '", key, "' is stored as ",
+                                                      std::string(dtype_name(tensor.dtype))));
+  }
+  const size_t rank = global_shape.size();
+  // As rank-2 boxes: a vector is one row.
+  auto row_of = [&](const std::vector<int64_t>& v, int64_t fill) { return rank == 2 ? v[0] : fill; };
+  auto column_of = [&](const std::vector<int64_t>& v) { return rank == 2 ? v[1] : v[0]; };
+  const int64_t want_row = row_of(offsets, 0), want_column = column_of(offsets);
+  const int64_t want_rows = row_of(shape, 1), want_columns = column_of(shape);
+  int64_t covered = 0;
+  std::vector<unsigned char> staging;
+  for (const StoredPiece& piece : tensor.pieces) {
+    const int64_t piece_row = row_of(piece.offsets, 0), piece_column = column_of(piece.offsets);
+    const int64_t row_begin = std::max(want_row, piece_row);
+    const int64_t row_end = std::min(want_row + want_rows, piece_row + row_of(piece.counts, 1));
+    const int64_t column_begin = std::max(want_column, piece_column);
+    const int64_t column_end = std::min(want_column + want_columns, piece_column + column_of(piece.counts));
+    if (row_begin >= row_end || column_begin >= column_end) continue;
+    const int64_t rows = row_end - row_begin, columns = column_end - column_begin;
+    staging.resize(static_cast<size_t>(rows * columns) * dtype_size(tensor.dtype));
+    std::vector<int64_t> slab_offsets = {column_begin - piece_column}, slab_counts = {columns};
+    if (rank == 2) {
+      slab_offsets.insert(slab_offsets.begin(), row_begin - piece_row);
+      slab_counts.insert(slab_counts.begin(), rows);
+    }
+    GPT_ASSIGN_OR_RETURN(Hdf5File* file, shard(piece.shard));
+    const absl::Status status = file->read_slab(piece.dataset, slab_offsets, slab_counts, tensor.dtype, staging.data());
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("tensor '", key, "': ", status.message()));
+    }
+    unsigned char* destination = static_cast<unsigned char*>(out) +
+                                 static_cast<size_t>((row_begin - want_row) * want_columns + (column_begin - want_column)) *
+                                     dtype_size(dtype);
+    copy_rows(staging.data(), tensor.dtype, columns, destination, dtype, want_columns, rows, columns);
+    covered += rows * columns;
+  }
+  if (covered != want_rows * want_columns) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", directory_, ": tensor '", key, "' lacks ",
+                                            want_rows * want_columns - covered, " elements of the slice at [",
+                                            join_numbers(offsets), "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointReader::verify_all() {
+  for (const auto& [key, tensor] : tensors_) {
+    for (const StoredPiece& piece : tensor.pieces) {
+      const int64_t count = *volume(piece.counts);
+      std::vector<unsigned char> bytes(static_cast<size_t>(count) * dtype_size(tensor.dtype));
+      GPT_ASSIGN_OR_RETURN(Hdf5File* file, shard(piece.shard));
+      const absl::Status status = file->read_slab(piece.dataset, std::vector<int64_t>(piece.counts.size(), 0),
+                                                  piece.counts, tensor.dtype, bytes.data());
+      if (!status.ok()) return absl::Status(status.code(), absl::StrCat("tensor '", key, "': ", status.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<int64_t>> read_tracker(const std::string& directory) {
+  const std::string path = absl::StrCat(directory, "/", kTrackerFileName);
+  std::ifstream in(path);
+  if (!in) return std::optional<int64_t>();
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int64_t iteration = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &iteration) || iteration < 0) {
+    return absl::DataLossError(absl::StrCat(path, " does not hold an iteration number"));
+  }
+  return std::optional<int64_t>(iteration);
+}
+
+absl::Status fsync_directory(const std::string& directory) {
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return absl::DataLossError(absl::StrCat("cannot open directory ", directory, " to sync it"));
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced) return absl::DataLossError(absl::StrCat("cannot sync directory ", directory));
+  return absl::OkStatus();
+}
+
+absl::Status write_tracker(const std::string& directory, int64_t iteration) {
+  const std::string path = absl::StrCat(directory, "/", kTrackerFileName);
+  const std::string temporary = path + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot write ", temporary));
+  const std::string text = absl::StrCat(iteration, "\n");
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written || std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    return absl::DataLossError(absl::StrCat("cannot write ", path, " (disk full?)"));
+  }
+  return fsync_directory(directory);
+}
+
+std::vector<int64_t> list_checkpoints(const std::string& directory) {
+  std::vector<int64_t> iterations;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    int64_t iteration = 0;
+    if (name.size() == 12 && name.rfind("iter_", 0) == 0 && absl::SimpleAtoi(name.substr(5), &iteration) &&
+        std::filesystem::exists(entry.path() / kIndexFileName, error)) {
+      iterations.push_back(iteration);
+    }
+  }
+  std::sort(iterations.begin(), iterations.end());
+  return iterations;
+}
+
+}  // namespace gpt

@@ -1,0 +1,120 @@
+// The on-disk format of a checkpoint (docs/CHECKPOINTS.md), without any collective: what one rank
+// writes, what rank 0 adds to commit it, and how any rank reads the slices it needs.
+//
+//   DIR/latest_checkpointed_iteration.txt   the newest committed iteration (Megatron's tracker)
+//   DIR/iter_0000100/                       one committed checkpoint (seven digits, as Megatron)
+//     shard_00003.h5                        the pieces world rank 3 wrote: one Fletcher-32
+//                                           checksummed dataset per piece, "<key>/<n>", and the
+//                                           table "_pieces"
+//     index.h5                              written last: the run state (attributes), the
+//                                           saving job's arguments ("_arguments"), every piece
+//                                           with its shard ("_pieces"), and every global tensor
+//                                           as one virtual dataset "<key>" over the shards
+//   DIR/iter_0000100.tmp/                   a checkpoint being written; never read
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/hdf5_file.h"
+#include "checkpoint/sharded_tensor.h"
+#include "core/status.h"
+
+namespace gpt {
+
+inline constexpr char kTrackerFileName[] = "latest_checkpointed_iteration.txt";
+inline constexpr char kIndexFileName[] = "index.h5";
+
+std::string iteration_directory_name(int64_t iteration);  // "iter_0000100"
+std::string shard_file_name(int world_rank);              // "shard_00003.h5"
+
+// A piece copied to host memory for writing: the record (its `data` unset) and its bytes in the
+// record's dtype.
+struct HostPiece {
+  ShardedTensor record;
+  DType dtype = DType::kFloat32;
+  std::vector<unsigned char> bytes;
+};
+
+// Writes one rank's shard file: every piece as a checksummed dataset and the piece table, then
+// fsyncs it.
+absl::Status write_shard(const std::string& path, const std::vector<HostPiece>& pieces);
+
+// What a checkpoint records besides tensors.
+struct CheckpointMetadata {
+  int64_t iteration = 0;
+  int64_t consumed_train_samples = 0;
+  int64_t consumed_valid_samples = 0;
+  int64_t optimizer_steps = 0;       // AdamW's step count (bias correction)
+  int64_t seed = 0;                  // the run's seed: all of its random state (counter-based RNG)
+  int64_t tensor_parallel = 1, pipeline_parallel = 1, data_parallel = 1, virtual_stages = 1;
+  std::string params_dtype;          // "float32" or "bfloat16"
+  bool distributed_optimizer = false;
+  std::string arguments;             // the saving job's validated arguments, one flag per line
+};
+
+// Rank 0, once every shard is on disk: reads the shards' piece tables, checks that every global
+// tensor is covered exactly (its pieces add up to its size, none overlapping), and writes and
+// fsyncs the index.
+absl::Status write_index(const std::string& directory, const std::vector<std::string>& shard_files,
+                         const CheckpointMetadata& metadata);
+
+// Reads a committed checkpoint: any slice of any global tensor, whatever layout wrote it.
+class CheckpointReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> open(const std::string& directory);
+
+  const std::string& directory() const { return directory_; }
+  const CheckpointMetadata& metadata() const { return metadata_; }
+  bool contains(const std::string& key) const { return tensors_.count(key) > 0; }
+  std::vector<std::string> keys() const;
+  // The global shape and stored dtype of a tensor (it must exist).
+  const std::vector<int64_t>& global_shape(const std::string& key) const { return tensors_.at(key).global_shape; }
+  DType stored_dtype(const std::string& key) const { return tensors_.at(key).dtype; }
+
+  // The slice [offsets, offsets + shape) of `key` into host memory `out`, row-major, in `dtype`
+  // (converted from the stored dtype: BF16 to FP32 exactly, FP32 to BF16 rounded to nearest even).
+  // The slice's global shape must match the stored one.
+  absl::Status read(const std::string& key, const std::vector<int64_t>& global_shape,
+                    const std::vector<int64_t>& offsets, const std::vector<int64_t>& shape, DType dtype, void* out);
+  // Reads every piece of every tensor, so that every checksum is verified.
+  absl::Status verify_all();
+
+  struct StoredPiece {
+    int shard = 0;  // index into shard_files()
+    std::string dataset;
+    std::vector<int64_t> offsets, counts;
+  };
+  struct StoredTensor {
+    DType dtype = DType::kFloat32;
+    std::vector<int64_t> global_shape;
+    std::vector<StoredPiece> pieces;
+  };
+  const std::map<std::string, StoredTensor>& tensors() const { return tensors_; }
+  const std::vector<std::string>& shard_files() const { return shard_files_; }
+
+ private:
+  CheckpointReader() = default;
+  absl::StatusOr<Hdf5File*> shard(int index);
+
+  std::string directory_;
+  CheckpointMetadata metadata_;
+  std::map<std::string, StoredTensor> tensors_;
+  std::vector<std::string> shard_files_;
+  std::vector<std::unique_ptr<Hdf5File>> open_shards_;
+};
+
+// The tracker: the newest committed iteration, nullopt when there is none (no file). A tracker that
+// is not a number is an error naming the file.
+absl::StatusOr<std::optional<int64_t>> read_tracker(const std::string& directory);
+// Replaces the tracker atomically (write a temporary file, fsync, rename, fsync the directory).
+absl::Status write_tracker(const std::string& directory, int64_t iteration);
+// Committed checkpoints under `directory` (iter_XXXXXXX with an index), oldest first.
+std::vector<int64_t> list_checkpoints(const std::string& directory);
+absl::Status fsync_directory(const std::string& directory);
+
+}  // namespace gpt

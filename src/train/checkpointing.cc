@@ -1,0 +1,411 @@
+#include "train/checkpointing.h"
+
+#include <mpi.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/check.h"
+#include "core/logging.h"
+#include "core/memory.h"
+#include "core/philox.h"
+#include "model/param_registry.h"
+#include "train/rank_agreement.h"
+
+namespace gpt {
+namespace {
+
+std::atomic<bool> sigterm_received{false};
+
+void on_sigterm(int) { sigterm_received.store(true); }
+
+bool mpi_running() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized != 0 && finalized == 0;
+}
+
+// `value` reduced over the world by `op` (a world of one without MPI).
+int64_t world_extreme(int64_t value, MPI_Op op) {
+  if (!mpi_running()) return value;
+  GPT_CHECK_EQ(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, op, MPI_COMM_WORLD), MPI_SUCCESS)
+      << "MPI_Allreduce in checkpointing";
+  return value;
+}
+int64_t world_max(int64_t value) { return world_extreme(value, MPI_MAX); }
+int64_t world_min(int64_t value) { return world_extreme(value, MPI_MIN); }
+
+// Rank 0 prints (Megatron's print_rank_0).
+void print_rank0(const ProcessGrid& grid, const std::string& text) {
+  if (grid.world_rank() != 0) return;
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+// Of the pieces every data-parallel replica holds, each DP rank writes a share: the piece goes to
+// the replica chosen by a hash of its key and offsets, which every replica computes alike.
+bool writes_piece(const ShardedTensor& piece, const ProcessGrid& grid) {
+  if (piece.replica_id != 0) return false;
+  if (!piece.replicated_over_data_parallel) return true;
+  const int data_parallel = grid.shape().data;
+  const uint64_t hash = fnv1a_64(absl::StrCat(piece.key, "@", absl::StrJoin(piece.offsets, ",")));
+  return static_cast<int>(hash % static_cast<uint64_t>(data_parallel)) == grid.coordinates().data;
+}
+
+std::vector<ShardedTensor> state_pieces(Trainer& trainer, const Arguments& args, bool with_optimizer) {
+  std::vector<ShardedTensor> pieces = trainer.params().sharded_tensors();
+  if (with_optimizer) {
+    std::vector<ShardedTensor> optimizer = trainer.optimizer().sharded_tensors(args.use_distributed_optimizer);
+    pieces.insert(pieces.end(), std::make_move_iterator(optimizer.begin()), std::make_move_iterator(optimizer.end()));
+  }
+  return pieces;
+}
+
+// The flags whose values decide the shapes of the model's tensors beyond what the tensors' own
+// global shapes show (a different layer count changes only which keys exist).
+absl::Status check_model_arguments(const std::string& saved, const Arguments& args, const std::string& directory) {
+  std::map<std::string, std::string> values;
+  for (absl::string_view line : absl::StrSplit(saved, '\n', absl::SkipEmpty())) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(' ', 1));
+    values[kv.first] = kv.second;
+  }
+  const std::string mine = canonical_arguments(args);
+  std::map<std::string, std::string> ours;
+  for (absl::string_view line : absl::StrSplit(mine, '\n', absl::SkipEmpty())) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(' ', 1));
+    ours[kv.first] = kv.second;
+  }
+  std::vector<std::string> differences;
+  for (const char* flag : {"--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
+                           "--kv-channels", "--max-position-embeddings", "--untie-embeddings-and-output-weights",
+                           "--position-embedding-type", "--normalization"}) {
+    auto it = values.find(flag);
+    if (it != values.end() && it->second != ours[flag]) {
+      differences.push_back(absl::StrCat(flag, " ", ours[flag], " (checkpoint: ", it->second, ")"));
+    }
+  }
+  if (differences.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("checkpoint ", directory, " is of a different model: ",
+                                                    absl::StrJoin(differences, ", ")));
+}
+
+// Reads every wanted piece from the checkpoint into the rank's buffers (through a host copy).
+// `fallback_key` maps a key the checkpoint may lack to one to read instead (master weights of a
+// checkpoint saved in FP32 are its parameters).
+absl::Status read_pieces(CheckpointReader& reader, const std::vector<ShardedTensor>& pieces,
+                         const std::set<std::string>& skipped) {
+  std::vector<unsigned char> host;
+  for (const ShardedTensor& piece : pieces) {
+    if (skipped.count(piece.key)) continue;
+    std::string key = piece.key;
+    if (!reader.contains(key) && key.rfind("optimizer/master/", 0) == 0) {
+      key = "model/" + key.substr(std::string("optimizer/master/").size());
+    }
+    host.resize(piece.data.bytes());
+    GPT_RETURN_IF_ERROR(
+        reader.read(key, piece.global_shape, piece.offsets, piece.local_shape, piece.data.dtype(), host.data()));
+    copy_bytes(piece.data.device(), piece.data.data(), Device::kCpu, host.data(), host.size());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const Arguments& args, ProcessGrid& grid) : args_(args), grid_(grid) {
+  if (args_.exit_signal_handler) {
+    struct sigaction action = {};
+    action.sa_handler = on_sigterm;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGTERM, &action, nullptr);
+  }
+}
+
+Checkpointer::~Checkpointer() {
+  // An error path may leave a writer running: its shard is never committed, but the thread must
+  // not outlive the host copy it reads.
+  if (writer_.joinable()) writer_.join();
+}
+
+absl::Status Checkpointer::save(Trainer& trainer) {
+  GPT_RETURN_IF_ERROR(finalize_pending(/*wait=*/true));
+  Stopwatch blocked;
+  const int64_t iteration = trainer.iteration();
+  print_rank0(grid_, absl::StrFormat("saving checkpoint at iteration %7d to %s in hdf5 format", iteration, args_.save));
+  trainer.synchronize_parameters();
+  trainer.context().synchronize();
+
+  // The host copy of what this rank writes.
+  auto pieces = std::make_shared<std::vector<HostPiece>>();
+  double bytes = 0;
+  for (ShardedTensor& piece : state_pieces(trainer, args_, !args_.no_save_optim)) {
+    if (!writes_piece(piece, grid_)) continue;
+    HostPiece host;
+    host.dtype = piece.data.dtype();
+    host.bytes.resize(piece.data.bytes());
+    copy_bytes(Device::kCpu, host.bytes.data(), piece.data.device(), piece.data.data(), piece.data.bytes());
+    bytes += static_cast<double>(piece.data.bytes());
+    host.record = std::move(piece);
+    host.record.data = Tensor();
+    pieces->push_back(std::move(host));
+  }
+
+  PendingSave pending;
+  pending.iteration = iteration;
+  pending.temporary = absl::StrCat(args_.save, "/", iteration_directory_name(iteration), ".tmp");
+  pending.bytes = bytes;
+  CheckpointMetadata& m = pending.metadata;
+  m.iteration = iteration;
+  m.consumed_train_samples = trainer.data_position().consumed_train_samples;
+  m.consumed_valid_samples = trainer.data_position().consumed_valid_samples;
+  m.optimizer_steps = args_.no_save_optim ? 0 : trainer.optimizer().steps_taken();
+  m.seed = args_.seed;
+  m.tensor_parallel = grid_.shape().tensor;
+  m.pipeline_parallel = grid_.shape().pipeline;
+  m.data_parallel = grid_.shape().data;
+  m.virtual_stages = trainer.num_chunks();
+  m.params_dtype = std::string(dtype_name(trainer.params().dtype()));
+  m.distributed_optimizer = args_.use_distributed_optimizer;
+  m.arguments = canonical_arguments(args_);
+
+  // Rank 0 clears what a crashed save left under this name; nobody writes before that.
+  absl::Status status;
+  if (grid_.world_rank() == 0) {
+    std::error_code error;
+    std::filesystem::create_directories(args_.save, error);
+    if (!error) std::filesystem::remove_all(pending.temporary, error);
+    if (!error) std::filesystem::create_directory(pending.temporary, error);
+    if (error) status = absl::PermissionDeniedError(absl::StrCat("--save ", args_.save, ": cannot create ",
+                                                                 pending.temporary, ": ", error.message()));
+  }
+  GPT_RETURN_IF_ERROR(agree_on_setup(status, "checkpoint save"));
+
+  const std::string shard = absl::StrCat(pending.temporary, "/", shard_file_name(grid_.world_rank()));
+  writer_done_.store(false);
+  writer_status_ = absl::OkStatus();
+  auto write = [this, pieces, shard] {
+    writer_status_ = pieces->empty() ? absl::OkStatus() : write_shard(shard, *pieces);
+    writer_done_.store(true);
+  };
+  if (args_.async_save) {
+    writer_ = std::thread(write);
+  } else {
+    write();
+  }
+  pending.blocked_seconds = blocked.elapsed_seconds();
+  pending_ = std::move(pending);
+  last_saved_iteration_ = iteration;
+  if (!args_.async_save) return finalize_pending(/*wait=*/true);
+  return absl::OkStatus();
+}
+
+absl::Status Checkpointer::finalize_pending(bool wait) {
+  if (!pending_) return absl::OkStatus();
+  if (!wait && world_min(writer_done_.load() ? 1 : 0) == 0) return absl::OkStatus();
+  Stopwatch blocked;
+  if (writer_.joinable()) writer_.join();
+  PendingSave pending = std::move(*pending_);
+  pending_.reset();
+  absl::Status status = agree_on_setup(writer_status_, "checkpoint save");
+  if (status.ok() && grid_.world_rank() == 0) status = commit(pending);
+  status = agree_on_setup(status, "checkpoint save");
+  if (!status.ok()) {
+    if (grid_.world_rank() == 0) {
+      std::error_code error;
+      std::filesystem::remove_all(pending.temporary, error);
+    }
+    return status;
+  }
+  pending.blocked_seconds += blocked.elapsed_seconds();
+  const int64_t world_bytes = world_extreme(static_cast<int64_t>(pending.bytes), MPI_SUM);
+  const int64_t blocked_ms = world_max(static_cast<int64_t>(pending.blocked_seconds * 1e3));
+  print_rank0(grid_, absl::StrFormat("  successfully saved checkpoint from iteration %7d to %s [ %.1f MB in %.2f s, "
+                                     "training blocked %.3f s ]",
+                                     pending.iteration, args_.save, static_cast<double>(world_bytes) / 1048576.0,
+                                     pending.since_start.elapsed_seconds(), static_cast<double>(blocked_ms) / 1e3));
+  return absl::OkStatus();
+}
+
+absl::Status Checkpointer::commit(const PendingSave& pending) {
+  std::vector<std::string> shards;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(pending.temporary, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("shard_", 0) == 0) shards.push_back(name);
+  }
+  if (error) return absl::DataLossError(absl::StrCat("cannot list ", pending.temporary, ": ", error.message()));
+  std::sort(shards.begin(), shards.end());
+  GPT_RETURN_IF_ERROR(write_index(pending.temporary, shards, pending.metadata));
+  GPT_RETURN_IF_ERROR(fsync_directory(pending.temporary));
+  const std::string final_name = absl::StrCat(args_.save, "/", iteration_directory_name(pending.iteration));
+  // Saving an iteration again (a resumed run that reaches a saved iteration): the old directory is
+  // moved aside first, so that a crash in between leaves one of the two complete.
+  const std::string old_name = final_name + ".old";
+  std::filesystem::remove_all(old_name, error);
+  if (std::filesystem::exists(final_name, error)) std::filesystem::rename(final_name, old_name, error);
+  if (!error) std::filesystem::rename(pending.temporary, final_name, error);
+  if (error) return absl::DataLossError(absl::StrCat("cannot commit checkpoint ", final_name, ": ", error.message()));
+  GPT_RETURN_IF_ERROR(fsync_directory(args_.save));
+  GPT_RETURN_IF_ERROR(write_tracker(args_.save, pending.iteration));
+  std::filesystem::remove_all(old_name, error);
+  if (args_.keep_latest_checkpoints > 0) {
+    const std::vector<int64_t> committed = list_checkpoints(args_.save);
+    const size_t keep = static_cast<size_t>(args_.keep_latest_checkpoints);
+    for (size_t i = 0; i + keep < committed.size(); ++i) {
+      if (committed[i] == pending.iteration) continue;
+      std::filesystem::remove_all(absl::StrCat(args_.save, "/", iteration_directory_name(committed[i])), error);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Checkpointer::after_iteration(Trainer& trainer) {
+  const int64_t iteration = trainer.iteration();
+  bool saved = false;
+  if (!args_.save.empty() && args_.save_interval > 0 && iteration % args_.save_interval == 0) {
+    GPT_RETURN_IF_ERROR(save(trainer));
+    saved = true;
+  } else {
+    GPT_RETURN_IF_ERROR(finalize_pending(/*wait=*/false));
+  }
+  std::string reason;
+  if (args_.exit_signal_handler && world_max(sigterm_received.load() ? 1 : 0) != 0) {
+    reason = "exiting program after receiving SIGTERM.";
+  } else if (args_.exit_duration_in_mins > 0 &&
+             world_max(static_cast<int64_t>(since_start_.elapsed_seconds() / 60.0)) >= args_.exit_duration_in_mins) {
+    reason = absl::StrCat("exiting program after ", args_.exit_duration_in_mins, " minutes");
+  } else if (args_.exit_interval > 0 && iteration % args_.exit_interval == 0) {
+    reason = absl::StrCat("exiting program at iteration ", iteration);
+  }
+  if (reason.empty()) return false;
+  if (!args_.save.empty() && !saved) GPT_RETURN_IF_ERROR(save(trainer));
+  GPT_RETURN_IF_ERROR(finalize_pending(/*wait=*/true));
+  print_rank0(grid_, reason);
+  return true;
+}
+
+absl::Status Checkpointer::finish(Trainer& trainer) {
+  if (!args_.save.empty() && trainer.iteration() != last_saved_iteration_ && trainer.iteration() > 0) {
+    GPT_RETURN_IF_ERROR(save(trainer));
+  }
+  return finalize_pending(/*wait=*/true);
+}
+
+absl::Status Checkpointer::load(Trainer& trainer) {
+  if (args_.load.empty()) return absl::OkStatus();
+  int64_t iteration = args_.ckpt_step;
+  if (iteration < 0) {
+    absl::StatusOr<std::optional<int64_t>> tracked = read_tracker(args_.load);
+    GPT_RETURN_IF_ERROR(agree_on_setup(tracked.status(), "checkpoint load"));
+    if (!tracked->has_value()) {
+      print_rank0(grid_, absl::StrCat("WARNING: could not find the metadata file ", args_.load, "/", kTrackerFileName,
+                                      "\n    will not load any checkpoints and will start from random"));
+      return absl::OkStatus();
+    }
+    iteration = **tracked;
+  }
+  std::vector<int64_t> candidates = {iteration};
+  if (args_.load_fallback_to_previous) {
+    const std::vector<int64_t> committed = list_checkpoints(args_.load);
+    for (auto it = committed.rbegin(); it != committed.rend(); ++it) {
+      if (*it < iteration) candidates.push_back(*it);
+    }
+  }
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    const std::string directory = absl::StrCat(args_.load, "/", iteration_directory_name(candidates[c]));
+    print_rank0(grid_, absl::StrCat(" loading checkpoint from ", args_.load, " at iteration ", candidates[c]));
+    absl::Status status = load_from(trainer, directory);
+    // Every rank reads its own slices: one rank's damaged shard is everyone's failure.
+    const bool mine = !status.ok();
+    status = agree_on_setup(status, "checkpoint load");
+    if (status.ok()) {
+      print_rank0(grid_, absl::StrFormat("  successfully loaded checkpoint from %s [ t %d, p %d, dp %d ] at iteration %d",
+                                         args_.load, grid_.shape().tensor, grid_.shape().pipeline, grid_.shape().data,
+                                         trainer.iteration()));
+      last_saved_iteration_ = trainer.iteration();
+      return absl::OkStatus();
+    }
+    if (c + 1 == candidates.size()) return status;
+    if (mine) {
+      GPT_LOG_WARNING() << "rank " << grid_.world_rank() << ": " << status.message() << "; falling back to iteration "
+                        << candidates[c + 1] << " (--load-fallback-to-previous)";
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& directory) {
+  GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::open(directory));
+  const CheckpointMetadata& m = reader->metadata();
+  GPT_RETURN_IF_ERROR(check_model_arguments(m.arguments, args_, directory));
+  const bool load_optimizer = !args_.no_load_optim && !args_.finetune;
+  std::vector<ShardedTensor> pieces = state_pieces(trainer, args_, load_optimizer);
+
+  // Keys this rank wants that the checkpoint lacks (master weights may come from the parameters).
+  std::set<std::string> missing;
+  for (const ShardedTensor& piece : pieces) {
+    const bool master = piece.key.rfind("optimizer/master/", 0) == 0;
+    if (!reader->contains(piece.key) && !master) missing.insert(piece.key);
+  }
+  // Keys of the checkpoint that belong to no parameter of this model (any rank's).
+  std::set<std::string> names;
+  for (const ParamSpec& spec : build_param_specs(trainer.config())) names.insert(spec.name);
+  std::vector<std::string> unexpected;
+  for (const std::string& key : reader->keys()) {
+    const std::string name = key.substr(key.find_last_of('/') + 1);
+    if (!names.count(name)) unexpected.push_back(key);
+  }
+  const std::string& strictness = args_.dist_ckpt_strictness;
+  const bool raise_missing = strictness != "log_all" && strictness != "ignore_all";
+  const bool raise_unexpected = strictness == "raise_unexpected" || strictness == "raise_all";
+  const bool log_unexpected = strictness == "log_unexpected" || strictness == "log_all";
+  auto listed = [](const auto& keys) {
+    std::vector<std::string> some(keys.begin(), keys.end());
+    if (some.size() > 5) some.resize(5), some.push_back("...");
+    return absl::StrJoin(some, ", ");
+  };
+  if (!missing.empty()) {
+    const bool optimizer_only = std::all_of(missing.begin(), missing.end(),
+                                            [](const std::string& k) { return k.rfind("optimizer/", 0) == 0; });
+    const std::string text = absl::StrCat("checkpoint ", directory, " lacks ", missing.size(), " tensors this model needs: ",
+                                          listed(missing),
+                                          optimizer_only ? " (saved with --no-save-optim? load with --no-load-optim)" : "");
+    if (raise_missing) return absl::NotFoundError(text);
+    if (strictness == "log_all") GPT_LOG_WARNING() << text << "; they keep their initial values (--dist-ckpt-strictness log_all)";
+  }
+  if (!unexpected.empty()) {
+    const std::string text = absl::StrCat("checkpoint ", directory, " holds ", unexpected.size(),
+                                          " tensors this model does not have: ", listed(unexpected));
+    if (raise_unexpected) return absl::FailedPreconditionError(text);
+    if (log_unexpected && grid_.world_rank() == 0) GPT_LOG_WARNING() << text;
+  }
+
+  // In FP32 the parameters are the master weights: take them from the optimizer's copy when the
+  // checkpoint has one (a BF16 run's), which holds every bit.
+  if (load_optimizer && !trainer.optimizer().has_separate_master()) {
+    for (ShardedTensor& piece : pieces) {
+      if (piece.key.rfind("model/", 0) != 0) continue;
+      const std::string master = "optimizer/master/" + piece.key.substr(6);
+      if (reader->contains(master)) piece.key = master;
+    }
+  }
+  GPT_RETURN_IF_ERROR(read_pieces(*reader, pieces, missing));
+  trainer.context().synchronize();
+  if (!load_optimizer) trainer.optimizer().reset_from_params(trainer.context());
+  if (args_.finetune) {
+    trainer.set_data_position({}, 0);
+  } else {
+    trainer.set_data_position({m.consumed_train_samples, m.consumed_valid_samples}, m.iteration);
+    if (load_optimizer) trainer.optimizer().set_steps_taken(m.optimizer_steps);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpt
