@@ -368,8 +368,10 @@ absl::Status CheckpointReader::read(const std::string& key, const std::vector<in
       slab_offsets.insert(slab_offsets.begin(), row_begin - piece_row);
       slab_counts.insert(slab_counts.begin(), rows);
     }
-    GPT_ASSIGN_OR_RETURN(Hdf5File* file, shard(piece.shard));
-    const absl::Status status = file->read_slab(piece.dataset, slab_offsets, slab_counts, tensor.dtype, staging.data());
+    absl::StatusOr<Hdf5File*> file = shard(piece.shard);
+    if (!file.ok()) return absl::Status(file.status().code(), absl::StrCat("tensor '", key, "': ", file.status().message()));
+    const absl::Status status =
+        (*file)->read_slab(piece.dataset, slab_offsets, slab_counts, tensor.dtype, staging.data());
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat("tensor '", key, "': ", status.message()));
     }
@@ -392,8 +394,9 @@ absl::Status CheckpointReader::verify_all() {
     for (const StoredPiece& piece : tensor.pieces) {
       const int64_t count = *volume(piece.counts);
       std::vector<unsigned char> bytes(static_cast<size_t>(count) * dtype_size(tensor.dtype));
-      GPT_ASSIGN_OR_RETURN(Hdf5File* file, shard(piece.shard));
-      const absl::Status status = file->read_slab(piece.dataset, std::vector<int64_t>(piece.counts.size(), 0),
+      absl::StatusOr<Hdf5File*> file = shard(piece.shard);
+      if (!file.ok()) return absl::Status(file.status().code(), absl::StrCat("tensor '", key, "': ", file.status().message()));
+      const absl::Status status = (*file)->read_slab(piece.dataset, std::vector<int64_t>(piece.counts.size(), 0),
                                                   piece.counts, tensor.dtype, bytes.data());
       if (!status.ok()) return absl::Status(status.code(), absl::StrCat("tensor '", key, "': ", status.message()));
     }

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -42,6 +43,19 @@ int64_t world_extreme(int64_t value, MPI_Op op) {
 }
 int64_t world_max(int64_t value) { return world_extreme(value, MPI_MAX); }
 int64_t world_min(int64_t value) { return world_extreme(value, MPI_MIN); }
+
+// Fault injection for the crash-safety tests: GPT_CHECKPOINT_FAULT=<point>:<world rank> makes that
+// rank kill itself with SIGKILL at that point of a save (after-shard: its shard written and synced;
+// before-rename: rank 0, index written; before-tracker: rank 0, directory renamed). Unset in
+// normal runs; read at each point so that a test can aim at one save.
+void maybe_inject_fault(const char* point, int world_rank) {
+  const char* fault = std::getenv("GPT_CHECKPOINT_FAULT");
+  if (fault != nullptr && std::string(fault) == absl::StrCat(point, ":", world_rank)) {
+    std::fprintf(stderr, "GPT_CHECKPOINT_FAULT: rank %d killed at %s\n", world_rank, point);
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+}
 
 // Rank 0 prints (Megatron's print_rank_0).
 void print_rank0(const ProcessGrid& grid, const std::string& text) {
@@ -192,6 +206,7 @@ absl::Status Checkpointer::save(Trainer& trainer) {
   writer_status_ = absl::OkStatus();
   auto write = [this, pieces, shard] {
     writer_status_ = pieces->empty() ? absl::OkStatus() : write_shard(shard, *pieces);
+    maybe_inject_fault("after-shard", grid_.world_rank());
     writer_done_.store(true);
   };
   if (args_.async_save) {
@@ -244,6 +259,7 @@ absl::Status Checkpointer::commit(const PendingSave& pending) {
   std::sort(shards.begin(), shards.end());
   GPT_RETURN_IF_ERROR(write_index(pending.temporary, shards, pending.metadata));
   GPT_RETURN_IF_ERROR(fsync_directory(pending.temporary));
+  maybe_inject_fault("before-rename", 0);
   const std::string final_name = absl::StrCat(args_.save, "/", iteration_directory_name(pending.iteration));
   // Saving an iteration again (a resumed run that reaches a saved iteration): the old directory is
   // moved aside first, so that a crash in between leaves one of the two complete.
@@ -253,6 +269,7 @@ absl::Status Checkpointer::commit(const PendingSave& pending) {
   if (!error) std::filesystem::rename(pending.temporary, final_name, error);
   if (error) return absl::DataLossError(absl::StrCat("cannot commit checkpoint ", final_name, ": ", error.message()));
   GPT_RETURN_IF_ERROR(fsync_directory(args_.save));
+  maybe_inject_fault("before-tracker", 0);
   GPT_RETURN_IF_ERROR(write_tracker(args_.save, pending.iteration));
   std::filesystem::remove_all(old_name, error);
   if (args_.keep_latest_checkpoints > 0) {
