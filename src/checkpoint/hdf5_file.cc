@@ -282,6 +282,11 @@ absl::Status Hdf5File::write_slab(const std::string& name, const std::vector<int
                                   const std::vector<int64_t>& counts, DType dtype, const void* values) {
   Handle dataset(H5Dopen2(handle_, name.c_str(), H5P_DEFAULT), H5Dclose);
   if (!dataset.ok()) return absl::NotFoundError(absl::StrCat(path_, ": no dataset '", name, "'"));
+  Handle stored_type(H5Dget_type(dataset.get()), H5Tclose);
+  const absl::StatusOr<DType> stored = dtype_of_type(stored_type.get());
+  if (!stored.ok() || *stored != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": dataset '", name, "' is not of type ", std::string(dtype_name(dtype))));
+  }
   Handle file_space(H5Dget_space(dataset.get()), H5Sclose);
   GPT_RETURN_IF_ERROR(select_slab(file_space.get(), path_, name, offsets, counts));
   const std::vector<hsize_t> count = to_hsize(counts);
