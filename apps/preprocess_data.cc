@@ -8,7 +8,10 @@
 // encoded by --workers threads; documents are written in input order, so the output is the same
 // for any worker count. A malformed JSON line, a missing or non-string key, an empty document or
 // invalid UTF-8 is counted and reported with its line number; --on-error stop (default) ends the
-// run without output, --on-error skip leaves the line out.
+// run without output, --on-error skip leaves the line out. A key that appears twice in a line
+// takes its last value, as Python's json (and so Megatron's tool) reads it. An input that yields
+// no document at all (an empty file, only blank or skipped lines) is an error unless
+// --allow-empty asks for an empty dataset.
 #include <simdjson.h>
 
 #include <algorithm>
@@ -24,8 +27,10 @@
 #include "cli_parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "data/file_access.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/indexed_dataset.h"
+#include "train/numeric_flags.h"
 
 namespace gpt {
 namespace {
@@ -34,6 +39,7 @@ struct Options {
   std::string input, output_prefix, vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer", on_error = "stop";
   std::vector<std::string> json_keys = {"text"};
   bool append_eod = false;
+  bool allow_empty = false;
   int workers = 1;
   int64_t batch_lines = 32;  // small batches keep the working set in cache and the pipeline busy
 };
@@ -76,9 +82,20 @@ class Worker {
       result.problem = Problem::kMalformedJson;
       return;
     }
+    const simdjson::dom::object object = document.get_object().value_unsafe();
     for (size_t k = 0; k < options_.json_keys.size(); ++k) {
+      // The last field with this (unescaped) name, as Python's json.loads keeps it; simdjson's
+      // lookup would take the first, and compares the key as escaped in the line.
+      simdjson::dom::element value;
+      bool found = false;
+      for (const simdjson::dom::key_value_pair field : object) {
+        if (field.key == options_.json_keys[k]) {
+          value = field.value;
+          found = true;
+        }
+      }
       std::string_view text;
-      if (document[options_.json_keys[k]].get_string().get(text) != simdjson::SUCCESS) {
+      if (!found || value.get_string().get(text) != simdjson::SUCCESS) {
         result.problem = Problem::kMissingKey;
         result.problem_key = options_.json_keys[k];
         return;
@@ -104,10 +121,23 @@ absl::Status run(const Options& options) {
     return absl::InvalidArgumentError(absl::StrCat("--tokenizer-type ", options.tokenizer_type,
                                                    " is not supported (GPT2BPETokenizer)"));
   }
-  if (options.workers < 1) return absl::InvalidArgumentError("--workers must be at least 1");
   if (options.on_error != "stop" && options.on_error != "skip") {
-    return absl::InvalidArgumentError("--on-error must be stop or skip");
+    return absl::InvalidArgumentError(absl::StrCat("--on-error must be stop or skip (got '", options.on_error, "')"));
   }
+  // Before any work: each key names one output dataset, so a key given twice would write the
+  // same files twice.
+  for (size_t k = 0; k < options.json_keys.size(); ++k) {
+    if (options.json_keys[k].empty()) return absl::InvalidArgumentError("--json-keys: a key is empty");
+    for (size_t j = 0; j < k; ++j) {
+      if (options.json_keys[j] == options.json_keys[k]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--json-keys: '", options.json_keys[k], "' is given more than once"));
+      }
+    }
+  }
+  if (options.output_prefix.empty()) return absl::InvalidArgumentError("--output-prefix is empty");
+  // A directory opens as a stream that reads nothing (0 documents, exit 0): refused by name.
+  GPT_RETURN_IF_ERROR(check_readable_file("--input", options.input));
   GPT_ASSIGN_OR_RETURN(Gpt2Tokenizer tokenizer, Gpt2Tokenizer::load(options.vocab_file, options.merge_file));
   std::ifstream input(options.input);
   if (!input) return absl::NotFoundError(absl::StrCat("cannot read --input ", options.input));
@@ -190,6 +220,12 @@ absl::Status run(const Options& options) {
     if (!status.ok()) return status;
     if (batches[(k + 1) % 3].count == 0) GPT_RETURN_IF_ERROR(write_batch(current));
   }
+  if (documents == 0 && !options.allow_empty) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--input ", options.input, ": no documents to write (",
+        line_number == 0 ? "the file is empty" : absl::StrCat(line_number, " lines, all blank or skipped"),
+        "); no output written (--allow-empty writes an empty dataset)"));
+  }
   for (auto& writer : writers) GPT_RETURN_IF_ERROR(writer->finish());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("preprocess_data: %lld documents, %lld tokens written to %s_{%s}_document (%.2f s, %.1f MB/s, %d workers)\n",
@@ -216,9 +252,14 @@ int main(int argc, char** argv) {
   app.add_option("--merge-file", options.merge_file, "GPT-2 merges.txt")->required();
   app.add_option("--tokenizer-type", options.tokenizer_type, "GPT2BPETokenizer");
   app.add_flag("--append-eod", options.append_eod, "End every document with <|endoftext|>");
-  app.add_option("--workers", options.workers, "Encoding threads");
+  app.add_flag("--allow-empty", options.allow_empty,
+               "Write an empty dataset when the input has no documents (otherwise an error)");
+  // Decimal and in range (train/numeric_flags.h): 0 or a negative count is refused, not an empty
+  // output or an abort; the upper bounds keep the batches' memory (3 x lines x workers) sane.
+  app.add_option("--workers", options.workers, "Encoding threads (1 to 1024)")->transform(gpt::decimal_integer(1, 1024));
   app.add_option("--on-error", options.on_error, "stop (default) or skip bad lines");
-  app.add_option("--batch-lines", options.batch_lines, "Lines per worker per batch");
+  app.add_option("--batch-lines", options.batch_lines, "Lines per worker per batch (1 to 1048576)")
+      ->transform(gpt::decimal_integer(1, 1 << 20));
   if (const std::optional<int> exit_status = gpt::parse_command_line(app, argc, argv)) return *exit_status;
   const absl::Status status = gpt::run(options);
   if (!status.ok()) {

@@ -101,4 +101,10 @@ size_t device_memory_used_bytes() {
   return total_bytes - free_bytes;
 }
 
+size_t device_memory_total_bytes(int device) {
+  cudaDeviceProp properties{};
+  GPT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return properties.totalGlobalMem;
+}
+
 }  // namespace gpt::cuda

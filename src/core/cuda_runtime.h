@@ -36,5 +36,7 @@ void synchronize_device();
 size_t device_synchronizations();
 // Peak and current device memory reported by the allocator's view (cudaMemGetInfo).
 size_t device_memory_used_bytes();
+// The GPU's total memory (cudaGetDeviceProperties; needs no context on it). 0 without the backend.
+size_t device_memory_total_bytes(int device);
 
 }  // namespace gpt::cuda

@@ -26,5 +26,6 @@ void memset_device(void*, int, size_t) { no_backend("memset_device"); }
 void synchronize_device() { no_backend("synchronize_device"); }
 size_t device_synchronizations() { return 0; }
 size_t device_memory_used_bytes() { return 0; }
+size_t device_memory_total_bytes(int) { return 0; }
 
 }  // namespace gpt::cuda

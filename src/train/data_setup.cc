@@ -14,6 +14,7 @@
 #include "data/mock_dataset.h"
 #include "data/token_check.h"
 #include "parallel/comm/mpi_runtime.h"
+#include "train/memory_plan.h"
 #include "train/rank_agreement.h"
 
 namespace gpt {
@@ -80,6 +81,11 @@ std::string cache_dir(const Arguments& a, const std::string& first_prefix) {
 absl::StatusOr<DataSources> build_indexed(const Arguments& a) {
   DataSources sources;
   GPT_ASSIGN_OR_RETURN(sources.vocab_size, tokenizer_vocab_size(a));
+  // The launcher planned memory with the vocabulary known before the tokenizer was read (none for
+  // a GPT-2 vocabulary file); now the real one, before any index or model memory is taken.
+  if (sources.vocab_size > vocabulary_before_data(a)) {
+    GPT_RETURN_IF_ERROR(check_memory_fits(a, job_world_size(), sources.vocab_size, /*ranks_per_gpu=*/1));
+  }
   GPT_ASSIGN_OR_RETURN(const auto split_weights, parse_split(a.split));
   const std::array<int64_t, 3> wanted = samples_per_split(a);
   GPT_ASSIGN_OR_RETURN(const std::vector<WeightedPrefix> prefixes, weighted_prefixes(a.data_path));

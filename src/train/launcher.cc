@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/mpi_grid.h"
+#include "train/memory_plan.h"
 #include "train/rank_agreement.h"
 #include "train/trainer.h"
 
@@ -119,7 +120,12 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
   status = check_same_arguments(args);
   if (const int code = agree_and_report(mpi, status); code != 0) return code;
   // Collective: only after every rank has agreed that it got this far.
-  status = choose_backend(args, mpi, most_ranks_per_gpu(mpi, args));
+  const int ranks_per_gpu = most_ranks_per_gpu(mpi, args);
+  status = choose_backend(args, mpi, ranks_per_gpu);
+  if (const int code = agree_and_report(mpi, status); code != 0) return code;
+  // Sizes before allocation (train/memory_plan.h): a layout that cannot fit is refused now, with
+  // the bytes needed and available, not in the allocator or after minutes of growing memory.
+  status = check_memory_fits(args, mpi.world_size(), vocabulary_before_data(args), ranks_per_gpu);
   if (const int code = agree_and_report(mpi, status); code != 0) return code;
 
   const GridShape shape{static_cast<int>(args.tensor_model_parallel_size),

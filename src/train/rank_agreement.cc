@@ -207,7 +207,7 @@ absl::Status check_same_arguments(const Arguments& args) {
       << "MPI_Bcast of rank 0's arguments";
   if (digests[static_cast<size_t>(rank)] == digests[0]) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "rank ", rank, " was given different arguments from rank 0: ", absl::StrJoin(differing_arguments(text, reference), ", "),
+      "given different arguments from rank 0: ", absl::StrJoin(differing_arguments(text, reference), ", "),
       " (ranks that differ from rank 0: ", absl::StrJoin(differing, ", "), " of ", size,
       "; every rank must be given the same arguments)"));
 }

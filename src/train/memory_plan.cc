@@ -1,0 +1,249 @@
+#include "train/memory_plan.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
+#include "core/cuda_runtime.h"
+#include "parallel/comm/mpi_runtime.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace gpt {
+namespace {
+
+// An int64 that stays "overflowed" once any step overflows: the plan's sums of products read as
+// the formulas in the header, and one check at the end says whether the figure is real.
+class Bytes {
+ public:
+  Bytes(int64_t value) : value_(value), ok_(true) {}  // NOLINT: implicit, so that formulas read naturally
+  Bytes(std::optional<int64_t> value) : value_(value.value_or(0)), ok_(value.has_value()) {}  // NOLINT
+  friend Bytes operator+(Bytes a, Bytes b) {
+    return a.ok_ && b.ok_ ? Bytes(checked_add(a.value_, b.value_)) : Bytes(std::nullopt);
+  }
+  friend Bytes operator*(Bytes a, Bytes b) {
+    return a.ok_ && b.ok_ ? Bytes(checked_multiply(a.value_, b.value_)) : Bytes(std::nullopt);
+  }
+  std::optional<int64_t> value() const { return ok_ ? std::optional<int64_t>(value_) : std::nullopt; }
+
+ private:
+  int64_t value_;
+  bool ok_;
+};
+
+// The flags that size a rank's memory, for messages.
+std::string layout_flags(const Arguments& a, int64_t world_size, int64_t padded_vocab) {
+  std::string text = absl::StrCat(
+      "--num-layers ", a.num_layers, ", --hidden-size ", a.hidden_size, ", --ffn-hidden-size ", a.ffn_hidden_size,
+      ", --num-attention-heads ", a.num_attention_heads, ", --kv-channels ", a.kv_channels, ", --seq-length ",
+      a.seq_length, ", --max-position-embeddings ", a.max_position_embeddings, ", --micro-batch-size ",
+      a.micro_batch_size, ", --global-batch-size ", a.global_batch_size, ", vocabulary padded to ", padded_vocab,
+      " (--make-vocab-size-divisible-by ", a.make_vocab_size_divisible_by, "), --tensor-model-parallel-size ",
+      a.tensor_model_parallel_size, ", --pipeline-model-parallel-size ", a.pipeline_model_parallel_size,
+      ", data-parallel size ", data_parallel_size(a, world_size));
+  if (a.bf16) text += ", --bf16";
+  if (a.use_distributed_optimizer) text += ", --use-distributed-optimizer";
+  if (!a.recompute_granularity.empty()) text += ", --recompute-granularity " + a.recompute_granularity;
+  if (!a.data_path.empty()) absl::StrAppend(&text, ", --train-iters ", a.train_iters, ", --eval-iters ", a.eval_iters);
+  return text;
+}
+
+absl::Status overflow(const char* item, const Arguments& a, int64_t world_size, int64_t padded_vocab) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("the memory a rank needs for its ", item, " overflows a 64-bit byte count; the layout is far too "
+                   "large (", layout_flags(a, world_size, padded_vocab), ")"));
+}
+
+// The node's physical memory; 0 if unknown.
+int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return checked_multiply(pages, page_size).value_or(std::numeric_limits<int64_t>::max());
+}
+
+}  // namespace
+
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 6) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[64];
+  if (unit == 0) {
+    std::snprintf(text, sizeof(text), "%lld bytes", static_cast<long long>(bytes));
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f %s", value, units[unit]);
+  }
+  return text;
+}
+
+int64_t vocabulary_before_data(const Arguments& a) {
+  if (a.mock_data) return a.vocab_size;
+  if (a.tokenizer_type == "NullTokenizer") return checked_add(a.vocab_size, 1).value_or(a.vocab_size);
+  return 1;  // a GPT-2 vocabulary file: checked again once read (data_setup.cc)
+}
+
+absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, int64_t vocab_size) {
+  GPT_ASSIGN_OR_RETURN(const int64_t padded_vocab, checked_padded_vocab_size(a, vocab_size));
+  const int64_t tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
+  const int64_t dp = std::max<int64_t>(1, data_parallel_size(a, world_size));
+  const int64_t v = virtual_pipeline_size(a);
+  const int64_t m = std::max<int64_t>(1, num_microbatches(a, world_size));
+  const int64_t h = a.hidden_size, s = a.seq_length, b = a.micro_batch_size;
+  // Validated: heads, hidden, ffn and (with SP) the sequence divide by TP; layers by PP x v.
+  const int64_t local_heads = a.num_attention_heads / tp;
+  const Bytes local_projection = Bytes(local_heads) * a.kv_channels;  // Pl
+  const int64_t local_ffn = a.ffn_hidden_size / tp;                    // Fl
+  const int64_t local_vocab = padded_vocab / tp;
+  const bool split_sequence = a.sequence_parallel && tp > 1;
+  const int64_t local_sequence = split_sequence ? s / tp : s;
+  const int64_t t = a.bf16 ? 2 : 4;
+  const int64_t stage_layers = a.num_layers / pp;
+  const int64_t chunk_layers = stage_layers / v;
+
+  // Parameters: a layer, the first stage's embeddings, the last stage's LayerNorm and head.
+  const Bytes layer_params =
+      Bytes(6) * h + Bytes(4) * local_projection * h + Bytes(3) * local_projection + Bytes(2) * local_ffn * h + local_ffn;
+  const Bytes embeddings = (Bytes(local_vocab) + a.max_position_embeddings) * h;
+  const bool separate_head = a.untie_embeddings_and_output_weights || pp > 1;
+  const Bytes head = Bytes(2) * h + (separate_head ? Bytes(local_vocab) * h : Bytes(0));
+  const Bytes layers_params = Bytes(stage_layers) * layer_params;
+  const Bytes first_elements = pp == 1 ? layers_params + embeddings + head : layers_params + embeddings;
+  const Bytes last_elements = layers_params + head;
+
+  // Activations: the stash of one layer for one microbatch (model/activation_memory.h), rows
+  // r = s b, local rows r_l = s_l b.
+  const Bytes rows = Bytes(s) * b, local_rows = Bytes(local_sequence) * b;
+  const Bytes lse = Bytes(4) * b * local_heads * s;
+  const Bytes full_layer = Bytes(t) * (Bytes(4) * local_rows * h + Bytes(4) * rows * local_projection +
+                                       Bytes(2) * rows * local_ffn + (split_sequence ? Bytes(2) * rows * h : Bytes(0))) +
+                           Bytes(16) * local_rows + lse;
+  Bytes layer_stash = full_layer;
+  Bytes recompute_buffers = 0;
+  if (a.recompute_granularity == "selective") {
+    layer_stash = full_layer + Bytes(-1) * (Bytes(t) * rows * local_projection + lse);
+    recompute_buffers = Bytes(t) * rows * local_projection + lse;
+  } else if (a.recompute_granularity == "full") {
+    // At least one group input per microbatch, and one layer rebuilt at a time.
+    layer_stash = 0;
+    recompute_buffers = Bytes(t) * local_rows * h + full_layer;
+  }
+  const Bytes workspace = Bytes(t) * (Bytes(2) * rows * h + Bytes(2) * local_rows * h + Bytes(4) * rows * local_projection +
+                                      rows * local_ffn);
+  // Microbatches in flight: on the first stage at least min(m, PP) for its first chunk (1F1B's
+  // warm-up), one for every other chunk and on the last stage.
+  const int64_t first_slots = std::min(m, pp);
+  const Bytes chunk_fixed = Bytes(v) * (workspace + recompute_buffers);
+  const Bytes logits = Bytes(t) * rows * local_vocab;
+  const Bytes first_activations =
+      Bytes(chunk_layers) * layer_stash * (Bytes(first_slots) + (v - 1)) + chunk_fixed + (pp == 1 ? logits : Bytes(0));
+  const Bytes last_activations = Bytes(stage_layers) * layer_stash + chunk_fixed + logits;
+
+  // Host: dataset indices (sample index [samples + 1, 2] and shuffle index, int64) and the
+  // schedules (every rank's steps of the training and evaluation schedules).
+  Bytes index_bytes = 0;
+  if (!a.mock_data) {
+    const Bytes evaluations = a.train_iters / a.eval_interval + 1;
+    const Bytes samples = Bytes(a.train_iters) * a.global_batch_size +
+                          evaluations * a.eval_iters * a.global_batch_size + Bytes(a.eval_iters) * a.global_batch_size;
+    index_bytes = Bytes(24) * samples;
+  }
+  const Bytes schedule_bytes =
+      Bytes(3) * pp * m * v * static_cast<int64_t>(sizeof(pipeline::Step) + sizeof(pipeline::Instruction));
+
+  auto stage_plan = [&](const Bytes& elements, const Bytes& activations) -> absl::StatusOr<MemoryPlan> {
+    const Bytes owned = a.use_distributed_optimizer ? Bytes(elements.value() ? (*elements.value() + dp - 1) / dp : 0)
+                                                    : elements;
+    const Bytes parameters = Bytes(t) * elements, gradients = Bytes(4) * elements;
+    const Bytes optimizer = Bytes(a.bf16 ? 12 : 8) * owned;
+    const Bytes host = index_bytes + schedule_bytes;
+    if (!elements.value()) return overflow("parameters", a, world_size, padded_vocab);
+    if (!parameters.value() || !gradients.value() || !optimizer.value()) {
+      return overflow("parameters, gradients and optimizer state", a, world_size, padded_vocab);
+    }
+    if (!activations.value()) return overflow("activations", a, world_size, padded_vocab);
+    if (!host.value()) return overflow("data indices and pipeline schedules", a, world_size, padded_vocab);
+    MemoryPlan plan;
+    plan.layout = layout_flags(a, world_size, padded_vocab);
+    plan.parameters = *parameters.value();
+    plan.gradients = *gradients.value();
+    plan.optimizer_state = *optimizer.value();
+    plan.activations = *activations.value();
+    plan.data_indices = *host.value();
+    if (!(Bytes(plan.model_bytes()) + plan.data_indices).value() ||
+        !(Bytes(plan.parameters) + plan.gradients + plan.optimizer_state + plan.activations).value()) {
+      return overflow("model and data", a, world_size, padded_vocab);
+    }
+    return plan;
+  };
+  GPT_ASSIGN_OR_RETURN(const MemoryPlan first, stage_plan(first_elements, first_activations));
+  if (pp == 1) return first;
+  GPT_ASSIGN_OR_RETURN(const MemoryPlan last, stage_plan(last_elements, last_activations));
+  return first.total_bytes() >= last.total_bytes() ? first : last;
+}
+
+MemoryBudget this_rank_memory_budget(const Arguments& args, int ranks_per_gpu) {
+  MemoryBudget budget;
+  budget.gpu = args.device == "cuda";
+  if (budget.gpu && cuda::device_count() > 0) {
+    budget.device_bytes = static_cast<int64_t>(
+        cuda::device_memory_total_bytes(gpu_for_local_rank(local_rank(), cuda::device_count())));
+    budget.ranks_per_device = std::max(1, ranks_per_gpu);
+  }
+  budget.host_bytes = physical_memory_bytes();
+  budget.ranks_per_host = std::max(1, local_world_size());
+  return budget;
+}
+
+absl::Status check_memory_plan(const MemoryPlan& plan, const Arguments& args, const MemoryBudget& budget) {
+  (void)args;
+  const std::string model_items =
+      absl::StrCat("parameters ", format_bytes(plan.parameters), ", gradients ", format_bytes(plan.gradients),
+                   ", optimizer state ", format_bytes(plan.optimizer_state), ", activations ",
+                   format_bytes(plan.activations));
+  const std::string host_items = absl::StrCat("data indices and pipeline schedules ", format_bytes(plan.data_indices));
+  struct Pool {
+    const char* what;   // "GPU memory", "host memory"
+    const char* owner;  // "the GPU", "the node"
+    int64_t per_rank;
+    std::string items;
+    int ranks;
+    int64_t available;
+  };
+  std::vector<Pool> pools;
+  if (budget.gpu) {
+    pools.push_back({"GPU memory", "the GPU", plan.model_bytes(), model_items, budget.ranks_per_device,
+                     budget.device_bytes});
+    pools.push_back({"host memory", "the node", plan.data_indices, host_items, budget.ranks_per_host,
+                     budget.host_bytes});
+  } else {
+    pools.push_back({"host memory", "the node", plan.total_bytes(), model_items + ", " + host_items,
+                     budget.ranks_per_host, budget.host_bytes});
+  }
+  for (const Pool& pool : pools) {
+    if (pool.available <= 0) continue;  // unknown
+    const std::optional<int64_t> needed = checked_multiply(pool.per_rank, pool.ranks);
+    if (needed && *needed <= pool.available) continue;
+    const std::string sharing = pool.ranks > 1 ? absl::StrCat(", x ", pool.ranks, " ranks sharing it") : std::string();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the layout does not fit in ", pool.what, ": a rank needs at least ", pool.per_rank, " bytes (",
+        format_bytes(pool.per_rank), ": ", pool.items, ")", sharing, ", but ", pool.owner, " has ", pool.available,
+        " bytes (", format_bytes(pool.available), "); reduce the model or batch, or split it over more ranks (",
+        plan.layout, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status check_memory_fits(const Arguments& args, int64_t world_size, int64_t vocab_size, int ranks_per_gpu) {
+  GPT_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(args, world_size, vocab_size));
+  return check_memory_plan(plan, args, this_rank_memory_budget(args, ranks_per_gpu));
+}
+
+}  // namespace gpt

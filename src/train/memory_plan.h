@@ -1,0 +1,78 @@
+// The memory plan: before anything is allocated, what the largest rank of a layout needs (the
+// memory report's items, in closed form and with overflow-checked int64 arithmetic), and whether
+// that fits in the memory the rank will allocate from. Without it a layout too large for the
+// machine aborts in the allocator (--hidden-size 2147483648), segfaults on a wrapped size
+// (--make-vocab-size-divisible-by 2^62), or grows memory for minutes (--num-layers 100000000).
+//
+// The figures are lower bounds of what the trainer allocates (no alignment, bucket padding,
+// cuDNN workspaces, allocator overhead; stash slots as few as the schedule can use), so a refusal
+// is certain to be right; a layout the plan accepts may still be tight. Per rank, for the worst
+// pipeline stage (the first holds the embeddings and the most microbatches in flight, the last the
+// LM head and its logits), with L_p = num_layers / PP layers, t bytes per element (2 with --bf16):
+//   parameters      t x elements, where each layer has 4h + (3P + F)(h + 1)/tp + (P + F) h / tp + 2h
+//                   (P = heads x kv-channels, F = ffn), plus the embeddings (padded vocab / tp + max
+//                   positions) x h on the first stage, the final LayerNorm and, untied or with PP > 1,
+//                   the output layer on the last
+//   gradients       4 x elements (FP32 main gradients)
+//   optimizer       4 x owned (FP32 master weights, --bf16 only) + 8 x owned (two moments), owned =
+//                   elements / DP with --use-distributed-optimizer
+//   activations     the layers' stash per microbatch in flight (model/activation_memory.h's
+//                   formula), the chunks' shared workspaces, and the logits [s b, vocab / tp]
+//   data indices    host: 24 bytes per sample (sample and shuffle indices) of every split, for
+//                   --data-path datasets; plus the pipeline schedules (every rank's steps)
+// On the GPU the first four live in device memory and the rest on the host; on the CPU backend
+// all of it is host memory, shared by the node's ranks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "train/arguments.h"
+
+namespace gpt {
+
+struct MemoryPlan {
+  // Bytes for one rank of the worst pipeline stage.
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;  // master weights and moments
+  int64_t activations = 0;
+  int64_t data_indices = 0;     // host memory: dataset indices and pipeline schedules
+  std::string layout;           // the flags that size it, for messages
+  int64_t model_bytes() const { return parameters + gradients + optimizer_state + activations; }
+  int64_t total_bytes() const { return model_bytes() + data_indices; }
+};
+
+// The plan for validated arguments (validate_arguments and validate_for_world) with the
+// tokenizer's unpadded vocabulary. An error where a figure does not fit in int64, naming the flags.
+absl::StatusOr<MemoryPlan> plan_memory(const Arguments& args, int64_t world_size, int64_t vocab_size);
+
+// Where a rank allocates from and how much there is. Bytes 0: unknown (the check is skipped).
+struct MemoryBudget {
+  bool gpu = false;              // the model lives in device memory (else everything is host memory)
+  int64_t device_bytes = 0;      // the GPU's total memory
+  int ranks_per_device = 1;      // ranks sharing that GPU
+  int64_t host_bytes = 0;        // the node's physical memory
+  int ranks_per_host = 1;        // ranks of the job on this node
+};
+
+// The budget of this process: the GPU it will use (args.device resolved), the node's physical
+// memory (sysconf), the node's ranks; `ranks_per_gpu` from the launcher's comparison of GPU UUIDs.
+MemoryBudget this_rank_memory_budget(const Arguments& args, int ranks_per_gpu);
+
+// OK when the plan fits the budget; otherwise one message with the bytes needed per rank (and
+// the items), the bytes available, and the flags that size the layout.
+absl::Status check_memory_plan(const MemoryPlan& plan, const Arguments& args, const MemoryBudget& budget);
+
+// The vocabulary the plan can use before the tokenizer is read: exact with --mock-data and the
+// NullTokenizer, a lower bound (1) with a GPT-2 vocabulary file.
+int64_t vocabulary_before_data(const Arguments& args);
+
+// plan_memory + check_memory_plan for this process: what the launcher and data set-up call.
+absl::Status check_memory_fits(const Arguments& args, int64_t world_size, int64_t vocab_size, int ranks_per_gpu);
+
+// "1.50 GiB" style, for messages.
+std::string format_bytes(int64_t bytes);
+
+}  // namespace gpt

@@ -1,0 +1,222 @@
+// Regression tests for issue 16 in pretrain_gpt's arguments: strict numeric flags (no octal, no
+// clamp, no inf / nan), derived counts in checked arithmetic, and the memory plan that refuses a
+// layout too large for the machine before anything is allocated.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "model/activation_memory.h"
+#include "support/trainer_support.h"
+#include "train/arguments.h"
+#include "train/memory_plan.h"
+#include "train/trainer.h"
+
+namespace gpt {
+namespace {
+
+std::vector<std::string> base_flags() {
+  return {"pretrain_gpt", "--mock-data", "--vocab-size", "512", "--num-layers", "2", "--hidden-size", "64",
+          "--num-attention-heads", "4", "--seq-length", "32", "--max-position-embeddings", "32",
+          "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "10", "--lr", "1e-3"};
+}
+
+// The base flags with `flag` set to `value` (replaced or appended; an empty value appends a switch).
+std::vector<std::string> with(std::vector<std::string> flags, const std::string& flag, const std::string& value) {
+  for (size_t i = 0; i + 1 < flags.size(); ++i) {
+    if (flags[i] == flag) {
+      flags[i + 1] = value;
+      return flags;
+    }
+  }
+  flags.push_back(flag);
+  if (!value.empty()) flags.push_back(value);
+  return flags;
+}
+
+absl::StatusOr<Arguments> validated(const std::vector<std::string>& flags, int64_t world_size = 1) {
+  GPT_ASSIGN_OR_RETURN(Arguments args, parse_arguments(flags));
+  GPT_RETURN_IF_ERROR(validate_arguments(args));
+  GPT_RETURN_IF_ERROR(validate_for_world(args, world_size));
+  return args;
+}
+
+std::string error_of(const std::vector<std::string>& flags, int64_t world_size = 1) {
+  return std::string(validated(flags, world_size).status().message());
+}
+
+::testing::AssertionResult contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
+}
+
+// The plan for a command line, with the vocabulary the launcher uses.
+absl::StatusOr<MemoryPlan> plan_of(const std::vector<std::string>& flags, int64_t world_size = 1) {
+  GPT_ASSIGN_OR_RETURN(Arguments args, validated(flags, world_size));
+  return plan_memory(args, world_size, vocabulary_before_data(args));
+}
+
+// plan + check against a machine with 16 GiB and no GPU.
+std::string fit_error(const std::vector<std::string>& flags, int64_t world_size = 1) {
+  absl::StatusOr<Arguments> args = validated(flags, world_size);
+  if (!args.ok()) return std::string(args.status().message());
+  absl::StatusOr<MemoryPlan> plan = plan_memory(*args, world_size, vocabulary_before_data(*args));
+  if (!plan.ok()) return std::string(plan.status().message());
+  MemoryBudget budget;
+  budget.host_bytes = int64_t{16} << 30;
+  return std::string(check_memory_plan(*plan, *args, budget).message());
+}
+
+TEST(NumericFlags, LeadingZerosAreDecimalNotOctal) {
+  absl::StatusOr<Arguments> args = validated(with(with(base_flags(), "--train-iters", "010"), "--seed", "0042"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->train_iters, 10);
+  EXPECT_EQ(args->seed, 42);
+}
+
+TEST(NumericFlags, OverflowIsRefusedNotClamped) {
+  EXPECT_TRUE(contains(error_of(with(base_flags(), "--train-iters", "99999999999999999999")), "--train-iters"));
+  EXPECT_TRUE(contains(error_of(with(base_flags(), "--seed", "-99999999999999999999")), "--seed"));
+  EXPECT_TRUE(contains(error_of(with(base_flags(), "--hidden-size", "0x40")), "--hidden-size"));
+  EXPECT_TRUE(contains(error_of(with(base_flags(), "--num-layers", "")), "--num-layers"));
+}
+
+TEST(NumericFlags, InfNanAndBeyondFp32AreRefused) {
+  for (const char* flag : {"--lr", "--init-method-std", "--weight-decay", "--adam-eps", "--norm-epsilon", "--min-lr",
+                           "--clip-grad", "--adam-beta1", "--adam-beta2"}) {
+    for (const char* value : {"inf", "-inf", "nan", "1e400", "0x1p3"}) {
+      EXPECT_TRUE(contains(error_of(with(base_flags(), flag, value)), flag)) << flag << " " << value;
+    }
+  }
+  for (const char* flag : {"--lr", "--init-method-std", "--weight-decay", "--adam-eps", "--norm-epsilon"}) {
+    EXPECT_TRUE(contains(error_of(with(base_flags(), flag, "1e39")), flag)) << flag;
+  }
+  EXPECT_TRUE(contains(error_of(with(base_flags(), "--adam-eps", "1e-50")), "--adam-eps"));  // 0 in FP32
+  EXPECT_TRUE(contains(error_of(with(base_flags(), "--distributed-timeout-minutes", "inf")),
+                       "--distributed-timeout-minutes"));
+}
+
+TEST(DerivedCounts, ProductsThatOverflowNameTheirFlags) {
+  EXPECT_TRUE(contains(error_of(with(base_flags(), "--train-iters", "4611686018427387904")), "--train-iters"));
+  EXPECT_TRUE(contains(error_of(with(with(base_flags(), "--train-iters", "100000000000000000"), "--seq-length", "32")),
+                       "overflows"));
+  EXPECT_TRUE(contains(
+      error_of(with(with(base_flags(), "--make-vocab-size-divisible-by", "9223372036854775807"),
+                    "--tensor-model-parallel-size", "2"),
+               2),
+      "--make-vocab-size-divisible-by"));
+  // 2^62 itself fits (a padded vocabulary of 2^62), so validation passes; the memory plan refuses it.
+  EXPECT_EQ(error_of(with(base_flags(), "--make-vocab-size-divisible-by", "4611686018427387904")), "");
+  EXPECT_TRUE(contains(error_of(with(base_flags(), "--hidden-size", "4611686018427387904")), "--hidden-size"));
+  EXPECT_TRUE(contains(error_of(with(with(base_flags(), "--eval-iters", "4611686018427387904"), "--eval-interval", "1")),
+                       "--eval-iters"));
+}
+
+TEST(MemoryPlan, ParametersMatchTheModelExactly) {
+  for (const std::vector<std::string>& flags :
+       {base_flags(), with(base_flags(), "--bf16", ""), with(base_flags(), "--untie-embeddings-and-output-weights", ""),
+        with(with(base_flags(), "--ffn-hidden-size", "96"), "--kv-channels", "8")}) {
+    absl::StatusOr<MemoryPlan> plan = plan_of(flags);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::unique_ptr<ProcessGrid> grid;
+    std::unique_ptr<Trainer> trainer = testing_support::make_trainer(flags, grid);
+    ASSERT_NE(trainer, nullptr);
+    const int64_t bytes_per_element = trainer->config().dtype == DType::kBFloat16 ? 2 : 4;
+    EXPECT_EQ(plan->parameters, trainer->parameters_on_rank() * bytes_per_element);
+    EXPECT_EQ(plan->gradients, trainer->parameters_on_rank() * 4);
+    EXPECT_EQ(plan->optimizer_state, trainer->parameters_on_rank() * (bytes_per_element == 2 ? 12 : 8));
+    EXPECT_EQ(plan->data_indices > 0, true);  // the schedules
+  }
+}
+
+TEST(MemoryPlan, ActivationsAreAtLeastTheModelsStash) {
+  for (const std::vector<std::string>& flags :
+       {base_flags(), with(base_flags(), "--recompute-activations", ""), with(base_flags(), "--bf16", "")}) {
+    absl::StatusOr<Arguments> args = validated(flags);
+    ASSERT_TRUE(args.ok()) << args.status();
+    absl::StatusOr<MemoryPlan> plan = plan_memory(*args, 1, args->vocab_size);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const ModelConfig config = model_config_from(*args);
+    const ActivationMemory model = activation_memory(config, 1, false, args->micro_batch_size, args->num_layers);
+    EXPECT_GE(plan->activations, model.total_bytes(1));
+    EXPECT_LE(plan->activations, 8 * model.total_bytes(1)) << "the plan should stay close to the model's figures";
+  }
+}
+
+TEST(MemoryPlan, ShardingDividesTheOptimizerState) {
+  absl::StatusOr<MemoryPlan> one = plan_of(with(base_flags(), "--global-batch-size", "8"), 1);
+  absl::StatusOr<MemoryPlan> zero =
+      plan_of(with(with(base_flags(), "--global-batch-size", "8"), "--use-distributed-optimizer", ""), 4);
+  ASSERT_TRUE(one.ok() && zero.ok());
+  EXPECT_EQ(zero->parameters, one->parameters);
+  EXPECT_LE(zero->optimizer_state * 4, one->optimizer_state + 4 * 8);
+  absl::StatusOr<MemoryPlan> tp = plan_of(with(base_flags(), "--tensor-model-parallel-size", "2"), 2);
+  ASSERT_TRUE(tp.ok()) << tp.status();
+  EXPECT_LT(tp->parameters, one->parameters);
+}
+
+TEST(MemoryPlan, HugeLayoutsAreRefusedQuicklyNamingBytesAndFlags) {
+  const std::vector<std::vector<std::string>> hostile = {
+      with(with(base_flags(), "--hidden-size", "2147483648"), "--num-attention-heads", "1"),
+      with(base_flags(), "--vocab-size", "2147483648"),
+      with(with(base_flags(), "--seq-length", "1000000000"), "--max-position-embeddings", "1000000000"),
+      with(with(base_flags(), "--micro-batch-size", "1000000000"), "--global-batch-size", "1000000000"),
+      with(with(base_flags(), "--num-layers", "100000000"), "--train-iters", "1"),
+      with(with(base_flags(), "--micro-batch-size", "1"), "--global-batch-size", "1000000000"),
+      with(base_flags(), "--max-position-embeddings", "4000000000"),
+      with(base_flags(), "--ffn-hidden-size", "100000000000"),
+      with(base_flags(), "--make-vocab-size-divisible-by", "4611686018427387904"),
+  };
+  for (const std::vector<std::string>& flags : hostile) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string message = fit_error(flags);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string shown = absl::StrJoin(flags, " ");
+    EXPECT_LT(seconds, 1.0) << shown;
+    ASSERT_FALSE(message.empty()) << "accepted: " << shown;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    const bool fits = message.find("does not fit") != std::string::npos;
+    const bool overflows = message.find("overflows") != std::string::npos;
+    EXPECT_TRUE(fits || overflows) << message;
+    if (fits) {
+      EXPECT_TRUE(contains(message, "bytes")) << message;
+      EXPECT_TRUE(contains(message, "--num-layers")) << message;
+      EXPECT_TRUE(contains(message, "but the node has 17179869184 bytes")) << message;
+    }
+  }
+  EXPECT_EQ(fit_error(base_flags()), "");
+}
+
+TEST(MemoryPlan, GpuBudgetChecksDeviceAndHostSeparately) {
+  absl::StatusOr<Arguments> args = validated(base_flags());
+  ASSERT_TRUE(args.ok());
+  absl::StatusOr<MemoryPlan> plan = plan_memory(*args, 1, args->vocab_size);
+  ASSERT_TRUE(plan.ok());
+  MemoryBudget gpu{.gpu = true, .device_bytes = plan->model_bytes(), .ranks_per_device = 1,
+                   .host_bytes = plan->data_indices, .ranks_per_host = 1};
+  EXPECT_TRUE(check_memory_plan(*plan, *args, gpu).ok());
+  gpu.ranks_per_device = 2;  // two ranks on one GPU need twice the memory
+  EXPECT_TRUE(contains(std::string(check_memory_plan(*plan, *args, gpu).message()), "GPU memory"));
+  gpu.ranks_per_device = 1;
+  gpu.host_bytes = plan->data_indices - 1;
+  EXPECT_TRUE(contains(std::string(check_memory_plan(*plan, *args, gpu).message()), "host memory"));
+  MemoryBudget unknown;  // nothing known: nothing refused
+  EXPECT_TRUE(check_memory_plan(*plan, *args, unknown).ok());
+}
+
+TEST(MemoryPlan, GptVocabularyIsPlannedAsALowerBoundBeforeTheTokenizer) {
+  Arguments args;
+  args.mock_data = true;
+  args.vocab_size = 512;
+  EXPECT_EQ(vocabulary_before_data(args), 512);
+  args.mock_data = false;
+  args.tokenizer_type = "NullTokenizer";
+  EXPECT_EQ(vocabulary_before_data(args), 513);  // ids [0, N) plus eod
+  args.tokenizer_type = "GPT2BPETokenizer";
+  EXPECT_EQ(vocabulary_before_data(args), 1);
+}
+
+}  // namespace
+}  // namespace gpt
