@@ -152,8 +152,10 @@ absl::StatusOr<DType> dtype_of_type(hid_t type) {
 
 std::vector<hsize_t> to_hsize(const std::vector<int64_t>& values) { return {values.begin(), values.end()}; }
 
-// Chunks of about 2^20 elements (4 MiB of FP32) whole rows at a time: large enough that the
-// checksum and chunk index cost nothing measurable, small enough that a slice reads little extra.
+// Chunks of at most about 2^20 elements (4 MiB of FP32), whole rows at a time and dividing the
+// rows evenly (HDF5 allocates whole chunks, so a last chunk mostly empty would waste disk): large
+// enough that the checksum and chunk index cost nothing measurable, small enough that a slice
+// reads little extra.
 std::vector<hsize_t> chunk_shape(const std::vector<int64_t>& shape) {
   constexpr int64_t kChunkElements = int64_t{1} << 20;
   std::vector<hsize_t> chunk(shape.size(), 1);
@@ -163,8 +165,10 @@ std::vector<hsize_t> chunk_shape(const std::vector<int64_t>& shape) {
     inner *= std::max<int64_t>(shape[d], 1);
   }
   if (!shape.empty()) {
-    chunk[0] = static_cast<hsize_t>(std::clamp<int64_t>(kChunkElements / std::max<int64_t>(inner, 1), 1,
-                                                        std::max<int64_t>(shape[0], 1)));
+    const int64_t rows = std::max<int64_t>(shape[0], 1);
+    const int64_t rows_per_chunk = std::max<int64_t>(kChunkElements / inner, 1);
+    const int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
+    chunk[0] = static_cast<hsize_t>((rows + chunks - 1) / chunks);
   }
   return chunk;
 }

@@ -172,6 +172,7 @@ absl::Status Checkpointer::save(Trainer& trainer) {
   }
 
   PendingSave pending;
+  pending.since_start = blocked;  // the save's seconds count from its start, host copy included
   pending.iteration = iteration;
   pending.temporary = absl::StrCat(args_.save, "/", iteration_directory_name(iteration), ".tmp");
   pending.bytes = bytes;
@@ -338,14 +339,19 @@ absl::Status Checkpointer::load(Trainer& trainer) {
   for (size_t c = 0; c < candidates.size(); ++c) {
     const std::string directory = absl::StrCat(args_.load, "/", iteration_directory_name(candidates[c]));
     print_rank0(grid_, absl::StrCat(" loading checkpoint from ", args_.load, " at iteration ", candidates[c]));
+    Stopwatch load_time;
     absl::Status status = load_from(trainer, directory);
     // Every rank reads its own slices: one rank's damaged shard is everyone's failure.
     const bool mine = !status.ok();
     status = agree_on_setup(status, "checkpoint load");
     if (status.ok()) {
-      print_rank0(grid_, absl::StrFormat("  successfully loaded checkpoint from %s [ t %d, p %d, dp %d ] at iteration %d",
+      const int64_t bytes = world_extreme(loaded_bytes_, MPI_SUM);
+      const int64_t load_ms = world_max(static_cast<int64_t>(load_time.elapsed_seconds() * 1e3));
+      print_rank0(grid_, absl::StrFormat("  successfully loaded checkpoint from %s [ t %d, p %d, dp %d ] at iteration %d "
+                                         "[ %.1f MB in %.2f s ]",
                                          args_.load, grid_.shape().tensor, grid_.shape().pipeline, grid_.shape().data,
-                                         trainer.iteration()));
+                                         trainer.iteration(), static_cast<double>(bytes) / 1048576.0,
+                                         static_cast<double>(load_ms) / 1e3));
       last_saved_iteration_ = trainer.iteration();
       return absl::OkStatus();
     }
@@ -414,6 +420,10 @@ absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& direct
     }
   }
   GPT_RETURN_IF_ERROR(read_pieces(*reader, pieces, missing));
+  loaded_bytes_ = 0;
+  for (const ShardedTensor& piece : pieces) {
+    if (!missing.count(piece.key)) loaded_bytes_ += static_cast<int64_t>(piece.data.bytes());
+  }
   trainer.context().synchronize();
   if (!load_optimizer) trainer.optimizer().reset_from_params(trainer.context());
   if (args_.finetune) {

@@ -74,6 +74,7 @@ class Checkpointer {
   std::atomic<bool> writer_done_{false};
   absl::Status writer_status_;
   int64_t last_saved_iteration_ = -1;
+  int64_t loaded_bytes_ = 0;  // by this rank, in the last load
 };
 
 }  // namespace gpt
