@@ -30,6 +30,7 @@ class Handle {
   ~Handle() {
     if (id_ >= 0) closer_(id_);
   }
+  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, -1)), closer_(other.closer_) {}
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
   hid_t get() const { return id_; }
@@ -201,6 +202,34 @@ absl::Status select_slab(hid_t space, const std::string& path, const std::string
   return absl::OkStatus();
 }
 
+// A dataset opened for reading or writing a slice: it exists and holds `dtype`, the slice is
+// selected in its file space, and the memory side describes a dense row-major buffer.
+struct Slab {
+  Handle dataset, file_space, memory_space, memory_type;
+};
+
+absl::StatusOr<Slab> open_slab(hid_t file, const std::string& path, const std::string& name,
+                               const std::vector<int64_t>& offsets, const std::vector<int64_t>& counts, DType dtype) {
+  if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": no dataset '", name, "'"));
+  }
+  Handle dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!dataset.ok()) return absl::DataLossError(absl::StrCat(path, ": cannot open dataset '", name, "'"));
+  Handle stored_type(H5Dget_type(dataset.get()), H5Tclose);
+  const absl::StatusOr<DType> stored = dtype_of_type(stored_type.get());
+  if (!stored.ok() || *stored != dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": dataset '", name, "' is not of type ", std::string(dtype_name(dtype))));
+  }
+  Handle file_space(H5Dget_space(dataset.get()), H5Sclose);
+  GPT_RETURN_IF_ERROR(select_slab(file_space.get(), path, name, offsets, counts));
+  const std::vector<hsize_t> count = to_hsize(counts);
+  Handle memory_space(count.empty() ? H5Screate(H5S_SCALAR)
+                                    : H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr),
+                      H5Sclose);
+  return Slab{std::move(dataset), std::move(file_space), std::move(memory_space), memory_type_of(dtype)};
+}
+
 // Appends the full paths of the datasets under `group` (recursively).
 herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* out) {
   if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(out)->push_back(name);
@@ -284,21 +313,9 @@ absl::Status Hdf5File::create_dataset(const std::string& name, DType dtype, cons
 
 absl::Status Hdf5File::write_slab(const std::string& name, const std::vector<int64_t>& offsets,
                                   const std::vector<int64_t>& counts, DType dtype, const void* values) {
-  Handle dataset(H5Dopen2(handle_, name.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!dataset.ok()) return absl::NotFoundError(absl::StrCat(path_, ": no dataset '", name, "'"));
-  Handle stored_type(H5Dget_type(dataset.get()), H5Tclose);
-  const absl::StatusOr<DType> stored = dtype_of_type(stored_type.get());
-  if (!stored.ok() || *stored != dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(path_, ": dataset '", name, "' is not of type ", std::string(dtype_name(dtype))));
-  }
-  Handle file_space(H5Dget_space(dataset.get()), H5Sclose);
-  GPT_RETURN_IF_ERROR(select_slab(file_space.get(), path_, name, offsets, counts));
-  const std::vector<hsize_t> count = to_hsize(counts);
-  Handle memory_space(count.empty() ? H5Screate(H5S_SCALAR)
-                                    : H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr),
-                      H5Sclose);
-  const Handle memory_type = memory_type_of(dtype);
-  if (H5Dwrite(dataset.get(), memory_type.get(), memory_space.get(), file_space.get(), H5P_DEFAULT, values) < 0) {
+  GPT_ASSIGN_OR_RETURN(const Slab slab, open_slab(handle_, path_, name, offsets, counts, dtype));
+  if (H5Dwrite(slab.dataset.get(), slab.memory_type.get(), slab.memory_space.get(), slab.file_space.get(), H5P_DEFAULT,
+               values) < 0) {
     return absl::DataLossError(absl::StrCat(path_, ": cannot write dataset '", name, "' (disk full?)"));
   }
   return absl::OkStatus();
@@ -306,24 +323,9 @@ absl::Status Hdf5File::write_slab(const std::string& name, const std::vector<int
 
 absl::Status Hdf5File::read_slab(const std::string& name, const std::vector<int64_t>& offsets,
                                  const std::vector<int64_t>& counts, DType dtype, void* out) const {
-  if (H5Lexists(handle_, name.c_str(), H5P_DEFAULT) <= 0) {
-    return absl::NotFoundError(absl::StrCat(path_, ": no dataset '", name, "'"));
-  }
-  Handle dataset(H5Dopen2(handle_, name.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!dataset.ok()) return absl::DataLossError(absl::StrCat(path_, ": cannot open dataset '", name, "'"));
-  Handle stored_type(H5Dget_type(dataset.get()), H5Tclose);
-  const absl::StatusOr<DType> stored = dtype_of_type(stored_type.get());
-  if (!stored.ok() || *stored != dtype) {
-    return absl::InvalidArgumentError(absl::StrCat(path_, ": dataset '", name, "' is not of type ", std::string(dtype_name(dtype))));
-  }
-  Handle file_space(H5Dget_space(dataset.get()), H5Sclose);
-  GPT_RETURN_IF_ERROR(select_slab(file_space.get(), path_, name, offsets, counts));
-  const std::vector<hsize_t> count = to_hsize(counts);
-  Handle memory_space(count.empty() ? H5Screate(H5S_SCALAR)
-                                    : H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr),
-                      H5Sclose);
-  const Handle memory_type = memory_type_of(dtype);
-  if (H5Dread(dataset.get(), memory_type.get(), memory_space.get(), file_space.get(), H5P_DEFAULT, out) < 0) {
+  GPT_ASSIGN_OR_RETURN(const Slab slab, open_slab(handle_, path_, name, offsets, counts, dtype));
+  if (H5Dread(slab.dataset.get(), slab.memory_type.get(), slab.memory_space.get(), slab.file_space.get(), H5P_DEFAULT,
+              out) < 0) {
     return absl::DataLossError(absl::StrCat(path_, ": cannot read dataset '", name,
                                             "': checksum mismatch or truncated file"));
   }
