@@ -362,7 +362,12 @@ absl::Status CheckpointReader::read(const std::string& key, const std::vector<in
     const int64_t column_end = std::min(want_column + want_columns, piece_column + column_of(piece.counts));
     if (row_begin >= row_end || column_begin >= column_end) continue;
     const int64_t rows = row_end - row_begin, columns = column_end - column_begin;
-    staging.resize(static_cast<size_t>(rows * columns) * dtype_size(tensor.dtype));
+    unsigned char* destination = static_cast<unsigned char*>(out) +
+                                 static_cast<size_t>((row_begin - want_row) * want_columns + (column_begin - want_column)) *
+                                     dtype_size(dtype);
+    // Whole rows of the slice in the stored dtype are contiguous in `out`: read straight there.
+    const bool direct = tensor.dtype == dtype && (rows == 1 || columns == want_columns);
+    if (!direct) staging.resize(static_cast<size_t>(rows * columns) * dtype_size(tensor.dtype));
     std::vector<int64_t> slab_offsets = {column_begin - piece_column}, slab_counts = {columns};
     if (rank == 2) {
       slab_offsets.insert(slab_offsets.begin(), row_begin - piece_row);
@@ -370,15 +375,12 @@ absl::Status CheckpointReader::read(const std::string& key, const std::vector<in
     }
     absl::StatusOr<Hdf5File*> file = shard(piece.shard);
     if (!file.ok()) return absl::Status(file.status().code(), absl::StrCat("tensor '", key, "': ", file.status().message()));
-    const absl::Status status =
-        (*file)->read_slab(piece.dataset, slab_offsets, slab_counts, tensor.dtype, staging.data());
+    const absl::Status status = (*file)->read_slab(piece.dataset, slab_offsets, slab_counts, tensor.dtype,
+                                                   direct ? destination : staging.data());
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat("tensor '", key, "': ", status.message()));
     }
-    unsigned char* destination = static_cast<unsigned char*>(out) +
-                                 static_cast<size_t>((row_begin - want_row) * want_columns + (column_begin - want_column)) *
-                                     dtype_size(dtype);
-    copy_rows(staging.data(), tensor.dtype, columns, destination, dtype, want_columns, rows, columns);
+    if (!direct) copy_rows(staging.data(), tensor.dtype, columns, destination, dtype, want_columns, rows, columns);
     covered += rows * columns;
   }
   if (covered != want_rows * want_columns) {

@@ -123,10 +123,13 @@ absl::Status read_pieces(CheckpointReader& reader, const std::vector<ShardedTens
     if (!reader.contains(key) && key.rfind("optimizer/master/", 0) == 0) {
       key = "model/" + key.substr(std::string("optimizer/master/").size());
     }
-    host.resize(piece.data.bytes());
+    // Host tensors are read in place; device tensors through a host copy.
+    const bool on_host = piece.data.device() == Device::kCpu;
+    if (!on_host) host.resize(piece.data.bytes());
+    void* target = on_host ? piece.data.data() : host.data();
     GPT_RETURN_IF_ERROR(
-        reader.read(key, piece.global_shape, piece.offsets, piece.local_shape, piece.data.dtype(), host.data()));
-    copy_bytes(piece.data.device(), piece.data.data(), Device::kCpu, host.data(), host.size());
+        reader.read(key, piece.global_shape, piece.offsets, piece.local_shape, piece.data.dtype(), target));
+    if (!on_host) copy_bytes(piece.data.device(), piece.data.data(), Device::kCpu, host.data(), host.size());
   }
   return absl::OkStatus();
 }
