@@ -193,11 +193,18 @@ absl::Status Checkpointer::save(Trainer& trainer) {
   m.distributed_optimizer = args_.use_distributed_optimizer;
   m.arguments = canonical_arguments(args_);
 
-  // Rank 0 clears what a crashed save left under this name; nobody writes before that.
+  // Rank 0 clears what crashed saves left (any iter_*.tmp: no other save of this job is in
+  // progress); nobody writes before that.
   absl::Status status;
   if (grid_.world_rank() == 0) {
     std::error_code error;
     std::filesystem::create_directories(args_.save, error);
+    for (const auto& entry : std::filesystem::directory_iterator(args_.save, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("iter_", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".tmp") {
+        std::filesystem::remove_all(entry.path(), error);
+      }
+    }
     if (!error) std::filesystem::remove_all(pending.temporary, error);
     if (!error) std::filesystem::create_directory(pending.temporary, error);
     if (error) status = absl::PermissionDeniedError(absl::StrCat("--save ", args_.save, ": cannot create ",

@@ -495,6 +495,8 @@ def crash_during_save(runner, checks, work, base_dir, reference, point, rank):
         # Make the stale temporary directory look complete (an index of its own): still never read,
         # and replaced by the next save of iteration 15.
         shutil.copy(os.path.join(iteration_dir(d, 10), "index.h5"), iteration_dir(d, 15) + ".tmp")
+    # A crashed save of another iteration is removed by the next save too.
+    os.makedirs(iteration_dir(d, 12) + ".tmp", exist_ok=True)
     # The next run resumes from 10 and trains as the uninterrupted run.
     status, out, err = runner.run(f"fault_{point}_resume", FAULT_RANKS, fault_job(["--load", d, "--save", d, "--save-interval", "5"]))
     if not checks.expect(status == 0, f"{label}: resumed run exit {status}: {err[-600:]}"):
