@@ -11,12 +11,14 @@
    seconds of the save (shard written and fsynced, index, rename, tracker).
 3. The checkpoint's pages are evicted, and pretrain_gpt --load reads it back; the load line gives
    bytes and seconds.
-Prints one line per measurement and the ratios (the target is >= 70% of dd).
+Repetitions alternate the four measurements; prints the medians and the ratios (the target is >=
+70% of dd).
 """
 import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -62,6 +64,7 @@ def main():
     parser.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "pretrain_gpt"))
     parser.add_argument("--directory", default="/tmp/gpt_checkpoint_benchmark")
     parser.add_argument("--ranks", type=int, default=1, help="data-parallel ranks (mpirun) writing the shards")
+    parser.add_argument("--repetitions", type=int, default=3)
     args = parser.parse_args()
     shutil.rmtree(args.directory, ignore_errors=True)
     os.makedirs(args.directory)
@@ -69,36 +72,43 @@ def main():
     if args.ranks > 1:
         launch = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.ranks)]
 
-    save_dir = os.path.join(args.directory, "ckpt")
-    out = run(launch + [args.binary, *MODEL, "--save", save_dir])
-    saved = re.search(r"successfully saved checkpoint .*\[ ([0-9.]+) MB in ([0-9.]+) s", out)
-    if not saved:
-        sys.exit("no save line in the output:\n" + out[-2000:])
-    save_mb, save_s = float(saved.group(1)), float(saved.group(2))
-    on_disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(save_dir) for f in fs)
+    # Repetitions alternate dd and the program, so that both see the same disk (a shared virtual
+    # disk's bandwidth drifts); medians are reported.
+    save_rates, load_rates, write_rates, read_rates = [], [], [], []
+    for repetition in range(args.repetitions):
+        save_dir = os.path.join(args.directory, f"ckpt{repetition}")
+        out = run(launch + [args.binary, *MODEL, "--save", save_dir])
+        saved = re.search(r"successfully saved checkpoint .*\[ ([0-9.]+) MB in ([0-9.]+) s", out)
+        if not saved:
+            sys.exit("no save line in the output:\n" + out[-2000:])
+        save_mb = float(saved.group(1))
+        save_rates.append(save_mb / float(saved.group(2)))
+        on_disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(save_dir) for f in fs)
+        # dd with a file of the checkpoint's size, in 16 MiB blocks.
+        blocks = max(1, on_disk // (16 << 20))
+        dd_file = os.path.join(args.directory, "dd.bin")
+        write_rates.append(blocks * 16.0 / dd(["if=/dev/zero", f"of={dd_file}", "bs=16M", f"count={blocks}",
+                                               "conv=fdatasync"]))
+        evict(save_dir)
+        out = run(launch + [args.binary, *MODEL, "--load", save_dir])
+        loaded = re.search(r"successfully loaded checkpoint .*\[ ([0-9.]+) MB in ([0-9.]+) s \]", out)
+        if not loaded:
+            sys.exit("no load line in the output:\n" + out[-2000:])
+        load_rates.append(float(loaded.group(1)) / float(loaded.group(2)))
+        evict(dd_file)
+        read_rates.append(blocks * 16.0 / dd([f"if={dd_file}", "of=/dev/null", "bs=16M"]))
+        os.remove(dd_file)
+        shutil.rmtree(save_dir)
+        print(f"repetition {repetition}: save {save_rates[-1]:.0f} MB/s, dd write {write_rates[-1]:.0f} MB/s, "
+              f"load {load_rates[-1]:.0f} MB/s, dd read {read_rates[-1]:.0f} MB/s", flush=True)
 
-    evict(save_dir)
-    out = run(launch + [args.binary, *MODEL, "--load", save_dir])
-    loaded = re.search(r"successfully loaded checkpoint .*\[ ([0-9.]+) MB in ([0-9.]+) s \]", out)
-    if not loaded:
-        sys.exit("no load line in the output:\n" + out[-2000:])
-    load_mb, load_s = float(loaded.group(1)), float(loaded.group(2))
-
-    # dd with a file of the checkpoint's size, in 16 MiB blocks.
-    blocks = max(1, on_disk // (16 << 20))
-    dd_file = os.path.join(args.directory, "dd.bin")
-    write_s = dd(["if=/dev/zero", f"of={dd_file}", "bs=16M", f"count={blocks}", "conv=fdatasync"])
-    evict(dd_file)
-    read_s = dd([f"if={dd_file}", "of=/dev/null", "bs=16M"])
-    dd_mb = blocks * 16.0
-
-    print(f"state: {save_mb:.1f} MB of tensors, {on_disk / 1048576:.1f} MB on disk ({args.ranks} writing rank(s))")
-    print(f"dd write: {dd_mb / write_s:8.1f} MB/s   ({dd_mb:.0f} MB in {write_s:.2f} s, conv=fdatasync)")
-    print(f"save:     {save_mb / save_s:8.1f} MB/s   ({save_mb:.1f} MB in {save_s:.2f} s)  "
-          f"= {100 * (save_mb / save_s) / (dd_mb / write_s):.0f}% of dd")
-    print(f"dd read:  {dd_mb / read_s:8.1f} MB/s   ({dd_mb:.0f} MB in {read_s:.2f} s, pages evicted)")
-    print(f"load:     {load_mb / load_s:8.1f} MB/s   ({load_mb:.1f} MB in {load_s:.2f} s)  "
-          f"= {100 * (load_mb / load_s) / (dd_mb / read_s):.0f}% of dd")
+    median = statistics.median
+    print(f"state: {save_mb:.1f} MB of tensors, {on_disk / 1048576:.1f} MB on disk ({args.ranks} writing rank(s)), "
+          f"medians of {args.repetitions}")
+    print(f"dd write: {median(write_rates):8.1f} MB/s (conv=fdatasync)")
+    print(f"save:     {median(save_rates):8.1f} MB/s = {100 * median(save_rates) / median(write_rates):.0f}% of dd")
+    print(f"dd read:  {median(read_rates):8.1f} MB/s (pages evicted)")
+    print(f"load:     {median(load_rates):8.1f} MB/s = {100 * median(load_rates) / median(read_rates):.0f}% of dd")
     shutil.rmtree(args.directory, ignore_errors=True)
 
 

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
+#include <tuple>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -17,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "core/bf16.h"
+#include "checkpoint/fletcher32.h"
 #include "core/checked_math.h"
 
 namespace gpt {
@@ -193,17 +197,14 @@ std::string iteration_directory_name(int64_t iteration) { return absl::StrFormat
 std::string shard_file_name(int world_rank) { return absl::StrFormat("shard_%05d.h5", world_rank); }
 
 absl::Status write_shard(const std::string& path, const std::vector<HostPiece>& pieces) {
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   GPT_ASSIGN_OR_RETURN(Hdf5File file, Hdf5File::create(path));
   std::string table;
   std::map<std::string, int> per_key;
   for (const HostPiece& piece : pieces) {
     const ShardedTensor& r = piece.record;
     const std::string dataset = absl::StrCat(r.key, "/", per_key[r.key]++);
-    GPT_RETURN_IF_ERROR(file.create_dataset(dataset, piece.dtype, r.local_shape, /*checksum=*/true));
-    if (!piece.bytes.empty()) {
-      GPT_RETURN_IF_ERROR(file.write_slab(dataset, std::vector<int64_t>(r.local_shape.size(), 0), r.local_shape,
-                                          piece.dtype, piece.bytes.data()));
-    }
+    GPT_RETURN_IF_ERROR(file.write_checksummed(dataset, piece.dtype, r.local_shape, piece.bytes.data(), threads));
     table += format_line({r.key, dataset, piece.dtype, r.global_shape, r.offsets, r.local_shape, -1});
   }
   GPT_RETURN_IF_ERROR(file.write_text(kPieceTable, table));
@@ -334,76 +335,223 @@ absl::StatusOr<Hdf5File*> CheckpointReader::shard(int index) {
 absl::Status CheckpointReader::read(const std::string& key, const std::vector<int64_t>& global_shape,
                                     const std::vector<int64_t>& offsets, const std::vector<int64_t>& shape, DType dtype,
                                     void* out) {
-  auto it = tensors_.find(key);
-  if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat("checkpoint ", directory_, " has no tensor '", key, "'"));
-  const StoredTensor& tensor = it->second;
-  if (tensor.global_shape != global_shape) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", directory_, ": tensor '", key, "' has global shape [", join_numbers(tensor.global_shape),
-        "], this model's is [", join_numbers(global_shape), "] (a different model size or vocabulary padding?)"));
+  return read_many({{key, global_shape, offsets, shape, dtype, out}});
+}
+
+absl::StatusOr<const Hdf5File::ChunkIndex*> CheckpointReader::chunks_of(int shard_number, const std::string& dataset) {
+  const std::pair<int, std::string> id(shard_number, dataset);
+  auto it = chunk_indices_.find(id);
+  if (it == chunk_indices_.end()) {
+    GPT_ASSIGN_OR_RETURN(Hdf5File* file, shard(shard_number));
+    absl::StatusOr<Hdf5File::ChunkIndex> index = file->chunk_index(dataset);
+    if (!index.ok() && index.status().code() != absl::StatusCode::kNotFound) return index.status();
+    // Not chunked in checksummed rows (an empty piece): read through the library instead.
+    std::optional<Hdf5File::ChunkIndex> usable;
+    if (index.ok() && index->fletcher32) usable = std::move(*index);
+    it = chunk_indices_.emplace(id, std::move(usable)).first;
   }
-  if (is_float(tensor.dtype) != is_float(dtype) || (!is_float(dtype) && tensor.dtype != dtype)) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", directory_, ": tensor '", key, "' is stored as ",
-                                                      std::string(dtype_name(tensor.dtype))));
-  }
-  const size_t rank = global_shape.size();
-  // As rank-2 boxes: a vector is one row.
-  auto row_of = [&](const std::vector<int64_t>& v, int64_t fill) { return rank == 2 ? v[0] : fill; };
-  auto column_of = [&](const std::vector<int64_t>& v) { return rank == 2 ? v[1] : v[0]; };
-  const int64_t want_row = row_of(offsets, 0), want_column = column_of(offsets);
-  const int64_t want_rows = row_of(shape, 1), want_columns = column_of(shape);
-  int64_t covered = 0;
-  std::vector<unsigned char> staging;
-  for (const StoredPiece& piece : tensor.pieces) {
-    const int64_t piece_row = row_of(piece.offsets, 0), piece_column = column_of(piece.offsets);
-    const int64_t row_begin = std::max(want_row, piece_row);
-    const int64_t row_end = std::min(want_row + want_rows, piece_row + row_of(piece.counts, 1));
-    const int64_t column_begin = std::max(want_column, piece_column);
-    const int64_t column_end = std::min(want_column + want_columns, piece_column + column_of(piece.counts));
-    if (row_begin >= row_end || column_begin >= column_end) continue;
-    const int64_t rows = row_end - row_begin, columns = column_end - column_begin;
-    unsigned char* destination = static_cast<unsigned char*>(out) +
-                                 static_cast<size_t>((row_begin - want_row) * want_columns + (column_begin - want_column)) *
-                                     dtype_size(dtype);
-    // Whole rows of the slice in the stored dtype are contiguous in `out`: read straight there.
-    const bool direct = tensor.dtype == dtype && (rows == 1 || columns == want_columns);
-    if (!direct) staging.resize(static_cast<size_t>(rows * columns) * dtype_size(tensor.dtype));
-    std::vector<int64_t> slab_offsets = {column_begin - piece_column}, slab_counts = {columns};
-    if (rank == 2) {
-      slab_offsets.insert(slab_offsets.begin(), row_begin - piece_row);
-      slab_counts.insert(slab_counts.begin(), rows);
+  return it->second ? &*it->second : nullptr;
+}
+
+absl::StatusOr<int> CheckpointReader::descriptor(int shard_number) {
+  auto it = descriptors_.find(shard_number);
+  if (it != descriptors_.end()) return it->second;
+  const std::string path = absl::StrCat(directory_, "/", shard_files_[static_cast<size_t>(shard_number)]);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " cannot be opened"));
+  descriptors_[shard_number] = fd;
+  return fd;
+}
+
+CheckpointReader::~CheckpointReader() {
+  for (const auto& [shard_number, fd] : descriptors_) ::close(fd);
+}
+
+namespace {
+
+// One checksummed chunk to fetch, verify and copy part of into a request's output.
+struct ChunkTask {
+  int fd = -1;
+  uint64_t address = 0, stored_bytes = 0;  // in the shard file; the checksum is the last 4 bytes
+  DType stored_dtype = DType::kFloat32;
+  int64_t columns = 0;                     // of the stored piece
+  int64_t row_begin = 0, rows = 0;         // within the chunk
+  int64_t column_begin = 0, column_count = 0;
+  unsigned char* destination = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t destination_stride = 0;          // elements per row of the output
+  const std::string* key = nullptr;
+  std::string file;
+};
+
+absl::Status run_chunk_task(const ChunkTask& task, std::vector<unsigned char>& buffer) {
+  buffer.resize(static_cast<size_t>(task.stored_bytes));
+  size_t done = 0;
+  while (done < buffer.size()) {
+    const ssize_t got = ::pread(task.fd, buffer.data() + done, buffer.size() - done,
+                                static_cast<off_t>(task.address + done));
+    if (got <= 0) {
+      return absl::DataLossError(absl::StrCat("tensor '", *task.key, "': ", task.file,
+                                              ": the file ends inside a chunk (truncated file)"));
     }
-    absl::StatusOr<Hdf5File*> file = shard(piece.shard);
-    if (!file.ok()) return absl::Status(file.status().code(), absl::StrCat("tensor '", key, "': ", file.status().message()));
-    const absl::Status status = (*file)->read_slab(piece.dataset, slab_offsets, slab_counts, tensor.dtype,
-                                                   direct ? destination : staging.data());
-    if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat("tensor '", key, "': ", status.message()));
-    }
-    if (!direct) copy_rows(staging.data(), tensor.dtype, columns, destination, dtype, want_columns, rows, columns);
-    covered += rows * columns;
+    done += static_cast<size_t>(got);
   }
-  if (covered != want_rows * want_columns) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", directory_, ": tensor '", key, "' lacks ",
-                                            want_rows * want_columns - covered, " elements of the slice at [",
-                                            join_numbers(offsets), "]"));
+  if (task.stored_bytes < 4 || !fletcher32_matches(buffer.data(), buffer.size() - 4)) {
+    return absl::DataLossError(absl::StrCat("tensor '", *task.key, "': ", task.file,
+                                            ": checksum mismatch (the file is damaged)"));
   }
+  const size_t element = dtype_size(task.stored_dtype);
+  const int64_t needed = (task.row_begin + task.rows) * task.columns;
+  if (static_cast<uint64_t>(needed) * element > task.stored_bytes - 4) {
+    return absl::DataLossError(absl::StrCat("tensor '", *task.key, "': ", task.file, ": a chunk is too short"));
+  }
+  copy_rows(buffer.data() + static_cast<size_t>(task.row_begin * task.columns + task.column_begin) * element,
+            task.stored_dtype, task.columns, task.destination, task.dtype, task.destination_stride, task.rows,
+            task.column_count);
   return absl::OkStatus();
 }
 
-absl::Status CheckpointReader::verify_all() {
-  for (const auto& [key, tensor] : tensors_) {
+// Runs the tasks on up to `threads` threads, in file order (the disk reads ahead); the first error
+// in that order wins.
+absl::Status run_chunk_tasks(std::vector<ChunkTask> tasks, int threads) {
+  std::sort(tasks.begin(), tasks.end(), [](const ChunkTask& a, const ChunkTask& b) {
+    return std::tie(a.fd, a.address) < std::tie(b.fd, b.address);
+  });
+  // Every chunk requested from the kernel up front: it reads ahead at the disk's speed while the
+  // threads verify and copy what has arrived.
+  for (const ChunkTask& task : tasks) {
+    ::posix_fadvise(task.fd, static_cast<off_t>(task.address), static_cast<off_t>(task.stored_bytes),
+                    POSIX_FADV_WILLNEED);
+  }
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(tasks.size())));
+  std::atomic<size_t> next{0};
+  std::vector<absl::Status> errors(tasks.size());
+  auto work = [&] {
+    std::vector<unsigned char> buffer;
+    for (size_t t = next++; t < tasks.size(); t = next++) errors[t] = run_chunk_task(tasks[t], buffer);
+  };
+  std::vector<std::thread> workers;
+  for (int w = 1; w < threads; ++w) workers.emplace_back(work);
+  work();
+  for (std::thread& worker : workers) worker.join();
+  for (const absl::Status& error : errors) GPT_RETURN_IF_ERROR(error);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckpointReader::read_many(const std::vector<ReadRequest>& requests) {
+  std::vector<ChunkTask> tasks;
+  std::vector<unsigned char> staging;
+  for (const ReadRequest& request : requests) {
+    const std::string& key = request.key;
+    auto it = tensors_.find(key);
+    if (it == tensors_.end()) {
+      return absl::NotFoundError(absl::StrCat("checkpoint ", directory_, " has no tensor '", key, "'"));
+    }
+    const StoredTensor& tensor = it->second;
+    if (tensor.global_shape != request.global_shape) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", directory_, ": tensor '", key, "' has global shape [", join_numbers(tensor.global_shape),
+          "], this model's is [", join_numbers(request.global_shape),
+          "] (a different model size or vocabulary padding?)"));
+    }
+    const DType dtype = request.dtype;
+    if (is_float(tensor.dtype) != is_float(dtype) || (!is_float(dtype) && tensor.dtype != dtype)) {
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", directory_, ": tensor '", key,
+                                                        "' is stored as ", std::string(dtype_name(tensor.dtype))));
+    }
+    const size_t rank = request.global_shape.size();
+    // As [rows, columns] boxes: a vector is a column of rows, as the chunk index sees it.
+    auto column_of = [&](const std::vector<int64_t>& v, int64_t fill) { return rank == 2 ? v[1] : fill; };
+    const int64_t want_row = request.offsets[0], want_column = column_of(request.offsets, 0);
+    const int64_t want_rows = request.shape[0], want_columns = column_of(request.shape, 1);
+    int64_t covered = 0;
     for (const StoredPiece& piece : tensor.pieces) {
-      const int64_t count = *volume(piece.counts);
-      std::vector<unsigned char> bytes(static_cast<size_t>(count) * dtype_size(tensor.dtype));
+      const int64_t piece_row = piece.offsets[0], piece_column = column_of(piece.offsets, 0);
+      const int64_t piece_columns = column_of(piece.counts, 1);
+      const int64_t row_begin = std::max(want_row, piece_row);
+      const int64_t row_end = std::min(want_row + want_rows, piece_row + piece.counts[0]);
+      const int64_t column_begin = std::max(want_column, piece_column);
+      const int64_t column_end = std::min(want_column + want_columns, piece_column + piece_columns);
+      if (row_begin >= row_end || column_begin >= column_end) continue;
+      const int64_t rows = row_end - row_begin, columns = column_end - column_begin;
+      covered += rows * columns;
+      unsigned char* destination =
+          static_cast<unsigned char*>(request.out) +
+          static_cast<size_t>((row_begin - want_row) * want_columns + (column_begin - want_column)) * dtype_size(dtype);
+      auto named = [&](const absl::Status& status) {
+        return absl::Status(status.code(), absl::StrCat("tensor '", key, "': ", status.message()));
+      };
+      absl::StatusOr<const Hdf5File::ChunkIndex*> chunks = chunks_of(piece.shard, piece.dataset);
+      if (!chunks.ok()) return named(chunks.status());
+      if (*chunks != nullptr) {
+        // Fetched, verified and copied on several threads below, chunk by chunk.
+        const Hdf5File::ChunkIndex& index = **chunks;
+        if (index.dtype != tensor.dtype || index.columns != piece_columns || index.rows != piece.counts[0]) {
+          return named(absl::DataLossError(absl::StrCat(shard_files_[static_cast<size_t>(piece.shard)],
+                                                        ": dataset '", piece.dataset, "' disagrees with the index")));
+        }
+        absl::StatusOr<int> fd = descriptor(piece.shard);
+        if (!fd.ok()) return named(fd.status());
+        const int64_t first = row_begin - piece_row, last = row_end - piece_row;  // rows of the piece
+        for (int64_t c = first / index.chunk_rows; c * index.chunk_rows < last; ++c) {
+          const int64_t chunk_first = std::max(first, c * index.chunk_rows);
+          const int64_t chunk_last = std::min(last, (c + 1) * index.chunk_rows);
+          ChunkTask task;
+          task.fd = *fd;
+          task.address = index.addresses[static_cast<size_t>(c)];
+          task.stored_bytes = index.sizes[static_cast<size_t>(c)];
+          task.stored_dtype = tensor.dtype;
+          task.columns = piece_columns;
+          task.row_begin = chunk_first - c * index.chunk_rows;
+          task.rows = chunk_last - chunk_first;
+          task.column_begin = column_begin - piece_column;
+          task.column_count = columns;
+          task.destination =
+              destination + static_cast<size_t>((chunk_first - first) * want_columns) * dtype_size(dtype);
+          task.dtype = dtype;
+          task.destination_stride = want_columns;
+          task.key = &key;
+          task.file = absl::StrCat(directory_, "/", shard_files_[static_cast<size_t>(piece.shard)]);
+          tasks.push_back(std::move(task));
+        }
+        continue;
+      }
+      // Through the library, here.
+      std::vector<int64_t> slab_offsets = {row_begin - piece_row}, slab_counts = {rows};
+      if (rank == 2) {
+        slab_offsets.push_back(column_begin - piece_column);
+        slab_counts.push_back(columns);
+      }
+      staging.resize(static_cast<size_t>(rows * columns) * dtype_size(tensor.dtype));
       absl::StatusOr<Hdf5File*> file = shard(piece.shard);
-      if (!file.ok()) return absl::Status(file.status().code(), absl::StrCat("tensor '", key, "': ", file.status().message()));
-      const absl::Status status = (*file)->read_slab(piece.dataset, std::vector<int64_t>(piece.counts.size(), 0),
-                                                  piece.counts, tensor.dtype, bytes.data());
-      if (!status.ok()) return absl::Status(status.code(), absl::StrCat("tensor '", key, "': ", status.message()));
+      if (!file.ok()) return named(file.status());
+      const absl::Status status =
+          (*file)->read_slab(piece.dataset, slab_offsets, slab_counts, tensor.dtype, staging.data());
+      if (!status.ok()) return named(status);
+      copy_rows(staging.data(), tensor.dtype, columns, destination, dtype, want_columns, rows, columns);
+    }
+    if (covered != want_rows * want_columns) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", directory_, ": tensor '", key, "' lacks ",
+                                              want_rows * want_columns - covered, " elements of the slice at [",
+                                              join_numbers(request.offsets), "]"));
     }
   }
-  return absl::OkStatus();
+  return run_chunk_tasks(std::move(tasks), static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+absl::Status CheckpointReader::verify_all() {
+  // Every piece read whole, in its stored dtype: every chunk's checksum is verified.
+  std::vector<std::vector<unsigned char>> buffers;
+  std::vector<ReadRequest> requests;
+  for (const auto& [key, tensor] : tensors_) {
+    for (const StoredPiece& piece : tensor.pieces) {
+      buffers.emplace_back(static_cast<size_t>(*volume(piece.counts)) * dtype_size(tensor.dtype));
+      requests.push_back({key, tensor.global_shape, piece.offsets, piece.counts, tensor.dtype, buffers.back().data()});
+    }
+  }
+  return read_many(requests);
 }
 
 absl::StatusOr<std::optional<int64_t>> read_tracker(const std::string& directory) {

@@ -67,6 +67,9 @@ absl::Status write_index(const std::string& directory, const std::vector<std::st
 class CheckpointReader {
  public:
   static absl::StatusOr<std::unique_ptr<CheckpointReader>> open(const std::string& directory);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
 
   const std::string& directory() const { return directory_; }
   const CheckpointMetadata& metadata() const { return metadata_; }
@@ -81,6 +84,15 @@ class CheckpointReader {
   // The slice's global shape must match the stored one.
   absl::Status read(const std::string& key, const std::vector<int64_t>& global_shape,
                     const std::vector<int64_t>& offsets, const std::vector<int64_t>& shape, DType dtype, void* out);
+  // Many slices at once: the metadata is looked up here, then the checksummed chunks are fetched
+  // (pread), verified (Fletcher-32) and copied on one thread per core, outside the HDF5 library.
+  struct ReadRequest {
+    std::string key;
+    std::vector<int64_t> global_shape, offsets, shape;
+    DType dtype = DType::kFloat32;
+    void* out = nullptr;
+  };
+  absl::Status read_many(const std::vector<ReadRequest>& requests);
   // Reads every piece of every tensor, so that every checksum is verified.
   absl::Status verify_all();
 
@@ -100,12 +112,17 @@ class CheckpointReader {
  private:
   CheckpointReader() = default;
   absl::StatusOr<Hdf5File*> shard(int index);
+  // The chunk index of a piece's dataset, nullptr when it is not chunked with checksums.
+  absl::StatusOr<const Hdf5File::ChunkIndex*> chunks_of(int shard, const std::string& dataset);
+  absl::StatusOr<int> descriptor(int shard);  // a plain read-only descriptor of the shard file
 
   std::string directory_;
   CheckpointMetadata metadata_;
   std::map<std::string, StoredTensor> tensors_;
   std::vector<std::string> shard_files_;
   std::vector<std::unique_ptr<Hdf5File>> open_shards_;
+  std::map<std::pair<int, std::string>, std::optional<Hdf5File::ChunkIndex>> chunk_indices_;
+  std::map<int, int> descriptors_;
 };
 
 // The tracker: the newest committed iteration, nullopt when there is none (no file). A tracker that

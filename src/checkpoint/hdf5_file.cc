@@ -4,12 +4,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cstring>
 #include <cmath>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/fletcher32.h"
 
 namespace gpt {
 namespace {
@@ -311,6 +314,57 @@ absl::Status Hdf5File::create_dataset(const std::string& name, DType dtype, cons
   return absl::OkStatus();
 }
 
+absl::Status Hdf5File::write_checksummed(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                                         const void* values, int threads) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  if (shape.empty() || shape.size() > 2 || numel == 0) {
+    GPT_RETURN_IF_ERROR(create_dataset(name, dtype, shape, /*checksum=*/true));
+    if (numel == 0) return absl::OkStatus();
+    return write_slab(name, std::vector<int64_t>(shape.size(), 0), shape, dtype, values);
+  }
+  GPT_RETURN_IF_ERROR(create_dataset(name, dtype, shape, /*checksum=*/true));
+  Handle dataset(H5Dopen2(handle_, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!dataset.ok()) return absl::NotFoundError(absl::StrCat(path_, ": no dataset '", name, "'"));
+  const std::vector<hsize_t> chunk = chunk_shape(shape);
+  const int64_t rows = shape[0];
+  const int64_t row_bytes = static_cast<int64_t>(dtype_size(dtype)) * (shape.size() == 2 ? shape[1] : 1);
+  const int64_t chunk_rows = static_cast<int64_t>(chunk[0]);
+  const int64_t chunk_bytes = chunk_rows * row_bytes;  // a partial last chunk is padded with zeros
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  const auto* source = static_cast<const unsigned char*>(values);
+  // Groups of chunks: prepared (copy + checksum) in parallel, then written in order.
+  const int64_t group = std::max<int64_t>(1, 4 * threads);
+  std::vector<std::vector<unsigned char>> buffers(static_cast<size_t>(std::min(group, chunks)));
+  for (int64_t first = 0; first < chunks; first += group) {
+    const int64_t count = std::min(group, chunks - first);
+    std::atomic<int64_t> next{0};
+    auto prepare = [&] {
+      for (int64_t i = next++; i < count; i = next++) {
+        const int64_t c = first + i;
+        const int64_t valid = std::min(chunk_rows, rows - c * chunk_rows) * row_bytes;
+        std::vector<unsigned char>& buffer = buffers[static_cast<size_t>(i)];
+        buffer.assign(static_cast<size_t>(chunk_bytes + 4), 0);
+        std::memcpy(buffer.data(), source + c * chunk_rows * row_bytes, static_cast<size_t>(valid));
+        const uint32_t checksum = fletcher32(buffer.data(), static_cast<size_t>(chunk_bytes));
+        for (int b = 0; b < 4; ++b) buffer[static_cast<size_t>(chunk_bytes + b)] = static_cast<unsigned char>(checksum >> (8 * b));
+      }
+    };
+    std::vector<std::thread> workers;
+    for (int w = 1; w < std::min<int64_t>(threads, count); ++w) workers.emplace_back(prepare);
+    prepare();
+    for (std::thread& worker : workers) worker.join();
+    for (int64_t i = 0; i < count; ++i) {
+      hsize_t offset[2] = {static_cast<hsize_t>((first + i) * chunk_rows), 0};
+      const std::vector<unsigned char>& buffer = buffers[static_cast<size_t>(i)];
+      if (H5Dwrite_chunk(dataset.get(), H5P_DEFAULT, 0, offset, buffer.size(), buffer.data()) < 0) {
+        return absl::DataLossError(absl::StrCat(path_, ": cannot write dataset '", name, "' (disk full?)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Hdf5File::write_slab(const std::string& name, const std::vector<int64_t>& offsets,
                                   const std::vector<int64_t>& counts, DType dtype, const void* values) {
   GPT_ASSIGN_OR_RETURN(const Slab slab, open_slab(handle_, path_, name, offsets, counts, dtype));
@@ -363,6 +417,54 @@ absl::StatusOr<Hdf5File::DatasetInfo> Hdf5File::dataset_info(const std::string& 
     }
   }
   return info;
+}
+
+absl::StatusOr<Hdf5File::ChunkIndex> Hdf5File::chunk_index(const std::string& name) const {
+  GPT_ASSIGN_OR_RETURN(const DatasetInfo info, dataset_info(name));
+  Handle dataset(H5Dopen2(handle_, name.c_str(), H5P_DEFAULT), H5Dclose);
+  Handle properties(H5Dget_create_plist(dataset.get()), H5Pclose);
+  if (info.shape.empty() || info.shape.size() > 2 || H5Pget_layout(properties.get()) != H5D_CHUNKED) {
+    return absl::NotFoundError(absl::StrCat(path_, ": '", name, "' is not chunked in rows"));
+  }
+  hsize_t chunk[2] = {0, 0};
+  H5Pget_chunk(properties.get(), 2, chunk);
+  ChunkIndex index;
+  index.dtype = info.dtype;
+  index.rows = info.shape[0];
+  index.columns = info.shape.size() == 2 ? info.shape[1] : 1;
+  index.chunk_rows = static_cast<int64_t>(chunk[0]);
+  index.fletcher32 = info.checksummed;
+  if (info.shape.size() == 2 && static_cast<int64_t>(chunk[1]) != index.columns) {
+    return absl::NotFoundError(absl::StrCat(path_, ": '", name, "' is not chunked in whole rows"));
+  }
+  Handle space(H5Dget_space(dataset.get()), H5Sclose);
+  hsize_t count = 0;
+  if (H5Dget_num_chunks(dataset.get(), space.get(), &count) < 0) {
+    return absl::DataLossError(absl::StrCat(path_, ": cannot index the chunks of '", name, "'"));
+  }
+  const int64_t expected = index.chunk_rows > 0 ? (index.rows + index.chunk_rows - 1) / index.chunk_rows : 0;
+  if (static_cast<int64_t>(count) != expected) {
+    return absl::DataLossError(absl::StrCat(path_, ": '", name, "' has ", count, " chunks stored of ", expected));
+  }
+  index.addresses.assign(static_cast<size_t>(count), 0);
+  index.sizes.assign(static_cast<size_t>(count), 0);
+  for (hsize_t c = 0; c < count; ++c) {
+    hsize_t offset[2] = {0, 0};
+    unsigned filter_mask = 0;
+    haddr_t address = 0;
+    hsize_t size = 0;
+    if (H5Dget_chunk_info(dataset.get(), space.get(), c, offset, &filter_mask, &address, &size) < 0 ||
+        filter_mask != 0 || offset[0] % chunk[0] != 0) {
+      return absl::DataLossError(absl::StrCat(path_, ": cannot index the chunks of '", name, "'"));
+    }
+    const size_t slot = static_cast<size_t>(offset[0] / chunk[0]);
+    if (slot >= index.addresses.size()) {
+      return absl::DataLossError(absl::StrCat(path_, ": a chunk of '", name, "' lies outside it"));
+    }
+    index.addresses[slot] = address;
+    index.sizes[slot] = size;
+  }
+  return index;
 }
 
 std::vector<std::string> Hdf5File::dataset_names() const {

@@ -116,20 +116,28 @@ absl::Status check_model_arguments(const std::string& saved, const Arguments& ar
 // checkpoint saved in FP32 are its parameters).
 absl::Status read_pieces(CheckpointReader& reader, const std::vector<ShardedTensor>& pieces,
                          const std::set<std::string>& skipped) {
-  std::vector<unsigned char> host;
+  // One batch, so that the reader verifies and copies on every core at once. Host tensors are
+  // read in place; device tensors through host copies.
+  std::vector<CheckpointReader::ReadRequest> requests;
+  std::vector<std::vector<unsigned char>> host;
+  std::vector<const ShardedTensor*> staged;
   for (const ShardedTensor& piece : pieces) {
     if (skipped.count(piece.key)) continue;
     std::string key = piece.key;
     if (!reader.contains(key) && key.rfind("optimizer/master/", 0) == 0) {
       key = "model/" + key.substr(std::string("optimizer/master/").size());
     }
-    // Host tensors are read in place; device tensors through a host copy.
-    const bool on_host = piece.data.device() == Device::kCpu;
-    if (!on_host) host.resize(piece.data.bytes());
-    void* target = on_host ? piece.data.data() : host.data();
-    GPT_RETURN_IF_ERROR(
-        reader.read(key, piece.global_shape, piece.offsets, piece.local_shape, piece.data.dtype(), target));
-    if (!on_host) copy_bytes(piece.data.device(), piece.data.data(), Device::kCpu, host.data(), host.size());
+    void* target = piece.data.data();
+    if (piece.data.device() != Device::kCpu) {
+      host.emplace_back(piece.data.bytes());
+      staged.push_back(&piece);
+      target = host.back().data();
+    }
+    requests.push_back({key, piece.global_shape, piece.offsets, piece.local_shape, piece.data.dtype(), target});
+  }
+  GPT_RETURN_IF_ERROR(reader.read_many(requests));
+  for (size_t i = 0; i < staged.size(); ++i) {
+    copy_bytes(staged[i]->data.device(), staged[i]->data.data(), Device::kCpu, host[i].data(), host[i].size());
   }
   return absl::OkStatus();
 }
