@@ -6,6 +6,7 @@
 #include <random>
 
 #include "checkpoint/checkpoint_files.h"
+#include "checkpoint/fletcher32.h"
 #include "checkpoint/hdf5_file.h"
 #include "checkpoint/sharded_tensor.h"
 #include "core/bf16.h"
@@ -74,6 +75,44 @@ TEST(Hdf5File, SlicesBf16AndChecksums) {
     for (int c = 0; c < 2; ++c) EXPECT_EQ(middle[r * 2 + c], bf16_values[(r + 1) * 4 + c + 1]);
   }
   EXPECT_EQ(file->dataset_names(), std::vector<std::string>{"x/bf"});
+}
+
+// Our chunk writer (own Fletcher-32, several threads) stores exactly the bytes HDF5's filter stores,
+// a padded last chunk included, so HDF5 readers (h5py, h5dump) verify our checksums.
+TEST(Hdf5File, OwnChecksummedChunksAreTheLibrarysBytes) {
+  const std::string directory = fresh_directory("own_chunks");
+  const std::string path = directory + "/c.h5";
+  const int64_t rows = 2 * 4096 + 7, columns = 300;  // chunks of 3496 rows: the third one partial
+  std::vector<float> values(static_cast<size_t>(rows * columns));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 9973) * 0.25f - 7.0f;
+  {
+    absl::StatusOr<Hdf5File> file = Hdf5File::create(path);
+    ASSERT_TRUE(file.ok());
+    ASSERT_TRUE(file->create_dataset("library", DType::kFloat32, {rows, columns}, /*checksum=*/true).ok());
+    ASSERT_TRUE(file->write_slab("library", {0, 0}, {rows, columns}, DType::kFloat32, values.data()).ok());
+    ASSERT_TRUE(file->write_checksummed("ours", DType::kFloat32, {rows, columns}, values.data(), /*threads=*/3).ok());
+    ASSERT_TRUE(file->close_and_sync().ok());
+  }
+  absl::StatusOr<Hdf5File> file = Hdf5File::open_read_only(path);
+  ASSERT_TRUE(file.ok());
+  absl::StatusOr<Hdf5File::ChunkIndex> library = file->chunk_index("library"), ours = file->chunk_index("ours");
+  ASSERT_TRUE(library.ok() && ours.ok());
+  ASSERT_EQ(library->sizes, ours->sizes);
+  ASSERT_GE(library->sizes.size(), 3u);
+  std::ifstream in(path, std::ios::binary);
+  for (size_t c = 0; c < library->sizes.size(); ++c) {
+    std::vector<char> a(library->sizes[c]), b(ours->sizes[c]);
+    in.seekg(static_cast<std::streamoff>(library->addresses[c]));
+    in.read(a.data(), static_cast<std::streamsize>(a.size()));
+    in.seekg(static_cast<std::streamoff>(ours->addresses[c]));
+    in.read(b.data(), static_cast<std::streamsize>(b.size()));
+    ASSERT_EQ(a, b) << "chunk " << c;
+    EXPECT_TRUE(fletcher32_matches(b.data(), b.size() - 4));
+  }
+  // And the library reads ours back (verifying the checksums).
+  std::vector<float> back(values.size());
+  ASSERT_TRUE(file->read_slab("ours", {0, 0}, {rows, columns}, DType::kFloat32, back.data()).ok());
+  EXPECT_EQ(back, values);
 }
 
 // A [rows, columns] global tensor written by "ranks" of one layout: row blocks, each cut further
