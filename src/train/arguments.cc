@@ -232,6 +232,9 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
                "If the checkpoint to load is damaged, load the newest older one (not a Megatron flag)");
   app.add_option("--timing-log-level", a.timing_log_level,
                  "0: none; 1 or 2: per-phase times (forward-backward, all-grads-sync, optimizer) after each log line");
+  app.add_option("--metrics-file", a.metrics_file,
+                 "One JSON object per log line and evaluation (JSON Lines; truncated when the run starts at "
+                 "iteration 0, appended to when it resumes; not a Megatron flag)");
 
   // Decimal only, no silent clamp, no inf or nan (train/numeric_flags.h); ranges are checked in
   // validate_arguments, where the message can say what the flag means.
@@ -338,6 +341,9 @@ absl::Status validate_arguments(Arguments& a) {
   GPT_RETURN_IF_ERROR(checked_padded_vocab_size(a, *known_vocab).status());
   if (a.timing_log_level < 0 || a.timing_log_level > 2) {
     return invalid(absl::StrCat("--timing-log-level must be 0, 1 or 2 (got ", a.timing_log_level, ")"));
+  }
+  if (a.was_given("--metrics-file") && a.metrics_file.empty()) {
+    return invalid("--metrics-file needs a path (got an empty one)");
   }
   if (a.lr_warmup_iters < 0) return invalid(absl::StrCat("--lr-warmup-iters must be >= 0 (got ", a.lr_warmup_iters, ")"));
 

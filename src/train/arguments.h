@@ -95,6 +95,7 @@ struct Arguments {
   int64_t log_interval = 100;
   bool log_throughput = false;  // accepted for compatibility; throughput is always logged
   int64_t timing_log_level = 0;  // >= 1: Megatron's "(min, max) time across ranks" lines per phase
+  std::string metrics_file;      // "": none; else JSON Lines per log line (train/metrics_file.h)
 
   // Checkpoints (docs/CHECKPOINTS.md; validated in train/checkpointing.cc).
   std::string save;                     // directory; "": no checkpoints

@@ -143,6 +143,7 @@ std::string canonical_arguments(const Arguments& a) {
   line("--log-interval", a.log_interval);
   line("--log-throughput", a.log_throughput);
   line("--timing-log-level", a.timing_log_level);
+  line("--metrics-file", a.metrics_file);
   line("--save", a.save);
   line("--save-interval", a.save_interval);
   line("--load", a.load);

@@ -18,6 +18,8 @@
 #include "train/flops.h"
 #include "train/log_line.h"
 #include "train/memory_report.h"
+#include "train/metrics_file.h"
+#include "train/rank_agreement.h"
 #include "model/activation_memory.h"
 
 namespace gpt {
@@ -44,6 +46,19 @@ LrScheduleConfig schedule_from(const Arguments& a) {
             : a.lr_decay_style == "cosine" ? LrDecayStyle::kCosine
                                            : LrDecayStyle::kLinear;
   return c;
+}
+
+// Megatron's "(min, max) time across ranks" lines.
+std::string format_phase_report(const std::vector<PhaseTiming>& timings) {
+  std::string out = "(min, max) time across ranks (ms):";
+  char line[160];
+  for (const PhaseTiming& t : timings) {
+    std::string name = t.name + " ";
+    name.resize(48, '.');
+    std::snprintf(line, sizeof(line), "\n    %s: (%.2f, %.2f)", name.c_str(), t.min_ms, t.max_ms);
+    out += line;
+  }
+  return out;
 }
 
 }  // namespace
@@ -299,7 +314,7 @@ void Trainer::end_phase(Stopwatch& since, double& total) {
   since.restart();
 }
 
-std::string Trainer::phase_report(int64_t iterations) {
+std::vector<PhaseTiming> Trainer::phase_timings(int64_t iterations) {
   // (min, max) over the world: one max-reduction of (t, -t).
   const double n = static_cast<double>(std::max<int64_t>(1, iterations)) / 1e3;
   const double mine[3] = {phases_.forward_backward / n, phases_.all_grads_sync / n, phases_.optimizer / n};
@@ -314,14 +329,8 @@ std::string Trainer::phase_report(int64_t iterations) {
   ctx_.synchronize();
   phases_ = {};
   const char* names[3] = {"forward-backward", "all-grads-sync", "optimizer"};
-  std::string out = "(min, max) time across ranks (ms):";
-  char line[160];
-  for (int i = 0; i < 3; ++i) {
-    std::string name = std::string(names[i]) + " ";
-    name.resize(48, '.');
-    std::snprintf(line, sizeof(line), "\n    %s: (%.2f, %.2f)", name.c_str(), -values[3 + i], values[i]);
-    out += line;
-  }
+  std::vector<PhaseTiming> out;
+  for (int i = 0; i < 3; ++i) out.push_back({names[i], -values[3 + i], values[i]});
   return out;
 }
 
@@ -351,6 +360,18 @@ StepResult Trainer::apply_update() {
 
 absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_iteration) {
   const bool logging = grid_.is_logging_rank();
+  // --metrics-file (train/metrics_file.h), the logging rank's: truncated when the run starts at
+  // iteration 0, appended to when it resumes; every rank leaves if it cannot be opened.
+  std::unique_ptr<MetricsFile> metrics;
+  if (!args_.metrics_file.empty()) {
+    absl::Status opened = absl::OkStatus();
+    if (logging) {
+      absl::StatusOr<std::unique_ptr<MetricsFile>> file = MetricsFile::open(args_.metrics_file, iteration_ > 0);
+      if (file.ok()) metrics = std::move(*file);
+      opened = file.status();
+    }
+    GPT_RETURN_IF_ERROR(agree_on_setup(opened, "opening --metrics-file"));
+  }
   if (grid_.world_rank() == 0) {
     std::printf("%s\n", describe_arguments(args_).c_str());
     std::printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %lld\n",
@@ -410,10 +431,27 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       log.grad_norm = step.grad_norm;
       log.skipped_iterations = skipped;
       log.nan_iterations = nan_iterations;
-      const std::string timers = timing_ ? phase_report(iterations_in_interval) : "";  // collective
+      const std::vector<PhaseTiming> timers = timing_ ? phase_timings(iterations_in_interval)  // collective
+                                                      : std::vector<PhaseTiming>{};
       if (logging) {
-        std::printf("%s\n", format_log_line(log, current_timestamp()).c_str());
-        if (!timers.empty()) std::printf("%s\n", timers.c_str());
+        const std::string timestamp = current_timestamp();
+        std::printf("%s\n", format_log_line(log, timestamp).c_str());
+        if (!timers.empty()) std::printf("%s\n", format_phase_report(timers).c_str());
+        if (metrics) {
+          IterationMetrics m{.log = log, .timestamp = timestamp};
+          m.tokens_per_second =
+              static_cast<double>(args_.global_batch_size * args_.seq_length) / seconds_per_iteration;
+          m.world_size = grid_.world_size();
+          m.tensor_parallel = grid_.shape().tensor;
+          m.pipeline_parallel = grid_.shape().pipeline;
+          m.data_parallel = grid_.shape().data;
+          m.timers = timers;
+          m.arena_bytes = static_cast<int64_t>(arena_.used_bytes());
+          if (ctx_.device() == Device::kCuda) {
+            m.device_memory_bytes = static_cast<int64_t>(cuda::device_memory_used_bytes());
+          }
+          metrics->write(iteration_record(m));
+        }
         if (!memory_reported && ctx_.device() == Device::kCuda) {
           // Megatron's report after the first interval. Memory is allocated once at start-up
           // (arenas, workspaces), so this is also the peak.
@@ -431,7 +469,9 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       interval_iterations = skipped = nan_iterations = 0;
     }
     if (valid_data_ && iteration_ % args_.eval_interval == 0) {
-      print_evaluation("iteration " + std::to_string(iteration_), evaluate(Split::kValid));
+      const double loss = evaluate(Split::kValid);
+      print_evaluation("iteration " + std::to_string(iteration_), loss);
+      if (metrics) metrics->write(validation_record("valid", iteration_, false, loss));
     }
     if (after_iteration) {
       GPT_ASSIGN_OR_RETURN(const bool stop, after_iteration());
@@ -445,8 +485,16 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
                     .c_str());
     std::fflush(stdout);
   }
-  if (valid_data_) print_evaluation("the end of training for val data", evaluate(Split::kValid));
-  if (test_data_) print_evaluation("the end of training for test data", evaluate(Split::kTest));
+  if (valid_data_) {
+    const double loss = evaluate(Split::kValid);
+    print_evaluation("the end of training for val data", loss);
+    if (metrics) metrics->write(validation_record("valid", iteration_, true, loss));
+  }
+  if (test_data_) {
+    const double loss = evaluate(Split::kTest);
+    print_evaluation("the end of training for test data", loss);
+    if (metrics) metrics->write(validation_record("test", iteration_, true, loss));
+  }
   return absl::OkStatus();
 }
 

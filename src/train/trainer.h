@@ -21,6 +21,7 @@
 #include "train/data_parallel.h"
 #include "train/forward_backward.h"
 #include "train/memory_report.h"
+#include "train/metrics_file.h"
 #include "core/timer.h"
 #include "train/microbatch_feed.h"
 #include "train/model_stage.h"
@@ -125,7 +126,9 @@ class Trainer {
   bool timing_ = false;
   // Ends a phase started at `since`: adds its seconds to `total` and restarts the clock.
   void end_phase(Stopwatch& since, double& total);
-  std::string phase_report(int64_t iterations);
+  // The phases' ms per iteration over the last `iterations`, (min, max) over the world (collective);
+  // resets the sums.
+  std::vector<PhaseTiming> phase_timings(int64_t iterations);
   Tensor timing_scratch_;  // float32 [6], for the min/max over ranks
   MemoryFigures memory_;
   Tensor memory_scratch_, memory_gathered_;  // float32, for the start-up memory report

@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""--metrics-file: every line is a JSON object whose values equal those of the log lines, timer
+lines and evaluation lines printed by the same run, on one rank and under mpirun -np 4 (TP2 x DP2);
+a resumed run (--save, then --load) appends to the file; a file that cannot be opened ends the job
+with one error line before training."""
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+TINY = ("--device cpu --mock-data --vocab-size 512 --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+        "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 8 "
+        "--train-iters 6 --lr 1e-3 --log-interval 2 --eval-interval 3 --eval-iters 1 "
+        "--timing-log-level 1").split()
+GBS, SEQ = 8, 32
+
+LOG_LINE = re.compile(
+    r"^ \[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] iteration +(\d+)/ +(\d+) \| consumed samples: +(\d+) \| "
+    r"elapsed time per iteration \(ms\): ([\d.]+) \| throughput per GPU \(TFLOP/s/GPU\): ([\d.]+) \| "
+    r"learning rate: (\S+) \| global batch size: +(\d+) \| (?:lm loss: (\S+) \| )?"
+    r"loss scale: ([\d.]+) \| grad norm: (\S+) \| number of skipped iterations: +(\d+) \| "
+    r"number of nan iterations: +(\d+) \|$")
+TIMER = re.compile(r"^    (\S+) \.*: \(([\d.-]+), ([\d.-]+)\)$")
+VALIDATION = re.compile(r"^ validation loss at (iteration (\d+)|the end of training for (val|test) data) \| "
+                        r"lm loss value: (\S+) \| lm loss PPL: (\S+) \| $")
+
+
+def printed_records(stdout):
+    """The run's printed log lines (with the timer lines after each) and evaluations, in order."""
+    records = []
+    for line in stdout.splitlines():
+        if m := LOG_LINE.match(line):
+            records.append({"kind": "log", "timestamp": m[1], "iteration": int(m[2]), "train_iters": int(m[3]),
+                            "consumed": int(m[4]), "elapsed": m[5], "tflops": m[6], "lr": m[7], "gbs": int(m[8]),
+                            "loss": m[9], "loss_scale": m[10], "grad_norm": m[11], "skipped": int(m[12]),
+                            "nan": int(m[13]), "timers": {}})
+        elif (m := TIMER.match(line)) and records and records[-1]["kind"] == "log":
+            records[-1]["timers"][m[1]] = (m[2], m[3])
+        elif m := VALIDATION.match(line):
+            records.append({"kind": "validation", "iteration": int(m[2]) if m[2] else None,
+                            "split": "test" if m[3] == "test" else "valid", "end": m[2] is None,
+                            "loss": m[4], "ppl": m[5]})
+    return records
+
+
+def compare(name, lines, printed, layout, failures):
+    """Each JSON line against the printed record at the same position."""
+    before = len(failures)
+    if len(lines) != len(printed):
+        failures.append(f"{name}: {len(lines)} metrics lines, {len(printed)} printed log/evaluation lines")
+        return
+    last_iteration = 0
+    for i, (text, p) in enumerate(zip(lines, printed)):
+        try:
+            r = json.loads(text)
+        except ValueError as error:
+            failures.append(f"{name}: line {i + 1} is not JSON ({error}): {text!r}")
+            continue
+        where = f"{name}: line {i + 1}"
+        if p["kind"] == "validation":
+            got = (r.get("validation"), r.get("split"), r.get("end_of_training"), f"{r['lm_loss']:.6E}",
+                   f"{r['lm_loss_ppl']:.6E}")
+            want = (True, p["split"], p["end"], p["loss"], p["ppl"])
+            # End-of-training evaluations carry the last iteration.
+            iteration = p["iteration"] if p["iteration"] is not None else last_iteration
+            if got != want or r["iteration"] != iteration:
+                failures.append(f"{where}: validation record {r} does not match the printed {p}")
+            continue
+        last_iteration = r["iteration"]
+        seconds = r["elapsed_time_per_iteration_ms"] / 1e3
+        got = {"timestamp": r["timestamp"], "iteration": r["iteration"], "train_iters": r["train_iters"],
+               "consumed": r["consumed_samples"], "elapsed": f"{r['elapsed_time_per_iteration_ms']:.1f}",
+               "tflops": f"{r['throughput_tflops_per_gpu']:.1f}", "lr": f"{r['learning_rate']:.6E}",
+               "gbs": r["global_batch_size"], "loss": f"{r['lm_loss']:.6E}",
+               "loss_scale": f"{r['loss_scale']:.1f}", "grad_norm": f"{r['grad_norm']:.3f}",
+               "skipped": r["skipped_iterations"], "nan": r["nan_iterations"],
+               "timers": {k: (f"{v['min']:.2f}", f"{v['max']:.2f}") for k, v in r.get("timers_ms", {}).items()}}
+        want = {k: v for k, v in p.items() if k != "kind"}
+        if got != want:
+            failures.append(f"{where}: {got} differs from the printed line {want}")
+        if not math.isclose(r["tokens_per_second"], GBS * SEQ / seconds, rel_tol=1e-9):
+            failures.append(f"{where}: tokens_per_second {r['tokens_per_second']} is not {GBS * SEQ} / {seconds} s")
+        if set(got["timers"]) != {"forward-backward", "all-grads-sync", "optimizer"}:
+            failures.append(f"{where}: timers {sorted(got['timers'])}")
+        shape = (r["world_size"], r["tensor_model_parallel_size"], r["pipeline_model_parallel_size"],
+                 r["data_parallel_size"])
+        if shape != layout:
+            failures.append(f"{where}: layout {shape}, expected {layout}")
+        if not r["memory"]["arena_bytes"] > 0:
+            failures.append(f"{where}: memory {r['memory']}")
+    if len(failures) == before:
+        print(f"{name}: {len(lines)} JSON lines equal to the printed log, timer and evaluation lines")
+
+
+def read_lines(path):
+    with open(path) as f:
+        text = f.read()
+    if text and not text.endswith("\n"):
+        return text.split("\n") + ["<no final newline>"]
+    return text.splitlines()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--mpirun", required=True)
+    parser.add_argument("--work-dir", required=True)
+    args = parser.parse_args()
+    shutil.rmtree(args.work_dir, ignore_errors=True)
+    os.makedirs(args.work_dir)
+    failures = []
+    launcher = [args.mpirun, "-np", "4", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+
+    def run(command, name):
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if result.returncode != 0:
+            failures.append(f"{name}: exit {result.returncode}: {result.stderr[-2000:]}")
+        return result
+
+    for name, prefix, extra, layout in [("1 rank", [], [], (1, 1, 1, 1)),
+                                        ("TP2 x DP2", launcher, ["--tensor-model-parallel-size", "2"], (4, 2, 1, 2))]:
+        path = os.path.join(args.work_dir, name.replace(" ", "_") + ".jsonl")
+        with open(path, "w") as f:
+            f.write("stale line from an earlier run\n")  # a run from iteration 0 truncates
+        result = run(prefix + [args.binary] + TINY + extra + ["--metrics-file", path], name)
+        printed = printed_records(result.stdout)
+        if sum(p["kind"] == "log" for p in printed) != 3 or sum(p["kind"] == "validation" for p in printed) < 3:
+            failures.append(f"{name}: expected 3 log lines and at least 3 evaluations, got {printed}")
+        compare(name, read_lines(path), printed, layout, failures)
+
+    # Resumed: iterations 1-4 saved, then 5-6 loaded from the checkpoint append to the same file.
+    path = os.path.join(args.work_dir, "resumed.jsonl")
+    checkpoint = os.path.join(args.work_dir, "checkpoint")
+    flags = TINY + ["--metrics-file", path, "--save", checkpoint]
+    first = run([args.binary] + flags + ["--exit-interval", "4"], "resumed, first part")
+    lines_first = len(read_lines(path)) if os.path.exists(path) else 0
+    second = run([args.binary] + flags + ["--load", checkpoint], "resumed, second part")
+    printed = printed_records(first.stdout) + printed_records(second.stdout)
+    if [p["iteration"] for p in printed if p["kind"] == "log"] != [2, 4, 6]:
+        failures.append(f"resumed: printed log iterations {[p['iteration'] for p in printed if p['kind'] == 'log']}")
+    if lines_first == 0 or lines_first >= len(printed):
+        failures.append(f"resumed: {lines_first} lines after the first part of {len(printed)} printed records")
+    compare("resumed (--save, then --load appends)", read_lines(path), printed, (1, 1, 1, 1), failures)
+
+    # A file that cannot be opened: one error line naming it, no training, non-zero exit.
+    bad = os.path.join(args.work_dir, "no", "such", "dir", "m.jsonl")
+    for name, prefix, extra in [("1 rank", [], []), ("TP2 x DP2", launcher, ["--tensor-model-parallel-size", "2"])]:
+        result = subprocess.run(prefix + [args.binary] + TINY + extra + ["--metrics-file", bad], capture_output=True,
+                                text=True, timeout=300)
+        errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+        if result.returncode == 0 or len(errors) != 1 or f"--metrics-file {bad}" not in errors[0] or \
+                "No such file or directory" not in errors[0] or LOG_LINE.search(result.stdout) or \
+                any(LOG_LINE.match(l) for l in result.stdout.splitlines()):
+            failures.append(f"{name}, unopenable file: exit {result.returncode}, errors {errors}")
+        else:
+            print(f"{name}: an unopenable --metrics-file ends the job with: {errors[0]}")
+    result = subprocess.run([args.binary] + TINY + ["--metrics-file", ""], capture_output=True, text=True, timeout=60)
+    if result.returncode == 0 or "--metrics-file needs a path" not in result.stdout + result.stderr:
+        failures.append(f"empty --metrics-file: exit {result.returncode}, {result.stdout[-300:]} {result.stderr[-300:]}")
+    return harness.finish(failures, "metrics file")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
