@@ -7,7 +7,7 @@
 //                                             the model in Hugging Face GPT-2's safetensors layout
 //
 // DIR is a save directory (its tracker latest_checkpointed_iteration.txt picks the checkpoint, or
-// --iteration N) or one checkpoint directory iter_XXXXXXX. Errors: one line on stderr, exit 1.
+// --iteration N) or one checkpoint directory iter_<7 digits>. Errors: one line on stderr, exit 1.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -81,55 +81,13 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> open_checkpoint(const std::str
   return CheckpointReader::open(directory);
 }
 
-// The saved arguments ("--flag value" lines; strings quoted '...') as flag -> value.
+// The saved arguments as flag -> value, strings unquoted.
 std::map<std::string, std::string> parse_arguments(const std::string& text) {
-  std::map<std::string, std::string> values;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    const std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(' ', 1));
-    std::string value = kv.second;
+  std::map<std::string, std::string> values = arguments_by_flag(text);
+  for (auto& [flag, value] : values) {
     if (value.size() >= 2 && value.front() == '\'' && value.back() == '\'') value = value.substr(1, value.size() - 2);
-    values[kv.first] = value;
   }
   return values;
-}
-
-// Checks every tensor's pieces: inside the tensor, pairwise disjoint, adding up to its size.
-absl::Status check_coverage(const CheckpointReader& reader) {
-  for (const auto& [key, tensor] : reader.tensors()) {
-    int64_t covered = 0;
-    const size_t rank = tensor.global_shape.size();
-    for (size_t i = 0; i < tensor.pieces.size(); ++i) {
-      const auto& a = tensor.pieces[i];
-      const std::string file = reader.shard_files().at(static_cast<size_t>(a.shard));
-      if (a.offsets.size() != rank || a.counts.size() != rank) {
-        return absl::DataLossError(absl::StrCat(reader.directory(), "/", file, ": tensor '", key, "': piece ",
-                                                a.dataset, " has the wrong number of dimensions"));
-      }
-      for (size_t d = 0; d < rank; ++d) {
-        if (a.offsets[d] < 0 || a.counts[d] < 0 || a.offsets[d] + a.counts[d] > tensor.global_shape[d]) {
-          return absl::DataLossError(absl::StrCat(reader.directory(), "/", file, ": tensor '", key, "': piece ",
-                                                  a.dataset, " lies outside the tensor ", shape_text(tensor.global_shape)));
-        }
-      }
-      covered += volume(a.counts);
-      for (size_t j = 0; j < i; ++j) {
-        const auto& b = tensor.pieces[j];
-        bool overlap = volume(a.counts) > 0 && volume(b.counts) > 0;
-        for (size_t d = 0; d < rank && overlap; ++d) {
-          overlap = std::max(a.offsets[d], b.offsets[d]) < std::min(a.offsets[d] + a.counts[d], b.offsets[d] + b.counts[d]);
-        }
-        if (overlap) {
-          return absl::DataLossError(absl::StrCat(reader.directory(), "/", file, ": tensor '", key, "': pieces ",
-                                                  b.dataset, " and ", a.dataset, " overlap"));
-        }
-      }
-    }
-    if (covered != volume(tensor.global_shape)) {
-      return absl::DataLossError(absl::StrCat(reader.directory(), ": tensor '", key, "': its pieces cover ", covered,
-                                              " of its ", volume(tensor.global_shape), " elements"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 // ---- inspect ---------------------------------------------------------------------------------
@@ -162,7 +120,7 @@ absl::Status inspect(const std::string& given, std::optional<int64_t> iteration)
 
 absl::Status verify(const std::string& given, std::optional<int64_t> iteration) {
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, open_checkpoint(given, iteration));
-  GPT_RETURN_IF_ERROR(check_coverage(*reader));
+  GPT_RETURN_IF_ERROR(reader->check_coverage());
   GPT_RETURN_IF_ERROR(reader->verify_all());
   int64_t bytes = 0;
   for (const auto& [key, tensor] : reader->tensors()) bytes += volume(tensor.global_shape) * static_cast<int64_t>(dtype_size(tensor.dtype));
@@ -462,7 +420,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Inspect, verify and export pretrain_gpt's sharded HDF5 checkpoints.\n"
       "CHECKPOINT is a --save directory (its latest_checkpointed_iteration.txt, or --iteration N, picks\n"
-      "the checkpoint) or one checkpoint directory DIR/iter_XXXXXXX. Errors: one line, exit 1.",
+      "the checkpoint) or one checkpoint directory DIR/iter_<7 digits>. Errors: one line, exit 1.",
       "ckpt_tool"};
   app.require_subcommand(1);
   app.footer(
@@ -481,7 +439,7 @@ int main(int argc, char** argv) {
   CLI::App* export_ = app.add_subcommand("export", "Write the model (not the optimizer) as one FP32 safetensors file "
                                                    "in Hugging Face GPT-2's layout (Conv1D weights, tied lm_head omitted)");
   for (CLI::App* command : {inspect, verify, export_}) {
-    command->add_option("CHECKPOINT", directory, "Save directory or iter_XXXXXXX directory")->required();
+    command->add_option("CHECKPOINT", directory, "Save directory or iter_<7 digits> directory")->required();
     command->add_option("--iteration", iteration, "Iteration to open in a save directory (default: the tracker's)");
   }
   export_->add_option("--output,-o", output, "The safetensors file to write")->required();

@@ -60,6 +60,30 @@ std::optional<int64_t> volume(const std::vector<int64_t>& counts) {
   return product;
 }
 
+// Boxes (offsets, counts) that must tile a tensor exactly: pairwise disjoint and adding up to its
+// size (each lies inside it: parse_table checks that). Empty when they do; otherwise what is wrong.
+std::string tiling_problem(const std::vector<int64_t>& global_shape,
+                           const std::vector<std::pair<const std::vector<int64_t>*, const std::vector<int64_t>*>>& boxes) {
+  int64_t covered = 0;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const auto& [a_offsets, a_counts] = boxes[i];
+    covered += *volume(*a_counts);
+    for (size_t j = 0; j < i; ++j) {
+      const auto& [b_offsets, b_counts] = boxes[j];
+      bool overlap = *volume(*a_counts) > 0 && *volume(*b_counts) > 0;
+      for (size_t d = 0; overlap && d < global_shape.size(); ++d) {
+        overlap = std::max((*a_offsets)[d], (*b_offsets)[d]) <
+                  std::min((*a_offsets)[d] + (*a_counts)[d], (*b_offsets)[d] + (*b_counts)[d]);
+      }
+      if (overlap) return absl::StrCat("pieces ", j, " and ", i, " overlap");
+    }
+  }
+  if (covered != *volume(global_shape)) {
+    return absl::StrCat("its pieces cover ", covered, " of its ", *volume(global_shape), " elements");
+  }
+  return "";
+}
+
 // One line of a piece table: key, dataset, dtype, global shape, offsets, counts[, shard].
 struct PieceLine {
   std::string key, dataset;
@@ -193,6 +217,15 @@ bool is_float(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::
 
 }  // namespace
 
+std::map<std::string, std::string> arguments_by_flag(const std::string& arguments) {
+  std::map<std::string, std::string> values;
+  for (absl::string_view line : absl::StrSplit(arguments, '\n', absl::SkipEmpty())) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(' ', 1));
+    values[kv.first] = kv.second;
+  }
+  return values;
+}
+
 std::string iteration_directory_name(int64_t iteration) { return absl::StrFormat("iter_%07d", iteration); }
 std::string shard_file_name(int world_rank) { return absl::StrFormat("shard_%05d.h5", world_rank); }
 
@@ -213,12 +246,12 @@ absl::Status write_shard(const std::string& path, const std::vector<HostPiece>& 
 
 absl::Status write_index(const std::string& directory, const std::vector<std::string>& shard_files,
                          const CheckpointMetadata& metadata) {
-  struct Tensor {
+  struct GlobalTensor {
     DType dtype;
     std::vector<int64_t> global_shape;
     std::vector<PieceLine> pieces;
   };
-  std::map<std::string, Tensor> tensors;
+  std::map<std::string, GlobalTensor> tensors;
   std::string table;
   for (size_t s = 0; s < shard_files.size(); ++s) {
     const std::string path = absl::StrCat(directory, "/", shard_files[s]);
@@ -228,7 +261,7 @@ absl::Status write_index(const std::string& directory, const std::vector<std::st
     for (PieceLine& line : lines) {
       line.shard = static_cast<int>(s);
       table += format_line(line);
-      auto [it, inserted] = tensors.try_emplace(line.key, Tensor{line.dtype, line.global_shape, {}});
+      auto [it, inserted] = tensors.try_emplace(line.key, GlobalTensor{line.dtype, line.global_shape, {}});
       if (it->second.dtype != line.dtype || it->second.global_shape != line.global_shape) {
         return absl::InternalError(absl::StrCat("checkpoint ", directory, ": pieces of '", line.key,
                                                 "' disagree on dtype or global shape"));
@@ -236,23 +269,13 @@ absl::Status write_index(const std::string& directory, const std::vector<std::st
       it->second.pieces.push_back(std::move(line));
     }
   }
-  // Every element written exactly once: pieces disjoint (pairwise) and adding up to the tensor.
+  // Every element written exactly once.
   for (const auto& [key, tensor] : tensors) {
-    int64_t covered = 0;
-    for (size_t i = 0; i < tensor.pieces.size(); ++i) {
-      covered += *volume(tensor.pieces[i].counts);
-      for (size_t j = 0; j < i; ++j) {
-        bool overlap = true;
-        for (size_t d = 0; d < tensor.global_shape.size(); ++d) {
-          const PieceLine &a = tensor.pieces[i], &b = tensor.pieces[j];
-          overlap = overlap && std::max(a.offsets[d], b.offsets[d]) < std::min(a.offsets[d] + a.counts[d], b.offsets[d] + b.counts[d]);
-        }
-        if (overlap) return absl::InternalError(absl::StrCat("checkpoint ", directory, ": two pieces of '", key, "' overlap"));
-      }
-    }
-    if (covered != *volume(tensor.global_shape)) {
-      return absl::InternalError(absl::StrCat("checkpoint ", directory, ": the pieces of '", key, "' cover ", covered,
-                                              " of its ", *volume(tensor.global_shape), " elements"));
+    std::vector<std::pair<const std::vector<int64_t>*, const std::vector<int64_t>*>> boxes;
+    for (const PieceLine& line : tensor.pieces) boxes.emplace_back(&line.offsets, &line.counts);
+    const std::string problem = tiling_problem(tensor.global_shape, boxes);
+    if (!problem.empty()) {
+      return absl::InternalError(absl::StrCat("checkpoint ", directory, ": tensor '", key, "': ", problem));
     }
   }
   GPT_ASSIGN_OR_RETURN(Hdf5File index, Hdf5File::create(absl::StrCat(directory, "/", kIndexFileName)));
@@ -287,8 +310,9 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const s
   GPT_RETURN_IF_ERROR(read_metadata(index, reader->metadata_));
   GPT_ASSIGN_OR_RETURN(const std::string text, index.read_text(kPieceTable));
   GPT_ASSIGN_OR_RETURN(std::vector<PieceLine> lines, parse_table(text, path, /*with_shard=*/true));
-  std::map<std::string, int> shard_numbers;
+  int shards = 0;
   for (PieceLine& line : lines) {
+    shards = std::max(shards, line.shard + 1);
     StoredTensor& tensor = reader->tensors_[line.key];
     if (tensor.pieces.empty()) {
       tensor.dtype = line.dtype;
@@ -297,10 +321,6 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const s
       return absl::DataLossError(absl::StrCat(path, ": pieces of '", line.key, "' disagree on dtype or shape"));
     }
     tensor.pieces.push_back({line.shard, line.dataset, line.offsets, line.counts});
-  }
-  int shards = 0;
-  for (const auto& [key, tensor] : reader->tensors_) {
-    for (const StoredPiece& piece : tensor.pieces) shards = std::max(shards, piece.shard + 1);
   }
   // The piece table numbers the shards in the order of the index's "shard_files" list.
   GPT_ASSIGN_OR_RETURN(const std::string listed, index.attribute_string("shard_files"));
@@ -311,6 +331,18 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const s
   reader->shard_files_ = names;
   reader->open_shards_.resize(names.size());
   return reader;
+}
+
+absl::Status CheckpointReader::check_coverage() const {
+  for (const auto& [key, tensor] : tensors_) {
+    std::vector<std::pair<const std::vector<int64_t>*, const std::vector<int64_t>*>> boxes;
+    for (const StoredPiece& piece : tensor.pieces) boxes.emplace_back(&piece.offsets, &piece.counts);
+    const std::string problem = tiling_problem(tensor.global_shape, boxes);
+    if (!problem.empty()) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", directory_, ": tensor '", key, "': ", problem));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> CheckpointReader::keys() const {

@@ -57,6 +57,10 @@ struct CheckpointMetadata {
   std::string arguments;             // the saving job's validated arguments, one flag per line
 };
 
+// CheckpointMetadata::arguments ("--flag value" lines, strings quoted '...') as flag -> value,
+// values as written.
+std::map<std::string, std::string> arguments_by_flag(const std::string& arguments);
+
 // Rank 0, once every shard is on disk: reads the shards' piece tables, checks that every global
 // tensor is covered exactly (its pieces add up to its size, none overlapping), and writes and
 // fsyncs the index.
@@ -93,6 +97,9 @@ class CheckpointReader {
     void* out = nullptr;
   };
   absl::Status read_many(const std::vector<ReadRequest>& requests);
+  // Every tensor's pieces tile it exactly (disjoint, adding up to it): what write_index checked
+  // before the commit, checked again on what is on disk now.
+  absl::Status check_coverage() const;
   // Reads every piece of every tensor, so that every checksum is verified.
   absl::Status verify_all();
 
@@ -130,7 +137,7 @@ class CheckpointReader {
 absl::StatusOr<std::optional<int64_t>> read_tracker(const std::string& directory);
 // Replaces the tracker atomically (write a temporary file, fsync, rename, fsync the directory).
 absl::Status write_tracker(const std::string& directory, int64_t iteration);
-// Committed checkpoints under `directory` (iter_XXXXXXX with an index), oldest first.
+// Committed checkpoints under `directory` (iter_<7 digits> with an index), oldest first.
 std::vector<int64_t> list_checkpoints(const std::string& directory);
 absl::Status fsync_directory(const std::string& directory);
 

@@ -27,13 +27,6 @@ std::atomic<bool> sigterm_received{false};
 
 void on_sigterm(int) { sigterm_received.store(true); }
 
-bool mpi_running() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized != 0 && finalized == 0;
-}
-
 // `value` reduced over the world by `op` (a world of one without MPI).
 int64_t world_extreme(int64_t value, MPI_Op op) {
   if (!mpi_running()) return value;
@@ -86,23 +79,14 @@ std::vector<ShardedTensor> state_pieces(Trainer& trainer, const Arguments& args,
 // The flags whose values decide the shapes of the model's tensors beyond what the tensors' own
 // global shapes show (a different layer count changes only which keys exist).
 absl::Status check_model_arguments(const std::string& saved, const Arguments& args, const std::string& directory) {
-  std::map<std::string, std::string> values;
-  for (absl::string_view line : absl::StrSplit(saved, '\n', absl::SkipEmpty())) {
-    const std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(' ', 1));
-    values[kv.first] = kv.second;
-  }
-  const std::string mine = canonical_arguments(args);
-  std::map<std::string, std::string> ours;
-  for (absl::string_view line : absl::StrSplit(mine, '\n', absl::SkipEmpty())) {
-    const std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(' ', 1));
-    ours[kv.first] = kv.second;
-  }
+  const std::map<std::string, std::string> theirs = arguments_by_flag(saved);
+  std::map<std::string, std::string> ours = arguments_by_flag(canonical_arguments(args));
   std::vector<std::string> differences;
   for (const char* flag : {"--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
                            "--kv-channels", "--max-position-embeddings", "--untie-embeddings-and-output-weights",
                            "--position-embedding-type", "--normalization"}) {
-    auto it = values.find(flag);
-    if (it != values.end() && it->second != ours[flag]) {
+    auto it = theirs.find(flag);
+    if (it != theirs.end() && it->second != ours[flag]) {
       differences.push_back(absl::StrCat(flag, " ", ours[flag], " (checkpoint: ", it->second, ")"));
     }
   }

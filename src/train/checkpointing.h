@@ -3,9 +3,9 @@
 //
 // Save: every rank copies the pieces it writes to host memory (parameters spread over the
 // data-parallel replicas, each ZeRO owner its optimizer shard, tensor-parallel duplicates and the
-// tied embedding's second copy by nobody), writes its shard into DIR/iter_XXXXXXX.tmp and fsyncs
+// tied embedding's second copy by nobody), writes its shard into DIR/iter_<7 digits>.tmp and fsyncs
 // it; once every rank reports success, rank 0 writes the index, renames the directory to
-// iter_XXXXXXX and replaces the tracker. A crash at any point leaves the previous checkpoint and
+// iter_<7 digits> and replaces the tracker. A crash at any point leaves the previous checkpoint and
 // the tracker as they were. With --async-save the shard is written by a background thread from
 // the host copy while training goes on, and committed when every rank has finished (checked after
 // each iteration, waited for at the next save and at the end).
@@ -53,7 +53,7 @@ class Checkpointer {
  private:
   struct PendingSave {
     int64_t iteration = 0;
-    std::string temporary;  // DIR/iter_XXXXXXX.tmp
+    std::string temporary;  // DIR/iter_<7 digits>.tmp
     CheckpointMetadata metadata;
     double bytes = 0;         // this rank's shard
     double blocked_seconds = 0;

@@ -19,15 +19,6 @@ namespace {
 
 constexpr char kPeerFailure[] = "gpt/peer-failure";
 
-// MPI is running when a launcher started this process (MpiRuntime initialized it) and it has not
-// been shut down; without it the process is a world of one.
-bool mpi_running() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized != 0 && finalized == 0;
-}
-
 int world_rank() {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -59,6 +50,15 @@ std::string format(const std::vector<std::string>& values) {
 }  // namespace
 
 int job_world_size() { return mpi_running() ? world_size() : 1; }
+
+// MPI is running when a launcher started this process (MpiRuntime initialized it) and it has not
+// been shut down; without it the process is a world of one.
+bool mpi_running() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized != 0 && finalized == 0;
+}
 
 absl::Status agree_on_setup(const absl::Status& local, absl::string_view phase) {
   if (!mpi_running()) return local;

@@ -19,6 +19,10 @@ namespace gpt {
 // The number of ranks of the job (MPI_COMM_WORLD's size; 1 without MPI). Not collective.
 int job_world_size();
 
+// MPI is running when a launcher started this process (MpiRuntime initialized it) and it has not
+// been shut down; without it the process is a world of one.
+bool mpi_running();
+
 // "Set-up ok?": OK when `local` is OK on every rank. Otherwise a failing rank gets its own status
 // back and every other rank a peer-failure status naming the lowest failing rank, so all leave
 // set-up together; the launcher then prints the failing rank's own message, once.
