@@ -27,6 +27,7 @@ enum class DropoutSite : uint64_t {
   kAttentionProbabilities = 1,  // --attention-dropout, inside the attention core
   kAttentionOutput = 2,         // --hidden-dropout, after the attention projection (+ bias)
   kMlpOutput = 3,               // --hidden-dropout, after the MLP's second linear (+ bias)
+  kEmbedding = 4,               // --hidden-dropout, on the embedding's output (layer -1)
 };
 
 struct DropoutMask {

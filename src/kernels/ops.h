@@ -15,6 +15,7 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
+#include "kernels/dropout_mask.h"
 
 namespace gpt::ops {
 

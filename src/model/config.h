@@ -27,6 +27,11 @@ struct RecomputeConfig {
   int64_t num_layers = 0;                           // full only: group size (uniform) or layers (block)
 };
 
+// Megatron's --position-embedding-type (none also for --no-position-embedding).
+enum class PositionEmbedding { kLearnedAbsolute, kRope, kNone };
+// Megatron's --normalization.
+enum class Normalization { kLayerNorm, kRMSNorm };
+
 struct ModelConfig {
   int64_t num_layers = 0;
   int64_t hidden_size = 0;
@@ -43,7 +48,28 @@ struct ModelConfig {
   DType dtype = DType::kFloat32;    // parameters and activations (bfloat16 with --bf16)
   RecomputeConfig recompute;
 
+  // Llama-style options (Megatron's flags in parentheses).
+  int64_t num_query_groups = 0;     // key/value heads (--num-query-groups); 0: one per head (no GQA)
+  PositionEmbedding position_embedding = PositionEmbedding::kLearnedAbsolute;
+  int64_t rotary_dim = 0;           // rope: rotated dims per head, kv_channels x --rotary-percent
+  float rotary_base = 10000.0f;     // rope: --rotary-base
+  Normalization normalization = Normalization::kLayerNorm;
+  bool swiglu = false;              // gated SiLU MLP: fc1 [2 ffn, h] = [gate; up]
+  bool add_bias_linear = true;      // false: --disable-bias-linear
+  // Dropout (kernels/dropout_mask.h: masks keyed by seed, iteration, sample, layer and element).
+  float hidden_dropout = 0.0f;
+  float attention_dropout = 0.0f;
+  uint64_t seed = 0;
+
   int64_t attention_projection_size() const { return num_attention_heads * kv_channels; }
+  int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  int64_t queries_per_group() const { return num_attention_heads / query_groups(); }
+  // linear_qkv's output: per group its query heads, one key and one value head (Megatron's packing).
+  int64_t qkv_size() const { return (num_attention_heads + 2 * query_groups()) * kv_channels; }
+  // linear_fc1's output: [gate; up] with SwiGLU.
+  int64_t fc1_size() const { return swiglu ? 2 * ffn_hidden_size : ffn_hidden_size; }
+  bool has_layernorm_bias() const { return normalization == Normalization::kLayerNorm; }
+  bool has_dropout() const { return hidden_dropout > 0.0f || attention_dropout > 0.0f; }
 };
 
 // Megatron's _vocab_size_with_padding: the smallest multiple of divisible_by * tp >= vocab_size.

@@ -13,12 +13,12 @@ void for_each_tensor(LayerActivations& a, const LayerShapes& s, DType t, bool se
     visit(a.ln1, t, Shape{s.local_sequence, s.batch, s.hidden});
     visit(a.ln1_mean, DType::kFloat32, Shape{local_rows});
     visit(a.ln1_rstd, DType::kFloat32, Shape{local_rows});
-    visit(a.qkv, t, Shape{s.rows(), 3 * s.local_projection()});
+    visit(a.qkv, t, Shape{s.rows(), s.local_qkv()});
     visit(a.residual, t, Shape{s.local_sequence, s.batch, s.hidden});
     visit(a.ln2, t, Shape{s.local_sequence, s.batch, s.hidden});
     visit(a.ln2_mean, DType::kFloat32, Shape{local_rows});
     visit(a.ln2_rstd, DType::kFloat32, Shape{local_rows});
-    visit(a.fc1_pre, t, Shape{s.sequence, s.batch, s.local_ffn});
+    visit(a.fc1_pre, t, Shape{s.sequence, s.batch, s.local_fc1});
     visit(a.fc1_act, t, Shape{s.sequence, s.batch, s.local_ffn});
     if (sequence_parallel) {
       visit(a.ln1_gathered, t, Shape{s.sequence, s.batch, s.hidden});

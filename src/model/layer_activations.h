@@ -18,13 +18,13 @@ struct LayerActivations {
   Tensor input;                       // [s_l, b, h] view of the previous layer's output (not allocated)
   Tensor ln1, ln1_mean, ln1_rstd;     // [s_l, b, h], [s_l b], [s_l b] (float32 statistics)
   Tensor ln1_gathered;                // [s, b, h] under sequence parallelism
-  Tensor qkv;                         // [s b, 3 heads_l d]  ([s, b, heads_l, 3d] for attention)
+  Tensor qkv;                         // [s b, qkv_l]  ([s, b, groups_l, (q_per_group + 2) d] for attention)
   Tensor attention;                   // [s b, heads_l d]     } the attention core
   Tensor lse;                         // [b, heads_l, s]      } (float32 log-sum-exp)
   Tensor residual;                    // [s_l, b, h]  x + attention block
   Tensor ln2, ln2_mean, ln2_rstd;
   Tensor ln2_gathered;
-  Tensor fc1_pre, fc1_act;            // [s, b, ffn_l]
+  Tensor fc1_pre, fc1_act;            // [s, b, fc1_l] (2 ffn_l with SwiGLU: [gate | up]), [s, b, ffn_l]
   Tensor output;                      // [s_l, b, h]
 };
 

@@ -15,8 +15,11 @@ LayerShapes LayerShapes::make(const ModelConfig& c, int64_t tp_size, int64_t tp_
   s.batch = micro_batch;
   s.hidden = c.hidden_size;
   s.local_heads = c.num_attention_heads / tp_size;
+  s.head_offset = tp_rank * s.local_heads;
+  s.local_groups = c.query_groups() / tp_size;
   s.head_dim = c.kv_channels;
   s.local_ffn = c.ffn_hidden_size / tp_size;
+  s.local_fc1 = c.fc1_size() / tp_size;
   s.local_vocab = c.padded_vocab_size / tp_size;
   s.vocab_start = tp_rank * s.local_vocab;
   const int64_t valid = c.vocab_size - s.vocab_start;
@@ -30,8 +33,9 @@ LayerWorkspace::LayerWorkspace(const LayerShapes& s, DType dtype, Arena& arena) 
   local_a = arena.allocate(dtype, {s.local_sequence, s.batch, s.hidden});
   local_b = arena.allocate(dtype, {s.local_sequence, s.batch, s.hidden});
   projection = arena.allocate(dtype, {s.rows(), s.local_projection()});
-  qkv = arena.allocate(dtype, {s.rows(), 3 * s.local_projection()});
+  qkv = arena.allocate(dtype, {s.rows(), s.local_qkv()});
   ffn = arena.allocate(dtype, {s.sequence, s.batch, s.local_ffn});
+  fc1 = s.local_fc1 == s.local_ffn ? ffn : arena.allocate(dtype, {s.sequence, s.batch, s.local_fc1});
 }
 
 }  // namespace gpt

@@ -31,10 +31,14 @@ ParamSpec make(std::string name, std::vector<int64_t> shape, TensorSplit split, 
   return spec;
 }
 
-void add_layernorm(std::vector<ParamSpec>& specs, const std::string& prefix, int64_t h, ParamSection section,
-                   int64_t layer) {
+// LayerNorm: weight and bias; RMSNorm: weight only.
+void add_norm(std::vector<ParamSpec>& specs, const ModelConfig& c, const std::string& prefix, ParamSection section,
+              int64_t layer) {
+  const int64_t h = c.hidden_size;
   specs.push_back(make(prefix + ".weight", {h}, TensorSplit::kReplicated, ParamInit::kOnes, 0, section, layer));
-  specs.push_back(make(prefix + ".bias", {h}, TensorSplit::kReplicated, ParamInit::kZeros, 0, section, layer));
+  if (c.has_layernorm_bias()) {
+    specs.push_back(make(prefix + ".bias", {h}, TensorSplit::kReplicated, ParamInit::kZeros, 0, section, layer));
+  }
 }
 
 }  // namespace
@@ -45,35 +49,48 @@ std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
   // into the residual stream.
   const float scaled_std = std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
   const int64_t h = c.hidden_size, projection = c.attention_projection_size();
+  const bool bias = c.add_bias_linear;
+  const TensorSplit fc1_split = c.swiglu ? TensorSplit::kGatedRows : TensorSplit::kRows;
   std::vector<ParamSpec> specs;
   specs.push_back(make(kWordEmbeddingName, {c.padded_vocab_size, h}, TensorSplit::kRows,
                        ParamInit::kNormal, std, ParamSection::kEmbedding, -1));
-  specs.push_back(make("embedding.position_embeddings.weight", {c.max_position_embeddings, h},
-                       TensorSplit::kReplicated, ParamInit::kNormal, std, ParamSection::kEmbedding, -1));
+  if (c.position_embedding == PositionEmbedding::kLearnedAbsolute) {
+    specs.push_back(make("embedding.position_embeddings.weight", {c.max_position_embeddings, h},
+                         TensorSplit::kReplicated, ParamInit::kNormal, std, ParamSection::kEmbedding, -1));
+  }
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     const std::string prefix = "decoder.layers." + std::to_string(layer);
     const auto section = ParamSection::kLayer;
-    add_layernorm(specs, prefix + ".input_layernorm", h, section, layer);
-    // QKV rows are ordered [heads, 3, d] so that a split of heads across TP ranks is contiguous.
-    specs.push_back(make(prefix + ".self_attention.linear_qkv.weight", {3 * projection, h}, TensorSplit::kRows,
+    add_norm(specs, c, prefix + ".input_layernorm", section, layer);
+    // QKV rows are ordered [groups, (queries per group + 2), d] (Megatron's packing; [heads, 3, d]
+    // without GQA) so that a split of groups across TP ranks is contiguous.
+    specs.push_back(make(prefix + ".self_attention.linear_qkv.weight", {c.qkv_size(), h}, TensorSplit::kRows,
                          ParamInit::kNormal, std, section, layer));
-    specs.push_back(make(prefix + ".self_attention.linear_qkv.bias", {3 * projection}, TensorSplit::kRows,
-                         ParamInit::kZeros, 0, section, layer));
+    if (bias) {
+      specs.push_back(make(prefix + ".self_attention.linear_qkv.bias", {c.qkv_size()}, TensorSplit::kRows,
+                           ParamInit::kZeros, 0, section, layer));
+    }
     specs.push_back(make(prefix + ".self_attention.linear_proj.weight", {h, projection}, TensorSplit::kColumns,
                          ParamInit::kNormal, scaled_std, section, layer));
-    specs.push_back(make(prefix + ".self_attention.linear_proj.bias", {h}, TensorSplit::kReplicated,
-                         ParamInit::kZeros, 0, section, layer));
-    add_layernorm(specs, prefix + ".pre_mlp_layernorm", h, section, layer);
-    specs.push_back(make(prefix + ".mlp.linear_fc1.weight", {c.ffn_hidden_size, h}, TensorSplit::kRows,
-                         ParamInit::kNormal, std, section, layer));
-    specs.push_back(make(prefix + ".mlp.linear_fc1.bias", {c.ffn_hidden_size}, TensorSplit::kRows,
-                         ParamInit::kZeros, 0, section, layer));
+    if (bias) {
+      specs.push_back(make(prefix + ".self_attention.linear_proj.bias", {h}, TensorSplit::kReplicated,
+                           ParamInit::kZeros, 0, section, layer));
+    }
+    add_norm(specs, c, prefix + ".pre_mlp_layernorm", section, layer);
+    specs.push_back(make(prefix + ".mlp.linear_fc1.weight", {c.fc1_size(), h}, fc1_split, ParamInit::kNormal, std,
+                         section, layer));
+    if (bias) {
+      specs.push_back(make(prefix + ".mlp.linear_fc1.bias", {c.fc1_size()}, fc1_split, ParamInit::kZeros, 0,
+                           section, layer));
+    }
     specs.push_back(make(prefix + ".mlp.linear_fc2.weight", {h, c.ffn_hidden_size}, TensorSplit::kColumns,
                          ParamInit::kNormal, scaled_std, section, layer));
-    specs.push_back(make(prefix + ".mlp.linear_fc2.bias", {h}, TensorSplit::kReplicated, ParamInit::kZeros, 0,
-                         section, layer));
+    if (bias) {
+      specs.push_back(make(prefix + ".mlp.linear_fc2.bias", {h}, TensorSplit::kReplicated, ParamInit::kZeros, 0,
+                           section, layer));
+    }
   }
-  add_layernorm(specs, "decoder.final_layernorm", h, ParamSection::kFinal, -1);
+  add_norm(specs, c, "decoder.final_layernorm", ParamSection::kFinal, -1);
   if (c.untie_embeddings_and_output_weights) {
     specs.push_back(make("output_layer.weight", {c.padded_vocab_size, h}, TensorSplit::kRows, ParamInit::kNormal,
                          std, ParamSection::kFinal, -1));

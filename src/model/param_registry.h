@@ -16,6 +16,10 @@ enum class TensorSplit {
   kReplicated,  // every TP rank holds all of it (norms, row-parallel biases, position embedding)
   kRows,        // dim 0 split: column-parallel weights and biases, vocab-parallel tables
   kColumns,     // dim 1 split: row-parallel weights
+  // dim 0 is two stacked halves, each split like kRows: SwiGLU's fc1 [gate; up], so that a rank
+  // holds [gate_r; up_r] and the global tensor stays [gate; up] in every layout (Megatron-Core's
+  // checkpoint layout of linear_fc1 with --swiglu).
+  kGatedRows,
 };
 
 enum class ParamInit { kNormal, kZeros, kOnes };

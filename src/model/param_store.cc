@@ -41,6 +41,11 @@ SliceLayout slice_layout(const ParamSpec& spec, int tp_rank, int tp_size) {
     GPT_CHECK_EQ(rows % tp_size, 0) << spec.name << " rows not divisible by TP";
     rows /= tp_size;
     layout.row_offset = tp_rank * rows;
+  } else if (spec.split == TensorSplit::kGatedRows) {
+    GPT_CHECK_EQ(rows % (2 * tp_size), 0) << spec.name << " halves not divisible by TP";
+    layout.gated_half_rows = rows / (2 * tp_size);
+    layout.row_offset = tp_rank * layout.gated_half_rows;
+    rows /= tp_size;
   } else if (spec.split == TensorSplit::kColumns) {
     GPT_CHECK_EQ(g.size(), 2u) << spec.name;
     GPT_CHECK_EQ(cols % tp_size, 0) << spec.name << " columns not divisible by TP";
@@ -49,6 +54,17 @@ SliceLayout slice_layout(const ParamSpec& spec, int tp_rank, int tp_size) {
   }
   layout.local_shape = g.size() == 1 ? Shape({rows}) : Shape({rows, cols});
   return layout;
+}
+
+int64_t Param::global_row(int64_t local_row) const {
+  if (gated_half_rows == 0 || local_row < gated_half_rows) return row_offset + local_row;
+  return spec->global_shape[0] / 2 + row_offset + (local_row - gated_half_rows);
+}
+
+std::vector<RowBlock> Param::row_blocks() const {
+  if (gated_half_rows == 0) return {RowBlock{0, row_offset, local_shape[0]}};
+  return {RowBlock{0, global_row(0), gated_half_rows},
+          RowBlock{gated_half_rows, global_row(gated_half_rows), gated_half_rows}};
 }
 
 ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_rank, int tp_size, DType dtype, Arena& arena,
@@ -81,6 +97,7 @@ ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_rank, int tp_size, D
     param.local_shape = layout.local_shape;
     param.row_offset = layout.row_offset;
     param.column_offset = layout.column_offset;
+    param.gated_half_rows = layout.gated_half_rows;
     param.flat_offset = total;
     param.counts_in_grad_norm = it->split != TensorSplit::kReplicated || tp_rank == 0;
     total += align_up(layout.local_shape.numel());
@@ -128,7 +145,7 @@ void ParamStore::initialize(uint64_t seed) {
     parallel_for_rows(rows, cols, [&](int64_t first_row, int64_t end_row) {
       for (int64_t r = first_row; r < end_row; ++r) {
         for (int64_t c = 0; c < cols; ++c) {
-          const int64_t global_index = (param.row_offset + r) * global_cols + param.column_offset + c;
+          const int64_t global_index = param.global_row(r) * global_cols + param.column_offset + c;
           const float value = initial_value(spec, seed, global_index);
           staging[r * cols + c] = value;
           if (!rounded.empty()) rounded[r * cols + c] = bf16(value);
@@ -146,16 +163,20 @@ std::vector<ShardedTensor> ParamStore::sharded_tensors() const {
   std::vector<ShardedTensor> result;
   for (const Param& param : params_) {
     const std::vector<int64_t>& global = param.spec->global_shape;
-    ShardedTensor piece;
-    piece.key = "model/" + param.name();
-    piece.global_shape = global;
-    piece.offsets = global.size() == 2 ? std::vector<int64_t>{param.row_offset, param.column_offset}
-                                       : std::vector<int64_t>{param.row_offset};
-    for (int d = 0; d < param.local_shape.rank(); ++d) piece.local_shape.push_back(param.local_shape[d]);
-    piece.replica_id = param.counts_in_grad_norm ? 0 : 1;
-    piece.replicated_over_data_parallel = true;
-    piece.data = param.value;
-    result.push_back(std::move(piece));
+    const int64_t cols = param.local_shape.rank() == 2 ? param.local_shape[1] : 1;
+    for (const RowBlock& block : param.row_blocks()) {
+      ShardedTensor piece;
+      piece.key = "model/" + param.name();
+      piece.global_shape = global;
+      piece.offsets = global.size() == 2 ? std::vector<int64_t>{block.global_row, param.column_offset}
+                                         : std::vector<int64_t>{block.global_row};
+      piece.local_shape = {block.rows};
+      if (param.local_shape.rank() == 2) piece.local_shape.push_back(cols);
+      piece.replica_id = param.counts_in_grad_norm ? 0 : 1;
+      piece.replicated_over_data_parallel = true;
+      piece.data = param.value.flat_range(block.local_row * cols, block.rows * cols);
+      result.push_back(std::move(piece));
+    }
   }
   return result;
 }

@@ -17,11 +17,21 @@
 
 namespace gpt {
 
+// Consecutive rows of a slice that are consecutive in the global tensor too.
+struct RowBlock {
+  int64_t local_row = 0;
+  int64_t global_row = 0;
+  int64_t rows = 0;
+};
+
 struct Param {
   const ParamSpec* spec = nullptr;
   Shape local_shape;          // this rank's slice
   int64_t row_offset = 0;     // slice position in the global tensor
   int64_t column_offset = 0;
+  // TensorSplit::kGatedRows: the slice's rows are two halves of this many rows each, the first at
+  // global row row_offset, the second at global_rows / 2 + row_offset. 0 for the other splits.
+  int64_t gated_half_rows = 0;
   int64_t flat_offset = 0;    // position in the store's flat buffers (elements)
   Tensor value;               // compute dtype
   Tensor grad;                // float32, accumulated over microbatches
@@ -31,6 +41,10 @@ struct Param {
 
   const std::string& name() const { return spec->name; }
   int64_t numel() const { return local_shape.numel(); }
+  // The global row of local row r (column_offset gives the column).
+  int64_t global_row(int64_t local_row) const;
+  // The slice as runs of rows contiguous in the global tensor: one, or two for kGatedRows.
+  std::vector<RowBlock> row_blocks() const;
 };
 
 // How the flat buffers are cut into buckets for data-parallel reduction (Megatron's
@@ -101,6 +115,7 @@ struct SliceLayout {
   Shape local_shape;
   int64_t row_offset = 0;
   int64_t column_offset = 0;
+  int64_t gated_half_rows = 0;  // see Param
 };
 SliceLayout slice_layout(const ParamSpec& spec, int tensor_parallel_rank, int tensor_parallel_size);
 

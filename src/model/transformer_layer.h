@@ -1,9 +1,14 @@
-// One pre-LayerNorm GPT block with tensor-parallel attention and MLP:
+// One pre-norm transformer block with tensor-parallel attention and MLP:
 //
-//   a = LN1(x);  x2 = x + proj(attn(qkv(a)));  b = LN2(x2);  y = x2 + fc2(gelu(fc1(b)))
+//   a = N1(x);  x2 = x + D(proj(attn(rope(qkv(a)))));  b = N2(x2);  y = x2 + D(fc2(act(fc1(b))))
 //
-// qkv and fc1 are column-parallel (heads and ffn split across TP), proj and fc2 row-parallel
-// (partial sums reduced across TP; their biases added once, after the reduction).
+// N is LayerNorm or RMSNorm, rope is applied only with rotary position embeddings, act is GeLU or
+// SwiGLU, D is hidden dropout (with the projection's bias inside it, as Megatron's
+// bias-dropout-add), and attention may group its query heads over shared key/value heads (GQA) and
+// drop attention probabilities. qkv and fc1 are column-parallel (groups and ffn split across TP),
+// proj and fc2 row-parallel (partial sums reduced across TP; their biases, when present, added
+// once, after the reduction). Dropout masks depend only on global coordinates
+// (kernels/dropout_mask.h), so every layout drops the same elements and backward regenerates them.
 //
 // Activation recompute (LayerRecompute, from the chunk's plan) changes only where activations
 // live, never the arithmetic: the recomputed tensors come from the same ops on the same inputs,
@@ -16,6 +21,8 @@
 #include <vector>
 
 #include "model/layer_activations.h"
+#include "model/microbatch_position.h"
+#include "model/norm.h"
 #include "model/param_store.h"
 
 namespace gpt {
@@ -23,10 +30,12 @@ namespace gpt {
 class TransformerLayer {
  public:
   // `layer` is the global layer number, `index_in_chunk` its place in the chunk's recompute plan,
-  // `shared` the chunk's recompute buffers.
+  // `shared` the chunk's recompute buffers, `positions` the chunk's per-slot microbatch positions
+  // (dropout).
   TransformerLayer(const ModelConfig& config, int64_t layer, ParamStore& params, const TensorParallel& tp,
                    const LayerShapes& shapes, LayerWorkspace& workspace, const RecomputePlan& plan,
-                   int64_t index_in_chunk, RecomputeBuffers& shared, Arena& arena, int stash_slots);
+                   int64_t index_in_chunk, RecomputeBuffers& shared, Arena& arena, int stash_slots,
+                   const std::vector<MicrobatchPosition>& positions);
 
   // input [s_l, b, h] (kept by reference in the stash until backward) -> output [s_l, b, h],
   // owned by this layer's stash slot (or, inside a full-recompute group, by the shared buffers
@@ -47,14 +56,23 @@ class TransformerLayer {
 
  private:
   bool recomputes_full() const { return recompute_.stashing == LayerStashing::kGroupInput; }
-  // Attention block and the MLP up to GeLU: every activation backward reads, into `a`.
-  void forward_until_mlp_activation(Context& ctx, LayerActivations& a, const Tensor& input);
-  // fc2, its reduction, bias and residual: output [s_l, b, h] from `a`.
-  void forward_mlp_output(Context& ctx, const LayerActivations& a, const Tensor& output);
-  // [s b, parts heads_l d] seen as [s, b, heads_l, parts d], the attention op's layout.
-  Tensor heads_view(const Tensor& matrix, int parts) const;
+  // Attention block and the MLP up to its activation: every activation backward reads, into `a`.
+  void forward_until_mlp_activation(Context& ctx, int slot, LayerActivations& a, const Tensor& input);
+  // fc2, its reduction, bias, dropout and residual: output [s_l, b, h] from `a`.
+  void forward_mlp_output(Context& ctx, int slot, const LayerActivations& a, const Tensor& output);
+  // The attention core on the slot's qkv [s b, qkv_l] into attention [s b, heads_l d] and lse.
+  void attention_forward(Context& ctx, int slot, const LayerActivations& a, const Tensor& attention,
+                         const Tensor& lse);
+  // The slot's mask of one dropout site.
+  ops::DropoutMask mask(int slot, ops::DropoutSite site) const;
+  // [s b, heads_l d] seen as [s, b, heads_l, d] and [s b, qkv_l] as [s, b, groups_l, (q + 2) d],
+  // the attention op's layouts.
+  Tensor heads_view(const Tensor& matrix) const;
+  Tensor groups_view(const Tensor& matrix) const;
+  static Tensor bias_of(const Param* param) { return param ? param->value : Tensor(); }
 
-  float epsilon_;
+  const ModelConfig& config_;
+  int64_t layer_;
   float attention_scale_;
   const TensorParallel& tp_;
   LayerShapes shapes_;
@@ -63,8 +81,11 @@ class TransformerLayer {
   bool ends_group_;                     // full recompute: the group's last layer (output stashed)
   LayerActivations* shared_ = nullptr;  // full recompute: the group position's shared set
   int recomputed_slot_ = -1;            // full recompute: whose activations the shared set holds
-  Param &ln1_weight_, &ln1_bias_, &qkv_weight_, &qkv_bias_, &proj_weight_, &proj_bias_;
-  Param &ln2_weight_, &ln2_bias_, &fc1_weight_, &fc1_bias_, &fc2_weight_, &fc2_bias_;
+  const std::vector<MicrobatchPosition>& positions_;
+  Norm norm1_, norm2_;
+  // Biases are null with --disable-bias-linear.
+  Param &qkv_weight_, *qkv_bias_, &proj_weight_, *proj_bias_;
+  Param &fc1_weight_, *fc1_bias_, &fc2_weight_, *fc2_bias_;
   // Per in-flight microbatch: what recompute_ says to keep (the rest are views of shared buffers).
   std::vector<LayerActivations> stash_;
 };

@@ -1,5 +1,7 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace gpt {
@@ -66,25 +68,39 @@ std::vector<ShardedTensor> AdamW::sharded_tensors(bool sharded) const {
       const Param* param = params_.param_at(flat_begin);
       GPT_CHECK(param != nullptr) << "optimizer segment at " << flat_begin << " holds no parameter";
       const std::vector<int64_t>& global = param->spec->global_shape;
-      std::vector<int64_t> local_shape, slice_offsets = {param->row_offset};
-      for (int d = 0; d < param->local_shape.rank(); ++d) local_shape.push_back(param->local_shape[d]);
-      if (global.size() == 2) slice_offsets.push_back(param->column_offset);
+      const int64_t cols = param->local_shape.rank() == 2 ? param->local_shape[1] : 1;
       const int64_t begin = flat_begin - param->flat_offset;  // within the slice
-      for (const FlatRectangle& rectangle : rectangles_of_flat_range(local_shape, begin, begin + segment.length)) {
-        int64_t count = 1;
-        for (int64_t c : rectangle.counts) count *= c;
-        // State element of slice element i: part.state_offset + segment.offset + (i - begin).
-        const int64_t state_offset = part.state_offset + segment.offset + (rectangle.flat_begin - begin);
-        for (const State& state : states) {
-          ShardedTensor piece;
-          piece.key = std::string("optimizer/") + state.name + "/" + param->name();
-          piece.global_shape = global;
-          for (size_t d = 0; d < global.size(); ++d) piece.offsets.push_back(slice_offsets[d] + rectangle.offsets[d]);
-          piece.local_shape = rectangle.counts;
-          piece.replica_id = param->counts_in_grad_norm ? 0 : 1;
-          piece.replicated_over_data_parallel = !sharded;
-          piece.data = state.tensor->flat_range(state_offset, count);
-          result.push_back(std::move(piece));
+      const int64_t end = begin + segment.length;
+      // Each run of rows that is contiguous in the global tensor too (two for SwiGLU's fc1).
+      for (const RowBlock& block : param->row_blocks()) {
+        const int64_t block_begin = block.local_row * cols, block_end = block_begin + block.rows * cols;
+        const int64_t first = std::max(begin, block_begin), last = std::min(end, block_end);
+        if (first >= last) continue;
+        std::vector<int64_t> block_shape = {block.rows}, block_offsets = {block.global_row};
+        if (global.size() == 2) {
+          block_shape.push_back(cols);
+          block_offsets.push_back(param->column_offset);
+        }
+        for (const FlatRectangle& rectangle :
+             rectangles_of_flat_range(block_shape, first - block_begin, last - block_begin)) {
+          int64_t count = 1;
+          for (int64_t c : rectangle.counts) count *= c;
+          // State element of slice element i: part.state_offset + segment.offset + (i - begin).
+          const int64_t state_offset =
+              part.state_offset + segment.offset + (block_begin + rectangle.flat_begin - begin);
+          for (const State& state : states) {
+            ShardedTensor piece;
+            piece.key = std::string("optimizer/") + state.name + "/" + param->name();
+            piece.global_shape = global;
+            for (size_t d = 0; d < global.size(); ++d) {
+              piece.offsets.push_back(block_offsets[d] + rectangle.offsets[d]);
+            }
+            piece.local_shape = rectangle.counts;
+            piece.replica_id = param->counts_in_grad_norm ? 0 : 1;
+            piece.replicated_over_data_parallel = !sharded;
+            piece.data = state.tensor->flat_range(state_offset, count);
+            result.push_back(std::move(piece));
+          }
         }
       }
     }

@@ -13,6 +13,7 @@
 #include "data/dataset_split.h"
 #include "parallel/pipeline/schedule.h"
 #include "train/checkpoint_arguments.h"
+#include "train/model_arguments.h"
 #include "train/numeric_flags.h"
 
 namespace gpt {
@@ -146,10 +147,21 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
                "Separate output layer instead of the tied word embedding");
   app.add_option("--init-method-std", a.init_method_std, "Standard deviation of weight initialization");
   app.add_option("--norm-epsilon", a.norm_epsilon, "LayerNorm epsilon");
-  app.add_option("--hidden-dropout", a.hidden_dropout, "Dropout after attention and MLP (only 0 is supported)");
-  app.add_option("--attention-dropout", a.attention_dropout, "Dropout of attention probabilities (only 0 is supported)");
-  app.add_option("--position-embedding-type", a.position_embedding_type, "learned_absolute");
-  app.add_option("--normalization", a.normalization, "LayerNorm");
+  app.add_option("--hidden-dropout", a.hidden_dropout,
+                 "Dropout after the attention projection and the MLP (masks depend only on the seed, iteration, "
+                 "sample, layer and element, so every parallel layout drops the same elements)");
+  app.add_option("--attention-dropout", a.attention_dropout, "Dropout of the attention probabilities (same masks)");
+  app.add_option("--position-embedding-type", a.position_embedding_type,
+                 "learned_absolute, rope (rotary; no learned position embedding) or none");
+  app.add_flag("--no-position-embedding", a.no_position_embedding,
+               "No learned absolute position embedding (with learned_absolute: none; rope never has one)");
+  app.add_option("--rotary-percent", a.rotary_percent, "Fraction of each head's dimensions that RoPE rotates");
+  app.add_option("--rotary-base", a.rotary_base, "RoPE frequency base");
+  app.add_option("--normalization", a.normalization, "LayerNorm or RMSNorm");
+  app.add_flag("--swiglu", a.swiglu, "SwiGLU MLP (default --ffn-hidden-size: int(8h/3 / 64) * 64, as Megatron)");
+  app.add_flag("--group-query-attention", a.group_query_attention, "Grouped-query attention");
+  app.add_option("--num-query-groups", a.num_query_groups, "Key/value head groups with --group-query-attention");
+  app.add_flag("--disable-bias-linear", a.disable_bias_linear, "No biases in the QKV, projection and MLP linears");
   // Parallelism.
   app.add_option("--tensor-model-parallel-size", a.tensor_model_parallel_size, "Tensor-parallel size");
   app.add_option("--pipeline-model-parallel-size", a.pipeline_model_parallel_size, "Pipeline-parallel size");
@@ -353,6 +365,20 @@ absl::Status validate_arguments(Arguments& a) {
   }
 
   // Model shape.
+  if (a.ffn_hidden_size == 0 && a.swiglu) {
+    // Megatron: int((4 * h * 2 / 3) / 64) * 64 (the gated MLP's parameters close to a 4h MLP's),
+    // which is floor(8h / 192) * 64 in integers.
+    const std::optional<int64_t> eight_h = checked_multiply(8, a.hidden_size);
+    if (!eight_h) {
+      return invalid(absl::StrCat("--hidden-size (", a.hidden_size,
+                                  ") is too large: the default --ffn-hidden-size with --swiglu overflows"));
+    }
+    a.ffn_hidden_size = *eight_h / 192 * 64;
+    if (a.ffn_hidden_size <= 0) {
+      return invalid(absl::StrCat("--swiglu: the default --ffn-hidden-size (int(8 x --hidden-size / 3 / 64) x 64) is 0 "
+                                  "for --hidden-size ", a.hidden_size, ": give --ffn-hidden-size"));
+    }
+  }
   if (a.ffn_hidden_size == 0) {
     const std::optional<int64_t> ffn = checked_multiply(4, a.hidden_size);
     if (!ffn) {
@@ -377,16 +403,7 @@ absl::Status validate_arguments(Arguments& a) {
     return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must not exceed --max-position-embeddings (",
                                 a.max_position_embeddings, ")"));
   }
-  if (a.position_embedding_type != "learned_absolute") {
-    return invalid(absl::StrCat("--position-embedding-type ", a.position_embedding_type,
-                                " is not supported (only learned_absolute)"));
-  }
-  if (a.normalization != "LayerNorm") {
-    return invalid(absl::StrCat("--normalization ", a.normalization, " is not supported (only LayerNorm)"));
-  }
-  if (a.hidden_dropout != 0.0 || a.attention_dropout != 0.0) {
-    return invalid("--hidden-dropout and --attention-dropout must be 0: dropout is not supported");
-  }
+  GPT_RETURN_IF_ERROR(validate_model_family(a));
   if (!(a.init_method_std > 0.0)) return invalid(absl::StrCat("--init-method-std must be positive (got ", a.init_method_std, ")"));
   GPT_RETURN_IF_ERROR(require_fp32("--init-method-std", a.init_method_std, /*positive=*/true));
   if (!(a.norm_epsilon > 0.0)) return invalid(absl::StrCat("--norm-epsilon must be positive (got ", a.norm_epsilon, ")"));

@@ -25,10 +25,18 @@ struct Arguments {
   bool untie_embeddings_and_output_weights = false;
   double init_method_std = 0.02;
   double norm_epsilon = 1e-5;
-  double hidden_dropout = 0.0;
-  double attention_dropout = 0.0;
-  std::string position_embedding_type = "learned_absolute";
-  std::string normalization = "LayerNorm";
+  double hidden_dropout = 0.1;          // Megatron's default; masks independent of the layout
+  double attention_dropout = 0.1;
+  // Llama-style blocks (train/model_arguments.cc validates them).
+  std::string position_embedding_type = "learned_absolute";  // learned_absolute, rope or none
+  bool no_position_embedding = false;   // Megatron's older spelling of "no learned position embedding"
+  double rotary_percent = 1.0;          // rope: fraction of each head's dims rotated
+  double rotary_base = 10000;           // rope: the frequency base
+  std::string normalization = "LayerNorm";  // LayerNorm or RMSNorm
+  bool swiglu = false;                  // gated SiLU MLP (fc1 twice as wide)
+  bool group_query_attention = false;
+  int64_t num_query_groups = 1;         // with --group-query-attention (Megatron's default 1)
+  bool disable_bias_linear = false;     // no biases in the four linear layers
 
   // Parallelism.
   int64_t tensor_model_parallel_size = 1;

@@ -101,6 +101,10 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const int64_t local_heads = a.num_attention_heads / tp;
   const Bytes local_projection = Bytes(local_heads) * a.kv_channels;  // Pl
   const int64_t local_ffn = a.ffn_hidden_size / tp;                    // Fl
+  // linear_qkv's and linear_fc1's outputs per rank (grouped-query attention, SwiGLU).
+  const int64_t local_groups = (a.group_query_attention ? a.num_query_groups : a.num_attention_heads) / tp;
+  const Bytes local_qkv = Bytes(local_heads + 2 * local_groups) * a.kv_channels;  // Ql
+  const Bytes local_fc1 = Bytes(a.swiglu ? 2 : 1) * local_ffn;                                       // F1l
   const int64_t local_vocab = padded_vocab / tp;
   const bool split_sequence = a.sequence_parallel && tp > 1;
   const int64_t local_sequence = split_sequence ? s / tp : s;
@@ -109,11 +113,14 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const int64_t chunk_layers = stage_layers / v;
 
   // Parameters: a layer, the first stage's embeddings, the last stage's LayerNorm and head.
-  const Bytes layer_params =
-      Bytes(6) * h + Bytes(4) * local_projection * h + Bytes(3) * local_projection + Bytes(2) * local_ffn * h + local_ffn;
-  const Bytes embeddings = (Bytes(local_vocab) + a.max_position_embeddings) * h;
+  const int64_t norm_params = a.normalization == "LayerNorm" ? 2 * h : h;
+  const Bytes layer_weights = (local_qkv + local_projection + local_fc1 + local_ffn) * h;
+  const Bytes layer_biases = a.disable_bias_linear ? Bytes(0) : local_qkv + local_fc1 + Bytes(2) * h;
+  const Bytes layer_params = Bytes(2) * norm_params + layer_weights + layer_biases;
+  const int64_t positions = a.position_embedding_type == "learned_absolute" ? a.max_position_embeddings : 0;
+  const Bytes embeddings = (Bytes(local_vocab) + positions) * h;
   const bool separate_head = a.untie_embeddings_and_output_weights || pp > 1;
-  const Bytes head = Bytes(2) * h + (separate_head ? Bytes(local_vocab) * h : Bytes(0));
+  const Bytes head = Bytes(norm_params) + (separate_head ? Bytes(local_vocab) * h : Bytes(0));
   const Bytes layers_params = Bytes(stage_layers) * layer_params;
   const Bytes first_elements = pp == 1 ? layers_params + embeddings + head : layers_params + embeddings;
   const Bytes last_elements = layers_params + head;
@@ -122,8 +129,8 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   // r = s b, local rows r_l = s_l b.
   const Bytes rows = Bytes(s) * b, local_rows = Bytes(local_sequence) * b;
   const Bytes lse = Bytes(4) * b * local_heads * s;
-  const Bytes full_layer = Bytes(t) * (Bytes(4) * local_rows * h + Bytes(4) * rows * local_projection +
-                                       Bytes(2) * rows * local_ffn + (split_sequence ? Bytes(2) * rows * h : Bytes(0))) +
+  const Bytes full_layer = Bytes(t) * (Bytes(4) * local_rows * h + rows * (local_qkv + local_projection) +
+                                       rows * (local_fc1 + local_ffn) + (split_sequence ? Bytes(2) * rows * h : Bytes(0))) +
                            Bytes(16) * local_rows + lse;
   Bytes layer_stash = full_layer;
   Bytes recompute_buffers = 0;
@@ -135,8 +142,9 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
     layer_stash = 0;
     recompute_buffers = Bytes(t) * local_rows * h + full_layer;
   }
-  const Bytes workspace = Bytes(t) * (Bytes(2) * rows * h + Bytes(2) * local_rows * h + Bytes(4) * rows * local_projection +
-                                      rows * local_ffn);
+  const Bytes workspace = Bytes(t) * (Bytes(2) * rows * h + Bytes(2) * local_rows * h +
+                                      rows * (local_qkv + local_projection) + rows * local_ffn +
+                                      (a.swiglu ? rows * local_fc1 : Bytes(0)));
   // Microbatches in flight: on the first stage at least min(m, PP) for its first chunk (1F1B's
   // warm-up), one for every other chunk and on the last stage.
   const int64_t first_slots = std::min(m, pp);

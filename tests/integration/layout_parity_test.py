@@ -42,16 +42,19 @@ def assemble(files, group):
             if f.attrs["data_rank"] != 0:
                 continue
             for name in f[group]:
-                row, column, rows, columns = (int(v) for v in f["layout"][name][()])
+                row, column, rows, columns, half = (int(v) for v in f["layout"][name][()])
                 piece = np.asarray(f[group][name][()], dtype=np.float64).reshape(-1, 1 if f[group][name].ndim == 1 else f[group][name].shape[1])
                 if name not in tensors:
                     tensors[name] = np.full((rows, columns), np.nan)
-                target = tensors[name][row:row + piece.shape[0], column:column + piece.shape[1]]
-                held = ~np.isnan(target)
-                if held.any():
-                    difference = relative(piece[held], target[held])
-                    assert difference <= 1e-6, f"{group}/{name}: copies differ by {difference:.2e} ({path})"
-                tensors[name][row:row + piece.shape[0], column:column + piece.shape[1]] = piece
+                # SwiGLU's fc1 slice is two halves: [gate rows; up rows] of the global [gate; up].
+                blocks = [(row, piece)] if half == 0 else [(row, piece[:half]), (rows // 2 + row, piece[half:])]
+                for first, block in blocks:
+                    target = tensors[name][first:first + block.shape[0], column:column + block.shape[1]]
+                    held = ~np.isnan(target)
+                    if held.any():
+                        difference = relative(block[held], target[held])
+                        assert difference <= 1e-6, f"{group}/{name}: copies differ by {difference:.2e} ({path})"
+                    tensors[name][first:first + block.shape[0], column:column + block.shape[1]] = block
     for name, tensor in tensors.items():
         assert not np.isnan(tensor).any(), f"{group}/{name}: slices do not cover the tensor"
     return tensors

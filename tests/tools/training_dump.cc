@@ -4,7 +4,8 @@
 //   initial/<name> this rank's slice of every parameter before training (float32)
 //   grads/<name>   its slice of the first step's gradient (before clipping)
 //   final/<name>   its slice after the last step
-//   layout/<name>  [row_offset, column_offset, global_rows, global_columns] of the slice
+//   layout/<name>  [row_offset, column_offset, global_rows, global_columns, gated_half_rows] of the
+//                  slice (gated_half_rows > 0: SwiGLU's fc1, two halves; model/param_store.h)
 //   tokens, targets [steps, microbatches, b, s] of this DP rank; logits0, loss0 of microbatch 0
 //   losses, grad_norms, learning_rates [steps]
 //
@@ -74,8 +75,9 @@ absl::Status write_gradients(Hdf5File& file, Trainer& trainer, ProcessGrid& grid
 absl::Status write_layout(Hdf5File& file, Trainer& trainer) {
   for (const Param& param : trainer.params().params()) {
     const auto& global = param.spec->global_shape;
-    const int64_t layout[4] = {param.row_offset, param.column_offset, global[0], global.size() == 2 ? global[1] : 1};
-    GPT_RETURN_IF_ERROR(file.write("layout/" + param.name(), {4}, layout));
+    const int64_t layout[5] = {param.row_offset, param.column_offset, global[0], global.size() == 2 ? global[1] : 1,
+                               param.gated_half_rows};
+    GPT_RETURN_IF_ERROR(file.write("layout/" + param.name(), {5}, layout));
   }
   return absl::OkStatus();
 }

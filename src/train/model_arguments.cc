@@ -1,0 +1,94 @@
+#include "train/model_arguments.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpt {
+namespace {
+absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+absl::Status validate_dropout(const char* flag, double probability) {
+  if (!(probability >= 0.0 && probability < 1.0)) {
+    return invalid(absl::StrCat(flag, " must be in [0, 1) (got ", probability, ")"));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+int64_t rotary_dimensions(const Arguments& a) {
+  if (a.rotary_percent >= 1.0) return a.kv_channels;
+  return static_cast<int64_t>(static_cast<double>(a.kv_channels) * a.rotary_percent);
+}
+
+absl::Status validate_model_family(Arguments& a) {
+  GPT_RETURN_IF_ERROR(validate_dropout("--hidden-dropout", a.hidden_dropout));
+  GPT_RETURN_IF_ERROR(validate_dropout("--attention-dropout", a.attention_dropout));
+
+  // Position embeddings.
+  const std::string& type = a.position_embedding_type;
+  if (type == "relative" || type == "mrope" || type == "yarn") {
+    return invalid(absl::StrCat("--position-embedding-type ", type,
+                                " is not available in this program (learned_absolute, rope or none)"));
+  }
+  if (type != "learned_absolute" && type != "rope" && type != "none") {
+    return invalid(absl::StrCat("--position-embedding-type must be learned_absolute, rope or none (got ", type, ")"));
+  }
+  if (a.no_position_embedding && type == "learned_absolute") a.position_embedding_type = "none";
+  if (a.position_embedding_type != "rope") {
+    for (const char* flag : {"--rotary-percent", "--rotary-base"}) {
+      if (a.was_given(flag)) {
+        return invalid(absl::StrCat(flag, " applies only with --position-embedding-type rope (got ",
+                                    a.position_embedding_type, ")"));
+      }
+    }
+  } else {
+    if (!(a.rotary_percent > 0.0 && a.rotary_percent <= 1.0)) {
+      return invalid(absl::StrCat("--rotary-percent must be in (0, 1] (got ", a.rotary_percent, ")"));
+    }
+    const int64_t rotary = rotary_dimensions(a);
+    if (rotary < 2 || rotary % 2 != 0) {
+      return invalid(absl::StrCat("--rotary-percent (", a.rotary_percent, ") x --kv-channels (", a.kv_channels,
+                                  ") must give an even number of rotated dimensions, at least 2 (got ", rotary, ")"));
+    }
+    if (!(a.rotary_base > 1.0) || a.rotary_base > static_cast<double>(std::numeric_limits<float>::max())) {
+      return invalid(absl::StrCat("--rotary-base must be greater than 1 and within FP32 (got ", a.rotary_base, ")"));
+    }
+  }
+
+  if (a.normalization != "LayerNorm" && a.normalization != "RMSNorm") {
+    return invalid(absl::StrCat("--normalization must be LayerNorm or RMSNorm (got ", a.normalization, ")"));
+  }
+
+  // Grouped-query attention: heads in groups sharing one key and value head; tensor parallelism
+  // splits whole groups.
+  if (!a.group_query_attention) {
+    if (a.was_given("--num-query-groups")) {
+      return invalid("--num-query-groups needs --group-query-attention (without it every head has its own key and "
+                     "value)");
+    }
+    a.num_query_groups = a.num_attention_heads;
+  } else {
+    if (a.num_query_groups < 1) {
+      return invalid(absl::StrCat("--num-query-groups must be a positive integer (got ", a.num_query_groups, ")"));
+    }
+    if (a.num_attention_heads % a.num_query_groups != 0) {
+      return invalid(absl::StrCat("--num-attention-heads (", a.num_attention_heads,
+                                  ") must be divisible by --num-query-groups (", a.num_query_groups, ")"));
+    }
+    if (a.num_query_groups % a.tensor_model_parallel_size != 0) {
+      return invalid(absl::StrCat("--num-query-groups (", a.num_query_groups,
+                                  ") must be divisible by --tensor-model-parallel-size (",
+                                  a.tensor_model_parallel_size, ")"));
+    }
+  }
+  if (a.attention_backend == "fused" && a.attention_dropout > 0.0) {
+    return invalid("--attention-backend fused cannot apply --attention-dropout (cuDNN draws its own masks, which "
+                   "differ from this program's layout-independent ones): use --attention-dropout 0 or "
+                   "--attention-backend auto");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpt
