@@ -216,13 +216,13 @@ TEST_F(OpsTest, AttentionForwardAndBackward) {
       Twin qkv = make(t, {s, b, heads, 3 * d}), out = output(t, {s, b, heads, d});
       Twin lse = output(DType::kFloat32, {b, heads, s});
       const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-      ops::attention_forward(cpu_, out.cpu, lse.cpu, qkv.cpu, scale);
-      ops::attention_forward(*gpu_, out.gpu, lse.gpu, qkv.gpu, scale);
+      ops::attention_forward(cpu_, out.cpu, lse.cpu, qkv.cpu, scale, ops::DropoutMask{});
+      ops::attention_forward(*gpu_, out.gpu, lse.gpu, qkv.gpu, scale, ops::DropoutMask{});
       EXPECT_LE(error(out), tolerance(t)) << "s=" << s;
       EXPECT_LE(error(lse), 1e-5);
       Twin dout = make(t, {s, b, heads, d}), dqkv = output(t, {s, b, heads, 3 * d});
-      ops::attention_backward(cpu_, dqkv.cpu, dout.cpu, qkv.cpu, out.cpu, lse.cpu, scale);
-      ops::attention_backward(*gpu_, dqkv.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, scale);
+      ops::attention_backward(cpu_, dqkv.cpu, dout.cpu, qkv.cpu, out.cpu, lse.cpu, scale, ops::DropoutMask{});
+      ops::attention_backward(*gpu_, dqkv.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, scale, ops::DropoutMask{});
       EXPECT_LE(error(dqkv), t == DType::kBFloat16 ? 2e-2 : 1e-4) << "s=" << s;
     }
   }
@@ -554,6 +554,174 @@ TEST_F(OpsTest, AdamWSegmentsMatchTheReferenceBitForBit) {
   ops::adamw_update(*gpu_, s, master.gpu, grad.gpu, m.gpu, v.gpu, copy.gpu);
   EXPECT_TRUE(identical(master));
   EXPECT_TRUE(identical(copy));
+}
+
+// RMSNorm in every register configuration of the one-pass kernels (as the LayerNorm test), the
+// multi-pass path (h = 20000), the scalar path (odd h, misaligned views), more rows than the grid
+// holds, the residual written over x and dx over dy, and a bitwise reproducible weight gradient.
+TEST_F(OpsTest, RmsNormEveryRowConfigurationAlignmentAndAliasing) {
+  struct Case {
+    int64_t rows, h, offset;
+  };
+  const Case cases[] = {{1, 7, 0},    {5, 64, 0},   {9, 200, 0},  {7, 256, 0},  {33, 768, 0},   {5, 1000, 0},
+                        {4, 1024, 0}, {6, 2048, 0}, {3, 4100, 0}, {3, 4096, 0}, {2, 8192, 0},   {2, 20000, 0},
+                        {17, 768, 1}, {5, 2048, 3}, {100003, 8, 0}, {40000, 24, 0}};
+  for (DType t : kTypes) {
+    for (const Case& c : cases) {
+      const int64_t rows = c.rows, h = c.h, n = rows * h;
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " rows=" << rows << " h=" << h << " offset=" << c.offset);
+      Twin x_storage = make(t, {n + c.offset}, 2.0f, 0.5f), delta_storage = make(t, {n + c.offset});
+      Twin x = part(x_storage, c.offset, {rows, h}), delta = part(delta_storage, c.offset, {rows, h});
+      Twin delta_bias = make(t, {h}), w = make(t, {h}, 0.2f, 1.0f);
+      Twin y = output(t, {rows, h}), rstd = output(DType::kFloat32, {rows});
+      for (Context* ctx : {&cpu_, gpu_.get()}) {
+        const bool on_gpu = ctx != &cpu_;
+        auto pick = [&](const Twin& v) { return on_gpu ? v.gpu : v.cpu; };
+        ops::rmsnorm_forward(*ctx, pick(y), pick(rstd), pick(x), pick(w), 1e-5f);
+      }
+      EXPECT_LE(error(y), tolerance(t));
+      EXPECT_LE(error(rstd), 1e-5);
+      // Fused residual, written over x (the residual stream is updated in place).
+      for (Context* ctx : {&cpu_, gpu_.get()}) {
+        const bool on_gpu = ctx != &cpu_;
+        auto pick = [&](const Twin& v) { return on_gpu ? v.gpu : v.cpu; };
+        ops::residual_rmsnorm_forward(*ctx, pick(x), pick(y), pick(rstd), pick(x), pick(delta), pick(delta_bias),
+                                      pick(w), 1e-5f);
+      }
+      EXPECT_LE(error(x), tolerance(t));
+      EXPECT_LE(error(y), tolerance(t));
+      EXPECT_LE(error(rstd), 1e-5);
+      // Backward twice: into a separate dx (accumulating), then dx written over dy.
+      Twin dy = make(t, {rows, h}), dx = make(t, {rows, h}), dw = make(DType::kFloat32, {h});
+      for (bool in_place : {false, true}) {
+        const Twin& target = in_place ? dy : dx;
+        ops::rmsnorm_backward(cpu_, target.cpu, dw.cpu, dy.cpu, x.cpu, rstd.cpu, w.cpu, !in_place);
+        ops::rmsnorm_backward(*gpu_, target.gpu, dw.gpu, dy.gpu, x.gpu, rstd.gpu, w.gpu, !in_place);
+        EXPECT_LE(error(target), tolerance(t)) << "in place " << in_place;
+        EXPECT_LE(error(dw), 1e-4);
+      }
+      // Deterministic: the same inputs give the same bits, run after run.
+      std::vector<std::vector<uint8_t>> runs;
+      for (int run = 0; run < 2; ++run) {
+        Twin dw_run = output(DType::kFloat32, {h});
+        ops::zero(*gpu_, dw_run.gpu);
+        ops::copy(*gpu_, dx.gpu, dy.gpu);  // the same dy each run, overwritten in place
+        ops::rmsnorm_backward(*gpu_, dx.gpu, dw_run.gpu, dx.gpu, x.gpu, rstd.gpu, w.gpu, false);
+        runs.push_back(download(dw_run.gpu));
+        runs.push_back(download(dx.gpu));
+      }
+      EXPECT_EQ(runs[0], runs[2]) << "dweight";
+      EXPECT_EQ(runs[1], runs[3]) << "dx";
+    }
+  }
+}
+
+// SwiGLU on the vector path (f a multiple of the pack) and the scalar path (odd f, a misaligned
+// view), more rows than the grid holds, and dx written over x.
+TEST_F(OpsTest, SwiGluVectorizedScalarAndInPlace) {
+  struct Case {
+    int64_t rows, f, offset;
+  };
+  for (DType t : kTypes) {
+    for (const Case& c : {Case{1, 1, 0}, Case{7, 13, 0}, Case{33, 64, 0}, Case{64, 2048, 0}, Case{9, 64, 1},
+                          Case{300000, 8, 0}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " rows=" << c.rows << " f=" << c.f << " offset=" << c.offset);
+      Twin storage = make(t, {c.rows * 2 * c.f + c.offset}, 3.0f);
+      Twin x = part(storage, c.offset, {c.rows, 2 * c.f});
+      Twin y = output(t, {c.rows, c.f}), dy = make(t, {c.rows, c.f}), dx = output(t, {c.rows, 2 * c.f});
+      ops::swiglu_forward(cpu_, y.cpu, x.cpu);
+      ops::swiglu_forward(*gpu_, y.gpu, x.gpu);
+      EXPECT_LE(error(y), tolerance(t));
+      ops::swiglu_backward(cpu_, dx.cpu, dy.cpu, x.cpu);
+      ops::swiglu_backward(*gpu_, dx.gpu, dy.gpu, x.gpu);
+      EXPECT_LE(error(dx), tolerance(t));
+      ops::swiglu_backward(cpu_, x.cpu, dy.cpu, x.cpu);
+      ops::swiglu_backward(*gpu_, x.gpu, dy.gpu, x.gpu);
+      EXPECT_LE(error(x), tolerance(t)) << "in place";
+    }
+  }
+}
+
+// RoPE forward and backward in place: multi-head and grouped-query packing, partial rotary widths,
+// the vector path and the scalar one (half widths that are not a multiple of the pack, a
+// misaligned view), long sequences (large angles); value heads and pass-through dims unchanged.
+TEST_F(OpsTest, RopeForwardBackwardPackingsAndWidths) {
+  struct Case {
+    int64_t s, b, groups, q, d, rotary_dim, offset;
+  };
+  for (DType t : kTypes) {
+    for (const Case& c : {Case{1, 1, 1, 1, 8, 8, 0}, Case{37, 2, 3, 1, 64, 64, 0}, Case{33, 2, 2, 4, 128, 128, 0},
+                          Case{17, 3, 2, 3, 64, 32, 0}, Case{13, 2, 2, 1, 12, 6, 0}, Case{9, 2, 2, 2, 64, 64, 1},
+                          Case{4096, 2, 2, 2, 64, 64, 0}}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " s=" << c.s << " b=" << c.b << " groups=" << c.groups
+                                        << " q=" << c.q << " d=" << c.d << " rotary_dim=" << c.rotary_dim
+                                        << " offset=" << c.offset);
+      const Shape shape{c.s, c.b, c.groups, (c.q + 2) * c.d};
+      Twin storage = make(t, {shape.numel() + c.offset});
+      Twin qkv = part(storage, c.offset, shape);
+      ops::rope_forward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f);
+      ops::rope_forward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f);
+      EXPECT_LE(error(qkv), tolerance(t));
+      ops::rope_backward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f);
+      ops::rope_backward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f);
+      EXPECT_LE(error(qkv), tolerance(t));
+      // Elements RoPE does not rotate keep their bits on the GPU.
+      const std::vector<uint8_t> back = download(qkv.gpu);
+      const int64_t width = (c.q + 2) * c.d, element = static_cast<int64_t>(dtype_size(t));
+      for (int64_t i = 0; i < shape.numel(); ++i) {
+        const int64_t column = i % width;
+        if (column >= (c.q + 1) * c.d || column % c.d >= c.rotary_dim) {
+          ASSERT_EQ(std::memcmp(back.data() + i * element, static_cast<const uint8_t*>(qkv.cpu.data()) + i * element,
+                                element),
+                    0)
+              << i;
+        }
+      }
+    }
+  }
+}
+
+// Dropout masks are the CPU reference's bit for bit (the same dropout_keeps of the same global
+// coordinates): vector path and scalar path (h not a multiple of 4 or of the pack, misaligned
+// views), with and without the bias, in place, backward with the same mask, offsets of a
+// sequence-parallel shard and of a later microbatch, and the disabled mask (the bias add, a copy).
+TEST_F(OpsTest, DropoutMasksAndValuesMatchTheReferenceBitForBit) {
+  struct Case {
+    int64_t s, b, h, offset;
+  };
+  for (DType t : kTypes) {
+    for (const Case& c : {Case{1, 1, 8, 0}, Case{5, 3, 37, 0}, Case{64, 4, 1024, 0}, Case{33, 2, 768, 1},
+                          Case{9, 2, 6, 0}, Case{512, 8, 1536, 0}}) {
+      for (float p : {0.0f, 0.1f, 0.5f}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(t) << " s=" << c.s << " b=" << c.b << " h=" << c.h
+                                          << " offset=" << c.offset << " p=" << p);
+        const ops::DropoutMask mask{.probability = p,
+                                    .key = ops::dropout_key(99, 5, 2, ops::DropoutSite::kAttentionOutput),
+                                    .sample_offset = 12,
+                                    .row_offset = 3 * c.s};
+        const Shape shape{c.s, c.b, c.h};
+        Twin storage = make(t, {shape.numel() + c.offset});
+        Twin x = part(storage, c.offset, shape);
+        Twin bias = make(t, {c.h}), out = output(t, shape), plain = output(t, shape);
+        ops::dropout_forward(cpu_, out.cpu, x.cpu, bias.cpu, mask);
+        ops::dropout_forward(*gpu_, out.gpu, x.gpu, bias.gpu, mask);
+        EXPECT_TRUE(identical(out)) << "forward with bias";
+        ops::dropout_forward(cpu_, plain.cpu, x.cpu, Tensor(), mask);
+        ops::dropout_forward(*gpu_, plain.gpu, x.gpu, Tensor(), mask);
+        EXPECT_TRUE(identical(plain)) << "forward without bias";
+        Twin dy = make(t, shape), dx = output(t, shape);
+        ops::dropout_backward(cpu_, dx.cpu, dy.cpu, mask);
+        ops::dropout_backward(*gpu_, dx.gpu, dy.gpu, mask);
+        EXPECT_TRUE(identical(dx)) << "backward";
+        ops::dropout_backward(cpu_, dy.cpu, dy.cpu, mask);
+        ops::dropout_backward(*gpu_, dy.gpu, dy.gpu, mask);
+        EXPECT_TRUE(identical(dy)) << "backward in place";
+        ops::dropout_forward(cpu_, x.cpu, x.cpu, bias.cpu, mask);
+        ops::dropout_forward(*gpu_, x.gpu, x.gpu, bias.gpu, mask);
+        EXPECT_TRUE(identical(x)) << "forward in place";
+      }
+    }
+  }
 }
 
 }  // namespace

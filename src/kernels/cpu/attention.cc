@@ -1,6 +1,9 @@
-// Causal softmax attention, one (batch, head) at a time: gather q, k, v into contiguous FP32 [s, d]
-// matrices, S = q k^T through BLAS, masked softmax in FP32 keeping each row's log-sum-exp, O = P v.
-// Backward recomputes P from the log-sum-exp (as flash attention does) instead of storing it.
+// Causal softmax attention, one (batch, key/value group) at a time: gather the group's k and v and
+// each of its query heads into contiguous FP32 [s, d] matrices, S = q k^T through BLAS, masked
+// softmax in FP32 keeping each row's log-sum-exp, optional dropout of the probabilities, O = P v.
+// Backward recomputes P from the log-sum-exp (as flash attention does) instead of storing it, and
+// regenerates the dropout mask from its coordinates; the key and value gradients of a group are
+// accumulated over its query heads in order (deterministic).
 #include <cblas.h>
 
 #include <cmath>
@@ -12,29 +15,52 @@
 namespace gpt::cpu {
 namespace {
 
+// qkv [s, b, groups, (q + 2) d], out [s, b, heads = groups * q, d].
 struct AttentionShape {
-  int64_t s, b, heads, d;
+  int64_t s, b, groups, q, d, heads;
 };
 
-AttentionShape attention_shape(const Tensor& qkv) {
-  GPT_CHECK_EQ(qkv.rank(), 4) << "qkv must be [s, b, heads, 3d], got " << qkv.to_string();
-  GPT_CHECK_EQ(qkv.size(3) % 3, 0) << "qkv last dim must be 3d";
-  return {qkv.size(0), qkv.size(1), qkv.size(2), qkv.size(3) / 3};
+AttentionShape attention_shape(const Tensor& qkv, const Tensor& out) {
+  GPT_CHECK_EQ(qkv.rank(), 4) << "qkv must be [s, b, groups, (q + 2) d], got " << qkv.to_string();
+  GPT_CHECK_EQ(out.rank(), 4) << "attention output must be [s, b, heads, d], got " << out.to_string();
+  const int64_t s = qkv.size(0), b = qkv.size(1), groups = qkv.size(2), heads = out.size(2), d = out.size(3);
+  GPT_CHECK(out.size(0) == s && out.size(1) == b && groups > 0 && d > 0 && heads % groups == 0)
+      << "attention shapes: qkv " << qkv.to_string() << ", out " << out.to_string();
+  const int64_t q = heads / groups;
+  GPT_CHECK(q > 0 && qkv.size(3) == (q + 2) * d)
+      << "qkv last dim must be (q + 2) d = " << (q + 2) * d << ": qkv " << qkv.to_string() << ", out "
+      << out.to_string();
+  return {s, b, groups, q, d, heads};
 }
 
-// Element (position t, part p in {0: q, 1: k, 2: v}, j) of head `head`, batch `batch` in a
-// [s, b, heads, 3d] tensor.
-inline int64_t qkv_index(const AttentionShape& sh, int64_t t, int64_t batch, int64_t head, int part, int64_t j) {
-  return ((t * sh.b + batch) * sh.heads + head) * 3 * sh.d + part * sh.d + j;
+// Element (position t, part p, j) of group `group`, batch `batch`: parts 0..q-1 are the group's
+// query heads, part q its key head and part q + 1 its value head.
+inline int64_t qkv_index(const AttentionShape& sh, int64_t t, int64_t batch, int64_t group, int64_t part, int64_t j) {
+  return ((t * sh.b + batch) * sh.groups + group) * (sh.q + 2) * sh.d + part * sh.d + j;
 }
 inline int64_t out_index(const AttentionShape& sh, int64_t t, int64_t batch, int64_t head, int64_t j) {
   return ((t * sh.b + batch) * sh.heads + head) * sh.d + j;
 }
 
 template <typename T>
-void gather_part(const AttentionShape& sh, const T* qkv, int64_t batch, int64_t head, int part, float* dst) {
+void gather_part(const AttentionShape& sh, const T* qkv, int64_t batch, int64_t group, int64_t part, float* dst) {
   for (int64_t t = 0; t < sh.s; ++t) {
-    for (int64_t j = 0; j < sh.d; ++j) dst[t * sh.d + j] = load(qkv, qkv_index(sh, t, batch, head, part, j));
+    for (int64_t j = 0; j < sh.d; ++j) dst[t * sh.d + j] = load(qkv, qkv_index(sh, t, batch, group, part, j));
+  }
+}
+
+// m [s, s] = keep_ij / (1 - probability) for j <= i (0 above the diagonal): the dropout mask of
+// (batch, head), regenerated from kernels/dropout_mask.h's coordinates.
+void dropout_scales(const AttentionShape& sh, const ops::DropoutMask& mask, int64_t batch, int64_t head, float* m) {
+  const uint64_t threshold = ops::dropout_threshold(mask.probability);
+  const float keep_scale = 1.0f / (1.0f - mask.probability);
+  const auto sample = static_cast<uint64_t>(mask.sample_offset + batch);
+  for (int64_t i = 0; i < sh.s; ++i) {
+    const auto row = static_cast<uint64_t>(((mask.row_offset + head) * sh.s + i) * sh.s);
+    for (int64_t j = 0; j < sh.s; ++j) {
+      const bool keep = j <= i && ops::dropout_keeps(mask.key, sample, row + static_cast<uint64_t>(j), threshold);
+      m[i * sh.s + j] = keep ? keep_scale : 0.0f;
+    }
   }
 }
 
@@ -48,46 +74,62 @@ void probabilities_from_lse(const AttentionShape& sh, const float* q, const floa
   }
 }
 
+void check_dropout(const ops::DropoutMask& dropout) {
+  GPT_CHECK(dropout.probability >= 0.0f && dropout.probability < 1.0f)
+      << "attention dropout probability must be in [0, 1), got " << dropout.probability;
+}
+
 }  // namespace
 
-void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv, float scale) {
-  const AttentionShape sh = attention_shape(qkv);
-  GPT_CHECK(out.numel() == sh.s * sh.b * sh.heads * sh.d && out.dtype() == qkv.dtype()) << "attention output";
-  GPT_CHECK(lse.numel() == sh.b * sh.heads * sh.s) << "attention lse must be [b, heads, s]";
+void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv, float scale,
+                       const ops::DropoutMask& dropout) {
+  const AttentionShape sh = attention_shape(qkv, out);
+  GPT_CHECK(out.dtype() == qkv.dtype()) << "attention output dtype";
+  GPT_CHECK(lse.numel() == sh.b * sh.heads * sh.s && lse.dtype() == DType::kFloat32)
+      << "attention lse must be [b, heads, s] float32, got " << lse.to_string();
+  check_dropout(dropout);
   const int s = static_cast<int>(sh.s), d = static_cast<int>(sh.d);
   float* q = ctx.cpu_scratch(0, sh.s * sh.d);
   float* k = ctx.cpu_scratch(1, sh.s * sh.d);
   float* v = ctx.cpu_scratch(2, sh.s * sh.d);
-  float* scores = ctx.cpu_scratch(3, sh.s * sh.s + sh.s * sh.d);
+  float* scores = ctx.cpu_scratch(3, (dropout.enabled() ? 2 : 1) * sh.s * sh.s + sh.s * sh.d);
   float* o = scores + sh.s * sh.s;
+  float* keep = o + sh.s * sh.d;  // dropout scales [s, s], with dropout
   dispatch_float_type(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = qkv.data_as<T>();
     T* result = out.data_as<T>();
     for (int64_t batch = 0; batch < sh.b; ++batch) {
-      for (int64_t head = 0; head < sh.heads; ++head) {
-        gather_part(sh, in, batch, head, 0, q);
-        gather_part(sh, in, batch, head, 1, k);
-        gather_part(sh, in, batch, head, 2, v);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, scale, q, d, k, d, 0.0f, scores, s);
-        float* row_lse = lse.data_as<float>() + (batch * sh.heads + head) * sh.s;
-        for (int64_t i = 0; i < sh.s; ++i) {
-          float* row = scores + i * sh.s;
-          float row_max = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j <= i; ++j) row_max = std::max(row_max, row[j]);
-          double total = 0.0;
-          for (int64_t j = 0; j <= i; ++j) {
-            row[j] = std::exp(row[j] - row_max);
-            total += row[j];
+      for (int64_t group = 0; group < sh.groups; ++group) {
+        gather_part(sh, in, batch, group, sh.q, k);
+        gather_part(sh, in, batch, group, sh.q + 1, v);
+        for (int64_t member = 0; member < sh.q; ++member) {
+          const int64_t head = group * sh.q + member;
+          gather_part(sh, in, batch, group, member, q);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, scale, q, d, k, d, 0.0f, scores, s);
+          float* row_lse = lse.data_as<float>() + (batch * sh.heads + head) * sh.s;
+          for (int64_t i = 0; i < sh.s; ++i) {
+            float* row = scores + i * sh.s;
+            float row_max = -std::numeric_limits<float>::infinity();
+            for (int64_t j = 0; j <= i; ++j) row_max = std::max(row_max, row[j]);
+            double total = 0.0;
+            for (int64_t j = 0; j <= i; ++j) {
+              row[j] = std::exp(row[j] - row_max);
+              total += row[j];
+            }
+            const float inverse = static_cast<float>(1.0 / total);
+            for (int64_t j = 0; j <= i; ++j) row[j] *= inverse;
+            for (int64_t j = i + 1; j < sh.s; ++j) row[j] = 0.0f;
+            row_lse[i] = row_max + static_cast<float>(std::log(total));
           }
-          const float inverse = static_cast<float>(1.0 / total);
-          for (int64_t j = 0; j <= i; ++j) row[j] *= inverse;
-          for (int64_t j = i + 1; j < sh.s; ++j) row[j] = 0.0f;
-          row_lse[i] = row_max + static_cast<float>(std::log(total));
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, 1.0f, scores, s, v, d, 0.0f, o, d);
-        for (int64_t t = 0; t < sh.s; ++t) {
-          for (int64_t j = 0; j < sh.d; ++j) store(result, out_index(sh, t, batch, head, j), o[t * sh.d + j]);
+          if (dropout.enabled()) {
+            dropout_scales(sh, dropout, batch, head, keep);
+            for (int64_t e = 0; e < sh.s * sh.s; ++e) scores[e] *= keep[e];
+          }
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, 1.0f, scores, s, v, d, 0.0f, o, d);
+          for (int64_t t = 0; t < sh.s; ++t) {
+            for (int64_t j = 0; j < sh.d; ++j) store(result, out_index(sh, t, batch, head, j), o[t * sh.d + j]);
+          }
         }
       }
     }
@@ -95,21 +137,26 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const
 }
 
 void attention_backward(Context& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                        const Tensor& out, const Tensor& lse, float scale) {
-  const AttentionShape sh = attention_shape(qkv);
+                        const Tensor& out, const Tensor& lse, float scale, const ops::DropoutMask& dropout) {
+  const AttentionShape sh = attention_shape(qkv, out);
   GPT_CHECK(dqkv.numel() == qkv.numel() && dqkv.dtype() == qkv.dtype()) << "attention dqkv";
-  GPT_CHECK(dout.numel() == out.numel() && out.numel() == sh.s * sh.b * sh.heads * sh.d) << "attention dout";
+  GPT_CHECK(dout.numel() == out.numel()) << "attention dout";
+  GPT_CHECK(lse.numel() == sh.b * sh.heads * sh.s) << "attention lse must be [b, heads, s]";
+  check_dropout(dropout);
   const int s = static_cast<int>(sh.s), d = static_cast<int>(sh.d);
   const int64_t sd = sh.s * sh.d;
-  // Scratch: q, k, v, dO [s, d] each; then P and dP [s, s]; then dq, dk, dv [s, d].
+  // Scratch: q, k, v [s, d]; dO [s, d] and D [s]; P, dP [s, s] (and the dropout scales M [s, s]
+  // with dropout); dq, dk, dv [s, d].
   float* qkv32 = ctx.cpu_scratch(0, 3 * sd);
   float* q = qkv32;
   float* k = qkv32 + sd;
   float* v = qkv32 + 2 * sd;
   float* grad_o = ctx.cpu_scratch(1, sd + sh.s);
   float* row_dot = grad_o + sd;  // D_i = sum_j dO_ij O_ij
-  float* p = ctx.cpu_scratch(2, 2 * sh.s * sh.s);
-  float* dp = p + sh.s * sh.s;
+  const int64_t square = sh.s * sh.s;
+  float* p = ctx.cpu_scratch(2, (dropout.enabled() ? 3 : 2) * square);
+  float* dp = p + square;
+  float* keep = p + 2 * square;  // with dropout: keep_ij / (1 - probability)
   float* grads = ctx.cpu_scratch(3, 3 * sd);
   float* dq = grads;
   float* dk = grads + sd;
@@ -121,34 +168,50 @@ void attention_backward(Context& ctx, const Tensor& dqkv, const Tensor& dout, co
     const T* go = dout.data_as<T>();
     T* result = dqkv.data_as<T>();
     for (int64_t batch = 0; batch < sh.b; ++batch) {
-      for (int64_t head = 0; head < sh.heads; ++head) {
-        gather_part(sh, in, batch, head, 0, q);
-        gather_part(sh, in, batch, head, 1, k);
-        gather_part(sh, in, batch, head, 2, v);
-        for (int64_t t = 0; t < sh.s; ++t) {
-          double dot = 0.0;
-          for (int64_t j = 0; j < sh.d; ++j) {
-            const int64_t index = out_index(sh, t, batch, head, j);
-            grad_o[t * sh.d + j] = load(go, index);
-            dot += static_cast<double>(grad_o[t * sh.d + j]) * load(o, index);
+      for (int64_t group = 0; group < sh.groups; ++group) {
+        gather_part(sh, in, batch, group, sh.q, k);
+        gather_part(sh, in, batch, group, sh.q + 1, v);
+        for (int64_t member = 0; member < sh.q; ++member) {
+          const int64_t head = group * sh.q + member;
+          gather_part(sh, in, batch, group, member, q);
+          for (int64_t t = 0; t < sh.s; ++t) {
+            double dot = 0.0;
+            for (int64_t j = 0; j < sh.d; ++j) {
+              const int64_t index = out_index(sh, t, batch, head, j);
+              grad_o[t * sh.d + j] = load(go, index);
+              dot += static_cast<double>(grad_o[t * sh.d + j]) * load(o, index);
+            }
+            row_dot[t] = static_cast<float>(dot);
           }
-          row_dot[t] = static_cast<float>(dot);
+          const float* row_lse = lse.data_as<float>() + (batch * sh.heads + head) * sh.s;
+          probabilities_from_lse(sh, q, k, row_lse, scale, p);
+          // With M = keep / (1 - p) (all ones without dropout), summed over the group's heads:
+          // dV += (P M)^T dO;  dPd = dO V^T;  dP = dPd M;  dS = P (dP - D);  dQ = scale dS K;
+          // dK += scale dS^T Q  (products elementwise except the matmuls).
+          const float beta = member == 0 ? 0.0f : 1.0f;
+          if (dropout.enabled()) {
+            dropout_scales(sh, dropout, batch, head, keep);
+            for (int64_t e = 0; e < square; ++e) dp[e] = p[e] * keep[e];  // the dropped P, briefly
+          }
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s, d, s, 1.0f, dropout.enabled() ? dp : p, s, grad_o,
+                      d, beta, dv, d);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, 1.0f, grad_o, d, v, d, 0.0f, dp, s);
+          if (dropout.enabled()) {
+            for (int64_t e = 0; e < square; ++e) dp[e] *= keep[e];
+          }
+          for (int64_t i = 0; i < sh.s; ++i) {
+            for (int64_t j = 0; j < sh.s; ++j) dp[i * sh.s + j] = p[i * sh.s + j] * (dp[i * sh.s + j] - row_dot[i]);
+          }
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, scale, dp, s, k, d, 0.0f, dq, d);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s, d, s, scale, dp, s, q, d, beta, dk, d);
+          for (int64_t t = 0; t < sh.s; ++t) {
+            for (int64_t j = 0; j < sh.d; ++j) store(result, qkv_index(sh, t, batch, group, member, j), dq[t * sh.d + j]);
+          }
         }
-        const float* row_lse = lse.data_as<float>() + (batch * sh.heads + head) * sh.s;
-        probabilities_from_lse(sh, q, k, row_lse, scale, p);
-        // dV = P^T dO;  dP = dO V^T;  dS = P * (dP - D);  dQ = scale dS K;  dK = scale dS^T Q
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s, d, s, 1.0f, p, s, grad_o, d, 0.0f, dv, d);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, 1.0f, grad_o, d, v, d, 0.0f, dp, s);
-        for (int64_t i = 0; i < sh.s; ++i) {
-          for (int64_t j = 0; j < sh.s; ++j) dp[i * sh.s + j] = p[i * sh.s + j] * (dp[i * sh.s + j] - row_dot[i]);
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, scale, dp, s, k, d, 0.0f, dq, d);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s, d, s, scale, dp, s, q, d, 0.0f, dk, d);
         for (int64_t t = 0; t < sh.s; ++t) {
           for (int64_t j = 0; j < sh.d; ++j) {
-            store(result, qkv_index(sh, t, batch, head, 0, j), dq[t * sh.d + j]);
-            store(result, qkv_index(sh, t, batch, head, 1, j), dk[t * sh.d + j]);
-            store(result, qkv_index(sh, t, batch, head, 2, j), dv[t * sh.d + j]);
+            store(result, qkv_index(sh, t, batch, group, sh.q, j), dk[t * sh.d + j]);
+            store(result, qkv_index(sh, t, batch, group, sh.q + 1, j), dv[t * sh.d + j]);
           }
         }
       }

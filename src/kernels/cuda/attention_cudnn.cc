@@ -3,7 +3,9 @@
 // pattern of the cuDNN frontend's sdpa and sdpa_backward nodes). One execution plan per shape,
 // dtype, scale and determinism, cached in the device context.
 //
-// Layouts are ours, not cuDNN's: cuDNN sees [b, heads, s, d] tensors through strides.
+// Layouts are ours, not cuDNN's: cuDNN sees [b, heads, s, d] tensors through strides. Only one
+// query head per key/value group and no attention dropout (cudnn_attention_applies), where ops'
+// qkv [s, b, groups, (q + 2) d] is [s, b, heads, 3d]:
 //   qkv  [s, b, heads, 3d]: Q, K, V of a head side by side -> Q/K/V strides (heads*3d, 3d, b*heads*3d, 1)
 //   out  [s, b, heads, d]                                     -> O/dO strides (heads*d, d, b*heads*d, 1)
 //   lse  [b, heads, s] float32: the softmax statistics (max + log sum exp of the scaled, masked
@@ -224,14 +226,19 @@ void* at(const Tensor& t, int64_t element_offset) {
 
 int cudnn_version() { return static_cast<int>(cudnnGetVersion()); }
 
-bool cudnn_attention_applies(const Tensor& qkv) {
-  if (qkv.rank() != 4 || qkv.size(3) % 3 != 0 || qkv.dtype() != DType::kBFloat16) return false;
-  const int64_t d = qkv.size(3) / 3;
+bool cudnn_attention_applies(const Tensor& qkv, const Tensor& out, const ops::DropoutMask& dropout) {
+  // Grouped-query attention (q > 1 query heads per group) and attention dropout run on the
+  // reference kernels: the graphs below have neither.
+  if (dropout.enabled() || qkv.rank() != 4 || out.rank() != 4 || qkv.dtype() != DType::kBFloat16) return false;
+  const int64_t d = out.size(3);
+  if (out.size(2) != qkv.size(2) || qkv.size(3) != 3 * d) return false;  // q == 1
   return d % 8 == 0 && d <= 128;
 }
 
 void cudnn_attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv, float scale) {
   const Shape sh = shape_of(qkv);
+  GPT_CHECK(out.rank() == 4 && out.size(2) == sh.heads && out.size(3) == sh.d)
+      << "cuDNN attention takes one query head per group: qkv " << qkv.to_string() << ", out " << out.to_string();
   GPT_CHECK(out.numel() == sh.s * sh.b * sh.heads * sh.d && out.dtype() == qkv.dtype() &&
             lse.numel() == sh.b * sh.heads * sh.s && lse.dtype() == DType::kFloat32)
       << "attention shapes";
@@ -246,6 +253,8 @@ void cudnn_attention_forward(Context& ctx, const Tensor& out, const Tensor& lse,
 void cudnn_attention_backward(Context& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, float scale) {
   const Shape sh = shape_of(qkv);
+  GPT_CHECK(out.rank() == 4 && out.size(2) == sh.heads && out.size(3) == sh.d)
+      << "cuDNN attention takes one query head per group: qkv " << qkv.to_string() << ", out " << out.to_string();
   GPT_CHECK(dqkv.numel() == qkv.numel() && dqkv.dtype() == qkv.dtype() && dout.numel() == out.numel() &&
             out.numel() == sh.s * sh.b * sh.heads * sh.d)
       << "attention backward shapes";

@@ -5,7 +5,7 @@
 namespace gpt::cuda_ops {
 
 int cudnn_version() { return 0; }
-bool cudnn_attention_applies(const Tensor&) { return false; }
+bool cudnn_attention_applies(const Tensor&, const Tensor&, const ops::DropoutMask&) { return false; }
 
 void cudnn_attention_forward(Context&, const Tensor&, const Tensor&, const Tensor&, float) {
   GPT_FATAL() << "cuDNN attention requested in a build without cuDNN";

@@ -1,0 +1,416 @@
+// RMSNorm forward (optionally fused with the residual add before it) and backward, FP32
+// statistics, organized as layernorm.cu: a group of kGroup threads owns a row and keeps it in
+// registers (kPacks packs of 16 bytes per thread), so forward reads x (and delta) once and writes y
+// (and the residual) once, and backward reads dy and x once and writes dx once while accumulating
+// the weight gradient of its rows; the per-block partials are added in a fixed order afterwards
+// (deterministic, no atomics). Rows too long for registers take a multi-pass path.
+#include "kernels/cuda/column_reduction.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/vector_io.cuh"
+
+namespace gpt::cuda_ops {
+namespace {
+using namespace gpt::cuda_kernels;
+
+// The row machinery of layernorm.cu (block shapes, group_sum, packs, row configurations); RMSNorm
+// keeps fewer values per element (no mean), so the same configurations fit.
+constexpr int kForwardBlock = 256;
+constexpr int kBackwardBlock = 128;
+template <int kGroup, int kBlock>
+constexpr int kRowsPerBlock = kGroup >= kBlock ? 1 : kBlock / kGroup;
+template <int kGroup, int kBlock>
+constexpr int kThreadsPerBlock = kGroup * kRowsPerBlock<kGroup, kBlock>;
+constexpr int kMaxPacks = 4;
+
+// Sums v over the kGroup threads of this row (threadIdx.x < kGroup; threadIdx.y = row of the
+// block); every thread gets the same bits. For kGroup > 32 it synchronizes the block, so all of the
+// block's threads must call it.
+template <int kGroup>
+__device__ __forceinline__ float group_sum(float v, float* scratch /* [rows][kGroup/32] */) {
+  v = warp_sum(v);
+  if constexpr (kGroup > 32) {
+    constexpr int kWarps = kGroup / 32;
+    float* mine = scratch + threadIdx.y * kWarps;
+    __syncthreads();  // the previous call's readers are done
+    if (threadIdx.x % 32 == 0) mine[threadIdx.x / 32] = v;
+    __syncthreads();
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += mine[w];
+    v = total;
+  }
+  return v;
+}
+
+// Elements [col, col + W) of a row of length h as float, 0 past the end (`vector`: h % W == 0 and
+// the row is 16-byte aligned, so a pack is wholly inside or outside and is one access).
+template <int W, typename T>
+__device__ __forceinline__ void load_pack(const T* row, int64_t col, int64_t h, bool vector, float (&out)[W]) {
+  if (vector) {
+    if (col < h) {
+      load_floats<W>(row + col, out);
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; ++k) out[k] = 0.0f;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < W; ++k) out[k] = col + k < h ? to_float(row[col + k]) : 0.0f;
+  }
+}
+template <int W, typename T>
+__device__ __forceinline__ void store_pack(T* row, int64_t col, int64_t h, bool vector, const float (&in)[W]) {
+  if (vector) {
+    if (col < h) store_floats<W>(row + col, in);
+  } else {
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      if (col + k < h) row[col + k] = from_float<T>(in[k]);
+    }
+  }
+}
+
+// First column of pack p of a thread: packs interleaved across the group (contiguous warp accesses).
+template <int kGroup, int W>
+__device__ __forceinline__ int64_t pack_column(int p) {
+  return (static_cast<int64_t>(p) * kGroup + threadIdx.x) * W;
+}
+
+template <typename T>
+struct ForwardArgs {
+  T* y;
+  float* rstd;
+  T* residual;  // written when delta is given
+  const T* x;
+  const T* delta;       // optional
+  const T* delta_bias;  // optional, [h]
+  const T* weight;
+  int64_t rows, h;
+  float epsilon;
+  bool vector;
+};
+
+// y = x * rstd * weight where x = a + delta + delta_bias when delta is given (then also written to
+// residual, rounded to T: the statistics are those of the stored residual, which backward reads).
+// Outputs may alias inputs: each element is read and then written by the same thread.
+template <typename T, int kGroup, int kPacks>
+__global__ void __launch_bounds__(kThreadsPerBlock<kGroup, kForwardBlock>) rmsnorm_forward_kernel(ForwardArgs<T> a) {
+  constexpr int W = kPackSize<T>;
+  constexpr int R = kRowsPerBlock<kGroup, kForwardBlock>;
+  __shared__ float scratch[R * (kGroup / 32)];
+  const int64_t h = a.h;
+  for (int64_t first = blockIdx.x * static_cast<int64_t>(R); first < a.rows; first += static_cast<int64_t>(gridDim.x) * R) {
+    const int64_t row = first + threadIdx.y;
+    const bool active = row < a.rows;
+    float v[kPacks][W];
+    float squares = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = pack_column<kGroup, W>(p);
+      if (!active) {
+#pragma unroll
+        for (int k = 0; k < W; ++k) v[p][k] = 0.0f;
+        continue;
+      }
+      load_pack<W>(a.x + row * h, col, h, a.vector, v[p]);
+      if (a.delta) {
+        float d[W], b[W];
+        load_pack<W>(a.delta + row * h, col, h, a.vector, d);
+        if (a.delta_bias) {
+          load_pack<W>(a.delta_bias, col, h, a.vector, b);
+        } else {
+#pragma unroll
+          for (int k = 0; k < W; ++k) b[k] = 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < W; ++k) v[p][k] = to_float(from_float<T>(v[p][k] + d[k] + b[k]));
+        store_pack<W>(a.residual + row * h, col, h, a.vector, v[p]);
+      }
+#pragma unroll
+      for (int k = 0; k < W; ++k) squares += v[p][k] * v[p][k];  // 0 past the row end
+    }
+    squares = group_sum<kGroup>(squares, scratch);
+    const float rstd = rsqrtf(squares / static_cast<float>(h) + a.epsilon);
+    if (!active) continue;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = pack_column<kGroup, W>(p);
+      if (col >= h) break;
+      float w[W], out[W];
+      load_pack<W>(a.weight, col, h, a.vector, w);
+#pragma unroll
+      for (int k = 0; k < W; ++k) out[k] = v[p][k] * rstd * w[k];
+      store_pack<W>(a.y + row * h, col, h, a.vector, out);
+    }
+    if (threadIdx.x == 0) a.rstd[row] = rstd;
+  }
+}
+
+// Rows too long for the registers: one block per row (grid-stride), two passes over the row.
+template <typename T>
+__global__ void rmsnorm_forward_multipass_kernel(ForwardArgs<T> a) {
+  const int64_t h = a.h;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T* x_row = a.x + row * h;
+    float squares = 0.0f;
+    for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
+      float v = to_float(x_row[j]);
+      if (a.delta) {
+        v = to_float(from_float<T>(v + to_float(a.delta[row * h + j]) + (a.delta_bias ? to_float(a.delta_bias[j]) : 0.0f)));
+        a.residual[row * h + j] = from_float<T>(v);
+      }
+      squares += v * v;
+    }
+    const float rstd = rsqrtf(block_sum(squares) / static_cast<float>(h) + a.epsilon);  // its barriers publish the residual
+    const T* source = a.delta ? a.residual + row * h : x_row;
+    for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
+      a.y[row * h + j] = from_float<T>(to_float(source[j]) * rstd * to_float(a.weight[j]));
+    }
+    if (threadIdx.x == 0) a.rstd[row] = rstd;
+  }
+}
+
+template <typename T>
+struct BackwardArgs {
+  T* dx;
+  float* partials;  // [gridDim.x, h]: each block's dweight sums
+  const T* dy;
+  const T* x;
+  const float* rstd;
+  const T* weight;
+  int64_t rows, h;
+  bool accumulate;
+  bool vector;
+};
+
+// dx = rstd * (dxhat - xhat * mean(dxhat * xhat)) with xhat = x * rstd, dxhat = dy * weight (+=
+// when accumulating). Each thread also sums dy * xhat over its rows for its columns; the groups of a
+// block then add theirs in order into shared memory, and the block writes one partial row. dx may
+// alias dy: both are read into registers before dx is written.
+template <typename T, int kGroup, int kPacks>
+__global__ void __launch_bounds__(kThreadsPerBlock<kGroup, kBackwardBlock>) rmsnorm_backward_kernel(BackwardArgs<T> a) {
+  constexpr int W = kPackSize<T>;
+  constexpr int R = kRowsPerBlock<kGroup, kBackwardBlock>;
+  extern __shared__ float column_sums[];  // [h], only when R > 1
+  __shared__ float scratch[R * (kGroup / 32)];
+  const int64_t h = a.h;
+  float dweight[kPacks][W] = {};
+  for (int64_t first = blockIdx.x * static_cast<int64_t>(R); first < a.rows; first += static_cast<int64_t>(gridDim.x) * R) {
+    const int64_t row = first + threadIdx.y;
+    const bool active = row < a.rows;
+    const float rs = active ? a.rstd[row] : 0.0f;
+    float xhat[kPacks][W], dxhat[kPacks][W];
+    float sum = 0.0f;  // dxhat * xhat
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = pack_column<kGroup, W>(p);
+      float x[W], g[W], w[W];
+      if (active) {
+        load_pack<W>(a.x + row * h, col, h, a.vector, x);
+        load_pack<W>(a.dy + row * h, col, h, a.vector, g);  // 0 past the row end: no contribution
+        load_pack<W>(a.weight, col, h, a.vector, w);
+      } else {
+#pragma unroll
+        for (int k = 0; k < W; ++k) x[k] = g[k] = w[k] = 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        xhat[p][k] = x[k] * rs;
+        dxhat[p][k] = g[k] * w[k];
+        sum += dxhat[p][k] * xhat[p][k];
+        dweight[p][k] += g[k] * xhat[p][k];
+      }
+    }
+    sum = group_sum<kGroup>(sum, scratch);
+    const float mean_dxhat_xhat = sum / static_cast<float>(h);
+    if (!active) continue;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = pack_column<kGroup, W>(p);
+      if (col >= h) break;
+      float value[W], previous[W];
+      if (a.accumulate) load_pack<W>(a.dx + row * h, col, h, a.vector, previous);
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        value[k] = rs * (dxhat[p][k] - xhat[p][k] * mean_dxhat_xhat);
+        if (a.accumulate) value[k] += previous[k];
+      }
+      store_pack<W>(a.dx + row * h, col, h, a.vector, value);
+    }
+  }
+  // This block's partial column sums, groups added in order of threadIdx.y.
+  float* partial = a.partials + blockIdx.x * h;
+  if constexpr (R == 1) {
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t col = pack_column<kGroup, W>(p);
+#pragma unroll
+      for (int k = 0; k < W; ++k) {
+        if (col + k < h) partial[col + k] = dweight[p][k];
+      }
+    }
+  } else {
+    for (int group = 0; group < R; ++group) {
+      if (threadIdx.y == group) {
+#pragma unroll
+        for (int p = 0; p < kPacks; ++p) {
+          const int64_t col = pack_column<kGroup, W>(p);
+#pragma unroll
+          for (int k = 0; k < W; ++k) {
+            if (col + k < h) column_sums[col + k] = group == 0 ? dweight[p][k] : column_sums[col + k] + dweight[p][k];
+          }
+        }
+      }
+      __syncthreads();
+    }
+    const int thread = threadIdx.y * kGroup + threadIdx.x;
+    for (int64_t c = thread; c < h; c += kThreadsPerBlock<kGroup, kBackwardBlock>) partial[c] = column_sums[c];
+  }
+}
+
+// Rows too long for the registers: dx by one block per row (grid-stride), two passes; the weight
+// gradient by the generic column reduction.
+template <typename T>
+__global__ void rmsnorm_backward_dx_multipass_kernel(BackwardArgs<T> a) {
+  const int64_t h = a.h;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const float rs = a.rstd[row];
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
+      const float xhat = to_float(a.x[row * h + j]) * rs;
+      const float dxhat = to_float(a.dy[row * h + j]) * to_float(a.weight[j]);
+      sum += dxhat * xhat;
+    }
+    const float mean_dxhat_xhat = block_sum(sum) / static_cast<float>(h);
+    for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
+      const float xhat = to_float(a.x[row * h + j]) * rs;
+      const float dxhat = to_float(a.dy[row * h + j]) * to_float(a.weight[j]);
+      float value = rs * (dxhat - xhat * mean_dxhat_xhat);
+      if (a.accumulate) value += to_float(a.dx[row * h + j]);
+      a.dx[row * h + j] = from_float<T>(value);
+    }
+  }
+}
+
+template <typename T>
+struct WeightGradValue {  // dy * xhat
+  const T* dy;
+  const T* x;
+  const float* rstd;
+  int64_t h;
+  __device__ float operator()(int64_t row, int64_t col) const {
+    return to_float(dy[row * h + col]) * (to_float(x[row * h + col]) * rstd[row]);
+  }
+};
+
+// Calls launch(Width<kGroup>{}, Width<kPacks>{}) for the smallest row group whose registers hold
+// a row of h elements (at most kMaxGroup threads of kMaxPacks packs); false when none does.
+template <typename T, int kMaxGroup, typename Launch>
+bool with_row_config(int64_t h, Launch&& launch) {
+  const int64_t packs = (h + kPackSize<T> - 1) / kPackSize<T>;
+  if (packs <= 32) return launch(Width<32>{}, Width<1>{}), true;
+  if (packs <= 64) return launch(Width<32>{}, Width<2>{}), true;
+  if (packs <= 96) return launch(Width<32>{}, Width<3>{}), true;
+  if (packs <= 32 * kMaxPacks) return launch(Width<32>{}, Width<kMaxPacks>{}), true;
+  if (packs <= 64 * kMaxPacks) return launch(Width<64>{}, Width<kMaxPacks>{}), true;
+  if (packs <= 128 * kMaxPacks) return launch(Width<128>{}, Width<kMaxPacks>{}), true;
+  if (packs <= 256 * kMaxPacks) return launch(Width<256>{}, Width<kMaxPacks>{}), true;
+  if constexpr (kMaxGroup >= 512) {
+    if (packs <= 512 * kMaxPacks) return launch(Width<512>{}, Width<kMaxPacks>{}), true;
+  }
+  return false;
+}
+
+constexpr int kMultipassThreads = 512;
+
+void check_rmsnorm_shapes(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& weight) {
+  GPT_CHECK(y.numel() == x.numel() && weight.numel() == x.cols() && rstd.numel() == x.rows() &&
+            rstd.dtype() == DType::kFloat32)
+      << "RMSNorm shapes: y " << y.to_string() << ", rstd " << rstd.to_string() << ", x " << x.to_string()
+      << ", weight " << weight.to_string();
+}
+
+template <typename T>
+void launch_forward(Context& ctx, const Tensor& y, const Tensor& rstd, const Tensor& residual, const Tensor& x,
+                    const Tensor& delta, const Tensor& delta_bias, const Tensor& weight, float epsilon) {
+  const int64_t rows = x.rows(), h = x.cols();
+  check_rmsnorm_shapes(y, rstd, x, weight);
+  GPT_CHECK(!delta_bias.defined() || delta_bias.numel() == h) << "RMSNorm residual bias " << delta_bias.to_string();
+  if (rows == 0 || h == 0) return;
+  ForwardArgs<T> a{device_data<T>(y), rstd.data_as<float>(), optional_device_data<T>(residual), device_data<T>(x),
+                   optional_device_data<T>(delta), optional_device_data<T>(delta_bias), device_data<T>(weight),
+                   rows, h, epsilon, false};
+  a.vector = rows_vectorizable(h, kPackSize<T>, {a.y, a.residual, a.x, a.delta, a.delta_bias, a.weight});
+  const bool in_registers = with_row_config<T, 512>(h, [&](auto group, auto packs) {
+    constexpr int kGroup = decltype(group)::value, kPacks = decltype(packs)::value;
+    constexpr int R = kRowsPerBlock<kGroup, kForwardBlock>;
+    auto* kernel = rmsnorm_forward_kernel<T, kGroup, kPacks>;
+    const unsigned int grid = occupancy_grid(ctx, kernel, kThreadsPerBlock<kGroup, kForwardBlock>, 0, (rows + R - 1) / R);
+    kernel<<<grid, dim3(kGroup, R), 0, stream_of(ctx)>>>(a);
+  });
+  if (!in_registers) {
+    const unsigned int grid = occupancy_grid(ctx, rmsnorm_forward_multipass_kernel<T>, kMultipassThreads, 0, rows);
+    rmsnorm_forward_multipass_kernel<T><<<grid, kMultipassThreads, 0, stream_of(ctx)>>>(a);
+  }
+  GPT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, const Tensor& dy, const Tensor& x,
+                     const Tensor& rstd, const Tensor& weight, bool accumulate) {
+  const int64_t rows = x.rows(), h = x.cols();
+  BackwardArgs<T> a{device_data<T>(dx), nullptr, device_data<T>(dy), device_data<T>(x), rstd.data_as<float>(),
+                    device_data<T>(weight), rows, h, accumulate, false};
+  a.vector = rows_vectorizable(h, kPackSize<T>, {a.dx, a.dy, a.x, a.weight});
+  const bool in_registers = with_row_config<T, 256>(h, [&](auto group, auto packs) {
+    constexpr int kGroup = decltype(group)::value, kPacks = decltype(packs)::value;
+    constexpr int R = kRowsPerBlock<kGroup, kBackwardBlock>;
+    auto* kernel = rmsnorm_backward_kernel<T, kGroup, kPacks>;
+    const size_t smem = R > 1 ? static_cast<size_t>(h) * sizeof(float) : 0;
+    const unsigned int grid = occupancy_grid(ctx, kernel, kThreadsPerBlock<kGroup, kBackwardBlock>, smem, (rows + R - 1) / R);
+    a.partials = static_cast<float*>(ctx.cuda().scratch(grid * static_cast<size_t>(h) * sizeof(float), "rmsnorm_backward"));
+    kernel<<<grid, dim3(kGroup, R), smem, stream_of(ctx)>>>(a);
+    GPT_CUDA_CHECK_LAUNCH();
+    sum_partial_rows_into(ctx, a.partials, grid, h, h, dweight.data_as<float>());
+  });
+  if (in_registers) return;
+  // The column sums first: they read dy, which dx may overwrite.
+  auto* partials = static_cast<float*>(ctx.cuda().scratch(kRowChunks * h * sizeof(float), "rmsnorm_backward"));
+  column_sums_into(ctx, WeightGradValue<T>{a.dy, a.x, a.rstd, h}, rows, h, dweight.data_as<float>(), partials);
+  const unsigned int grid = occupancy_grid(ctx, rmsnorm_backward_dx_multipass_kernel<T>, kMultipassThreads, 0, rows);
+  rmsnorm_backward_dx_multipass_kernel<T><<<grid, kMultipassThreads, 0, stream_of(ctx)>>>(a);
+  GPT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void rmsnorm_forward(Context& ctx, const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& weight,
+                     float epsilon) {
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    launch_forward<decltype(tag)>(ctx, y, rstd, Tensor(), x, Tensor(), Tensor(), weight, epsilon);
+  });
+}
+
+void residual_rmsnorm_forward(Context& ctx, const Tensor& residual, const Tensor& y, const Tensor& rstd,
+                              const Tensor& x, const Tensor& delta, const Tensor& delta_bias, const Tensor& weight,
+                              float epsilon) {
+  GPT_CHECK(residual.numel() == x.numel() && delta.numel() == x.numel()) << "residual shapes";
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    launch_forward<decltype(tag)>(ctx, y, rstd, residual, x, delta, delta_bias, weight, epsilon);
+  });
+}
+
+void rmsnorm_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, const Tensor& dy, const Tensor& x,
+                      const Tensor& rstd, const Tensor& weight, bool accumulate_dx) {
+  const int64_t rows = x.rows(), h = x.cols();
+  GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel() && dweight.numel() == h && weight.numel() == h &&
+            rstd.numel() == rows)
+      << "RMSNorm backward shapes";
+  if (rows == 0 || h == 0) return;
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    launch_backward<decltype(tag)>(ctx, dx, dweight, dy, x, rstd, weight, accumulate_dx);
+  });
+}
+
+}  // namespace gpt::cuda_ops
