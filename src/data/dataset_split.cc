@@ -27,15 +27,25 @@ absl::StatusOr<std::array<double, 3>> parse_split(const std::string& text) {
   return weights;
 }
 
-std::array<DocumentRange, 3> split_documents(const std::array<double, 3>& weights, int64_t size) {
-  std::array<int64_t, 4> bounds{0, 0, 0, 0};
+SplitMatrix split_matrix(const std::array<double, 3>& weights) {
+  // Python's functools.reduce over [0, w0, w1, w2]: the running sums, added in this order.
+  std::array<double, 4> ends{0.0, 0.0, 0.0, 0.0};
+  for (int i = 0; i < 3; ++i) ends[i + 1] = ends[i] + weights[i];
+  SplitMatrix matrix;
   for (int i = 0; i < 3; ++i) {
-    bounds[i + 1] = bounds[i] + static_cast<int64_t>(std::nearbyint(weights[i] * static_cast<double>(size)));  // Python round: half to even
+    if (ends[i + 1] > ends[i]) matrix[i] = std::make_pair(ends[i], ends[i + 1]);
   }
-  const int64_t drift = bounds[3] - size;
-  for (int i = 1; i < 4; ++i) bounds[i] -= drift;
+  return matrix;
+}
+
+std::array<DocumentRange, 3> split_documents(const std::array<double, 3>& weights, int64_t size) {
+  const SplitMatrix matrix = split_matrix(weights);
+  // int(round(fraction * float(n))): the product in double, rounded half to even.
+  auto bound = [&](double fraction) { return static_cast<int64_t>(std::nearbyint(fraction * static_cast<double>(size))); };
   std::array<DocumentRange, 3> ranges;
-  for (int i = 0; i < 3; ++i) ranges[i] = {bounds[i], bounds[i + 1]};
+  for (int i = 0; i < 3; ++i) {
+    if (matrix[i]) ranges[i] = {bound(matrix[i]->first), bound(matrix[i]->second)};
+  }
   return ranges;
 }
 

@@ -22,6 +22,8 @@ template <>
 constexpr const char* descr<int32_t>() { return "<i4"; }
 template <>
 constexpr const char* descr<int64_t>() { return "<i8"; }
+template <>
+constexpr const char* descr<uint32_t>() { return "<u4"; }
 
 constexpr char kMagic[] = "\x93NUMPY";
 
@@ -29,12 +31,16 @@ constexpr char kMagic[] = "\x93NUMPY";
 
 template <typename T>
 absl::Status write_npy(const std::string& path, const std::vector<int64_t>& shape, const std::vector<T>& values) {
+  // The header numpy.save writes, byte for byte: the shape as Python prints a tuple ("(5,)",
+  // "(5, 2)").
   std::string dims;
-  for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&dims, shape[i], shape.size() == 1 || i + 1 < shape.size() ? "," : "");
+  for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&dims, i ? ", " : "", shape[i]);
+  if (shape.size() == 1) dims += ",";
   std::string header = absl::StrCat("{'descr': '", descr<T>(), "', 'fortran_order': False, 'shape': (", dims, "), }");
-  // Magic (6) + version (2) + header length (2) + header, padded with spaces to 64 bytes, '\n'.
+  // Magic (6) + version (2) + header length (2) + header + '\n', padded with spaces to a multiple
+  // of 64 bytes (numpy pads a full 64 when already aligned).
   const size_t unpadded = 10 + header.size() + 1;
-  header.append((64 - unpadded % 64) % 64, ' ');
+  header.append(64 - unpadded % 64, ' ');
   header.push_back('\n');
   // A name per process: ranks that build the same index concurrently never share a partial file.
   const std::string temporary = absl::StrCat(path, ".tmp.", ::getpid());
@@ -109,5 +115,7 @@ template absl::Status write_npy<int32_t>(const std::string&, const std::vector<i
 template absl::Status write_npy<int64_t>(const std::string&, const std::vector<int64_t>&, const std::vector<int64_t>&);
 template absl::StatusOr<NpyArray<int32_t>> read_npy<int32_t>(const std::string&);
 template absl::StatusOr<NpyArray<int64_t>> read_npy<int64_t>(const std::string&);
+template absl::Status write_npy<uint32_t>(const std::string&, const std::vector<int64_t>&, const std::vector<uint32_t>&);
+template absl::StatusOr<NpyArray<uint32_t>> read_npy<uint32_t>(const std::string&);
 
 }  // namespace gpt

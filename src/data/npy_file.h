@@ -1,5 +1,6 @@
 // NumPy .npy files (format version 1.0, little-endian, C order) for the cached dataset indices, so
-// that they can be inspected with numpy.load. Only 1-D and 2-D int32/int64 arrays are needed.
+// that they can be inspected with numpy.load and are the files numpy.save writes (Megatron's cache).
+// 1-D and 2-D int32, int64 and uint32 arrays; a reader asks for one element type and refuses others.
 #pragma once
 
 #include <cstdint>

@@ -4,12 +4,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "data/blended_dataset.h"
-#include "data/dataset_split.h"
 #include "data/gpt2_vocabulary.h"
-#include "data/gpt_dataset.h"
+#include "data/gpt_dataset_builder.h"
 #include "data/indexed_dataset.h"
 #include "data/mock_dataset.h"
 #include "data/token_check.h"
@@ -19,36 +15,6 @@
 
 namespace gpt {
 namespace {
-
-struct WeightedPrefix {
-  double weight;
-  std::string prefix;
-};
-
-// One prefix (weight 1) or weight prefix pairs; the weights are checked here, where the blend is
-// built, whatever the argument parser let through: finite, positive, and normalized without
-// overflow (two weights of 1e308 are an even blend, not inf / inf).
-absl::StatusOr<std::vector<WeightedPrefix>> weighted_prefixes(const std::vector<std::string>& data_path) {
-  if (data_path.size() == 1) return std::vector<WeightedPrefix>{{1.0, data_path[0]}};
-  if (data_path.empty() || data_path.size() % 2 != 0) {
-    return absl::InvalidArgumentError("--data-path takes one prefix or weight prefix pairs");
-  }
-  std::vector<double> weights;
-  std::vector<std::string> prefixes;
-  for (size_t i = 0; i + 1 < data_path.size(); i += 2) {
-    double weight = 0.0;
-    if (!absl::SimpleAtod(data_path[i], &weight)) {
-      return absl::InvalidArgumentError(absl::StrCat("--data-path: '", data_path[i], "' (the weight of ",
-                                                     data_path[i + 1], ") is not a number"));
-    }
-    weights.push_back(weight);
-    prefixes.push_back(data_path[i + 1]);
-  }
-  GPT_ASSIGN_OR_RETURN(const std::vector<double> normalized, normalize_blend_weights(weights, prefixes));
-  std::vector<WeightedPrefix> result;
-  for (size_t i = 0; i < prefixes.size(); ++i) result.push_back({normalized[i], prefixes[i]});
-  return result;
-}
 
 // Opens a dataset and checks every token id against the vocabulary now, not hours into the run
 // when the microbatch holding a bad id is drawn. The ranks of a node open the same files, so each
@@ -86,39 +52,21 @@ absl::StatusOr<DataSources> build_indexed(const Arguments& a) {
   if (sources.vocab_size > vocabulary_before_data(a)) {
     GPT_RETURN_IF_ERROR(check_memory_fits(a, job_world_size(), sources.vocab_size, /*ranks_per_gpu=*/1));
   }
-  GPT_ASSIGN_OR_RETURN(const auto split_weights, parse_split(a.split));
-  const std::array<int64_t, 3> wanted = samples_per_split(a);
-  GPT_ASSIGN_OR_RETURN(const std::vector<WeightedPrefix> prefixes, weighted_prefixes(a.data_path));
-  const char* split_names[3] = {"train", "valid", "test"};
-  std::array<std::vector<std::shared_ptr<const SampleSource>>, 3> per_split;
-  for (const WeightedPrefix& wp : prefixes) {
-    GPT_ASSIGN_OR_RETURN(std::shared_ptr<const IndexedDataset> corpus, open_checked(wp.prefix, sources.vocab_size));
-    const std::array<DocumentRange, 3> ranges = split_documents(split_weights, corpus->num_documents());
-    for (int s = 0; s < 3; ++s) {
-      if (s > 0 && a.eval_iters == 0) continue;
-      if (ranges[s].size() == 0) continue;  // as Megatron: a split without documents has no dataset
-      GptDatasetConfig config;
-      config.seed = static_cast<uint64_t>(a.seed);
-      config.seq_length = a.seq_length;
-      config.num_samples = prefixes.size() == 1 ? wanted[s] : samples_needed(wp.weight, wanted[s]);
-      config.documents = ranges[s];
-      config.split_name = split_names[s];
-      config.cache_dir = cache_dir(a, prefixes.front().prefix);
-      GPT_ASSIGN_OR_RETURN(std::unique_ptr<GptDataset> dataset, GptDataset::build(corpus, config));
-      per_split[s].push_back(std::move(dataset));
-    }
-  }
-  std::vector<double> weights;
-  for (const WeightedPrefix& wp : prefixes) weights.push_back(wp.weight);
-  std::array<std::shared_ptr<const SampleSource>, 3> built;
-  for (int s = 0; s < 3; ++s) {
-    if (per_split[s].size() != prefixes.size()) continue;  // some dataset has no documents for it
-    built[s] = per_split[s].size() == 1 ? per_split[s][0]
-                                        : std::make_shared<BlendedDataset>(per_split[s], weights, wanted[s]);
-  }
-  if (!built[0]) {
-    return absl::InvalidArgumentError(absl::StrCat("--split ", a.split, " leaves no documents for training"));
-  }
+  GptDatasetsConfig config;
+  config.data_path = a.data_path;
+  config.split = a.split;
+  config.seed = static_cast<uint64_t>(a.seed);
+  config.seq_length = a.seq_length;
+  config.num_samples = samples_per_split(a);  // valid and test read nothing with --eval-iters 0
+  GPT_ASSIGN_OR_RETURN(const DataBlend blend, parse_data_path(a.data_path));
+  config.cache_dir = cache_dir(a, blend.prefixes.front());
+  config.tokenizer = a.tokenizer_type == "NullTokenizer" ? TokenizerIdentity::null_tokenizer(a.vocab_size)
+                                                          : TokenizerIdentity::gpt2_bpe(a.vocab_file, a.merge_file);
+  const int64_t vocab_size = sources.vocab_size;
+  auto open = [&](const std::string& prefix) -> absl::StatusOr<std::shared_ptr<const DocumentStore>> {
+    return open_checked(prefix, vocab_size);
+  };
+  GPT_ASSIGN_OR_RETURN(const auto built, build_gpt_datasets(config, open));
   sources.train = built[0];
   sources.valid = built[1];
   sources.test = built[2];

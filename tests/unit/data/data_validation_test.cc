@@ -237,10 +237,10 @@ TEST_F(DataValidation, DamagedCachedIndicesAreRebuiltNotTrusted) {
   for (const auto& entry : fs::directory_iterator(cache)) {
     const std::string name = entry.path().string();
     if (name.size() > 17 && name.substr(name.size() - 17) == "shuffle_index.npy") {
-      auto shuffle = read_npy<int64_t>(name);
+      auto shuffle = read_npy<uint32_t>(name);  // Megatron's dtype below 2^32 - 2 samples
       ASSERT_TRUE(shuffle.ok());
-      shuffle->values[0] = int64_t{1} << 40;  // a sample that does not exist
-      ASSERT_TRUE(write_npy<int64_t>(name, shuffle->shape, shuffle->values).ok());
+      shuffle->values[0] = uint32_t{1} << 30;  // a sample that does not exist
+      ASSERT_TRUE(write_npy<uint32_t>(name, shuffle->shape, shuffle->values).ok());
       ++damaged;
     }
   }
