@@ -195,6 +195,16 @@ absl::StatusOr<ModelShape> model_shape(const CheckpointReader& reader, std::opti
     }
     return absl::OkStatus();
   };
+  // Hugging Face's GPT-2 layout has none of the Llama-style options.
+  const std::pair<const char*, const char*> gpt2_values[] = {
+      {"--normalization", "LayerNorm"}, {"--position-embedding-type", "learned_absolute"}, {"--swiglu", "false"},
+      {"--group-query-attention", "false"}, {"--disable-bias-linear", "false"}};
+  for (const auto& [flag, want] : gpt2_values) {
+    if (args.count(flag) && args.at(flag) != want) {
+      return absl::FailedPreconditionError(absl::StrCat("the export writes Hugging Face's GPT-2 layout, which needs ",
+                                                        flag, " ", want, " (checkpoint: ", args.at(flag), ")"));
+    }
+  }
   const std::string embedding = "model/embedding.word_embeddings.weight";
   GPT_RETURN_IF_ERROR(need(embedding));
   GPT_RETURN_IF_ERROR(need("model/embedding.position_embeddings.weight"));
@@ -208,12 +218,6 @@ absl::StatusOr<ModelShape> model_shape(const CheckpointReader& reader, std::opti
   if (args.count("--norm-epsilon")) {
     if (!absl::SimpleAtod(args.at("--norm-epsilon"), &s.norm_epsilon)) {
       return absl::DataLossError("the checkpoint's saved arguments have a malformed --norm-epsilon");
-    }
-  }
-  for (const char* flag : {"--normalization", "--position-embedding-type"}) {
-    const std::string want = std::string(flag) == "--normalization" ? "LayerNorm" : "learned_absolute";
-    if (args.count(flag) && args.at(flag) != want) {
-      return absl::FailedPreconditionError(absl::StrCat("GPT-2 needs ", flag, " ", want, " (checkpoint: ", args.at(flag), ")"));
     }
   }
   const std::string qkv0 = "model/decoder.layers.0.self_attention.linear_qkv.weight";

@@ -29,7 +29,10 @@ def ours_command(binary, layers, hidden, heads, seq, micro_batch, iterations):
             "--num-layers", str(layers), "--hidden-size", str(hidden), "--num-attention-heads", str(heads),
             "--seq-length", str(seq), "--max-position-embeddings", str(seq), "--micro-batch-size", str(micro_batch),
             "--global-batch-size", str(micro_batch), "--train-iters", str(iterations), "--lr", "1e-4",
-            "--log-interval", str(LOG_INTERVAL), "--eval-iters", "0"]
+            "--log-interval", str(LOG_INTERVAL), "--eval-iters", "0",
+            # The PyTorch baseline has no dropout; Megatron's default 0.1 would also move attention
+            # off cuDNN (layout-independent masks run the exact kernels).
+            "--hidden-dropout", "0", "--attention-dropout", "0"]
 
 
 def ours(binary, library_path, shape):

@@ -5,17 +5,27 @@
 namespace gpt {
 
 EmbeddingLayer::EmbeddingLayer(const ModelConfig& config, ParamStore& params, const TensorParallel& tp,
-                               const LayerShapes& s, LayerWorkspace& workspace, Arena& arena, int stash_slots)
-    : tp_(tp),
+                               const LayerShapes& s, LayerWorkspace& workspace, Arena& arena, int stash_slots,
+                               const std::vector<MicrobatchPosition>& positions)
+    : config_(config),
+      tp_(tp),
       shapes_(s),
       ws_(workspace),
       word_(params.get(kWordEmbeddingName)),
-      position_(params.get("embedding.position_embeddings.weight")) {
+      position_(config.position_embedding == PositionEmbedding::kLearnedAbsolute
+                    ? &params.get("embedding.position_embeddings.weight")
+                    : nullptr),
+      positions_(positions) {
   stash_.resize(static_cast<size_t>(stash_slots));
   for (Stash& st : stash_) {
     st.tokens = arena.allocate(DType::kInt32, {s.rows()});
     st.output = arena.allocate(config.dtype, {s.local_sequence, s.batch, s.hidden});
   }
+}
+
+ops::DropoutMask EmbeddingLayer::mask(int slot) const {
+  return dropout_mask(config_, positions_[static_cast<size_t>(slot)], /*layer=*/-1, ops::DropoutSite::kEmbedding,
+                      shapes_.sequence_offset);
 }
 
 Tensor EmbeddingLayer::forward(Context& ctx, int slot) {
@@ -25,15 +35,24 @@ Tensor EmbeddingLayer::forward(Context& ctx, int slot) {
   const Tensor partial = tp_.sequence_parallel() ? ws_.full_a : st.output;  // [s, b, h]
   ops::embedding_forward(ctx, partial.as_matrix(), st.tokens, word_.value, shapes_.vocab_start);
   tp_.reduce_output(ctx, partial, st.output);
-  ops::position_embedding_forward(ctx, st.output.as_matrix(), position_.value, shapes_.batch,
-                                  shapes_.sequence_offset);
+  if (position_) {
+    ops::position_embedding_forward(ctx, st.output.as_matrix(), position_->value, shapes_.batch,
+                                    shapes_.sequence_offset);
+  }
+  const ops::DropoutMask dropout = mask(slot);
+  if (dropout.enabled()) ops::dropout_forward(ctx, st.output, st.output, Tensor(), dropout);
   return st.output;
 }
 
 void EmbeddingLayer::backward(Context& ctx, int slot, const Tensor& grad_output) {
   Stash& st = stash_[static_cast<size_t>(slot)];
-  ops::position_embedding_backward(ctx, position_.grad, grad_output.as_matrix(), shapes_.batch,
-                                   shapes_.sequence_offset);
+  // The chunk's gradient buffer, free after this: the dropout gradient is formed in place.
+  const ops::DropoutMask dropout = mask(slot);
+  if (dropout.enabled()) ops::dropout_backward(ctx, grad_output, grad_output, dropout);
+  if (position_) {
+    ops::position_embedding_backward(ctx, position_->grad, grad_output.as_matrix(), shapes_.batch,
+                                     shapes_.sequence_offset);
+  }
   const Tensor grad_full = tp_.gather_output_grad(ctx, grad_output, ws_.full_a);  // [s, b, h]
   ops::embedding_backward(ctx, word_.grad, grad_full.as_matrix(), st.tokens, shapes_.vocab_start);
 }

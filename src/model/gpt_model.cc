@@ -11,15 +11,17 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
       recompute_plan_(plan_recompute(config.recompute, layout.num_layers)),
       activation_memory_(gpt::activation_memory(config, shapes_, tp.sequence_parallel(), layout.num_layers)) {
   workspace_ = std::make_unique<LayerWorkspace>(shapes_, config.dtype, arena);
+  positions_.resize(static_cast<size_t>(stash_slots));
   recompute_buffers_ =
       std::make_unique<RecomputeBuffers>(recompute_plan_, shapes_, config.dtype, tp.sequence_parallel(), arena);
   if (layout.has_embedding) {
-    embedding_ = std::make_unique<EmbeddingLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots);
+    embedding_ = std::make_unique<EmbeddingLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots,
+                                                  positions_);
   }
   for (int64_t i = 0; i < layout.num_layers; ++i) {
     layers_.push_back(std::make_unique<TransformerLayer>(config, layout.first_layer + i, params, tp, shapes_,
                                                          *workspace_, recompute_plan_, i, *recompute_buffers_,
-                                                         arena, stash_slots));
+                                                         arena, stash_slots, positions_));
   }
   if (layout.has_output) {
     output_ = std::make_unique<OutputLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots);
@@ -55,6 +57,11 @@ void GptModel::load_transposed(Context& ctx, const Tensor& destination, std::spa
     for (int64_t si = 0; si < s; ++si) values_sb[si * b + bi] = values_bs[bi * s + si];
   }
   copy_to_device(ctx, destination, std::span<const int32_t>(values_sb));
+}
+
+void GptModel::set_position(int slot, const MicrobatchPosition& position) {
+  GPT_CHECK(slot >= 0 && static_cast<size_t>(slot) < positions_.size()) << "stash slot " << slot;
+  positions_[static_cast<size_t>(slot)] = position;
 }
 
 void GptModel::load_tokens(Context& ctx, int slot, std::span<const int32_t> tokens_bs) {

@@ -51,6 +51,9 @@ class GptModel {
   // Tokens only on the first chunk, targets on the last.
   void load_tokens(Context& ctx, int slot, std::span<const int32_t> tokens_bs);
   void load_targets(Context& ctx, int slot, std::span<const int32_t> targets_bs);
+  // Where the slot's microbatch sits in training (its dropout masks); set before its forward, kept
+  // until its backward. Slots start outside training (no dropout).
+  void set_position(int slot, const MicrobatchPosition& position);
 
   // input [s_l, b, h] from the previous stage: present exactly when the chunk has no embedding
   // (which reads the slot's tokens instead). Returns the output activation [s_l, b, h], or, on the
@@ -84,6 +87,7 @@ class GptModel {
   ActivationMemory activation_memory_;
   std::unique_ptr<RecomputeBuffers> recompute_buffers_;  // shared by the chunk's layers
   std::unique_ptr<LayerWorkspace> workspace_;
+  std::vector<MicrobatchPosition> positions_;  // per stash slot; the layers keep a reference
   std::unique_ptr<EmbeddingLayer> embedding_;
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
   std::unique_ptr<OutputLayer> output_;

@@ -6,12 +6,10 @@ namespace gpt {
 
 OutputLayer::OutputLayer(const ModelConfig& config, ParamStore& params, const TensorParallel& tp,
                          const LayerShapes& s, LayerWorkspace& workspace, Arena& arena, int stash_slots)
-    : epsilon_(config.layernorm_epsilon),
-      tp_(tp),
+    : tp_(tp),
       shapes_(s),
       ws_(workspace),
-      norm_weight_(params.get("decoder.final_layernorm.weight")),
-      norm_bias_(params.get("decoder.final_layernorm.bias")),
+      norm_(config, params, "decoder.final_layernorm"),
       head_(params.get(config.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName)) {
   const int64_t rows = s.rows();
   row_max_ = arena.allocate(DType::kFloat32, {rows});
@@ -33,7 +31,7 @@ OutputLayer::OutputLayer(const ModelConfig& config, ParamStore& params, const Te
 void OutputLayer::forward(Context& ctx, int slot, const Tensor& input, const LossAccumulator& loss) {
   Stash& st = stash_[static_cast<size_t>(slot)];
   st.input = input;
-  ops::layernorm_forward(ctx, st.norm, st.mean, st.rstd, input, norm_weight_.value, norm_bias_.value, epsilon_);
+  norm_.forward(ctx, st.norm, st.mean, st.rstd, input);
   const Tensor norm_full = tp_.gather_input(ctx, st.norm, st.norm_gathered);  // [s, b, h]
   ops::matmul(ctx, st.logits, norm_full, head_.value, {.transpose_b = true});  // [s b, v_l]
 
@@ -64,8 +62,7 @@ Tensor OutputLayer::backward(Context& ctx, int slot, const Tensor& grad_input) {
   ops::matmul(ctx, head_.grad, st.logits, norm_full, {.transpose_a = true, .beta = 1.0f});  // [v_l, h]
   ops::matmul(ctx, ws_.full_a, st.logits, head_.value);                                    // [s, b, h]
   const Tensor d_norm = tp_.reduce_input_grad(ctx, ws_.full_a, ws_.local_a);               // [s_l, b, h]
-  ops::layernorm_backward(ctx, grad_input, norm_weight_.grad, norm_bias_.grad, d_norm, st.input, st.mean, st.rstd,
-                          norm_weight_.value, /*accumulate_dx=*/false);
+  norm_.backward(ctx, grad_input, d_norm, st.input, st.mean, st.rstd);
   return grad_input;
 }
 

@@ -1,4 +1,4 @@
-// Final LayerNorm, the LM head (vocab-parallel: each TP rank computes the logits of its vocabulary
+// Final norm (LayerNorm or RMSNorm), the LM head (vocab-parallel: each TP rank computes the logits of its vocabulary
 // shard, tied to the word embedding unless --untie-embeddings-and-output-weights) and the
 // vocab-parallel softmax cross-entropy. The full logits are never gathered: TP ranks exchange only
 // per-row maxima and sums. With gradients requested, forward overwrites the logits with their
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/layer_shapes.h"
+#include "model/norm.h"
 #include "model/param_store.h"
 
 namespace gpt {
@@ -42,16 +43,14 @@ class OutputLayer {
   struct Stash {
     Tensor targets;               // [s * b] int32
     Tensor input;                 // [s_l, b, h] view
-    Tensor norm, mean, rstd;      // [s_l, b, h], [s_l b] x2
+    Tensor norm, mean, rstd;      // [s_l, b, h], [s_l b] x2 (mean: LayerNorm only)
     Tensor norm_gathered;         // [s, b, h] under sequence parallelism
     Tensor logits;                // [s * b, v_l]: logits, then their gradient
   };
-  float epsilon_;
   const TensorParallel& tp_;
   LayerShapes shapes_;
   LayerWorkspace& ws_;
-  Param& norm_weight_;
-  Param& norm_bias_;
+  Norm norm_;    // decoder.final_layernorm
   Param& head_;  // output_layer.weight, or the tied word embedding
   // Per-row cross-entropy statistics of the microbatch in flight [s * b] (float32).
   Tensor row_max_, global_max_, row_sumexp_, target_logit_, row_loss_;

@@ -8,31 +8,37 @@
 namespace gpt {
 namespace {
 std::string layer_prefix(int64_t layer) { return "decoder.layers." + std::to_string(layer) + "."; }
+
+// A linear layer's bias, or null with --disable-bias-linear.
+Param* optional_bias(const ModelConfig& config, ParamStore& params, const std::string& name) {
+  return config.add_bias_linear ? &params.get(name) : nullptr;
+}
 }  // namespace
 
 TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, ParamStore& params,
                                    const TensorParallel& tp, const LayerShapes& s, LayerWorkspace& workspace,
                                    const RecomputePlan& plan, int64_t index_in_chunk, RecomputeBuffers& shared,
-                                   Arena& arena, int stash_slots)
-    : epsilon_(config.layernorm_epsilon),
+                                   Arena& arena, int stash_slots, const std::vector<MicrobatchPosition>& positions)
+    : config_(config),
+      layer_(layer),
       attention_scale_(1.0f / std::sqrt(static_cast<float>(s.head_dim))),
       tp_(tp),
       shapes_(s),
       ws_(workspace),
       recompute_(plan.layers.at(static_cast<size_t>(index_in_chunk))),
       ends_group_(recompute_.ends_group(index_in_chunk)),
-      ln1_weight_(params.get(layer_prefix(layer) + "input_layernorm.weight")),
-      ln1_bias_(params.get(layer_prefix(layer) + "input_layernorm.bias")),
+      positions_(positions),
+      norm1_(config, params, layer_prefix(layer) + "input_layernorm"),
+      norm2_(config, params, layer_prefix(layer) + "pre_mlp_layernorm"),
       qkv_weight_(params.get(layer_prefix(layer) + "self_attention.linear_qkv.weight")),
-      qkv_bias_(params.get(layer_prefix(layer) + "self_attention.linear_qkv.bias")),
+      qkv_bias_(optional_bias(config, params, layer_prefix(layer) + "self_attention.linear_qkv.bias")),
       proj_weight_(params.get(layer_prefix(layer) + "self_attention.linear_proj.weight")),
-      proj_bias_(params.get(layer_prefix(layer) + "self_attention.linear_proj.bias")),
-      ln2_weight_(params.get(layer_prefix(layer) + "pre_mlp_layernorm.weight")),
-      ln2_bias_(params.get(layer_prefix(layer) + "pre_mlp_layernorm.bias")),
+      proj_bias_(optional_bias(config, params, layer_prefix(layer) + "self_attention.linear_proj.bias")),
       fc1_weight_(params.get(layer_prefix(layer) + "mlp.linear_fc1.weight")),
-      fc1_bias_(params.get(layer_prefix(layer) + "mlp.linear_fc1.bias")),
+      fc1_bias_(optional_bias(config, params, layer_prefix(layer) + "mlp.linear_fc1.bias")),
       fc2_weight_(params.get(layer_prefix(layer) + "mlp.linear_fc2.weight")),
-      fc2_bias_(params.get(layer_prefix(layer) + "mlp.linear_fc2.bias")) {
+      fc2_bias_(optional_bias(config, params, layer_prefix(layer) + "mlp.linear_fc2.bias")) {
+  GPT_CHECK_EQ(positions.size(), static_cast<size_t>(stash_slots)) << "microbatch positions of layer " << layer;
   if (recomputes_full()) {
     const auto position = static_cast<size_t>(recompute_.position_in_group(index_in_chunk));
     GPT_CHECK_LT(position, shared.group.size()) << "recompute buffers for layer " << layer;
@@ -54,8 +60,20 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
   }
 }
 
-Tensor TransformerLayer::heads_view(const Tensor& matrix, int parts) const {
-  return matrix.view({shapes_.sequence, shapes_.batch, shapes_.local_heads, parts * shapes_.head_dim});
+Tensor TransformerLayer::heads_view(const Tensor& matrix) const {
+  return matrix.view({shapes_.sequence, shapes_.batch, shapes_.local_heads, shapes_.head_dim});
+}
+
+Tensor TransformerLayer::groups_view(const Tensor& matrix) const {
+  return matrix.view({shapes_.sequence, shapes_.batch, shapes_.local_groups,
+                      (shapes_.queries_per_group() + 2) * shapes_.head_dim});
+}
+
+ops::DropoutMask TransformerLayer::mask(int slot, ops::DropoutSite site) const {
+  // Attention probabilities are numbered by global head, hidden activations by global token.
+  const int64_t row_offset =
+      site == ops::DropoutSite::kAttentionProbabilities ? shapes_.head_offset : shapes_.sequence_offset;
+  return dropout_mask(config_, positions_[static_cast<size_t>(slot)], layer_, site, row_offset);
 }
 
 Tensor TransformerLayer::forward(Context& ctx, int slot, const Tensor& input) {
@@ -65,43 +83,71 @@ Tensor TransformerLayer::forward(Context& ctx, int slot, const Tensor& input) {
   // overwrites: backward rebuilds them from the group's input.
   recomputed_slot_ = -1;
   LayerActivations& a = recomputes_full() ? *shared_ : st;
-  forward_until_mlp_activation(ctx, a, input);
-  forward_mlp_output(ctx, a, st.output);
+  forward_until_mlp_activation(ctx, slot, a, input);
+  forward_mlp_output(ctx, slot, a, st.output);
   return st.output;
 }
 
 Tensor TransformerLayer::recompute(Context& ctx, int slot, const Tensor& input) {
   GPT_CHECK(recomputes_full()) << "recompute of a layer that stashes its activations";
-  // The same ops on the same input as the slot's forward, TP/SP communication included (every TP
-  // rank recomputes at the same point of its backward).
-  forward_until_mlp_activation(ctx, *shared_, input);
+  // The same ops on the same input as the slot's forward, TP/SP communication and dropout masks
+  // included (every TP rank recomputes at the same point of its backward).
+  forward_until_mlp_activation(ctx, slot, *shared_, input);
   recomputed_slot_ = slot;
   if (ends_group_) return Tensor();
-  forward_mlp_output(ctx, *shared_, shared_->output);
+  forward_mlp_output(ctx, slot, *shared_, shared_->output);
   return shared_->output;
 }
 
-void TransformerLayer::forward_until_mlp_activation(Context& ctx, LayerActivations& a, const Tensor& input) {
-  a.input = input;
-  // Attention block.
-  ops::layernorm_forward(ctx, a.ln1, a.ln1_mean, a.ln1_rstd, input, ln1_weight_.value, ln1_bias_.value, epsilon_);
-  const Tensor ln1_full = tp_.gather_input(ctx, a.ln1, a.ln1_gathered);                  // [s, b, h]
-  ops::matmul(ctx, a.qkv, ln1_full, qkv_weight_.value, {.transpose_b = true, .bias = qkv_bias_.value});
-  ops::attention_forward(ctx, heads_view(a.attention, 1), a.lse, heads_view(a.qkv, 3), attention_scale_);
-  ops::matmul(ctx, ws_.full_a, a.attention, proj_weight_.value, {.transpose_b = true});  // partial [s, b, h]
-  const Tensor attention_out = tp_.reduce_output(ctx, ws_.full_a, ws_.local_a);          // [s_l, b, h]
-  // MLP block; the attention residual and its bias are fused into LN2.
-  ops::residual_layernorm_forward(ctx, a.residual, a.ln2, a.ln2_mean, a.ln2_rstd, input, attention_out,
-                                  proj_bias_.value, ln2_weight_.value, ln2_bias_.value, epsilon_);
-  const Tensor ln2_full = tp_.gather_input(ctx, a.ln2, a.ln2_gathered);
-  ops::matmul(ctx, a.fc1_act, ln2_full, fc1_weight_.value,
-              {.transpose_b = true, .bias = fc1_bias_.value, .pre_gelu = a.fc1_pre});
+void TransformerLayer::attention_forward(Context& ctx, int slot, const LayerActivations& a, const Tensor& attention,
+                                         const Tensor& lse) {
+  ops::attention_forward(ctx, heads_view(attention), lse, groups_view(a.qkv), attention_scale_,
+                         mask(slot, ops::DropoutSite::kAttentionProbabilities));
 }
 
-void TransformerLayer::forward_mlp_output(Context& ctx, const LayerActivations& a, const Tensor& output) {
+void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, LayerActivations& a,
+                                                    const Tensor& input) {
+  a.input = input;
+  // Attention block.
+  norm1_.forward(ctx, a.ln1, a.ln1_mean, a.ln1_rstd, input);
+  const Tensor ln1_full = tp_.gather_input(ctx, a.ln1, a.ln1_gathered);  // [s, b, h]
+  ops::matmul(ctx, a.qkv, ln1_full, qkv_weight_.value, {.transpose_b = true, .bias = bias_of(qkv_bias_)});
+  if (config_.position_embedding == PositionEmbedding::kRope) {
+    // Rotated in place: the stash keeps the rotated q and k that attention's backward reads.
+    ops::rope_forward(ctx, groups_view(a.qkv), shapes_.head_dim, config_.rotary_dim, config_.rotary_base);
+  }
+  attention_forward(ctx, slot, a, a.attention, a.lse);
+  ops::matmul(ctx, ws_.full_a, a.attention, proj_weight_.value, {.transpose_b = true});  // partial [s, b, h]
+  const Tensor attention_out = tp_.reduce_output(ctx, ws_.full_a, ws_.local_a);          // [s_l, b, h]
+  // MLP block; the attention residual (and its bias, unless dropout needs it inside) is fused into
+  // the second norm.
+  const ops::DropoutMask attention_dropout = mask(slot, ops::DropoutSite::kAttentionOutput);
+  Tensor residual_bias = bias_of(proj_bias_);
+  if (attention_dropout.enabled()) {
+    ops::dropout_forward(ctx, attention_out, attention_out, residual_bias, attention_dropout);
+    residual_bias = Tensor();
+  }
+  norm2_.residual_forward(ctx, a.residual, a.ln2, a.ln2_mean, a.ln2_rstd, input, attention_out, residual_bias);
+  const Tensor ln2_full = tp_.gather_input(ctx, a.ln2, a.ln2_gathered);
+  if (config_.swiglu) {
+    ops::matmul(ctx, a.fc1_pre, ln2_full, fc1_weight_.value, {.transpose_b = true, .bias = bias_of(fc1_bias_)});
+    ops::swiglu_forward(ctx, a.fc1_act.as_matrix(), a.fc1_pre.as_matrix());  // [s b, 2 ffn_l] -> [s b, ffn_l]
+  } else {
+    ops::matmul(ctx, a.fc1_act, ln2_full, fc1_weight_.value,
+                {.transpose_b = true, .bias = bias_of(fc1_bias_), .pre_gelu = a.fc1_pre});
+  }
+}
+
+void TransformerLayer::forward_mlp_output(Context& ctx, int slot, const LayerActivations& a, const Tensor& output) {
   ops::matmul(ctx, ws_.full_a, a.fc1_act, fc2_weight_.value, {.transpose_b = true});
-  const Tensor mlp_out = tp_.reduce_output(ctx, ws_.full_a, ws_.local_a);
-  ops::residual_add(ctx, output, a.residual, mlp_out, fc2_bias_.value);
+  const Tensor mlp_out = tp_.reduce_output(ctx, ws_.full_a, ws_.local_a);  // [s_l, b, h]
+  const ops::DropoutMask mlp_dropout = mask(slot, ops::DropoutSite::kMlpOutput);
+  if (mlp_dropout.enabled()) {
+    ops::dropout_forward(ctx, mlp_out, mlp_out, bias_of(fc2_bias_), mlp_dropout);
+    ops::residual_add(ctx, output, a.residual, mlp_out, Tensor());
+  } else {
+    ops::residual_add(ctx, output, a.residual, mlp_out, bias_of(fc2_bias_));
+  }
 }
 
 Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_output, const Tensor& grad_input) {
@@ -113,41 +159,65 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
   const ops::MatmulOptions accumulate_weight_grad{.transpose_a = true, .beta = 1.0f};
   const Tensor ln1_full = tp_.sequence_parallel() ? st.ln1_gathered : st.ln1;
   const Tensor ln2_full = tp_.sequence_parallel() ? st.ln2_gathered : st.ln2;
+  // grad_output and grad_input may be the same buffer: grad_output is last read before grad_input
+  // is first written (the first norm's backward).
 
-  // MLP block: y = x2 + fc2(gelu(fc1(LN2(x2)))) + b2.
-  ops::bias_grad(ctx, fc2_bias_.grad, grad_output);
-  const Tensor d_mlp = tp_.gather_output_grad(ctx, grad_output, ws_.full_a);     // [s, b, h]
+  // MLP block: y = x2 + D(fc2(act(fc1(N2(x2)))) + b2).
+  Tensor d_mlp_local = grad_output;  // [s_l, b, h] gradient of fc2's output (+ bias)
+  const ops::DropoutMask mlp_dropout = mask(slot, ops::DropoutSite::kMlpOutput);
+  if (mlp_dropout.enabled()) {
+    // local_b is free until the second norm's backward writes d_residual into it.
+    ops::dropout_backward(ctx, ws_.local_b, grad_output, mlp_dropout);
+    d_mlp_local = ws_.local_b;
+  }
+  if (fc2_bias_) ops::bias_grad(ctx, fc2_bias_->grad, d_mlp_local);
+  const Tensor d_mlp = tp_.gather_output_grad(ctx, d_mlp_local, ws_.full_a);     // [s, b, h]
   ops::matmul(ctx, fc2_weight_.grad, d_mlp, st.fc1_act, accumulate_weight_grad);  // [h, ffn_l]
   ops::matmul(ctx, ws_.ffn, d_mlp, fc2_weight_.value);                            // [s, b, ffn_l]
-  ops::gelu_backward(ctx, ws_.ffn, ws_.ffn, st.fc1_pre);
-  ops::matmul(ctx, fc1_weight_.grad, ws_.ffn, ln2_full, accumulate_weight_grad);  // [ffn_l, h]
-  ops::bias_grad(ctx, fc1_bias_.grad, ws_.ffn);
-  ops::matmul(ctx, ws_.full_b, ws_.ffn, fc1_weight_.value);                       // [s, b, h]
-  const Tensor d_ln2 = tp_.reduce_input_grad(ctx, ws_.full_b, ws_.local_a);      // [s_l, b, h]
-  // d_residual = grad_output + LN2'(d_ln2), kept in local_b through the attention block.
+  Tensor d_fc1 = ws_.ffn;                                                         // [s, b, fc1_l]
+  if (config_.swiglu) {
+    ops::swiglu_backward(ctx, ws_.fc1.as_matrix(), ws_.ffn.as_matrix(), st.fc1_pre.as_matrix());
+    d_fc1 = ws_.fc1;
+  } else {
+    ops::gelu_backward(ctx, ws_.ffn, ws_.ffn, st.fc1_pre);
+  }
+  ops::matmul(ctx, fc1_weight_.grad, d_fc1, ln2_full, accumulate_weight_grad);  // [fc1_l, h]
+  if (fc1_bias_) ops::bias_grad(ctx, fc1_bias_->grad, d_fc1);
+  ops::matmul(ctx, ws_.full_b, d_fc1, fc1_weight_.value);                       // [s, b, h]
+  const Tensor d_ln2 = tp_.reduce_input_grad(ctx, ws_.full_b, ws_.local_a);    // [s_l, b, h]
+  // d_residual = grad_output + N2'(d_ln2), kept in local_b through the attention block.
   const Tensor d_residual = ws_.local_b;
-  ops::layernorm_backward(ctx, d_residual, ln2_weight_.grad, ln2_bias_.grad, d_ln2, st.residual, st.ln2_mean,
-                          st.ln2_rstd, ln2_weight_.value, /*accumulate_dx=*/false);
+  norm2_.backward(ctx, d_residual, d_ln2, st.residual, st.ln2_mean, st.ln2_rstd);
   ops::residual_add(ctx, d_residual, d_residual, grad_output, Tensor());
 
-  // Attention block: x2 = x + proj(attn(qkv(LN1(x)))) + b_proj.
+  // Attention block: x2 = x + D(proj(attn(rope(qkv(N1(x))))) + b_proj).
   if (recompute_.stashing == LayerStashing::kAllButAttentionCore) {
     // Selective recompute: the attention output and lse, into the chunk's shared buffers, from the
-    // stashed qkv [s, b, heads_l, 3d]; proj's weight gradient and attention's backward read them.
-    ops::attention_forward(ctx, heads_view(st.attention, 1), st.lse, heads_view(st.qkv, 3), attention_scale_);
+    // stashed (rotated) qkv; proj's weight gradient and attention's backward read them.
+    attention_forward(ctx, slot, st, st.attention, st.lse);
   }
-  ops::bias_grad(ctx, proj_bias_.grad, d_residual);
-  const Tensor d_proj = tp_.gather_output_grad(ctx, d_residual, ws_.full_a);       // [s, b, h]
+  Tensor d_proj_local = d_residual;
+  const ops::DropoutMask attention_dropout = mask(slot, ops::DropoutSite::kAttentionOutput);
+  if (attention_dropout.enabled()) {
+    // local_a is free until the first norm's input gradient is reduced into it.
+    ops::dropout_backward(ctx, ws_.local_a, d_residual, attention_dropout);
+    d_proj_local = ws_.local_a;
+  }
+  if (proj_bias_) ops::bias_grad(ctx, proj_bias_->grad, d_proj_local);
+  const Tensor d_proj = tp_.gather_output_grad(ctx, d_proj_local, ws_.full_a);        // [s, b, h]
   ops::matmul(ctx, proj_weight_.grad, d_proj, st.attention, accumulate_weight_grad);  // [h, proj_l]
   ops::matmul(ctx, ws_.projection, d_proj, proj_weight_.value);                     // [s, b, proj_l]
-  ops::attention_backward(ctx, heads_view(ws_.qkv, 3), heads_view(ws_.projection, 1), heads_view(st.qkv, 3),
-                          heads_view(st.attention, 1), st.lse, attention_scale_);
-  ops::matmul(ctx, qkv_weight_.grad, ws_.qkv, ln1_full, accumulate_weight_grad);   // [3 proj_l, h]
-  ops::bias_grad(ctx, qkv_bias_.grad, ws_.qkv);
-  ops::matmul(ctx, ws_.full_b, ws_.qkv, qkv_weight_.value);                        // [s, b, h]
+  ops::attention_backward(ctx, groups_view(ws_.qkv), heads_view(ws_.projection), groups_view(st.qkv),
+                          heads_view(st.attention), st.lse, attention_scale_,
+                          mask(slot, ops::DropoutSite::kAttentionProbabilities));
+  if (config_.position_embedding == PositionEmbedding::kRope) {
+    ops::rope_backward(ctx, groups_view(ws_.qkv), shapes_.head_dim, config_.rotary_dim, config_.rotary_base);
+  }
+  ops::matmul(ctx, qkv_weight_.grad, ws_.qkv, ln1_full, accumulate_weight_grad);  // [qkv_l, h]
+  if (qkv_bias_) ops::bias_grad(ctx, qkv_bias_->grad, ws_.qkv);
+  ops::matmul(ctx, ws_.full_b, ws_.qkv, qkv_weight_.value);  // [s, b, h]
   const Tensor d_ln1 = tp_.reduce_input_grad(ctx, ws_.full_b, ws_.local_a);
-  ops::layernorm_backward(ctx, grad_input, ln1_weight_.grad, ln1_bias_.grad, d_ln1, st.input, st.ln1_mean,
-                          st.ln1_rstd, ln1_weight_.value, /*accumulate_dx=*/false);
+  norm1_.backward(ctx, grad_input, d_ln1, st.input, st.ln1_mean, st.ln1_rstd);
   ops::residual_add(ctx, grad_input, grad_input, d_residual, Tensor());
   return grad_input;
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "data/dataset_split.h"
+#include "data/gpt_dataset_builder.h"
 #include "parallel/pipeline/schedule.h"
 #include "train/checkpoint_arguments.h"
 #include "train/model_arguments.h"
@@ -273,15 +274,13 @@ absl::Status validate_data_arguments(Arguments& a) {
                                : "no training data: pass --data-path (a Megatron dataset prefix) or --mock-data");
   }
   if (!a.data_path.empty()) {
-    // One prefix, or weight prefix pairs with positive weights.
-    if (a.data_path.size() > 1) {
-      if (a.data_path.size() % 2 != 0) {
-        return invalid("--data-path takes one prefix or weight prefix pairs (an odd number of values was given)");
-      }
-      for (size_t i = 0; i < a.data_path.size(); i += 2) {
-        double weight = 0;
-        if (!absl::SimpleAtod(a.data_path[i], &weight) || !(weight > 0.0)) {
-          return invalid(absl::StrCat("--data-path: '", a.data_path[i], "' is not a positive weight (expected weight prefix pairs)"));
+    // One prefix, prefixes only (blended by size), or weight prefix pairs with positive weights.
+    GPT_ASSIGN_OR_RETURN(const DataBlend blend, parse_data_path(a.data_path));
+    if (blend.weights) {
+      for (size_t i = 0; i < blend.weights->size(); ++i) {
+        if (!((*blend.weights)[i] > 0.0)) {
+          return invalid(absl::StrCat("--data-path: '", a.data_path[2 * i], "' (the weight of ", blend.prefixes[i],
+                                      ") is not a positive weight"));
         }
       }
     }
@@ -502,6 +501,16 @@ absl::Status validate_arguments(Arguments& a) {
     if (a.kv_channels % 8 != 0 || a.kv_channels > 128) {
       return invalid(absl::StrCat("--attention-backend fused needs a head dimension (--kv-channels) that is a multiple "
                                   "of 8 and at most 128 (got ", a.kv_channels, ")"));
+    }
+    if (a.attention_dropout > 0.0) {
+      return invalid("--attention-backend fused cannot apply --attention-dropout (cuDNN draws its own masks, which "
+                     "differ from this program's layout-independent ones): use --attention-dropout 0 or "
+                     "--attention-backend auto");
+    }
+    if (a.num_query_groups != a.num_attention_heads) {
+      return invalid("--attention-backend fused does not take grouped-query attention in this program yet (cuDNN's "
+                     "fused attention runs only with one key/value head per query head): use --attention-backend "
+                     "auto, which runs the exact attention kernels");
     }
   }
   return absl::OkStatus();

@@ -87,7 +87,7 @@ struct Arguments {
   bool mock_data = false;
   int64_t vocab_size = 0;
   std::vector<std::string> data_path;   // a prefix, or weight prefix pairs
-  std::string split = "969,30,1";
+  std::string split = "969, 30, 1";  // Megatron's default, spelled as its (names the index cache)
   std::string vocab_file;
   std::string merge_file;
   std::string tokenizer_type;           // GPT2BPETokenizer (default with --vocab-file) or NullTokenizer

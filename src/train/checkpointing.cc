@@ -84,7 +84,8 @@ absl::Status check_model_arguments(const std::string& saved, const Arguments& ar
   std::vector<std::string> differences;
   for (const char* flag : {"--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
                            "--kv-channels", "--max-position-embeddings", "--untie-embeddings-and-output-weights",
-                           "--position-embedding-type", "--normalization"}) {
+                           "--position-embedding-type", "--normalization", "--swiglu", "--num-query-groups",
+                           "--disable-bias-linear"}) {
     auto it = theirs.find(flag);
     if (it != theirs.end() && it->second != ours[flag]) {
       differences.push_back(absl::StrCat(flag, " ", ours[flag], " (checkpoint: ", it->second, ")"));

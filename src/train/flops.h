@@ -1,6 +1,8 @@
 // Model FLOPs per iteration, Megatron's num_floating_point_operations (no recomputation counted,
 // full s/h attention-score term, i.e. not halved for the causal mask):
-//   12 B s l h^2 [ (1 + groups/heads + s/h) * (heads d / h) + ffn/h + V_padded / (2 l h) ]
+//   12 B s l h^2 [ (1 + groups/heads + s/h) * (heads d / h) + g ffn/h + V_padded / (2 l h) ]
+// with groups the key/value heads (--num-query-groups with GQA, else heads) and g = 3/2 with
+// --swiglu (else 1),
 // which for ffn = 4h and d = h/heads is 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
 #pragma once
 

@@ -11,10 +11,19 @@ MicrobatchFeed::MicrobatchFeed(int64_t micro_batch_size, int64_t data_parallel_s
       data_parallel_rank_(data_parallel_rank),
       vocab_size_(vocab_size) {}
 
-void MicrobatchFeed::start(const SampleSource& source, int64_t consumed, LossAccumulator loss) {
+void MicrobatchFeed::start(const SampleSource& source, int64_t consumed, LossAccumulator loss,
+                           std::optional<int64_t> training_iteration) {
   source_ = &source;
   consumed_ = consumed;
   loss_ = std::move(loss);
+  training_iteration_ = training_iteration;
+}
+
+MicrobatchPosition MicrobatchFeed::position(int64_t microbatch) const {
+  return {.training = training_iteration_.has_value(),
+          .iteration = training_iteration_.value_or(0),
+          .first_sample = first_sample_of_microbatch(consumed_, microbatch, micro_batch_size_, data_parallel_size_,
+                                                     data_parallel_rank_)};
 }
 
 void MicrobatchFeed::load(Context& ctx, GptModel& model, int slot, int64_t microbatch) {

@@ -83,11 +83,6 @@ absl::Status validate_model_family(Arguments& a) {
                                   a.tensor_model_parallel_size, ")"));
     }
   }
-  if (a.attention_backend == "fused" && a.attention_dropout > 0.0) {
-    return invalid("--attention-backend fused cannot apply --attention-dropout (cuDNN draws its own masks, which "
-                   "differ from this program's layout-independent ones): use --attention-dropout 0 or "
-                   "--attention-backend auto");
-  }
   return absl::OkStatus();
 }
 

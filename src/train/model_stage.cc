@@ -9,6 +9,8 @@ Shape ModelStage::boundary_shape() const {
 
 std::optional<Tensor> ModelStage::forward(Context& ctx, int slot, int64_t microbatch,
                                           const std::optional<Tensor>& input) {
+  // Every chunk needs the microbatch's position (dropout masks); the first and last its data.
+  model_.set_position(slot, feed_.position(microbatch));
   if (model_.layout().has_embedding || model_.layout().has_output) feed_.load(ctx, model_, slot, microbatch);
   return model_.forward(ctx, slot, input, feed_.loss());
 }

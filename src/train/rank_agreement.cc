@@ -95,6 +95,13 @@ std::string canonical_arguments(const Arguments& a) {
   line("--attention-dropout", a.attention_dropout);
   line("--position-embedding-type", a.position_embedding_type);
   line("--normalization", a.normalization);
+  line("--no-position-embedding", a.no_position_embedding);
+  line("--rotary-percent", a.rotary_percent);
+  line("--rotary-base", a.rotary_base);
+  line("--swiglu", a.swiglu);
+  line("--group-query-attention", a.group_query_attention);
+  line("--num-query-groups", a.num_query_groups);
+  line("--disable-bias-linear", a.disable_bias_linear);
   line("--tensor-model-parallel-size", a.tensor_model_parallel_size);
   line("--pipeline-model-parallel-size", a.pipeline_model_parallel_size);
   line("--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage);

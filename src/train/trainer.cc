@@ -19,6 +19,7 @@
 #include "train/log_line.h"
 #include "train/memory_report.h"
 #include "train/metrics_file.h"
+#include "train/model_arguments.h"
 #include "train/rank_agreement.h"
 #include "model/activation_memory.h"
 
@@ -88,6 +89,19 @@ ModelConfig model_config_from(const Arguments& a) {
   c.layernorm_epsilon = static_cast<float>(a.norm_epsilon);
   c.init_method_std = static_cast<float>(a.init_method_std);
   c.dtype = a.bf16 ? DType::kBFloat16 : DType::kFloat32;
+  // Model family (validated by validate_model_family: num_query_groups resolved, names known).
+  c.num_query_groups = a.num_query_groups;
+  c.position_embedding = a.position_embedding_type == "rope"   ? PositionEmbedding::kRope
+                         : a.position_embedding_type == "none" ? PositionEmbedding::kNone
+                                                               : PositionEmbedding::kLearnedAbsolute;
+  c.rotary_dim = c.position_embedding == PositionEmbedding::kRope ? rotary_dimensions(a) : 0;
+  c.rotary_base = static_cast<float>(a.rotary_base);
+  c.normalization = a.normalization == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
+  c.swiglu = a.swiglu;
+  c.add_bias_linear = !a.disable_bias_linear;
+  c.hidden_dropout = static_cast<float>(a.hidden_dropout);
+  c.attention_dropout = static_cast<float>(a.attention_dropout);
+  c.seed = a.seed;
   // Validated arguments: granularity and method are "" or one of Megatron's names.
   c.recompute.granularity = a.recompute_granularity == "full"        ? RecomputeGranularity::kFull
                             : a.recompute_granularity == "selective" ? RecomputeGranularity::kSelective
@@ -114,6 +128,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
     return absl::InvalidArgumentError(args.device != "cuda"
                                           ? "--attention-backend fused needs the GPU (this run uses the CPU backend)"
                                           : "--attention-backend fused: this build has no cuDNN");
+  }
+  if (args.device == "cuda" && args.attention_dropout > 0.0 && grid.world_rank() == 0) {
+    // cuDNN's fused attention draws its own dropout masks, which would differ between layouts.
+    GPT_LOG_WARNING() << "--attention-dropout " << args.attention_dropout
+                      << " runs the exact (unfused, slower) attention kernels on the GPU so that every layout "
+                         "drops the same probabilities; --attention-dropout 0 keeps cuDNN's fused attention";
   }
   // The data first: its tokenizer fixes the vocabulary, and a missing or damaged dataset is
   // reported before any model memory is taken.
@@ -287,6 +307,7 @@ double Trainer::evaluate_microbatch(int64_t microbatch) {
   ops::zero(ctx_, loss_sum_);
   feed_->start(*train_data_, consumed_samples_, {loss_sum_, std::nullopt});
   feed_->load(ctx_, *chunks_[0], 0, microbatch);
+  chunks_[0]->set_position(0, feed_->position(microbatch));
   chunks_[0]->forward(ctx_, 0, std::nullopt, feed_->loss());
   return mean_token_loss(1, 1);  // this rank's microbatch alone
 }
@@ -298,7 +319,8 @@ void Trainer::compute_gradients() {
   // Gradient of the mean token loss over the whole global batch.
   const float grad_scale =
       1.0f / static_cast<float>(tokens_per_microbatch * microbatches_ * data_parallel_size_);
-  feed_->start(*train_data_, consumed_samples_, {loss_sum_, grad_scale});
+  // Dropout masks are keyed by the iteration being trained (1-based, as logged).
+  feed_->start(*train_data_, consumed_samples_, {loss_sum_, grad_scale}, /*training_iteration=*/iteration_ + 1);
   data_parallel_->start_iteration();
   Stopwatch phase;
   forward_backward_->run(ctx_, grid_.pipeline(), Pass::kTrain);

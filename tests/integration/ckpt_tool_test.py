@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "oracle"))
 import harness  # noqa: E402
-from gpt_oracle import Gpt2  # noqa: E402
+from gpt_oracle import Gpt  # noqa: E402
 
 VOCAB, LAYERS, HIDDEN, HEADS, SEQ, POSITIONS = 200, 2, 64, 4, 16, 20
 TRAIN = ["--device", "cpu", "--mock-data", "--vocab-size", str(VOCAB), "--num-layers", str(LAYERS),
@@ -204,10 +204,12 @@ def check_case(name, args, work, failures, timings):
     rng = np.random.default_rng(5)
     tokens = torch.from_numpy(rng.integers(0, VOCAB, size=(2, SEQ)))
     targets = torch.from_numpy(rng.integers(0, VOCAB, size=(2, SEQ)))
-    cfg = {"num_layers": LAYERS, "num_attention_heads": HEADS, "kv_channels": HIDDEN // HEADS, "eps": 1e-5,
-           "untied": untied, "vocab_size": VOCAB}
+    cfg = {"num_layers": LAYERS, "num_attention_heads": HEADS, "num_query_groups": HEADS,
+           "kv_channels": HIDDEN // HEADS, "eps": 1e-5, "untied": untied, "vocab_size": VOCAB,
+           "normalization": "LayerNorm", "disable_bias_linear": False, "position_embedding_type": "learned_absolute",
+           "swiglu": False}
     with torch.no_grad():
-        oracle = Gpt2(megatron, cfg)
+        oracle = Gpt(megatron, cfg)
         reference = oracle.loss(tokens, targets).item()
         # The oracle's logits are [s, b, padded vocabulary]: the real vocabulary, as [b, s, V].
         reference_logits = oracle.logits(tokens)[:, :, :VOCAB].transpose(0, 1)

@@ -1,14 +1,20 @@
 #!/usr/bin/python3
-"""Independent GPT-2 oracle for the project's CPU backend.
+"""Independent GPT-2 / Llama-style oracle for the project's CPU backend.
 
 Runs the project's `training_dump` (our trainer, one process) for a small configuration, rebuilds the same model
-in PyTorch from the dumped initial weights (float64, autograd; written from the GPT-2 definition,
-sharing no code with the project) and checks:
-  * the logits and loss of one microbatch,
+in PyTorch from the dumped initial weights (float64, autograd; written from the GPT-2 and Megatron
+definitions, sharing no code with the project) and checks:
+  * that the dump's configuration is the one the flags ask for and its parameters are Megatron's,
+  * the logits and loss of one microbatch (forward only: evaluation mode, no dropout),
   * every parameter gradient of the first global batch (gradient accumulation over microbatches),
   * the losses, gradient norms and learning rates of 10 AdamW steps with warmup, cosine decay,
     weight decay on matrices only, and clipping by the global norm (Megatron's rules),
   * (FP32) the parameters after those steps.
+The model options: learned absolute positions or RoPE (non-interleaved, partial with
+--rotary-percent), LayerNorm or RMSNorm, GeLU or SwiGLU, grouped-query attention, linear biases or
+none, tied or untied output layer, and hidden / attention dropout with the project's
+layout-independent masks (dropout_masks.py: iteration k + 1's masks for step k, each microbatch's
+global sample indices).
 Relative error of a tensor = ||ours - ref|| / ||ref||.
 """
 import argparse
@@ -21,20 +27,53 @@ import h5py
 import numpy as np
 import torch
 
+import dropout_masks
+
 BASE_FLAGS = [
     "--device", "cpu", "--mock-data", "--vocab-size", "200", "--num-layers", "2", "--hidden-size", "64",
     "--num-attention-heads", "4", "--seq-length", "16", "--max-position-embeddings", "20",
     "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "10",
     "--lr", "2e-3", "--min-lr", "2e-4", "--lr-warmup-iters", "2", "--lr-decay-style", "cosine",
     "--weight-decay", "0.1", "--clip-grad", "0.5", "--seed", "7",
+    # Megatron's default is 0.1 for both; the variants without dropout say 0 explicitly.
+    "--hidden-dropout", "0", "--attention-dropout", "0",
 ]
+# Llama-style blocks: RoPE, RMSNorm, SwiGLU, grouped-query attention (8 query heads in 2 groups,
+# kv_channels 8), no linear biases, untied output layer.
+LLAMA_FLAGS = [
+    "--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
+    "--group-query-attention", "--num-query-groups", "2", "--num-attention-heads", "8",
+    "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+]
+DROPOUT_FLAGS = ["--hidden-dropout", "0.1", "--attention-dropout", "0.1"]
 VARIANTS = {
-    # name: (extra flags, tolerance on logits/loss/gradients/losses, compare final parameters)
+    # name: (flags replacing or adding to BASE_FLAGS, tolerance on logits/loss/gradients/losses,
+    #        compare final parameters)
     "fp32": ([], 1e-5, True),
     "bf16": (["--bf16"], 2e-2, False),
     "fp32_untied": (["--untie-embeddings-and-output-weights", "--ffn-hidden-size", "96"], 1e-5, True),
+    # Half of each head's 8 dims rotated (the other half passes through), an explicit FFN size.
+    "llama_fp32": (LLAMA_FLAGS + ["--rotary-percent", "0.5", "--ffn-hidden-size", "96"], 1e-5, True),
+    # Every dim rotated, SwiGLU's default FFN size (int(8h/3 / 64) * 64 = 128).
+    "llama_bf16": (LLAMA_FLAGS + ["--bf16"], 2e-2, False),
+    "dropout_fp32": (DROPOUT_FLAGS, 1e-5, True),
+    "llama_dropout_fp32": (LLAMA_FLAGS + DROPOUT_FLAGS + ["--rotary-base", "500"], 1e-5, True),
 }
 STEPS = 10
+
+
+def merge_flags(base, extra):
+    """base with each flag of extra replacing the same flag's value (or appended)."""
+    def pairs(flags):
+        out, i = [], 0
+        while i < len(flags):
+            has_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
+            out.append((flags[i], flags[i + 1] if has_value else None))
+            i += 2 if has_value else 1
+        return out
+    merged = dict(pairs(base))
+    merged.update(pairs(extra))
+    return [token for flag, value in merged.items() for token in ([flag] if value is None else [flag, value])]
 
 
 def layer_norm(x, weight, bias, eps):
@@ -43,46 +82,166 @@ def layer_norm(x, weight, bias, eps):
     return (x - mean) / torch.sqrt(variance + eps) * weight + bias
 
 
+def rms_norm(x, weight, eps):
+    return x / torch.sqrt((x ** 2).mean(dim=-1, keepdim=True) + eps) * weight
+
+
 def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-class Gpt2:
-    """GPT-2 with Megatron's parameter names and QKV row layout [heads, (q, k, v), head_dim]."""
+def silu(x):
+    return x / (1.0 + torch.exp(-x))
+
+
+def rotary(x, rotary_dim, base):
+    """Non-interleaved RoPE on x [s, b, n, d] at sequence positions 0..s-1: the first rotary_dim
+    dims are halves (x1, x2) rotated by angle_j = t / base^(2j / rotary_dim); the rest pass.
+    inv_freq and the angles in FP32 as Megatron's RotaryEmbedding; cos, sin and the rotation in
+    float64."""
+    s = x.shape[0]
+    inv_freq = 1.0 / (torch.tensor(base, dtype=torch.float32)
+                      ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+    angle = torch.outer(torch.arange(s, dtype=torch.float32), inv_freq).to(torch.float64)  # [s, r/2]
+    cos, sin = torch.cos(angle)[:, None, None, :], torch.sin(angle)[:, None, None, :]
+    half = rotary_dim // 2
+    x1, x2, rest = x[..., :half], x[..., half:rotary_dim], x[..., rotary_dim:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
+
+
+class Dropout:
+    """The masks of one training microbatch (iteration: 1-based; first_sample: the global index of
+    its first sample), from dropout_masks.py; kept elements scaled by 1 / (1 - p)."""
+
+    def __init__(self, cfg, iteration, first_sample):
+        self.cfg, self.iteration, self.first_sample = cfg, iteration, first_sample
+
+    def _key(self, layer, site):
+        return dropout_masks.dropout_key(self.cfg["seed"], self.iteration, layer, site)
+
+    def hidden(self, x, layer, site):
+        """x [s, b, h]: position t * h + c of sample first_sample + i."""
+        p = self.cfg["hidden_dropout"]
+        if p == 0:
+            return x
+        s, b, h = x.shape
+        keep = dropout_masks.hidden_keep_mask(self._key(layer, site), self.first_sample, b, s, h, p)
+        return x * torch.from_numpy(keep.astype(np.float64)) / (1.0 - p)
+
+    def attention(self, probabilities, layer):
+        """probabilities [b, heads, s, s]: position (head * s + query) * s + key."""
+        p = self.cfg["attention_dropout"]
+        if p == 0:
+            return probabilities
+        b, heads, s, _ = probabilities.shape
+        key = self._key(layer, dropout_masks.SITE_ATTENTION_PROBABILITIES)
+        keep = dropout_masks.attention_keep_mask(key, self.first_sample, b, heads, s, p)
+        return probabilities * torch.from_numpy(keep.astype(np.float64)) / (1.0 - p)
+
+
+class NoDropout:
+    def hidden(self, x, layer, site):
+        return x
+
+    def attention(self, probabilities, layer):
+        return probabilities
+
+
+def expected_shapes(cfg):
+    """Megatron's parameters of the configuration and their shapes."""
+    h, ffn, d = cfg["hidden_size"], cfg["ffn_hidden_size"], cfg["kv_channels"]
+    heads, groups, vocab = cfg["num_attention_heads"], cfg["num_query_groups"], cfg["padded_vocab_size"]
+    bias, norm_bias = not cfg["disable_bias_linear"], cfg["normalization"] == "LayerNorm"
+    fc1 = 2 * ffn if cfg["swiglu"] else ffn
+    shapes = {"embedding.word_embeddings.weight": (vocab, h)}
+    if cfg["position_embedding_type"] == "learned_absolute":
+        shapes["embedding.position_embeddings.weight"] = (cfg["max_position_embeddings"], h)
+
+    def norm(prefix):
+        shapes[prefix + ".weight"] = (h,)
+        if norm_bias:
+            shapes[prefix + ".bias"] = (h,)
+
+    def linear(prefix, rows, columns):
+        shapes[prefix + ".weight"] = (rows, columns)
+        if bias:
+            shapes[prefix + ".bias"] = (rows,)
+
+    for layer in range(cfg["num_layers"]):
+        pre = f"decoder.layers.{layer}."
+        norm(pre + "input_layernorm")
+        linear(pre + "self_attention.linear_qkv", (heads + 2 * groups) * d, h)
+        linear(pre + "self_attention.linear_proj", h, heads * d)
+        norm(pre + "pre_mlp_layernorm")
+        linear(pre + "mlp.linear_fc1", fc1, h)
+        linear(pre + "mlp.linear_fc2", h, ffn)
+    norm("decoder.final_layernorm")
+    if cfg["untied"]:
+        shapes["output_layer.weight"] = (vocab, h)
+    return shapes
+
+
+class Gpt:
+    """GPT-2 / Llama-style decoder with Megatron's parameter names, QKV row layout
+    [groups, (queries per group, key, value), head_dim] ([heads, (q, k, v), d] without grouped-query
+    attention) and fc1 rows [gate; up] with SwiGLU."""
 
     def __init__(self, params, cfg):
         self.p = params
         self.cfg = cfg
 
-    def logits(self, tokens):
-        """tokens [b, s] -> logits [s, b, V_padded]."""
+    def norm(self, x, prefix):
+        if self.cfg["normalization"] == "RMSNorm":
+            return rms_norm(x, self.p[prefix + ".weight"], self.cfg["eps"])
+        return layer_norm(x, self.p[prefix + ".weight"], self.p[prefix + ".bias"], self.cfg["eps"])
+
+    def linear(self, x, prefix):
+        y = x @ self.p[prefix + ".weight"].T
+        return y if self.cfg["disable_bias_linear"] else y + self.p[prefix + ".bias"]
+
+    def logits(self, tokens, dropout=None):
+        """tokens [b, s] -> logits [s, b, V_padded]; dropout: a Dropout (training) or None."""
         p, c = self.p, self.cfg
+        dropout = dropout or NoDropout()
         b, s = tokens.shape
-        heads, d = c["num_attention_heads"], c["kv_channels"]
-        x = p["embedding.word_embeddings.weight"][tokens] + p["embedding.position_embeddings.weight"][:s]
-        x = x.transpose(0, 1)  # [s, b, h]
+        heads, d, groups = c["num_attention_heads"], c["kv_channels"], c["num_query_groups"]
+        per_group = heads // groups
+        x = p["embedding.word_embeddings.weight"][tokens]
+        if c["position_embedding_type"] == "learned_absolute":
+            x = x + p["embedding.position_embeddings.weight"][:s]
+        x = dropout.hidden(x.transpose(0, 1), -1, dropout_masks.SITE_EMBEDDING)  # [s, b, h]
         causal = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)
         for layer in range(c["num_layers"]):
             pre = f"decoder.layers.{layer}."
-            a = layer_norm(x, p[pre + "input_layernorm.weight"], p[pre + "input_layernorm.bias"], c["eps"])
-            qkv = a @ p[pre + "self_attention.linear_qkv.weight"].T + p[pre + "self_attention.linear_qkv.bias"]
-            qkv = qkv.view(s, b, heads, 3, d)
-            q, k, v = (qkv[:, :, :, i, :].permute(1, 2, 0, 3) for i in range(3))  # [b, heads, s, d]
+            a = self.norm(x, pre + "input_layernorm")
+            qkv = self.linear(a, pre + "self_attention.linear_qkv").view(s, b, groups, per_group + 2, d)
+            q = qkv[:, :, :, :per_group, :].reshape(s, b, heads, d)  # head g * per_group + j
+            k, v = qkv[:, :, :, per_group, :], qkv[:, :, :, per_group + 1, :]  # [s, b, groups, d]
+            if c["position_embedding_type"] == "rope":
+                q, k = rotary(q, c["rotary_dim"], c["rotary_base"]), rotary(k, c["rotary_dim"], c["rotary_base"])
+            k, v = k.repeat_interleave(per_group, dim=2), v.repeat_interleave(per_group, dim=2)
+            q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, heads, s, d]
             scores = q @ k.transpose(-1, -2) / math.sqrt(d)
             scores = scores.masked_fill(causal, float("-inf"))
-            attention = torch.softmax(scores, dim=-1) @ v  # [b, heads, s, d]
-            attention = attention.permute(2, 0, 1, 3).reshape(s, b, heads * d)
-            x = x + attention @ p[pre + "self_attention.linear_proj.weight"].T + p[pre + "self_attention.linear_proj.bias"]
-            m = layer_norm(x, p[pre + "pre_mlp_layernorm.weight"], p[pre + "pre_mlp_layernorm.bias"], c["eps"])
-            hidden = gelu_tanh(m @ p[pre + "mlp.linear_fc1.weight"].T + p[pre + "mlp.linear_fc1.bias"])
-            x = x + hidden @ p[pre + "mlp.linear_fc2.weight"].T + p[pre + "mlp.linear_fc2.bias"]
-        x = layer_norm(x, p["decoder.final_layernorm.weight"], p["decoder.final_layernorm.bias"], c["eps"])
+            probabilities = dropout.attention(torch.softmax(scores, dim=-1), layer)
+            attention = (probabilities @ v).permute(2, 0, 1, 3).reshape(s, b, heads * d)
+            x = x + dropout.hidden(self.linear(attention, pre + "self_attention.linear_proj"), layer,
+                                   dropout_masks.SITE_ATTENTION_OUTPUT)
+            m = self.norm(x, pre + "pre_mlp_layernorm")
+            fc1 = self.linear(m, pre + "mlp.linear_fc1")
+            if c["swiglu"]:
+                gate, up = fc1[..., : c["ffn_hidden_size"]], fc1[..., c["ffn_hidden_size"]:]
+                hidden = silu(gate) * up
+            else:
+                hidden = gelu_tanh(fc1)
+            x = x + dropout.hidden(self.linear(hidden, pre + "mlp.linear_fc2"), layer, dropout_masks.SITE_MLP_OUTPUT)
+        x = self.norm(x, "decoder.final_layernorm")
         head = p["output_layer.weight"] if c["untied"] else p["embedding.word_embeddings.weight"]
         return x @ head.T
 
-    def loss(self, tokens, targets):
+    def loss(self, tokens, targets, dropout=None):
         """Mean token cross-entropy over the real (unpadded) vocabulary."""
-        logits = self.logits(tokens)[:, :, : self.cfg["vocab_size"]]
+        logits = self.logits(tokens, dropout)[:, :, : self.cfg["vocab_size"]]
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.T.reshape(-1))
 
 
@@ -110,24 +269,79 @@ def relative_error(ours, ref):
 
 def read_config(f):
     attrs = f.attrs
-    cfg = {key: (attrs[key].decode() if isinstance(attrs[key], bytes) else attrs[key].item()) for key in attrs}
+
+    def value(v):
+        if isinstance(v, bytes):
+            return v.decode()
+        return v if isinstance(v, str) else v.item()
+
+    cfg = {key: value(attrs[key]) for key in attrs}
     cfg["eps"] = cfg["norm_epsilon"]
     cfg["untied"] = bool(cfg["untie_embeddings_and_output_weights"])
+    cfg["swiglu"] = bool(cfg["swiglu"])
+    cfg["disable_bias_linear"] = bool(cfg["disable_bias_linear"])
     return cfg
 
 
+def flag_value(flags, flag, default=None):
+    """The value of `flag` in a command line (the last occurrence), True for a flag without a value."""
+    found = default
+    for i, token in enumerate(flags):
+        if token == flag:
+            found = flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("--") else True
+    return found
+
+
+def resolve_from_flags(flags):
+    """The model-family settings the command line asks for, resolved by Megatron's rules (written
+    here independently, to check the dump's attributes and to build the reference)."""
+    hidden, heads = int(flag_value(flags, "--hidden-size")), int(flag_value(flags, "--num-attention-heads"))
+    kv_channels = int(flag_value(flags, "--kv-channels", hidden // heads))
+    gqa = flag_value(flags, "--group-query-attention", False) is True
+    position = flag_value(flags, "--position-embedding-type", "learned_absolute")
+    percent = float(flag_value(flags, "--rotary-percent", 1.0))
+    swiglu = flag_value(flags, "--swiglu", False) is True
+    ffn = flag_value(flags, "--ffn-hidden-size")
+    if ffn is None:
+        ffn = int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
+    return {
+        "kv_channels": kv_channels,
+        "ffn_hidden_size": int(ffn),
+        "max_position_embeddings": int(flag_value(flags, "--max-position-embeddings")),
+        "num_query_groups": int(flag_value(flags, "--num-query-groups", 1)) if gqa else heads,
+        "position_embedding_type": position,
+        "rotary_dim": int(kv_channels * percent) if position == "rope" else 0,
+        "rotary_percent": percent,
+        "rotary_base": float(flag_value(flags, "--rotary-base", 10000)),
+        "normalization": flag_value(flags, "--normalization", "LayerNorm"),
+        "swiglu": swiglu,
+        "disable_bias_linear": flag_value(flags, "--disable-bias-linear", False) is True,
+        "untied": flag_value(flags, "--untie-embeddings-and-output-weights", False) is True,
+        "hidden_dropout": float(flag_value(flags, "--hidden-dropout", 0.1)),
+        "attention_dropout": float(flag_value(flags, "--attention-dropout", 0.1)),
+        "seed": int(flag_value(flags, "--seed", 1234)),
+    }
+
+
 def key_bias_mask(cfg, invert=False):
-    """Entries of the QKV bias ([heads, (q, k, v), d] order) that belong to the keys."""
-    heads, d = cfg["num_attention_heads"], cfg["kv_channels"]
-    mask = np.zeros((heads, 3, d), dtype=bool)
-    mask[:, 1, :] = True
+    """Entries of the QKV bias ([groups, (queries per group, k, v), d] order) that belong to the keys."""
+    heads, groups, d = cfg["num_attention_heads"], cfg["num_query_groups"], cfg["kv_channels"]
+    per_group = heads // groups
+    mask = np.zeros((groups, per_group + 2, d), dtype=bool)
+    mask[:, per_group, :] = True
     mask = mask.reshape(-1)
     return ~mask if invert else mask
 
 
-def batch_loss(model, tokens, targets, step):
-    """Mean over the step's microbatches of each microbatch's mean token loss."""
-    losses = [model.loss(tokens[step, j], targets[step, j]) for j in range(tokens.shape[1])]
+def batch_loss(model, tokens, targets, step, cfg, training=True):
+    """Mean over the step's microbatches of each microbatch's mean token loss. With dropout, the
+    masks of iteration step + 1 and of each microbatch's global samples (one process, no batch-size
+    rampup: step * global_batch_size + j * micro_batch_size + batch index)."""
+    losses = []
+    for j in range(tokens.shape[1]):
+        first_sample = step * cfg["global_batch_size"] + j * cfg["micro_batch_size"]
+        dropout = Dropout(cfg, step + 1, first_sample) if training else None
+        losses.append(model.loss(tokens[step, j], targets[step, j], dropout))
     return torch.stack(losses).mean()
 
 
@@ -139,7 +353,8 @@ def main():
     args = parser.parse_args()
     extra, tolerance, compare_final = VARIANTS[args.variant]
     prefix = os.path.join(args.work_dir, f"oracle_{args.variant}")
-    subprocess.run([args.dump_binary, "--output", prefix, "--steps", str(STEPS)] + BASE_FLAGS + extra, check=True)
+    flags = merge_flags(BASE_FLAGS, extra)
+    subprocess.run([args.dump_binary, "--output", prefix, "--steps", str(STEPS)] + flags, check=True)
     dump_path = prefix + "_rank0.h5"
 
     torch.set_default_dtype(torch.float64)
@@ -166,31 +381,60 @@ def main():
         ours_norms = f["grad_norms"][()]
         ours_lrs = f["learning_rates"][()]
 
+    # 0. The dump's configuration is the one the flags ask for (resolved here by Megatron's rules),
+    #    and its parameters are exactly Megatron's for it. The reference uses the flags' values.
+    for key, wanted in resolve_from_flags(flags).items():
+        dumped = cfg.get("untie_embeddings_and_output_weights" if key == "untied" else key)
+        same = dumped is not None and (math.isclose(float(dumped), float(wanted), rel_tol=1e-12)
+                                       if isinstance(wanted, (bool, int, float)) else dumped == wanted)
+        if not same:
+            failures.append(f"configuration: the dump says {key} = {dumped!r}, the flags ask for {wanted!r}")
+        cfg[key] = wanted
+    shapes = expected_shapes(cfg)
+    dumped_shapes = {name: tuple(value.shape) for name, value in initial.items()}
+    if dumped_shapes != shapes:
+        missing, unexpected = sorted(set(shapes) - set(dumped_shapes)), sorted(set(dumped_shapes) - set(shapes))
+        wrong = sorted(n for n in set(shapes) & set(dumped_shapes) if shapes[n] != dumped_shapes[n])
+        print(f"FAILED: parameters differ from Megatron's: missing {missing}, unexpected {unexpected}, "
+              f"shape {[(n, dumped_shapes[n], shapes[n]) for n in wrong]}")
+        return 1
+    training_dropout = cfg["hidden_dropout"] > 0 or cfg["attention_dropout"] > 0
+    # Without RoPE the key bias adds the same q.b_k to every score of a row, which softmax ignores;
+    # with RoPE it is rotated by each key's position first, and its gradient is not zero.
+    key_bias_is_inert = cfg["position_embedding_type"] != "rope"
+
     params = {name: value.clone().requires_grad_(True) for name, value in initial.items()}
-    model = Gpt2(params, cfg)
+    model = Gpt(params, cfg)
     s, b = cfg["seq_length"], cfg["micro_batch_size"]
 
-    # 1. Logits and loss of microbatch 0 of step 0.
+    # 1. Logits and loss of microbatch 0 of step 0 (training_dump's forward-only pass: evaluation
+    #    mode, no dropout).
     with torch.no_grad():
         ref_logits = model.logits(tokens[0, 0]).reshape(s * b, -1).numpy()
         ref_loss0 = model.loss(tokens[0, 0], targets[0, 0]).item()
     check("logits (microbatch 0)", relative_error(ours_logits0, ref_logits), tolerance)
     check("loss (microbatch 0)", abs(ours_loss0 - ref_loss0) / abs(ref_loss0), tolerance)
 
-    # 2. Gradients of the first global batch.
-    loss = batch_loss(model, tokens, targets, 0)
+    # 2. Gradients of the first global batch (iteration 1's dropout masks).
+    loss = batch_loss(model, tokens, targets, 0, cfg)
     loss.backward()
     worst_grad = max(names, key=lambda n: relative_error(ours_grads[n], params[n].grad.numpy()))
     for name in names:
         check(f"grad {name}", relative_error(ours_grads[name], params[name].grad.numpy()), tolerance)
-        if name.endswith("linear_qkv.bias"):
+        if name.endswith("linear_qkv.bias") and key_bias_is_inert:
             key_part = np.abs(ours_grads[name][key_bias_mask(cfg)]).max()
             largest = np.abs(ours_grads[name]).max()
             check(f"grad {name} key part is zero (relative to the largest entry)", key_part / largest, tolerance)
+        elif name.endswith("linear_qkv.bias"):
+            # With RoPE the key part is small next to the rest (some rotations barely move it):
+            # compared on its own.
+            keys = key_bias_mask(cfg)
+            check(f"grad {name} key part", relative_error(ours_grads[name][keys], params[name].grad.numpy()[keys]),
+                  tolerance)
 
     # 3. Training steps with Megatron's schedule, weight-decay groups and clipping.
     params = {name: value.clone().requires_grad_(True) for name, value in initial.items()}
-    model = Gpt2(params, cfg)
+    model = Gpt(params, cfg)
     decay = [p for p in params.values() if p.dim() > 1]
     no_decay = [p for p in params.values() if p.dim() <= 1]
     optimizer = torch.optim.AdamW(
@@ -202,7 +446,7 @@ def main():
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad()
-        loss = batch_loss(model, tokens, targets, step)
+        loss = batch_loss(model, tokens, targets, step, cfg)  # iteration step + 1's masks
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(list(params.values()), cfg["clip_grad"])
         optimizer.step()
@@ -218,10 +462,11 @@ def main():
         for name in names:
             ours, ref = ours_final[name], params[name].detach().numpy()
             if name.endswith("linear_qkv.bias"):
-                # The key bias adds q.b_k to a whole score row, which softmax ignores: its exact
-                # gradient is zero, so both sides feed Adam pure rounding noise, which Adam
-                # normalizes into lr-sized steps of random sign. Compare the query and value
-                # parts only; the zero gradient itself is asserted above.
+                # Without RoPE the key bias adds q.b_k to a whole score row, which softmax ignores:
+                # its exact gradient is zero, so both sides feed Adam pure rounding noise, which
+                # Adam normalizes into lr-sized steps of random sign. With RoPE its gradient is
+                # not zero but, for the slowly rotating dims, near it, with the same effect.
+                # Compare the query and value parts only; the key part's gradient is checked above.
                 keep = key_bias_mask(cfg, invert=True)
                 ours, ref = ours[keep], ref[keep]
             check(f"final {name}", relative_error(ours, ref), tolerance)
@@ -236,6 +481,10 @@ def main():
     print(f"  worst gradient: {worst_grad}")
     print("  losses ours: " + " ".join(f"{v:.6f}" for v in ours_losses))
     print("  losses ref:  " + " ".join(f"{v:.6f}" for v in ref_losses))
+    if training_dropout:
+        with torch.no_grad():  # how much the masks matter: the first batch's loss without them
+            undropped = batch_loss(Gpt(initial, cfg), tokens, targets, 0, cfg, training=False).item()
+        print(f"  step 1 loss without dropout (ref): {undropped:.6f}")
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         return 1

@@ -88,6 +88,7 @@ absl::Status write_attributes(Hdf5File& file, const Arguments& args, const Model
       {"num_layers", config.num_layers}, {"hidden_size", config.hidden_size},
       {"ffn_hidden_size", config.ffn_hidden_size}, {"num_attention_heads", config.num_attention_heads},
       {"kv_channels", config.kv_channels}, {"seq_length", config.seq_length},
+      {"max_position_embeddings", config.max_position_embeddings},
       {"vocab_size", config.vocab_size}, {"padded_vocab_size", config.padded_vocab_size},
       {"micro_batch_size", args.micro_batch_size}, {"global_batch_size", args.global_batch_size},
       {"num_microbatches", num_microbatches(args, grid.world_size())}, {"lr_warmup_iters", args.lr_warmup_iters},
@@ -96,14 +97,25 @@ absl::Status write_attributes(Hdf5File& file, const Arguments& args, const Model
       {"bf16", args.bf16 ? 1 : 0}, {"world_size", grid.world_size()}, {"world_rank", grid.world_rank()},
       {"tensor_rank", grid.coordinates().tensor}, {"pipeline_rank", grid.coordinates().pipeline},
       {"data_rank", grid.coordinates().data}, {"tensor_size", grid.shape().tensor},
-      {"pipeline_size", grid.shape().pipeline}, {"data_size", grid.shape().data}};
+      {"pipeline_size", grid.shape().pipeline}, {"data_size", grid.shape().data},
+      // Model family (resolved: num_query_groups is the head count without GQA, rotary_dim 0
+      // without RoPE).
+      {"num_query_groups", config.query_groups()}, {"rotary_dim", config.rotary_dim},
+      {"swiglu", config.swiglu ? 1 : 0}, {"disable_bias_linear", args.disable_bias_linear ? 1 : 0},
+      {"seed", args.seed}};
   for (const auto& [name, value] : ints) GPT_RETURN_IF_ERROR(file.set_attribute(name, value));
   const std::pair<const char*, double> doubles[] = {
       {"lr", args.lr},               {"min_lr", args.min_lr},         {"weight_decay", args.weight_decay},
       {"clip_grad", args.clip_grad}, {"adam_beta1", args.adam_beta1}, {"adam_beta2", args.adam_beta2},
-      {"adam_eps", args.adam_eps},   {"norm_epsilon", args.norm_epsilon}};
+      {"adam_eps", args.adam_eps},   {"norm_epsilon", args.norm_epsilon},
+      {"rotary_percent", args.rotary_percent}, {"rotary_base", args.rotary_base},
+      {"hidden_dropout", args.hidden_dropout}, {"attention_dropout", args.attention_dropout}};
   for (const auto& [name, value] : doubles) GPT_RETURN_IF_ERROR(file.set_attribute(name, value));
-  return file.set_attribute("lr_decay_style", args.lr_decay_style);
+  const std::pair<const char*, std::string> strings[] = {{"lr_decay_style", args.lr_decay_style},
+                                                         {"position_embedding_type", args.position_embedding_type},
+                                                         {"normalization", args.normalization}};
+  for (const auto& [name, value] : strings) GPT_RETURN_IF_ERROR(file.set_attribute(name, value));
+  return absl::OkStatus();
 }
 
 absl::Status dump(const Arguments& args, ProcessGrid& grid, const std::map<std::string, std::string>& own) {

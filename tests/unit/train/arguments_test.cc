@@ -67,8 +67,41 @@ TEST(Arguments, DefaultsFollowMegatron) {
   EXPECT_EQ(a.lr_decay_style, "linear");
   EXPECT_EQ(a.log_interval, 100);
   EXPECT_FALSE(a.bf16);
+  EXPECT_DOUBLE_EQ(a.hidden_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(a.attention_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(a.rotary_percent, 1.0);
+  EXPECT_DOUBLE_EQ(a.rotary_base, 10000);
+  EXPECT_EQ(a.num_query_groups, 4);  // one per head without --group-query-attention
   EXPECT_EQ(error_of(base_flags()), "");
   EXPECT_EQ(num_microbatches(a, 1), 1);
+}
+
+TEST(Arguments, LlamaStyleFlags) {
+  std::vector<std::string> flags = base_flags();
+  for (const char* flag : {"--swiglu", "--group-query-attention", "--disable-bias-linear"}) flags.push_back(flag);
+  for (const char* pair : {"--position-embedding-type=rope", "--normalization=RMSNorm", "--num-query-groups=2",
+                           "--rotary-percent=0.5", "--rotary-base=500000"}) {
+    flags.push_back(pair);
+  }
+  absl::StatusOr<Arguments> parsed = parse_arguments(flags);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  Arguments& a = *parsed;
+  ASSERT_TRUE(validate_arguments(a).ok());
+  // Megatron's SwiGLU default: int((4h * 2 / 3) / 64) * 64 = int(170.67 / 64) * 64 = 128 for h = 64.
+  EXPECT_EQ(a.ffn_hidden_size, 128);
+  EXPECT_EQ(a.num_query_groups, 2);
+  EXPECT_EQ(a.position_embedding_type, "rope");
+  EXPECT_DOUBLE_EQ(a.rotary_base, 500000);
+  // h = 4096: int(10922.67 / 64) * 64 = 10880 (Llama-2 7B uses 11008, given explicitly).
+  parsed = parse_arguments(with(with(flags, "--hidden-size", "4096"), "--num-attention-heads", "32"));
+  ASSERT_TRUE(parsed.ok());
+  ASSERT_TRUE(validate_arguments(*parsed).ok());
+  EXPECT_EQ(parsed->ffn_hidden_size, 10880);
+  // --no-position-embedding turns learned absolute positions off.
+  parsed = parse_arguments(with(base_flags(), "--no-position-embedding", ""));
+  ASSERT_TRUE(parsed.ok());
+  ASSERT_TRUE(validate_arguments(*parsed).ok());
+  EXPECT_EQ(parsed->position_embedding_type, "none");
 }
 
 TEST(Arguments, AcceptsEqualsSyntaxAndHelp) {
@@ -149,8 +182,25 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
       {with(base_flags(), "--lr-warmup-iters", "5"), "must be shorter than --lr-decay-iters"},
       {with(base_flags(), "--clip-grad", "-1"), "--clip-grad must be >= 0"},
       {with(base_flags(), "--adam-beta1", "1"), "--adam-beta1 must be in [0, 1)"},
-      {with(base_flags(), "--hidden-dropout", "0.1"), "--hidden-dropout"},
-      {with(base_flags(), "--position-embedding-type", "rope"), "--position-embedding-type rope is not supported"},
+      // Model family (issue 14): dropout outside [0, 1), query groups, rotary percent.
+      {with(base_flags(), "--hidden-dropout", "1"), "--hidden-dropout must be in [0, 1) (got 1)"},
+      {with(base_flags(), "--hidden-dropout", "-0.1"), "--hidden-dropout must be in [0, 1) (got -0.1)"},
+      {with(base_flags(), "--attention-dropout", "1.5"), "--attention-dropout must be in [0, 1) (got 1.5)"},
+      {with(with(base_flags(), "--group-query-attention", ""), "--num-query-groups", "3"),
+       "--num-attention-heads (4) must be divisible by --num-query-groups (3)"},
+      {with(with(with(base_flags(), "--group-query-attention", ""), "--num-query-groups", "1"),
+            "--tensor-model-parallel-size", "2"),
+       "--num-query-groups (1) must be divisible by --tensor-model-parallel-size (2)", 2},
+      {with(base_flags(), "--num-query-groups", "2"), "--num-query-groups needs --group-query-attention"},
+      {with(with(base_flags(), "--position-embedding-type", "rope"), "--rotary-percent", "0"),
+       "--rotary-percent must be in (0, 1] (got 0)"},
+      {with(with(base_flags(), "--position-embedding-type", "rope"), "--rotary-percent", "1.5"),
+       "--rotary-percent must be in (0, 1] (got 1.5)"},
+      {with(with(base_flags(), "--position-embedding-type", "rope"), "--rotary-percent", "0.1"),
+       "must give an even number of rotated dimensions"},
+      {with(base_flags(), "--rotary-base", "500000"), "--rotary-base applies only with --position-embedding-type rope"},
+      {with(base_flags(), "--position-embedding-type", "yarn"), "--position-embedding-type yarn is not available"},
+      {with(base_flags(), "--normalization", "ScaleNorm"), "--normalization must be LayerNorm or RMSNorm"},
       {with(base_flags(), "--distributed-backend", "gloo"), "--distributed-backend must be nccl or mpi"},
       {with(base_flags(), "--tensor-model-parallel-size", "3"),
        "--num-attention-heads (4) must be divisible by --tensor-model-parallel-size (3)"},

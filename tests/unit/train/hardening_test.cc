@@ -117,7 +117,16 @@ TEST(DerivedCounts, ProductsThatOverflowNameTheirFlags) {
 TEST(MemoryPlan, ParametersMatchTheModelExactly) {
   for (const std::vector<std::string>& flags :
        {base_flags(), with(base_flags(), "--bf16", ""), with(base_flags(), "--untie-embeddings-and-output-weights", ""),
-        with(with(base_flags(), "--ffn-hidden-size", "96"), "--kv-channels", "8")}) {
+        with(with(base_flags(), "--ffn-hidden-size", "96"), "--kv-channels", "8"),
+        // Llama-style: no position table, RMSNorm without bias, SwiGLU's double fc1, GQA's
+        // narrower QKV, no linear biases.
+        with(with(with(with(with(with(with(base_flags(), "--position-embedding-type", "rope"), "--normalization",
+                                      "RMSNorm"),
+                                 "--swiglu", ""),
+                            "--group-query-attention", ""),
+                       "--num-query-groups", "2"),
+                  "--disable-bias-linear", ""),
+             "--untie-embeddings-and-output-weights", "")}) {
     absl::StatusOr<MemoryPlan> plan = plan_of(flags);
     ASSERT_TRUE(plan.ok()) << plan.status();
     std::unique_ptr<ProcessGrid> grid;

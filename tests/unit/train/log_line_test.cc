@@ -45,5 +45,32 @@ TEST(Flops, MegatronFormulaForGpt) {
   EXPECT_NEAR(model_flops_per_iteration(c, 8) / expected, 1.0, 1e-12);
 }
 
+TEST(Flops, MegatronFormulaForLlamaStyleBlocks) {
+  // Llama-3-8B-like: GQA with 8 key/value heads of 32, SwiGLU with ffn 14336, untied head.
+  ModelConfig c;
+  c.num_layers = 32;
+  c.hidden_size = 4096;
+  c.ffn_hidden_size = 14336;
+  c.num_attention_heads = 32;
+  c.num_query_groups = 8;
+  c.kv_channels = 128;
+  c.seq_length = 8192;
+  c.padded_vocab_size = 128256;
+  c.swiglu = true;
+  // Counted GEMM by GEMM, per token of one forward pass (2 FLOPs per multiply-add), then x3 for
+  // forward + backward: QKV h -> (heads + 2 groups) d, the projection, scores and P V over the
+  // whole sequence (Megatron does not halve them for the causal mask), fc1 h -> 2 ffn, fc2, logits.
+  const double b = 2, s = 8192, l = 32, h = 4096, heads = 32, groups = 8, d = 128, f = 14336, v = 128256;
+  const double per_layer = 2 * h * (heads + 2 * groups) * d + 2 * heads * d * h + 2 * 2 * s * heads * d +
+                           2 * h * 2 * f + 2 * f * h;
+  const double expected = 3 * b * s * (l * per_layer + 2 * h * v);
+  EXPECT_NEAR(model_flops_per_iteration(c, 2) / expected, 1.0, 1e-12);
+  // Without GQA and SwiGLU the same counting gives the GPT formula (checked above).
+  c.num_query_groups = 0;
+  c.swiglu = false;
+  const double gpt_layer = 2 * h * 3 * heads * d + 2 * heads * d * h + 4 * s * heads * d + 2 * 2 * h * f;
+  EXPECT_NEAR(model_flops_per_iteration(c, 2) / (3 * b * s * (l * gpt_layer + 2 * h * v)), 1.0, 1e-12);
+}
+
 }  // namespace
 }  // namespace gpt
