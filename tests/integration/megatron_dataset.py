@@ -1,5 +1,5 @@
 """An independent reader and writer of Megatron's indexed dataset, written with numpy from the
-format description (../shared/reference/FACTS.md), sharing no code with the project."""
+format description (megatron/core/datasets/indexed_dataset.py in Megatron-LM), sharing no code with the project."""
 import struct
 
 import numpy as np

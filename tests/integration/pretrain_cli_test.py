@@ -17,7 +17,7 @@ ACCEPTANCE = ("--device cpu --mock-data --vocab-size 512 --num-layers 2 --hidden
               "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 8 "
               "--train-iters 50 --lr 1e-3 --log-interval 1").split()
 
-# Megatron's training_log line (see ../shared/reference/FACTS.md).
+# Megatron's training_log line (megatron/training/training.py in Megatron-LM).
 LOG_LINE = re.compile(
     r"^ \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] iteration +(\d+)/ +(\d+) \| consumed samples: +(\d+) \| "
     r"elapsed time per iteration \(ms\): [\d.]+ \| throughput per GPU \(TFLOP/s/GPU\): [\d.]+ \| "

@@ -5,7 +5,7 @@
 namespace gpt {
 namespace {
 
-// The line from Megatron-LM quoted in ../shared/reference/FACTS.md, reproduced character for
+// A line printed by Megatron-LM (megatron/training/training.py, training_log), reproduced character for
 // character.
 TEST(LogLine, MatchesMegatronExactly) {
   IterationLog log;
