@@ -9,7 +9,7 @@ packages=(
   libhdf5-dev hdf5-tools
   libabsl-dev libcli11-dev libgtest-dev libgmock-dev
   libopenblas-dev libsimdjson-dev libicu-dev
-  python3-torch python3-numpy python3-h5py
+  python3-torch python3-numpy python3-h5py python3-matplotlib
 )
 
 missing=()
