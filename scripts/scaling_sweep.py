@@ -27,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 
 TIMERS = ("forward-backward", "all-grads-sync", "optimizer")
 LAYOUT_PART = re.compile(r"^(tp|pp|dp|v|mbs)(\d+)$|^(sp|zero)$")
@@ -165,12 +166,15 @@ def plot(rows, out, title):
     left.set_ylabel("tokens/s per GPU (rank)")
     left.set_title("throughput per GPU")
     right.plot(worlds, [r["scaling_efficiency"] for r in by_world], "s", color="tab:green")
+    for r in by_world:
+        right.annotate(r["layout"], (r["world_size"], r["scaling_efficiency"]), fontsize=7,
+                       textcoords="offset points", xytext=(4, 4))
     right.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
     right.set_xscale("log", base=2)
     right.set_xlabel("world size (ranks)")
     right.set_ylabel("efficiency vs smallest world")
     right.set_title("scaling efficiency")
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(textwrap.fill(title, 140), fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "throughput.png"), dpi=110)
     plt.close(fig)
@@ -194,7 +198,7 @@ def plot(rows, out, title):
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory for the metrics files, sweep.csv and the plots")
-    parser.add_argument("--layouts", nargs="+", required=True, help="e.g. tp1 tp2 dp2 tp2-pp2-dp2-zero")
+    parser.add_argument("--layouts", nargs="+", default=[], help="e.g. tp1 tp2 dp2 tp2-pp2-dp2-zero")
     parser.add_argument("--scaling", choices=("strong", "weak"), default="strong")
     parser.add_argument("--iterations", type=int, default=20, help="training iterations per run")
     parser.add_argument("--warmup", type=int, default=5, help="first iterations left out of the means")
@@ -202,10 +206,18 @@ def main(argv):
                                                          "build", "bin", "pretrain_gpt"))
     parser.add_argument("--mpirun", default="mpirun")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("--replot", action="store_true", help="redraw the plots from --out's sweep.csv, run nothing")
     parser.add_argument("model_flags", nargs=argparse.REMAINDER, help="-- then pretrain_gpt's model flags")
     args = parser.parse_args(argv)
     model_flags = args.model_flags[1:] if args.model_flags[:1] == ["--"] else args.model_flags
     try:
+        if args.replot:
+            with open(os.path.join(args.out, "sweep.csv")) as f:
+                rows = [{k: (v if k == "layout" else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+            plot(rows, args.out, f"{args.scaling} scaling: " + " ".join(model_flags))
+            return 0
+        if not args.layouts:
+            raise SweepError("--layouts: give at least one layout (e.g. tp1 tp2 dp2)")
         if args.iterations <= args.warmup:
             raise SweepError(f"--iterations ({args.iterations}) must exceed --warmup ({args.warmup})")
         for flag in OWNED_FLAGS:
