@@ -14,7 +14,9 @@ enum class LrDecayStyle { kConstant, kLinear, kCosine };
 struct LrScheduleConfig {
   double max_lr = 0.0;
   double min_lr = 0.0;
-  int64_t warmup_steps = 0;  // samples
+  // Samples. Fractional where Megatron's is: --lr-warmup-fraction x the decay samples is a Python
+  // float there, and truncating it would change the warmup's slope and its last step.
+  double warmup_steps = 0.0;
   int64_t decay_steps = 0;   // samples
   LrDecayStyle style = LrDecayStyle::kLinear;
 };

@@ -123,6 +123,78 @@ absl::Status validate_recompute(Arguments& a) {
   return absl::OkStatus();
 }
 
+// The block of Megatron implementation choices in parse_arguments: each is refused only at a value
+// whose Megatron meaning this program cannot carry out.
+absl::Status validate_implementation_flags(const Arguments& a) {
+  if (a.transformer_impl == "inference_optimized") {
+    return invalid("--transformer-impl inference_optimized is not available (Megatron's inference-only layers): use "
+                   "local or transformer_engine, which both run this program's kernels");
+  }
+  if (a.transformer_impl != "local" && a.transformer_impl != "transformer_engine") {
+    return invalid(absl::StrCat("--transformer-impl must be local or transformer_engine (got ", a.transformer_impl,
+                                ")"));
+  }
+  if (a.manual_gc_interval < 0) {
+    return invalid(absl::StrCat("--manual-gc-interval must be >= 0 (got ", a.manual_gc_interval, ")"));
+  }
+  if (a.empty_unused_memory_level < 0 || a.empty_unused_memory_level > 2) {
+    return invalid(absl::StrCat("--empty-unused-memory-level must be 0, 1 or 2 (got ", a.empty_unused_memory_level,
+                                ")"));
+  }
+  if (a.use_flash_attn && (a.attention_backend == "local" || a.attention_backend == "unfused")) {
+    return invalid(absl::StrCat("--use-flash-attn asks for flash attention, which --attention-backend ",
+                                a.attention_backend, " turns off: give one of them"));
+  }
+  // Megatron's MLP without bias_activation_fusion applies F.gelu, the exact erf GeLU; with it,
+  // bias_gelu_impl, the tanh approximation that is this program's only GeLU. With --swiglu the
+  // GeLU fusion is not consulted (bias_activation_fusion follows --no-bias-swiglu-fusion).
+  if (a.no_bias_gelu_fusion && !a.swiglu) {
+    return invalid("--no-bias-gelu-fusion is not available: without the fusion Megatron computes the exact (erf) "
+                   "GeLU, and this program has only the tanh approximation of Megatron's fused bias-GeLU (the "
+                   "default); drop the flag");
+  }
+  if (a.no_check_for_nan_in_loss_and_grad) {
+    return invalid("--no-check-for-nan-in-loss-and-grad: there is no such check to turn off here (a non-finite "
+                   "gradient norm skips that iteration's update on every rank and is counted in the log line, "
+                   "instead of stopping the run); drop the flag");
+  }
+  if (!a.rampup_batch_size.empty()) {
+    return invalid("--rampup-batch-size is not supported: the global batch size is constant in this program (give "
+                   "--global-batch-size only)");
+  }
+  return absl::OkStatus();
+}
+
+// Megatron's rules on the run's length and the schedule's units (arguments.py validate_args):
+// --train-iters with iteration-based schedule flags, or --train-samples with sample-based ones. A
+// warmup of 0 in the other unit is allowed, as there.
+absl::Status validate_schedule_units(Arguments& a) {
+  if (a.was_given("--train-samples")) {
+    if (a.was_given("--lr-decay-iters")) {
+      return invalid("--lr-decay-iters cannot be given with --train-samples (sample-based training): use "
+                     "--lr-decay-samples");
+    }
+    if (a.lr_warmup_iters != 0) {
+      return invalid("--lr-warmup-iters cannot be given with --train-samples (sample-based training): use "
+                     "--lr-warmup-samples or --lr-warmup-fraction");
+    }
+    if (a.lr_warmup_fraction >= 0.0 && a.lr_warmup_samples != 0) {
+      return invalid("--lr-warmup-fraction and --lr-warmup-samples cannot both be given");
+    }
+    if (!a.was_given("--lr-decay-samples")) a.lr_decay_samples = a.train_samples;
+    return absl::OkStatus();
+  }
+  if (a.was_given("--lr-decay-samples")) {
+    return invalid("--lr-decay-samples needs --train-samples (sample-based training): with --train-iters use "
+                   "--lr-decay-iters");
+  }
+  if (a.lr_warmup_samples != 0) {
+    return invalid("--lr-warmup-samples needs --train-samples (sample-based training): with --train-iters use "
+                   "--lr-warmup-iters or --lr-warmup-fraction");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Arguments> parse_arguments(int argc, const char* const* argv) {
@@ -133,7 +205,9 @@ absl::StatusOr<Arguments> parse_arguments(int argc, const char* const* argv) {
 absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) {
   Arguments a;
   CLI::App app{"Pretrain a GPT model (Megatron-LM compatible flags)", argv.empty() ? "pretrain_gpt" : argv[0]};
-  app.option_defaults()->always_capture_default();
+  // A repeated flag takes its last value, as argparse's store action does (a launch script that
+  // appends an override to a base command line), instead of CLI11's "given twice" error.
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   // Model.
   app.add_option("--num-layers", a.num_layers, "Number of transformer layers");
   app.add_option("--hidden-size", a.hidden_size, "Transformer hidden size");
@@ -176,18 +250,26 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   app.add_flag("--overlap-param-gather", a.overlap_param_gather, "Overlap parameter all-gather with forward");
   app.add_option("--ddp-bucket-size", a.ddp_bucket_size,
                  "Elements per gradient bucket with --overlap-grad-reduce (default max(4e7, 1e6 x DP))");
-  app.add_option("--distributed-backend", a.distributed_backend, "nccl or mpi");
+  app.add_option("--distributed-backend", a.distributed_backend,
+                 "nccl, mpi, or gloo (Megatron's CPU backend; runs on this program's MPI communicator)");
   app.add_option("--distributed-timeout-minutes", a.distributed_timeout_minutes, "Bound on every collective wait");
   // Training.
   app.add_option("--micro-batch-size", a.micro_batch_size, "Samples per microbatch per data-parallel rank");
   app.add_option("--global-batch-size", a.global_batch_size, "Samples per iteration over all ranks");
-  app.add_option("--train-iters", a.train_iters, "Iterations to train");
+  app.add_option("--train-iters", a.train_iters, "Iterations to train (or --train-samples)");
+  app.add_option("--train-samples", a.train_samples,
+                 "Samples to train, instead of --train-iters: floor(samples / --global-batch-size) iterations, "
+                 "the learning-rate schedule counted in samples (as Megatron)");
   app.add_option("--lr", a.lr, "Peak learning rate");
   app.add_option("--min-lr", a.min_lr, "Learning rate at the end of decay");
   app.add_option("--lr-decay-style", a.lr_decay_style, "constant, linear or cosine");
   app.add_option("--lr-decay-iters", a.lr_decay_iters, "Iterations to decay over (default --train-iters)");
+  app.add_option("--lr-decay-samples", a.lr_decay_samples,
+                 "With --train-samples: samples to decay over (default --train-samples)");
   app.add_option("--lr-warmup-iters", a.lr_warmup_iters, "Iterations of linear warmup");
-  app.add_option("--lr-warmup-fraction", a.lr_warmup_fraction, "Warmup as a fraction of the decay iterations");
+  app.add_option("--lr-warmup-samples", a.lr_warmup_samples, "With --train-samples: samples of linear warmup");
+  app.add_option("--lr-warmup-fraction", a.lr_warmup_fraction,
+                 "Warmup as a fraction of the decay iterations or samples (fractional samples kept, as Megatron)");
   app.add_option("--weight-decay", a.weight_decay, "AdamW weight decay");
   app.add_option("--clip-grad", a.clip_grad, "Clip gradients to this global L2 norm (0: off)");
   app.add_option("--adam-beta1", a.adam_beta1, "Adam beta1");
@@ -207,10 +289,86 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   app.add_option("--recompute-num-layers", a.recompute_num_layers,
                  "With full: layers per recompute group (uniform) or recomputed per stage (block)");
   app.add_flag("--recompute-activations", a.recompute_activations, "Same as --recompute-granularity selective");
+
+  // ---- Megatron implementation choices --------------------------------------------------------
+  // Flags that Megatron launch scripts pass on nearly every run to pick kernels, fusions or
+  // Python-side housekeeping. Each has one meaning in this program, which its help says; the
+  // values that ask for something this program cannot do are refused in validate_arguments
+  // (validate_implementation_flags), never accepted and ignored.
+  app.add_option("--transformer-impl", a.transformer_impl,
+                 "local or transformer_engine (Megatron's default): both run this program's own kernels "
+                 "(cuBLASLt GEMMs, cuDNN fused attention, its norms), the same model and arithmetic either way");
+  app.add_flag("--use-mcore-models", a.use_mcore_models,
+               "Accepted (Megatron's default; deprecated there): the model is Megatron-Core's GPT, with its "
+               "parameter names");
+  app.add_flag("--no-gradient-accumulation-fusion", a.no_gradient_accumulation_fusion,
+               "Accepted: weight gradients are always accumulated in FP32 by the GEMM itself (the arithmetic of "
+               "Megatron's fused path; its unfused path rounds each microbatch's weight gradient to the parameter "
+               "type before adding it)");
+  app.add_flag("--attention-softmax-in-fp32", a.attention_softmax_in_fp32,
+               "Accepted: attention's scaling, causal mask and softmax always run in FP32 here");
+  app.add_flag("--no-rope-fusion", a.no_rope_fusion,
+               "Accepted: RoPE is this program's own kernel, the same rotation as Megatron's fused or unfused one");
+  app.add_flag("--manual-gc", a.manual_gc,
+               "Accepted: no garbage collector runs in this program (no Python), so there are no collection "
+               "pauses to align across ranks");
+  app.add_option("--manual-gc-interval", a.manual_gc_interval,
+                 "Accepted (>= 0): no garbage collector runs in this program");
+  app.add_flag("--no-create-attention-mask-in-dataloader", a.no_create_attention_mask_in_dataloader,
+               "Accepted: the data pipeline never builds attention masks here (attention is causal inside the "
+               "kernels), which is what this flag asks for");
+  app.add_flag("--no-mmap-bin-files", a.no_mmap_bin_files,
+               "Accepted: the .bin files are memory-mapped either way; the tokens read are the same (Megatron's "
+               "flag changes only how they are read)");
+  app.add_flag("--use-flash-attn", a.use_flash_attn,
+               "Flash attention: what --attention-backend auto does (cuDNN's fused flash attention where it "
+               "applies, the exact kernel elsewhere); refused with --attention-backend local or unfused");
+  app.add_flag("--no-masked-softmax-fusion", a.no_masked_softmax_fusion,
+               "Accepted: scale, causal mask and softmax give the same FP32 values as Megatron's unfused path");
+  app.add_flag("--no-bias-gelu-fusion", a.no_bias_gelu_fusion,
+               "Refused with a GeLU MLP: without the fusion Megatron computes the exact (erf) GeLU, and this "
+               "program's GeLU is the tanh approximation of Megatron's fused bias-GeLU; accepted with --swiglu, "
+               "where it has no effect (as in Megatron)");
+  app.add_flag("--no-bias-dropout-fusion", a.no_bias_dropout_fusion,
+               "Accepted: bias, dropout and residual add give the same values fused or not (the dropout masks are "
+               "this program's layout-independent ones either way)");
+  app.add_flag("--no-bias-swiglu-fusion", a.no_bias_swiglu_fusion,
+               "Accepted: SwiGLU is one FP32 kernel here, the formula of Megatron's fused and unfused paths");
+  app.add_flag("--no-persist-layer-norm", a.no_persist_layer_norm,
+               "Accepted: Apex's persistent LayerNorm kernel is never used; the norms are this program's own");
+  app.add_flag("--no-async-tensor-model-parallel-allreduce", a.no_async_tensor_model_parallel_allreduce,
+               "Accepted: tensor-parallel all-reduces of input gradients are not overlapped with the weight-gradient "
+               "GEMMs here, which is what this flag asks for");
+  app.add_flag("--use-cpu-initialization", a.use_cpu_initialization,
+               "Accepted: parameters are always initialized on the host, from (seed, name, element index), and "
+               "copied to the device: the same values in every parallel layout");
+  app.add_flag("--apply-query-key-layer-scaling", a.apply_query_key_layer_scaling,
+               "Accepted: scaling attention scores by 1 / layer number and back before the FP32 softmax is the "
+               "identity; Megatron uses it for FP16's range (Transformer Engine only in FP16), and --fp16 is refused");
+  app.add_flag("--accumulate-allreduce-grads-in-fp32", a.accumulate_allreduce_grads_in_fp32,
+               "Accepted: gradients are always accumulated and reduced across data-parallel ranks in FP32 (Megatron's "
+               "default with --bf16)");
+  app.add_option("--empty-unused-memory-level", a.empty_unused_memory_level,
+                 "0, 1 or 2, accepted: device memory is one arena taken before the first iteration and never freed, "
+                 "so there is no allocator cache to empty at any level");
+  app.add_flag("--no-check-for-nan-in-loss-and-grad", a.no_check_for_nan_in_loss_and_grad,
+               "Refused: no NaN check stops a run here (a non-finite gradient norm skips that update on every "
+               "rank), so there is nothing to turn off");
+  app.add_flag("--calculate-per-token-loss", a.calculate_per_token_loss,
+               "Accepted: every token counts here (no loss mask), so each microbatch has the same token count and "
+               "the per-token mean over the global batch equals Megatron's default mean of microbatch means; the "
+               "gradient and the logged loss are that mean either way");
+  app.add_option("--rampup-batch-size", a.rampup_batch_size,
+                 "Refused: the global batch size is constant in this program (start increment samples)")
+      ->expected(3);
+  // ---- end of Megatron implementation choices -------------------------------------------------
   // Data.
   app.add_flag("--mock-data", a.mock_data, "Synthetic data, no files needed");
   app.add_option("--vocab-size", a.vocab_size, "Vocabulary size for --mock-data or --tokenizer-type NullTokenizer");
-  app.add_option("--data-path", a.data_path, "Dataset prefix, or weight prefix pairs to blend")->expected(1, -1);
+  // Each occurrence replaces the list (argparse's nargs='*' keeps the last occurrence's values).
+  app.add_option("--data-path", a.data_path, "Dataset prefix, or weight prefix pairs to blend")
+      ->expected(1, -1)
+      ->trigger_on_parse();
   app.add_option("--split", a.split, "Train/valid/test proportions of the documents");
   app.add_option("--vocab-file", a.vocab_file, "GPT-2 vocab.json");
   app.add_option("--merge-file", a.merge_file, "GPT-2 merges.txt");
@@ -314,12 +472,20 @@ absl::Status validate_arguments(Arguments& a) {
   const std::pair<const char*, int64_t> required[] = {
       {"--num-layers", a.num_layers},         {"--hidden-size", a.hidden_size},
       {"--num-attention-heads", a.num_attention_heads}, {"--seq-length", a.seq_length},
-      {"--max-position-embeddings", a.max_position_embeddings}, {"--micro-batch-size", a.micro_batch_size},
-      {"--train-iters", a.train_iters}};
+      {"--max-position-embeddings", a.max_position_embeddings}, {"--micro-batch-size", a.micro_batch_size}};
   for (const auto& [flag, value] : required) {
     if (!a.was_given(flag)) return invalid(absl::StrCat("missing required flag ", flag));
     GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
+  // The run's length: in iterations or in samples (Megatron's two ways), exactly one.
+  const bool by_samples = a.was_given("--train-samples");
+  if (by_samples == a.was_given("--train-iters")) {
+    return invalid(by_samples ? "--train-iters and --train-samples cannot both be given (iteration-based or "
+                                "sample-based training)"
+                              : "missing required flag --train-iters (or --train-samples)");
+  }
+  GPT_RETURN_IF_ERROR(by_samples ? require_positive("--train-samples", a.train_samples)
+                                 : require_positive("--train-iters", a.train_iters));
   if (!a.was_given("--lr")) return invalid("missing required flag --lr");
   GPT_RETURN_IF_ERROR(validate_data_arguments(a));
   GPT_RETURN_IF_ERROR(validate_checkpoint_arguments(a));
@@ -335,6 +501,7 @@ absl::Status validate_arguments(Arguments& a) {
   const std::pair<const char*, int64_t> positive_if_given[] = {
       {"--ffn-hidden-size", a.ffn_hidden_size},   {"--kv-channels", a.kv_channels},
       {"--global-batch-size", a.global_batch_size}, {"--lr-decay-iters", a.lr_decay_iters},
+      {"--lr-decay-samples", a.lr_decay_samples},
       {"--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage},
       {"--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank},
       {"--ddp-bucket-size", a.ddp_bucket_size}};
@@ -357,6 +524,9 @@ absl::Status validate_arguments(Arguments& a) {
     return invalid("--metrics-file needs a path (got an empty one)");
   }
   if (a.lr_warmup_iters < 0) return invalid(absl::StrCat("--lr-warmup-iters must be >= 0 (got ", a.lr_warmup_iters, ")"));
+  if (a.lr_warmup_samples < 0) {
+    return invalid(absl::StrCat("--lr-warmup-samples must be >= 0 (got ", a.lr_warmup_samples, ")"));
+  }
 
   if (!(a.distributed_timeout_minutes > 0.0) || a.distributed_timeout_minutes > kMaxTimeoutMinutes) {
     return invalid(absl::StrCat("--distributed-timeout-minutes must be positive and at most ", kMaxTimeoutMinutes,
@@ -423,6 +593,7 @@ absl::Status validate_arguments(Arguments& a) {
   }
 
   GPT_RETURN_IF_ERROR(validate_recompute(a));
+  GPT_RETURN_IF_ERROR(validate_implementation_flags(a));
 
   // Optimizer and schedule.
   if (!(a.lr >= 0.0)) return invalid(absl::StrCat("--lr must be >= 0 (got ", a.lr, ")"));
@@ -433,22 +604,33 @@ absl::Status validate_arguments(Arguments& a) {
   if (a.lr_decay_style != "constant" && a.lr_decay_style != "linear" && a.lr_decay_style != "cosine") {
     return invalid(absl::StrCat("--lr-decay-style must be constant, linear or cosine (got ", a.lr_decay_style, ")"));
   }
-  if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
   // The default -1 means "not given"; a negative value typed by the user is an error, not that.
   if (a.was_given("--lr-warmup-fraction") && !(a.lr_warmup_fraction >= 0.0)) {
     return invalid(absl::StrCat("--lr-warmup-fraction must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
   }
-  if (a.lr_warmup_fraction >= 0.0) {
-    if (a.lr_warmup_iters != 0) return invalid("--lr-warmup-fraction and --lr-warmup-iters cannot both be given");
-    if (a.lr_warmup_fraction > 1.0) {
-      return invalid(absl::StrCat("--lr-warmup-fraction must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
-    }
+  if (a.lr_warmup_fraction > 1.0) {
+    return invalid(absl::StrCat("--lr-warmup-fraction must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
   }
-  const double warmup_iters = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_iters
-                                                           : static_cast<double>(a.lr_warmup_iters);
-  if (a.lr_decay_style != "constant" && warmup_iters >= static_cast<double>(a.lr_decay_iters)) {
-    return invalid(absl::StrCat("learning-rate warmup (", warmup_iters, " iterations) must be shorter than --lr-decay-iters (",
-                                a.lr_decay_iters, ")"));
+  GPT_RETURN_IF_ERROR(validate_schedule_units(a));
+  if (by_samples) {
+    const double warmup_samples = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_samples
+                                                              : static_cast<double>(a.lr_warmup_samples);
+    if (a.lr_decay_style != "constant" && warmup_samples >= static_cast<double>(a.lr_decay_samples)) {
+      return invalid(absl::StrCat("learning-rate warmup (", warmup_samples,
+                                  " samples) must be shorter than --lr-decay-samples (", a.lr_decay_samples,
+                                  a.was_given("--lr-decay-samples") ? "" : ", the default: --train-samples", ")"));
+    }
+  } else {
+    if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
+    if (a.lr_warmup_fraction >= 0.0 && a.lr_warmup_iters != 0) {
+      return invalid("--lr-warmup-fraction and --lr-warmup-iters cannot both be given");
+    }
+    const double warmup_iters = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_iters
+                                                             : static_cast<double>(a.lr_warmup_iters);
+    if (a.lr_decay_style != "constant" && warmup_iters >= static_cast<double>(a.lr_decay_iters)) {
+      return invalid(absl::StrCat("learning-rate warmup (", warmup_iters,
+                                  " iterations) must be shorter than --lr-decay-iters (", a.lr_decay_iters, ")"));
+    }
   }
   if (!(a.weight_decay >= 0.0)) return invalid(absl::StrCat("--weight-decay must be >= 0 (got ", a.weight_decay, ")"));
   GPT_RETURN_IF_ERROR(require_fp32("--weight-decay", a.weight_decay, /*positive=*/false));
@@ -476,8 +658,15 @@ absl::Status validate_arguments(Arguments& a) {
   }
 
   // Parallel flags that do not need the world size.
+  if (a.distributed_backend == "gloo") {
+    // Megatron's CPU backend. This program's collectives on host memory are MPI's (the launcher
+    // needs MPI anyway), so a Megatron CPU launch runs unchanged on them; said once, not silently.
+    a.distributed_backend = "mpi";
+    a.notes.push_back("--distributed-backend gloo: this program has no Gloo backend; its MPI communicator runs the "
+                      "same collectives");
+  }
   if (a.distributed_backend != "" && a.distributed_backend != "nccl" && a.distributed_backend != "mpi") {
-    return invalid(absl::StrCat("--distributed-backend must be nccl or mpi (got ", a.distributed_backend, ")"));
+    return invalid(absl::StrCat("--distributed-backend must be nccl, mpi or gloo (got ", a.distributed_backend, ")"));
   }
   const int64_t tp = a.tensor_model_parallel_size;
   if (a.num_attention_heads % tp != 0) {
@@ -569,6 +758,15 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
     return invalid(absl::StrCat("--global-batch-size (", a.global_batch_size, ") must be divisible by --micro-batch-size (",
                                 a.micro_batch_size, ") x data-parallel size (", dp, ")"));
   }
+  if (a.was_given("--train-samples")) {
+    // Megatron's update_train_iters without a batch-size ramp: whole global batches only (floor),
+    // the samples of a last partial batch are not trained.
+    a.train_iters = a.train_samples / a.global_batch_size;
+    if (a.train_iters == 0) {
+      return invalid(absl::StrCat("--train-samples (", a.train_samples, ") is less than one global batch (",
+                                  a.global_batch_size, " samples): no iteration to train"));
+    }
+  }
   // The pipeline layout, before any dataset or buffer exists.
   const int64_t p = a.pipeline_model_parallel_size;
   if (a.num_layers_per_virtual_pipeline_stage > 0 && a.num_virtual_stages_per_pipeline_rank > 0) {
@@ -613,6 +811,22 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
                                 " (", chunk_layers, ")"));
   }
   return absl::OkStatus();
+}
+
+LrScheduleConfig lr_schedule_config(const Arguments& a) {
+  LrScheduleConfig c;
+  c.max_lr = a.lr;
+  c.min_lr = a.min_lr;
+  const bool by_samples = a.train_samples > 0;
+  c.decay_steps = by_samples ? (a.lr_decay_samples > 0 ? a.lr_decay_samples : a.train_samples)
+                             : a.lr_decay_iters * a.global_batch_size;
+  const int64_t warmup = by_samples ? a.lr_warmup_samples : a.lr_warmup_iters * a.global_batch_size;
+  c.warmup_steps = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * static_cast<double>(c.decay_steps)
+                                               : static_cast<double>(warmup);
+  c.style = a.lr_decay_style == "constant" ? LrDecayStyle::kConstant
+            : a.lr_decay_style == "cosine" ? LrDecayStyle::kCosine
+                                           : LrDecayStyle::kLinear;
+  return c;
 }
 
 std::string describe_arguments(const Arguments& a) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "optim/lr_schedule.h"
 
 namespace gpt {
 
@@ -48,13 +49,18 @@ struct Arguments {
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   int64_t ddp_bucket_size = 0;          // elements; 0: Megatron's default (with --overlap-grad-reduce)
-  std::string distributed_backend;      // "": NCCL on GPU, MPI on CPU
+  std::string distributed_backend;      // "": NCCL on GPU, MPI on CPU; gloo becomes mpi (validate_arguments)
   double distributed_timeout_minutes = 10;  // fractions allowed (tests use seconds)
 
   // Training.
   int64_t micro_batch_size = 0;
   int64_t global_batch_size = 0;        // 0: micro_batch_size * data-parallel size
-  int64_t train_iters = 0;
+  int64_t train_iters = 0;              // with --train-samples: train_samples / global_batch_size (floor)
+  // Sample-based training (Megatron's alternative to --train-iters; 0: not given): the schedule's
+  // lengths are counted in samples as given instead of iterations x --global-batch-size.
+  int64_t train_samples = 0;
+  int64_t lr_decay_samples = 0;         // 0: train_samples
+  int64_t lr_warmup_samples = 0;
   double lr = 0.0;
   double min_lr = 0.0;
   std::string lr_decay_style = "linear";
@@ -75,6 +81,33 @@ struct Arguments {
   // to 128), the exact reference kernel elsewhere (fused refuses such a model); local / unfused:
   // always the reference kernel. flash (the FlashAttention library) is refused.
   std::string attention_backend = "auto";
+
+  // Megatron implementation choices that have one meaning in this program (parse_arguments' help
+  // says which; validate_arguments refuses the values that cannot be honoured). Kept so that a
+  // Megatron launch script runs unchanged, and so that none of them is accepted and ignored.
+  std::string transformer_impl = "transformer_engine";  // local or transformer_engine: this program's kernels
+  bool use_mcore_models = false;
+  bool no_gradient_accumulation_fusion = false;
+  bool attention_softmax_in_fp32 = false;
+  bool no_rope_fusion = false;
+  bool manual_gc = false;
+  int64_t manual_gc_interval = 0;
+  bool no_create_attention_mask_in_dataloader = false;
+  bool no_mmap_bin_files = false;
+  bool use_flash_attn = false;
+  bool no_masked_softmax_fusion = false;
+  bool no_bias_gelu_fusion = false;
+  bool no_bias_dropout_fusion = false;
+  bool no_bias_swiglu_fusion = false;
+  bool no_persist_layer_norm = false;
+  bool no_async_tensor_model_parallel_allreduce = false;
+  bool use_cpu_initialization = false;
+  bool apply_query_key_layer_scaling = false;
+  bool accumulate_allreduce_grads_in_fp32 = false;
+  int64_t empty_unused_memory_level = 0;
+  bool no_check_for_nan_in_loss_and_grad = false;  // refused: no check here stops a run
+  bool calculate_per_token_loss = false;
+  std::vector<std::string> rampup_batch_size;      // refused: the global batch size is constant
 
   // Activation recompute (megatron/core/transformer/transformer_config.py): full re-runs whole
   // layers in backward from a stashed input, selective only the attention core.
@@ -126,6 +159,9 @@ struct Arguments {
 
   // The long names of the flags that appeared on the command line.
   std::set<std::string> given;
+  // One-line notes on how an accepted Megatron flag is carried out here (--distributed-backend
+  // gloo runs on MPI), printed once by rank 0 when training starts.
+  std::vector<std::string> notes;
   bool was_given(const std::string& flag) const { return given.count(flag) > 0; }
 };
 
@@ -139,8 +175,14 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv);
 absl::Status validate_arguments(Arguments& args);
 // The data flags: --mock-data or --data-path (one prefix or weight prefix pairs), the tokenizer.
 absl::Status validate_data_arguments(Arguments& args);
-// The constraints that involve the number of processes (world = TP x PP x DP, batch divisibility).
+// The constraints that involve the number of processes (world = TP x PP x DP, batch divisibility);
+// with --train-samples, sets --train-iters once the global batch size is known.
 absl::Status validate_for_world(Arguments& args, int64_t world_size);
+
+// Megatron's learning-rate schedule in samples (training.py get_optimizer_param_scheduler):
+// iteration-based lengths times the global batch size, sample-based ones as given, a warmup
+// fraction of the decay samples kept fractional. For arguments that passed validate_for_world.
+LrScheduleConfig lr_schedule_config(const Arguments& args);
 
 // Megatron's padded vocabulary: the smallest multiple of --make-vocab-size-divisible-by x TP that is
 // at least vocab_size, or an error naming the flags where it does not fit in int64.

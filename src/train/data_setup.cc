@@ -90,7 +90,10 @@ DataSources build_mock(const Arguments& a) {
 
 std::array<int64_t, 3> samples_per_split(const Arguments& a) {
   const int64_t evaluations = a.train_iters / a.eval_interval + 1;
-  return {a.train_iters * a.global_batch_size, evaluations * a.eval_iters * a.global_batch_size,
+  // As Megatron: --train-samples when given (it names the index cache and sets the epochs), even
+  // when it is not a multiple of the global batch.
+  const int64_t train = a.train_samples > 0 ? a.train_samples : a.train_iters * a.global_batch_size;
+  return {train, evaluations * a.eval_iters * a.global_batch_size,
           a.eval_iters * a.global_batch_size};
 }
 

@@ -116,6 +116,9 @@ std::string canonical_arguments(const Arguments& a) {
   line("--micro-batch-size", a.micro_batch_size);
   line("--global-batch-size", a.global_batch_size);
   line("--train-iters", a.train_iters);
+  line("--train-samples", a.train_samples);
+  line("--lr-decay-samples", a.lr_decay_samples);
+  line("--lr-warmup-samples", a.lr_warmup_samples);
   line("--lr", a.lr);
   line("--min-lr", a.min_lr);
   line("--lr-decay-style", a.lr_decay_style);

@@ -35,20 +35,6 @@ Context make_context(const Arguments& args) {
   return Context::cpu(std::max(1, cores / local_world_size()));
 }
 
-LrScheduleConfig schedule_from(const Arguments& a) {
-  LrScheduleConfig c;
-  c.max_lr = a.lr;
-  c.min_lr = a.min_lr;
-  c.decay_steps = a.lr_decay_iters * a.global_batch_size;
-  c.warmup_steps = a.lr_warmup_fraction >= 0.0
-                       ? static_cast<int64_t>(a.lr_warmup_fraction * static_cast<double>(c.decay_steps))
-                       : a.lr_warmup_iters * a.global_batch_size;
-  c.style = a.lr_decay_style == "constant" ? LrDecayStyle::kConstant
-            : a.lr_decay_style == "cosine" ? LrDecayStyle::kCosine
-                                           : LrDecayStyle::kLinear;
-  return c;
-}
-
 // Megatron's "(min, max) time across ranks" lines.
 std::string format_phase_report(const std::vector<PhaseTiming>& timings) {
   std::string out = "(min, max) time across ranks (ms):";
@@ -129,6 +115,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
                                           ? "--attention-backend fused needs the GPU (this run uses the CPU backend)"
                                           : "--attention-backend fused: this build has no cuDNN");
   }
+  // How accepted Megatron flags are carried out here (train/arguments.h), once.
+  if (grid.world_rank() == 0) {
+    for (const std::string& note : args.notes) log_line(LogLevel::kInfo, note);
+  }
   if (args.device == "cuda" && args.attention_dropout > 0.0 && grid.world_rank() == 0) {
     // cuDNN's fused attention draws its own dropout masks, which would differ between layouts.
     GPT_LOG_WARNING() << "--attention-dropout " << args.attention_dropout
@@ -196,7 +186,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->memory_gathered_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats * grid.world_size()});
   t->memory_ = t->memory_figures(pipeline, static_cast<double>(chunks_end - chunks_begin));
   t->arena_.freeze();
-  t->schedule_ = schedule_from(args);
+  t->schedule_ = lr_schedule_config(args);  // in samples, from iteration- or sample-based flags
   return t;
 }
 

@@ -192,6 +192,8 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
             "--tensor-model-parallel-size", "2"),
        "--num-query-groups (1) must be divisible by --tensor-model-parallel-size (2)", 2},
       {with(base_flags(), "--num-query-groups", "2"), "--num-query-groups needs --group-query-attention"},
+      {with(base_flags(), "--disable-bias-linear", ""),
+       "--disable-bias-linear without --swiglu is not available: Megatron then applies the exact (erf) GeLU"},
       {with(with(base_flags(), "--position-embedding-type", "rope"), "--rotary-percent", "0"),
        "--rotary-percent must be in (0, 1] (got 0)"},
       {with(with(base_flags(), "--position-embedding-type", "rope"), "--rotary-percent", "1.5"),
@@ -201,7 +203,7 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
       {with(base_flags(), "--rotary-base", "500000"), "--rotary-base applies only with --position-embedding-type rope"},
       {with(base_flags(), "--position-embedding-type", "yarn"), "--position-embedding-type yarn is not available"},
       {with(base_flags(), "--normalization", "ScaleNorm"), "--normalization must be LayerNorm or RMSNorm"},
-      {with(base_flags(), "--distributed-backend", "gloo"), "--distributed-backend must be nccl or mpi"},
+      {with(base_flags(), "--distributed-backend", "ucc"), "--distributed-backend must be nccl, mpi or gloo (got ucc)"},
       {with(base_flags(), "--tensor-model-parallel-size", "3"),
        "--num-attention-heads (4) must be divisible by --tensor-model-parallel-size (3)"},
       {with(with(base_flags(), "--tensor-model-parallel-size", "2"), "--ffn-hidden-size", "9"),
@@ -278,6 +280,230 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
                  "--recompute-method", "block"),
             "--recompute-num-layers", "3"),
        "--recompute-num-layers (3) must be between 1 and the layers per virtual pipeline stage (2)", 2},
+  };
+  for (const BadInput& bad : cases) {
+    const std::string message = error_of(bad.flags, bad.world_size);
+    EXPECT_NE(message.find(bad.expected), std::string::npos)
+        << "expected '" << bad.expected << "' in '" << message << "'";
+  }
+}
+
+// Parses and validates (world of 1), expecting no error.
+Arguments valid(const std::vector<std::string>& flags) {
+  absl::StatusOr<Arguments> parsed = parse_arguments(flags);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  if (!parsed.ok()) return Arguments{};
+  EXPECT_EQ(std::string(validate_arguments(*parsed).message()), "");
+  EXPECT_EQ(std::string(validate_for_world(*parsed, 1).message()), "");
+  return *parsed;
+}
+
+// Issue 15: the implementation choices a Megatron launch script passes are accepted with the
+// meaning their help states.
+TEST(Arguments, MegatronImplementationChoicesAreAccepted) {
+  const std::vector<const char*> switches = {
+      "--use-mcore-models", "--no-gradient-accumulation-fusion", "--attention-softmax-in-fp32",
+      "--no-rope-fusion", "--manual-gc", "--no-create-attention-mask-in-dataloader", "--no-mmap-bin-files",
+      "--use-flash-attn", "--no-masked-softmax-fusion", "--no-bias-dropout-fusion", "--no-bias-swiglu-fusion",
+      "--no-persist-layer-norm", "--no-async-tensor-model-parallel-allreduce", "--use-cpu-initialization",
+      "--apply-query-key-layer-scaling", "--accumulate-allreduce-grads-in-fp32", "--calculate-per-token-loss"};
+  std::vector<std::string> flags = base_flags();
+  for (const char* flag : switches) flags.push_back(flag);
+  for (const char* pair : {"--transformer-impl=transformer_engine", "--manual-gc-interval=10",
+                           "--empty-unused-memory-level=2"}) {
+    flags.push_back(pair);
+  }
+  const Arguments a = valid(flags);
+  for (const char* flag : switches) EXPECT_TRUE(a.was_given(flag)) << flag;
+  EXPECT_TRUE(a.use_flash_attn && a.no_gradient_accumulation_fusion && a.calculate_per_token_loss &&
+              a.accumulate_allreduce_grads_in_fp32 && a.apply_query_key_layer_scaling && a.manual_gc);
+  EXPECT_EQ(a.transformer_impl, "transformer_engine");
+  EXPECT_EQ(a.manual_gc_interval, 10);
+  EXPECT_EQ(a.empty_unused_memory_level, 2);
+  // --use-flash-attn is what --attention-backend auto does; with fused it agrees too.
+  EXPECT_EQ(a.attention_backend, "auto");
+  EXPECT_EQ(valid(with(with(with(with(base_flags(), "--use-flash-attn", ""), "--bf16", ""), "--attention-dropout", "0"),
+                       "--attention-backend", "fused"))
+                .attention_backend,
+            "fused");
+  // Every accepted value of the valued ones.
+  for (const char* impl : {"local", "transformer_engine"}) {
+    EXPECT_EQ(valid(with(base_flags(), "--transformer-impl", impl)).transformer_impl, impl);
+  }
+  for (const char* level : {"0", "1", "2"}) {
+    EXPECT_EQ(valid(with(base_flags(), "--empty-unused-memory-level", level)).empty_unused_memory_level,
+              std::stoll(level));
+  }
+  EXPECT_EQ(valid(with(base_flags(), "--manual-gc-interval", "0")).manual_gc_interval, 0);
+  // --no-bias-gelu-fusion has no effect with --swiglu (Megatron consults the SwiGLU fusion there).
+  EXPECT_TRUE(valid(with(with(base_flags(), "--swiglu", ""), "--no-bias-gelu-fusion", "")).no_bias_gelu_fusion);
+  // Each flag's help says what it means here.
+  absl::StatusOr<Arguments> help = parse_arguments(std::vector<std::string>{"pretrain_gpt", "--help"});
+  ASSERT_TRUE(absl::IsCancelled(help.status()));
+  const std::string text(help.status().message());
+  for (const char* flag : switches) EXPECT_NE(text.find(flag), std::string::npos) << flag;
+  for (const char* flag : {"--transformer-impl", "--manual-gc-interval", "--empty-unused-memory-level",
+                           "--no-bias-gelu-fusion", "--no-check-for-nan-in-loss-and-grad", "--rampup-batch-size",
+                           "--train-samples", "--lr-warmup-samples", "--lr-decay-samples"}) {
+    EXPECT_NE(text.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(Arguments, MegatronImplementationChoicesRefusedWithTheReason) {
+  const std::vector<BadInput> cases = {
+      {with(base_flags(), "--transformer-impl", "inference_optimized"),
+       "--transformer-impl inference_optimized is not available"},
+      {with(base_flags(), "--transformer-impl", "te"),
+       "--transformer-impl must be local or transformer_engine (got te)"},
+      {with(base_flags(), "--manual-gc-interval", "-1"), "--manual-gc-interval must be >= 0 (got -1)"},
+      {with(base_flags(), "--empty-unused-memory-level", "3"),
+       "--empty-unused-memory-level must be 0, 1 or 2 (got 3)"},
+      {with(base_flags(), "--empty-unused-memory-level", "-1"),
+       "--empty-unused-memory-level must be 0, 1 or 2 (got -1)"},
+      {with(with(base_flags(), "--use-flash-attn", ""), "--attention-backend", "local"),
+       "--use-flash-attn asks for flash attention, which --attention-backend local turns off"},
+      {with(with(base_flags(), "--use-flash-attn", ""), "--attention-backend", "unfused"),
+       "--use-flash-attn asks for flash attention, which --attention-backend unfused turns off"},
+      {with(base_flags(), "--no-bias-gelu-fusion", ""), "--no-bias-gelu-fusion is not available: without the fusion "
+                                                        "Megatron computes the exact (erf) GeLU"},
+      {with(base_flags(), "--no-check-for-nan-in-loss-and-grad", ""),
+       "--no-check-for-nan-in-loss-and-grad: there is no such check to turn off here"},
+      {with(base_flags(), "--rampup-batch-size", "16 8 300000"), "--rampup-batch-size"},
+      {[] {
+         std::vector<std::string> flags = base_flags();
+         for (const char* word : {"--rampup-batch-size", "16", "8", "300000"}) flags.push_back(word);
+         return flags;
+       }(),
+       "--rampup-batch-size is not supported: the global batch size is constant in this program"},
+      {[] {
+         std::vector<std::string> flags = base_flags();
+         for (const char* word : {"--rampup-batch-size", "16", "8"}) flags.push_back(word);
+         return flags;
+       }(),
+       "--rampup-batch-size"},
+  };
+  for (const BadInput& bad : cases) {
+    const std::string message = error_of(bad.flags, bad.world_size);
+    EXPECT_NE(message.find(bad.expected), std::string::npos)
+        << "expected '" << bad.expected << "' in '" << message << "'";
+  }
+}
+
+// Megatron's CPU backend runs on this program's MPI communicator, with one note (printed by rank 0
+// when training starts).
+TEST(Arguments, GlooRunsOnMpiWithANote) {
+  const Arguments a = valid(with(base_flags(), "--distributed-backend", "gloo"));
+  EXPECT_EQ(a.distributed_backend, "mpi");
+  ASSERT_EQ(a.notes.size(), 1u);
+  EXPECT_NE(a.notes[0].find("--distributed-backend gloo"), std::string::npos) << a.notes[0];
+  EXPECT_NE(a.notes[0].find("MPI"), std::string::npos) << a.notes[0];
+  EXPECT_EQ(a.notes[0].find('\n'), std::string::npos);
+  for (const char* backend : {"nccl", "mpi"}) {
+    const Arguments other = valid(with(base_flags(), "--distributed-backend", backend));
+    EXPECT_EQ(other.distributed_backend, backend);
+    EXPECT_TRUE(other.notes.empty());
+  }
+  EXPECT_TRUE(valid(base_flags()).notes.empty());
+}
+
+// Argparse's rule: a repeated flag takes its last value; --data-path (nargs='*') the last list.
+TEST(Arguments, RepeatedFlagTakesTheLastValue) {
+  std::vector<std::string> flags = base_flags();
+  for (const char* word : {"--lr", "3e-4", "--num-layers", "4", "--bf16", "--bf16", "--num-layers=6",
+                           "--distributed-backend", "nccl", "--distributed-backend", "mpi"}) {
+    flags.push_back(word);
+  }
+  Arguments a = valid(flags);
+  EXPECT_DOUBLE_EQ(a.lr, 3e-4);
+  EXPECT_EQ(a.num_layers, 6);
+  EXPECT_TRUE(a.bf16);
+  EXPECT_EQ(a.distributed_backend, "mpi");
+  // The last --data-path's list replaces the earlier one, whatever their lengths.
+  const std::vector<std::string> data = {"pretrain_gpt", "--data-path", "0.3", "/a", "0.7", "/b",
+                                         "--vocab-size", "8", "--data-path", "/c", "--seed", "1",
+                                         "--data-path", "2", "/d", "1", "/e"};
+  absl::StatusOr<Arguments> parsed = parse_arguments(data);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->data_path, (std::vector<std::string>{"2", "/d", "1", "/e"}));
+  EXPECT_TRUE(parsed->was_given("--data-path"));
+  parsed = parse_arguments(std::vector<std::string>{"pretrain_gpt", "--data-path", "/a", "/b", "--data-path", "/c"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->data_path, (std::vector<std::string>{"/c"}));
+  // A bad earlier value is still an error, as argparse converts every occurrence.
+  EXPECT_NE(error_of(with(flags, "--hidden-size", "abc")).find("--hidden-size"), std::string::npos);
+  flags.push_back("--hidden-size");
+  flags.push_back("abc");
+  flags.push_back("--hidden-size");
+  flags.push_back("64");
+  EXPECT_NE(error_of(flags).find("--hidden-size"), std::string::npos);
+}
+
+// Sample-based training (Megatron's --train-samples): iterations = floor(samples / global batch),
+// the schedule in samples as given.
+TEST(Arguments, SampleBasedTraining) {
+  std::vector<std::string> flags = with(without(base_flags(), "--train-iters"), "--train-samples", "100");
+  Arguments a = valid(flags);  // global batch 8
+  EXPECT_EQ(a.train_iters, 12);  // 100 // 8, as update_train_iters
+  EXPECT_EQ(a.train_samples, 100);
+  EXPECT_EQ(a.lr_decay_samples, 100);  // default: --train-samples
+  LrScheduleConfig c = lr_schedule_config(a);
+  EXPECT_EQ(c.decay_steps, 100);
+  EXPECT_DOUBLE_EQ(c.warmup_steps, 0.0);
+  EXPECT_EQ(c.style, LrDecayStyle::kLinear);
+  // Warmup and decay in samples, not rounded to whole batches.
+  a = valid(with(with(with(flags, "--lr-warmup-samples", "12"), "--lr-decay-samples", "90"), "--min-lr", "1e-4"));
+  c = lr_schedule_config(a);
+  EXPECT_EQ(c.decay_steps, 90);
+  EXPECT_DOUBLE_EQ(c.warmup_steps, 12.0);
+  EXPECT_DOUBLE_EQ(c.max_lr, 1e-3);
+  EXPECT_DOUBLE_EQ(c.min_lr, 1e-4);
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 8), 1e-3 * 8.0 / 12.0);  // the log line of iteration 1
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 96), 1e-4);                // past 90 samples
+  // A warmup fraction of the decay samples stays fractional (Megatron's float): 0.15 x 90 = 13.5.
+  a = valid(with(with(flags, "--lr-decay-samples", "90"), "--lr-warmup-fraction", "0.15"));
+  EXPECT_DOUBLE_EQ(lr_schedule_config(a).warmup_steps, 0.15 * 90);
+  // Megatron allows a zero warmup in the other unit.
+  EXPECT_EQ(valid(with(flags, "--lr-warmup-iters", "0")).train_iters, 12);
+  EXPECT_EQ(valid(with(base_flags(), "--lr-warmup-samples", "0")).train_iters, 5);
+  // Iteration-based: iterations x global batch; a fraction stays fractional here too (0.3 x 40 = 12).
+  a = valid(with(with(with(base_flags(), "--lr-warmup-fraction", "0.3"), "--lr-decay-iters", "5"),
+                 "--lr-decay-style", "cosine"));
+  c = lr_schedule_config(a);
+  EXPECT_EQ(c.decay_steps, 40);
+  EXPECT_DOUBLE_EQ(c.warmup_steps, 0.3 * 40);
+  EXPECT_EQ(c.style, LrDecayStyle::kCosine);
+  a = valid(with(base_flags(), "--lr-warmup-iters", "2"));
+  c = lr_schedule_config(a);
+  EXPECT_EQ(c.decay_steps, 40);
+  EXPECT_DOUBLE_EQ(c.warmup_steps, 16.0);
+  // With more data-parallel ranks the batch is the same, and so is the count.
+  a = *parse_arguments(with(flags, "--micro-batch-size", "1"));
+  ASSERT_TRUE(validate_arguments(a).ok());
+  ASSERT_TRUE(validate_for_world(a, 4).ok());
+  EXPECT_EQ(a.train_iters, 12);
+}
+
+TEST(Arguments, SampleAndIterationFlagsFollowMegatronsRules) {
+  const std::vector<std::string> samples = with(without(base_flags(), "--train-iters"), "--train-samples", "100");
+  const std::vector<BadInput> cases = {
+      {with(base_flags(), "--train-samples", "100"), "--train-iters and --train-samples cannot both be given"},
+      {with(samples, "--train-samples", "0"), "--train-samples must be a positive integer (got 0)"},
+      {with(samples, "--train-samples", "-5"), "--train-samples must be a positive integer (got -5)"},
+      {with(samples, "--train-samples", "7"), "--train-samples (7) is less than one global batch (8 samples)"},
+      {with(samples, "--lr-decay-iters", "10"), "--lr-decay-iters cannot be given with --train-samples"},
+      {with(samples, "--lr-warmup-iters", "2"), "--lr-warmup-iters cannot be given with --train-samples"},
+      {with(with(samples, "--lr-warmup-fraction", "0.1"), "--lr-warmup-samples", "8"),
+       "--lr-warmup-fraction and --lr-warmup-samples cannot both be given"},
+      {with(base_flags(), "--lr-decay-samples", "100"), "--lr-decay-samples needs --train-samples"},
+      {with(base_flags(), "--lr-warmup-samples", "16"), "--lr-warmup-samples needs --train-samples"},
+      {with(samples, "--lr-warmup-samples", "-1"), "--lr-warmup-samples must be >= 0 (got -1)"},
+      {with(samples, "--lr-decay-samples", "0"), "--lr-decay-samples must be a positive integer (got 0)"},
+      {with(samples, "--lr-warmup-samples", "100"),
+       "learning-rate warmup (100 samples) must be shorter than --lr-decay-samples (100, the default: "
+       "--train-samples)"},
+      {with(with(samples, "--lr-warmup-samples", "50"), "--lr-decay-samples", "40"),
+       "learning-rate warmup (50 samples) must be shorter than --lr-decay-samples (40)"},
+      {with(samples, "--lr-warmup-fraction", "1.5"), "--lr-warmup-fraction must be in [0, 1] (got 1.5)"},
   };
   for (const BadInput& bad : cases) {
     const std::string message = error_of(bad.flags, bad.world_size);
