@@ -20,7 +20,8 @@ MODELS = {  # name: (label, layers, hidden, heads, seq, micro batch)
 }
 PEAK_TFLOPS = 989.0
 ITERATIONS, LOG_INTERVAL, PROFILE_FROM = 30, 10, 21
-LOG = re.compile(r"elapsed time per iteration \(ms\): ([\d.]+) \| throughput per GPU \(TFLOP/s/GPU\): ([\d.]+)")
+LOG = re.compile(r"iteration +(\d+)/.*elapsed time per iteration \(ms\): ([\d.]+) \| "
+                 r"throughput per GPU \(TFLOP/s/GPU\): ([\d.]+)")
 MEMORY = re.compile(r"max reserved: ([\d.]+)")
 
 
@@ -29,7 +30,7 @@ def ours_command(binary, layers, hidden, heads, seq, micro_batch, iterations):
             "--num-layers", str(layers), "--hidden-size", str(hidden), "--num-attention-heads", str(heads),
             "--seq-length", str(seq), "--max-position-embeddings", str(seq), "--micro-batch-size", str(micro_batch),
             "--global-batch-size", str(micro_batch), "--train-iters", str(iterations), "--lr", "1e-4",
-            "--log-interval", str(LOG_INTERVAL), "--eval-iters", "0",
+            "--log-interval", str(LOG_INTERVAL), "--log-throughput", "--eval-iters", "0",
             # The PyTorch baseline has no dropout; Megatron's default 0.1 would also move attention
             # off cuDNN (layout-independent masks run the exact kernels).
             "--hidden-dropout", "0", "--attention-dropout", "0"]
@@ -44,10 +45,12 @@ def ours(binary, library_path, shape):
                          env=env)
     if run.returncode != 0:
         raise RuntimeError(f"pretrain_gpt failed ({run.returncode}): {run.stdout[-1500:]} {run.stderr[-2500:]}")
-    lines = [m for m in (LOG.search(l) for l in run.stdout.splitlines()) if m]
-    if len(lines) < 2:
-        raise RuntimeError(f"pretrain_gpt printed too few iteration lines: {run.stdout[-2000:]}")
-    ms, tflops = float(lines[1].group(1)), float(lines[1].group(2))  # iterations 11-20: warm, unprofiled
+    # The line of iteration 2 x LOG_INTERVAL covers iterations 11-20: warm, unprofiled (iteration 1
+    # has a line of its own, as in Megatron).
+    lines = [m for m in (LOG.search(l) for l in run.stdout.splitlines()) if m and int(m.group(1)) == 2 * LOG_INTERVAL]
+    if len(lines) != 1:
+        raise RuntimeError(f"pretrain_gpt printed no line for iteration {2 * LOG_INTERVAL}: {run.stdout[-2000:]}")
+    ms, tflops = float(lines[0].group(2)), float(lines[0].group(3))
     micro_batch, seq = shape[4], shape[3]
     memory = MEMORY.search(run.stdout)
     start = run.stdout.find("per-op time")

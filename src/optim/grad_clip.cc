@@ -27,30 +27,35 @@ std::vector<Range> or_everything(const ParamStore& params, std::span<const Range
 
 }  // namespace
 
+std::vector<CountedSlice> counted_slices(const ParamStore& params, std::span<const Range> owned) {
+  std::vector<CountedSlice> slices;
+  const std::vector<Range> ranges = or_everything(params, owned);
+  const std::vector<const Param*> ordered = in_flat_order(params);
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    for (size_t p = 0; p < ordered.size(); ++p) {
+      if (!ordered[p]->counts_in_grad_norm) continue;
+      const Range mine = params.range_of(*ordered[p]).intersect(ranges[r]);
+      if (!mine.empty()) slices.push_back({mine.begin, mine.end, r, p});
+    }
+  }
+  return slices;
+}
+
 double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& scratch,
                         std::span<Communicator* const> groups, std::span<const Range> owned) {
   ops::zero(ctx, scratch);
-  // Within an owned range, parameters that count and are adjacent in the flat buffer are summed as
-  // one range (the alignment padding between them holds zeros): one launch per owned range when
-  // every parameter counts, instead of one per parameter.
-  const std::vector<const Param*> ordered = in_flat_order(params);
-  for (const Range& range : or_everything(params, owned)) {
-    int64_t begin = -1, end = -1;
-    auto flush = [&] {
-      if (begin >= 0) ops::sum_of_squares(ctx, scratch, params.flat_grads().flat_range(begin, end - begin));
-      begin = end = -1;
-    };
-    for (const Param* param : ordered) {
-      const Range mine = params.range_of(*param).intersect(range);
-      if (mine.empty()) continue;
-      if (!param->counts_in_grad_norm) {
-        flush();
-        continue;
-      }
-      if (begin < 0) begin = mine.begin;
-      end = mine.end;
+  // Counted slices of parameters that follow each other in one owned range are summed as one range
+  // (the alignment padding between parameters holds zero gradients): one launch per owned range
+  // when every parameter counts, instead of one per parameter.
+  const std::vector<CountedSlice> slices = counted_slices(params, owned);
+  for (size_t i = 0; i < slices.size();) {
+    size_t j = i + 1;
+    while (j < slices.size() && slices[j].owned_index == slices[i].owned_index &&
+           slices[j].param_index == slices[j - 1].param_index + 1) {
+      ++j;
     }
-    flush();
+    ops::sum_of_squares(ctx, scratch, params.flat_grads().flat_range(slices[i].begin, slices[j - 1].end - slices[i].begin));
+    i = j;
   }
   for (Communicator* group : groups) {
     if (group->size() > 1) group->all_reduce(ctx, scratch, ReduceOp::kSum);

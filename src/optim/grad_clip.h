@@ -5,6 +5,7 @@
 #pragma once
 
 #include <span>
+#include <vector>
 
 #include "core/context.h"
 #include "model/param_store.h"
@@ -12,6 +13,17 @@
 #include "parallel/data_parallel/range.h"
 
 namespace gpt {
+
+// A counted parameter's part inside one owned range: flat elements [begin, end) of the store's
+// buffers, inside owned range `owned_index` (of `owned`, or of the whole buffer when it is empty).
+struct CountedSlice {
+  int64_t begin = 0, end = 0;
+  size_t owned_index = 0;
+  size_t param_index = 0;  // the parameter's position in flat order (all parameters counted)
+};
+// The parts of the parameters that count in norms (TP duplicates and the last stage's copy of the
+// tied embedding excluded) inside `owned`, in flat order; empty `owned` means the whole buffer.
+std::vector<CountedSlice> counted_slices(const ParamStore& params, std::span<const Range> owned = {});
 
 // Square root of the sum of squares of the gradients this rank counts (TP duplicates and the last
 // stage's copy of the tied embedding excluded) inside `owned` (empty: the whole buffer), summed over

@@ -379,7 +379,11 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   app.add_option("--eval-interval", a.eval_interval, "Iterations between evaluations on the validation split");
   app.add_option("--eval-iters", a.eval_iters, "Global batches per evaluation (0: no evaluation)");
   app.add_option("--log-interval", a.log_interval, "Iterations between log lines");
-  app.add_flag("--log-throughput", a.log_throughput, "Accepted for compatibility: throughput is always logged");
+  app.add_flag("--log-throughput", a.log_throughput,
+               "Log the throughput per GPU (TFLOP/s, Megatron's formula) and, a field of this program's, tokens/s "
+               "per GPU");
+  app.add_flag("--log-params-norm", a.log_params_norm, "Log the L2 norm of the (FP32 main) parameters");
+  app.add_flag("--log-num-zeros-in-grad", a.log_num_zeros_in_grad, "Log the number of zero gradient elements");
   app.add_option("--save", a.save, "Directory for checkpoints");
   app.add_option("--save-interval", a.save_interval, "Iterations between checkpoints");
   app.add_option("--load", a.load, "Directory to resume from (its latest_checkpointed_iteration.txt)");
@@ -443,24 +447,28 @@ absl::Status validate_data_arguments(Arguments& a) {
       }
     }
     GPT_RETURN_IF_ERROR(parse_split(a.split).status());
-    if (a.tokenizer_type.empty()) a.tokenizer_type = a.vocab_file.empty() ? "" : "GPT2BPETokenizer";
-    if (a.tokenizer_type.empty()) {
-      return invalid("--data-path needs a tokenizer: --vocab-file and --merge-file (GPT2BPETokenizer), or "
-                     "--tokenizer-type NullTokenizer with --vocab-size");
+  }
+  // The tokenizer: GPT-2 BPE files, or NullTokenizer with --vocab-size N (Megatron's: ids [0, N)
+  // plus the end-of-document id N). --mock-data takes either, as in Megatron, or --vocab-size alone
+  // (this program's shorthand: a vocabulary of exactly N).
+  if (a.tokenizer_type.empty() && !a.vocab_file.empty()) a.tokenizer_type = "GPT2BPETokenizer";
+  if (a.tokenizer_type.empty() && !a.mock_data) {
+    return invalid("--data-path needs a tokenizer: --vocab-file and --merge-file (GPT2BPETokenizer), or "
+                   "--tokenizer-type NullTokenizer with --vocab-size");
+  }
+  if (a.tokenizer_type == "GPT2BPETokenizer") {
+    if (a.vocab_file.empty() || a.merge_file.empty()) {
+      return invalid("--tokenizer-type GPT2BPETokenizer needs --vocab-file and --merge-file");
     }
-    if (a.tokenizer_type == "GPT2BPETokenizer") {
-      if (a.vocab_file.empty() || a.merge_file.empty()) {
-        return invalid("--tokenizer-type GPT2BPETokenizer needs --vocab-file and --merge-file");
-      }
-      return absl::OkStatus();
-    }
-    if (a.tokenizer_type != "NullTokenizer") {
-      return invalid(absl::StrCat("--tokenizer-type must be GPT2BPETokenizer or NullTokenizer (got ", a.tokenizer_type, ")"));
-    }
+    return absl::OkStatus();
+  }
+  if (!a.tokenizer_type.empty() && a.tokenizer_type != "NullTokenizer") {
+    return invalid(absl::StrCat("--tokenizer-type must be GPT2BPETokenizer or NullTokenizer (got ", a.tokenizer_type,
+                                ")"));
   }
   if (!a.was_given("--vocab-size")) {
     return invalid(absl::StrCat("missing required flag --vocab-size (needed by ",
-                                a.mock_data ? "--mock-data" : "--tokenizer-type NullTokenizer", ")"));
+                                a.tokenizer_type.empty() ? "--mock-data" : "--tokenizer-type NullTokenizer", ")"));
   }
   GPT_RETURN_IF_ERROR(require_positive("--vocab-size", a.vocab_size));
   if (a.vocab_size < 2) return invalid(absl::StrCat("--vocab-size must be at least 2 (got ", a.vocab_size, ")"));
@@ -509,12 +517,12 @@ absl::Status validate_arguments(Arguments& a) {
     if (a.was_given(flag)) GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
   if (a.eval_iters < 0) return invalid(absl::StrCat("--eval-iters must be >= 0 (got ", a.eval_iters, ")"));
-  // The vocabulary is known here with --mock-data and NullTokenizer (ids [0, N) plus eod N); with a
-  // vocab file it is checked again once read (the memory plan), here only the multiple.
-  const bool vocab_known = a.mock_data || a.tokenizer_type == "NullTokenizer";
-  const std::optional<int64_t> known_vocab = a.mock_data ? std::optional<int64_t>(a.vocab_size)
-                                             : vocab_known ? checked_add(a.vocab_size, 1)
-                                                           : std::optional<int64_t>(1);
+  // The vocabulary is known here with NullTokenizer (ids [0, N) plus eod N) and --mock-data's
+  // --vocab-size; with a vocab file it is checked again once read (the memory plan), here only the
+  // multiple.
+  const std::optional<int64_t> known_vocab = a.tokenizer_type == "NullTokenizer" ? checked_add(a.vocab_size, 1)
+                                             : a.tokenizer_type.empty()           ? std::optional<int64_t>(a.vocab_size)
+                                                                                  : std::optional<int64_t>(1);
   if (!known_vocab) return invalid(absl::StrCat("--vocab-size (", a.vocab_size, ") is too large"));
   GPT_RETURN_IF_ERROR(checked_padded_vocab_size(a, *known_vocab).status());
   if (a.timing_log_level < 0 || a.timing_log_level > 2) {

@@ -134,7 +134,9 @@ struct Arguments {
   int64_t eval_interval = 1000;
   int64_t eval_iters = 100;
   int64_t log_interval = 100;
-  bool log_throughput = false;  // accepted for compatibility; throughput is always logged
+  bool log_throughput = false;  // TFLOP/s/GPU (and tokens/s/GPU) in the log line
+  bool log_params_norm = false;        // "params norm" in the log line
+  bool log_num_zeros_in_grad = false;  // "num zeros" in the log line
   int64_t timing_log_level = 0;  // >= 1: Megatron's "(min, max) time across ranks" lines per phase
   std::string metrics_file;      // "": none; else JSON Lines per log line (train/metrics_file.h)
 

@@ -73,15 +73,23 @@ absl::StatusOr<DataSources> build_indexed(const Arguments& a) {
   return sources;
 }
 
-DataSources build_mock(const Arguments& a) {
+absl::StatusOr<DataSources> build_mock(const Arguments& a) {
   DataSources sources;
   const uint64_t seed = static_cast<uint64_t>(a.seed);
-  // Mock data: three independent streams, one per split.
-  sources.vocab_size = a.vocab_size;
-  sources.train = std::make_shared<MockDataset>(seed, a.vocab_size, a.seq_length);
+  // The tokenizer's vocabulary (NullTokenizer: N + 1, as Megatron), or --vocab-size alone.
+  if (a.tokenizer_type.empty()) {
+    sources.vocab_size = a.vocab_size;
+  } else {
+    GPT_ASSIGN_OR_RETURN(sources.vocab_size, tokenizer_vocab_size(a));
+    if (sources.vocab_size > vocabulary_before_data(a)) {
+      GPT_RETURN_IF_ERROR(check_memory_fits(a, job_world_size(), sources.vocab_size, /*ranks_per_gpu=*/1));
+    }
+  }
+  // Mock data: three independent streams, one per split, of ids below the vocabulary size.
+  sources.train = std::make_shared<MockDataset>(seed, sources.vocab_size, a.seq_length);
   if (a.eval_iters > 0) {
-    sources.valid = std::make_shared<MockDataset>(seed + 1, a.vocab_size, a.seq_length);
-    sources.test = std::make_shared<MockDataset>(seed + 2, a.vocab_size, a.seq_length);
+    sources.valid = std::make_shared<MockDataset>(seed + 1, sources.vocab_size, a.seq_length);
+    sources.test = std::make_shared<MockDataset>(seed + 2, sources.vocab_size, a.seq_length);
   }
   return sources;
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace gpt {
@@ -25,14 +26,24 @@ struct IterationLog {
   double grad_norm = 0.0;
   int64_t skipped_iterations = 0;
   int64_t nan_iterations = 0;
+  double tokens_per_second_per_gpu = 0.0;
+  std::optional<int64_t> num_zeros_in_grad;  // --log-num-zeros-in-grad
+  std::optional<double> params_norm;         // --log-params-norm
 };
 
-// Without the leading timestamp's trailing newline; `timestamp` is "YYYY-mm-dd HH:MM:SS".
-std::string format_log_line(const IterationLog& log, const std::string& timestamp);
+struct LogLineOptions {
+  // --log-throughput: Megatron prints the TFLOP/s field only then. This program adds the tokens
+  // per second per GPU right after it (a field of its own, so Megatron's fields keep their text).
+  bool throughput = false;
+};
+
+// Without a trailing newline; `timestamp` is "YYYY-mm-dd HH:MM:SS".
+std::string format_log_line(const IterationLog& log, const std::string& timestamp, const LogLineOptions& options);
 std::string current_timestamp();
 
-// Megatron's evaluation block:
-//  "validation loss at iteration 100 | lm loss value: 5.1E+00 | lm loss PPL: 1.6E+02 | "
+// Megatron's evaluation line, `where` being "iteration 100" during training and "iteration 100 on
+// validation set" / "... on test set" at the end:
+//  " validation loss at iteration 100 | lm loss value: 5.100000E+00 | lm loss PPL: 1.640219E+02 | "
 std::string format_validation_line(const std::string& where, double loss);
 
 }  // namespace gpt

@@ -152,6 +152,8 @@ std::string canonical_arguments(const Arguments& a) {
   line("--eval-iters", a.eval_iters);
   line("--log-interval", a.log_interval);
   line("--log-throughput", a.log_throughput);
+  line("--log-params-norm", a.log_params_norm);
+  line("--log-num-zeros-in-grad", a.log_num_zeros_in_grad);
   line("--timing-log-level", a.timing_log_level);
   line("--metrics-file", a.metrics_file);
   line("--save", a.save);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "core/cuda_runtime.h"
 #include "core/logging.h"
 #include "core/memory.h"
@@ -13,6 +14,7 @@
 #include "kernels/op_profile.h"
 #include "kernels/ops.h"
 #include "optim/grad_clip.h"
+#include "optim/log_norms.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "train/data_setup.h"
 #include "train/flops.h"
@@ -180,6 +182,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adam, t->arena_, t->data_parallel_->owned());
   t->loss_sum_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->norm_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
+  t->zeros_scratch_ = t->arena_.allocate_zeroed(DType::kInt64, {1});
   t->memory_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats});
   t->timing_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {6});
   t->timing_ = args.timing_log_level >= 1;
@@ -265,12 +268,20 @@ void Trainer::set_data_position(const DataPosition& position, int64_t iteration)
   iteration_ = iteration;
 }
 
-double Trainer::evaluate(Split split) {
+double Trainer::evaluate(Split split, bool verbose) {
   const SampleSource* source = split == Split::kTest ? test_data_.get() : valid_data_.get();
   GPT_CHECK(source != nullptr) << "evaluation without a validation/test split";
   int64_t consumed = split == Split::kTest ? 0 : consumed_valid_samples_;
+  // Megatron's progress lines (print_rank_0) for the evaluations after training.
+  const bool progress = verbose && grid_.world_rank() == 0;
+  if (progress) std::printf("Evaluating on %lld samples\n", static_cast<long long>(args_.eval_iters * args_.global_batch_size));
   ops::zero(ctx_, loss_sum_);
   for (int64_t iteration = 0; iteration < args_.eval_iters; ++iteration) {
+    if (progress) {
+      std::printf("Evaluating iter %lld/%lld\n", static_cast<long long>(iteration + 1),
+                  static_cast<long long>(args_.eval_iters));
+      std::fflush(stdout);
+    }
     feed_->start(*source, consumed, {loss_sum_, std::nullopt});
     forward_backward_->run(ctx_, grid_.pipeline(), Pass::kEvaluate);
     consumed += args_.global_batch_size;
@@ -326,7 +337,7 @@ void Trainer::end_phase(Stopwatch& since, double& total) {
   since.restart();
 }
 
-std::vector<PhaseTiming> Trainer::phase_timings(int64_t iterations) {
+std::vector<PhaseTiming> Trainer::phase_timings(int64_t iterations, bool reset) {
   // (min, max) over the world: one max-reduction of (t, -t).
   const double n = static_cast<double>(std::max<int64_t>(1, iterations)) / 1e3;
   const double mine[3] = {phases_.forward_backward / n, phases_.all_grads_sync / n, phases_.optimizer / n};
@@ -339,11 +350,17 @@ std::vector<PhaseTiming> Trainer::phase_timings(int64_t iterations) {
   grid_.world().all_reduce(ctx_, timing_scratch_, ReduceOp::kMax);
   copy_to_host(ctx_, values, timing_scratch_);
   ctx_.synchronize();
-  phases_ = {};
+  if (reset) phases_ = {};
   const char* names[3] = {"forward-backward", "all-grads-sync", "optimizer"};
   std::vector<PhaseTiming> out;
   for (int i = 0; i < 3; ++i) out.push_back({names[i], -values[3 + i], values[i]});
   return out;
+}
+
+double Trainer::params_norm() {
+  std::vector<Communicator*> groups = {&grid_.model_parallel()};
+  if (data_parallel_->distributed_optimizer()) groups.push_back(&grid_.data());
+  return global_params_norm(ctx_, *params_, *optimizer_, norm_scratch_, groups);
 }
 
 StepResult Trainer::apply_update() {
@@ -353,6 +370,9 @@ StepResult Trainer::apply_update() {
   if (data_parallel_->distributed_optimizer()) norm_groups.push_back(&grid_.data());
   Stopwatch phase;
   result.grad_norm = global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups, optimizer_->owned());
+  if (args_.log_num_zeros_in_grad) {
+    result.num_zeros_in_grad = count_zero_gradients(ctx_, *params_, optimizer_->owned(), zeros_scratch_, norm_groups);
+  }
   result.learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size);
   if (std::isfinite(result.grad_norm)) {
     optimizer_->step(ctx_, static_cast<float>(result.learning_rate),
@@ -399,7 +419,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
   const double flops_per_iteration = model_flops_per_iteration(config_, args_.global_batch_size);
   double interval_seconds = 0.0;  // training steps only; evaluation is not counted
   double interval_loss = 0.0;
-  int64_t interval_iterations = 0, skipped = 0, nan_iterations = 0;
+  int64_t interval_steps = 0, interval_iterations = 0, skipped = 0, nan_iterations = 0;
   bool memory_reported = false;
   // Per-op device time (kernels/op_profile.h): GPT_OP_PROFILE=1 profiles every iteration after
   // the first (warm-up); GPT_OP_PROFILE_FROM=k profiles iterations k, k+1, ... only, so that the
@@ -428,8 +448,13 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       ++nan_iterations;
     }
     if (step.skipped) ++skipped;
-    if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters) {
-      const int64_t iterations_in_interval = (iteration_ - 1) % args_.log_interval + 1;
+    ++interval_steps;
+    // Megatron's rule: every --log-interval iterations, and the first iteration of the run (to
+    // show the start-up cost) without starting a new interval.
+    const bool interval_end = iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters;
+    const bool first_of_run = iteration_ == first_iteration + 1;
+    if (interval_end || first_of_run) {
+      const int64_t iterations_in_interval = interval_steps;
       const double seconds_per_iteration = interval_seconds / static_cast<double>(iterations_in_interval);
       IterationLog log;
       log.iteration = iteration_;
@@ -443,11 +468,16 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       log.grad_norm = step.grad_norm;
       log.skipped_iterations = skipped;
       log.nan_iterations = nan_iterations;
-      const std::vector<PhaseTiming> timers = timing_ ? phase_timings(iterations_in_interval)  // collective
-                                                      : std::vector<PhaseTiming>{};
+      log.tokens_per_second_per_gpu = static_cast<double>(args_.global_batch_size * args_.seq_length) /
+                                      (seconds_per_iteration * grid_.world_size());
+      log.num_zeros_in_grad = step.num_zeros_in_grad;
+      if (args_.log_params_norm) log.params_norm = params_norm();  // collective
+      const std::vector<PhaseTiming> timers =
+          timing_ ? phase_timings(iterations_in_interval, /*reset=*/interval_end)  // collective
+                  : std::vector<PhaseTiming>{};
       if (logging) {
         const std::string timestamp = current_timestamp();
-        std::printf("%s\n", format_log_line(log, timestamp).c_str());
+        std::printf("%s\n", format_log_line(log, timestamp, {.throughput = args_.log_throughput}).c_str());
         if (!timers.empty()) std::printf("%s\n", format_phase_report(timers).c_str());
         if (metrics) {
           IterationMetrics m{.log = log, .timestamp = timestamp};
@@ -476,9 +506,11 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
         }
         std::fflush(stdout);
       }
-      interval_seconds = 0.0;
-      interval_loss = 0.0;
-      interval_iterations = skipped = nan_iterations = 0;
+      if (interval_end) {
+        interval_seconds = 0.0;
+        interval_loss = 0.0;
+        interval_steps = interval_iterations = skipped = nan_iterations = 0;
+      }
     }
     if (valid_data_ && iteration_ % args_.eval_interval == 0) {
       const double loss = evaluate(Split::kValid);
@@ -498,13 +530,13 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     std::fflush(stdout);
   }
   if (valid_data_) {
-    const double loss = evaluate(Split::kValid);
-    print_evaluation("the end of training for val data", loss);
+    const double loss = evaluate(Split::kValid, /*verbose=*/true);
+    print_evaluation(absl::StrCat("iteration ", iteration_, " on validation set"), loss);
     if (metrics) metrics->write(validation_record("valid", iteration_, true, loss));
   }
   if (test_data_) {
-    const double loss = evaluate(Split::kTest);
-    print_evaluation("the end of training for test data", loss);
+    const double loss = evaluate(Split::kTest, /*verbose=*/true);
+    print_evaluation(absl::StrCat("iteration ", iteration_, " on test set"), loss);
     if (metrics) metrics->write(validation_record("test", iteration_, true, loss));
   }
   return absl::OkStatus();

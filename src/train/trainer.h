@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/arena.h"
@@ -33,6 +34,7 @@ struct StepResult {
   double grad_norm = 0.0;      // before clipping
   double learning_rate = 0.0;  // the rate this step used
   bool skipped = false;        // non-finite gradient: no update
+  std::optional<int64_t> num_zeros_in_grad;  // with --log-num-zeros-in-grad
 };
 
 // Turns --device auto into cpu or cuda (the GPU when the CUDA backend is built and one is visible);
@@ -60,7 +62,7 @@ class Trainer {
   double evaluate_microbatch(int64_t microbatch);
   // Mean token loss over --eval-iters global batches of the validation (or test) split, forward
   // only; validation continues where the previous evaluation stopped, test starts at 0.
-  double evaluate(Split split);
+  double evaluate(Split split, bool verbose = false);
 
   // Where the data stands: samples consumed from the train and validation splits. Setting it
   // (after a restart) makes the next samples exactly those an uninterrupted run would read.
@@ -128,7 +130,10 @@ class Trainer {
   void end_phase(Stopwatch& since, double& total);
   // The phases' ms per iteration over the last `iterations`, (min, max) over the world (collective);
   // resets the sums.
-  std::vector<PhaseTiming> phase_timings(int64_t iterations);
+  // --log-params-norm: the L2 norm of the FP32 main weights over the whole model (collective).
+  double params_norm();
+  // `reset`: start a new interval (false for the first iteration's early log line, as Megatron).
+  std::vector<PhaseTiming> phase_timings(int64_t iterations, bool reset);
   Tensor timing_scratch_;  // float32 [6], for the min/max over ranks
   MemoryFigures memory_;
   Tensor memory_scratch_, memory_gathered_;  // float32, for the start-up memory report
@@ -137,6 +142,7 @@ class Trainer {
   LrScheduleConfig schedule_;
   Tensor loss_sum_;      // [1] float32, summed token losses of the iteration
   Tensor norm_scratch_;  // [1] float32
+  Tensor zeros_scratch_;  // [1] int64, for --log-num-zeros-in-grad
   int64_t microbatches_ = 1;
   int64_t data_parallel_size_ = 1;
   int64_t iteration_ = 0;

@@ -19,17 +19,19 @@ import harness  # noqa: E402
 TINY = ("--device cpu --mock-data --vocab-size 512 --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
         "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 8 "
         "--train-iters 6 --lr 1e-3 --log-interval 2 --eval-interval 3 --eval-iters 1 "
-        "--timing-log-level 1").split()
+        "--timing-log-level 1 --log-throughput").split()
 GBS, SEQ = 8, 32
 
 LOG_LINE = re.compile(
     r"^ \[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\] iteration +(\d+)/ +(\d+) \| consumed samples: +(\d+) \| "
     r"elapsed time per iteration \(ms\): ([\d.]+) \| throughput per GPU \(TFLOP/s/GPU\): ([\d.]+) \| "
+    r"tokens per GPU \(tokens/s/GPU\): ([\d.]+) \| "
     r"learning rate: (\S+) \| global batch size: +(\d+) \| (?:lm loss: (\S+) \| )?"
     r"loss scale: ([\d.]+) \| grad norm: (\S+) \| number of skipped iterations: +(\d+) \| "
     r"number of nan iterations: +(\d+) \|$")
 TIMER = re.compile(r"^    (\S+) \.*: \(([\d.-]+), ([\d.-]+)\)$")
-VALIDATION = re.compile(r"^ validation loss at (iteration (\d+)|the end of training for (val|test) data) \| "
+# During training "at iteration N", after it "at iteration N on validation set" / "... on test set".
+VALIDATION = re.compile(r"^ validation loss at iteration (\d+)( on (validation|test) set)? \| "
                         r"lm loss value: (\S+) \| lm loss PPL: (\S+) \| $")
 
 
@@ -39,14 +41,14 @@ def printed_records(stdout):
     for line in stdout.splitlines():
         if m := LOG_LINE.match(line):
             records.append({"kind": "log", "timestamp": m[1], "iteration": int(m[2]), "train_iters": int(m[3]),
-                            "consumed": int(m[4]), "elapsed": m[5], "tflops": m[6], "lr": m[7], "gbs": int(m[8]),
-                            "loss": m[9], "loss_scale": m[10], "grad_norm": m[11], "skipped": int(m[12]),
-                            "nan": int(m[13]), "timers": {}})
+                            "consumed": int(m[4]), "elapsed": m[5], "tflops": m[6], "tokens": m[7], "lr": m[8],
+                            "gbs": int(m[9]), "loss": m[10], "loss_scale": m[11], "grad_norm": m[12],
+                            "skipped": int(m[13]), "nan": int(m[14]), "timers": {}})
         elif (m := TIMER.match(line)) and records and records[-1]["kind"] == "log":
             records[-1]["timers"][m[1]] = (m[2], m[3])
         elif m := VALIDATION.match(line):
-            records.append({"kind": "validation", "iteration": int(m[2]) if m[2] else None,
-                            "split": "test" if m[3] == "test" else "valid", "end": m[2] is None,
+            records.append({"kind": "validation", "iteration": int(m[1]),
+                            "split": "test" if m[3] == "test" else "valid", "end": m[2] is not None,
                             "loss": m[4], "ppl": m[5]})
     return records
 
@@ -70,15 +72,15 @@ def compare(name, lines, printed, layout, failures):
                    f"{r['lm_loss_ppl']:.6E}")
             want = (True, p["split"], p["end"], p["loss"], p["ppl"])
             # End-of-training evaluations carry the last iteration.
-            iteration = p["iteration"] if p["iteration"] is not None else last_iteration
-            if got != want or r["iteration"] != iteration:
+            if got != want or r["iteration"] != p["iteration"] or (p["end"] and p["iteration"] != last_iteration):
                 failures.append(f"{where}: validation record {r} does not match the printed {p}")
             continue
         last_iteration = r["iteration"]
         seconds = r["elapsed_time_per_iteration_ms"] / 1e3
         got = {"timestamp": r["timestamp"], "iteration": r["iteration"], "train_iters": r["train_iters"],
                "consumed": r["consumed_samples"], "elapsed": f"{r['elapsed_time_per_iteration_ms']:.1f}",
-               "tflops": f"{r['throughput_tflops_per_gpu']:.1f}", "lr": f"{r['learning_rate']:.6E}",
+               "tflops": f"{r['throughput_tflops_per_gpu']:.1f}",
+               "tokens": f"{r['tokens_per_second'] / r['world_size']:.1f}", "lr": f"{r['learning_rate']:.6E}",
                "gbs": r["global_batch_size"], "loss": f"{r['lm_loss']:.6E}",
                "loss_scale": f"{r['loss_scale']:.1f}", "grad_norm": f"{r['grad_norm']:.3f}",
                "skipped": r["skipped_iterations"], "nan": r["nan_iterations"],
@@ -132,8 +134,13 @@ def main():
             f.write("stale line from an earlier run\n")  # a run from iteration 0 truncates
         result = run(prefix + [args.binary] + TINY + extra + ["--metrics-file", path], name)
         printed = printed_records(result.stdout)
-        if sum(p["kind"] == "log" for p in printed) != 3 or sum(p["kind"] == "validation" for p in printed) < 3:
-            failures.append(f"{name}: expected 3 log lines and at least 3 evaluations, got {printed}")
+        # Iteration 1 (the first of the run, as Megatron) and every --log-interval 2.
+        if [p["iteration"] for p in printed if p["kind"] == "log"] != [1, 2, 4, 6] or \
+                sum(p["kind"] == "validation" for p in printed) < 3:
+            failures.append(f"{name}: expected log lines at 1, 2, 4, 6 and at least 3 evaluations, got {printed}")
+        # Megatron's progress lines for the evaluations after training: one set per split.
+        if result.stdout.count("Evaluating on 8 samples\nEvaluating iter 1/1\n") != 2:
+            failures.append(f"{name}: expected Megatron's 'Evaluating on 8 samples' / 'Evaluating iter 1/1' twice")
         compare(name, read_lines(path), printed, layout, failures)
 
     # Resumed: iterations 1-4 saved, then 5-6 loaded from the checkpoint append to the same file.
@@ -144,7 +151,8 @@ def main():
     lines_first = len(read_lines(path)) if os.path.exists(path) else 0
     second = run([args.binary] + flags + ["--load", checkpoint], "resumed, second part")
     printed = printed_records(first.stdout) + printed_records(second.stdout)
-    if [p["iteration"] for p in printed if p["kind"] == "log"] != [2, 4, 6]:
+    # The second part's first iteration (5) is logged as the first of its run.
+    if [p["iteration"] for p in printed if p["kind"] == "log"] != [1, 2, 4, 5, 6]:
         failures.append(f"resumed: printed log iterations {[p['iteration'] for p in printed if p['kind'] == 'log']}")
     if lines_first == 0 or lines_first >= len(printed):
         failures.append(f"resumed: {lines_first} lines after the first part of {len(printed)} printed records")

@@ -13,14 +13,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 
-ACCEPTANCE = ("--device cpu --mock-data --vocab-size 512 --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
-              "--seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 8 "
-              "--train-iters 50 --lr 1e-3 --log-interval 1").split()
+# The README's command (one Megatron also accepts: NullTokenizer's vocabulary is 512 + 1).
+ACCEPTANCE = ("--device cpu --mock-data --tokenizer-type NullTokenizer --vocab-size 512 --num-layers 2 "
+              "--hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 "
+              "--micro-batch-size 2 --global-batch-size 8 --train-iters 50 --lr 1e-3 --log-interval 1 "
+              "--log-throughput").split()
 
 # Megatron's training_log line (megatron/training/training.py in Megatron-LM).
 LOG_LINE = re.compile(
     r"^ \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] iteration +(\d+)/ +(\d+) \| consumed samples: +(\d+) \| "
     r"elapsed time per iteration \(ms\): [\d.]+ \| throughput per GPU \(TFLOP/s/GPU\): [\d.]+ \| "
+    r"tokens per GPU \(tokens/s/GPU\): [\d.]+ \| "
     r"learning rate: (\d\.\d{6}E[+-]\d\d) \| global batch size: +(\d+) \| lm loss: (\d\.\d{6}E[+-]\d\d) \| "
     r"loss scale: 1\.0 \| grad norm: [\d.]+ \| number of skipped iterations: +0 \| "
     r"number of nan iterations: +0 \|$")
@@ -113,7 +116,7 @@ def main():
     run = subprocess.run([binary] + ACCEPTANCE, capture_output=True, text=True, timeout=300)
     if run.returncode != 0:
         failures.append(f"acceptance run exited {run.returncode}: {run.stderr}")
-    matches = [LOG_LINE.match(line) for line in run.stdout.splitlines() if "iteration " in line]
+    matches = [LOG_LINE.match(line) for line in run.stdout.splitlines() if line.startswith(" [")]
     if len(matches) != 50 or not all(matches):
         failures.append(f"expected 50 Megatron log lines, got {sum(1 for m in matches if m)} of {len(matches)}")
     else:

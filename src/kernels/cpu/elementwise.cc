@@ -74,6 +74,14 @@ void sum(Context& ctx, const Tensor& out, const Tensor& x) {
   out.data_as<float>()[0] += static_cast<float>(total);
 }
 
+void count_zeros(Context& ctx, const Tensor& out, const Tensor& x) {
+  GPT_CHECK(out.numel() == 1 && out.dtype() == DType::kInt64 && x.dtype() == DType::kFloat32) << "count_zeros";
+  const float* in = x.data_as<float>();
+  int64_t zeros = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) zeros += in[i] == 0.0f ? 1 : 0;
+  out.data_as<int64_t>()[0] += zeros;
+}
+
 void zero(Context& ctx, const Tensor& x) {
   if (x.numel() > 0) std::memset(x.data(), 0, x.bytes());
 }

@@ -78,5 +78,21 @@ TEST(Elementwise, CastsRoundToNearestEvenAndReductionsAreExactEnough) {
   EXPECT_EQ(relative_error(f, reference::Vec(1001, 0.0)), 0.0);
 }
 
+TEST(Elementwise, CountZerosAddsTheExactCount) {
+  Context ctx = Context::cpu(1);
+  TensorFactory make(7);
+  Tensor x = make.random(DType::kFloat32, {4099});
+  int64_t want = 5;  // already in the counter: the op adds
+  for (int64_t i = 0; i < x.numel(); i += 3) {
+    x.data_as<float>()[i] = (i % 2 == 0) ? 0.0f : -0.0f;  // both signed zeros count
+    ++want;
+  }
+  Arena arena(Device::kCpu, "count");
+  Tensor count = arena.allocate(DType::kInt64, {1});
+  count.data_as<int64_t>()[0] = 5;
+  ops::count_zeros(ctx, count, x);
+  EXPECT_EQ(count.data_as<int64_t>()[0], want);
+}
+
 }  // namespace
 }  // namespace gpt

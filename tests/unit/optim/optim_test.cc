@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "optim/adamw.h"
 #include "optim/grad_clip.h"
+#include "optim/log_norms.h"
 #include "optim/lr_schedule.h"
 #include "parallel/comm/self_communicator.h"
 
@@ -115,6 +116,50 @@ TEST(GradNorm, CountsTensorParallelDuplicatesOnce) {
   for (int i = 0; i < 3; ++i) store.get("replicated").grad.data_as<float>()[i] = 10.0f;
   Tensor scratch = arena.allocate(DType::kFloat32, {1});
   EXPECT_DOUBLE_EQ(global_grad_norm(ctx, store, scratch, {}), 2.0);
+}
+
+// --log-params-norm and --log-num-zeros-in-grad against hand-computed values: TP duplicates do not
+// count, the alignment padding between parameters is not counted as zeros, and with owned ranges
+// (a ZeRO shard) only the owned elements count, read from the BF16 run's FP32 master copy.
+TEST(LogNorms, ParamsNormAndZeroGradientsCountWhatTheRankOwns) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    Context ctx = Context::cpu(1);
+    Arena arena(Device::kCpu, "test");
+    ParamSpec split = spec("split", {4, 2});
+    split.split = TensorSplit::kRows;
+    // TP rank 1 of 2: "split" holds rows 2-3 (4 elements), "replicated" is a duplicate.
+    ParamStore store({split, spec("replicated", {3}), spec("split_bias", {5})}, 1, 2, dtype, arena);
+    Param& mine = store.get("split");
+    store.get("split_bias").counts_in_grad_norm = true;  // counted as if it were split (a second counted parameter)
+    auto set = [&](Param& param, std::vector<float> values) {
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (dtype == DType::kFloat32) param.value.data_as<float>()[i] = values[i];
+        else param.value.data_as<bf16>()[i] = bf16(values[i]);
+      }
+    };
+    set(mine, {1, 2, 2, 4});
+    set(store.get("replicated"), {100, 100, 100});
+    set(store.get("split_bias"), {0, 0, 0, 0, 0});
+    Tensor scratch = arena.allocate(DType::kFloat32, {1});
+    Tensor count = arena.allocate(DType::kInt64, {1});
+    {
+      AdamW adam(ctx, store, {}, arena);
+      EXPECT_DOUBLE_EQ(global_params_norm(ctx, store, adam, scratch, {}), 5.0);  // sqrt(1 + 4 + 4 + 16)
+    }
+    // Gradients: two zeros in "split", all zeros in the duplicate (not counted), one zero in the bias.
+    const float split_grads[4] = {0, 1, 0, 3};
+    const float bias_grads[5] = {1, 1, 0, 1, 1};
+    for (int i = 0; i < 4; ++i) mine.grad.data_as<float>()[i] = split_grads[i];
+    for (int i = 0; i < 3; ++i) store.get("replicated").grad.data_as<float>()[i] = 0;
+    for (int i = 0; i < 5; ++i) store.get("split_bias").grad.data_as<float>()[i] = bias_grads[i];
+    EXPECT_EQ(count_zero_gradients(ctx, store, {}, count, {}), 3);
+    // A shard owning "split"'s last two elements and the bias's first three.
+    const int64_t split_at = mine.flat_offset, bias_at = store.get("split_bias").flat_offset;
+    const std::vector<Range> owned = {{split_at + 2, split_at + 4}, {bias_at, bias_at + 3}};
+    EXPECT_EQ(count_zero_gradients(ctx, store, owned, count, {}), 2);
+    AdamW sharded(ctx, store, {}, arena, owned);
+    EXPECT_DOUBLE_EQ(global_params_norm(ctx, store, sharded, scratch, {}), std::sqrt(4.0 + 16.0));
+  }
 }
 
 }  // namespace

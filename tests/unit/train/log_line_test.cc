@@ -18,11 +18,35 @@ TEST(LogLine, MatchesMegatronExactly) {
   log.global_batch_size = 4;
   log.lm_loss = 6.158036;
   log.grad_norm = 110.614;
-  EXPECT_EQ(format_log_line(log, "2025-02-20 11:18:37"),
+  log.tokens_per_second_per_gpu = 5531.6;
+  // With --log-throughput: Megatron's line plus this program's tokens field after the TFLOP/s one.
+  EXPECT_EQ(format_log_line(log, "2025-02-20 11:18:37", {.throughput = true}),
             " [2025-02-20 11:18:37] iteration        2/250000000 | consumed samples:            8 | elapsed time "
-            "per iteration (ms): 370.3 | throughput per GPU (TFLOP/s/GPU): 0.6 | learning rate: 1.000000E-05 | "
+            "per iteration (ms): 370.3 | throughput per GPU (TFLOP/s/GPU): 0.6 | tokens per GPU (tokens/s/GPU): "
+            "5531.6 | learning rate: 1.000000E-05 | "
             "global batch size:     4 | lm loss: 6.158036E+00 | loss scale: 1.0 | grad norm: 110.614 | number of "
             "skipped iterations:   0 | number of nan iterations:   0 |");
+  // Without it Megatron prints no throughput field.
+  EXPECT_EQ(format_log_line(log, "2025-02-20 11:18:37", {}),
+            " [2025-02-20 11:18:37] iteration        2/250000000 | consumed samples:            8 | elapsed time "
+            "per iteration (ms): 370.3 | learning rate: 1.000000E-05 | "
+            "global batch size:     4 | lm loss: 6.158036E+00 | loss scale: 1.0 | grad norm: 110.614 | number of "
+            "skipped iterations:   0 | number of nan iterations:   0 |");
+}
+
+// --log-num-zeros-in-grad and --log-params-norm: Megatron's fields after the grad norm.
+TEST(LogLine, OptionalNormFieldsInMegatronsPlace) {
+  IterationLog log;
+  log.iteration = 10;
+  log.train_iters = 10;
+  log.lm_loss = 1.0;
+  log.grad_norm = 0.5;
+  log.num_zeros_in_grad = 1234;
+  log.params_norm = 17.25;
+  const std::string line = format_log_line(log, "2025-02-20 11:18:37", {});
+  EXPECT_NE(line.find("| grad norm: 0.500 | num zeros: 1234 | params norm: 17.250 | number of skipped"),
+            std::string::npos)
+      << line;
 }
 
 TEST(LogLine, TimestampAndValidationFormat) {
