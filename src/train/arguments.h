@@ -196,7 +196,5 @@ int64_t data_parallel_size(const Arguments& args, int64_t world_size);
 int virtual_pipeline_size(const Arguments& args);
 int64_t num_microbatches(const Arguments& args, int64_t world_size);
 
-// Megatron's argument dump, one "  name .... value" line per flag given or defaulted.
-std::string describe_arguments(const Arguments& args);
 
 }  // namespace gpt

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "core/check.h"
 #include "core/philox.h"
+#include "train/argument_table.h"
 
 namespace gpt {
 namespace {
@@ -36,15 +37,11 @@ int all_min(int value, const char* what) {
   return value;
 }
 
-std::string format(int64_t value) { return absl::StrCat(value); }
-// Every digit that matters: 1e-3 and 0.001 agree, 1e-3 and 1.0000001e-3 do not.
-std::string format(double value) { return absl::StrFormat("%.17g", value); }
-std::string format(bool value) { return value ? "true" : "false"; }
-std::string format(const std::string& value) { return absl::StrCat("'", value, "'"); }
-std::string format(const std::vector<std::string>& values) {
-  std::vector<std::string> quoted;
-  for (const std::string& v : values) quoted.push_back(format(v));
-  return absl::StrJoin(quoted, " ");
+// Every digit that matters: 1e-3 and 0.001 agree, 1e-3 and 1.0000001e-3 do not; strings quoted.
+std::string canonical(const PyValue& value) {
+  if (const double* v = std::get_if<double>(&value)) return absl::StrFormat("%.17g", *v);
+  if (const std::string* v = std::get_if<std::string>(&value)) return absl::StrCat("'", *v, "'");
+  return python_str(value);
 }
 
 }  // namespace
@@ -76,103 +73,10 @@ absl::Status agree_on_setup(const absl::Status& local, absl::string_view phase) 
 bool is_peer_failure(const absl::Status& status) { return status.GetPayload(kPeerFailure).has_value(); }
 
 std::string canonical_arguments(const Arguments& a) {
-  // Every field of Arguments except `given` (which flags were spelled out does not change the run
-  // when the values agree). A field added to Arguments belongs here too.
+  // Every argument (train/argument_table.h) except which flags were spelled out, which does not
+  // change the run when the values agree.
   std::ostringstream out;
-  auto line = [&](const char* flag, const auto& value) { out << flag << " " << format(value) << "\n"; };
-  line("--num-layers", a.num_layers);
-  line("--hidden-size", a.hidden_size);
-  line("--ffn-hidden-size", a.ffn_hidden_size);
-  line("--num-attention-heads", a.num_attention_heads);
-  line("--kv-channels", a.kv_channels);
-  line("--seq-length", a.seq_length);
-  line("--max-position-embeddings", a.max_position_embeddings);
-  line("--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by);
-  line("--untie-embeddings-and-output-weights", a.untie_embeddings_and_output_weights);
-  line("--init-method-std", a.init_method_std);
-  line("--norm-epsilon", a.norm_epsilon);
-  line("--hidden-dropout", a.hidden_dropout);
-  line("--attention-dropout", a.attention_dropout);
-  line("--position-embedding-type", a.position_embedding_type);
-  line("--normalization", a.normalization);
-  line("--no-position-embedding", a.no_position_embedding);
-  line("--rotary-percent", a.rotary_percent);
-  line("--rotary-base", a.rotary_base);
-  line("--swiglu", a.swiglu);
-  line("--group-query-attention", a.group_query_attention);
-  line("--num-query-groups", a.num_query_groups);
-  line("--disable-bias-linear", a.disable_bias_linear);
-  line("--tensor-model-parallel-size", a.tensor_model_parallel_size);
-  line("--pipeline-model-parallel-size", a.pipeline_model_parallel_size);
-  line("--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage);
-  line("--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank);
-  line("--sequence-parallel", a.sequence_parallel);
-  line("--use-distributed-optimizer", a.use_distributed_optimizer);
-  line("--overlap-grad-reduce", a.overlap_grad_reduce);
-  line("--overlap-param-gather", a.overlap_param_gather);
-  line("--ddp-bucket-size", a.ddp_bucket_size);
-  line("--distributed-backend", a.distributed_backend);
-  line("--distributed-timeout-minutes", a.distributed_timeout_minutes);
-  line("--micro-batch-size", a.micro_batch_size);
-  line("--global-batch-size", a.global_batch_size);
-  line("--train-iters", a.train_iters);
-  line("--train-samples", a.train_samples);
-  line("--lr-decay-samples", a.lr_decay_samples);
-  line("--lr-warmup-samples", a.lr_warmup_samples);
-  line("--lr", a.lr);
-  line("--min-lr", a.min_lr);
-  line("--lr-decay-style", a.lr_decay_style);
-  line("--lr-decay-iters", a.lr_decay_iters);
-  line("--lr-warmup-iters", a.lr_warmup_iters);
-  line("--lr-warmup-fraction", a.lr_warmup_fraction);
-  line("--weight-decay", a.weight_decay);
-  line("--clip-grad", a.clip_grad);
-  line("--adam-beta1", a.adam_beta1);
-  line("--adam-beta2", a.adam_beta2);
-  line("--adam-eps", a.adam_eps);
-  line("--bf16", a.bf16);
-  line("--fp16", a.fp16);
-  line("--seed", a.seed);
-  line("--deterministic-mode", a.deterministic_mode);
-  line("--attention-backend", a.attention_backend);
-  line("--recompute-granularity", a.recompute_granularity);
-  line("--recompute-method", a.recompute_method);
-  line("--recompute-num-layers", a.recompute_num_layers);
-  line("--recompute-activations", a.recompute_activations);
-  line("--mock-data", a.mock_data);
-  line("--vocab-size", a.vocab_size);
-  line("--data-path", a.data_path);
-  line("--split", a.split);
-  line("--vocab-file", a.vocab_file);
-  line("--merge-file", a.merge_file);
-  line("--tokenizer-type", a.tokenizer_type);
-  line("--data-cache-path", a.data_cache_path);
-  line("--device", a.device);
-  line("--eval-interval", a.eval_interval);
-  line("--eval-iters", a.eval_iters);
-  line("--log-interval", a.log_interval);
-  line("--log-throughput", a.log_throughput);
-  line("--log-params-norm", a.log_params_norm);
-  line("--log-num-zeros-in-grad", a.log_num_zeros_in_grad);
-  line("--timing-log-level", a.timing_log_level);
-  line("--metrics-file", a.metrics_file);
-  line("--save", a.save);
-  line("--save-interval", a.save_interval);
-  line("--load", a.load);
-  line("--ckpt-step", a.ckpt_step);
-  line("--no-load-optim", a.no_load_optim);
-  line("--no-load-rng", a.no_load_rng);
-  line("--no-save-optim", a.no_save_optim);
-  line("--finetune", a.finetune);
-  line("--ckpt-format", a.ckpt_format);
-  line("--async-save", a.async_save);
-  line("--use-persistent-ckpt-worker", a.use_persistent_ckpt_worker);
-  line("--dist-ckpt-strictness", a.dist_ckpt_strictness);
-  line("--exit-signal-handler", a.exit_signal_handler);
-  line("--exit-duration-in-mins", a.exit_duration_in_mins);
-  line("--exit-interval", a.exit_interval);
-  line("--keep-latest-checkpoints", a.keep_latest_checkpoints);
-  line("--load-fallback-to-previous", a.load_fallback_to_previous);
+  for (const ArgumentEntry& entry : argument_table(a)) out << entry.flag << " " << canonical(entry.value) << "\n";
   return out.str();
 }
 

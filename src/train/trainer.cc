@@ -16,6 +16,7 @@
 #include "optim/grad_clip.h"
 #include "optim/log_norms.h"
 #include "parallel/comm/mpi_runtime.h"
+#include "train/argument_table.h"
 #include "train/data_setup.h"
 #include "train/flops.h"
 #include "train/log_line.h"
@@ -405,7 +406,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     GPT_RETURN_IF_ERROR(agree_on_setup(opened, "opening --metrics-file"));
   }
   if (grid_.world_rank() == 0) {
-    std::printf("%s\n", describe_arguments(args_).c_str());
+    std::printf("%s\n", describe_arguments(args_, grid_.world_size()).c_str());
     std::printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %lld\n",
                 grid_.coordinates().tensor, grid_.coordinates().pipeline,
                 static_cast<long long>(parameters_on_rank()));

@@ -1,11 +1,69 @@
+#include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "gtest/gtest.h"
+#include "train/argument_table.h"
 #include "train/arguments.h"
 
 namespace gpt {
 namespace {
+
+// One line of Megatron's _print_args: '  {} {} {}'.format(arg, '.' * (48 - len(arg)), value).
+std::string dump_line(const std::string& dest, const std::string& value) {
+  return "  " + dest + " " + std::string(dest.size() < 48 ? 48 - dest.size() : 0, '.') + " " + value + "\n";
+}
+
+// Values as Python's print() shows them (expected strings written from Python 3's own output).
+TEST(ArgumentDump, PythonValues) {
+  EXPECT_EQ(python_str(PyValue()), "None");
+  EXPECT_EQ(python_str(PyValue(true)), "True");
+  EXPECT_EQ(python_str(PyValue(int64_t{-7})), "-7");
+  const std::pair<double, const char*> floats[] = {
+      {0.0, "0.0"},         {1.0, "1.0"},       {0.02, "0.02"},      {1e-5, "1e-05"},         {1e-8, "1e-08"},
+      {6e-5, "6e-05"},      {0.0001, "0.0001"}, {0.001, "0.001"},    {0.999, "0.999"},        {10000.0, "10000.0"},
+      {1e16, "1e+16"},      {1.5e16, "1.5e+16"}, {123456789012345.6, "123456789012345.6"},    {-2.5, "-2.5"},
+      {0.1 + 0.2, "0.30000000000000004"},        {3e-4, "0.0003"},    {2.5e-7, "2.5e-07"},    {1e100, "1e+100"}};
+  for (const auto& [value, want] : floats) EXPECT_EQ(python_str(PyValue(value)), want) << value;
+  EXPECT_EQ(python_str(PyValue(std::string("969, 30, 1"))), "969, 30, 1");
+  EXPECT_EQ(python_str(PyValue(std::vector<std::string>{"0.3", "a_text_document", "it's"})),
+            "['0.3', 'a_text_document', \"it's\"]");
+}
+
+// The dump's frame, order (whole lines sorted lower-cased, as Megatron), padding and derived values.
+TEST(ArgumentDump, MegatronLayout) {
+  absl::StatusOr<Arguments> parsed = parse_arguments(std::vector<std::string>{
+      "pretrain_gpt", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
+      "--max-position-embeddings", "32", "--micro-batch-size", "2", "--train-iters", "5", "--lr", "1e-4",
+      "--mock-data", "--vocab-size", "512", "--disable-bias-linear", "--swiglu"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(validate_arguments(*parsed).ok());
+  ASSERT_TRUE(validate_for_world(*parsed, 2).ok());
+  const std::string dump = describe_arguments(*parsed, 2);
+  EXPECT_EQ(dump.rfind("------------------------ arguments ------------------------\n", 0), 0u);
+  EXPECT_TRUE(dump.ends_with("\n-------------------- end of arguments ---------------------"));
+  for (const auto& [dest, value] : std::vector<std::pair<std::string, std::string>>{
+           {"add_bias_linear", "False"}, {"lr", "0.0001"}, {"global_batch_size", "4"}, {"data_parallel_size", "2"},
+           {"world_size", "2"}, {"ffn_hidden_size", "128"}, {"kv_channels", "16"}, {"lr_decay_iters", "None"},
+           {"adam_eps", "1e-08"}, {"attention_backend", "AttnBackend.auto"}, {"params_dtype", "torch.float32"},
+           {"virtual_pipeline_model_parallel_size", "None"}, {"split", "969, 30, 1"}}) {
+    EXPECT_NE(dump.find(dump_line(dest, value)), std::string::npos) << dest << "\n" << dump;
+  }
+  // Sorted case-insensitively by the whole line; every dest once.
+  std::vector<std::string> lines;
+  std::string line;
+  for (size_t i = dump.find('\n') + 1; i < dump.rfind('\n'); i = dump.find('\n', i) + 1) {
+    lines.push_back(dump.substr(i, dump.find('\n', i) - i));
+  }
+  ASSERT_GT(lines.size(), 100u);
+  EXPECT_TRUE(std::is_sorted(lines.begin(), lines.end(), [](const std::string& a, const std::string& b) {
+    return absl::AsciiStrToLower(a) < absl::AsciiStrToLower(b);
+  }));
+  std::set<std::string> dests;
+  for (const ArgumentEntry& entry : argument_table(*parsed, 2)) EXPECT_TRUE(dests.insert(entry.dest).second) << entry.dest;
+}
 
 std::vector<std::string> base_flags() {
   return {"pretrain_gpt", "--mock-data", "--vocab-size", "512", "--num-layers", "2", "--hidden-size", "64",
@@ -125,7 +183,7 @@ TEST(Arguments, RecomputeFlags) {
   };
   const Arguments none = parsed_valid(base_flags());
   EXPECT_EQ(none.recompute_granularity, "");
-  EXPECT_NE(describe_arguments(none).find("recompute_granularity ........................ None"), std::string::npos);
+  EXPECT_NE(describe_arguments(none, 1).find(dump_line("recompute_granularity", "None")), std::string::npos);
   // --recompute-activations is Megatron's shorthand for selective.
   EXPECT_EQ(parsed_valid(with(base_flags(), "--recompute-activations", "")).recompute_granularity, "selective");
   const Arguments block = parsed_valid(
@@ -134,10 +192,10 @@ TEST(Arguments, RecomputeFlags) {
                 "--recompute-method", "block"),
            "--recompute-num-layers", "4"),
       2);
-  const std::string dump = describe_arguments(block);
-  EXPECT_NE(dump.find("recompute_granularity ........................ full"), std::string::npos) << dump;
-  EXPECT_NE(dump.find("recompute_method ............................. block"), std::string::npos) << dump;
-  EXPECT_NE(dump.find("recompute_num_layers ......................... 4"), std::string::npos) << dump;
+  const std::string dump = describe_arguments(block, 2);
+  EXPECT_NE(dump.find(dump_line("recompute_granularity", "full")), std::string::npos) << dump;
+  EXPECT_NE(dump.find(dump_line("recompute_method", "block")), std::string::npos) << dump;
+  EXPECT_NE(dump.find(dump_line("recompute_num_layers", "4")), std::string::npos) << dump;
 }
 
 struct BadInput {
