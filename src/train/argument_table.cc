@@ -213,7 +213,7 @@ std::vector<ArgumentEntry> argument_table(const Arguments& a, int64_t world_size
   add("--no-save-optim", true_or_none(a.no_save_optim));
   add("--finetune", a.finetune);
   add("--ckpt-format", a.ckpt_format);
-  add("--async-save", a.async_save);
+  add("--async-save", true_or_none(a.async_save));
   add("--use-persistent-ckpt-worker", a.use_persistent_ckpt_worker);
   add("--dist-ckpt-strictness", a.dist_ckpt_strictness);
   add("--exit-signal-handler", a.exit_signal_handler);

@@ -4,16 +4,20 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
 #include <sstream>
+#include <string_view>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/checked_math.h"
 #include "data/dataset_split.h"
 #include "data/gpt_dataset_builder.h"
 #include "parallel/pipeline/schedule.h"
 #include "train/checkpoint_arguments.h"
+#include "train/megatron_flags.h"
 #include "train/model_arguments.h"
 #include "train/numeric_flags.h"
 
@@ -202,9 +206,10 @@ absl::StatusOr<Arguments> parse_arguments(int argc, const char* const* argv) {
   return parse_arguments(args);
 }
 
-absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) {
-  Arguments a;
-  CLI::App app{"Pretrain a GPT model (Megatron-LM compatible flags)", argv.empty() ? "pretrain_gpt" : argv[0]};
+namespace {
+
+// Every flag pretrain_gpt accepts, bound to `a`.
+void declare_flags(CLI::App& app, Arguments& a) {
   // A repeated flag takes its last value, as argparse's store action does (a launch script that
   // appends an override to a base command line), instead of CLI11's "given twice" error.
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -410,10 +415,60 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   app.add_option("--metrics-file", a.metrics_file,
                  "One JSON object per log line and evaluation (JSON Lines; truncated when the run starts at "
                  "iteration 0, appended to when it resumes; not a Megatron flag)");
-
   // Decimal only, no silent clamp, no inf or nan (train/numeric_flags.h); ranges are checked in
   // validate_arguments, where the message can say what the flag means.
   make_numeric_options_strict(app);
+}
+
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+// One JSON object per line: each declared flag (status from train/megatron_flags.h, "same" when not
+// listed; the note, or the flag's help when the note is empty) and each undeclared refused flag.
+std::string flag_table_json(const CLI::App& app) {
+  std::string out;
+  auto line = [&](std::string_view flag, FlagStatus status, std::string_view note, bool declared) {
+    out += absl::StrCat("{\"flag\": ", json_string(flag), ", \"status\": ", json_string(flag_status_name(status)),
+                        ", \"declared\": ", declared ? "true" : "false", ", \"note\": ", json_string(note), "}\n");
+  };
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_lnames().empty()) continue;  // --help's -h
+    const std::string flag = "--" + option->get_lnames().front();
+    if (flag == "--help") continue;
+    const MegatronFlagNote* note = find_megatron_flag_note(flag);
+    line(flag, note != nullptr ? note->status : FlagStatus::kSame,
+         note != nullptr && !note->note.empty() ? note->note : std::string_view(option->get_description()), true);
+  }
+  for (const MegatronFlagNote& note : megatron_flag_notes()) {
+    if (!note.declared) line(note.flag, note.status, note.note, false);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) {
+  Arguments a;
+  CLI::App app{"Pretrain a GPT model (Megatron-LM compatible flags)", argv.empty() ? "pretrain_gpt" : argv[0]};
+  declare_flags(app, a);
+  const std::span<const std::string> given(argv.size() > 1 ? argv.data() + 1 : argv.data(),
+                                           argv.size() > 1 ? argv.size() - 1 : 0);
+  // scripts/megatron_flags.py reads the flag table (docs/MEGATRON_FLAGS.md).
+  if (std::find(given.begin(), given.end(), "--megatron-flag-table") != given.end()) {
+    return absl::CancelledError(flag_table_json(app));
+  }
+  // A Megatron flag refused with a reason is named with it, not as an unknown option.
+  if (std::optional<std::string> refused = undeclared_refused_flag(given)) return invalid(*refused);
 
   std::vector<std::string> reversed(argv.size() > 1 ? argv.begin() + 1 : argv.end(), argv.end());
   std::reverse(reversed.begin(), reversed.end());

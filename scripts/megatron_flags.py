@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""Megatron-LM's flags next to this program's (issue 15): docs/MEGATRON_FLAGS.md is generated, not
+written by hand.
+
+  extract  Reads megatron/training/arguments.py and examples/gpt3/train_gpt3_175b_distributed.sh of
+           a Megatron-LM checkout at a git ref, runs the parser's _add_*_args functions on a real
+           argparse parser (the rest of Megatron is not imported: every other name they use is a
+           placeholder) and stores every flag (dest, default, action, choices) and the example's
+           flags with their values as JSON, with the commit.
+  table    Merges that JSON with the program's own table (pretrain_gpt --megatron-flag-table: each
+           flag it accepts, and how, and each Megatron flag it refuses with the reason) into the
+           markdown page.
+  check    Regenerates the page into memory and fails when it differs from the file, or when a
+           flag of the example launch script is neither accepted nor refused with a reason.
+
+  scripts/megatron_flags.py extract --repo /path/to/Megatron-LM --ref core_v0.8.0 \\
+      --out docs/megatron/arguments.json
+  scripts/megatron_flags.py table --megatron docs/megatron/arguments.json \\
+      --program build/bin/pretrain_gpt --out docs/MEGATRON_FLAGS.md
+"""
+import argparse
+import ast
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ARGUMENTS_PY = "megatron/training/arguments.py"
+EXAMPLE = "examples/gpt3/train_gpt3_175b_distributed.sh"
+
+
+class Placeholder:
+    """Stands for any name arguments.py takes from the rest of Megatron or from torch."""
+
+    def __init__(self, name="placeholder"):
+        self._name = name
+
+    def __getattr__(self, item):
+        return Placeholder(f"{self._name}.{item}")
+
+    def __call__(self, *args, **kwargs):
+        return Placeholder(f"{self._name}()")
+
+    def __iter__(self):
+        return iter(())
+
+    def __repr__(self):
+        return self._name
+
+
+class Namespace(dict):
+    """Globals for the exec'd functions: builtins, argparse, and a placeholder for anything else."""
+
+    def __missing__(self, key):
+        import builtins
+        if hasattr(builtins, key):
+            return getattr(builtins, key)
+        return Placeholder(key)
+
+
+def git_show(repo, ref, path):
+    return subprocess.run(["git", "-C", repo, "show", f"{ref}:{path}"], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def megatron_parser(source):
+    """An argparse parser with every _add_*_args group of arguments.py added."""
+    tree = ast.parse(source)
+    functions = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("_add_")
+                 and node.name.endswith("_args")]
+    namespace = Namespace({"argparse": argparse, "__builtins__": __builtins__})
+    module = ast.Module(body=functions, type_ignores=[])
+    exec(compile(module, ARGUMENTS_PY, "exec"), namespace)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
+    for function in functions:
+        namespace[function.name](parser)
+    return parser
+
+
+def describe_default(value):
+    if isinstance(value, Placeholder):
+        return repr(value)
+    return repr(value)
+
+
+def flags_of(parser):
+    flags = []
+    for action in parser._actions:
+        longs = [s for s in action.option_strings if s.startswith("--")]
+        if not longs:
+            continue
+        kind = type(action).__name__.replace("_", "").replace("Action", "").lower()
+        flags.append({"flag": longs[0], "aliases": longs[1:], "dest": action.dest,
+                      "action": kind, "default": describe_default(action.default),
+                      "choices": [str(c) for c in action.choices] if action.choices else None,
+                      "nargs": action.nargs if isinstance(action.nargs, (int, str)) or action.nargs is None else None})
+    return sorted(flags, key=lambda f: f["flag"])
+
+
+def example_flags(script):
+    """The flags of the example's pretrain_gpt.py command line, with their values (shell variables
+    as written)."""
+    joined = script.replace("\\\n", " ")
+    flags = []
+    for token in shlex.split(joined, comments=True):
+        if token.startswith("--"):
+            flags.append([token, None])
+        elif flags and flags[-1][1] is None and not token.startswith("$"):
+            flags[-1][1] = token
+        elif flags and flags[-1][1] is None:
+            flags[-1][1] = token
+    # Arrays like GPT_MODEL_ARGS=( --num-layers 96 ... ) and the torchrun flags: keep the --flags
+    # that Megatron's parser knows (the caller filters).
+    return flags
+
+
+def extract(args):
+    commit = subprocess.run(["git", "-C", args.repo, "rev-parse", f"{args.ref}^{{commit}}"], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    parser = megatron_parser(git_show(args.repo, args.ref, ARGUMENTS_PY))
+    flags = flags_of(parser)
+    known = {f["flag"] for f in flags} | {a for f in flags for a in f["aliases"]}
+    example = [[flag, value] for flag, value in example_flags(git_show(args.repo, args.ref, EXAMPLE)) if flag in known]
+    data = {"source": "NVIDIA/Megatron-LM", "ref": args.ref, "commit": commit, "file": ARGUMENTS_PY,
+            "example": EXAMPLE, "flags": flags, "example_flags": example}
+    with open(args.out, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(f"{len(flags)} flags of {args.ref} ({commit[:12]}); {len(example)} in {EXAMPLE}")
+
+
+STATUS_TEXT = {"same": "same", "implementation": "accepted (implementation choice)",
+               "refused at some values": "accepted; some values refused", "refused": "refused",
+               "own": "this program's own", "not yet": "not yet"}
+# The example's values that need files or a cluster: the check runs its other flags on a tiny model.
+EXAMPLE_NOT_RUN = {"--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length",
+                   "--max-position-embeddings", "--micro-batch-size", "--global-batch-size", "--train-iters",
+                   "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--data-path", "--vocab-file",
+                   "--merge-file"}
+TINY = ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "255", "--num-layers", "2",
+        "--hidden-size", "32", "--num-attention-heads", "2", "--seq-length", "16", "--max-position-embeddings", "16",
+        "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "2", "--lr", "1e-3",
+        "--device", "cpu"]
+# The argument dump against Megatron's defaults: dests whose value here differs on purpose, or that
+# Megatron's validate_args derives before printing (so its parser default is not what it prints).
+DUMP_DIFFERENCES = {
+    "ffn_hidden_size": "derived (4 h, or Megatron's SwiGLU rule), as Megatron's validate_args does",
+    "kv_channels": "derived (h / heads), as Megatron's validate_args does",
+    "global_batch_size": "derived (micro batch x data-parallel size), as Megatron's validate_args does",
+    "split": "core_v0.8.0's default is None (meaning '969, 30, 1'); later Megatron's is the text '969, 30, 1'",
+    "tokenizer_type": "--mock-data and --tokenizer-type given in the test",
+    "distributed_backend": "None here means NCCL on the GPU and MPI on the CPU (Megatron: nccl)",
+    "attention_backend": "newer Megatron (an AttnBackend enum); not in core_v0.8.0",
+    "deprecated_use_mcore_models": "Megatron's default flips with versions; the model here is always Megatron-Core's",
+    "transformer_impl": "Megatron's default",
+    "num_query_groups": "core_v0.8.0 default 1",
+    "hidden_dropout": "the same default, 0.1",
+}
+
+
+def program_table(binary):
+    run = subprocess.run([binary, "--megatron-flag-table"], capture_output=True, text=True, timeout=60)
+    if run.returncode != 0:
+        raise SystemExit(f"{binary} --megatron-flag-table failed ({run.returncode}): {run.stderr}")
+    return {entry["flag"]: entry for entry in map(json.loads, run.stdout.splitlines())}
+
+
+def cell(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def status_of(flag, ours):
+    entry = ours.get(flag)
+    return (entry["status"], entry["note"]) if entry else ("not yet", "")
+
+
+def render(megatron, ours):
+    flags = megatron["flags"]
+    names = {f["flag"]: f for f in flags}
+    for f in flags:
+        for alias in f["aliases"]:
+            names[alias] = f
+    counts = {}
+    for f in flags:
+        status = status_of(f["flag"], ours)[0]
+        counts[status] = counts.get(status, 0) + 1
+    newer = sorted(flag for flag, e in ours.items() if flag not in names and e["status"] != "own")
+    own = sorted(flag for flag, e in ours.items() if e["status"] == "own")
+    out = ["# Megatron-LM flags in pretrain_gpt", "",
+           "Generated by `scripts/megatron_flags.py table` from Megatron-LM's parser "
+           f"({megatron['source']} `{megatron['ref']}`, commit `{megatron['commit'][:12]}`, `{megatron['file']}`; "
+           "stored in `docs/megatron/arguments.json`) and this program's own flag table "
+           "(`pretrain_gpt --megatron-flag-table`, from `src/train/arguments.cc` and `src/train/megatron_flags.cc`). "
+           "Do not edit by hand: the `megatron_flags` test fails when this page and the program disagree.", "",
+           "Statuses: **same** (accepted, Megatron's meaning); **accepted (implementation choice)** (accepted; "
+           "what it means in this program is in the note); **accepted; some values refused** (the note says which); "
+           "**refused** (pretrain_gpt stops with the reason in the note, before training); **not yet** (unknown to "
+           "pretrain_gpt: it stops with \"not expected\").", "",
+           f"Of Megatron's {len(flags)} flags: " + ", ".join(
+               f"{counts.get(k, 0)} {STATUS_TEXT[k]}" for k in ["same", "implementation", "refused at some values",
+                                                               "refused", "not yet"]) + ".", "",
+           f"Also accepted: {len(own)} flags of this program's own ({', '.join(f'`{f}`' for f in own)}) and "
+           f"{len(newer)} flags of later Megatron versions ({', '.join(f'`{f}`' for f in newer)}).", "",
+           f"## Megatron's example launch script (`{megatron['example']}`)", "",
+           "| flag | value there | here | note |", "|---|---|---|---|"]
+    for flag, value in megatron["example_flags"]:
+        status, note = status_of(flag, ours)
+        out.append(f"| `{flag}` | {cell(value if value is not None else '')} | {STATUS_TEXT[status]} | {cell(note)} |")
+    out += ["", "## Every flag of Megatron's parser", "", "| flag | Megatron dest | Megatron default | here | note |",
+            "|---|---|---|---|---|"]
+    for f in flags:
+        status, note = status_of(f["flag"], ours)
+        flag = ", ".join(f"`{x}`" for x in [f["flag"]] + f["aliases"])
+        out.append(f"| {flag} | `{f['dest']}` | `{cell(f['default'])}` | {STATUS_TEXT[status]} | {cell(note)} |")
+    out += ["", "## Refused flags that Megatron's later versions define", "", "| flag | note |", "|---|---|"]
+    for flag in sorted(flag for flag, e in ours.items() if flag not in names and e["status"] == "refused"):
+        out.append(f"| `{flag}` | {cell(ours[flag]['note'])} |")
+    return "\n".join(out) + "\n"
+
+
+def table(args):
+    with open(args.megatron) as f:
+        megatron = json.load(f)
+    text = render(megatron, program_table(args.program))
+    with open(args.out, "w") as f:
+        f.write(text)
+    print(f"wrote {args.out}")
+
+
+def parse_dump(stdout):
+    """{dest: printed value} of the argument dump."""
+    dump, inside = {}, False
+    for line in stdout.splitlines():
+        if line.startswith("------------------------ arguments"):
+            inside = True
+        elif line.startswith("-------------------- end of arguments"):
+            break
+        elif inside:
+            name, _, value = line.strip().partition(" ")
+            dump[name] = value.lstrip(".").strip()
+    return dump
+
+
+def python_str_of_default(text):
+    """str() of the default whose repr the JSON holds, or None when it is not a literal."""
+    try:
+        return str(ast.literal_eval(text))
+    except (ValueError, SyntaxError):
+        return None
+
+
+def check(args):
+    failures = []
+    with open(args.megatron) as f:
+        megatron = json.load(f)
+    ours = program_table(args.program)
+    with open(args.doc) as f:
+        if f.read() != render(megatron, ours):
+            failures.append(f"{args.doc} differs from the program's flag table: run scripts/megatron_flags.py table")
+    # The example's flags: accepted, or refused with a reason that pretrain_gpt prints. Its
+    # checkpoint directory becomes a fresh temporary one.
+    checkpoints = tempfile.mkdtemp(prefix="megatron_flags_")
+    runnable = []
+    for flag, value in megatron["example_flags"]:
+        status, note = status_of(flag, ours)
+        if status == "not yet" or (status == "refused" and not note):
+            failures.append(f"example flag {flag}: {status}, no reason")
+        elif status == "refused":
+            extra = [flag] + ([value] if value is not None else [])
+            extra = [x if not x.startswith("$") else "x" for x in extra]
+            run = subprocess.run([args.program] + TINY + extra, capture_output=True, text=True, timeout=120)
+            errors = [l for l in run.stderr.splitlines() if l.startswith("error:")]
+            if run.returncode == 0 or len(errors) != 1 or flag not in errors[0]:
+                failures.append(f"example flag {flag}: refused, but pretrain_gpt printed {errors} (exit "
+                                f"{run.returncode})")
+            else:
+                print(f"{flag}: {errors[0]}")
+        elif flag not in EXAMPLE_NOT_RUN:
+            runnable += [flag] + ([checkpoints if value == "$CHECKPOINT_PATH" else value] if value is not None else [])
+    # The accepted ones with the example's values, on a tiny model.
+    run = subprocess.run([args.program] + TINY + runnable, capture_output=True, text=True, timeout=300)
+    if run.returncode != 0:
+        failures.append(f"the example's accepted flags {runnable}: exit {run.returncode}: {run.stderr[-800:]}")
+    else:
+        print(f"accepted with the example's values on a tiny model: {' '.join(runnable)}")
+    # The argument dump: Megatron's defaults where this program has the flag and it was not given.
+    dump = parse_dump(run.stdout)
+    given = {x for x in TINY + runnable if x.startswith("--")}
+    compared = 0
+    for f in megatron["flags"]:
+        if f["dest"] not in dump or f["flag"] in given or f["dest"] in DUMP_DIFFERENCES:
+            continue
+        want = python_str_of_default(f["default"])
+        if want is None:
+            continue
+        compared += 1
+        if dump[f["dest"]] != want:
+            failures.append(f"argument dump: {f['dest']} = {dump[f['dest']]}, Megatron's default prints {want}")
+    if compared < 50:
+        failures.append(f"argument dump: only {compared} defaults compared with Megatron's (dump: {len(dump)} lines)")
+    else:
+        print(f"argument dump: {compared} defaults print as Megatron's ({len(DUMP_DIFFERENCES)} listed differences)")
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    if failures:
+        print("FAILED:\n  " + "\n  ".join(failures))
+        return 1
+    print("PASSED (Megatron flags)")
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("extract")
+    e.add_argument("--repo", required=True)
+    e.add_argument("--ref", required=True)
+    e.add_argument("--out", required=True)
+    t = sub.add_parser("table")
+    t.add_argument("--megatron", required=True)
+    t.add_argument("--program", required=True)
+    t.add_argument("--out", required=True)
+    c = sub.add_parser("check")
+    c.add_argument("--megatron", required=True)
+    c.add_argument("--program", required=True)
+    c.add_argument("--doc", required=True)
+    args = parser.parse_args()
+    if args.command == "extract":
+        extract(args)
+    elif args.command == "table":
+        table(args)
+    else:
+        return check(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
