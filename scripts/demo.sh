@@ -17,4 +17,4 @@ exec build/bin/pretrain_gpt \
   --seq-length 128 --max-position-embeddings 128 \
   --micro-batch-size 4 --global-batch-size 8 --train-iters 250 \
   --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 25 --lr-decay-style cosine \
-  --log-interval 25 --eval-interval 50 --eval-iters 10 "$@"
+  --log-interval 25 --log-throughput --eval-interval 50 --eval-iters 10 "$@"
