@@ -21,6 +21,7 @@ written by hand.
 import argparse
 import ast
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -260,7 +261,7 @@ def check(args):
         if f.read() != render(megatron, ours):
             failures.append(f"{args.doc} differs from the program's flag table: run scripts/megatron_flags.py table")
     # The example's flags: accepted, or refused with a reason that pretrain_gpt prints. Its
-    # checkpoint directory becomes a fresh temporary one.
+    # directories become fresh temporary ones.
     checkpoints = tempfile.mkdtemp(prefix="megatron_flags_")
     runnable = []
     for flag, value in megatron["example_flags"]:
@@ -278,7 +279,10 @@ def check(args):
             else:
                 print(f"{flag}: {errors[0]}")
         elif flag not in EXAMPLE_NOT_RUN:
-            runnable += [flag] + ([checkpoints if value == "$CHECKPOINT_PATH" else value] if value is not None else [])
+            # A path variable ($CHECKPOINT_PATH, $TENSORBOARD_LOGS_PATH) becomes a temporary directory.
+            if value is not None and value.startswith("$"):
+                value = os.path.join(checkpoints, value.lstrip("$"))
+            runnable += [flag] + ([value] if value is not None else [])
     # The accepted ones with the example's values, on a tiny model.
     run = subprocess.run([args.program] + TINY + runnable, capture_output=True, text=True, timeout=300)
     if run.returncode != 0:

@@ -9,7 +9,8 @@ packages=(
   libhdf5-dev hdf5-tools
   libabsl-dev libcli11-dev libgtest-dev libgmock-dev
   libopenblas-dev libsimdjson-dev libicu-dev
-  python3-torch python3-numpy python3-h5py python3-matplotlib
+  libprotobuf-dev protobuf-compiler
+  python3-torch python3-numpy python3-h5py python3-matplotlib python3-protobuf python3-crc32c
 )
 
 missing=()

@@ -22,6 +22,7 @@ Tensor Arena::allocate(DType dtype, Shape shape) {
   void* pointer = static_cast<char*>(blocks_.back().data()) + offset_in_block_;
   offset_in_block_ += rounded;
   used_bytes_ += rounded;
+  ++allocations_;
   return Tensor(pointer, dtype, shape, device_);
 }
 

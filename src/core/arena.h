@@ -27,6 +27,8 @@ class Arena {
   // Bytes handed out so far, and bytes reserved from the device.
   size_t used_bytes() const { return used_bytes_; }
   size_t reserved_bytes() const;
+  // Tensors handed out so far.
+  size_t allocations() const { return allocations_; }
 
  private:
   Device device_;
@@ -35,6 +37,7 @@ class Arena {
   std::vector<Buffer> blocks_;
   size_t offset_in_block_ = 0;
   size_t used_bytes_ = 0;
+  size_t allocations_ = 0;
   bool frozen_ = false;
 };
 

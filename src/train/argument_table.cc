@@ -203,6 +203,16 @@ std::vector<ArgumentEntry> argument_table(const Arguments& a, int64_t world_size
   add("--log-num-zeros-in-grad", a.log_num_zeros_in_grad);
   add("--timing-log-level", a.timing_log_level);
   add("--metrics-file", none_if_empty(a.metrics_file));
+  add("--tensorboard-dir", none_if_empty(a.tensorboard_dir));
+  add("--tensorboard-log-interval", a.tensorboard_log_interval);
+  add("--tensorboard-queue-size", a.tensorboard_queue_size);
+  add("--log-timers-to-tensorboard", a.log_timers_to_tensorboard);
+  add("--log-memory-to-tensorboard", a.log_memory_to_tensorboard);
+  add("--log-validation-ppl-to-tensorboard", a.log_validation_ppl_to_tensorboard);
+  add("--log-world-size-to-tensorboard", a.log_world_size_to_tensorboard);
+  add("--log-batch-size-to-tensorboard", a.log_batch_size_to_tensorboard);
+  add("--no-log-learnig-rate-to-tensorboard", !a.no_log_learning_rate_to_tensorboard, "log_learning_rate_to_tensorboard");
+  add("--no-log-loss-scale-to-tensorboard", !a.no_log_loss_scale_to_tensorboard, "log_loss_scale_to_tensorboard");
   // Checkpoints.
   add("--save", none_if_empty(a.save));
   add("--save-interval", none_if_zero(a.save_interval));

@@ -415,6 +415,25 @@ void declare_flags(CLI::App& app, Arguments& a) {
   app.add_option("--metrics-file", a.metrics_file,
                  "One JSON object per log line and evaluation (JSON Lines; truncated when the run starts at "
                  "iteration 0, appended to when it resumes; not a Megatron flag)");
+  app.add_option("--tensorboard-dir", a.tensorboard_dir,
+                 "Write TensorBoard event files here (the logging rank; Megatron's tags)");
+  app.add_option("--tensorboard-log-interval", a.tensorboard_log_interval,
+                 "Iterations between TensorBoard scalars");
+  app.add_option("--tensorboard-queue-size", a.tensorboard_queue_size,
+                 "Accepted (> 0): events are written to the file as they come and flushed at each log line, "
+                 "so there is no queue to size");
+  app.add_flag("--log-timers-to-tensorboard", a.log_timers_to_tensorboard,
+               "iteration-time, throughput (with --log-throughput) and the phase timers at each log line");
+  app.add_flag("--log-memory-to-tensorboard", a.log_memory_to_tensorboard,
+               "mem-reserved-bytes, mem-allocated-bytes, mem-allocated-count");
+  app.add_flag("--log-validation-ppl-to-tensorboard", a.log_validation_ppl_to_tensorboard,
+               "Validation perplexity too");
+  app.add_flag("--log-world-size-to-tensorboard", a.log_world_size_to_tensorboard, "world-size");
+  app.add_flag("--log-batch-size-to-tensorboard", a.log_batch_size_to_tensorboard, "batch-size");
+  app.add_flag("--no-log-learnig-rate-to-tensorboard", a.no_log_learning_rate_to_tensorboard,
+               "No learning-rate scalars (Megatron's spelling)");
+  app.add_flag("--no-log-loss-scale-to-tensorboard", a.no_log_loss_scale_to_tensorboard, "No loss-scale scalars");
+
   // Decimal only, no silent clamp, no inf or nan (train/numeric_flags.h); ranges are checked in
   // validate_arguments, where the message can say what the flag means.
   make_numeric_options_strict(app);
@@ -583,6 +602,11 @@ absl::Status validate_arguments(Arguments& a) {
   if (a.timing_log_level < 0 || a.timing_log_level > 2) {
     return invalid(absl::StrCat("--timing-log-level must be 0, 1 or 2 (got ", a.timing_log_level, ")"));
   }
+  if (a.was_given("--tensorboard-dir") && a.tensorboard_dir.empty()) {
+    return invalid("--tensorboard-dir needs a directory (got an empty one)");
+  }
+  GPT_RETURN_IF_ERROR(require_positive("--tensorboard-log-interval", a.tensorboard_log_interval));
+  GPT_RETURN_IF_ERROR(require_positive("--tensorboard-queue-size", a.tensorboard_queue_size));
   if (a.was_given("--metrics-file") && a.metrics_file.empty()) {
     return invalid("--metrics-file needs a path (got an empty one)");
   }

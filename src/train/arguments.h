@@ -139,6 +139,17 @@ struct Arguments {
   bool log_num_zeros_in_grad = false;  // "num zeros" in the log line
   int64_t timing_log_level = 0;  // >= 1: Megatron's "(min, max) time across ranks" lines per phase
   std::string metrics_file;      // "": none; else JSON Lines per log line (train/metrics_file.h)
+  // TensorBoard (train/tensorboard_log.h).
+  std::string tensorboard_dir;   // "": none
+  int64_t tensorboard_log_interval = 1;
+  int64_t tensorboard_queue_size = 1000;  // accepted: events are written directly, flushed per log line
+  bool log_timers_to_tensorboard = false;
+  bool log_memory_to_tensorboard = false;
+  bool log_validation_ppl_to_tensorboard = false;
+  bool log_world_size_to_tensorboard = false;
+  bool log_batch_size_to_tensorboard = false;
+  bool no_log_learning_rate_to_tensorboard = false;  // Megatron's --no-log-learnig-rate-to-tensorboard
+  bool no_log_loss_scale_to_tensorboard = false;
 
   // Checkpoints (docs/CHECKPOINTS.md; validated in train/checkpointing.cc).
   std::string save;                     // directory; "": no checkpoints

@@ -36,6 +36,7 @@ constexpr MegatronFlagNote kNotes[] = {
     {"--no-mmap-bin-files", kImplementation, ""},
     {"--no-persist-layer-norm", kImplementation, ""},
     {"--no-rope-fusion", kImplementation, ""},
+    {"--tensorboard-queue-size", kImplementation, ""},
     {"--use-cpu-initialization", kImplementation, ""},
     {"--use-mcore-models", kImplementation, ""},
     {"--use-persistent-ckpt-worker", kImplementation, ""},
@@ -69,10 +70,6 @@ constexpr MegatronFlagNote kNotes[] = {
     {"--expert-model-parallel-size", kRefused, "mixture-of-experts models are not implemented", false},
     {"--fp8-format", kRefused, "FP8 training is not implemented: use --bf16", false},
     {"--num-experts", kRefused, "mixture-of-experts models are not implemented", false},
-    {"--tensorboard-dir", kRefused,
-     "TensorBoard event files are not written yet; --metrics-file writes every log-line field, timer and "
-     "memory figure as JSON lines",
-     false},
     {"--use-legacy-models", kRefused, "the model is Megatron-Core's GPT (the legacy model is not implemented)", false},
     {"--wandb-project", kRefused, "Weights & Biases logging is not implemented; --metrics-file writes JSON lines",
      false},

@@ -24,6 +24,7 @@
 #include "train/metrics_file.h"
 #include "train/model_arguments.h"
 #include "train/rank_agreement.h"
+#include "train/tensorboard_log.h"
 #include "model/activation_memory.h"
 
 namespace gpt {
@@ -405,6 +406,17 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     }
     GPT_RETURN_IF_ERROR(agree_on_setup(opened, "opening --metrics-file"));
   }
+  // --tensorboard-dir (train/tensorboard_log.h): the logging rank's event file.
+  std::unique_ptr<TensorBoardLog> tensorboard;
+  if (!args_.tensorboard_dir.empty()) {
+    absl::Status opened;
+    if (logging) {
+      absl::StatusOr<std::unique_ptr<TensorBoardLog>> log = TensorBoardLog::open(args_);
+      if (log.ok()) tensorboard = std::move(*log);
+      opened = log.status();
+    }
+    GPT_RETURN_IF_ERROR(agree_on_setup(opened, "opening --tensorboard-dir"));
+  }
   if (grid_.world_rank() == 0) {
     std::printf("%s\n", describe_arguments(args_, grid_.world_size()).c_str());
     std::printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %lld\n",
@@ -454,6 +466,25 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     // show the start-up cost) without starting a new interval.
     const bool interval_end = iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters;
     const bool first_of_run = iteration_ == first_iteration + 1;
+    const bool tensorboard_now = !args_.tensorboard_dir.empty() && iteration_ % args_.tensorboard_log_interval == 0;
+    std::optional<double> params_norm;  // collective: every rank decides alike from the arguments
+    if (args_.log_params_norm && (interval_end || first_of_run || tensorboard_now)) params_norm = this->params_norm();
+    if (tensorboard && tensorboard_now) {
+      tensorboard->iteration({.iteration = iteration_,
+                              .consumed_samples = consumed_samples_,
+                              .learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size),
+                              .batch_size = args_.global_batch_size,
+                              .loss = step.loss,
+                              .world_size = grid_.world_size(),
+                              .grad_norm = step.grad_norm,
+                              .num_zeros_in_grad = step.num_zeros_in_grad,
+                              .params_norm = params_norm,
+                              .allocated_bytes = static_cast<int64_t>(arena_.used_bytes()),
+                              .reserved_bytes = ctx_.device() == Device::kCuda
+                                                    ? static_cast<int64_t>(cuda::device_memory_used_bytes())
+                                                    : static_cast<int64_t>(arena_.reserved_bytes()),
+                              .allocation_count = static_cast<int64_t>(arena_.allocations())});
+    }
     if (interval_end || first_of_run) {
       const int64_t iterations_in_interval = interval_steps;
       const double seconds_per_iteration = interval_seconds / static_cast<double>(iterations_in_interval);
@@ -472,7 +503,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       log.tokens_per_second_per_gpu = static_cast<double>(args_.global_batch_size * args_.seq_length) /
                                       (seconds_per_iteration * grid_.world_size());
       log.num_zeros_in_grad = step.num_zeros_in_grad;
-      if (args_.log_params_norm) log.params_norm = params_norm();  // collective
+      log.params_norm = params_norm;
       const std::vector<PhaseTiming> timers =
           timing_ ? phase_timings(iterations_in_interval, /*reset=*/interval_end)  // collective
                   : std::vector<PhaseTiming>{};
@@ -480,6 +511,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
         const std::string timestamp = current_timestamp();
         std::printf("%s\n", format_log_line(log, timestamp, {.throughput = args_.log_throughput}).c_str());
         if (!timers.empty()) std::printf("%s\n", format_phase_report(timers).c_str());
+        if (tensorboard) tensorboard->log_line(iteration_, seconds_per_iteration, log.tflops_per_gpu, timers);
         if (metrics) {
           IterationMetrics m{.log = log, .timestamp = timestamp};
           m.tokens_per_second =
@@ -517,6 +549,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       const double loss = evaluate(Split::kValid);
       print_evaluation("iteration " + std::to_string(iteration_), loss);
       if (metrics) metrics->write(validation_record("valid", iteration_, false, loss));
+      if (tensorboard) tensorboard->validation(iteration_, consumed_samples_, loss);
     }
     if (after_iteration) {
       GPT_ASSIGN_OR_RETURN(const bool stop, after_iteration());
@@ -534,6 +567,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     const double loss = evaluate(Split::kValid, /*verbose=*/true);
     print_evaluation(absl::StrCat("iteration ", iteration_, " on validation set"), loss);
     if (metrics) metrics->write(validation_record("valid", iteration_, true, loss));
+    if (tensorboard) tensorboard->validation(iteration_, consumed_samples_, loss);
   }
   if (test_data_) {
     const double loss = evaluate(Split::kTest, /*verbose=*/true);
