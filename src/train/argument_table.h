@@ -27,6 +27,7 @@ struct ArgumentEntry {
   std::string flag;  // "--disable-bias-linear"; empty for a value Megatron derives (world_size)
   std::string dest;  // "add_bias_linear"
   PyValue value;
+  std::string canonical;  // the raw value as the ranks' agreement check and checkpoints compare it
 };
 
 // The arguments in declaration order; `world_size` > 0 adds the values Megatron derives from it

@@ -37,12 +37,6 @@ int all_min(int value, const char* what) {
   return value;
 }
 
-// Every digit that matters: 1e-3 and 0.001 agree, 1e-3 and 1.0000001e-3 do not; strings quoted.
-std::string canonical(const PyValue& value) {
-  if (const double* v = std::get_if<double>(&value)) return absl::StrFormat("%.17g", *v);
-  if (const std::string* v = std::get_if<std::string>(&value)) return absl::StrCat("'", *v, "'");
-  return python_str(value);
-}
 
 }  // namespace
 
@@ -76,7 +70,7 @@ std::string canonical_arguments(const Arguments& a) {
   // Every argument (train/argument_table.h) except which flags were spelled out, which does not
   // change the run when the values agree.
   std::ostringstream out;
-  for (const ArgumentEntry& entry : argument_table(a)) out << entry.flag << " " << canonical(entry.value) << "\n";
+  for (const ArgumentEntry& entry : argument_table(a)) out << entry.flag << " " << entry.canonical << "\n";
   return out.str();
 }
 
