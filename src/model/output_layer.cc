@@ -1,5 +1,6 @@
 #include "model/output_layer.h"
 
+#include "core/phase_timer.h"
 #include "kernels/ops.h"
 
 namespace gpt {
@@ -42,8 +43,12 @@ void OutputLayer::forward(Context& ctx, int slot, const Tensor& input, const Los
     // Combine shards: a common maximum, then the sums of exp and the target logit (only the
     // shard holding the target contributes a non-zero logit).
     ops::copy(ctx, global_max_, row_max_);
-    tp_.group().all_reduce(ctx, global_max_, ReduceOp::kMax);
+    {
+      const phase_timer::Scope timed(ctx, phase_timer::Phase::kTensorParallelComm);
+      tp_.group().all_reduce(ctx, global_max_, ReduceOp::kMax);
+    }
     ops::cross_entropy_rescale(ctx, row_sumexp_, row_max_, global_max_);
+    const phase_timer::Scope timed(ctx, phase_timer::Phase::kTensorParallelComm);
     tp_.group().all_reduce(ctx, row_sumexp_, ReduceOp::kSum);
     tp_.group().all_reduce(ctx, target_logit_, ReduceOp::kSum);
     max_for_loss = global_max_;

@@ -411,7 +411,9 @@ void declare_flags(CLI::App& app, Arguments& a) {
   app.add_flag("--load-fallback-to-previous", a.load_fallback_to_previous,
                "If the checkpoint to load is damaged, load the newest older one (not a Megatron flag)");
   app.add_option("--timing-log-level", a.timing_log_level,
-                 "0: none; 1 or 2: per-phase times (forward-backward, all-grads-sync, optimizer) after each log line");
+                 "0: none; 1: per-phase times after each log line, (min, max) over ranks (forward-backward, "
+                 "all-grads-sync, optimizer); 2: also forward-compute, backward-compute, batch-generator, "
+                 "pipeline-send-recv, tp-comm, params-all-gather (device time from CUDA events on the GPU)");
   app.add_option("--metrics-file", a.metrics_file,
                  "One JSON object per log line and evaluation (JSON Lines; truncated when the run starts at "
                  "iteration 0, appended to when it resumes; not a Megatron flag)");

@@ -1,5 +1,7 @@
 #include "train/model_stage.h"
 
+#include "core/phase_timer.h"
+
 namespace gpt {
 
 Shape ModelStage::boundary_shape() const {
@@ -11,7 +13,10 @@ std::optional<Tensor> ModelStage::forward(Context& ctx, int slot, int64_t microb
                                           const std::optional<Tensor>& input) {
   // Every chunk needs the microbatch's position (dropout masks); the first and last its data.
   model_.set_position(slot, feed_.position(microbatch));
-  if (model_.layout().has_embedding || model_.layout().has_output) feed_.load(ctx, model_, slot, microbatch);
+  if (model_.layout().has_embedding || model_.layout().has_output) {
+    const phase_timer::Scope timed(ctx, phase_timer::Phase::kBatchGenerator);
+    feed_.load(ctx, model_, slot, microbatch);
+  }
   return model_.forward(ctx, slot, input, feed_.loss());
 }
 

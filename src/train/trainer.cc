@@ -186,8 +186,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->norm_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->zeros_scratch_ = t->arena_.allocate_zeroed(DType::kInt64, {1});
   t->memory_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats});
-  t->timing_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {6});
+  t->timing_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {2 * (3 + phase_timer::kPhases)});
   t->timing_ = args.timing_log_level >= 1;
+  phase_timer::set_enabled(args.timing_log_level >= 2);
   t->memory_gathered_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats * grid.world_size()});
   t->memory_ = t->memory_figures(pipeline, static_cast<double>(chunks_end - chunks_begin));
   t->arena_.freeze();
@@ -277,6 +278,9 @@ double Trainer::evaluate(Split split, bool verbose) {
   // Megatron's progress lines (print_rank_0) for the evaluations after training.
   const bool progress = verbose && grid_.world_rank() == 0;
   if (progress) std::printf("Evaluating on %lld samples\n", static_cast<long long>(args_.eval_iters * args_.global_batch_size));
+  // Evaluation is not timed (as in Megatron): the training phases so far are set aside.
+  const std::array<double, phase_timer::kPhases> training = phase_timer::take();
+  for (int p = 0; p < phase_timer::kPhases; ++p) phases_.fine_ms[p] += training[p];
   ops::zero(ctx_, loss_sum_);
   for (int64_t iteration = 0; iteration < args_.eval_iters; ++iteration) {
     if (progress) {
@@ -288,6 +292,7 @@ double Trainer::evaluate(Split split, bool verbose) {
     forward_backward_->run(ctx_, grid_.pipeline(), Pass::kEvaluate);
     consumed += args_.global_batch_size;
   }
+  phase_timer::take();  // the evaluation's own phases, dropped
   if (split == Split::kValid) consumed_valid_samples_ = consumed;
   return read_and_reduce_loss(microbatches_ * args_.eval_iters);
 }
@@ -340,22 +345,38 @@ void Trainer::end_phase(Stopwatch& since, double& total) {
 }
 
 std::vector<PhaseTiming> Trainer::phase_timings(int64_t iterations, bool reset) {
-  // (min, max) over the world: one max-reduction of (t, -t).
-  const double n = static_cast<double>(std::max<int64_t>(1, iterations)) / 1e3;
-  const double mine[3] = {phases_.forward_backward / n, phases_.all_grads_sync / n, phases_.optimizer / n};
-  float values[6];
-  for (int i = 0; i < 3; ++i) {
-    values[i] = static_cast<float>(mine[i]);
-    values[3 + i] = -static_cast<float>(mine[i]);
+  using phase_timer::Phase;
+  const std::array<double, phase_timer::kPhases> fine = phase_timer::take();
+  for (int p = 0; p < phase_timer::kPhases; ++p) phases_.fine_ms[p] += fine[p];
+  // Megatron's order: forward-backward, its parts (level 2), all-grads-sync, params-all-gather
+  // (level 2), optimizer. Milliseconds per iteration.
+  const double n = static_cast<double>(std::max<int64_t>(1, iterations));
+  std::vector<std::pair<std::string, double>> mine = {{"forward-backward", phases_.forward_backward * 1e3 / n}};
+  auto fine_phase = [&](Phase p) { mine.push_back({phase_timer::name(p), phases_.fine_ms[static_cast<int>(p)] / n}); };
+  if (args_.timing_log_level >= 2) {
+    for (Phase p : {Phase::kForwardCompute, Phase::kBackwardCompute, Phase::kBatchGenerator, Phase::kPipelineSendRecv,
+                    Phase::kTensorParallelComm}) {
+      fine_phase(p);
+    }
   }
-  copy_to_device(ctx_, timing_scratch_, std::span<const float>(values));
-  grid_.world().all_reduce(ctx_, timing_scratch_, ReduceOp::kMax);
-  copy_to_host(ctx_, values, timing_scratch_);
+  mine.push_back({"all-grads-sync", phases_.all_grads_sync * 1e3 / n});
+  if (args_.timing_log_level >= 2) fine_phase(Phase::kParamsAllGather);
+  mine.push_back({"optimizer", phases_.optimizer * 1e3 / n});
+  // (min, max) over the world: one max-reduction of (t, -t).
+  const size_t count = mine.size();
+  std::vector<float> values(2 * count);
+  for (size_t i = 0; i < count; ++i) {
+    values[i] = static_cast<float>(mine[i].second);
+    values[count + i] = -static_cast<float>(mine[i].second);
+  }
+  const Tensor scratch = timing_scratch_.flat_range(0, static_cast<int64_t>(2 * count));
+  copy_to_device(ctx_, scratch, std::span<const float>(values));
+  grid_.world().all_reduce(ctx_, scratch, ReduceOp::kMax);
+  copy_to_host(ctx_, values.data(), scratch);
   ctx_.synchronize();
   if (reset) phases_ = {};
-  const char* names[3] = {"forward-backward", "all-grads-sync", "optimizer"};
   std::vector<PhaseTiming> out;
-  for (int i = 0; i < 3; ++i) out.push_back({names[i], -values[3 + i], values[i]});
+  for (size_t i = 0; i < count; ++i) out.push_back({mine[i].first, -values[count + i], values[i]});
   return out;
 }
 

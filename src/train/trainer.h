@@ -4,6 +4,7 @@
 // printing Megatron's log line every --log-interval iterations.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include "core/arena.h"
 #include "core/context.h"
+#include "core/phase_timer.h"
 #include "data/dataset_split.h"
 #include "data/microbatch.h"
 #include "data/sample_source.h"
@@ -123,18 +125,20 @@ class Trainer {
   // phase ends with a wait for the device, as Megatron's timers do).
   struct PhaseTimes {
     double forward_backward = 0, all_grads_sync = 0, optimizer = 0;
+    // --timing-log-level 2: core/phase_timer.h's phases, milliseconds.
+    std::array<double, phase_timer::kPhases> fine_ms{};
   };
   PhaseTimes phases_;
   bool timing_ = false;
   // Ends a phase started at `since`: adds its seconds to `total` and restarts the clock.
   void end_phase(Stopwatch& since, double& total);
-  // The phases' ms per iteration over the last `iterations`, (min, max) over the world (collective);
-  // resets the sums.
   // --log-params-norm: the L2 norm of the FP32 main weights over the whole model (collective).
   double params_norm();
-  // `reset`: start a new interval (false for the first iteration's early log line, as Megatron).
+  // The phases' ms per iteration over the last `iterations`, (min, max) over the world (collective),
+  // in Megatron's order; `reset`: start a new interval (false for the first iteration's early log
+  // line, as Megatron).
   std::vector<PhaseTiming> phase_timings(int64_t iterations, bool reset);
-  Tensor timing_scratch_;  // float32 [6], for the min/max over ranks
+  Tensor timing_scratch_;  // float32 [2 x phases], for the min/max over ranks
   MemoryFigures memory_;
   Tensor memory_scratch_, memory_gathered_;  // float32, for the start-up memory report
   std::unique_ptr<AdamW> optimizer_;

@@ -6,7 +6,10 @@ layout (a TP duplicate counted twice or a ZeRO shard left out would change them)
     --log-interval does not divide it, and the interval average still covers iterations 1-5;
   - params norm and num zeros equal on 1 rank, TP2, PP2 and DP2 with the distributed optimizer,
     iteration by iteration (untied embeddings: the unseen rows of the input embedding have zero
-    gradients, so num zeros is positive).
+    gradients, so num zeros is positive);
+  - --timing-log-level 2 prints Megatron's level-2 timers in its order; on one rank the
+    tensor-parallel and pipeline timers are exactly zero, with TP2 x PP2 they are not, and no
+    part exceeds forward-backward.
 """
 import argparse
 import re
@@ -22,6 +25,7 @@ TINY = ("--device cpu --mock-data --tokenizer-type NullTokenizer --vocab-size 51
         "--global-batch-size 8 --lr 1e-3 --eval-iters 0").split()
 LINE = re.compile(r"^ \[[^\]]+\] iteration +(\d+)/ +(\d+) \| (.*)$")
 FIELDS = re.compile(r" ([^|:]+): ([^|]+) \|")
+TIMER = re.compile(r"^    (\S+) \.*: \(([\d.-]+), ([\d.-]+)\)$", re.M)
 
 
 def log_lines(stdout):
@@ -83,6 +87,28 @@ def main():
             failures.append(f"{name}: (params norm, num zeros) {figures} differ from 1 rank's {reference}")
         else:
             print(f"{name}: params norm within {worst:.1e} of 1 rank's, num zeros equal")
+    # Level-2 timers.
+    names = ["forward-backward", "forward-compute", "backward-compute", "batch-generator", "pipeline-send-recv",
+             "tp-comm", "all-grads-sync", "params-all-gather", "optimizer"]
+    timed = TINY + ["--train-iters", "4", "--log-interval", "2", "--timing-log-level", "2"]
+    four = [args.mpirun, "-np", "4", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+    for name, prefix, extra in [("1 rank", [], []),
+                                ("TP2 x PP2", four, ["--tensor-model-parallel-size", "2",
+                                                     "--pipeline-model-parallel-size", "2"])]:
+        result = run(prefix + [args.binary] + timed + extra, f"--timing-log-level 2, {name}")
+        timers = [(m[1], float(m[2]), float(m[3])) for m in TIMER.finditer(result.stdout)]
+        last = {t[0]: (t[1], t[2]) for t in timers[-len(names):]}
+        if [t[0] for t in timers[-len(names):]] != names:
+            failures.append(f"--timing-log-level 2, {name}: timers {[t[0] for t in timers[-len(names):]]}")
+            continue
+        communication = [last["tp-comm"][1], last["pipeline-send-recv"][1]]
+        parts_fit = all(last[n][1] <= last["forward-backward"][1] * 1.05 + 0.05
+                        for n in ["forward-compute", "backward-compute", "batch-generator", "tp-comm"])
+        if not (last["forward-compute"][0] > 0 and last["backward-compute"][0] > 0 and parts_fit) or \
+                (prefix == [] and communication != [0.0, 0.0]) or (prefix != [] and min(communication) <= 0):
+            failures.append(f"--timing-log-level 2, {name}: {last}")
+        else:
+            print(f"--timing-log-level 2, {name}: " + ", ".join(f"{n} {last[n][1]:.2f}" for n in names))
     return harness.finish(failures, "console output")
 
 

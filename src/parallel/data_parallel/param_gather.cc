@@ -1,6 +1,7 @@
 #include "parallel/data_parallel/param_gather.h"
 
 #include "core/check.h"
+#include "core/phase_timer.h"
 #include "kernels/ops.h"
 
 namespace gpt {
@@ -26,9 +27,13 @@ void ParamGather::start(Context& ctx) {
   }
 }
 
-void ParamGather::wait_for(Context& ctx, int bucket) { handles_[static_cast<size_t>(bucket)].wait(ctx); }
+void ParamGather::wait_for(Context& ctx, int bucket) {
+  const phase_timer::Scope timed(ctx, phase_timer::Phase::kParamsAllGather);
+  handles_[static_cast<size_t>(bucket)].wait(ctx);
+}
 
 void ParamGather::wait_all(Context& ctx) {
+  const phase_timer::Scope timed(ctx, phase_timer::Phase::kParamsAllGather);
   for (CollectiveHandle& handle : handles_) handle.wait(ctx);
 }
 

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "core/check.h"
+#include "core/phase_timer.h"
 
 namespace gpt::pipeline {
 
@@ -157,6 +158,7 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
     GPT_CHECK(!step.instructions.empty()) << "empty pipeline step";
     const Instruction& first = step.instructions.front();
     if (!is_compute_op(first.op)) {
+      const phase_timer::Scope timed(ctx, phase_timer::Phase::kPipelineSendRecv);
       transfer(ctx, pipeline, step);
       continue;
     }
@@ -165,6 +167,8 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
     const size_t c = static_cast<size_t>(first.chunk);
     const Key key{first.chunk, first.microbatch};
     Stage& stage = *chunks_[c];
+    const phase_timer::Scope timed(
+        ctx, first.op == Op::kForward ? phase_timer::Phase::kForwardCompute : phase_timer::Phase::kBackwardCompute);
     if (first.op == Op::kForward) {
       const int slot = acquire(first.chunk, first.microbatch);
       std::optional<Tensor> input;

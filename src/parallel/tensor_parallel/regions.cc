@@ -1,19 +1,24 @@
 #include "parallel/tensor_parallel/regions.h"
 
+#include "core/phase_timer.h"
+
 namespace gpt {
 
 Tensor TensorParallel::gather_input(Context& ctx, const Tensor& local, const Tensor& full) const {
   if (!sequence_parallel()) return local;
+  const phase_timer::Scope timed(ctx, phase_timer::Phase::kTensorParallelComm);
   group_.all_gather(ctx, full, local);
   return full;
 }
 
 Tensor TensorParallel::reduce_input_grad(Context& ctx, const Tensor& grad_full, const Tensor& local) const {
+  if (group_.size() == 1) return grad_full;
+  const phase_timer::Scope timed(ctx, phase_timer::Phase::kTensorParallelComm);
   if (sequence_parallel()) {
     group_.reduce_scatter(ctx, local, grad_full, ReduceOp::kSum);
     return local;
   }
-  if (group_.size() > 1) group_.all_reduce(ctx, grad_full, ReduceOp::kSum);
+  group_.all_reduce(ctx, grad_full, ReduceOp::kSum);
   return grad_full;
 }
 
