@@ -4,56 +4,27 @@
 #include <mutex>
 #include <vector>
 
-#include "core/check.h"
-#ifdef GPT_WITH_CUDA
-#include "core/cuda_check.h"
-#include "core/cuda_device_context.cuh"
-#endif
+#include "core/device_intervals.h"
 
 namespace gpt::phase_timer {
 namespace {
 
-// Event pairs are recycled: a pair recorded and not yet read stays pending until take().
+// GPU intervals stay pending (recorded, not read) until take().
 struct Timers {
   std::mutex mutex;
   bool on = false;
   std::array<double, kPhases> ms{};
-#ifdef GPT_WITH_CUDA
+  DeviceIntervals intervals;
   struct Pending {
     Phase phase;
     int slot;
   };
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events;
-  std::vector<int> free_slots;
   std::vector<Pending> pending;
 
   void harvest() {
-    for (const Pending& p : pending) {
-      const auto& [start, end] = events[static_cast<size_t>(p.slot)];
-      GPT_CUDA_CHECK(cudaEventSynchronize(end));
-      float elapsed = 0.0f;
-      GPT_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, end));
-      ms[static_cast<size_t>(p.phase)] += elapsed;
-      free_slots.push_back(p.slot);
-    }
+    for (const Pending& p : pending) ms[static_cast<size_t>(p.phase)] += intervals.take_ms(p.slot);
     pending.clear();
   }
-  int acquire() {
-    if (free_slots.empty() && events.size() >= 4096) harvest();
-    if (free_slots.empty()) {
-      cudaEvent_t start, end;
-      GPT_CUDA_CHECK(cudaEventCreate(&start));
-      GPT_CUDA_CHECK(cudaEventCreate(&end));
-      events.emplace_back(start, end);
-      return static_cast<int>(events.size()) - 1;
-    }
-    const int slot = free_slots.back();
-    free_slots.pop_back();
-    return slot;
-  }
-#else
-  void harvest() {}
-#endif
 };
 
 Timers& timers() {
@@ -93,12 +64,10 @@ Scope::Scope(Context& ctx, Phase phase) {
   ctx_ = &ctx;
   phase_ = phase;
   if (ctx.device() == Device::kCuda) {
-#ifdef GPT_WITH_CUDA
     Timers& t = timers();
     std::lock_guard<std::mutex> lock(t.mutex);
-    slot_ = t.acquire();
-    GPT_CUDA_CHECK(cudaEventRecord(t.events[static_cast<size_t>(slot_)].first, ctx.cuda().stream()));
-#endif
+    if (t.pending.size() >= 4096) t.harvest();  // bounds the event pool
+    slot_ = t.intervals.start(ctx);
   } else {
     start_ns_ = now_ns();
   }
@@ -109,10 +78,8 @@ Scope::~Scope() {
   Timers& t = timers();
   std::lock_guard<std::mutex> lock(t.mutex);
   if (slot_ >= 0) {
-#ifdef GPT_WITH_CUDA
-    GPT_CUDA_CHECK(cudaEventRecord(t.events[static_cast<size_t>(slot_)].second, ctx_->cuda().stream()));
+    t.intervals.stop(*ctx_, slot_);
     t.pending.push_back({phase_, slot_});
-#endif
   } else {
     t.ms[static_cast<size_t>(phase_)] += static_cast<double>(now_ns() - start_ns_) / 1e6;
   }

@@ -9,11 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/check.h"
-#ifdef GPT_WITH_CUDA
-#include "core/cuda_check.h"
-#include "core/cuda_device_context.cuh"
-#endif
+#include "core/device_intervals.h"
 
 namespace gpt::op_profile {
 namespace {
@@ -23,50 +19,27 @@ struct Totals {
   double ms = 0.0;
 };
 
-// Event pairs are recycled: a pair recorded but not yet read stays pending until the next
-// harvest, which happens when the pool runs dry and at report().
+// GPU intervals stay pending (recorded, not read) until the next harvest, which happens when
+// many are pending and at report().
 struct Profile {
   std::mutex mutex;
   bool on = false;
   std::map<std::string_view, Totals> totals;
-#ifdef GPT_WITH_CUDA
+  DeviceIntervals intervals;
   struct Pending {
     const char* op;
     int slot;
   };
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events;
-  std::vector<int> free_slots;
   std::vector<Pending> pending;
 
   void harvest() {
     for (const Pending& p : pending) {
-      const auto& [start, end] = events[static_cast<size_t>(p.slot)];
-      GPT_CUDA_CHECK(cudaEventSynchronize(end));
-      float ms = 0.0f;
-      GPT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
       Totals& t = totals[p.op];
       ++t.calls;
-      t.ms += ms;
-      free_slots.push_back(p.slot);
+      t.ms += intervals.take_ms(p.slot);
     }
     pending.clear();
   }
-  int acquire() {
-    if (free_slots.empty() && events.size() >= 4096) harvest();
-    if (free_slots.empty()) {
-      cudaEvent_t start, end;
-      GPT_CUDA_CHECK(cudaEventCreate(&start));
-      GPT_CUDA_CHECK(cudaEventCreate(&end));
-      events.emplace_back(start, end);
-      return static_cast<int>(events.size()) - 1;
-    }
-    const int slot = free_slots.back();
-    free_slots.pop_back();
-    return slot;
-  }
-#else
-  void harvest() {}
-#endif
 };
 
 Profile& profile() {
@@ -106,12 +79,10 @@ Scope::Scope(Context& ctx, const char* op) {
   ctx_ = &ctx;
   op_ = op;
   if (ctx.device() == Device::kCuda) {
-#ifdef GPT_WITH_CUDA
     Profile& p = profile();
     std::lock_guard<std::mutex> lock(p.mutex);
-    slot_ = p.acquire();
-    GPT_CUDA_CHECK(cudaEventRecord(p.events[static_cast<size_t>(slot_)].first, ctx.cuda().stream()));
-#endif
+    if (p.pending.size() >= 4096) p.harvest();  // bounds the event pool
+    slot_ = p.intervals.start(ctx);
   } else {
     start_ns_ = now_ns();
   }
@@ -122,10 +93,8 @@ Scope::~Scope() {
   Profile& p = profile();
   std::lock_guard<std::mutex> lock(p.mutex);
   if (slot_ >= 0) {
-#ifdef GPT_WITH_CUDA
-    GPT_CUDA_CHECK(cudaEventRecord(p.events[static_cast<size_t>(slot_)].second, ctx_->cuda().stream()));
+    p.intervals.stop(*ctx_, slot_);
     p.pending.push_back({op_, slot_});
-#endif
   } else {
     Totals& t = p.totals[op_];
     ++t.calls;
