@@ -1,0 +1,146 @@
+#include "perf_model/compute_cost.h"
+
+#include "core/dtype.h"
+
+namespace gpt::perf {
+namespace {
+
+// Flash attention's backward: 5 matmuls (S, dP, dV, dQ, dK) against the forward's 2.
+constexpr double kAttentionBackwardMatmuls = 2.5;
+
+double element_bytes(const ModelConfig& c) { return c.dtype == DType::kBFloat16 ? 2.0 : 4.0; }
+
+double memory_time(double bytes, const Cluster& cluster) {
+  return bytes / (cluster.memory_bandwidth * cluster.memory_bandwidth_efficiency);
+}
+
+double local_rows(const ModelConfig& c, const RankShape& shape) {
+  const double rows = static_cast<double>(c.seq_length * shape.micro_batch);
+  return shape.sequence_parallel ? rows / static_cast<double>(shape.tensor_parallel) : rows;
+}
+
+// Exposed share of a TP collective.
+double tp_exposed(const RankShape& shape, const Cluster& cluster) {
+  return shape.tp_comm_overlap ? 1.0 - cluster.tp_comm_overlap_fraction : 1.0;
+}
+
+}  // namespace
+
+double gemm_time(double m, double n, double k, const Cluster& cluster) {
+  const double flops = 2 * m * n * k;
+  if (flops <= 0) return 0;
+  return flops / (cluster.peak_flops * cluster.gemm_efficiency_at(flops));
+}
+
+LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {
+  const double tp = static_cast<double>(shape.tensor_parallel);
+  const double t = element_bytes(c);
+  const double h = static_cast<double>(c.hidden_size);
+  const double s = static_cast<double>(c.seq_length);
+  const double b = static_cast<double>(shape.micro_batch);
+  const double rows = s * b;
+  const double qkv = static_cast<double>(c.qkv_size()) / tp;
+  const double projection = static_cast<double>(c.attention_projection_size()) / tp;
+  const double fc1 = static_cast<double>(c.fc1_size()) / tp;
+  const double ffn = static_cast<double>(c.ffn_hidden_size) / tp;
+  const int tp_ranks = static_cast<int>(shape.tensor_parallel);
+  const double stretch = shape.compute_stretch;
+
+  LayerCost cost;
+  PassCost& f = cost.forward;
+  f.gemm = (gemm_time(rows, qkv, h, cluster) + gemm_time(rows, h, projection, cluster) +
+            gemm_time(rows, fc1, h, cluster) + gemm_time(rows, h, ffn, cluster)) *
+           stretch;
+  // Megatron counts 4 b s^2 heads d per layer; the causal kernel skips the masked half.
+  const double attention_flops = 0.5 * 4 * b * s * s * projection;
+  f.attention = attention_flops / (cluster.peak_flops * cluster.attention_forward_efficiency) * stretch;
+  const double mask_bytes = c.has_dropout() ? 2.0 : 0.0;
+  const double hidden_bytes = local_rows(c, shape) * h * (10 * t) + local_rows(c, shape) * h * mask_bytes;
+  const double mlp_bytes = rows * (fc1 + ffn) * t;
+  f.elementwise = memory_time(hidden_bytes + mlp_bytes, cluster) * stretch;
+  const double activation = rows * h * t;
+  const Link& link = shape.tensor_link;
+  const double exposed = tp_exposed(shape, cluster);
+  const double gather = all_gather_time(tp_ranks, activation, link);
+  const double scatter = reduce_scatter_time(tp_ranks, activation, link);
+  const double reduce = all_reduce_time(tp_ranks, activation, link);
+  f.tp_comm = exposed * (shape.sequence_parallel ? 2 * gather + 2 * scatter : 2 * reduce);
+  f.overhead = cluster.kernel_overhead * stretch;
+
+  PassCost& g = cost.backward;
+  g.gemm = 2 * f.gemm;
+  g.attention = kAttentionBackwardMatmuls * attention_flops /
+                (cluster.peak_flops * cluster.attention_backward_efficiency) * stretch;
+  g.elementwise = 2 * f.elementwise;
+  g.tp_comm = exposed * (shape.sequence_parallel ? 4 * gather + 2 * scatter : 2 * reduce);
+  g.overhead = 2 * f.overhead;
+
+  cost.recompute_full = f.total();
+  cost.recompute_selective = f.attention;
+  return cost;
+}
+
+PassCost embedding_forward(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {
+  const double rows = static_cast<double>(c.seq_length * shape.micro_batch);
+  const double activation = rows * static_cast<double>(c.hidden_size) * element_bytes(c);
+  PassCost cost;
+  // Lookup (and learned positions): read rows of the table(s), write the output.
+  const double tables = c.position_embedding == PositionEmbedding::kLearnedAbsolute ? 2 : 1;
+  cost.elementwise = memory_time((tables + 1) * activation, cluster) * shape.compute_stretch;
+  const int tp = static_cast<int>(shape.tensor_parallel);
+  cost.tp_comm = tp_exposed(shape, cluster) * (shape.sequence_parallel
+                                                   ? reduce_scatter_time(tp, activation, shape.tensor_link)
+                                                   : all_reduce_time(tp, activation, shape.tensor_link));
+  return cost;
+}
+
+PassCost embedding_backward(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {
+  const double rows = static_cast<double>(c.seq_length * shape.micro_batch);
+  const double activation = rows * static_cast<double>(c.hidden_size) * element_bytes(c);
+  PassCost cost;
+  // Scatter-add of the output gradient into the FP32 table gradient (read, read-modify-write).
+  cost.elementwise = memory_time(activation + 2 * rows * c.hidden_size * 4.0, cluster) * shape.compute_stretch;
+  if (shape.sequence_parallel) {
+    cost.tp_comm = tp_exposed(shape, cluster) *
+                   all_gather_time(static_cast<int>(shape.tensor_parallel), activation, shape.tensor_link);
+  }
+  return cost;
+}
+
+PassCost head_forward(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {
+  const double rows = static_cast<double>(c.seq_length * shape.micro_batch);
+  const double h = static_cast<double>(c.hidden_size);
+  const double vocab = static_cast<double>(c.padded_vocab_size) / static_cast<double>(shape.tensor_parallel);
+  const double t = element_bytes(c);
+  const int tp = static_cast<int>(shape.tensor_parallel);
+  PassCost cost;
+  cost.gemm = gemm_time(rows, vocab, h, cluster) * shape.compute_stretch;
+  // Final norm; cross-entropy reads the logits, writes FP32 softmax statistics and probabilities.
+  cost.elementwise = memory_time(2 * local_rows(c, shape) * h * t + rows * vocab * (t + 2 * 4.0), cluster) *
+                     shape.compute_stretch;
+  const double activation = rows * h * t;
+  // Sequence-parallel input gathered before the head; three all-reduces of per-row statistics.
+  cost.tp_comm = tp_exposed(shape, cluster) *
+                 ((shape.sequence_parallel ? all_gather_time(tp, activation, shape.tensor_link) : 0.0) +
+                  3 * all_reduce_time(tp, rows * 4.0, shape.tensor_link));
+  return cost;
+}
+
+PassCost head_backward(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {
+  const double rows = static_cast<double>(c.seq_length * shape.micro_batch);
+  const double h = static_cast<double>(c.hidden_size);
+  const double vocab = static_cast<double>(c.padded_vocab_size) / static_cast<double>(shape.tensor_parallel);
+  const double t = element_bytes(c);
+  const int tp = static_cast<int>(shape.tensor_parallel);
+  PassCost cost;
+  cost.gemm = 2 * gemm_time(rows, vocab, h, cluster) * shape.compute_stretch;
+  cost.elementwise = memory_time(4 * local_rows(c, shape) * h * t + rows * vocab * (4.0 + t), cluster) *
+                     shape.compute_stretch;
+  const double activation = rows * h * t;
+  cost.tp_comm = tp_exposed(shape, cluster) * (shape.sequence_parallel
+                                                   ? reduce_scatter_time(tp, activation, shape.tensor_link)
+                                                   : all_reduce_time(tp, activation, shape.tensor_link));
+  return cost;
+}
+
+}  // namespace gpt::perf

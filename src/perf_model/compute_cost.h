@@ -1,0 +1,58 @@
+// Time of one microbatch through one transformer layer (and through the embedding and the LM
+// head) on one rank, forward and backward, from a cluster description:
+//   GEMM         2 M N K / (peak x gemm_efficiency(2 M N K)), the four linear layers with TP's
+//                local widths; backward runs two GEMMs of the same size per forward GEMM
+//                (input gradient, weight gradient)
+//   attention    the causal core executes half of the 4 b s^2 heads_l d FLOPs Megatron counts,
+//                at attention_forward_efficiency; flash attention's backward runs 5 of the
+//                forward's 2 matmuls (x 2.5) at attention_backward_efficiency
+//   elementwise  bytes / (memory bandwidth x efficiency): per token of the hidden stream (s/TP
+//                tokens with sequence parallelism) two norms (read, write) and two
+//                bias-dropout-adds (read two, write one, a 1-byte mask), per token of the MLP the
+//                activation (read fc1's output, write ffn / TP); backward twice the forward's bytes
+//   TP comm      per layer, of the [s, b, h] activation: forward 2 all-reduces (SP: 2 all-gathers
+//                + 2 reduce-scatters), backward 2 all-reduces (SP: 2 reduce-scatters + 4
+//                all-gathers: Megatron gathers the sequence-parallel input again for the weight
+//                gradient); exposed share 1 - tp_comm_overlap_fraction with --tp-comm-overlap
+//   overhead     kernel_overhead per layer forward, twice that backward
+// Recompute: full adds the layer's forward to its backward, selective the attention core's.
+#pragma once
+
+#include "model/config.h"
+#include "perf_model/cluster.h"
+#include "perf_model/collectives.h"
+
+namespace gpt::perf {
+
+struct PassCost {
+  double gemm = 0, attention = 0, elementwise = 0, tp_comm = 0, overhead = 0;
+  double total() const { return gemm + attention + elementwise + tp_comm + overhead; }
+};
+
+struct LayerCost {
+  PassCost forward, backward;  // backward without recompute
+  double recompute_full = 0;       // added to backward for a fully recomputed layer
+  double recompute_selective = 0;  // added to backward under selective recompute
+};
+
+struct RankShape {
+  int64_t tensor_parallel = 1;
+  bool sequence_parallel = false;
+  int64_t micro_batch = 1;
+  bool tp_comm_overlap = false;
+  Link tensor_link;       // the TP group's link
+  double compute_stretch = 1;  // ranks time-sharing a compute slot (Cluster::compute_slots_per_node)
+};
+
+double gemm_time(double m, double n, double k, const Cluster& cluster);
+
+// `config` with its dtype (BF16: 2 bytes per element).
+LayerCost layer_cost(const ModelConfig& config, const RankShape& shape, const Cluster& cluster);
+// The first virtual stage's embedding (lookup, position add, TP reduction) per microbatch.
+PassCost embedding_forward(const ModelConfig& config, const RankShape& shape, const Cluster& cluster);
+PassCost embedding_backward(const ModelConfig& config, const RankShape& shape, const Cluster& cluster);
+// The last virtual stage's final norm, LM head GEMM and vocab-parallel cross-entropy.
+PassCost head_forward(const ModelConfig& config, const RankShape& shape, const Cluster& cluster);
+PassCost head_backward(const ModelConfig& config, const RankShape& shape, const Cluster& cluster);
+
+}  // namespace gpt::perf

@@ -1,0 +1,202 @@
+#include "perf_model/predict.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "model/activation_memory.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/simulator.h"
+#include "perf_model/collectives.h"
+#include "train/flops.h"
+#include "train/memory_plan.h"
+#include "train/trainer.h"
+
+namespace gpt::perf {
+namespace {
+
+// AdamW per owned parameter: read the FP32 gradient (and again for the global norm), read and
+// write the master weight and both moments, write the BF16 copy (none in FP32).
+double optimizer_bytes_per_parameter(bool bf16) { return bf16 ? 4 + 4 + 3 * 8 + 2 : 4 + 4 + 3 * 8; }
+
+std::string recompute_text(const Arguments& a) {
+  if (a.recompute_granularity.empty()) return "none";
+  if (a.recompute_granularity == "selective") return "selective";
+  return absl::StrCat("full ", a.recompute_method, " ", a.recompute_num_layers);
+}
+
+// Layers of a chunk of `chunk_layers` whose forward runs again in backward (full recompute).
+int64_t fully_recomputed_layers(const Arguments& a, int64_t chunk_layers) {
+  if (a.recompute_granularity != "full") return 0;
+  if (a.recompute_method == "block") return std::min(a.recompute_num_layers, chunk_layers);
+  return chunk_layers;  // uniform: every layer, in groups of --recompute-num-layers
+}
+
+// A point-to-point link between two ranks `stride` apart: one NIC when they are on two nodes.
+Link pair_link(const Cluster& cluster, int64_t stride) {
+  if (!group_spans_nodes(0, static_cast<int>(std::min<int64_t>(stride, 1 << 30)), 2, cluster.gpus_per_node)) {
+    return {cluster.intra_node_bandwidth * cluster.intra_node_efficiency, cluster.intra_node_latency, false};
+  }
+  return {cluster.inter_node_bandwidth * cluster.inter_node_efficiency, cluster.inter_node_latency, true};
+}
+
+}  // namespace
+
+absl::StatusOr<Arguments> parse_model_flags(std::vector<std::string> flags) {
+  auto has = [&](std::string_view flag) {
+    return std::any_of(flags.begin(), flags.end(), [&](const std::string& f) {
+      return f == flag || (f.size() > flag.size() && f.starts_with(flag) && f[flag.size()] == '=');
+    });
+  };
+  if (!has("--train-iters") && !has("--train-samples")) flags.insert(flags.end(), {"--train-iters", "1"});
+  if (!has("--lr")) flags.insert(flags.end(), {"--lr", "1e-4"});
+  if (!has("--mock-data") && !has("--data-path")) flags.push_back("--mock-data");
+  flags.insert(flags.begin(), "perf_model");
+  return parse_arguments(flags);
+}
+
+absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size) {
+  if (world_size <= 0) return absl::InvalidArgumentError(absl::StrCat("--world-size must be positive (got ", world_size, ")"));
+  GPT_RETURN_IF_ERROR(validate_arguments(args));
+  GPT_RETURN_IF_ERROR(validate_for_world(args, world_size));
+  return args;
+}
+
+absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world_size) {
+  GPT_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(a, world_size, vocabulary_before_data(a)));
+  MemoryEstimate memory;
+  memory.parameters = static_cast<double>(plan.parameters);
+  memory.gradients = static_cast<double>(plan.gradients);
+  memory.optimizer_state = static_cast<double>(plan.optimizer_state);
+  memory.activations = static_cast<double>(plan.activations);
+  const int64_t pp = a.pipeline_model_parallel_size;
+  const int v = virtual_pipeline_size(a);
+  if (pp > 1 && v > 1) {
+    // The plan counts min(m, p) + v - 1 chunk stashes on the first stage; the interleaved schedule
+    // holds up to its warm-up + 1.
+    const int64_t m = num_microbatches(a, world_size);
+    const int64_t peak = pipeline::expected_peak_live(pipeline::ScheduleKind::kInterleaved, static_cast<int>(pp), v,
+                                                      static_cast<int>(m), 0);
+    const int64_t counted = std::min(m, pp) + v - 1;
+    const ActivationMemory chunk = activation_memory(model_config_from(a), a.tensor_model_parallel_size,
+                                                     a.sequence_parallel, a.micro_batch_size, a.num_layers / (pp * v));
+    memory.activations += static_cast<double>(std::max<int64_t>(0, peak - counted)) *
+                          static_cast<double>(chunk.stash_bytes());
+  }
+  return memory;
+}
+
+absl::StatusOr<Prediction> predict(const Arguments& a, int64_t world_size, const Cluster& cluster,
+                                   const RunOptions& options) {
+  const ModelConfig config = model_config_from(a);
+  Prediction p;
+  p.world = world_size;
+  p.tensor = a.tensor_model_parallel_size;
+  p.pipeline = a.pipeline_model_parallel_size;
+  p.data = data_parallel_size(a, world_size);
+  p.virtual_stages = virtual_pipeline_size(a);
+  p.microbatches = num_microbatches(a, world_size);
+  p.micro_batch = a.micro_batch_size;
+  p.global_batch = a.global_batch_size;
+  p.sequence_parallel = a.sequence_parallel && p.tensor > 1;
+  p.distributed_optimizer = a.use_distributed_optimizer;
+  p.recompute = recompute_text(a);
+  const int pp = static_cast<int>(p.pipeline), v = static_cast<int>(p.virtual_stages);
+  const int m = static_cast<int>(p.microbatches);
+  const auto kind = pipeline::default_schedule_kind(v);
+  p.schedule = pipeline::to_string(kind);
+
+  RankShape shape;
+  shape.tensor_parallel = p.tensor;
+  shape.sequence_parallel = p.sequence_parallel;
+  shape.micro_batch = p.micro_batch;
+  shape.tp_comm_overlap = options.tp_comm_overlap;
+  shape.tensor_link = group_link(cluster, 1, static_cast<int>(p.tensor));
+  const int64_t ranks_per_node = std::min<int64_t>(world_size, cluster.gpus_per_node);
+  shape.compute_stretch =
+      std::max(1.0, static_cast<double>(ranks_per_node) / static_cast<double>(cluster.compute_slots_per_node));
+
+  p.layer = layer_cost(config, shape, cluster);
+  const PassCost embed_f = embedding_forward(config, shape, cluster), embed_b = embedding_backward(config, shape, cluster);
+  const PassCost head_f = head_forward(config, shape, cluster), head_b = head_backward(config, shape, cluster);
+  const int64_t chunk_layers = a.num_layers / (p.pipeline * p.virtual_stages);
+  const double recomputed = static_cast<double>(fully_recomputed_layers(a, chunk_layers));
+  const double selective = a.recompute_granularity == "selective" ? 1.0 : 0.0;
+  const double chunk_forward = static_cast<double>(chunk_layers) * p.layer.forward.total();
+  const double chunk_recompute =
+      recomputed * p.layer.recompute_full + selective * static_cast<double>(chunk_layers) * p.layer.recompute_selective;
+  const double chunk_backward = static_cast<double>(chunk_layers) * p.layer.backward.total() + chunk_recompute;
+
+  // Pipeline: per (rank, chunk) costs through the trainer's schedule.
+  const double activation_bytes = static_cast<double>(config.seq_length * p.micro_batch * config.hidden_size) *
+                                  (a.bf16 ? 2.0 : 4.0) / (p.sequence_parallel ? static_cast<double>(p.tensor) : 1.0);
+  const Link pipe_link = pair_link(cluster, p.tensor * p.data);
+  p.p2p_time = pp > 1 ? p2p_time(activation_bytes, pipe_link) : 0.0;
+  double busiest = 0;
+  if (pp == 1) {
+    const double forward = chunk_forward + embed_f.total() + head_f.total();
+    const double backward = chunk_backward + embed_b.total() + head_b.total();
+    busiest = m * (forward + backward);
+    p.pipeline_time = busiest;
+  } else {
+    pipeline::Costs costs;
+    costs.forward.assign(pp, std::vector<double>(v, chunk_forward));
+    costs.backward.assign(pp, std::vector<double>(v, chunk_backward));
+    costs.forward[0][0] += embed_f.total();
+    costs.backward[0][0] += embed_b.total();
+    costs.forward[pp - 1][v - 1] += head_f.total();
+    costs.backward[pp - 1][v - 1] += head_b.total();
+    costs.p2p_latency = pipe_link.latency;
+    costs.p2p_bytes = activation_bytes;
+    costs.p2p_bandwidth = pipe_link.bandwidth;
+    GPT_ASSIGN_OR_RETURN(const pipeline::Schedule schedule, pipeline::make_schedule(kind, pp, v, m));
+    GPT_ASSIGN_OR_RETURN(const pipeline::SimulationReport report, pipeline::simulate(schedule, costs));
+    p.pipeline_time = report.makespan;
+    p.pipeline_bubble = report.bubble_fraction;
+    busiest = report.ideal;
+  }
+  p.compute_time = busiest;
+  const double rank_layers = static_cast<double>(chunk_layers * p.virtual_stages);
+  p.tp_comm_time = m * rank_layers * (p.layer.forward.tp_comm + p.layer.backward.tp_comm);
+  p.recompute_time = m * static_cast<double>(p.virtual_stages) * chunk_recompute;
+
+  // Memory, and the largest stage's parameters for the data-parallel traffic.
+  GPT_ASSIGN_OR_RETURN(p.memory, estimate_memory(a, world_size));
+  p.memory_available = cluster.memory_bytes - cluster.memory_reserved_bytes;
+  p.fits = p.memory.total() <= p.memory_available;
+  const double element = a.bf16 ? 2.0 : 4.0;
+  const double parameters = p.memory.parameters / element;
+  const double gradient_element = a.bf16 && !a.accumulate_allreduce_grads_in_fp32 ? 2.0 : 4.0;
+  const int dp = static_cast<int>(p.data);
+  const Link data_link = group_link(cluster, static_cast<int>(p.tensor), dp);
+  const double hidden = cluster.dp_comm_overlap_fraction;
+  double gradient_sync = 0, parameter_gather = 0;
+  if (a.use_distributed_optimizer) {
+    gradient_sync = reduce_scatter_time(dp, parameters * gradient_element, data_link);
+    parameter_gather = all_gather_time(dp, parameters * element, data_link);
+  } else {
+    gradient_sync = all_reduce_time(dp, parameters * gradient_element, data_link);
+  }
+  p.dp_comm_time = gradient_sync + parameter_gather;
+  p.dp_exposed_time = gradient_sync * (a.overlap_grad_reduce ? 1 - hidden : 1) +
+                      parameter_gather * (a.overlap_param_gather ? 1 - hidden : 1);
+  if (pp > 1 && !config.untie_embeddings_and_output_weights) {
+    const double embedding = static_cast<double>(config.padded_vocab_size / p.tensor * config.hidden_size);
+    p.embedding_sync_time =
+        all_reduce_time(2, embedding * gradient_element, pair_link(cluster, p.tensor * p.data * (p.pipeline - 1)));
+  }
+  const double owned = a.use_distributed_optimizer ? std::ceil(parameters / dp) : parameters;
+  p.optimizer_time = owned * optimizer_bytes_per_parameter(a.bf16) /
+                     (cluster.memory_bandwidth * cluster.memory_bandwidth_efficiency) * shape.compute_stretch;
+  p.overhead_time = cluster.iteration_overhead;
+  p.iteration_time = p.pipeline_time + p.dp_exposed_time + p.embedding_sync_time + p.optimizer_time + p.overhead_time;
+
+  p.model_flops = model_flops_per_iteration(config, a.global_batch_size);
+  p.tflops_per_gpu = p.model_flops / p.iteration_time / static_cast<double>(world_size) / 1e12;
+  p.mfu = p.tflops_per_gpu * 1e12 / cluster.peak_flops;
+  p.tokens_per_s_per_gpu = static_cast<double>(a.global_batch_size * a.seq_length) / p.iteration_time /
+                           static_cast<double>(world_size);
+  return p;
+}
+
+}  // namespace gpt::perf

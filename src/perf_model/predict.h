@@ -1,0 +1,94 @@
+// The performance model: for validated pretrain_gpt arguments, a world size and a cluster, the
+// time of one training iteration and where it goes, the throughput (model FLOPs, Megatron's
+// formula from train/flops.h), and the memory of the largest rank (train/memory_plan.h).
+//
+// One iteration is
+//   pipeline     the schedule the trainer runs (1F1B, or interleaved with v > 1), simulated by
+//                parallel/pipeline/simulator.h with each (rank, chunk)'s forward and backward cost
+//                per microbatch (compute_cost.h: its layers, plus the embedding on the first
+//                virtual stage and the LM head on the last) and the p2p transfer of one
+//                activation [s/TP if SP, b, h] over the pipeline group's link
+//   + DP         the gradient all-reduce (or reduce-scatter, and the parameter all-gather, with
+//                --use-distributed-optimizer) of the largest stage's parameters over the
+//                data-parallel group; the share dp_comm_overlap_fraction of each is hidden with
+//                --overlap-grad-reduce / --overlap-param-gather. Gradients travel in the
+//                parameters' dtype (Megatron's default) unless --accumulate-allreduce-grads-in-fp32.
+//                With PP > 1 and tied embeddings, the embedding gradient's all-reduce between the
+//                first and last stages.
+//   + optimizer  AdamW, memory-bound over the rank's owned parameters
+//   + the cluster's fixed iteration overhead.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "perf_model/cluster.h"
+#include "perf_model/compute_cost.h"
+#include "train/arguments.h"
+
+namespace gpt::perf {
+
+// Megatron flags this trainer does not have but the model honours.
+struct RunOptions {
+  bool tp_comm_overlap = false;  // Megatron's --tp-comm-overlap
+};
+
+struct MemoryEstimate {
+  double parameters = 0, gradients = 0, optimizer_state = 0, activations = 0;  // bytes, largest rank
+  double total() const { return parameters + gradients + optimizer_state + activations; }
+};
+
+struct Prediction {
+  // Layout.
+  int64_t world = 0, tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, microbatches = 1;
+  int64_t micro_batch = 1, global_batch = 1;
+  bool sequence_parallel = false, distributed_optimizer = false;
+  std::string recompute;  // "none", "selective", "full uniform N", "full block N"
+  std::string schedule;   // "1f1b", "interleaved"
+
+  // Time, seconds per iteration.
+  double iteration_time = 0;
+  double pipeline_time = 0;      // the simulated forward-backward of every microbatch
+  double pipeline_bubble = 0;    // the simulator's bubble fraction (0 without PP)
+  double compute_time = 0;       // the busiest rank's forward and backward compute (incl. exposed TP comm)
+  double tp_comm_time = 0;       // exposed TP communication inside compute_time
+  double recompute_time = 0;     // recompute inside compute_time
+  double p2p_time = 0;           // one pipeline transfer
+  double dp_comm_time = 0;       // data-parallel communication, all of it
+  double dp_exposed_time = 0;    // its part not hidden
+  double embedding_sync_time = 0;
+  double optimizer_time = 0;
+  double overhead_time = 0;
+
+  // Per layer and microbatch.
+  LayerCost layer;
+
+  // Throughput.
+  double model_flops = 0;        // per iteration, Megatron's formula
+  double tflops_per_gpu = 0;
+  double mfu = 0;                // of the cluster's peak
+  double tokens_per_s_per_gpu = 0;
+
+  MemoryEstimate memory;
+  double memory_available = 0;   // the cluster's memory less its reserve
+  bool fits = true;
+};
+
+// pretrain_gpt's flags (without the program name) parsed with its own parser; the flags only a
+// training run needs (--train-iters, --lr, --mock-data) are filled in when absent. Not validated.
+absl::StatusOr<Arguments> parse_model_flags(std::vector<std::string> flags);
+// validate_arguments and validate_for_world on a copy: every error names its flag.
+absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size);
+
+// The memory of the largest rank: the memory plan's parameters, gradients and optimizer state,
+// and activations with the schedule's peak number of microbatches in flight on the first stage
+// (p + (p - 1) / v microbatches' worth with interleaving; the plan counts a lower bound).
+absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& validated, int64_t world_size);
+
+absl::StatusOr<Prediction> predict(const Arguments& validated, int64_t world_size, const Cluster& cluster,
+                                   const RunOptions& options = {});
+
+}  // namespace gpt::perf

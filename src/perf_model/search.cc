@@ -1,0 +1,115 @@
+#include "perf_model/search.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpt::perf {
+namespace {
+
+// Flags a candidate sets; the base's values are dropped.
+const char* const kLayoutFlags[] = {"--tensor-model-parallel-size",
+                                    "--pipeline-model-parallel-size",
+                                    "--num-layers-per-virtual-pipeline-stage",
+                                    "--num-virtual-stages-per-pipeline-rank",
+                                    "--sequence-parallel",
+                                    "--use-distributed-optimizer",
+                                    "--micro-batch-size",
+                                    "--recompute-granularity",
+                                    "--recompute-method",
+                                    "--recompute-num-layers",
+                                    "--recompute-activations"};
+
+struct Candidate {
+  int64_t tp, pp, layers_per_virtual_stage, micro_batch;
+  bool sp, zero;
+  int recompute;  // 0 none, 1 selective, 2 full uniform 1
+};
+
+Arguments with_layout(const Arguments& base, const Candidate& c) {
+  Arguments a = base;
+  for (const char* flag : kLayoutFlags) a.given.erase(flag);
+  auto set = [&](const char* flag) { a.given.insert(flag); };
+  a.tensor_model_parallel_size = c.tp;
+  a.pipeline_model_parallel_size = c.pp;
+  a.num_layers_per_virtual_pipeline_stage = c.layers_per_virtual_stage;
+  a.num_virtual_stages_per_pipeline_rank = 0;
+  a.micro_batch_size = c.micro_batch;
+  a.sequence_parallel = c.sp;
+  a.use_distributed_optimizer = c.zero;
+  if (!c.zero) a.overlap_param_gather = false;  // it overlaps the distributed optimizer's gather
+  a.recompute_activations = false;
+  a.recompute_granularity = c.recompute == 0 ? "" : c.recompute == 1 ? "selective" : "full";
+  a.recompute_method = c.recompute == 2 ? "uniform" : "";
+  a.recompute_num_layers = c.recompute == 2 ? 1 : 0;
+  set("--tensor-model-parallel-size");
+  set("--pipeline-model-parallel-size");
+  set("--micro-batch-size");
+  if (c.layers_per_virtual_stage > 0) set("--num-layers-per-virtual-pipeline-stage");
+  if (c.sp) set("--sequence-parallel");
+  if (c.zero) set("--use-distributed-optimizer");
+  if (c.recompute > 0) set("--recompute-granularity");
+  if (c.recompute == 2) {
+    set("--recompute-method");
+    set("--recompute-num-layers");
+  }
+  return a;
+}
+
+}  // namespace
+
+absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world, const Cluster& cluster,
+                                            const RunOptions& options, int top) {
+  if (!base.was_given("--global-batch-size")) {
+    return absl::InvalidArgumentError("--search needs --global-batch-size (the batch every layout trains)");
+  }
+  if (world <= 0) return absl::InvalidArgumentError(absl::StrCat("--world-size must be positive (got ", world, ")"));
+  if (base.num_layers <= 0) return absl::InvalidArgumentError("missing required flag --num-layers");
+  std::vector<Candidate> candidates;
+  for (int64_t tp = 1; tp <= cluster.gpus_per_node && tp <= world; tp *= 2) {
+    if (world % tp != 0) continue;
+    for (int64_t pp = 1; pp <= base.num_layers && tp * pp <= world; ++pp) {
+      if (world % (tp * pp) != 0 || base.num_layers % pp != 0) continue;
+      const int64_t dp = world / (tp * pp);
+      std::vector<int64_t> virtual_options = {0};
+      const int64_t stage_layers = base.num_layers / pp;
+      for (int64_t v = 2; pp > 1 && v <= stage_layers; ++v) {
+        if (stage_layers % v == 0) virtual_options.push_back(stage_layers / v);
+      }
+      for (int64_t lpvs : virtual_options) {
+        for (int64_t mbs = 1; mbs <= 8; mbs *= 2) {
+          if (mbs * dp > base.global_batch_size) break;
+          for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+            for (int zero = 0; zero <= (dp > 1 ? 1 : 0); ++zero) {
+              for (int recompute = 0; recompute <= 2; ++recompute) {
+                candidates.push_back({tp, pp, lpvs, mbs, sp == 1, zero == 1, recompute});
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  SearchResult result;
+  std::vector<Prediction> fitting;
+  for (const Candidate& c : candidates) {
+    absl::StatusOr<Arguments> args = validate_layout(with_layout(base, c), world);
+    if (!args.ok()) continue;  // a layout pretrain_gpt refuses
+    absl::StatusOr<Prediction> prediction = predict(*args, world, cluster, options);
+    if (!prediction.ok()) continue;  // sizes that overflow the memory plan
+    ++result.evaluated;
+    if (prediction->fits) fitting.push_back(*std::move(prediction));
+  }
+  result.fitting = static_cast<int>(fitting.size());
+  std::stable_sort(fitting.begin(), fitting.end(),
+                   [](const Prediction& x, const Prediction& y) { return x.iteration_time < y.iteration_time; });
+  if (static_cast<int>(fitting.size()) > top) fitting.resize(top);
+  result.ranked = std::move(fitting);
+  if (result.evaluated == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no layout of this model on --world-size ", world, " passes pretrain_gpt's checks"));
+  }
+  return result;
+}
+
+}  // namespace gpt::perf

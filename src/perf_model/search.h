@@ -1,0 +1,31 @@
+// --search: every layout of a model on a world size that pretrain_gpt accepts, within
+//   TP        1, 2, 4, ... up to the GPUs of one node (dividing the heads and the world)
+//   PP        dividing the layers and world / TP
+//   v         1, or each number of chunks per rank that divides the stage's layers (PP > 1)
+//   DP        the rest
+//   mbs       1, 2, 4, 8 (at most the batch per DP rank)
+//   SP        off, and on with TP > 1
+//   ZeRO      --use-distributed-optimizer off, and on with DP > 1
+//   recompute none, selective, full (uniform, groups of 1)
+// predicted with predict(), those whose largest rank does not fit the cluster's memory dropped,
+// ranked by predicted throughput (the global batch is fixed, so by iteration time).
+#pragma once
+
+#include <vector>
+
+#include "perf_model/predict.h"
+
+namespace gpt::perf {
+
+struct SearchResult {
+  std::vector<Prediction> ranked;  // fitting layouts, fastest first, at most `top`
+  int evaluated = 0;               // layouts that passed pretrain_gpt's validation
+  int fitting = 0;
+};
+
+// `base`: parse_model_flags' result (not validated), with --global-batch-size; its layout flags
+// are replaced by each candidate's, its other flags (--overlap-grad-reduce, ...) kept.
+absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world_size, const Cluster& cluster,
+                                            const RunOptions& options, int top);
+
+}  // namespace gpt::perf

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""perf_model's command line as a user sees it: a report, one JSON object with --json, a ranked
+table with --search, and for every bad input one "error:" line naming the problem and exit 1."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+MODEL = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 "
+         "--max-position-embeddings 4096 --vocab-size 131072 --micro-batch-size 1 --global-batch-size 192 "
+         "--bf16 --use-distributed-optimizer").split()
+
+
+def run(binary, args):
+    return subprocess.run([binary] + args, capture_output=True, text=True, timeout=60)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    binary = parser.parse_args().binary
+    failures = []
+
+    def check(condition, what):
+        if not condition:
+            failures.append(what)
+
+    good = ["--cluster", "dgx-h100", "--world-size", "48"] + MODEL
+    result = run(binary, good)
+    check(result.returncode == 0 and "TFLOP/s per GPU" in result.stdout, f"report: {result.stderr}")
+    result = run(binary, good + ["--json"])
+    check(result.returncode == 0, f"--json exit {result.returncode}: {result.stderr}")
+    if result.returncode == 0:
+        data = json.loads(result.stdout)
+        for key in ("iteration_time_s", "tflops_per_gpu", "mfu", "memory_gib_per_gpu", "time_breakdown_s",
+                    "memory_breakdown_gib", "layout"):
+            check(key in data, f"--json lacks {key}")
+    result = run(binary, ["--search", "--top", "3", "--cluster", "dgx-h100", "--world-size", "16"] +
+                 [a for a in MODEL if a != "--use-distributed-optimizer"])
+    check(result.returncode == 0 and result.stdout.count("TP ") == 3, f"--search: {result.stdout} {result.stderr}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broken = os.path.join(tmp, "broken.conf")
+        with open(broken, "w") as f:
+            f.write("name = broken\ngpus_per_node = eight\n")
+        bad = {
+            "unknown cluster": (["--cluster", "dgx-z9000", "--world-size", "48"] + MODEL, "unknown cluster dgx-z9000"),
+            "malformed file": (["--cluster", broken, "--world-size", "48"] + MODEL,
+                               "broken.conf:2: gpus_per_node must be a positive integer"),
+            "missing file": (["--cluster", os.path.join(tmp, "none.conf"), "--world-size", "48"] + MODEL,
+                             "cannot read cluster file"),
+            "world not divisible": (["--cluster", "dgx-h100", "--world-size", "47"] + MODEL, "47"),
+            "heads not divisible by TP": (["--cluster", "dgx-h100", "--world-size", "48",
+                                           "--tensor-model-parallel-size", "3"] + MODEL, "--num-attention-heads"),
+            "layers not divisible by PP": (["--cluster", "dgx-h100", "--world-size", "40",
+                                            "--pipeline-model-parallel-size", "5"] + MODEL, "--num-layers"),
+            "missing world size": (["--cluster", "dgx-h100"] + MODEL, "--world-size"),
+            "zero world size": (["--cluster", "dgx-h100", "--world-size", "0"] + MODEL, "--world-size"),
+            "unknown flag": (["--cluster", "dgx-h100", "--world-size", "48", "--warp-speed", "9"] + MODEL,
+                             "--warp-speed"),
+        }
+        for name, (args, needle) in bad.items():
+            result = run(binary, args)
+            lines = result.stderr.strip().splitlines()
+            check(result.returncode == 1, f"{name}: exit {result.returncode} ({result.stderr.strip()})")
+            check(len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0],
+                  f"{name}: stderr {result.stderr!r} lacks {needle!r}")
+            check(result.stdout == "", f"{name}: printed {result.stdout!r}")
+
+    for failure in failures:
+        print("FAIL:", failure)
+    print(f"{len(failures)} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

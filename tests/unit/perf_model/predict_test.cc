@@ -1,0 +1,140 @@
+// The performance model end to end: memory against hand-computed figures, recompute, the pipeline
+// bubble, and that layouts rank differently.
+#include "perf_model/predict.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace gpt::perf {
+namespace {
+
+// An idealised cluster: every efficiency 1, one GEMM rate, no latency.
+Cluster ideal_cluster() {
+  Cluster c;
+  c.name = "ideal";
+  c.gpus_per_node = 8;
+  c.compute_slots_per_node = 8;
+  c.peak_flops = 100e12;
+  c.memory_bytes = 80.0 * (1 << 30);
+  c.memory_bandwidth = 2e12;
+  c.intra_node_bandwidth = 200e9;
+  c.inter_node_bandwidth = 25e9;
+  c.gemm_efficiency = {{1e9, 0.5}};
+  c.attention_forward_efficiency = 0.5;
+  c.attention_backward_efficiency = 0.5;
+  return c;
+}
+
+Arguments layout(const std::string& flags, int64_t world) {
+  std::vector<std::string> argv = absl::StrSplit(flags, ' ', absl::SkipEmpty());
+  absl::StatusOr<Arguments> parsed = parse_model_flags(argv);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<Arguments> validated = validate_layout(*parsed, world);
+  EXPECT_TRUE(validated.ok()) << validated.status();
+  return *validated;
+}
+
+Prediction predicted(const std::string& flags, int64_t world, const Cluster& cluster = ideal_cluster(),
+                     RunOptions options = {}) {
+  absl::StatusOr<Prediction> p = predict(layout(flags, world), world, cluster, options);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *p;
+}
+
+// Two layers, h 64, 4 heads, s 32, ffn 256, vocabulary 128, BF16.
+const std::string kTiny =
+    "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 "
+    "--vocab-size 128 --micro-batch-size 1 --bf16 ";
+
+TEST(PerfModelMemory, HandComputedTinyModel) {
+  // Per layer: two LayerNorms 4h + QKV (3h)(h + 1) + projection h h + h + fc1 4h (h + 1) + fc2 4h h + h
+  // = 256 + 12480 + 4160 + 16640 + 16448 = 49984; embeddings (128 + 32) 64 = 10240; final norm 128.
+  const double elements = 2 * 49984 + 10240 + 128;
+  const MemoryEstimate m = *estimate_memory(layout(kTiny + "--global-batch-size 1", 1), 1);
+  EXPECT_EQ(m.parameters, 2 * elements);
+  EXPECT_EQ(m.gradients, 4 * elements);
+  EXPECT_EQ(m.optimizer_state, 12 * elements);
+  // 18 bytes per parameter without the distributed optimizer.
+  EXPECT_EQ(m.parameters + m.gradients + m.optimizer_state, 18 * elements);
+  // Activations, rows r = 32: per layer 2 (4 r h + 4 r h + 2 r 4h) + 16 r + 4 heads s = 66560 per
+  // microbatch; the chunk's workspace 2 (2 r h + 2 r h + r (3h + h) + r 4h) = 49152; logits 2 r V = 8192.
+  EXPECT_EQ(m.activations, 2 * 66560 + 49152 + 8192);
+}
+
+TEST(PerfModelMemory, DistributedOptimizerShardsTwelveBytes) {
+  // DP 4 over a model whose parameter count divides by 4: 6 + 12 / 4 bytes per parameter.
+  const MemoryEstimate m =
+      *estimate_memory(layout(kTiny + "--global-batch-size 4 --use-distributed-optimizer", 4), 4);
+  const double elements = m.parameters / 2;
+  EXPECT_EQ(static_cast<int64_t>(elements) % 4, 0);
+  EXPECT_EQ(m.parameters + m.gradients + m.optimizer_state, (6 + 12.0 / 4) * elements);
+}
+
+const std::string kMedium =
+    "--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --max-position-embeddings 1024 "
+    "--vocab-size 512 --micro-batch-size 1 --bf16 ";
+
+TEST(PerfModelRecompute, FullAddsOneForwardSelectiveTheAttentionCore) {
+  const Prediction none = predicted(kMedium + "--global-batch-size 4", 1);
+  const Prediction full = predicted(
+      kMedium + "--global-batch-size 4 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2",
+      1);
+  const Prediction block = predicted(
+      kMedium + "--global-batch-size 4 --recompute-granularity full --recompute-method block --recompute-num-layers 3", 1);
+  const Prediction selective = predicted(kMedium + "--global-batch-size 4 --recompute-granularity selective", 1);
+  const double m = 4, layers = 8;
+  EXPECT_NEAR(full.compute_time - none.compute_time, m * layers * none.layer.forward.total(), 1e-12);
+  EXPECT_NEAR(block.compute_time - none.compute_time, m * 3 * none.layer.forward.total(), 1e-12);
+  EXPECT_NEAR(selective.compute_time - none.compute_time, m * layers * none.layer.forward.attention, 1e-12);
+  EXPECT_NEAR(full.recompute_time, m * layers * none.layer.forward.total(), 1e-12);
+  // Model FLOPs do not count recompute, so throughput drops.
+  EXPECT_EQ(full.model_flops, none.model_flops);
+  EXPECT_LT(full.tflops_per_gpu, selective.tflops_per_gpu);
+  EXPECT_LT(selective.tflops_per_gpu, none.tflops_per_gpu);
+  EXPECT_LT(full.memory.activations, none.memory.activations);
+}
+
+TEST(PerfModelPipeline, BubbleIsPMinusOneOverM) {
+  // A vocabulary of 128 makes the embedding and head negligible next to 8 layers of h 1024; with
+  // free transfers the stages cost the same.
+  Cluster cluster = ideal_cluster();
+  cluster.intra_node_bandwidth = 1e18;
+  const std::string model =
+      "--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --max-position-embeddings 1024 "
+      "--vocab-size 128 --micro-batch-size 1 --pipeline-model-parallel-size 4 ";
+  for (int m : {4, 8, 16}) {
+    const Prediction p = predicted(model + absl::StrCat("--global-batch-size ", m), 4, cluster);
+    EXPECT_NEAR(p.pipeline_bubble, 3.0 / m, 0.02 * 3.0 / m) << "m = " << m;
+  }
+  const Prediction interleaved =
+      predicted(model + "--global-batch-size 8 --num-layers-per-virtual-pipeline-stage 1", 4, cluster);
+  EXPECT_NEAR(interleaved.pipeline_bubble, 3.0 / (2 * 8), 0.03 * 3.0 / 16);
+}
+
+TEST(PerfModelRanking, LayoutsDiffer) {
+  const absl::StatusOr<Cluster> h100 = load_cluster("dgx-h100", "");
+  ASSERT_TRUE(h100.ok()) << h100.status();
+  const std::string model =
+      "--num-layers 32 --hidden-size 6144 --num-attention-heads 48 --seq-length 4096 --max-position-embeddings 4096 "
+      "--vocab-size 131072 --micro-batch-size 1 --bf16 --use-distributed-optimizer --sequence-parallel ";
+  // 16 GPUs on two nodes: TP 16 crosses the node boundary, TP 8 x DP 2 does not.
+  const Prediction tp8 = predicted(model + "--global-batch-size 64 --tensor-model-parallel-size 8", 16, *h100);
+  const Prediction tp16 = predicted(model + "--global-batch-size 64 --tensor-model-parallel-size 16", 16, *h100);
+  EXPECT_LT(tp16.tflops_per_gpu, 0.9 * tp8.tflops_per_gpu);
+  // PP 4 with 4 microbatches idles 3/7 of the time; with 64 it amortises the bubble.
+  const std::string pp4 = model + "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 4 ";
+  const Prediction few = predicted(pp4 + "--global-batch-size 4", 16, *h100);
+  const Prediction many = predicted(pp4 + "--global-batch-size 64", 16, *h100);
+  EXPECT_GT(few.pipeline_bubble, 0.4);
+  EXPECT_LT(few.tflops_per_gpu, 0.75 * many.tflops_per_gpu);
+  // Larger GEMMs are more efficient: TP 1 beats TP 4 on one node's worth of work.
+  EXPECT_NE(tp8.mfu, few.mfu);
+}
+
+}  // namespace
+}  // namespace gpt::perf
