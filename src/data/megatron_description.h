@@ -53,7 +53,7 @@ std::string megatron_dataset_description(const MegatronDatasetIdentity& identity
 // Python's repr(float): the shortest digits that read back as the same double, in fixed notation
 // for exponents -4 to 15 ("0.969", "1.0") and scientific otherwise ("1e-05", "1.5e+16").
 std::string python_float_repr(double value);
-// A JSON string as json.dumps writes it (ensure_ascii: non-ASCII as \uXXXX, UTF-16 pairs above
+// A JSON string as json.dumps writes it (ensure_ascii: non-ASCII as \u and four hex digits, UTF-16 pairs above
 // U+FFFF). Bytes that are not UTF-8 are written as the code points U+DC80..U+DCFF, as Python's
 // surrogateescape reading of a command-line argument gives them.
 std::string json_string(const std::string& text);

@@ -27,6 +27,20 @@ std::vector<Range> or_everything(const ParamStore& params, std::span<const Range
 
 }  // namespace
 
+void sum_over_groups(Context& ctx, const Tensor& scratch, std::span<Communicator* const> groups) {
+  for (Communicator* group : groups) {
+    if (group->size() > 1) group->all_reduce(ctx, scratch, ReduceOp::kSum);
+  }
+}
+
+double reduced_norm(Context& ctx, const Tensor& scratch, std::span<Communicator* const> groups) {
+  sum_over_groups(ctx, scratch, groups);
+  float squares = 0.0f;
+  copy_to_host(ctx, &squares, scratch);
+  ctx.synchronize();  // the host needs the norm (to decide the update): a wait for this stream only
+  return std::sqrt(static_cast<double>(squares));
+}
+
 std::vector<CountedSlice> counted_slices(const ParamStore& params, std::span<const Range> owned) {
   std::vector<CountedSlice> slices;
   const std::vector<Range> ranges = or_everything(params, owned);
@@ -57,13 +71,7 @@ double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& sc
     ops::sum_of_squares(ctx, scratch, params.flat_grads().flat_range(slices[i].begin, slices[j - 1].end - slices[i].begin));
     i = j;
   }
-  for (Communicator* group : groups) {
-    if (group->size() > 1) group->all_reduce(ctx, scratch, ReduceOp::kSum);
-  }
-  float squares = 0.0f;
-  copy_to_host(ctx, &squares, scratch);
-  ctx.synchronize();  // the host needs the norm to decide the update: a wait for this stream only
-  return std::sqrt(static_cast<double>(squares));
+  return reduced_norm(ctx, scratch, groups);
 }
 
 const Param* first_non_finite_gradient(Context& ctx, const ParamStore& params, const Tensor& scratch,

@@ -14,6 +14,12 @@
 
 namespace gpt {
 
+// Sums `scratch` in place over each of `groups` that has more than one rank.
+void sum_over_groups(Context& ctx, const Tensor& scratch, std::span<Communicator* const> groups);
+// The square root of the float32 sum of squares in `scratch` [1] once summed over `groups` (waits
+// for the context's stream).
+double reduced_norm(Context& ctx, const Tensor& scratch, std::span<Communicator* const> groups);
+
 // A counted parameter's part inside one owned range: flat elements [begin, end) of the store's
 // buffers, inside owned range `owned_index` (of `owned`, or of the whole buffer when it is empty).
 struct CountedSlice {

@@ -1,6 +1,5 @@
 #include "optim/log_norms.h"
 
-#include <cmath>
 #include <vector>
 
 #include "core/stream_copy.h"
@@ -8,16 +7,6 @@
 #include "optim/grad_clip.h"
 
 namespace gpt {
-
-namespace {
-
-void sum_over(Context& ctx, const Tensor& scratch, std::span<Communicator* const> groups) {
-  for (Communicator* group : groups) {
-    if (group->size() > 1) group->all_reduce(ctx, scratch, ReduceOp::kSum);
-  }
-}
-
-}  // namespace
 
 double global_params_norm(Context& ctx, const ParamStore& params, const AdamW& optimizer, const Tensor& scratch,
                           std::span<Communicator* const> groups) {
@@ -34,11 +23,7 @@ double global_params_norm(Context& ctx, const ParamStore& params, const AdamW& o
                               : slice.begin;
     ops::sum_of_squares(ctx, scratch, optimizer.master().flat_range(begin, slice.end - slice.begin));
   }
-  sum_over(ctx, scratch, groups);
-  float squares = 0.0f;
-  copy_to_host(ctx, &squares, scratch);
-  ctx.synchronize();
-  return std::sqrt(static_cast<double>(squares));
+  return reduced_norm(ctx, scratch, groups);
 }
 
 int64_t count_zero_gradients(Context& ctx, const ParamStore& params, std::span<const Range> owned,
@@ -48,7 +33,7 @@ int64_t count_zero_gradients(Context& ctx, const ParamStore& params, std::span<c
   for (const CountedSlice& slice : counted_slices(params, owned)) {
     ops::count_zeros(ctx, scratch, params.flat_grads().flat_range(slice.begin, slice.end - slice.begin));
   }
-  sum_over(ctx, scratch, groups);
+  sum_over_groups(ctx, scratch, groups);
   int64_t zeros = 0;
   copy_to_host(ctx, &zeros, scratch);
   ctx.synchronize();

@@ -107,12 +107,24 @@ PassCost embedding_backward(const ModelConfig& c, const RankShape& shape, const 
   return cost;
 }
 
+namespace {
+
+// The LM head's sizes on a rank: rows s b, hidden h, the vocabulary shard, bytes per element, TP.
+struct HeadSizes {
+  double rows, h, vocab, t;
+  int tp;
+};
+
+HeadSizes head_sizes(const ModelConfig& c, const RankShape& shape) {
+  return {static_cast<double>(c.seq_length * shape.micro_batch), static_cast<double>(c.hidden_size),
+          static_cast<double>(c.padded_vocab_size) / static_cast<double>(shape.tensor_parallel), element_bytes(c),
+          static_cast<int>(shape.tensor_parallel)};
+}
+
+}  // namespace
+
 PassCost head_forward(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {
-  const double rows = static_cast<double>(c.seq_length * shape.micro_batch);
-  const double h = static_cast<double>(c.hidden_size);
-  const double vocab = static_cast<double>(c.padded_vocab_size) / static_cast<double>(shape.tensor_parallel);
-  const double t = element_bytes(c);
-  const int tp = static_cast<int>(shape.tensor_parallel);
+  const auto [rows, h, vocab, t, tp] = head_sizes(c, shape);
   PassCost cost;
   cost.gemm = gemm_time(rows, vocab, h, cluster) * shape.compute_stretch;
   // Final norm; cross-entropy reads the logits, writes FP32 softmax statistics and probabilities.
@@ -127,11 +139,7 @@ PassCost head_forward(const ModelConfig& c, const RankShape& shape, const Cluste
 }
 
 PassCost head_backward(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {
-  const double rows = static_cast<double>(c.seq_length * shape.micro_batch);
-  const double h = static_cast<double>(c.hidden_size);
-  const double vocab = static_cast<double>(c.padded_vocab_size) / static_cast<double>(shape.tensor_parallel);
-  const double t = element_bytes(c);
-  const int tp = static_cast<int>(shape.tensor_parallel);
+  const auto [rows, h, vocab, t, tp] = head_sizes(c, shape);
   PassCost cost;
   cost.gemm = 2 * gemm_time(rows, vocab, h, cluster) * shape.compute_stretch;
   cost.elementwise = memory_time(4 * local_rows(c, shape) * h * t + rows * vocab * (4.0 + t), cluster) *

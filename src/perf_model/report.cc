@@ -3,74 +3,73 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "train/metrics_file.h"
 
 namespace gpt::perf {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-std::string json_string(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-std::string json_number(double value) { return absl::StrFormat("%.6g", value); }
-
-std::string prediction_json(const Prediction& p, const Cluster& cluster) {
-  auto field = [](std::string_view key, const std::string& value) { return absl::StrCat(json_string(key), ": ", value); };
-  auto number = [&](std::string_view key, double value) { return field(key, json_number(value)); };
-  auto boolean = [&](std::string_view key, bool value) { return field(key, value ? "true" : "false"); };
-  const std::vector<std::string> layout = {
-      number("world_size", p.world), number("tensor_model_parallel_size", p.tensor),
-      number("pipeline_model_parallel_size", p.pipeline), number("data_parallel_size", p.data),
-      number("virtual_stages", p.virtual_stages), number("micro_batch_size", p.micro_batch),
-      number("global_batch_size", p.global_batch), number("microbatches", p.microbatches),
-      boolean("sequence_parallel", p.sequence_parallel), boolean("distributed_optimizer", p.distributed_optimizer),
-      field("recompute", json_string(p.recompute)), field("schedule", json_string(p.schedule))};
-  const std::vector<std::string> time = {
-      number("pipeline", p.pipeline_time), number("compute_busiest_rank", p.compute_time),
-      number("pipeline_bubble_fraction", p.pipeline_bubble), number("tp_comm_exposed", p.tp_comm_time),
-      number("recompute", p.recompute_time), number("p2p_per_transfer", p.p2p_time),
-      number("dp_comm_total", p.dp_comm_time), number("dp_comm_exposed", p.dp_exposed_time),
-      number("embedding_grad_sync", p.embedding_sync_time), number("optimizer", p.optimizer_time),
-      number("overhead", p.overhead_time)};
-  auto pass = [&](const PassCost& c) {
-    return absl::StrCat("{", number("gemm", c.gemm), ", ", number("attention", c.attention), ", ",
-                        number("elementwise", c.elementwise), ", ", number("tp_comm", c.tp_comm), ", ",
-                        number("overhead", c.overhead), "}");
+JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
+  JsonObject layout;
+  layout.add("world_size", p.world)
+      .add("tensor_model_parallel_size", p.tensor)
+      .add("pipeline_model_parallel_size", p.pipeline)
+      .add("data_parallel_size", p.data)
+      .add("virtual_stages", p.virtual_stages)
+      .add("micro_batch_size", p.micro_batch)
+      .add("global_batch_size", p.global_batch)
+      .add("microbatches", p.microbatches)
+      .add("sequence_parallel", p.sequence_parallel)
+      .add("distributed_optimizer", p.distributed_optimizer)
+      .add("recompute", p.recompute)
+      .add("schedule", p.schedule);
+  JsonObject time;
+  time.add("pipeline", p.pipeline_time)
+      .add("compute_busiest_rank", p.compute_time)
+      .add("pipeline_bubble_fraction", p.pipeline_bubble)
+      .add("tp_comm_exposed", p.tp_comm_time)
+      .add("recompute", p.recompute_time)
+      .add("p2p_per_transfer", p.p2p_time)
+      .add("dp_comm_total", p.dp_comm_time)
+      .add("dp_comm_exposed", p.dp_exposed_time)
+      .add("embedding_grad_sync", p.embedding_sync_time)
+      .add("optimizer", p.optimizer_time)
+      .add("overhead", p.overhead_time);
+  auto pass = [](const PassCost& c) {
+    JsonObject o;
+    o.add("gemm", c.gemm)
+        .add("attention", c.attention)
+        .add("elementwise", c.elementwise)
+        .add("tp_comm", c.tp_comm)
+        .add("overhead", c.overhead);
+    return o;
   };
-  const std::vector<std::string> layer = {field("forward", pass(p.layer.forward)),
-                                          field("backward", pass(p.layer.backward)),
-                                          number("recompute_full", p.layer.recompute_full),
-                                          number("recompute_selective", p.layer.recompute_selective)};
-  const std::vector<std::string> memory = {
-      number("parameters", p.memory.parameters / kGiB), number("gradients", p.memory.gradients / kGiB),
-      number("optimizer_state", p.memory.optimizer_state / kGiB), number("activations", p.memory.activations / kGiB),
-      number("available", p.memory_available / kGiB)};
-  const std::vector<std::string> top = {
-      field("cluster", json_string(cluster.name)),
-      number("iteration_time_s", p.iteration_time),
-      number("tflops_per_gpu", p.tflops_per_gpu),
-      number("mfu", p.mfu),
-      number("tokens_per_s_per_gpu", p.tokens_per_s_per_gpu),
-      number("model_flops_per_iteration", p.model_flops),
-      number("memory_gib_per_gpu", p.memory.total() / kGiB),
-      boolean("fits_in_memory", p.fits),
-      field("layout", absl::StrCat("{", absl::StrJoin(layout, ", "), "}")),
-      field("time_breakdown_s", absl::StrCat("{", absl::StrJoin(time, ", "), "}")),
-      field("layer_microbatch_s", absl::StrCat("{", absl::StrJoin(layer, ", "), "}")),
-      field("memory_breakdown_gib", absl::StrCat("{", absl::StrJoin(memory, ", "), "}"))};
-  return absl::StrCat("{", absl::StrJoin(top, ", "), "}");
+  JsonObject layer;
+  layer.add("forward", pass(p.layer.forward))
+      .add("backward", pass(p.layer.backward))
+      .add("recompute_full", p.layer.recompute_full)
+      .add("recompute_selective", p.layer.recompute_selective);
+  JsonObject memory;
+  memory.add("parameters", p.memory.parameters / kGiB)
+      .add("gradients", p.memory.gradients / kGiB)
+      .add("optimizer_state", p.memory.optimizer_state / kGiB)
+      .add("activations", p.memory.activations / kGiB)
+      .add("available", p.memory_available / kGiB);
+  JsonObject top;
+  top.add("cluster", cluster.name)
+      .add("iteration_time_s", p.iteration_time)
+      .add("tflops_per_gpu", p.tflops_per_gpu)
+      .add("mfu", p.mfu)
+      .add("tokens_per_s_per_gpu", p.tokens_per_s_per_gpu)
+      .add("model_flops_per_iteration", p.model_flops)
+      .add("memory_gib_per_gpu", p.memory.total() / kGiB)
+      .add("fits_in_memory", p.fits)
+      .add("layout", layout)
+      .add("time_breakdown_s", time)
+      .add("layer_microbatch_s", layer)
+      .add("memory_breakdown_gib", memory);
+  return top;
 }
 
 std::string pass_text(const char* name, const PassCost& c) {
@@ -117,7 +116,7 @@ std::string text_report(const Prediction& p, const Cluster& cluster) {
   return out;
 }
 
-std::string json_report(const Prediction& p, const Cluster& cluster) { return prediction_json(p, cluster) + "\n"; }
+std::string json_report(const Prediction& p, const Cluster& cluster) { return prediction_json(p, cluster).str() + "\n"; }
 
 std::string search_table(const std::vector<Prediction>& ranked, const Cluster& cluster, int evaluated, int fitting) {
   std::string out = absl::StrFormat(
@@ -134,7 +133,7 @@ std::string search_table(const std::vector<Prediction>& ranked, const Cluster& c
 
 std::string search_json(const std::vector<Prediction>& ranked, const Cluster& cluster, int evaluated, int fitting) {
   std::vector<std::string> items;
-  for (const Prediction& p : ranked) items.push_back(prediction_json(p, cluster));
+  for (const Prediction& p : ranked) items.push_back(prediction_json(p, cluster).str());
   return absl::StrCat("{\"cluster\": ", json_string(cluster.name), ", \"evaluated\": ", evaluated,
                       ", \"fitting\": ", fitting, ", \"ranked\": [", absl::StrJoin(items, ", "), "]}\n");
 }

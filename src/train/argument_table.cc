@@ -1,50 +1,23 @@
 #include "train/argument_table.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <cstdlib>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "data/megatron_description.h"
 
 namespace gpt {
 
 namespace {
 
-// Python's repr of a float: the shortest digits that read back the same double, positional for
-// decimal exponents in [-4, 16), else d.ddde+XX; always a '.0' when positional and integral.
+// Python's repr of a float (data/megatron_description.h for finite values).
 std::string python_float(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  if (value == 0.0) return std::signbit(value) ? "-0.0" : "0.0";
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value, std::chars_format::scientific);
-  const std::string text(buffer, result.ptr);  // "-1.2345e-05"
-  const size_t e = text.find('e');
-  const bool negative = text[0] == '-';
-  std::string digits;
-  for (size_t i = negative ? 1 : 0; i < e; ++i) {
-    if (text[i] != '.') digits += text[i];
-  }
-  const int exponent = std::atoi(text.c_str() + e + 1);
-  std::string out = negative ? "-" : "";
-  if (exponent >= -4 && exponent < 16) {
-    if (exponent < 0) {
-      out += "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;
-    } else if (static_cast<size_t>(exponent) + 1 >= digits.size()) {
-      out += digits + std::string(static_cast<size_t>(exponent) + 1 - digits.size(), '0') + ".0";
-    } else {
-      out +=
-          digits.substr(0, static_cast<size_t>(exponent) + 1) + "." + digits.substr(static_cast<size_t>(exponent) + 1);
-    }
-    return out;
-  }
-  out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
-  return absl::StrCat(out, "e", exponent < 0 ? "-" : "+", std::abs(exponent) < 10 ? "0" : "", std::abs(exponent));
+  return python_float_repr(value);
 }
 
 std::string python_repr_str(const std::string& text) {

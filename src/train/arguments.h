@@ -207,5 +207,4 @@ int64_t data_parallel_size(const Arguments& args, int64_t world_size);
 int virtual_pipeline_size(const Arguments& args);
 int64_t num_microbatches(const Arguments& args, int64_t world_size);
 
-
 }  // namespace gpt

@@ -37,6 +37,17 @@ absl::StatusOr<int64_t> tokenizer_vocab_size(const Arguments& a) {
   return vocabulary.size();
 }
 
+// The tokenizer's vocabulary. The launcher planned memory with the vocabulary known before the
+// tokenizer was read (none for a GPT-2 vocabulary file); now the real one, before any index or
+// model memory is taken.
+absl::StatusOr<int64_t> checked_tokenizer_vocab_size(const Arguments& a) {
+  GPT_ASSIGN_OR_RETURN(const int64_t vocab_size, tokenizer_vocab_size(a));
+  if (vocab_size > vocabulary_before_data(a)) {
+    GPT_RETURN_IF_ERROR(check_memory_fits(a, job_world_size(), vocab_size, /*ranks_per_gpu=*/1));
+  }
+  return vocab_size;
+}
+
 // Megatron's default cache: next to the (first) dataset.
 std::string cache_dir(const Arguments& a, const std::string& first_prefix) {
   if (!a.data_cache_path.empty()) return a.data_cache_path;
@@ -46,12 +57,7 @@ std::string cache_dir(const Arguments& a, const std::string& first_prefix) {
 
 absl::StatusOr<DataSources> build_indexed(const Arguments& a) {
   DataSources sources;
-  GPT_ASSIGN_OR_RETURN(sources.vocab_size, tokenizer_vocab_size(a));
-  // The launcher planned memory with the vocabulary known before the tokenizer was read (none for
-  // a GPT-2 vocabulary file); now the real one, before any index or model memory is taken.
-  if (sources.vocab_size > vocabulary_before_data(a)) {
-    GPT_RETURN_IF_ERROR(check_memory_fits(a, job_world_size(), sources.vocab_size, /*ranks_per_gpu=*/1));
-  }
+  GPT_ASSIGN_OR_RETURN(sources.vocab_size, checked_tokenizer_vocab_size(a));
   GptDatasetsConfig config;
   config.data_path = a.data_path;
   config.split = a.split;
@@ -80,10 +86,7 @@ absl::StatusOr<DataSources> build_mock(const Arguments& a) {
   if (a.tokenizer_type.empty()) {
     sources.vocab_size = a.vocab_size;
   } else {
-    GPT_ASSIGN_OR_RETURN(sources.vocab_size, tokenizer_vocab_size(a));
-    if (sources.vocab_size > vocabulary_before_data(a)) {
-      GPT_RETURN_IF_ERROR(check_memory_fits(a, job_world_size(), sources.vocab_size, /*ranks_per_gpu=*/1));
-    }
+    GPT_ASSIGN_OR_RETURN(sources.vocab_size, checked_tokenizer_vocab_size(a));
   }
   // Mock data: three independent streams, one per split, of ids below the vocabulary size.
   sources.train = std::make_shared<MockDataset>(seed, sources.vocab_size, a.seq_length);

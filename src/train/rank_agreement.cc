@@ -8,7 +8,6 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/check.h"
@@ -36,7 +35,6 @@ int all_min(int value, const char* what) {
   GPT_CHECK_EQ(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), MPI_SUCCESS) << what;
   return value;
 }
-
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -278,9 +279,7 @@ double Trainer::evaluate(Split split, bool verbose) {
   // Megatron's progress lines (print_rank_0) for the evaluations after training.
   const bool progress = verbose && grid_.world_rank() == 0;
   if (progress) std::printf("Evaluating on %lld samples\n", static_cast<long long>(args_.eval_iters * args_.global_batch_size));
-  // Evaluation is not timed (as in Megatron): the training phases so far are set aside.
-  const std::array<double, phase_timer::kPhases> training = phase_timer::take();
-  for (int p = 0; p < phase_timer::kPhases; ++p) phases_.fine_ms[p] += training[p];
+  collect_phase_timers();  // evaluation is not timed (as in Megatron): training's phases so far
   ops::zero(ctx_, loss_sum_);
   for (int64_t iteration = 0; iteration < args_.eval_iters; ++iteration) {
     if (progress) {
@@ -344,10 +343,14 @@ void Trainer::end_phase(Stopwatch& since, double& total) {
   since.restart();
 }
 
+void Trainer::collect_phase_timers() {
+  const std::array<double, phase_timer::kPhases> ms = phase_timer::take();
+  for (int p = 0; p < phase_timer::kPhases; ++p) phases_.fine_ms[p] += ms[p];
+}
+
 std::vector<PhaseTiming> Trainer::phase_timings(int64_t iterations, bool reset) {
   using phase_timer::Phase;
-  const std::array<double, phase_timer::kPhases> fine = phase_timer::take();
-  for (int p = 0; p < phase_timer::kPhases; ++p) phases_.fine_ms[p] += fine[p];
+  collect_phase_timers();
   // Megatron's order: forward-backward, its parts (level 2), all-grads-sync, params-all-gather
   // (level 2), optimizer. Milliseconds per iteration.
   const double n = static_cast<double>(std::max<int64_t>(1, iterations));
@@ -380,22 +383,23 @@ std::vector<PhaseTiming> Trainer::phase_timings(int64_t iterations, bool reset) 
   return out;
 }
 
-double Trainer::params_norm() {
+std::vector<Communicator*> Trainer::norm_groups() {
+  // With sharded gradients each data-parallel rank holds the sums of its shards only.
   std::vector<Communicator*> groups = {&grid_.model_parallel()};
   if (data_parallel_->distributed_optimizer()) groups.push_back(&grid_.data());
-  return global_params_norm(ctx_, *params_, *optimizer_, norm_scratch_, groups);
+  return groups;
+}
+
+double Trainer::params_norm() { return global_params_norm(ctx_, *params_, *optimizer_, norm_scratch_, norm_groups()); }
+
+int64_t Trainer::zero_gradients() {
+  return count_zero_gradients(ctx_, *params_, optimizer_->owned(), zeros_scratch_, norm_groups());
 }
 
 StepResult Trainer::apply_update() {
   StepResult result;
-  // With sharded gradients each data-parallel rank holds the sums of its shards only.
-  std::vector<Communicator*> norm_groups = {&grid_.model_parallel()};
-  if (data_parallel_->distributed_optimizer()) norm_groups.push_back(&grid_.data());
   Stopwatch phase;
-  result.grad_norm = global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups, optimizer_->owned());
-  if (args_.log_num_zeros_in_grad) {
-    result.num_zeros_in_grad = count_zero_gradients(ctx_, *params_, optimizer_->owned(), zeros_scratch_, norm_groups);
-  }
+  result.grad_norm = global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups(), optimizer_->owned());
   result.learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size);
   if (std::isfinite(result.grad_norm)) {
     optimizer_->step(ctx_, static_cast<float>(result.learning_rate),
@@ -488,17 +492,24 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     const bool interval_end = iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters;
     const bool first_of_run = iteration_ == first_iteration + 1;
     const bool tensorboard_now = !args_.tensorboard_dir.empty() && iteration_ % args_.tensorboard_log_interval == 0;
-    std::optional<double> params_norm;  // collective: every rank decides alike from the arguments
-    if (args_.log_params_norm && (interval_end || first_of_run || tensorboard_now)) params_norm = this->params_norm();
+    // Megatron's diagnostics, for the iterations that report them (collectives: every rank decides
+    // alike from the arguments). The step leaves the gradients in place, so they are counted here,
+    // off the step itself.
+    const bool reported = interval_end || first_of_run || tensorboard_now;
+    std::optional<double> params_norm;
+    std::optional<int64_t> num_zeros_in_grad;
+    if (args_.log_params_norm && reported) params_norm = this->params_norm();
+    if (args_.log_num_zeros_in_grad && reported) num_zeros_in_grad = zero_gradients();
+    const double learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size);
     if (tensorboard && tensorboard_now) {
       tensorboard->iteration({.iteration = iteration_,
                               .consumed_samples = consumed_samples_,
-                              .learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size),
+                              .learning_rate = learning_rate,
                               .batch_size = args_.global_batch_size,
                               .loss = step.loss,
                               .world_size = grid_.world_size(),
                               .grad_norm = step.grad_norm,
-                              .num_zeros_in_grad = step.num_zeros_in_grad,
+                              .num_zeros_in_grad = num_zeros_in_grad,
                               .params_norm = params_norm,
                               .allocated_bytes = static_cast<int64_t>(arena_.used_bytes()),
                               .reserved_bytes = ctx_.device() == Device::kCuda
@@ -515,7 +526,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       log.consumed_samples = consumed_samples_;
       log.elapsed_ms_per_iteration = seconds_per_iteration * 1000.0;
       log.tflops_per_gpu = flops_per_iteration / (seconds_per_iteration * 1e12 * grid_.world_size());
-      log.learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size);
+      log.learning_rate = learning_rate;
       log.global_batch_size = args_.global_batch_size;
       log.lm_loss = interval_iterations > 0 ? interval_loss / static_cast<double>(interval_iterations) : NAN;
       log.grad_norm = step.grad_norm;
@@ -523,7 +534,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       log.nan_iterations = nan_iterations;
       log.tokens_per_second_per_gpu = static_cast<double>(args_.global_batch_size * args_.seq_length) /
                                       (seconds_per_iteration * grid_.world_size());
-      log.num_zeros_in_grad = step.num_zeros_in_grad;
+      log.num_zeros_in_grad = num_zeros_in_grad;
       log.params_norm = params_norm;
       const std::vector<PhaseTiming> timers =
           timing_ ? phase_timings(iterations_in_interval, /*reset=*/interval_end)  // collective

@@ -7,7 +7,6 @@
 #include <array>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "core/arena.h"
@@ -36,7 +35,6 @@ struct StepResult {
   double grad_norm = 0.0;      // before clipping
   double learning_rate = 0.0;  // the rate this step used
   bool skipped = false;        // non-finite gradient: no update
-  std::optional<int64_t> num_zeros_in_grad;  // with --log-num-zeros-in-grad
 };
 
 // Turns --device auto into cpu or cuda (the GPU when the CUDA backend is built and one is visible);
@@ -63,7 +61,8 @@ class Trainer {
   // pipeline parallelism only (a test hook: the oracle and the data-position tests use it).
   double evaluate_microbatch(int64_t microbatch);
   // Mean token loss over --eval-iters global batches of the validation (or test) split, forward
-  // only; validation continues where the previous evaluation stopped, test starts at 0.
+  // only; validation continues where the previous evaluation stopped, test starts at 0. `verbose`:
+  // Megatron's "Evaluating on ... samples" and "Evaluating iter i/N" lines (rank 0).
   double evaluate(Split split, bool verbose = false);
 
   // Where the data stands: samples consumed from the train and validation splits. Setting it
@@ -132,8 +131,14 @@ class Trainer {
   bool timing_ = false;
   // Ends a phase started at `since`: adds its seconds to `total` and restarts the clock.
   void end_phase(Stopwatch& since, double& total);
+  // The groups the gradient norm (and the diagnostics below) are summed over.
+  std::vector<Communicator*> norm_groups();
   // --log-params-norm: the L2 norm of the FP32 main weights over the whole model (collective).
   double params_norm();
+  // --log-num-zeros-in-grad: zero gradient elements over the whole model (collective).
+  int64_t zero_gradients();
+  // Adds the phase timers' milliseconds since the last call to phases_.fine_ms.
+  void collect_phase_timers();
   // The phases' ms per iteration over the last `iterations`, (min, max) over the world (collective),
   // in Megatron's order; `reset`: start a new interval (false for the first iteration's early log
   // line, as Megatron).
