@@ -61,8 +61,8 @@ DataParallel::DataParallel(const Arguments& args, ProcessGrid& grid, ParamStore&
 void DataParallel::attach(std::span<GptModel* const> chunks) {
   expected_reports_.clear();
   for (GptModel* chunk : chunks) {
-    for (const std::vector<Param*>& group : chunk->parameter_groups()) {
-      for (const Param* param : group) ++expected_reports_[param];
+    for (const ParamGroup& group : chunk->parameter_groups()) {
+      for (const Param* param : group.params) ++expected_reports_[param];
     }
     if (overlap_grad_reduce_ || overlap_param_gather_) chunk->set_observer(this);
   }
@@ -116,10 +116,10 @@ void DataParallel::tied_embedding_sum(Context& ctx) {
   grid_.embedding().all_reduce(ctx, params_.get(kWordEmbeddingName).grad, ReduceOp::kSum);
 }
 
-void DataParallel::gradients_final(Context& ctx, std::span<Param* const> params) {
-  if (!overlap_grad_reduce_) return;
-  reduce_sequence_parallel(ctx, params);
-  for (Param* param : params) {
+void DataParallel::gradients_ready(Context& ctx, const ParamGroup& group, int slot, bool last_of_step) {
+  if (!overlap_grad_reduce_ || !last_of_step) return;
+  reduce_sequence_parallel(ctx, group.params);
+  for (Param* param : group.params) {
     if (++reports_[param] != expected_reports_[param]) continue;
     const int bucket = bucket_of_[param];
     if (--unready_[static_cast<size_t>(bucket)] == 0 && bucket != tied_bucket_) grads_->start(ctx, bucket);
@@ -145,9 +145,9 @@ void DataParallel::settle(Context& ctx) {
   if (gather_) gather_->wait_all(ctx);
 }
 
-void DataParallel::before_forward(Context& ctx, std::span<Param* const> params) {
-  if (!gather_ || !gather_->in_flight()) return;
-  for (Param* param : params) gather_->wait_for(ctx, bucket_of_[param]);
+void DataParallel::before_use(Context& ctx, const ParamGroup& group, ParamUse use, int slot) {
+  if (use != ParamUse::kForward || !gather_ || !gather_->in_flight()) return;
+  for (Param* param : group.params) gather_->wait_for(ctx, bucket_of_[param]);
 }
 
 }  // namespace gpt

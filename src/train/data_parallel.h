@@ -54,9 +54,10 @@ class DataParallel final : public ParamObserver {
   // Waits for parameter gathers still in flight (before evaluation, or at the end).
   void settle(Context& ctx);
 
-  // ParamObserver.
-  void before_forward(Context& ctx, std::span<Param* const> params) override;
-  void gradients_final(Context& ctx, std::span<Param* const> params) override;
+  // ParamObserver: a forward waits for its group's parameter gathers; a group's gradients start
+  // their reductions when final.
+  void before_use(Context& ctx, const ParamGroup& group, ParamUse use, int slot) override;
+  void gradients_ready(Context& ctx, const ParamGroup& group, int slot, bool last_of_step) override;
 
  private:
   // Sums the gradients of `params` that are replicated under sequence parallelism over TP, in one

@@ -170,8 +170,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
     t->chunks_.push_back(std::make_unique<GptModel>(t->config_, *t->params_, *t->tensor_parallel_,
                                                     args.micro_batch_size, t->forward_backward_->stash_slots()[c],
                                                     pipeline.chunks[c], t->arena_));
-    t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_,
-                                                      t->microbatches_));
+    t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_));
     stages.push_back(t->stages_.back().get());
   }
   t->forward_backward_->attach(std::move(stages), t->arena_);

@@ -149,9 +149,12 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
   GPT_CHECK(pipeline.size() == size_ && pipeline.rank() == rank_)
       << "pipeline group of " << pipeline.size() << " ranks (rank " << pipeline.rank() << "), schedule for " << size_;
   has_backward_.clear();
+  last_backward_.clear();
   for (const Step& step : steps) {
     for (const Instruction& i : step.instructions) {
-      if (i.op == Op::kBackward) has_backward_.insert({i.chunk, i.microbatch});
+      if (i.op != Op::kBackward) continue;
+      has_backward_.insert({i.chunk, i.microbatch});
+      last_backward_[i.chunk] = i.microbatch;
     }
   }
   for (const Step& step : steps) {
@@ -184,7 +187,8 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
       const int slot = slot_of(first.chunk, first.microbatch);
       std::optional<Tensor> grad_output;
       if (!last_virtual_stage(first.chunk)) grad_output = gradients_[c][static_cast<size_t>(slot)];
-      std::optional<Tensor> grad_input = stage.backward(ctx, slot, first.microbatch, grad_output);
+      const bool last_of_step = last_backward_.at(first.chunk) == first.microbatch;
+      std::optional<Tensor> grad_input = stage.backward(ctx, slot, first.microbatch, grad_output, last_of_step);
       if (grad_input && size_ > 1 && !first_virtual_stage(first.chunk)) input_gradients_[key] = *grad_input;
       release(first.chunk, first.microbatch);
     }

@@ -53,6 +53,7 @@ class Executor {
   std::map<Key, Tensor> outputs_;          // forward results waiting to be sent
   std::map<Key, Tensor> input_gradients_;  // backward results waiting to be sent
   std::set<Key> has_backward_;              // of the steps being run
+  std::map<int, int> last_backward_;        // chunk -> the microbatch of its last backward in the steps
 };
 
 }  // namespace gpt::pipeline
