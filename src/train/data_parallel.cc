@@ -14,15 +14,20 @@ bool tied_across_stages(const Arguments& args) {
 
 }  // namespace
 
-BucketLayout bucket_layout_from(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates) {
-  BucketLayout layout;
+ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& shape,
+                                       const GridCoordinates& coordinates) {
+  ShardPlanConfig config{.tensor_parallel_rank = coordinates.tensor,
+                         .tensor_parallel_size = shape.tensor,
+                         .data_parallel_rank = coordinates.data,
+                         .data_parallel_size = shape.data,
+                         .distributed_optimizer = args.use_distributed_optimizer,
+                         .first_pipeline_stage = coordinates.pipeline == 0};
   if (args.overlap_grad_reduce && coordinates.pipeline == 0) {
-    layout.bucket_size = args.ddp_bucket_size > 0 ? args.ddp_bucket_size
+    config.bucket_size = args.ddp_bucket_size > 0 ? args.ddp_bucket_size
                                                   : std::max<int64_t>(40000000, int64_t{1000000} * shape.data);
   }
-  if (args.use_distributed_optimizer) layout.shard_over = shape.data;
-  if (tied_across_stages(args)) layout.own_bucket.push_back(kWordEmbeddingName);
-  return layout;
+  if (tied_across_stages(args)) config.own_bucket.push_back(kWordEmbeddingName);
+  return config;
 }
 
 DataParallel::DataParallel(const Arguments& args, ProcessGrid& grid, ParamStore& params, const TensorParallel& tp,
@@ -34,21 +39,20 @@ DataParallel::DataParallel(const Arguments& args, ProcessGrid& grid, ParamStore&
       overlap_grad_reduce_(args.overlap_grad_reduce),
       overlap_param_gather_(args.overlap_param_gather),
       tied_across_stages_(tied_across_stages(args)) {
-  std::vector<Range> ranges;
-  for (const Bucket& bucket : params.buckets()) {
-    const int index = static_cast<int>(ranges.size());
-    ranges.push_back(bucket.range);
-    for (size_t p : bucket.params) {
-      const Param* param = &params.params()[p];
-      bucket_of_[param] = index;
-      if (param->name() == kWordEmbeddingName && tied_across_stages_) tied_bucket_ = index;
-    }
+  const ShardPlan& plan = params.plan();
+  for (const Param& param : params.params()) {
+    bucket_of_[&param] = param.placement->bucket;
+    if (param.name() == kWordEmbeddingName && tied_across_stages_) tied_bucket_ = param.placement->bucket;
   }
-  unready_.assign(ranges.size(), 0);
+  unready_.assign(plan.buckets().size(), 0);
+  GPT_CHECK_EQ(plan.config().data_parallel_size, grid.data().size()) << "shard plan for another data-parallel size";
+  GPT_CHECK_EQ(plan.config().data_parallel_rank, grid.data().rank()) << "shard plan of another data-parallel rank";
   grads_ = std::make_unique<GradientSync>(
-      grid.data(), params.flat_grads(), ranges,
+      grid.data(), params.flat_grads(), plan.bucket_shards(),
       distributed_optimizer_ ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce, arena);
-  if (distributed_optimizer_) gather_ = std::make_unique<ParamGather>(grid.data(), params.flat_values(), ranges, arena);
+  if (distributed_optimizer_) {
+    gather_ = std::make_unique<ParamGather>(grid.data(), params.flat_values(), plan.bucket_shards(), arena);
+  }
   int64_t sequence_parallel_elements = 0;
   for (const Param& param : params.params()) {
     if (param.spec->sequence_parallel_grad) sequence_parallel_elements += param.numel();
@@ -73,7 +77,7 @@ void DataParallel::attach(std::span<GptModel* const> chunks) {
 
 std::vector<Range> DataParallel::owned() const {
   if (!distributed_optimizer_) return {};
-  return grads_->shards();
+  return params_.plan().owned();
 }
 
 void DataParallel::start_iteration() {

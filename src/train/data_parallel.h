@@ -12,6 +12,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -26,11 +27,12 @@
 
 namespace gpt {
 
-// The bucket layout the flags ask for (Megatron: --ddp-bucket-size, default max(4e7, 1e6 x DP)
-// elements, with --overlap-grad-reduce only and on the first pipeline stage only; otherwise one
-// bucket; padding for the distributed optimizer; the tied word embedding alone when it spans
-// pipeline stages).
-BucketLayout bucket_layout_from(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates);
+// The data-parallel configuration of this rank's shard plan (model/shard_plan.h) from the flags:
+// Megatron's buckets (--ddp-bucket-size, default max(4e7, 1e6 x DP) elements, with
+// --overlap-grad-reduce only and on the first pipeline stage only; otherwise one bucket), the
+// distributed optimizer's sharding, the tied word embedding alone when it spans pipeline stages.
+ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& shape,
+                                       const GridCoordinates& coordinates);
 
 class DataParallel final : public ParamObserver {
  public:

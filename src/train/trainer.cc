@@ -152,16 +152,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   for (const ChunkLayout& chunk : pipeline.chunks) {
     for (ParamSpec& spec : chunk_param_specs(t->specs_, chunk)) specs.push_back(std::move(spec));
   }
-  t->params_ = std::make_unique<ParamStore>(std::move(specs), grid.coordinates().tensor, shape.tensor,
-                                            t->config_.dtype, t->arena_,
-                                            bucket_layout_from(args, shape, grid.coordinates()));
+  t->params_ = std::make_unique<ParamStore>(
+      ShardPlan(std::move(specs), shard_plan_config_from(args, shape, grid.coordinates())), t->config_.dtype,
+      t->arena_);
   t->params_->initialize(static_cast<uint64_t>(args.seed));
   const size_t chunks_begin = t->arena_.used_bytes();
-  // The last stage's copy of the tied word embedding counts once in the gradient norm: on the
-  // first stage.
-  if (!grid.is_first_pipeline_stage() && t->params_->contains(kWordEmbeddingName)) {
-    t->params_->get(kWordEmbeddingName).counts_in_grad_norm = false;
-  }
   t->forward_backward_ = std::make_unique<ForwardBackward>(pipeline);
   t->feed_ = std::make_unique<MicrobatchFeed>(args.micro_batch_size, shape.data, grid.coordinates().data,
                                               t->config_.vocab_size);
