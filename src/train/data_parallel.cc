@@ -30,15 +30,21 @@ ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& s
   return config;
 }
 
-DataParallel::DataParallel(const Arguments& args, ProcessGrid& grid, ParamStore& params, const TensorParallel& tp,
-                           Arena& arena)
+DataParallelConfig data_parallel_config_from(const Arguments& args) {
+  return {.overlap_grad_reduce = args.overlap_grad_reduce,
+          .overlap_param_gather = args.overlap_param_gather,
+          .tied_across_stages = tied_across_stages(args)};
+}
+
+DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, ParamStore& params,
+                           const TensorParallel& tp, Arena& arena)
     : grid_(grid),
       params_(params),
       tp_(tp),
-      distributed_optimizer_(args.use_distributed_optimizer),
-      overlap_grad_reduce_(args.overlap_grad_reduce),
-      overlap_param_gather_(args.overlap_param_gather),
-      tied_across_stages_(tied_across_stages(args)) {
+      distributed_optimizer_(params.plan().config().distributed_optimizer),
+      overlap_grad_reduce_(config.overlap_grad_reduce),
+      overlap_param_gather_(config.overlap_param_gather),
+      tied_across_stages_(config.tied_across_stages) {
   const ShardPlan& plan = params.plan();
   for (const Param& param : params.params()) {
     bucket_of_[&param] = param.placement->bucket;

@@ -34,9 +34,19 @@ namespace gpt {
 ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& shape,
                                        const GridCoordinates& coordinates);
 
+// What DataParallel does besides the shard plan's layout.
+struct DataParallelConfig {
+  bool overlap_grad_reduce = false;   // start a bucket's reduction when its gradients are final
+  bool overlap_param_gather = false;  // gather a bucket's parameters when the next forward needs them
+  bool tied_across_stages = false;    // the word embedding's two copies (first, last stage) summed
+};
+DataParallelConfig data_parallel_config_from(const Arguments& args);
+
 class DataParallel final : public ParamObserver {
  public:
-  DataParallel(const Arguments& args, ProcessGrid& grid, ParamStore& params, const TensorParallel& tp, Arena& arena);
+  // The distributed optimizer's sharding, the buckets and their shards come from params.plan().
+  DataParallel(const DataParallelConfig& config, ProcessGrid& grid, ParamStore& params, const TensorParallel& tp,
+               Arena& arena);
 
   // The chunks whose parameters this covers (their parameter groups say when gradients are final).
   void attach(std::span<GptModel* const> chunks);

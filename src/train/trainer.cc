@@ -170,7 +170,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   }
   t->forward_backward_->attach(std::move(stages), t->arena_);
   const size_t chunks_end = t->arena_.used_bytes();
-  t->data_parallel_ = std::make_unique<DataParallel>(args, grid, *t->params_, *t->tensor_parallel_, t->arena_);
+  t->data_parallel_ = std::make_unique<DataParallel>(data_parallel_config_from(args), grid, *t->params_,
+                                                     *t->tensor_parallel_, t->arena_);
   std::vector<GptModel*> chunks;
   for (auto& chunk : t->chunks_) chunks.push_back(chunk.get());
   t->data_parallel_->attach(chunks);
