@@ -27,8 +27,9 @@ struct ArgumentEntry {
   std::string canonical;  // the raw value as the ranks' agreement check and checkpoints compare it
 };
 
-// The arguments in the agreement text's order (flag_rows_in_agreement_order); `world_size` > 0 adds the values Megatron derives from it
-// (world_size, data_parallel_size, virtual_pipeline_model_parallel_size).
+// The arguments in the agreement text's order (train/flag_table.h); `world_size` > 0 adds the
+// values Megatron derives from it (world_size, data_parallel_size,
+// virtual_pipeline_model_parallel_size).
 std::vector<ArgumentEntry> argument_table(const Arguments& args, int64_t world_size = 0);
 
 // Megatron's dump: "------------------------ arguments ------------------------", one

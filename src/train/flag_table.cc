@@ -42,11 +42,9 @@ constexpr FlagRow kRows[] = {
     // Model.
     row("--num-layers", &A::num_layers, "Number of transformer layers"),
     row("--hidden-size", &A::hidden_size, "Transformer hidden size"),
-    row("--ffn-hidden-size", &A::ffn_hidden_size, "MLP hidden size (default 4 * hidden size)")
-        .shown(kNoneIfZero),
+    row("--ffn-hidden-size", &A::ffn_hidden_size, "MLP hidden size (default 4 * hidden size)").shown(kNoneIfZero),
     row("--num-attention-heads", &A::num_attention_heads, "Number of attention heads"),
-    row("--kv-channels", &A::kv_channels, "Head dimension (default hidden size / heads)")
-        .shown(kNoneIfZero),
+    row("--kv-channels", &A::kv_channels, "Head dimension (default hidden size / heads)").shown(kNoneIfZero),
     row("--seq-length", &A::seq_length, "Sequence length"),
     row("--max-position-embeddings", &A::max_position_embeddings, "Learned position embeddings"),
     row("--make-vocab-size-divisible-by", &A::make_vocab_size_divisible_by,
@@ -61,9 +59,10 @@ constexpr FlagRow kRows[] = {
         .megatron(kImplementation,
                   "Megatron's default and meaning; the masks are layout-independent (see --attention-dropout)"),
     row("--attention-dropout", &A::attention_dropout, "Dropout of the attention probabilities (same masks)")
-        .megatron(kImplementation,
-                  "Megatron's default and meaning; the masks are a function of (seed, iteration, layer, sample, element), "
-                  "the same in every layout, and so differ from Megatron's own"),
+        .megatron(
+            kImplementation,
+            "Megatron's default and meaning; the masks are a function of (seed, iteration, layer, sample, element), "
+            "the same in every layout, and so differ from Megatron's own"),
     row("--position-embedding-type", &A::position_embedding_type,
         "learned_absolute, rope (rotary; no learned position embedding) or none")
         .megatron(kRefusedAtValues, "learned_absolute, rope and none; relative, mrope and yarn are refused"),
@@ -71,17 +70,17 @@ constexpr FlagRow kRows[] = {
         "No learned absolute position embedding (with learned_absolute: none; rope never has one)")
         .negated("add_position_embedding"),
     row("--rotary-percent", &A::rotary_percent, "Fraction of each head's dimensions that RoPE rotates"),
-    row("--rotary-base", &A::rotary_base, "RoPE frequency base")
-        .shown(kIntIfIntegral),
+    row("--rotary-base", &A::rotary_base, "RoPE frequency base").shown(kIntIfIntegral),
     row("--normalization", &A::normalization, "LayerNorm or RMSNorm"),
     row("--swiglu", &A::swiglu, "SwiGLU MLP (default --ffn-hidden-size: int(8h/3 / 64) * 64, as Megatron)"),
     row("--group-query-attention", &A::group_query_attention, "Grouped-query attention"),
     row("--num-query-groups", &A::num_query_groups, "Key/value head groups with --group-query-attention"),
     row("--disable-bias-linear", &A::disable_bias_linear, "No biases in the QKV, projection and MLP linears")
         .negated("add_bias_linear")
-        .megatron(kRefusedAtValues,
-                  "refused without --swiglu: a bias-free GeLU MLP in Megatron uses the exact erf GeLU, which this program "
-                  "does not have"),
+        .megatron(
+            kRefusedAtValues,
+            "refused without --swiglu: a bias-free GeLU MLP in Megatron uses the exact erf GeLU, which this program "
+            "does not have"),
     // Parallelism.
     row("--tensor-model-parallel-size", &A::tensor_model_parallel_size, "Tensor-parallel size"),
     row("--pipeline-model-parallel-size", &A::pipeline_model_parallel_size, "Pipeline-parallel size"),
@@ -107,10 +106,8 @@ constexpr FlagRow kRows[] = {
         .shown(kIntIfIntegral),
     // Training.
     row("--micro-batch-size", &A::micro_batch_size, "Samples per microbatch per data-parallel rank"),
-    row("--global-batch-size", &A::global_batch_size, "Samples per iteration over all ranks")
-        .shown(kNoneIfZero),
-    row("--train-iters", &A::train_iters, "Iterations to train (or --train-samples)")
-        .shown(train_iters_value),
+    row("--global-batch-size", &A::global_batch_size, "Samples per iteration over all ranks").shown(kNoneIfZero),
+    row("--train-iters", &A::train_iters, "Iterations to train (or --train-samples)").shown(train_iters_value),
     row("--train-samples", &A::train_samples,
         "Samples to train, instead of --train-iters: floor(samples / --global-batch-size) iterations, "
         "the learning-rate schedule counted in samples (as Megatron)")
@@ -145,7 +142,8 @@ constexpr FlagRow kRows[] = {
         "auto, fused (cuDNN fused attention), local or unfused (reference kernel); flash is not available")
         .shown(attention_backend_value)
         .megatron(kRefusedAtValues,
-                  "auto, fused, local and unfused; flash is refused (cuDNN's fused flash attention is what auto and fused run)"),
+                  "auto, fused, local and unfused; flash is refused (cuDNN's fused flash attention is what auto and "
+                  "fused run)"),
     row("--recompute-granularity", &A::recompute_granularity,
         "Activation recompute: full (whole layers) or selective (attention core)")
         .shown(kNoneIfEmpty),
@@ -213,9 +211,10 @@ constexpr FlagRow kRows[] = {
         "program's GeLU is the tanh approximation of Megatron's fused bias-GeLU; accepted with --swiglu, "
         "where it has no effect (as in Megatron)")
         .negated("bias_gelu_fusion")
-        .megatron(kRefusedAtValues,
-                  "refused with a GeLU MLP (unfused Megatron computes the exact erf GeLU, this program only the fused tanh "
-                  "approximation); accepted with --swiglu, where it has no effect"),
+        .megatron(
+            kRefusedAtValues,
+            "refused with a GeLU MLP (unfused Megatron computes the exact erf GeLU, this program only the fused tanh "
+            "approximation); accepted with --swiglu, where it has no effect"),
     row("--no-bias-dropout-fusion", &A::no_bias_dropout_fusion,
         "Accepted: bias, dropout and residual add give the same values fused or not (the dropout masks are "
         "this program's layout-independent ones either way)")
@@ -254,9 +253,10 @@ constexpr FlagRow kRows[] = {
         "Refused: no NaN check stops a run here (a non-finite gradient norm skips that update on every "
         "rank), so there is nothing to turn off")
         .negated("check_for_nan_in_loss_and_grad")
-        .megatron(kRefused,
-                  "no NaN check stops a run here (a non-finite gradient norm skips that update on every rank and is counted "
-                  "in the log line), so there is nothing to turn off"),
+        .megatron(
+            kRefused,
+            "no NaN check stops a run here (a non-finite gradient norm skips that update on every rank and is counted "
+            "in the log line), so there is nothing to turn off"),
     row("--calculate-per-token-loss", &A::calculate_per_token_loss,
         "Accepted: every token counts here (no loss mask), so each microbatch has the same token count and "
         "the per-token mean over the global batch equals Megatron's default mean of microbatch means; the "
@@ -276,17 +276,13 @@ constexpr FlagRow kRows[] = {
         .shown(kNoneIfEmpty)
         .takes(Nargs::kOneOrMore),
     row("--split", &A::split, "Train/valid/test proportions of the documents"),
-    row("--vocab-file", &A::vocab_file, "GPT-2 vocab.json")
-        .shown(kNoneIfEmpty),
-    row("--merge-file", &A::merge_file, "GPT-2 merges.txt")
-        .shown(kNoneIfEmpty),
+    row("--vocab-file", &A::vocab_file, "GPT-2 vocab.json").shown(kNoneIfEmpty),
+    row("--merge-file", &A::merge_file, "GPT-2 merges.txt").shown(kNoneIfEmpty),
     row("--tokenizer-type", &A::tokenizer_type, "GPT2BPETokenizer or NullTokenizer")
         .shown(kNoneIfEmpty)
         .megatron(kRefusedAtValues, "GPT2BPETokenizer and NullTokenizer; other tokenizers are refused"),
-    row("--data-cache-path", &A::data_cache_path, "Directory for cached dataset indices")
-        .shown(kNoneIfEmpty),
-    row("--device", &A::device, "auto, cpu or cuda (not a Megatron flag)")
-        .megatron(kOwn),
+    row("--data-cache-path", &A::data_cache_path, "Directory for cached dataset indices").shown(kNoneIfEmpty),
+    row("--device", &A::device, "auto, cpu or cuda (not a Megatron flag)").megatron(kOwn),
     // Evaluation and logging.
     row("--eval-interval", &A::eval_interval, "Iterations between evaluations on the validation split"),
     row("--eval-iters", &A::eval_iters, "Global batches per evaluation (0: no evaluation)"),
@@ -294,29 +290,24 @@ constexpr FlagRow kRows[] = {
     row("--log-throughput", &A::log_throughput,
         "Log the throughput per GPU (TFLOP/s, Megatron's formula) and, a field of this program's, tokens/s "
         "per GPU")
-        .megatron(kImplementation,
-                  "Megatron's TFLOP/s field (its formula, attention term not halved), followed by a tokens/s/GPU field of "
-                  "this program's"),
+        .megatron(
+            kImplementation,
+            "Megatron's TFLOP/s field (its formula, attention term not halved), followed by a tokens/s/GPU field of "
+            "this program's"),
     row("--log-params-norm", &A::log_params_norm, "Log the L2 norm of the (FP32 main) parameters"),
     row("--log-num-zeros-in-grad", &A::log_num_zeros_in_grad, "Log the number of zero gradient elements"),
-    row("--save", &A::save, "Directory for checkpoints")
-        .shown(kNoneIfEmpty),
-    row("--save-interval", &A::save_interval, "Iterations between checkpoints")
-        .shown(kNoneIfZero),
-    row("--load", &A::load, "Directory to resume from (its latest_checkpointed_iteration.txt)")
-        .shown(kNoneIfEmpty),
-    row("--ckpt-step", &A::ckpt_step, "Iteration to load instead of the tracker's")
-        .shown(kNoneIfNegative),
-    row("--no-load-optim", &A::no_load_optim, "Do not load the optimizer state")
-        .shown(kTrueOrNone),
-    row("--no-load-rng", &A::no_load_rng, "Do not load the random state (use --seed)")
-        .shown(kTrueOrNone),
-    row("--no-save-optim", &A::no_save_optim, "Do not save the optimizer state")
-        .shown(kTrueOrNone),
+    row("--save", &A::save, "Directory for checkpoints").shown(kNoneIfEmpty),
+    row("--save-interval", &A::save_interval, "Iterations between checkpoints").shown(kNoneIfZero),
+    row("--load", &A::load, "Directory to resume from (its latest_checkpointed_iteration.txt)").shown(kNoneIfEmpty),
+    row("--ckpt-step", &A::ckpt_step, "Iteration to load instead of the tracker's").shown(kNoneIfNegative),
+    row("--no-load-optim", &A::no_load_optim, "Do not load the optimizer state").shown(kTrueOrNone),
+    row("--no-load-rng", &A::no_load_rng, "Do not load the random state (use --seed)").shown(kTrueOrNone),
+    row("--no-save-optim", &A::no_save_optim, "Do not save the optimizer state").shown(kTrueOrNone),
     row("--finetune", &A::finetune, "Load parameters only; start at iteration 0"),
     row("--ckpt-format", &A::ckpt_format, "Checkpoint format: hdf5 (this program's only one)")
-        .megatron(kRefusedAtValues,
-                  "hdf5 only (this program's sharded format; docs/CHECKPOINTS.md); torch_dist, torch and zarr are refused"),
+        .megatron(
+            kRefusedAtValues,
+            "hdf5 only (this program's sharded format; docs/CHECKPOINTS.md); torch_dist, torch and zarr are refused"),
     row("--async-save", &A::async_save, "Write checkpoints in a background thread from a host copy")
         .shown(kTrueOrNone)
         .megatron(kImplementation, "the writer is a background thread from a host copy (Megatron's uses processes)"),
@@ -371,39 +362,136 @@ constexpr FlagRow kRows[] = {
 // arguments (a row added later goes after these, in table order). Not a declaration: a test checks
 // that each entry names a row, once.
 constexpr std::string_view kAgreementOrder[] = {
-    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--kv-channels", "--seq-length",
-    "--max-position-embeddings", "--make-vocab-size-divisible-by", "--untie-embeddings-and-output-weights",
-    "--init-method-std", "--norm-epsilon", "--hidden-dropout", "--attention-dropout", "--position-embedding-type",
-    "--normalization", "--no-position-embedding", "--rotary-percent", "--rotary-base", "--swiglu",
-    "--group-query-attention", "--num-query-groups", "--disable-bias-linear", "--tensor-model-parallel-size",
-    "--pipeline-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
-    "--num-virtual-stages-per-pipeline-rank", "--sequence-parallel", "--use-distributed-optimizer",
-    "--overlap-grad-reduce", "--overlap-param-gather", "--ddp-bucket-size", "--distributed-backend",
-    "--distributed-timeout-minutes", "--micro-batch-size", "--global-batch-size", "--train-iters", "--train-samples",
-    "--lr-decay-samples", "--lr-warmup-samples", "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters",
-    "--lr-warmup-iters", "--lr-warmup-fraction", "--weight-decay", "--clip-grad", "--adam-beta1", "--adam-beta2",
-    "--adam-eps", "--bf16", "--fp16", "--seed", "--deterministic-mode", "--rampup-batch-size",
-    "--calculate-per-token-loss", "--attention-backend", "--transformer-impl", "--use-mcore-models",
-    "--no-gradient-accumulation-fusion", "--attention-softmax-in-fp32", "--no-rope-fusion", "--manual-gc",
-    "--manual-gc-interval", "--no-create-attention-mask-in-dataloader", "--no-mmap-bin-files", "--use-flash-attn",
-    "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--no-bias-dropout-fusion", "--no-bias-swiglu-fusion",
-    "--no-persist-layer-norm", "--no-async-tensor-model-parallel-allreduce", "--use-cpu-initialization",
-    "--apply-query-key-layer-scaling", "--accumulate-allreduce-grads-in-fp32", "--empty-unused-memory-level",
-    "--no-check-for-nan-in-loss-and-grad", "--recompute-granularity", "--recompute-method", "--recompute-num-layers",
-    "--recompute-activations", "--mock-data", "--vocab-size", "--data-path", "--split", "--vocab-file", "--merge-file",
-    "--tokenizer-type", "--data-cache-path", "--device", "--eval-interval", "--eval-iters", "--log-interval",
-    "--log-throughput", "--log-params-norm", "--log-num-zeros-in-grad", "--timing-log-level", "--metrics-file",
-    "--tensorboard-dir", "--tensorboard-log-interval", "--tensorboard-queue-size", "--log-timers-to-tensorboard",
-    "--log-memory-to-tensorboard", "--log-validation-ppl-to-tensorboard", "--log-world-size-to-tensorboard",
-    "--log-batch-size-to-tensorboard", "--no-log-learnig-rate-to-tensorboard", "--no-log-loss-scale-to-tensorboard",
-    "--save", "--save-interval", "--load", "--ckpt-step", "--no-load-optim", "--no-load-rng", "--no-save-optim",
-    "--finetune", "--ckpt-format", "--async-save", "--use-persistent-ckpt-worker", "--dist-ckpt-strictness",
-    "--exit-signal-handler", "--exit-duration-in-mins", "--exit-interval", "--keep-latest-checkpoints",
+    "--num-layers",
+    "--hidden-size",
+    "--ffn-hidden-size",
+    "--num-attention-heads",
+    "--kv-channels",
+    "--seq-length",
+    "--max-position-embeddings",
+    "--make-vocab-size-divisible-by",
+    "--untie-embeddings-and-output-weights",
+    "--init-method-std",
+    "--norm-epsilon",
+    "--hidden-dropout",
+    "--attention-dropout",
+    "--position-embedding-type",
+    "--normalization",
+    "--no-position-embedding",
+    "--rotary-percent",
+    "--rotary-base",
+    "--swiglu",
+    "--group-query-attention",
+    "--num-query-groups",
+    "--disable-bias-linear",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--sequence-parallel",
+    "--use-distributed-optimizer",
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--ddp-bucket-size",
+    "--distributed-backend",
+    "--distributed-timeout-minutes",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--train-iters",
+    "--train-samples",
+    "--lr-decay-samples",
+    "--lr-warmup-samples",
+    "--lr",
+    "--min-lr",
+    "--lr-decay-style",
+    "--lr-decay-iters",
+    "--lr-warmup-iters",
+    "--lr-warmup-fraction",
+    "--weight-decay",
+    "--clip-grad",
+    "--adam-beta1",
+    "--adam-beta2",
+    "--adam-eps",
+    "--bf16",
+    "--fp16",
+    "--seed",
+    "--deterministic-mode",
+    "--rampup-batch-size",
+    "--calculate-per-token-loss",
+    "--attention-backend",
+    "--transformer-impl",
+    "--use-mcore-models",
+    "--no-gradient-accumulation-fusion",
+    "--attention-softmax-in-fp32",
+    "--no-rope-fusion",
+    "--manual-gc",
+    "--manual-gc-interval",
+    "--no-create-attention-mask-in-dataloader",
+    "--no-mmap-bin-files",
+    "--use-flash-attn",
+    "--no-masked-softmax-fusion",
+    "--no-bias-gelu-fusion",
+    "--no-bias-dropout-fusion",
+    "--no-bias-swiglu-fusion",
+    "--no-persist-layer-norm",
+    "--no-async-tensor-model-parallel-allreduce",
+    "--use-cpu-initialization",
+    "--apply-query-key-layer-scaling",
+    "--accumulate-allreduce-grads-in-fp32",
+    "--empty-unused-memory-level",
+    "--no-check-for-nan-in-loss-and-grad",
+    "--recompute-granularity",
+    "--recompute-method",
+    "--recompute-num-layers",
+    "--recompute-activations",
+    "--mock-data",
+    "--vocab-size",
+    "--data-path",
+    "--split",
+    "--vocab-file",
+    "--merge-file",
+    "--tokenizer-type",
+    "--data-cache-path",
+    "--device",
+    "--eval-interval",
+    "--eval-iters",
+    "--log-interval",
+    "--log-throughput",
+    "--log-params-norm",
+    "--log-num-zeros-in-grad",
+    "--timing-log-level",
+    "--metrics-file",
+    "--tensorboard-dir",
+    "--tensorboard-log-interval",
+    "--tensorboard-queue-size",
+    "--log-timers-to-tensorboard",
+    "--log-memory-to-tensorboard",
+    "--log-validation-ppl-to-tensorboard",
+    "--log-world-size-to-tensorboard",
+    "--log-batch-size-to-tensorboard",
+    "--no-log-learnig-rate-to-tensorboard",
+    "--no-log-loss-scale-to-tensorboard",
+    "--save",
+    "--save-interval",
+    "--load",
+    "--ckpt-step",
+    "--no-load-optim",
+    "--no-load-rng",
+    "--no-save-optim",
+    "--finetune",
+    "--ckpt-format",
+    "--async-save",
+    "--use-persistent-ckpt-worker",
+    "--dist-ckpt-strictness",
+    "--exit-signal-handler",
+    "--exit-duration-in-mins",
+    "--exit-interval",
+    "--keep-latest-checkpoints",
     "--load-fallback-to-previous",
 };
 
-// Python's repr-free print of a raw field for the agreement text: kept as it was when checkpoints
-// started saving it, so that older checkpoints compare equal.
+// The agreement text of a raw field (train/flag_table.h): kept as it was when checkpoints started
+// saving it, so that older checkpoints compare equal.
 std::string canonical_text(int64_t value) { return absl::StrCat(value); }
 std::string canonical_text(double value) { return absl::StrFormat("%.17g", value); }
 std::string canonical_text(bool value) { return value ? "true" : "false"; }
@@ -414,7 +502,8 @@ std::string canonical_text(const std::vector<std::string>& values) {
   return absl::StrJoin(quoted, " ");
 }
 
-// The rule's value of a raw field (the rules that do not apply to a type are refused by a test).
+// The rule's value of a raw field (a rule that does not apply to the field's type is refused at
+// compile time, below).
 PyValue python_value(PyRule rule, int64_t value) {
   if (rule == kNoneIfZero) return none_if_zero(value);
   if (rule == kNoneIfNegative && value < 0) return PyValue();
@@ -440,6 +529,42 @@ PyValue python_value(PyRule rule, const std::vector<std::string>& value) {
   if (rule == kNoneIfEmpty && value.empty()) return PyValue();
   return value;
 }
+
+// Compile-time checks of the rows: each flag and each field once, each rule on a field of its
+// type, a reason for every refusal. (That every Arguments field has a row is a unit test:
+// tests/unit/train/flag_table_test.cc.)
+constexpr bool rule_fits(const FlagRow& r) {
+  const size_t type = r.field.index();  // int64, double, bool, string, list (ArgumentField's order)
+  switch (r.python) {
+    case kValue: return true;
+    case kNoneIfZero: return type == 0;
+    case kNoneIfEmpty: return type == 3 || type == 4;
+    case kNoneIfNegative: return type == 0 || type == 1;
+    case kNegated:
+    case kTrueOrNone: return type == 2;
+    case kIntIfIntegral: return type == 1;
+    case kCustom: return r.custom != nullptr;
+  }
+  return false;
+}
+
+constexpr bool rows_are_consistent() {
+  for (size_t i = 0; i < std::size(kRows); ++i) {
+    const FlagRow& r = kRows[i];
+    if (!r.flag.starts_with("--") || !rule_fits(r)) return false;
+    if ((r.nargs != Nargs::kOne) != (r.field.index() == 4)) return false;
+    if ((r.megatron_status == kRefused || r.megatron_status == kRefusedAtValues) && r.megatron_note.empty()) {
+      return false;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (kRows[j].flag == r.flag || kRows[j].field == r.field) return false;
+    }
+  }
+  return true;
+}
+static_assert(rows_are_consistent(),
+              "train/flag_table.cc: a flag or field twice, a rule on a field of another type, "
+              "a list without its Nargs, or a refusal without a reason");
 
 }  // namespace
 
@@ -516,7 +641,8 @@ std::string megatron_flag_table() {
                .str() +
            "\n";
   };
-  for (const FlagRow& r : kRows) line(r.flag, r.megatron_status, r.megatron_note.empty() ? r.help : r.megatron_note, true);
+  for (const FlagRow& r : kRows)
+    line(r.flag, r.megatron_status, r.megatron_note.empty() ? r.help : r.megatron_note, true);
   for (const RefusedMegatronFlag& refused : undeclared_refused_megatron_flags()) {
     line(refused.flag, kRefused, refused.reason, false);
   }

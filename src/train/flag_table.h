@@ -50,9 +50,9 @@ enum class Nargs {
 };
 
 struct FlagRow {
-  std::string_view flag;  // "--disable-bias-linear"
-  ArgumentField field;    // &Arguments::disable_bias_linear
-  std::string_view help;  // --help's text
+  std::string_view flag;            // "--disable-bias-linear"
+  ArgumentField field;              // &Arguments::disable_bias_linear
+  std::string_view help;            // --help's text
   std::string_view dest_name = {};  // Megatron's dest; empty: the flag without "--", '-' as '_'
   PyRule python = PyRule::kValue;
   FlagStatus megatron_status = FlagStatus::kSame;
