@@ -359,8 +359,8 @@ constexpr FlagRow kRows[] = {
 };
 
 // The agreement text's order, as checkpoints have stored it since they started saving their
-// arguments (a row added later goes after these, in table order). Not a declaration: a test checks
-// that each entry names a row, once.
+// arguments (a row added later goes after these, in table order; none needs adding here). Not a
+// declaration: checked below to name rows, each once.
 constexpr std::string_view kAgreementOrder[] = {
     "--num-layers",
     "--hidden-size",
@@ -562,6 +562,19 @@ constexpr bool rows_are_consistent() {
   }
   return true;
 }
+// Each entry of kAgreementOrder names a row, once.
+constexpr bool agreement_order_names_rows() {
+  for (size_t i = 0; i < std::size(kAgreementOrder); ++i) {
+    bool found = false;
+    for (const FlagRow& r : kRows) found = found || r.flag == kAgreementOrder[i];
+    if (!found) return false;
+    for (size_t j = 0; j < i; ++j) {
+      if (kAgreementOrder[j] == kAgreementOrder[i]) return false;
+    }
+  }
+  return true;
+}
+static_assert(agreement_order_names_rows(), "train/flag_table.cc: kAgreementOrder names a flag twice or one without a row");
 static_assert(rows_are_consistent(),
               "train/flag_table.cc: a flag or field twice, a rule on a field of another type, "
               "a list without its Nargs, or a refusal without a reason");

@@ -73,7 +73,7 @@ TEST(FlagTable, EveryArgumentsFieldHasARow) {
   EXPECT_EQ(kFields, fields.size() + kNonFlagFields)
       << "Arguments has " << kFields << " fields, the flag table's rows set " << fields.size() << " of them and "
       << kNonFlagFields << " are not flags (given, notes): a field added to Arguments needs its row in "
-      << "train/flag_table.cc (EveryByteOfArgumentsIsInARow says where it is)";
+      << "train/flag_table.cc (EveryByteOfArgumentsIsInARow says where, unless it fits in alignment padding)";
 }
 
 // Where a field without a row sits: every byte of Arguments is a row's field, a non-flag field,
@@ -136,8 +136,7 @@ TEST(FlagTable, EachFlagSetsItsFieldAndReachesTheTables) {
     const bool changed = std::visit([&](auto m) -> bool { return !((*parsed).*m == (*defaults).*m); }, row.field);
     EXPECT_TRUE(changed) << row.flag << " did not set its row's field";
     EXPECT_NE(flag_canonical_text(row, *parsed), flag_canonical_text(row, *defaults)) << row.flag;
-    EXPECT_NE(python_str(flag_python_value(row, *parsed)), python_str(flag_python_value(row, *defaults)))
-        << row.flag;
+    EXPECT_NE(python_str(flag_python_value(row, *parsed)), python_str(flag_python_value(row, *defaults))) << row.flag;
     // Every other field keeps its default.
     for (const FlagRow& other : flag_rows()) {
       if (&other == &row) continue;
@@ -177,15 +176,13 @@ TEST(FlagTable, HelpAndMegatronTableListTheRows) {
         << row.flag << " is not in --help";
     const std::string line = "{\"flag\": \"" + std::string(row.flag) + "\", \"status\": \"" +
                              std::string(flag_status_name(row.megatron_status)) + "\", \"declared\": true";
-    EXPECT_NE(table.find(line), std::string::npos)
-        << row.flag;
+    EXPECT_NE(table.find(line), std::string::npos) << row.flag;
   }
   for (const RefusedMegatronFlag& refused : undeclared_refused_megatron_flags()) {
     EXPECT_EQ(find_flag_row(refused.flag), nullptr) << refused.flag << " is declared and refused before parsing";
     const std::string line =
         "{\"flag\": \"" + std::string(refused.flag) + "\", \"status\": \"refused\", \"declared\": false";
-    EXPECT_NE(table.find(line), std::string::npos)
-        << refused.flag;
+    EXPECT_NE(table.find(line), std::string::npos) << refused.flag;
   }
   size_t lines = 0;
   for (char c : table) lines += c == '\n';
