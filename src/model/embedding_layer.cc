@@ -3,6 +3,17 @@
 #include "kernels/ops.h"
 
 namespace gpt {
+namespace {
+
+// Calls visit(member, dtype, shape) for each tensor of a slot's stash: the one list behind both the
+// allocation and the byte count.
+template <typename Stash, typename Visit>
+void for_each_stash_tensor(Stash& st, const LayerShapes& s, DType dtype, Visit&& visit) {
+  visit(st.tokens, DType::kInt32, Shape{s.rows()});
+  visit(st.output, dtype, Shape{s.local_sequence, s.batch, s.hidden});
+}
+
+}  // namespace
 
 EmbeddingLayer::EmbeddingLayer(const ModelConfig& config, ParamStore& params, const TensorParallel& tp,
                                const LayerShapes& s, LayerWorkspace& workspace, Arena& arena, int stash_slots,
@@ -20,9 +31,18 @@ EmbeddingLayer::EmbeddingLayer(const ModelConfig& config, ParamStore& params, co
               {{config.dtype, Shape{s.local_sequence, s.batch, s.hidden}}}, deferral_depth, arena) {
   stash_.resize(static_cast<size_t>(stash_slots));
   for (Stash& st : stash_) {
-    st.tokens = arena.allocate(DType::kInt32, {s.rows()});
-    st.output = arena.allocate(config.dtype, {s.local_sequence, s.batch, s.hidden});
+    for_each_stash_tensor(st, s, config.dtype, [&](Tensor& member, DType t, const Shape& shape) {
+      member = arena.allocate(t, shape);
+    });
   }
+}
+
+int64_t EmbeddingLayer::bytes(const ModelConfig& config, const LayerShapes& s, int stash_slots, int deferral_depth) {
+  Stash unused;
+  int64_t per_slot = 0;
+  for_each_stash_tensor(unused, s, config.dtype,
+                        [&](Tensor&, DType t, const Shape& shape) { per_slot += Arena::aligned_bytes(t, shape); });
+  return stash_slots * per_slot + deferral_bytes(config, s, deferral_depth);
 }
 
 ops::DropoutMask EmbeddingLayer::mask(int slot) const {

@@ -31,6 +31,8 @@ class EmbeddingLayer {
                 WeightGradTiming timing = WeightGradTiming::kWithInputGrad);
   void backward_weight(Context& ctx);
   static int64_t deferral_bytes(const ModelConfig& config, const LayerShapes& shapes, int deferral_depth);
+  // Everything the constructor takes from its arena.
+  static int64_t bytes(const ModelConfig& config, const LayerShapes& shapes, int stash_slots, int deferral_depth);
 
  private:
   struct Stash {

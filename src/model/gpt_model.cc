@@ -48,6 +48,21 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
   }
 }
 
+ChunkMemory GptModel::memory(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
+                             int stash_slots, const ChunkLayout& layout, int deferral_depth) {
+  const RecomputePlan plan = plan_recompute(config.recompute, layout.num_layers);
+  ChunkMemory m;
+  m.workspace = LayerWorkspace::bytes(s, config.dtype);
+  m.recompute_buffers = RecomputeBuffers::bytes(plan, s, config.dtype, sequence_parallel);
+  for (int64_t i = 0; i < layout.num_layers; ++i) {
+    m.layers += TransformerLayer::bytes(config, s, sequence_parallel, plan, i, stash_slots, deferral_depth);
+  }
+  if (layout.has_embedding) m.embedding = EmbeddingLayer::bytes(config, s, stash_slots, deferral_depth);
+  if (layout.has_output) m.output = OutputLayer::bytes(config, s, sequence_parallel, stash_slots, deferral_depth);
+  m.gradient = Arena::aligned_bytes(config.dtype, Shape{s.local_sequence, s.batch, s.hidden});
+  return m;
+}
+
 void GptModel::load_transposed(Context& ctx, const Tensor& destination, std::span<const int32_t> values_bs) {
   const int64_t s = shapes_.sequence, b = shapes_.batch;
   GPT_CHECK_EQ(static_cast<int64_t>(values_bs.size()), s * b) << "microbatch token count";

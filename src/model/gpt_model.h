@@ -26,12 +26,29 @@ struct ChunkLayout {
   bool tied_head = true;  // the LM head is the word embedding (no --untie-embeddings-and-output-weights)
 };
 
+// What a chunk takes from its arena, item by item: computed from the same lists the chunk
+// allocates from, so that the memory plan is the memory allocated (a unit test and a start-up
+// check compare them exactly).
+struct ChunkMemory {
+  int64_t workspace = 0;          // scratch shared by the layers
+  int64_t recompute_buffers = 0;  // the shared buffers recompute rebuilds into
+  int64_t layers = 0;             // the layers' per-slot stashes and weight-gradient leases
+  int64_t embedding = 0;          // tokens and outputs per slot (first chunk)
+  int64_t output = 0;             // norm, logits, targets per slot and loss statistics (last chunk)
+  int64_t gradient = 0;           // the gradient flowing backward through the chunk
+  int64_t total() const { return workspace + recompute_buffers + layers + embedding + output + gradient; }
+};
+
 class GptModel {
  public:
   // `deferral_depth`: how many microbatches' weight-gradient passes may wait at once
   // (backward_input with kDeferred); 0 allocates no lease and allows only the fused backward.
   GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
            int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth = 0);
+
+  // What a chunk built with these arguments takes from its arena.
+  static ChunkMemory memory(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
+                            int stash_slots, const ChunkLayout& layout, int deferral_depth = 0);
 
   const LayerShapes& shapes() const { return shapes_; }
   const ChunkLayout& layout() const { return layout_; }

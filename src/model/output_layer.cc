@@ -5,6 +5,21 @@
 
 namespace gpt {
 namespace {
+// The cross-entropy's per-row statistics of the microbatch in flight.
+constexpr int64_t kRowStatistics = 5;
+
+// Calls visit(member, dtype, shape) for each tensor of a slot's stash: the one list behind both the
+// allocation and the byte count.
+template <typename Stash, typename Visit>
+void for_each_stash_tensor(Stash& st, const LayerShapes& s, DType dtype, bool sequence_parallel, Visit&& visit) {
+  visit(st.targets, DType::kInt32, Shape{s.rows()});
+  visit(st.norm, dtype, Shape{s.local_sequence, s.batch, s.hidden});
+  visit(st.mean, DType::kFloat32, Shape{s.local_rows()});
+  visit(st.rstd, DType::kFloat32, Shape{s.local_rows()});
+  if (sequence_parallel) visit(st.norm_gathered, dtype, Shape{s.sequence, s.batch, s.hidden});
+  visit(st.logits, dtype, Shape{s.rows(), s.local_vocab});
+}
+
 std::string head_name(const ModelConfig& config) {
   return config.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName;
 }
@@ -25,21 +40,24 @@ OutputLayer::OutputLayer(const ModelConfig& config, ParamStore& params, const Te
       norm_(config, params, "decoder.final_layernorm"),
       head_("output_layer", LinearKind::kColumnParallel, params.get(head_name(config)), nullptr, tp, s.rows(),
             s.local_rows(), deferral_depth, arena) {
-  const int64_t rows = s.rows();
-  row_max_ = arena.allocate(DType::kFloat32, {rows});
-  global_max_ = arena.allocate(DType::kFloat32, {rows});
-  row_sumexp_ = arena.allocate(DType::kFloat32, {rows});
-  target_logit_ = arena.allocate(DType::kFloat32, {rows});
-  row_loss_ = arena.allocate(DType::kFloat32, {rows});
+  for (Tensor* statistic : {&row_max_, &global_max_, &row_sumexp_, &target_logit_, &row_loss_}) {
+    *statistic = arena.allocate(DType::kFloat32, {s.rows()});
+  }
   stash_.resize(static_cast<size_t>(stash_slots));
   for (Stash& st : stash_) {
-    st.targets = arena.allocate(DType::kInt32, {rows});
-    st.norm = arena.allocate(config.dtype, {s.local_sequence, s.batch, s.hidden});
-    st.mean = arena.allocate(DType::kFloat32, {s.local_rows()});
-    st.rstd = arena.allocate(DType::kFloat32, {s.local_rows()});
-    if (tp.sequence_parallel()) st.norm_gathered = arena.allocate(config.dtype, {s.sequence, s.batch, s.hidden});
-    st.logits = arena.allocate(config.dtype, {rows, s.local_vocab});
+    for_each_stash_tensor(st, s, config.dtype, tp.sequence_parallel(),
+                          [&](Tensor& member, DType t, const Shape& shape) { member = arena.allocate(t, shape); });
   }
+}
+
+int64_t OutputLayer::bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel, int stash_slots,
+                           int deferral_depth) {
+  Stash unused;
+  int64_t per_slot = 0;
+  for_each_stash_tensor(unused, s, config.dtype, sequence_parallel,
+                        [&](Tensor&, DType t, const Shape& shape) { per_slot += Arena::aligned_bytes(t, shape); });
+  return kRowStatistics * Arena::aligned_bytes(DType::kFloat32, Shape{s.rows()}) + stash_slots * per_slot +
+         deferral_bytes(config, s, sequence_parallel, deferral_depth);
 }
 
 void OutputLayer::forward(Context& ctx, int slot, const Tensor& input, const LossAccumulator& loss) {

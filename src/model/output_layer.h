@@ -43,6 +43,9 @@ class OutputLayer {
   // Bytes of the LM head's weight-gradient leases (model/linear.h).
   static int64_t deferral_bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
                                 int deferral_depth);
+  // Everything the constructor takes from its arena.
+  static int64_t bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel, int stash_slots,
+                       int deferral_depth);
 
   // The logits [s * b, v_l] of the slot's last forward without gradient (for tests and the oracle).
   const Tensor& logits(int slot) const { return stash_[static_cast<size_t>(slot)].logits; }

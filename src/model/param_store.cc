@@ -47,6 +47,11 @@ ParamStore::ParamStore(ShardPlan plan, DType dtype, Arena& arena) : plan_(std::m
   }
 }
 
+int64_t ParamStore::bytes(const ShardPlan& plan, DType dtype) {
+  return Arena::aligned_bytes(dtype, Shape{plan.flat_elements()}) +
+         Arena::aligned_bytes(DType::kFloat32, Shape{plan.flat_elements()});
+}
+
 ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_rank, int tp_size, DType dtype, Arena& arena)
     : ParamStore(ShardPlan(std::move(specs), {.tensor_parallel_rank = tp_rank, .tensor_parallel_size = tp_size}),
                  dtype, arena) {}

@@ -46,6 +46,8 @@ class ParamStore {
   // The flat buffers laid out as `plan` says (model/shard_plan.h), for the parameters of this
   // rank's pipeline stage(s).
   ParamStore(ShardPlan plan, DType dtype, Arena& arena);
+  // What the store takes from its arena: the flat values in `dtype` and the FP32 gradients.
+  static int64_t bytes(const ShardPlan& plan, DType dtype);
   // One data-parallel rank, one bucket: `specs` sliced for this TP rank.
   ParamStore(std::vector<ParamSpec> specs, int tensor_parallel_rank, int tensor_parallel_size, DType dtype,
              Arena& arena);

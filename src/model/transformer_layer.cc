@@ -85,6 +85,12 @@ int64_t TransformerLayer::deferral_bytes(const ModelConfig& config, const LayerS
   return total;
 }
 
+int64_t TransformerLayer::bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
+                                const RecomputePlan& plan, int64_t index_in_chunk, int stash_slots, int deferral_depth) {
+  return stash_slots * layer_activation_bytes(s, config.dtype, sequence_parallel, per_slot_parts(plan, index_in_chunk)) +
+         deferral_bytes(config, s, sequence_parallel, deferral_depth);
+}
+
 Tensor TransformerLayer::heads_view(const Tensor& matrix) const {
   return matrix.view({shapes_.sequence, shapes_.batch, shapes_.local_heads, shapes_.head_dim});
 }

@@ -63,6 +63,9 @@ class TransformerLayer {
                   WeightGradTiming timing = WeightGradTiming::kWithInputGrad);
   // The weight-gradient pass of the oldest deferred backward: the four linears' weights and biases.
   void backward_weight(Context& ctx);
+  // Everything the constructor takes from its arena: the stash slots' activations and the leases.
+  static int64_t bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
+                       const RecomputePlan& plan, int64_t index_in_chunk, int stash_slots, int deferral_depth);
   // Bytes of the weight-gradient leases a layer of these shapes takes (model/linear.h).
   static int64_t deferral_bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
                                 int deferral_depth);

@@ -35,6 +35,11 @@ AdamW::AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena&
   exp_avg_sq_ = arena.allocate_zeroed(DType::kFloat32, {elements});
 }
 
+int64_t AdamW::bytes(int64_t owned_elements, DType dtype) {
+  const int64_t arrays = dtype == DType::kFloat32 ? 2 : 3;
+  return arrays * Arena::aligned_bytes(DType::kFloat32, Shape{owned_elements});
+}
+
 void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
   ++steps_;
   const ops::AdamWStep step{.learning_rate = learning_rate,

@@ -9,6 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "core/cuda_runtime.h"
+#include "model/gpt_model.h"
+#include "optim/adamw.h"
+#include "parallel/pipeline/executor.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/pipeline/schedule.h"
 
@@ -195,6 +198,23 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   if (pp == 1) return first;
   GPT_ASSIGN_OR_RETURN(const MemoryPlan last, stage_plan(last_elements, last_activations));
   return first.total_bytes() >= last.total_bytes() ? first : last;
+}
+
+RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
+                       bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots) {
+  RankMemory m;
+  m.parameters = Arena::aligned_bytes(config.dtype, Shape{plan.flat_elements()});
+  m.gradients = Arena::aligned_bytes(DType::kFloat32, Shape{plan.flat_elements()});
+  int64_t owned = 0;
+  for (const Range& range : plan.owned()) owned += range.size();
+  m.optimizer_state = AdamW::bytes(owned, config.dtype);
+  for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
+    m.activations += GptModel::memory(config, shapes, sequence_parallel, stash_slots[c], pipeline.chunks[c]).total();
+  }
+  m.activations += pipeline::Executor::buffer_bytes(pipeline.pipeline_rank, pipeline.pipeline_size, stash_slots,
+                                                    config.dtype,
+                                                    Shape{shapes.local_sequence, shapes.batch, shapes.hidden});
+  return m;
 }
 
 MemoryBudget this_rank_memory_budget(const Arguments& args, int ranks_per_gpu) {

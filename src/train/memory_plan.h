@@ -28,7 +28,9 @@
 #include <string>
 
 #include "core/status.h"
+#include "model/shard_plan.h"
 #include "train/arguments.h"
+#include "train/forward_backward.h"
 
 namespace gpt {
 
@@ -47,6 +49,19 @@ struct MemoryPlan {
 // The plan for validated arguments (validate_arguments and validate_for_world) with the
 // tokenizer's unpadded vocabulary. An error where a figure does not fit in int64, naming the flags.
 absl::StatusOr<MemoryPlan> plan_memory(const Arguments& args, int64_t world_size, int64_t vocab_size);
+
+// What one rank allocates, exactly, item by item, from the plans the allocations follow: the shard
+// plan (flat values, FP32 gradients, the optimizer's owned ranges), the chunks' memory
+// (GptModel::memory) and the pipeline's receive buffers. The trainer checks at start-up that its
+// arena gave each item exactly this, so every run of every layout tests the plan.
+struct RankMemory {
+  int64_t parameters = 0;       // flat values in the compute dtype
+  int64_t gradients = 0;        // flat FP32 gradients
+  int64_t optimizer_state = 0;  // moments and (BF16) master weights of the owned ranges
+  int64_t activations = 0;      // the chunks (stashes, workspaces, logits, leases) and receive buffers
+};
+RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
+                       bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots);
 
 // Where a rank allocates from and how much there is. Bytes 0: unknown (the check is skipped).
 struct MemoryBudget {

@@ -21,6 +21,7 @@
 #include "train/data_setup.h"
 #include "train/flops.h"
 #include "train/log_line.h"
+#include "train/memory_plan.h"
 #include "train/memory_report.h"
 #include "train/metrics_file.h"
 #include "train/model_arguments.h"
@@ -152,9 +153,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   for (const ChunkLayout& chunk : pipeline.chunks) {
     for (ParamSpec& spec : chunk_param_specs(t->specs_, chunk)) specs.push_back(std::move(spec));
   }
+  const size_t params_begin = t->arena_.used_bytes();
   t->params_ = std::make_unique<ParamStore>(
       ShardPlan(std::move(specs), shard_plan_config_from(args, shape, grid.coordinates())), t->config_.dtype,
       t->arena_);
+  const size_t params_end = t->arena_.used_bytes();
   t->params_->initialize(static_cast<uint64_t>(args.seed));
   const size_t chunks_begin = t->arena_.used_bytes();
   t->forward_backward_ = std::make_unique<ForwardBackward>(pipeline);
@@ -177,7 +180,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->data_parallel_->attach(chunks);
   const AdamWConfig adam{static_cast<float>(args.adam_beta1), static_cast<float>(args.adam_beta2),
                          static_cast<float>(args.adam_eps), static_cast<float>(args.weight_decay)};
+  const size_t optimizer_begin = t->arena_.used_bytes();
   t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adam, t->arena_, t->data_parallel_->owned());
+  // The memory plan is the memory allocated, item by item, on every rank of every layout.
+  const RankMemory planned =
+      rank_memory(t->params_->plan(), t->config_, t->chunks_.front()->shapes(), t->tensor_parallel_->sequence_parallel(),
+                  pipeline, t->forward_backward_->stash_slots());
+  GPT_CHECK_EQ(planned.parameters + planned.gradients, static_cast<int64_t>(params_end - params_begin))
+      << "memory plan of the parameters and gradients";
+  GPT_CHECK_EQ(planned.activations, static_cast<int64_t>(chunks_end - chunks_begin)) << "memory plan of the chunks";
+  GPT_CHECK_EQ(planned.optimizer_state, static_cast<int64_t>(t->arena_.used_bytes() - optimizer_begin))
+      << "memory plan of the optimizer state";
   t->loss_sum_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->norm_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->zeros_scratch_ = t->arena_.allocate_zeroed(DType::kInt64, {1});

@@ -59,6 +59,19 @@ Executor::Executor(int pipeline_rank, int pipeline_size, std::vector<Stage*> chu
   }
 }
 
+int64_t Executor::buffer_bytes(int pipeline_rank, int pipeline_size, std::span<const int> slots, DType dtype,
+                               const Shape& boundary) {
+  if (pipeline_size == 1) return 0;
+  const int chunks = static_cast<int>(slots.size());
+  int64_t buffers = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const bool first = c == 0 && pipeline_rank == 0;
+    const bool last = c == chunks - 1 && pipeline_rank == pipeline_size - 1;
+    buffers += int64_t{slots[static_cast<size_t>(c)]} * ((first ? 0 : 1) + (last ? 0 : 1));
+  }
+  return buffers * Arena::aligned_bytes(dtype, boundary);
+}
+
 int Executor::acquire(int chunk, int microbatch) {
   const Key key{chunk, microbatch};
   auto found = taken_.find(key);

@@ -7,32 +7,10 @@
 #include "gtest/gtest.h"
 #include "optim/adamw.h"
 #include "parallel/data_parallel/grad_sync.h"
+#include "support/place_only_group.h"
 
 namespace gpt {
 namespace {
-
-// A group that knows its size and this rank's place in it; the test never communicates.
-class PlaceOnlyGroup final : public Communicator {
- public:
-  PlaceOnlyGroup(int rank, int size) : rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  const std::string& name() const override { return name_; }
-  CollectiveHandle start_all_reduce(Context&, const Tensor&, ReduceOp) override { return refuse(); }
-  CollectiveHandle start_reduce_scatter(Context&, const Tensor&, const Tensor&, ReduceOp) override { return refuse(); }
-  CollectiveHandle start_all_gather(Context&, const Tensor&, const Tensor&) override { return refuse(); }
-  CollectiveHandle start_broadcast(Context&, const Tensor&, int) override { return refuse(); }
-  CollectiveHandle start_exchange(Context&, std::span<const PeerTransfer>) override { return refuse(); }
-  void barrier(Context&) override { refuse(); }
-
- private:
-  static CollectiveHandle refuse() {
-    ADD_FAILURE() << "no communication expected";
-    return {};
-  }
-  int rank_, size_;
-  std::string name_ = "data-parallel";
-};
 
 std::vector<ParamSpec> specs() {
   std::vector<ParamSpec> all;
