@@ -7,6 +7,7 @@
 
 #include "core/arena.h"
 #include "gtest/gtest.h"
+#include "support/tiny_model.h"
 #include "model/gpt_model.h"
 #include "support/place_only_group.h"
 
@@ -14,27 +15,10 @@ namespace gpt {
 namespace {
 
 ModelConfig config_with(bool llama, DType dtype, RecomputeConfig recompute) {
-  ModelConfig c;
-  c.num_layers = 4;
-  c.hidden_size = 16;
-  c.ffn_hidden_size = 24;
-  c.num_attention_heads = 4;
-  c.kv_channels = 4;
-  c.seq_length = 8;
-  c.max_position_embeddings = 8;
-  c.vocab_size = 37;
-  c.padded_vocab_size = padded_vocab_size(37, 8, 2);
+  ModelConfig c = testing_support::tiny_model(4, /*sequence=*/8, /*pad_tp=*/2);
+  if (llama) c = testing_support::llama_style(c);
   c.dtype = dtype;
   c.recompute = recompute;
-  if (llama) {
-    c.num_query_groups = 2;
-    c.position_embedding = PositionEmbedding::kRope;
-    c.rotary_dim = 4;
-    c.normalization = Normalization::kRMSNorm;
-    c.swiglu = true;
-    c.add_bias_linear = false;
-    c.untie_embeddings_and_output_weights = true;
-  }
   return c;
 }
 

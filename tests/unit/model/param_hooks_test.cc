@@ -13,6 +13,7 @@
 
 #include "core/arena.h"
 #include "gtest/gtest.h"
+#include "support/tiny_model.h"
 #include "model/gpt_model.h"
 #include "parallel/comm/mpi_communicator.h"
 #include "parallel/comm/self_communicator.h"
@@ -26,16 +27,7 @@ constexpr int kPipeline = 2, kVirtual = 2, kMicrobatches = 4;
 constexpr int64_t kBatch = 2;
 
 ModelConfig tiny_config() {
-  ModelConfig c;
-  c.num_layers = kPipeline * kVirtual;
-  c.hidden_size = 16;
-  c.ffn_hidden_size = 24;
-  c.num_attention_heads = 4;
-  c.kv_channels = 4;
-  c.seq_length = 6;
-  c.max_position_embeddings = 8;
-  c.vocab_size = 37;
-  c.padded_vocab_size = padded_vocab_size(37, 8, 1);
+  ModelConfig c = testing_support::tiny_model(kPipeline * kVirtual);
   c.recompute = {.granularity = RecomputeGranularity::kFull, .method = RecomputeMethod::kUniform, .num_layers = 1};
   return c;
 }

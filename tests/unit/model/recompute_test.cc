@@ -7,6 +7,7 @@
 #include "core/arena.h"
 #include "core/memory.h"
 #include "gtest/gtest.h"
+#include "support/tiny_model.h"
 #include "model/activation_memory.h"
 #include "model/gpt_model.h"
 #include "parallel/comm/self_communicator.h"
@@ -19,16 +20,7 @@ constexpr int64_t kBatch = 2;
 constexpr int kMicrobatches = 2;
 
 ModelConfig config_with(RecomputeConfig recompute, DType dtype) {
-  ModelConfig c;
-  c.num_layers = kLayers;
-  c.hidden_size = 16;
-  c.ffn_hidden_size = 24;
-  c.num_attention_heads = 4;
-  c.kv_channels = 4;
-  c.seq_length = 6;
-  c.max_position_embeddings = 8;
-  c.vocab_size = 37;
-  c.padded_vocab_size = padded_vocab_size(37, 8, 1);
+  ModelConfig c = testing_support::tiny_model(kLayers);
   c.dtype = dtype;
   c.recompute = recompute;
   return c;

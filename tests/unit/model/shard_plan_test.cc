@@ -13,6 +13,7 @@
 
 #include "core/arena.h"
 #include "gtest/gtest.h"
+#include "support/tiny_model.h"
 #include "model/param_store.h"
 #include "optim/adamw.h"
 
@@ -20,26 +21,8 @@ namespace gpt {
 namespace {
 
 ModelConfig model(bool llama) {
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.ffn_hidden_size = 24;
-  c.num_attention_heads = 4;
-  c.kv_channels = 4;
-  c.seq_length = 6;
-  c.max_position_embeddings = 8;
-  c.vocab_size = 37;
-  c.padded_vocab_size = padded_vocab_size(37, 8, 4);
-  if (llama) {
-    c.num_query_groups = 4;
-    c.position_embedding = PositionEmbedding::kRope;
-    c.rotary_dim = 4;
-    c.normalization = Normalization::kRMSNorm;
-    c.swiglu = true;
-    c.add_bias_linear = false;
-    c.untie_embeddings_and_output_weights = true;
-  }
-  return c;
+  const ModelConfig c = testing_support::tiny_model(2, 6, /*pad_tp=*/4);
+  return llama ? testing_support::llama_style(c, /*query_groups=*/4) : c;
 }
 
 // Local element (r, c) of a TP slice -> its global (row, column), written from the split rules

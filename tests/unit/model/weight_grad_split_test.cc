@@ -13,6 +13,7 @@
 #include "core/arena.h"
 #include "core/memory.h"
 #include "gtest/gtest.h"
+#include "support/tiny_model.h"
 #include "model/gpt_model.h"
 #include "parallel/comm/self_communicator.h"
 
@@ -29,30 +30,13 @@ constexpr int kMicrobatches = 2;
 enum class Family { kGpt, kLlama };
 
 ModelConfig config_with(Family family, RecomputeConfig recompute, DType dtype) {
-  ModelConfig c;
-  c.num_layers = kLayers;
-  c.hidden_size = 16;
-  c.ffn_hidden_size = 24;
-  c.num_attention_heads = 4;
-  c.kv_channels = 4;
-  c.seq_length = 6;
-  c.max_position_embeddings = 8;
-  c.vocab_size = 37;
-  c.padded_vocab_size = padded_vocab_size(37, 8, 1);
+  ModelConfig c = testing_support::tiny_model(kLayers);
+  if (family == Family::kLlama) c = testing_support::llama_style(c);
   c.dtype = dtype;
   c.recompute = recompute;
   c.hidden_dropout = 0.1f;
   c.attention_dropout = 0.1f;
   c.seed = 11;
-  if (family == Family::kLlama) {
-    c.num_query_groups = 2;
-    c.position_embedding = PositionEmbedding::kRope;
-    c.rotary_dim = c.kv_channels;
-    c.normalization = Normalization::kRMSNorm;
-    c.swiglu = true;
-    c.add_bias_linear = false;
-    c.untie_embeddings_and_output_weights = true;
-  }
   return c;
 }
 
