@@ -5,7 +5,9 @@
 
 #include <cstdint>
 
-#include "model/config.h"
+#include <vector>
+
+#include "model/gpt_model.h"
 
 namespace gpt::testing_support {
 
@@ -32,6 +34,19 @@ inline ModelConfig llama_style(ModelConfig c, int64_t query_groups = 2) {
   c.add_bias_linear = false;
   c.untie_embeddings_and_output_weights = true;
   return c;
+}
+
+// Token ids and targets of microbatch `slot` (a fixed pattern of it) into the first and the last
+// chunk.
+inline void load_pattern(Context& ctx, GptModel& first, GptModel& last, int slot, const ModelConfig& c,
+                         int64_t batch) {
+  std::vector<int32_t> tokens(static_cast<size_t>(batch * c.seq_length)), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7 + 3 + 11 * slot) % c.vocab_size);
+    targets[i] = static_cast<int32_t>((i * 5 + 1 + 3 * slot) % c.vocab_size);
+  }
+  first.load_tokens(ctx, slot, tokens);
+  last.load_targets(ctx, slot, targets);
 }
 
 }  // namespace gpt::testing_support

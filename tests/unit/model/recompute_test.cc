@@ -121,13 +121,7 @@ Step train_step(const RecomputeConfig& recompute, DType dtype, bool two_chunks) 
   Tensor loss_sum = param_arena.allocate_zeroed(DType::kFloat32, {1});
   store.zero_grads(ctx);
   for (int slot = 0; slot < kMicrobatches; ++slot) {
-    std::vector<int32_t> tokens(kBatch * config.seq_length), targets(tokens.size());
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      tokens[i] = static_cast<int32_t>((i * 7 + 3 + 11 * slot) % config.vocab_size);
-      targets[i] = static_cast<int32_t>((i * 5 + 1 + 3 * slot) % config.vocab_size);
-    }
-    chunks.front()->load_tokens(ctx, slot, tokens);
-    chunks.back()->load_targets(ctx, slot, targets);
+    testing_support::load_pattern(ctx, *chunks.front(), *chunks.back(), slot, config, kBatch);
     zero_tensor(loss_sum);
     std::optional<Tensor> hidden;
     for (auto& chunk : chunks) hidden = chunk->forward(ctx, slot, hidden, {loss_sum, 0.5f});
