@@ -172,6 +172,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Out of order is a broken invariant, not a wrong number: a second deferred backward with the
 // lease ring full, or a weight-gradient pass with none pending, stops the process.
 TEST(WeightGradSplitDeathTest, PassesOutOfOrderStop) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the BLAS may have started threads
   const ModelConfig config = config_with(Family::kGpt, {}, DType::kFloat32);
   const std::vector<ParamSpec> specs = build_param_specs(config);
   Context ctx = Context::cpu(1);
