@@ -25,6 +25,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "core/status.h"
@@ -33,22 +35,6 @@
 #include "train/forward_backward.h"
 
 namespace gpt {
-
-struct MemoryPlan {
-  // Bytes for one rank of the worst pipeline stage.
-  int64_t parameters = 0;
-  int64_t gradients = 0;
-  int64_t optimizer_state = 0;  // master weights and moments
-  int64_t activations = 0;
-  int64_t data_indices = 0;     // host memory: dataset indices and pipeline schedules
-  std::string layout;           // the flags that size it, for messages
-  int64_t model_bytes() const { return parameters + gradients + optimizer_state + activations; }
-  int64_t total_bytes() const { return model_bytes() + data_indices; }
-};
-
-// The plan for validated arguments (validate_arguments and validate_for_world) with the
-// tokenizer's unpadded vocabulary. An error where a figure does not fit in int64, naming the flags.
-absl::StatusOr<MemoryPlan> plan_memory(const Arguments& args, int64_t world_size, int64_t vocab_size);
 
 // What one rank allocates, exactly, item by item, from the plans the allocations follow: the shard
 // plan (flat values, FP32 gradients, the optimizer's owned ranges), the chunks' memory
@@ -59,9 +45,34 @@ struct RankMemory {
   int64_t gradients = 0;        // flat FP32 gradients
   int64_t optimizer_state = 0;  // moments and (BF16) master weights of the owned ranges
   int64_t activations = 0;      // the chunks (stashes, workspaces, logits, leases) and receive buffers
+  int64_t total() const { return parameters + gradients + optimizer_state + activations; }
+  bool operator==(const RankMemory&) const = default;
 };
+
+struct MemoryPlan {
+  // Bytes for one rank of the worst pipeline stage.
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;  // master weights and moments
+  int64_t activations = 0;
+  int64_t data_indices = 0;     // host memory: dataset indices and pipeline schedules
+  std::string layout;           // the flags that size it, for messages
+  // The exact bytes (rank_memory) of the stage that needs the most, when the layout is small enough
+  // to enumerate its parameters and schedules (the figures above are the closed form's lower
+  // bounds, which decide for larger layouts); what the fit check then uses.
+  std::optional<RankMemory> allocated;
+  int64_t model_bytes() const {
+    return allocated ? allocated->total() : parameters + gradients + optimizer_state + activations;
+  }
+  int64_t total_bytes() const { return model_bytes() + data_indices; }
+};
+
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
                        bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots);
+
+// The plan for validated arguments (validate_arguments and validate_for_world) with the
+// tokenizer's unpadded vocabulary. An error where a figure does not fit in int64, naming the flags.
+absl::StatusOr<MemoryPlan> plan_memory(const Arguments& args, int64_t world_size, int64_t vocab_size);
 
 // Where a rank allocates from and how much there is. Bytes 0: unknown (the check is skipped).
 struct MemoryBudget {

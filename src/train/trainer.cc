@@ -186,11 +186,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   const RankMemory planned =
       rank_memory(t->params_->plan(), t->config_, t->chunks_.front()->shapes(), t->tensor_parallel_->sequence_parallel(),
                   pipeline, t->forward_backward_->stash_slots());
-  GPT_CHECK_EQ(planned.parameters + planned.gradients, static_cast<int64_t>(params_end - params_begin))
-      << "memory plan of the parameters and gradients";
-  GPT_CHECK_EQ(planned.activations, static_cast<int64_t>(chunks_end - chunks_begin)) << "memory plan of the chunks";
-  GPT_CHECK_EQ(planned.optimizer_state, static_cast<int64_t>(t->arena_.used_bytes() - optimizer_begin))
-      << "memory plan of the optimizer state";
+  const int64_t store_bytes = static_cast<int64_t>(params_end - params_begin);
+  t->allocated_ = {.parameters = store_bytes - planned.gradients,
+                   .gradients = planned.gradients,
+                   .optimizer_state = static_cast<int64_t>(t->arena_.used_bytes() - optimizer_begin),
+                   .activations = static_cast<int64_t>(chunks_end - chunks_begin)};
+  GPT_CHECK_EQ(planned.parameters + planned.gradients, store_bytes) << "memory plan of the parameters and gradients";
+  GPT_CHECK_EQ(planned.activations, t->allocated_.activations) << "memory plan of the chunks";
+  GPT_CHECK_EQ(planned.optimizer_state, t->allocated_.optimizer_state) << "memory plan of the optimizer state";
   t->loss_sum_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->norm_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->zeros_scratch_ = t->arena_.allocate_zeroed(DType::kInt64, {1});
