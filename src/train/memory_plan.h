@@ -4,9 +4,12 @@
 // machine aborts in the allocator (--hidden-size 2147483648), segfaults on a wrapped size
 // (--make-vocab-size-divisible-by 2^62), or grows memory for minutes (--num-layers 100000000).
 //
-// The figures are lower bounds of what the trainer allocates (no alignment, bucket padding,
-// cuDNN workspaces, allocator overhead; stash slots as few as the schedule can use), so a refusal
-// is certain to be right; a layout the plan accepts may still be tight. Per rank, for the worst
+// Two levels. The closed form below gives lower bounds of what the trainer allocates (no alignment,
+// bucket padding, workspaces; stash slots as few as the schedule can use) in O(1) with checked
+// arithmetic, so that a huge layout is refused at once and certainly rightly. A layout it lets
+// through that is small enough to enumerate (MemoryPlan::allocated) is then planned exactly:
+// rank_memory over the stage's shard plan, chunk memory (GptModel::memory) and receive buffers,
+// the same figures the trainer's arena gives (checked at start-up on every rank). Per rank, for the worst
 // pipeline stage (the first holds the embeddings and the most microbatches in flight, the last the
 // LM head and its logits), with L_p = num_layers / PP layers, t bytes per element (2 with --bf16):
 //   parameters      t x elements, where each layer has 4h + (3P + F)(h + 1)/tp + (P + F) h / tp + 2h
