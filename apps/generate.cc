@@ -48,6 +48,7 @@ struct Options {
   bool print_ids = false;
   bool check_uncached = false;
   bool ignore_eod = false;
+  bool prompt_ids = false;
 };
 
 int report(const absl::Status& status) {
@@ -98,7 +99,7 @@ absl::Status run(const Options& o) {
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = 0; i < texts.size(); ++i) {
     std::vector<int32_t> ids;
-    if (tokenizer) {
+    if (tokenizer && !o.prompt_ids) {
       tokenizer->encode(texts[i], ids);
     } else {
       for (absl::string_view word : absl::StrSplit(texts[i], ' ', absl::SkipWhitespace())) {
@@ -106,7 +107,7 @@ absl::Status run(const Options& o) {
         if (!absl::SimpleAtoi(word, &id) || id < 0 || id >= config.vocab_size) {
           return absl::InvalidArgumentError(absl::StrCat(
               "prompt ", i + 1, ": '", word, "' is not a token id in [0, ", config.vocab_size,
-              ") (this checkpoint has no text tokenizer: prompts are token ids separated by spaces)"));
+              ") (without a text tokenizer, or with --prompt-ids, prompts are token ids separated by spaces)"));
         }
         ids.push_back(id);
       }
@@ -275,6 +276,7 @@ int main(int argc, char** argv) {
   app.add_option("--merge-file", o.merge_file, "GPT-2 merges.txt / vocab.bpe (default: the checkpoint's)");
   app.add_option("--vocab-size", o.vocab_size, "Real (unpadded) vocabulary size, when the saved arguments do not tell it");
   app.add_option("--threads", o.threads, "BLAS threads (default: every core)");
+  app.add_flag("--prompt-ids", o.prompt_ids, "Prompts are token ids separated by spaces, also with a text tokenizer");
   app.add_flag("--print-ids", o.print_ids, "Also print the generated token ids");
   app.add_flag("--ignore-eod", o.ignore_eod, "Do not stop at the end-of-document token");
   app.add_flag("--check-uncached", o.check_uncached,
