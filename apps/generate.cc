@@ -49,6 +49,7 @@ struct Options {
   bool check_uncached = false;
   bool ignore_eod = false;
   bool prompt_ids = false;
+  std::string logits_file;
 };
 
 int report(const absl::Status& status) {
@@ -196,6 +197,17 @@ absl::Status run(const Options& o) {
   if (o.check_uncached) {
     for (int64_t i = 0; i < batch; ++i) check(i, i);
   }
+  if (!o.logits_file.empty()) {
+    // The prefill's logits of each prompt's last token over the real vocabulary: [prompts, vocab] FP32.
+    std::FILE* file = std::fopen(o.logits_file.c_str(), "wb");
+    bool written = file != nullptr;
+    for (int64_t i = 0; written && i < batch; ++i) {
+      written = std::fwrite(logits.data() + i * padded, sizeof(float), static_cast<size_t>(vocab), file) ==
+                static_cast<size_t>(vocab);
+    }
+    if (file && std::fclose(file) != 0) written = false;
+    if (!written) return absl::PermissionDeniedError(absl::StrCat("cannot write ", o.logits_file));
+  }
   for (int64_t i = 0; i < batch; ++i) {
     if (live[static_cast<size_t>(i)]) pick(i, i);
   }
@@ -277,6 +289,8 @@ int main(int argc, char** argv) {
   app.add_option("--vocab-size", o.vocab_size, "Real (unpadded) vocabulary size, when the saved arguments do not tell it");
   app.add_option("--threads", o.threads, "BLAS threads (default: every core)");
   app.add_flag("--prompt-ids", o.prompt_ids, "Prompts are token ids separated by spaces, also with a text tokenizer");
+  app.add_option("--logits-file", o.logits_file,
+                 "Write the logits of each prompt's last token (real vocabulary, FP32, [prompts, vocab]) to this file");
   app.add_flag("--print-ids", o.print_ids, "Also print the generated token ids");
   app.add_flag("--ignore-eod", o.ignore_eod, "Do not stop at the end-of-document token");
   app.add_flag("--check-uncached", o.check_uncached,
