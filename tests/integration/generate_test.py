@@ -52,7 +52,8 @@ NEW_TOKENS = 16
 
 
 def run(command, **kw):
-    return subprocess.run(command, capture_output=True, text=True, **kw)
+    # Generated GPT-2 tokens may end inside a UTF-8 sequence.
+    return subprocess.run(command, capture_output=True, text=True, errors="replace", **kw)
 
 
 def samples(stdout):
