@@ -50,6 +50,7 @@ struct Options {
   bool ignore_eod = false;
   bool prompt_ids = false;
   std::string logits_file;
+  std::optional<int32_t> eod_id;
 };
 
 int report(const absl::Status& status) {
@@ -82,7 +83,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 absl::Status run(const Options& o) {
-  GPT_ASSIGN_OR_RETURN(const CheckpointModel model, load_checkpoint_model(o.checkpoint, o.iteration, o.vocab_size));
+  GPT_ASSIGN_OR_RETURN(CheckpointModel model, load_checkpoint_model(o.checkpoint, o.iteration, o.vocab_size));
+  if (o.eod_id) {
+    if (*o.eod_id < 0 || *o.eod_id >= model.config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("--eod-id ", *o.eod_id, " is not in [0, ", model.config.vocab_size, ")"));
+    }
+    model.eod_id = *o.eod_id;
+  }
   const ModelConfig& config = model.config;
   // The tokenizer: GPT-2's BPE for GPT2BPETokenizer checkpoints, token ids otherwise.
   std::optional<Gpt2Tokenizer> tokenizer;
@@ -292,6 +299,7 @@ int main(int argc, char** argv) {
   app.add_option("--logits-file", o.logits_file,
                  "Write the logits of each prompt's last token (real vocabulary, FP32, [prompts, vocab]) to this file");
   app.add_flag("--print-ids", o.print_ids, "Also print the generated token ids");
+  app.add_option("--eod-id", o.eod_id, "The end-of-document token (default: the tokenizer's; an imported Llama's eos id)");
   app.add_flag("--ignore-eod", o.ignore_eod, "Do not stop at the end-of-document token");
   app.add_flag("--check-uncached", o.check_uncached,
                "At every step also run the whole sequence without the cache and report the largest logit difference");

@@ -142,6 +142,12 @@ def main():
                   f"(smallest top-2 logit gap {margin:.3g})")
             if got != expected:
                 failures.append(f"{family} prompt {i}: ours {got} oracle {expected}")
+        # Stop at the end-of-document token: declare the first greedy token of prompt 0 the end.
+        eod = ours[0][2][0]
+        stopped = run(base + ["--prompt", PROMPTS[0], "--greedy", "--eod-id", str(eod)])
+        header = samples(stopped.stdout).get(0, ["", None, None])
+        if "1 new, stop: end-of-document" not in header[0] or header[2] != [eod]:
+            failures.append(f"{family}: --eod-id {eod} did not stop after one token: {header}")
         # A prompt alone: the same tokens as inside the batch.
         alone = run(base + ["--prompt", PROMPTS[2], "--greedy", "--ignore-eod"])
         if samples(alone.stdout).get(0, [None, None, None])[2] != ours[2][2]:
