@@ -96,6 +96,10 @@ absl::Status run(const Options& o) {
   if (model.tokenizer_type == "GPT2BPETokenizer") {
     const std::string vocab = !o.vocab_file.empty() ? o.vocab_file : model.arguments.count("--vocab-file") ? model.arguments.at("--vocab-file") : "";
     const std::string merges = !o.merge_file.empty() ? o.merge_file : model.arguments.count("--merge-file") ? model.arguments.at("--merge-file") : "";
+    if (vocab.empty() || merges.empty()) {
+      return absl::InvalidArgumentError(
+          "the checkpoint uses GPT-2's tokenizer but records no vocabulary files: give --vocab-file and --merge-file");
+    }
     absl::StatusOr<Gpt2Tokenizer> loaded = Gpt2Tokenizer::load(vocab, merges);
     if (!loaded.ok()) {
       return absl::NotFoundError(absl::StrCat("GPT-2 tokenizer (", vocab, ", ", merges, "): ", loaded.status().message(),
