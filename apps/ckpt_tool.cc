@@ -28,6 +28,7 @@
 #include "absl/strings/strip.h"
 #include "checkpoint/checkpoint_files.h"
 #include "cli_parse.h"
+#include "ckpt_tool_hf.h"
 
 namespace gpt {
 namespace {
@@ -446,10 +447,12 @@ int main(int argc, char** argv) {
     command->add_option("CHECKPOINT", directory, "Save directory or iter_<7 digits> directory")->required();
     command->add_option("--iteration", iteration, "Iteration to open in a save directory (default: the tracker's)");
   }
-  export_->add_option("--output,-o", output, "The safetensors file to write")->required();
+  CLI::Option* export_output = export_->add_option("--output,-o", output, "The safetensors file to write")->required();
   export_->add_option("--vocab-size", vocab_size,
                       "Real (unpadded) vocabulary size, when the saved arguments do not tell it");
+  gpt::HfCommands hf(app, export_, export_output);
   if (const std::optional<int> exit_status = gpt::parse_command_line(app, argc, argv)) return *exit_status;
+  if (std::optional<absl::Status> status = hf.run(directory, iteration, vocab_size, output)) return gpt::report(*status);
   if (*inspect) return gpt::report(gpt::inspect(directory, iteration));
   if (*verify) return gpt::report(gpt::verify(directory, iteration));
   return gpt::report(gpt::export_safetensors(directory, iteration, output, vocab_size));

@@ -319,6 +319,9 @@ absl::Status validate_arguments(Arguments& a) {
     if (a.was_given(flag)) GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
   if (a.eval_iters < 0) return invalid(absl::StrCat("--eval-iters must be >= 0 (got ", a.eval_iters, ")"));
+  if (a.sample_interval < 0) {
+    return invalid(absl::StrCat("--sample-interval must be >= 0 (got ", a.sample_interval, ")"));
+  }
   // The vocabulary is known here with NullTokenizer (ids [0, N) plus eod N) and --mock-data's
   // --vocab-size; with a vocab file it is checked again once read (the memory plan), here only the
   // multiple.

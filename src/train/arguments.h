@@ -141,6 +141,9 @@ struct Arguments {
   bool log_num_zeros_in_grad = false;  // "num zeros" in the log line
   int64_t timing_log_level = 0;  // >= 1: Megatron's "(min, max) time across ranks" lines per phase
   std::string metrics_file;      // "": none; else JSON Lines per log line (train/metrics_file.h)
+  // Samples during training (train/training_sample.h; not Megatron flags).
+  int64_t sample_interval = 0;   // 0: none; else a sample continuation every N iterations
+  std::string sample_prompt;     // "": the end-of-document token
   // TensorBoard (train/tensorboard_log.h).
   std::string tensorboard_dir;   // "": none
   int64_t tensorboard_log_interval = 1;

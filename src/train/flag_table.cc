@@ -336,6 +336,16 @@ constexpr FlagRow kRows[] = {
         "iteration 0, appended to when it resumes; not a Megatron flag)")
         .shown(kNoneIfEmpty)
         .megatron(kOwn),
+    row("--sample-interval", &A::sample_interval,
+        "Every N iterations the logging rank prints a sample continuation of --sample-prompt with the current "
+        "weights (0: never; not a Megatron flag)")
+        .shown(kNoneIfZero)
+        .megatron(kOwn),
+    row("--sample-prompt", &A::sample_prompt,
+        "The prompt of --sample-interval's samples: text with GPT-2's tokenizer, token ids otherwise (default: the "
+        "end-of-document token; not a Megatron flag)")
+        .shown(kNoneIfEmpty)
+        .megatron(kOwn),
     row("--tensorboard-dir", &A::tensorboard_dir,
         "Write TensorBoard event files here (the logging rank; Megatron's tags)")
         .shown(kNoneIfEmpty),

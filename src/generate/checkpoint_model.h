@@ -1,0 +1,52 @@
+// A model read from a checkpoint for inference: its configuration (from the saved arguments and
+// the stored shapes) and every parameter as one FP32 host tensor under its global Megatron-Core
+// name. Any saving layout (TP x PP x DP, BF16 or FP32): the reader reassembles global tensors.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint_files.h"
+#include "core/status.h"
+#include "model/config.h"
+
+namespace gpt {
+
+// GPT-2's BPE vocabulary (encoder.json): 50,000 merges + 256 byte tokens + <|endoftext|>.
+inline constexpr int64_t kGpt2BpeVocabularySize = 50257;
+
+struct CheckpointModel {
+  ModelConfig config;                                 // TP = 1; vocab_size the real vocabulary
+  std::map<std::string, std::vector<float>> params;   // global name (no "model/") -> FP32 values
+  std::map<std::string, std::string> arguments;       // the saving job's flags (strings unquoted)
+  std::string tokenizer_type;                         // "GPT2BPETokenizer", "NullTokenizer", "" (mock)
+  int32_t eod_id = -1;                                // end-of-document token
+  int64_t iteration = 0;
+  std::string directory;                              // the iter_XXXXXXX directory read
+};
+
+// A save directory (its tracker, or `iteration`) or one iter_XXXXXXX directory.
+absl::StatusOr<std::string> resolve_checkpoint_directory(const std::string& given, std::optional<int64_t> iteration);
+
+// The saved arguments as flag -> value, strings unquoted.
+std::map<std::string, std::string> saved_arguments(const CheckpointReader& reader);
+
+// The real (unpadded) vocabulary: --vocab-size with --mock-data; --vocab-size + 1 with NullTokenizer
+// (Megatron's end-of-document id); GPT-2's 50257 with GPT2BPETokenizer; checked to pad to `padded`.
+absl::StatusOr<int64_t> real_vocabulary_size(const std::map<std::string, std::string>& args, int64_t padded,
+                                             int64_t tensor_parallel);
+
+// The model configuration of a checkpoint (no parameters read).
+absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& reader,
+                                                    std::optional<int64_t> vocab_override);
+
+// Configuration and FP32 parameters.
+absl::StatusOr<CheckpointModel> load_checkpoint_model(const std::string& given, std::optional<int64_t> iteration,
+                                                      std::optional<int64_t> vocab_override = std::nullopt);
+
+// The parameters a model of this configuration has, with global shapes (TP = 1).
+std::vector<std::pair<std::string, std::vector<int64_t>>> model_parameter_shapes(const ModelConfig& config);
+
+}  // namespace gpt

@@ -1,0 +1,600 @@
+#include "hf/hf_checkpoint.h"
+
+#include <simdjson.h>
+
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/checkpoint_files.h"
+#include "generate/checkpoint_model.h"
+#include "hf/safetensors.h"
+#include "model/param_registry.h"
+
+namespace gpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shape_text(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+
+int64_t volume(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// The shortest decimal text that reads back as the same float.
+std::string float_text(float value) {
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  std::string text(buffer, result.ptr);
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  return text;
+}
+
+bool is_nonempty_directory(const std::string& path) {
+  std::error_code error;
+  return fs::exists(path, error) && !(fs::is_directory(path, error) && fs::is_empty(path, error));
+}
+
+// ---- the tables ---------------------------------------------------------------------------------
+
+// An HF [in, out] Conv1D weight from ours [out, in].
+std::function<int64_t(int64_t)> transposed(int64_t in, int64_t out) {
+  return [in, out](int64_t i) { return (i % out) * in + i / out; };
+}
+std::function<int64_t(int64_t)> identity(int64_t offset = 0) {
+  return [offset](int64_t i) { return i + offset; };
+}
+
+std::vector<HfMapping> gpt2_mappings(const ModelConfig& c) {
+  std::vector<HfMapping> m;
+  const int64_t h = c.hidden_size, heads = c.num_attention_heads, d = c.kv_channels, ffn = c.ffn_hidden_size;
+  const int64_t v = c.vocab_size;
+  // HF's c_attn output column (which * heads + head) * d + e is our QKV row (head * 3 + which) * d + e.
+  auto qkv_row = [heads, d](int64_t column) {
+    const int64_t which = column / (heads * d), head = (column / d) % heads, e = column % d;
+    return (head * 3 + which) * d + e;
+  };
+  m.push_back({"transformer.wte.weight", {v, h}, kWordEmbeddingName, identity()});
+  m.push_back({"transformer.wpe.weight", {c.max_position_embeddings, h}, "embedding.position_embeddings.weight", identity()});
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    const std::string ours = absl::StrCat("decoder.layers.", layer, ".");
+    const std::string hf = absl::StrCat("transformer.h.", layer, ".");
+    for (const char* p : {"weight", "bias"}) m.push_back({hf + "ln_1." + p, {h}, ours + "input_layernorm." + p, identity()});
+    m.push_back({hf + "attn.c_attn.weight", {h, 3 * h}, ours + "self_attention.linear_qkv.weight",
+                 [h, qkv_row](int64_t i) { return qkv_row(i % (3 * h)) * h + i / (3 * h); }});
+    m.push_back({hf + "attn.c_attn.bias", {3 * h}, ours + "self_attention.linear_qkv.bias", qkv_row});
+    m.push_back({hf + "attn.c_proj.weight", {h, h}, ours + "self_attention.linear_proj.weight", transposed(h, h)});
+    m.push_back({hf + "attn.c_proj.bias", {h}, ours + "self_attention.linear_proj.bias", identity()});
+    for (const char* p : {"weight", "bias"}) m.push_back({hf + "ln_2." + p, {h}, ours + "pre_mlp_layernorm." + p, identity()});
+    m.push_back({hf + "mlp.c_fc.weight", {h, ffn}, ours + "mlp.linear_fc1.weight", transposed(h, ffn)});
+    m.push_back({hf + "mlp.c_fc.bias", {ffn}, ours + "mlp.linear_fc1.bias", identity()});
+    m.push_back({hf + "mlp.c_proj.weight", {ffn, h}, ours + "mlp.linear_fc2.weight", transposed(ffn, h)});
+    m.push_back({hf + "mlp.c_proj.bias", {h}, ours + "mlp.linear_fc2.bias", identity()});
+  }
+  for (const char* p : {"weight", "bias"}) {
+    m.push_back({std::string("transformer.ln_f.") + p, {h}, std::string("decoder.final_layernorm.") + p, identity()});
+  }
+  if (c.untie_embeddings_and_output_weights) m.push_back({"lm_head.weight", {v, h}, "output_layer.weight", identity()});
+  return m;
+}
+
+std::vector<HfMapping> llama_mappings(const ModelConfig& c) {
+  std::vector<HfMapping> m;
+  const int64_t h = c.hidden_size, heads = c.num_attention_heads, d = c.kv_channels, ffn = c.ffn_hidden_size;
+  const int64_t groups = c.query_groups(), q = c.queries_per_group(), v = c.vocab_size;
+  // Our QKV rows [groups, (q queries, key, value), d]; HF's q_proj rows [heads, d] (head g * q + j),
+  // k_proj and v_proj rows [groups, d].
+  auto query_row = [q, d](int64_t r) { const int64_t head = r / d, g = head / q, j = head % q; return (g * (q + 2) + j) * d + r % d; };
+  auto key_row = [q, d](int64_t r) { return ((r / d) * (q + 2) + q) * d + r % d; };
+  auto value_row = [q, d](int64_t r) { return ((r / d) * (q + 2) + q + 1) * d + r % d; };
+  auto rows_of = [h](std::function<int64_t(int64_t)> row) {
+    return [h, row](int64_t i) { return row(i / h) * h + i % h; };
+  };
+  m.push_back({"model.embed_tokens.weight", {v, h}, kWordEmbeddingName, identity()});
+  const bool bias = c.add_bias_linear;
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    const std::string ours = absl::StrCat("decoder.layers.", layer, ".");
+    const std::string hf = absl::StrCat("model.layers.", layer, ".");
+    const std::string qkv = ours + "self_attention.linear_qkv.";
+    m.push_back({hf + "input_layernorm.weight", {h}, ours + "input_layernorm.weight", identity()});
+    m.push_back({hf + "self_attn.q_proj.weight", {heads * d, h}, qkv + "weight", rows_of(query_row)});
+    m.push_back({hf + "self_attn.k_proj.weight", {groups * d, h}, qkv + "weight", rows_of(key_row)});
+    m.push_back({hf + "self_attn.v_proj.weight", {groups * d, h}, qkv + "weight", rows_of(value_row)});
+    if (bias) {
+      m.push_back({hf + "self_attn.q_proj.bias", {heads * d}, qkv + "bias", query_row});
+      m.push_back({hf + "self_attn.k_proj.bias", {groups * d}, qkv + "bias", key_row});
+      m.push_back({hf + "self_attn.v_proj.bias", {groups * d}, qkv + "bias", value_row});
+    }
+    m.push_back({hf + "self_attn.o_proj.weight", {h, heads * d}, ours + "self_attention.linear_proj.weight", identity()});
+    if (bias) m.push_back({hf + "self_attn.o_proj.bias", {h}, ours + "self_attention.linear_proj.bias", identity()});
+    m.push_back({hf + "post_attention_layernorm.weight", {h}, ours + "pre_mlp_layernorm.weight", identity()});
+    // fc1 is [gate; up].
+    m.push_back({hf + "mlp.gate_proj.weight", {ffn, h}, ours + "mlp.linear_fc1.weight", identity()});
+    m.push_back({hf + "mlp.up_proj.weight", {ffn, h}, ours + "mlp.linear_fc1.weight", identity(ffn * h)});
+    m.push_back({hf + "mlp.down_proj.weight", {h, ffn}, ours + "mlp.linear_fc2.weight", identity()});
+    if (bias) {
+      m.push_back({hf + "mlp.gate_proj.bias", {ffn}, ours + "mlp.linear_fc1.bias", identity()});
+      m.push_back({hf + "mlp.up_proj.bias", {ffn}, ours + "mlp.linear_fc1.bias", identity(ffn)});
+      m.push_back({hf + "mlp.down_proj.bias", {h}, ours + "mlp.linear_fc2.bias", identity()});
+    }
+  }
+  m.push_back({"model.norm.weight", {h}, "decoder.final_layernorm.weight", identity()});
+  if (c.untie_embeddings_and_output_weights) m.push_back({"lm_head.weight", {v, h}, "output_layer.weight", identity()});
+  return m;
+}
+
+// ---- config.json ----------------------------------------------------------------------------------
+
+std::string config_json(const ModelConfig& c, HfFamily family) {
+  std::ostringstream o;
+  const char* tie = c.untie_embeddings_and_output_weights ? "false" : "true";
+  if (family == HfFamily::kGpt2) {
+    o << "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+      << "  \"vocab_size\": " << c.vocab_size << ",\n  \"n_positions\": " << c.max_position_embeddings
+      << ",\n  \"n_ctx\": " << c.max_position_embeddings << ",\n  \"n_embd\": " << c.hidden_size
+      << ",\n  \"n_layer\": " << c.num_layers << ",\n  \"n_head\": " << c.num_attention_heads
+      << ",\n  \"n_inner\": " << c.ffn_hidden_size << ",\n  \"layer_norm_epsilon\": " << float_text(c.layernorm_epsilon)
+      << ",\n  \"activation_function\": \"gelu_new\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
+      << "  \"attn_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": " << tie
+      << ",\n  \"torch_dtype\": \"float32\"\n}\n";
+  } else {
+    const char* bias = c.add_bias_linear ? "true" : "false";
+    o << "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+      << "  \"vocab_size\": " << c.vocab_size << ",\n  \"hidden_size\": " << c.hidden_size
+      << ",\n  \"intermediate_size\": " << c.ffn_hidden_size << ",\n  \"num_hidden_layers\": " << c.num_layers
+      << ",\n  \"num_attention_heads\": " << c.num_attention_heads << ",\n  \"num_key_value_heads\": " << c.query_groups()
+      << ",\n  \"head_dim\": " << c.kv_channels << ",\n  \"max_position_embeddings\": " << c.max_position_embeddings
+      << ",\n  \"rms_norm_eps\": " << float_text(c.layernorm_epsilon) << ",\n  \"rope_theta\": " << float_text(c.rotary_base)
+      << ",\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": " << bias
+      << ",\n  \"mlp_bias\": " << bias << ",\n  \"attention_dropout\": 0.0,\n  \"tie_word_embeddings\": " << tie
+      << ",\n  \"torch_dtype\": \"float32\"\n}\n";
+  }
+  return o.str();
+}
+
+// A parsed config.json with typed look-ups whose errors name the file and the field.
+class JsonConfig {
+ public:
+  static absl::StatusOr<JsonConfig> read(const std::string& path) {
+    JsonConfig config;
+    config.path_ = path;
+    simdjson::padded_string text;
+    if (simdjson::padded_string::load(path).get(text) != simdjson::SUCCESS) {
+      return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
+    }
+    config.parser_ = std::make_unique<simdjson::dom::parser>();
+    if (config.parser_->parse(text).get(config.root_) != simdjson::SUCCESS || !config.root_.is_object()) {
+      return absl::DataLossError(absl::StrCat(path, ": not a JSON object"));
+    }
+    return config;
+  }
+  bool has(const char* key) const {
+    simdjson::dom::element e;
+    return root_[key].get(e) == simdjson::SUCCESS && !e.is_null();
+  }
+  absl::StatusOr<int64_t> integer(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
+    if (!has(key)) {
+      if (fallback) return *fallback;
+      return absl::DataLossError(absl::StrCat(path_, ": no \"", key, "\""));
+    }
+    int64_t v = 0;
+    if (root_[key].get_int64().get(v) != simdjson::SUCCESS || v < 0) {
+      return absl::DataLossError(absl::StrCat(path_, ": \"", key, "\" is not a non-negative integer"));
+    }
+    return v;
+  }
+  absl::StatusOr<double> number(const char* key, double fallback) const {
+    if (!has(key)) return fallback;
+    double v = 0;
+    if (root_[key].get_double().get(v) != simdjson::SUCCESS) {
+      int64_t i = 0;
+      if (root_[key].get_int64().get(i) != simdjson::SUCCESS) {
+        return absl::DataLossError(absl::StrCat(path_, ": \"", key, "\" is not a number"));
+      }
+      v = static_cast<double>(i);
+    }
+    return v;
+  }
+  absl::StatusOr<bool> boolean(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    bool v = false;
+    if (root_[key].get_bool().get(v) != simdjson::SUCCESS) {
+      return absl::DataLossError(absl::StrCat(path_, ": \"", key, "\" is not true or false"));
+    }
+    return v;
+  }
+  std::string text(const char* key, const std::string& fallback) const {
+    std::string_view v;
+    if (root_[key].get_string().get(v) != simdjson::SUCCESS) return fallback;
+    return std::string(v);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<simdjson::dom::parser> parser_;
+  simdjson::dom::element root_;
+};
+
+absl::Status refuse(const std::string& path, const std::string& why) {
+  return absl::FailedPreconditionError(absl::StrCat(path, ": ", why, " does not map to this program's models"));
+}
+
+absl::StatusOr<std::pair<ModelConfig, HfFamily>> model_from_config(const JsonConfig& j, const HfImportOptions& options) {
+  ModelConfig c;
+  HfFamily family;
+  const std::string type = j.text("model_type", "");
+  if (type == "gpt2") {
+    family = HfFamily::kGpt2;
+    GPT_ASSIGN_OR_RETURN(c.hidden_size, j.integer("n_embd"));
+    GPT_ASSIGN_OR_RETURN(c.num_layers, j.integer("n_layer"));
+    GPT_ASSIGN_OR_RETURN(c.num_attention_heads, j.integer("n_head"));
+    GPT_ASSIGN_OR_RETURN(c.max_position_embeddings, j.integer("n_positions"));
+    GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, j.integer("n_inner", 4 * c.hidden_size));
+    GPT_ASSIGN_OR_RETURN(const double eps, j.number("layer_norm_epsilon", 1e-5));
+    c.layernorm_epsilon = static_cast<float>(eps);
+    const std::string act = j.text("activation_function", "gelu_new");
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
+      return refuse(j.path(), absl::StrCat("activation_function \"", act, "\" (only the tanh GeLU, gelu_new)"));
+    }
+    GPT_ASSIGN_OR_RETURN(const bool tie, j.boolean("tie_word_embeddings", true));
+    c.untie_embeddings_and_output_weights = !tie;
+    GPT_ASSIGN_OR_RETURN(const bool scale, j.boolean("scale_attn_weights", true));
+    GPT_ASSIGN_OR_RETURN(const bool by_layer, j.boolean("scale_attn_by_inverse_layer_idx", false));
+    GPT_ASSIGN_OR_RETURN(const bool cross, j.boolean("add_cross_attention", false));
+    if (!scale || by_layer || cross) {
+      return refuse(j.path(), "scale_attn_weights false, scale_attn_by_inverse_layer_idx or add_cross_attention");
+    }
+    if (c.num_attention_heads < 1 || c.hidden_size % c.num_attention_heads != 0) {
+      return absl::DataLossError(absl::StrCat(j.path(), ": n_embd is not a multiple of n_head"));
+    }
+    c.kv_channels = c.hidden_size / c.num_attention_heads;
+    c.position_embedding = PositionEmbedding::kLearnedAbsolute;
+  } else if (type == "llama") {
+    family = HfFamily::kLlama;
+    GPT_ASSIGN_OR_RETURN(c.hidden_size, j.integer("hidden_size"));
+    GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, j.integer("intermediate_size"));
+    GPT_ASSIGN_OR_RETURN(c.num_layers, j.integer("num_hidden_layers"));
+    GPT_ASSIGN_OR_RETURN(c.num_attention_heads, j.integer("num_attention_heads"));
+    if (c.num_attention_heads < 1) return absl::DataLossError(absl::StrCat(j.path(), ": num_attention_heads < 1"));
+    GPT_ASSIGN_OR_RETURN(const int64_t kv_heads, j.integer("num_key_value_heads", c.num_attention_heads));
+    GPT_ASSIGN_OR_RETURN(c.kv_channels, j.integer("head_dim", c.hidden_size / c.num_attention_heads));
+    GPT_ASSIGN_OR_RETURN(c.max_position_embeddings, j.integer("max_position_embeddings"));
+    GPT_ASSIGN_OR_RETURN(const double eps, j.number("rms_norm_eps", 1e-6));
+    GPT_ASSIGN_OR_RETURN(const double theta, j.number("rope_theta", 10000.0));
+    c.layernorm_epsilon = static_cast<float>(eps);
+    c.rotary_base = static_cast<float>(theta);
+    if (j.has("rope_scaling")) return refuse(j.path(), "rope_scaling (only plain RoPE)");
+    const std::string act = j.text("hidden_act", "silu");
+    if (act != "silu") return refuse(j.path(), absl::StrCat("hidden_act \"", act, "\" (only SwiGLU's silu)"));
+    GPT_ASSIGN_OR_RETURN(const bool attention_bias, j.boolean("attention_bias", false));
+    GPT_ASSIGN_OR_RETURN(const bool mlp_bias, j.boolean("mlp_bias", false));
+    if (attention_bias != mlp_bias) return refuse(j.path(), "attention_bias != mlp_bias (one switch here)");
+    c.add_bias_linear = attention_bias;
+    GPT_ASSIGN_OR_RETURN(const bool tie, j.boolean("tie_word_embeddings", false));
+    c.untie_embeddings_and_output_weights = !tie;
+    if (kv_heads < 1 || c.num_attention_heads % kv_heads != 0) {
+      return absl::DataLossError(absl::StrCat(j.path(), ": num_attention_heads is not a multiple of num_key_value_heads"));
+    }
+    if (kv_heads != c.num_attention_heads) c.num_query_groups = kv_heads;
+    c.position_embedding = PositionEmbedding::kRope;
+    c.rotary_dim = c.kv_channels;
+    c.normalization = Normalization::kRMSNorm;
+    c.swiglu = true;
+  } else {
+    return refuse(j.path(), absl::StrCat("model_type \"", type, "\" (only gpt2 and llama)"));
+  }
+  GPT_ASSIGN_OR_RETURN(c.vocab_size, j.integer("vocab_size"));
+  if (c.vocab_size < 1 || c.num_layers < 1 || c.hidden_size < 1 || c.kv_channels < 1 || c.ffn_hidden_size < 1 ||
+      c.max_position_embeddings < 1) {
+    return absl::DataLossError(absl::StrCat(j.path(), ": a size is 0"));
+  }
+  c.seq_length = c.max_position_embeddings;
+  c.padded_vocab_size = padded_vocab_size(c.vocab_size, options.make_vocab_size_divisible_by, options.tensor_parallel);
+  return std::make_pair(c, family);
+}
+
+// The saved arguments an imported checkpoint carries (canonical_arguments' spelling of the flags
+// --load compares, and what generate and export read).
+std::string import_arguments(const ModelConfig& c, HfFamily family, const HfImportOptions& options) {
+  auto b = [](bool v) { return v ? "true" : "false"; };
+  char eps[40];
+  std::snprintf(eps, sizeof(eps), "%.17g", static_cast<double>(c.layernorm_epsilon));
+  const bool rope = c.position_embedding == PositionEmbedding::kRope;
+  std::vector<std::string> lines = {
+      absl::StrCat("--num-layers ", c.num_layers),
+      absl::StrCat("--hidden-size ", c.hidden_size),
+      absl::StrCat("--ffn-hidden-size ", c.ffn_hidden_size),
+      absl::StrCat("--num-attention-heads ", c.num_attention_heads),
+      absl::StrCat("--kv-channels ", c.kv_channels),
+      absl::StrCat("--seq-length ", c.seq_length),
+      absl::StrCat("--max-position-embeddings ", c.max_position_embeddings),
+      absl::StrCat("--make-vocab-size-divisible-by ", options.make_vocab_size_divisible_by * options.tensor_parallel),
+      absl::StrCat("--untie-embeddings-and-output-weights ", b(c.untie_embeddings_and_output_weights)),
+      absl::StrCat("--norm-epsilon ", eps),
+      absl::StrCat("--position-embedding-type '", rope ? "rope" : "learned_absolute", "'"),
+      absl::StrCat("--normalization '", c.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm", "'"),
+      "--no-position-embedding false",
+      "--rotary-percent 1",
+      absl::StrCat("--rotary-base ", float_text(c.rotary_base)),
+      absl::StrCat("--swiglu ", b(c.swiglu)),
+      absl::StrCat("--group-query-attention ", b(c.num_query_groups > 0)),
+      absl::StrCat("--num-query-groups ", c.query_groups()),
+      absl::StrCat("--disable-bias-linear ", b(!c.add_bias_linear)),
+      "--mock-data false",
+  };
+  if (family == HfFamily::kGpt2 && c.vocab_size == kGpt2BpeVocabularySize) {
+    lines.push_back("--tokenizer-type 'GPT2BPETokenizer'");
+    lines.push_back("--vocab-size 0");
+  } else {
+    // NullTokenizer: the real vocabulary is --vocab-size + 1 (Megatron adds the end-of-document id).
+    lines.push_back("--tokenizer-type 'NullTokenizer'");
+    lines.push_back(absl::StrCat("--vocab-size ", c.vocab_size - 1));
+  }
+  return absl::StrJoin(lines, "\n") + "\n";
+}
+
+}  // namespace
+
+absl::StatusOr<HfFamily> hf_family(const ModelConfig& c) {
+  const bool learned = c.position_embedding == PositionEmbedding::kLearnedAbsolute;
+  const bool layernorm = c.normalization == Normalization::kLayerNorm;
+  if (learned && layernorm && !c.swiglu) {
+    std::vector<std::string> problems;
+    if (!c.add_bias_linear) problems.push_back("--disable-bias-linear");
+    if (c.query_groups() != c.num_attention_heads) problems.push_back("grouped-query attention");
+    if (c.attention_projection_size() != c.hidden_size) problems.push_back("heads x kv_channels != hidden size");
+    if (problems.empty()) return HfFamily::kGpt2;
+    return absl::FailedPreconditionError(absl::StrCat("Hugging Face's GPT-2 has no ", absl::StrJoin(problems, ", ")));
+  }
+  if (c.position_embedding == PositionEmbedding::kRope && !layernorm && c.swiglu) {
+    if (c.rotary_dim != c.kv_channels) {
+      return absl::FailedPreconditionError("LlamaForCausalLM rotates every head dimension (--rotary-percent 1)");
+    }
+    return HfFamily::kLlama;
+  }
+  return absl::FailedPreconditionError(
+      "neither GPT-2 (learned positions, LayerNorm, GeLU) nor Llama (RoPE, RMSNorm, SwiGLU): no Hugging Face "
+      "architecture takes this combination");
+}
+
+std::vector<HfMapping> hf_mappings(const ModelConfig& config, HfFamily family) {
+  return family == HfFamily::kGpt2 ? gpt2_mappings(config) : llama_mappings(config);
+}
+
+absl::Status hf_export(const std::string& checkpoint, const std::string& output_dir, const HfExportOptions& options) {
+  if (is_nonempty_directory(output_dir)) {
+    return absl::AlreadyExistsError(absl::StrCat(output_dir, " exists and is not empty: export writes a new directory"));
+  }
+  GPT_ASSIGN_OR_RETURN(const CheckpointModel model, load_checkpoint_model(checkpoint, options.iteration, options.vocab_size));
+  const ModelConfig& c = model.config;
+  GPT_ASSIGN_OR_RETURN(const HfFamily family, hf_family(c));
+  const std::vector<HfMapping> mappings = hf_mappings(c, family);
+  // Shards: consecutive tensors up to max_shard_bytes each (a larger tensor alone).
+  std::vector<std::vector<size_t>> shards(1);
+  int64_t shard_bytes = 0, total_bytes = 0;
+  for (size_t i = 0; i < mappings.size(); ++i) {
+    const int64_t bytes = volume(mappings[i].hf_shape) * 4;
+    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(i);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  std::string trimmed = output_dir;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::string temporary = trimmed + ".tmp";
+  std::error_code error;
+  fs::remove_all(temporary, error);
+  fs::create_directories(temporary, error);
+  if (error) return absl::PermissionDeniedError(absl::StrCat("cannot create ", temporary, ": ", error.message()));
+  auto fail = [&](absl::Status status) {
+    std::error_code ignored;
+    fs::remove_all(temporary, ignored);
+    return status;
+  };
+  const size_t n = shards.size();
+  std::vector<std::string> weight_map;
+  for (size_t s = 0; s < n; ++s) {
+    char name[64];
+    if (n == 1) {
+      std::snprintf(name, sizeof(name), "model.safetensors");
+    } else {
+      std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, n);
+    }
+    std::vector<SafetensorsTensor> tensors;
+    for (size_t i : shards[s]) {
+      const HfMapping& m = mappings[i];
+      const std::vector<float>& ours = model.params.at(m.ours);
+      SafetensorsTensor t{m.hf_name, m.hf_shape, std::vector<float>(static_cast<size_t>(volume(m.hf_shape)))};
+      for (int64_t e = 0; e < static_cast<int64_t>(t.values.size()); ++e) t.values[e] = ours[m.source(e)];
+      tensors.push_back(std::move(t));
+      weight_map.push_back(absl::StrCat(json_quote(m.hf_name), ": ", json_quote(name)));
+    }
+    absl::Status written = write_safetensors((fs::path(temporary) / name).string(), tensors, {{"format", "pt"}});
+    if (!written.ok()) return fail(written);
+  }
+  auto write_text = [&](const std::string& file, const std::string& text) -> absl::Status {
+    std::ofstream out(fs::path(temporary) / file);
+    out << text;
+    out.close();
+    if (!out) return absl::DataLossError(absl::StrCat("writing ", temporary, "/", file, " failed"));
+    return absl::OkStatus();
+  };
+  if (n > 1) {
+    absl::Status written = write_text("model.safetensors.index.json",
+                                      absl::StrCat("{\n  \"metadata\": {\"total_size\": ", total_bytes,
+                                                   "},\n  \"weight_map\": {\n    ", absl::StrJoin(weight_map, ",\n    "),
+                                                   "\n  }\n}\n"));
+    if (!written.ok()) return fail(written);
+  }
+  absl::Status written = write_text("config.json", config_json(c, family));
+  if (!written.ok()) return fail(written);
+  fs::remove_all(trimmed, error);  // an empty directory given as the output
+  fs::rename(temporary, trimmed, error);
+  if (error) return fail(absl::DataLossError(absl::StrCat("cannot rename ", temporary, " to ", trimmed, ": ", error.message())));
+  std::printf("exported %s (iteration %lld) to %s: %s, %zu tensors, %lld bytes of FP32 in %zu safetensors file%s%s, "
+              "vocabulary %lld (padded %lld)\n",
+              model.directory.c_str(), static_cast<long long>(model.iteration), trimmed.c_str(),
+              family == HfFamily::kGpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM", mappings.size(),
+              static_cast<long long>(total_bytes), n, n > 1 ? "s" : "", n > 1 ? " + model.safetensors.index.json" : "",
+              static_cast<long long>(c.vocab_size), static_cast<long long>(c.padded_vocab_size));
+  return absl::OkStatus();
+}
+
+absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, const HfImportOptions& options) {
+  std::error_code error;
+  if (!fs::is_directory(hf_dir, error)) return absl::NotFoundError(absl::StrCat(hf_dir, ": no such directory"));
+  if (is_nonempty_directory(save_dir)) {
+    return absl::AlreadyExistsError(absl::StrCat(save_dir, " exists and is not empty: import writes a new save directory"));
+  }
+  if (options.make_vocab_size_divisible_by < 1 || options.tensor_parallel < 1) {
+    return absl::InvalidArgumentError("--make-vocab-size-divisible-by and --tensor-model-parallel-size must be >= 1");
+  }
+  GPT_ASSIGN_OR_RETURN(const JsonConfig json, JsonConfig::read((fs::path(hf_dir) / "config.json").string()));
+  GPT_ASSIGN_OR_RETURN(const auto parsed, model_from_config(json, options));
+  const auto& [c, family] = parsed;
+  const std::vector<HfMapping> mappings = hf_mappings(c, family);
+
+  // The safetensors files: the index's weight map, or model.safetensors.
+  std::map<std::string, std::string> file_of;  // tensor -> file name
+  std::vector<std::string> files;
+  const fs::path index = fs::path(hf_dir) / "model.safetensors.index.json";
+  if (fs::exists(index, error)) {
+    simdjson::dom::parser parser;
+    simdjson::padded_string text;
+    simdjson::dom::object map;
+    if (simdjson::padded_string::load(index.string()).get(text) != simdjson::SUCCESS ||
+        parser.parse(text)["weight_map"].get_object().get(map) != simdjson::SUCCESS) {
+      return absl::DataLossError(absl::StrCat(index.string(), ": no \"weight_map\" object"));
+    }
+    std::set<std::string> distinct;
+    for (const simdjson::dom::key_value_pair entry : map) {
+      std::string_view file;
+      if (entry.value.get_string().get(file) != simdjson::SUCCESS || file.find('/') != std::string_view::npos) {
+        return absl::DataLossError(absl::StrCat(index.string(), ": tensor '", std::string(entry.key), "' maps to no plain file name"));
+      }
+      file_of[std::string(entry.key)] = std::string(file);
+      distinct.insert(std::string(file));
+    }
+    files.assign(distinct.begin(), distinct.end());
+  } else {
+    files.push_back("model.safetensors");
+  }
+  std::map<std::string, SafetensorsFile> opened;
+  std::map<std::string, std::pair<const SafetensorsFile*, std::string>> found;  // canonical name -> file, stored name
+  // GPT-2 checkpoints on the Hub often lack the "transformer." prefix.
+  auto canonical = [&](const std::string& name) {
+    if (family == HfFamily::kGpt2 && name.rfind("transformer.", 0) != 0 && name != "lm_head.weight") {
+      return "transformer." + name;
+    }
+    return name;
+  };
+  for (const std::string& file : files) {
+    GPT_ASSIGN_OR_RETURN(SafetensorsFile st, SafetensorsFile::open((fs::path(hf_dir) / file).string()));
+    const SafetensorsFile& kept = opened.emplace(file, std::move(st)).first->second;
+    for (const auto& [name, entry] : kept.entries()) {
+      if (!file_of.empty() && file_of.count(name) && file_of.at(name) != file) continue;
+      found[canonical(name)] = {&kept, name};
+    }
+  }
+  // Every tensor present with its shape; nothing else but known buffers.
+  std::set<std::string> wanted;
+  for (const HfMapping& m : mappings) {
+    wanted.insert(m.hf_name);
+    auto it = found.find(m.hf_name);
+    if (it == found.end()) {
+      return absl::NotFoundError(absl::StrCat(hf_dir, ": no tensor '", m.hf_name, "' (", json.path(), " describes a ",
+                                              family == HfFamily::kGpt2 ? "GPT-2" : "Llama", " model that has it)"));
+    }
+    const SafetensorsEntry& entry = it->second.first->entries().at(it->second.second);
+    if (entry.shape != m.hf_shape) {
+      return absl::DataLossError(absl::StrCat(it->second.first->path(), ": tensor '", it->second.second, "' has shape ",
+                                              shape_text(entry.shape), ", config.json says ", shape_text(m.hf_shape)));
+    }
+  }
+  for (const auto& [name, where] : found) {
+    if (wanted.count(name)) continue;
+    const bool buffer = name.find(".attn.bias") != std::string::npos || name.find(".attn.masked_bias") != std::string::npos ||
+                        name.find("rotary_emb.inv_freq") != std::string::npos ||
+                        (name == "lm_head.weight" && !c.untie_embeddings_and_output_weights);
+    if (!buffer) {
+      return refuse(where.first->path(), absl::StrCat("tensor '", where.second, "' (not part of the ",
+                                                      family == HfFamily::kGpt2 ? "GPT-2" : "Llama", " layout)"));
+    }
+  }
+  // Our tensors (padding rows of the vocabulary stay 0).
+  std::map<std::string, std::vector<float>> ours;
+  for (const auto& [name, shape] : model_parameter_shapes(c)) ours[name].assign(static_cast<size_t>(volume(shape)), 0.0f);
+  for (const HfMapping& m : mappings) {
+    const auto& [file, stored] = found.at(m.hf_name);
+    GPT_ASSIGN_OR_RETURN(const std::vector<float> values, file->read_float32(stored));
+    std::vector<float>& target = ours.at(m.ours);
+    for (int64_t e = 0; e < static_cast<int64_t>(values.size()); ++e) target[m.source(e)] = values[e];
+  }
+
+  // Write the checkpoint: iter_0000000.tmp, its shard and index, renamed, then the tracker.
+  const bool created = !fs::exists(save_dir, error);
+  const std::string temporary = (fs::path(save_dir) / (iteration_directory_name(0) + ".tmp")).string();
+  fs::create_directories(temporary, error);
+  if (error) return absl::PermissionDeniedError(absl::StrCat("cannot create ", temporary, ": ", error.message()));
+  auto fail = [&](absl::Status status) {
+    std::error_code ignored;
+    if (created) {
+      fs::remove_all(save_dir, ignored);
+    } else {
+      fs::remove_all(temporary, ignored);
+    }
+    return status;
+  };
+  std::vector<HostPiece> pieces;
+  for (const auto& [name, shape] : model_parameter_shapes(c)) {
+    HostPiece piece;
+    piece.record.key = "model/" + name;
+    piece.record.global_shape = shape;
+    piece.record.offsets.assign(shape.size(), 0);
+    piece.record.local_shape = shape;
+    piece.dtype = DType::kFloat32;
+    const std::vector<float>& values = ours.at(name);
+    piece.bytes.resize(values.size() * sizeof(float));
+    std::memcpy(piece.bytes.data(), values.data(), piece.bytes.size());
+    pieces.push_back(std::move(piece));
+  }
+  const std::string shard = shard_file_name(0);
+  absl::Status status = write_shard((fs::path(temporary) / shard).string(), pieces);
+  if (!status.ok()) return fail(status);
+  CheckpointMetadata metadata;
+  metadata.iteration = 0;
+  metadata.seed = 1234;
+  metadata.params_dtype = "float32";
+  metadata.arguments = import_arguments(c, family, options);
+  status = write_index(temporary, {shard}, metadata);
+  if (!status.ok()) return fail(status);
+  const std::string final_directory = (fs::path(save_dir) / iteration_directory_name(0)).string();
+  fs::rename(temporary, final_directory, error);
+  if (error) return fail(absl::DataLossError(absl::StrCat("cannot rename ", temporary, ": ", error.message())));
+  status = fsync_directory(save_dir);
+  if (status.ok()) status = write_tracker(save_dir, 0);
+  if (!status.ok()) return fail(status);
+  std::printf("imported %s (%s, %zu tensors, %zu safetensors file%s) into %s: %lld layers, hidden %lld, heads %lld, "
+              "groups %lld, vocabulary %lld padded to %lld; load with --load %s --finetune\n",
+              hf_dir.c_str(), family == HfFamily::kGpt2 ? "gpt2" : "llama", mappings.size(), files.size(),
+              files.size() > 1 ? "s" : "", final_directory.c_str(), static_cast<long long>(c.num_layers),
+              static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_attention_heads),
+              static_cast<long long>(c.query_groups()), static_cast<long long>(c.vocab_size),
+              static_cast<long long>(c.padded_vocab_size), save_dir.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace gpt

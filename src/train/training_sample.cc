@@ -1,0 +1,216 @@
+#include "train/training_sample.h"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/bf16.h"
+#include "core/check.h"
+#include "core/memory.h"
+#include "generate/inference_model.h"
+#include "generate/sampler.h"
+#include "model/param_registry.h"
+#include "parallel/process_grid.h"
+#include "train/rank_agreement.h"
+#include "train/trainer.h"
+
+namespace gpt {
+namespace {
+
+constexpr int64_t kSampleTokens = 32;
+
+bool uses_gpt2_tokenizer(const Arguments& a) {
+  return !a.mock_data && (a.tokenizer_type == "GPT2BPETokenizer" || (a.tokenizer_type.empty() && !a.vocab_file.empty()));
+}
+
+// One piece as bytes: "key\tglobal\toffsets\tlocal\tdtype\tbytes\n" then the data.
+void append_piece(std::string& out, const ShardedTensor& piece) {
+  std::vector<unsigned char> bytes(piece.data.bytes());
+  copy_bytes(Device::kCpu, bytes.data(), piece.data.device(), piece.data.data(), bytes.size());
+  out += absl::StrCat(piece.key, "\t", absl::StrJoin(piece.global_shape, ","), "\t", absl::StrJoin(piece.offsets, ","),
+                      "\t", absl::StrJoin(piece.local_shape, ","), "\t", static_cast<int>(piece.data.dtype()), "\t",
+                      bytes.size(), "\n");
+  out.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+std::vector<int64_t> numbers(const std::string& text) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int64_t v = 0;
+    GPT_CHECK(absl::SimpleAtoi(part, &v)) << "sample piece field " << part;
+    out.push_back(v);
+  }
+  return out;
+}
+
+// Places the pieces of `blob` into the global FP32 tensors.
+void place_pieces(const std::string& blob, std::map<std::string, std::vector<float>>& params) {
+  size_t at = 0;
+  while (at < blob.size()) {
+    const size_t end = blob.find('\n', at);
+    GPT_CHECK(end != std::string::npos) << "sample piece header";
+    const std::vector<std::string> f = absl::StrSplit(blob.substr(at, end - at), '\t');
+    GPT_CHECK_EQ(f.size(), 6u);
+    const std::vector<int64_t> global = numbers(f[1]), offsets = numbers(f[2]), local = numbers(f[3]);
+    int dtype = 0;
+    size_t bytes = 0;
+    GPT_CHECK(absl::SimpleAtoi(f[4], &dtype) && absl::SimpleAtoi(f[5], &bytes));
+    const char* data = blob.data() + end + 1;
+    at = end + 1 + bytes;
+    GPT_CHECK(f[0].rfind("model/", 0) == 0);
+    std::vector<float>& tensor = params[f[0].substr(6)];
+    int64_t total = 1;
+    for (int64_t d : global) total *= d;
+    tensor.resize(static_cast<size_t>(total));
+    const int64_t rows = local.empty() ? 1 : local[0], columns = local.size() > 1 ? local[1] : 1;
+    const int64_t global_columns = global.size() > 1 ? global[1] : 1;
+    const int64_t row0 = offsets.empty() ? 0 : offsets[0], column0 = offsets.size() > 1 ? offsets[1] : 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < columns; ++c) {
+        const int64_t i = r * columns + c;
+        float value;
+        if (static_cast<DType>(dtype) == DType::kFloat32) {
+          std::memcpy(&value, data + i * 4, 4);
+        } else {
+          uint16_t half;
+          std::memcpy(&half, data + i * 2, 2);
+          const uint32_t widened = static_cast<uint32_t>(half) << 16;
+          std::memcpy(&value, &widened, 4);
+        }
+        tensor[static_cast<size_t>((row0 + r) * global_columns + column0 + c)] = value;
+      }
+    }
+  }
+}
+
+// Every rank's `mine` concatenated in rank order on `root` (into `all`).
+absl::Status gather_to(int root, const std::string& mine, std::string& all) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (mine.size() > 2147483647u) return absl::ResourceExhaustedError("sample: a rank's parameters exceed 2 GiB");
+  int size = static_cast<int>(mine.size());
+  std::vector<int> sizes(static_cast<size_t>(world)), displacements(static_cast<size_t>(world), 0);
+  GPT_CHECK_EQ(MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, MPI_COMM_WORLD), MPI_SUCCESS)
+      << "MPI_Gather in the training sample";
+  int64_t total = 0;
+  if (rank == root) {
+    for (size_t r = 0; r < sizes.size(); ++r) {
+      displacements[r] = static_cast<int>(total);
+      total += sizes[r];
+    }
+    GPT_CHECK_LE(total, int64_t{2147483647}) << "sample: the model exceeds 2 GiB";
+    all.resize(static_cast<size_t>(total));
+  }
+  GPT_CHECK_EQ(MPI_Gatherv(mine.data(), size, MPI_CHAR, all.data(), sizes.data(), displacements.data(), MPI_CHAR, root,
+                           MPI_COMM_WORLD),
+               MPI_SUCCESS)
+      << "MPI_Gatherv in the training sample";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+TrainingSampler::TrainingSampler(const Arguments& args, const ProcessGrid& grid) : args_(args), grid_(grid) {}
+
+absl::Status TrainingSampler::after_iteration(Trainer& trainer) {
+  if (args_.sample_interval <= 0 || trainer.iteration() % args_.sample_interval != 0) return absl::OkStatus();
+  GPT_ASSIGN_OR_RETURN(const std::string text, sample(trainer));
+  if (grid_.is_logging_rank()) {
+    std::printf("sample at iteration %lld: %s\n", static_cast<long long>(trainer.iteration()), text.c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> TrainingSampler::sample(Trainer& trainer) {
+  const bool logging = grid_.is_logging_rank();
+  if (logging && !tokenizer_ && uses_gpt2_tokenizer(args_)) {
+    GPT_ASSIGN_OR_RETURN(Gpt2Tokenizer loaded, Gpt2Tokenizer::load(args_.vocab_file, args_.merge_file));
+    tokenizer_ = std::move(loaded);
+  }
+  // This rank's share: the parameter pieces a checkpoint would take from it (every element once;
+  // data-parallel replicas send only from data-parallel rank 0).
+  trainer.synchronize_parameters();
+  trainer.context().synchronize();
+  std::string mine;
+  for (const ShardedTensor& piece : trainer.params().sharded_tensors()) {
+    if (piece.replica_id != 0) continue;
+    if (piece.replicated_over_data_parallel && grid_.coordinates().data != 0) continue;
+    append_piece(mine, piece);
+  }
+  const int root = grid_.world_size() - 1;  // the logging rank
+  std::string all;
+  if (!mpi_running()) {
+    all = std::move(mine);  // a world of one without MPI
+  } else {
+    GPT_RETURN_IF_ERROR(gather_to(root, mine, all));
+  }
+  if (!logging) return std::string();
+
+
+  std::map<std::string, std::vector<float>> params;
+  place_pieces(all, params);
+  ModelConfig config = trainer.config();
+  config.dtype = DType::kFloat32;
+  config.hidden_dropout = config.attention_dropout = 0.0f;
+  // The prompt: text with GPT-2's tokenizer, token ids otherwise; empty: the end-of-document token.
+  const int32_t eod = tokenizer_ ? tokenizer_->eod_id() : static_cast<int32_t>(config.vocab_size - 1);
+  std::vector<int32_t> prompt;
+  if (tokenizer_) {
+    tokenizer_->encode(args_.sample_prompt, prompt);
+  } else {
+    for (absl::string_view word : absl::StrSplit(args_.sample_prompt, ' ', absl::SkipWhitespace())) {
+      int32_t id = 0;
+      if (!absl::SimpleAtoi(word, &id) || id < 0 || id >= config.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("--sample-prompt: '", word, "' is not a token id in [0, ",
+                                                       config.vocab_size, ") (no text tokenizer)"));
+      }
+      prompt.push_back(id);
+    }
+  }
+  if (prompt.empty()) prompt.push_back(eod);
+  const int64_t capacity = std::min<int64_t>(static_cast<int64_t>(prompt.size()) + kSampleTokens,
+                                             config.max_position_embeddings);
+  if (static_cast<int64_t>(prompt.size()) >= capacity) {
+    return absl::InvalidArgumentError("--sample-prompt is as long as the position table");
+  }
+  Context ctx = Context::cpu(1);
+  InferenceModel model(config, params, ctx, 1, capacity);
+  // A draw per (seed, iteration): the same text for the same weights in any layout.
+  Sampler sampler({.temperature = 1.0f, .seed = static_cast<uint64_t>(args_.seed) * 1000003u +
+                                                 static_cast<uint64_t>(trainer.iteration())});
+  std::vector<float> logits;
+  std::vector<int32_t> generated;
+  std::vector<int32_t> fed = prompt;
+  const InferenceModel::Segment first{.sequence = 0, .tokens = fed};
+  model.forward_cached(std::span<const InferenceModel::Segment>(&first, 1), logits);
+  for (;;) {
+    const int32_t token = sampler.next(std::span<const float>(logits.data(), static_cast<size_t>(config.vocab_size)), 0,
+                                       static_cast<int64_t>(generated.size()));
+    generated.push_back(token);
+    if (token == eod || static_cast<int64_t>(generated.size()) >= kSampleTokens ||
+        model.cache().length(0) + 1 >= capacity) {
+      break;
+    }
+    const InferenceModel::Segment next{.sequence = 0, .tokens = std::span<const int32_t>(&generated.back(), 1)};
+    model.forward_cached(std::span<const InferenceModel::Segment>(&next, 1), logits);
+  }
+  if (tokenizer_) {
+    std::string text = tokenizer_->decode(prompt) + " | " + tokenizer_->decode(generated);
+    for (char& c : text) {
+      if (c == '\n') c = ' ';  // one line in the log
+    }
+    return text;
+  }
+  return absl::StrCat(absl::StrJoin(prompt, " "), " | ", absl::StrJoin(generated, " "));
+}
+
+}  // namespace gpt

@@ -1,0 +1,36 @@
+// Samples during training (--sample-interval N, --sample-prompt TEXT; llm.c's habit, this
+// program's flags): every N iterations the logging rank prints a continuation of a fixed prompt
+// written by the current weights. Collective: every rank copies the parameter pieces it would save
+// in a checkpoint (each element once, whatever the TP x PP x DP layout) to the host and sends them to
+// the logging rank, which assembles the global FP32 tensors and runs generate's model with a KV cache
+// (src/generate) on the CPU. Nothing of the training state is changed: the parameters are only read,
+// after the step's updates and gathers have settled, so the losses are those of a run without
+// sampling.
+#pragma once
+
+#include <optional>
+
+#include "core/status.h"
+#include "data/gpt2_tokenizer.h"
+#include "train/arguments.h"
+
+namespace gpt {
+
+class ProcessGrid;
+class Trainer;
+
+class TrainingSampler {
+ public:
+  TrainingSampler(const Arguments& args, const ProcessGrid& grid);
+  // After each iteration: at multiples of --sample-interval, the sample (collective).
+  absl::Status after_iteration(Trainer& trainer);
+  // The continuation's text (or ids) for the current weights, on the logging rank; empty elsewhere.
+  absl::StatusOr<std::string> sample(Trainer& trainer);
+
+ private:
+  const Arguments& args_;
+  const ProcessGrid& grid_;
+  std::optional<Gpt2Tokenizer> tokenizer_;
+};
+
+}  // namespace gpt

@@ -1,0 +1,389 @@
+#!/usr/bin/python3
+"""ckpt_tool's Hugging Face directories (docs/CHECKPOINTS.md, "Hugging Face directories"):
+
+  * round trip: checkpoints pretrain_gpt writes (GPT-2 FP32 on one rank; Llama-style BF16 under
+    TP=2) exported (config.json + model.safetensors), imported, and exported again as sharded
+    safetensors with model.safetensors.index.json: the imported parameters equal the original ones
+    bit for bit (real vocabulary rows; padding rows 0), both exports hold the same bits, and
+    generate's greedy text is the same from both checkpoints;
+  * independent writer: Hugging Face directories written here with numpy from HF's documented
+    names (GPT-2 as the Hub stores it: no "transformer." prefix, attn.bias buffers, F32; Llama:
+    BF16, GQA, sharded with an index), imported, then generate's logits (--logits-file) against an
+    independent float64 PyTorch model written in HF's orientation (Conv1D x @ W, rotate_half RoPE,
+    repeat_kv): relative error <= 1e-5, greedy tokens equal; the imports load with
+    pretrain_gpt --load DIR --finetune (the Llama one under TP=2);
+  * hostile directories: a missing tensor, a wrong shape, data_offsets past the end of the file, a
+    header length beyond the file, a range that does not match its shape, overlapping tensors,
+    rope_scaling, an unknown model_type: one line naming the file or tensor, exit 1, nothing written.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import harness  # noqa: E402
+
+
+def run(command):
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+# ---- safetensors, written and read here independently ----------------------------------------------
+
+def bf16_round(a):
+    """float32 -> nearest-even bfloat16 values (as float32)."""
+    bits = a.astype("<f4").view("<u4").astype(np.uint64)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return bits.astype("<u4").view("<f4")
+
+
+def write_safetensors(path, tensors, dtype="F32", lie=None):
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, a in tensors.items():
+        if dtype == "BF16":
+            raw = (a.astype("<f4").view("<u4") >> 16).astype("<u2").tobytes()
+        else:
+            raw = a.astype("<f4").tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        blobs.append(raw)
+    if lie:
+        lie(header)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    data = blob[8 + n:]
+    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], "<f4").reshape(v["shape"])
+            for k, v in header.items()}
+
+
+def read_export(directory):
+    """{name: array} of an exported directory (one file or an index's shards)."""
+    index = os.path.join(directory, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+    out = {}
+    for f in files:
+        out.update(read_safetensors(os.path.join(directory, f)))
+    return out
+
+
+def model_tensors(save_dir):
+    with open(os.path.join(save_dir, "latest_checkpointed_iteration.txt")) as f:
+        iteration = int(f.read())
+    with h5py.File(os.path.join(save_dir, f"iter_{iteration:07d}", "index.h5"), "r") as f:
+        names = []
+        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) and n.startswith("model/") else None)
+        return {n: f[n][()].astype(np.float32) for n in names}
+
+
+# ---- independent HF-orientation models (float64) ----------------------------------------------------
+
+def gpt2_logits(t, c, tokens):
+    h, heads = c["n_embd"], c["n_head"]
+    d, s = h // heads, len(tokens)
+    T = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in t.items()}
+    p = "" if "wte.weight" in T else "transformer."
+    ln = lambda x, n: torch.nn.functional.layer_norm(x, (h,), T[n + ".weight"], T[n + ".bias"], c["layer_norm_epsilon"])
+    gelu = lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    x = T[p + "wte.weight"][tokens] + T[p + "wpe.weight"][:s]
+    mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)
+    for i in range(c["n_layer"]):
+        b = f"{p}h.{i}."
+        qkv = ln(x, b + "ln_1") @ T[b + "attn.c_attn.weight"] + T[b + "attn.c_attn.bias"]
+        q, k, v = (z.reshape(s, heads, d).transpose(0, 1) for z in qkv.split(h, -1))
+        att = torch.softmax((q @ k.transpose(1, 2) / math.sqrt(d)).masked_fill(mask, -math.inf), -1) @ v
+        x = x + att.transpose(0, 1).reshape(s, h) @ T[b + "attn.c_proj.weight"] + T[b + "attn.c_proj.bias"]
+        m = gelu(ln(x, b + "ln_2") @ T[b + "mlp.c_fc.weight"] + T[b + "mlp.c_fc.bias"])
+        x = x + m @ T[b + "mlp.c_proj.weight"] + T[b + "mlp.c_proj.bias"]
+    x = ln(x, p + "ln_f")
+    return x @ T.get("lm_head.weight", T[p + "wte.weight"]).T
+
+
+def llama_logits(t, c, tokens):
+    h, heads, groups = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
+    d, s = c["head_dim"], len(tokens)
+    T = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in t.items()}
+    rms = lambda x, w: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + c["rms_norm_eps"]) * w
+    inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))  # HF: float32
+    freqs = torch.outer(torch.arange(s, dtype=torch.float32), inv_freq).double()
+    emb = torch.cat([freqs, freqs], -1)
+    cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+    rotate_half = lambda x: torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
+    x = T["model.embed_tokens.weight"][tokens]
+    mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)
+    for i in range(c["num_hidden_layers"]):
+        b = f"model.layers.{i}."
+        a = rms(x, T[b + "input_layernorm.weight"])
+        q = (a @ T[b + "self_attn.q_proj.weight"].T).reshape(s, heads, d)
+        k = (a @ T[b + "self_attn.k_proj.weight"].T).reshape(s, groups, d)
+        v = (a @ T[b + "self_attn.v_proj.weight"].T).reshape(s, groups, d)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = (z.repeat_interleave(heads // groups, dim=1) for z in (k, v))  # repeat_kv
+        q, k, v = (z.transpose(0, 1) for z in (q, k, v))
+        att = torch.softmax((q @ k.transpose(1, 2) / math.sqrt(d)).masked_fill(mask, -math.inf), -1) @ v
+        x = x + att.transpose(0, 1).reshape(s, heads * d) @ T[b + "self_attn.o_proj.weight"].T
+        m = rms(x, T[b + "post_attention_layernorm.weight"])
+        gate, up = m @ T[b + "mlp.gate_proj.weight"].T, m @ T[b + "mlp.up_proj.weight"].T
+        x = x + (gate / (1 + torch.exp(-gate)) * up) @ T[b + "mlp.down_proj.weight"].T
+    x = rms(x, T["model.norm.weight"])
+    return x @ T["lm_head.weight"].T
+
+
+def numpy_gpt2(rng):
+    c = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 300, "n_positions": 32,
+         "n_embd": 48, "n_layer": 2, "n_head": 4, "n_inner": None, "layer_norm_epsilon": 1e-5,
+         "activation_function": "gelu_new"}
+    h, f, P = 48, 192, 32
+    r = lambda *shape: (rng.standard_normal(shape) * 0.2).astype(np.float32)
+    t = {"wte.weight": r(300, h), "wpe.weight": r(P, h), "ln_f.weight": 1 + r(h), "ln_f.bias": r(h)}
+    for i in range(2):
+        b = f"h.{i}."
+        t.update({b + "ln_1.weight": 1 + r(h), b + "ln_1.bias": r(h), b + "attn.c_attn.weight": r(h, 3 * h),
+                  b + "attn.c_attn.bias": r(3 * h), b + "attn.c_proj.weight": r(h, h), b + "attn.c_proj.bias": r(h),
+                  b + "ln_2.weight": 1 + r(h), b + "ln_2.bias": r(h), b + "mlp.c_fc.weight": r(h, f),
+                  b + "mlp.c_fc.bias": r(f), b + "mlp.c_proj.weight": r(f, h), b + "mlp.c_proj.bias": r(h),
+                  b + "attn.bias": np.tril(np.ones((P, P), np.float32))[None, None]})  # a buffer, as on the Hub
+    return c, t
+
+
+def numpy_llama(rng):
+    c = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 250, "hidden_size": 64,
+         "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+         "head_dim": 8, "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+         "rope_scaling": None, "hidden_act": "silu", "tie_word_embeddings": False, "attention_bias": False,
+         "mlp_bias": False}
+    h, f = 64, 96
+    r = lambda *shape: bf16_round((rng.standard_normal(shape) * 0.2).astype(np.float32))
+    t = {"model.embed_tokens.weight": r(250, h), "model.norm.weight": 1 + r(h), "lm_head.weight": r(250, h)}
+    for i in range(2):
+        b = f"model.layers.{i}."
+        t.update({b + "input_layernorm.weight": bf16_round(1 + r(h)), b + "self_attn.q_proj.weight": r(64, h),
+                  b + "self_attn.k_proj.weight": r(16, h), b + "self_attn.v_proj.weight": r(16, h),
+                  b + "self_attn.o_proj.weight": r(h, 64), b + "post_attention_layernorm.weight": bf16_round(1 + r(h)),
+                  b + "mlp.gate_proj.weight": r(f, h), b + "mlp.up_proj.weight": r(f, h),
+                  b + "mlp.down_proj.weight": r(h, f)})
+    t["model.norm.weight"] = bf16_round(t["model.norm.weight"])
+    return c, t
+
+
+def write_hf(directory, config, tensors, dtype="F32", shards=1, lie=None):
+    os.makedirs(directory)
+    json.dump(config, open(os.path.join(directory, "config.json"), "w"))
+    names = list(tensors)
+    if shards == 1:
+        write_safetensors(os.path.join(directory, "model.safetensors"), tensors, dtype, lie)
+        return
+    weight_map = {}
+    for s in range(shards):
+        part = names[s::shards]
+        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        write_safetensors(os.path.join(directory, file), {n: tensors[n] for n in part}, dtype)
+        weight_map.update({n: file for n in part})
+    json.dump({"metadata": {}, "weight_map": weight_map},
+              open(os.path.join(directory, "model.safetensors.index.json"), "w"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    for flag in ("--ckpt-tool", "--generate", "--pretrain", "--mpirun", "--work-dir"):
+        parser.add_argument(flag, required=True)
+    args = parser.parse_args()
+    shutil.rmtree(args.work_dir, ignore_errors=True)
+    os.makedirs(args.work_dir)
+    work = lambda *p: os.path.join(args.work_dir, *p)
+    failures = []
+
+    # ---- round trip of trained checkpoints ----
+    common = ["--device", "cpu", "--mock-data", "--vocab-size", "200", "--num-layers", "2", "--hidden-size", "64",
+              "--seq-length", "16", "--max-position-embeddings", "32", "--micro-batch-size", "2",
+              "--global-batch-size", "4", "--train-iters", "3", "--lr", "3e-3"]
+    trained = {
+        "gpt2": (1, ["--num-attention-heads", "4"]),
+        "llama": (2, ["--num-attention-heads", "8", "--position-embedding-type", "rope", "--normalization", "RMSNorm",
+                      "--swiglu", "--group-query-attention", "--num-query-groups", "2", "--disable-bias-linear",
+                      "--untie-embeddings-and-output-weights", "--bf16", "--tensor-model-parallel-size", "2"]),
+    }
+    for family, (ranks, extra) in trained.items():
+        save = work(family)
+        launcher = [args.mpirun, "-n", str(ranks), "--oversubscribe"] if ranks > 1 else []
+        result = run(launcher + [args.pretrain] + common + extra + ["--save", save])
+        if result.returncode != 0:
+            failures.append(f"{family}: training failed: {result.stdout[-300:]}{result.stderr[-300:]}")
+            continue
+        steps = [
+            [args.ckpt_tool, "export", save, "--output-dir", work(family + "_hf")],
+            [args.ckpt_tool, "import", work(family + "_hf"), "--output", work(family + "_imported")],
+            [args.ckpt_tool, "export", work(family + "_imported"), "--output-dir", work(family + "_hf2"),
+             "--max-shard-size", "100000"],
+        ]
+        for step in steps:
+            result = run(step)
+            print(f"{family}: {result.stdout.strip() or result.stderr.strip()}")
+            if result.returncode != 0:
+                failures.append(f"{family}: {' '.join(step[1:3])} failed: {result.stderr.strip()}")
+                break
+        else:
+            original, imported = model_tensors(save), model_tensors(work(family + "_imported"))
+            exact = 0
+            for key, value in original.items():
+                mine = imported.get(key)
+                rows = 200 if "word_embeddings" in key or "output_layer" in key else value.shape[0]
+                if mine is None or mine.shape != value.shape or not np.array_equal(mine[:rows].view("<u4"),
+                                                                                   value[:rows].view("<u4")):
+                    failures.append(f"{family}: {key} differs after export + import")
+                elif np.any(mine[rows:] != 0):
+                    failures.append(f"{family}: {key}: padding rows not 0")
+                else:
+                    exact += 1
+            first, second = read_export(work(family + "_hf")), read_export(work(family + "_hf2"))
+            same = sorted(first) == sorted(second) and all(
+                np.array_equal(first[k].view("<u4"), second[k].view("<u4")) for k in first)
+            shards = len([f for f in os.listdir(work(family + "_hf2")) if f.endswith(".safetensors")])
+            print(f"{family}: {exact}/{len(original)} parameters bit-exact after export + import; the sharded "
+                  f"re-export ({shards} files + index) {'equals' if same else 'DIFFERS from'} the first export")
+            if not same or shards < 2 or not os.path.exists(work(family + "_hf2", "model.safetensors.index.json")):
+                failures.append(f"{family}: re-export differs or is not sharded")
+            texts = [run([args.generate, d, "--prompt", "5 6 7", "--greedy", "--max-new-tokens", "12", "--print-ids",
+                          "--ignore-eod", "--threads", "1"]).stdout.split("prefill")[0]
+                     for d in (save, work(family + "_imported"))]
+            if texts[0] != texts[1] or "ids:" not in texts[0]:
+                failures.append(f"{family}: generate differs between the original and the imported checkpoint")
+
+    # ---- independent writer ----
+    rng = np.random.default_rng(3)
+    prompts = [[1, 2, 3, 4, 5], [17], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50]]
+    writers = {"gpt2": (numpy_gpt2, gpt2_logits, "F32", 1), "llama": (numpy_llama, llama_logits, "BF16", 3)}
+    for family, (make, reference, dtype, shards) in writers.items():
+        config, tensors = make(rng)
+        directory, save = work(f"numpy_{family}"), work(f"numpy_{family}_imported")
+        write_hf(directory, config, tensors, dtype, shards)
+        extra = ["--tensor-model-parallel-size", "2"] if family == "llama" else []
+        result = run([args.ckpt_tool, "import", directory, "--output", save] + extra)
+        print(f"numpy {family}: {result.stdout.strip() or result.stderr.strip()}")
+        if result.returncode != 0:
+            failures.append(f"numpy {family}: import failed: {result.stderr.strip()}")
+            continue
+        logits_file = work(f"numpy_{family}.logits")
+        result = run([args.generate, save, "--greedy", "--max-new-tokens", "8", "--ignore-eod", "--print-ids",
+                      "--threads", "1", "--logits-file", logits_file] + [t for p in prompts for t in ("--prompt", " ".join(map(str, p)))])
+        if result.returncode != 0:
+            failures.append(f"numpy {family}: generate failed: {result.stderr.strip()}")
+            continue
+        ours = np.fromfile(logits_file, "<f4").reshape(len(prompts), config["vocab_size"])
+        ids = [[int(x) for x in l[4:].split()] for l in result.stdout.splitlines() if l.startswith("ids:")]
+        worst, greedy_equal = 0.0, 0
+        with torch.no_grad():
+            for i, prompt in enumerate(prompts):
+                ref = reference(tensors, config, prompt)[-1].numpy()
+                worst = max(worst, float(np.linalg.norm(ours[i] - ref) / np.linalg.norm(ref)))
+                tokens, greedy = list(prompt), []
+                for _ in range(8):
+                    token = int(np.argmax(reference(tensors, config, tokens)[-1].numpy()))
+                    greedy.append(token)
+                    tokens.append(token)
+                greedy_equal += greedy == ids[i]
+                if greedy != ids[i]:
+                    failures.append(f"numpy {family} prompt {i}: greedy ours {ids[i]} reference {greedy}")
+        print(f"numpy {family}: logits vs the independent HF-orientation model: max relative error {worst:.3g}; "
+              f"greedy tokens equal for {greedy_equal}/{len(prompts)} prompts")
+        if not worst <= 1e-5:
+            failures.append(f"numpy {family}: logits relative error {worst:.3g} > 1e-5")
+        # Loadable with --load --finetune (the Llama import under TP=2).
+        if family == "gpt2":
+            flags = ["--num-attention-heads", "4", "--hidden-size", "48", "--vocab-size", "300"]
+            launcher = []
+        else:
+            flags = ["--num-attention-heads", "8", "--hidden-size", "64", "--vocab-size", "250", "--kv-channels", "8",
+                     "--ffn-hidden-size", "96", "--position-embedding-type", "rope", "--normalization", "RMSNorm",
+                     "--swiglu", "--group-query-attention", "--num-query-groups", "2", "--disable-bias-linear",
+                     "--untie-embeddings-and-output-weights", "--norm-epsilon", "1e-6",
+                     "--tensor-model-parallel-size", "2"]
+            launcher = [args.mpirun, "-n", "2", "--oversubscribe"]
+        finetune = run(launcher + [args.pretrain, "--device", "cpu", "--mock-data", "--num-layers", "2",
+                                   "--seq-length", "16", "--max-position-embeddings",
+                                   str(config.get("n_positions", config.get("max_position_embeddings"))),
+                                   "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "2",
+                                   "--lr", "1e-4", "--load", save, "--finetune"] + flags)
+        loaded = re.search(r"successfully loaded checkpoint from \S+ \[ t (\d+)", finetune.stdout)
+        print(f"numpy {family}: pretrain_gpt --load --finetune: exit {finetune.returncode}, "
+              f"{'loaded under TP=' + loaded.group(1) if loaded else 'NOT loaded'}")
+        if finetune.returncode != 0 or not loaded:
+            failures.append(f"numpy {family}: finetune load failed: {finetune.stdout[-400:]} {finetune.stderr[-400:]}")
+
+    # ---- hostile directories ----
+    config, tensors = numpy_gpt2(np.random.default_rng(4))
+    without = dict(tensors)
+    del without["h.1.mlp.c_fc.bias"]
+    wrong = dict(tensors)
+    wrong["wpe.weight"] = np.zeros((33, 48), np.float32)
+
+    def past_end(header):
+        end = max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+        header["ln_f.bias"]["data_offsets"] = [end, end + 48 * 4]  # the right size, beyond the data
+
+    def mismatch(header):
+        header["ln_f.bias"]["shape"] = [47]
+
+    def overlap(header):
+        header["ln_f.bias"]["data_offsets"] = list(header["ln_f.weight"]["data_offsets"])
+
+    cases = {
+        "missing tensor": (dict(config), without, None, "transformer.h.1.mlp.c_fc.bias"),
+        "wrong shape": (dict(config), wrong, None, "wpe.weight"),
+        "offsets past the end": (dict(config), tensors, past_end, "run past"),
+        "range not matching the shape": (dict(config), tensors, mismatch, "ln_f.bias"),
+        "overlapping tensors": (dict(config), tensors, overlap, "ln_f."),
+        "header length beyond the file": (dict(config), tensors, None, "model.safetensors"),
+        "rope_scaling": (None, None, None, "rope_scaling"),
+        "unknown model_type": (dict(config, model_type="mistral"), tensors, None, "mistral"),
+    }
+    for name, (cfg, t, lie, needle) in cases.items():
+        directory, save = work("bad_" + name.replace(" ", "_")), work("bad_out_" + name.replace(" ", "_"))
+        if cfg is None:
+            cfg, t = numpy_llama(np.random.default_rng(5))
+            cfg["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}
+        write_hf(directory, cfg, t, lie=lie)
+        if name == "header length beyond the file":
+            with open(os.path.join(directory, "model.safetensors"), "r+b") as f:
+                f.write(struct.pack("<Q", 1 << 30))
+        result = run([args.ckpt_tool, "import", directory, "--output", save])
+        lines = result.stderr.strip().splitlines()
+        ok = (result.returncode == 1 and len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0]
+              and not os.path.exists(save) and not result.stdout)
+        print(f"hostile, {name}: exit {result.returncode}: {lines[0] if lines else ''}")
+        if not ok:
+            failures.append(f"hostile {name}: exit {result.returncode}, stderr {result.stderr!r}, "
+                            f"output {'exists' if os.path.exists(save) else 'absent'}")
+    # Export refuses a model Hugging Face has no architecture for.
+    mixed = work("mixed")
+    result = run([args.pretrain] + common + ["--num-attention-heads", "4", "--position-embedding-type", "rope",
+                                             "--train-iters", "1", "--save", mixed])
+    result = run([args.ckpt_tool, "export", mixed, "--output-dir", work("mixed_hf")])
+    print(f"export of a RoPE + LayerNorm + GeLU model: exit {result.returncode}: {result.stderr.strip()}")
+    if result.returncode != 1 or os.path.exists(work("mixed_hf")) or os.path.exists(work("mixed_hf.tmp")):
+        failures.append("export of a model without a Hugging Face architecture was not refused cleanly")
+    return harness.finish(failures)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
