@@ -2,7 +2,9 @@
 // (docs/CHECKPOINTS.md, section "ckpt_tool").
 //
 //   ckpt_tool inspect DIR [--iteration N]     iteration, layout, run state, every tensor
-//   ckpt_tool verify DIR [--iteration N]      coverage of every tensor, every checksum
+//   ckpt_tool verify DIR [--iteration N]      the index's own checksums and iteration, every shard
+//                                             against the index, coverage of every tensor, every
+//                                             chunk's checksum
 //   ckpt_tool export DIR --output model.safetensors [--iteration N] [--vocab-size N]
 //                                             the model in Hugging Face GPT-2's safetensors layout
 //
@@ -120,6 +122,11 @@ absl::Status inspect(const std::string& given, std::optional<int64_t> iteration)
 
 absl::Status verify(const std::string& given, std::optional<int64_t> iteration) {
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, open_checkpoint(given, iteration));
+  if (reader->metadata().legacy) {
+    std::printf("note: format version 1 (saved before whole-checkpoint checksums): the shards' identity and the "
+                "index's metadata cannot be verified, only the tensor chunks\n");
+  }
+  GPT_RETURN_IF_ERROR(reader->verify_shards());
   GPT_RETURN_IF_ERROR(reader->check_coverage());
   GPT_RETURN_IF_ERROR(reader->verify_all());
   int64_t bytes = 0;

@@ -204,12 +204,15 @@ absl::Status Checkpointer::save(Trainer& trainer) {
                                                                  pending.temporary, ": ", error.message()));
   }
   GPT_RETURN_IF_ERROR(agree_on_setup(status, "checkpoint save"));
+  // Rank 0's id for this save (the others contribute 0 to the maximum): every shard and the index
+  // carry it, so that a shard of another save is refused at load.
+  m.save_id = save_id_text(world_max(grid_.world_rank() == 0 ? new_save_id() : 0));
 
   const std::string shard = absl::StrCat(pending.temporary, "/", shard_file_name(grid_.world_rank()));
   writer_done_.store(false);
   writer_status_ = absl::OkStatus();
-  auto write = [this, pieces, shard] {
-    writer_status_ = pieces->empty() ? absl::OkStatus() : write_shard(shard, *pieces);
+  auto write = [this, pieces, shard, save_id = m.save_id, iteration] {
+    writer_status_ = pieces->empty() ? absl::OkStatus() : write_shard(shard, *pieces, save_id, iteration);
     maybe_inject_fault("after-shard", grid_.world_rank());
     writer_done_.store(true);
   };
@@ -370,6 +373,10 @@ absl::Status Checkpointer::load(Trainer& trainer) {
 absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& directory) {
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::open(directory));
   const CheckpointMetadata& m = reader->metadata();
+  if (m.legacy) {
+    print_rank0(grid_, absl::StrCat("note: checkpoint ", directory, " has format version 1 (saved before whole-checkpoint "
+                                    "checksums): its shards and metadata are not verified, only its tensor chunks"));
+  }
   GPT_RETURN_IF_ERROR(check_model_arguments(m.arguments, args_, directory));
   const bool load_optimizer = !args_.no_load_optim && !args_.finetune;
   std::vector<ShardedTensor> pieces = state_pieces(trainer, args_, load_optimizer);
