@@ -240,6 +240,7 @@ std::vector<ArgumentEntry> argument_table(const Arguments& a, int64_t world_size
   add("--exit-duration-in-mins", a.exit_duration_in_mins, none_if_zero(a.exit_duration_in_mins));
   add("--exit-interval", a.exit_interval, none_if_zero(a.exit_interval));
   add("--keep-latest-checkpoints", a.keep_latest_checkpoints);
+  add("--allow-other-run-checkpoints", a.allow_other_run_checkpoints);
   add("--load-fallback-to-previous", a.load_fallback_to_previous);
   if (world_size > 0) {
     // What Megatron's validate_args derives before it prints.

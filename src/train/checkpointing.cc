@@ -37,6 +37,12 @@ int64_t world_extreme(int64_t value, MPI_Op op) {
 int64_t world_max(int64_t value) { return world_extreme(value, MPI_MAX); }
 int64_t world_min(int64_t value) { return world_extreme(value, MPI_MIN); }
 
+// Whether two paths name the same directory (false when either does not exist).
+bool same_directory(const std::string& a, const std::string& b) {
+  std::error_code error;
+  return !a.empty() && !b.empty() && std::filesystem::equivalent(a, b, error) && !error;
+}
+
 // Fault injection for the crash-safety tests: GPT_CHECKPOINT_FAULT=<point>:<world rank> makes that
 // rank kill itself with SIGKILL at that point of a save (after-shard: its shard written and synced;
 // before-rename: rank 0, index written; before-tracker: rank 0, directory renamed). Unset in
@@ -148,6 +154,14 @@ absl::Status Checkpointer::save(Trainer& trainer) {
   GPT_RETURN_IF_ERROR(finalize_pending(/*wait=*/true));
   Stopwatch blocked;
   const int64_t iteration = trainer.iteration();
+  // What start() could not foresee (an exit by signal or duration at that iteration).
+  absl::Status refused;
+  if (grid_.world_rank() == 0 && iteration == protected_iteration()) {
+    refused = absl::FailedPreconditionError(absl::StrCat(
+        "--finetune: saving iteration ", iteration, " into --save ", args_.save, " would replace ",
+        iteration_directory_name(iteration), ", the checkpoint this run finetunes from; nothing was saved"));
+  }
+  GPT_RETURN_IF_ERROR(agree_on_setup(refused, "checkpoint save"));
   print_rank0(grid_, absl::StrFormat("saving checkpoint at iteration %7d to %s in hdf5 format", iteration, args_.save));
   trainer.synchronize_parameters();
   trainer.context().synchronize();
@@ -283,7 +297,7 @@ absl::Status Checkpointer::commit(const PendingSave& pending) {
     const std::vector<int64_t> committed = list_checkpoints(args_.save);
     const size_t keep = static_cast<size_t>(args_.keep_latest_checkpoints);
     for (size_t i = 0; i + keep < committed.size(); ++i) {
-      if (committed[i] == pending.iteration) continue;
+      if (committed[i] == pending.iteration || committed[i] == protected_iteration()) continue;
       std::filesystem::remove_all(absl::StrCat(args_.save, "/", iteration_directory_name(committed[i])), error);
     }
   }
@@ -320,6 +334,63 @@ absl::Status Checkpointer::finish(Trainer& trainer) {
     GPT_RETURN_IF_ERROR(save(trainer));
   }
   return finalize_pending(/*wait=*/true);
+}
+
+absl::Status Checkpointer::start(Trainer& trainer) {
+  if (!args_.save.empty()) {
+    absl::Status status;
+    if (grid_.world_rank() == 0) {
+      std::string stale;
+      absl::StatusOr<std::unique_ptr<SaveDirectoryLock>> lock = SaveDirectoryLock::acquire(args_.save, &stale);
+      if (lock.ok()) {
+        lock_ = std::move(*lock);
+        if (!stale.empty()) {
+          GPT_LOG_WARNING() << "--save " << args_.save << ": taking over the stale lock " << lock_->path() << " of "
+                            << stale << " (that process is gone: it held no lock)";
+        }
+      } else {
+        status = lock.status();
+      }
+    }
+    GPT_RETURN_IF_ERROR(agree_on_setup(status, "save directory lock"));
+  }
+  GPT_RETURN_IF_ERROR(load(trainer));
+  if (args_.save.empty()) return absl::OkStatus();
+  return agree_on_setup(grid_.world_rank() == 0 ? check_save_directory() : absl::OkStatus(), "save directory check");
+}
+
+int64_t Checkpointer::protected_iteration() const {
+  return args_.finetune && loaded_iteration_ >= 0 && same_directory(args_.load, args_.save) ? loaded_iteration_ : -1;
+}
+
+absl::Status Checkpointer::check_save_directory() const {
+  const int64_t kept = protected_iteration();
+  if (kept >= 0) {
+    // A finetuning run counts from 0 again: its save at the loaded iteration would replace the base.
+    const bool saves_there = kept <= args_.train_iters &&
+                             (kept == args_.train_iters || (args_.save_interval > 0 && kept % args_.save_interval == 0) ||
+                              (args_.exit_interval > 0 && kept % args_.exit_interval == 0));
+    if (saves_there && kept > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--finetune with --save equal to --load (", args_.save, "): this run would save iteration ", kept,
+          " over ", iteration_directory_name(kept), ", the checkpoint it finetunes from; use another --save directory"));
+    }
+  }
+  if ((loaded_iteration_ >= 0 && same_directory(args_.load, args_.save)) || args_.allow_other_run_checkpoints) {
+    return absl::OkStatus();
+  }
+  const std::vector<int64_t> found = list_checkpoints(args_.save);
+  std::error_code error;
+  const bool tracked = std::filesystem::exists(
+      std::filesystem::symlink_status(absl::StrCat(args_.save, "/", kTrackerFileName), error));
+  if (found.empty() && !tracked) return absl::OkStatus();
+  std::vector<int64_t> shown(found.begin(), found.begin() + std::min<size_t>(found.size(), 5));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--save ", args_.save, " holds checkpoints this run did not load (",
+      found.empty() ? std::string("a tracker") : absl::StrCat("iterations ", absl::StrJoin(shown, ", "),
+                                                               found.size() > shown.size() ? ", ..." : ""),
+      "): its saves would replace or mix with them; resume with --load ", args_.save,
+      ", save elsewhere, or pass --allow-other-run-checkpoints"));
 }
 
 absl::Status Checkpointer::load(Trainer& trainer) {
@@ -359,6 +430,7 @@ absl::Status Checkpointer::load(Trainer& trainer) {
                                          trainer.iteration(), static_cast<double>(bytes) / 1048576.0,
                                          static_cast<double>(load_ms) / 1e3));
       last_saved_iteration_ = trainer.iteration();
+      loaded_iteration_ = candidates[c];
       return absl::OkStatus();
     }
     if (c + 1 == candidates.size()) return status;

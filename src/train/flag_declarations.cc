@@ -205,6 +205,9 @@ void declare_flags(CLI::App& app, Arguments& a) {
   app.add_option("--exit-interval", a.exit_interval, "Save and exit when the iteration is a multiple of this");
   app.add_option("--keep-latest-checkpoints", a.keep_latest_checkpoints,
                  "Delete all but the newest K committed checkpoints (not a Megatron flag)");
+  app.add_flag("--allow-other-run-checkpoints", a.allow_other_run_checkpoints,
+               "Let a run that loaded nothing from --save DIR save there although DIR holds checkpoints (of "
+               "another run; they may be replaced or pruned) (not a Megatron flag)");
   app.add_flag("--load-fallback-to-previous", a.load_fallback_to_previous,
                "If the checkpoint to load is damaged, load the newest older one (not a Megatron flag)");
   app.add_option("--timing-log-level", a.timing_log_level,

@@ -74,6 +74,7 @@ constexpr MegatronFlagNote kNotes[] = {
     {"--wandb-project", kRefused, "this program has no Weights & Biases logging; --metrics-file writes JSON lines",
      false},
     // This program's own.
+    {"--allow-other-run-checkpoints", kOwn, ""},
     {"--device", kOwn, ""},
     {"--keep-latest-checkpoints", kOwn, ""},
     {"--load-fallback-to-previous", kOwn, ""},

@@ -13,7 +13,13 @@ hostile but realistic user damages it (docs/CHECKPOINTS.md, "Integrity").
     naming it (pretrain_gpt and ckpt_tool), never a fresh start; a full disk during a save
     (RLIMIT_FSIZE, so that every write past the limit fails with EFBIG as on a full file system),
     synchronous and --async-save: exit 1 (no SIGSEGV), one error line, no HDF5 error stack, the
-    previous checkpoint and the tracker intact."""
+    previous checkpoint and the tracker intact.
+--part ownership: a second job with the same --save exits 1 naming the lock file and the first
+    job's PID, while the first trains on; the lock of a SIGKILLed job is reported as stale (its
+    PID) and taken over, and a clean exit removes it; a fresh start into a directory holding another
+    run's checkpoints (or --load of it with its tracker deleted) is refused naming
+    --allow-other-run-checkpoints, and allowed with it; --finetune with --save equal to --load never
+    replaces or prunes the checkpoint it loaded."""
 
 import argparse
 import os
@@ -22,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -224,13 +231,92 @@ def part_tracker_disk(runner, checks, work, ckpt_tool):
               f"{errors[0] if errors else '(no error line)'}; tracker {tracker(d)}, iter_0000004 intact")
 
 
+# ------------------------------------------------------------------------------------------------
+# --part ownership
+
+
+def files_of(directory):
+    return {n: open(os.path.join(directory, n), "rb").read() for n in os.listdir(directory)}
+
+
+def part_ownership(runner, checks, work, ckpt_tool):
+    d = os.path.join(work, "shared")
+    shutil.rmtree(d, ignore_errors=True)
+    status, out, err = runner.run("base", 1, job(["--save", d, "--save-interval", "2", "--exit-interval", "4"]))
+    if not checks.expect(status == 0 and tracker(d) == "4", f"base run: exit {status}: {err[-400:]}"):
+        return
+    lock = os.path.join(d, "pretrain_gpt.lock")
+    checks.expect(not os.path.exists(lock), "a clean exit left the lock file")
+    print("two jobs with the same --save:")
+    log_path = os.path.join(work, "first_job.log")
+    with open(log_path, "w") as log:
+        first = subprocess.Popen(runner.command(1, job(["--load", d, "--save", d, "--save-interval", "1000"],
+                                                       iters=1000000)),
+                                 stdout=log, stderr=subprocess.STDOUT, cwd=work, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not (os.path.exists(lock) and "PID" in open(lock).read()):
+            time.sleep(0.05)
+        status, out, err = runner.run("second_job", 1, job(["--load", d, "--save", d]))
+        refused(checks, "second job", status, out, err, [lock, f"PID {first.pid}", "in use by another job"])
+        checks.expect(first.poll() is None, f"the first job ended: {open(log_path).read()[-400:]}")
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    checks.expect(os.path.exists(lock), "SIGKILL removed the lock file?")
+    status, out, err = runner.run("after_sigkill", 1, job(["--load", d, "--save", d], iters=6))
+    stale = [l for l in (out + err).splitlines() if "stale lock" in l]
+    checks.expect(status == 0 and len(stale) == 1 and f"PID {first.pid}" in stale[0] and lock in stale[0]
+                  and not os.path.exists(lock), f"after SIGKILL: exit {status}, {stale}, lock left "
+                                                f"{os.path.exists(lock)}: {err[-400:]}")
+    print(f"  the next job after a SIGKILL: exit {status}: {stale[0] if stale else '(no stale-lock warning)'}")
+
+    print("a fresh start into a directory holding another run's checkpoints:")
+    status, out, err = runner.run("fresh_into_other", 1, job(["--save", d]))
+    refused(checks, "fresh start", status, out, err, [f"--save {d} holds checkpoints this run did not load",
+                                                      "--allow-other-run-checkpoints"])
+    no_tracker = os.path.join(work, "no_tracker")
+    shutil.rmtree(no_tracker, ignore_errors=True)
+    shutil.copytree(d, no_tracker)
+    os.remove(os.path.join(no_tracker, "latest_checkpointed_iteration.txt"))
+    status, out, err = runner.run("load_without_tracker", 1, job(["--load", no_tracker, "--save", no_tracker]))
+    refused(checks, "--load/--save of a directory whose tracker was deleted", status, out, err,
+            ["holds checkpoints this run did not load", "iterations 2, 4, 6"])
+    allowed = os.path.join(work, "allowed")
+    shutil.rmtree(allowed, ignore_errors=True)
+    shutil.copytree(d, allowed)
+    status, out, err = runner.run("allowed", 1, job(["--save", allowed, "--allow-other-run-checkpoints"], iters=2))
+    checks.expect(status == 0 and tracker(allowed) == "2", f"--allow-other-run-checkpoints: exit {status}, tracker "
+                                                          f"{tracker(allowed)}: {err[-300:]}")
+    print(f"  with --allow-other-run-checkpoints: exit {status}, tracker {tracker(allowed)}")
+
+    print("--finetune with --save equal to --load (the base checkpoint at 4):")
+    base = os.path.join(work, "finetune")
+    shutil.rmtree(base, ignore_errors=True)
+    status, out, err = runner.run("finetune_base", 1, job(["--save", base, "--save-interval", "2", "--exit-interval",
+                                                           "4"]))
+    before = files_of(iteration_dir(base, 4))
+    status, out, err = runner.run("finetune_same_iteration", 1, job(["--load", base, "--save", base, "--finetune"],
+                                                                    iters=4))
+    refused(checks, "--finetune to iteration 4", status, out, err, ["--finetune", "iter_0000004",
+                                                                    "the checkpoint it finetunes from"])
+    status, out, err = runner.run("finetune_pruning", 1, job(["--load", base, "--save", base, "--finetune",
+                                                              "--save-interval", "3", "--keep-latest-checkpoints", "1"],
+                                                             iters=6))
+    left = sorted(n for n in os.listdir(base) if n.startswith("iter_"))
+    checks.expect(status == 0 and tracker(base) == "6" and files_of(iteration_dir(base, 4)) == before,
+                  f"--finetune with pruning: exit {status}, tracker {tracker(base)}, left {left}: {err[-300:]}")
+    print(f"  saves at 3 and 6 with --keep-latest-checkpoints 1: exit {status}, left {left}, iter_0000004 "
+          f"{'unchanged' if files_of(iteration_dir(base, 4)) == before else 'CHANGED'}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--binary", required=True)
     parser.add_argument("--ckpt-tool", required=True)
     parser.add_argument("--mpirun", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--part", choices=["integrity", "tracker_disk"], required=True)
+    parser.add_argument("--part", choices=["integrity", "tracker_disk", "ownership"], required=True)
     options = parser.parse_args()
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -239,7 +325,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     runner = Runner(os.path.abspath(options.binary), options.mpirun, work)
-    parts = {"integrity": part_integrity, "tracker_disk": part_tracker_disk}
+    parts = {"integrity": part_integrity, "tracker_disk": part_tracker_disk, "ownership": part_ownership}
     parts[options.part](runner, checks, work, os.path.abspath(options.ckpt_tool))
     return harness.finish(checks.failures)
 
