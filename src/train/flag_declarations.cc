@@ -154,8 +154,9 @@ void declare_flags(CLI::App& app, Arguments& a) {
                  "0, 1 or 2, accepted: device memory is one arena taken before the first iteration and never freed, "
                  "so there is no allocator cache to empty at any level");
   app.add_flag("--no-check-for-nan-in-loss-and-grad", a.no_check_for_nan_in_loss_and_grad,
-               "Refused: no NaN check stops a run here (a non-finite gradient norm skips that update on every "
-               "rank), so there is nothing to turn off");
+               "Do not stop the run at a non-finite loss or gradient norm (Megatron's check, on by default): "
+               "an iteration whose gradient norm is not finite skips its update on every rank (as Megatron's "
+               "loss scaler does) and is counted in the log line as skipped, a non-finite loss as a nan iteration");
   app.add_flag("--calculate-per-token-loss", a.calculate_per_token_loss,
                "Accepted: every token counts here (no loss mask), so each microbatch has the same token count and "
                "the per-token mean over the global batch equals Megatron's default mean of microbatch means; the "

@@ -30,6 +30,9 @@ constexpr MegatronFlagNote kNotes[] = {
     {"--no-async-tensor-model-parallel-allreduce", kImplementation, ""},
     {"--no-bias-dropout-fusion", kImplementation, ""},
     {"--no-bias-swiglu-fusion", kImplementation, ""},
+    {"--no-check-for-nan-in-loss-and-grad", kImplementation,
+     "without the check a non-finite gradient norm skips that iteration's update on every rank (Megatron "
+     "skips only under FP16 loss scaling) and is counted as skipped; a non-finite loss as a nan iteration"},
     {"--no-create-attention-mask-in-dataloader", kImplementation, ""},
     {"--no-gradient-accumulation-fusion", kImplementation, ""},
     {"--no-masked-softmax-fusion", kImplementation, ""},
@@ -61,9 +64,6 @@ constexpr MegatronFlagNote kNotes[] = {
     {"--use-flash-attn", kRefusedAtValues, "refused with --attention-backend local or unfused"},
     // Refused.
     {"--fp16", kRefused, "this program has no FP16 mixed precision (loss scaling): use --bf16, or neither for FP32"},
-    {"--no-check-for-nan-in-loss-and-grad", kRefused,
-     "no NaN check stops a run here (a non-finite gradient norm skips that update on every rank and is counted "
-     "in the log line), so there is nothing to turn off"},
     {"--rampup-batch-size", kRefused, "the global batch size is constant in this program"},
     {"--context-parallel-size", kRefused, "this program has no context parallelism (it has TP, SP, PP with interleaving and DP)",
      false},

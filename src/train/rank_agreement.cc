@@ -56,8 +56,12 @@ absl::Status agree_on_setup(const absl::Status& local, absl::string_view phase) 
   const int first_failure = all_min(failed ? rank : size, "MPI_Allreduce of the set-up status");
   if (first_failure == size) return local;  // OK everywhere (a peer failure was agreed earlier)
   if (!local.ok()) return local;
-  absl::Status peer = absl::AbortedError(
-      absl::StrCat(phase, " failed on rank ", first_failure, " (its message is printed by that rank)"));
+  return peer_failure(phase, first_failure);
+}
+
+absl::Status peer_failure(absl::string_view phase, int rank) {
+  absl::Status peer =
+      absl::AbortedError(absl::StrCat(phase, " failed on rank ", rank, " (its message is printed by that rank)"));
   peer.SetPayload(kPeerFailure, absl::Cord("1"));
   return peer;
 }

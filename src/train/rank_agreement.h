@@ -29,6 +29,8 @@ bool mpi_running();
 absl::Status agree_on_setup(const absl::Status& local, absl::string_view phase);
 // True for the status agree_on_setup gives a rank that did not fail itself.
 bool is_peer_failure(const absl::Status& status);
+// That status: `phase` failed on world rank `rank`, whose own message that rank reports.
+absl::Status peer_failure(absl::string_view phase, int rank);
 
 // The validated arguments as text, one "--flag value" line per field: what ranks compare.
 std::string canonical_arguments(const Arguments& args);
