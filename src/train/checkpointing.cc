@@ -1,7 +1,5 @@
 #include "train/checkpointing.h"
 
-#include <mpi.h>
-
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -18,6 +16,8 @@
 #include "core/memory.h"
 #include "core/philox.h"
 #include "model/param_registry.h"
+#include "parallel/comm/world_agreement.h"
+#include "train/fault_injection.h"
 #include "train/rank_agreement.h"
 
 namespace gpt {
@@ -27,33 +27,18 @@ std::atomic<bool> sigterm_received{false};
 
 void on_sigterm(int) { sigterm_received.store(true); }
 
-// `value` reduced over the world by `op` (a world of one without MPI).
-int64_t world_extreme(int64_t value, MPI_Op op) {
-  if (!mpi_running()) return value;
-  GPT_CHECK_EQ(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, op, MPI_COMM_WORLD), MPI_SUCCESS)
-      << "MPI_Allreduce in checkpointing";
-  return value;
+// `value` combined over the world (bounded: parallel/comm/world_agreement.h); `what` names it in a
+// timeout message.
+int64_t world_extreme(int64_t value, world::Combine combine, std::string_view what) {
+  return world::all_reduce(value, combine, what);
 }
-int64_t world_max(int64_t value) { return world_extreme(value, MPI_MAX); }
-int64_t world_min(int64_t value) { return world_extreme(value, MPI_MIN); }
+int64_t world_max(int64_t value, std::string_view what) { return world_extreme(value, world::Combine::kMax, what); }
+int64_t world_min(int64_t value, std::string_view what) { return world_extreme(value, world::Combine::kMin, what); }
 
 // Whether two paths name the same directory (false when either does not exist).
 bool same_directory(const std::string& a, const std::string& b) {
   std::error_code error;
   return !a.empty() && !b.empty() && std::filesystem::equivalent(a, b, error) && !error;
-}
-
-// Fault injection for the crash-safety tests: GPT_CHECKPOINT_FAULT=<point>:<world rank> makes that
-// rank kill itself with SIGKILL at that point of a save (after-shard: its shard written and synced;
-// before-rename: rank 0, index written; before-tracker: rank 0, directory renamed). Unset in
-// normal runs; read at each point so that a test can aim at one save.
-void maybe_inject_fault(const char* point, int world_rank) {
-  const char* fault = std::getenv("GPT_CHECKPOINT_FAULT");
-  if (fault != nullptr && std::string(fault) == absl::StrCat(point, ":", world_rank)) {
-    std::fprintf(stderr, "GPT_CHECKPOINT_FAULT: rank %d killed at %s\n", world_rank, point);
-    std::fflush(stderr);
-    std::raise(SIGKILL);
-  }
 }
 
 // Rank 0 prints (Megatron's print_rank_0).
@@ -217,10 +202,11 @@ absl::Status Checkpointer::save(Trainer& trainer) {
     if (error) status = absl::PermissionDeniedError(absl::StrCat("--save ", args_.save, ": cannot create ",
                                                                  pending.temporary, ": ", error.message()));
   }
+  maybe_inject_fault("save-handshake", grid_.world_rank());
   GPT_RETURN_IF_ERROR(agree_on_setup(status, "checkpoint save"));
   // Rank 0's id for this save (the others contribute 0 to the maximum): every shard and the index
   // carry it, so that a shard of another save is refused at load.
-  m.save_id = save_id_text(world_max(grid_.world_rank() == 0 ? new_save_id() : 0));
+  m.save_id = save_id_text(world_max(grid_.world_rank() == 0 ? new_save_id() : 0, "checkpoint save id"));
 
   const std::string shard = absl::StrCat(pending.temporary, "/", shard_file_name(grid_.world_rank()));
   writer_done_.store(false);
@@ -244,7 +230,7 @@ absl::Status Checkpointer::save(Trainer& trainer) {
 
 absl::Status Checkpointer::finalize_pending(bool wait) {
   if (!pending_) return absl::OkStatus();
-  if (!wait && world_min(writer_done_.load() ? 1 : 0) == 0) return absl::OkStatus();
+  if (!wait && world_min(writer_done_.load() ? 1 : 0, "asynchronous save completion") == 0) return absl::OkStatus();
   Stopwatch blocked;
   if (writer_.joinable()) writer_.join();
   PendingSave pending = std::move(*pending_);
@@ -260,8 +246,8 @@ absl::Status Checkpointer::finalize_pending(bool wait) {
     return status;
   }
   pending.blocked_seconds += blocked.elapsed_seconds();
-  const int64_t world_bytes = world_extreme(static_cast<int64_t>(pending.bytes), MPI_SUM);
-  const int64_t blocked_ms = world_max(static_cast<int64_t>(pending.blocked_seconds * 1e3));
+  const int64_t world_bytes = world_extreme(static_cast<int64_t>(pending.bytes), world::Combine::kSum, "checkpoint save size");
+  const int64_t blocked_ms = world_max(static_cast<int64_t>(pending.blocked_seconds * 1e3), "checkpoint save time");
   print_rank0(grid_, absl::StrFormat("  successfully saved checkpoint from iteration %7d to %s [ %.1f MB in %.2f s, "
                                      "training blocked %.3f s ]",
                                      pending.iteration, args_.save, static_cast<double>(world_bytes) / 1048576.0,
@@ -314,10 +300,10 @@ absl::StatusOr<bool> Checkpointer::after_iteration(Trainer& trainer) {
     GPT_RETURN_IF_ERROR(finalize_pending(/*wait=*/false));
   }
   std::string reason;
-  if (args_.exit_signal_handler && world_max(sigterm_received.load() ? 1 : 0) != 0) {
+  if (args_.exit_signal_handler && world_max(sigterm_received.load() ? 1 : 0, "--exit-signal-handler") != 0) {
     reason = "exiting program after receiving SIGTERM.";
   } else if (args_.exit_duration_in_mins > 0 &&
-             world_max(static_cast<int64_t>(since_start_.elapsed_seconds() / 60.0)) >= args_.exit_duration_in_mins) {
+             world_max(static_cast<int64_t>(since_start_.elapsed_seconds() / 60.0), "--exit-duration-in-mins") >= args_.exit_duration_in_mins) {
     reason = absl::StrCat("exiting program after ", args_.exit_duration_in_mins, " minutes");
   } else if (args_.exit_interval > 0 && iteration % args_.exit_interval == 0) {
     reason = absl::StrCat("exiting program at iteration ", iteration);
@@ -420,10 +406,11 @@ absl::Status Checkpointer::load(Trainer& trainer) {
     absl::Status status = load_from(trainer, directory);
     // Every rank reads its own slices: one rank's damaged shard is everyone's failure.
     const bool mine = !status.ok();
+    maybe_inject_fault("load", grid_.world_rank());
     status = agree_on_setup(status, "checkpoint load");
     if (status.ok()) {
-      const int64_t bytes = world_extreme(loaded_bytes_, MPI_SUM);
-      const int64_t load_ms = world_max(static_cast<int64_t>(load_time.elapsed_seconds() * 1e3));
+      const int64_t bytes = world_extreme(loaded_bytes_, world::Combine::kSum, "checkpoint load size");
+      const int64_t load_ms = world_max(static_cast<int64_t>(load_time.elapsed_seconds() * 1e3), "checkpoint load time");
       print_rank0(grid_, absl::StrFormat("  successfully loaded checkpoint from %s [ t %d, p %d, dp %d ] at iteration %d "
                                          "[ %.1f MB in %.2f s ]",
                                          args_.load, grid_.shape().tensor, grid_.shape().pipeline, grid_.shape().data,

@@ -3,8 +3,9 @@
 // message is never shown), and ranks launched with different arguments train diverging replicas
 // or fail with an MPI error that names nothing.
 //
-// Every function here is collective over MPI_COMM_WORLD (every rank calls it at the same point)
-// and returns its argument unchanged in a world of one.
+// Every function here is collective over the world (every rank calls it at the same point), through
+// parallel/comm/world_agreement.h: bounded by --distributed-timeout-minutes, a timeout naming the
+// agreement and the ranks that did not arrive. Each returns its argument unchanged in a world of one.
 #pragma once
 
 #include <string>
