@@ -307,12 +307,15 @@ void Trainer::print_evaluation(const std::string& where, double loss) const {
 absl::Status Trainer::check_finite(const StepResult& step) {
   const bool loss_bad = !std::isfinite(step.loss), norm_bad = !std::isfinite(step.grad_norm);
   const int size = grid_.world_size(), rank = grid_.world_rank();
-  // The lowest rank that saw it, as a maximum: size - rank (0: none did).
+  // The lowest rank that saw it, as a maximum: size - rank (0: none did). The norm is the same on
+  // every rank, and so is the loss within a pipeline stage (reduced over data-parallel ranks,
+  // equal over tensor-parallel ones): only the stages before the last need to hear of it, from
+  // their pipeline group, which holds one last-stage rank. No collective at all without PP.
   float lowest = loss_bad || norm_bad ? static_cast<float>(size - rank) : 0.0f;
-  if (size > 1) {
+  if (grid_.pipeline().size() > 1) {
     const Tensor scratch = timing_scratch_.flat_range(0, 1);
     copy_to_device(ctx_, scratch, std::span<const float>(&lowest, 1));
-    grid_.world().all_reduce(ctx_, scratch, ReduceOp::kMax);
+    grid_.pipeline().all_reduce(ctx_, scratch, ReduceOp::kMax);
     copy_to_host(ctx_, &lowest, scratch);
     ctx_.synchronize();
   }

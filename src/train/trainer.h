@@ -81,8 +81,9 @@ class Trainer {
   absl::Status run(const std::function<absl::StatusOr<bool>()>& after_iteration = {});
   // Megatron's --check-for-nan-in-loss-and-grad (on unless --no-check-for-nan-in-loss-and-grad):
   // an error when the step's loss (known to the last stage's ranks) or gradient norm (known to
-  // all) is not finite, on every rank alike (collective over the world: one bounded all-reduce).
-  // The rank that saw it gets the message, the others a peer failure naming it.
+  // all) is not finite, on every rank alike (collective over the pipeline group: one bounded
+  // all-reduce of one number, none without pipeline parallelism). The rank that saw it gets the
+  // message, the others a peer failure naming it.
   absl::Status check_finite(const StepResult& step);
   // Waits for parameter all-gathers still in flight (--overlap-param-gather leaves them to the next
   // forward): call before reading the parameters outside training (a dump, a checkpoint).
