@@ -408,7 +408,10 @@ absl::Status export_safetensors(const std::string& given, std::optional<int64_t>
   }
   std::error_code error;
   std::filesystem::rename(temporary, output, error);
-  if (error) return absl::DataLossError(absl::StrCat("cannot rename ", temporary, " to ", output, ": ", error.message()));
+  if (error) {
+    std::remove(temporary.c_str());  // a failed export leaves no file behind
+    return absl::DataLossError(absl::StrCat("cannot rename ", temporary, " to ", output, ": ", error.message()));
+  }
   std::printf("exported %s (iteration %lld): %zu tensors, %lld bytes of FP32, vocabulary %lld (padded %lld), %s\n",
               output.c_str(), static_cast<long long>(reader->metadata().iteration), plan.size(),
               static_cast<long long>(offset), static_cast<long long>(s.vocab), static_cast<long long>(s.padded_vocab),

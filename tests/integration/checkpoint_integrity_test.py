@@ -13,7 +13,7 @@ hostile but realistic user damages it (docs/CHECKPOINTS.md, "Integrity").
     naming it (pretrain_gpt and ckpt_tool), never a fresh start; a full disk during a save
     (RLIMIT_FSIZE, so that every write past the limit fails with EFBIG as on a full file system),
     synchronous and --async-save: exit 1 (no SIGSEGV), one error line, no HDF5 error stack, the
-    previous checkpoint and the tracker intact.
+    previous checkpoint and the tracker intact; a failed `ckpt_tool export` leaves no temporary file.
 --part ownership: a second job with the same --save exits 1 naming the lock file and the first
     job's PID, while the first trains on; the lock of a SIGKILLed job is reported as stale (its
     PID) and taken over, and a clean exit removes it; a fresh start into a directory holding another
@@ -208,6 +208,14 @@ def part_tracker_disk(runner, checks, work, ckpt_tool):
         status, out, err = tool(ckpt_tool, "inspect", d)
         checks.expect(status == 1 and path in err, f"tracker is a {kind}: ckpt_tool inspect exit {status}: {err}")
         print(f"    ckpt_tool inspect: exit {status}: {err.strip()}")
+    # A failed export (the output is a directory) leaves no temporary file.
+    target = os.path.join(work, "export_target")
+    os.makedirs(target, exist_ok=True)
+    status, out, err = tool(ckpt_tool, "export", base, "--output", target)
+    checks.expect(status == 1 and "cannot rename" in err and not os.path.exists(target + ".tmp"),
+                  f"export onto a directory: exit {status}, temporary left {os.path.exists(target + '.tmp')}: {err}")
+    print(f"ckpt_tool export --output <a directory>: exit {status}: {err.strip()}; temporary left: "
+          f"{os.path.exists(target + '.tmp')}")
     print("a full disk during a save (RLIMIT_FSIZE 600 KiB; the shard needs about 1.5 MiB):")
     for mode in ("sync", "async"):
         d = os.path.join(work, f"full_{mode}")
