@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Issue 33: nothing hangs. A rank stopped with SIGSTOP (GPT_CHECKPOINT_FAULT=<point>:<rank>:stop)
-where the ranks agree outside the training collectives (at start-up, when they compare their
+on one of four ranks where the ranks agree outside the training collectives (at start-up, when they compare their
 arguments; during a checkpoint load; in a save's handshake) must end the job within
 --distributed-timeout-minutes plus a margin, with a non-zero status and one line naming the
 agreement and the rank that did not arrive; when rank 0 (which gathers every agreement) is the one
@@ -54,15 +54,15 @@ def main():
     shutil.rmtree(args.work_dir, ignore_errors=True)
     os.makedirs(args.work_dir)
     save = os.path.join(args.work_dir, "checkpoints")
-    mpirun = [args.mpirun, "-np", "2", "--oversubscribe", "--bind-to", "none", args.binary]
+    mpirun = [args.mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none", args.binary]
     status, _, err, _ = run(mpirun + BASE + ["--train-iters", "4", "--save", save, "--save-interval", "2"])
     if status != 0:
         return harness.finish([f"base run: exit {status}: {err[-500:]}"])
     job = BASE + ["--train-iters", "6", "--load", save, "--save", save, "--save-interval", "5"]
     cases = [
         ("startup", 1, "agreement 'argument digests'", "world ranks [1] did not arrive"),
-        ("load", 1, "agreement 'checkpoint load status'", "world ranks [1] did not arrive"),
-        ("save-handshake", 1, "agreement 'checkpoint save status'", "world ranks [1] did not arrive"),
+        ("load", 2, "agreement 'checkpoint load status'", "world ranks [2] did not arrive"),
+        ("save-handshake", 3, "agreement 'checkpoint save status'", "world ranks [3] did not arrive"),
         ("load", 0, "agreement 'checkpoint load status'", "world rank 0, which gathers it, did not answer"),
     ]
     for point, rank, agreement, who in cases:

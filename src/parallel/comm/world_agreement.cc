@@ -52,10 +52,10 @@ bool poll(std::vector<MPI_Request>& requests, Clock::time_point deadline, std::s
     if (all) return true;
     if (Clock::now() > deadline) {
       if (done != nullptr) {
+        // MPI_Testall frees nothing unless all are complete: ask each request on its own.
         done->assign(requests.size(), 0);
         for (size_t i = 0; i < requests.size(); ++i) {
-          // A completed request is MPI_REQUEST_NULL after MPI_Testall frees it.
-          if (requests[i] == MPI_REQUEST_NULL) (*done)[i] = 1;
+          check_mpi(MPI_Test(&requests[i], &(*done)[i], MPI_STATUS_IGNORE), "MPI_Test", what);
         }
       }
       return false;
@@ -169,14 +169,17 @@ void exchange(std::span<const int64_t> mine, std::string_view what, Combiner com
   check_mpi(MPI_Irecv(message.data(), static_cast<int>(message.size()), MPI_INT64_T, 0, kTag, MPI_COMM_WORLD,
                       &requests[1]),
             "MPI_Irecv", what);
-  if (!poll(requests, deadline_after(timeout + grace_seconds()), what)) {
+  // Rank 1 gives up first when rank 0 never answers, and its report ends the job: the others,
+  // a second later, normally have nothing to add.
+  const double patience = timeout + grace_seconds() + (me == 1 ? 0.0 : 1.0);
+  if (!poll(requests, deadline_after(patience), what)) {
     GPT_FATAL() << "agreement '" << what << "' over the world timed out on world rank " << me << " after "
-                << timeout + grace_seconds() << " s (--distributed-timeout-minutes): world rank 0, which gathers "
+                << patience << " s (--distributed-timeout-minutes): world rank 0, which gathers "
                 << "it, did not answer";
   }
   if (message[0] == kTimedOut) {
-    const auto count = static_cast<size_t>(message[1]);
-    missing_ranks(what, std::vector<int64_t>(message.begin() + 2, message.begin() + 2 + static_cast<long>(count)));
+    // Rank 0 reports the missing ranks and ends the job; one line is enough: stop without another.
+    fatal_exit(1);
   }
   std::copy(message.begin() + 1, message.begin() + 1 + static_cast<long>(answer.size()), answer.begin());
 }

@@ -5,9 +5,9 @@
 // agreement and the world ranks that did not arrive, never a silent hang.
 //
 // How: world rank 0 gathers every rank's values with point-to-point messages (so it knows who is
-// missing), combines them and sends the result back. At its deadline rank 0 tells the ranks that
-// did arrive which ones did not, and every rank stops with that line; the others wait a grace
-// period longer, so that they report rank 0's finding, or, if rank 0 itself never answers, that.
+// missing), combines them and sends the result back. At its deadline rank 0 names the ranks that
+// did not arrive (one line), tells the ranks that did to stop quietly, and ends the job; the
+// others wait a grace period longer, and if rank 0 itself never answers, rank 1 says so.
 // Without MPI (a world of one) every function returns at once.
 #pragma once
 
