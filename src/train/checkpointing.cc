@@ -87,6 +87,22 @@ absl::Status check_model_arguments(const std::string& saved, const Arguments& ar
                                                     absl::StrJoin(differences, ", ")));
 }
 
+// A resume (not --finetune) whose seed or vocabulary differs from the saved run's: allowed (a user
+// may mean it), but said, since the run then no longer continues the saved one (another sample
+// order and other dropout masks; token ids that mean other words). Empty when nothing differs.
+std::string resume_differences(const std::string& saved, const Arguments& args) {
+  const std::map<std::string, std::string> theirs = arguments_by_flag(saved);
+  std::map<std::string, std::string> ours = arguments_by_flag(canonical_arguments(args));
+  std::vector<std::string> differences;
+  for (const char* flag : {"--seed", "--vocab-size", "--tokenizer-type", "--vocab-file", "--merge-file"}) {
+    auto it = theirs.find(flag);
+    if (it != theirs.end() && it->second != ours[flag]) {
+      differences.push_back(absl::StrCat(flag, " ", ours[flag], " (checkpoint: ", it->second, ")"));
+    }
+  }
+  return absl::StrJoin(differences, ", ");
+}
+
 // Reads every wanted piece from the checkpoint into the rank's buffers (through a host copy).
 // `fallback_key` maps a key the checkpoint may lack to one to read instead (master weights of a
 // checkpoint saved in FP32 are its parameters).
@@ -437,6 +453,11 @@ absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& direct
                                     "checksums): its shards and metadata are not verified, only its tensor chunks"));
   }
   GPT_RETURN_IF_ERROR(check_model_arguments(m.arguments, args_, directory));
+  if (const std::string differences = resume_differences(m.arguments, args_);
+      !differences.empty() && !args_.finetune && grid_.world_rank() == 0) {
+    GPT_LOG_WARNING() << "resuming " << directory << " with " << differences
+                      << ": the samples, dropout masks or token ids after this point differ from the saved run's";
+  }
   const bool load_optimizer = !args_.no_load_optim && !args_.finetune;
   std::vector<ShardedTensor> pieces = state_pieces(trainer, args_, load_optimizer);
 

@@ -8,7 +8,7 @@ hostile but realistic user damages it (docs/CHECKPOINTS.md, "Integrity").
     --load exits 1 with one error line naming the file and what differs, `ckpt_tool verify` exits 1
     naming the same; --load-fallback-to-previous loads the previous checkpoint and trains as the
     uninterrupted run; a checkpoint of format version 1 (the index downgraded) still loads, with
-    one note, and resumes exactly.
+    one note, and resumes exactly; a resume with another --seed is said in one warning.
 --part tracker_disk: a tracker that is a directory or a symbolic link to nothing is an error
     naming it (pretrain_gpt and ckpt_tool), never a fresh start; a full disk during a save
     (RLIMIT_FSIZE, so that every write past the limit fails with EFBIG as on a full file system),
@@ -171,6 +171,12 @@ def part_integrity(runner, checks, work, ckpt_tool):
         print(f"  format version 1: exit 0, loaded 4, losses 5..{ITERS} as the uninterrupted run; {notes[0]}")
     status, out, err = tool(ckpt_tool, "verify", legacy)
     checks.expect(status == 0 and "format version 1" in out and "OK:" in out, f"legacy verify: {status} {out} {err}")
+    # A resume with another seed: allowed, but said once.
+    status, out, err = runner.run("other_seed", 1, job(["--load", ours, "--seed", "99"]))
+    warned = [l for l in (out + err).splitlines() if "--seed 99 (checkpoint: 1234)" in l]
+    checks.expect(status == 0 and loaded_iteration(out) == 4 and len(warned) == 1,
+                  f"resume with another seed: exit {status}, warnings {warned}")
+    print(f"  resume with --seed 99: exit {status}: {warned[0] if warned else '(no warning)'}")
 
 
 # ------------------------------------------------------------------------------------------------
