@@ -123,6 +123,7 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
   status = check_same_arguments(args);
   if (const int code = agree_and_report(mpi, status); code != 0) return code;
   // Collective: only after every rank has agreed that it got this far.
+  maybe_inject_fault("ranks-per-gpu", mpi.world_rank());
   const int ranks_per_gpu = most_ranks_per_gpu(mpi, args);
   status = choose_backend(args, mpi, ranks_per_gpu);
   if (const int code = agree_and_report(mpi, status); code != 0) return code;

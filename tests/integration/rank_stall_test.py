@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Issue 33: nothing hangs. A rank stopped with SIGSTOP (GPT_CHECKPOINT_FAULT=<point>:<rank>:stop)
 on one of four ranks where the ranks agree outside the training collectives (at start-up, when they compare their
-arguments; during a checkpoint load; in a save's handshake) must end the job within
+arguments and when a node's ranks compare their GPUs; during a checkpoint load; in a save's
+handshake) must end the job within
 --distributed-timeout-minutes plus a margin, with a non-zero status and one line naming the
 agreement and the rank that did not arrive; when rank 0 (which gathers every agreement) is the one
 stopped, the others say that rank 0 did not answer. Before, these agreements called MPI directly
@@ -61,6 +62,8 @@ def main():
     job = BASE + ["--train-iters", "6", "--load", save, "--save", save, "--save-interval", "5"]
     cases = [
         ("startup", 1, "agreement 'argument digests'", "world ranks [1] did not arrive"),
+        ("ranks-per-gpu", 2, "MPI_Iallgather of the GPU keys' lengths on the node's 4 ranks",
+         "a rank of this node did not arrive"),
         ("load", 2, "agreement 'checkpoint load status'", "world ranks [2] did not arrive"),
         ("save-handshake", 3, "agreement 'checkpoint save status'", "world ranks [3] did not arrive"),
         ("load", 0, "agreement 'checkpoint load status'", "world rank 0, which gathers it, did not answer"),
