@@ -378,9 +378,17 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const s
   if (!std::filesystem::is_directory(directory, error)) {
     return absl::NotFoundError(absl::StrCat("checkpoint ", directory, " does not exist"));
   }
-  if (!std::filesystem::exists(path, error)) {
+  // "Missing" only when it is: a permission problem is said as one.
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (error && error != std::errc::no_such_file_or_directory) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot access ", path, ": ", error.message()));
+  }
+  if (!std::filesystem::exists(status)) {
     return absl::DataLossError(absl::StrCat("checkpoint ", directory, " has no ", kIndexFileName,
                                             " (an incomplete save?)"));
+  }
+  if (::access(path.c_str(), R_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
   }
   std::unique_ptr<CheckpointReader> reader(new CheckpointReader());
   reader->directory_ = directory;

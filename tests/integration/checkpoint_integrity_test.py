@@ -13,7 +13,9 @@ hostile but realistic user damages it (docs/CHECKPOINTS.md, "Integrity").
     naming it (pretrain_gpt and ckpt_tool), never a fresh start; a full disk during a save
     (RLIMIT_FSIZE, so that every write past the limit fails with EFBIG as on a full file system),
     synchronous and --async-save: exit 1 (no SIGSEGV), one error line, no HDF5 error stack, the
-    previous checkpoint and the tracker intact; a failed `ckpt_tool export` leaves no temporary file.
+    previous checkpoint and the tracker intact; a failed `ckpt_tool export` leaves no temporary file;
+    an unreadable tracker, index or shard (read as nobody through setpriv) is an error naming the
+    file and the permission, from pretrain_gpt and ckpt_tool.
 --part ownership: a second job with the same --save exits 1 naming the lock file and the first
     job's PID, while the first trains on; the lock of a SIGKILLed job is reported as stale (its
     PID) and taken over, and a clean exit removes it; a fresh start into a directory holding another
@@ -214,6 +216,36 @@ def part_tracker_disk(runner, checks, work, ckpt_tool):
         status, out, err = tool(ckpt_tool, "inspect", d)
         checks.expect(status == 1 and path in err, f"tracker is a {kind}: ckpt_tool inspect exit {status}: {err}")
         print(f"    ckpt_tool inspect: exit {status}: {err.strip()}")
+    # Unreadable files, read as an unprivileged user (root reads anything): an error naming the
+    # file and the permission, never "missing" and never a fresh start.
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.geteuid() != 0:
+        print("unreadable files: SKIPPED (needs root and setpriv to run as nobody)")
+    else:
+        as_nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+        print("unreadable files (read as nobody):")
+        for name in ("latest_checkpointed_iteration.txt", "iter_0000004/index.h5", "iter_0000004/shard_00000.h5"):
+            d = os.path.join(work, "unreadable_" + name.replace("/", "_"))
+            shutil.rmtree(d, ignore_errors=True)
+            shutil.copytree(base, d)
+            os.chmod(work, 0o755)
+            for root, dirs, files in os.walk(d):
+                os.chmod(root, 0o755)
+                for f in files:
+                    os.chmod(os.path.join(root, f), 0o644)
+            path = os.path.join(d, name)
+            os.chmod(path, 0)
+            run = subprocess.run(as_nobody + runner.command(1, job(["--load", d])), capture_output=True, text=True,
+                                 timeout=120, cwd="/")
+            errors = error_lines(run.stdout, run.stderr)
+            checks.expect(run.returncode == 1 and len(errors) == 1 and path in errors[0] and
+                          "Permission denied" in errors[0] and not losses(run.stdout),
+                          f"unreadable {name}: exit {run.returncode}, errors {errors}")
+            print(f"  {name}: exit {run.returncode}: {errors[0] if errors else '(no error line)'}")
+            run = subprocess.run(as_nobody + [ckpt_tool, "verify", d], capture_output=True, text=True, timeout=120,
+                                 cwd="/")
+            checks.expect(run.returncode == 1 and path in run.stderr and "Permission denied" in run.stderr,
+                          f"unreadable {name}: ckpt_tool verify exit {run.returncode}: {run.stderr}")
     # A failed export (the output is a directory) leaves no temporary file.
     target = os.path.join(work, "export_target")
     os.makedirs(target, exist_ok=True)
