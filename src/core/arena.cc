@@ -10,11 +10,15 @@ namespace gpt {
 Arena::Arena(Device device, std::string name, size_t block_bytes)
     : device_(device), name_(std::move(name)), block_bytes_(block_bytes) {}
 
+int64_t Arena::aligned_bytes(DType dtype, const Shape& shape) {
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  return static_cast<int64_t>((bytes + kAllocationAlignment - 1) / kAllocationAlignment * kAllocationAlignment);
+}
+
 Tensor Arena::allocate(DType dtype, Shape shape) {
   GPT_CHECK(!frozen_) << "allocation of " << shape.to_string() << " from arena '" << name_
                       << "' after it was frozen (no allocation inside the training step)";
-  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  const size_t rounded = (bytes + kAllocationAlignment - 1) / kAllocationAlignment * kAllocationAlignment;
+  const auto rounded = static_cast<size_t>(aligned_bytes(dtype, shape));
   if (blocks_.empty() || offset_in_block_ + rounded > blocks_.back().bytes()) {
     blocks_.emplace_back(device_, std::max(block_bytes_, rounded));
     offset_in_block_ = 0;

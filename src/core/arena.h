@@ -18,6 +18,8 @@ class Arena {
   Arena(Device device, std::string name, size_t block_bytes = size_t{64} << 20);
 
   Tensor allocate(DType dtype, Shape shape);
+  // What allocate(dtype, shape) takes: the tensor's bytes rounded up to the allocation alignment.
+  static int64_t aligned_bytes(DType dtype, const Shape& shape);
   // Allocation whose contents are zero-filled (host arenas) or memset on the device.
   Tensor allocate_zeroed(DType dtype, Shape shape);
 

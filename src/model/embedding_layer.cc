@@ -3,10 +3,21 @@
 #include "kernels/ops.h"
 
 namespace gpt {
+namespace {
+
+// Calls visit(member, dtype, shape) for each tensor of a slot's stash: the one list behind both the
+// allocation and the byte count.
+template <typename Stash, typename Visit>
+void for_each_stash_tensor(Stash& st, const LayerShapes& s, DType dtype, Visit&& visit) {
+  visit(st.tokens, DType::kInt32, Shape{s.rows()});
+  visit(st.output, dtype, Shape{s.local_sequence, s.batch, s.hidden});
+}
+
+}  // namespace
 
 EmbeddingLayer::EmbeddingLayer(const ModelConfig& config, ParamStore& params, const TensorParallel& tp,
                                const LayerShapes& s, LayerWorkspace& workspace, Arena& arena, int stash_slots,
-                               const std::vector<MicrobatchPosition>& positions)
+                               const std::vector<MicrobatchPosition>& positions, int deferral_depth)
     : config_(config),
       tp_(tp),
       shapes_(s),
@@ -15,12 +26,23 @@ EmbeddingLayer::EmbeddingLayer(const ModelConfig& config, ParamStore& params, co
       position_(config.position_embedding == PositionEmbedding::kLearnedAbsolute
                     ? &params.get("embedding.position_embeddings.weight")
                     : nullptr),
-      positions_(positions) {
+      positions_(positions),
+      leases_("embedding weight-gradient inputs",
+              {{config.dtype, Shape{s.local_sequence, s.batch, s.hidden}}}, deferral_depth, arena) {
   stash_.resize(static_cast<size_t>(stash_slots));
   for (Stash& st : stash_) {
-    st.tokens = arena.allocate(DType::kInt32, {s.rows()});
-    st.output = arena.allocate(config.dtype, {s.local_sequence, s.batch, s.hidden});
+    for_each_stash_tensor(st, s, config.dtype, [&](Tensor& member, DType t, const Shape& shape) {
+      member = arena.allocate(t, shape);
+    });
   }
+}
+
+int64_t EmbeddingLayer::bytes(const ModelConfig& config, const LayerShapes& s, int stash_slots, int deferral_depth) {
+  Stash unused;
+  int64_t per_slot = 0;
+  for_each_stash_tensor(unused, s, config.dtype,
+                        [&](Tensor&, DType t, const Shape& shape) { per_slot += Arena::aligned_bytes(t, shape); });
+  return stash_slots * per_slot + deferral_bytes(config, s, deferral_depth);
 }
 
 ops::DropoutMask EmbeddingLayer::mask(int slot) const {
@@ -44,11 +66,34 @@ Tensor EmbeddingLayer::forward(Context& ctx, int slot) {
   return st.output;
 }
 
-void EmbeddingLayer::backward(Context& ctx, int slot, const Tensor& grad_output) {
-  Stash& st = stash_[static_cast<size_t>(slot)];
+int64_t EmbeddingLayer::deferral_bytes(const ModelConfig& config, const LayerShapes& s, int deferral_depth) {
+  return LeaseRing::bytes({{config.dtype, Shape{s.local_sequence, s.batch, s.hidden}}}, deferral_depth);
+}
+
+void EmbeddingLayer::backward(Context& ctx, int slot, const Tensor& grad_output, WeightGradTiming timing) {
   // The chunk's gradient buffer, free after this: the dropout gradient is formed in place.
   const ops::DropoutMask dropout = mask(slot);
   if (dropout.enabled()) ops::dropout_backward(ctx, grad_output, grad_output, dropout);
+  if (timing == WeightGradTiming::kWithInputGrad) {
+    GPT_CHECK(pending_.empty()) << "embedding: a fused backward while deferred weight gradients are pending";
+    weight_grad(ctx, slot, grad_output);
+    return;
+  }
+  ops::copy(ctx, leases_.acquire()[0], grad_output);
+  pending_.push_back(slot);
+}
+
+void EmbeddingLayer::backward_weight(Context& ctx) {
+  GPT_CHECK(!pending_.empty()) << "embedding: a weight-gradient pass without a deferred backward";
+  const int slot = pending_.front();
+  pending_.pop_front();
+  // The oldest held lease is the one acquired for this slot (first in, first out).
+  weight_grad(ctx, slot, leases_.oldest()[0]);
+  leases_.release(ctx);
+}
+
+void EmbeddingLayer::weight_grad(Context& ctx, int slot, const Tensor& grad_output) {
+  Stash& st = stash_[static_cast<size_t>(slot)];
   if (position_) {
     ops::position_embedding_backward(ctx, position_->grad, grad_output.as_matrix(), shapes_.batch,
                                      shapes_.sequence_offset);

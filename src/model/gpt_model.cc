@@ -5,7 +5,7 @@
 namespace gpt {
 
 GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
-                   int stash_slots, ChunkLayout layout, Arena& arena)
+                   int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth)
     : shapes_(LayerShapes::make(config, tp, micro_batch)),
       layout_(layout),
       recompute_plan_(plan_recompute(config.recompute, layout.num_layers)),
@@ -16,34 +16,51 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
       std::make_unique<RecomputeBuffers>(recompute_plan_, shapes_, config.dtype, tp.sequence_parallel(), arena);
   if (layout.has_embedding) {
     embedding_ = std::make_unique<EmbeddingLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots,
-                                                  positions_);
+                                                  positions_, deferral_depth);
   }
   for (int64_t i = 0; i < layout.num_layers; ++i) {
     layers_.push_back(std::make_unique<TransformerLayer>(config, layout.first_layer + i, params, tp, shapes_,
                                                          *workspace_, recompute_plan_, i, *recompute_buffers_,
-                                                         arena, stash_slots, positions_));
+                                                         arena, stash_slots, positions_, deferral_depth));
   }
   if (layout.has_output) {
-    output_ = std::make_unique<OutputLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots);
+    output_ = std::make_unique<OutputLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots,
+                                            deferral_depth);
   }
   grad_ = arena.allocate(config.dtype, {shapes_.local_sequence, shapes_.batch, shapes_.hidden});
   // Parameter groups by name, in forward order.
-  auto group = [&](auto&& wanted) {
-    std::vector<Param*> members;
+  auto group = [&](std::string name, auto&& wanted) {
+    ParamGroup members{.index = static_cast<int>(groups_.size()), .name = std::move(name), .params = {}};
     for (Param& param : params.params()) {
-      if (wanted(param.name())) members.push_back(&param);
+      if (wanted(param.name())) members.params.push_back(&param);
     }
     groups_.push_back(std::move(members));
   };
-  if (layout.has_embedding) group([](const std::string& n) { return n.rfind("embedding.", 0) == 0; });
+  if (layout.has_embedding) group("embedding", [](const std::string& n) { return n.rfind("embedding.", 0) == 0; });
   for (int64_t i = 0; i < layout.num_layers; ++i) {
     const std::string prefix = "decoder.layers." + std::to_string(layout.first_layer + i) + ".";
-    group([&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
+    group("layer " + std::to_string(layout.first_layer + i),
+          [&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
   }
   if (layout.has_output) {
     const std::string head = config.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName;
-    group([&](const std::string& n) { return n.rfind("decoder.final_layernorm.", 0) == 0 || n == head; });
+    group("output", [&](const std::string& n) { return n.rfind("decoder.final_layernorm.", 0) == 0 || n == head; });
   }
+}
+
+ChunkMemory GptModel::memory(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
+                             int stash_slots, const ChunkLayout& layout, int deferral_depth) {
+  const RecomputePlan plan = plan_recompute(config.recompute, layout.num_layers);
+  ChunkMemory m;
+  m.workspace = LayerWorkspace::bytes(s, config.dtype);
+  m.recompute_buffers = RecomputeBuffers::bytes(plan, s, config.dtype, sequence_parallel);
+  for (int64_t i = 0; i < layout.num_layers; ++i) {
+    m.layers += TransformerLayer::bytes(config, s, sequence_parallel, plan, i, stash_slots, deferral_depth);
+  }
+  if (layout.has_embedding) m.embedding = EmbeddingLayer::bytes(config, s, stash_slots, deferral_depth);
+  if (layout.has_output) m.output = OutputLayer::bytes(config, s, sequence_parallel, stash_slots, deferral_depth);
+  m.gradient = Arena::aligned_bytes(config.dtype, Shape{s.local_sequence, s.batch, s.hidden});
+  return m;
 }
 
 void GptModel::load_transposed(Context& ctx, const Tensor& destination, std::span<const int32_t> values_bs) {
@@ -74,58 +91,110 @@ void GptModel::load_targets(Context& ctx, int slot, std::span<const int32_t> tar
   load_transposed(ctx, output_->targets(slot), targets_bs);
 }
 
+void GptModel::before_use(Context& ctx, size_t group, ParamUse use, int slot) {
+  if (observer_) observer_->before_use(ctx, groups_[group], use, slot);
+}
+
+void GptModel::after_use(Context& ctx, size_t group, ParamUse use, int slot) {
+  if (observer_) observer_->after_use(ctx, groups_[group], use, slot);
+}
+
+void GptModel::gradients_ready(Context& ctx, size_t group, int slot, bool last_of_step) {
+  if (observer_) observer_->gradients_ready(ctx, groups_[group], slot, last_of_step);
+}
+
 std::optional<Tensor> GptModel::forward(Context& ctx, int slot, const std::optional<Tensor>& input,
                                         const LossAccumulator& loss) {
   GPT_CHECK(input.has_value() != (embedding_ != nullptr))
       << (embedding_ ? "an input activation given to the chunk with the embedding"
                      : "forward of a chunk without the embedding needs an input activation");
   size_t group = 0;
-  auto reading = [&] {
-    if (observer_) observer_->before_forward(ctx, groups_[group]);
-    ++group;
-  };
-  if (embedding_) reading();
-  Tensor hidden = embedding_ ? embedding_->forward(ctx, slot) : *input;
+  Tensor hidden;
+  if (embedding_) {
+    before_use(ctx, group, ParamUse::kForward, slot);
+    hidden = embedding_->forward(ctx, slot);
+    after_use(ctx, group++, ParamUse::kForward, slot);
+  } else {
+    hidden = *input;
+  }
   for (auto& layer : layers_) {
-    reading();
+    before_use(ctx, group, ParamUse::kForward, slot);
     hidden = layer->forward(ctx, slot, hidden);
+    after_use(ctx, group++, ParamUse::kForward, slot);
   }
   if (!output_) return hidden;
-  reading();
+  before_use(ctx, group, ParamUse::kForward, slot);
   output_->forward(ctx, slot, hidden, loss);
+  after_use(ctx, group, ParamUse::kForward, slot);
   return std::nullopt;
 }
 
-std::optional<Tensor> GptModel::backward(Context& ctx, int slot, const std::optional<Tensor>& grad_output) {
+std::optional<Tensor> GptModel::backward_input(Context& ctx, int slot, const std::optional<Tensor>& grad_output,
+                                               WeightGradTiming timing) {
   GPT_CHECK(grad_output.has_value() != (output_ != nullptr))
       << (output_ ? "an output gradient given to the chunk with the loss"
                   : "backward of a chunk without the output layer needs an output gradient");
-  const bool final_backward = final_backward_;
-  final_backward_ = false;
+  const bool last_of_step = last_backward_of_step_;
+  last_backward_of_step_ = false;
+  const bool fused = timing == WeightGradTiming::kWithInputGrad;
+  GPT_CHECK(fused || deferred_.empty() || deferred_.back().slot != slot)
+      << "slot " << slot << " deferred twice without its weight-gradient pass";
+  // One group's input-gradient pass (with its weight gradient when fused) between its hooks.
   size_t group = groups_.size();
-  auto done = [&] {
+  auto run = [&](auto&& pass) {
     --group;
-    if (observer_ && final_backward) observer_->gradients_final(ctx, groups_[group]);
+    before_use(ctx, group, ParamUse::kBackward, slot);
+    Tensor result = pass();
+    after_use(ctx, group, ParamUse::kBackward, slot);
+    if (fused) gradients_ready(ctx, group, slot, last_of_step);
+    return result;
   };
-  Tensor grad = output_ ? output_->backward(ctx, slot, grad_) : *grad_output;
-  if (output_) done();
+  Tensor grad = output_ ? run([&] { return output_->backward(ctx, slot, grad_, timing); }) : *grad_output;
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
-    recompute_group_ending_at(ctx, slot, layers_.rend() - it - 1);
-    grad = (*it)->backward(ctx, slot, grad, grad_);
+    const int64_t index = layers_.rend() - it - 1;
+    recompute_group_ending_at(ctx, slot, index);
+    grad = run([&] { return (*it)->backward(ctx, slot, grad, grad_, timing); });
+  }
+  if (!fused) deferred_.push_back({slot, last_of_step});
+  if (!embedding_) return grad;
+  run([&] {
+    embedding_->backward(ctx, slot, grad, timing);
+    return Tensor();
+  });
+  return std::nullopt;
+}
+
+void GptModel::backward_weight(Context& ctx, int slot) {
+  GPT_CHECK(!deferred_.empty()) << "weight-gradient pass of slot " << slot << " without a deferred backward";
+  const DeferredBackward pending = deferred_.front();
+  GPT_CHECK_EQ(pending.slot, slot) << "weight-gradient passes run in the order of their input-gradient passes";
+  deferred_.pop_front();
+  size_t group = groups_.size();
+  auto done = [&] { gradients_ready(ctx, --group, slot, pending.last_of_step); };
+  if (output_) {
+    output_->backward_weight(ctx);
     done();
   }
-  if (!embedding_) return grad;
-  embedding_->backward(ctx, slot, grad);
-  done();
-  return std::nullopt;
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    (*it)->backward_weight(ctx);
+    done();
+  }
+  if (embedding_) {
+    embedding_->backward_weight(ctx);
+    done();
+  }
 }
 
 void GptModel::recompute_group_ending_at(Context& ctx, int slot, int64_t layer) {
   const LayerRecompute& recompute = recompute_plan_.layers[static_cast<size_t>(layer)];
   if (!recompute.ends_group(layer)) return;
   Tensor hidden = layers_[static_cast<size_t>(recompute.group_begin)]->stashed_input(slot);  // [s_l, b, h]
+  const size_t first_group = embedding_ ? 1 : 0;
   for (int64_t i = recompute.group_begin; i < recompute.group_end; ++i) {
+    const size_t group = first_group + static_cast<size_t>(i);
+    before_use(ctx, group, ParamUse::kRecompute, slot);
     hidden = layers_[static_cast<size_t>(i)]->recompute(ctx, slot, hidden);
+    after_use(ctx, group, ParamUse::kRecompute, slot);
   }
 }
 

@@ -4,6 +4,7 @@
 // slots; forward and backward of a slot must alternate.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
@@ -12,19 +13,10 @@
 #include "model/activation_memory.h"
 #include "model/embedding_layer.h"
 #include "model/output_layer.h"
+#include "model/param_observer.h"
 #include "model/transformer_layer.h"
 
 namespace gpt {
-
-// Told by a model chunk, layer by layer, when parameters are about to be read (forward) and when
-// their gradients are final (the backward of the iteration's last microbatch): what lets
-// data-parallel reductions and parameter gathers overlap with compute.
-class ParamObserver {
- public:
-  virtual ~ParamObserver() = default;
-  virtual void before_forward(Context& ctx, std::span<Param* const> params) = 0;
-  virtual void gradients_final(Context& ctx, std::span<Param* const> params) = 0;
-};
 
 struct ChunkLayout {
   int64_t first_layer = 0;
@@ -34,10 +26,29 @@ struct ChunkLayout {
   bool tied_head = true;  // the LM head is the word embedding (no --untie-embeddings-and-output-weights)
 };
 
+// What a chunk takes from its arena, item by item: computed from the same lists the chunk
+// allocates from, so that the memory plan is the memory allocated (a unit test and a start-up
+// check compare them exactly).
+struct ChunkMemory {
+  int64_t workspace = 0;          // scratch shared by the layers
+  int64_t recompute_buffers = 0;  // the shared buffers recompute rebuilds into
+  int64_t layers = 0;             // the layers' per-slot stashes and weight-gradient leases
+  int64_t embedding = 0;          // tokens and outputs per slot (first chunk)
+  int64_t output = 0;             // norm, logits, targets per slot and loss statistics (last chunk)
+  int64_t gradient = 0;           // the gradient flowing backward through the chunk
+  int64_t total() const { return workspace + recompute_buffers + layers + embedding + output + gradient; }
+};
+
 class GptModel {
  public:
+  // `deferral_depth`: how many microbatches' weight-gradient passes may wait at once
+  // (backward_input with kDeferred); 0 allocates no lease and allows only the fused backward.
   GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
-           int stash_slots, ChunkLayout layout, Arena& arena);
+           int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth = 0);
+
+  // What a chunk built with these arguments takes from its arena.
+  static ChunkMemory memory(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
+                            int stash_slots, const ChunkLayout& layout, int deferral_depth = 0);
 
   const LayerShapes& shapes() const { return shapes_; }
   const ChunkLayout& layout() const { return layout_; }
@@ -62,16 +73,27 @@ class GptModel {
   std::optional<Tensor> forward(Context& ctx, int slot, const std::optional<Tensor>& input, const LossAccumulator& loss);
   // grad_output [s_l, b, h] from the next stage: present exactly when the chunk has no output
   // layer. Accumulates parameter gradients and returns the input gradient [s_l, b, h] (nothing on
-  // the chunk with the embedding), overwritten by the chunk's next backward.
-  std::optional<Tensor> backward(Context& ctx, int slot, const std::optional<Tensor>& grad_output);
+  // the chunk with the embedding), overwritten by the chunk's next backward. The same as
+  // backward_input with kWithInputGrad.
+  std::optional<Tensor> backward(Context& ctx, int slot, const std::optional<Tensor>& grad_output) {
+    return backward_input(ctx, slot, grad_output, WeightGradTiming::kWithInputGrad);
+  }
+  // The input-gradient passes of every module, last to first; with kDeferred the weight gradients
+  // wait (in leases) for backward_weight, and the slot must be held until then.
+  std::optional<Tensor> backward_input(Context& ctx, int slot, const std::optional<Tensor>& grad_output,
+                                       WeightGradTiming timing);
+  // The weight-gradient passes of the oldest deferred backward_input (which must be `slot`'s), in
+  // the fused order: output layer, layers last to first, embedding. Bitwise the fused gradients.
+  void backward_weight(Context& ctx, int slot);
 
-  // The observer of this chunk's parameters (none by default); `final_backward` marks the next
-  // backward as the iteration's last for this chunk, whose gradients are then final.
+  // The observer of this chunk's parameters (model/param_observer.h; none by default).
+  // `last_of_step` marks the next backward as the step's last for this chunk (from the schedule),
+  // whose gradients are then final.
   void set_observer(ParamObserver* observer) { observer_ = observer; }
-  void set_final_backward(bool final_backward) { final_backward_ = final_backward; }
+  void set_last_backward_of_step(bool last_of_step) { last_backward_of_step_ = last_of_step; }
   // The parameters of each part of the chunk in forward order (embedding, layers, output), the
   // word embedding listed wherever it is used.
-  const std::vector<std::vector<Param*>>& parameter_groups() const { return groups_; }
+  const std::vector<ParamGroup>& parameter_groups() const { return groups_; }
 
   OutputLayer* output_layer() { return output_.get(); }
 
@@ -80,6 +102,10 @@ class GptModel {
   // Full recompute: before the backward of a group's last layer, re-runs the group's forward from
   // its stashed input into the shared buffers (nothing for other layers).
   void recompute_group_ending_at(Context& ctx, int slot, int64_t layer);
+  // Hooks (no-ops without an observer).
+  void before_use(Context& ctx, size_t group, ParamUse use, int slot);
+  void after_use(Context& ctx, size_t group, ParamUse use, int slot);
+  void gradients_ready(Context& ctx, size_t group, int slot, bool last_of_step);
 
   LayerShapes shapes_;
   ChunkLayout layout_;
@@ -92,9 +118,14 @@ class GptModel {
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
   std::unique_ptr<OutputLayer> output_;
   Tensor grad_;  // [s_l, b, h]: the gradient flowing backward through the chunk
-  std::vector<std::vector<Param*>> groups_;  // [embedding?, layers..., output?]
+  std::vector<ParamGroup> groups_;  // [embedding?, layers..., output?]
   ParamObserver* observer_ = nullptr;
-  bool final_backward_ = false;
+  bool last_backward_of_step_ = false;
+  struct DeferredBackward {
+    int slot;
+    bool last_of_step;
+  };
+  std::deque<DeferredBackward> deferred_;  // backward_input passes whose weight gradients wait
   std::vector<int32_t> transposed_;  // host staging for token ids in [s, b] order
 };
 

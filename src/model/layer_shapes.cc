@@ -27,15 +27,34 @@ LayerShapes LayerShapes::make(const ModelConfig& c, int64_t tp_size, int64_t tp_
   return s;
 }
 
+namespace {
+
+// Calls visit(member, shape) for every buffer of the workspace: the one list behind both the
+// allocation and the byte count. fc1 is a view of ffn unless SwiGLU doubles fc1's output.
+template <typename Visit>
+void for_each_buffer(LayerWorkspace& w, const LayerShapes& s, Visit&& visit) {
+  visit(w.full_a, Shape{s.sequence, s.batch, s.hidden});
+  visit(w.full_b, Shape{s.sequence, s.batch, s.hidden});
+  visit(w.local_a, Shape{s.local_sequence, s.batch, s.hidden});
+  visit(w.local_b, Shape{s.local_sequence, s.batch, s.hidden});
+  visit(w.projection, Shape{s.rows(), s.local_projection()});
+  visit(w.qkv, Shape{s.rows(), s.local_qkv()});
+  visit(w.ffn, Shape{s.sequence, s.batch, s.local_ffn});
+  if (s.local_fc1 != s.local_ffn) visit(w.fc1, Shape{s.sequence, s.batch, s.local_fc1});
+}
+
+}  // namespace
+
 LayerWorkspace::LayerWorkspace(const LayerShapes& s, DType dtype, Arena& arena) {
-  full_a = arena.allocate(dtype, {s.sequence, s.batch, s.hidden});
-  full_b = arena.allocate(dtype, {s.sequence, s.batch, s.hidden});
-  local_a = arena.allocate(dtype, {s.local_sequence, s.batch, s.hidden});
-  local_b = arena.allocate(dtype, {s.local_sequence, s.batch, s.hidden});
-  projection = arena.allocate(dtype, {s.rows(), s.local_projection()});
-  qkv = arena.allocate(dtype, {s.rows(), s.local_qkv()});
-  ffn = arena.allocate(dtype, {s.sequence, s.batch, s.local_ffn});
-  fc1 = s.local_fc1 == s.local_ffn ? ffn : arena.allocate(dtype, {s.sequence, s.batch, s.local_fc1});
+  for_each_buffer(*this, s, [&](Tensor& member, const Shape& shape) { member = arena.allocate(dtype, shape); });
+  if (s.local_fc1 == s.local_ffn) fc1 = ffn;
+}
+
+int64_t LayerWorkspace::bytes(const LayerShapes& s, DType dtype) {
+  LayerWorkspace unused;
+  int64_t total = 0;
+  for_each_buffer(unused, s, [&](Tensor&, const Shape& shape) { total += Arena::aligned_bytes(dtype, shape); });
+  return total;
 }
 
 }  // namespace gpt

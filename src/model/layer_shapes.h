@@ -51,7 +51,10 @@ struct LayerWorkspace {
   Tensor ffn;            // [s, b, ffn_l]        MLP gradient
   Tensor fc1;            // [s, b, 2 ffn_l]      fc1's output gradient with SwiGLU (else a view of ffn)
 
+  LayerWorkspace() = default;  // no buffers
   LayerWorkspace(const LayerShapes& shapes, DType dtype, Arena& arena);
+  // What the constructor takes from its arena (the same list).
+  static int64_t bytes(const LayerShapes& shapes, DType dtype);
 };
 
 }  // namespace gpt

@@ -4,37 +4,67 @@
 #include "kernels/ops.h"
 
 namespace gpt {
+namespace {
+// The cross-entropy's per-row statistics of the microbatch in flight.
+constexpr int64_t kRowStatistics = 5;
+
+// Calls visit(member, dtype, shape) for each tensor of a slot's stash: the one list behind both the
+// allocation and the byte count.
+template <typename Stash, typename Visit>
+void for_each_stash_tensor(Stash& st, const LayerShapes& s, DType dtype, bool sequence_parallel, Visit&& visit) {
+  visit(st.targets, DType::kInt32, Shape{s.rows()});
+  visit(st.norm, dtype, Shape{s.local_sequence, s.batch, s.hidden});
+  visit(st.mean, DType::kFloat32, Shape{s.local_rows()});
+  visit(st.rstd, DType::kFloat32, Shape{s.local_rows()});
+  if (sequence_parallel) visit(st.norm_gathered, dtype, Shape{s.sequence, s.batch, s.hidden});
+  visit(st.logits, dtype, Shape{s.rows(), s.local_vocab});
+}
+
+std::string head_name(const ModelConfig& config) {
+  return config.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName;
+}
+}  // namespace
+
+int64_t OutputLayer::deferral_bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
+                                    int deferral_depth) {
+  return Linear::deferral_bytes(LinearKind::kColumnParallel, Shape{s.local_vocab, s.hidden}, false, sequence_parallel,
+                                config.dtype, s.rows(), s.local_rows(), deferral_depth);
+}
 
 OutputLayer::OutputLayer(const ModelConfig& config, ParamStore& params, const TensorParallel& tp,
-                         const LayerShapes& s, LayerWorkspace& workspace, Arena& arena, int stash_slots)
+                         const LayerShapes& s, LayerWorkspace& workspace, Arena& arena, int stash_slots,
+                         int deferral_depth)
     : tp_(tp),
       shapes_(s),
       ws_(workspace),
       norm_(config, params, "decoder.final_layernorm"),
-      head_(params.get(config.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName)) {
-  const int64_t rows = s.rows();
-  row_max_ = arena.allocate(DType::kFloat32, {rows});
-  global_max_ = arena.allocate(DType::kFloat32, {rows});
-  row_sumexp_ = arena.allocate(DType::kFloat32, {rows});
-  target_logit_ = arena.allocate(DType::kFloat32, {rows});
-  row_loss_ = arena.allocate(DType::kFloat32, {rows});
+      head_("output_layer", LinearKind::kColumnParallel, params.get(head_name(config)), nullptr, tp, s.rows(),
+            s.local_rows(), deferral_depth, arena) {
+  for (Tensor* statistic : {&row_max_, &global_max_, &row_sumexp_, &target_logit_, &row_loss_}) {
+    *statistic = arena.allocate(DType::kFloat32, {s.rows()});
+  }
   stash_.resize(static_cast<size_t>(stash_slots));
   for (Stash& st : stash_) {
-    st.targets = arena.allocate(DType::kInt32, {rows});
-    st.norm = arena.allocate(config.dtype, {s.local_sequence, s.batch, s.hidden});
-    st.mean = arena.allocate(DType::kFloat32, {s.local_rows()});
-    st.rstd = arena.allocate(DType::kFloat32, {s.local_rows()});
-    if (tp.sequence_parallel()) st.norm_gathered = arena.allocate(config.dtype, {s.sequence, s.batch, s.hidden});
-    st.logits = arena.allocate(config.dtype, {rows, s.local_vocab});
+    for_each_stash_tensor(st, s, config.dtype, tp.sequence_parallel(),
+                          [&](Tensor& member, DType t, const Shape& shape) { member = arena.allocate(t, shape); });
   }
+}
+
+int64_t OutputLayer::bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel, int stash_slots,
+                           int deferral_depth) {
+  Stash unused;
+  int64_t per_slot = 0;
+  for_each_stash_tensor(unused, s, config.dtype, sequence_parallel,
+                        [&](Tensor&, DType t, const Shape& shape) { per_slot += Arena::aligned_bytes(t, shape); });
+  return kRowStatistics * Arena::aligned_bytes(DType::kFloat32, Shape{s.rows()}) + stash_slots * per_slot +
+         deferral_bytes(config, s, sequence_parallel, deferral_depth);
 }
 
 void OutputLayer::forward(Context& ctx, int slot, const Tensor& input, const LossAccumulator& loss) {
   Stash& st = stash_[static_cast<size_t>(slot)];
   st.input = input;
   norm_.forward(ctx, st.norm, st.mean, st.rstd, input);
-  const Tensor norm_full = tp_.gather_input(ctx, st.norm, st.norm_gathered);  // [s, b, h]
-  ops::matmul(ctx, st.logits, norm_full, head_.value, {.transpose_b = true});  // [s b, v_l]
+  head_.forward_column(ctx, st.logits, st.norm, st.norm_gathered);  // [s b, v_l]
 
   ops::cross_entropy_stats(ctx, row_max_, row_sumexp_, target_logit_, st.logits, st.targets, shapes_.vocab_start,
                            shapes_.vocab_valid);
@@ -61,12 +91,11 @@ void OutputLayer::forward(Context& ctx, int slot, const Tensor& input, const Los
   }
 }
 
-Tensor OutputLayer::backward(Context& ctx, int slot, const Tensor& grad_input) {
+Tensor OutputLayer::backward(Context& ctx, int slot, const Tensor& grad_input, WeightGradTiming timing) {
   Stash& st = stash_[static_cast<size_t>(slot)];
-  const Tensor norm_full = tp_.sequence_parallel() ? st.norm_gathered : st.norm;
-  ops::matmul(ctx, head_.grad, st.logits, norm_full, {.transpose_a = true, .beta = 1.0f});  // [v_l, h]
-  ops::matmul(ctx, ws_.full_a, st.logits, head_.value);                                    // [s, b, h]
-  const Tensor d_norm = tp_.reduce_input_grad(ctx, ws_.full_a, ws_.local_a);               // [s_l, b, h]
+  const Tensor norm_full = tp_.sequence_parallel() ? st.norm_gathered : st.norm;  // [s, b, h]
+  // The logits hold their gradient since forward.
+  const Tensor d_norm = head_.backward_input_column(ctx, st.logits, norm_full, ws_.full_a, ws_.local_a, timing);
   norm_.backward(ctx, grad_input, d_norm, st.input, st.mean, st.rstd);
   return grad_input;
 }

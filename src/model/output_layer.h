@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/layer_shapes.h"
+#include "model/linear.h"
 #include "model/norm.h"
 #include "model/param_store.h"
 
@@ -25,7 +26,7 @@ struct LossAccumulator {
 class OutputLayer {
  public:
   OutputLayer(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, const LayerShapes& shapes,
-              LayerWorkspace& workspace, Arena& arena, int stash_slots);
+              LayerWorkspace& workspace, Arena& arena, int stash_slots, int deferral_depth = 0);
 
   // The slot's target buffer [s * b] int32 ([s, b] order), filled by the caller before forward.
   const Tensor& targets(int slot) const { return stash_[static_cast<size_t>(slot)].targets; }
@@ -33,8 +34,18 @@ class OutputLayer {
   // input [s_l, b, h]. Adds the sum of the per-token losses to loss.sum; in training prepares the
   // logits' gradient for backward (see LossAccumulator).
   void forward(Context& ctx, int slot, const Tensor& input, const LossAccumulator& loss);
-  // grad_input [s_l, b, h] receives the gradient of the input.
-  Tensor backward(Context& ctx, int slot, const Tensor& grad_input);
+  // The input-gradient pass: grad_input [s_l, b, h] receives the gradient of the input; the LM
+  // head's weight gradient runs inside it or waits for backward_weight (model/linear.h).
+  Tensor backward(Context& ctx, int slot, const Tensor& grad_input,
+                  WeightGradTiming timing = WeightGradTiming::kWithInputGrad);
+  // The LM head's weight gradient of the oldest deferred backward.
+  void backward_weight(Context& ctx) { head_.backward_weight(ctx); }
+  // Bytes of the LM head's weight-gradient leases (model/linear.h).
+  static int64_t deferral_bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
+                                int deferral_depth);
+  // Everything the constructor takes from its arena.
+  static int64_t bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel, int stash_slots,
+                       int deferral_depth);
 
   // The logits [s * b, v_l] of the slot's last forward without gradient (for tests and the oracle).
   const Tensor& logits(int slot) const { return stash_[static_cast<size_t>(slot)].logits; }
@@ -51,7 +62,7 @@ class OutputLayer {
   LayerShapes shapes_;
   LayerWorkspace& ws_;
   Norm norm_;    // decoder.final_layernorm
-  Param& head_;  // output_layer.weight, or the tied word embedding
+  Linear head_;  // column-parallel over the vocabulary: output_layer.weight, or the tied word embedding
   // Per-row cross-entropy statistics of the microbatch in flight [s * b] (float32).
   Tensor row_max_, global_max_, row_sumexp_, target_logit_, row_loss_;
   std::vector<Stash> stash_;

@@ -10,11 +10,6 @@
 
 namespace gpt {
 namespace {
-// Every parameter starts on a multiple of 64 elements: aligned for 16-byte vector access in either
-// dtype, and a clean cut point for buckets and shards.
-constexpr int64_t kParamAlignment = 64;
-int64_t align_up(int64_t n) { return (n + kParamAlignment - 1) / kParamAlignment * kParamAlignment; }
-
 // fill(first_row, end_row) over [0, rows) on the machine's cores when the tensor is large.
 template <typename Fill>
 void parallel_for_rows(int64_t rows, int64_t cols, Fill fill) {
@@ -32,99 +27,34 @@ void parallel_for_rows(int64_t rows, int64_t cols, Fill fill) {
 }
 }  // namespace
 
-SliceLayout slice_layout(const ParamSpec& spec, int tp_rank, int tp_size) {
-  const auto& g = spec.global_shape;
-  GPT_CHECK(g.size() == 1 || g.size() == 2) << spec.name;
-  SliceLayout layout;
-  int64_t rows = g[0], cols = g.size() == 2 ? g[1] : 1;
-  if (spec.split == TensorSplit::kRows) {
-    GPT_CHECK_EQ(rows % tp_size, 0) << spec.name << " rows not divisible by TP";
-    rows /= tp_size;
-    layout.row_offset = tp_rank * rows;
-  } else if (spec.split == TensorSplit::kGatedRows) {
-    GPT_CHECK_EQ(rows % (2 * tp_size), 0) << spec.name << " halves not divisible by TP";
-    layout.gated_half_rows = rows / (2 * tp_size);
-    layout.row_offset = tp_rank * layout.gated_half_rows;
-    rows /= tp_size;
-  } else if (spec.split == TensorSplit::kColumns) {
-    GPT_CHECK_EQ(g.size(), 2u) << spec.name;
-    GPT_CHECK_EQ(cols % tp_size, 0) << spec.name << " columns not divisible by TP";
-    cols /= tp_size;
-    layout.column_offset = tp_rank * cols;
-  }
-  layout.local_shape = g.size() == 1 ? Shape({rows}) : Shape({rows, cols});
-  return layout;
-}
-
-int64_t Param::global_row(int64_t local_row) const {
-  if (gated_half_rows == 0 || local_row < gated_half_rows) return row_offset + local_row;
-  return spec->global_shape[0] / 2 + row_offset + (local_row - gated_half_rows);
-}
-
-std::vector<RowBlock> Param::row_blocks() const {
-  if (gated_half_rows == 0) return {RowBlock{0, row_offset, local_shape[0]}};
-  return {RowBlock{0, global_row(0), gated_half_rows},
-          RowBlock{gated_half_rows, global_row(gated_half_rows), gated_half_rows}};
-}
-
-ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_rank, int tp_size, DType dtype, Arena& arena,
-                       const BucketLayout& bucket_layout)
-    : specs_(std::move(specs)), dtype_(dtype) {
-  GPT_CHECK_GE(bucket_layout.shard_over, 1) << "bucket shards";
-  params_.reserve(specs_.size());
-  const int64_t bucket_multiple = bucket_layout.shard_over > 1 ? std::lcm(int64_t{bucket_layout.shard_over}, int64_t{128}) : 1;
-  int64_t total = 0;
-  auto close_bucket = [&] {
-    if (buckets_.empty() || buckets_.back().params.empty()) return;
-    total = (total + bucket_multiple - 1) / bucket_multiple * bucket_multiple;
-    buckets_.back().range.end = total;
-  };
-  auto open_bucket = [&] {
-    if (!buckets_.empty() && buckets_.back().params.empty()) return;
-    buckets_.push_back({Range{total, total}, {}});
-  };
-  open_bucket();
-  for (auto it = specs_.rbegin(); it != specs_.rend(); ++it) {
-    const bool alone = std::find(bucket_layout.own_bucket.begin(), bucket_layout.own_bucket.end(), it->name) !=
-                       bucket_layout.own_bucket.end();
-    if (alone) {
-      close_bucket();
-      open_bucket();
-    }
-    const SliceLayout layout = slice_layout(*it, tp_rank, tp_size);
+ParamStore::ParamStore(ShardPlan plan, DType dtype, Arena& arena) : plan_(std::move(plan)), dtype_(dtype) {
+  params_.reserve(plan_.params().size());
+  flat_values_ = arena.allocate_zeroed(dtype, {plan_.flat_elements()});
+  flat_grads_ = arena.allocate_zeroed(DType::kFloat32, {plan_.flat_elements()});
+  for (const ParamPlacement& placement : plan_.params()) {
     Param param;
-    param.spec = &*it;
-    param.local_shape = layout.local_shape;
-    param.row_offset = layout.row_offset;
-    param.column_offset = layout.column_offset;
-    param.gated_half_rows = layout.gated_half_rows;
-    param.flat_offset = total;
-    param.counts_in_grad_norm = it->split != TensorSplit::kReplicated || tp_rank == 0;
-    total += align_up(layout.local_shape.numel());
-    index_[it->name] = params_.size();
-    buckets_.back().params.push_back(params_.size());
-    buckets_.back().range.end = total;
-    params_.push_back(param);
-    // Buckets stay below 2^30 elements whatever the flags say: MPI counts are ints, and a bucket's
-    // reduce-scatter and all-gather send it in one call.
-    constexpr int64_t kMaxBucket = int64_t{1} << 30;
-    const int64_t bucket_elements = total - buckets_.back().range.begin;
-    const bool full = (bucket_layout.bucket_size > 0 && bucket_elements >= bucket_layout.bucket_size) ||
-                      bucket_elements >= kMaxBucket;
-    if (alone || full) {
-      close_bucket();
-      open_bucket();
-    }
-  }
-  close_bucket();
-  if (buckets_.size() > 1 && buckets_.back().params.empty()) buckets_.pop_back();
-  flat_values_ = arena.allocate_zeroed(dtype, {total});
-  flat_grads_ = arena.allocate_zeroed(DType::kFloat32, {total});
-  for (Param& param : params_) {
+    param.spec = placement.spec;
+    param.placement = &placement;
+    param.local_shape = placement.slice.local_shape;
+    param.row_offset = placement.slice.row_offset;
+    param.column_offset = placement.slice.column_offset;
+    param.flat_offset = placement.flat_offset;
+    param.counts_in_grad_norm = placement.counts_in_grad_norm;
     param.value = flat_values_.flat_range(param.flat_offset, param.numel()).view(param.local_shape);
     param.grad = flat_grads_.flat_range(param.flat_offset, param.numel()).view(param.local_shape);
+    index_[param.name()] = params_.size();
+    params_.push_back(param);
   }
 }
+
+int64_t ParamStore::bytes(const ShardPlan& plan, DType dtype) {
+  return Arena::aligned_bytes(dtype, Shape{plan.flat_elements()}) +
+         Arena::aligned_bytes(DType::kFloat32, Shape{plan.flat_elements()});
+}
+
+ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_rank, int tp_size, DType dtype, Arena& arena)
+    : ParamStore(ShardPlan(std::move(specs), {.tensor_parallel_rank = tp_rank, .tensor_parallel_size = tp_size}),
+                 dtype, arena) {}
 
 Param& ParamStore::get(const std::string& name) {
   auto it = index_.find(name);
@@ -182,10 +112,8 @@ std::vector<ShardedTensor> ParamStore::sharded_tensors() const {
 }
 
 const Param* ParamStore::param_at(int64_t flat_index) const {
-  for (const Param& param : params_) {
-    if (flat_index >= param.flat_offset && flat_index < param.flat_offset + param.numel()) return &param;
-  }
-  return nullptr;
+  const ParamPlacement* placement = plan_.param_at(flat_index);
+  return placement ? &params_[static_cast<size_t>(placement - plan_.params().data())] : nullptr;
 }
 
 }  // namespace gpt

@@ -1,8 +1,9 @@
 // The parameters one rank holds: its tensor-parallel slice of each parameter of its pipeline
 // stage, in one contiguous buffer of the compute dtype, with FP32 gradients ("main_grad") in a
 // second contiguous buffer of the same layout. Contiguity is what data-parallel buckets, the
-// distributed optimizer and checkpoint shards are cut from. Parameters are laid out in reverse
-// order of first use, so that gradients become final front to back during backward.
+// distributed optimizer and checkpoint shards are cut from. Where each parameter sits is the shard
+// plan's decision (model/shard_plan.h): reverse order of first use, so that gradients become final
+// front to back during backward, in buckets for data-parallel reduction.
 #pragma once
 
 #include <string>
@@ -13,25 +14,18 @@
 #include "core/arena.h"
 #include "core/context.h"
 #include "model/param_registry.h"
+#include "model/shard_plan.h"
 #include "parallel/data_parallel/range.h"
 
 namespace gpt {
 
-// Consecutive rows of a slice that are consecutive in the global tensor too.
-struct RowBlock {
-  int64_t local_row = 0;
-  int64_t global_row = 0;
-  int64_t rows = 0;
-};
-
 struct Param {
   const ParamSpec* spec = nullptr;
+  const ParamPlacement* placement = nullptr;  // in the store's shard plan
+  // Copied from the placement for the layers' convenience.
   Shape local_shape;          // this rank's slice
   int64_t row_offset = 0;     // slice position in the global tensor
   int64_t column_offset = 0;
-  // TensorSplit::kGatedRows: the slice's rows are two halves of this many rows each, the first at
-  // global row row_offset, the second at global_rows / 2 + row_offset. 0 for the other splits.
-  int64_t gated_half_rows = 0;
   int64_t flat_offset = 0;    // position in the store's flat buffers (elements)
   Tensor value;               // compute dtype
   Tensor grad;                // float32, accumulated over microbatches
@@ -42,34 +36,21 @@ struct Param {
   const std::string& name() const { return spec->name; }
   int64_t numel() const { return local_shape.numel(); }
   // The global row of local row r (column_offset gives the column).
-  int64_t global_row(int64_t local_row) const;
+  int64_t global_row(int64_t local_row) const { return placement->global_row(local_row); }
   // The slice as runs of rows contiguous in the global tensor: one, or two for kGatedRows.
-  std::vector<RowBlock> row_blocks() const;
-};
-
-// How the flat buffers are cut into buckets for data-parallel reduction (Megatron's
-// param-and-grad buffer): parameters in reverse order of first use, each starting on a multiple of
-// 64 elements; a bucket closes once it holds at least `bucket_size` elements (0: one bucket); a
-// parameter named in `own_bucket` (the tied word embedding between pipeline stages) gets a bucket
-// of its own; with `shard_over` > 1 (the distributed optimizer) every bucket is padded to a multiple
-// of lcm(shard_over, 128) elements, Megatron's rule, so that it splits evenly over the
-// data-parallel ranks.
-struct BucketLayout {
-  int64_t bucket_size = 0;
-  int shard_over = 1;
-  std::vector<std::string> own_bucket;
-};
-
-struct Bucket {
-  Range range;                 // elements of the flat buffers, padding included
-  std::vector<size_t> params;  // indices into ParamStore::params()
+  std::vector<RowBlock> row_blocks() const { return placement->row_blocks(); }
 };
 
 class ParamStore {
  public:
-  // `specs` are the parameters of this rank's pipeline stage(s).
+  // The flat buffers laid out as `plan` says (model/shard_plan.h), for the parameters of this
+  // rank's pipeline stage(s).
+  ParamStore(ShardPlan plan, DType dtype, Arena& arena);
+  // What the store takes from its arena: the flat values in `dtype` and the FP32 gradients.
+  static int64_t bytes(const ShardPlan& plan, DType dtype);
+  // One data-parallel rank, one bucket: `specs` sliced for this TP rank.
   ParamStore(std::vector<ParamSpec> specs, int tensor_parallel_rank, int tensor_parallel_size, DType dtype,
-             Arena& arena, const BucketLayout& buckets = {});
+             Arena& arena);
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
 
@@ -88,8 +69,9 @@ class ParamStore {
   void initialize(uint64_t seed);
   void zero_grads(Context& ctx) const;
 
+  const ShardPlan& plan() const { return plan_; }
   // The buckets, in the order their gradients become final in backward (front to back).
-  const std::vector<Bucket>& buckets() const { return buckets_; }
+  const std::vector<BucketPlan>& buckets() const { return plan_.buckets(); }
   // Every parameter slice as a checkpoint piece "model/<name>" (views of the values). Duplicates
   // this rank holds (a replicated parameter on TP rank > 0, the last stage's tied embedding copy:
   // whatever does not count in the gradient norm) have replica_id 1.
@@ -101,22 +83,12 @@ class ParamStore {
   Range range_of(const Param& param) const { return {param.flat_offset, param.flat_offset + param.numel()}; }
 
  private:
-  std::vector<ParamSpec> specs_;
-  std::vector<Param> params_;
+  ShardPlan plan_;
+  std::vector<Param> params_;  // in the plan's (flat) order
   std::unordered_map<std::string, size_t> index_;
   DType dtype_;
   Tensor flat_values_;
   Tensor flat_grads_;
-  std::vector<Bucket> buckets_;
 };
-
-// The local slice of a parameter for a TP rank: shape and offsets in the global tensor.
-struct SliceLayout {
-  Shape local_shape;
-  int64_t row_offset = 0;
-  int64_t column_offset = 0;
-  int64_t gated_half_rows = 0;  // see Param
-};
-SliceLayout slice_layout(const ParamSpec& spec, int tensor_parallel_rank, int tensor_parallel_size);
 
 }  // namespace gpt

@@ -9,19 +9,35 @@ namespace gpt {
 namespace {
 std::string layer_prefix(int64_t layer) { return "decoder.layers." + std::to_string(layer) + "."; }
 
-// A linear layer's bias, or null with --disable-bias-linear.
-Param* optional_bias(const ModelConfig& config, ParamStore& params, const std::string& name) {
-  return config.add_bias_linear ? &params.get(name) : nullptr;
+// One of the layer's linears: prefix + ".weight", and prefix + ".bias" unless --disable-bias-linear.
+Linear linear(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, const LayerShapes& s,
+              int64_t layer, const std::string& module, LinearKind kind, int deferral_depth, Arena& arena) {
+  const std::string prefix = layer_prefix(layer) + module;
+  Param* bias = config.add_bias_linear ? &params.get(prefix + ".bias") : nullptr;
+  return Linear(prefix, kind, params.get(prefix + ".weight"), bias, tp, s.rows(), s.local_rows(), deferral_depth,
+                arena);
+}
+
+// The four linears' weight shapes on this rank ([out_l, in] column-parallel, [out, in_l] row).
+struct LinearShape {
+  LinearKind kind;
+  Shape weight;
+};
+std::vector<LinearShape> linear_shapes(const LayerShapes& s) {
+  return {{LinearKind::kColumnParallel, Shape{s.local_qkv(), s.hidden}},
+          {LinearKind::kRowParallel, Shape{s.hidden, s.local_projection()}},
+          {LinearKind::kColumnParallel, Shape{s.local_fc1, s.hidden}},
+          {LinearKind::kRowParallel, Shape{s.hidden, s.local_ffn}}};
 }
 }  // namespace
 
 TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, ParamStore& params,
                                    const TensorParallel& tp, const LayerShapes& s, LayerWorkspace& workspace,
                                    const RecomputePlan& plan, int64_t index_in_chunk, RecomputeBuffers& shared,
-                                   Arena& arena, int stash_slots, const std::vector<MicrobatchPosition>& positions)
+                                   Arena& arena, int stash_slots, const std::vector<MicrobatchPosition>& positions,
+                                   int deferral_depth)
     : config_(config),
       layer_(layer),
-      attention_scale_(1.0f / std::sqrt(static_cast<float>(s.head_dim))),
       tp_(tp),
       shapes_(s),
       ws_(workspace),
@@ -30,14 +46,13 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
       positions_(positions),
       norm1_(config, params, layer_prefix(layer) + "input_layernorm"),
       norm2_(config, params, layer_prefix(layer) + "pre_mlp_layernorm"),
-      qkv_weight_(params.get(layer_prefix(layer) + "self_attention.linear_qkv.weight")),
-      qkv_bias_(optional_bias(config, params, layer_prefix(layer) + "self_attention.linear_qkv.bias")),
-      proj_weight_(params.get(layer_prefix(layer) + "self_attention.linear_proj.weight")),
-      proj_bias_(optional_bias(config, params, layer_prefix(layer) + "self_attention.linear_proj.bias")),
-      fc1_weight_(params.get(layer_prefix(layer) + "mlp.linear_fc1.weight")),
-      fc1_bias_(optional_bias(config, params, layer_prefix(layer) + "mlp.linear_fc1.bias")),
-      fc2_weight_(params.get(layer_prefix(layer) + "mlp.linear_fc2.weight")),
-      fc2_bias_(optional_bias(config, params, layer_prefix(layer) + "mlp.linear_fc2.bias")) {
+      qkv_(linear(config, params, tp, s, layer, "self_attention.linear_qkv", LinearKind::kColumnParallel,
+                  deferral_depth, arena)),
+      proj_(linear(config, params, tp, s, layer, "self_attention.linear_proj", LinearKind::kRowParallel,
+                   deferral_depth, arena)),
+      fc1_(linear(config, params, tp, s, layer, "mlp.linear_fc1", LinearKind::kColumnParallel, deferral_depth, arena)),
+      fc2_(linear(config, params, tp, s, layer, "mlp.linear_fc2", LinearKind::kRowParallel, deferral_depth, arena)),
+      attention_(make_attention_core(s)) {
   GPT_CHECK_EQ(positions.size(), static_cast<size_t>(stash_slots)) << "microbatch positions of layer " << layer;
   if (recomputes_full()) {
     const auto position = static_cast<size_t>(recompute_.position_in_group(index_in_chunk));
@@ -58,6 +73,22 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
     }
     if (recomputes_full() && !ends_group_) st.output = shared_->output;  // read at once by the next layer
   }
+}
+
+int64_t TransformerLayer::deferral_bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
+                                        int deferral_depth) {
+  int64_t total = 0;
+  for (const LinearShape& linear : linear_shapes(s)) {
+    total += Linear::deferral_bytes(linear.kind, linear.weight, config.add_bias_linear, sequence_parallel, config.dtype,
+                                    s.rows(), s.local_rows(), deferral_depth);
+  }
+  return total;
+}
+
+int64_t TransformerLayer::bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
+                                const RecomputePlan& plan, int64_t index_in_chunk, int stash_slots, int deferral_depth) {
+  return stash_slots * layer_activation_bytes(s, config.dtype, sequence_parallel, per_slot_parts(plan, index_in_chunk)) +
+         deferral_bytes(config, s, sequence_parallel, deferral_depth);
 }
 
 Tensor TransformerLayer::heads_view(const Tensor& matrix) const {
@@ -100,9 +131,9 @@ Tensor TransformerLayer::recompute(Context& ctx, int slot, const Tensor& input) 
 }
 
 void TransformerLayer::attention_forward(Context& ctx, int slot, const LayerActivations& a, const Tensor& attention,
-                                         const Tensor& lse) {
-  ops::attention_forward(ctx, heads_view(attention), lse, groups_view(a.qkv), attention_scale_,
-                         mask(slot, ops::DropoutSite::kAttentionProbabilities));
+                                         const Tensor& lse) const {
+  attention_->forward(ctx, heads_view(attention), lse, groups_view(a.qkv),
+                      mask(slot, ops::DropoutSite::kAttentionProbabilities));
 }
 
 void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, LayerActivations& a,
@@ -110,53 +141,48 @@ void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, Laye
   a.input = input;
   // Attention block.
   norm1_.forward(ctx, a.ln1, a.ln1_mean, a.ln1_rstd, input);
-  const Tensor ln1_full = tp_.gather_input(ctx, a.ln1, a.ln1_gathered);  // [s, b, h]
-  ops::matmul(ctx, a.qkv, ln1_full, qkv_weight_.value, {.transpose_b = true, .bias = bias_of(qkv_bias_)});
+  qkv_.forward_column(ctx, a.qkv, a.ln1, a.ln1_gathered);  // [s b, qkv_l]
   if (config_.position_embedding == PositionEmbedding::kRope) {
     // Rotated in place: the stash keeps the rotated q and k that attention's backward reads.
     ops::rope_forward(ctx, groups_view(a.qkv), shapes_.head_dim, config_.rotary_dim, config_.rotary_base);
   }
   attention_forward(ctx, slot, a, a.attention, a.lse);
-  ops::matmul(ctx, ws_.full_a, a.attention, proj_weight_.value, {.transpose_b = true});  // partial [s, b, h]
-  const Tensor attention_out = tp_.reduce_output(ctx, ws_.full_a, ws_.local_a);          // [s_l, b, h]
+  const Tensor attention_out = proj_.forward_row(ctx, ws_.full_a, a.attention, ws_.local_a);  // [s_l, b, h]
   // MLP block; the attention residual (and its bias, unless dropout needs it inside) is fused into
   // the second norm.
   const ops::DropoutMask attention_dropout = mask(slot, ops::DropoutSite::kAttentionOutput);
-  Tensor residual_bias = bias_of(proj_bias_);
+  Tensor residual_bias = proj_.bias();
   if (attention_dropout.enabled()) {
     ops::dropout_forward(ctx, attention_out, attention_out, residual_bias, attention_dropout);
     residual_bias = Tensor();
   }
   norm2_.residual_forward(ctx, a.residual, a.ln2, a.ln2_mean, a.ln2_rstd, input, attention_out, residual_bias);
-  const Tensor ln2_full = tp_.gather_input(ctx, a.ln2, a.ln2_gathered);
   if (config_.swiglu) {
-    ops::matmul(ctx, a.fc1_pre, ln2_full, fc1_weight_.value, {.transpose_b = true, .bias = bias_of(fc1_bias_)});
+    fc1_.forward_column(ctx, a.fc1_pre, a.ln2, a.ln2_gathered);
     ops::swiglu_forward(ctx, a.fc1_act.as_matrix(), a.fc1_pre.as_matrix());  // [s b, 2 ffn_l] -> [s b, ffn_l]
   } else {
-    ops::matmul(ctx, a.fc1_act, ln2_full, fc1_weight_.value,
-                {.transpose_b = true, .bias = bias_of(fc1_bias_), .pre_gelu = a.fc1_pre});
+    fc1_.forward_column(ctx, a.fc1_act, a.ln2, a.ln2_gathered, /*pre_gelu=*/a.fc1_pre);
   }
 }
 
 void TransformerLayer::forward_mlp_output(Context& ctx, int slot, const LayerActivations& a, const Tensor& output) {
-  ops::matmul(ctx, ws_.full_a, a.fc1_act, fc2_weight_.value, {.transpose_b = true});
-  const Tensor mlp_out = tp_.reduce_output(ctx, ws_.full_a, ws_.local_a);  // [s_l, b, h]
+  const Tensor mlp_out = fc2_.forward_row(ctx, ws_.full_a, a.fc1_act, ws_.local_a);  // [s_l, b, h]
   const ops::DropoutMask mlp_dropout = mask(slot, ops::DropoutSite::kMlpOutput);
   if (mlp_dropout.enabled()) {
-    ops::dropout_forward(ctx, mlp_out, mlp_out, bias_of(fc2_bias_), mlp_dropout);
+    ops::dropout_forward(ctx, mlp_out, mlp_out, fc2_.bias(), mlp_dropout);
     ops::residual_add(ctx, output, a.residual, mlp_out, Tensor());
   } else {
-    ops::residual_add(ctx, output, a.residual, mlp_out, bias_of(fc2_bias_));
+    ops::residual_add(ctx, output, a.residual, mlp_out, fc2_.bias());
   }
 }
 
-Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_output, const Tensor& grad_input) {
+Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_output, const Tensor& grad_input,
+                                  WeightGradTiming timing) {
   if (recomputes_full()) {
     GPT_CHECK_EQ(recomputed_slot_, slot) << "backward of a full-recompute layer before its group was recomputed";
     recomputed_slot_ = -1;
   }
   const LayerActivations& st = recomputes_full() ? *shared_ : stash_[static_cast<size_t>(slot)];
-  const ops::MatmulOptions accumulate_weight_grad{.transpose_a = true, .beta = 1.0f};
   const Tensor ln1_full = tp_.sequence_parallel() ? st.ln1_gathered : st.ln1;
   const Tensor ln2_full = tp_.sequence_parallel() ? st.ln2_gathered : st.ln2;
   // grad_output and grad_input may be the same buffer: grad_output is last read before grad_input
@@ -170,21 +196,15 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
     ops::dropout_backward(ctx, ws_.local_b, grad_output, mlp_dropout);
     d_mlp_local = ws_.local_b;
   }
-  if (fc2_bias_) ops::bias_grad(ctx, fc2_bias_->grad, d_mlp_local);
-  const Tensor d_mlp = tp_.gather_output_grad(ctx, d_mlp_local, ws_.full_a);     // [s, b, h]
-  ops::matmul(ctx, fc2_weight_.grad, d_mlp, st.fc1_act, accumulate_weight_grad);  // [h, ffn_l]
-  ops::matmul(ctx, ws_.ffn, d_mlp, fc2_weight_.value);                            // [s, b, ffn_l]
-  Tensor d_fc1 = ws_.ffn;                                                         // [s, b, fc1_l]
+  fc2_.backward_input_row(ctx, d_mlp_local, st.fc1_act, ws_.full_a, ws_.ffn, timing);  // [s, b, ffn_l]
+  Tensor d_fc1 = ws_.ffn;                                                              // [s, b, fc1_l]
   if (config_.swiglu) {
     ops::swiglu_backward(ctx, ws_.fc1.as_matrix(), ws_.ffn.as_matrix(), st.fc1_pre.as_matrix());
     d_fc1 = ws_.fc1;
   } else {
     ops::gelu_backward(ctx, ws_.ffn, ws_.ffn, st.fc1_pre);
   }
-  ops::matmul(ctx, fc1_weight_.grad, d_fc1, ln2_full, accumulate_weight_grad);  // [fc1_l, h]
-  if (fc1_bias_) ops::bias_grad(ctx, fc1_bias_->grad, d_fc1);
-  ops::matmul(ctx, ws_.full_b, d_fc1, fc1_weight_.value);                       // [s, b, h]
-  const Tensor d_ln2 = tp_.reduce_input_grad(ctx, ws_.full_b, ws_.local_a);    // [s_l, b, h]
+  const Tensor d_ln2 = fc1_.backward_input_column(ctx, d_fc1, ln2_full, ws_.full_b, ws_.local_a, timing);  // [s_l, b, h]
   // d_residual = grad_output + N2'(d_ln2), kept in local_b through the attention block.
   const Tensor d_residual = ws_.local_b;
   norm2_.backward(ctx, d_residual, d_ln2, st.residual, st.ln2_mean, st.ln2_rstd);
@@ -203,23 +223,24 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
     ops::dropout_backward(ctx, ws_.local_a, d_residual, attention_dropout);
     d_proj_local = ws_.local_a;
   }
-  if (proj_bias_) ops::bias_grad(ctx, proj_bias_->grad, d_proj_local);
-  const Tensor d_proj = tp_.gather_output_grad(ctx, d_proj_local, ws_.full_a);        // [s, b, h]
-  ops::matmul(ctx, proj_weight_.grad, d_proj, st.attention, accumulate_weight_grad);  // [h, proj_l]
-  ops::matmul(ctx, ws_.projection, d_proj, proj_weight_.value);                     // [s, b, proj_l]
-  ops::attention_backward(ctx, groups_view(ws_.qkv), heads_view(ws_.projection), groups_view(st.qkv),
-                          heads_view(st.attention), st.lse, attention_scale_,
-                          mask(slot, ops::DropoutSite::kAttentionProbabilities));
+  proj_.backward_input_row(ctx, d_proj_local, st.attention, ws_.full_a, ws_.projection, timing);  // [s b, proj_l]
+  attention_->backward_input(ctx, groups_view(ws_.qkv), heads_view(ws_.projection), groups_view(st.qkv),
+                             heads_view(st.attention), st.lse, mask(slot, ops::DropoutSite::kAttentionProbabilities));
   if (config_.position_embedding == PositionEmbedding::kRope) {
     ops::rope_backward(ctx, groups_view(ws_.qkv), shapes_.head_dim, config_.rotary_dim, config_.rotary_base);
   }
-  ops::matmul(ctx, qkv_weight_.grad, ws_.qkv, ln1_full, accumulate_weight_grad);  // [qkv_l, h]
-  if (qkv_bias_) ops::bias_grad(ctx, qkv_bias_->grad, ws_.qkv);
-  ops::matmul(ctx, ws_.full_b, ws_.qkv, qkv_weight_.value);  // [s, b, h]
-  const Tensor d_ln1 = tp_.reduce_input_grad(ctx, ws_.full_b, ws_.local_a);
+  const Tensor d_ln1 = qkv_.backward_input_column(ctx, ws_.qkv, ln1_full, ws_.full_b, ws_.local_a, timing);
   norm1_.backward(ctx, grad_input, d_ln1, st.input, st.ln1_mean, st.ln1_rstd);
   ops::residual_add(ctx, grad_input, grad_input, d_residual, Tensor());
   return grad_input;
+}
+
+void TransformerLayer::backward_weight(Context& ctx) {
+  // The order of the fused backward (each linear accumulates into its own parameters).
+  fc2_.backward_weight(ctx);
+  fc1_.backward_weight(ctx);
+  proj_.backward_weight(ctx);
+  qkv_.backward_weight(ctx);
 }
 
 }  // namespace gpt

@@ -10,6 +10,13 @@
 // once, after the reduction). Dropout masks depend only on global coordinates
 // (kernels/dropout_mask.h), so every layout drops the same elements and backward regenerates them.
 //
+// The layer is a sequence of modules: Norm, Linear (model/linear.h: qkv and fc1 column-parallel,
+// proj and fc2 row-parallel), the AttentionCore (model/attention_core.h), the activation and the
+// dropouts (ops). Backward is the modules' input-gradient passes in reverse; each Linear's weight
+// gradient runs inside its input-gradient pass (WeightGradTiming::kWithInputGrad, the fused order)
+// or later, in backward_weight (kDeferred); both give bitwise the same gradients. The norms'
+// parameter gradients come out of their fused backward kernels, in the input-gradient pass.
+//
 // Activation recompute (LayerRecompute, from the chunk's plan) changes only where activations
 // live, never the arithmetic: the recomputed tensors come from the same ops on the same inputs,
 // so gradients are bitwise those without recompute on the CPU backend. On the GPU every kernel of
@@ -20,7 +27,9 @@
 
 #include <vector>
 
+#include "model/attention_core.h"
 #include "model/layer_activations.h"
+#include "model/linear.h"
 #include "model/microbatch_position.h"
 #include "model/norm.h"
 #include "model/param_store.h"
@@ -31,11 +40,11 @@ class TransformerLayer {
  public:
   // `layer` is the global layer number, `index_in_chunk` its place in the chunk's recompute plan,
   // `shared` the chunk's recompute buffers, `positions` the chunk's per-slot microbatch positions
-  // (dropout).
+  // (dropout); `deferral_depth` the weight gradients that may wait at once (model/linear.h).
   TransformerLayer(const ModelConfig& config, int64_t layer, ParamStore& params, const TensorParallel& tp,
                    const LayerShapes& shapes, LayerWorkspace& workspace, const RecomputePlan& plan,
                    int64_t index_in_chunk, RecomputeBuffers& shared, Arena& arena, int stash_slots,
-                   const std::vector<MicrobatchPosition>& positions);
+                   const std::vector<MicrobatchPosition>& positions, int deferral_depth = 0);
 
   // input [s_l, b, h] (kept by reference in the stash until backward) -> output [s_l, b, h],
   // owned by this layer's stash slot (or, inside a full-recompute group, by the shared buffers
@@ -47,9 +56,19 @@ class TransformerLayer {
   // not needed by backward: there the recompute stops after fc1 (no fc2 GEMM, no reduction) and
   // returns nothing.
   Tensor recompute(Context& ctx, int slot, const Tensor& input);
-  // grad_output [s_l, b, h] -> grad_input [s_l, b, h]; grad_input may alias grad_output. Under
-  // full recompute the group must have been recomputed for this slot first.
-  Tensor backward(Context& ctx, int slot, const Tensor& grad_output, const Tensor& grad_input);
+  // The input-gradient pass: grad_output [s_l, b, h] -> grad_input [s_l, b, h]; grad_input may
+  // alias grad_output. Under full recompute the group must have been recomputed for this slot
+  // first. The linears' weight gradients run inside it, or wait for backward_weight (kDeferred).
+  Tensor backward(Context& ctx, int slot, const Tensor& grad_output, const Tensor& grad_input,
+                  WeightGradTiming timing = WeightGradTiming::kWithInputGrad);
+  // The weight-gradient pass of the oldest deferred backward: the four linears' weights and biases.
+  void backward_weight(Context& ctx);
+  // Everything the constructor takes from its arena: the stash slots' activations and the leases.
+  static int64_t bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
+                       const RecomputePlan& plan, int64_t index_in_chunk, int stash_slots, int deferral_depth);
+  // Bytes of the weight-gradient leases a layer of these shapes takes (model/linear.h).
+  static int64_t deferral_bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
+                                int deferral_depth);
 
   // The input the slot's forward was given (a full-recompute group restarts from it).
   const Tensor& stashed_input(int slot) const { return stash_[static_cast<size_t>(slot)].input; }
@@ -62,18 +81,16 @@ class TransformerLayer {
   void forward_mlp_output(Context& ctx, int slot, const LayerActivations& a, const Tensor& output);
   // The attention core on the slot's qkv [s b, qkv_l] into attention [s b, heads_l d] and lse.
   void attention_forward(Context& ctx, int slot, const LayerActivations& a, const Tensor& attention,
-                         const Tensor& lse);
+                         const Tensor& lse) const;
   // The slot's mask of one dropout site.
   ops::DropoutMask mask(int slot, ops::DropoutSite site) const;
   // [s b, heads_l d] seen as [s, b, heads_l, d] and [s b, qkv_l] as [s, b, groups_l, (q + 2) d],
   // the attention op's layouts.
   Tensor heads_view(const Tensor& matrix) const;
   Tensor groups_view(const Tensor& matrix) const;
-  static Tensor bias_of(const Param* param) { return param ? param->value : Tensor(); }
 
   const ModelConfig& config_;
   int64_t layer_;
-  float attention_scale_;
   const TensorParallel& tp_;
   LayerShapes shapes_;
   LayerWorkspace& ws_;
@@ -83,9 +100,9 @@ class TransformerLayer {
   int recomputed_slot_ = -1;            // full recompute: whose activations the shared set holds
   const std::vector<MicrobatchPosition>& positions_;
   Norm norm1_, norm2_;
-  // Biases are null with --disable-bias-linear.
-  Param &qkv_weight_, *qkv_bias_, &proj_weight_, *proj_bias_;
-  Param &fc1_weight_, *fc1_bias_, &fc2_weight_, *fc2_bias_;
+  // Biases are absent with --disable-bias-linear.
+  Linear qkv_, proj_, fc1_, fc2_;
+  std::unique_ptr<AttentionCore> attention_;
   // Per in-flight microbatch: what recompute_ says to keep (the rest are views of shared buffers).
   std::vector<LayerActivations> stash_;
 };

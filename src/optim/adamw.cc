@@ -35,6 +35,11 @@ AdamW::AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena&
   exp_avg_sq_ = arena.allocate_zeroed(DType::kFloat32, {elements});
 }
 
+int64_t AdamW::bytes(int64_t owned_elements, DType dtype) {
+  const int64_t arrays = dtype == DType::kFloat32 ? 2 : 3;
+  return arrays * Arena::aligned_bytes(DType::kFloat32, Shape{owned_elements});
+}
+
 void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
   ++steps_;
   const ops::AdamWStep step{.learning_rate = learning_rate,
@@ -62,45 +67,26 @@ std::vector<ShardedTensor> AdamW::sharded_tensors(bool sharded) const {
   };
   std::vector<State> states = {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}};
   if (separate_master_) states.insert(states.begin(), State{"master", &master_});
+  const ShardPlan& plan = params_.plan();
   for (const Part& part : parts_) {
     for (const ops::AdamWSegment& segment : part.segments) {
       const int64_t flat_begin = part.range.begin + segment.offset;
       const Param* param = params_.param_at(flat_begin);
       GPT_CHECK(param != nullptr) << "optimizer segment at " << flat_begin << " holds no parameter";
-      const std::vector<int64_t>& global = param->spec->global_shape;
-      const int64_t cols = param->local_shape.rank() == 2 ? param->local_shape[1] : 1;
-      const int64_t begin = flat_begin - param->flat_offset;  // within the slice
-      const int64_t end = begin + segment.length;
-      // Each run of rows that is contiguous in the global tensor too (two for SwiGLU's fc1).
-      for (const RowBlock& block : param->row_blocks()) {
-        const int64_t block_begin = block.local_row * cols, block_end = block_begin + block.rows * cols;
-        const int64_t first = std::max(begin, block_begin), last = std::min(end, block_end);
-        if (first >= last) continue;
-        std::vector<int64_t> block_shape = {block.rows}, block_offsets = {block.global_row};
-        if (global.size() == 2) {
-          block_shape.push_back(cols);
-          block_offsets.push_back(param->column_offset);
-        }
-        for (const FlatRectangle& rectangle :
-             rectangles_of_flat_range(block_shape, first - block_begin, last - block_begin)) {
-          int64_t count = 1;
-          for (int64_t c : rectangle.counts) count *= c;
-          // State element of slice element i: part.state_offset + segment.offset + (i - begin).
-          const int64_t state_offset =
-              part.state_offset + segment.offset + (block_begin + rectangle.flat_begin - begin);
-          for (const State& state : states) {
-            ShardedTensor piece;
-            piece.key = std::string("optimizer/") + state.name + "/" + param->name();
-            piece.global_shape = global;
-            for (size_t d = 0; d < global.size(); ++d) {
-              piece.offsets.push_back(block_offsets[d] + rectangle.offsets[d]);
-            }
-            piece.local_shape = rectangle.counts;
-            piece.replica_id = param->counts_in_grad_norm ? 0 : 1;
-            piece.replicated_over_data_parallel = !sharded;
-            piece.data = state.tensor->flat_range(state_offset, count);
-            result.push_back(std::move(piece));
-          }
+      for (const GlobalRectangle& rectangle :
+           plan.global_rectangles(*param->placement, {flat_begin, flat_begin + segment.length})) {
+        // State element of flat element i: part.state_offset + (i - part.range.begin).
+        const int64_t state_offset = part.state_offset + (rectangle.flat_begin - part.range.begin);
+        for (const State& state : states) {
+          ShardedTensor piece;
+          piece.key = std::string("optimizer/") + state.name + "/" + param->name();
+          piece.global_shape = param->spec->global_shape;
+          piece.offsets = rectangle.offsets;
+          piece.local_shape = rectangle.counts;
+          piece.replica_id = param->counts_in_grad_norm ? 0 : 1;
+          piece.replicated_over_data_parallel = !sharded;
+          piece.data = state.tensor->flat_range(state_offset, rectangle.numel());
+          result.push_back(std::move(piece));
         }
       }
     }

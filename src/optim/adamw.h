@@ -29,6 +29,9 @@ class AdamW {
  public:
   // `owned`: disjoint ranges of the flat buffers this rank updates; empty means all of them.
   AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena& arena, std::vector<Range> owned = {});
+  // What the constructor takes from its arena for `owned_elements` with parameters in `dtype`:
+  // the two moments, and FP32 master weights unless the parameters are FP32.
+  static int64_t bytes(int64_t owned_elements, DType dtype);
 
   // One update with the given learning rate; gradients are multiplied by grad_scale first
   // (the clipping coefficient). Increments the step counter.

@@ -1,23 +1,20 @@
 // Every argument of a run, once: its flag, its name in Megatron's args namespace (the argparse
 // dest, e.g. --disable-bias-linear is add_bias_linear = False) and its value as Python holds it
-// (None where Megatron's default is None and the flag was not given). Two users:
+// (None where Megatron's default is None and the flag was not given), from the flag table's rows
+// (train/flag_table.h). Two users:
 //   - the argument dump, printed as Megatron's _print_args prints it, so that a diff between a
 //     Megatron log and ours shows only real differences;
 //   - the ranks' agreement check (train/rank_agreement.h), which compares the canonical text.
-// A field added to Arguments belongs here.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "train/arguments.h"
+#include "train/flag_table.h"
 
 namespace gpt {
-
-// None, a bool, an int, a float, a str or a list of str.
-using PyValue = std::variant<std::monostate, bool, int64_t, double, std::string, std::vector<std::string>>;
 
 // As print() shows it: None, True, 8, 0.0001, 1e-05, text, ['a', 'b'] (Python's float repr: the
 // shortest text that reads back the same double).
@@ -30,8 +27,9 @@ struct ArgumentEntry {
   std::string canonical;  // the raw value as the ranks' agreement check and checkpoints compare it
 };
 
-// The arguments in declaration order; `world_size` > 0 adds the values Megatron derives from it
-// (world_size, data_parallel_size, virtual_pipeline_model_parallel_size).
+// The arguments in the agreement text's order (train/flag_table.h); `world_size` > 0 adds the
+// values Megatron derives from it (world_size, data_parallel_size,
+// virtual_pipeline_model_parallel_size).
 std::vector<ArgumentEntry> argument_table(const Arguments& args, int64_t world_size = 0);
 
 // Megatron's dump: "------------------------ arguments ------------------------", one

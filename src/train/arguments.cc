@@ -15,7 +15,7 @@
 #include "data/gpt_dataset_builder.h"
 #include "parallel/pipeline/schedule.h"
 #include "train/checkpoint_arguments.h"
-#include "train/flag_declarations.h"
+#include "train/flag_table.h"
 #include "train/megatron_flags.h"
 #include "train/model_arguments.h"
 
@@ -207,7 +207,7 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
                                            argv.size() > 1 ? argv.size() - 1 : 0);
   // scripts/megatron_flags.py reads the flag table (docs/MEGATRON_FLAGS.md).
   if (std::find(given.begin(), given.end(), "--megatron-flag-table") != given.end()) {
-    return absl::CancelledError(megatron_flag_table(app));
+    return absl::CancelledError(megatron_flag_table());
   }
   // A Megatron flag refused with a reason is named with it, not as an unknown option.
   if (std::optional<std::string> refused = undeclared_refused_flag(given)) return invalid(*refused);

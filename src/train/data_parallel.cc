@@ -14,41 +14,51 @@ bool tied_across_stages(const Arguments& args) {
 
 }  // namespace
 
-BucketLayout bucket_layout_from(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates) {
-  BucketLayout layout;
+ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& shape,
+                                       const GridCoordinates& coordinates) {
+  ShardPlanConfig config{.tensor_parallel_rank = coordinates.tensor,
+                         .tensor_parallel_size = shape.tensor,
+                         .data_parallel_rank = coordinates.data,
+                         .data_parallel_size = shape.data,
+                         .distributed_optimizer = args.use_distributed_optimizer,
+                         .first_pipeline_stage = coordinates.pipeline == 0};
   if (args.overlap_grad_reduce && coordinates.pipeline == 0) {
-    layout.bucket_size = args.ddp_bucket_size > 0 ? args.ddp_bucket_size
+    config.bucket_size = args.ddp_bucket_size > 0 ? args.ddp_bucket_size
                                                   : std::max<int64_t>(40000000, int64_t{1000000} * shape.data);
   }
-  if (args.use_distributed_optimizer) layout.shard_over = shape.data;
-  if (tied_across_stages(args)) layout.own_bucket.push_back(kWordEmbeddingName);
-  return layout;
+  if (tied_across_stages(args)) config.own_bucket.push_back(kWordEmbeddingName);
+  return config;
 }
 
-DataParallel::DataParallel(const Arguments& args, ProcessGrid& grid, ParamStore& params, const TensorParallel& tp,
-                           Arena& arena)
+DataParallelConfig data_parallel_config_from(const Arguments& args) {
+  return {.overlap_grad_reduce = args.overlap_grad_reduce,
+          .overlap_param_gather = args.overlap_param_gather,
+          .tied_across_stages = tied_across_stages(args)};
+}
+
+DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, ParamStore& params,
+                           const TensorParallel& tp, Arena& arena)
     : grid_(grid),
       params_(params),
       tp_(tp),
-      distributed_optimizer_(args.use_distributed_optimizer),
-      overlap_grad_reduce_(args.overlap_grad_reduce),
-      overlap_param_gather_(args.overlap_param_gather),
-      tied_across_stages_(tied_across_stages(args)) {
-  std::vector<Range> ranges;
-  for (const Bucket& bucket : params.buckets()) {
-    const int index = static_cast<int>(ranges.size());
-    ranges.push_back(bucket.range);
-    for (size_t p : bucket.params) {
-      const Param* param = &params.params()[p];
-      bucket_of_[param] = index;
-      if (param->name() == kWordEmbeddingName && tied_across_stages_) tied_bucket_ = index;
-    }
+      distributed_optimizer_(params.plan().config().distributed_optimizer),
+      overlap_grad_reduce_(config.overlap_grad_reduce),
+      overlap_param_gather_(config.overlap_param_gather),
+      tied_across_stages_(config.tied_across_stages) {
+  const ShardPlan& plan = params.plan();
+  for (const Param& param : params.params()) {
+    bucket_of_[&param] = param.placement->bucket;
+    if (param.name() == kWordEmbeddingName && tied_across_stages_) tied_bucket_ = param.placement->bucket;
   }
-  unready_.assign(ranges.size(), 0);
+  unready_.assign(plan.buckets().size(), 0);
+  GPT_CHECK_EQ(plan.config().data_parallel_size, grid.data().size()) << "shard plan for another data-parallel size";
+  GPT_CHECK_EQ(plan.config().data_parallel_rank, grid.data().rank()) << "shard plan of another data-parallel rank";
   grads_ = std::make_unique<GradientSync>(
-      grid.data(), params.flat_grads(), ranges,
+      grid.data(), params.flat_grads(), plan.bucket_shards(),
       distributed_optimizer_ ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce, arena);
-  if (distributed_optimizer_) gather_ = std::make_unique<ParamGather>(grid.data(), params.flat_values(), ranges, arena);
+  if (distributed_optimizer_) {
+    gather_ = std::make_unique<ParamGather>(grid.data(), params.flat_values(), plan.bucket_shards(), arena);
+  }
   int64_t sequence_parallel_elements = 0;
   for (const Param& param : params.params()) {
     if (param.spec->sequence_parallel_grad) sequence_parallel_elements += param.numel();
@@ -61,8 +71,8 @@ DataParallel::DataParallel(const Arguments& args, ProcessGrid& grid, ParamStore&
 void DataParallel::attach(std::span<GptModel* const> chunks) {
   expected_reports_.clear();
   for (GptModel* chunk : chunks) {
-    for (const std::vector<Param*>& group : chunk->parameter_groups()) {
-      for (const Param* param : group) ++expected_reports_[param];
+    for (const ParamGroup& group : chunk->parameter_groups()) {
+      for (const Param* param : group.params) ++expected_reports_[param];
     }
     if (overlap_grad_reduce_ || overlap_param_gather_) chunk->set_observer(this);
   }
@@ -73,7 +83,7 @@ void DataParallel::attach(std::span<GptModel* const> chunks) {
 
 std::vector<Range> DataParallel::owned() const {
   if (!distributed_optimizer_) return {};
-  return grads_->shards();
+  return params_.plan().owned();
 }
 
 void DataParallel::start_iteration() {
@@ -116,10 +126,10 @@ void DataParallel::tied_embedding_sum(Context& ctx) {
   grid_.embedding().all_reduce(ctx, params_.get(kWordEmbeddingName).grad, ReduceOp::kSum);
 }
 
-void DataParallel::gradients_final(Context& ctx, std::span<Param* const> params) {
-  if (!overlap_grad_reduce_) return;
-  reduce_sequence_parallel(ctx, params);
-  for (Param* param : params) {
+void DataParallel::gradients_ready(Context& ctx, const ParamGroup& group, int slot, bool last_of_step) {
+  if (!overlap_grad_reduce_ || !last_of_step) return;
+  reduce_sequence_parallel(ctx, group.params);
+  for (Param* param : group.params) {
     if (++reports_[param] != expected_reports_[param]) continue;
     const int bucket = bucket_of_[param];
     if (--unready_[static_cast<size_t>(bucket)] == 0 && bucket != tied_bucket_) grads_->start(ctx, bucket);
@@ -145,9 +155,9 @@ void DataParallel::settle(Context& ctx) {
   if (gather_) gather_->wait_all(ctx);
 }
 
-void DataParallel::before_forward(Context& ctx, std::span<Param* const> params) {
-  if (!gather_ || !gather_->in_flight()) return;
-  for (Param* param : params) gather_->wait_for(ctx, bucket_of_[param]);
+void DataParallel::before_use(Context& ctx, const ParamGroup& group, ParamUse use, int slot) {
+  if (use != ParamUse::kForward || !gather_ || !gather_->in_flight()) return;
+  for (Param* param : group.params) gather_->wait_for(ctx, bucket_of_[param]);
 }
 
 }  // namespace gpt

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -26,15 +27,26 @@
 
 namespace gpt {
 
-// The bucket layout the flags ask for (Megatron: --ddp-bucket-size, default max(4e7, 1e6 x DP)
-// elements, with --overlap-grad-reduce only and on the first pipeline stage only; otherwise one
-// bucket; padding for the distributed optimizer; the tied word embedding alone when it spans
-// pipeline stages).
-BucketLayout bucket_layout_from(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates);
+// The data-parallel configuration of this rank's shard plan (model/shard_plan.h) from the flags:
+// Megatron's buckets (--ddp-bucket-size, default max(4e7, 1e6 x DP) elements, with
+// --overlap-grad-reduce only and on the first pipeline stage only; otherwise one bucket), the
+// distributed optimizer's sharding, the tied word embedding alone when it spans pipeline stages.
+ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& shape,
+                                       const GridCoordinates& coordinates);
+
+// What DataParallel does besides the shard plan's layout.
+struct DataParallelConfig {
+  bool overlap_grad_reduce = false;   // start a bucket's reduction when its gradients are final
+  bool overlap_param_gather = false;  // gather a bucket's parameters when the next forward needs them
+  bool tied_across_stages = false;    // the word embedding's two copies (first, last stage) summed
+};
+DataParallelConfig data_parallel_config_from(const Arguments& args);
 
 class DataParallel final : public ParamObserver {
  public:
-  DataParallel(const Arguments& args, ProcessGrid& grid, ParamStore& params, const TensorParallel& tp, Arena& arena);
+  // The distributed optimizer's sharding, the buckets and their shards come from params.plan().
+  DataParallel(const DataParallelConfig& config, ProcessGrid& grid, ParamStore& params, const TensorParallel& tp,
+               Arena& arena);
 
   // The chunks whose parameters this covers (their parameter groups say when gradients are final).
   void attach(std::span<GptModel* const> chunks);
@@ -54,9 +66,10 @@ class DataParallel final : public ParamObserver {
   // Waits for parameter gathers still in flight (before evaluation, or at the end).
   void settle(Context& ctx);
 
-  // ParamObserver.
-  void before_forward(Context& ctx, std::span<Param* const> params) override;
-  void gradients_final(Context& ctx, std::span<Param* const> params) override;
+  // ParamObserver: a forward waits for its group's parameter gathers; a group's gradients start
+  // their reductions when final.
+  void before_use(Context& ctx, const ParamGroup& group, ParamUse use, int slot) override;
+  void gradients_ready(Context& ctx, const ParamGroup& group, int slot, bool last_of_step) override;
 
  private:
   // Sums the gradients of `params` that are replicated under sequence parallelism over TP, in one

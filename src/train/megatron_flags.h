@@ -1,7 +1,8 @@
 // How this program stands to each Megatron-LM flag, beyond "same name, same meaning" (the default
-// for every flag pretrain_gpt accepts). The source of docs/MEGATRON_FLAGS.md (scripts/
-// megatron_flags.py joins it with Megatron's own parser) and of the reason pretrain_gpt prints for
-// a Megatron flag it refuses, instead of "unknown option".
+// for every flag pretrain_gpt accepts): the statuses a flag's row (train/flag_table.h) names, and
+// the Megatron flags refused without a row. With the rows, the source of docs/MEGATRON_FLAGS.md
+// (scripts/megatron_flags.py joins them with Megatron's own parser) and of the reason pretrain_gpt
+// prints for a Megatron flag it refuses, instead of "unknown option".
 #pragma once
 
 #include <optional>
@@ -21,18 +22,15 @@ enum class FlagStatus {
 
 std::string_view flag_status_name(FlagStatus status);
 
-struct MegatronFlagNote {
+// A Megatron-LM flag pretrain_gpt refuses without declaring it (it is refused before parsing,
+// with the reason, instead of "unknown option"). The flags it declares carry their status in their
+// row of train/flag_table.cc.
+struct RefusedMegatronFlag {
   std::string_view flag;
-  FlagStatus status;
-  // Why: required for refusals; for accepted flags empty means "see the flag's --help".
-  std::string_view note;
-  // False for refused flags pretrain_gpt does not declare (it refuses them before parsing).
-  bool declared = true;
+  std::string_view reason;
 };
 
-// Every flag whose status is not kSame.
-std::span<const MegatronFlagNote> megatron_flag_notes();
-const MegatronFlagNote* find_megatron_flag_note(std::string_view flag);
+std::span<const RefusedMegatronFlag> undeclared_refused_megatron_flags();
 
 // The refusal message for an undeclared refused Megatron flag among `argv` (the first one), or
 // nullopt. "--flag=value" spellings count.

@@ -9,6 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "core/cuda_runtime.h"
+#include "model/gpt_model.h"
+#include "optim/adamw.h"
+#include "parallel/pipeline/executor.h"
+#include "train/data_parallel.h"
+#include "train/trainer.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/pipeline/schedule.h"
 
@@ -63,6 +68,43 @@ int64_t physical_memory_bytes() {
   const long page_size = sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page_size <= 0) return 0;
   return checked_multiply(pages, page_size).value_or(std::numeric_limits<int64_t>::max());
+}
+
+// Layouts up to these sizes get the exact plan: enumerating the parameters and building the
+// schedules takes milliseconds there.
+constexpr int64_t kExactPlanMaxLayers = 4096;
+constexpr int64_t kExactPlanMaxScheduleSteps = 1 << 16;
+
+// rank_memory of the first rank (TP and DP rank 0: the others hold as much) of every pipeline
+// stage, the largest; nullopt when the layout is too large to enumerate.
+std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_size, int64_t vocab_size) {
+  const int64_t tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
+  const int64_t v = virtual_pipeline_size(a), m = num_microbatches(a, world_size);
+  if (a.num_layers > kExactPlanMaxLayers || pp * v * std::max<int64_t>(m, 1) > kExactPlanMaxScheduleSteps) {
+    return std::nullopt;
+  }
+  Arguments sized = a;
+  sized.vocab_size = vocab_size;
+  const ModelConfig config = model_config_from(sized);
+  const std::vector<ParamSpec> specs = build_param_specs(config);
+  const GridShape shape{.tensor = static_cast<int>(tp), .pipeline = static_cast<int>(pp),
+                        .data = static_cast<int>(data_parallel_size(a, world_size))};
+  const bool sequence_parallel = a.sequence_parallel && tp > 1;
+  const LayerShapes shapes = LayerShapes::make(config, tp, 0, sequence_parallel, a.micro_batch_size);
+  std::optional<RankMemory> worst;
+  for (int stage = 0; stage < pp; ++stage) {
+    const GridCoordinates coordinates{.tensor = 0, .pipeline = stage, .data = 0};
+    const PipelineLayout pipeline = pipeline_layout(a, shape, coordinates, m);
+    std::vector<ParamSpec> stage_specs;
+    for (const ChunkLayout& chunk : pipeline.chunks) {
+      for (ParamSpec& spec : chunk_param_specs(specs, chunk)) stage_specs.push_back(std::move(spec));
+    }
+    const ShardPlan plan(std::move(stage_specs), shard_plan_config_from(a, shape, coordinates));
+    const ForwardBackward schedules(pipeline);
+    const RankMemory mine = rank_memory(plan, config, shapes, sequence_parallel, pipeline, schedules.stash_slots());
+    if (!worst || mine.total() > worst->total()) worst = mine;
+  }
+  return worst;
 }
 
 }  // namespace
@@ -191,10 +233,33 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
     }
     return plan;
   };
-  GPT_ASSIGN_OR_RETURN(const MemoryPlan first, stage_plan(first_elements, first_activations));
-  if (pp == 1) return first;
-  GPT_ASSIGN_OR_RETURN(const MemoryPlan last, stage_plan(last_elements, last_activations));
-  return first.total_bytes() >= last.total_bytes() ? first : last;
+  GPT_ASSIGN_OR_RETURN(MemoryPlan first, stage_plan(first_elements, first_activations));
+  MemoryPlan worst = std::move(first);
+  if (pp > 1) {
+    GPT_ASSIGN_OR_RETURN(MemoryPlan last, stage_plan(last_elements, last_activations));
+    if (last.total_bytes() > worst.total_bytes()) worst = std::move(last);
+  }
+  // The closed form has bounded every figure: a layout it lets through and that is small enough is
+  // planned exactly, from the lists the trainer allocates by.
+  worst.allocated = exact_worst_stage(a, world_size, vocab_size);
+  return worst;
+}
+
+RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
+                       bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots) {
+  RankMemory m;
+  m.parameters = Arena::aligned_bytes(config.dtype, Shape{plan.flat_elements()});
+  m.gradients = Arena::aligned_bytes(DType::kFloat32, Shape{plan.flat_elements()});
+  int64_t owned = 0;
+  for (const Range& range : plan.owned()) owned += range.size();
+  m.optimizer_state = AdamW::bytes(owned, config.dtype);
+  for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
+    m.activations += GptModel::memory(config, shapes, sequence_parallel, stash_slots[c], pipeline.chunks[c]).total();
+  }
+  m.activations += pipeline::Executor::buffer_bytes(pipeline.pipeline_rank, pipeline.pipeline_size, stash_slots,
+                                                    config.dtype,
+                                                    Shape{shapes.local_sequence, shapes.batch, shapes.hidden});
+  return m;
 }
 
 MemoryBudget this_rank_memory_budget(const Arguments& args, int ranks_per_gpu) {
@@ -212,10 +277,14 @@ MemoryBudget this_rank_memory_budget(const Arguments& args, int ranks_per_gpu) {
 
 absl::Status check_memory_plan(const MemoryPlan& plan, const Arguments& args, const MemoryBudget& budget) {
   (void)args;
+  const RankMemory items = plan.allocated.value_or(RankMemory{.parameters = plan.parameters,
+                                                                .gradients = plan.gradients,
+                                                                .optimizer_state = plan.optimizer_state,
+                                                                .activations = plan.activations});
   const std::string model_items =
-      absl::StrCat("parameters ", format_bytes(plan.parameters), ", gradients ", format_bytes(plan.gradients),
-                   ", optimizer state ", format_bytes(plan.optimizer_state), ", activations ",
-                   format_bytes(plan.activations));
+      absl::StrCat("parameters ", format_bytes(items.parameters), ", gradients ", format_bytes(items.gradients),
+                   ", optimizer state ", format_bytes(items.optimizer_state), ", activations ",
+                   format_bytes(items.activations));
   const std::string host_items = absl::StrCat("data indices and pipeline schedules ", format_bytes(plan.data_indices));
   struct Pool {
     const char* what;   // "GPU memory", "host memory"

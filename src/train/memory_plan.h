@@ -4,9 +4,12 @@
 // machine aborts in the allocator (--hidden-size 2147483648), segfaults on a wrapped size
 // (--make-vocab-size-divisible-by 2^62), or grows memory for minutes (--num-layers 100000000).
 //
-// The figures are lower bounds of what the trainer allocates (no alignment, bucket padding,
-// cuDNN workspaces, allocator overhead; stash slots as few as the schedule can use), so a refusal
-// is certain to be right; a layout the plan accepts may still be tight. Per rank, for the worst
+// Two levels. The closed form below gives lower bounds of what the trainer allocates (no alignment,
+// bucket padding, workspaces; stash slots as few as the schedule can use) in O(1) with checked
+// arithmetic, so that a huge layout is refused at once and certainly rightly. A layout it lets
+// through that is small enough to enumerate (MemoryPlan::allocated) is then planned exactly:
+// rank_memory over the stage's shard plan, chunk memory (GptModel::memory) and receive buffers,
+// the same figures the trainer's arena gives (checked at start-up on every rank). Per rank, for the worst
 // pipeline stage (the first holds the embeddings and the most microbatches in flight, the last the
 // LM head and its logits), with L_p = num_layers / PP layers, t bytes per element (2 with --bf16):
 //   parameters      t x elements, where each layer has 4h + (3P + F)(h + 1)/tp + (P + F) h / tp + 2h
@@ -25,12 +28,29 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 
 #include "core/status.h"
+#include "model/shard_plan.h"
 #include "train/arguments.h"
+#include "train/forward_backward.h"
 
 namespace gpt {
+
+// What one rank allocates, exactly, item by item, from the plans the allocations follow: the shard
+// plan (flat values, FP32 gradients, the optimizer's owned ranges), the chunks' memory
+// (GptModel::memory) and the pipeline's receive buffers. The trainer checks at start-up that its
+// arena gave each item exactly this, so every run of every layout tests the plan.
+struct RankMemory {
+  int64_t parameters = 0;       // flat values in the compute dtype
+  int64_t gradients = 0;        // flat FP32 gradients
+  int64_t optimizer_state = 0;  // moments and (BF16) master weights of the owned ranges
+  int64_t activations = 0;      // the chunks (stashes, workspaces, logits, leases) and receive buffers
+  int64_t total() const { return parameters + gradients + optimizer_state + activations; }
+  bool operator==(const RankMemory&) const = default;
+};
 
 struct MemoryPlan {
   // Bytes for one rank of the worst pipeline stage.
@@ -40,9 +60,18 @@ struct MemoryPlan {
   int64_t activations = 0;
   int64_t data_indices = 0;     // host memory: dataset indices and pipeline schedules
   std::string layout;           // the flags that size it, for messages
-  int64_t model_bytes() const { return parameters + gradients + optimizer_state + activations; }
+  // The exact bytes (rank_memory) of the stage that needs the most, when the layout is small enough
+  // to enumerate its parameters and schedules (the figures above are the closed form's lower
+  // bounds, which decide for larger layouts); what the fit check then uses.
+  std::optional<RankMemory> allocated;
+  int64_t model_bytes() const {
+    return allocated ? allocated->total() : parameters + gradients + optimizer_state + activations;
+  }
   int64_t total_bytes() const { return model_bytes() + data_indices; }
 };
+
+RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
+                       bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots);
 
 // The plan for validated arguments (validate_arguments and validate_for_world) with the
 // tokenizer's unpadded vocabulary. An error where a figure does not fit in int64, naming the flags.

@@ -21,9 +21,8 @@ std::optional<Tensor> ModelStage::forward(Context& ctx, int slot, int64_t microb
 }
 
 std::optional<Tensor> ModelStage::backward(Context& ctx, int slot, int64_t microbatch,
-                                           const std::optional<Tensor>& grad_output) {
-  // Every schedule runs a chunk's backwards in microbatch order.
-  model_.set_final_backward(microbatch == microbatches_ - 1);
+                                           const std::optional<Tensor>& grad_output, bool last_of_step) {
+  model_.set_last_backward_of_step(last_of_step);
   return model_.backward(ctx, slot, grad_output);
 }
 

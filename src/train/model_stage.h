@@ -11,16 +11,14 @@ namespace gpt {
 
 class ModelStage final : public pipeline::Stage {
  public:
-  // `microbatches` per iteration: the backward of the last one makes the chunk's gradients final.
-  ModelStage(GptModel& model, DType dtype, MicrobatchFeed& feed, int64_t microbatches)
-      : model_(model), feed_(feed), dtype_(dtype), microbatches_(microbatches) {}
+  ModelStage(GptModel& model, DType dtype, MicrobatchFeed& feed) : model_(model), feed_(feed), dtype_(dtype) {}
 
   DType boundary_dtype() const override { return dtype_; }
   Shape boundary_shape() const override;
   std::optional<Tensor> forward(Context& ctx, int slot, int64_t microbatch,
                                 const std::optional<Tensor>& input) override;
   std::optional<Tensor> backward(Context& ctx, int slot, int64_t microbatch,
-                                 const std::optional<Tensor>& grad_output) override;
+                                 const std::optional<Tensor>& grad_output, bool last_of_step) override;
 
   GptModel& model() { return model_; }
 
@@ -28,7 +26,6 @@ class ModelStage final : public pipeline::Stage {
   GptModel& model_;
   MicrobatchFeed& feed_;
   DType dtype_;
-  int64_t microbatches_;
 };
 
 }  // namespace gpt

@@ -21,6 +21,7 @@
 #include "train/data_setup.h"
 #include "train/flops.h"
 #include "train/log_line.h"
+#include "train/memory_plan.h"
 #include "train/memory_report.h"
 #include "train/metrics_file.h"
 #include "train/model_arguments.h"
@@ -152,16 +153,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   for (const ChunkLayout& chunk : pipeline.chunks) {
     for (ParamSpec& spec : chunk_param_specs(t->specs_, chunk)) specs.push_back(std::move(spec));
   }
-  t->params_ = std::make_unique<ParamStore>(std::move(specs), grid.coordinates().tensor, shape.tensor,
-                                            t->config_.dtype, t->arena_,
-                                            bucket_layout_from(args, shape, grid.coordinates()));
+  const size_t params_begin = t->arena_.used_bytes();
+  t->params_ = std::make_unique<ParamStore>(
+      ShardPlan(std::move(specs), shard_plan_config_from(args, shape, grid.coordinates())), t->config_.dtype,
+      t->arena_);
+  const size_t params_end = t->arena_.used_bytes();
   t->params_->initialize(static_cast<uint64_t>(args.seed));
   const size_t chunks_begin = t->arena_.used_bytes();
-  // The last stage's copy of the tied word embedding counts once in the gradient norm: on the
-  // first stage.
-  if (!grid.is_first_pipeline_stage() && t->params_->contains(kWordEmbeddingName)) {
-    t->params_->get(kWordEmbeddingName).counts_in_grad_norm = false;
-  }
   t->forward_backward_ = std::make_unique<ForwardBackward>(pipeline);
   t->feed_ = std::make_unique<MicrobatchFeed>(args.micro_batch_size, shape.data, grid.coordinates().data,
                                               t->config_.vocab_size);
@@ -170,19 +168,32 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
     t->chunks_.push_back(std::make_unique<GptModel>(t->config_, *t->params_, *t->tensor_parallel_,
                                                     args.micro_batch_size, t->forward_backward_->stash_slots()[c],
                                                     pipeline.chunks[c], t->arena_));
-    t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_,
-                                                      t->microbatches_));
+    t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_));
     stages.push_back(t->stages_.back().get());
   }
   t->forward_backward_->attach(std::move(stages), t->arena_);
   const size_t chunks_end = t->arena_.used_bytes();
-  t->data_parallel_ = std::make_unique<DataParallel>(args, grid, *t->params_, *t->tensor_parallel_, t->arena_);
+  t->data_parallel_ = std::make_unique<DataParallel>(data_parallel_config_from(args), grid, *t->params_,
+                                                     *t->tensor_parallel_, t->arena_);
   std::vector<GptModel*> chunks;
   for (auto& chunk : t->chunks_) chunks.push_back(chunk.get());
   t->data_parallel_->attach(chunks);
   const AdamWConfig adam{static_cast<float>(args.adam_beta1), static_cast<float>(args.adam_beta2),
                          static_cast<float>(args.adam_eps), static_cast<float>(args.weight_decay)};
+  const size_t optimizer_begin = t->arena_.used_bytes();
   t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adam, t->arena_, t->data_parallel_->owned());
+  // The memory plan is the memory allocated, item by item, on every rank of every layout.
+  const RankMemory planned =
+      rank_memory(t->params_->plan(), t->config_, t->chunks_.front()->shapes(), t->tensor_parallel_->sequence_parallel(),
+                  pipeline, t->forward_backward_->stash_slots());
+  const int64_t store_bytes = static_cast<int64_t>(params_end - params_begin);
+  t->allocated_ = {.parameters = store_bytes - planned.gradients,
+                   .gradients = planned.gradients,
+                   .optimizer_state = static_cast<int64_t>(t->arena_.used_bytes() - optimizer_begin),
+                   .activations = static_cast<int64_t>(chunks_end - chunks_begin)};
+  GPT_CHECK_EQ(planned.parameters + planned.gradients, store_bytes) << "memory plan of the parameters and gradients";
+  GPT_CHECK_EQ(planned.activations, t->allocated_.activations) << "memory plan of the chunks";
+  GPT_CHECK_EQ(planned.optimizer_state, t->allocated_.optimizer_state) << "memory plan of the optimizer state";
   t->loss_sum_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->norm_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->zeros_scratch_ = t->arena_.allocate_zeroed(DType::kInt64, {1});

@@ -22,6 +22,7 @@
 #include "train/arguments.h"
 #include "train/data_parallel.h"
 #include "train/forward_backward.h"
+#include "train/memory_plan.h"
 #include "train/memory_report.h"
 #include "train/metrics_file.h"
 #include "core/timer.h"
@@ -100,6 +101,8 @@ class Trainer {
   int64_t consumed_samples() const { return consumed_samples_; }
   // Total parameters of the global model and the count this rank holds.
   int64_t parameters_on_rank() const;
+  // What the arena gave each item of the memory plan (equal to rank_memory: checked at start-up).
+  const RankMemory& allocated_memory() const { return allocated_; }
 
  private:
   Trainer(const Arguments& args, ProcessGrid& grid);
@@ -151,6 +154,7 @@ class Trainer {
   std::vector<PhaseTiming> phase_timings(int64_t iterations, bool reset);
   Tensor timing_scratch_;  // float32 [2 x phases], for the min/max over ranks
   MemoryFigures memory_;
+  RankMemory allocated_;  // what the arena gave each item of the memory plan
   Tensor memory_scratch_, memory_gathered_;  // float32, for the start-up memory report
   std::unique_ptr<AdamW> optimizer_;
   std::shared_ptr<const SampleSource> train_data_, valid_data_, test_data_;

@@ -76,7 +76,7 @@ absl::Status write_layout(Hdf5File& file, Trainer& trainer) {
   for (const Param& param : trainer.params().params()) {
     const auto& global = param.spec->global_shape;
     const int64_t layout[5] = {param.row_offset, param.column_offset, global[0], global.size() == 2 ? global[1] : 1,
-                               param.gated_half_rows};
+                               param.placement->slice.gated_half_rows};
     GPT_RETURN_IF_ERROR(file.write("layout/" + param.name(), {5}, layout));
   }
   return absl::OkStatus();

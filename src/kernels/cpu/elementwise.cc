@@ -86,6 +86,10 @@ void zero(Context& ctx, const Tensor& x) {
   if (x.numel() > 0) std::memset(x.data(), 0, x.bytes());
 }
 
+void poison(Context& ctx, const Tensor& x) {
+  if (x.numel() > 0) std::memset(x.data(), 0xFF, x.bytes());
+}
+
 void copy(Context& ctx, const Tensor& out, const Tensor& in) {
   GPT_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel()) << "copy " << in.to_string() << " to " << out.to_string();
   if (in.numel() > 0) std::memmove(out.data(), in.data(), in.bytes());

@@ -262,6 +262,10 @@ void zero(Context& ctx, const Tensor& x) {
   if (x.numel() > 0) GPT_CUDA_CHECK(cudaMemsetAsync(x.data(), 0, x.bytes(), stream_of(ctx)));
 }
 
+void poison(Context& ctx, const Tensor& x) {
+  if (x.numel() > 0) GPT_CUDA_CHECK(cudaMemsetAsync(x.data(), 0xFF, x.bytes(), stream_of(ctx)));
+}
+
 void copy(Context& ctx, const Tensor& out, const Tensor& in) {
   GPT_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel()) << "copy " << in.to_string() << " to " << out.to_string();
   if (in.numel() > 0) {

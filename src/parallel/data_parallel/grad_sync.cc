@@ -7,7 +7,34 @@
 
 namespace gpt {
 
-GradientSync::GradientSync(Communicator& data_parallel, Tensor flat_grads, std::vector<Range> buckets,
+namespace {
+
+// The part of `bucket` a reduce-scatter or an all-gather over `group` leaves on / takes from this
+// rank: the rank-th of the group's equal parts.
+Range collective_part(const Range& bucket, const Communicator& group) {
+  const int64_t n = bucket.size() / group.size();
+  return {bucket.begin + group.rank() * n, bucket.begin + (group.rank() + 1) * n};
+}
+
+}  // namespace
+
+void check_bucket_shards(std::span<const BucketShard> buckets, const Communicator& group, int64_t elements,
+                         bool sharded) {
+  for (const BucketShard& b : buckets) {
+    GPT_CHECK(b.bucket.begin >= 0 && b.bucket.end <= elements && !b.bucket.empty()) << "bucket outside the buffer";
+    if (!sharded) {
+      GPT_CHECK(b.shard == b.bucket) << "an unsharded bucket's shard is the bucket";
+      continue;
+    }
+    GPT_CHECK_EQ(b.bucket.size() % group.size(), 0)
+        << "bucket of " << b.bucket.size() << " elements over " << group.size() << " data-parallel ranks";
+    GPT_CHECK(b.shard == collective_part(b.bucket, group))
+        << "the shard plan's shard [" << b.shard.begin << ", " << b.shard.end << ") of data-parallel rank "
+        << group.rank() << " is not the part its collectives give it";
+  }
+}
+
+GradientSync::GradientSync(Communicator& data_parallel, Tensor flat_grads, std::vector<BucketShard> buckets,
                            GradientReduction reduction, Arena& arena)
     : group_(data_parallel),
       flat_grads_(std::move(flat_grads)),
@@ -16,22 +43,14 @@ GradientSync::GradientSync(Communicator& data_parallel, Tensor flat_grads, std::
       handles_(buckets_.size()),
       started_(buckets_.size(), false) {
   GPT_CHECK(flat_grads_.dtype() == DType::kFloat32) << "gradients are float32";
-  for (const Range& b : buckets_) {
-    GPT_CHECK(b.begin >= 0 && b.end <= flat_grads_.numel() && !b.empty()) << "bucket outside the gradients";
-    if (reduction_ == GradientReduction::kReduceScatter) {
-      GPT_CHECK_EQ(b.size() % group_.size(), 0) << "bucket of " << b.size() << " elements over " << group_.size()
-                                                << " data-parallel ranks";
-      if (group_.size() > 1) scattered_.push_back(arena.allocate(DType::kFloat32, {b.size() / group_.size()}));
-    }
+  const bool sharded = reduction_ == GradientReduction::kReduceScatter;
+  check_bucket_shards(buckets_, group_, flat_grads_.numel(), sharded && group_.size() > 1);
+  for (const BucketShard& b : buckets_) {
+    if (sharded && group_.size() > 1) scattered_.push_back(arena.allocate(DType::kFloat32, {b.shard.size()}));
   }
 }
 
-Range GradientSync::shard(int bucket) const {
-  const Range& b = buckets_[static_cast<size_t>(bucket)];
-  if (reduction_ == GradientReduction::kAllReduce) return b;
-  const int64_t n = b.size() / group_.size();
-  return {b.begin + group_.rank() * n, b.begin + (group_.rank() + 1) * n};
-}
+Range GradientSync::shard(int bucket) const { return buckets_[static_cast<size_t>(bucket)].shard; }
 
 std::vector<Range> GradientSync::shards() const {
   std::vector<Range> all;
@@ -44,7 +63,8 @@ void GradientSync::start(Context& ctx, int bucket) {
   if (started_[b]) return;
   started_[b] = true;
   if (group_.size() == 1) return;
-  const Tensor grads = flat_grads_.flat_range(buckets_[b].begin, buckets_[b].size());
+  const Range& bucket_range = buckets_[b].bucket;
+  const Tensor grads = flat_grads_.flat_range(bucket_range.begin, bucket_range.size());
   handles_[b] = reduction_ == GradientReduction::kAllReduce
                     ? group_.start_all_reduce(ctx, grads, ReduceOp::kSum)
                     : group_.start_reduce_scatter(ctx, scattered_[b], grads, ReduceOp::kSum);

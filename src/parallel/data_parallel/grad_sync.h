@@ -6,6 +6,7 @@
 // last gradient is final, progress() between layers, finish() before the optimizer step.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "core/arena.h"
@@ -16,11 +17,18 @@ namespace gpt {
 
 enum class GradientReduction { kAllReduce, kReduceScatter };
 
+// Fatal unless every bucket lies in a buffer of `elements` and its shard is what the collectives
+// over `group` give this rank: the rank-th equal part when `sharded`, else the whole bucket.
+void check_bucket_shards(std::span<const BucketShard> buckets, const Communicator& group, int64_t elements,
+                         bool sharded);
+
 class GradientSync {
  public:
-  // `buckets` are disjoint ranges of `flat_grads`; with kReduceScatter each must divide evenly over
-  // the group. Scratch for reduce-scatter results comes from `arena`.
-  GradientSync(Communicator& data_parallel, Tensor flat_grads, std::vector<Range> buckets,
+  // `buckets`: disjoint ranges of `flat_grads` and this rank's shard of each, as the shard plan
+  // (model/shard_plan.h) cut them; with kReduceScatter the shard must be the part a reduce-scatter
+  // leaves on this rank (the rank-th of the group's equal parts), else the whole bucket. Scratch for
+  // reduce-scatter results comes from `arena`.
+  GradientSync(Communicator& data_parallel, Tensor flat_grads, std::vector<BucketShard> buckets,
                GradientReduction reduction, Arena& arena);
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
@@ -41,7 +49,7 @@ class GradientSync {
  private:
   Communicator& group_;
   Tensor flat_grads_;
-  std::vector<Range> buckets_;
+  std::vector<BucketShard> buckets_;
   GradientReduction reduction_;
   std::vector<Tensor> scattered_;  // [bucket] this rank's reduce-scatter result, copied back into its shard
   std::vector<CollectiveHandle> handles_;

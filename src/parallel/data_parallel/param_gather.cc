@@ -1,18 +1,20 @@
 #include "parallel/data_parallel/param_gather.h"
 
 #include "core/check.h"
+#include "parallel/data_parallel/grad_sync.h"
 #include "core/phase_timer.h"
 #include "kernels/ops.h"
 
 namespace gpt {
 
-ParamGather::ParamGather(Communicator& data_parallel, Tensor flat_values, std::vector<Range> buckets, Arena& arena)
+ParamGather::ParamGather(Communicator& data_parallel, Tensor flat_values, std::vector<BucketShard> buckets,
+                         Arena& arena)
     : group_(data_parallel), flat_values_(std::move(flat_values)), buckets_(std::move(buckets)),
       handles_(buckets_.size()) {
-  for (const Range& b : buckets_) {
-    GPT_CHECK(b.size() % group_.size() == 0 && b.end <= flat_values_.numel()) << "parameter bucket over the group";
+  check_bucket_shards(buckets_, group_, flat_values_.numel(), group_.size() > 1);
+  for (const BucketShard& b : buckets_) {
     // The gather reads from a copy of the owned part: its output (the whole bucket) contains it.
-    if (group_.size() > 1) staging_.push_back(arena.allocate(flat_values_.dtype(), {b.size() / group_.size()}));
+    if (group_.size() > 1) staging_.push_back(arena.allocate(flat_values_.dtype(), {b.shard.size()}));
   }
 }
 
@@ -20,9 +22,9 @@ void ParamGather::start(Context& ctx) {
   if (group_.size() == 1) return;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     GPT_CHECK(!handles_[b].pending()) << "parameter gather started twice";
-    const int64_t n = buckets_[b].size() / group_.size();
-    ops::copy(ctx, staging_[b], flat_values_.flat_range(buckets_[b].begin + group_.rank() * n, n));
-    handles_[b] = group_.start_all_gather(ctx, flat_values_.flat_range(buckets_[b].begin, buckets_[b].size()),
+    const BucketShard& part = buckets_[b];
+    ops::copy(ctx, staging_[b], flat_values_.flat_range(part.shard.begin, part.shard.size()));
+    handles_[b] = group_.start_all_gather(ctx, flat_values_.flat_range(part.bucket.begin, part.bucket.size()),
                                           staging_[b]);
   }
 }

@@ -14,9 +14,9 @@ namespace gpt {
 
 class ParamGather {
  public:
-  // `buckets` are ranges of `flat_values`, each divisible by the group size; rank r owns the r-th
-  // equal part of each. Staging for the owned parts comes from `arena`.
-  ParamGather(Communicator& data_parallel, Tensor flat_values, std::vector<Range> buckets, Arena& arena);
+  // `buckets`: ranges of `flat_values` and this rank's shard of each, as the shard plan cut them (the
+  // rank-th equal part: what an all-gather takes from it). Staging for the shards comes from `arena`.
+  ParamGather(Communicator& data_parallel, Tensor flat_values, std::vector<BucketShard> buckets, Arena& arena);
 
   // Starts gathering every bucket (after the optimizer step).
   void start(Context& ctx);
@@ -29,7 +29,7 @@ class ParamGather {
  private:
   Communicator& group_;
   Tensor flat_values_;
-  std::vector<Range> buckets_;
+  std::vector<BucketShard> buckets_;
   std::vector<Tensor> staging_;  // [bucket] this rank's part, gathered from
   std::vector<CollectiveHandle> handles_;
 };

@@ -22,4 +22,12 @@ struct Range {
   bool operator==(const Range&) const = default;
 };
 
+// A bucket of the flat buffers and this rank's part of it (the whole bucket when unsharded), as the
+// shard plan (model/shard_plan.h) decides them.
+struct BucketShard {
+  Range bucket;
+  Range shard;
+  bool operator==(const BucketShard&) const = default;
+};
+
 }  // namespace gpt

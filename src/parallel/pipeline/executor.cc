@@ -59,6 +59,19 @@ Executor::Executor(int pipeline_rank, int pipeline_size, std::vector<Stage*> chu
   }
 }
 
+int64_t Executor::buffer_bytes(int pipeline_rank, int pipeline_size, std::span<const int> slots, DType dtype,
+                               const Shape& boundary) {
+  if (pipeline_size == 1) return 0;
+  const int chunks = static_cast<int>(slots.size());
+  int64_t buffers = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const bool first = c == 0 && pipeline_rank == 0;
+    const bool last = c == chunks - 1 && pipeline_rank == pipeline_size - 1;
+    buffers += int64_t{slots[static_cast<size_t>(c)]} * ((first ? 0 : 1) + (last ? 0 : 1));
+  }
+  return buffers * Arena::aligned_bytes(dtype, boundary);
+}
+
 int Executor::acquire(int chunk, int microbatch) {
   const Key key{chunk, microbatch};
   auto found = taken_.find(key);
@@ -149,9 +162,12 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
   GPT_CHECK(pipeline.size() == size_ && pipeline.rank() == rank_)
       << "pipeline group of " << pipeline.size() << " ranks (rank " << pipeline.rank() << "), schedule for " << size_;
   has_backward_.clear();
+  last_backward_.clear();
   for (const Step& step : steps) {
     for (const Instruction& i : step.instructions) {
-      if (i.op == Op::kBackward) has_backward_.insert({i.chunk, i.microbatch});
+      if (i.op != Op::kBackward) continue;
+      has_backward_.insert({i.chunk, i.microbatch});
+      last_backward_[i.chunk] = i.microbatch;
     }
   }
   for (const Step& step : steps) {
@@ -184,7 +200,8 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
       const int slot = slot_of(first.chunk, first.microbatch);
       std::optional<Tensor> grad_output;
       if (!last_virtual_stage(first.chunk)) grad_output = gradients_[c][static_cast<size_t>(slot)];
-      std::optional<Tensor> grad_input = stage.backward(ctx, slot, first.microbatch, grad_output);
+      const bool last_of_step = last_backward_.at(first.chunk) == first.microbatch;
+      std::optional<Tensor> grad_input = stage.backward(ctx, slot, first.microbatch, grad_output, last_of_step);
       if (grad_input && size_ > 1 && !first_virtual_stage(first.chunk)) input_gradients_[key] = *grad_input;
       release(first.chunk, first.microbatch);
     }

@@ -29,6 +29,12 @@ class Executor {
   // built with at least slots[c] stash slots. Receive buffers come from `arena`.
   Executor(int pipeline_rank, int pipeline_size, std::vector<Stage*> chunks, std::vector<int> slots, Arena& arena);
 
+  // What the constructor takes from its arena: per chunk and slot, a receive buffer for the
+  // activation (all but the first virtual stage) and one for its gradient (all but the last), each
+  // of `boundary` bytes' worth of the boundary tensor; nothing without pipeline parallelism.
+  static int64_t buffer_bytes(int pipeline_rank, int pipeline_size, std::span<const int> slots, DType dtype,
+                              const Shape& boundary);
+
   // Runs `steps` (this rank's list) to the end. `pipeline` is the pipeline-parallel group (its rank
   // r is pipeline stage r). Every microbatch taken is released by the end.
   void run(Context& ctx, Communicator& pipeline, std::span<const Step> steps);
@@ -53,6 +59,7 @@ class Executor {
   std::map<Key, Tensor> outputs_;          // forward results waiting to be sent
   std::map<Key, Tensor> input_gradients_;  // backward results waiting to be sent
   std::set<Key> has_backward_;              // of the steps being run
+  std::map<int, int> last_backward_;        // chunk -> the microbatch of its last backward in the steps
 };
 
 }  // namespace gpt::pipeline

@@ -27,9 +27,10 @@ class Stage {
                                         const std::optional<Tensor>& input) = 0;
   // Backward of the slot's microbatch: `grad_output` is the next virtual stage's input gradient,
   // absent on the last virtual stage (the loss starts it). Returns this chunk's input gradient,
-  // absent on the first virtual stage, valid until this chunk's next backward.
+  // absent on the first virtual stage, valid until this chunk's next backward. `last_of_step`:
+  // the schedule runs no later backward of this chunk in this step (its gradients are then final).
   virtual std::optional<Tensor> backward(Context& ctx, int slot, int64_t microbatch,
-                                         const std::optional<Tensor>& grad_output) = 0;
+                                         const std::optional<Tensor>& grad_output, bool last_of_step) = 0;
 };
 
 }  // namespace gpt::pipeline

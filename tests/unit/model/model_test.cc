@@ -4,25 +4,14 @@
 #include "core/arena.h"
 #include "core/memory.h"
 #include "gtest/gtest.h"
+#include "support/tiny_model.h"
 #include "model/gpt_model.h"
 #include "parallel/comm/self_communicator.h"
 
 namespace gpt {
 namespace {
 
-ModelConfig tiny_config(int64_t tp = 1) {
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.ffn_hidden_size = 24;
-  c.num_attention_heads = 4;
-  c.kv_channels = 4;
-  c.seq_length = 6;
-  c.max_position_embeddings = 8;
-  c.vocab_size = 37;
-  c.padded_vocab_size = padded_vocab_size(37, 8, tp);
-  return c;
-}
+ModelConfig tiny_config(int64_t tp = 1) { return testing_support::tiny_model(2, 6, tp); }
 
 TEST(ParamRegistry, MegatronNamesShapesAndPadding) {
   EXPECT_EQ(padded_vocab_size(50257, 128, 1), 50304);

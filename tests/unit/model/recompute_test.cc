@@ -7,6 +7,7 @@
 #include "core/arena.h"
 #include "core/memory.h"
 #include "gtest/gtest.h"
+#include "support/tiny_model.h"
 #include "model/activation_memory.h"
 #include "model/gpt_model.h"
 #include "parallel/comm/self_communicator.h"
@@ -19,16 +20,7 @@ constexpr int64_t kBatch = 2;
 constexpr int kMicrobatches = 2;
 
 ModelConfig config_with(RecomputeConfig recompute, DType dtype) {
-  ModelConfig c;
-  c.num_layers = kLayers;
-  c.hidden_size = 16;
-  c.ffn_hidden_size = 24;
-  c.num_attention_heads = 4;
-  c.kv_channels = 4;
-  c.seq_length = 6;
-  c.max_position_embeddings = 8;
-  c.vocab_size = 37;
-  c.padded_vocab_size = padded_vocab_size(37, 8, 1);
+  ModelConfig c = testing_support::tiny_model(kLayers);
   c.dtype = dtype;
   c.recompute = recompute;
   return c;
@@ -129,13 +121,7 @@ Step train_step(const RecomputeConfig& recompute, DType dtype, bool two_chunks) 
   Tensor loss_sum = param_arena.allocate_zeroed(DType::kFloat32, {1});
   store.zero_grads(ctx);
   for (int slot = 0; slot < kMicrobatches; ++slot) {
-    std::vector<int32_t> tokens(kBatch * config.seq_length), targets(tokens.size());
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      tokens[i] = static_cast<int32_t>((i * 7 + 3 + 11 * slot) % config.vocab_size);
-      targets[i] = static_cast<int32_t>((i * 5 + 1 + 3 * slot) % config.vocab_size);
-    }
-    chunks.front()->load_tokens(ctx, slot, tokens);
-    chunks.back()->load_targets(ctx, slot, targets);
+    testing_support::load_pattern(ctx, *chunks.front(), *chunks.back(), slot, config, kBatch);
     zero_tensor(loss_sum);
     std::optional<Tensor> hidden;
     for (auto& chunk : chunks) hidden = chunk->forward(ctx, slot, hidden, {loss_sum, 0.5f});

@@ -7,32 +7,10 @@
 #include "gtest/gtest.h"
 #include "optim/adamw.h"
 #include "parallel/data_parallel/grad_sync.h"
+#include "support/place_only_group.h"
 
 namespace gpt {
 namespace {
-
-// A group that knows its size and this rank's place in it; the test never communicates.
-class PlaceOnlyGroup final : public Communicator {
- public:
-  PlaceOnlyGroup(int rank, int size) : rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  const std::string& name() const override { return name_; }
-  CollectiveHandle start_all_reduce(Context&, const Tensor&, ReduceOp) override { return refuse(); }
-  CollectiveHandle start_reduce_scatter(Context&, const Tensor&, const Tensor&, ReduceOp) override { return refuse(); }
-  CollectiveHandle start_all_gather(Context&, const Tensor&, const Tensor&) override { return refuse(); }
-  CollectiveHandle start_broadcast(Context&, const Tensor&, int) override { return refuse(); }
-  CollectiveHandle start_exchange(Context&, std::span<const PeerTransfer>) override { return refuse(); }
-  void barrier(Context&) override { refuse(); }
-
- private:
-  static CollectiveHandle refuse() {
-    ADD_FAILURE() << "no communication expected";
-    return {};
-  }
-  int rank_, size_;
-  std::string name_ = "data-parallel";
-};
 
 std::vector<ParamSpec> specs() {
   std::vector<ParamSpec> all;
@@ -58,25 +36,28 @@ TEST(DistributedOptimizer, ShardsCoverEveryBucketOnceAndHoldAQuarterOfTheState) 
   EXPECT_EQ(unsharded.owned_elements(), elements);
 
   // DP = 4 with buckets of about 500 elements, each padded to a multiple of lcm(4, 128).
-  const BucketLayout layout{.bucket_size = 500, .shard_over = 4, .own_bucket = {"b.weight"}};
   std::vector<int64_t> owner;
   int64_t owned_total = 0;
   for (int rank = 0; rank < 4; ++rank) {
-    ParamStore store(specs(), 0, 1, DType::kBFloat16, arena, layout);
+    const ShardPlanConfig config{.data_parallel_rank = rank,
+                                 .data_parallel_size = 4,
+                                 .distributed_optimizer = true,
+                                 .bucket_size = 500,
+                                 .own_bucket = {"b.weight"}};
+    ParamStore store(ShardPlan(specs(), config), DType::kBFloat16, arena);
     ASSERT_GE(store.buckets().size(), 3u);
-    std::vector<Range> ranges;
-    for (const Bucket& bucket : store.buckets()) {
-      EXPECT_EQ(bucket.range.size() % 128, 0) << "bucket padding";
-      ranges.push_back(bucket.range);
-    }
+    for (const BucketPlan& bucket : store.buckets()) EXPECT_EQ(bucket.range.size() % 128, 0) << "bucket padding";
     // The tied-embedding rule: a parameter named alone gets a bucket of its own.
     const Param& alone = store.get("b.weight");
-    for (const Bucket& bucket : store.buckets()) {
+    for (const BucketPlan& bucket : store.buckets()) {
       if (!store.range_of(alone).intersect(bucket.range).empty()) EXPECT_EQ(bucket.params.size(), 1u);
     }
+    // The plan's shards are what the reduce-scatter leaves on the rank (GradientSync checks it).
     PlaceOnlyGroup group(rank, 4);
-    GradientSync sync(group, store.flat_grads(), ranges, GradientReduction::kReduceScatter, arena);
-    AdamW sharded(ctx, store, {}, arena, sync.shards());
+    GradientSync sync(group, store.flat_grads(), store.plan().bucket_shards(), GradientReduction::kReduceScatter,
+                      arena);
+    EXPECT_EQ(sync.shards(), store.plan().owned());
+    AdamW sharded(ctx, store, {}, arena, store.plan().owned());
     owner.resize(static_cast<size_t>(store.flat_values().numel()), -1);
     for (const Range& shard : sharded.owned()) {
       for (int64_t i = shard.begin; i < shard.end; ++i) {

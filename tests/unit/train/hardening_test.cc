@@ -140,6 +140,42 @@ TEST(MemoryPlan, ParametersMatchTheModelExactly) {
   }
 }
 
+// The planner's exact figures are what a trainer of the same flags allocates, item by item (the
+// trainer checks its own allocation against the same function at start-up; this closes the loop
+// from the flags, before anything is built).
+TEST(MemoryPlan, ExactPlanIsTheTrainersAllocation) {
+  const std::vector<std::vector<std::string>> layouts = {
+      base_flags(),
+      with(base_flags(), "--bf16", ""),
+      with(base_flags(), "--untie-embeddings-and-output-weights", ""),
+      with(base_flags(), "--recompute-activations", ""),
+      with(with(with(base_flags(), "--recompute-granularity", "full"), "--recompute-method", "uniform"),
+           "--recompute-num-layers", "1"),
+      with(with(base_flags(), "--use-distributed-optimizer", ""), "--overlap-grad-reduce", ""),
+      with(with(with(with(with(with(base_flags(), "--position-embedding-type", "rope"), "--normalization", "RMSNorm"),
+                          "--swiglu", ""),
+                     "--group-query-attention", ""),
+                "--num-query-groups", "2"),
+           "--disable-bias-linear", "")};
+  for (const std::vector<std::string>& flags : layouts) {
+    SCOPED_TRACE(absl::StrJoin(flags, " "));
+    absl::StatusOr<MemoryPlan> plan = plan_of(flags);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(plan->allocated.has_value());
+    std::unique_ptr<ProcessGrid> grid;
+    std::unique_ptr<Trainer> trainer = testing_support::make_trainer(flags, grid);
+    ASSERT_NE(trainer, nullptr);
+    const RankMemory& allocated = trainer->allocated_memory();
+    EXPECT_EQ(plan->allocated->parameters, allocated.parameters);
+    EXPECT_EQ(plan->allocated->gradients, allocated.gradients);
+    EXPECT_EQ(plan->allocated->optimizer_state, allocated.optimizer_state);
+    EXPECT_EQ(plan->allocated->activations, allocated.activations);
+    // The closed form stays a lower bound of it.
+    EXPECT_LE(plan->parameters, allocated.parameters);
+    EXPECT_LE(plan->activations, allocated.activations);
+  }
+}
+
 TEST(MemoryPlan, ActivationsAreAtLeastTheModelsStash) {
   for (const std::vector<std::string>& flags :
        {base_flags(), with(base_flags(), "--recompute-activations", ""), with(base_flags(), "--bf16", "")}) {

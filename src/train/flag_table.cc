@@ -1,0 +1,671 @@
+#include "train/flag_table.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <type_traits>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "train/metrics_file.h"
+#include "train/numeric_flags.h"
+
+namespace gpt {
+namespace {
+
+using A = Arguments;
+using enum FlagStatus;
+using enum PyRule;
+
+constexpr FlagRow row(std::string_view flag, ArgumentField field, std::string_view help) {
+  return FlagRow{.flag = flag, .field = field, .help = help};
+}
+
+PyValue none_if_zero(int64_t value) { return value == 0 ? PyValue() : PyValue(value); }
+
+// Sample-based runs keep train_iters None in Megatron's namespace (validation filled it here).
+PyValue train_iters_value(const Arguments& a) {
+  return a.train_samples > 0 && !a.was_given("--train-iters") ? PyValue() : none_if_zero(a.train_iters);
+}
+// Megatron leaves it None and decays over train_iters in the scheduler; validation filled it here.
+PyValue lr_decay_iters_value(const Arguments& a) {
+  return a.was_given("--lr-decay-iters") ? none_if_zero(a.lr_decay_iters) : PyValue();
+}
+// Megatron's --attention-backend is an enum, printed with its class name.
+PyValue attention_backend_value(const Arguments& a) { return absl::StrCat("AttnBackend.", a.attention_backend); }
+
+// One row per flag, in --help's order. A flag's checks are in validate_arguments (train/arguments.cc
+// and the validate_* functions it calls); the row says what the flag is.
+constexpr FlagRow kRows[] = {
+    // Model.
+    row("--num-layers", &A::num_layers, "Number of transformer layers"),
+    row("--hidden-size", &A::hidden_size, "Transformer hidden size"),
+    row("--ffn-hidden-size", &A::ffn_hidden_size, "MLP hidden size (default 4 * hidden size)").shown(kNoneIfZero),
+    row("--num-attention-heads", &A::num_attention_heads, "Number of attention heads"),
+    row("--kv-channels", &A::kv_channels, "Head dimension (default hidden size / heads)").shown(kNoneIfZero),
+    row("--seq-length", &A::seq_length, "Sequence length"),
+    row("--max-position-embeddings", &A::max_position_embeddings, "Learned position embeddings"),
+    row("--make-vocab-size-divisible-by", &A::make_vocab_size_divisible_by,
+        "Pad the vocabulary to a multiple of this times TP"),
+    row("--untie-embeddings-and-output-weights", &A::untie_embeddings_and_output_weights,
+        "Separate output layer instead of the tied word embedding"),
+    row("--init-method-std", &A::init_method_std, "Standard deviation of weight initialization"),
+    row("--norm-epsilon", &A::norm_epsilon, "LayerNorm epsilon"),
+    row("--hidden-dropout", &A::hidden_dropout,
+        "Dropout after the attention projection and the MLP (masks depend only on the seed, iteration, "
+        "sample, layer and element, so every parallel layout drops the same elements)")
+        .megatron(kImplementation,
+                  "Megatron's default and meaning; the masks are layout-independent (see --attention-dropout)"),
+    row("--attention-dropout", &A::attention_dropout, "Dropout of the attention probabilities (same masks)")
+        .megatron(
+            kImplementation,
+            "Megatron's default and meaning; the masks are a function of (seed, iteration, layer, sample, element), "
+            "the same in every layout, and so differ from Megatron's own"),
+    row("--position-embedding-type", &A::position_embedding_type,
+        "learned_absolute, rope (rotary; no learned position embedding) or none")
+        .megatron(kRefusedAtValues, "learned_absolute, rope and none; relative, mrope and yarn are refused"),
+    row("--no-position-embedding", &A::no_position_embedding,
+        "No learned absolute position embedding (with learned_absolute: none; rope never has one)")
+        .negated("add_position_embedding"),
+    row("--rotary-percent", &A::rotary_percent, "Fraction of each head's dimensions that RoPE rotates"),
+    row("--rotary-base", &A::rotary_base, "RoPE frequency base").shown(kIntIfIntegral),
+    row("--normalization", &A::normalization, "LayerNorm or RMSNorm"),
+    row("--swiglu", &A::swiglu, "SwiGLU MLP (default --ffn-hidden-size: int(8h/3 / 64) * 64, as Megatron)"),
+    row("--group-query-attention", &A::group_query_attention, "Grouped-query attention"),
+    row("--num-query-groups", &A::num_query_groups, "Key/value head groups with --group-query-attention"),
+    row("--disable-bias-linear", &A::disable_bias_linear, "No biases in the QKV, projection and MLP linears")
+        .negated("add_bias_linear")
+        .megatron(
+            kRefusedAtValues,
+            "refused without --swiglu: a bias-free GeLU MLP in Megatron uses the exact erf GeLU, which this program "
+            "does not have"),
+    // Parallelism.
+    row("--tensor-model-parallel-size", &A::tensor_model_parallel_size, "Tensor-parallel size"),
+    row("--pipeline-model-parallel-size", &A::pipeline_model_parallel_size, "Pipeline-parallel size"),
+    row("--num-layers-per-virtual-pipeline-stage", &A::num_layers_per_virtual_pipeline_stage,
+        "Layers per virtual stage (interleaved 1F1B schedule)")
+        .shown(kNoneIfZero),
+    row("--num-virtual-stages-per-pipeline-rank", &A::num_virtual_stages_per_pipeline_rank,
+        "Model chunks per pipeline rank (interleaved 1F1B schedule)")
+        .shown(kNoneIfZero),
+    row("--sequence-parallel", &A::sequence_parallel, "Split activations along the sequence across TP"),
+    row("--use-distributed-optimizer", &A::use_distributed_optimizer, "Shard optimizer state across DP (ZeRO-1)"),
+    row("--overlap-grad-reduce", &A::overlap_grad_reduce, "Overlap gradient reduction with backward"),
+    row("--overlap-param-gather", &A::overlap_param_gather, "Overlap parameter all-gather with forward"),
+    row("--ddp-bucket-size", &A::ddp_bucket_size,
+        "Elements per gradient bucket with --overlap-grad-reduce (default max(4e7, 1e6 x DP))")
+        .shown(kNoneIfZero),
+    row("--distributed-backend", &A::distributed_backend,
+        "nccl, mpi, or gloo (Megatron's CPU backend; runs on this program's MPI communicator)")
+        .shown(kNoneIfEmpty)
+        .megatron(kRefusedAtValues,
+                  "nccl (needs a GPU) and mpi; gloo runs on the MPI communicator, said in one note at start-up"),
+    row("--distributed-timeout-minutes", &A::distributed_timeout_minutes, "Bound on every collective wait")
+        .shown(kIntIfIntegral),
+    // Training.
+    row("--micro-batch-size", &A::micro_batch_size, "Samples per microbatch per data-parallel rank"),
+    row("--global-batch-size", &A::global_batch_size, "Samples per iteration over all ranks").shown(kNoneIfZero),
+    row("--train-iters", &A::train_iters, "Iterations to train (or --train-samples)").shown(train_iters_value),
+    row("--train-samples", &A::train_samples,
+        "Samples to train, instead of --train-iters: floor(samples / --global-batch-size) iterations, "
+        "the learning-rate schedule counted in samples (as Megatron)")
+        .shown(kNoneIfZero),
+    row("--lr", &A::lr, "Peak learning rate"),
+    row("--min-lr", &A::min_lr, "Learning rate at the end of decay"),
+    row("--lr-decay-style", &A::lr_decay_style, "constant, linear or cosine")
+        .megatron(kRefusedAtValues, "constant, linear and cosine; inverse-square-root and WSD are refused"),
+    row("--lr-decay-iters", &A::lr_decay_iters, "Iterations to decay over (default --train-iters)")
+        .shown(lr_decay_iters_value),
+    row("--lr-decay-samples", &A::lr_decay_samples,
+        "With --train-samples: samples to decay over (default --train-samples)")
+        .shown(kNoneIfZero),
+    row("--lr-warmup-iters", &A::lr_warmup_iters, "Iterations of linear warmup"),
+    row("--lr-warmup-samples", &A::lr_warmup_samples, "With --train-samples: samples of linear warmup"),
+    row("--lr-warmup-fraction", &A::lr_warmup_fraction,
+        "Warmup as a fraction of the decay iterations or samples (fractional samples kept, as Megatron)")
+        .shown(kNoneIfNegative),
+    row("--weight-decay", &A::weight_decay, "AdamW weight decay"),
+    row("--clip-grad", &A::clip_grad, "Clip gradients to this global L2 norm (0: off)"),
+    row("--adam-beta1", &A::adam_beta1, "Adam beta1"),
+    row("--adam-beta2", &A::adam_beta2, "Adam beta2"),
+    row("--adam-eps", &A::adam_eps, "Adam epsilon"),
+    row("--bf16", &A::bf16, "BF16 parameters and activations, FP32 master weights and gradients"),
+    row("--fp16", &A::fp16, "FP16 mixed precision (not supported: use --bf16)")
+        .megatron(kRefused, "this program has no FP16 mixed precision (loss scaling): use --bf16, or neither for FP32"),
+    row("--seed", &A::seed, "Random seed (initialization and data order)"),
+    row("--deterministic-mode", &A::deterministic_mode,
+        "Only bitwise reproducible algorithms (slower cuDNN attention backward)")
+        .megatron(kImplementation),
+    row("--attention-backend", &A::attention_backend,
+        "auto, fused (cuDNN fused attention), local or unfused (reference kernel); flash is not available")
+        .shown(attention_backend_value)
+        .megatron(kRefusedAtValues,
+                  "auto, fused, local and unfused; flash is refused (cuDNN's fused flash attention is what auto and "
+                  "fused run)"),
+    row("--recompute-granularity", &A::recompute_granularity,
+        "Activation recompute: full (whole layers) or selective (attention core)")
+        .shown(kNoneIfEmpty),
+    row("--recompute-method", &A::recompute_method,
+        "With full: uniform (groups of --recompute-num-layers) or block (first --recompute-num-layers)")
+        .shown(kNoneIfEmpty),
+    row("--recompute-num-layers", &A::recompute_num_layers,
+        "With full: layers per recompute group (uniform) or recomputed per stage (block)")
+        .shown(kNoneIfZero),
+    row("--recompute-activations", &A::recompute_activations, "Same as --recompute-granularity selective"),
+    // ---- Megatron implementation choices --------------------------------------------------------
+    // Flags that Megatron launch scripts pass on nearly every run to pick kernels, fusions or
+    // Python-side housekeeping. Each has one meaning in this program, which its help says; the
+    // values that ask for something this program cannot do are refused in validate_arguments
+    // (validate_implementation_flags), never accepted and ignored.
+    row("--transformer-impl", &A::transformer_impl,
+        "local or transformer_engine (Megatron's default): both run this program's own kernels "
+        "(cuBLASLt GEMMs, cuDNN fused attention, its norms), the same model and arithmetic either way")
+        .megatron(kRefusedAtValues,
+                  "local and transformer_engine both run this program's kernels; inference_optimized is refused"),
+    row("--use-mcore-models", &A::use_mcore_models,
+        "Accepted (Megatron's default; deprecated there): the model is Megatron-Core's GPT, with its "
+        "parameter names")
+        .dest("deprecated_use_mcore_models")
+        .megatron(kImplementation),
+    row("--no-gradient-accumulation-fusion", &A::no_gradient_accumulation_fusion,
+        "Accepted: weight gradients are always accumulated in FP32 by the GEMM itself (the arithmetic of "
+        "Megatron's fused path; its unfused path rounds each microbatch's weight gradient to the parameter "
+        "type before adding it)")
+        .negated("gradient_accumulation_fusion")
+        .megatron(kImplementation),
+    row("--attention-softmax-in-fp32", &A::attention_softmax_in_fp32,
+        "Accepted: attention's scaling, causal mask and softmax always run in FP32 here")
+        .megatron(kImplementation),
+    row("--no-rope-fusion", &A::no_rope_fusion,
+        "Accepted: RoPE is this program's own kernel, the same rotation as Megatron's fused or unfused one")
+        .negated("apply_rope_fusion")
+        .megatron(kImplementation),
+    row("--manual-gc", &A::manual_gc,
+        "Accepted: no garbage collector runs in this program (no Python), so there are no collection "
+        "pauses to align across ranks")
+        .megatron(kImplementation),
+    row("--manual-gc-interval", &A::manual_gc_interval, "Accepted (>= 0): no garbage collector runs in this program")
+        .megatron(kImplementation),
+    row("--no-create-attention-mask-in-dataloader", &A::no_create_attention_mask_in_dataloader,
+        "Accepted: the data pipeline never builds attention masks here (attention is causal inside the "
+        "kernels), which is what this flag asks for")
+        .negated("create_attention_mask_in_dataloader")
+        .megatron(kImplementation),
+    row("--no-mmap-bin-files", &A::no_mmap_bin_files,
+        "Accepted: the .bin files are memory-mapped either way; the tokens read are the same (Megatron's "
+        "flag changes only how they are read)")
+        .negated("mmap_bin_files")
+        .megatron(kImplementation),
+    row("--use-flash-attn", &A::use_flash_attn,
+        "Flash attention: what --attention-backend auto does (cuDNN's fused flash attention where it "
+        "applies, the exact kernel elsewhere); refused with --attention-backend local or unfused")
+        .megatron(kRefusedAtValues, "refused with --attention-backend local or unfused"),
+    row("--no-masked-softmax-fusion", &A::no_masked_softmax_fusion,
+        "Accepted: scale, causal mask and softmax give the same FP32 values as Megatron's unfused path")
+        .negated("masked_softmax_fusion")
+        .megatron(kImplementation),
+    row("--no-bias-gelu-fusion", &A::no_bias_gelu_fusion,
+        "Refused with a GeLU MLP: without the fusion Megatron computes the exact (erf) GeLU, and this "
+        "program's GeLU is the tanh approximation of Megatron's fused bias-GeLU; accepted with --swiglu, "
+        "where it has no effect (as in Megatron)")
+        .negated("bias_gelu_fusion")
+        .megatron(
+            kRefusedAtValues,
+            "refused with a GeLU MLP (unfused Megatron computes the exact erf GeLU, this program only the fused tanh "
+            "approximation); accepted with --swiglu, where it has no effect"),
+    row("--no-bias-dropout-fusion", &A::no_bias_dropout_fusion,
+        "Accepted: bias, dropout and residual add give the same values fused or not (the dropout masks are "
+        "this program's layout-independent ones either way)")
+        .negated("bias_dropout_fusion")
+        .megatron(kImplementation),
+    row("--no-bias-swiglu-fusion", &A::no_bias_swiglu_fusion,
+        "Accepted: SwiGLU is one FP32 kernel here, the formula of Megatron's fused and unfused paths")
+        .negated("bias_swiglu_fusion")
+        .megatron(kImplementation),
+    row("--no-persist-layer-norm", &A::no_persist_layer_norm,
+        "Accepted: Apex's persistent LayerNorm kernel is never used; the norms are this program's own")
+        .megatron(kImplementation),
+    row("--no-async-tensor-model-parallel-allreduce", &A::no_async_tensor_model_parallel_allreduce,
+        "Accepted: tensor-parallel all-reduces of input gradients are not overlapped with the weight-gradient "
+        "GEMMs here, which is what this flag asks for")
+        .negated("async_tensor_model_parallel_allreduce")
+        .megatron(kImplementation),
+    row("--use-cpu-initialization", &A::use_cpu_initialization,
+        "Accepted: parameters are always initialized on the host, from (seed, name, element index), and "
+        "copied to the device: the same values in every parallel layout")
+        .shown(kTrueOrNone)
+        .megatron(kImplementation),
+    row("--apply-query-key-layer-scaling", &A::apply_query_key_layer_scaling,
+        "Accepted: scaling attention scores by 1 / layer number and back before the FP32 softmax is the "
+        "identity; Megatron uses it for FP16's range (Transformer Engine only in FP16), and --fp16 is refused")
+        .megatron(kImplementation),
+    row("--accumulate-allreduce-grads-in-fp32", &A::accumulate_allreduce_grads_in_fp32,
+        "Accepted: gradients are always accumulated and reduced across data-parallel ranks in FP32 (Megatron's "
+        "default with --bf16)")
+        .megatron(kImplementation),
+    row("--empty-unused-memory-level", &A::empty_unused_memory_level,
+        "0, 1 or 2, accepted: device memory is one arena taken before the first iteration and never freed, "
+        "so there is no allocator cache to empty at any level")
+        .megatron(kImplementation),
+    row("--no-check-for-nan-in-loss-and-grad", &A::no_check_for_nan_in_loss_and_grad,
+        "Do not stop the run at a non-finite loss or gradient norm (Megatron's check, on by default): "
+        "an iteration whose gradient norm is not finite skips its update on every rank (as Megatron's "
+        "loss scaler does) and is counted in the log line as skipped, a non-finite loss as a nan iteration")
+        .negated("check_for_nan_in_loss_and_grad")
+        .megatron(
+            kImplementation,
+            "without the check a non-finite gradient norm skips that iteration's update on every rank (Megatron "
+            "skips only under FP16 loss scaling) and is counted as skipped; a non-finite loss as a nan iteration"),
+    row("--calculate-per-token-loss", &A::calculate_per_token_loss,
+        "Accepted: every token counts here (no loss mask), so each microbatch has the same token count and "
+        "the per-token mean over the global batch equals Megatron's default mean of microbatch means; the "
+        "gradient and the logged loss are that mean either way"),
+    row("--rampup-batch-size", &A::rampup_batch_size,
+        "Refused: the global batch size is constant in this program (start increment samples)")
+        .shown(kNoneIfEmpty)
+        .megatron(kRefused, "the global batch size is constant in this program")
+        .takes(Nargs::kThree),
+    // ---- end of Megatron implementation choices -------------------------------------------------
+    // Data.
+    row("--mock-data", &A::mock_data, "Synthetic data, no files needed"),
+    row("--vocab-size", &A::vocab_size, "Vocabulary size for --mock-data or --tokenizer-type NullTokenizer")
+        .shown(kNoneIfZero),
+    // Each occurrence replaces the list (argparse's nargs='*' keeps the last occurrence's values).
+    row("--data-path", &A::data_path, "Dataset prefix, or weight prefix pairs to blend")
+        .shown(kNoneIfEmpty)
+        .takes(Nargs::kOneOrMore),
+    row("--split", &A::split, "Train/valid/test proportions of the documents"),
+    row("--vocab-file", &A::vocab_file, "GPT-2 vocab.json").shown(kNoneIfEmpty),
+    row("--merge-file", &A::merge_file, "GPT-2 merges.txt").shown(kNoneIfEmpty),
+    row("--tokenizer-type", &A::tokenizer_type, "GPT2BPETokenizer or NullTokenizer")
+        .shown(kNoneIfEmpty)
+        .megatron(kRefusedAtValues, "GPT2BPETokenizer and NullTokenizer; other tokenizers are refused"),
+    row("--data-cache-path", &A::data_cache_path, "Directory for cached dataset indices").shown(kNoneIfEmpty),
+    row("--device", &A::device, "auto, cpu or cuda (not a Megatron flag)").megatron(kOwn),
+    // Evaluation and logging.
+    row("--eval-interval", &A::eval_interval, "Iterations between evaluations on the validation split"),
+    row("--eval-iters", &A::eval_iters, "Global batches per evaluation (0: no evaluation)"),
+    row("--log-interval", &A::log_interval, "Iterations between log lines"),
+    row("--log-throughput", &A::log_throughput,
+        "Log the throughput per GPU (TFLOP/s, Megatron's formula) and, a field of this program's, tokens/s "
+        "per GPU")
+        .megatron(
+            kImplementation,
+            "Megatron's TFLOP/s field (its formula, attention term not halved), followed by a tokens/s/GPU field of "
+            "this program's"),
+    row("--log-params-norm", &A::log_params_norm, "Log the L2 norm of the (FP32 main) parameters"),
+    row("--log-num-zeros-in-grad", &A::log_num_zeros_in_grad, "Log the number of zero gradient elements"),
+    row("--save", &A::save, "Directory for checkpoints").shown(kNoneIfEmpty),
+    row("--save-interval", &A::save_interval, "Iterations between checkpoints").shown(kNoneIfZero),
+    row("--load", &A::load, "Directory to resume from (its latest_checkpointed_iteration.txt)").shown(kNoneIfEmpty),
+    row("--ckpt-step", &A::ckpt_step, "Iteration to load instead of the tracker's").shown(kNoneIfNegative),
+    row("--no-load-optim", &A::no_load_optim, "Do not load the optimizer state").shown(kTrueOrNone),
+    row("--no-load-rng", &A::no_load_rng, "Do not load the random state (use --seed)").shown(kTrueOrNone),
+    row("--no-save-optim", &A::no_save_optim, "Do not save the optimizer state").shown(kTrueOrNone),
+    row("--finetune", &A::finetune, "Load parameters only; start at iteration 0"),
+    row("--ckpt-format", &A::ckpt_format, "Checkpoint format: hdf5 (this program's only one)")
+        .megatron(
+            kRefusedAtValues,
+            "hdf5 only (this program's sharded format; docs/CHECKPOINTS.md); torch_dist, torch and zarr are refused"),
+    row("--async-save", &A::async_save, "Write checkpoints in a background thread from a host copy")
+        .shown(kTrueOrNone)
+        .megatron(kImplementation, "the writer is a background thread from a host copy (Megatron's uses processes)"),
+    row("--use-persistent-ckpt-worker", &A::use_persistent_ckpt_worker, "Accepted with --async-save")
+        .megatron(kImplementation),
+    row("--dist-ckpt-strictness", &A::dist_ckpt_strictness,
+        "Missing / unexpected checkpoint keys on load: assume_ok_unexpected, log_unexpected, log_all, "
+        "raise_unexpected, raise_all, ignore_all"),
+    row("--exit-signal-handler", &A::exit_signal_handler, "On SIGTERM: finish the iteration, save, exit 0"),
+    row("--exit-duration-in-mins", &A::exit_duration_in_mins, "Save and exit after this many minutes")
+        .shown(kNoneIfZero),
+    row("--exit-interval", &A::exit_interval, "Save and exit when the iteration is a multiple of this")
+        .shown(kNoneIfZero),
+    row("--keep-latest-checkpoints", &A::keep_latest_checkpoints,
+        "Delete all but the newest K committed checkpoints (not a Megatron flag)")
+        .megatron(kOwn),
+    row("--allow-other-run-checkpoints", &A::allow_other_run_checkpoints,
+        "Let a run that loaded nothing from --save DIR save there although DIR holds checkpoints (of "
+        "another run; they may be replaced or pruned) (not a Megatron flag)")
+        .megatron(kOwn),
+    row("--load-fallback-to-previous", &A::load_fallback_to_previous,
+        "If the checkpoint to load is damaged, load the newest older one (not a Megatron flag)")
+        .megatron(kOwn),
+    row("--timing-log-level", &A::timing_log_level,
+        "0: none; 1: per-phase times after each log line, (min, max) over ranks (forward-backward, "
+        "all-grads-sync, optimizer); 2: also forward-compute, backward-compute, batch-generator, "
+        "pipeline-send-recv, tp-comm, params-all-gather (device time from CUDA events on the GPU)"),
+    row("--metrics-file", &A::metrics_file,
+        "One JSON object per log line and evaluation (JSON Lines; truncated when the run starts at "
+        "iteration 0, appended to when it resumes; not a Megatron flag)")
+        .shown(kNoneIfEmpty)
+        .megatron(kOwn),
+    row("--tensorboard-dir", &A::tensorboard_dir,
+        "Write TensorBoard event files here (the logging rank; Megatron's tags)")
+        .shown(kNoneIfEmpty),
+    row("--tensorboard-log-interval", &A::tensorboard_log_interval, "Iterations between TensorBoard scalars"),
+    row("--tensorboard-queue-size", &A::tensorboard_queue_size,
+        "Accepted (> 0): events are written to the file as they come and flushed at each log line, "
+        "so there is no queue to size")
+        .megatron(kImplementation),
+    row("--log-timers-to-tensorboard", &A::log_timers_to_tensorboard,
+        "iteration-time, throughput (with --log-throughput) and the phase timers at each log line"),
+    row("--log-memory-to-tensorboard", &A::log_memory_to_tensorboard,
+        "mem-reserved-bytes, mem-allocated-bytes, mem-allocated-count"),
+    row("--log-validation-ppl-to-tensorboard", &A::log_validation_ppl_to_tensorboard, "Validation perplexity too"),
+    row("--log-world-size-to-tensorboard", &A::log_world_size_to_tensorboard, "world-size"),
+    row("--log-batch-size-to-tensorboard", &A::log_batch_size_to_tensorboard, "batch-size"),
+    row("--no-log-learnig-rate-to-tensorboard", &A::no_log_learning_rate_to_tensorboard,
+        "No learning-rate scalars (Megatron's spelling)")
+        .negated("log_learning_rate_to_tensorboard"),
+    row("--no-log-loss-scale-to-tensorboard", &A::no_log_loss_scale_to_tensorboard, "No loss-scale scalars")
+        .negated("log_loss_scale_to_tensorboard"),
+};
+
+// The agreement text's order, as checkpoints have stored it since they started saving their
+// arguments (a row added later goes after these, in table order; none needs adding here). Not a
+// declaration: checked below to name rows, each once.
+constexpr std::string_view kAgreementOrder[] = {
+    "--num-layers",
+    "--hidden-size",
+    "--ffn-hidden-size",
+    "--num-attention-heads",
+    "--kv-channels",
+    "--seq-length",
+    "--max-position-embeddings",
+    "--make-vocab-size-divisible-by",
+    "--untie-embeddings-and-output-weights",
+    "--init-method-std",
+    "--norm-epsilon",
+    "--hidden-dropout",
+    "--attention-dropout",
+    "--position-embedding-type",
+    "--normalization",
+    "--no-position-embedding",
+    "--rotary-percent",
+    "--rotary-base",
+    "--swiglu",
+    "--group-query-attention",
+    "--num-query-groups",
+    "--disable-bias-linear",
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--sequence-parallel",
+    "--use-distributed-optimizer",
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--ddp-bucket-size",
+    "--distributed-backend",
+    "--distributed-timeout-minutes",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--train-iters",
+    "--train-samples",
+    "--lr-decay-samples",
+    "--lr-warmup-samples",
+    "--lr",
+    "--min-lr",
+    "--lr-decay-style",
+    "--lr-decay-iters",
+    "--lr-warmup-iters",
+    "--lr-warmup-fraction",
+    "--weight-decay",
+    "--clip-grad",
+    "--adam-beta1",
+    "--adam-beta2",
+    "--adam-eps",
+    "--bf16",
+    "--fp16",
+    "--seed",
+    "--deterministic-mode",
+    "--rampup-batch-size",
+    "--calculate-per-token-loss",
+    "--attention-backend",
+    "--transformer-impl",
+    "--use-mcore-models",
+    "--no-gradient-accumulation-fusion",
+    "--attention-softmax-in-fp32",
+    "--no-rope-fusion",
+    "--manual-gc",
+    "--manual-gc-interval",
+    "--no-create-attention-mask-in-dataloader",
+    "--no-mmap-bin-files",
+    "--use-flash-attn",
+    "--no-masked-softmax-fusion",
+    "--no-bias-gelu-fusion",
+    "--no-bias-dropout-fusion",
+    "--no-bias-swiglu-fusion",
+    "--no-persist-layer-norm",
+    "--no-async-tensor-model-parallel-allreduce",
+    "--use-cpu-initialization",
+    "--apply-query-key-layer-scaling",
+    "--accumulate-allreduce-grads-in-fp32",
+    "--empty-unused-memory-level",
+    "--no-check-for-nan-in-loss-and-grad",
+    "--recompute-granularity",
+    "--recompute-method",
+    "--recompute-num-layers",
+    "--recompute-activations",
+    "--mock-data",
+    "--vocab-size",
+    "--data-path",
+    "--split",
+    "--vocab-file",
+    "--merge-file",
+    "--tokenizer-type",
+    "--data-cache-path",
+    "--device",
+    "--eval-interval",
+    "--eval-iters",
+    "--log-interval",
+    "--log-throughput",
+    "--log-params-norm",
+    "--log-num-zeros-in-grad",
+    "--timing-log-level",
+    "--metrics-file",
+    "--tensorboard-dir",
+    "--tensorboard-log-interval",
+    "--tensorboard-queue-size",
+    "--log-timers-to-tensorboard",
+    "--log-memory-to-tensorboard",
+    "--log-validation-ppl-to-tensorboard",
+    "--log-world-size-to-tensorboard",
+    "--log-batch-size-to-tensorboard",
+    "--no-log-learnig-rate-to-tensorboard",
+    "--no-log-loss-scale-to-tensorboard",
+    "--save",
+    "--save-interval",
+    "--load",
+    "--ckpt-step",
+    "--no-load-optim",
+    "--no-load-rng",
+    "--no-save-optim",
+    "--finetune",
+    "--ckpt-format",
+    "--async-save",
+    "--use-persistent-ckpt-worker",
+    "--dist-ckpt-strictness",
+    "--exit-signal-handler",
+    "--exit-duration-in-mins",
+    "--exit-interval",
+    "--keep-latest-checkpoints",
+    "--allow-other-run-checkpoints",
+    "--load-fallback-to-previous",
+};
+
+// The agreement text of a raw field (train/flag_table.h): kept as it was when checkpoints started
+// saving it, so that older checkpoints compare equal.
+std::string canonical_text(int64_t value) { return absl::StrCat(value); }
+std::string canonical_text(double value) { return absl::StrFormat("%.17g", value); }
+std::string canonical_text(bool value) { return value ? "true" : "false"; }
+std::string canonical_text(const std::string& value) { return absl::StrCat("'", value, "'"); }
+std::string canonical_text(const std::vector<std::string>& values) {
+  std::vector<std::string> quoted;
+  for (const std::string& v : values) quoted.push_back(canonical_text(v));
+  return absl::StrJoin(quoted, " ");
+}
+
+// The rule's value of a raw field (a rule that does not apply to the field's type is refused at
+// compile time, below).
+PyValue python_value(PyRule rule, int64_t value) {
+  if (rule == kNoneIfZero) return none_if_zero(value);
+  if (rule == kNoneIfNegative && value < 0) return PyValue();
+  return value;
+}
+PyValue python_value(PyRule rule, double value) {
+  if (rule == kNoneIfNegative && value < 0) return PyValue();
+  if (rule == kIntIfIntegral && value == std::floor(value) && std::abs(value) < 1e15) {
+    return static_cast<int64_t>(value);
+  }
+  return value;
+}
+PyValue python_value(PyRule rule, bool value) {
+  if (rule == kNegated) return !value;
+  if (rule == kTrueOrNone && !value) return PyValue();
+  return value;
+}
+PyValue python_value(PyRule rule, const std::string& value) {
+  if (rule == kNoneIfEmpty && value.empty()) return PyValue();
+  return value;
+}
+PyValue python_value(PyRule rule, const std::vector<std::string>& value) {
+  if (rule == kNoneIfEmpty && value.empty()) return PyValue();
+  return value;
+}
+
+// Compile-time checks of the rows: each flag and each field once, each rule on a field of its
+// type, a reason for every refusal. (That every Arguments field has a row is a unit test:
+// tests/unit/train/flag_table_test.cc.)
+constexpr bool rule_fits(const FlagRow& r) {
+  const size_t type = r.field.index();  // int64, double, bool, string, list (ArgumentField's order)
+  switch (r.python) {
+    case kValue: return true;
+    case kNoneIfZero: return type == 0;
+    case kNoneIfEmpty: return type == 3 || type == 4;
+    case kNoneIfNegative: return type == 0 || type == 1;
+    case kNegated:
+    case kTrueOrNone: return type == 2;
+    case kIntIfIntegral: return type == 1;
+    case kCustom: return r.custom != nullptr;
+  }
+  return false;
+}
+
+constexpr bool rows_are_consistent() {
+  for (size_t i = 0; i < std::size(kRows); ++i) {
+    const FlagRow& r = kRows[i];
+    if (!r.flag.starts_with("--") || !rule_fits(r)) return false;
+    if ((r.nargs != Nargs::kOne) != (r.field.index() == 4)) return false;
+    if ((r.megatron_status == kRefused || r.megatron_status == kRefusedAtValues) && r.megatron_note.empty()) {
+      return false;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (kRows[j].flag == r.flag || kRows[j].field == r.field) return false;
+    }
+  }
+  return true;
+}
+// Each entry of kAgreementOrder names a row, once.
+constexpr bool agreement_order_names_rows() {
+  for (size_t i = 0; i < std::size(kAgreementOrder); ++i) {
+    bool found = false;
+    for (const FlagRow& r : kRows) found = found || r.flag == kAgreementOrder[i];
+    if (!found) return false;
+    for (size_t j = 0; j < i; ++j) {
+      if (kAgreementOrder[j] == kAgreementOrder[i]) return false;
+    }
+  }
+  return true;
+}
+static_assert(agreement_order_names_rows(), "train/flag_table.cc: kAgreementOrder names a flag twice or one without a row");
+static_assert(rows_are_consistent(),
+              "train/flag_table.cc: a flag or field twice, a rule on a field of another type, "
+              "a list without its Nargs, or a refusal without a reason");
+
+}  // namespace
+
+std::span<const FlagRow> flag_rows() { return kRows; }
+
+const FlagRow* find_flag_row(std::string_view flag) {
+  for (const FlagRow& r : kRows) {
+    if (r.flag == flag) return &r;
+  }
+  return nullptr;
+}
+
+std::string flag_dest(const FlagRow& r) {
+  if (!r.dest_name.empty()) return std::string(r.dest_name);
+  std::string name(r.flag.substr(2));
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+PyValue flag_python_value(const FlagRow& r, const Arguments& a) {
+  if (r.python == kCustom) return r.custom(a);
+  return std::visit([&](auto member) { return python_value(r.python, a.*member); }, r.field);
+}
+
+std::string flag_canonical_text(const FlagRow& r, const Arguments& a) {
+  return std::visit([&](auto member) { return canonical_text(a.*member); }, r.field);
+}
+
+std::vector<const FlagRow*> flag_rows_in_agreement_order() {
+  std::vector<const FlagRow*> ordered;
+  std::set<const FlagRow*> listed;
+  for (std::string_view flag : kAgreementOrder) {
+    const FlagRow* r = find_flag_row(flag);
+    if (r != nullptr && listed.insert(r).second) ordered.push_back(r);
+  }
+  for (const FlagRow& r : kRows) {
+    if (listed.count(&r) == 0) ordered.push_back(&r);
+  }
+  return ordered;
+}
+
+void declare_flags(CLI::App& app, Arguments& a) {
+  // A repeated flag takes its last value, as argparse's store action does (a launch script that
+  // appends an override to a base command line), instead of CLI11's "given twice" error.
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  for (const FlagRow& r : kRows) {
+    std::visit(
+        [&](auto member) {
+          auto& field = a.*member;
+          if constexpr (std::is_same_v<std::remove_reference_t<decltype(field)>, bool>) {
+            app.add_flag(std::string(r.flag), field, std::string(r.help));
+          } else {
+            CLI::Option* option = app.add_option(std::string(r.flag), field, std::string(r.help));
+            if (r.nargs == Nargs::kThree) option->expected(3);
+            // Each occurrence replaces the list (argparse's nargs='*' keeps the last occurrence's values).
+            if (r.nargs == Nargs::kOneOrMore) option->expected(1, -1)->trigger_on_parse();
+          }
+        },
+        r.field);
+  }
+  // Decimal only, no silent clamp, no inf or nan (train/numeric_flags.h); ranges are checked in
+  // validate_arguments, where the message can say what the flag means.
+  make_numeric_options_strict(app);
+}
+
+std::string megatron_flag_table() {
+  std::string out;
+  auto line = [&](std::string_view flag, FlagStatus status, std::string_view note, bool declared) {
+    out += JsonObject()
+               .add("flag", flag)
+               .add("status", flag_status_name(status))
+               .add("declared", declared)
+               .add("note", note)
+               .str() +
+           "\n";
+  };
+  for (const FlagRow& r : kRows)
+    line(r.flag, r.megatron_status, r.megatron_note.empty() ? r.help : r.megatron_note, true);
+  for (const RefusedMegatronFlag& refused : undeclared_refused_megatron_flags()) {
+    line(refused.flag, kRefused, refused.reason, false);
+  }
+  return out;
+}
+
+}  // namespace gpt

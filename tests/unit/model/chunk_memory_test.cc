@@ -1,0 +1,108 @@
+// The chunk memory plan (GptModel::memory) against what the chunk and each of its parts really take
+// from their arenas, exactly, byte for byte: GPT and Llama families, FP32 and BF16, every recompute
+// mode, TP 1 and TP 2 with sequence parallelism, the first / middle / last / only chunk, one or
+// three stash slots, with and without weight-gradient leases.
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "gtest/gtest.h"
+#include "support/tiny_model.h"
+#include "model/gpt_model.h"
+#include "support/place_only_group.h"
+
+namespace gpt {
+namespace {
+
+ModelConfig config_with(bool llama, DType dtype, RecomputeConfig recompute) {
+  ModelConfig c = testing_support::tiny_model(4, /*sequence=*/8, /*pad_tp=*/2);
+  if (llama) c = testing_support::llama_style(c);
+  c.dtype = dtype;
+  c.recompute = recompute;
+  return c;
+}
+
+int64_t used(const Arena& arena) { return static_cast<int64_t>(arena.used_bytes()); }
+
+TEST(ChunkMemory, PlanEqualsTheAllocationItemByItem) {
+  const RecomputeConfig modes[] = {
+      {},
+      {.granularity = RecomputeGranularity::kSelective},
+      {.granularity = RecomputeGranularity::kFull, .method = RecomputeMethod::kUniform, .num_layers = 2},
+      {.granularity = RecomputeGranularity::kFull, .method = RecomputeMethod::kBlock, .num_layers = 1}};
+  const ChunkLayout layouts[] = {{0, 4, true, true, true}, {0, 2, true, false, true}, {1, 2, false, false, true},
+                                 {2, 2, false, true, true}};
+  int cases = 0;
+  for (bool llama : {false, true}) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+      for (const RecomputeConfig& recompute : modes) {
+        for (int tp : {1, 2}) {
+          for (const ChunkLayout& layout : layouts) {
+            for (int slots : {1, 3}) {
+              for (int depth : {0, 2}) {
+                SCOPED_TRACE(testing::Message() << (llama ? "llama" : "gpt") << " dtype " << static_cast<int>(dtype)
+                                                << " recompute " << static_cast<int>(recompute.granularity) << "/"
+                                                << recompute.num_layers << " tp " << tp << " layers ["
+                                                << layout.first_layer << ", +" << layout.num_layers << ") slots "
+                                                << slots << " leases " << depth);
+                const ModelConfig config = config_with(llama, dtype, recompute);
+                const std::vector<ParamSpec> specs = build_param_specs(config);
+                Arena param_arena(Device::kCpu, "params");
+                ParamStore params(chunk_param_specs(specs, layout), 1 % tp, tp, dtype, param_arena);
+                PlaceOnlyGroup group(1 % tp, tp, "tensor-parallel");
+                const TensorParallel tp_region(group, /*sequence_parallel=*/tp > 1);
+                const bool sp = tp_region.sequence_parallel();
+                const LayerShapes shapes = LayerShapes::make(config, tp_region, 2);
+                const ChunkMemory plan = GptModel::memory(config, shapes, sp, slots, layout, depth);
+
+                // The whole chunk.
+                Arena chunk_arena(Device::kCpu, "chunk");
+                GptModel chunk(config, params, tp_region, 2, slots, layout, chunk_arena, depth);
+                EXPECT_EQ(used(chunk_arena), plan.total());
+
+                // Item by item, each part built alone.
+                Arena workspace_arena(Device::kCpu, "workspace");
+                LayerWorkspace workspace(shapes, dtype, workspace_arena);
+                EXPECT_EQ(used(workspace_arena), plan.workspace);
+                const RecomputePlan recompute_plan = plan_recompute(config.recompute, layout.num_layers);
+                Arena shared_arena(Device::kCpu, "recompute");
+                RecomputeBuffers shared(recompute_plan, shapes, dtype, sp, shared_arena);
+                EXPECT_EQ(used(shared_arena), plan.recompute_buffers);
+                std::vector<MicrobatchPosition> positions(static_cast<size_t>(slots));
+                Arena layer_arena(Device::kCpu, "layers");
+                for (int64_t i = 0; i < layout.num_layers; ++i) {
+                  TransformerLayer layer(config, layout.first_layer + i, params, tp_region, shapes, workspace,
+                                         recompute_plan, i, shared, layer_arena, slots, positions, depth);
+                }
+                EXPECT_EQ(used(layer_arena), plan.layers);
+                Arena embedding_arena(Device::kCpu, "embedding");
+                if (layout.has_embedding) {
+                  EmbeddingLayer embedding(config, params, tp_region, shapes, workspace, embedding_arena, slots,
+                                           positions, depth);
+                }
+                EXPECT_EQ(used(embedding_arena), plan.embedding);
+                Arena output_arena(Device::kCpu, "output");
+                if (layout.has_output) OutputLayer output(config, params, tp_region, shapes, workspace, output_arena, slots, depth);
+                EXPECT_EQ(used(output_arena), plan.output);
+                EXPECT_EQ(plan.total() - plan.workspace - plan.recompute_buffers - plan.layers - plan.embedding -
+                              plan.output,
+                          Arena::aligned_bytes(dtype, Shape{shapes.local_sequence, shapes.batch, shapes.hidden}));
+                // Leases are what depth adds, and only that.
+                if (depth > 0) {
+                  const ChunkMemory without = GptModel::memory(config, shapes, sp, slots, layout, 0);
+                  EXPECT_GT(plan.total(), without.total());
+                  EXPECT_EQ(plan.workspace + plan.recompute_buffers, without.workspace + without.recompute_buffers);
+                }
+                ++cases;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 2 * 2 * 4 * 2 * 4 * 2 * 2);
+}
+
+}  // namespace
+}  // namespace gpt
