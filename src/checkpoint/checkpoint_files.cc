@@ -439,7 +439,8 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const s
     // Covered by the run-state checksum already: only their number can still be off.
     GPT_ASSIGN_OR_RETURN(const std::string bytes, index.attribute_string("shard_bytes"));
     GPT_ASSIGN_OR_RETURN(const std::string checksums, index.attribute_string("shard_table_checksums"));
-    const std::optional<std::vector<int64_t>> parsed_bytes = parse_numbers(bytes), parsed_checksums = parse_numbers(checksums);
+    const std::optional<std::vector<int64_t>> parsed_bytes = parse_numbers(bytes);
+    const std::optional<std::vector<int64_t>> parsed_checksums = parse_numbers(checksums);
     if (!parsed_bytes || !parsed_checksums || parsed_bytes->size() != names.size() ||
         parsed_checksums->size() != names.size()) {
       return absl::DataLossError(absl::StrCat(path, ": the shard sizes and checksums do not match its shard list"));

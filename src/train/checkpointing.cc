@@ -262,7 +262,8 @@ absl::Status Checkpointer::finalize_pending(bool wait) {
     return status;
   }
   pending.blocked_seconds += blocked.elapsed_seconds();
-  const int64_t world_bytes = world_extreme(static_cast<int64_t>(pending.bytes), world::Combine::kSum, "checkpoint save size");
+  const int64_t world_bytes =
+      world_extreme(static_cast<int64_t>(pending.bytes), world::Combine::kSum, "checkpoint save size");
   const int64_t blocked_ms = world_max(static_cast<int64_t>(pending.blocked_seconds * 1e3), "checkpoint save time");
   print_rank0(grid_, absl::StrFormat("  successfully saved checkpoint from iteration %7d to %s [ %.1f MB in %.2f s, "
                                      "training blocked %.3f s ]",
@@ -319,7 +320,8 @@ absl::StatusOr<bool> Checkpointer::after_iteration(Trainer& trainer) {
   if (args_.exit_signal_handler && world_max(sigterm_received.load() ? 1 : 0, "--exit-signal-handler") != 0) {
     reason = "exiting program after receiving SIGTERM.";
   } else if (args_.exit_duration_in_mins > 0 &&
-             world_max(static_cast<int64_t>(since_start_.elapsed_seconds() / 60.0), "--exit-duration-in-mins") >= args_.exit_duration_in_mins) {
+             world_max(static_cast<int64_t>(since_start_.elapsed_seconds() / 60.0), "--exit-duration-in-mins") >=
+                 args_.exit_duration_in_mins) {
     reason = absl::StrCat("exiting program after ", args_.exit_duration_in_mins, " minutes");
   } else if (args_.exit_interval > 0 && iteration % args_.exit_interval == 0) {
     reason = absl::StrCat("exiting program at iteration ", iteration);
@@ -369,13 +371,15 @@ absl::Status Checkpointer::check_save_directory() const {
   const int64_t kept = protected_iteration();
   if (kept >= 0) {
     // A finetuning run counts from 0 again: its save at the loaded iteration would replace the base.
-    const bool saves_there = kept <= args_.train_iters &&
-                             (kept == args_.train_iters || (args_.save_interval > 0 && kept % args_.save_interval == 0) ||
-                              (args_.exit_interval > 0 && kept % args_.exit_interval == 0));
+    const bool saves_there =
+        kept <= args_.train_iters &&
+        (kept == args_.train_iters || (args_.save_interval > 0 && kept % args_.save_interval == 0) ||
+         (args_.exit_interval > 0 && kept % args_.exit_interval == 0));
     if (saves_there && kept > 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "--finetune with --save equal to --load (", args_.save, "): this run would save iteration ", kept,
-          " over ", iteration_directory_name(kept), ", the checkpoint it finetunes from; use another --save directory"));
+          " over ", iteration_directory_name(kept),
+          ", the checkpoint it finetunes from; use another --save directory"));
     }
   }
   if ((loaded_iteration_ >= 0 && same_directory(args_.load, args_.save)) || args_.allow_other_run_checkpoints) {
@@ -426,7 +430,8 @@ absl::Status Checkpointer::load(Trainer& trainer) {
     status = agree_on_setup(status, "checkpoint load");
     if (status.ok()) {
       const int64_t bytes = world_extreme(loaded_bytes_, world::Combine::kSum, "checkpoint load size");
-      const int64_t load_ms = world_max(static_cast<int64_t>(load_time.elapsed_seconds() * 1e3), "checkpoint load time");
+      const int64_t load_ms =
+          world_max(static_cast<int64_t>(load_time.elapsed_seconds() * 1e3), "checkpoint load time");
       print_rank0(grid_, absl::StrFormat("  successfully loaded checkpoint from %s [ t %d, p %d, dp %d ] at iteration %d "
                                          "[ %.1f MB in %.2f s ]",
                                          args_.load, grid_.shape().tensor, grid_.shape().pipeline, grid_.shape().data,
@@ -449,8 +454,9 @@ absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& direct
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::open(directory));
   const CheckpointMetadata& m = reader->metadata();
   if (m.legacy) {
-    print_rank0(grid_, absl::StrCat("note: checkpoint ", directory, " has format version 1 (saved before whole-checkpoint "
-                                    "checksums): its shards and metadata are not verified, only its tensor chunks"));
+    print_rank0(grid_, absl::StrCat("note: checkpoint ", directory,
+                                    " has format version 1 (saved before whole-checkpoint checksums): its shards and "
+                                    "metadata are not verified, only its tensor chunks"));
   }
   GPT_RETURN_IF_ERROR(check_model_arguments(m.arguments, args_, directory));
   if (const std::string differences = resume_differences(m.arguments, args_);

@@ -113,7 +113,9 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
     status = validate_arguments(args);
   }
   // Every agreement from here on waits at most --distributed-timeout-minutes (10 until parsed).
-  if (status.ok() && args.distributed_timeout_minutes > 0) world::set_timeout_seconds(args.distributed_timeout_minutes * 60.0);
+  if (status.ok() && args.distributed_timeout_minutes > 0) {
+    world::set_timeout_seconds(args.distributed_timeout_minutes * 60.0);
+  }
   if (status.ok()) status = validate_for_world(args, mpi.world_size());
   if (status.ok()) status = resolve_device(args);
   if (const int code = agree_and_report(mpi, status); code != 0) return code;

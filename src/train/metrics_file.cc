@@ -135,7 +135,8 @@ std::string validation_record(std::string_view split, int64_t iteration, bool en
 absl::StatusOr<std::unique_ptr<MetricsFile>> MetricsFile::open(const std::string& path, bool append) {
   // Non-blocking open: a FIFO nobody reads would otherwise block here, before training, forever
   // (O_NONBLOCK changes nothing for a regular file). Writes block as usual afterwards.
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : O_TRUNC), 0644);
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : O_TRUNC), 0644);
   if (fd < 0) {
     if (errno == ENXIO) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -41,7 +41,8 @@ void wait_on_node(MPI_Request& request, const char* what) {
     GPT_CHECK_EQ(MPI_Test(&request, &done, MPI_STATUS_IGNORE), MPI_SUCCESS) << what;
     if (done) return;
     if (std::chrono::steady_clock::now() > deadline) {
-      GPT_FATAL() << what << " on the node's " << node_group.size << " ranks timed out after " << patience << " s (--distributed-timeout-minutes): a rank of this node did not "
+      GPT_FATAL() << what << " on the node's " << node_group.size << " ranks timed out after " << patience
+                  << " s (--distributed-timeout-minutes): a rank of this node did not "
                   << "arrive";
     }
     if (pause.count() > 0) std::this_thread::sleep_for(pause);

@@ -337,7 +337,8 @@ TEST(CheckpointFiles, AShardOfAnotherSaveIsRefusedNamingIt) {
 TEST(CheckpointFiles, AnIndexOfAnotherIterationIsRefused) {
   const std::string three = two_shard_checkpoint("three", save_id_text(3), 3);
   const std::string five = two_shard_checkpoint("five", save_id_text(5), 5);
-  std::filesystem::copy_file(five + "/index.h5", three + "/index.h5", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(five + "/index.h5", three + "/index.h5",
+                             std::filesystem::copy_options::overwrite_existing);
   const absl::Status status = open_and_read_all(three);
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.message().find("records iteration 5 but lies in iter_0000003"), std::string::npos) << status;
