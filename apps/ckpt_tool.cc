@@ -2,7 +2,9 @@
 // (docs/CHECKPOINTS.md, section "ckpt_tool").
 //
 //   ckpt_tool inspect DIR [--iteration N]     iteration, layout, run state, every tensor
-//   ckpt_tool verify DIR [--iteration N]      coverage of every tensor, every checksum
+//   ckpt_tool verify DIR [--iteration N]      the index's own checksums and iteration, every shard
+//                                             against the index, coverage of every tensor, every
+//                                             chunk's checksum
 //   ckpt_tool export DIR --output model.safetensors [--iteration N] [--vocab-size N]
 //                                             the model in Hugging Face GPT-2's safetensors layout
 //
@@ -121,6 +123,11 @@ absl::Status inspect(const std::string& given, std::optional<int64_t> iteration)
 
 absl::Status verify(const std::string& given, std::optional<int64_t> iteration) {
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, open_checkpoint(given, iteration));
+  if (reader->metadata().legacy) {
+    std::printf("note: format version 1 (saved before whole-checkpoint checksums): the shards' identity and the "
+                "index's metadata cannot be verified, only the tensor chunks\n");
+  }
+  GPT_RETURN_IF_ERROR(reader->verify_shards());
   GPT_RETURN_IF_ERROR(reader->check_coverage());
   GPT_RETURN_IF_ERROR(reader->verify_all());
   int64_t bytes = 0;
@@ -402,7 +409,10 @@ absl::Status export_safetensors(const std::string& given, std::optional<int64_t>
   }
   std::error_code error;
   std::filesystem::rename(temporary, output, error);
-  if (error) return absl::DataLossError(absl::StrCat("cannot rename ", temporary, " to ", output, ": ", error.message()));
+  if (error) {
+    std::remove(temporary.c_str());  // a failed export leaves no file behind
+    return absl::DataLossError(absl::StrCat("cannot rename ", temporary, " to ", output, ": ", error.message()));
+  }
   std::printf("exported %s (iteration %lld): %zu tensors, %lld bytes of FP32, vocabulary %lld (padded %lld), %s\n",
               output.c_str(), static_cast<long long>(reader->metadata().iteration), plan.size(),
               static_cast<long long>(offset), static_cast<long long>(s.vocab), static_cast<long long>(s.padded_vocab),

@@ -9,6 +9,7 @@
 // --forward-cost / --backward-cost are one microbatch's time through one rank's layers (all its
 // model chunks); each chunk takes 1/v of it. --bubble-table prints the markdown table of simulated
 // bubbles against the formulas that docs/PIPELINE.md shows.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli_parse.h"
+#include "core/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -97,7 +99,31 @@ absl::Status print_bubble_table(const Options& o) {
   return absl::OkStatus();
 }
 
+// The largest schedule drawn: p x v x m (model chunk, microbatch) pairs per iteration, each a few
+// instructions on its rank and a few events in the simulation (about 600 bytes in all, measured:
+// 2^22 pairs took 2.5 GB and 19 s): 2^20 is about 0.6 GB, and beyond real layouts (p 64, v 8, m 2048).
+constexpr int64_t kMaxChunkMicrobatches = int64_t{1} << 20;
+
+// What the simulator cannot make sense of: negative or non-finite costs and link parameters.
+absl::Status check_costs(const Options& o) {
+  const std::pair<const char*, double> values[] = {{"--forward-cost", o.forward_cost},
+                                                   {"--backward-cost", o.backward_cost},
+                                                   {"--p2p-latency", o.p2p_latency},
+                                                   {"--p2p-bytes", o.p2p_bytes},
+                                                   {"--p2p-bandwidth", o.p2p_bandwidth}};
+  for (const auto& [flag, value] : values) {
+    if (!std::isfinite(value) || value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " must be a finite number >= 0 (got ", value, ")"));
+    }
+  }
+  if (o.forward_cost + o.backward_cost <= 0) {
+    return absl::InvalidArgumentError("--forward-cost and --backward-cost cannot both be 0 (no work to schedule)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status run(const Options& o) {
+  GPT_RETURN_IF_ERROR(check_costs(o));
   if (o.bubble_table) return print_bubble_table(o);
   if (absl::Status status = validate_pipeline_layout(o.num_layers, o.pipeline_size, o.layers_per_virtual_stage,
                                                      o.microbatches);
@@ -107,6 +133,12 @@ absl::Status run(const Options& o) {
   absl::StatusOr<int> virtual_size = virtual_pipeline_size(o.num_layers, o.pipeline_size, o.layers_per_virtual_stage);
   if (!virtual_size.ok()) return virtual_size.status();
   const int p = o.pipeline_size, v = *virtual_size, m = o.microbatches;
+  // Sizes before allocation: a schedule is built whole, then simulated.
+  if (static_cast<int64_t>(p) * v * m > kMaxChunkMicrobatches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PP ", p, " x ", v, " model chunks x ", m, " microbatches = ", static_cast<int64_t>(p) * v * m,
+        " (chunk, microbatch) pairs: more than this tool draws (", kMaxChunkMicrobatches, ")"));
+  }
   ScheduleKind kind = default_schedule_kind(v);
   if (!o.schedule.empty()) {
     absl::StatusOr<ScheduleKind> parsed = parse_schedule_kind(o.schedule);

@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
   return gpt::launch(argc, argv, {}, [](const gpt::Arguments& args, gpt::ProcessGrid& grid, const auto&) -> absl::Status {
     GPT_ASSIGN_OR_RETURN(std::unique_ptr<gpt::Trainer> trainer, gpt::Trainer::create(args, grid));
     gpt::Checkpointer checkpointer(args, grid);
-    GPT_RETURN_IF_ERROR(checkpointer.load(*trainer));
+    GPT_RETURN_IF_ERROR(checkpointer.start(*trainer));
     gpt::TrainingSampler sampler(args, grid);
     GPT_RETURN_IF_ERROR(trainer->run([&]() -> absl::StatusOr<bool> {
       GPT_RETURN_IF_ERROR(sampler.after_iteration(*trainer));

@@ -8,9 +8,11 @@
 #include <thread>
 #include <tuple>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -22,6 +24,7 @@
 #include "core/bf16.h"
 #include "checkpoint/fletcher32.h"
 #include "core/checked_math.h"
+#include "core/crc32c.h"
 
 namespace gpt {
 namespace {
@@ -29,7 +32,10 @@ namespace {
 constexpr char kPieceTable[] = "_pieces";
 constexpr char kArguments[] = "_arguments";
 constexpr char kFormat[] = "gpt-hdf5-checkpoint";
-constexpr int64_t kFormatVersion = 1;
+// 2: the index binds its shards (size, save id, piece-table checksum) and checksums its metadata.
+// 1: neither; still read (CheckpointMetadata::legacy).
+constexpr int64_t kFormatVersion = 2;
+constexpr int64_t kLegacyFormatVersion = 1;
 
 std::optional<DType> parse_dtype(std::string_view name) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt32, DType::kInt64}) {
@@ -136,35 +142,66 @@ absl::StatusOr<std::vector<PieceLine>> parse_table(const std::string& text, cons
   return lines;
 }
 
-absl::Status write_metadata(Hdf5File& index, const CheckpointMetadata& m) {
-  GPT_RETURN_IF_ERROR(index.set_attribute("format", std::string(kFormat)));
-  GPT_RETURN_IF_ERROR(index.set_attribute("format_version", kFormatVersion));
-  const std::pair<const char*, int64_t> ints[] = {
-      {"iteration", m.iteration},
-      {"consumed_train_samples", m.consumed_train_samples},
-      {"consumed_valid_samples", m.consumed_valid_samples},
-      {"optimizer_steps", m.optimizer_steps},
-      {"seed", m.seed},
-      {"tensor_model_parallel_size", m.tensor_parallel},
-      {"pipeline_model_parallel_size", m.pipeline_parallel},
-      {"data_parallel_size", m.data_parallel},
-      {"virtual_stages_per_pipeline_rank", m.virtual_stages},
-      {"distributed_optimizer", m.distributed_optimizer ? 1 : 0}};
-  for (const auto& [name, value] : ints) GPT_RETURN_IF_ERROR(index.set_attribute(name, value));
-  GPT_RETURN_IF_ERROR(index.set_attribute("params_dtype", m.params_dtype));
-  return index.write_text(kArguments, m.arguments);
+// The run state's attributes, in the order write_metadata writes them.
+std::vector<std::pair<const char*, int64_t>> run_state_numbers(const CheckpointMetadata& m) {
+  return {{"iteration", m.iteration},
+          {"consumed_train_samples", m.consumed_train_samples},
+          {"consumed_valid_samples", m.consumed_valid_samples},
+          {"optimizer_steps", m.optimizer_steps},
+          {"seed", m.seed},
+          {"tensor_model_parallel_size", m.tensor_parallel},
+          {"pipeline_model_parallel_size", m.pipeline_parallel},
+          {"data_parallel_size", m.data_parallel},
+          {"virtual_stages_per_pipeline_rank", m.virtual_stages},
+          {"distributed_optimizer", m.distributed_optimizer ? 1 : 0}};
 }
 
+// What the index's run-state checksum covers: every attribute a load acts on (the run state, the
+// layout, the shards and what each must be), as "name=value" lines.
+std::string run_state_text(const CheckpointMetadata& m, const std::string& shard_files, const std::string& shard_bytes,
+                           const std::string& shard_checksums) {
+  std::string text;
+  for (const auto& [name, value] : run_state_numbers(m)) absl::StrAppend(&text, name, "=", value, "\n");
+  absl::StrAppend(&text, "params_dtype=", m.params_dtype, "\nsave_id=", m.save_id, "\nshard_files=", shard_files,
+                  "\nshard_bytes=", shard_bytes, "\nshard_table_checksums=", shard_checksums, "\n");
+  return text;
+}
+
+int64_t checksum(const std::string& text) { return crc32c(text.data(), text.size()); }
+
+absl::Status write_metadata(Hdf5File& index, const CheckpointMetadata& m, const std::string& shard_files,
+                            const std::string& shard_bytes, const std::string& shard_checksums,
+                            const std::string& pieces) {
+  GPT_RETURN_IF_ERROR(index.set_attribute("format", std::string(kFormat)));
+  GPT_RETURN_IF_ERROR(index.set_attribute("format_version", kFormatVersion));
+  for (const auto& [name, value] : run_state_numbers(m)) GPT_RETURN_IF_ERROR(index.set_attribute(name, value));
+  GPT_RETURN_IF_ERROR(index.set_attribute("params_dtype", m.params_dtype));
+  GPT_RETURN_IF_ERROR(index.set_attribute("save_id", m.save_id));
+  GPT_RETURN_IF_ERROR(index.set_attribute("shard_files", shard_files));
+  GPT_RETURN_IF_ERROR(index.set_attribute("shard_bytes", shard_bytes));
+  GPT_RETURN_IF_ERROR(index.set_attribute("shard_table_checksums", shard_checksums));
+  GPT_RETURN_IF_ERROR(index.set_attribute(
+      "run_state_checksum", checksum(run_state_text(m, shard_files, shard_bytes, shard_checksums))));
+  GPT_RETURN_IF_ERROR(index.set_attribute("arguments_checksum", checksum(m.arguments)));
+  GPT_RETURN_IF_ERROR(index.set_attribute("pieces_checksum", checksum(pieces)));
+  GPT_RETURN_IF_ERROR(index.write_text(kArguments, m.arguments));
+  return index.write_text(kPieceTable, pieces);
+}
+
+// Reads the run state and arguments; a version-2 index is checked against its run-state and
+// arguments checksums (the piece table's is checked where it is read, open()).
 absl::Status read_metadata(const Hdf5File& index, CheckpointMetadata& m) {
   const absl::StatusOr<std::string> format = index.attribute_string("format");
   if (!format.ok() || *format != kFormat) {
     return absl::DataLossError(absl::StrCat(index.path(), " is not a checkpoint index of this program"));
   }
   GPT_ASSIGN_OR_RETURN(const int64_t version, index.attribute_int("format_version"));
-  if (version != kFormatVersion) {
+  if (version != kFormatVersion && version != kLegacyFormatVersion) {
     return absl::FailedPreconditionError(absl::StrCat(index.path(), ": checkpoint format version ", version,
-                                                      " (this program reads version ", kFormatVersion, ")"));
+                                                      " (this program reads versions ", kLegacyFormatVersion, " and ",
+                                                      kFormatVersion, ")"));
   }
+  m.legacy = version == kLegacyFormatVersion;
   const std::pair<const char*, int64_t*> ints[] = {
       {"iteration", &m.iteration},
       {"consumed_train_samples", &m.consumed_train_samples},
@@ -182,6 +219,23 @@ absl::Status read_metadata(const Hdf5File& index, CheckpointMetadata& m) {
   m.distributed_optimizer = distributed != 0;
   GPT_ASSIGN_OR_RETURN(m.params_dtype, index.attribute_string("params_dtype"));
   GPT_ASSIGN_OR_RETURN(m.arguments, index.read_text(kArguments));
+  if (m.legacy) return absl::OkStatus();
+  GPT_ASSIGN_OR_RETURN(m.save_id, index.attribute_string("save_id"));
+  GPT_ASSIGN_OR_RETURN(const std::string shard_files, index.attribute_string("shard_files"));
+  GPT_ASSIGN_OR_RETURN(const std::string shard_bytes, index.attribute_string("shard_bytes"));
+  GPT_ASSIGN_OR_RETURN(const std::string shard_checksums, index.attribute_string("shard_table_checksums"));
+  GPT_ASSIGN_OR_RETURN(const int64_t run_state_checksum, index.attribute_int("run_state_checksum"));
+  GPT_ASSIGN_OR_RETURN(const int64_t arguments_checksum, index.attribute_int("arguments_checksum"));
+  if (checksum(run_state_text(m, shard_files, shard_bytes, shard_checksums)) != run_state_checksum) {
+    return absl::DataLossError(absl::StrCat(
+        index.path(), ": its run state (iteration ", m.iteration, ", consumed samples ", m.consumed_train_samples,
+        ", optimizer steps ", m.optimizer_steps, ", layout, shard list) does not match its checksum: the index is "
+        "damaged or was edited"));
+  }
+  if (checksum(m.arguments) != arguments_checksum) {
+    return absl::DataLossError(absl::StrCat(index.path(), ": its saved arguments ('", kArguments,
+                                            "') do not match their checksum: the index is damaged or was edited"));
+  }
   return absl::OkStatus();
 }
 
@@ -229,7 +283,8 @@ std::map<std::string, std::string> arguments_by_flag(const std::string& argument
 std::string iteration_directory_name(int64_t iteration) { return absl::StrFormat("iter_%07d", iteration); }
 std::string shard_file_name(int world_rank) { return absl::StrFormat("shard_%05d.h5", world_rank); }
 
-absl::Status write_shard(const std::string& path, const std::vector<HostPiece>& pieces) {
+absl::Status write_shard(const std::string& path, const std::vector<HostPiece>& pieces, const std::string& save_id,
+                         int64_t iteration) {
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   GPT_ASSIGN_OR_RETURN(Hdf5File file, Hdf5File::create(path));
   std::string table;
@@ -241,8 +296,18 @@ absl::Status write_shard(const std::string& path, const std::vector<HostPiece>& 
     table += format_line({r.key, dataset, piece.dtype, r.global_shape, r.offsets, r.local_shape, -1});
   }
   GPT_RETURN_IF_ERROR(file.write_text(kPieceTable, table));
+  GPT_RETURN_IF_ERROR(file.set_attribute("save_id", save_id));
+  GPT_RETURN_IF_ERROR(file.set_attribute("iteration", iteration));
   return file.close_and_sync();
 }
+
+int64_t new_save_id() {
+  std::random_device device;
+  const uint64_t high = device(), low = device();
+  return static_cast<int64_t>(((high << 32) ^ low) >> 1);
+}
+
+std::string save_id_text(int64_t id) { return absl::StrFormat("%016x", id); }
 
 absl::Status write_index(const std::string& directory, const std::vector<std::string>& shard_files,
                          const CheckpointMetadata& metadata) {
@@ -253,21 +318,35 @@ absl::Status write_index(const std::string& directory, const std::vector<std::st
   };
   std::map<std::string, GlobalTensor> tensors;
   std::string table;
+  std::vector<int64_t> shard_bytes, shard_checksums;
   for (size_t s = 0; s < shard_files.size(); ++s) {
     const std::string path = absl::StrCat(directory, "/", shard_files[s]);
-    GPT_ASSIGN_OR_RETURN(const Hdf5File shard, Hdf5File::open_read_only(path));
-    GPT_ASSIGN_OR_RETURN(const std::string text, shard.read_text(kPieceTable));
-    GPT_ASSIGN_OR_RETURN(std::vector<PieceLine> lines, parse_table(text, path, /*with_shard=*/false));
-    for (PieceLine& line : lines) {
-      line.shard = static_cast<int>(s);
-      table += format_line(line);
-      auto [it, inserted] = tensors.try_emplace(line.key, GlobalTensor{line.dtype, line.global_shape, {}});
-      if (it->second.dtype != line.dtype || it->second.global_shape != line.global_shape) {
-        return absl::InternalError(absl::StrCat("checkpoint ", directory, ": pieces of '", line.key,
-                                                "' disagree on dtype or global shape"));
+    {
+      GPT_ASSIGN_OR_RETURN(const Hdf5File shard, Hdf5File::open_read_only(path));
+      GPT_ASSIGN_OR_RETURN(const std::string text, shard.read_text(kPieceTable));
+      // Every shard of this save carries its id: one left over from another save is caught here.
+      const absl::StatusOr<std::string> id = shard.attribute_string("save_id");
+      if (!id.ok() || *id != metadata.save_id) {
+        return absl::DataLossError(absl::StrCat(path, " is not a shard of this save (save id ",
+                                                id.ok() ? *id : "missing", ", this save's ", metadata.save_id, ")"));
       }
-      it->second.pieces.push_back(std::move(line));
+      GPT_ASSIGN_OR_RETURN(std::vector<PieceLine> lines, parse_table(text, path, /*with_shard=*/false));
+      shard_checksums.push_back(checksum(text));
+      for (PieceLine& line : lines) {
+        line.shard = static_cast<int>(s);
+        table += format_line(line);
+        auto [it, inserted] = tensors.try_emplace(line.key, GlobalTensor{line.dtype, line.global_shape, {}});
+        if (it->second.dtype != line.dtype || it->second.global_shape != line.global_shape) {
+          return absl::InternalError(absl::StrCat("checkpoint ", directory, ": pieces of '", line.key,
+                                                  "' disagree on dtype or global shape"));
+        }
+        it->second.pieces.push_back(std::move(line));
+      }
     }
+    std::error_code error;
+    const uintmax_t bytes = std::filesystem::file_size(path, error);
+    if (error) return absl::DataLossError(absl::StrCat("cannot stat ", path, ": ", error.message()));
+    shard_bytes.push_back(static_cast<int64_t>(bytes));
   }
   // Every element written exactly once.
   for (const auto& [key, tensor] : tensors) {
@@ -279,9 +358,8 @@ absl::Status write_index(const std::string& directory, const std::vector<std::st
     }
   }
   GPT_ASSIGN_OR_RETURN(Hdf5File index, Hdf5File::create(absl::StrCat(directory, "/", kIndexFileName)));
-  GPT_RETURN_IF_ERROR(write_metadata(index, metadata));
-  GPT_RETURN_IF_ERROR(index.set_attribute("shard_files", absl::StrJoin(shard_files, ",")));
-  GPT_RETURN_IF_ERROR(index.write_text(kPieceTable, table));
+  GPT_RETURN_IF_ERROR(write_metadata(index, metadata, absl::StrJoin(shard_files, ","), join_numbers(shard_bytes),
+                                     join_numbers(shard_checksums), table));
   for (const auto& [key, tensor] : tensors) {
     std::vector<Hdf5File::VirtualPiece> pieces;
     for (const PieceLine& line : tensor.pieces) {
@@ -300,15 +378,42 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const s
   if (!std::filesystem::is_directory(directory, error)) {
     return absl::NotFoundError(absl::StrCat("checkpoint ", directory, " does not exist"));
   }
-  if (!std::filesystem::exists(path, error)) {
+  // "Missing" only when it is: a permission problem is said as one.
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (error && error != std::errc::no_such_file_or_directory) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot access ", path, ": ", error.message()));
+  }
+  if (!std::filesystem::exists(status)) {
     return absl::DataLossError(absl::StrCat("checkpoint ", directory, " has no ", kIndexFileName,
                                             " (an incomplete save?)"));
+  }
+  if (::access(path.c_str(), R_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
   }
   std::unique_ptr<CheckpointReader> reader(new CheckpointReader());
   reader->directory_ = directory;
   GPT_ASSIGN_OR_RETURN(const Hdf5File index, Hdf5File::open_read_only(path));
   GPT_RETURN_IF_ERROR(read_metadata(index, reader->metadata_));
+  const CheckpointMetadata& m = reader->metadata_;
+  // An index copied in from another checkpoint: its iteration is not its directory's (nor then the
+  // tracker's, which named the directory).
+  std::string trimmed = directory;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::string name = std::filesystem::path(trimmed).filename().string();
+  int64_t named_iteration = 0;
+  if (name.size() == 12 && name.rfind("iter_", 0) == 0 && absl::SimpleAtoi(name.substr(5), &named_iteration) &&
+      named_iteration != m.iteration) {
+    return absl::DataLossError(absl::StrCat(path, " records iteration ", m.iteration, " but lies in ", name,
+                                            " (iteration ", named_iteration, "): an index of another checkpoint"));
+  }
   GPT_ASSIGN_OR_RETURN(const std::string text, index.read_text(kPieceTable));
+  if (!m.legacy) {
+    GPT_ASSIGN_OR_RETURN(const int64_t pieces_checksum, index.attribute_int("pieces_checksum"));
+    if (checksum(text) != pieces_checksum) {
+      return absl::DataLossError(absl::StrCat(path, ": its piece table ('", kPieceTable,
+                                              "') does not match its checksum: the index is damaged or was edited"));
+    }
+  }
   GPT_ASSIGN_OR_RETURN(std::vector<PieceLine> lines, parse_table(text, path, /*with_shard=*/true));
   int shards = 0;
   for (PieceLine& line : lines) {
@@ -330,6 +435,19 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const s
   }
   reader->shard_files_ = names;
   reader->open_shards_.resize(names.size());
+  if (!m.legacy) {
+    // Covered by the run-state checksum already: only their number can still be off.
+    GPT_ASSIGN_OR_RETURN(const std::string bytes, index.attribute_string("shard_bytes"));
+    GPT_ASSIGN_OR_RETURN(const std::string checksums, index.attribute_string("shard_table_checksums"));
+    const std::optional<std::vector<int64_t>> parsed_bytes = parse_numbers(bytes);
+    const std::optional<std::vector<int64_t>> parsed_checksums = parse_numbers(checksums);
+    if (!parsed_bytes || !parsed_checksums || parsed_bytes->size() != names.size() ||
+        parsed_checksums->size() != names.size()) {
+      return absl::DataLossError(absl::StrCat(path, ": the shard sizes and checksums do not match its shard list"));
+    }
+    reader->shard_bytes_ = *parsed_bytes;
+    reader->shard_table_checksums_ = *parsed_checksums;
+  }
   return reader;
 }
 
@@ -355,13 +473,52 @@ absl::StatusOr<Hdf5File*> CheckpointReader::shard(int index) {
   std::unique_ptr<Hdf5File>& slot = open_shards_[static_cast<size_t>(index)];
   if (!slot) {
     const std::string path = absl::StrCat(directory_, "/", shard_files_[static_cast<size_t>(index)]);
+    std::error_code error;
+    if (!std::filesystem::exists(path, error)) {
+      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " is missing"));
+    }
+    if (::access(path.c_str(), R_OK) != 0) {
+      return absl::PermissionDeniedError(absl::StrCat("checkpoint shard ", path, " cannot be read: ",
+                                                      std::strerror(errno)));
+    }
     absl::StatusOr<Hdf5File> file = Hdf5File::open_read_only(path);
     if (!file.ok()) {
-      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " is missing or not HDF5 (truncated?)"));
+      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " is not HDF5 (truncated?)"));
     }
+    if (!metadata_.legacy) GPT_RETURN_IF_ERROR(check_shard(*file, static_cast<size_t>(index)));
     slot = std::make_unique<Hdf5File>(std::move(*file));
   }
   return slot.get();
+}
+
+absl::Status CheckpointReader::check_shard(const Hdf5File& file, size_t index) const {
+  const std::string& path = file.path();
+  const absl::StatusOr<std::string> id = file.attribute_string("save_id");
+  if (!id.ok() || *id != metadata_.save_id) {
+    const absl::StatusOr<int64_t> iteration = file.attribute_int("iteration");
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint shard ", path, " belongs to another save (save id ", id.ok() ? *id : "missing",
+        iteration.ok() ? absl::StrCat(", iteration ", *iteration) : "", "; the index's: ", metadata_.save_id,
+        ", iteration ", metadata_.iteration, "): a shard copied in from another run or checkpoint"));
+  }
+  std::error_code error;
+  const uintmax_t bytes = std::filesystem::file_size(path, error);
+  if (error || static_cast<int64_t>(bytes) != shard_bytes_[index]) {
+    return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " is ", error ? 0 : bytes,
+                                            " bytes, the index recorded ", shard_bytes_[index],
+                                            " (truncated or rewritten after the save)"));
+  }
+  const absl::StatusOr<std::string> table = file.read_text(kPieceTable);
+  if (!table.ok() || checksum(*table) != shard_table_checksums_[index]) {
+    return absl::DataLossError(absl::StrCat("checkpoint shard ", path,
+                                            ": its piece table does not match the checksum the index recorded"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointReader::verify_shards() {
+  for (size_t s = 0; s < shard_files_.size(); ++s) GPT_RETURN_IF_ERROR(shard(static_cast<int>(s)).status());
+  return absl::OkStatus();
 }
 
 absl::Status CheckpointReader::read(const std::string& key, const std::vector<int64_t>& global_shape,
@@ -588,9 +745,24 @@ absl::Status CheckpointReader::verify_all() {
 
 absl::StatusOr<std::optional<int64_t>> read_tracker(const std::string& directory) {
   const std::string path = absl::StrCat(directory, "/", kTrackerFileName);
+  // Only a path that does not exist is "no tracker": a run told to --load must never start from
+  // scratch because its tracker could not be read.
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (status.type() == std::filesystem::file_type::not_found) {
+    if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, error))) {
+      return absl::FailedPreconditionError(absl::StrCat(path, " is a symbolic link to nothing"));
+    }
+    return std::optional<int64_t>();
+  }
+  if (error) return absl::PermissionDeniedError(absl::StrCat("cannot stat ", path, ": ", error.message()));
+  if (status.type() != std::filesystem::file_type::regular) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file"));
+  }
   std::ifstream in(path);
-  if (!in) return std::optional<int64_t>();
+  if (!in) return absl::PermissionDeniedError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
   int64_t iteration = 0;
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &iteration) || iteration < 0) {
     return absl::DataLossError(absl::StrCat(path, " does not hold an iteration number"));

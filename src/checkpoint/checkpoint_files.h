@@ -4,11 +4,13 @@
 //   DIR/latest_checkpointed_iteration.txt   the newest committed iteration (Megatron's tracker)
 //   DIR/iter_0000100/                       one committed checkpoint (seven digits, as Megatron)
 //     shard_00003.h5                        the pieces world rank 3 wrote: one Fletcher-32
-//                                           checksummed dataset per piece, "<key>/<n>", and the
-//                                           table "_pieces"
+//                                           checksummed dataset per piece, "<key>/<n>", the
+//                                           table "_pieces", and the save's id (attribute)
 //     index.h5                              written last: the run state (attributes), the
 //                                           saving job's arguments ("_arguments"), every piece
-//                                           with its shard ("_pieces"), and every global tensor
+//                                           with its shard ("_pieces"), every shard's size,
+//                                           piece-table checksum and the save id it must carry,
+//                                           CRC-32Cs of all of that, and every global tensor
 //                                           as one virtual dataset "<key>" over the shards
 //   DIR/iter_0000100.tmp/                   a checkpoint being written; never read
 #pragma once
@@ -40,9 +42,16 @@ struct HostPiece {
   std::vector<unsigned char> bytes;
 };
 
-// Writes one rank's shard file: every piece as a checksummed dataset and the piece table, then
+// Writes one rank's shard file: every piece as a checksummed dataset, the piece table and the
+// save's id and iteration (attributes: what binds the shard to the index of the same save), then
 // fsyncs it.
-absl::Status write_shard(const std::string& path, const std::vector<HostPiece>& pieces);
+absl::Status write_shard(const std::string& path, const std::vector<HostPiece>& pieces, const std::string& save_id,
+                         int64_t iteration);
+
+// A new save's id: 63 bits from the system's random source, different for every save of every run
+// (rank 0 draws it, every rank writes it into its shard), and its text: 16 hex digits.
+int64_t new_save_id();
+std::string save_id_text(int64_t id);
 
 // What a checkpoint records besides tensors.
 struct CheckpointMetadata {
@@ -55,6 +64,10 @@ struct CheckpointMetadata {
   std::string params_dtype;          // "float32" or "bfloat16"
   bool distributed_optimizer = false;
   std::string arguments;             // the saving job's validated arguments, one flag per line
+  std::string save_id;               // written into every shard and the index of the same save
+  // Format version 1 (before whole-checkpoint checksums): nothing binds its shards to its index,
+  // and its metadata carries no checksum; only the tensor chunks' checksums are verified.
+  bool legacy = false;
 };
 
 // CheckpointMetadata::arguments ("--flag value" lines, strings quoted '...') as flag -> value,
@@ -68,6 +81,11 @@ absl::Status write_index(const std::string& directory, const std::vector<std::st
                          const CheckpointMetadata& metadata);
 
 // Reads a committed checkpoint: any slice of any global tensor, whatever layout wrote it.
+//
+// open() checks the index against itself (its run state, arguments and piece table against their
+// CRC-32Cs) and its iteration against the directory's name (iter_<7 digits>); each shard is checked
+// against the index when it is first opened (its size, the save id it carries, its piece table's
+// checksum), so a shard copied in from another run or another save is refused naming the file.
 class CheckpointReader {
  public:
   static absl::StatusOr<std::unique_ptr<CheckpointReader>> open(const std::string& directory);
@@ -102,6 +120,8 @@ class CheckpointReader {
   absl::Status check_coverage() const;
   // Reads every piece of every tensor, so that every checksum is verified.
   absl::Status verify_all();
+  // Opens every shard the index lists, so that each is checked against the index.
+  absl::Status verify_shards();
 
   struct StoredPiece {
     int shard = 0;  // index into shard_files()
@@ -119,6 +139,8 @@ class CheckpointReader {
  private:
   CheckpointReader() = default;
   absl::StatusOr<Hdf5File*> shard(int index);
+  // A version-2 shard against what the index recorded of it: save id, size, piece-table checksum.
+  absl::Status check_shard(const Hdf5File& file, size_t index) const;
   // The chunk index of a piece's dataset, nullptr when it is not chunked with checksums.
   absl::StatusOr<const Hdf5File::ChunkIndex*> chunks_of(int shard, const std::string& dataset);
   absl::StatusOr<int> descriptor(int shard);  // a plain read-only descriptor of the shard file
@@ -127,13 +149,17 @@ class CheckpointReader {
   CheckpointMetadata metadata_;
   std::map<std::string, StoredTensor> tensors_;
   std::vector<std::string> shard_files_;
+  // What the index recorded of each shard (format version 2): its size and its piece table's CRC-32C.
+  std::vector<int64_t> shard_bytes_;
+  std::vector<int64_t> shard_table_checksums_;
   std::vector<std::unique_ptr<Hdf5File>> open_shards_;
   std::map<std::pair<int, std::string>, std::optional<Hdf5File::ChunkIndex>> chunk_indices_;
   std::map<int, int> descriptors_;
 };
 
-// The tracker: the newest committed iteration, nullopt when there is none (no file). A tracker that
-// is not a number is an error naming the file.
+// The tracker: the newest committed iteration, nullopt when there is none (no such path). A
+// tracker that exists but is not a regular file, cannot be read, or is not a number is an error
+// naming it: never taken for a missing one (that would start a run from scratch).
 absl::StatusOr<std::optional<int64_t>> read_tracker(const std::string& directory);
 // Replaces the tracker atomically (write a temporary file, fsync, rename, fsync the directory).
 absl::Status write_tracker(const std::string& directory, int64_t iteration);

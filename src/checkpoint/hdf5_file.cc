@@ -17,8 +17,21 @@
 namespace gpt {
 namespace {
 
+// HDF5's automatic error-stack printing off, for the calling thread: a thread-safe HDF5 keeps the
+// setting per thread, so the --async-save writer thread needs its own (without it a full disk
+// printed a 125-line stack before the one error line).
+//
+// And no clean-up by HDF5 at exit (H5dont_atexit, before the library starts): every file this
+// program keeps is closed and synced explicitly (close_and_sync), while HDF5's exit-time clean-up
+// of a file a failed write left behind (a full disk) flushed it again and died with SIGSEGV after
+// the error had been reported; the process must exit with the error's status instead.
 void silence_hdf5_errors() {
-  static const bool silenced = [] {
+  static const bool no_atexit = [] {
+    H5dont_atexit();
+    return true;
+  }();
+  (void)no_atexit;
+  thread_local const bool silenced = [] {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     return true;
   }();
@@ -252,6 +265,13 @@ absl::StatusOr<Hdf5File> Hdf5File::open_read_only(const std::string& path) {
   silence_hdf5_errors();
   const hid_t handle = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (handle < 0) return absl::NotFoundError(absl::StrCat("cannot open HDF5 file ", path, " (missing or not HDF5)"));
+  return Hdf5File(path, handle);
+}
+
+absl::StatusOr<Hdf5File> Hdf5File::open_read_write(const std::string& path) {
+  silence_hdf5_errors();
+  const hid_t handle = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (handle < 0) return absl::NotFoundError(absl::StrCat("cannot open HDF5 file ", path, " for writing"));
   return Hdf5File(path, handle);
 }
 

@@ -26,6 +26,7 @@ class Hdf5File {
  public:
   static absl::StatusOr<Hdf5File> create(const std::string& path);  // truncates
   static absl::StatusOr<Hdf5File> open_read_only(const std::string& path);
+  static absl::StatusOr<Hdf5File> open_read_write(const std::string& path);  // tests edit files with it
   Hdf5File(Hdf5File&& other) noexcept;
   Hdf5File& operator=(Hdf5File&& other) noexcept;
   Hdf5File(const Hdf5File&) = delete;

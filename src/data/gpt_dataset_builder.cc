@@ -52,6 +52,14 @@ absl::StatusOr<DataBlend> parse_data_path(const std::vector<std::string>& words)
 
 absl::StatusOr<std::array<std::shared_ptr<const SampleSource>, 3>> build_gpt_datasets(const GptDatasetsConfig& config,
                                                                                       const CorpusOpener& open) {
+  // Every index below divides by the sequence length; callers other than pretrain_gpt (whose
+  // arguments are validated) reach here with whatever they were given.
+  if (config.seq_length < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the sequence length must be >= 1 (got ", config.seq_length, ")"));
+  }
+  for (int64_t samples : config.num_samples) {
+    if (samples < 0) return absl::InvalidArgumentError(absl::StrCat("sample counts must be >= 0 (got ", samples, ")"));
+  }
   GPT_ASSIGN_OR_RETURN(const DataBlend blend, parse_data_path(config.data_path));
   GPT_ASSIGN_OR_RETURN(const auto split_weights, parse_split(config.split));
   std::vector<double> weights;

@@ -572,9 +572,12 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
     pieces.push_back(std::move(piece));
   }
   const std::string shard = shard_file_name(0);
-  absl::Status status = write_shard((fs::path(temporary) / shard).string(), pieces);
+  // One save: its id binds the shard to the index (checkpoint format 2).
+  const std::string save_id = save_id_text(new_save_id());
+  absl::Status status = write_shard((fs::path(temporary) / shard).string(), pieces, save_id, /*iteration=*/0);
   if (!status.ok()) return fail(status);
   CheckpointMetadata metadata;
+  metadata.save_id = save_id;
   metadata.iteration = 0;
   metadata.seed = 1234;
   metadata.params_dtype = "float32";

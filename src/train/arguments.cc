@@ -155,11 +155,6 @@ absl::Status validate_implementation_flags(const Arguments& a) {
                    "GeLU, and this program has only the tanh approximation of Megatron's fused bias-GeLU (the "
                    "default); drop the flag");
   }
-  if (a.no_check_for_nan_in_loss_and_grad) {
-    return invalid("--no-check-for-nan-in-loss-and-grad: there is no such check to turn off here (a non-finite "
-                   "gradient norm skips that iteration's update on every rank and is counted in the log line, "
-                   "instead of stopping the run); drop the flag");
-  }
   if (!a.rampup_batch_size.empty()) {
     return invalid("--rampup-batch-size is not supported: the global batch size is constant in this program (give "
                    "--global-batch-size only)");

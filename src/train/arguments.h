@@ -173,6 +173,8 @@ struct Arguments {
   int64_t exit_duration_in_mins = 0;    // 0: none
   int64_t exit_interval = 0;            // 0: none
   int64_t keep_latest_checkpoints = 0;  // not Megatron's: delete older committed checkpoints; 0: keep all
+  // not Megatron's: a fresh start may save into a directory holding checkpoints it did not load
+  bool allow_other_run_checkpoints = false;
   bool load_fallback_to_previous = false;  // not Megatron's: a damaged newest checkpoint falls back
 
   // The long names of the flags that appeared on the command line.

@@ -29,7 +29,8 @@ absl::Status validate_checkpoint_arguments(const Arguments& a) {
   for (const char* flag : {"--no-load-optim", "--no-load-rng", "--finetune", "--load-fallback-to-previous"}) {
     if (a.was_given(flag) && a.load.empty()) return invalid(absl::StrCat(flag, " needs --load DIR"));
   }
-  for (const char* flag : {"--async-save", "--no-save-optim", "--keep-latest-checkpoints"}) {
+  for (const char* flag :
+       {"--async-save", "--no-save-optim", "--keep-latest-checkpoints", "--allow-other-run-checkpoints"}) {
     if (a.was_given(flag) && a.save.empty()) return invalid(absl::StrCat(flag, " needs --save DIR"));
   }
   if (a.use_persistent_ckpt_worker && !a.async_save) return invalid("--use-persistent-ckpt-worker needs --async-save");

@@ -1,7 +1,5 @@
 #include "train/checkpointing.h"
 
-#include <mpi.h>
-
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -18,6 +16,8 @@
 #include "core/memory.h"
 #include "core/philox.h"
 #include "model/param_registry.h"
+#include "parallel/comm/world_agreement.h"
+#include "train/fault_injection.h"
 #include "train/rank_agreement.h"
 
 namespace gpt {
@@ -27,27 +27,18 @@ std::atomic<bool> sigterm_received{false};
 
 void on_sigterm(int) { sigterm_received.store(true); }
 
-// `value` reduced over the world by `op` (a world of one without MPI).
-int64_t world_extreme(int64_t value, MPI_Op op) {
-  if (!mpi_running()) return value;
-  GPT_CHECK_EQ(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, op, MPI_COMM_WORLD), MPI_SUCCESS)
-      << "MPI_Allreduce in checkpointing";
-  return value;
+// `value` combined over the world (bounded: parallel/comm/world_agreement.h); `what` names it in a
+// timeout message.
+int64_t world_extreme(int64_t value, world::Combine combine, std::string_view what) {
+  return world::all_reduce(value, combine, what);
 }
-int64_t world_max(int64_t value) { return world_extreme(value, MPI_MAX); }
-int64_t world_min(int64_t value) { return world_extreme(value, MPI_MIN); }
+int64_t world_max(int64_t value, std::string_view what) { return world_extreme(value, world::Combine::kMax, what); }
+int64_t world_min(int64_t value, std::string_view what) { return world_extreme(value, world::Combine::kMin, what); }
 
-// Fault injection for the crash-safety tests: GPT_CHECKPOINT_FAULT=<point>:<world rank> makes that
-// rank kill itself with SIGKILL at that point of a save (after-shard: its shard written and synced;
-// before-rename: rank 0, index written; before-tracker: rank 0, directory renamed). Unset in
-// normal runs; read at each point so that a test can aim at one save.
-void maybe_inject_fault(const char* point, int world_rank) {
-  const char* fault = std::getenv("GPT_CHECKPOINT_FAULT");
-  if (fault != nullptr && std::string(fault) == absl::StrCat(point, ":", world_rank)) {
-    std::fprintf(stderr, "GPT_CHECKPOINT_FAULT: rank %d killed at %s\n", world_rank, point);
-    std::fflush(stderr);
-    std::raise(SIGKILL);
-  }
+// Whether two paths name the same directory (false when either does not exist).
+bool same_directory(const std::string& a, const std::string& b) {
+  std::error_code error;
+  return !a.empty() && !b.empty() && std::filesystem::equivalent(a, b, error) && !error;
 }
 
 // Rank 0 prints (Megatron's print_rank_0).
@@ -94,6 +85,22 @@ absl::Status check_model_arguments(const std::string& saved, const Arguments& ar
   if (differences.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat("checkpoint ", directory, " is of a different model: ",
                                                     absl::StrJoin(differences, ", ")));
+}
+
+// A resume (not --finetune) whose seed or vocabulary differs from the saved run's: allowed (a user
+// may mean it), but said, since the run then no longer continues the saved one (another sample
+// order and other dropout masks; token ids that mean other words). Empty when nothing differs.
+std::string resume_differences(const std::string& saved, const Arguments& args) {
+  const std::map<std::string, std::string> theirs = arguments_by_flag(saved);
+  std::map<std::string, std::string> ours = arguments_by_flag(canonical_arguments(args));
+  std::vector<std::string> differences;
+  for (const char* flag : {"--seed", "--vocab-size", "--tokenizer-type", "--vocab-file", "--merge-file"}) {
+    auto it = theirs.find(flag);
+    if (it != theirs.end() && it->second != ours[flag]) {
+      differences.push_back(absl::StrCat(flag, " ", ours[flag], " (checkpoint: ", it->second, ")"));
+    }
+  }
+  return absl::StrJoin(differences, ", ");
 }
 
 // Reads every wanted piece from the checkpoint into the rank's buffers (through a host copy).
@@ -148,6 +155,14 @@ absl::Status Checkpointer::save(Trainer& trainer) {
   GPT_RETURN_IF_ERROR(finalize_pending(/*wait=*/true));
   Stopwatch blocked;
   const int64_t iteration = trainer.iteration();
+  // What start() could not foresee (an exit by signal or duration at that iteration).
+  absl::Status refused;
+  if (grid_.world_rank() == 0 && iteration == protected_iteration()) {
+    refused = absl::FailedPreconditionError(absl::StrCat(
+        "--finetune: saving iteration ", iteration, " into --save ", args_.save, " would replace ",
+        iteration_directory_name(iteration), ", the checkpoint this run finetunes from; nothing was saved"));
+  }
+  GPT_RETURN_IF_ERROR(agree_on_setup(refused, "checkpoint save"));
   print_rank0(grid_, absl::StrFormat("saving checkpoint at iteration %7d to %s in hdf5 format", iteration, args_.save));
   trainer.synchronize_parameters();
   trainer.context().synchronize();
@@ -203,13 +218,17 @@ absl::Status Checkpointer::save(Trainer& trainer) {
     if (error) status = absl::PermissionDeniedError(absl::StrCat("--save ", args_.save, ": cannot create ",
                                                                  pending.temporary, ": ", error.message()));
   }
+  maybe_inject_fault("save-handshake", grid_.world_rank());
   GPT_RETURN_IF_ERROR(agree_on_setup(status, "checkpoint save"));
+  // Rank 0's id for this save (the others contribute 0 to the maximum): every shard and the index
+  // carry it, so that a shard of another save is refused at load.
+  m.save_id = save_id_text(world_max(grid_.world_rank() == 0 ? new_save_id() : 0, "checkpoint save id"));
 
   const std::string shard = absl::StrCat(pending.temporary, "/", shard_file_name(grid_.world_rank()));
   writer_done_.store(false);
   writer_status_ = absl::OkStatus();
-  auto write = [this, pieces, shard] {
-    writer_status_ = pieces->empty() ? absl::OkStatus() : write_shard(shard, *pieces);
+  auto write = [this, pieces, shard, save_id = m.save_id, iteration] {
+    writer_status_ = pieces->empty() ? absl::OkStatus() : write_shard(shard, *pieces, save_id, iteration);
     maybe_inject_fault("after-shard", grid_.world_rank());
     writer_done_.store(true);
   };
@@ -227,7 +246,7 @@ absl::Status Checkpointer::save(Trainer& trainer) {
 
 absl::Status Checkpointer::finalize_pending(bool wait) {
   if (!pending_) return absl::OkStatus();
-  if (!wait && world_min(writer_done_.load() ? 1 : 0) == 0) return absl::OkStatus();
+  if (!wait && world_min(writer_done_.load() ? 1 : 0, "asynchronous save completion") == 0) return absl::OkStatus();
   Stopwatch blocked;
   if (writer_.joinable()) writer_.join();
   PendingSave pending = std::move(*pending_);
@@ -243,8 +262,9 @@ absl::Status Checkpointer::finalize_pending(bool wait) {
     return status;
   }
   pending.blocked_seconds += blocked.elapsed_seconds();
-  const int64_t world_bytes = world_extreme(static_cast<int64_t>(pending.bytes), MPI_SUM);
-  const int64_t blocked_ms = world_max(static_cast<int64_t>(pending.blocked_seconds * 1e3));
+  const int64_t world_bytes =
+      world_extreme(static_cast<int64_t>(pending.bytes), world::Combine::kSum, "checkpoint save size");
+  const int64_t blocked_ms = world_max(static_cast<int64_t>(pending.blocked_seconds * 1e3), "checkpoint save time");
   print_rank0(grid_, absl::StrFormat("  successfully saved checkpoint from iteration %7d to %s [ %.1f MB in %.2f s, "
                                      "training blocked %.3f s ]",
                                      pending.iteration, args_.save, static_cast<double>(world_bytes) / 1048576.0,
@@ -280,7 +300,7 @@ absl::Status Checkpointer::commit(const PendingSave& pending) {
     const std::vector<int64_t> committed = list_checkpoints(args_.save);
     const size_t keep = static_cast<size_t>(args_.keep_latest_checkpoints);
     for (size_t i = 0; i + keep < committed.size(); ++i) {
-      if (committed[i] == pending.iteration) continue;
+      if (committed[i] == pending.iteration || committed[i] == protected_iteration()) continue;
       std::filesystem::remove_all(absl::StrCat(args_.save, "/", iteration_directory_name(committed[i])), error);
     }
   }
@@ -297,10 +317,11 @@ absl::StatusOr<bool> Checkpointer::after_iteration(Trainer& trainer) {
     GPT_RETURN_IF_ERROR(finalize_pending(/*wait=*/false));
   }
   std::string reason;
-  if (args_.exit_signal_handler && world_max(sigterm_received.load() ? 1 : 0) != 0) {
+  if (args_.exit_signal_handler && world_max(sigterm_received.load() ? 1 : 0, "--exit-signal-handler") != 0) {
     reason = "exiting program after receiving SIGTERM.";
   } else if (args_.exit_duration_in_mins > 0 &&
-             world_max(static_cast<int64_t>(since_start_.elapsed_seconds() / 60.0)) >= args_.exit_duration_in_mins) {
+             world_max(static_cast<int64_t>(since_start_.elapsed_seconds() / 60.0), "--exit-duration-in-mins") >=
+                 args_.exit_duration_in_mins) {
     reason = absl::StrCat("exiting program after ", args_.exit_duration_in_mins, " minutes");
   } else if (args_.exit_interval > 0 && iteration % args_.exit_interval == 0) {
     reason = absl::StrCat("exiting program at iteration ", iteration);
@@ -317,6 +338,65 @@ absl::Status Checkpointer::finish(Trainer& trainer) {
     GPT_RETURN_IF_ERROR(save(trainer));
   }
   return finalize_pending(/*wait=*/true);
+}
+
+absl::Status Checkpointer::start(Trainer& trainer) {
+  if (!args_.save.empty()) {
+    absl::Status status;
+    if (grid_.world_rank() == 0) {
+      std::string stale;
+      absl::StatusOr<std::unique_ptr<SaveDirectoryLock>> lock = SaveDirectoryLock::acquire(args_.save, &stale);
+      if (lock.ok()) {
+        lock_ = std::move(*lock);
+        if (!stale.empty()) {
+          GPT_LOG_WARNING() << "--save " << args_.save << ": taking over the stale lock " << lock_->path() << " of "
+                            << stale << " (that process is gone: it held no lock)";
+        }
+      } else {
+        status = lock.status();
+      }
+    }
+    GPT_RETURN_IF_ERROR(agree_on_setup(status, "save directory lock"));
+  }
+  GPT_RETURN_IF_ERROR(load(trainer));
+  if (args_.save.empty()) return absl::OkStatus();
+  return agree_on_setup(grid_.world_rank() == 0 ? check_save_directory() : absl::OkStatus(), "save directory check");
+}
+
+int64_t Checkpointer::protected_iteration() const {
+  return args_.finetune && loaded_iteration_ >= 0 && same_directory(args_.load, args_.save) ? loaded_iteration_ : -1;
+}
+
+absl::Status Checkpointer::check_save_directory() const {
+  const int64_t kept = protected_iteration();
+  if (kept >= 0) {
+    // A finetuning run counts from 0 again: its save at the loaded iteration would replace the base.
+    const bool saves_there =
+        kept <= args_.train_iters &&
+        (kept == args_.train_iters || (args_.save_interval > 0 && kept % args_.save_interval == 0) ||
+         (args_.exit_interval > 0 && kept % args_.exit_interval == 0));
+    if (saves_there && kept > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--finetune with --save equal to --load (", args_.save, "): this run would save iteration ", kept,
+          " over ", iteration_directory_name(kept),
+          ", the checkpoint it finetunes from; use another --save directory"));
+    }
+  }
+  if ((loaded_iteration_ >= 0 && same_directory(args_.load, args_.save)) || args_.allow_other_run_checkpoints) {
+    return absl::OkStatus();
+  }
+  const std::vector<int64_t> found = list_checkpoints(args_.save);
+  std::error_code error;
+  const bool tracked = std::filesystem::exists(
+      std::filesystem::symlink_status(absl::StrCat(args_.save, "/", kTrackerFileName), error));
+  if (found.empty() && !tracked) return absl::OkStatus();
+  std::vector<int64_t> shown(found.begin(), found.begin() + std::min<size_t>(found.size(), 5));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--save ", args_.save, " holds checkpoints this run did not load (",
+      found.empty() ? std::string("a tracker") : absl::StrCat("iterations ", absl::StrJoin(shown, ", "),
+                                                               found.size() > shown.size() ? ", ..." : ""),
+      "): its saves would replace or mix with them; resume with --load ", args_.save,
+      ", save elsewhere, or pass --allow-other-run-checkpoints"));
 }
 
 absl::Status Checkpointer::load(Trainer& trainer) {
@@ -346,16 +426,19 @@ absl::Status Checkpointer::load(Trainer& trainer) {
     absl::Status status = load_from(trainer, directory);
     // Every rank reads its own slices: one rank's damaged shard is everyone's failure.
     const bool mine = !status.ok();
+    maybe_inject_fault("load", grid_.world_rank());
     status = agree_on_setup(status, "checkpoint load");
     if (status.ok()) {
-      const int64_t bytes = world_extreme(loaded_bytes_, MPI_SUM);
-      const int64_t load_ms = world_max(static_cast<int64_t>(load_time.elapsed_seconds() * 1e3));
+      const int64_t bytes = world_extreme(loaded_bytes_, world::Combine::kSum, "checkpoint load size");
+      const int64_t load_ms =
+          world_max(static_cast<int64_t>(load_time.elapsed_seconds() * 1e3), "checkpoint load time");
       print_rank0(grid_, absl::StrFormat("  successfully loaded checkpoint from %s [ t %d, p %d, dp %d ] at iteration %d "
                                          "[ %.1f MB in %.2f s ]",
                                          args_.load, grid_.shape().tensor, grid_.shape().pipeline, grid_.shape().data,
                                          trainer.iteration(), static_cast<double>(bytes) / 1048576.0,
                                          static_cast<double>(load_ms) / 1e3));
       last_saved_iteration_ = trainer.iteration();
+      loaded_iteration_ = candidates[c];
       return absl::OkStatus();
     }
     if (c + 1 == candidates.size()) return status;
@@ -370,7 +453,17 @@ absl::Status Checkpointer::load(Trainer& trainer) {
 absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& directory) {
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::open(directory));
   const CheckpointMetadata& m = reader->metadata();
+  if (m.legacy) {
+    print_rank0(grid_, absl::StrCat("note: checkpoint ", directory,
+                                    " has format version 1 (saved before whole-checkpoint checksums): its shards and "
+                                    "metadata are not verified, only its tensor chunks"));
+  }
   GPT_RETURN_IF_ERROR(check_model_arguments(m.arguments, args_, directory));
+  if (const std::string differences = resume_differences(m.arguments, args_);
+      !differences.empty() && !args_.finetune && grid_.world_rank() == 0) {
+    GPT_LOG_WARNING() << "resuming " << directory << " with " << differences
+                      << ": the samples, dropout masks or token ids after this point differ from the saved run's";
+  }
   const bool load_optimizer = !args_.no_load_optim && !args_.finetune;
   std::vector<ShardedTensor> pieces = state_pieces(trainer, args_, load_optimizer);
 

@@ -24,6 +24,7 @@
 #include "core/timer.h"
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
+#include "train/save_directory_lock.h"
 #include "train/trainer.h"
 
 namespace gpt {
@@ -36,6 +37,11 @@ class Checkpointer {
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
+  // Before training (collective): with --save, rank 0 takes the save directory's lock
+  // (train/save_directory_lock.h); then load(); then, with --save, a run that loaded nothing from
+  // the save directory refuses to save into one that holds checkpoints (another run's: its saves
+  // would replace or interleave with them) unless --allow-other-run-checkpoints.
+  absl::Status start(Trainer& trainer);
   // --load (collective): restores the trainer's parameters, optimizer state, iteration and data
   // position from the tracker's checkpoint (or --ckpt-step's). Without a tracker it warns and the
   // run starts from scratch, as Megatron does.
@@ -66,6 +72,12 @@ class Checkpointer {
   absl::Status commit(const PendingSave& pending);
   absl::Status load_from(Trainer& trainer, const std::string& directory);
 
+  // Rank 0: whether the save directory may take this run's checkpoints (see start()).
+  absl::Status check_save_directory() const;
+  // Rank 0, with --finetune into the directory it loaded from: the iteration whose checkpoint this
+  // run finetunes from, which its saves must not replace or prune; -1 otherwise.
+  int64_t protected_iteration() const;
+
   Arguments args_;
   ProcessGrid& grid_;
   Stopwatch since_start_;  // for --exit-duration-in-mins
@@ -75,6 +87,8 @@ class Checkpointer {
   absl::Status writer_status_;
   int64_t last_saved_iteration_ = -1;
   int64_t loaded_bytes_ = 0;  // by this rank, in the last load
+  int64_t loaded_iteration_ = -1;  // the checkpoint's directory loaded (iter_N), -1: none
+  std::unique_ptr<SaveDirectoryLock> lock_;  // rank 0, with --save
 };
 
 }  // namespace gpt

@@ -250,13 +250,14 @@ constexpr FlagRow kRows[] = {
         "so there is no allocator cache to empty at any level")
         .megatron(kImplementation),
     row("--no-check-for-nan-in-loss-and-grad", &A::no_check_for_nan_in_loss_and_grad,
-        "Refused: no NaN check stops a run here (a non-finite gradient norm skips that update on every "
-        "rank), so there is nothing to turn off")
+        "Do not stop the run at a non-finite loss or gradient norm (Megatron's check, on by default): "
+        "an iteration whose gradient norm is not finite skips its update on every rank (as Megatron's "
+        "loss scaler does) and is counted in the log line as skipped, a non-finite loss as a nan iteration")
         .negated("check_for_nan_in_loss_and_grad")
         .megatron(
-            kRefused,
-            "no NaN check stops a run here (a non-finite gradient norm skips that update on every rank and is counted "
-            "in the log line), so there is nothing to turn off"),
+            kImplementation,
+            "without the check a non-finite gradient norm skips that iteration's update on every rank (Megatron "
+            "skips only under FP16 loss scaling) and is counted as skipped; a non-finite loss as a nan iteration"),
     row("--calculate-per-token-loss", &A::calculate_per_token_loss,
         "Accepted: every token counts here (no loss mask), so each microbatch has the same token count and "
         "the per-token mean over the global batch equals Megatron's default mean of microbatch means; the "
@@ -323,6 +324,10 @@ constexpr FlagRow kRows[] = {
         .shown(kNoneIfZero),
     row("--keep-latest-checkpoints", &A::keep_latest_checkpoints,
         "Delete all but the newest K committed checkpoints (not a Megatron flag)")
+        .megatron(kOwn),
+    row("--allow-other-run-checkpoints", &A::allow_other_run_checkpoints,
+        "Let a run that loaded nothing from --save DIR save there although DIR holds checkpoints (of "
+        "another run; they may be replaced or pruned) (not a Megatron flag)")
         .megatron(kOwn),
     row("--load-fallback-to-previous", &A::load_fallback_to_previous,
         "If the checkpoint to load is damaged, load the newest older one (not a Megatron flag)")
@@ -497,6 +502,7 @@ constexpr std::string_view kAgreementOrder[] = {
     "--exit-duration-in-mins",
     "--exit-interval",
     "--keep-latest-checkpoints",
+    "--allow-other-run-checkpoints",
     "--load-fallback-to-previous",
 };
 

@@ -1,7 +1,5 @@
 #include "train/launcher.h"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -12,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
 #include "parallel/comm/mpi_runtime.h"
+#include "parallel/comm/world_agreement.h"
 #include "parallel/mpi_grid.h"
+#include "train/fault_injection.h"
 #include "train/memory_plan.h"
 #include "train/rank_agreement.h"
 #include "train/trainer.h"
@@ -26,11 +26,11 @@ namespace {
 int agree_and_report(const MpiRuntime& mpi, const absl::Status& status) {
   const int size = mpi.world_size(), rank = mpi.world_rank();
   const bool own = !status.ok() && !is_peer_failure(status);
-  int failures[2] = {own ? rank : size, status.ok() ? size : rank};  // lowest own failure, lowest any
-  int own_count = own ? 1 : 0;
+  int64_t failures[2] = {own ? rank : size, status.ok() ? size : rank};  // lowest own failure, lowest any
+  int64_t own_count = own ? 1 : 0;
   if (mpi.active()) {
-    MPI_Allreduce(MPI_IN_PLACE, failures, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &own_count, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    world::all_reduce(failures, world::Combine::kMin, "the outcome");
+    own_count = world::all_reduce(own_count, world::Combine::kSum, "the outcome");
   }
   if (failures[1] == size) return 0;
   const int reporter = failures[0] != size ? failures[0] : failures[1];
@@ -52,7 +52,7 @@ int most_ranks_per_gpu(const MpiRuntime& mpi, const Arguments& args) {
                               ? cuda::device_uuid(gpu_for_local_rank(local_rank(), cuda::device_count()))
                               : absl::StrCat("host rank ", local_rank());  // never equal to another's
   int most = node_ranks_with_same_key(key);
-  if (mpi.active()) MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (mpi.active()) most = static_cast<int>(world::all_reduce(most, world::Combine::kMax, "ranks per GPU"));
   return most;
 }
 
@@ -112,14 +112,20 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
     args = *std::move(parsed);
     status = validate_arguments(args);
   }
+  // Every agreement from here on waits at most --distributed-timeout-minutes (10 until parsed).
+  if (status.ok() && args.distributed_timeout_minutes > 0) {
+    world::set_timeout_seconds(args.distributed_timeout_minutes * 60.0);
+  }
   if (status.ok()) status = validate_for_world(args, mpi.world_size());
   if (status.ok()) status = resolve_device(args);
   if (const int code = agree_and_report(mpi, status); code != 0) return code;
   // Ranks launched with different arguments (a wrapper script that sets --seed per rank, a stale
   // host file) would train diverging replicas or fail in some collective naming nothing.
+  maybe_inject_fault("startup", mpi.world_rank());
   status = check_same_arguments(args);
   if (const int code = agree_and_report(mpi, status); code != 0) return code;
   // Collective: only after every rank has agreed that it got this far.
+  maybe_inject_fault("ranks-per-gpu", mpi.world_rank());
   const int ranks_per_gpu = most_ranks_per_gpu(mpi, args);
   status = choose_backend(args, mpi, ranks_per_gpu);
   if (const int code = agree_and_report(mpi, status); code != 0) return code;

@@ -1,5 +1,8 @@
 #include "train/metrics_file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -130,10 +133,25 @@ std::string validation_record(std::string_view split, int64_t iteration, bool en
 }
 
 absl::StatusOr<std::unique_ptr<MetricsFile>> MetricsFile::open(const std::string& path, bool append) {
-  std::FILE* file = std::fopen(path.c_str(), append ? "a" : "w");
-  if (file == nullptr) {
+  // Non-blocking open: a FIFO nobody reads would otherwise block here, before training, forever
+  // (O_NONBLOCK changes nothing for a regular file). Writes block as usual afterwards.
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : O_TRUNC), 0644);
+  if (fd < 0) {
+    if (errno == ENXIO) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--metrics-file ", path, ": a FIFO with no reader (start the reader first, or give a regular file)"));
+    }
     return absl::FailedPreconditionError(
         absl::StrCat("--metrics-file ", path, ": cannot open for writing: ", std::strerror(errno)));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::FILE* file = ::fdopen(fd, append ? "a" : "w");
+  if (file == nullptr) {
+    const int why = errno;
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat("--metrics-file ", path, ": cannot open for writing: ",
+                                                      std::strerror(why)));
   }
   return std::unique_ptr<MetricsFile>(new MetricsFile(file, path));
 }

@@ -1,7 +1,5 @@
 #include "train/rank_agreement.h"
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <map>
 #include <sstream>
@@ -12,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "core/check.h"
 #include "core/philox.h"
+#include "parallel/comm/world_agreement.h"
 #include "train/argument_table.h"
 
 namespace gpt {
@@ -19,22 +18,8 @@ namespace {
 
 constexpr char kPeerFailure[] = "gpt/peer-failure";
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-int all_min(int value, const char* what) {
-  GPT_CHECK_EQ(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), MPI_SUCCESS) << what;
-  return value;
-}
+int world_rank() { return world::rank(); }
+int world_size() { return world::size(); }
 
 }  // namespace
 
@@ -42,22 +27,22 @@ int job_world_size() { return mpi_running() ? world_size() : 1; }
 
 // MPI is running when a launcher started this process (MpiRuntime initialized it) and it has not
 // been shut down; without it the process is a world of one.
-bool mpi_running() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized != 0 && finalized == 0;
-}
+bool mpi_running() { return world::running(); }
 
 absl::Status agree_on_setup(const absl::Status& local, absl::string_view phase) {
   if (!mpi_running()) return local;
   const int rank = world_rank(), size = world_size();
   const bool failed = !local.ok() && !is_peer_failure(local);
-  const int first_failure = all_min(failed ? rank : size, "MPI_Allreduce of the set-up status");
+  const int first_failure =
+      static_cast<int>(world::all_reduce(failed ? rank : size, world::Combine::kMin, absl::StrCat(phase, " status")));
   if (first_failure == size) return local;  // OK everywhere (a peer failure was agreed earlier)
   if (!local.ok()) return local;
-  absl::Status peer = absl::AbortedError(
-      absl::StrCat(phase, " failed on rank ", first_failure, " (its message is printed by that rank)"));
+  return peer_failure(phase, first_failure);
+}
+
+absl::Status peer_failure(absl::string_view phase, int rank) {
+  absl::Status peer =
+      absl::AbortedError(absl::StrCat(phase, " failed on rank ", rank, " (its message is printed by that rank)"));
   peer.SetPayload(kPeerFailure, absl::Cord("1"));
   return peer;
 }
@@ -99,9 +84,7 @@ absl::Status check_same_arguments(const Arguments& args) {
   const int rank = world_rank(), size = world_size();
   std::string text = canonical_arguments(args);
   const uint64_t digest = fnv1a_64(text);
-  std::vector<uint64_t> digests(static_cast<size_t>(size));
-  GPT_CHECK_EQ(MPI_Allgather(&digest, 1, MPI_UINT64_T, digests.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD), MPI_SUCCESS)
-      << "MPI_Allgather of the argument digests";
+  const std::vector<uint64_t> digests = world::all_gather(digest, "argument digests");
   std::vector<int> differing;
   for (int r = 1; r < size; ++r) {
     if (digests[static_cast<size_t>(r)] != digests[0]) differing.push_back(r);
@@ -109,11 +92,8 @@ absl::Status check_same_arguments(const Arguments& args) {
   if (differing.empty()) return absl::OkStatus();
   // Every rank knows that some differ: rank 0's text goes to all, and each differing rank names
   // its own differences (the launcher prints the lowest one's).
-  uint64_t length = text.size();
-  GPT_CHECK_EQ(MPI_Bcast(&length, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), MPI_SUCCESS) << "MPI_Bcast of rank 0's arguments";
-  std::string reference = rank == 0 ? text : std::string(length, '\0');
-  GPT_CHECK_EQ(MPI_Bcast(reference.data(), static_cast<int>(length), MPI_CHAR, 0, MPI_COMM_WORLD), MPI_SUCCESS)
-      << "MPI_Bcast of rank 0's arguments";
+  std::string reference = rank == 0 ? text : std::string();
+  world::broadcast_from_rank0(reference, "rank 0's arguments");
   if (digests[static_cast<size_t>(rank)] == digests[0]) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "given different arguments from rank 0: ", absl::StrJoin(differing_arguments(text, reference), ", "),

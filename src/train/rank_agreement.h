@@ -3,8 +3,9 @@
 // message is never shown), and ranks launched with different arguments train diverging replicas
 // or fail with an MPI error that names nothing.
 //
-// Every function here is collective over MPI_COMM_WORLD (every rank calls it at the same point)
-// and returns its argument unchanged in a world of one.
+// Every function here is collective over the world (every rank calls it at the same point), through
+// parallel/comm/world_agreement.h: bounded by --distributed-timeout-minutes, a timeout naming the
+// agreement and the ranks that did not arrive. Each returns its argument unchanged in a world of one.
 #pragma once
 
 #include <string>
@@ -29,6 +30,8 @@ bool mpi_running();
 absl::Status agree_on_setup(const absl::Status& local, absl::string_view phase);
 // True for the status agree_on_setup gives a rank that did not fail itself.
 bool is_peer_failure(const absl::Status& status);
+// That status: `phase` failed on world rank `rank`, whose own message that rank reports.
+absl::Status peer_failure(absl::string_view phase, int rank);
 
 // The validated arguments as text, one "--flag value" line per field: what ranks compare.
 std::string canonical_arguments(const Arguments& args);

@@ -315,6 +315,30 @@ void Trainer::print_evaluation(const std::string& where, double loss) const {
   std::fflush(stdout);
 }
 
+absl::Status Trainer::check_finite(const StepResult& step) {
+  const bool loss_bad = !std::isfinite(step.loss), norm_bad = !std::isfinite(step.grad_norm);
+  const int size = grid_.world_size(), rank = grid_.world_rank();
+  // The lowest rank that saw it, as a maximum: size - rank (0: none did). The norm is the same on
+  // every rank, and so is the loss within a pipeline stage (reduced over data-parallel ranks,
+  // equal over tensor-parallel ones): only the stages before the last need to hear of it, from
+  // their pipeline group, which holds one last-stage rank. No collective at all without PP.
+  float lowest = loss_bad || norm_bad ? static_cast<float>(size - rank) : 0.0f;
+  if (grid_.pipeline().size() > 1) {
+    const Tensor scratch = timing_scratch_.flat_range(0, 1);
+    copy_to_device(ctx_, scratch, std::span<const float>(&lowest, 1));
+    grid_.pipeline().all_reduce(ctx_, scratch, ReduceOp::kMax);
+    copy_to_host(ctx_, &lowest, scratch);
+    ctx_.synchronize();
+  }
+  if (lowest == 0.0f) return absl::OkStatus();
+  if (!loss_bad && !norm_bad) return peer_failure("training", size - static_cast<int>(lowest));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "iteration ", iteration_, ": ", loss_bad ? "the loss is " : "the gradient norm is ",
+      loss_bad ? absl::StrCat(step.loss) : absl::StrCat(step.grad_norm),
+      " (Megatron's --check-for-nan-in-loss-and-grad, on by default, stops the run; "
+      "--no-check-for-nan-in-loss-and-grad skips the updates of such iterations instead and counts them)"));
+}
+
 StepResult Trainer::train_step() {
   compute_gradients();
   return apply_update();
@@ -483,6 +507,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     Stopwatch step_time;
     const StepResult step = train_step();
     ctx_.synchronize();
+    if (!args_.no_check_for_nan_in_loss_and_grad) GPT_RETURN_IF_ERROR(check_finite(step));
     interval_seconds += step_time.elapsed_seconds();
     if (profiled && profile_from == 0 && iteration_ == first_iteration + 1) {
       op_profile::reset();

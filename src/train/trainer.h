@@ -80,6 +80,12 @@ class Trainer {
   // and exit conditions) runs at the end of every iteration; when it returns true training stops
   // there, without the final evaluation (Megatron's exit).
   absl::Status run(const std::function<absl::StatusOr<bool>()>& after_iteration = {});
+  // Megatron's --check-for-nan-in-loss-and-grad (on unless --no-check-for-nan-in-loss-and-grad):
+  // an error when the step's loss (known to the last stage's ranks) or gradient norm (known to
+  // all) is not finite, on every rank alike (collective over the pipeline group: one bounded
+  // all-reduce of one number, none without pipeline parallelism). The rank that saw it gets the
+  // message, the others a peer failure naming it.
+  absl::Status check_finite(const StepResult& step);
   // Waits for parameter all-gathers still in flight (--overlap-param-gather leaves them to the next
   // forward): call before reading the parameters outside training (a dump, a checkpoint).
   void synchronize_parameters() { data_parallel_->settle(ctx_); }

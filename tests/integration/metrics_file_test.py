@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -170,6 +171,17 @@ def main():
             failures.append(f"{name}, unopenable file: exit {result.returncode}, errors {errors}")
         else:
             print(f"{name}: an unopenable --metrics-file ends the job with: {errors[0]}")
+    # A FIFO nobody reads (issue 33): one error line at once, not a wait before training forever.
+    fifo = os.path.join(args.work_dir, "metrics.fifo")
+    os.mkfifo(fifo)
+    started = time.time()
+    result = subprocess.run([args.binary] + TINY + ["--metrics-file", fifo], capture_output=True, text=True, timeout=120)
+    errors = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+    if result.returncode == 0 or len(errors) != 1 or "a FIFO with no reader" not in errors[0] or fifo not in errors[0] \
+            or time.time() - started > 60:
+        failures.append(f"FIFO without a reader: exit {result.returncode} after {time.time() - started:.1f} s, {errors}")
+    else:
+        print(f"a FIFO without a reader: {errors[0]}")
     result = subprocess.run([args.binary] + TINY + ["--metrics-file", ""], capture_output=True, text=True, timeout=60)
     if result.returncode == 0 or "--metrics-file needs a path" not in result.stdout + result.stderr:
         failures.append(f"empty --metrics-file: exit {result.returncode}, {result.stdout[-300:]} {result.stderr[-300:]}")

@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
       return usage("unknown flag " + flag);
     }
   }
+  // Refused here too, before anything is opened: a zero length divided by zero in the indices.
+  if (config.seq_length < 1) return usage("--seq-length must be >= 1");
+  if (print < 0) return usage("--print must be >= 0");
   config.tokenizer = null_vocab_size >= 0 ? gpt::TokenizerIdentity::null_tokenizer(null_vocab_size)
                                           : gpt::TokenizerIdentity::gpt2_bpe(vocab_file, merge_file);
   auto open = [](const std::string& prefix) -> absl::StatusOr<std::shared_ptr<const gpt::DocumentStore>> {

@@ -2,11 +2,15 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "parallel/comm/world_agreement.h"
 
 namespace gpt {
 namespace {
@@ -21,6 +25,30 @@ struct NodeGroup {
   int size = 1;
 };
 NodeGroup node_group;
+
+// Waits for a non-blocking collective on the node's ranks, bounded like every agreement
+// (--distributed-timeout-minutes): a node-local rank that never arrives ends the job naming it.
+// The node's ranks give up a second apart, in node order, so that the first report ends the job
+// and is the only line.
+void wait_on_node(MPI_Request& request, const char* what) {
+  const double patience = world::timeout_seconds() + std::min(node_group.rank, 8);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(patience));
+  auto pause = std::chrono::microseconds(0);
+  while (true) {
+    int done = 0;
+    GPT_CHECK_EQ(MPI_Test(&request, &done, MPI_STATUS_IGNORE), MPI_SUCCESS) << what;
+    if (done) return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      GPT_FATAL() << what << " on the node's " << node_group.size << " ranks timed out after " << patience
+                  << " s (--distributed-timeout-minutes): a rank of this node did not "
+                  << "arrive";
+    }
+    if (pause.count() > 0) std::this_thread::sleep_for(pause);
+    pause = std::min(std::chrono::microseconds(1000), pause + std::chrono::microseconds(20));
+  }
+}
 
 }  // namespace
 
@@ -39,18 +67,21 @@ int node_ranks_with_same_key(const std::string& key) {
   // Keys of any length: gather the lengths, then the bytes.
   const int length = static_cast<int>(key.size());
   std::vector<int> lengths(static_cast<size_t>(node_group.size)), offsets(lengths.size());
-  GPT_CHECK_EQ(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, node_group.comm), MPI_SUCCESS)
-      << "MPI_Allgather of key lengths on the node";
+  MPI_Request request = MPI_REQUEST_NULL;
+  GPT_CHECK_EQ(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, node_group.comm, &request), MPI_SUCCESS)
+      << "MPI_Iallgather of key lengths on the node";
+  wait_on_node(request, "MPI_Iallgather of the GPU keys' lengths");
   int total = 0;
   for (size_t r = 0; r < lengths.size(); ++r) {
     offsets[r] = total;
     total += lengths[r];
   }
   std::string keys(static_cast<size_t>(total), '\0');
-  GPT_CHECK_EQ(MPI_Allgatherv(key.data(), length, MPI_CHAR, keys.data(), lengths.data(), offsets.data(), MPI_CHAR,
-                              node_group.comm),
+  GPT_CHECK_EQ(MPI_Iallgatherv(key.data(), length, MPI_CHAR, keys.data(), lengths.data(), offsets.data(), MPI_CHAR,
+                               node_group.comm, &request),
                MPI_SUCCESS)
-      << "MPI_Allgatherv of keys on the node";
+      << "MPI_Iallgatherv of keys on the node";
+  wait_on_node(request, "MPI_Iallgatherv of the GPU keys");
   int same = 0;
   for (size_t r = 0; r < lengths.size(); ++r) {
     if (keys.compare(static_cast<size_t>(offsets[r]), static_cast<size_t>(lengths[r]), key) == 0) ++same;

@@ -163,13 +163,14 @@ TEST(CheckpointFiles, WrittenInOneLayoutReadInAnother) {
       pieces.push_back(std::move(bias));
     }
     shard_files.push_back(shard_file_name(w));
-    ASSERT_TRUE(write_shard(directory + "/" + shard_files.back(), pieces).ok());
+    ASSERT_TRUE(write_shard(directory + "/" + shard_files.back(), pieces, "feed", 7).ok());
   }
   CheckpointMetadata metadata;
   metadata.iteration = 7;
   metadata.consumed_train_samples = 56;
   metadata.params_dtype = "float32";
   metadata.arguments = "--num-layers 2\n";
+  metadata.save_id = "feed";
   ASSERT_TRUE(write_index(directory, shard_files, metadata).ok());
 
   absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(directory);
@@ -218,7 +219,7 @@ TEST(CheckpointFiles, IndexRefusesGapsAndOverlaps) {
       pieces[p].dtype = DType::kFloat32;
       pieces[p].bytes.assign(static_cast<size_t>(pieces[p].record.local_shape[0]) * 4, 0);
     }
-    ASSERT_TRUE(write_shard(directory + "/shard_00000.h5", pieces).ok());
+    ASSERT_TRUE(write_shard(directory + "/shard_00000.h5", pieces, "", 0).ok());
     const absl::Status status = write_index(directory, {"shard_00000.h5"}, CheckpointMetadata{});
     EXPECT_FALSE(status.ok());
     EXPECT_NE(status.message().find("model/v"), std::string::npos) << status;
@@ -234,7 +235,7 @@ TEST(CheckpointFiles, ADamagedShardIsNamedWithItsTensor) {
   piece.record.local_shape = {256, 64};
   piece.dtype = DType::kFloat32;
   piece.bytes.assign(256 * 64 * 4, 0x3f);
-  ASSERT_TRUE(write_shard(directory + "/shard_00000.h5", {piece}).ok());
+  ASSERT_TRUE(write_shard(directory + "/shard_00000.h5", {piece}, "", 0).ok());
   ASSERT_TRUE(write_index(directory, {"shard_00000.h5"}, CheckpointMetadata{}).ok());
   // Flip one byte in the middle of the data (the 64 KiB chunk dominates the file).
   const std::string shard = directory + "/shard_00000.h5";
@@ -275,6 +276,96 @@ TEST(CheckpointFiles, TrackerAndCommittedList) {
   }
   for (const char* name : {"iter_0000005", "iter_0000010"}) std::ofstream(directory + "/" + name + "/index.h5") << "x";
   EXPECT_EQ(list_checkpoints(directory), (std::vector<int64_t>{5, 10}));
+  // A tracker that exists but cannot be read is an error naming it, never "no tracker".
+  const std::string tracker = directory + "/latest_checkpointed_iteration.txt";
+  std::filesystem::remove(tracker);
+  std::filesystem::create_directory(tracker);
+  absl::StatusOr<std::optional<int64_t>> as_directory = read_tracker(directory);
+  ASSERT_FALSE(as_directory.ok());
+  EXPECT_NE(as_directory.status().message().find("latest_checkpointed_iteration.txt is not a regular file"),
+            std::string::npos) << as_directory.status();
+  std::filesystem::remove(tracker);
+  std::filesystem::create_symlink(directory + "/nowhere", tracker);
+  EXPECT_FALSE(read_tracker(directory).ok());
+}
+
+// One save's checkpoint (two shards of a [6, 4] tensor) in `directory`, named iter_0000003.
+std::string two_shard_checkpoint(const std::string& name, const std::string& save_id, int64_t iteration = 3) {
+  const std::string directory = fresh_directory(name) + "/iter_000000" + std::to_string(iteration);
+  std::filesystem::create_directories(directory);
+  std::vector<std::string> shard_files;
+  for (int w = 0; w < 2; ++w) {
+    HostPiece piece;
+    piece.record.key = "model/w";
+    piece.record.global_shape = {6, 4};
+    piece.record.offsets = {3 * w, 0};
+    piece.record.local_shape = {3, 4};
+    piece.dtype = DType::kFloat32;
+    piece.bytes.assign(3 * 4 * 4, static_cast<unsigned char>(w + 1));
+    shard_files.push_back(shard_file_name(w));
+    EXPECT_TRUE(write_shard(directory + "/" + shard_files.back(), {piece}, save_id, iteration).ok());
+  }
+  CheckpointMetadata metadata;
+  metadata.iteration = iteration;
+  metadata.consumed_train_samples = 24;
+  metadata.optimizer_steps = iteration;
+  metadata.params_dtype = "float32";
+  metadata.arguments = "--num-layers 2\n";
+  metadata.save_id = save_id;
+  EXPECT_TRUE(write_index(directory, shard_files, metadata).ok());
+  return directory;
+}
+
+absl::Status open_and_read_all(const std::string& directory) {
+  GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::open(directory));
+  GPT_RETURN_IF_ERROR(reader->verify_shards());
+  return reader->verify_all();
+}
+
+TEST(CheckpointFiles, AShardOfAnotherSaveIsRefusedNamingIt) {
+  const std::string ours = two_shard_checkpoint("ours", save_id_text(1));
+  const std::string theirs = two_shard_checkpoint("theirs", save_id_text(2));
+  ASSERT_TRUE(open_and_read_all(ours).ok());
+  // Bit-for-bit a valid shard (every chunk checksum holds), but of another save.
+  std::filesystem::copy_file(theirs + "/shard_00001.h5", ours + "/shard_00001.h5",
+                             std::filesystem::copy_options::overwrite_existing);
+  const absl::Status status = open_and_read_all(ours);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("shard_00001.h5 belongs to another save"), std::string::npos) << status;
+}
+
+TEST(CheckpointFiles, AnIndexOfAnotherIterationIsRefused) {
+  const std::string three = two_shard_checkpoint("three", save_id_text(3), 3);
+  const std::string five = two_shard_checkpoint("five", save_id_text(5), 5);
+  std::filesystem::copy_file(five + "/index.h5", three + "/index.h5",
+                             std::filesystem::copy_options::overwrite_existing);
+  const absl::Status status = open_and_read_all(three);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("records iteration 5 but lies in iter_0000003"), std::string::npos) << status;
+}
+
+TEST(CheckpointFiles, EditedMetadataIsRefusedNamingWhat) {
+  const std::string directory = two_shard_checkpoint("edited", save_id_text(9));
+  {
+    absl::StatusOr<Hdf5File> index = Hdf5File::open_read_write(directory + "/index.h5");
+    ASSERT_TRUE(index.ok());
+    ASSERT_TRUE(index->set_attribute("consumed_train_samples", int64_t{25}).ok());
+  }
+  absl::Status status = open_and_read_all(directory);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("index.h5: its run state"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("does not match its checksum"), std::string::npos) << status;
+  // Written before whole-checkpoint checksums (format version 1): read, marked legacy, unchecked.
+  {
+    absl::StatusOr<Hdf5File> index = Hdf5File::open_read_write(directory + "/index.h5");
+    ASSERT_TRUE(index.ok());
+    ASSERT_TRUE(index->set_attribute("format_version", int64_t{1}).ok());
+  }
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> legacy = CheckpointReader::open(directory);
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  EXPECT_TRUE((*legacy)->metadata().legacy);
+  EXPECT_EQ((*legacy)->metadata().consumed_train_samples, 25);
+  EXPECT_TRUE((*legacy)->verify_all().ok());
 }
 
 }  // namespace

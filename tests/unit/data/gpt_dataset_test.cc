@@ -323,6 +323,28 @@ TEST(DataPath, PrefixesWithoutWeightsBlendOneEpochEachBySize) {
   EXPECT_NE(refused.status().message().find("one epoch of each dataset"), std::string::npos) << refused.status();
 }
 
+// Callers other than pretrain_gpt (test tools) reach the builder with unvalidated sizes: a zero
+// sequence length divided by zero in the indices.
+TEST(DataPath, ZeroSequenceLengthOrNegativeSamplesAreRefused) {
+  auto corpus = std::make_shared<FakeCorpus>(std::vector<int64_t>(30, 9), "c");
+  auto open = [&](const std::string&) -> absl::StatusOr<std::shared_ptr<const DocumentStore>> { return corpus; };
+  GptDatasetsConfig c;
+  c.data_path = {"c"};
+  c.split = "1,0,0";
+  c.num_samples = {10, 0, 0};
+  for (const int64_t length : {int64_t{0}, int64_t{-3}}) {
+    c.seq_length = length;
+    auto refused = build_gpt_datasets(c, open);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("sequence length must be >= 1"), std::string::npos) << refused.status();
+  }
+  c.seq_length = 8;
+  c.num_samples = {-1, 0, 0};
+  EXPECT_FALSE(build_gpt_datasets(c, open).ok());
+  c.num_samples = {10, 0, 0};
+  EXPECT_TRUE(build_gpt_datasets(c, open).ok());
+}
+
 class ConstantSource final : public SampleSource {
  public:
   explicit ConstantSource(int32_t value) : value_(value) {}

@@ -393,6 +393,9 @@ TEST(Arguments, MegatronImplementationChoicesAreAccepted) {
               std::stoll(level));
   }
   EXPECT_EQ(valid(with(base_flags(), "--manual-gc-interval", "0")).manual_gc_interval, 0);
+  // Megatron's NaN check is on by default; its flag turns it off (the trainer then skips such steps).
+  EXPECT_FALSE(valid(base_flags()).no_check_for_nan_in_loss_and_grad);
+  EXPECT_TRUE(valid(with(base_flags(), "--no-check-for-nan-in-loss-and-grad", "")).no_check_for_nan_in_loss_and_grad);
   // --no-bias-gelu-fusion has no effect with --swiglu (Megatron consults the SwiGLU fusion there).
   EXPECT_TRUE(valid(with(with(base_flags(), "--swiglu", ""), "--no-bias-gelu-fusion", "")).no_bias_gelu_fusion);
   // Each flag's help says what it means here.
@@ -424,8 +427,6 @@ TEST(Arguments, MegatronImplementationChoicesRefusedWithTheReason) {
        "--use-flash-attn asks for flash attention, which --attention-backend unfused turns off"},
       {with(base_flags(), "--no-bias-gelu-fusion", ""), "--no-bias-gelu-fusion is not available: without the fusion "
                                                         "Megatron computes the exact (erf) GeLU"},
-      {with(base_flags(), "--no-check-for-nan-in-loss-and-grad", ""),
-       "--no-check-for-nan-in-loss-and-grad: there is no such check to turn off here"},
       {with(base_flags(), "--rampup-batch-size", "16 8 300000"), "--rampup-batch-size"},
       {[] {
          std::vector<std::string> flags = base_flags();

@@ -112,5 +112,25 @@ TEST(Trainer, NonFiniteGradientSkipsTheStepAndNamesTheParameter) {
   EXPECT_FALSE(trainer->train_step().skipped);
 }
 
+// Megatron's --check-for-nan-in-loss-and-grad: a non-finite loss or gradient norm is an error
+// naming the iteration and the value; a finite step passes.
+TEST(Trainer, NonFiniteLossOrNormIsAnErrorNamingTheIteration) {
+  std::unique_ptr<ProcessGrid> grid;
+  std::unique_ptr<Trainer> trainer = make_trainer(flags("2"), grid);
+  const StepResult step = trainer->train_step();
+  EXPECT_TRUE(trainer->check_finite(step).ok());
+  StepResult bad_loss = step;
+  bad_loss.loss = std::numeric_limits<double>::quiet_NaN();
+  const absl::Status loss_status = trainer->check_finite(bad_loss);
+  ASSERT_FALSE(loss_status.ok());
+  EXPECT_NE(loss_status.message().find("iteration 1: the loss is nan"), std::string::npos) << loss_status;
+  EXPECT_NE(loss_status.message().find("--no-check-for-nan-in-loss-and-grad"), std::string::npos) << loss_status;
+  StepResult bad_norm = step;
+  bad_norm.grad_norm = std::numeric_limits<double>::infinity();
+  const absl::Status norm_status = trainer->check_finite(bad_norm);
+  ASSERT_FALSE(norm_status.ok());
+  EXPECT_NE(norm_status.message().find("iteration 1: the gradient norm is inf"), std::string::npos) << norm_status;
+}
+
 }  // namespace
 }  // namespace gpt

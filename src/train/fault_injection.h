@@ -1,0 +1,16 @@
+// Fault injection for the crash and hang tests: GPT_CHECKPOINT_FAULT=<point>:<world rank> makes
+// that rank kill itself with SIGKILL at that point; GPT_CHECKPOINT_FAULT=<point>:<world rank>:stop
+// stops it with SIGSTOP instead (a rank that hangs: the others must time out, naming the
+// agreement and the rank). Points: startup (before the ranks compare their arguments),
+// ranks-per-gpu (before the node's ranks compare the GPUs they will use), load
+// (before the ranks agree that a checkpoint loaded), save-handshake (before the ranks agree that a
+// save's directory exists), after-shard (a shard written and synced), before-rename (rank 0, the
+// index written), before-tracker (rank 0, the directory renamed). Unset in normal runs; read at
+// each point so that a test can aim at one.
+#pragma once
+
+namespace gpt {
+
+void maybe_inject_fault(const char* point, int world_rank);
+
+}  // namespace gpt
