@@ -31,6 +31,7 @@ namespace {
 
 constexpr char kPieceTable[] = "_pieces";
 constexpr char kArguments[] = "_arguments";
+constexpr char kRecords[] = "_records";
 constexpr char kFormat[] = "gpt-hdf5-checkpoint";
 // 2: the index binds its shards (size, save id, piece-table checksum) and checksums its metadata.
 // 1: neither; still read (CheckpointMetadata::legacy).
@@ -169,9 +170,36 @@ std::string run_state_text(const CheckpointMetadata& m, const std::string& shard
 
 int64_t checksum(const std::string& text) { return crc32c(text.data(), text.size()); }
 
+// The records as "key=value" lines, in key order.
+absl::StatusOr<std::string> records_text(const std::map<std::string, std::string>& records) {
+  std::string text;
+  for (const auto& [key, value] : records) {
+    if (key.empty() || key.find_first_of("=\n") != std::string::npos || value.find('\n') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint record '", key, "': keys may not be empty or hold '=' or line breaks, values may "
+                       "not hold line breaks"));
+    }
+    absl::StrAppend(&text, key, "=", value, "\n");
+  }
+  return text;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> parse_records(const std::string& text, const std::string& path) {
+  std::map<std::string, std::string> records;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const size_t equals = line.find('=');
+    if (equals == absl::string_view::npos || equals == 0) {
+      return absl::DataLossError(absl::StrCat(path, ": a malformed record line '", line, "'"));
+    }
+    records[std::string(line.substr(0, equals))] = std::string(line.substr(equals + 1));
+  }
+  return records;
+}
+
 absl::Status write_metadata(Hdf5File& index, const CheckpointMetadata& m, const std::string& shard_files,
                             const std::string& shard_bytes, const std::string& shard_checksums,
                             const std::string& pieces) {
+  GPT_ASSIGN_OR_RETURN(const std::string records, records_text(m.records));  // refused before writing anything
   GPT_RETURN_IF_ERROR(index.set_attribute("format", std::string(kFormat)));
   GPT_RETURN_IF_ERROR(index.set_attribute("format_version", kFormatVersion));
   for (const auto& [name, value] : run_state_numbers(m)) GPT_RETURN_IF_ERROR(index.set_attribute(name, value));
@@ -185,6 +213,8 @@ absl::Status write_metadata(Hdf5File& index, const CheckpointMetadata& m, const 
   GPT_RETURN_IF_ERROR(index.set_attribute("arguments_checksum", checksum(m.arguments)));
   GPT_RETURN_IF_ERROR(index.set_attribute("pieces_checksum", checksum(pieces)));
   GPT_RETURN_IF_ERROR(index.write_text(kArguments, m.arguments));
+  GPT_RETURN_IF_ERROR(index.set_attribute("records_checksum", checksum(records)));
+  GPT_RETURN_IF_ERROR(index.write_text(kRecords, records));
   return index.write_text(kPieceTable, pieces);
 }
 
@@ -236,6 +266,16 @@ absl::Status read_metadata(const Hdf5File& index, CheckpointMetadata& m) {
     return absl::DataLossError(absl::StrCat(index.path(), ": its saved arguments ('", kArguments,
                                             "') do not match their checksum: the index is damaged or was edited"));
   }
+  // Records came with format 2 in the same release as the checksums; an index without them (none
+  // written) has none.
+  if (!index.contains(kRecords)) return absl::OkStatus();
+  GPT_ASSIGN_OR_RETURN(const std::string records, index.read_text(kRecords));
+  GPT_ASSIGN_OR_RETURN(const int64_t records_checksum, index.attribute_int("records_checksum"));
+  if (checksum(records) != records_checksum) {
+    return absl::DataLossError(absl::StrCat(index.path(), ": its records ('", kRecords,
+                                            "') do not match their checksum: the index is damaged or was edited"));
+  }
+  GPT_ASSIGN_OR_RETURN(m.records, parse_records(records, index.path()));
   return absl::OkStatus();
 }
 

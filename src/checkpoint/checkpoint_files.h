@@ -65,6 +65,10 @@ struct CheckpointMetadata {
   bool distributed_optimizer = false;
   std::string arguments;             // the saving job's validated arguments, one flag per line
   std::string save_id;               // written into every shard and the index of the same save
+  // Non-tensor state by key, "<owner>/<name>" -> value as text (a loss scaler's scale and counters,
+  // ...): what modules add without a format change; checksummed with the index. Keys are free of
+  // '=' and line breaks, values of line breaks (write_index refuses others).
+  std::map<std::string, std::string> records;
   // Format version 1 (before whole-checkpoint checksums): nothing binds its shards to its index,
   // and its metadata carries no checksum; only the tensor chunks' checksums are verified.
   bool legacy = false;

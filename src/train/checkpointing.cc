@@ -198,6 +198,7 @@ absl::Status Checkpointer::save(Trainer& trainer) {
   m.data_parallel = grid_.shape().data;
   m.virtual_stages = trainer.num_chunks();
   m.params_dtype = std::string(dtype_name(trainer.params().dtype()));
+  for (const CheckpointRecords* owner : trainer.checkpoint_records()) owner->save_records(m.records);
   m.distributed_optimizer = args_.use_distributed_optimizer;
   m.arguments = canonical_arguments(args_);
 
@@ -527,6 +528,12 @@ absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& direct
   } else {
     trainer.set_data_position({m.consumed_train_samples, m.consumed_valid_samples}, m.iteration);
     if (load_optimizer) trainer.optimizer().set_steps_taken(m.optimizer_steps);
+    for (CheckpointRecords* owner : trainer.checkpoint_records()) {
+      const absl::Status restored = owner->load_records(m.records);
+      if (!restored.ok()) {
+        return absl::Status(restored.code(), absl::StrCat(directory, ": ", restored.message()));
+      }
+    }
   }
   return absl::OkStatus();
 }

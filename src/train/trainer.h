@@ -20,6 +20,7 @@
 #include "optim/lr_schedule.h"
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
+#include "train/checkpoint_records.h"
 #include "train/data_parallel.h"
 #include "train/forward_backward.h"
 #include "train/memory_plan.h"
@@ -101,6 +102,10 @@ class Trainer {
   int64_t consumed_samples() const { return consumed_samples_; }
   // Total parameters of the global model and the count this rank holds.
   int64_t parameters_on_rank() const;
+  // The parts of the run whose non-tensor state checkpoints keep as records (train/checkpoint_records.h),
+  // in registration order; the Checkpointer saves and restores them.
+  void add_checkpoint_records(CheckpointRecords* owner) { record_owners_.push_back(owner); }
+  const std::vector<CheckpointRecords*>& checkpoint_records() const { return record_owners_; }
   // What the arena gave each item of the memory plan (equal to rank_memory: checked at start-up).
   const RankMemory& allocated_memory() const { return allocated_; }
 
@@ -155,6 +160,7 @@ class Trainer {
   Tensor timing_scratch_;  // float32 [2 x phases], for the min/max over ranks
   MemoryFigures memory_;
   RankMemory allocated_;  // what the arena gave each item of the memory plan
+  std::vector<CheckpointRecords*> record_owners_;
   Tensor memory_scratch_, memory_gathered_;  // float32, for the start-up memory report
   std::unique_ptr<AdamW> optimizer_;
   std::shared_ptr<const SampleSource> train_data_, valid_data_, test_data_;

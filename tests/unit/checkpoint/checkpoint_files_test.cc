@@ -1,6 +1,7 @@
 // The checkpoint files without a trainer: HDF5 slices, BF16 and checksums; a global tensor written
 // as the pieces of one layout and read back as the slices of another (resharding); the coverage
 // check, damaged files and the tracker.
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -290,7 +291,8 @@ TEST(CheckpointFiles, TrackerAndCommittedList) {
 }
 
 // One save's checkpoint (two shards of a [6, 4] tensor) in `directory`, named iter_0000003.
-std::string two_shard_checkpoint(const std::string& name, const std::string& save_id, int64_t iteration = 3) {
+std::string two_shard_checkpoint(const std::string& name, const std::string& save_id, int64_t iteration = 3,
+                                 const std::map<std::string, std::string>& records = {}) {
   const std::string directory = fresh_directory(name) + "/iter_000000" + std::to_string(iteration);
   std::filesystem::create_directories(directory);
   std::vector<std::string> shard_files;
@@ -312,6 +314,7 @@ std::string two_shard_checkpoint(const std::string& name, const std::string& sav
   metadata.params_dtype = "float32";
   metadata.arguments = "--num-layers 2\n";
   metadata.save_id = save_id;
+  metadata.records = records;
   EXPECT_TRUE(write_index(directory, shard_files, metadata).ok());
   return directory;
 }
@@ -366,6 +369,49 @@ TEST(CheckpointFiles, EditedMetadataIsRefusedNamingWhat) {
   EXPECT_TRUE((*legacy)->metadata().legacy);
   EXPECT_EQ((*legacy)->metadata().consumed_train_samples, 25);
   EXPECT_TRUE((*legacy)->verify_all().ok());
+}
+
+// Keyed records (non-tensor state modules add): written with the index, read back as written,
+// covered by a checksum, keys and values that would not read back refused at write.
+TEST(CheckpointFiles, RecordsRoundTripAndAreChecksummed) {
+  const std::map<std::string, std::string> records = {{"loss_scaler/scale", "65536"},
+                                                      {"loss_scaler/growth_tracker", "17"},
+                                                      {"fp8/amax_history", "1.5 2.25 0"}};
+  const std::string directory = two_shard_checkpoint("records", save_id_text(11), 3, records);
+  {
+    absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::open(directory);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    EXPECT_EQ((*reader)->metadata().records, records);
+  }
+  {
+    absl::StatusOr<std::unique_ptr<CheckpointReader>> none =
+        CheckpointReader::open(two_shard_checkpoint("no_records", save_id_text(12)));
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_TRUE((*none)->metadata().records.empty());
+  }
+  {
+    absl::StatusOr<Hdf5File> index = Hdf5File::open_read_write(directory + "/index.h5");
+    ASSERT_TRUE(index.ok());
+    ASSERT_TRUE(index->set_attribute("records_checksum", int64_t{12345}).ok());
+  }
+  const absl::Status edited = CheckpointReader::open(directory).status();
+  EXPECT_NE(edited.message().find("its records ('_records') do not match their checksum"), std::string::npos)
+      << edited;
+  for (const auto& bad : std::vector<std::map<std::string, std::string>>{
+           {{"a=b", "1"}}, {{"", "1"}}, {{"line\nbreak", "1"}}, {{"key", "two\nlines"}}}) {
+    const std::string bad_directory = fresh_directory("bad_records");
+    HostPiece piece;
+    piece.record.key = "model/w";
+    piece.record.global_shape = {4};
+    piece.record.offsets = {0};
+    piece.record.local_shape = {4};
+    piece.bytes.assign(16, 0);
+    ASSERT_TRUE(write_shard(bad_directory + "/shard_00000.h5", {piece}, "", 0).ok());
+    CheckpointMetadata metadata;
+    metadata.records = bad;
+    const absl::Status status = write_index(bad_directory, {"shard_00000.h5"}, metadata);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  }
 }
 
 }  // namespace
