@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/activation_memory.h"
+#include "model/recompute_plan.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/simulator.h"
 #include "perf_model/collectives.h"
@@ -25,11 +26,14 @@ std::string recompute_text(const Arguments& a) {
   return absl::StrCat("full ", a.recompute_method, " ", a.recompute_num_layers);
 }
 
-// Layers of a chunk of `chunk_layers` whose forward runs again in backward (full recompute).
-int64_t fully_recomputed_layers(const Arguments& a, int64_t chunk_layers) {
-  if (a.recompute_granularity != "full") return 0;
-  if (a.recompute_method == "block") return std::min(a.recompute_num_layers, chunk_layers);
-  return chunk_layers;  // uniform: every layer, in groups of --recompute-num-layers
+// Layers of a chunk of `chunk_layers` whose forward runs again in backward (full recompute): the
+// model's own recompute plan (model/recompute_plan.h), so the model and its cost agree.
+int64_t fully_recomputed_layers(const ModelConfig& config, int64_t chunk_layers) {
+  int64_t layers = 0;
+  for (const LayerRecompute& layer : plan_recompute(config.recompute, chunk_layers).layers) {
+    if (layer.stashing == LayerStashing::kGroupInput) ++layers;
+  }
+  return layers;
 }
 
 // A point-to-point link between two ranks `stride` apart: one NIC when they are on two nodes.
@@ -120,8 +124,8 @@ absl::StatusOr<Prediction> predict(const Arguments& a, int64_t world_size, const
   const PassCost embed_f = embedding_forward(config, shape, cluster), embed_b = embedding_backward(config, shape, cluster);
   const PassCost head_f = head_forward(config, shape, cluster), head_b = head_backward(config, shape, cluster);
   const int64_t chunk_layers = a.num_layers / (p.pipeline * p.virtual_stages);
-  const double recomputed = static_cast<double>(fully_recomputed_layers(a, chunk_layers));
-  const double selective = a.recompute_granularity == "selective" ? 1.0 : 0.0;
+  const double recomputed = static_cast<double>(fully_recomputed_layers(config, chunk_layers));
+  const double selective = config.recompute.granularity == RecomputeGranularity::kSelective ? 1.0 : 0.0;
   const double chunk_forward = static_cast<double>(chunk_layers) * p.layer.forward.total();
   const double chunk_recompute =
       recomputed * p.layer.recompute_full + selective * static_cast<double>(chunk_layers) * p.layer.recompute_selective;

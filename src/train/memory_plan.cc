@@ -155,11 +155,15 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const int64_t chunk_layers = stage_layers / v;
 
   // Parameters: a layer, the first stage's embeddings, the last stage's LayerNorm and head.
-  const int64_t norm_params = a.normalization == "LayerNorm" ? 2 * h : h;
+  // The model's kinds as the trainer reads them (set_model_kinds; no sizes, which may overflow here).
+  ModelConfig model;
+  set_model_kinds(a, model);
+  const int64_t norm_params = model.has_layernorm_bias() ? 2 * h : h;
   const Bytes layer_weights = (local_qkv + local_projection + local_fc1 + local_ffn) * h;
   const Bytes layer_biases = a.disable_bias_linear ? Bytes(0) : local_qkv + local_fc1 + Bytes(2) * h;
   const Bytes layer_params = Bytes(2) * norm_params + layer_weights + layer_biases;
-  const int64_t positions = a.position_embedding_type == "learned_absolute" ? a.max_position_embeddings : 0;
+  const int64_t positions =
+      model.position_embedding == PositionEmbedding::kLearnedAbsolute ? a.max_position_embeddings : 0;
   const Bytes embeddings = (Bytes(local_vocab) + positions) * h;
   const bool separate_head = a.untie_embeddings_and_output_weights || pp > 1;
   const Bytes head = Bytes(norm_params) + (separate_head ? Bytes(local_vocab) * h : Bytes(0));
@@ -176,10 +180,10 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
                            Bytes(16) * local_rows + lse;
   Bytes layer_stash = full_layer;
   Bytes recompute_buffers = 0;
-  if (a.recompute_granularity == "selective") {
+  if (model.recompute.granularity == RecomputeGranularity::kSelective) {
     layer_stash = full_layer + Bytes(-1) * (Bytes(t) * rows * local_projection + lse);
     recompute_buffers = Bytes(t) * rows * local_projection + lse;
-  } else if (a.recompute_granularity == "full") {
+  } else if (model.recompute.granularity == RecomputeGranularity::kFull) {
     // At least one group input per microbatch, and one layer rebuilt at a time.
     layer_stash = 0;
     recompute_buffers = Bytes(t) * local_rows * h + full_layer;

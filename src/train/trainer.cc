@@ -66,6 +66,27 @@ absl::Status resolve_device(Arguments& args) {
   return absl::OkStatus();
 }
 
+void set_model_kinds(const Arguments& a, ModelConfig& c) {
+  // Validated arguments (validate_model_family and validate_arguments): num_query_groups resolved,
+  // names known, recompute granularity and method "" or one of Megatron's names.
+  c.num_query_groups = a.num_query_groups;
+  c.position_embedding = a.position_embedding_type == "rope"   ? PositionEmbedding::kRope
+                         : a.position_embedding_type == "none" ? PositionEmbedding::kNone
+                                                               : PositionEmbedding::kLearnedAbsolute;
+  c.normalization = a.normalization == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
+  c.swiglu = a.swiglu;
+  c.add_bias_linear = !a.disable_bias_linear;
+  c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
+  c.dtype = a.bf16 ? DType::kBFloat16 : DType::kFloat32;
+  c.recompute.granularity = a.recompute_granularity == "full"        ? RecomputeGranularity::kFull
+                            : a.recompute_granularity == "selective" ? RecomputeGranularity::kSelective
+                                                                     : RecomputeGranularity::kNone;
+  if (c.recompute.granularity == RecomputeGranularity::kFull) {
+    c.recompute.method = a.recompute_method == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
+    c.recompute.num_layers = a.recompute_num_layers;
+  }
+}
+
 ModelConfig model_config_from(const Arguments& a) {
   ModelConfig c;
   c.num_layers = a.num_layers;
@@ -77,31 +98,14 @@ ModelConfig model_config_from(const Arguments& a) {
   c.max_position_embeddings = a.max_position_embeddings;
   c.vocab_size = a.vocab_size;
   c.padded_vocab_size = padded_vocab_size(a.vocab_size, a.make_vocab_size_divisible_by, a.tensor_model_parallel_size);
-  c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
   c.layernorm_epsilon = static_cast<float>(a.norm_epsilon);
   c.init_method_std = static_cast<float>(a.init_method_std);
-  c.dtype = a.bf16 ? DType::kBFloat16 : DType::kFloat32;
-  // Model family (validated by validate_model_family: num_query_groups resolved, names known).
-  c.num_query_groups = a.num_query_groups;
-  c.position_embedding = a.position_embedding_type == "rope"   ? PositionEmbedding::kRope
-                         : a.position_embedding_type == "none" ? PositionEmbedding::kNone
-                                                               : PositionEmbedding::kLearnedAbsolute;
+  set_model_kinds(a, c);
   c.rotary_dim = c.position_embedding == PositionEmbedding::kRope ? rotary_dimensions(a) : 0;
   c.rotary_base = static_cast<float>(a.rotary_base);
-  c.normalization = a.normalization == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
-  c.swiglu = a.swiglu;
-  c.add_bias_linear = !a.disable_bias_linear;
   c.hidden_dropout = static_cast<float>(a.hidden_dropout);
   c.attention_dropout = static_cast<float>(a.attention_dropout);
   c.seed = a.seed;
-  // Validated arguments: granularity and method are "" or one of Megatron's names.
-  c.recompute.granularity = a.recompute_granularity == "full"        ? RecomputeGranularity::kFull
-                            : a.recompute_granularity == "selective" ? RecomputeGranularity::kSelective
-                                                                     : RecomputeGranularity::kNone;
-  if (c.recompute.granularity == RecomputeGranularity::kFull) {
-    c.recompute.method = a.recompute_method == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
-    c.recompute.num_layers = a.recompute_num_layers;
-  }
   return c;
 }
 

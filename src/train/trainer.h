@@ -45,6 +45,10 @@ absl::Status resolve_device(Arguments& args);
 
 // Model configuration from validated arguments (vocabulary padded for their TP size).
 ModelConfig model_config_from(const Arguments& args);
+// The model's kinds alone (family options, normalization, positions, recompute, dtype): where the
+// enum-valued flags' strings are read, once, for the trainer and the planners. No sizes, so it is
+// safe on arguments whose sizes overflow.
+void set_model_kinds(const Arguments& args, ModelConfig& config);
 
 class Trainer {
  public:
