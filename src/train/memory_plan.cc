@@ -101,7 +101,8 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
     }
     const ShardPlan plan(std::move(stage_specs), shard_plan_config_from(a, shape, coordinates));
     const ForwardBackward schedules(pipeline);
-    const RankMemory mine = rank_memory(plan, config, shapes, sequence_parallel, pipeline, schedules.stash_slots());
+    const RankMemory mine = rank_memory(plan, config, shapes, sequence_parallel, pipeline, schedules.stash_slots(),
+                                        schedules.deferral_depths());
     if (!worst || mine.total() > worst->total()) worst = mine;
   }
   return worst;
@@ -246,7 +247,8 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
 }
 
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
-                       bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots) {
+                       bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
+                       std::span<const int> deferral_depths) {
   RankMemory m;
   m.parameters = Arena::aligned_bytes(config.dtype, Shape{plan.flat_elements()});
   m.gradients = Arena::aligned_bytes(DType::kFloat32, Shape{plan.flat_elements()});
@@ -254,7 +256,9 @@ RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const L
   for (const Range& range : plan.owned()) owned += range.size();
   m.optimizer_state = AdamW::bytes(owned, config.dtype);
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
-    m.activations += GptModel::memory(config, shapes, sequence_parallel, stash_slots[c], pipeline.chunks[c]).total();
+    const int depth = c < deferral_depths.size() ? deferral_depths[c] : 0;
+    m.activations +=
+        GptModel::memory(config, shapes, sequence_parallel, stash_slots[c], pipeline.chunks[c], depth).total();
   }
   m.activations += pipeline::Executor::buffer_bytes(pipeline.pipeline_rank, pipeline.pipeline_size, stash_slots,
                                                     config.dtype,
