@@ -189,13 +189,16 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
                                       rows * (local_qkv + local_projection) + rows * local_ffn +
                                       (a.swiglu ? rows * local_fc1 : Bytes(0)));
   // Microbatches in flight: on the first stage at least min(m, PP) for its first chunk (1F1B's
-  // warm-up), one for every other chunk and on the last stage.
+  // warm-up), one for every other chunk and on the last stage (min(m, PP) with ZB-H1).
   const int64_t first_slots = std::min(m, pp);
   const Bytes chunk_fixed = Bytes(v) * (workspace + recompute_buffers);
   const Bytes logits = Bytes(t) * rows * local_vocab;
   const Bytes first_activations =
       Bytes(chunk_layers) * layer_stash * (Bytes(first_slots) + (v - 1)) + chunk_fixed + (pp == 1 ? logits : Bytes(0));
-  const Bytes last_activations = Bytes(stage_layers) * layer_stash + chunk_fixed + logits;
+  // ZB-H1 holds min(m, PP) on every stage (each keeps its slots until the deferred weight
+  // gradients run; their leases come on top and are counted by the exact plan).
+  const int64_t last_slots = pipeline_schedule_kind(a) == pipeline::ScheduleKind::kZeroBubbleH1 ? first_slots : 1;
+  const Bytes last_activations = Bytes(stage_layers) * layer_stash * Bytes(last_slots) + chunk_fixed + logits;
 
   // Host: dataset indices (sample index [samples + 1, 2] and shuffle index, int64) and the
   // schedules (every rank's steps of the training and evaluation schedules).
