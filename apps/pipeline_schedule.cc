@@ -3,14 +3,14 @@
 // number of microbatches holding activations, and (with --svg) a Gantt chart:
 //
 //   pipeline_schedule --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1
-//       --num-layers 8 --num-microbatches 8 [--schedule 1f1b|interleaved|afab|zb-h1] [--svg out.svg]
+//       --num-layers 8 --num-microbatches 8 [--schedule 1f1b|interleaved|afab|zb-h1|zb-v] [--svg out.svg]
 //       [--forward-cost 1 --backward-cost 2 --weight-cost 1] [--p2p-latency 0 --p2p-bytes 0 --p2p-bandwidth 0]
 //
 // --forward-cost / --backward-cost are one microbatch's time through one rank's layers (all its
 // model chunks); each chunk takes 1/v of it. --weight-cost is the weight-gradient part of the
 // backward (W of a split backward; its B takes the rest), half of it by default. With one chunk
-// per rank the tool also prints every training schedule of the layout side by side (bubble, peak
-// live microbatches, weight-gradient passes waiting). --bubble-table prints the markdown table of simulated
+// per rank the tool also prints 1F1B and ZB-H1 of the layout side by side (bubble, peak live
+// microbatches, weight-gradient passes waiting); with two, interleaved and ZB-V. --bubble-table prints the markdown table of simulated
 // bubbles against the formulas that docs/PIPELINE.md shows.
 #include <algorithm>
 #include <cstdio>
@@ -46,6 +46,7 @@ struct Options {
 
 std::string formula_text(ScheduleKind kind, int p, int v, int m) {
   if (kind == ScheduleKind::kZeroBubbleH1) return absl::StrFormat("(p-1)/(3m) = %d/%d", p - 1, 3 * m);
+  if (kind == ScheduleKind::kZeroBubbleV) return absl::StrFormat("(p-1)/(6m) = %d/%d", p - 1, 6 * m);
   if (v == 1) return absl::StrFormat("(p-1)/m = %d/%d", p - 1, m);
   return absl::StrFormat("(p-1)/(v m) = %d/%d", p - 1, v * m);
 }
@@ -56,6 +57,7 @@ std::string peak_formula_text(ScheduleKind kind) {
     case ScheduleKind::kOneFOneB: return "min(p - r, m)";
     case ScheduleKind::kInterleaved: return "min((p-r-1)*2 + (v-1)*p + 1, m v)";
     case ScheduleKind::kZeroBubbleH1: return "min(p, m)";
+    case ScheduleKind::kZeroBubbleV: return "at most min(2p, 2m)";
   }
   return "";
 }
@@ -85,8 +87,9 @@ absl::Status print_bubble_table(const Options& o) {
   for (int p : {2, 4, 8}) {
     for (int v : {1, 2, 4}) {
       for (int m : {8, 16, 32}) {
-       for (ScheduleKind kind : {default_schedule_kind(v), ScheduleKind::kZeroBubbleH1}) {
+       for (ScheduleKind kind : {default_schedule_kind(v), ScheduleKind::kZeroBubbleH1, ScheduleKind::kZeroBubbleV}) {
         if (kind == ScheduleKind::kZeroBubbleH1 && v > 1) continue;
+        if (kind == ScheduleKind::kZeroBubbleV && v != 2) continue;
         absl::StatusOr<Schedule> schedule = make_schedule(kind, p, v, m);
         absl::StatusOr<Schedule> afab = make_schedule(ScheduleKind::kAllForwardAllBackward, p, v, m);
         if (!schedule.ok()) return schedule.status();
@@ -139,9 +142,10 @@ absl::Status run(const Options& o) {
     for (int r = 0; r < p; ++r) {
       std::vector<std::string> chunks;
       for (int c = 0; c < v; ++c) {
-        const int first = virtual_stage(p, r, c) * layers_per_stage;
-        chunks.push_back(absl::StrFormat("chunk %d = virtual stage %d = layers %d-%d", c, virtual_stage(p, r, c), first,
-                                         first + layers_per_stage - 1));
+        const int stage = virtual_stage(schedule->placement, p, r, c);
+        const int first = stage * layers_per_stage;
+        chunks.push_back(
+            absl::StrFormat("chunk %d = virtual stage %d = layers %d-%d", c, stage, first, first + layers_per_stage - 1));
       }
       const std::vector<Step>& steps = schedule->ranks[static_cast<size_t>(r)];
       std::printf("rank %d (%s): %zu steps\n", r, absl::StrJoin(chunks, ", ").c_str(), steps.size());
@@ -160,12 +164,15 @@ absl::Status run(const Options& o) {
     std::printf("%-4d  %-8g  %-8g  %-4d = %5.2f microbatches        %d\n", r, t.busy, t.idle, t.peak_live,
                 static_cast<double>(t.peak_live) / v, o.forward_only ? 0 : expected_peak_live(kind, p, v, m, r));
   }
-  if (!o.forward_only && v == 1) {
+  if (!o.forward_only && v <= 2) {
     // Every training schedule of the layout under the same costs: bubble and memory side by side.
     std::printf("\nschedules of this layout (same costs; live = microbatches between F and the end of their "
                 "backward, W waiting = split backwards whose W has not run):\n");
-    std::printf("schedule  makespan  bubble   formula                   peak live per rank      W waiting per rank\n");
-    for (ScheduleKind other : {ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1}) {
+    std::printf("schedule     makespan  bubble   formula                     peak live per rank      W waiting per rank\n");
+    const std::vector<ScheduleKind> kinds =
+        v == 1 ? std::vector<ScheduleKind>{ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1}
+               : std::vector<ScheduleKind>{ScheduleKind::kInterleaved, ScheduleKind::kZeroBubbleV};
+    for (ScheduleKind other : kinds) {
       absl::StatusOr<Schedule> candidate = make_schedule(other, p, v, m);
       if (!candidate.ok()) return candidate.status();
       absl::StatusOr<SimulationReport> simulated = simulate_uniform(*candidate, o);
@@ -181,7 +188,7 @@ absl::Status run(const Options& o) {
         }
         waiting.push_back(absl::StrCat(most));
       }
-      std::printf("%-8s  %-8g  %.4f   %-24s  %-22s  %s\n", to_string(other), simulated->makespan,
+      std::printf("%-11s  %-8g  %.4f   %-26s  %-22s  %s\n", to_string(other), simulated->makespan,
                   simulated->bubble_fraction,
                   absl::StrFormat("%.4f %s", expected_bubble_fraction(other, p, v, m), formula_text(other, p, v, m))
                       .c_str(),
@@ -213,7 +220,7 @@ int main(int argc, char** argv) {
   app.add_option("--num-microbatches", o.microbatches,
                  "Microbatches per iteration (Megatron: global batch / (micro batch x DP))");
   app.add_option("--schedule,--pipeline-schedule", o.schedule,
-                 "1f1b, interleaved, afab or zb-h1 (default: interleaved when v > 1, else 1f1b)");
+                 "1f1b, interleaved, afab, zb-h1 or zb-v (v = 2; default: interleaved when v > 1, else 1f1b)");
   app.add_flag("--forward-only", o.forward_only, "Evaluation schedule: forwards only");
   app.add_option("--svg", o.svg, "Write a Gantt chart of the simulated schedule");
   app.add_option("--forward-cost", o.forward_cost, "Forward time of one microbatch through one rank's layers");

@@ -41,6 +41,8 @@ ForwardBackward::ForwardBackward(const PipelineLayout& layout)
                                              static_cast<int>(layout.microbatches)))),
       evaluate_(checked(pipeline::make_forward_only_schedule(layout.pipeline_size, layout.virtual_size,
                                                              static_cast<int>(layout.microbatches)))) {
+  // The executor and the chunk layout follow Megatron's loop placement (ZB-V's V is not run yet).
+  GPT_CHECK(train_.placement == pipeline::Placement::kLoop) << "pipeline schedule with the V placement";
   const int chunks = layout.virtual_size;
   const auto& rank = static_cast<size_t>(layout.pipeline_rank);
   slots_ = pipeline::stash_slots(train_.ranks[rank], chunks);

@@ -41,8 +41,8 @@ BAD = [
      "--pipeline-schedule zb-h1 runs one model chunk per pipeline rank; drop --num-layers-per-virtual-pipeline-stage"),
     (["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "interleaved"],
      "--pipeline-schedule interleaved needs more than one model chunk per pipeline rank"),
-    (["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "zb-v"],
-     "--pipeline-schedule must be 1f1b, interleaved or zb-h1, got 'zb-v'"),
+    (["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "gpipe"],
+     "--pipeline-schedule must be 1f1b, interleaved or zb-h1, got 'gpipe'"),
 ]
 
 

@@ -7,7 +7,7 @@
 // (rank r, chunk c) goes to (rank r + 1, chunk c), or from rank p - 1 to (rank 0, chunk c + 1);
 // its gradient goes the reverse way. The first virtual stage (rank 0, chunk 0) receives no
 // activation (it reads its tokens) and the last (rank p - 1, chunk v - 1) sends none (its loss
-// starts the backward).
+// starts the backward). ZB-V places the chunks in a V instead (Placement::kV below).
 #pragma once
 
 #include <string>
@@ -54,11 +54,18 @@ struct Step {
   std::vector<Instruction> instructions;
 };
 
+// Where the virtual stages live. kLoop is Megatron's (rank r's chunk c is virtual stage c p + r);
+// kV (ZB-V, v = 2) puts chunk 0 on ranks 0..p-1 and chunk 1 on ranks p-1..0: rank r holds stages r
+// and 2p - 1 - r, so rank p - 1 hands stage p - 1's activation to its own chunk 1 (and the gradient
+// back) without a transfer, and rank 0 holds both the first and the last stage.
+enum class Placement { kLoop, kV };
+
 struct Schedule {
   int pipeline_size;                    // p
   int virtual_size;                     // v, model chunks per rank
   int microbatches;                     // m
   std::vector<std::vector<Step>> ranks;  // ranks[r] = rank r's ordered steps
+  Placement placement = Placement::kLoop;
 };
 
 enum class ScheduleKind {
@@ -67,9 +74,12 @@ enum class ScheduleKind {
   kInterleaved,            // Megatron's forward_backward_pipelining_with_interleaving (v > 1)
   kZeroBubbleH1,           // ZB-H1 (Qi et al., ICLR 2024; v = 1): B and W split, 1F1B's activation
                            // memory, W passes filling the bubble (about a third of 1F1B's)
+  kZeroBubbleV,            // ZB-V (v = 2, Placement::kV): split backward, two chunks per rank in a
+                           // V, 1F1B's peak activation memory; schedule and simulation only (the
+                           // executor and the trainer run the loop placement)
 };
 
-// "afab", "1f1b", "interleaved", "zb-h1".
+// "afab", "1f1b", "interleaved", "zb-h1", "zb-v".
 absl::StatusOr<ScheduleKind> parse_schedule_kind(std::string_view name);
 const char* to_string(ScheduleKind kind);
 // The schedule Megatron runs for this layout: interleaved when v > 1, else 1F1B.
@@ -109,19 +119,21 @@ struct ComputeCosts {
 };
 absl::StatusOr<Schedule> lower_compute_orders(int pipeline_size, int virtual_size, int microbatches,
                                               const std::vector<std::vector<Instruction>>& orders,
-                                              const ComputeCosts& costs = {});
+                                              const ComputeCosts& costs = {}, Placement placement = Placement::kLoop);
 
 // What the generators promise, for the report and the tests. Bubble fraction as the simulator
 // defines it (simulator.h), with uniform costs and free transfers: (p - 1) / m without
 // interleaving, (p - 1) / (v * m) with v > 1 (AFAB included); for ZB-H1 with F = B = W (Qi et
 // al.: a bubble of (p - 1)(T_F + T_B - T_W) against 1F1B's (p - 1)(T_F + T_B + T_W)),
-// (p - 1) / (3 m).
+// (p - 1) / (3 m); for ZB-V with F = B = W per chunk, (p - 1) / (6 m): only the last rank's wait for
+// its first activation (p - 1 chunk forwards) is left, on 6 m chunk passes per rank.
 double expected_bubble_fraction(ScheduleKind kind, int pipeline_size, int virtual_size, int microbatches);
 // The most (chunk, microbatch) pairs rank r holds between forward and backward:
 //   AFAB        m * v
 //   1F1B        min(p - r, m)                                   (Megatron's p - r - 1 warm-up + 1)
 //   interleaved min((p - r - 1) * 2 + (v - 1) * p + 1, m * v)   (warm-up + 1)
-//   ZB-H1       min(p - r, m)                                   (1F1B's, counted until W)
+//   ZB-H1       min(p, m)                                       (1F1B's most, counted until W)
+//   ZB-V        at most 2 p (chunk, microbatch) pairs, p microbatches' worth (1F1B's most)
 // Each pair holds 1/v of a microbatch's activations, so rank 0 of the interleaved schedule holds
 // p + (p - 1) / v microbatches' worth, Megatron's bound.
 int expected_peak_live(ScheduleKind kind, int pipeline_size, int virtual_size, int microbatches, int rank);
@@ -134,6 +146,12 @@ inline bool is_first_virtual_stage(int pipeline_size, int rank, int chunk) {
 inline bool is_last_virtual_stage(int pipeline_size, int virtual_size, int rank, int chunk) {
   return virtual_stage(pipeline_size, rank, chunk) == pipeline_size * virtual_size - 1;
 }
+// The same for any placement (kLoop: the functions above).
+int virtual_stage(Placement placement, int pipeline_size, int rank, int chunk);
+struct StageLocation {
+  int rank, chunk;
+};
+StageLocation stage_location(Placement placement, int pipeline_size, int stage);
 // Where activations go (next) and gradients go (previous), around the ring of ranks.
 inline int next_pipeline_rank(int pipeline_size, int rank) { return (rank + 1) % pipeline_size; }
 inline int previous_pipeline_rank(int pipeline_size, int rank) { return (rank + pipeline_size - 1) % pipeline_size; }

@@ -11,12 +11,6 @@
 namespace gpt::pipeline {
 namespace {
 
-// Where a virtual stage lives.
-struct StageAt {
-  int rank;
-  int chunk;
-};
-StageAt stage_at(int p, int stage) { return {stage % p, stage / p}; }
 
 std::string where(int rank, size_t step, const Instruction& i) {
   return absl::StrCat("rank ", rank, " step ", step, " (", to_string(i), ")");
@@ -70,7 +64,7 @@ absl::Status check_instruction(const Schedule& s, int rank, size_t step, const I
     return invalid(rank, step, i, absl::StrCat("microbatch out of 0..", s.microbatches - 1));
   }
   if (is_compute_op(i.op)) return i.peer == -1 ? absl::OkStatus() : invalid(rank, step, i, "compute with a peer");
-  const int stage = virtual_stage(p, rank, i.chunk);
+  const int stage = virtual_stage(s.placement, p, rank, i.chunk);
   const bool downstream = i.op == Op::kSendActivation || i.op == Op::kReceiveGradient;
   const int other = downstream ? stage + 1 : stage - 1;
   if (other < 0 || other >= p * s.virtual_size) {
@@ -78,9 +72,9 @@ absl::Status check_instruction(const Schedule& s, int rank, size_t step, const I
                                                downstream ? "next" : "previous", " stage to exchange with"));
   }
   if (i.peer == rank) return invalid(rank, step, i, "a transfer to its own rank (p = 1 runs one chunk)");
-  if (i.peer != stage_at(p, other).rank) {
-    return invalid(rank, step, i, absl::StrCat("virtual stage ", other, " is on rank ", stage_at(p, other).rank));
-  }
+  const int other_rank = stage_location(s.placement, p, other).rank;
+  if (other_rank == rank) return invalid(rank, step, i, absl::StrCat("virtual stage ", other, " is on this rank"));
+  if (i.peer != other_rank) return invalid(rank, step, i, absl::StrCat("virtual stage ", other, " is on rank ", other_rank));
   return absl::OkStatus();
 }
 
@@ -97,12 +91,12 @@ struct Channel {
 
 // Whether a send and the receive it met carry the same tensor: same kind and microbatch, and the
 // receiving chunk is the one after (activation) or before (gradient) the sending chunk's stage.
-absl::Status check_match(int p, const Posted& send, const Posted& receive, size_t position) {
+absl::Status check_match(Placement placement, int p, const Posted& send, const Posted& receive, size_t position) {
   const Instruction& s = send.instruction;
   const Instruction& r = receive.instruction;
   const bool gradient = s.op == Op::kSendGradient;
-  const int to_stage = virtual_stage(p, send.rank, s.chunk) + (gradient ? -1 : 1);
-  const StageAt to = stage_at(p, to_stage);
+  const int to_stage = virtual_stage(placement, p, send.rank, s.chunk) + (gradient ? -1 : 1);
+  const StageLocation to = stage_location(placement, p, to_stage);
   const Op expected = gradient ? Op::kReceiveGradient : Op::kReceiveActivation;
   if (r.op == expected && r.chunk == to.chunk && r.microbatch == s.microbatch) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
@@ -205,7 +199,7 @@ absl::StatusOr<SimulationReport> simulate(const Schedule& schedule, const Costs&
             if (position < theirs.size()) {
               const Posted& s = send ? mine.back() : theirs[position];
               const Posted& q = send ? theirs[position] : mine.back();
-              if (absl::Status status = check_match(p, s, q, position); !status.ok()) return status;
+              if (absl::Status status = check_match(schedule.placement, p, s, q, position); !status.ok()) return status;
             }
             pending[rr].push_back({&channel, position});
           }
@@ -324,7 +318,10 @@ absl::Status check_schedule(const Schedule& s) {
       }
     }
     for (int c = 0; c < v; ++c) {
-      const bool first = is_first_virtual_stage(p, r, c), last = is_last_virtual_stage(p, v, r, c);
+      // A neighbouring stage on the same rank (the V's turn) takes no transfer, as none at the ends.
+      const int stage = virtual_stage(s.placement, p, r, c);
+      const bool first = stage == 0 || stage_location(s.placement, p, stage - 1).rank == r;
+      const bool last = stage == p * v - 1 || stage_location(s.placement, p, stage + 1).rank == r;
       for (int j = 0; j < m; ++j) {
         const size_t key = static_cast<size_t>(c * m + j);
         const bool split = count[kWeight][key] > 0 || (count[kBackward][key] > 0 && count[kFused][key] == 0);
@@ -369,7 +366,7 @@ absl::Status check_timeline(const Schedule& s, const SimulationReport& report) {
   for (int r = 0; r < p; ++r) {
     for (const ComputeInterval& interval : report.ranks[static_cast<size_t>(r)].compute) {
       const Instruction& i = interval.instruction;
-      const size_t key = static_cast<size_t>(virtual_stage(p, r, i.chunk) * m + i.microbatch);
+      const size_t key = static_cast<size_t>(virtual_stage(s.placement, p, r, i.chunk) * m + i.microbatch);
       (i.op == Op::kForward ? forward : i.op == Op::kBackwardWeight ? weight : backward)[key] = &interval;
     }
   }

@@ -533,6 +533,72 @@ TEST(ZeroBubbleSchedule, LoweringRefusesBadOrders) {
               HasSubstr("--num-layers-per-virtual-pipeline-stage"));
 }
 
+// ZB-V: two chunks per rank in a V (rank r holds stages r and 2p - 1 - r).
+TEST(ZeroBubbleV, PassesTheCheckerAndReachesTheLowerBound) {
+  for (int p : {2, 3, 4, 8}) {
+    for (int m : {p, 2 * p, 4 * p}) {
+      SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m);
+      const Schedule schedule = make(ScheduleKind::kZeroBubbleV, p, 2, m);
+      ASSERT_EQ(schedule.placement, Placement::kV);
+      EXPECT_TRUE(verify_schedule(schedule).ok()) << verify_schedule(schedule);
+      // F = B = W = 1 per chunk (the rank's backward costs 2 per chunk pass pair): only the last
+      // rank's wait for its first activation, p - 1 chunk forwards, is left of the bubble.
+      const SimulationReport report = run(schedule);
+      EXPECT_NEAR(report.bubble_fraction, static_cast<double>(p - 1) / (6.0 * m), 1e-9);
+      EXPECT_DOUBLE_EQ(expected_bubble_fraction(ScheduleKind::kZeroBubbleV, p, 2, m),
+                       static_cast<double>(p - 1) / (6.0 * m));
+      const SimulationReport interleaved = run(make(ScheduleKind::kInterleaved, p, 2, m));
+      EXPECT_LT(report.bubble_fraction, interleaved.bubble_fraction / 2);
+      // At most p microbatches' activations (2p half-size pairs): 1F1B's most.
+      for (int r = 0; r < p; ++r) {
+        EXPECT_LE(report.ranks[static_cast<size_t>(r)].peak_live, expected_peak_live(ScheduleKind::kZeroBubbleV, p, 2, m, r));
+        EXPECT_LE(report.ranks[static_cast<size_t>(r)].peak_live, 2 * p);
+      }
+    }
+  }
+}
+
+TEST(ZeroBubbleV, TheTurnOfTheVTakesNoTransfer) {
+  const Schedule schedule = make(ScheduleKind::kZeroBubbleV, 4, 2, 8);
+  EXPECT_EQ(virtual_stage(Placement::kV, 4, 3, 0), 3);
+  EXPECT_EQ(virtual_stage(Placement::kV, 4, 3, 1), 4);
+  EXPECT_EQ(virtual_stage(Placement::kV, 4, 0, 1), 7);
+  EXPECT_EQ(stage_location(Placement::kV, 4, 6).rank, 1);
+  EXPECT_EQ(stage_location(Placement::kV, 4, 6).chunk, 1);
+  for (int r = 0; r < 4; ++r) {
+    for (const Step& step : schedule.ranks[static_cast<size_t>(r)]) {
+      for (const Instruction& i : step.instructions) {
+        if (is_compute_op(i.op)) continue;
+        EXPECT_NE(i.peer, r) << to_string(i);
+        // Rank 3 moves nothing between its chunks; rank 0's chunk 1 (the last stage) sends no
+        // activation and its chunk 0 (the first) receives none.
+        if (r == 3) EXPECT_FALSE(i.chunk == 0 && (i.op == Op::kSendActivation || i.op == Op::kReceiveGradient));
+        if (r == 3) EXPECT_FALSE(i.chunk == 1 && (i.op == Op::kReceiveActivation || i.op == Op::kSendGradient));
+        if (r == 0) EXPECT_FALSE(i.chunk == 1 && (i.op == Op::kSendActivation || i.op == Op::kReceiveGradient));
+      }
+    }
+  }
+  // A transfer between the two chunks of rank 3 is refused by the simulator's checks.
+  Schedule broken = schedule;
+  broken.ranks[3].insert(broken.ranks[3].begin(), Step{{Instruction{Op::kSendActivation, 0, 0, 2}}});
+  EXPECT_THAT(std::string(check_schedule(broken).message()), HasSubstr("is on this rank"));
+}
+
+TEST(ZeroBubbleV, RefusesOtherLayouts) {
+  EXPECT_THAT(std::string(make_schedule(ScheduleKind::kZeroBubbleV, 4, 1, 8).status().message()),
+              HasSubstr("two model chunks per rank"));
+  EXPECT_THAT(std::string(make_schedule(ScheduleKind::kZeroBubbleV, 4, 3, 8).status().message()),
+              HasSubstr("two model chunks per rank"));
+  EXPECT_THAT(std::string(make_schedule(ScheduleKind::kZeroBubbleV, 1, 2, 8).status().message()),
+              HasSubstr("--pipeline-model-parallel-size > 1"));
+  // Any number of microbatches runs (no multiple of p needed).
+  for (int m = 1; m <= 9; ++m) {
+    SCOPED_TRACE(m);
+    const Schedule schedule = make(ScheduleKind::kZeroBubbleV, 4, 2, m);
+    EXPECT_TRUE(verify_schedule(schedule).ok()) << verify_schedule(schedule);
+  }
+}
+
 TEST(PipelineLayout, BadLayoutsNameTheFlags) {
   EXPECT_TRUE(validate_pipeline_layout(8, 4, 0, 3).ok());
   EXPECT_TRUE(validate_pipeline_layout(8, 4, 1, 8).ok());
