@@ -3,12 +3,16 @@
 // number of microbatches holding activations, and (with --svg) a Gantt chart:
 //
 //   pipeline_schedule --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1
-//       --num-layers 8 --num-microbatches 8 [--schedule 1f1b|interleaved|afab] [--svg out.svg]
-//       [--forward-cost 1 --backward-cost 2] [--p2p-latency 0 --p2p-bytes 0 --p2p-bandwidth 0]
+//       --num-layers 8 --num-microbatches 8 [--schedule 1f1b|interleaved|afab|zb-h1|zb-v] [--svg out.svg]
+//       [--forward-cost 1 --backward-cost 2 --weight-cost 1] [--p2p-latency 0 --p2p-bytes 0 --p2p-bandwidth 0]
 //
 // --forward-cost / --backward-cost are one microbatch's time through one rank's layers (all its
-// model chunks); each chunk takes 1/v of it. --bubble-table prints the markdown table of simulated
+// model chunks); each chunk takes 1/v of it. --weight-cost is the weight-gradient part of the
+// backward (W of a split backward; its B takes the rest), half of it by default. With one chunk
+// per rank the tool also prints 1F1B and ZB-H1 of the layout side by side (bubble, peak live
+// microbatches, weight-gradient passes waiting); with two, interleaved and ZB-V. --bubble-table prints the markdown table of simulated
 // bubbles against the formulas that docs/PIPELINE.md shows.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -36,13 +40,15 @@ struct Options {
   std::string schedule;  // empty: Megatron's choice for the layout
   bool forward_only = false;
   std::string svg;
-  double forward_cost = 1, backward_cost = 2;
+  double forward_cost = 1, backward_cost = 2, weight_cost = -1;  // weight < 0: backward / 2
   double p2p_latency = 0, p2p_bytes = 0, p2p_bandwidth = 0;
   bool quiet = false;
   bool bubble_table = false;
 };
 
 std::string formula_text(ScheduleKind kind, int p, int v, int m) {
+  if (kind == ScheduleKind::kZeroBubbleH1) return absl::StrFormat("(p-1)/(3m) = %d/%d", p - 1, 3 * m);
+  if (kind == ScheduleKind::kZeroBubbleV) return absl::StrFormat("(p-1)/(6m) = %d/%d", p - 1, 6 * m);
   if (v == 1) return absl::StrFormat("(p-1)/m = %d/%d", p - 1, m);
   return absl::StrFormat("(p-1)/(v m) = %d/%d", p - 1, v * m);
 }
@@ -52,12 +58,15 @@ std::string peak_formula_text(ScheduleKind kind) {
     case ScheduleKind::kAllForwardAllBackward: return "m v";
     case ScheduleKind::kOneFOneB: return "min(p - r, m)";
     case ScheduleKind::kInterleaved: return "min((p-r-1)*2 + (v-1)*p + 1, m v)";
+    case ScheduleKind::kZeroBubbleH1: return "min(p, m)";
+    case ScheduleKind::kZeroBubbleV: return "at most min(2p, 2m)";
   }
   return "";
 }
 
 Costs costs_for(const Schedule& schedule, const Options& o) {
-  Costs costs = Costs::uniform(schedule.pipeline_size, schedule.virtual_size, o.forward_cost, o.backward_cost);
+  Costs costs =
+      Costs::uniform(schedule.pipeline_size, schedule.virtual_size, o.forward_cost, o.backward_cost, o.weight_cost);
   costs.p2p_latency = o.p2p_latency;
   costs.p2p_bytes = o.p2p_bytes;
   costs.p2p_bandwidth = o.p2p_bandwidth;
@@ -80,7 +89,9 @@ absl::Status print_bubble_table(const Options& o) {
   for (int p : {2, 4, 8}) {
     for (int v : {1, 2, 4}) {
       for (int m : {8, 16, 32}) {
-        const ScheduleKind kind = default_schedule_kind(v);
+       for (ScheduleKind kind : {default_schedule_kind(v), ScheduleKind::kZeroBubbleH1, ScheduleKind::kZeroBubbleV}) {
+        if (kind == ScheduleKind::kZeroBubbleH1 && v > 1) continue;
+        if (kind == ScheduleKind::kZeroBubbleV && v != 2) continue;
         absl::StatusOr<Schedule> schedule = make_schedule(kind, p, v, m);
         absl::StatusOr<Schedule> afab = make_schedule(ScheduleKind::kAllForwardAllBackward, p, v, m);
         if (!schedule.ok()) return schedule.status();
@@ -93,6 +104,7 @@ absl::Status print_bubble_table(const Options& o) {
                     to_string(kind), report->bubble_fraction, expected_bubble_fraction(kind, p, v, m),
                     formula_text(kind, p, v, m).c_str(), afab_report->bubble_fraction, report->ranks[0].peak_live,
                     static_cast<double>(report->ranks[0].peak_live) / v, afab_report->ranks[0].peak_live);
+       }
       }
     }
   }
@@ -154,15 +166,18 @@ absl::Status run(const Options& o) {
   std::printf("%s schedule%s: PP %d, %d model chunk%s per rank (%d layers, %d per virtual stage), %d microbatches\n",
               to_string(kind), o.forward_only ? " (forward only)" : "", p, v, v > 1 ? "s" : "", o.num_layers,
               layers_per_stage, m);
-  std::printf("costs per microbatch through one rank's layers: forward %g, backward %g; per transfer %g\n\n",
-              o.forward_cost, o.backward_cost, costs_for(*schedule, o).transfer_time());
+  std::printf(
+      "costs per microbatch through one rank's layers: forward %g, backward %g (of which W %g); per transfer %g\n\n",
+      o.forward_cost, o.backward_cost, o.weight_cost < 0 ? o.backward_cost / 2 : o.weight_cost,
+      costs_for(*schedule, o).transfer_time());
   if (!o.quiet) {
     for (int r = 0; r < p; ++r) {
       std::vector<std::string> chunks;
       for (int c = 0; c < v; ++c) {
-        const int first = virtual_stage(p, r, c) * layers_per_stage;
-        chunks.push_back(absl::StrFormat("chunk %d = virtual stage %d = layers %d-%d", c, virtual_stage(p, r, c), first,
-                                         first + layers_per_stage - 1));
+        const int stage = virtual_stage(schedule->placement, p, r, c);
+        const int first = stage * layers_per_stage;
+        chunks.push_back(
+            absl::StrFormat("chunk %d = virtual stage %d = layers %d-%d", c, stage, first, first + layers_per_stage - 1));
       }
       const std::vector<Step>& steps = schedule->ranks[static_cast<size_t>(r)];
       std::printf("rank %d (%s): %zu steps\n", r, absl::StrJoin(chunks, ", ").c_str(), steps.size());
@@ -180,6 +195,37 @@ absl::Status run(const Options& o) {
     const RankTimeline& t = report->ranks[static_cast<size_t>(r)];
     std::printf("%-4d  %-8g  %-8g  %-4d = %5.2f microbatches        %d\n", r, t.busy, t.idle, t.peak_live,
                 static_cast<double>(t.peak_live) / v, o.forward_only ? 0 : expected_peak_live(kind, p, v, m, r));
+  }
+  if (!o.forward_only && v <= 2) {
+    // Every training schedule of the layout under the same costs: bubble and memory side by side.
+    std::printf("\nschedules of this layout (same costs; live = microbatches between F and the end of their "
+                "backward, W waiting = split backwards whose W has not run):\n");
+    std::printf("schedule     makespan  bubble   formula                     peak live per rank      W waiting per rank\n");
+    const std::vector<ScheduleKind> kinds =
+        v == 1 ? std::vector<ScheduleKind>{ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1}
+               : std::vector<ScheduleKind>{ScheduleKind::kInterleaved, ScheduleKind::kZeroBubbleV};
+    for (ScheduleKind other : kinds) {
+      absl::StatusOr<Schedule> candidate = make_schedule(other, p, v, m);
+      if (!candidate.ok()) return candidate.status();
+      absl::StatusOr<SimulationReport> simulated = simulate_uniform(*candidate, o);
+      if (!simulated.ok()) return simulated.status();
+      std::vector<std::string> live, waiting;
+      for (int r = 0; r < p; ++r) {
+        live.push_back(absl::StrCat(simulated->ranks[static_cast<size_t>(r)].peak_live));
+        int deferred = 0, most = 0;
+        for (const Step& step : candidate->ranks[static_cast<size_t>(r)]) {
+          const Op op = step.instructions.front().op;
+          if (op == Op::kBackwardInput) most = std::max(most, ++deferred);
+          if (op == Op::kBackwardWeight) --deferred;
+        }
+        waiting.push_back(absl::StrCat(most));
+      }
+      std::printf("%-11s  %-8g  %.4f   %-26s  %-22s  %s\n", to_string(other), simulated->makespan,
+                  simulated->bubble_fraction,
+                  absl::StrFormat("%.4f %s", expected_bubble_fraction(other, p, v, m), formula_text(other, p, v, m))
+                      .c_str(),
+                  absl::StrJoin(live, " ").c_str(), absl::StrJoin(waiting, " ").c_str());
+    }
   }
   if (!o.svg.empty()) {
     const std::string title = absl::StrFormat("%s%s, PP=%d, v=%d, m=%d: bubble %.4f (formula %.4f)", to_string(kind),
@@ -205,11 +251,14 @@ int main(int argc, char** argv) {
   app.add_option("--num-layers", o.num_layers, "Transformer layers");
   app.add_option("--num-microbatches", o.microbatches,
                  "Microbatches per iteration (Megatron: global batch / (micro batch x DP))");
-  app.add_option("--schedule", o.schedule, "1f1b, interleaved or afab (default: interleaved when v > 1, else 1f1b)");
+  app.add_option("--schedule,--pipeline-schedule", o.schedule,
+                 "1f1b, interleaved, afab, zb-h1 or zb-v (v = 2; default: interleaved when v > 1, else 1f1b)");
   app.add_flag("--forward-only", o.forward_only, "Evaluation schedule: forwards only");
   app.add_option("--svg", o.svg, "Write a Gantt chart of the simulated schedule");
   app.add_option("--forward-cost", o.forward_cost, "Forward time of one microbatch through one rank's layers");
   app.add_option("--backward-cost", o.backward_cost, "Backward time of one microbatch through one rank's layers");
+  app.add_option("--weight-cost", o.weight_cost,
+                 "Of the backward, the weight-gradient pass (W of a split backward; default half the backward)");
   app.add_option("--p2p-latency", o.p2p_latency, "Time per point-to-point transfer");
   app.add_option("--p2p-bytes", o.p2p_bytes, "Bytes per transfer (one activation or gradient)");
   app.add_option("--p2p-bandwidth", o.p2p_bandwidth, "Bytes per time unit (0: unlimited)");

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "optim/lr_schedule.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace gpt {
 
@@ -46,6 +47,9 @@ struct Arguments {
   int64_t pipeline_model_parallel_size = 1;
   int64_t num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
   int64_t num_virtual_stages_per_pipeline_rank = 0;   // Megatron's newer spelling of the same; 0: unset
+  // This program's: 1f1b, interleaved or zb-h1; empty: what Megatron's flags imply (interleaved
+  // with model chunks, else 1f1b).
+  std::string pipeline_schedule;
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
@@ -212,6 +216,9 @@ int64_t data_parallel_size(const Arguments& args, int64_t world_size);
 // Model chunks per pipeline rank (v): from --num-layers-per-virtual-pipeline-stage or
 // --num-virtual-stages-per-pipeline-rank, 1 without either. For validated arguments.
 int virtual_pipeline_size(const Arguments& args);
+// The pipeline schedule the trainer runs: --pipeline-schedule, or Megatron's for the layout. For
+// validated arguments.
+pipeline::ScheduleKind pipeline_schedule_kind(const Arguments& args);
 int64_t num_microbatches(const Arguments& args, int64_t world_size);
 
 }  // namespace gpt

@@ -90,6 +90,12 @@ constexpr FlagRow kRows[] = {
     row("--num-virtual-stages-per-pipeline-rank", &A::num_virtual_stages_per_pipeline_rank,
         "Model chunks per pipeline rank (interleaved 1F1B schedule)")
         .shown(kNoneIfZero),
+    row("--pipeline-schedule", &A::pipeline_schedule,
+        "1f1b, interleaved (with model chunks) or zb-h1 (zero bubble: each backward split into its input and "
+        "weight gradients, the weight gradients filling 1F1B's bubble; one model chunk per rank); default: "
+        "interleaved with model chunks, else 1f1b (not a Megatron flag)")
+        .shown(kNoneIfEmpty)
+        .megatron(kOwn),
     row("--sequence-parallel", &A::sequence_parallel, "Split activations along the sequence across TP"),
     row("--use-distributed-optimizer", &A::use_distributed_optimizer, "Shard optimizer state across DP (ZeRO-1)"),
     row("--overlap-grad-reduce", &A::overlap_grad_reduce, "Overlap gradient reduction with backward"),

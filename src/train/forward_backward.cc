@@ -20,6 +20,7 @@ PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, co
   layout.pipeline_rank = coordinates.pipeline;
   layout.virtual_size = virtual_pipeline_size(args);
   layout.microbatches = microbatches;
+  layout.schedule = pipeline_schedule_kind(args);
   const int64_t stages = static_cast<int64_t>(layout.pipeline_size) * layout.virtual_size;
   GPT_CHECK_EQ(args.num_layers % stages, 0) << "layers per virtual stage";
   const int64_t layers = args.num_layers / stages;
@@ -36,16 +37,18 @@ PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, co
 
 ForwardBackward::ForwardBackward(const PipelineLayout& layout)
     : layout_(layout),
-      train_(checked(pipeline::make_schedule(pipeline::default_schedule_kind(layout.virtual_size),
-                                             layout.pipeline_size, layout.virtual_size,
+      train_(checked(pipeline::make_schedule(layout.schedule, layout.pipeline_size, layout.virtual_size,
                                              static_cast<int>(layout.microbatches)))),
       evaluate_(checked(pipeline::make_forward_only_schedule(layout.pipeline_size, layout.virtual_size,
                                                              static_cast<int>(layout.microbatches)))) {
+  // The executor and the chunk layout follow Megatron's loop placement (ZB-V's V is not run yet).
+  GPT_CHECK(train_.placement == pipeline::Placement::kLoop) << "pipeline schedule with the V placement";
   const int chunks = layout.virtual_size;
   const auto& rank = static_cast<size_t>(layout.pipeline_rank);
   slots_ = pipeline::stash_slots(train_.ranks[rank], chunks);
   const std::vector<int> evaluation = pipeline::stash_slots(evaluate_.ranks[rank], chunks);
   for (size_t c = 0; c < slots_.size(); ++c) slots_[c] = std::max(slots_[c], evaluation[c]);
+  depths_ = pipeline::deferral_depths(train_.ranks[rank], chunks);
 }
 
 void ForwardBackward::attach(std::vector<pipeline::Stage*> chunks, Arena& arena) {

@@ -1,6 +1,6 @@
 // Megatron's forward_backward_func: one global batch's microbatches through this rank's model
 // chunks, in the order of a pipeline schedule (parallel/pipeline): 1F1B, interleaved 1F1B with
-// virtual stages, or forward only for evaluation. Without pipeline parallelism the schedule is
+// virtual stages, ZB-H1 (split backward), or forward only for evaluation. Without pipeline parallelism the schedule is
 // simply the forward and backward of each microbatch in turn. Which samples and where the loss
 // goes come from the MicrobatchFeed the chunks were built with.
 #pragma once
@@ -28,6 +28,7 @@ struct PipelineLayout {
   int pipeline_rank = 0;
   int virtual_size = 1;
   int64_t microbatches = 1;
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;  // the training schedule
   std::vector<ChunkLayout> chunks;
 };
 // From validated arguments (validate_for_world has checked the divisibility rules).
@@ -41,6 +42,9 @@ class ForwardBackward {
 
   // The stash slots chunk c must be built with (enough for both schedules).
   const std::vector<int>& stash_slots() const { return slots_; }
+  // The lease depth chunk c must be built with (GptModel's deferral_depth): how many of its
+  // weight-gradient passes the training schedule defers at once; 0 without a split backward.
+  const std::vector<int>& deferral_depths() const { return depths_; }
   // Hands over the chunks, built with stash_slots(); the executor's receive buffers come from
   // `arena`. Call before the arena is frozen.
   void attach(std::vector<pipeline::Stage*> chunks, Arena& arena);
@@ -53,7 +57,7 @@ class ForwardBackward {
  private:
   PipelineLayout layout_;
   pipeline::Schedule train_, evaluate_;
-  std::vector<int> slots_;
+  std::vector<int> slots_, depths_;
   std::unique_ptr<pipeline::Executor> executor_;
 };
 

@@ -101,7 +101,8 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
     }
     const ShardPlan plan(std::move(stage_specs), shard_plan_config_from(a, shape, coordinates));
     const ForwardBackward schedules(pipeline);
-    const RankMemory mine = rank_memory(plan, config, shapes, sequence_parallel, pipeline, schedules.stash_slots());
+    const RankMemory mine = rank_memory(plan, config, shapes, sequence_parallel, pipeline, schedules.stash_slots(),
+                                        schedules.deferral_depths());
     if (!worst || mine.total() > worst->total()) worst = mine;
   }
   return worst;
@@ -192,13 +193,16 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
                                       rows * (local_qkv + local_projection) + rows * local_ffn +
                                       (a.swiglu ? rows * local_fc1 : Bytes(0)));
   // Microbatches in flight: on the first stage at least min(m, PP) for its first chunk (1F1B's
-  // warm-up), one for every other chunk and on the last stage.
+  // warm-up), one for every other chunk and on the last stage (min(m, PP) with ZB-H1).
   const int64_t first_slots = std::min(m, pp);
   const Bytes chunk_fixed = Bytes(v) * (workspace + recompute_buffers);
   const Bytes logits = Bytes(t) * rows * local_vocab;
   const Bytes first_activations =
       Bytes(chunk_layers) * layer_stash * (Bytes(first_slots) + (v - 1)) + chunk_fixed + (pp == 1 ? logits : Bytes(0));
-  const Bytes last_activations = Bytes(stage_layers) * layer_stash + chunk_fixed + logits;
+  // ZB-H1 holds min(m, PP) on every stage (each keeps its slots until the deferred weight
+  // gradients run; their leases come on top and are counted by the exact plan).
+  const int64_t last_slots = pipeline_schedule_kind(a) == pipeline::ScheduleKind::kZeroBubbleH1 ? first_slots : 1;
+  const Bytes last_activations = Bytes(stage_layers) * layer_stash * Bytes(last_slots) + chunk_fixed + logits;
 
   // Host: dataset indices (sample index [samples + 1, 2] and shuffle index, int64) and the
   // schedules (every rank's steps of the training and evaluation schedules).
@@ -250,7 +254,8 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
 }
 
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
-                       bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots) {
+                       bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
+                       std::span<const int> deferral_depths) {
   RankMemory m;
   m.parameters = Arena::aligned_bytes(config.dtype, Shape{plan.flat_elements()});
   m.gradients = Arena::aligned_bytes(DType::kFloat32, Shape{plan.flat_elements()});
@@ -258,7 +263,9 @@ RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const L
   for (const Range& range : plan.owned()) owned += range.size();
   m.optimizer_state = AdamW::bytes(owned, config.dtype);
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
-    m.activations += GptModel::memory(config, shapes, sequence_parallel, stash_slots[c], pipeline.chunks[c]).total();
+    const int depth = c < deferral_depths.size() ? deferral_depths[c] : 0;
+    m.activations +=
+        GptModel::memory(config, shapes, sequence_parallel, stash_slots[c], pipeline.chunks[c], depth).total();
   }
   m.activations += pipeline::Executor::buffer_bytes(pipeline.pipeline_rank, pipeline.pipeline_size, stash_slots,
                                                     config.dtype,

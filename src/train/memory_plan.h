@@ -70,8 +70,11 @@ struct MemoryPlan {
   int64_t total_bytes() const { return model_bytes() + data_indices; }
 };
 
+// `deferral_depths`: per chunk, the lease depth it is built with (ForwardBackward::deferral_depths;
+// empty: none).
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
-                       bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots);
+                       bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
+                       std::span<const int> deferral_depths = {});
 
 // The plan for validated arguments (validate_arguments and validate_for_world) with the
 // tokenizer's unpadded vocabulary. An error where a figure does not fit in int64, naming the flags.

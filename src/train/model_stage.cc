@@ -26,4 +26,12 @@ std::optional<Tensor> ModelStage::backward(Context& ctx, int slot, int64_t micro
   return model_.backward(ctx, slot, grad_output);
 }
 
+std::optional<Tensor> ModelStage::backward_input(Context& ctx, int slot, int64_t microbatch,
+                                                 const std::optional<Tensor>& grad_output, bool last_of_step) {
+  model_.set_last_backward_of_step(last_of_step);  // kept with the deferred pass for its W
+  return model_.backward_input(ctx, slot, grad_output, WeightGradTiming::kDeferred);
+}
+
+void ModelStage::backward_weight(Context& ctx, int slot, int64_t /*microbatch*/) { model_.backward_weight(ctx, slot); }
+
 }  // namespace gpt

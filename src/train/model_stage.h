@@ -19,6 +19,9 @@ class ModelStage final : public pipeline::Stage {
                                 const std::optional<Tensor>& input) override;
   std::optional<Tensor> backward(Context& ctx, int slot, int64_t microbatch,
                                  const std::optional<Tensor>& grad_output, bool last_of_step) override;
+  std::optional<Tensor> backward_input(Context& ctx, int slot, int64_t microbatch,
+                                       const std::optional<Tensor>& grad_output, bool last_of_step) override;
+  void backward_weight(Context& ctx, int slot, int64_t microbatch) override;
 
   GptModel& model() { return model_; }
 

@@ -171,7 +171,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
     t->chunks_.push_back(std::make_unique<GptModel>(t->config_, *t->params_, *t->tensor_parallel_,
                                                     args.micro_batch_size, t->forward_backward_->stash_slots()[c],
-                                                    pipeline.chunks[c], t->arena_));
+                                                    pipeline.chunks[c], t->arena_,
+                                                    t->forward_backward_->deferral_depths()[c]));
     t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_));
     stages.push_back(t->stages_.back().get());
   }
@@ -189,7 +190,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   // The memory plan is the memory allocated, item by item, on every rank of every layout.
   const RankMemory planned =
       rank_memory(t->params_->plan(), t->config_, t->chunks_.front()->shapes(), t->tensor_parallel_->sequence_parallel(),
-                  pipeline, t->forward_backward_->stash_slots());
+                  pipeline, t->forward_backward_->stash_slots(), t->forward_backward_->deferral_depths());
   const int64_t store_bytes = static_cast<int64_t>(params_end - params_begin);
   t->allocated_ = {.parameters = store_bytes - planned.gradients,
                    .gradients = planned.gradients,

@@ -100,7 +100,7 @@ def with_overrides(model, flags):
 
 PARALLEL_FLAGS_WITH_VALUE = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                              "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
-                             "--ddp-bucket-size"}
+                             "--ddp-bucket-size", "--pipeline-schedule"}
 PARALLEL_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
                      "--overlap-param-gather"}
 # Activation recompute must not change the result either: the reference runs without it.

@@ -14,12 +14,13 @@ std::vector<int> stash_slots(std::span<const Step> steps, int chunks) {
   std::set<std::pair<int, int>> backward, sent;
   for (const Step& step : steps) {
     for (const Instruction& i : step.instructions) {
-      if (i.op == Op::kBackward) backward.insert({i.chunk, i.microbatch});
+      if (i.op == Op::kBackward || i.op == Op::kBackwardInput) backward.insert({i.chunk, i.microbatch});
       if (i.op == Op::kSendActivation) sent.insert({i.chunk, i.microbatch});
     }
   }
-  // A microbatch holds its slot from its activation's arrival (or its forward) until its backward;
-  // without a backward (forward only), until its activation is sent, or through its forward.
+  // A microbatch holds its slot from its activation's arrival (or its forward) until its backward
+  // (its W when split); without a backward (forward only), until its activation is sent, or
+  // through its forward.
   std::set<std::pair<int, int>> holding;
   for (const Step& step : steps) {
     for (const Instruction& i : step.instructions) {
@@ -30,12 +31,25 @@ std::vector<int> stash_slots(std::span<const Step> steps, int chunks) {
         peak[c] = std::max(peak[c], ++live[c]);
       }
       const bool forward_only = backward.count(key) == 0;
-      const bool done = i.op == Op::kBackward ||
+      const bool done = i.op == Op::kBackward || i.op == Op::kBackwardWeight ||
                         (forward_only && (sent.count(key) ? i.op == Op::kSendActivation : i.op == Op::kForward));
       if (done && holding.erase(key) > 0) --live[c];
     }
   }
   return peak;
+}
+
+std::vector<int> deferral_depths(std::span<const Step> steps, int chunks) {
+  std::vector<int> waiting(static_cast<size_t>(chunks), 0), depth(static_cast<size_t>(chunks), 0);
+  for (const Step& step : steps) {
+    for (const Instruction& i : step.instructions) {
+      GPT_CHECK(i.chunk >= 0 && i.chunk < chunks) << "schedule chunk " << i.chunk << " of " << chunks;
+      const size_t c = static_cast<size_t>(i.chunk);
+      if (i.op == Op::kBackwardInput) depth[c] = std::max(depth[c], ++waiting[c]);
+      if (i.op == Op::kBackwardWeight) --waiting[c];
+    }
+  }
+  return depth;
 }
 
 Executor::Executor(int pipeline_rank, int pipeline_size, std::vector<Stage*> chunks, std::vector<int> slots,
@@ -165,9 +179,10 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
   last_backward_.clear();
   for (const Step& step : steps) {
     for (const Instruction& i : step.instructions) {
-      if (i.op != Op::kBackward) continue;
-      has_backward_.insert({i.chunk, i.microbatch});
-      last_backward_[i.chunk] = i.microbatch;
+      if (i.op == Op::kBackward || i.op == Op::kBackwardInput) has_backward_.insert({i.chunk, i.microbatch});
+      // The gradients are final after the chunk's last fused backward or last W (whose B, W
+      // running in B order, is the chunk's last B).
+      if (i.op == Op::kBackward || i.op == Op::kBackwardWeight) last_backward_[i.chunk] = i.microbatch;
     }
   }
   for (const Step& step : steps) {
@@ -196,14 +211,20 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
       } else if (has_backward_.count(key) == 0) {
         release(first.chunk, first.microbatch);
       }
+    } else if (first.op == Op::kBackwardWeight) {
+      stage.backward_weight(ctx, slot_of(first.chunk, first.microbatch), first.microbatch);
+      release(first.chunk, first.microbatch);
     } else {
       const int slot = slot_of(first.chunk, first.microbatch);
       std::optional<Tensor> grad_output;
       if (!last_virtual_stage(first.chunk)) grad_output = gradients_[c][static_cast<size_t>(slot)];
       const bool last_of_step = last_backward_.at(first.chunk) == first.microbatch;
-      std::optional<Tensor> grad_input = stage.backward(ctx, slot, first.microbatch, grad_output, last_of_step);
+      const bool split = first.op == Op::kBackwardInput;
+      std::optional<Tensor> grad_input =
+          split ? stage.backward_input(ctx, slot, first.microbatch, grad_output, last_of_step)
+                : stage.backward(ctx, slot, first.microbatch, grad_output, last_of_step);
       if (grad_input && size_ > 1 && !first_virtual_stage(first.chunk)) input_gradients_[key] = *grad_input;
-      release(first.chunk, first.microbatch);
+      if (!split) release(first.chunk, first.microbatch);  // a split backward's slot waits for its W
     }
   }
   GPT_CHECK(taken_.empty() && outputs_.empty() && input_gradients_.empty())

@@ -1,8 +1,9 @@
 // Runs this rank's part of a pipeline schedule (schedule.h): compute steps call the rank's Stages,
 // transfer steps post their sends and receives over the pipeline communicator as one batch and
 // wait for it. The executor keeps, per model chunk, the stash slots of the microbatches in flight
-// (a slot is taken when a microbatch first reaches the chunk and freed after its backward, or
-// after its forward when the steps have no backward) and the receive buffers of each slot.
+// (a slot is taken when a microbatch first reaches the chunk and freed after its backward — with a
+// split backward, after its W — or after its forward when the steps have no backward) and the
+// receive buffers of each slot.
 #pragma once
 
 #include <map>
@@ -22,6 +23,10 @@ namespace gpt::pipeline {
 // The stash slots each of `chunks` model chunks needs to run `steps` (the most microbatches alive
 // in that chunk at once), at least 1.
 std::vector<int> stash_slots(std::span<const Step> steps, int chunks);
+// The weight-gradient passes each chunk must be able to defer (the most microbatches between
+// their kBackwardInput and kBackwardWeight at once): the lease depth to build it with; 0 where the
+// steps run only fused backwards.
+std::vector<int> deferral_depths(std::span<const Step> steps, int chunks);
 
 class Executor {
  public:
@@ -59,7 +64,7 @@ class Executor {
   std::map<Key, Tensor> outputs_;          // forward results waiting to be sent
   std::map<Key, Tensor> input_gradients_;  // backward results waiting to be sent
   std::set<Key> has_backward_;              // of the steps being run
-  std::map<int, int> last_backward_;        // chunk -> the microbatch of its last backward in the steps
+  std::map<int, int> last_backward_;        // chunk -> the microbatch of its last backward (or W) in the steps
 };
 
 }  // namespace gpt::pipeline

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,11 +26,22 @@ std::string escape(std::string_view text) {
   return out;
 }
 
-// Forward blue, backward green; later chunks lighter so the interleaving is visible.
+// Forward blue, backward green, a split backward's input-gradient pass teal and its weight-gradient
+// pass orange; later chunks lighter so the interleaving is visible.
 double lightness(int chunk, int chunks) { return chunks > 1 ? 36.0 + 32.0 * chunk / (chunks - 1) : 42.0; }
 std::string fill(Op op, int chunk, int chunks) {
-  return absl::StrFormat("hsl(%d,%d%%,%.0f%%)", op == Op::kForward ? 212 : 140, op == Op::kForward ? 70 : 55,
-                         lightness(chunk, chunks));
+  const int hue = op == Op::kForward ? 212 : op == Op::kBackwardInput ? 172 : op == Op::kBackwardWeight ? 30 : 140;
+  const int saturation = op == Op::kForward ? 70 : op == Op::kBackwardWeight ? 80 : 55;
+  return absl::StrFormat("hsl(%d,%d%%,%.0f%%)", hue, saturation, lightness(chunk, chunks));
+}
+const char* legend_name(Op op) {
+  switch (op) {
+    case Op::kForward: return "forward";
+    case Op::kBackward: return "backward";
+    case Op::kBackwardInput: return "B (input gradient)";
+    case Op::kBackwardWeight: return "W (weight gradient)";
+    default: return "";
+  }
 }
 
 // 1, 2 or 5 times a power of ten, giving about ten ticks.
@@ -63,11 +75,19 @@ std::string gantt_svg(const Schedule& schedule, const SimulationReport& report, 
   // Legend: one swatch per (forward/backward, chunk).
   double x = kLeft;
   const double legend_y = top - kLegendHeight + 4;
-  for (Op op : {Op::kForward, Op::kBackward}) {
+  std::vector<Op> ops;
+  for (Op op : {Op::kForward, Op::kBackward, Op::kBackwardInput, Op::kBackwardWeight}) {
+    bool used = op == Op::kForward;
+    for (const RankTimeline& rank : report.ranks) {
+      for (const ComputeInterval& interval : rank.compute) used = used || interval.instruction.op == op;
+    }
+    if (used) ops.push_back(op);
+  }
+  for (Op op : ops) {
     for (int c = 0; c < v; ++c) {
       absl::StrAppendFormat(&svg, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"12\" fill=\"%s\"/>\n", x, legend_y,
                             fill(op, c, v));
-      const std::string label = absl::StrCat(op == Op::kForward ? "forward" : "backward", v > 1 ? absl::StrCat(" chunk ", c) : "");
+      const std::string label = absl::StrCat(legend_name(op), v > 1 ? absl::StrCat(" chunk ", c) : "");
       absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">%s</text>\n", x + 18, legend_y + 10,
                             label);
       x += 18 + 7.0 * label.size() + 14;

@@ -1,7 +1,9 @@
 #include "parallel/pipeline/schedule.h"
 
 #include <algorithm>
+#include <deque>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -18,11 +20,15 @@ namespace {
 // a None tensor; a batch left empty posts nothing.
 class RankWriter {
  public:
-  RankWriter(int pipeline_size, int virtual_size, int rank) : p_(pipeline_size), v_(virtual_size), rank_(rank) {}
+  RankWriter(int pipeline_size, int virtual_size, int rank, Placement placement = Placement::kLoop)
+      : p_(pipeline_size), v_(virtual_size), rank_(rank), placement_(placement) {}
 
   void compute(Op op, int chunk, int microbatch) { steps_.push_back(Step{{Instruction{op, chunk, microbatch, -1}}}); }
 
   void transfers(std::initializer_list<std::optional<Instruction>> batch) {
+    transfers(std::vector<std::optional<Instruction>>(batch));
+  }
+  void transfers(const std::vector<std::optional<Instruction>>& batch) {
     Step step;
     for (const std::optional<Instruction>& transfer : batch) {
       if (transfer) step.instructions.push_back(*transfer);
@@ -30,7 +36,7 @@ class RankWriter {
     if (step.instructions.empty()) return;
     // Posting order (schedule.h): activations first, then microbatch, then the sending stage.
     auto key = [&](const Instruction& i) {
-      int sender = virtual_stage(p_, rank_, i.chunk);
+      int sender = stage(i.chunk);
       if (i.op == Op::kReceiveActivation) sender -= 1;
       if (i.op == Op::kReceiveGradient) sender += 1;
       return std::make_tuple(is_gradient_op(i.op), i.microbatch, sender);
@@ -40,27 +46,44 @@ class RankWriter {
     steps_.push_back(std::move(step));
   }
 
+  // A neighbouring stage on this rank (kV's turn) takes no transfer, like a missing one.
   std::optional<Instruction> send_activation(int chunk, int microbatch) const {
-    if (is_last_virtual_stage(p_, v_, rank_, chunk)) return std::nullopt;
-    return Instruction{Op::kSendActivation, chunk, microbatch, next_pipeline_rank(p_, rank_)};
+    const std::optional<int> peer = neighbour(chunk, +1);
+    if (!peer) return std::nullopt;
+    return Instruction{Op::kSendActivation, chunk, microbatch, *peer};
   }
   std::optional<Instruction> receive_activation(int chunk, int microbatch) const {
-    if (is_first_virtual_stage(p_, rank_, chunk)) return std::nullopt;
-    return Instruction{Op::kReceiveActivation, chunk, microbatch, previous_pipeline_rank(p_, rank_)};
+    const std::optional<int> peer = neighbour(chunk, -1);
+    if (!peer) return std::nullopt;
+    return Instruction{Op::kReceiveActivation, chunk, microbatch, *peer};
   }
   std::optional<Instruction> send_gradient(int chunk, int microbatch) const {
-    if (is_first_virtual_stage(p_, rank_, chunk)) return std::nullopt;
-    return Instruction{Op::kSendGradient, chunk, microbatch, previous_pipeline_rank(p_, rank_)};
+    const std::optional<int> peer = neighbour(chunk, -1);
+    if (!peer) return std::nullopt;
+    return Instruction{Op::kSendGradient, chunk, microbatch, *peer};
   }
   std::optional<Instruction> receive_gradient(int chunk, int microbatch) const {
-    if (is_last_virtual_stage(p_, v_, rank_, chunk)) return std::nullopt;
-    return Instruction{Op::kReceiveGradient, chunk, microbatch, next_pipeline_rank(p_, rank_)};
+    const std::optional<int> peer = neighbour(chunk, +1);
+    if (!peer) return std::nullopt;
+    return Instruction{Op::kReceiveGradient, chunk, microbatch, *peer};
   }
 
   std::vector<Step> take() { return std::move(steps_); }
 
  private:
+  int stage(int chunk) const { return virtual_stage(placement_, p_, rank_, chunk); }
+  // The rank of the stage next to this chunk's (+1 downstream, -1 upstream); none at either end or
+  // on this rank.
+  std::optional<int> neighbour(int chunk, int direction) const {
+    const int other = stage(chunk) + direction;
+    if (other < 0 || other >= p_ * v_) return std::nullopt;
+    const int rank = stage_location(placement_, p_, other).rank;
+    if (rank == rank_) return std::nullopt;
+    return rank;
+  }
+
   int p_, v_, rank_;
+  Placement placement_;
   std::vector<Step> steps_;
 };
 
@@ -192,8 +215,136 @@ std::vector<Step> with_interleaving(int p, int v, int m, int rank, bool all_warm
   return out.take();
 }
 
+
+// ZB-H1 for one rank (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, their handcrafted
+// schedule): 1F1B's p - r - 1 warm-up forwards; then r iterations of F and B whose W waits; then
+// the steady F, B, W of the oldest waiting microbatch; the cool-down's B and W; last, the r W
+// passes still waiting, which fill the cool-down bubble. Every rank holds at most p microbatches
+// between F and W (1F1B's most, that of its first rank). The first virtual stage sends no gradient,
+// so its B and W run fused (kBackward), as Megatron's backward, and need no lease.
+std::vector<Instruction> zero_bubble_h1_order(int p, int m, int rank) {
+  std::vector<Instruction> order;
+  int forward = 0, backward = 0, weight = 0;
+  const bool fused = rank == 0;
+  auto f = [&] { order.push_back({Op::kForward, 0, forward++, -1}); };
+  auto b = [&] { order.push_back({fused ? Op::kBackward : Op::kBackwardInput, 0, backward++, -1}); };
+  auto w = [&] {
+    if (!fused) order.push_back({Op::kBackwardWeight, 0, weight, -1});
+    ++weight;
+  };
+  for (int k = 0; k < p - rank - 1 && forward < m; ++k) f();
+  for (int k = 0; k < rank && forward < m; ++k) {
+    f();
+    b();
+  }
+  while (forward < m) {
+    f();
+    b();
+    w();
+  }
+  while (backward < m) {
+    b();
+    w();
+  }
+  while (weight < m) w();
+  return order;
+}
+
+// ZB-V's compute orders (Placement::kV, v = 2: rank r holds stages r and 2p - 1 - r), as a list
+// schedule in unit time (F = B = W = 1 per chunk): each rank, when free, runs the first ready pass
+// of: a forward (its later stage first), a backward (B, later stage first), the oldest waiting W.
+// A forward waits while the rank holds 2p (chunk, microbatch) pairs between F and W: p
+// microbatches' activations, 1F1B's most. The first stage's backward (it sends no gradient) and
+// the last one's run B and W as one fused backward where the W would follow at once.
+absl::StatusOr<std::vector<std::vector<Instruction>>> zero_bubble_v_orders(int p, int m) {
+  const int stages = 2 * p, limit = 2 * p;
+  auto at = [m](int stage, int microbatch) { return static_cast<size_t>(stage * m + microbatch); };
+  std::vector<int> forward_end(static_cast<size_t>(stages * m), -1), backward_end(forward_end);
+  std::vector<int> next_forward(static_cast<size_t>(stages), 0), next_backward(next_forward);
+  std::vector<int> live(static_cast<size_t>(p), 0), free_at(static_cast<size_t>(p), 0);
+  std::vector<std::deque<std::pair<int, int>>> waiting(static_cast<size_t>(p));  // (chunk, microbatch)
+  std::vector<std::vector<Instruction>> orders(static_cast<size_t>(p));
+  const int passes = 3 * stages * m;
+  auto done = [](int end, int t) { return end >= 0 && end <= t; };
+  int scheduled = 0;
+  for (int t = 0; scheduled < passes; ++t) {
+    if (t > 4 * passes) {
+      return absl::InternalError(absl::StrCat("the ZB-V list schedule stalls for p = ", p, ", m = ", m));
+    }
+    for (int r = 0; r < p; ++r) {
+      const size_t rr = static_cast<size_t>(r);
+      if (free_at[rr] > t) continue;
+      std::optional<Instruction> pick;
+      for (int chunk : {1, 0}) {  // forwards, the later stage first
+        const int stage = virtual_stage(Placement::kV, p, r, chunk);
+        const int j = next_forward[static_cast<size_t>(stage)];
+        if (pick || j >= m || live[rr] >= limit) continue;
+        if (stage == 0 || done(forward_end[at(stage - 1, j)], t)) pick = Instruction{Op::kForward, chunk, j, -1};
+      }
+      for (int chunk : {1, 0}) {  // then backwards (B)
+        const int stage = virtual_stage(Placement::kV, p, r, chunk);
+        const int j = next_backward[static_cast<size_t>(stage)];
+        if (pick || j >= m || !done(forward_end[at(stage, j)], t)) continue;
+        if (stage == stages - 1 || done(backward_end[at(stage + 1, j)], t)) {
+          pick = Instruction{Op::kBackwardInput, chunk, j, -1};
+        }
+      }
+      if (!pick && !waiting[rr].empty()) {
+        pick = Instruction{Op::kBackwardWeight, waiting[rr].front().first, waiting[rr].front().second, -1};
+      }
+      if (!pick) continue;
+      const int stage = virtual_stage(Placement::kV, p, r, pick->chunk);
+      switch (pick->op) {
+        case Op::kForward:
+          forward_end[at(stage, pick->microbatch)] = t + 1;
+          ++next_forward[static_cast<size_t>(stage)];
+          ++live[rr];
+          break;
+        case Op::kBackwardInput:
+          backward_end[at(stage, pick->microbatch)] = t + 1;
+          ++next_backward[static_cast<size_t>(stage)];
+          waiting[rr].push_back({pick->chunk, pick->microbatch});
+          break;
+        default:
+          waiting[rr].pop_front();
+          --live[rr];
+          break;
+      }
+      orders[rr].push_back(*pick);
+      free_at[rr] = t + 1;
+      ++scheduled;
+    }
+  }
+  // Fuse a B and its W where the W follows at once on the first stage (which sends no gradient).
+  for (std::vector<Instruction>& order : orders) {
+    std::vector<Instruction> fused;
+    for (const Instruction& i : order) {
+      if (i.op == Op::kBackwardWeight && !fused.empty() && fused.back().op == Op::kBackwardInput &&
+          fused.back().chunk == i.chunk && fused.back().microbatch == i.microbatch &&
+          virtual_stage(Placement::kV, p, static_cast<int>(&order - orders.data()), i.chunk) == 0) {
+        fused.back().op = Op::kBackward;
+        continue;
+      }
+      fused.push_back(i);
+    }
+    order = std::move(fused);
+  }
+  return orders;
+}
+
 constexpr const char* kInterleavingNeedsPipeline =
     "--num-layers-per-virtual-pipeline-stage (an interleaved schedule) needs --pipeline-model-parallel-size > 1";
+
+absl::Status check_sizes(int p, int v, int m);
+
+// check_sizes without the interleaved schedule's rule on m.
+absl::Status check_counts(int p, int v, int m) {
+  if (p < 1) return absl::InvalidArgumentError(absl::StrCat("--pipeline-model-parallel-size must be at least 1, got ", p));
+  if (v < 1) return absl::InvalidArgumentError(absl::StrCat("virtual pipeline size must be at least 1, got ", v));
+  if (m < 1) return absl::InvalidArgumentError(absl::StrCat("the number of microbatches must be at least 1, got ", m));
+  if (v > 1 && p == 1) return absl::InvalidArgumentError(kInterleavingNeedsPipeline);
+  return absl::OkStatus();
+}
 
 absl::Status check_sizes(int p, int v, int m) {
   if (p < 1) return absl::InvalidArgumentError(absl::StrCat("--pipeline-model-parallel-size must be at least 1, got ", p));
@@ -248,7 +399,10 @@ absl::StatusOr<ScheduleKind> parse_schedule_kind(std::string_view name) {
   if (name == "afab") return ScheduleKind::kAllForwardAllBackward;
   if (name == "1f1b") return ScheduleKind::kOneFOneB;
   if (name == "interleaved") return ScheduleKind::kInterleaved;
-  return absl::InvalidArgumentError(absl::StrCat("unknown pipeline schedule '", std::string(name), "' (afab, 1f1b, interleaved)"));
+  if (name == "zb-h1") return ScheduleKind::kZeroBubbleH1;
+  if (name == "zb-v") return ScheduleKind::kZeroBubbleV;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown pipeline schedule '", std::string(name), "' (afab, 1f1b, interleaved, zb-h1, zb-v)"));
 }
 
 const char* to_string(ScheduleKind kind) {
@@ -256,6 +410,8 @@ const char* to_string(ScheduleKind kind) {
     case ScheduleKind::kAllForwardAllBackward: return "afab";
     case ScheduleKind::kOneFOneB: return "1f1b";
     case ScheduleKind::kInterleaved: return "interleaved";
+    case ScheduleKind::kZeroBubbleH1: return "zb-h1";
+    case ScheduleKind::kZeroBubbleV: return "zb-v";
   }
   return "?";
 }
@@ -274,6 +430,17 @@ absl::StatusOr<int> virtual_pipeline_size(int num_layers, int p, int layers_per_
 }
 
 absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int p, int v, int m) {
+  if (kind == ScheduleKind::kZeroBubbleV) {
+    if (v != 2 || p < 2) {
+      return absl::InvalidArgumentError(
+          "the zb-v schedule runs two model chunks per rank placed in a V: it needs "
+          "--pipeline-model-parallel-size > 1 and --num-layers-per-virtual-pipeline-stage giving 2 chunks per rank");
+    }
+    if (absl::Status status = check_counts(p, v, m); !status.ok()) return status;
+    absl::StatusOr<std::vector<std::vector<Instruction>>> orders = zero_bubble_v_orders(p, m);
+    if (!orders.ok()) return orders.status();
+    return lower_compute_orders(p, v, m, *orders, {}, Placement::kV);
+  }
   if (absl::Status status = check_sizes(p, v, m); !status.ok()) return status;
   if (kind == ScheduleKind::kOneFOneB && v > 1) {
     return absl::InvalidArgumentError(
@@ -285,6 +452,16 @@ absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int p, int v, int m) {
         "the interleaved schedule needs --num-layers-per-virtual-pipeline-stage giving more than one model chunk per "
         "rank");
   }
+  if (kind == ScheduleKind::kZeroBubbleH1) {
+    if (v > 1) {
+      return absl::InvalidArgumentError(
+          "the zb-h1 schedule (--pipeline-schedule) runs one model chunk per rank; drop "
+          "--num-layers-per-virtual-pipeline-stage or use --pipeline-schedule interleaved");
+    }
+    std::vector<std::vector<Instruction>> orders;
+    for (int rank = 0; rank < p; ++rank) orders.push_back(zero_bubble_h1_order(p, m, rank));
+    return lower_compute_orders(p, v, m, orders);
+  }
   Schedule schedule{p, v, m, {}};
   for (int rank = 0; rank < p; ++rank) {
     if (v == 1) {
@@ -294,6 +471,145 @@ absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int p, int v, int m) {
       schedule.ranks.push_back(with_interleaving(p, v, m, rank, kind == ScheduleKind::kAllForwardAllBackward,
                                                  /*forward_only=*/false));
     }
+  }
+  return schedule;
+}
+
+absl::StatusOr<Schedule> lower_compute_orders(int p, int v, int m, const std::vector<std::vector<Instruction>>& orders,
+                                              const ComputeCosts& costs, Placement placement) {
+  if (absl::Status status = check_counts(p, v, m); !status.ok()) return status;
+  if (placement == Placement::kV && v != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("the V placement needs 2 model chunks per rank, got ", v));
+  }
+  if (static_cast<int>(orders.size()) != p) {
+    return absl::InvalidArgumentError(absl::StrCat(orders.size(), " compute orders for ", p, " pipeline ranks"));
+  }
+  const int stages = p * v;
+  // [op][stage * m + microbatch]: the end of each pass in the ideal timeline (-1: not yet run).
+  enum Pass { kF, kB, kW, kPasses };
+  auto pass_of = [](Op op) { return op == Op::kForward ? kF : is_backward_op(op) ? kB : kW; };
+  std::vector<std::vector<double>> start(kPasses, std::vector<double>(static_cast<size_t>(stages * m), -1)),
+      end(start);
+  std::vector<size_t> position(static_cast<size_t>(p), 0);
+  std::vector<double> clock(static_cast<size_t>(p), 0);
+  for (int r = 0; r < p; ++r) {
+    for (const Instruction& i : orders[static_cast<size_t>(r)]) {
+      if (!is_compute_op(i.op) || i.chunk < 0 || i.chunk >= v || i.microbatch < 0 || i.microbatch >= m) {
+        return absl::InvalidArgumentError(absl::StrCat("compute order of rank ", r, ": invalid ", to_string(i)));
+      }
+    }
+  }
+  auto key = [&](int rank, int chunk, int microbatch) {
+    return static_cast<size_t>(virtual_stage(placement, p, rank, chunk) * m + microbatch);
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      const std::vector<Instruction>& order = orders[static_cast<size_t>(r)];
+      size_t& next = position[static_cast<size_t>(r)];
+      while (next < order.size()) {
+        const Instruction& i = order[next];
+        const int stage = virtual_stage(placement, p, r, i.chunk);
+        const size_t k = key(r, i.chunk, i.microbatch);
+        const Pass pass = pass_of(i.op);
+        double ready = 0;
+        const double* dependency = nullptr;
+        if (pass == kF && stage > 0) dependency = &end[kF][k - static_cast<size_t>(m)];
+        if (pass == kB) dependency = stage + 1 < stages ? &end[kB][k + static_cast<size_t>(m)] : &end[kF][k];
+        if (pass == kW) dependency = &end[kB][k];
+        if (dependency != nullptr) {
+          if (*dependency < 0) break;  // its producer has not run yet
+          ready = *dependency;
+        }
+        if (end[pass][k] >= 0) {
+          return absl::InvalidArgumentError(absl::StrCat("compute order of rank ", r, " repeats ", to_string(i)));
+        }
+        double cost = pass == kF ? costs.forward : pass == kW ? costs.weight : costs.backward_input;
+        if (i.op == Op::kBackward) cost += costs.weight;
+        double& now = clock[static_cast<size_t>(r)];
+        start[pass][k] = std::max(now, ready);
+        end[pass][k] = start[pass][k] + cost;
+        if (i.op == Op::kBackward) start[kW][k] = end[kW][k] = end[kB][k];
+        now = end[pass][k];
+        ++next;
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    const std::vector<Instruction>& order = orders[static_cast<size_t>(r)];
+    if (position[static_cast<size_t>(r)] < order.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("compute orders cannot run: rank ", r, " waits forever at ",
+                                                     to_string(order[position[static_cast<size_t>(r)]])));
+    }
+  }
+  for (int pass = 0; pass < kPasses; ++pass) {
+    for (size_t k = 0; k < end[static_cast<size_t>(pass)].size(); ++k) {
+      if (end[static_cast<size_t>(pass)][k] >= 0) continue;
+      const int stage = static_cast<int>(k) / m;
+      return absl::InvalidArgumentError(absl::StrCat("compute orders miss the ", pass == kF ? "F" : pass == kB ? "B" : "W",
+                                                     " of virtual stage ", stage, " microbatch ",
+                                                     static_cast<int>(k) % m));
+    }
+  }
+
+  // A transfer's key is the time its consumer starts, both ends alike. A chunk's input gradient is
+  // valid until the chunk's next backward pass (stage.h), so a gradient's key is at the latest the
+  // start of its producer's next B or W of that chunk. [stage * m + microbatch]: the gradient the
+  // stage sends.
+  std::vector<double> gradient_key(static_cast<size_t>(stages * m), 0);
+  for (int r = 0; r < p; ++r) {
+    const std::vector<Instruction>& order = orders[static_cast<size_t>(r)];
+    for (size_t n = 0; n < order.size(); ++n) {
+      const Instruction& i = order[n];
+      const int stage = virtual_stage(placement, p, r, i.chunk);
+      if (!is_backward_op(i.op) || stage == 0) continue;
+      const size_t k = key(r, i.chunk, i.microbatch);
+      double by = start[kB][k - static_cast<size_t>(m)];
+      for (size_t later = n + 1; later < order.size(); ++later) {
+        const Instruction& next = order[later];
+        if (next.chunk != i.chunk || next.op == Op::kForward) continue;
+        by = std::min(by, start[pass_of(next.op)][key(r, next.chunk, next.microbatch)]);
+        break;
+      }
+      gradient_key[k] = by;
+    }
+  }
+
+  Schedule schedule{p, v, m, {}, placement};
+  for (int r = 0; r < p; ++r) {
+    RankWriter out(p, v, r, placement);
+    // This rank's transfers keyed by the time their consumer starts.
+    std::vector<std::pair<double, Instruction>> transfers;
+    const std::vector<Instruction>& order = orders[static_cast<size_t>(r)];
+    for (const Instruction& i : order) {
+      const size_t k = key(r, i.chunk, i.microbatch);
+      const size_t mm = static_cast<size_t>(m);
+      if (i.op == Op::kForward) {
+        if (auto t = out.receive_activation(i.chunk, i.microbatch)) transfers.push_back({start[kF][k], *t});
+        if (auto t = out.send_activation(i.chunk, i.microbatch)) transfers.push_back({start[kF][k + mm], *t});
+      } else if (is_backward_op(i.op)) {
+        if (auto t = out.receive_gradient(i.chunk, i.microbatch)) transfers.push_back({gradient_key[k + mm], *t});
+        if (auto t = out.send_gradient(i.chunk, i.microbatch)) transfers.push_back({gradient_key[k], *t});
+      }
+    }
+    std::stable_sort(transfers.begin(), transfers.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    size_t next = 0;
+    auto flush_until = [&](double time) {
+      while (next < transfers.size() && transfers[next].first <= time) {
+        const double batch = transfers[next].first;
+        std::vector<std::optional<Instruction>> step;
+        for (; next < transfers.size() && transfers[next].first == batch; ++next) step.push_back(transfers[next].second);
+        out.transfers(step);
+      }
+    };
+    for (const Instruction& i : order) {
+      flush_until(start[pass_of(i.op)][key(r, i.chunk, i.microbatch)]);
+      out.compute(i.op, i.chunk, i.microbatch);
+    }
+    flush_until(std::numeric_limits<double>::infinity());
+    schedule.ranks.push_back(out.take());
   }
   return schedule;
 }
@@ -309,6 +625,8 @@ absl::StatusOr<Schedule> make_forward_only_schedule(int p, int v, int m) {
 }
 
 double expected_bubble_fraction(ScheduleKind kind, int p, int v, int m) {
+  if (kind == ScheduleKind::kZeroBubbleH1) return static_cast<double>(p - 1) / (3.0 * m);
+  if (kind == ScheduleKind::kZeroBubbleV) return static_cast<double>(p - 1) / (6.0 * m);
   return static_cast<double>(p - 1) / (static_cast<double>(v) * m);
 }
 
@@ -317,11 +635,26 @@ int expected_peak_live(ScheduleKind kind, int p, int v, int m, int rank) {
     case ScheduleKind::kAllForwardAllBackward: return m * v;
     case ScheduleKind::kOneFOneB: return std::min(p - rank, m);
     case ScheduleKind::kInterleaved: return std::min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v);
+    case ScheduleKind::kZeroBubbleH1: return std::min(p, m);
+    case ScheduleKind::kZeroBubbleV: return std::min(2 * p, 2 * m);
   }
   return 0;
 }
 
-bool is_compute_op(Op op) { return op == Op::kForward || op == Op::kBackward; }
+int virtual_stage(Placement placement, int p, int rank, int chunk) {
+  if (placement == Placement::kV) return chunk == 0 ? rank : 2 * p - 1 - rank;
+  return virtual_stage(p, rank, chunk);
+}
+
+StageLocation stage_location(Placement placement, int p, int stage) {
+  if (placement == Placement::kV) return stage < p ? StageLocation{stage, 0} : StageLocation{2 * p - 1 - stage, 1};
+  return {stage % p, stage / p};
+}
+
+bool is_compute_op(Op op) {
+  return op == Op::kForward || op == Op::kBackward || op == Op::kBackwardInput || op == Op::kBackwardWeight;
+}
+bool is_backward_op(Op op) { return op == Op::kBackward || op == Op::kBackwardInput; }
 bool is_gradient_op(Op op) { return op == Op::kSendGradient || op == Op::kReceiveGradient; }
 bool is_send_op(Op op) { return op == Op::kSendActivation || op == Op::kSendGradient; }
 
@@ -333,6 +666,8 @@ const char* to_string(Op op) {
     case Op::kReceiveActivation: return "receive-activation";
     case Op::kSendGradient: return "send-gradient";
     case Op::kReceiveGradient: return "receive-gradient";
+    case Op::kBackwardInput: return "Bi";
+    case Op::kBackwardWeight: return "W";
   }
   return "?";
 }

@@ -11,12 +11,6 @@
 namespace gpt::pipeline {
 namespace {
 
-// Where a virtual stage lives.
-struct StageAt {
-  int rank;
-  int chunk;
-};
-StageAt stage_at(int p, int stage) { return {stage % p, stage / p}; }
 
 std::string where(int rank, size_t step, const Instruction& i) {
   return absl::StrCat("rank ", rank, " step ", step, " (", to_string(i), ")");
@@ -30,7 +24,7 @@ bool training(const Schedule& schedule) {
   for (const std::vector<Step>& steps : schedule.ranks) {
     for (const Step& step : steps) {
       for (const Instruction& i : step.instructions) {
-        if (i.op == Op::kBackward) return true;
+        if (is_backward_op(i.op)) return true;
       }
     }
   }
@@ -70,7 +64,7 @@ absl::Status check_instruction(const Schedule& s, int rank, size_t step, const I
     return invalid(rank, step, i, absl::StrCat("microbatch out of 0..", s.microbatches - 1));
   }
   if (is_compute_op(i.op)) return i.peer == -1 ? absl::OkStatus() : invalid(rank, step, i, "compute with a peer");
-  const int stage = virtual_stage(p, rank, i.chunk);
+  const int stage = virtual_stage(s.placement, p, rank, i.chunk);
   const bool downstream = i.op == Op::kSendActivation || i.op == Op::kReceiveGradient;
   const int other = downstream ? stage + 1 : stage - 1;
   if (other < 0 || other >= p * s.virtual_size) {
@@ -78,9 +72,9 @@ absl::Status check_instruction(const Schedule& s, int rank, size_t step, const I
                                                downstream ? "next" : "previous", " stage to exchange with"));
   }
   if (i.peer == rank) return invalid(rank, step, i, "a transfer to its own rank (p = 1 runs one chunk)");
-  if (i.peer != stage_at(p, other).rank) {
-    return invalid(rank, step, i, absl::StrCat("virtual stage ", other, " is on rank ", stage_at(p, other).rank));
-  }
+  const int other_rank = stage_location(s.placement, p, other).rank;
+  if (other_rank == rank) return invalid(rank, step, i, absl::StrCat("virtual stage ", other, " is on this rank"));
+  if (i.peer != other_rank) return invalid(rank, step, i, absl::StrCat("virtual stage ", other, " is on rank ", other_rank));
   return absl::OkStatus();
 }
 
@@ -97,12 +91,12 @@ struct Channel {
 
 // Whether a send and the receive it met carry the same tensor: same kind and microbatch, and the
 // receiving chunk is the one after (activation) or before (gradient) the sending chunk's stage.
-absl::Status check_match(int p, const Posted& send, const Posted& receive, size_t position) {
+absl::Status check_match(Placement placement, int p, const Posted& send, const Posted& receive, size_t position) {
   const Instruction& s = send.instruction;
   const Instruction& r = receive.instruction;
   const bool gradient = s.op == Op::kSendGradient;
-  const int to_stage = virtual_stage(p, send.rank, s.chunk) + (gradient ? -1 : 1);
-  const StageAt to = stage_at(p, to_stage);
+  const int to_stage = virtual_stage(placement, p, send.rank, s.chunk) + (gradient ? -1 : 1);
+  const StageLocation to = stage_location(placement, p, to_stage);
   const Op expected = gradient ? Op::kReceiveGradient : Op::kReceiveActivation;
   if (r.op == expected && r.chunk == to.chunk && r.microbatch == s.microbatch) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
@@ -115,11 +109,26 @@ absl::Status check_match(int p, const Posted& send, const Posted& receive, size_
 
 }  // namespace
 
-Costs Costs::uniform(int p, int v, double forward, double backward) {
+Costs Costs::uniform(int p, int v, double forward, double backward, double weight) {
   Costs costs;
   costs.forward.assign(static_cast<size_t>(p), std::vector<double>(static_cast<size_t>(v), forward / v));
   costs.backward.assign(static_cast<size_t>(p), std::vector<double>(static_cast<size_t>(v), backward / v));
+  costs.weight.assign(static_cast<size_t>(p),
+                      std::vector<double>(static_cast<size_t>(v), (weight < 0 ? backward / 2 : weight) / v));
   return costs;
+}
+
+double Costs::compute_time(Op op, int rank, int chunk) const {
+  const size_t r = static_cast<size_t>(rank), c = static_cast<size_t>(chunk);
+  const double fused = backward[r][c];
+  const double w = weight.empty() ? fused / 2 : weight[r][c];
+  switch (op) {
+    case Op::kForward: return forward[r][c];
+    case Op::kBackward: return fused;
+    case Op::kBackwardInput: return fused - w;
+    case Op::kBackwardWeight: return w;
+    default: return 0;
+  }
 }
 
 double Costs::transfer_time() const {
@@ -130,7 +139,8 @@ absl::StatusOr<SimulationReport> simulate(const Schedule& schedule, const Costs&
   if (absl::Status status = check_shape(schedule); !status.ok()) return status;
   const int p = schedule.pipeline_size;
   const size_t ranks = static_cast<size_t>(p);
-  for (const auto* table : {&costs.forward, &costs.backward}) {
+  for (const auto* table : {&costs.forward, &costs.backward, &costs.weight}) {
+    if (table == &costs.weight && table->empty()) continue;
     bool sized = table->size() == ranks;
     for (const std::vector<double>& row : *table) sized = sized && static_cast<int>(row.size()) == schedule.virtual_size;
     if (!sized) return absl::InvalidArgumentError(absl::StrCat("costs must be sized [", p, "][", schedule.virtual_size, "]"));
@@ -164,13 +174,14 @@ absl::StatusOr<SimulationReport> simulate(const Schedule& schedule, const Costs&
         }
         const Instruction& first = step.instructions.front();
         if (is_compute_op(first.op)) {
-          const auto& table = first.op == Op::kForward ? costs.forward : costs.backward;
-          const double cost = table[rr][static_cast<size_t>(first.chunk)];
+          const double cost = costs.compute_time(first.op, r, first.chunk);
           timeline.compute.push_back({first, static_cast<int>(index), clock[rr], clock[rr] + cost});
           clock[rr] += cost;
           timeline.busy += cost;
           if (keeps_activations && first.op == Op::kForward) live[rr].insert({first.chunk, first.microbatch});
-          if (first.op == Op::kBackward) live[rr].erase({first.chunk, first.microbatch});
+          if (first.op == Op::kBackward || first.op == Op::kBackwardWeight) {
+            live[rr].erase({first.chunk, first.microbatch});
+          }
           timeline.peak_live = std::max(timeline.peak_live, static_cast<int>(live[rr].size()));
           ++next_step[rr];
           progress = true;
@@ -188,7 +199,7 @@ absl::StatusOr<SimulationReport> simulate(const Schedule& schedule, const Costs&
             if (position < theirs.size()) {
               const Posted& s = send ? mine.back() : theirs[position];
               const Posted& q = send ? theirs[position] : mine.back();
-              if (absl::Status status = check_match(p, s, q, position); !status.ok()) return status;
+              if (absl::Status status = check_match(schedule.placement, p, s, q, position); !status.ok()) return status;
             }
             pending[rr].push_back({&channel, position});
           }
@@ -258,11 +269,15 @@ absl::Status check_schedule(const Schedule& s) {
   if (absl::Status status = check_shape(s); !status.ok()) return status;
   const int p = s.pipeline_size, v = s.virtual_size, m = s.microbatches;
   const bool with_backward = training(s);
-  enum What { kForward, kBackward, kReceiveActivation, kSendActivation, kReceiveGradient, kSendGradient, kWhats };
+  // A split backward counts as the backward (its B) plus a W; kFused and kWeight tell them apart.
+  enum What { kForward, kBackward, kReceiveActivation, kSendActivation, kReceiveGradient, kSendGradient, kWeight,
+              kFused, kWhats };
   auto what = [](Op op) {
     switch (op) {
       case Op::kForward: return kForward;
       case Op::kBackward: return kBackward;
+      case Op::kBackwardInput: return kBackward;
+      case Op::kBackwardWeight: return kWeight;
       case Op::kReceiveActivation: return kReceiveActivation;
       case Op::kSendActivation: return kSendActivation;
       case Op::kReceiveGradient: return kReceiveGradient;
@@ -271,11 +286,13 @@ absl::Status check_schedule(const Schedule& s) {
     return kWhats;
   };
   static constexpr const char* kNames[] = {"forward", "backward", "activation receive", "activation send",
-                                           "gradient receive", "gradient send"};
+                                           "gradient receive", "gradient send", "weight-gradient pass",
+                                           "fused backward"};
   for (int r = 0; r < p; ++r) {
     // [what][chunk * m + microbatch]: how often, and the step of the first occurrence.
     std::vector<std::vector<int>> count(kWhats, std::vector<int>(static_cast<size_t>(v * m), 0));
     std::vector<std::vector<size_t>> at(kWhats, std::vector<size_t>(static_cast<size_t>(v * m), 0));
+    std::vector<std::vector<int>> split_order(static_cast<size_t>(v)), weight_order(static_cast<size_t>(v));
     const std::vector<Step>& steps = s.ranks[static_cast<size_t>(r)];
     for (size_t index = 0; index < steps.size(); ++index) {
       if (absl::Status status = check_step(r, index, steps[index]); !status.ok()) return status;
@@ -284,13 +301,38 @@ absl::Status check_schedule(const Schedule& s) {
         const size_t key = static_cast<size_t>(i.chunk * m + i.microbatch);
         const size_t w = static_cast<size_t>(what(i.op));
         if (count[w][key]++ == 0) at[w][key] = index;
+        if (i.op == Op::kBackward && count[kFused][key]++ == 0) at[kFused][key] = index;
+        // Each chunk's W passes run in the order of its B passes (the model keeps them FIFO).
+        if (i.op == Op::kBackwardInput) split_order[static_cast<size_t>(i.chunk)].push_back(i.microbatch);
+        if (i.op == Op::kBackwardWeight) weight_order[static_cast<size_t>(i.chunk)].push_back(i.microbatch);
       }
     }
     for (int c = 0; c < v; ++c) {
-      const bool first = is_first_virtual_stage(p, r, c), last = is_last_virtual_stage(p, v, r, c);
+      const std::vector<int>& b = split_order[static_cast<size_t>(c)];
+      const std::vector<int>& w = weight_order[static_cast<size_t>(c)];
+      for (size_t n = 0; n < std::min(b.size(), w.size()); ++n) {
+        if (b[n] == w[n]) continue;
+        return absl::InvalidArgumentError(absl::StrCat("schedule check: rank ", r, " chunk ", c, " runs W of microbatch ",
+                                                       w[n], " where its B order has microbatch ", b[n],
+                                                       " (W passes run in the order of their B)"));
+      }
+    }
+    for (int c = 0; c < v; ++c) {
+      // A neighbouring stage on the same rank (the V's turn) takes no transfer, as none at the ends.
+      const int stage = virtual_stage(s.placement, p, r, c);
+      const bool first = stage == 0 || stage_location(s.placement, p, stage - 1).rank == r;
+      const bool last = stage == p * v - 1 || stage_location(s.placement, p, stage + 1).rank == r;
       for (int j = 0; j < m; ++j) {
         const size_t key = static_cast<size_t>(c * m + j);
-        const int expected[kWhats] = {1, with_backward, !first, !last, with_backward && !last, with_backward && !first};
+        const bool split = count[kWeight][key] > 0 || (count[kBackward][key] > 0 && count[kFused][key] == 0);
+        const int expected[kWhats] = {1,
+                                      with_backward,
+                                      !first,
+                                      !last,
+                                      with_backward && !last,
+                                      with_backward && !first,
+                                      with_backward && split,
+                                      with_backward && !split};
         for (int w = 0; w < kWhats; ++w) {
           if (count[static_cast<size_t>(w)][key] != expected[w]) {
             return absl::InvalidArgumentError(absl::StrCat(
@@ -306,7 +348,7 @@ absl::Status check_schedule(const Schedule& s) {
         };
         for (const auto& [a, b] : {std::pair{kForward, kBackward}, std::pair{kReceiveActivation, kForward},
                                    std::pair{kForward, kSendActivation}, std::pair{kReceiveGradient, kBackward},
-                                   std::pair{kBackward, kSendGradient}}) {
+                                   std::pair{kBackward, kSendGradient}, std::pair{kBackward, kWeight}}) {
           if (absl::Status status = before(a, b); !status.ok()) return status;
         }
       }
@@ -318,13 +360,14 @@ absl::Status check_schedule(const Schedule& s) {
 absl::Status check_timeline(const Schedule& s, const SimulationReport& report) {
   const int p = s.pipeline_size, stages = p * s.virtual_size, m = s.microbatches;
   // [stage * m + microbatch]
-  std::vector<const ComputeInterval*> forward(static_cast<size_t>(stages * m), nullptr), backward(forward);
+  std::vector<const ComputeInterval*> forward(static_cast<size_t>(stages * m), nullptr), backward(forward),
+      weight(forward);
   if (report.ranks.size() != s.ranks.size()) return absl::InvalidArgumentError("report and schedule differ in ranks");
   for (int r = 0; r < p; ++r) {
     for (const ComputeInterval& interval : report.ranks[static_cast<size_t>(r)].compute) {
       const Instruction& i = interval.instruction;
-      const size_t key = static_cast<size_t>(virtual_stage(p, r, i.chunk) * m + i.microbatch);
-      (i.op == Op::kForward ? forward : backward)[key] = &interval;
+      const size_t key = static_cast<size_t>(virtual_stage(s.placement, p, r, i.chunk) * m + i.microbatch);
+      (i.op == Op::kForward ? forward : i.op == Op::kBackwardWeight ? weight : backward)[key] = &interval;
     }
   }
   const bool with_backward = training(s);
@@ -350,6 +393,9 @@ absl::Status check_timeline(const Schedule& s, const SimulationReport& report) {
       if (!with_backward) continue;
       const ComputeInterval* upstream = k + 1 < stages ? backward[key + static_cast<size_t>(m)] : forward[key];
       if (absl::Status status = order(upstream, backward[key], k, j, "backward"); !status.ok()) return status;
+      if (weight[key] != nullptr) {
+        if (absl::Status status = order(backward[key], weight[key], k, j, "W"); !status.ok()) return status;
+      }
     }
   }
   return absl::OkStatus();

@@ -13,7 +13,8 @@
 //                    the ideal time, Megatron's t_pb / t_id. With uniform costs and free transfers
 //                    it is (p - 1) / m for 1F1B and (p - 1) / (v m) for the interleaved schedule.
 //   live(r)          (chunk, microbatch) pairs whose forward has run on rank r and whose backward
-//                    is still to come, counted in program order; peak_live is its maximum.
+//                    (with split passes: whose W) is still to come, counted in program order;
+//                    peak_live is its maximum.
 #pragma once
 
 #include <vector>
@@ -25,15 +26,21 @@
 namespace gpt::pipeline {
 
 struct Costs {
-  // [rank][chunk]: time of one microbatch's forward / backward through that chunk.
+  // [rank][chunk]: time of one microbatch's forward / fused backward through that chunk.
   std::vector<std::vector<double>> forward, backward;
+  // [rank][chunk]: the weight-gradient part of `backward`: a split backward's W costs this and its
+  // B (kBackwardInput) backward - weight. Empty: half of backward.
+  std::vector<std::vector<double>> weight;
   double p2p_latency = 0;    // per transfer
   double p2p_bytes = 0;      // size of one activation (or its gradient)
   double p2p_bandwidth = 0;  // bytes per time unit; 0 means unlimited
 
   // Every rank's layers cost `forward` / `backward` per microbatch, split evenly over its v chunks
-  // (so schedules with different v compare at the same model).
-  static Costs uniform(int pipeline_size, int virtual_size, double forward, double backward);
+  // (so schedules with different v compare at the same model); W is `weight` of the backward
+  // (negative: half of it, so F = B = W with backward = 2 forward).
+  static Costs uniform(int pipeline_size, int virtual_size, double forward, double backward, double weight = -1);
+  // The cost of an instruction's compute on (rank, chunk).
+  double compute_time(Op op, int rank, int chunk) const;
   // latency + bytes / bandwidth.
   double transfer_time() const;
 };
@@ -73,14 +80,15 @@ absl::StatusOr<SimulationReport> simulate(const Schedule& schedule, const Costs&
 
 // The schedule checker, in program order: every step is one compute instruction or only transfers;
 // each rank runs the forward of every (chunk, microbatch) exactly once and, unless the schedule is
-// forward-only (no backward anywhere), its backward exactly once after it; each tensor crossing a
+// forward-only (no backward anywhere), its backward exactly once after it, either fused or as B
+// then W, each chunk's W in the order of its B; each tensor crossing a
 // virtual-stage boundary is sent once after it is computed and received once before it is used,
 // from and to the right ranks; a forward-only schedule moves no gradient.
 absl::Status check_schedule(const Schedule& schedule);
 
 // The data flow in simulated time: the forward of virtual stage k for microbatch j starts after
-// stage k - 1's forward of j ends, and its backward after stage k + 1's backward of j (after its own
-// forward on the last stage).
+// stage k - 1's forward of j ends, and its backward (fused or B) after stage k + 1's backward of j
+// (after its own forward on the last stage); a W after its B.
 absl::Status check_timeline(const Schedule& schedule, const SimulationReport& report);
 
 // check_schedule, simulate with unit costs, check_timeline: everything a generated schedule must pass.

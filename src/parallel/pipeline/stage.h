@@ -31,6 +31,16 @@ class Stage {
   // the schedule runs no later backward of this chunk in this step (its gradients are then final).
   virtual std::optional<Tensor> backward(Context& ctx, int slot, int64_t microbatch,
                                          const std::optional<Tensor>& grad_output, bool last_of_step) = 0;
+  // A split backward (zero-bubble schedules): backward_input computes the input gradient (as
+  // backward returns it) and leaves the weight gradients to the slot's backward_weight, which the
+  // schedule runs later, in the same order per chunk; the slot is held until then. `last_of_step`
+  // marks the pass whose W is the chunk's last of the step. A stage that cannot split runs its
+  // fused backward in backward_input and nothing in backward_weight (the same gradients).
+  virtual std::optional<Tensor> backward_input(Context& ctx, int slot, int64_t microbatch,
+                                               const std::optional<Tensor>& grad_output, bool last_of_step) {
+    return backward(ctx, slot, microbatch, grad_output, last_of_step);
+  }
+  virtual void backward_weight(Context& /*ctx*/, int /*slot*/, int64_t /*microbatch*/) {}
 };
 
 }  // namespace gpt::pipeline

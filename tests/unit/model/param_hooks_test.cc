@@ -5,6 +5,8 @@
 // own instruction list: per forward, every group of the chunk in order (before/after use); per
 // backward, the recompute of the layer, then every group in reverse (before/after use, gradients
 // ready), with last_of_step exactly on the chunk's last backward of the schedule (microbatch m-1).
+// The same for ZB-H1 (PP 2, v 1): a split backward's use hooks at its B, its gradients-ready
+// hooks at its W, last_of_step on the last W.
 #include <mpi.h>
 
 #include <map>
@@ -23,11 +25,11 @@
 namespace gpt {
 namespace {
 
-constexpr int kPipeline = 2, kVirtual = 2, kMicrobatches = 4;
+constexpr int kPipeline = 2, kMicrobatches = 4;
 constexpr int64_t kBatch = 2;
 
-ModelConfig tiny_config() {
-  ModelConfig c = testing_support::tiny_model(kPipeline * kVirtual);
+ModelConfig tiny_config(int layers) {
+  ModelConfig c = testing_support::tiny_model(layers);
   c.recompute = {.granularity = RecomputeGranularity::kFull, .method = RecomputeMethod::kUniform, .num_layers = 1};
   return c;
 }
@@ -81,6 +83,16 @@ class TestStage final : public pipeline::Stage {
     model_.set_last_backward_of_step(last_of_step);
     return model_.backward(ctx, slot, grad_output);
   }
+  std::optional<Tensor> backward_input(Context& ctx, int slot, int64_t microbatch,
+                                       const std::optional<Tensor>& grad_output, bool last_of_step) override {
+    enter(slot, microbatch);
+    model_.set_last_backward_of_step(last_of_step);
+    return model_.backward_input(ctx, slot, grad_output, WeightGradTiming::kDeferred);
+  }
+  void backward_weight(Context& ctx, int slot, int64_t microbatch) override {
+    enter(slot, microbatch);
+    model_.backward_weight(ctx, slot);
+  }
 
  private:
   void enter(int slot, int64_t microbatch) {
@@ -93,12 +105,12 @@ class TestStage final : public pipeline::Stage {
   Tensor loss_sum_;
 };
 
-TEST(ParamHooks, FollowThePipelineSchedule) {
+void check_hooks(pipeline::ScheduleKind kind, int kVirtual) {
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   ASSERT_EQ(size, kPipeline) << "run under mpirun -np " << kPipeline;
-  const ModelConfig config = tiny_config();
+  const ModelConfig config = tiny_config(kPipeline * kVirtual);
   const std::vector<ParamSpec> all_specs = build_param_specs(config);
   // Chunk c of rank r is virtual stage c p + r, one layer each.
   std::vector<ChunkLayout> layouts;
@@ -119,10 +131,11 @@ TEST(ParamHooks, FollowThePipelineSchedule) {
   MpiCommunicator pipeline_group(MPI_COMM_WORLD, "pipeline", 60.0);
 
   absl::StatusOr<pipeline::Schedule> schedule =
-      pipeline::make_schedule(pipeline::ScheduleKind::kInterleaved, kPipeline, kVirtual, kMicrobatches);
+      pipeline::make_schedule(kind, kPipeline, kVirtual, kMicrobatches);
   ASSERT_TRUE(schedule.ok()) << schedule.status();
   const std::vector<pipeline::Step>& steps = schedule->ranks[static_cast<size_t>(rank)];
   const std::vector<int> slots = pipeline::stash_slots(steps, kVirtual);
+  const std::vector<int> depths = pipeline::deferral_depths(steps, kVirtual);
 
   Recorder recorder;
   Tensor loss_sum = arena.allocate_zeroed(DType::kFloat32, {1});
@@ -131,7 +144,8 @@ TEST(ParamHooks, FollowThePipelineSchedule) {
   std::vector<pipeline::Stage*> stage_pointers;
   for (int c = 0; c < kVirtual; ++c) {
     chunks.push_back(std::make_unique<GptModel>(config, store, tp, kBatch, slots[static_cast<size_t>(c)],
-                                                layouts[static_cast<size_t>(c)], arena));
+                                                layouts[static_cast<size_t>(c)], arena,
+                                                depths[static_cast<size_t>(c)]));
     chunks.back()->set_observer(&recorder);
     stages.push_back(std::make_unique<TestStage>(*chunks.back(), c, recorder, loss_sum));
     stage_pointers.push_back(stages.back().get());
@@ -139,17 +153,20 @@ TEST(ParamHooks, FollowThePipelineSchedule) {
   pipeline::Executor executor(rank, kPipeline, stage_pointers, slots, arena);
   executor.run(ctx, pipeline_group, steps);
 
-  // The expected sequence, from the instruction list.
+  // The expected sequence, from the instruction list. A split backward (Bi) calls the use hooks;
+  // its W, later, the gradients-ready hooks, last_of_step on the chunk's last W.
   std::map<int, int> last_backward;
   for (const pipeline::Step& step : steps) {
     for (const pipeline::Instruction& i : step.instructions) {
-      if (i.op == pipeline::Op::kBackward) last_backward[i.chunk] = i.microbatch;
+      if (i.op == pipeline::Op::kBackward || i.op == pipeline::Op::kBackwardWeight) {
+        last_backward[i.chunk] = i.microbatch;
+      }
     }
   }
   std::vector<std::string> expected;
   for (const pipeline::Step& step : steps) {
     for (const pipeline::Instruction& i : step.instructions) {
-      if (i.op != pipeline::Op::kForward && i.op != pipeline::Op::kBackward) continue;
+      if (!pipeline::is_compute_op(i.op)) continue;
       const ChunkLayout& layout = layouts[static_cast<size_t>(i.chunk)];
       std::vector<std::string> groups;
       if (layout.has_embedding) groups.push_back("embedding");
@@ -164,6 +181,12 @@ TEST(ParamHooks, FollowThePipelineSchedule) {
         continue;
       }
       const bool last = last_backward.at(i.chunk) == i.microbatch;
+      if (i.op == pipeline::Op::kBackwardWeight) {
+        for (auto g = groups.rbegin(); g != groups.rend(); ++g) {
+          expected.push_back(prefix + (last ? "ready last " : "ready ") + *g);
+        }
+        continue;
+      }
       for (auto g = groups.rbegin(); g != groups.rend(); ++g) {
         if (g->rfind("layer", 0) == 0) {  // full recompute of the layer right before its backward
           expected.push_back(prefix + "before recompute " + *g);
@@ -171,7 +194,7 @@ TEST(ParamHooks, FollowThePipelineSchedule) {
         }
         expected.push_back(prefix + "before backward " + *g);
         expected.push_back(prefix + "after backward " + *g);
-        expected.push_back(prefix + (last ? "ready last " : "ready ") + *g);
+        if (i.op == pipeline::Op::kBackward) expected.push_back(prefix + (last ? "ready last " : "ready ") + *g);
       }
     }
   }
@@ -190,6 +213,11 @@ TEST(ParamHooks, FollowThePipelineSchedule) {
     EXPECT_EQ(finals, static_cast<int>(chunks[static_cast<size_t>(c)]->parameter_groups().size())) << "chunk " << c;
   }
 }
+
+TEST(ParamHooks, FollowThePipelineSchedule) { check_hooks(pipeline::ScheduleKind::kInterleaved, 2); }
+
+// ZB-H1 (v 1): rank 1's backwards split into B and a later W; rank 0 (first stage) fuses them.
+TEST(ParamHooks, FollowTheZeroBubbleSchedule) { check_hooks(pipeline::ScheduleKind::kZeroBubbleH1, 1); }
 
 }  // namespace
 }  // namespace gpt

@@ -2,6 +2,9 @@
 // many slots as Megatron's warm-up bound (p - r, at most m); with interleaving no chunk needs more
 // than the rank's bound and together they hold at least its peak; evaluation needs one per chunk.
 // (The executor's runs over a real pipeline group are checked by the layout-parity tests.)
+#include <algorithm>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/schedule.h"
@@ -36,6 +39,28 @@ TEST(PipelineExecutor, StashSlotsMatchTheScheduleBounds) {
       }
     }
   }
+}
+
+TEST(PipelineExecutor, ZeroBubbleSlotsAndLeaseDepths) {
+  // A split backward holds its slot until its W: every rank of ZB-H1 needs min(p, m) slots, the
+  // schedule's peak; the lease depth is the most W passes waiting, r + 1 on rank r > 0 (its r
+  // deferred by the F-B iterations, plus the current one) and 0 on rank 0, which fuses.
+  for (int p : {2, 3, 4, 8}) {
+    for (int m : {p, 2 * p, 4 * p}) {
+      absl::StatusOr<Schedule> train = make_schedule(ScheduleKind::kZeroBubbleH1, p, 1, m);
+      ASSERT_TRUE(train.ok()) << train.status();
+      for (int r = 0; r < p; ++r) {
+        SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m << " rank " << r);
+        const auto& steps = train->ranks[static_cast<size_t>(r)];
+        EXPECT_EQ(stash_slots(steps, 1)[0], expected_peak_live(ScheduleKind::kZeroBubbleH1, p, 1, m, r));
+        EXPECT_EQ(deferral_depths(steps, 1)[0], r == 0 ? 0 : std::min(r + 1, m));
+      }
+    }
+  }
+  // Fused schedules defer nothing.
+  absl::StatusOr<Schedule> interleaved = make_schedule(ScheduleKind::kInterleaved, 4, 2, 8);
+  ASSERT_TRUE(interleaved.ok());
+  for (const auto& steps : interleaved->ranks) EXPECT_EQ(deferral_depths(steps, 2), (std::vector<int>{0, 0}));
 }
 
 }  // namespace

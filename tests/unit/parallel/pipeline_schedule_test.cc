@@ -410,6 +410,195 @@ TEST(PipelineSimulator, TimelineCheckerCatchesAStageStartingEarly) {
               HasSubstr("forward of virtual stage 1 microbatch 0 starts at 0.5 before F c0 mb0 ends at 1"));
 }
 
+// ZB-H1 (split backward): p in {2, 3, 4, 8}, m in {p, 2p, 4p}.
+std::vector<Layout> zero_bubble_grid() {
+  std::vector<Layout> grid;
+  for (int p : {2, 3, 4, 8}) {
+    for (int m : {p, 2 * p, 4 * p}) grid.push_back({ScheduleKind::kZeroBubbleH1, p, 1, m});
+  }
+  return grid;
+}
+
+TEST(ZeroBubbleSchedule, PassesTheCheckerAndTheSimulator) {
+  for (const Layout& layout : zero_bubble_grid()) {
+    SCOPED_TRACE(layout.name());
+    const Schedule schedule = make(layout.kind, layout.p, layout.v, layout.m);
+    ASSERT_EQ(schedule.ranks.size(), static_cast<size_t>(layout.p));
+    EXPECT_TRUE(verify_schedule(schedule).ok()) << verify_schedule(schedule);
+    // Every microbatch's backward is split on all but the first stage, which fuses it (it sends
+    // no gradient).
+    for (int r = 0; r < layout.p; ++r) {
+      int fused = 0, input = 0, weight = 0;
+      for (const std::string& c : compute_order(schedule, r)) {
+        fused += c.rfind("B0.", 0) == 0;
+        input += c.rfind("Bi0.", 0) == 0;
+        weight += c.rfind("W0.", 0) == 0;
+      }
+      EXPECT_EQ(fused, r == 0 ? layout.m : 0);
+      EXPECT_EQ(input, r == 0 ? 0 : layout.m);
+      EXPECT_EQ(weight, r == 0 ? 0 : layout.m);
+    }
+  }
+}
+
+TEST(ZeroBubbleSchedule, BubbleIsAThirdOfOneFOneBsWithEqualPasses) {
+  // F = B = W = 1 (the fused backward costs 2): Qi et al.'s ZB-H1 bubble (p - 1)(T_F + T_B - T_W)
+  // = p - 1 against 1F1B's (p - 1)(T_F + T_B + T_W) = 3 (p - 1), on 3 m of work per rank.
+  for (const Layout& layout : zero_bubble_grid()) {
+    SCOPED_TRACE(layout.name());
+    const SimulationReport zb = run(make(layout.kind, layout.p, 1, layout.m));
+    const SimulationReport one_f_one_b = run(make(ScheduleKind::kOneFOneB, layout.p, 1, layout.m));
+    const double paper = static_cast<double>(layout.p - 1) / (3.0 * layout.m);
+    EXPECT_NEAR(zb.bubble_fraction, paper, 1e-9);
+    EXPECT_DOUBLE_EQ(paper, expected_bubble_fraction(layout.kind, layout.p, 1, layout.m));
+    EXPECT_NEAR(zb.bubble_fraction * 3, one_f_one_b.bubble_fraction, 1e-9);
+    for (const RankTimeline& rank : zb.ranks) EXPECT_NEAR(rank.busy, layout.m * 3.0, 1e-9);
+  }
+}
+
+TEST(ZeroBubbleSchedule, PeakLiveIsOneFOneBsMost) {
+  for (const Layout& layout : zero_bubble_grid()) {
+    SCOPED_TRACE(layout.name());
+    const Schedule schedule = make(layout.kind, layout.p, 1, layout.m);
+    const SimulationReport report = run(schedule);
+    int one_f_one_b_most = 0;
+    for (int r = 0; r < layout.p; ++r) {
+      one_f_one_b_most = std::max(one_f_one_b_most, expected_peak_live(ScheduleKind::kOneFOneB, layout.p, 1, layout.m, r));
+    }
+    for (int r = 0; r < layout.p; ++r) {
+      EXPECT_EQ(report.ranks[static_cast<size_t>(r)].peak_live, expected_peak_live(layout.kind, layout.p, 1, layout.m, r));
+      EXPECT_LE(report.ranks[static_cast<size_t>(r)].peak_live, one_f_one_b_most);
+    }
+  }
+}
+
+TEST(ZeroBubbleSchedule, FollowsTheHandcraftedOrder) {
+  const Schedule schedule = make(ScheduleKind::kZeroBubbleH1, 4, 1, 8);
+  EXPECT_EQ(compute_order(schedule, 0),
+            split("F0.0 F0.1 F0.2 F0.3 B0.0 F0.4 B0.1 F0.5 B0.2 F0.6 B0.3 F0.7 B0.4 B0.5 B0.6 B0.7"));
+  EXPECT_EQ(compute_order(schedule, 3),
+            split("F0.0 Bi0.0 F0.1 Bi0.1 F0.2 Bi0.2 F0.3 Bi0.3 W0.0 F0.4 Bi0.4 W0.1 F0.5 Bi0.5 W0.2 F0.6 Bi0.6 W0.3 "
+                  "F0.7 Bi0.7 W0.4 W0.5 W0.6 W0.7"));
+}
+
+TEST(ZeroBubbleSchedule, FewerMicrobatchesThanStagesStillRun) {
+  for (int p : {2, 4, 8}) {
+    for (int m = 1; m < p; ++m) {
+      SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m);
+      const Schedule schedule = make(ScheduleKind::kZeroBubbleH1, p, 1, m);
+      EXPECT_TRUE(verify_schedule(schedule).ok()) << verify_schedule(schedule);
+    }
+  }
+}
+
+TEST(ZeroBubbleSchedule, UnevenCostsStayDeadlockFree) {
+  // The transfers are keyed by the unit-cost timeline; other costs may make a rank wait for a
+  // peer, never deadlock, and data still flows in order.
+  const Schedule schedule = make(ScheduleKind::kZeroBubbleH1, 4, 1, 8);
+  Costs costs = Costs::uniform(4, 1, 1.0, 3.0, 0.7);
+  costs.forward[2][0] = 1.9;
+  costs.transfer_time();
+  costs.p2p_latency = 0.05;
+  absl::StatusOr<SimulationReport> report = simulate(schedule, costs);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(check_timeline(schedule, *report).ok()) << check_timeline(schedule, *report);
+}
+
+TEST(ZeroBubbleSchedule, CheckerCatchesSplitErrors) {
+  Schedule schedule = make(ScheduleKind::kZeroBubbleH1, 2, 1, 2);
+  // Rank 1's W passes swapped: out of B order.
+  std::vector<Step>& rank = schedule.ranks[1];
+  std::vector<size_t> weights;
+  for (size_t n = 0; n < rank.size(); ++n) {
+    if (rank[n].instructions.front().op == Op::kBackwardWeight) weights.push_back(n);
+  }
+  ASSERT_EQ(weights.size(), 2u);
+  std::swap(rank[weights[0]], rank[weights[1]]);
+  EXPECT_THAT(std::string(check_schedule(schedule).message()), HasSubstr("in the order of their B"));
+  // A W dropped: its B has no W.
+  std::swap(rank[weights[0]], rank[weights[1]]);
+  rank.erase(rank.begin() + static_cast<std::ptrdiff_t>(weights[1]));
+  EXPECT_THAT(std::string(check_schedule(schedule).message()), HasSubstr("weight-gradient pass"));
+}
+
+TEST(ZeroBubbleSchedule, LoweringRefusesBadOrders) {
+  // The W before its B on the same rank can never run.
+  std::vector<std::vector<Instruction>> orders = {
+      {{Op::kForward, 0, 0, -1}, {Op::kBackward, 0, 0, -1}},
+      {{Op::kForward, 0, 0, -1}, {Op::kBackwardWeight, 0, 0, -1}, {Op::kBackwardInput, 0, 0, -1}}};
+  EXPECT_THAT(std::string(lower_compute_orders(2, 1, 1, orders).status().message()), HasSubstr("cannot run"));
+  orders[1] = {{Op::kForward, 0, 0, -1}, {Op::kBackwardInput, 0, 0, -1}};
+  EXPECT_THAT(std::string(lower_compute_orders(2, 1, 1, orders).status().message()), HasSubstr("miss the W"));
+  EXPECT_THAT(std::string(make_schedule(ScheduleKind::kZeroBubbleH1, 2, 2, 2).status().message()),
+              HasSubstr("--num-layers-per-virtual-pipeline-stage"));
+}
+
+// ZB-V: two chunks per rank in a V (rank r holds stages r and 2p - 1 - r).
+TEST(ZeroBubbleV, PassesTheCheckerAndReachesTheLowerBound) {
+  for (int p : {2, 3, 4, 8}) {
+    for (int m : {p, 2 * p, 4 * p}) {
+      SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m);
+      const Schedule schedule = make(ScheduleKind::kZeroBubbleV, p, 2, m);
+      ASSERT_EQ(schedule.placement, Placement::kV);
+      EXPECT_TRUE(verify_schedule(schedule).ok()) << verify_schedule(schedule);
+      // F = B = W = 1 per chunk (the rank's backward costs 2 per chunk pass pair): only the last
+      // rank's wait for its first activation, p - 1 chunk forwards, is left of the bubble.
+      const SimulationReport report = run(schedule);
+      EXPECT_NEAR(report.bubble_fraction, static_cast<double>(p - 1) / (6.0 * m), 1e-9);
+      EXPECT_DOUBLE_EQ(expected_bubble_fraction(ScheduleKind::kZeroBubbleV, p, 2, m),
+                       static_cast<double>(p - 1) / (6.0 * m));
+      const SimulationReport interleaved = run(make(ScheduleKind::kInterleaved, p, 2, m));
+      EXPECT_LT(report.bubble_fraction, interleaved.bubble_fraction / 2);
+      // At most p microbatches' activations (2p half-size pairs): 1F1B's most.
+      for (int r = 0; r < p; ++r) {
+        EXPECT_LE(report.ranks[static_cast<size_t>(r)].peak_live, expected_peak_live(ScheduleKind::kZeroBubbleV, p, 2, m, r));
+        EXPECT_LE(report.ranks[static_cast<size_t>(r)].peak_live, 2 * p);
+      }
+    }
+  }
+}
+
+TEST(ZeroBubbleV, TheTurnOfTheVTakesNoTransfer) {
+  const Schedule schedule = make(ScheduleKind::kZeroBubbleV, 4, 2, 8);
+  EXPECT_EQ(virtual_stage(Placement::kV, 4, 3, 0), 3);
+  EXPECT_EQ(virtual_stage(Placement::kV, 4, 3, 1), 4);
+  EXPECT_EQ(virtual_stage(Placement::kV, 4, 0, 1), 7);
+  EXPECT_EQ(stage_location(Placement::kV, 4, 6).rank, 1);
+  EXPECT_EQ(stage_location(Placement::kV, 4, 6).chunk, 1);
+  for (int r = 0; r < 4; ++r) {
+    for (const Step& step : schedule.ranks[static_cast<size_t>(r)]) {
+      for (const Instruction& i : step.instructions) {
+        if (is_compute_op(i.op)) continue;
+        EXPECT_NE(i.peer, r) << to_string(i);
+        // Rank 3 moves nothing between its chunks; rank 0's chunk 1 (the last stage) sends no
+        // activation and its chunk 0 (the first) receives none.
+        if (r == 3) EXPECT_FALSE(i.chunk == 0 && (i.op == Op::kSendActivation || i.op == Op::kReceiveGradient));
+        if (r == 3) EXPECT_FALSE(i.chunk == 1 && (i.op == Op::kReceiveActivation || i.op == Op::kSendGradient));
+        if (r == 0) EXPECT_FALSE(i.chunk == 1 && (i.op == Op::kSendActivation || i.op == Op::kReceiveGradient));
+      }
+    }
+  }
+  // A transfer between the two chunks of rank 3 is refused by the simulator's checks.
+  Schedule broken = schedule;
+  broken.ranks[3].insert(broken.ranks[3].begin(), Step{{Instruction{Op::kSendActivation, 0, 0, 2}}});
+  EXPECT_THAT(std::string(check_schedule(broken).message()), HasSubstr("is on this rank"));
+}
+
+TEST(ZeroBubbleV, RefusesOtherLayouts) {
+  EXPECT_THAT(std::string(make_schedule(ScheduleKind::kZeroBubbleV, 4, 1, 8).status().message()),
+              HasSubstr("two model chunks per rank"));
+  EXPECT_THAT(std::string(make_schedule(ScheduleKind::kZeroBubbleV, 4, 3, 8).status().message()),
+              HasSubstr("two model chunks per rank"));
+  EXPECT_THAT(std::string(make_schedule(ScheduleKind::kZeroBubbleV, 1, 2, 8).status().message()),
+              HasSubstr("--pipeline-model-parallel-size > 1"));
+  // Any number of microbatches runs (no multiple of p needed).
+  for (int m = 1; m <= 9; ++m) {
+    SCOPED_TRACE(m);
+    const Schedule schedule = make(ScheduleKind::kZeroBubbleV, 4, 2, m);
+    EXPECT_TRUE(verify_schedule(schedule).ok()) << verify_schedule(schedule);
+  }
+}
+
 TEST(PipelineLayout, BadLayoutsNameTheFlags) {
   EXPECT_TRUE(validate_pipeline_layout(8, 4, 0, 3).ok());
   EXPECT_TRUE(validate_pipeline_layout(8, 4, 1, 8).ok());

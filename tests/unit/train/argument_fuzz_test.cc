@@ -46,6 +46,7 @@ const std::vector<Flag>& listed_flags() {
       {"--tensor-model-parallel-size", Kind::kInteger}, {"--pipeline-model-parallel-size", Kind::kInteger},
       {"--num-layers-per-virtual-pipeline-stage", Kind::kInteger},
       {"--num-virtual-stages-per-pipeline-rank", Kind::kInteger}, {"--sequence-parallel", Kind::kSwitch},
+      {"--pipeline-schedule", Kind::kText, {"1f1b", "interleaved", "zb-h1", "zb-v", ""}},
       {"--use-distributed-optimizer", Kind::kSwitch}, {"--overlap-grad-reduce", Kind::kSwitch},
       {"--overlap-param-gather", Kind::kSwitch}, {"--ddp-bucket-size", Kind::kInteger},
       {"--distributed-backend", Kind::kText, {"nccl", "mpi", "gloo", ""}},

@@ -297,6 +297,21 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
        "--num-layers (8) must be divisible by --pipeline-model-parallel-size (2) x "
        "--num-virtual-stages-per-pipeline-rank (3)",
        2},
+      // --pipeline-schedule: the layouts a schedule cannot run name the flags.
+      {with(base_flags(), "--pipeline-schedule", "zb-v"), "--pipeline-schedule zb-v is not run by the trainer yet"},
+      {with(base_flags(), "--pipeline-schedule", "gpipe"), "--pipeline-schedule must be 1f1b, interleaved or zb-h1"},
+      {with(with(with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--num-layers", "8"),
+                 "--num-layers-per-virtual-pipeline-stage", "2"),
+            "--pipeline-schedule", "zb-h1"),
+       "--pipeline-schedule zb-h1 runs one model chunk per pipeline rank; drop "
+       "--num-layers-per-virtual-pipeline-stage / --num-virtual-stages-per-pipeline-rank (2 chunks per rank here)",
+       2},
+      {with(with(with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--num-layers", "8"),
+                 "--num-virtual-stages-per-pipeline-rank", "2"),
+            "--pipeline-schedule", "1f1b"),
+       "--pipeline-schedule 1f1b runs one model chunk per pipeline rank", 2},
+      {with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--pipeline-schedule", "interleaved"),
+       "--pipeline-schedule interleaved needs more than one model chunk per pipeline rank", 2},
       {with(base_flags(), "--attention-backend", "flash"), "--attention-backend flash is not available"},
       {with(base_flags(), "--overlap-param-gather", ""), "--overlap-param-gather needs --use-distributed-optimizer"},
       {with(base_flags(), "--ddp-bucket-size", "0"), "--ddp-bucket-size must be a positive integer"},

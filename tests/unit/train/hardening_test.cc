@@ -143,6 +143,23 @@ TEST(MemoryPlan, ParametersMatchTheModelExactly) {
 // The planner's exact figures are what a trainer of the same flags allocates, item by item (the
 // trainer checks its own allocation against the same function at start-up; this closes the loop
 // from the flags, before anything is built).
+// ZB-H1 keeps every stage's slots until the deferred weight gradients run, and their leases: the
+// worst stage (the last, with the LM head's lease) needs more than under 1F1B, and the closed form
+// (the lower bound that decides for large layouts) counts the last stage's extra slots.
+TEST(MemoryPlan, ZeroBubbleCostsTheLaterStagesMore) {
+  const std::vector<std::string> pp4 =
+      with(with(with(base_flags(), "--num-layers", "8"), "--pipeline-model-parallel-size", "4"), "--global-batch-size",
+           "16");
+  absl::StatusOr<MemoryPlan> one_f_one_b = plan_of(pp4, 4);
+  absl::StatusOr<MemoryPlan> zero_bubble = plan_of(with(pp4, "--pipeline-schedule", "zb-h1"), 4);
+  ASSERT_TRUE(one_f_one_b.ok()) << one_f_one_b.status();
+  ASSERT_TRUE(zero_bubble.ok()) << zero_bubble.status();
+  ASSERT_TRUE(one_f_one_b->allocated.has_value() && zero_bubble->allocated.has_value());
+  EXPECT_GT(zero_bubble->allocated->activations, one_f_one_b->allocated->activations);
+  EXPECT_GE(zero_bubble->activations, one_f_one_b->activations);
+  EXPECT_LE(zero_bubble->activations, zero_bubble->allocated->activations);
+}
+
 TEST(MemoryPlan, ExactPlanIsTheTrainersAllocation) {
   const std::vector<std::vector<std::string>> layouts = {
       base_flags(),
