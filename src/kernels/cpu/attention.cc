@@ -6,10 +6,12 @@
 // accumulated over its query heads in order (deterministic).
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/dropout_words.h"
 #include "kernels/cpu/element.h"
 
 namespace gpt::cpu {
@@ -55,12 +57,17 @@ void dropout_scales(const AttentionShape& sh, const ops::DropoutMask& mask, int6
   const uint64_t threshold = ops::dropout_threshold(mask.probability);
   const float keep_scale = 1.0f / (1.0f - mask.probability);
   const auto sample = static_cast<uint64_t>(mask.sample_offset + batch);
+  // The random words of row i's causal part (positions row .. row + i), a chunk at a time.
+  uint32_t words[kDropoutChunk];
   for (int64_t i = 0; i < sh.s; ++i) {
     const auto row = static_cast<uint64_t>(((mask.row_offset + head) * sh.s + i) * sh.s);
-    for (int64_t j = 0; j < sh.s; ++j) {
-      const bool keep = j <= i && ops::dropout_keeps(mask.key, sample, row + static_cast<uint64_t>(j), threshold);
-      m[i * sh.s + j] = keep ? keep_scale : 0.0f;
+    float* out = m + i * sh.s;
+    for (int64_t first = 0; first <= i; first += kDropoutChunk) {
+      const int64_t count = std::min(kDropoutChunk, i + 1 - first);
+      dropout_words(mask.key, sample, row + static_cast<uint64_t>(first), count, words);
+      for (int64_t j = 0; j < count; ++j) out[first + j] = words[j] >= threshold ? keep_scale : 0.0f;
     }
+    for (int64_t j = i + 1; j < sh.s; ++j) out[j] = 0.0f;
   }
 }
 

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/dropout_words.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/dropout_mask.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/ops.h"
 #include "unit/kernels/kernel_test_util.h"
@@ -61,6 +63,25 @@ TEST(CpuSimd, ExpWithinThreeUlpOfLibm) {
   EXPECT_EQ(cpu::simd::exp1(-200.0f), 0.0f);
   EXPECT_EQ(cpu::simd::exp1(-std::numeric_limits<float>::infinity()), 0.0f);
   EXPECT_TRUE(std::isnan(cpu::simd::exp1(std::nanf(""))));
+}
+
+// The batched words are dropout_keeps's words: any start (also across a 2^32-block counter carry)
+// and length.
+TEST(CpuDropoutWords, SameBitsAsPhiloxPerElement) {
+  const uint64_t key = ops::dropout_key(99, 3, 1, ops::DropoutSite::kAttentionProbabilities);
+  std::vector<uint32_t> words(300);
+  for (uint64_t sample : {uint64_t{0}, uint64_t{5}, uint64_t{1} << 40}) {
+    for (uint64_t first : {uint64_t{0}, uint64_t{1}, uint64_t{3}, uint64_t{77}, (uint64_t{1} << 34) - 9}) {
+      for (int64_t count : {1, 2, 5, 64, 65, 300}) {
+        cpu::dropout_words(key, sample, first, count, words.data());
+        for (int64_t k = 0; k < count; ++k) {
+          const uint64_t position = first + static_cast<uint64_t>(k);
+          const uint32_t want = philox4x32_10(key, sample, position / 4)[position % 4];
+          ASSERT_EQ(words[k], want) << "sample " << sample << " position " << position;
+        }
+      }
+    }
+  }
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
