@@ -101,6 +101,47 @@ GPT_SIMD_INLINE f32x8 exp(f32x8 x) {
   return select(underflow, splat(0.0f), p * as_float(scale_bits));
 }
 
+// tanh(u) = 1 - 2 / (e^{2u} + 1): absolute error a few 1e-8 (relative error larger only where
+// |tanh u| is tiny, which GeLU's 1 + tanh and 1 - tanh^2 do not see); +-1 for large |u|.
+GPT_SIMD_INLINE f32x8 tanh(f32x8 u) { return splat(1.0f) - splat(2.0f) / (exp(u + u) + splat(1.0f)); }
+
+// GeLU, tanh approximation (Megatron's / PyTorch's approximate="tanh"), and its derivative.
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+GPT_SIMD_INLINE f32x8 gelu(f32x8 v) {
+  return splat(0.5f) * v * (splat(1.0f) + tanh(splat(kSqrt2OverPi) * (v + splat(kGeluCubic) * v * v * v)));
+}
+GPT_SIMD_INLINE f32x8 gelu_derivative(f32x8 v) {
+  const f32x8 t = tanh(splat(kSqrt2OverPi) * (v + splat(kGeluCubic) * v * v * v));
+  const f32x8 d_inner = splat(kSqrt2OverPi) * (splat(1.0f) + splat(3.0f * kGeluCubic) * v * v);
+  return splat(0.5f) * (splat(1.0f) + t) + splat(0.5f) * v * (splat(1.0f) - t * t) * d_inner;
+}
+
+// The first n < 8 elements as a vector (the other lanes 0), and back: loop tails go through the
+// same vector code, so an element's value never depends on where a range starts or ends.
+template <typename T>
+GPT_SIMD_INLINE f32x8 load_partial(const T* p, int64_t n) {
+  f32x8 v = splat(0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      v[i] = p[i];
+    } else {
+      v[i] = p[i].to_float();
+    }
+  }
+  return v;
+}
+template <typename T>
+GPT_SIMD_INLINE void store_partial(T* p, int64_t n, f32x8 v) {
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      p[i] = v[i];
+    } else {
+      p[i] = T(v[i]);
+    }
+  }
+}
+
 // Scalar e^x with the same formula, for loop tails (so a value never depends on its position).
 GPT_SIMD_INLINE float exp1(float x) {
   f32x8 v = splat(x);
