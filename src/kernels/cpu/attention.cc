@@ -13,6 +13,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/dropout_words.h"
 #include "kernels/cpu/element.h"
+#include "kernels/cpu/simd.h"
 
 namespace gpt::cpu {
 namespace {
@@ -71,14 +72,55 @@ void dropout_scales(const AttentionShape& sh, const ops::DropoutMask& mask, int6
   }
 }
 
+// Row i of scores [s, s] (j <= i): exp(score - lse_i); 0 above the diagonal. Vectorized
+// (simd::exp; the diagonal block's tail through the same vector code).
+GPT_CPU_CLONES void causal_exp_rows(float* p, int64_t s, const float* lse) {
+  for (int64_t i = 0; i < s; ++i) {
+    float* row = p + i * s;
+    const simd::f32x8 shift = simd::splat(lse[i]);
+    int64_t j = 0;
+    for (; j + simd::kLanes <= i + 1; j += simd::kLanes) simd::store8(row + j, simd::exp(simd::load8(row + j) - shift));
+    if (j <= i) simd::store_partial(row + j, i + 1 - j, simd::exp(simd::load_partial(row + j, i + 1 - j) - shift));
+    for (j = i + 1; j < s; ++j) row[j] = 0.0f;
+  }
+}
+
+// Causal softmax of scores [s, s] in place (0 above the diagonal), each row's log-sum-exp in lse:
+// the row maximum, exp(score - maximum) summed in FP32 lanes and FP64 across them, normalized.
+GPT_CPU_CLONES void causal_softmax_rows(float* scores, int64_t s, float* lse) {
+  for (int64_t i = 0; i < s; ++i) {
+    float* row = scores + i * s;
+    const int64_t n = i + 1, vector_end = n / simd::kLanes * simd::kLanes;
+    simd::f32x8 m = simd::splat(-std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < vector_end; j += simd::kLanes) m = simd::max(m, simd::load8(row + j));
+    float row_max = simd::horizontal_max(m);
+    for (int64_t j = vector_end; j < n; ++j) row_max = std::max(row_max, row[j]);
+    const simd::f32x8 shift = simd::splat(row_max);
+    simd::f32x8 lanes = simd::splat(0.0f);
+    for (int64_t j = 0; j < vector_end; j += simd::kLanes) {
+      const simd::f32x8 e = simd::exp(simd::load8(row + j) - shift);
+      simd::store8(row + j, e);
+      lanes += e;
+    }
+    double total = simd::horizontal_sum(lanes);
+    if (vector_end < n) {
+      const simd::f32x8 e = simd::exp(simd::load_partial(row + vector_end, n - vector_end) - shift);
+      simd::store_partial(row + vector_end, n - vector_end, e);
+      for (int64_t k = 0; k < n - vector_end; ++k) total += e[k];  // not the padding lanes
+    }
+    const float inverse = static_cast<float>(1.0 / total);
+    for (int64_t j = 0; j < n; ++j) row[j] *= inverse;
+    for (int64_t j = n; j < s; ++j) row[j] = 0.0f;
+    lse[i] = row_max + static_cast<float>(std::log(total));
+  }
+}
+
 // scores [s, s] = scale * q k^T, then P = exp(scores - lse) below the diagonal, 0 above.
 void probabilities_from_lse(const AttentionShape& sh, const float* q, const float* k, const float* lse,
                             float scale, float* p) {
   const int s = static_cast<int>(sh.s), d = static_cast<int>(sh.d);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, scale, q, d, k, d, 0.0f, p, s);
-  for (int64_t i = 0; i < sh.s; ++i) {
-    for (int64_t j = 0; j < sh.s; ++j) p[i * sh.s + j] = j <= i ? std::exp(p[i * sh.s + j] - lse[i]) : 0.0f;
-  }
+  causal_exp_rows(p, sh.s, lse);
 }
 
 void check_dropout(const ops::DropoutMask& dropout) {
@@ -115,20 +157,7 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const
           gather_part(sh, in, batch, group, member, q);
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, scale, q, d, k, d, 0.0f, scores, s);
           float* row_lse = lse.data_as<float>() + (batch * sh.heads + head) * sh.s;
-          for (int64_t i = 0; i < sh.s; ++i) {
-            float* row = scores + i * sh.s;
-            float row_max = -std::numeric_limits<float>::infinity();
-            for (int64_t j = 0; j <= i; ++j) row_max = std::max(row_max, row[j]);
-            double total = 0.0;
-            for (int64_t j = 0; j <= i; ++j) {
-              row[j] = std::exp(row[j] - row_max);
-              total += row[j];
-            }
-            const float inverse = static_cast<float>(1.0 / total);
-            for (int64_t j = 0; j <= i; ++j) row[j] *= inverse;
-            for (int64_t j = i + 1; j < sh.s; ++j) row[j] = 0.0f;
-            row_lse[i] = row_max + static_cast<float>(std::log(total));
-          }
+          causal_softmax_rows(scores, sh.s, row_lse);
           if (dropout.enabled()) {
             dropout_scales(sh, dropout, batch, head, keep);
             for (int64_t e = 0; e < sh.s * sh.s; ++e) scores[e] *= keep[e];
