@@ -1,7 +1,8 @@
 // Threads for the CPU reference kernels that are not BLAS calls: a small process-wide pool that
-// splits an index range into contiguous pieces. Which piece a thread gets never changes what is
-// computed: callers make every index's result independent of the split (no cross-piece
-// reductions in thread order), so results do not depend on the thread count.
+// cuts an index range into contiguous chunks (up to 8 per thread) taken dynamically by the caller
+// and the workers. Which thread runs a chunk never changes what is computed: callers make every
+// index's result independent of the chunking (no cross-chunk reductions in thread order), so
+// results do not depend on the thread count.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +11,8 @@
 
 namespace gpt::cpu {
 
-// Calls fn(begin, end) on contiguous ranges covering [0, n), on up to ctx.cpu_threads() threads
-// (the caller's included). Runs inline when n < 2 * grain (too little work to split), when the
+// Calls fn(begin, end) on contiguous ranges covering [0, n), each of at least `grain` indices
+// (fewer only when n < grain), on up to ctx.cpu_threads() threads (the caller's included). Runs inline when n < 2 * grain (too little work to split), when the
 // context has one thread, or when another caller holds the pool (kernels may be called from
 // several threads at once; they then share the cores by running serially).
 template <typename Fn>

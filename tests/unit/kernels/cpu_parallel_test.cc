@@ -31,7 +31,7 @@ TEST(CpuParallelFor, CoversTheRangeOnceInContiguousPieces) {
         for (int64_t i = begin; i < end; ++i) ++hits[i];
       });
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
-      EXPECT_LE(calls.load(), std::max(1, threads));
+      EXPECT_LE(calls.load(), std::max(1, 8 * threads));
     }
   }
 }
