@@ -16,11 +16,13 @@ table of docs/PERFORMANCE.md, each measured inside the same alternation:
                       the same threads, two micro-batches of 4 per step) as one more column;
   --sgemm PROBE       OpenBLAS SGEMM GFLOP/s (bench/cpu/sgemm_probe.cc) once per trial, printed
                       with each binary's model GFLOP/s (Megatron's formula);
-  --profile           afterwards, each binary's per-op profile (GPT_OP_PROFILE_FROM=4, 8 iterations).
+  --profile RUNS      afterwards, each binary's per-op profile (GPT_OP_PROFILE_FROM=4, 8 iterations),
+                      per op the median of RUNS alternating runs.
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -79,15 +81,40 @@ def sgemm_trial(probe, threads):
 
 
 def profile(binary, extra, threads):
+    """One per-op profile (GPT_OP_PROFILE_FROM=4, 8 iterations): {op: ms per iteration}."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), GPT_OP_PROFILE="1",
                GPT_OP_PROFILE_FROM="4")
     with tempfile.TemporaryDirectory() as directory:
         command = [binary, *MODEL, "--train-iters", "8", "--eval-iters", "0",
                    "--metrics-file", os.path.join(directory, "m.jsonl"), *extra]
         result = subprocess.run(command, env=env, capture_output=True, text=True)
-    lines = (result.stdout + result.stderr).splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("per-op time")), None)
-    return "\n".join(lines[start:]) if start is not None else f"(no profile: exit {result.returncode})"
+    if result.returncode != 0:
+        sys.exit(f"{binary} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
+    ops = {}
+    for line in (result.stdout + result.stderr).splitlines():
+        match = re.match(r"\| (.+?) \| ?(\d*) ?\| ([\d.]+) \|", line)
+        if match:
+            ops[match.group(1)] = float(match.group(3))
+    return ops
+
+
+def print_profiles(binaries, runs, extra, threads):
+    """Per op, the median over `runs` profiles of each binary (alternating), and its share of the
+    median measured step."""
+    samples = {b: {} for b in binaries}
+    for _ in range(runs):
+        for binary in binaries:
+            for op, ms in profile(binary, extra, threads).items():
+                samples[binary].setdefault(op, []).append(ms)
+    for binary in binaries:
+        ops = samples[binary]
+        step = statistics.median(ops.pop("step (measured)"))
+        print(f"\nper-op profile of {binary} {' '.join(extra)}: median of {runs} runs, ms per iteration")
+        print("| op | ms / iteration | share of step |\n|---|---|---|")
+        for op, values in sorted(ops.items(), key=lambda kv: -statistics.median(kv[1])):
+            if statistics.median(values) >= 0.05:
+                print(f"| {op} | {statistics.median(values):.1f} | {100 * statistics.median(values) / step:.1f}% |")
+        print(f"| step (measured) | {step:.1f} | 100% |")
 
 
 def main():
@@ -99,7 +126,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--torch", action="store_true", help="PyTorch eager on the same model, alternated too")
     parser.add_argument("--sgemm", metavar="PROBE", help="sgemm_probe binary, run once per trial")
-    parser.add_argument("--profile", action="store_true", help="print each binary's per-op profile afterwards")
+    parser.add_argument("--profile", type=int, default=0, metavar="RUNS",
+                        help="afterwards, each binary's per-op profile: medians of RUNS alternating runs")
     args, extra = parser.parse_known_args()
     extra = [e for e in extra if e != "--"]
     if args.iters <= args.skip:
@@ -128,8 +156,7 @@ def main():
             print(f"OpenBLAS SGEMM {shape:12s} median {statistics.median(rates):7.1f} GFLOP/s "
                   f"(max {max(rates):.1f}, {len(rates)} trials, {args.threads} threads)")
     if args.profile:
-        for binary in args.binaries:
-            print(f"\nper-op profile of {binary} {' '.join(extra)}\n{profile(binary, extra, args.threads)}")
+        print_profiles(args.binaries, args.profile, extra, args.threads)
 
 
 if __name__ == "__main__":
