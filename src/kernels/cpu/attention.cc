@@ -1,4 +1,6 @@
-// Causal softmax attention, one (batch, key/value group) at a time: gather the group's k and v and
+// Causal softmax attention, one (batch, key/value group) per task, the tasks split over the
+// context's threads (each task's GEMMs on one BLAS thread; a task's result does not depend on
+// which thread runs it): gather the group's k and v and
 // each of its query heads into contiguous FP32 [s, d] matrices, S = q k^T through BLAS, masked
 // softmax in FP32 keeping each row's log-sum-exp, optional dropout of the probabilities, O = P v.
 // Backward recomputes P from the log-sum-exp (as flash attention does) instead of storing it, and
@@ -9,10 +11,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/dropout_words.h"
+#include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/element.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
 namespace gpt::cpu {
@@ -123,6 +128,14 @@ void probabilities_from_lse(const AttentionShape& sh, const float* q, const floa
   causal_exp_rows(p, sh.s, lse);
 }
 
+// FP32 scratch of the calling thread, grown once to the largest size asked for (the pool's threads
+// each have their own; Context::cpu_scratch is the caller's alone).
+float* thread_scratch(size_t count) {
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < count) scratch.resize(count);
+  return scratch.data();
+}
+
 void check_dropout(const ops::DropoutMask& dropout) {
   GPT_CHECK(dropout.probability >= 0.0f && dropout.probability < 1.0f)
       << "attention dropout probability must be in [0, 1), got " << dropout.probability;
@@ -138,18 +151,22 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const
       << "attention lse must be [b, heads, s] float32, got " << lse.to_string();
   check_dropout(dropout);
   const int s = static_cast<int>(sh.s), d = static_cast<int>(sh.d);
-  float* q = ctx.cpu_scratch(0, sh.s * sh.d);
-  float* k = ctx.cpu_scratch(1, sh.s * sh.d);
-  float* v = ctx.cpu_scratch(2, sh.s * sh.d);
-  float* scores = ctx.cpu_scratch(3, (dropout.enabled() ? 2 : 1) * sh.s * sh.s + sh.s * sh.d);
-  float* o = scores + sh.s * sh.s;
-  float* keep = o + sh.s * sh.d;  // dropout scales [s, s], with dropout
+  const int64_t sd = sh.s * sh.d, square = sh.s * sh.s;
+  use_blas_threads(1);  // small per-head GEMMs: one BLAS thread each, (batch, group) over the pool
   dispatch_float_type(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = qkv.data_as<T>();
     T* result = out.data_as<T>();
-    for (int64_t batch = 0; batch < sh.b; ++batch) {
-      for (int64_t group = 0; group < sh.groups; ++group) {
+    parallel_for(ctx, sh.b * sh.groups, 1, [&](int64_t first, int64_t last) {
+      // Scratch of this thread: q, k, v, o [s, d]; scores [s, s] (and the dropout scales [s, s]).
+      float* q = thread_scratch(4 * sd + (dropout.enabled() ? 2 : 1) * square);
+      float* k = q + sd;
+      float* v = k + sd;
+      float* o = v + sd;
+      float* scores = o + sd;
+      float* keep = scores + square;
+      for (int64_t task = first; task < last; ++task) {
+        const int64_t batch = task / sh.groups, group = task % sh.groups;
         gather_part(sh, in, batch, group, sh.q, k);
         gather_part(sh, in, batch, group, sh.q + 1, v);
         for (int64_t member = 0; member < sh.q; ++member) {
@@ -160,7 +177,7 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const
           causal_softmax_rows(scores, sh.s, row_lse);
           if (dropout.enabled()) {
             dropout_scales(sh, dropout, batch, head, keep);
-            for (int64_t e = 0; e < sh.s * sh.s; ++e) scores[e] *= keep[e];
+            for (int64_t e = 0; e < square; ++e) scores[e] *= keep[e];
           }
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, 1.0f, scores, s, v, d, 0.0f, o, d);
           for (int64_t t = 0; t < sh.s; ++t) {
@@ -168,7 +185,7 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const
           }
         }
       }
-    }
+    });
   });
 }
 
@@ -180,31 +197,30 @@ void attention_backward(Context& ctx, const Tensor& dqkv, const Tensor& dout, co
   GPT_CHECK(lse.numel() == sh.b * sh.heads * sh.s) << "attention lse must be [b, heads, s]";
   check_dropout(dropout);
   const int s = static_cast<int>(sh.s), d = static_cast<int>(sh.d);
-  const int64_t sd = sh.s * sh.d;
-  // Scratch: q, k, v [s, d]; dO [s, d] and D [s]; P, dP [s, s] (and the dropout scales M [s, s]
-  // with dropout); dq, dk, dv [s, d].
-  float* qkv32 = ctx.cpu_scratch(0, 3 * sd);
-  float* q = qkv32;
-  float* k = qkv32 + sd;
-  float* v = qkv32 + 2 * sd;
-  float* grad_o = ctx.cpu_scratch(1, sd + sh.s);
-  float* row_dot = grad_o + sd;  // D_i = sum_j dO_ij O_ij
-  const int64_t square = sh.s * sh.s;
-  float* p = ctx.cpu_scratch(2, (dropout.enabled() ? 3 : 2) * square);
-  float* dp = p + square;
-  float* keep = p + 2 * square;  // with dropout: keep_ij / (1 - probability)
-  float* grads = ctx.cpu_scratch(3, 3 * sd);
-  float* dq = grads;
-  float* dk = grads + sd;
-  float* dv = grads + 2 * sd;
+  const int64_t sd = sh.s * sh.d, square = sh.s * sh.s;
+  use_blas_threads(1);  // as in forward
   dispatch_float_type(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = qkv.data_as<T>();
     const T* o = out.data_as<T>();
     const T* go = dout.data_as<T>();
     T* result = dqkv.data_as<T>();
-    for (int64_t batch = 0; batch < sh.b; ++batch) {
-      for (int64_t group = 0; group < sh.groups; ++group) {
+    parallel_for(ctx, sh.b * sh.groups, 1, [&](int64_t first, int64_t last) {
+      // Scratch of this thread: q, k, v [s, d]; dO [s, d] and D [s]; dq, dk, dv [s, d]; P, dP [s, s]
+      // (and the dropout scales M [s, s] with dropout).
+      float* q = thread_scratch(7 * sd + sh.s + (dropout.enabled() ? 3 : 2) * square);
+      float* k = q + sd;
+      float* v = k + sd;
+      float* grad_o = v + sd;
+      float* dq = grad_o + sd;
+      float* dk = dq + sd;
+      float* dv = dk + sd;
+      float* row_dot = dv + sd;  // D_i = sum_j dO_ij O_ij
+      float* p = row_dot + sh.s;
+      float* dp = p + square;
+      float* keep = dp + square;  // with dropout: keep_ij / (1 - probability)
+      for (int64_t task = first; task < last; ++task) {
+        const int64_t batch = task / sh.groups, group = task % sh.groups;
         gather_part(sh, in, batch, group, sh.q, k);
         gather_part(sh, in, batch, group, sh.q + 1, v);
         for (int64_t member = 0; member < sh.q; ++member) {
@@ -251,7 +267,7 @@ void attention_backward(Context& ctx, const Tensor& dqkv, const Tensor& dout, co
           }
         }
       }
-    }
+    });
   });
 }
 

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/gemm_shape.h"
 #include "kernels/cpu/element.h"
@@ -14,13 +15,13 @@
 #include "kernels/cpu/simd.h"
 
 namespace gpt::cpu {
-namespace {
 
-// OpenBLAS's thread count is process-wide; set it when a context asks for a different one.
 void use_blas_threads(int threads) {
   static std::atomic<int> current{-1};
   if (current.exchange(threads) != threads) openblas_set_num_threads(threads);
 }
+
+namespace {
 
 // FP32 view of a float32 or bfloat16 tensor: the data itself, or a widened copy in scratch.
 const float* as_float32(Context& ctx, int slot, const Tensor& t) {

@@ -106,5 +106,28 @@ TEST(CpuThreads, CrossEntropyIndependentOfThreadCount) {
   }
 }
 
+// Attention splits (batch, group) tasks over the threads: the same bits on 1 and 2 threads, with
+// grouped queries and dropout.
+TEST(CpuThreads, AttentionIndependentOfThreadCount) {
+  TensorFactory make(72);
+  const int64_t s = 16, b = 3, groups = 2, q = 2, d = 8;
+  const ops::DropoutMask mask{.probability = 0.2f,
+                              .key = ops::dropout_key(5, 1, 0, ops::DropoutSite::kAttentionProbabilities)};
+  Tensor qkv = make.random(DType::kFloat32, {s, b, groups, (q + 2) * d});
+  Tensor dout = make.random(DType::kFloat32, {s, b, groups * q, d});
+  Tensor out[2], lse[2], dqkv[2];
+  for (int k = 0; k < 2; ++k) {
+    Context ctx = Context::cpu(k == 0 ? 1 : 2);
+    out[k] = make.poisoned(DType::kFloat32, {s, b, groups * q, d});
+    lse[k] = make.poisoned(DType::kFloat32, {b, groups * q, s});
+    dqkv[k] = make.poisoned(DType::kFloat32, {s, b, groups, (q + 2) * d});
+    ops::attention_forward(ctx, out[k], lse[k], qkv, 0.35f, mask);
+    ops::attention_backward(ctx, dqkv[k], dout, qkv, out[k], lse[k], 0.35f, mask);
+  }
+  EXPECT_TRUE(same_bits(out[0], out[1]));
+  EXPECT_TRUE(same_bits(lse[0], lse[1]));
+  EXPECT_TRUE(same_bits(dqkv[0], dqkv[1]));
+}
+
 }  // namespace
 }  // namespace gpt
