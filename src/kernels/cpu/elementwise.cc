@@ -235,11 +235,21 @@ void adamw_update_segments(Context& ctx, const ops::AdamWStep& step, const Tenso
                            const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out,
                            std::span<const ops::AdamWSegment> segments) {
   const AdamWConstants c = adamw_constants(step);
-  for (const ops::AdamWSegment& s : segments) {
-    adamw_parallel(ctx, step, c, s.weight_decay ? step.weight_decay : 0.0f, master, grad, exp_avg, exp_avg_sq,
-                   s.offset, s.length);
-    if (param_out.defined()) cast(ctx, param_out.flat_range(s.offset, s.length), master.flat_range(s.offset, s.length));
-  }
+  // One split over the segments' elements laid end to end (one wake-up of the pool per step, not
+  // one per segment): start[i] is segment i's first element in that sequence.
+  std::vector<int64_t> start(segments.size() + 1, 0);
+  for (size_t i = 0; i < segments.size(); ++i) start[i + 1] = start[i] + segments[i].length;
+  parallel_for(ctx, start.back(), 1 << 15, [&](int64_t begin, int64_t end) {
+    size_t i = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), begin) - start.begin()) - 1;
+    for (; begin < end; ++i) {
+      const ops::AdamWSegment& s = segments[i];
+      const int64_t offset = s.offset + (begin - start[i]), n = std::min(end, start[i + 1]) - begin;
+      if (n <= 0) continue;  // an empty segment
+      adamw_range(step, c, s.weight_decay ? step.weight_decay : 0.0f, master, grad, exp_avg, exp_avg_sq, offset, n);
+      if (param_out.defined()) cast(ctx, param_out.flat_range(offset, n), master.flat_range(offset, n));
+      begin += n;
+    }
+  });
 }
 
 }  // namespace gpt::cpu
