@@ -3,15 +3,31 @@
 pre-LayerNorm blocks, tanh-GeLU MLP, tied LM head, vocabulary padded to 50,304), trained with BF16
 autocast, F.scaled_dot_product_attention (causal), torch.compile and fused AdamW. Prints one JSON
 line: median milliseconds per iteration over timed iterations (CUDA events, after warm-up),
-tokens/s, model TFLOP/s by Megatron's formula, and peak allocated memory."""
+tokens/s, model TFLOP/s by Megatron's formula, and peak allocated memory.
+
+With --device cpu: the CPU backend's comparison instead (bench/cpu/step_benchmark.py --torch):
+FP32 eager (no autocast, no torch.compile), plain AdamW, --threads intra-op threads,
+--accumulation micro-batches per step (pretrain_gpt's gradient accumulation), wall-clock time per
+step."""
 import argparse
 import json
 import math
 import statistics
+import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+
+def causal_attention(q, k, v):
+    """F.scaled_dot_product_attention(is_causal=True), or its eager form on PyTorch < 2.0."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    s = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
 
 
 class Block(nn.Module):
@@ -28,7 +44,7 @@ class Block(nn.Module):
     def forward(self, x):
         b, s, h = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, h // self.heads).unbind(2)
-        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        a = causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         x = x + self.proj(a.transpose(1, 2).reshape(b, s, h))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
@@ -59,8 +75,13 @@ def main():
     parser.add_argument("--vocab", type=int, default=50304)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=15)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads (--device cpu)")
+    parser.add_argument("--accumulation", type=int, default=1, help="micro-batches per step (--device cpu)")
     args = parser.parse_args()
     torch.manual_seed(0)
+    if args.device == "cpu":
+        return main_cpu(args)
     model = Gpt(args.layers, args.hidden, args.heads, args.seq, args.vocab).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
     tokens = torch.randint(0, 50257, (args.micro_batch, args.seq + 1), device="cuda")
@@ -98,6 +119,36 @@ def main():
     print(json.dumps({"ms_per_iteration": ms, "tokens_per_second": args.micro_batch * args.seq / (ms / 1e3),
                       "tflops": flops / (ms / 1e3) / 1e12,
                       "peak_memory_gib": torch.cuda.max_memory_allocated() / 2 ** 30,
+                      "torch": torch.__version__}))
+
+
+def main_cpu(args):
+    torch.set_num_threads(args.threads)
+    model = Gpt(args.layers, args.hidden, args.heads, args.seq, args.vocab)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    batches = [torch.randint(0, 50257, (args.micro_batch, args.seq + 1)) for _ in range(args.accumulation)]
+
+    def step():
+        for tokens in batches:
+            logits = model(tokens[:, :-1])
+            loss = F.cross_entropy(logits.view(-1, args.vocab), tokens[:, 1:].reshape(-1)) / args.accumulation
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.iterations):
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1e3)
+    ms = statistics.median(times)
+    flops = megatron_flops(args.micro_batch * args.accumulation, args.seq, args.layers, args.hidden, args.vocab)
+    print(json.dumps({"ms_per_iteration": ms, "times_ms": times, "tokens_per_second":
+                      args.micro_batch * args.accumulation * args.seq / (ms / 1e3),
+                      "gflops": flops / (ms / 1e3) / 1e9, "threads": torch.get_num_threads(),
                       "torch": torch.__version__}))
 
 

@@ -1,4 +1,6 @@
-// Causal softmax attention, one (batch, key/value group) at a time: gather the group's k and v and
+// Causal softmax attention, one (batch, key/value group) per task, the tasks split over the
+// context's threads (each task's GEMMs on one BLAS thread; a task's result does not depend on
+// which thread runs it): gather the group's k and v and
 // each of its query heads into contiguous FP32 [s, d] matrices, S = q k^T through BLAS, masked
 // softmax in FP32 keeping each row's log-sum-exp, optional dropout of the probabilities, O = P v.
 // Backward recomputes P from the log-sum-exp (as flash attention does) instead of storing it, and
@@ -6,11 +8,17 @@
 // accumulated over its query heads in order (deterministic).
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/dropout_words.h"
+#include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/element.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/simd.h"
 
 namespace gpt::cpu {
 namespace {
@@ -55,12 +63,60 @@ void dropout_scales(const AttentionShape& sh, const ops::DropoutMask& mask, int6
   const uint64_t threshold = ops::dropout_threshold(mask.probability);
   const float keep_scale = 1.0f / (1.0f - mask.probability);
   const auto sample = static_cast<uint64_t>(mask.sample_offset + batch);
+  // The random words of row i's causal part (positions row .. row + i), a chunk at a time.
+  uint32_t words[kDropoutChunk];
   for (int64_t i = 0; i < sh.s; ++i) {
     const auto row = static_cast<uint64_t>(((mask.row_offset + head) * sh.s + i) * sh.s);
-    for (int64_t j = 0; j < sh.s; ++j) {
-      const bool keep = j <= i && ops::dropout_keeps(mask.key, sample, row + static_cast<uint64_t>(j), threshold);
-      m[i * sh.s + j] = keep ? keep_scale : 0.0f;
+    float* out = m + i * sh.s;
+    for (int64_t first = 0; first <= i; first += kDropoutChunk) {
+      const int64_t count = std::min(kDropoutChunk, i + 1 - first);
+      dropout_words(mask.key, sample, row + static_cast<uint64_t>(first), count, words);
+      for (int64_t j = 0; j < count; ++j) out[first + j] = words[j] >= threshold ? keep_scale : 0.0f;
     }
+    for (int64_t j = i + 1; j < sh.s; ++j) out[j] = 0.0f;
+  }
+}
+
+// Row i of scores [s, s] (j <= i): exp(score - lse_i); 0 above the diagonal. Vectorized
+// (simd::exp; the diagonal block's tail through the same vector code).
+GPT_CPU_CLONES void causal_exp_rows(float* p, int64_t s, const float* lse) {
+  for (int64_t i = 0; i < s; ++i) {
+    float* row = p + i * s;
+    const simd::f32x8 shift = simd::splat(lse[i]);
+    int64_t j = 0;
+    for (; j + simd::kLanes <= i + 1; j += simd::kLanes) simd::store8(row + j, simd::exp(simd::load8(row + j) - shift));
+    if (j <= i) simd::store_partial(row + j, i + 1 - j, simd::exp(simd::load_partial(row + j, i + 1 - j) - shift));
+    for (j = i + 1; j < s; ++j) row[j] = 0.0f;
+  }
+}
+
+// Causal softmax of scores [s, s] in place (0 above the diagonal), each row's log-sum-exp in lse:
+// the row maximum, exp(score - maximum) summed in FP32 lanes and FP64 across them, normalized.
+GPT_CPU_CLONES void causal_softmax_rows(float* scores, int64_t s, float* lse) {
+  for (int64_t i = 0; i < s; ++i) {
+    float* row = scores + i * s;
+    const int64_t n = i + 1, vector_end = n / simd::kLanes * simd::kLanes;
+    simd::f32x8 m = simd::splat(-std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < vector_end; j += simd::kLanes) m = simd::max(m, simd::load8(row + j));
+    float row_max = simd::horizontal_max(m);
+    for (int64_t j = vector_end; j < n; ++j) row_max = std::max(row_max, row[j]);
+    const simd::f32x8 shift = simd::splat(row_max);
+    simd::f32x8 lanes = simd::splat(0.0f);
+    for (int64_t j = 0; j < vector_end; j += simd::kLanes) {
+      const simd::f32x8 e = simd::exp(simd::load8(row + j) - shift);
+      simd::store8(row + j, e);
+      lanes += e;
+    }
+    double total = simd::horizontal_sum(lanes);
+    if (vector_end < n) {
+      const simd::f32x8 e = simd::exp(simd::load_partial(row + vector_end, n - vector_end) - shift);
+      simd::store_partial(row + vector_end, n - vector_end, e);
+      for (int64_t k = 0; k < n - vector_end; ++k) total += e[k];  // not the padding lanes
+    }
+    const float inverse = static_cast<float>(1.0 / total);
+    for (int64_t j = 0; j < n; ++j) row[j] *= inverse;
+    for (int64_t j = n; j < s; ++j) row[j] = 0.0f;
+    lse[i] = row_max + static_cast<float>(std::log(total));
   }
 }
 
@@ -69,9 +125,15 @@ void probabilities_from_lse(const AttentionShape& sh, const float* q, const floa
                             float scale, float* p) {
   const int s = static_cast<int>(sh.s), d = static_cast<int>(sh.d);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, scale, q, d, k, d, 0.0f, p, s);
-  for (int64_t i = 0; i < sh.s; ++i) {
-    for (int64_t j = 0; j < sh.s; ++j) p[i * sh.s + j] = j <= i ? std::exp(p[i * sh.s + j] - lse[i]) : 0.0f;
-  }
+  causal_exp_rows(p, sh.s, lse);
+}
+
+// FP32 scratch of the calling thread, grown once to the largest size asked for (the pool's threads
+// each have their own; Context::cpu_scratch is the caller's alone).
+float* thread_scratch(size_t count) {
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < count) scratch.resize(count);
+  return scratch.data();
 }
 
 void check_dropout(const ops::DropoutMask& dropout) {
@@ -89,18 +151,22 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const
       << "attention lse must be [b, heads, s] float32, got " << lse.to_string();
   check_dropout(dropout);
   const int s = static_cast<int>(sh.s), d = static_cast<int>(sh.d);
-  float* q = ctx.cpu_scratch(0, sh.s * sh.d);
-  float* k = ctx.cpu_scratch(1, sh.s * sh.d);
-  float* v = ctx.cpu_scratch(2, sh.s * sh.d);
-  float* scores = ctx.cpu_scratch(3, (dropout.enabled() ? 2 : 1) * sh.s * sh.s + sh.s * sh.d);
-  float* o = scores + sh.s * sh.s;
-  float* keep = o + sh.s * sh.d;  // dropout scales [s, s], with dropout
+  const int64_t sd = sh.s * sh.d, square = sh.s * sh.s;
+  use_blas_threads(1);  // small per-head GEMMs: one BLAS thread each, (batch, group) over the pool
   dispatch_float_type(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = qkv.data_as<T>();
     T* result = out.data_as<T>();
-    for (int64_t batch = 0; batch < sh.b; ++batch) {
-      for (int64_t group = 0; group < sh.groups; ++group) {
+    parallel_for(ctx, sh.b * sh.groups, 1, [&](int64_t first, int64_t last) {
+      // Scratch of this thread: q, k, v, o [s, d]; scores [s, s] (and the dropout scales [s, s]).
+      float* q = thread_scratch(4 * sd + (dropout.enabled() ? 2 : 1) * square);
+      float* k = q + sd;
+      float* v = k + sd;
+      float* o = v + sd;
+      float* scores = o + sd;
+      float* keep = scores + square;
+      for (int64_t task = first; task < last; ++task) {
+        const int64_t batch = task / sh.groups, group = task % sh.groups;
         gather_part(sh, in, batch, group, sh.q, k);
         gather_part(sh, in, batch, group, sh.q + 1, v);
         for (int64_t member = 0; member < sh.q; ++member) {
@@ -108,23 +174,10 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const
           gather_part(sh, in, batch, group, member, q);
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, scale, q, d, k, d, 0.0f, scores, s);
           float* row_lse = lse.data_as<float>() + (batch * sh.heads + head) * sh.s;
-          for (int64_t i = 0; i < sh.s; ++i) {
-            float* row = scores + i * sh.s;
-            float row_max = -std::numeric_limits<float>::infinity();
-            for (int64_t j = 0; j <= i; ++j) row_max = std::max(row_max, row[j]);
-            double total = 0.0;
-            for (int64_t j = 0; j <= i; ++j) {
-              row[j] = std::exp(row[j] - row_max);
-              total += row[j];
-            }
-            const float inverse = static_cast<float>(1.0 / total);
-            for (int64_t j = 0; j <= i; ++j) row[j] *= inverse;
-            for (int64_t j = i + 1; j < sh.s; ++j) row[j] = 0.0f;
-            row_lse[i] = row_max + static_cast<float>(std::log(total));
-          }
+          causal_softmax_rows(scores, sh.s, row_lse);
           if (dropout.enabled()) {
             dropout_scales(sh, dropout, batch, head, keep);
-            for (int64_t e = 0; e < sh.s * sh.s; ++e) scores[e] *= keep[e];
+            for (int64_t e = 0; e < square; ++e) scores[e] *= keep[e];
           }
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, 1.0f, scores, s, v, d, 0.0f, o, d);
           for (int64_t t = 0; t < sh.s; ++t) {
@@ -132,7 +185,7 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const
           }
         }
       }
-    }
+    });
   });
 }
 
@@ -144,31 +197,30 @@ void attention_backward(Context& ctx, const Tensor& dqkv, const Tensor& dout, co
   GPT_CHECK(lse.numel() == sh.b * sh.heads * sh.s) << "attention lse must be [b, heads, s]";
   check_dropout(dropout);
   const int s = static_cast<int>(sh.s), d = static_cast<int>(sh.d);
-  const int64_t sd = sh.s * sh.d;
-  // Scratch: q, k, v [s, d]; dO [s, d] and D [s]; P, dP [s, s] (and the dropout scales M [s, s]
-  // with dropout); dq, dk, dv [s, d].
-  float* qkv32 = ctx.cpu_scratch(0, 3 * sd);
-  float* q = qkv32;
-  float* k = qkv32 + sd;
-  float* v = qkv32 + 2 * sd;
-  float* grad_o = ctx.cpu_scratch(1, sd + sh.s);
-  float* row_dot = grad_o + sd;  // D_i = sum_j dO_ij O_ij
-  const int64_t square = sh.s * sh.s;
-  float* p = ctx.cpu_scratch(2, (dropout.enabled() ? 3 : 2) * square);
-  float* dp = p + square;
-  float* keep = p + 2 * square;  // with dropout: keep_ij / (1 - probability)
-  float* grads = ctx.cpu_scratch(3, 3 * sd);
-  float* dq = grads;
-  float* dk = grads + sd;
-  float* dv = grads + 2 * sd;
+  const int64_t sd = sh.s * sh.d, square = sh.s * sh.s;
+  use_blas_threads(1);  // as in forward
   dispatch_float_type(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = qkv.data_as<T>();
     const T* o = out.data_as<T>();
     const T* go = dout.data_as<T>();
     T* result = dqkv.data_as<T>();
-    for (int64_t batch = 0; batch < sh.b; ++batch) {
-      for (int64_t group = 0; group < sh.groups; ++group) {
+    parallel_for(ctx, sh.b * sh.groups, 1, [&](int64_t first, int64_t last) {
+      // Scratch of this thread: q, k, v [s, d]; dO [s, d] and D [s]; dq, dk, dv [s, d]; P, dP [s, s]
+      // (and the dropout scales M [s, s] with dropout).
+      float* q = thread_scratch(7 * sd + sh.s + (dropout.enabled() ? 3 : 2) * square);
+      float* k = q + sd;
+      float* v = k + sd;
+      float* grad_o = v + sd;
+      float* dq = grad_o + sd;
+      float* dk = dq + sd;
+      float* dv = dk + sd;
+      float* row_dot = dv + sd;  // D_i = sum_j dO_ij O_ij
+      float* p = row_dot + sh.s;
+      float* dp = p + square;
+      float* keep = dp + square;  // with dropout: keep_ij / (1 - probability)
+      for (int64_t task = first; task < last; ++task) {
+        const int64_t batch = task / sh.groups, group = task % sh.groups;
         gather_part(sh, in, batch, group, sh.q, k);
         gather_part(sh, in, batch, group, sh.q + 1, v);
         for (int64_t member = 0; member < sh.q; ++member) {
@@ -215,7 +267,7 @@ void attention_backward(Context& ctx, const Tensor& dqkv, const Tensor& dout, co
           }
         }
       }
-    }
+    });
   });
 }
 

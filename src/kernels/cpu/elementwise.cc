@@ -1,14 +1,86 @@
-// Residual add, GeLU, casts and small reductions.
+// Residual add, GeLU, casts and small reductions. GeLU vectorized (simd::tanh) and the large ones
+// split over the context's threads; the reductions sum fixed chunks in FP64 and the chunk totals
+// in order, so their result does not depend on the thread count.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/element.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/simd.h"
 
 namespace gpt::cpu {
 namespace {
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
+using simd::f32x8;
+using simd::kLanes;
+
+constexpr int64_t kElementGrain = 16384;  // elements worth a thread
+
+template <typename T>
+GPT_SIMD_INLINE void gelu_range(T* y, const T* x, int64_t begin, int64_t end) {
+  int64_t i = begin;
+  for (; i + kLanes <= end; i += kLanes) simd::store8(y + i, simd::gelu(simd::load8(x + i)));
+  if (i < end) simd::store_partial(y + i, end - i, simd::gelu(simd::load_partial(x + i, end - i)));
+}
+template <typename T>
+GPT_SIMD_INLINE void gelu_backward_range(T* dx, const T* dy, const T* x, int64_t begin, int64_t end) {
+  int64_t i = begin;
+  for (; i + kLanes <= end; i += kLanes) {
+    simd::store8(dx + i, simd::load8(dy + i) * simd::gelu_derivative(simd::load8(x + i)));
+  }
+  if (i < end) {
+    const int64_t n = end - i;
+    simd::store_partial(dx + i, n, simd::load_partial(dy + i, n) * simd::gelu_derivative(simd::load_partial(x + i, n)));
+  }
+}
+GPT_CPU_CLONES void gelu_range_f32(float* y, const float* x, int64_t begin, int64_t end) { gelu_range(y, x, begin, end); }
+GPT_CPU_CLONES void gelu_range_bf16(bf16* y, const bf16* x, int64_t begin, int64_t end) { gelu_range(y, x, begin, end); }
+GPT_CPU_CLONES void gelu_backward_range_f32(float* dx, const float* dy, const float* x, int64_t begin, int64_t end) {
+  gelu_backward_range(dx, dy, x, begin, end);
+}
+GPT_CPU_CLONES void gelu_backward_range_bf16(bf16* dx, const bf16* dy, const bf16* x, int64_t begin, int64_t end) {
+  gelu_backward_range(dx, dy, x, begin, end);
+}
+
+// FP64 sums of x^2 and of x over [begin, end), four interleaved accumulators.
+double sum_of_squares_range(const float* x, int64_t begin, int64_t end) {
+  double lanes[4] = {0.0, 0.0, 0.0, 0.0};
+  int64_t i = begin;
+  for (; i + 4 <= end; i += 4) {
+    for (int l = 0; l < 4; ++l) lanes[l] += static_cast<double>(x[i + l]) * x[i + l];
+  }
+  for (; i < end; ++i) lanes[0] += static_cast<double>(x[i]) * x[i];
+  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
+double sum_range(const float* x, int64_t begin, int64_t end) {
+  double lanes[4] = {0.0, 0.0, 0.0, 0.0};
+  int64_t i = begin;
+  for (; i + 4 <= end; i += 4) {
+    for (int l = 0; l < 4; ++l) lanes[l] += x[i + l];
+  }
+  for (; i < end; ++i) lanes[0] += x[i];
+  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
+
+// The sum over [0, n) of range_sum(begin, end) over fixed chunks, the chunks' totals added in
+// order (the chunks, not the threads, fix the order: the same result on any thread count).
+template <typename RangeSum>
+double chunked_sum(Context& ctx, int64_t n, RangeSum range_sum) {
+  constexpr int64_t kChunk = 1 << 15;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  thread_local std::vector<double> totals;
+  totals.assign(static_cast<size_t>(chunks), 0.0);
+  double* chunk_total = totals.data();
+  parallel_for(ctx, chunks, 4, [&](int64_t first, int64_t last) {
+    for (int64_t c = first; c < last; ++c) chunk_total[c] = range_sum(c * kChunk, std::min(n, (c + 1) * kChunk));
+  });
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) total += chunk_total[c];
+  return total;
+}
+
 }  // namespace
 
 void residual_add(Context& ctx, const Tensor& out, const Tensor& x, const Tensor& delta, const Tensor& delta_bias) {
@@ -31,47 +103,41 @@ void residual_add(Context& ctx, const Tensor& out, const Tensor& x, const Tensor
 
 void gelu_forward(Context& ctx, const Tensor& y, const Tensor& x) {
   GPT_CHECK(y.numel() == x.numel() && y.dtype() == x.dtype()) << "gelu shapes";
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = x.data_as<T>();
-    T* out = y.data_as<T>();
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      const float v = load(in, i);
-      store(out, i, 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kGeluCubic * v * v * v))));
+  parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
+    if (x.dtype() == DType::kFloat32) {
+      gelu_range_f32(y.data_as<float>(), x.data_as<float>(), begin, end);
+    } else {
+      GPT_CHECK(x.dtype() == DType::kBFloat16) << "gelu_forward: " << dtype_name(x.dtype());
+      gelu_range_bf16(y.data_as<bf16>(), x.data_as<bf16>(), begin, end);
     }
   });
 }
 
 void gelu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
   GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << "gelu backward shapes";
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = x.data_as<T>();
-    const T* grad_out = dy.data_as<T>();
-    T* grad_in = dx.data_as<T>();
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      const float v = load(in, i);
-      const float inner = kSqrt2OverPi * (v + kGeluCubic * v * v * v);
-      const float t = std::tanh(inner);
-      const float d_inner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * v * v);
-      const float derivative = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * d_inner;
-      store(grad_in, i, load(grad_out, i) * derivative);
+  GPT_CHECK(dx.dtype() == x.dtype() && dy.dtype() == x.dtype()) << "gelu backward dtypes";
+  parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
+    if (x.dtype() == DType::kFloat32) {
+      gelu_backward_range_f32(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(), begin, end);
+    } else {
+      GPT_CHECK(x.dtype() == DType::kBFloat16) << "gelu_backward: " << dtype_name(x.dtype());
+      gelu_backward_range_bf16(dx.data_as<bf16>(), dy.data_as<bf16>(), x.data_as<bf16>(), begin, end);
     }
   });
 }
 
 void sum_of_squares(Context& ctx, const Tensor& out, const Tensor& x) {
   const float* in = x.data_as<float>();
-  double total = 0.0;
-  for (int64_t i = 0; i < x.numel(); ++i) total += static_cast<double>(in[i]) * in[i];
-  out.data_as<float>()[0] += static_cast<float>(total);
+  out.data_as<float>()[0] += static_cast<float>(chunked_sum(ctx, x.numel(), [&](int64_t begin, int64_t end) {
+    return sum_of_squares_range(in, begin, end);
+  }));
 }
 
 void sum(Context& ctx, const Tensor& out, const Tensor& x) {
   const float* in = x.data_as<float>();
-  double total = 0.0;
-  for (int64_t i = 0; i < x.numel(); ++i) total += in[i];
-  out.data_as<float>()[0] += static_cast<float>(total);
+  out.data_as<float>()[0] += static_cast<float>(chunked_sum(ctx, x.numel(), [&](int64_t begin, int64_t end) {
+    return sum_range(in, begin, end);
+  }));
 }
 
 void count_zeros(Context& ctx, const Tensor& out, const Tensor& x) {
@@ -145,6 +211,15 @@ void adamw_range(const ops::AdamWStep& step, const AdamWConstants& c, float weig
   }
 }
 
+// adamw_range over [offset, offset + n) split over the context's threads (elementwise: the same bits).
+void adamw_parallel(Context& ctx, const ops::AdamWStep& step, const AdamWConstants& c, float weight_decay,
+                    const Tensor& master, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                    int64_t offset, int64_t n) {
+  parallel_for(ctx, n, 1 << 15, [&](int64_t begin, int64_t end) {
+    adamw_range(step, c, weight_decay, master, grad, exp_avg, exp_avg_sq, offset + begin, end - begin);
+  });
+}
+
 }  // namespace
 
 void adamw_update(Context& ctx, const ops::AdamWStep& step, const Tensor& master, const Tensor& grad,
@@ -152,7 +227,7 @@ void adamw_update(Context& ctx, const ops::AdamWStep& step, const Tensor& master
   const int64_t n = master.numel();
   GPT_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n) << "adamw sizes";
   if (param_out.defined()) GPT_CHECK_EQ(param_out.numel(), n) << "adamw param copy size";
-  adamw_range(step, adamw_constants(step), step.weight_decay, master, grad, exp_avg, exp_avg_sq, 0, n);
+  adamw_parallel(ctx, step, adamw_constants(step), step.weight_decay, master, grad, exp_avg, exp_avg_sq, 0, n);
   if (param_out.defined()) cast(ctx, param_out, master);
 }
 
@@ -160,11 +235,21 @@ void adamw_update_segments(Context& ctx, const ops::AdamWStep& step, const Tenso
                            const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out,
                            std::span<const ops::AdamWSegment> segments) {
   const AdamWConstants c = adamw_constants(step);
-  for (const ops::AdamWSegment& s : segments) {
-    adamw_range(step, c, s.weight_decay ? step.weight_decay : 0.0f, master, grad, exp_avg, exp_avg_sq, s.offset,
-                s.length);
-    if (param_out.defined()) cast(ctx, param_out.flat_range(s.offset, s.length), master.flat_range(s.offset, s.length));
-  }
+  // One split over the segments' elements laid end to end (one wake-up of the pool per step, not
+  // one per segment): start[i] is segment i's first element in that sequence.
+  std::vector<int64_t> start(segments.size() + 1, 0);
+  for (size_t i = 0; i < segments.size(); ++i) start[i + 1] = start[i] + segments[i].length;
+  parallel_for(ctx, start.back(), 1 << 15, [&](int64_t begin, int64_t end) {
+    size_t i = static_cast<size_t>(std::upper_bound(start.begin(), start.end(), begin) - start.begin()) - 1;
+    for (; begin < end; ++i) {
+      const ops::AdamWSegment& s = segments[i];
+      const int64_t offset = s.offset + (begin - start[i]), n = std::min(end, start[i + 1]) - begin;
+      if (n <= 0) continue;  // an empty segment
+      adamw_range(step, c, s.weight_decay ? step.weight_decay : 0.0f, master, grad, exp_avg, exp_avg_sq, offset, n);
+      if (param_out.defined()) cast(ctx, param_out.flat_range(offset, n), master.flat_range(offset, n));
+      begin += n;
+    }
+  });
 }
 
 }  // namespace gpt::cpu

@@ -7,18 +7,21 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/gemm_shape.h"
 #include "kernels/cpu/element.h"
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/simd.h"
 
 namespace gpt::cpu {
-namespace {
 
-// OpenBLAS's thread count is process-wide; set it when a context asks for a different one.
 void use_blas_threads(int threads) {
   static std::atomic<int> current{-1};
   if (current.exchange(threads) != threads) openblas_set_num_threads(threads);
 }
+
+namespace {
 
 // FP32 view of a float32 or bfloat16 tensor: the data itself, or a widened copy in scratch.
 const float* as_float32(Context& ctx, int slot, const Tensor& t) {
@@ -29,10 +32,27 @@ const float* as_float32(Context& ctx, int slot, const Tensor& t) {
   return widened;
 }
 
-float gelu(float x) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  const float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-  return 0.5f * x * (1.0f + std::tanh(inner));
+// The GeLU epilogue over [begin, end): pre = c, out = gelu(c) (simd::gelu; tails through the same
+// vector code).
+template <typename T>
+GPT_SIMD_INLINE void gelu_epilogue(T* out, T* pre, const float* c, int64_t begin, int64_t end) {
+  int64_t i = begin;
+  for (; i + simd::kLanes <= end; i += simd::kLanes) {
+    const simd::f32x8 v = simd::load8(c + i);
+    simd::store8(pre + i, v);
+    simd::store8(out + i, simd::gelu(v));
+  }
+  if (i < end) {
+    const simd::f32x8 v = simd::load_partial(c + i, end - i);
+    simd::store_partial(pre + i, end - i, v);
+    simd::store_partial(out + i, end - i, simd::gelu(v));
+  }
+}
+GPT_CPU_CLONES void gelu_epilogue_f32(float* out, float* pre, const float* c, int64_t begin, int64_t end) {
+  gelu_epilogue(out, pre, c, begin, end);
+}
+GPT_CPU_CLONES void gelu_epilogue_bf16(bf16* out, bf16* pre, const float* c, int64_t begin, int64_t end) {
+  gelu_epilogue(out, pre, c, begin, end);
 }
 
 }  // namespace
@@ -76,12 +96,15 @@ void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, c
     using T = decltype(tag);
     T* result = out.data_as<T>();
     if (options.pre_gelu.defined()) {
+      // As cuBLASLt's GELU_AUX epilogue: GeLU of the FP32 pre-activation, which is stored too.
       T* pre = options.pre_gelu.data_as<T>();
-      for (int64_t i = 0; i < m * n; ++i) {
-        // As cuBLASLt's GELU_AUX epilogue: GeLU of the FP32 pre-activation, which is stored too.
-        store(pre, i, c32[i]);
-        store(result, i, gelu(c32[i]));
-      }
+      parallel_for(ctx, m * n, 16384, [&](int64_t begin, int64_t end) {
+        if constexpr (std::is_same_v<T, float>) {
+          gelu_epilogue_f32(result, pre, c32, begin, end);
+        } else {
+          gelu_epilogue_bf16(result, pre, c32, begin, end);
+        }
+      });
     } else if constexpr (!std::is_same_v<T, float>) {
       for (int64_t i = 0; i < m * n; ++i) store(result, i, c32[i]);
     }
