@@ -31,6 +31,7 @@
 #include "checkpoint/checkpoint_files.h"
 #include "cli_parse.h"
 #include "ckpt_tool_hf.h"
+#include "hf/safetensors.h"
 
 namespace gpt {
 namespace {
@@ -46,41 +47,10 @@ int64_t volume(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// A save directory (tracker, or --iteration) or a checkpoint directory (has index.h5).
-absl::StatusOr<std::string> resolve_directory(const std::string& given, std::optional<int64_t> iteration) {
-  std::error_code error;
-  if (!std::filesystem::is_directory(given, error)) {
-    return absl::NotFoundError(absl::StrCat(given, ": no such directory"));
-  }
-  // A checkpoint directory: it has an index, or is named like one (then CheckpointReader::open
-  // says that its index is missing: an interrupted or damaged save).
-  std::string trimmed = given;
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-  const std::string name = std::filesystem::path(trimmed).filename().string();
-  if (std::filesystem::exists(std::filesystem::path(given) / kIndexFileName, error) || name.rfind("iter_", 0) == 0) {
-    if (iteration) {
-      return absl::InvalidArgumentError(absl::StrCat("--iteration needs the save directory; ", given,
-                                                     " is one checkpoint already"));
-    }
-    return given;
-  }
-  if (!iteration) {
-    GPT_ASSIGN_OR_RETURN(const std::optional<int64_t> tracked, read_tracker(given));
-    if (!tracked) {
-      const std::vector<int64_t> found = list_checkpoints(given);
-      return absl::NotFoundError(absl::StrCat(
-          given, ": not a checkpoint (no ", kIndexFileName, ") and no ", kTrackerFileName,
-          found.empty() ? std::string(" (no committed checkpoint either)")
-                        : absl::StrCat(" (committed iterations: ", absl::StrJoin(found, ", "), "; pick one with --iteration)")));
-    }
-    iteration = *tracked;
-  }
-  return (std::filesystem::path(given) / iteration_directory_name(*iteration)).string();
-}
 
 absl::StatusOr<std::unique_ptr<CheckpointReader>> open_checkpoint(const std::string& given,
                                                                   std::optional<int64_t> iteration) {
-  GPT_ASSIGN_OR_RETURN(const std::string directory, resolve_directory(given, iteration));
+  GPT_ASSIGN_OR_RETURN(const std::string directory, resolve_checkpoint_directory(given, iteration));
   return CheckpointReader::open(directory);
 }
 
@@ -343,20 +313,6 @@ absl::StatusOr<std::vector<float>> produce(CheckpointReader& reader, const Expor
   return out;
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\u%04x", static_cast<unsigned>(c));
-      out += escaped;
-      continue;
-    }
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
 
 absl::Status export_safetensors(const std::string& given, std::optional<int64_t> iteration, const std::string& output,
                                 std::optional<int64_t> vocab_override) {
@@ -369,13 +325,13 @@ absl::Status export_safetensors(const std::string& given, std::optional<int64_t>
   int64_t offset = 0;
   for (const ExportTensor& t : plan) {
     const int64_t bytes = volume(t.shape) * 4;
-    entries.push_back(absl::StrCat(json_string(t.name), ":{\"dtype\":\"F32\",\"shape\":[", absl::StrJoin(t.shape, ","),
+    entries.push_back(absl::StrCat(json_quote(t.name), ":{\"dtype\":\"F32\",\"shape\":[", absl::StrJoin(t.shape, ","),
                                    "],\"data_offsets\":[", offset, ",", offset + bytes, "]}"));
     offset += bytes;
   }
   // Metadata values must be strings; the model's hyperparameters for a config.json.
   const std::string metadata = absl::StrCat(
-      "\"__metadata__\":{\"format\":\"pt\",\"source\":", json_string(reader->directory()), ",\"iteration\":\"",
+      "\"__metadata__\":{\"format\":\"pt\",\"source\":", json_quote(reader->directory()), ",\"iteration\":\"",
       reader->metadata().iteration, "\",\"vocab_size\":\"", s.vocab, "\",\"n_positions\":\"", s.positions,
       "\",\"n_embd\":\"", s.hidden, "\",\"n_layer\":\"", s.layers, "\",\"n_head\":\"", s.heads, "\",\"n_inner\":\"",
       s.ffn, "\",\"layer_norm_epsilon\":\"", absl::StrCat(s.norm_epsilon), "\",\"activation_function\":\"gelu_new\","

@@ -849,4 +849,35 @@ std::vector<int64_t> list_checkpoints(const std::string& directory) {
   return iterations;
 }
 
+absl::StatusOr<std::string> resolve_checkpoint_directory(const std::string& given, std::optional<int64_t> iteration) {
+  std::error_code error;
+  if (!std::filesystem::is_directory(given, error)) {
+    return absl::NotFoundError(absl::StrCat(given, ": no such directory"));
+  }
+  // A checkpoint directory: it has an index, or is named like one (then CheckpointReader::open
+  // says that its index is missing: an interrupted or damaged save).
+  std::string trimmed = given;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::string name = std::filesystem::path(trimmed).filename().string();
+  if (std::filesystem::exists(std::filesystem::path(given) / kIndexFileName, error) || name.rfind("iter_", 0) == 0) {
+    if (iteration) {
+      return absl::InvalidArgumentError(absl::StrCat("--iteration needs the save directory; ", given,
+                                                     " is one checkpoint already"));
+    }
+    return given;
+  }
+  if (!iteration) {
+    GPT_ASSIGN_OR_RETURN(const std::optional<int64_t> tracked, read_tracker(given));
+    if (!tracked) {
+      const std::vector<int64_t> found = list_checkpoints(given);
+      return absl::NotFoundError(absl::StrCat(
+          given, ": not a checkpoint (no ", kIndexFileName, ") and no ", kTrackerFileName,
+          found.empty() ? std::string(" (no committed checkpoint either)")
+                        : absl::StrCat(" (committed iterations: ", absl::StrJoin(found, ", "), "; pick one with --iteration)")));
+    }
+    iteration = *tracked;
+  }
+  return (std::filesystem::path(given) / iteration_directory_name(*iteration)).string();
+}
+
 }  // namespace gpt

@@ -46,31 +46,6 @@ std::string argument_text(const std::map<std::string, std::string>& args, const 
 
 }  // namespace
 
-absl::StatusOr<std::string> resolve_checkpoint_directory(const std::string& given, std::optional<int64_t> iteration) {
-  std::error_code error;
-  if (!std::filesystem::is_directory(given, error)) {
-    return absl::NotFoundError(absl::StrCat(given, ": no such directory"));
-  }
-  std::string trimmed = given;
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-  const std::string name = std::filesystem::path(trimmed).filename().string();
-  if (std::filesystem::exists(std::filesystem::path(given) / kIndexFileName, error) || name.rfind("iter_", 0) == 0) {
-    if (iteration) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--iteration needs the save directory; ", given, " is one checkpoint already"));
-    }
-    return given;
-  }
-  if (!iteration) {
-    GPT_ASSIGN_OR_RETURN(const std::optional<int64_t> tracked, read_tracker(given));
-    if (!tracked) {
-      return absl::NotFoundError(
-          absl::StrCat(given, ": not a checkpoint (no ", kIndexFileName, ") and no ", kTrackerFileName));
-    }
-    iteration = *tracked;
-  }
-  return (std::filesystem::path(given) / iteration_directory_name(*iteration)).string();
-}
 
 std::map<std::string, std::string> saved_arguments(const CheckpointReader& reader) {
   std::map<std::string, std::string> values = arguments_by_flag(reader.metadata().arguments);

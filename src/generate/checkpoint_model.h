@@ -27,8 +27,6 @@ struct CheckpointModel {
   std::string directory;                              // the iter_XXXXXXX directory read
 };
 
-// A save directory (its tracker, or `iteration`) or one iter_XXXXXXX directory.
-absl::StatusOr<std::string> resolve_checkpoint_directory(const std::string& given, std::optional<int64_t> iteration);
 
 // The saved arguments as flag -> value, strings unquoted.
 std::map<std::string, std::string> saved_arguments(const CheckpointReader& reader);
