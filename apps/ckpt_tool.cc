@@ -31,13 +31,12 @@
 #include "checkpoint/checkpoint_files.h"
 #include "cli_parse.h"
 #include "ckpt_tool_hf.h"
+#include "generate/checkpoint_model.h"
 #include "hf/safetensors.h"
 
 namespace gpt {
 namespace {
 
-// GPT-2's BPE vocabulary (encoder.json): 50,000 merges + 256 byte tokens + <|endoftext|>.
-constexpr int64_t kGpt2BpeVocabularySize = 50257;
 
 std::string shape_text(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
@@ -54,14 +53,6 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> open_checkpoint(const std::str
   return CheckpointReader::open(directory);
 }
 
-// The saved arguments as flag -> value, strings unquoted.
-std::map<std::string, std::string> parse_arguments(const std::string& text) {
-  std::map<std::string, std::string> values = arguments_by_flag(text);
-  for (auto& [flag, value] : values) {
-    if (value.size() >= 2 && value.front() == '\'' && value.back() == '\'') value = value.substr(1, value.size() - 2);
-  }
-  return values;
-}
 
 // ---- inspect ---------------------------------------------------------------------------------
 
@@ -123,50 +114,10 @@ struct ModelShape {
   double norm_epsilon = 1e-5;
 };
 
-absl::StatusOr<int64_t> argument_int(const std::map<std::string, std::string>& args, const std::string& flag) {
-  auto it = args.find(flag);
-  int64_t value = 0;
-  if (it == args.end() || !absl::SimpleAtoi(it->second, &value)) {
-    return absl::DataLossError(absl::StrCat("the checkpoint's saved arguments lack a number for ", flag));
-  }
-  return value;
-}
 
-// The real (unpadded) vocabulary: --vocab-size with --mock-data; --vocab-size + 1 with NullTokenizer
-// (Megatron's NullTokenizer adds the end-of-document id); GPT-2's 50257 with GPT2BPETokenizer when
-// that pads to the stored rows. Anything else needs --vocab-size on the command line.
-absl::StatusOr<int64_t> real_vocabulary(const std::map<std::string, std::string>& args, int64_t padded,
-                                        int64_t tensor_parallel) {
-  const std::string tokenizer = args.count("--tokenizer-type") ? args.at("--tokenizer-type") : "";
-  const bool mock = args.count("--mock-data") && args.at("--mock-data") == "true";
-  int64_t vocab = 0;
-  std::string how;
-  if (mock || tokenizer == "NullTokenizer") {
-    GPT_ASSIGN_OR_RETURN(vocab, argument_int(args, "--vocab-size"));
-    if (!mock) ++vocab;
-    how = mock ? "--mock-data --vocab-size" : "NullTokenizer --vocab-size + 1";
-  } else if (tokenizer == "GPT2BPETokenizer") {
-    vocab = kGpt2BpeVocabularySize;
-    how = "GPT2BPETokenizer";
-  } else {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot tell the real vocabulary size from the saved arguments (tokenizer '", tokenizer,
-        "'): give it with --vocab-size N"));
-  }
-  GPT_ASSIGN_OR_RETURN(const int64_t divisible_by, argument_int(args, "--make-vocab-size-divisible-by"));
-  const int64_t multiple = divisible_by * tensor_parallel;
-  const int64_t expected = multiple > 0 ? (vocab + multiple - 1) / multiple * multiple : vocab;
-  if (expected != padded) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the vocabulary from the saved arguments (", how, ": ", vocab, ") pads to ", expected,
-        " rows but the checkpoint's embedding has ", padded, " (a non-standard vocab file?): give the real "
-        "vocabulary size with --vocab-size N"));
-  }
-  return vocab;
-}
 
 absl::StatusOr<ModelShape> model_shape(const CheckpointReader& reader, std::optional<int64_t> vocab_override) {
-  const std::map<std::string, std::string> args = parse_arguments(reader.metadata().arguments);
+  const std::map<std::string, std::string> args = saved_arguments(reader);
   auto need = [&](const std::string& key) -> absl::Status {
     if (!reader.contains(key)) {
       return absl::DataLossError(absl::StrCat("checkpoint ", reader.directory(), " has no tensor '", key, "'"));
@@ -190,8 +141,8 @@ absl::StatusOr<ModelShape> model_shape(const CheckpointReader& reader, std::opti
   s.padded_vocab = reader.global_shape(embedding).at(0);
   s.hidden = reader.global_shape(embedding).at(1);
   s.positions = reader.global_shape("model/embedding.position_embeddings.weight").at(0);
-  GPT_ASSIGN_OR_RETURN(s.layers, argument_int(args, "--num-layers"));
-  GPT_ASSIGN_OR_RETURN(s.heads, argument_int(args, "--num-attention-heads"));
+  GPT_ASSIGN_OR_RETURN(s.layers, saved_argument_int(args, "--num-layers"));
+  GPT_ASSIGN_OR_RETURN(s.heads, saved_argument_int(args, "--num-attention-heads"));
   s.untied = args.count("--untie-embeddings-and-output-weights") && args.at("--untie-embeddings-and-output-weights") == "true";
   if (args.count("--norm-epsilon")) {
     if (!absl::SimpleAtod(args.at("--norm-epsilon"), &s.norm_epsilon)) {
@@ -215,7 +166,7 @@ absl::StatusOr<ModelShape> model_shape(const CheckpointReader& reader, std::opti
   if (vocab_override) {
     s.vocab = *vocab_override;
   } else {
-    GPT_ASSIGN_OR_RETURN(s.vocab, real_vocabulary(args, s.padded_vocab, reader.metadata().tensor_parallel));
+    GPT_ASSIGN_OR_RETURN(s.vocab, real_vocabulary_size(args, s.padded_vocab, reader.metadata().tensor_parallel));
   }
   if (s.vocab < 1 || s.vocab > s.padded_vocab) {
     return absl::InvalidArgumentError(absl::StrCat("vocabulary size ", s.vocab, " is not in [1, ", s.padded_vocab,

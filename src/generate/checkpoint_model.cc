@@ -13,14 +13,6 @@ namespace {
 
 std::string shape_text(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
-absl::StatusOr<int64_t> argument_int(const std::map<std::string, std::string>& args, const std::string& flag) {
-  auto it = args.find(flag);
-  int64_t value = 0;
-  if (it == args.end() || !absl::SimpleAtoi(it->second, &value)) {
-    return absl::DataLossError(absl::StrCat("the checkpoint's saved arguments lack a number for ", flag));
-  }
-  return value;
-}
 
 absl::StatusOr<double> argument_double(const std::map<std::string, std::string>& args, const std::string& flag,
                                        double fallback) {
@@ -47,6 +39,15 @@ std::string argument_text(const std::map<std::string, std::string>& args, const 
 }  // namespace
 
 
+absl::StatusOr<int64_t> saved_argument_int(const std::map<std::string, std::string>& args, const std::string& flag) {
+  auto it = args.find(flag);
+  int64_t value = 0;
+  if (it == args.end() || !absl::SimpleAtoi(it->second, &value)) {
+    return absl::DataLossError(absl::StrCat("the checkpoint's saved arguments lack a number for ", flag));
+  }
+  return value;
+}
+
 std::map<std::string, std::string> saved_arguments(const CheckpointReader& reader) {
   std::map<std::string, std::string> values = arguments_by_flag(reader.metadata().arguments);
   for (auto& [flag, value] : values) {
@@ -62,7 +63,7 @@ absl::StatusOr<int64_t> real_vocabulary_size(const std::map<std::string, std::st
   int64_t vocab = 0;
   std::string how;
   if (mock || tokenizer == "NullTokenizer") {
-    GPT_ASSIGN_OR_RETURN(vocab, argument_int(args, "--vocab-size"));
+    GPT_ASSIGN_OR_RETURN(vocab, saved_argument_int(args, "--vocab-size"));
     if (!mock) ++vocab;
     how = mock ? "--mock-data --vocab-size" : "NullTokenizer --vocab-size + 1";
   } else if (tokenizer == "GPT2BPETokenizer") {
@@ -73,7 +74,7 @@ absl::StatusOr<int64_t> real_vocabulary_size(const std::map<std::string, std::st
         absl::StrCat("cannot tell the real vocabulary size from the saved arguments (tokenizer '", tokenizer,
                      "'): give it with --vocab-size N"));
   }
-  GPT_ASSIGN_OR_RETURN(const int64_t divisible_by, argument_int(args, "--make-vocab-size-divisible-by"));
+  GPT_ASSIGN_OR_RETURN(const int64_t divisible_by, saved_argument_int(args, "--make-vocab-size-divisible-by"));
   const int64_t multiple = divisible_by * tensor_parallel;
   const int64_t expected = multiple > 0 ? (vocab + multiple - 1) / multiple * multiple : vocab;
   if (expected != padded) {
@@ -94,14 +95,14 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
   ModelConfig c;
   c.padded_vocab_size = reader.global_shape(embedding).at(0);
   c.hidden_size = reader.global_shape(embedding).at(1);
-  GPT_ASSIGN_OR_RETURN(c.num_layers, argument_int(args, "--num-layers"));
-  GPT_ASSIGN_OR_RETURN(c.num_attention_heads, argument_int(args, "--num-attention-heads"));
-  GPT_ASSIGN_OR_RETURN(c.kv_channels, argument_int(args, "--kv-channels"));
-  GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, argument_int(args, "--ffn-hidden-size"));
-  GPT_ASSIGN_OR_RETURN(c.max_position_embeddings, argument_int(args, "--max-position-embeddings"));
-  GPT_ASSIGN_OR_RETURN(c.seq_length, argument_int(args, "--seq-length"));
+  GPT_ASSIGN_OR_RETURN(c.num_layers, saved_argument_int(args, "--num-layers"));
+  GPT_ASSIGN_OR_RETURN(c.num_attention_heads, saved_argument_int(args, "--num-attention-heads"));
+  GPT_ASSIGN_OR_RETURN(c.kv_channels, saved_argument_int(args, "--kv-channels"));
+  GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, saved_argument_int(args, "--ffn-hidden-size"));
+  GPT_ASSIGN_OR_RETURN(c.max_position_embeddings, saved_argument_int(args, "--max-position-embeddings"));
+  GPT_ASSIGN_OR_RETURN(c.seq_length, saved_argument_int(args, "--seq-length"));
   if (argument_true(args, "--group-query-attention")) {
-    GPT_ASSIGN_OR_RETURN(c.num_query_groups, argument_int(args, "--num-query-groups"));
+    GPT_ASSIGN_OR_RETURN(c.num_query_groups, saved_argument_int(args, "--num-query-groups"));
   }
   c.untie_embeddings_and_output_weights = argument_true(args, "--untie-embeddings-and-output-weights");
   GPT_ASSIGN_OR_RETURN(const double epsilon, argument_double(args, "--norm-epsilon", 1e-5));

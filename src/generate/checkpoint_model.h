@@ -24,12 +24,14 @@ struct CheckpointModel {
   std::string tokenizer_type;                         // "GPT2BPETokenizer", "NullTokenizer", "" (mock)
   int32_t eod_id = -1;                                // end-of-document token
   int64_t iteration = 0;
-  std::string directory;                              // the iter_XXXXXXX directory read
+  std::string directory;                              // the checkpoint directory read (iter_<7 digits>)
 };
 
 
 // The saved arguments as flag -> value, strings unquoted.
 std::map<std::string, std::string> saved_arguments(const CheckpointReader& reader);
+// A saved number; an error naming the flag when it is absent or not a number.
+absl::StatusOr<int64_t> saved_argument_int(const std::map<std::string, std::string>& args, const std::string& flag);
 
 // The real (unpadded) vocabulary: --vocab-size with --mock-data; --vocab-size + 1 with NullTokenizer
 // (Megatron's end-of-document id); GPT-2's 50257 with GPT2BPETokenizer; checked to pad to `padded`.

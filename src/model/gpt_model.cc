@@ -130,12 +130,10 @@ std::optional<Tensor> GptModel::forward(Context& ctx, int slot, const std::optio
 }
 
 std::optional<Tensor> GptModel::backward_input(Context& ctx, int slot, const std::optional<Tensor>& grad_output,
-                                               WeightGradTiming timing) {
+                                               WeightGradTiming timing, bool last_of_step) {
   GPT_CHECK(grad_output.has_value() != (output_ != nullptr))
       << (output_ ? "an output gradient given to the chunk with the loss"
                   : "backward of a chunk without the output layer needs an output gradient");
-  const bool last_of_step = last_backward_of_step_;
-  last_backward_of_step_ = false;
   const bool fused = timing == WeightGradTiming::kWithInputGrad;
   GPT_CHECK(fused || deferred_.empty() || deferred_.back().slot != slot)
       << "slot " << slot << " deferred twice without its weight-gradient pass";

@@ -74,23 +74,23 @@ class GptModel {
   // grad_output [s_l, b, h] from the next stage: present exactly when the chunk has no output
   // layer. Accumulates parameter gradients and returns the input gradient [s_l, b, h] (nothing on
   // the chunk with the embedding), overwritten by the chunk's next backward. The same as
-  // backward_input with kWithInputGrad.
-  std::optional<Tensor> backward(Context& ctx, int slot, const std::optional<Tensor>& grad_output) {
-    return backward_input(ctx, slot, grad_output, WeightGradTiming::kWithInputGrad);
+  // backward_input with kWithInputGrad. `last_of_step`: the schedule runs no later backward of
+  // this chunk in the step, so its gradients are final afterwards (the observer is told).
+  std::optional<Tensor> backward(Context& ctx, int slot, const std::optional<Tensor>& grad_output,
+                                 bool last_of_step = false) {
+    return backward_input(ctx, slot, grad_output, WeightGradTiming::kWithInputGrad, last_of_step);
   }
   // The input-gradient passes of every module, last to first; with kDeferred the weight gradients
-  // wait (in leases) for backward_weight, and the slot must be held until then.
+  // wait (in leases) for backward_weight, and the slot must be held until then (`last_of_step`
+  // goes with them to their gradients_ready).
   std::optional<Tensor> backward_input(Context& ctx, int slot, const std::optional<Tensor>& grad_output,
-                                       WeightGradTiming timing);
+                                       WeightGradTiming timing, bool last_of_step = false);
   // The weight-gradient passes of the oldest deferred backward_input (which must be `slot`'s), in
   // the fused order: output layer, layers last to first, embedding. Bitwise the fused gradients.
   void backward_weight(Context& ctx, int slot);
 
   // The observer of this chunk's parameters (model/param_observer.h; none by default).
-  // `last_of_step` marks the next backward as the step's last for this chunk (from the schedule),
-  // whose gradients are then final.
   void set_observer(ParamObserver* observer) { observer_ = observer; }
-  void set_last_backward_of_step(bool last_of_step) { last_backward_of_step_ = last_of_step; }
   // The parameters of each part of the chunk in forward order (embedding, layers, output), the
   // word embedding listed wherever it is used.
   const std::vector<ParamGroup>& parameter_groups() const { return groups_; }
@@ -120,7 +120,6 @@ class GptModel {
   Tensor grad_;  // [s_l, b, h]: the gradient flowing backward through the chunk
   std::vector<ParamGroup> groups_;  // [embedding?, layers..., output?]
   ParamObserver* observer_ = nullptr;
-  bool last_backward_of_step_ = false;
   struct DeferredBackward {
     int slot;
     bool last_of_step;

@@ -22,14 +22,12 @@ std::optional<Tensor> ModelStage::forward(Context& ctx, int slot, int64_t microb
 
 std::optional<Tensor> ModelStage::backward(Context& ctx, int slot, int64_t microbatch,
                                            const std::optional<Tensor>& grad_output, bool last_of_step) {
-  model_.set_last_backward_of_step(last_of_step);
-  return model_.backward(ctx, slot, grad_output);
+  return model_.backward(ctx, slot, grad_output, last_of_step);
 }
 
 std::optional<Tensor> ModelStage::backward_input(Context& ctx, int slot, int64_t microbatch,
                                                  const std::optional<Tensor>& grad_output, bool last_of_step) {
-  model_.set_last_backward_of_step(last_of_step);  // kept with the deferred pass for its W
-  return model_.backward_input(ctx, slot, grad_output, WeightGradTiming::kDeferred);
+  return model_.backward_input(ctx, slot, grad_output, WeightGradTiming::kDeferred, last_of_step);
 }
 
 void ModelStage::backward_weight(Context& ctx, int slot, int64_t /*microbatch*/) { model_.backward_weight(ctx, slot); }

@@ -191,12 +191,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   const RankMemory planned =
       rank_memory(t->params_->plan(), t->config_, t->chunks_.front()->shapes(), t->tensor_parallel_->sequence_parallel(),
                   pipeline, t->forward_backward_->stash_slots(), t->forward_backward_->deferral_depths());
-  const int64_t store_bytes = static_cast<int64_t>(params_end - params_begin);
-  t->allocated_ = {.parameters = store_bytes - planned.gradients,
-                   .gradients = planned.gradients,
+  // The store's two buffers, the FP32 gradients measured by the tensor the arena gave them.
+  const int64_t gradient_bytes = Arena::aligned_bytes(DType::kFloat32, t->params_->flat_grads().shape());
+  t->allocated_ = {.parameters = static_cast<int64_t>(params_end - params_begin) - gradient_bytes,
+                   .gradients = gradient_bytes,
                    .optimizer_state = static_cast<int64_t>(t->arena_.used_bytes() - optimizer_begin),
                    .activations = static_cast<int64_t>(chunks_end - chunks_begin)};
-  GPT_CHECK_EQ(planned.parameters + planned.gradients, store_bytes) << "memory plan of the parameters and gradients";
+  GPT_CHECK_EQ(planned.parameters, t->allocated_.parameters) << "memory plan of the parameters";
+  GPT_CHECK_EQ(planned.gradients, t->allocated_.gradients) << "memory plan of the gradients";
   GPT_CHECK_EQ(planned.activations, t->allocated_.activations) << "memory plan of the chunks";
   GPT_CHECK_EQ(planned.optimizer_state, t->allocated_.optimizer_state) << "memory plan of the optimizer state";
   t->loss_sum_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});

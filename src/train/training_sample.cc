@@ -1,7 +1,5 @@
 #include "train/training_sample.h"
 
-#include <mpi.h>
-
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -17,8 +15,8 @@
 #include "generate/inference_model.h"
 #include "generate/sampler.h"
 #include "model/param_registry.h"
+#include "parallel/comm/world_agreement.h"
 #include "parallel/process_grid.h"
-#include "train/rank_agreement.h"
 #include "train/trainer.h"
 
 namespace gpt {
@@ -90,31 +88,6 @@ void place_pieces(const std::string& blob, std::map<std::string, std::vector<flo
   }
 }
 
-// Every rank's `mine` concatenated in rank order on `root` (into `all`).
-absl::Status gather_to(int root, const std::string& mine, std::string& all) {
-  int rank = 0, world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (mine.size() > 2147483647u) return absl::ResourceExhaustedError("sample: a rank's parameters exceed 2 GiB");
-  int size = static_cast<int>(mine.size());
-  std::vector<int> sizes(static_cast<size_t>(world)), displacements(static_cast<size_t>(world), 0);
-  GPT_CHECK_EQ(MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, MPI_COMM_WORLD), MPI_SUCCESS)
-      << "MPI_Gather in the training sample";
-  int64_t total = 0;
-  if (rank == root) {
-    for (size_t r = 0; r < sizes.size(); ++r) {
-      displacements[r] = static_cast<int>(total);
-      total += sizes[r];
-    }
-    GPT_CHECK_LE(total, int64_t{2147483647}) << "sample: the model exceeds 2 GiB";
-    all.resize(static_cast<size_t>(total));
-  }
-  GPT_CHECK_EQ(MPI_Gatherv(mine.data(), size, MPI_CHAR, all.data(), sizes.data(), displacements.data(), MPI_CHAR, root,
-                           MPI_COMM_WORLD),
-               MPI_SUCCESS)
-      << "MPI_Gatherv in the training sample";
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -122,7 +95,13 @@ TrainingSampler::TrainingSampler(const Arguments& args, const ProcessGrid& grid)
 
 absl::Status TrainingSampler::after_iteration(Trainer& trainer) {
   if (args_.sample_interval <= 0 || trainer.iteration() % args_.sample_interval != 0) return absl::OkStatus();
-  GPT_ASSIGN_OR_RETURN(const std::string text, sample(trainer));
+  // Sampled on world rank 0, printed by the logging rank (the last); a failure there (a bad
+  // --sample-prompt) reaches every rank, which all stop with it.
+  const absl::StatusOr<std::string> sampled = sample(trainer);
+  std::string message = sampled.ok() ? absl::StrCat("+", *sampled) : absl::StrCat("-", sampled.status().message());
+  world::broadcast_from_rank0(message, "training sample text");
+  if (message.empty() || message[0] == '-') return absl::InvalidArgumentError(message.substr(message.empty() ? 0 : 1));
+  const std::string text = message.substr(1);
   if (grid_.is_logging_rank()) {
     std::printf("sample at iteration %lld: %s\n", static_cast<long long>(trainer.iteration()), text.c_str());
     std::fflush(stdout);
@@ -131,8 +110,8 @@ absl::Status TrainingSampler::after_iteration(Trainer& trainer) {
 }
 
 absl::StatusOr<std::string> TrainingSampler::sample(Trainer& trainer) {
-  const bool logging = grid_.is_logging_rank();
-  if (logging && !tokenizer_ && uses_gpt2_tokenizer(args_)) {
+  const bool sampling = world::rank() == 0;  // gathers the parameters and samples
+  if (sampling && !tokenizer_ && uses_gpt2_tokenizer(args_)) {
     GPT_ASSIGN_OR_RETURN(Gpt2Tokenizer loaded, Gpt2Tokenizer::load(args_.vocab_file, args_.merge_file));
     tokenizer_ = std::move(loaded);
   }
@@ -146,15 +125,11 @@ absl::StatusOr<std::string> TrainingSampler::sample(Trainer& trainer) {
     if (piece.replicated_over_data_parallel && grid_.coordinates().data != 0) continue;
     append_piece(mine, piece);
   }
-  const int root = grid_.world_size() - 1;  // the logging rank
+  // Bounded by --distributed-timeout-minutes, like every agreement over the world.
+  const std::vector<std::string> shares = world::gather_to_rank0(mine, "training sample parameters");
+  if (!sampling) return std::string();
   std::string all;
-  if (!mpi_running()) {
-    all = std::move(mine);  // a world of one without MPI
-  } else {
-    GPT_RETURN_IF_ERROR(gather_to(root, mine, all));
-  }
-  if (!logging) return std::string();
-
+  for (const std::string& share : shares) all += share;
 
   std::map<std::string, std::vector<float>> params;
   place_pieces(all, params);

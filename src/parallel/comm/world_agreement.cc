@@ -236,4 +236,25 @@ void broadcast_from_rank0(std::string& text, std::string_view what) {
   text.assign(reinterpret_cast<const char*>(answer.data()), static_cast<size_t>(length));
 }
 
+std::vector<std::string> gather_to_rank0(const std::string& mine, std::string_view what) {
+  if (!running() || size() == 1) return {mine};
+  // Every rank sends as many words: its length, then its bytes padded to the longest text.
+  const int64_t longest = all_reduce(static_cast<int64_t>(mine.size()), Combine::kMax, what);
+  std::vector<int64_t> words(1 + static_cast<size_t>((longest + 7) / 8), 0);
+  words[0] = static_cast<int64_t>(mine.size());
+  std::memcpy(words.data() + 1, mine.data(), mine.size());
+  std::vector<std::string> gathered;
+  std::vector<int64_t> no_answer;
+  exchange(words, what,
+           [&](const std::vector<int64_t>& all) {
+             for (size_t at = 0; at < all.size(); at += words.size()) {
+               gathered.emplace_back(reinterpret_cast<const char*>(all.data() + at + 1),
+                                     static_cast<size_t>(all[at]));
+             }
+             return std::vector<int64_t>();
+           },
+           no_answer);
+  return gathered;
+}
+
 }  // namespace gpt::world

@@ -37,5 +37,8 @@ int64_t all_reduce(int64_t value, Combine combine, std::string_view what);
 std::vector<uint64_t> all_gather(uint64_t value, std::string_view what);
 // Rank 0's `text` on every rank. Collective.
 void broadcast_from_rank0(std::string& text, std::string_view what);
+// Every rank's `mine` on rank 0, by world rank (an empty vector elsewhere). Collective; rank 0
+// holds world size x the longest text while it gathers.
+std::vector<std::string> gather_to_rank0(const std::string& mine, std::string_view what);
 
 }  // namespace gpt::world

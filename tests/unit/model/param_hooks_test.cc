@@ -80,14 +80,12 @@ class TestStage final : public pipeline::Stage {
   std::optional<Tensor> backward(Context& ctx, int slot, int64_t microbatch, const std::optional<Tensor>& grad_output,
                                  bool last_of_step) override {
     enter(slot, microbatch);
-    model_.set_last_backward_of_step(last_of_step);
-    return model_.backward(ctx, slot, grad_output);
+    return model_.backward(ctx, slot, grad_output, last_of_step);
   }
   std::optional<Tensor> backward_input(Context& ctx, int slot, int64_t microbatch,
                                        const std::optional<Tensor>& grad_output, bool last_of_step) override {
     enter(slot, microbatch);
-    model_.set_last_backward_of_step(last_of_step);
-    return model_.backward_input(ctx, slot, grad_output, WeightGradTiming::kDeferred);
+    return model_.backward_input(ctx, slot, grad_output, WeightGradTiming::kDeferred, last_of_step);
   }
   void backward_weight(Context& ctx, int slot, int64_t microbatch) override {
     enter(slot, microbatch);
