@@ -1,4 +1,5 @@
 #include "checkpoint/checkpoint_files.h"
+#include "checkpoint/index_metadata.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -29,14 +30,11 @@
 namespace gpt {
 namespace {
 
-constexpr char kPieceTable[] = "_pieces";
-constexpr char kArguments[] = "_arguments";
-constexpr char kRecords[] = "_records";
-constexpr char kFormat[] = "gpt-hdf5-checkpoint";
-// 2: the index binds its shards (size, save id, piece-table checksum) and checksums its metadata.
-// 1: neither; still read (CheckpointMetadata::legacy).
-constexpr int64_t kFormatVersion = 2;
-constexpr int64_t kLegacyFormatVersion = 1;
+using checkpoint_index::checksum;
+using checkpoint_index::kPieceTable;
+using checkpoint_index::read_metadata;
+using checkpoint_index::write_metadata;
+
 
 std::optional<DType> parse_dtype(std::string_view name) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt32, DType::kInt64}) {
@@ -141,142 +139,6 @@ absl::StatusOr<std::vector<PieceLine>> parse_table(const std::string& text, cons
     lines.push_back(std::move(line));
   }
   return lines;
-}
-
-// The run state's attributes, in the order write_metadata writes them.
-std::vector<std::pair<const char*, int64_t>> run_state_numbers(const CheckpointMetadata& m) {
-  return {{"iteration", m.iteration},
-          {"consumed_train_samples", m.consumed_train_samples},
-          {"consumed_valid_samples", m.consumed_valid_samples},
-          {"optimizer_steps", m.optimizer_steps},
-          {"seed", m.seed},
-          {"tensor_model_parallel_size", m.tensor_parallel},
-          {"pipeline_model_parallel_size", m.pipeline_parallel},
-          {"data_parallel_size", m.data_parallel},
-          {"virtual_stages_per_pipeline_rank", m.virtual_stages},
-          {"distributed_optimizer", m.distributed_optimizer ? 1 : 0}};
-}
-
-// What the index's run-state checksum covers: every attribute a load acts on (the run state, the
-// layout, the shards and what each must be), as "name=value" lines.
-std::string run_state_text(const CheckpointMetadata& m, const std::string& shard_files, const std::string& shard_bytes,
-                           const std::string& shard_checksums) {
-  std::string text;
-  for (const auto& [name, value] : run_state_numbers(m)) absl::StrAppend(&text, name, "=", value, "\n");
-  absl::StrAppend(&text, "params_dtype=", m.params_dtype, "\nsave_id=", m.save_id, "\nshard_files=", shard_files,
-                  "\nshard_bytes=", shard_bytes, "\nshard_table_checksums=", shard_checksums, "\n");
-  return text;
-}
-
-int64_t checksum(const std::string& text) { return crc32c(text.data(), text.size()); }
-
-// The records as "key=value" lines, in key order.
-absl::StatusOr<std::string> records_text(const std::map<std::string, std::string>& records) {
-  std::string text;
-  for (const auto& [key, value] : records) {
-    if (key.empty() || key.find_first_of("=\n") != std::string::npos || value.find('\n') != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint record '", key, "': keys may not be empty or hold '=' or line breaks, values may "
-                       "not hold line breaks"));
-    }
-    absl::StrAppend(&text, key, "=", value, "\n");
-  }
-  return text;
-}
-
-absl::StatusOr<std::map<std::string, std::string>> parse_records(const std::string& text, const std::string& path) {
-  std::map<std::string, std::string> records;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    const size_t equals = line.find('=');
-    if (equals == absl::string_view::npos || equals == 0) {
-      return absl::DataLossError(absl::StrCat(path, ": a malformed record line '", line, "'"));
-    }
-    records[std::string(line.substr(0, equals))] = std::string(line.substr(equals + 1));
-  }
-  return records;
-}
-
-absl::Status write_metadata(Hdf5File& index, const CheckpointMetadata& m, const std::string& shard_files,
-                            const std::string& shard_bytes, const std::string& shard_checksums,
-                            const std::string& pieces) {
-  GPT_ASSIGN_OR_RETURN(const std::string records, records_text(m.records));  // refused before writing anything
-  GPT_RETURN_IF_ERROR(index.set_attribute("format", std::string(kFormat)));
-  GPT_RETURN_IF_ERROR(index.set_attribute("format_version", kFormatVersion));
-  for (const auto& [name, value] : run_state_numbers(m)) GPT_RETURN_IF_ERROR(index.set_attribute(name, value));
-  GPT_RETURN_IF_ERROR(index.set_attribute("params_dtype", m.params_dtype));
-  GPT_RETURN_IF_ERROR(index.set_attribute("save_id", m.save_id));
-  GPT_RETURN_IF_ERROR(index.set_attribute("shard_files", shard_files));
-  GPT_RETURN_IF_ERROR(index.set_attribute("shard_bytes", shard_bytes));
-  GPT_RETURN_IF_ERROR(index.set_attribute("shard_table_checksums", shard_checksums));
-  GPT_RETURN_IF_ERROR(index.set_attribute(
-      "run_state_checksum", checksum(run_state_text(m, shard_files, shard_bytes, shard_checksums))));
-  GPT_RETURN_IF_ERROR(index.set_attribute("arguments_checksum", checksum(m.arguments)));
-  GPT_RETURN_IF_ERROR(index.set_attribute("pieces_checksum", checksum(pieces)));
-  GPT_RETURN_IF_ERROR(index.write_text(kArguments, m.arguments));
-  GPT_RETURN_IF_ERROR(index.set_attribute("records_checksum", checksum(records)));
-  GPT_RETURN_IF_ERROR(index.write_text(kRecords, records));
-  return index.write_text(kPieceTable, pieces);
-}
-
-// Reads the run state and arguments; a version-2 index is checked against its run-state and
-// arguments checksums (the piece table's is checked where it is read, open()).
-absl::Status read_metadata(const Hdf5File& index, CheckpointMetadata& m) {
-  const absl::StatusOr<std::string> format = index.attribute_string("format");
-  if (!format.ok() || *format != kFormat) {
-    return absl::DataLossError(absl::StrCat(index.path(), " is not a checkpoint index of this program"));
-  }
-  GPT_ASSIGN_OR_RETURN(const int64_t version, index.attribute_int("format_version"));
-  if (version != kFormatVersion && version != kLegacyFormatVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(index.path(), ": checkpoint format version ", version,
-                                                      " (this program reads versions ", kLegacyFormatVersion, " and ",
-                                                      kFormatVersion, ")"));
-  }
-  m.legacy = version == kLegacyFormatVersion;
-  const std::pair<const char*, int64_t*> ints[] = {
-      {"iteration", &m.iteration},
-      {"consumed_train_samples", &m.consumed_train_samples},
-      {"consumed_valid_samples", &m.consumed_valid_samples},
-      {"optimizer_steps", &m.optimizer_steps},
-      {"seed", &m.seed},
-      {"tensor_model_parallel_size", &m.tensor_parallel},
-      {"pipeline_model_parallel_size", &m.pipeline_parallel},
-      {"data_parallel_size", &m.data_parallel},
-      {"virtual_stages_per_pipeline_rank", &m.virtual_stages}};
-  for (const auto& [name, value] : ints) {
-    GPT_ASSIGN_OR_RETURN(*value, index.attribute_int(name));
-  }
-  GPT_ASSIGN_OR_RETURN(const int64_t distributed, index.attribute_int("distributed_optimizer"));
-  m.distributed_optimizer = distributed != 0;
-  GPT_ASSIGN_OR_RETURN(m.params_dtype, index.attribute_string("params_dtype"));
-  GPT_ASSIGN_OR_RETURN(m.arguments, index.read_text(kArguments));
-  if (m.legacy) return absl::OkStatus();
-  GPT_ASSIGN_OR_RETURN(m.save_id, index.attribute_string("save_id"));
-  GPT_ASSIGN_OR_RETURN(const std::string shard_files, index.attribute_string("shard_files"));
-  GPT_ASSIGN_OR_RETURN(const std::string shard_bytes, index.attribute_string("shard_bytes"));
-  GPT_ASSIGN_OR_RETURN(const std::string shard_checksums, index.attribute_string("shard_table_checksums"));
-  GPT_ASSIGN_OR_RETURN(const int64_t run_state_checksum, index.attribute_int("run_state_checksum"));
-  GPT_ASSIGN_OR_RETURN(const int64_t arguments_checksum, index.attribute_int("arguments_checksum"));
-  if (checksum(run_state_text(m, shard_files, shard_bytes, shard_checksums)) != run_state_checksum) {
-    return absl::DataLossError(absl::StrCat(
-        index.path(), ": its run state (iteration ", m.iteration, ", consumed samples ", m.consumed_train_samples,
-        ", optimizer steps ", m.optimizer_steps, ", layout, shard list) does not match its checksum: the index is "
-        "damaged or was edited"));
-  }
-  if (checksum(m.arguments) != arguments_checksum) {
-    return absl::DataLossError(absl::StrCat(index.path(), ": its saved arguments ('", kArguments,
-                                            "') do not match their checksum: the index is damaged or was edited"));
-  }
-  // Records came with format 2 in the same release as the checksums; an index without them (none
-  // written) has none.
-  if (!index.contains(kRecords)) return absl::OkStatus();
-  GPT_ASSIGN_OR_RETURN(const std::string records, index.read_text(kRecords));
-  GPT_ASSIGN_OR_RETURN(const int64_t records_checksum, index.attribute_int("records_checksum"));
-  if (checksum(records) != records_checksum) {
-    return absl::DataLossError(absl::StrCat(index.path(), ": its records ('", kRecords,
-                                            "') do not match their checksum: the index is damaged or was edited"));
-  }
-  GPT_ASSIGN_OR_RETURN(m.records, parse_records(records, index.path()));
-  return absl::OkStatus();
 }
 
 // Rows [0, rows) of `columns` elements each, from `source` (row stride source_stride elements) to
@@ -781,103 +643,6 @@ absl::Status CheckpointReader::verify_all() {
     }
   }
   return read_many(requests);
-}
-
-absl::StatusOr<std::optional<int64_t>> read_tracker(const std::string& directory) {
-  const std::string path = absl::StrCat(directory, "/", kTrackerFileName);
-  // Only a path that does not exist is "no tracker": a run told to --load must never start from
-  // scratch because its tracker could not be read.
-  std::error_code error;
-  const std::filesystem::file_status status = std::filesystem::status(path, error);
-  if (status.type() == std::filesystem::file_type::not_found) {
-    if (std::filesystem::is_symlink(std::filesystem::symlink_status(path, error))) {
-      return absl::FailedPreconditionError(absl::StrCat(path, " is a symbolic link to nothing"));
-    }
-    return std::optional<int64_t>();
-  }
-  if (error) return absl::PermissionDeniedError(absl::StrCat("cannot stat ", path, ": ", error.message()));
-  if (status.type() != std::filesystem::file_type::regular) {
-    return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file"));
-  }
-  std::ifstream in(path);
-  if (!in) return absl::PermissionDeniedError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  int64_t iteration = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &iteration) || iteration < 0) {
-    return absl::DataLossError(absl::StrCat(path, " does not hold an iteration number"));
-  }
-  return std::optional<int64_t>(iteration);
-}
-
-absl::Status fsync_directory(const std::string& directory) {
-  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return absl::DataLossError(absl::StrCat("cannot open directory ", directory, " to sync it"));
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced) return absl::DataLossError(absl::StrCat("cannot sync directory ", directory));
-  return absl::OkStatus();
-}
-
-absl::Status write_tracker(const std::string& directory, int64_t iteration) {
-  const std::string path = absl::StrCat(directory, "/", kTrackerFileName);
-  const std::string temporary = path + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return absl::PermissionDeniedError(absl::StrCat("cannot write ", temporary));
-  const std::string text = absl::StrCat(iteration, "\n");
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!written || std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    return absl::DataLossError(absl::StrCat("cannot write ", path, " (disk full?)"));
-  }
-  return fsync_directory(directory);
-}
-
-std::vector<int64_t> list_checkpoints(const std::string& directory) {
-  std::vector<int64_t> iterations;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
-    const std::string name = entry.path().filename().string();
-    int64_t iteration = 0;
-    if (name.size() == 12 && name.rfind("iter_", 0) == 0 && absl::SimpleAtoi(name.substr(5), &iteration) &&
-        std::filesystem::exists(entry.path() / kIndexFileName, error)) {
-      iterations.push_back(iteration);
-    }
-  }
-  std::sort(iterations.begin(), iterations.end());
-  return iterations;
-}
-
-absl::StatusOr<std::string> resolve_checkpoint_directory(const std::string& given, std::optional<int64_t> iteration) {
-  std::error_code error;
-  if (!std::filesystem::is_directory(given, error)) {
-    return absl::NotFoundError(absl::StrCat(given, ": no such directory"));
-  }
-  // A checkpoint directory: it has an index, or is named like one (then CheckpointReader::open
-  // says that its index is missing: an interrupted or damaged save).
-  std::string trimmed = given;
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-  const std::string name = std::filesystem::path(trimmed).filename().string();
-  if (std::filesystem::exists(std::filesystem::path(given) / kIndexFileName, error) || name.rfind("iter_", 0) == 0) {
-    if (iteration) {
-      return absl::InvalidArgumentError(absl::StrCat("--iteration needs the save directory; ", given,
-                                                     " is one checkpoint already"));
-    }
-    return given;
-  }
-  if (!iteration) {
-    GPT_ASSIGN_OR_RETURN(const std::optional<int64_t> tracked, read_tracker(given));
-    if (!tracked) {
-      const std::vector<int64_t> found = list_checkpoints(given);
-      return absl::NotFoundError(absl::StrCat(
-          given, ": not a checkpoint (no ", kIndexFileName, ") and no ", kTrackerFileName,
-          found.empty() ? std::string(" (no committed checkpoint either)")
-                        : absl::StrCat(" (committed iterations: ", absl::StrJoin(found, ", "), "; pick one with --iteration)")));
-    }
-    iteration = *tracked;
-  }
-  return (std::filesystem::path(given) / iteration_directory_name(*iteration)).string();
 }
 
 }  // namespace gpt

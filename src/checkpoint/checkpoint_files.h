@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "checkpoint/hdf5_file.h"
+#include "checkpoint/save_directory.h"
 #include "checkpoint/sharded_tensor.h"
 #include "core/status.h"
 
@@ -160,20 +161,5 @@ class CheckpointReader {
   std::map<std::pair<int, std::string>, std::optional<Hdf5File::ChunkIndex>> chunk_indices_;
   std::map<int, int> descriptors_;
 };
-
-// The tracker: the newest committed iteration, nullopt when there is none (no such path). A
-// tracker that exists but is not a regular file, cannot be read, or is not a number is an error
-// naming it: never taken for a missing one (that would start a run from scratch).
-absl::StatusOr<std::optional<int64_t>> read_tracker(const std::string& directory);
-// Replaces the tracker atomically (write a temporary file, fsync, rename, fsync the directory).
-absl::Status write_tracker(const std::string& directory, int64_t iteration);
-// The checkpoint a user names: `given` itself when it is one checkpoint directory (it has an index,
-// or is named iter_<7 digits>: then opening it says what is missing), else the save directory's
-// checkpoint of `iteration`, or of its tracker. An error names the directory and, without a
-// tracker, the committed iterations there are.
-absl::StatusOr<std::string> resolve_checkpoint_directory(const std::string& given, std::optional<int64_t> iteration);
-// Committed checkpoints under `directory` (iter_<7 digits> with an index), oldest first.
-std::vector<int64_t> list_checkpoints(const std::string& directory);
-absl::Status fsync_directory(const std::string& directory);
 
 }  // namespace gpt
