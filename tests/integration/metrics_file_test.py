@@ -139,9 +139,13 @@ def main():
         if [p["iteration"] for p in printed if p["kind"] == "log"] != [1, 2, 4, 6] or \
                 sum(p["kind"] == "validation" for p in printed) < 3:
             failures.append(f"{name}: expected log lines at 1, 2, 4, 6 and at least 3 evaluations, got {printed}")
-        # Megatron's progress lines for the evaluations after training: one set per split.
-        if result.stdout.count("Evaluating on 8 samples\nEvaluating iter 1/1\n") != 2:
-            failures.append(f"{name}: expected Megatron's 'Evaluating on 8 samples' / 'Evaluating iter 1/1' twice")
+        # Megatron's progress lines for the evaluations after training: one set per split, each
+        # "Evaluating on" followed by its "Evaluating iter". Under mpirun another rank's lines (the
+        # logging rank's validation result) may come between the two, so not adjacent.
+        progress = [line for line in result.stdout.splitlines() if line.startswith("Evaluating ")]
+        if progress != ["Evaluating on 8 samples", "Evaluating iter 1/1"] * 2:
+            failures.append(f"{name}: expected Megatron's 'Evaluating on 8 samples' / 'Evaluating iter 1/1' "
+                            f"twice, got {progress}")
         compare(name, read_lines(path), printed, layout, failures)
 
     # Resumed: iterations 1-4 saved, then 5-6 loaded from the checkpoint append to the same file.
