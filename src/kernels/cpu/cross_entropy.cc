@@ -1,7 +1,8 @@
 // Softmax cross-entropy over a vocabulary shard, in FP32, never forming the probabilities as a
 // separate tensor: statistics in one pass over the logits (online maximum per L1-sized block),
-// the gradient written over the logits in another. Vectorized (simd::exp) and split by rows over
-// the context's threads; each row's result is independent of the split.
+// the gradient written over the logits in another. Vectorized (simd::exp on 16-lane vectors: one
+// AVX-512 register where the CPU has it, the exp being what bounds these loops) and split by rows
+// over the context's threads; each row's result is independent of the split and of the clone.
 #include <cmath>
 #include <limits>
 
@@ -12,8 +13,8 @@
 
 namespace gpt::cpu {
 namespace {
-using simd::f32x8;
-using simd::kLanes;
+using simd::f32x16;
+constexpr int64_t kLanes = simd::kWideLanes;
 
 void check_shard(const Tensor& logits, int64_t vocab_valid) {
   GPT_CHECK(vocab_valid >= 0 && vocab_valid <= logits.cols())
@@ -35,17 +36,17 @@ GPT_SIMD_INLINE void row_stats(const T* row, int64_t valid, float& row_max, doub
   for (int64_t start = 0; start < valid; start += kBlock) {
     const int64_t end = std::min(valid, start + kBlock);
     const int64_t vector_end = start + (end - start) / kLanes * kLanes;
-    f32x8 m = simd::splat(-std::numeric_limits<float>::infinity());
-    for (int64_t j = start; j < vector_end; j += kLanes) m = simd::max(m, simd::load8(row + j));
+    f32x16 m = simd::splat_as<f32x16>(-std::numeric_limits<float>::infinity());
+    for (int64_t j = start; j < vector_end; j += kLanes) m = simd::max(m, simd::load16(row + j));
     float block_max = simd::horizontal_max(m);
     for (int64_t j = vector_end; j < end; ++j) block_max = std::max(block_max, load(row, j));
     if (block_max > maximum) {
       total *= std::exp(static_cast<double>(maximum) - block_max);  // 0 * 0 while maximum is -inf
       maximum = block_max;
     }
-    const f32x8 shift = simd::splat(maximum);
-    f32x8 sum = simd::splat(0.0f);
-    for (int64_t j = start; j < vector_end; j += kLanes) sum += simd::exp(simd::load8(row + j) - shift);
+    const f32x16 shift = simd::splat_as<f32x16>(maximum);
+    f32x16 sum = simd::splat_as<f32x16>(0.0f);
+    for (int64_t j = start; j < vector_end; j += kLanes) sum += simd::exp(simd::load16(row + j) - shift);
     double block_sum = simd::horizontal_sum(sum);
     for (int64_t j = vector_end; j < end; ++j) block_sum += simd::exp1(load(row, j) - maximum);
     total += block_sum;
@@ -82,9 +83,10 @@ GPT_SIMD_INLINE void backward_rows(T* dz, const T* z, const int32_t* target, con
     const int64_t local = static_cast<int64_t>(target[r]) - vocab_start;
     const bool has_target = local >= 0 && local < vocab_valid;
     const float target_value = has_target ? load(in, local) : 0.0f;  // before an in-place overwrite
-    const f32x8 shift = simd::splat(maximum), inverse = simd::splat(inverse_sum), scale = simd::splat(grad_scale);
+    const f32x16 shift = simd::splat_as<f32x16>(maximum), inverse = simd::splat_as<f32x16>(inverse_sum),
+                 scale = simd::splat_as<f32x16>(grad_scale);
     for (int64_t j = 0; j < vector_end; j += kLanes) {
-      simd::store8(out + j, (simd::exp(simd::load8(in + j) - shift) * inverse) * scale);
+      simd::store16(out + j, (simd::exp(simd::load16(in + j) - shift) * inverse) * scale);
     }
     for (int64_t j = vector_end; j < vocab_valid; ++j) {
       store(out, j, (simd::exp1(load(in, j) - maximum) * inverse_sum) * grad_scale);
@@ -97,22 +99,22 @@ GPT_SIMD_INLINE void backward_rows(T* dz, const T* z, const int32_t* target, con
   }
 }
 
-GPT_CPU_CLONES void stats_rows_f32(const float* z, const int32_t* target, float* row_max, float* row_sumexp,
+GPT_CPU_WIDE_CLONES void stats_rows_f32(const float* z, const int32_t* target, float* row_max, float* row_sumexp,
                                    float* target_logit, int64_t cols, int64_t vocab_start, int64_t vocab_valid,
                                    int64_t begin, int64_t end) {
   stats_rows(z, target, row_max, row_sumexp, target_logit, cols, vocab_start, vocab_valid, begin, end);
 }
-GPT_CPU_CLONES void stats_rows_bf16(const bf16* z, const int32_t* target, float* row_max, float* row_sumexp,
+GPT_CPU_WIDE_CLONES void stats_rows_bf16(const bf16* z, const int32_t* target, float* row_max, float* row_sumexp,
                                     float* target_logit, int64_t cols, int64_t vocab_start, int64_t vocab_valid,
                                     int64_t begin, int64_t end) {
   stats_rows(z, target, row_max, row_sumexp, target_logit, cols, vocab_start, vocab_valid, begin, end);
 }
-GPT_CPU_CLONES void backward_rows_f32(float* dz, const float* z, const int32_t* target, const float* row_max,
+GPT_CPU_WIDE_CLONES void backward_rows_f32(float* dz, const float* z, const int32_t* target, const float* row_max,
                                       const float* row_sumexp, float grad_scale, int64_t cols, int64_t vocab_start,
                                       int64_t vocab_valid, int64_t begin, int64_t end) {
   backward_rows(dz, z, target, row_max, row_sumexp, grad_scale, cols, vocab_start, vocab_valid, begin, end);
 }
-GPT_CPU_CLONES void backward_rows_bf16(bf16* dz, const bf16* z, const int32_t* target, const float* row_max,
+GPT_CPU_WIDE_CLONES void backward_rows_bf16(bf16* dz, const bf16* z, const int32_t* target, const float* row_max,
                                        const float* row_sumexp, float grad_scale, int64_t cols, int64_t vocab_start,
                                        int64_t vocab_valid, int64_t begin, int64_t end) {
   backward_rows(dz, z, target, row_max, row_sumexp, grad_scale, cols, vocab_start, vocab_valid, begin, end);
