@@ -14,6 +14,8 @@ Extra pretrain_gpt flags after `--` (e.g. `-- --hidden-dropout 0.1`). Options fo
 table of docs/PERFORMANCE.md, each measured inside the same alternation:
   --torch             PyTorch eager on the same model (bench/torch_gpt_baseline.py --device cpu,
                       the same threads, two micro-batches of 4 per step) as one more column;
+  --llmc DIR          llm.c's CPU trainer (train_gpt2.c of the llm.c checkout DIR, built and fed by
+                      bench/cpu/llmc_baseline.py: same model, 8 x 128 tokens a step) as one more column;
   --sgemm PROBE       OpenBLAS SGEMM GFLOP/s (bench/cpu/sgemm_probe.cc) once per trial, printed
                       with each binary's model GFLOP/s (Megatron's formula);
   --profile RUNS      afterwards, each binary's per-op profile (GPT_OP_PROFILE_FROM=4, 8 iterations),
@@ -29,6 +31,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import llmc_baseline  # noqa: E402
 
 MODEL = ["--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "50256",
          "--num-layers", "4", "--hidden-size", "128", "--num-attention-heads", "4",
@@ -125,6 +129,7 @@ def main():
     parser.add_argument("--skip", type=int, default=2, help="iterations left out at the start of each trial")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--torch", action="store_true", help="PyTorch eager on the same model, alternated too")
+    parser.add_argument("--llmc", metavar="DIR", help="an llm.c checkout: its CPU trainer, alternated too")
     parser.add_argument("--sgemm", metavar="PROBE", help="sgemm_probe binary, run once per trial")
     parser.add_argument("--profile", type=int, default=0, metavar="RUNS",
                         help="afterwards, each binary's per-op profile: medians of RUNS alternating runs")
@@ -136,12 +141,19 @@ def main():
     torch_name = "PyTorch eager (torch_gpt_baseline.py --device cpu)"
     if args.torch:
         samples[torch_name] = []
+    llmc_name = "llm.c train_gpt2.c (-Ofast -march=native, OpenMP)"
+    llmc_work = tempfile.TemporaryDirectory() if args.llmc else None
+    if args.llmc:
+        samples[llmc_name] = []
+        llmc_binary = llmc_baseline.prepare(args.llmc, llmc_work.name, args.iters)
     sgemm = []
     for t in range(args.trials):
         for binary in args.binaries:
             samples[binary].extend(trial(binary, args.iters, args.skip, extra, args.threads))
         if args.torch:
             samples[torch_name].extend(torch_trial(args.iters, args.skip, args.threads))
+        if args.llmc:
+            samples[llmc_name].extend(llmc_baseline.trial(llmc_binary, args.skip, args.threads))
         if args.sgemm:
             sgemm.append(sgemm_trial(args.sgemm, args.threads))
     first = statistics.median(samples[args.binaries[0]])
