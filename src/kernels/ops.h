@@ -14,6 +14,7 @@
 #include <span>
 
 #include "core/context.h"
+#include "core/fp8.h"
 #include "core/tensor.h"
 #include "kernels/dropout_mask.h"
 
@@ -27,6 +28,16 @@ struct MatmulOptions {
   Tensor bias;        // [n], added after the product when defined (same dtype as out or float32)
   // When defined: out = gelu(product + bias) and pre_gelu receives product + bias.
   Tensor pre_gelu;
+  // FP8 operands (Transformer Engine's per-tensor scaling): when enabled, op(a) and op(b) are cast
+  // to FP8 as round_to_fp8(value * scale) in their formats, multiplied with FP32 accumulation, and
+  // the product scaled by alpha / (a_scale * b_scale), as cuBLASLt applies the inverse scales.
+  struct Fp8Operands {
+    bool enabled = false;
+    Fp8Format a_format = Fp8Format::kE4M3;
+    Fp8Format b_format = Fp8Format::kE4M3;
+    float a_scale = 1.0f;
+    float b_scale = 1.0f;
+  } fp8;
 };
 
 struct AdamWStep {

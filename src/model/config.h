@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "model/fp8_scaling.h"
 
 namespace gpt {
 
@@ -47,6 +48,7 @@ struct ModelConfig {
   float init_method_std = 0.02f;
   DType dtype = DType::kFloat32;    // parameters and activations (bfloat16 with --bf16)
   RecomputeConfig recompute;
+  Fp8Config fp8;                    // FP8 GEMMs of the transformer layers' linears (off by default)
 
   // Llama-style options (Megatron's flags in parentheses).
   int64_t num_query_groups = 0;     // key/value heads (--num-query-groups); 0: one per head (no GQA)

@@ -5,7 +5,7 @@
 namespace gpt {
 
 GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
-                   int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth)
+                   int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth, Fp8Scaling* fp8)
     : shapes_(LayerShapes::make(config, tp, micro_batch)),
       layout_(layout),
       recompute_plan_(plan_recompute(config.recompute, layout.num_layers)),
@@ -21,7 +21,7 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
   for (int64_t i = 0; i < layout.num_layers; ++i) {
     layers_.push_back(std::make_unique<TransformerLayer>(config, layout.first_layer + i, params, tp, shapes_,
                                                          *workspace_, recompute_plan_, i, *recompute_buffers_,
-                                                         arena, stash_slots, positions_, deferral_depth));
+                                                         arena, stash_slots, positions_, deferral_depth, fp8));
   }
   if (layout.has_output) {
     output_ = std::make_unique<OutputLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots,

@@ -43,8 +43,9 @@ class GptModel {
  public:
   // `deferral_depth`: how many microbatches' weight-gradient passes may wait at once
   // (backward_input with kDeferred); 0 allocates no lease and allows only the fused backward.
+  // `fp8`: the FP8 scaling state the transformer layers' linears cast with (null: no FP8).
   GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
-           int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth = 0);
+           int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth = 0, Fp8Scaling* fp8 = nullptr);
 
   // What a chunk built with these arguments takes from its arena.
   static ChunkMemory memory(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,

@@ -23,7 +23,7 @@ std::vector<std::pair<DType, Shape>> lease_parts(LinearKind kind, const Shape& w
 }  // namespace
 
 Linear::Linear(std::string name, LinearKind kind, Param& weight, Param* bias, const TensorParallel& tp, int64_t rows,
-               int64_t local_rows, int deferral_depth, Arena& arena)
+               int64_t local_rows, int deferral_depth, Arena& arena, Fp8Slot fp8)
     : name_(std::move(name)),
       kind_(kind),
       weight_(weight),
@@ -32,7 +32,8 @@ Linear::Linear(std::string name, LinearKind kind, Param& weight, Param* bias, co
       leases_(name_ + " weight-gradient inputs",
               lease_parts(kind, weight.local_shape, bias != nullptr, tp.sequence_parallel(), weight.value.dtype(), rows,
                           local_rows),
-              deferral_depth, arena) {}
+              deferral_depth, arena),
+      fp8_(fp8) {}
 
 int64_t Linear::deferral_bytes(LinearKind kind, const Shape& weight_shape, bool has_bias, bool sequence_parallel,
                                DType dtype, int64_t rows, int64_t local_rows, int deferral_depth) {
@@ -40,18 +41,48 @@ int64_t Linear::deferral_bytes(LinearKind kind, const Shape& weight_shape, bool 
                           deferral_depth);
 }
 
+float Linear::fp8_scale(Context& ctx, const Tensor& t, Fp8Role role, bool split) {
+  float amax = 0.0f;
+  if (fp8_.scaling->needs_amax()) {
+    amax_ = 0.0f;
+    const Tensor reduced(&amax_, DType::kFloat32, Shape{1}, Device::kCpu);
+    ops::amax(ctx, reduced, t);
+    if (split && tp_.size() > 1) tp_.group().all_reduce(ctx, reduced, ReduceOp::kMax);
+    amax = amax_;
+  }
+  return fp8_.scaling->scale(fp8_.layer, fp8_.linear, role, amax);
+}
+
+ops::MatmulOptions::Fp8Operands Linear::fp8_operands(Fp8Role a_role, float a_scale, Fp8Role b_role,
+                                                     float b_scale) const {
+  if (fp8_.scaling == nullptr) return {};
+  return {.enabled = true, .a_format = fp8_.scaling->format(a_role), .b_format = fp8_.scaling->format(b_role),
+          .a_scale = a_scale, .b_scale = b_scale};
+}
+
+void Linear::weight_gemm(Context& ctx, const Tensor& out, const Tensor& a, Fp8Role a_role, bool a_split,
+                         ops::MatmulOptions options) {
+  if (fp8_.scaling != nullptr) {
+    const float a_scale = fp8_scale(ctx, a, a_role, a_split);
+    const float w_scale = fp8_scale(ctx, weight_.value, Fp8Role::kWeight, /*split=*/tp_.size() > 1);
+    options.fp8 = fp8_operands(a_role, a_scale, Fp8Role::kWeight, w_scale);
+  }
+  ops::matmul(ctx, out, a, weight_.value, options);
+}
+
 Tensor Linear::forward_column(Context& ctx, const Tensor& out, const Tensor& input, const Tensor& gathered,
-                              const Tensor& pre_gelu) const {
+                              const Tensor& pre_gelu) {
   GPT_CHECK(kind_ == LinearKind::kColumnParallel) << name_ << " is row-parallel";
   const Tensor input_full = tp_.gather_input(ctx, input, gathered);  // [s, b, in]
-  ops::matmul(ctx, out, input_full, weight_.value, {.transpose_b = true, .bias = bias(), .pre_gelu = pre_gelu});
+  weight_gemm(ctx, out, input_full, Fp8Role::kInput, input_split(),
+              {.transpose_b = true, .bias = bias(), .pre_gelu = pre_gelu});
   return input_full;
 }
 
-Tensor Linear::forward_row(Context& ctx, const Tensor& partial, const Tensor& input, const Tensor& local) const {
+Tensor Linear::forward_row(Context& ctx, const Tensor& partial, const Tensor& input, const Tensor& local) {
   GPT_CHECK(kind_ == LinearKind::kRowParallel) << name_ << " is column-parallel";
-  ops::matmul(ctx, partial, input, weight_.value, {.transpose_b = true});  // partial sums [s, b, out]
-  return tp_.reduce_output(ctx, partial, local);                            // [s_l, b, out]
+  weight_gemm(ctx, partial, input, Fp8Role::kInput, input_split(), {.transpose_b = true});  // partial sums [s, b, out]
+  return tp_.reduce_output(ctx, partial, local);                                            // [s_l, b, out]
 }
 
 Tensor Linear::backward_input_column(Context& ctx, const Tensor& grad_output, const Tensor& input_full,
@@ -59,7 +90,7 @@ Tensor Linear::backward_input_column(Context& ctx, const Tensor& grad_output, co
                                      WeightGradTiming timing) {
   GPT_CHECK(kind_ == LinearKind::kColumnParallel) << name_ << " is row-parallel";
   record(ctx, {.input = input_full, .grad_output = grad_output, .bias_grad_output = grad_output}, timing);
-  ops::matmul(ctx, grad_input_full, grad_output, weight_.value);          // [s, b, in]
+  weight_gemm(ctx, grad_input_full, grad_output, Fp8Role::kGradOutput, grad_output_split(), {});  // [s, b, in]
   return tp_.reduce_input_grad(ctx, grad_input_full, grad_input_local);  // [s_l, b, in]
 }
 
@@ -68,11 +99,17 @@ Tensor Linear::backward_input_row(Context& ctx, const Tensor& grad_output, const
   GPT_CHECK(kind_ == LinearKind::kRowParallel) << name_ << " is column-parallel";
   const Tensor grad_full = tp_.gather_output_grad(ctx, grad_output, grad_output_full);  // [s, b, out]
   record(ctx, {.input = input, .grad_output = grad_full, .bias_grad_output = grad_output}, timing);
-  ops::matmul(ctx, grad_input, grad_full, weight_.value);  // [s b, in_l]
+  weight_gemm(ctx, grad_input, grad_full, Fp8Role::kGradOutput, grad_output_split(), {});  // [s b, in_l]
   return grad_input;
 }
 
 void Linear::record(Context& ctx, WeightGradInputs inputs, WeightGradTiming timing) {
+  if (fp8_.scaling != nullptr && fp8_.scaling->config().weight_gradient) {
+    // The casts the weight gradient's GEMM makes: the forward's of the input (the same tensor, so
+    // the same amax) and the input gradient's of the output gradient.
+    inputs.input_scale = fp8_scale(ctx, inputs.input, Fp8Role::kInput, input_split());
+    inputs.grad_output_scale = fp8_scale(ctx, inputs.grad_output, Fp8Role::kGradOutput, grad_output_split());
+  }
   if (timing == WeightGradTiming::kWithInputGrad) {
     GPT_CHECK(pending_.empty()) << name_ << ": a fused backward while " << pending_.size()
                                 << " deferred weight gradients are pending (they would accumulate out of order)";
@@ -84,7 +121,8 @@ void Linear::record(Context& ctx, WeightGradInputs inputs, WeightGradTiming timi
   const bool separate_bias_rows = inputs.bias_grad_output.data() != inputs.grad_output.data();
   ops::copy(ctx, lease[0], inputs.input);
   ops::copy(ctx, lease[1], inputs.grad_output);
-  WeightGradInputs kept{.input = lease[0], .grad_output = lease[1], .bias_grad_output = lease[1], .leased = true};
+  WeightGradInputs kept{.input = lease[0], .grad_output = lease[1], .bias_grad_output = lease[1], .leased = true,
+                        .input_scale = inputs.input_scale, .grad_output_scale = inputs.grad_output_scale};
   if (bias_ && separate_bias_rows) {
     GPT_CHECK_EQ(lease.size(), 3u) << name_ << ": no lease for the bias gradient's rows";
     ops::copy(ctx, lease[2], inputs.bias_grad_output);
@@ -105,7 +143,11 @@ void Linear::weight_grad(Context& ctx, const WeightGradInputs& inputs) const {
   // Bias first, then the GEMM: the order of today's fused backward (each accumulates into its own
   // parameter, so the order changes no value).
   if (bias_) ops::bias_grad(ctx, bias_->grad, inputs.bias_grad_output);
-  ops::matmul(ctx, weight_.grad, inputs.grad_output, inputs.input, {.transpose_a = true, .beta = 1.0f});
+  ops::MatmulOptions options{.transpose_a = true, .beta = 1.0f};
+  if (fp8_.scaling != nullptr && fp8_.scaling->config().weight_gradient) {
+    options.fp8 = fp8_operands(Fp8Role::kGradOutput, inputs.grad_output_scale, Fp8Role::kInput, inputs.input_scale);
+  }
+  ops::matmul(ctx, weight_.grad, inputs.grad_output, inputs.input, options);
 }
 
 }  // namespace gpt

@@ -17,12 +17,16 @@
 // backward_weight is called; the tensors are copied into a lease first (model/lease.h), since
 // the scratch they live in is reused by the next layer's input-gradient pass. The copies are
 // exact, so both orders give bitwise the same gradients.
+//
+// With FP8 (model/fp8_scaling.h) each GEMM casts its operands to FP8 with per-tensor scales; the
+// weight gradient's record keeps the scales its operands were cast with.
 #pragma once
 
 #include <deque>
 #include <string>
 
 #include "kernels/ops.h"
+#include "model/fp8_scaling.h"
 #include "model/lease.h"
 #include "model/param_store.h"
 #include "parallel/tensor_parallel/regions.h"
@@ -36,14 +40,23 @@ enum class WeightGradTiming {
   kDeferred,       // computed by a later backward_weight (zero-bubble schedules, the split test)
 };
 
+// Where a Linear's FP8 scales live: (layer, linear) of an Fp8Scaling, or no FP8.
+struct LinearFp8Slot {
+  Fp8Scaling* scaling = nullptr;
+  int64_t layer = 0;
+  int linear = 0;  // 0..3: qkv, proj, fc1, fc2
+};
+
 class Linear {
  public:
   // weight: this rank's slice [out_l, in] (column) or [out, in_l] (row); bias: [out_l] / [out], or
   // null. rows / local_rows: the full-sequence and residual-stream row counts (s b and s_l b).
   // `deferral_depth`: weight gradients that may be pending at once (leases allocated now; 0: none,
   // only kWithInputGrad).
+  // `fp8`: when its scaling is given, the GEMMs run in FP8 with the scales of its (layer, linear).
+  using Fp8Slot = LinearFp8Slot;
   Linear(std::string name, LinearKind kind, Param& weight, Param* bias, const TensorParallel& tp, int64_t rows,
-         int64_t local_rows, int deferral_depth, Arena& arena);
+         int64_t local_rows, int deferral_depth, Arena& arena, Fp8Slot fp8 = {});
 
   const std::string& name() const { return name_; }
   Param& weight() const { return weight_; }
@@ -57,10 +70,10 @@ class Linear {
   // under sequence parallelism. `pre_gelu`, when defined, makes out = gelu(x W^T + b) and receives
   // x W^T + b. Returns the full input the GEMM read (what the weight gradient reads).
   Tensor forward_column(Context& ctx, const Tensor& out, const Tensor& input, const Tensor& gathered,
-                        const Tensor& pre_gelu = Tensor()) const;
+                        const Tensor& pre_gelu = Tensor());
   // Row-parallel: input [s b, in_l] -> partial sums in `partial` [s, b, out] -> the TP sum in
   // [s_l, b, out] (`local` under sequence parallelism, else `partial` in place), returned.
-  Tensor forward_row(Context& ctx, const Tensor& partial, const Tensor& input, const Tensor& local) const;
+  Tensor forward_row(Context& ctx, const Tensor& partial, const Tensor& input, const Tensor& local);
 
   // Column-parallel: grad_output [s b, out_l]; input_full: the tensor forward_column returned (or
   // its recomputed copy). grad_input_full [s, b, in] scratch; the input gradient [s_l, b, in] is
@@ -81,8 +94,19 @@ class Linear {
   struct WeightGradInputs {
     Tensor input, grad_output, bias_grad_output;
     bool leased = false;
+    float input_scale = 1.0f, grad_output_scale = 1.0f;  // FP8's casts of input and grad_output
   };
+  // FP8: the scale of `t` in `role`, from the amax of the whole tensor (reduced over the TP group
+  // when this rank holds a slice: `split`).
+  float fp8_scale(Context& ctx, const Tensor& t, Fp8Role role, bool split);
+  // The FP8 operands of a GEMM (disabled without FP8).
+  ops::MatmulOptions::Fp8Operands fp8_operands(Fp8Role a_role, float a_scale, Fp8Role b_role, float b_scale) const;
+  bool input_split() const { return kind_ == LinearKind::kRowParallel; }
+  bool grad_output_split() const { return kind_ == LinearKind::kColumnParallel; }
   void weight_grad(Context& ctx, const WeightGradInputs& inputs) const;
+  // The GEMM of a forward or input-gradient pass, in FP8 when enabled: out = a op(W).
+  void weight_gemm(Context& ctx, const Tensor& out, const Tensor& a, Fp8Role a_role, bool a_split,
+                   ops::MatmulOptions options);
   void record(Context& ctx, WeightGradInputs inputs, WeightGradTiming timing);
 
   std::string name_;
@@ -92,6 +116,8 @@ class Linear {
   const TensorParallel& tp_;
   LeaseRing leases_;
   std::deque<WeightGradInputs> pending_;
+  Fp8Slot fp8_;
+  float amax_ = 0.0f;  // FP8's amax reduction buffer (host: FP8 runs on the CPU backend)
 };
 
 }  // namespace gpt

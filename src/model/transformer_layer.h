@@ -44,7 +44,8 @@ class TransformerLayer {
   TransformerLayer(const ModelConfig& config, int64_t layer, ParamStore& params, const TensorParallel& tp,
                    const LayerShapes& shapes, LayerWorkspace& workspace, const RecomputePlan& plan,
                    int64_t index_in_chunk, RecomputeBuffers& shared, Arena& arena, int stash_slots,
-                   const std::vector<MicrobatchPosition>& positions, int deferral_depth = 0);
+                   const std::vector<MicrobatchPosition>& positions, int deferral_depth = 0,
+                   Fp8Scaling* fp8 = nullptr);
 
   // input [s_l, b, h] (kept by reference in the stash until backward) -> output [s_l, b, h],
   // owned by this layer's stash slot (or, inside a full-recompute group, by the shared buffers

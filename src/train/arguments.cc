@@ -17,6 +17,7 @@
 #include "train/checkpoint_arguments.h"
 #include "train/flag_table.h"
 #include "train/megatron_flags.h"
+#include "train/fp8_arguments.h"
 #include "train/model_arguments.h"
 
 namespace gpt {
@@ -396,6 +397,7 @@ absl::Status validate_arguments(Arguments& a) {
                                 a.max_position_embeddings, ")"));
   }
   GPT_RETURN_IF_ERROR(validate_model_family(a));
+  GPT_RETURN_IF_ERROR(validate_fp8(a));
   if (!(a.init_method_std > 0.0)) return invalid(absl::StrCat("--init-method-std must be positive (got ", a.init_method_std, ")"));
   GPT_RETURN_IF_ERROR(require_fp32("--init-method-std", a.init_method_std, /*positive=*/true));
   if (!(a.norm_epsilon > 0.0)) return invalid(absl::StrCat("--norm-epsilon must be positive (got ", a.norm_epsilon, ")"));

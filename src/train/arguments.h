@@ -80,6 +80,14 @@ struct Arguments {
   double adam_eps = 1e-8;
   bool bf16 = false;
   bool fp16 = false;
+  // FP8 GEMMs in the transformer layers' linears (train/fp8_arguments.h; CPU backend only).
+  std::string fp8_format;                          // "" (None), e4m3 or hybrid
+  std::string fp8_recipe = "delayed";              // tensorwise or delayed (Megatron's default)
+  int64_t fp8_margin = 0;
+  int64_t fp8_amax_history_len = 1;
+  std::string fp8_amax_compute_algo = "most_recent";
+  bool no_fp8_wgrad = false;
+  int64_t fp8_interval = 1;
   int64_t seed = 1234;
   // Bitwise reproducible kernels only (on the GPU: cuDNN attention's backward without atomics).
   bool deterministic_mode = false;

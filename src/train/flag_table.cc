@@ -140,6 +140,26 @@ constexpr FlagRow kRows[] = {
     row("--bf16", &A::bf16, "BF16 parameters and activations, FP32 master weights and gradients"),
     row("--fp16", &A::fp16, "FP16 mixed precision (not supported: use --bf16)")
         .megatron(kRefused, "this program has no FP16 mixed precision (loss scaling): use --bf16, or neither for FP32"),
+    row("--fp8-format", &A::fp8_format,
+        "FP8 GEMMs in the transformer layers' linears: e4m3 (every operand E4M3) or hybrid (output gradients "
+        "E5M2); per-tensor scales, FP32 accumulation, everything else in the model's dtype. Emulated exactly on "
+        "the CPU backend (refused with --device cuda)")
+        .dest("fp8")
+        .shown(kNoneIfEmpty)
+        .megatron(kImplementation,
+                  "Transformer Engine's FP8 linears; the CPU backend emulates the casts and GEMMs, the CUDA backend "
+                  "refuses FP8"),
+    row("--fp8-recipe", &A::fp8_recipe,
+        "tensorwise (each tensor scaled by its own amax) or delayed (by the amax history of earlier steps)")
+        .megatron(kRefusedAtValues, "tensorwise and delayed; mxfp8 and blockwise are refused"),
+    row("--fp8-margin", &A::fp8_margin, "Delayed scaling: scales divided by 2^margin"),
+    row("--fp8-amax-history-len", &A::fp8_amax_history_len, "Delayed scaling: steps of amax history"),
+    row("--fp8-amax-compute-algo", &A::fp8_amax_compute_algo,
+        "Delayed scaling: most_recent or max over the history"),
+    row("--no-fp8-wgrad", &A::no_fp8_wgrad, "Weight-gradient GEMMs in the model's dtype instead of FP8")
+        .negated("fp8_wgrad"),
+    row("--fp8-interval", &A::fp8_interval, "Only 1 (scales updated every step; deprecated in Megatron)")
+        .megatron(kRefusedAtValues, "1; other values are refused (deprecated in Megatron)"),
     row("--seed", &A::seed, "Random seed (initialization and data order)"),
     row("--deterministic-mode", &A::deterministic_mode,
         "Only bitwise reproducible algorithms (slower cuDNN attention backward)")

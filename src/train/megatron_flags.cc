@@ -12,7 +12,6 @@ using enum FlagStatus;
 constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
     {"--context-parallel-size", "this program has no context parallelism (it has TP, SP, PP with interleaving and DP)"},
     {"--expert-model-parallel-size", "this program has no mixture-of-experts models"},
-    {"--fp8-format", "this program has no FP8 training: use --bf16"},
     {"--num-experts", "this program has no mixture-of-experts models"},
     {"--use-legacy-models", "the model is Megatron-Core's GPT; this program has no legacy model"},
     {"--wandb-project", "this program has no Weights & Biases logging; --metrics-file writes JSON lines"},

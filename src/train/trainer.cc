@@ -19,6 +19,8 @@
 #include "parallel/comm/mpi_runtime.h"
 #include "train/argument_table.h"
 #include "train/data_setup.h"
+#include "train/fp8_arguments.h"
+#include "train/fp8_records.h"
 #include "train/flops.h"
 #include "train/log_line.h"
 #include "train/memory_plan.h"
@@ -78,6 +80,7 @@ void set_model_kinds(const Arguments& a, ModelConfig& c) {
   c.add_bias_linear = !a.disable_bias_linear;
   c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
   c.dtype = a.bf16 ? DType::kBFloat16 : DType::kFloat32;
+  c.fp8 = fp8_config_from(a);
   c.recompute.granularity = a.recompute_granularity == "full"        ? RecomputeGranularity::kFull
                             : a.recompute_granularity == "selective" ? RecomputeGranularity::kSelective
                                                                      : RecomputeGranularity::kNone;
@@ -120,6 +123,11 @@ Trainer::Trainer(const Arguments& args, ProcessGrid& grid)
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given, ProcessGrid& grid) {
   Arguments args = given;
   GPT_RETURN_IF_ERROR(resolve_device(args));
+  if (!args.fp8_format.empty() && args.device == "cuda") {
+    return absl::InvalidArgumentError(
+        "--fp8-format: FP8 GEMMs are emulated on the CPU backend only (--device cpu); the CUDA backend has no FP8 "
+        "GEMMs yet");
+  }
   if (args.attention_backend == "fused" && (args.device != "cuda" || !fused_attention_built())) {
     return absl::InvalidArgumentError(args.device != "cuda"
                                           ? "--attention-backend fused needs the GPU (this run uses the CPU backend)"
@@ -167,12 +175,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->forward_backward_ = std::make_unique<ForwardBackward>(pipeline);
   t->feed_ = std::make_unique<MicrobatchFeed>(args.micro_batch_size, shape.data, grid.coordinates().data,
                                               t->config_.vocab_size);
+  if (t->config_.fp8.enabled) {
+    t->fp8_ = std::make_unique<Fp8Scaling>(t->config_.fp8, t->config_.num_layers);
+    t->fp8_records_ = std::make_unique<Fp8CheckpointRecords>(*t->fp8_);
+    t->add_checkpoint_records(t->fp8_records_.get());
+  }
   std::vector<pipeline::Stage*> stages;
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
     t->chunks_.push_back(std::make_unique<GptModel>(t->config_, *t->params_, *t->tensor_parallel_,
                                                     args.micro_batch_size, t->forward_backward_->stash_slots()[c],
                                                     pipeline.chunks[c], t->arena_,
-                                                    t->forward_backward_->deferral_depths()[c]));
+                                                    t->forward_backward_->deferral_depths()[c], t->fp8_.get()));
     t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_));
     stages.push_back(t->stages_.back().get());
   }
@@ -371,8 +384,11 @@ void Trainer::compute_gradients() {
   // Dropout masks are keyed by the iteration being trained (1-based, as logged).
   feed_->start(*train_data_, consumed_samples_, {loss_sum_, grad_scale}, /*training_iteration=*/iteration_ + 1);
   data_parallel_->start_iteration();
+  if (fp8_) fp8_->begin_step();
   Stopwatch phase;
   forward_backward_->run(ctx_, grid_.pipeline(), Pass::kTrain);
+  // Delayed FP8 scaling: this step's amaxes into the history, the next step's scales (collective).
+  if (fp8_) fp8_->end_step(ctx_, grid_.world());
   end_phase(phase, phases_.forward_backward);
   data_parallel_->finish_gradients(ctx_);
   end_phase(phase, phases_.all_grads_sync);

@@ -133,6 +133,9 @@ class Trainer {
   Arena arena_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<TensorParallel> tensor_parallel_;
+  // FP8 scales of every layer's linears (--fp8-format; null without), and their checkpoint records.
+  std::unique_ptr<Fp8Scaling> fp8_;
+  std::unique_ptr<CheckpointRecords> fp8_records_;
   std::vector<std::unique_ptr<GptModel>> chunks_;
   std::unique_ptr<MicrobatchFeed> feed_;
   std::vector<std::unique_ptr<ModelStage>> stages_;

@@ -140,6 +140,21 @@ void sum(Context& ctx, const Tensor& out, const Tensor& x) {
   }));
 }
 
+void amax(Context& ctx, const Tensor& out, const Tensor& x) {
+  GPT_CHECK(out.numel() == 1 && out.dtype() == DType::kFloat32) << "amax";
+  float result = out.data_as<float>()[0];
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = x.data_as<T>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const float magnitude = std::fabs(load(in, i));
+      if (!(magnitude <= result)) result = magnitude;  // a NaN, once in, stays
+      if (std::isnan(result)) break;
+    }
+  });
+  out.data_as<float>()[0] = result;
+}
+
 void count_zeros(Context& ctx, const Tensor& out, const Tensor& x) {
   GPT_CHECK(out.numel() == 1 && out.dtype() == DType::kInt64 && x.dtype() == DType::kFloat32) << "count_zeros";
   const float* in = x.data_as<float>();

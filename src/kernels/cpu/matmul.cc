@@ -1,5 +1,8 @@
 // GEMM through OpenBLAS's cblas_sgemm. BF16 operands are widened exactly to FP32 first (every
 // BF16 value is an FP32 value), so the only rounding is FP32 accumulation and the final store.
+// FP8 GEMMs are emulated the same way: each operand cast to FP8 (core/fp8.h) and widened, exactly,
+// into scratch; the product of two FP8 values is exact in FP32, so again only the accumulation
+// and the inverse scales (in sgemm's alpha) round.
 #include <cblas.h>
 
 #include <atomic>
@@ -32,6 +35,19 @@ const float* as_float32(Context& ctx, int slot, const Tensor& t) {
   return widened;
 }
 
+// round_to_fp8(t * scale) of a float32 or bfloat16 tensor, widened to FP32 in scratch.
+const float* as_fp8_in_float32(Context& ctx, int slot, const Tensor& t, Fp8Format format, float scale) {
+  float* cast = ctx.cpu_scratch(slot, static_cast<size_t>(t.numel()));
+  dispatch_float_type(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* source = t.data_as<T>();
+    parallel_for(ctx, t.numel(), 16384, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) cast[i] = round_to_fp8(load(source, i) * scale, format);
+    });
+  });
+  return cast;
+}
+
 // The GeLU epilogue over [begin, end): pre = c, out = gelu(c) (simd::gelu; tails through the same
 // vector code).
 template <typename T>
@@ -61,8 +77,10 @@ void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, c
   const auto [m, n, k] = checked_gemm_shape(out, a, b, options);
 
   use_blas_threads(ctx.cpu_threads());
-  const float* a32 = as_float32(ctx, 0, a);
-  const float* b32 = as_float32(ctx, 1, b);
+  const ops::MatmulOptions::Fp8Operands& fp8 = options.fp8;
+  const float* a32 = fp8.enabled ? as_fp8_in_float32(ctx, 0, a, fp8.a_format, fp8.a_scale) : as_float32(ctx, 0, a);
+  const float* b32 = fp8.enabled ? as_fp8_in_float32(ctx, 1, b, fp8.b_format, fp8.b_scale) : as_float32(ctx, 1, b);
+  const float alpha = fp8.enabled ? options.alpha / (fp8.a_scale * fp8.b_scale) : options.alpha;
   float* c32;
   if (out.dtype() == DType::kFloat32) {
     c32 = out.data_as<float>();
@@ -79,7 +97,7 @@ void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, c
     } else {
       cblas_sgemm(CblasRowMajor, options.transpose_a ? CblasTrans : CblasNoTrans,
                   options.transpose_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
-                  static_cast<int>(k), options.alpha, a32, static_cast<int>(a.cols()), b32,
+                  static_cast<int>(k), alpha, a32, static_cast<int>(a.cols()), b32,
                   static_cast<int>(b.cols()), options.beta, c32, static_cast<int>(n));
     }
   }

@@ -207,6 +207,24 @@ __global__ void __launch_bounds__(kReductionThreads) count_zeros_kernel(const fl
   if (threadIdx.x == 0) atomicAdd(out, block_total);
 }
 
+// out[0] = max(out[0], max |x|): non-negative floats order as their bit patterns, and a NaN's
+// (sign cleared) above every finite value and infinity, so an integer atomicMax per block does.
+template <typename T>
+__global__ void __launch_bounds__(kReductionThreads) amax_kernel(const T* x, int64_t n, unsigned int* out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  unsigned int largest = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
+    const unsigned int bits = __float_as_uint(fabsf(static_cast<float>(x[i])));
+    largest = bits > largest ? bits : largest;
+  }
+  __shared__ unsigned int block_largest;
+  if (threadIdx.x == 0) block_largest = 0;
+  __syncthreads();
+  atomicMax(&block_largest, largest);
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(out, block_largest);
+}
+
 }  // namespace
 
 void residual_add(Context& ctx, const Tensor& out, const Tensor& x, const Tensor& delta, const Tensor& delta_bias) {
@@ -281,6 +299,20 @@ void scale(Context& ctx, const Tensor& x, float factor) {
 
 void sum_of_squares(Context& ctx, const Tensor& out, const Tensor& x) { reduce_into<true>(ctx, out, x, "sum_of_squares"); }
 void sum(Context& ctx, const Tensor& out, const Tensor& x) { reduce_into<false>(ctx, out, x, "sum"); }
+
+void amax(Context& ctx, const Tensor& out, const Tensor& x) {
+  GPT_CHECK(out.numel() == 1 && out.dtype() == DType::kFloat32) << "amax";
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  auto* result = reinterpret_cast<unsigned int*>(out.data_as<float>());
+  if (x.dtype() == DType::kFloat32) {
+    amax_kernel<<<reduction_blocks(n), kReductionThreads, 0, stream_of(ctx)>>>(x.data_as<float>(), n, result);
+  } else {
+    GPT_CHECK(x.dtype() == DType::kBFloat16) << "amax: " << dtype_name(x.dtype());
+    amax_kernel<<<reduction_blocks(n), kReductionThreads, 0, stream_of(ctx)>>>(x.data_as<__nv_bfloat16>(), n, result);
+  }
+  GPT_CUDA_CHECK_LAUNCH();
+}
 
 void count_zeros(Context& ctx, const Tensor& out, const Tensor& x) {
   GPT_CHECK(out.numel() == 1 && out.dtype() == DType::kInt64 && x.dtype() == DType::kFloat32) << "count_zeros";

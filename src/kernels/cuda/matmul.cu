@@ -52,6 +52,9 @@ struct LtDescriptors {
 
 void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, const ops::MatmulOptions& options) {
   const auto [m, n, k] = checked_gemm_shape(out, a, b, options);
+  // The trainer refuses --fp8-format with --device cuda before it gets here (FP8 GEMMs through
+  // cuBLASLt need FP8 operand buffers this backend does not allocate yet).
+  GPT_CHECK(!options.fp8.enabled) << "FP8 GEMMs are emulated on the CPU backend only";
   const bool gelu = options.pre_gelu.defined();
   if (m == 0 || n == 0) return;
   if (k == 0) {  // cuBLASLt rejects k = 0; the product is zero
