@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 import dropout_masks
+import fp8_emulation
 
 BASE_FLAGS = [
     "--device", "cpu", "--mock-data", "--vocab-size", "200", "--num-layers", "2", "--hidden-size", "64",
@@ -58,6 +59,14 @@ VARIANTS = {
     "llama_bf16": (LLAMA_FLAGS + ["--bf16"], 2e-2, False),
     "dropout_fp32": (DROPOUT_FLAGS, 1e-5, True),
     "llama_dropout_fp32": (LLAMA_FLAGS + DROPOUT_FLAGS + ["--rotary-base", "500"], 1e-5, True),
+    # FP8 linears (fp8_emulation.py) in an FP32 model. A value one FP32 rounding away from an FP8
+    # rounding boundary may be cast to the neighbouring FP8 value on one side only (1/8 apart in
+    # E4M3, 1/4 in E5M2), and such flips compound over steps: 1e-3 with E4M3 everywhere, 1e-2 with
+    # E5M2 gradients (hybrid), and no final-parameter comparison there (Adam turns the flips in
+    # near-zero gradients into lr-sized steps). The check that this tells FP8 from no FP8 is below.
+    "fp8_tensorwise_fp32": (["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"], 1e-2, False),
+    "fp8_delayed_llama_fp32": (LLAMA_FLAGS + ["--fp8-format", "e4m3", "--fp8-amax-history-len", "3",
+                                              "--fp8-amax-compute-algo", "max", "--fp8-margin", "1"], 1e-3, True),
 }
 STEPS = 10
 
@@ -186,9 +195,10 @@ class Gpt:
     [groups, (queries per group, key, value), head_dim] ([heads, (q, k, v), d] without grouped-query
     attention) and fc1 rows [gate; up] with SwiGLU."""
 
-    def __init__(self, params, cfg):
+    def __init__(self, params, cfg, fp8=None):
         self.p = params
         self.cfg = cfg
+        self.fp8 = fp8  # an fp8_emulation.Fp8State: the layers' linears in FP8
 
     def norm(self, x, prefix):
         if self.cfg["normalization"] == "RMSNorm":
@@ -196,7 +206,12 @@ class Gpt:
         return layer_norm(x, self.p[prefix + ".weight"], self.p[prefix + ".bias"], self.cfg["eps"])
 
     def linear(self, x, prefix):
-        y = x @ self.p[prefix + ".weight"].T
+        weight = self.p[prefix + ".weight"]
+        if self.fp8 is not None:
+            rows = x.reshape(-1, x.shape[-1])
+            y = fp8_emulation.Fp8Linear.apply(rows, weight, self.fp8, prefix).reshape(*x.shape[:-1], weight.shape[0])
+        else:
+            y = x @ weight.T
         return y if self.cfg["disable_bias_linear"] else y + self.p[prefix + ".bias"]
 
     def logits(self, tokens, dropout=None):
@@ -323,6 +338,18 @@ def resolve_from_flags(flags):
     }
 
 
+def fp8_state(flags):
+    """The FP8 state the flags ask for (None without --fp8-format)."""
+    fmt = flag_value(flags, "--fp8-format")
+    if fmt is None:
+        return None
+    return fp8_emulation.Fp8State(fmt, flag_value(flags, "--fp8-recipe", "delayed"),
+                                  margin=int(flag_value(flags, "--fp8-margin", 0)),
+                                  history_len=int(flag_value(flags, "--fp8-amax-history-len", 1)),
+                                  history_max=flag_value(flags, "--fp8-amax-compute-algo", "most_recent") == "max",
+                                  weight_gradient=flag_value(flags, "--no-fp8-wgrad", False) is not True)
+
+
 def key_bias_mask(cfg, invert=False):
     """Entries of the QKV bias ([groups, (queries per group, k, v), d] order) that belong to the keys."""
     heads, groups, d = cfg["num_attention_heads"], cfg["num_query_groups"], cfg["kv_channels"]
@@ -404,7 +431,7 @@ def main():
     key_bias_is_inert = cfg["position_embedding_type"] != "rope"
 
     params = {name: value.clone().requires_grad_(True) for name, value in initial.items()}
-    model = Gpt(params, cfg)
+    model = Gpt(params, cfg, fp8_state(flags))
     s, b = cfg["seq_length"], cfg["micro_batch_size"]
 
     # 1. Logits and loss of microbatch 0 of step 0 (training_dump's forward-only pass: evaluation
@@ -416,9 +443,21 @@ def main():
     check("loss (microbatch 0)", abs(ours_loss0 - ref_loss0) / abs(ref_loss0), tolerance)
 
     # 2. Gradients of the first global batch (iteration 1's dropout masks).
+    if model.fp8 is not None:
+        model.fp8.begin_step()
     loss = batch_loss(model, tokens, targets, 0, cfg)
     loss.backward()
     worst_grad = max(names, key=lambda n: relative_error(ours_grads[n], params[n].grad.numpy()))
+    if model.fp8 is not None:
+        # The test tells FP8 from no FP8: ours is much nearer the FP8 reference than the plain one.
+        plain = {name: value.clone().requires_grad_(True) for name, value in initial.items()}
+        batch_loss(Gpt(plain, cfg), tokens, targets, 0, cfg).backward()
+        to_fp8 = max(relative_error(ours_grads[n], params[n].grad.numpy()) for n in names)
+        to_plain = max(relative_error(ours_grads[n], plain[n].grad.numpy()) for n in names)
+        print(f"  FP8 gradients: max relative error {to_fp8:.3e} to the FP8 reference, {to_plain:.3e} to the plain one")
+        if not to_plain > 10 * to_fp8:
+            failures.append(f"FP8 gradients are not nearer the FP8 reference ({to_fp8:.3e}) than the plain one "
+                            f"({to_plain:.3e}) by a factor of 10")
     for name in names:
         check(f"grad {name}", relative_error(ours_grads[name], params[name].grad.numpy()), tolerance)
         if name.endswith("linear_qkv.bias") and key_bias_is_inert:
@@ -434,7 +473,7 @@ def main():
 
     # 3. Training steps with Megatron's schedule, weight-decay groups and clipping.
     params = {name: value.clone().requires_grad_(True) for name, value in initial.items()}
-    model = Gpt(params, cfg)
+    model = Gpt(params, cfg, fp8_state(flags))
     decay = [p for p in params.values() if p.dim() > 1]
     no_decay = [p for p in params.values() if p.dim() <= 1]
     optimizer = torch.optim.AdamW(
@@ -446,8 +485,12 @@ def main():
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad()
+        if model.fp8 is not None:
+            model.fp8.begin_step()
         loss = batch_loss(model, tokens, targets, step, cfg)  # iteration step + 1's masks
         loss.backward()
+        if model.fp8 is not None:
+            model.fp8.end_step()
         norm = torch.nn.utils.clip_grad_norm_(list(params.values()), cfg["clip_grad"])
         optimizer.step()
         ref_losses.append(loss.item())
