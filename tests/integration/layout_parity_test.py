@@ -30,6 +30,7 @@ MODEL = ["--device", "cpu", "--mock-data", "--vocab-size", "250", "--num-layers"
          "--lr-warmup-iters", "3", "--lr-decay-style", "cosine", "--clip-grad", "0.5", "--seed", "11",
          "--train-iters", "20"]
 STEPS = 20
+GRADIENTS_STEP = 0  # the step whose gradients are compared (--gradients-step)
 
 
 def assemble(files, group):
@@ -74,7 +75,8 @@ def run_layout(binary, work_dir, name, ranks, flags, mpirun):
     prefix = os.path.join(work_dir, name)
     for stale in glob.glob(prefix + "_rank*.h5"):
         os.remove(stale)
-    command = [binary, "--output", prefix, "--steps", str(STEPS)] + with_overrides(MODEL, flags)
+    command = [binary, "--output", prefix, "--steps", str(STEPS), "--gradients-step", str(GRADIENTS_STEP)] + \
+        with_overrides(MODEL, flags)
     if ranks > 1:
         command = mpirun + ["-np", str(ranks)] + command
     started = time.time()
@@ -127,11 +129,18 @@ def main():
     parser.add_argument("--mpirun", default="mpirun")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--layouts", nargs="+", required=True, help="name:ranks:flags (flags comma-separated)")
+    parser.add_argument("--model-flags", default="", help="flags (comma-separated) of every run, the reference too")
+    parser.add_argument("--tolerance", type=float, help="instead of the precision's (1e-5 FP32, 2e-2 BF16)")
+    parser.add_argument("--skip-final", action="store_true", help="no comparison of the parameters after the steps")
+    parser.add_argument("--skip-gradients", action="store_true", help="no comparison of the gradients element by element")
+    parser.add_argument("--gradients-step", type=int, default=0, help="compare the gradients of this step (0-based)")
     args = parser.parse_args()
+    global GRADIENTS_STEP
+    GRADIENTS_STEP = args.gradients_step
     os.makedirs(args.work_dir, exist_ok=True)
     mpirun = [args.mpirun, "--oversubscribe", "--bind-to", "none"]
-    precision_flags = ["--bf16"] if args.precision == "bf16" else []
-    tolerance = 2e-2 if args.precision == "bf16" else 1e-5
+    precision_flags = (["--bf16"] if args.precision == "bf16" else []) + [f for f in args.model_flags.split(",") if f]
+    tolerance = args.tolerance or (2e-2 if args.precision == "bf16" else 1e-5)
     vocab = int(MODEL[MODEL.index("--vocab-size") + 1])
 
     references = {}
@@ -172,8 +181,10 @@ def main():
                 worst_grad = max(worst_grad, relative(ours, ref))
                 if not param.endswith("linear_qkv.bias"):  # its key part has an exactly-zero gradient (see the oracle)
                     worst_final = max(worst_final, relative(ours_final, ref_final_param))
-            errors["gradients"] = worst_grad
-            errors["parameters after steps"] = worst_final
+            if not args.skip_gradients:
+                errors["gradients"] = worst_grad
+            if not args.skip_final:
+                errors["parameters after steps"] = worst_final
         print(f"{args.precision} {name:>14} ({ranks} ranks, {seconds:5.1f} s): " +
               ", ".join(f"{k} {v:.2e}" for k, v in errors.items()))
         for what, error in errors.items():

@@ -2,14 +2,15 @@
 // with what the PyTorch oracle and the layout-parity tests compare:
 //   attributes     the configuration and this rank's grid coordinates
 //   initial/<name> this rank's slice of every parameter before training (float32)
-//   grads/<name>   its slice of the first step's gradient (before clipping)
+//   grads/<name>   its slice of the first step's gradient (before clipping; of step K + 1 with
+//                  --gradients-step K, e.g. once delayed FP8 scaling has a history)
 //   final/<name>   its slice after the last step
 //   layout/<name>  [row_offset, column_offset, global_rows, global_columns, gated_half_rows] of the
 //                  slice (gated_half_rows > 0: SwiGLU's fc1, two halves; model/param_store.h)
 //   tokens, targets [steps, microbatches, b, s] of this DP rank; logits0, loss0 of microbatch 0
 //   losses, grad_norms, learning_rates [steps]
 //
-//   [mpirun -np N] training_dump --output PREFIX --steps N <pretrain_gpt flags>
+//   [mpirun -np N] training_dump --output PREFIX --steps N [--gradients-step K] <pretrain_gpt flags>
 // writes PREFIX_rank<r>.h5.
 #include <string>
 #include <vector>
@@ -121,6 +122,10 @@ absl::Status write_attributes(Hdf5File& file, const Arguments& args, const Model
 absl::Status dump(const Arguments& args, ProcessGrid& grid, const std::map<std::string, std::string>& own) {
   if (!own.count("--output")) return absl::InvalidArgumentError("training_dump needs --output PREFIX");
   const int64_t steps = own.count("--steps") ? std::stoll(own.at("--steps")) : 10;
+  const int64_t gradients_step = own.count("--gradients-step") ? std::stoll(own.at("--gradients-step")) : 0;
+  if (gradients_step < 0 || gradients_step >= steps) {
+    return absl::InvalidArgumentError("training_dump: --gradients-step must be in [0, --steps)");
+  }
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::create(args, grid));
   const std::string path = own.at("--output") + "_rank" + std::to_string(grid.world_rank()) + ".h5";
   GPT_ASSIGN_OR_RETURN(Hdf5File file, Hdf5File::create(path));
@@ -158,7 +163,7 @@ absl::Status dump(const Arguments& args, ProcessGrid& grid, const std::map<std::
   std::vector<float> losses, grad_norms, learning_rates;
   for (int64_t step = 0; step < steps; ++step) {
     trainer->compute_gradients();
-    if (step == 0) GPT_RETURN_IF_ERROR(write_gradients(file, *trainer, grid));
+    if (step == gradients_step) GPT_RETURN_IF_ERROR(write_gradients(file, *trainer, grid));
     const StepResult result = trainer->apply_update();
     losses.push_back(static_cast<float>(result.loss));
     grad_norms.push_back(static_cast<float>(result.grad_norm));
@@ -175,5 +180,5 @@ absl::Status dump(const Arguments& args, ProcessGrid& grid, const std::map<std::
 }  // namespace gpt
 
 int main(int argc, char** argv) {
-  return gpt::launch(argc, argv, {.own_flags_with_value = {"--output", "--steps"}, .print_layout = false}, gpt::dump);
+  return gpt::launch(argc, argv, {.own_flags_with_value = {"--output", "--steps", "--gradients-step"}, .print_layout = false}, gpt::dump);
 }
