@@ -309,7 +309,7 @@ void amax(Context& ctx, const Tensor& out, const Tensor& x) {
     amax_kernel<<<reduction_blocks(n), kReductionThreads, 0, stream_of(ctx)>>>(x.data_as<float>(), n, result);
   } else {
     GPT_CHECK(x.dtype() == DType::kBFloat16) << "amax: " << dtype_name(x.dtype());
-    amax_kernel<<<reduction_blocks(n), kReductionThreads, 0, stream_of(ctx)>>>(x.data_as<__nv_bfloat16>(), n, result);
+    amax_kernel<<<reduction_blocks(n), kReductionThreads, 0, stream_of(ctx)>>>(reinterpret_cast<const __nv_bfloat16*>(x.data_as<bf16>()), n, result);
   }
   GPT_CUDA_CHECK_LAUNCH();
 }
