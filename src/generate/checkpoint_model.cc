@@ -160,7 +160,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> model_parameter_shapes
 }
 
 absl::StatusOr<CheckpointModel> load_checkpoint_model(const std::string& given, std::optional<int64_t> iteration,
-                                                      std::optional<int64_t> vocab_override) {
+                                                      std::optional<int64_t> vocab_override, TensorSlice slice) {
   GPT_ASSIGN_OR_RETURN(const std::string directory, resolve_checkpoint_directory(given, iteration));
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::open(directory));
   CheckpointModel model;
@@ -173,14 +173,18 @@ absl::StatusOr<CheckpointModel> load_checkpoint_model(const std::string& given, 
   // (--vocab-size), mock data's last id (vocab - 1).
   model.eod_id = model.tokenizer_type == "GPT2BPETokenizer" ? static_cast<int32_t>(kGpt2BpeVocabularySize - 1)
                                                              : static_cast<int32_t>(model.config.vocab_size - 1);
+  GPT_RETURN_IF_ERROR(check_tensor_parallel(model.config, slice.size));
+  // This rank's slice of every parameter (all of it with one rank), read straight from the pieces
+  // of whatever layout saved it.
   std::vector<CheckpointReader::ReadRequest> requests;
-  for (const auto& [name, shape] : model_parameter_shapes(model.config)) {
-    int64_t count = 1;
-    for (int64_t d : shape) count *= d;
-    std::vector<float>& values = model.params[name];
-    values.resize(static_cast<size_t>(count));
-    requests.push_back({.key = "model/" + name, .global_shape = shape, .offsets = std::vector<int64_t>(shape.size(), 0),
-                        .shape = shape, .dtype = DType::kFloat32, .out = values.data()});
+  for (const ParamSpec& spec : build_param_specs(model.config)) {
+    const ParamSlice local = param_slice(spec, model.config, slice);
+    std::vector<float>& values = model.params[spec.name];
+    values.assign(static_cast<size_t>(local.local_numel()), 0.0f);
+    for (const SliceBox& box : local.boxes) {
+      requests.push_back({.key = "model/" + spec.name, .global_shape = spec.global_shape, .offsets = box.offsets,
+                          .shape = box.shape, .dtype = DType::kFloat32, .out = values.data() + box.local_offset});
+    }
   }
   GPT_RETURN_IF_ERROR(reader->read_many(requests));
   return model;

@@ -29,9 +29,16 @@ void rope_at_position(float* qkv_row, int64_t groups, int64_t queries_per_group,
 }
 
 InferenceModel::InferenceModel(const ModelConfig& config, const std::map<std::string, std::vector<float>>& params,
-                               Context& ctx, int64_t sequences, int64_t capacity)
-    : config_(config), params_(params), ctx_(ctx), cache_(config, sequences, capacity) {
+                               Context& ctx, int64_t sequences, int64_t capacity, Communicator* tensor_group)
+    : config_(config),
+      tensor_group_(tensor_group),
+      slice_{.rank = tensor_group ? tensor_group->rank() : 0, .size = tensor_group ? tensor_group->size() : 1},
+      params_(params),
+      ctx_(ctx),
+      cache_(config, sequences, capacity, slice_.size) {
   GPT_CHECK(ctx.device() == Device::kCpu) << "generation runs on the CPU backend";
+  const absl::Status divisible = check_tensor_parallel(config, slice_.size);
+  GPT_CHECK(divisible.ok()) << divisible.message();
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.kv_channels));
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     cached_cores_.push_back(std::make_unique<KvCacheAttention>(cache_, layer, scale));
@@ -39,7 +46,8 @@ InferenceModel::InferenceModel(const ModelConfig& config, const std::map<std::st
   full_core_ = std::make_unique<LocalAttention>(scale);
   for (const ParamSpec& spec : build_param_specs(config)) {
     GPT_CHECK(params.count(spec.name)) << "parameter " << spec.name << " missing";
-    GPT_CHECK_EQ(static_cast<int64_t>(params.at(spec.name).size()), spec.global_numel()) << spec.name;
+    GPT_CHECK_EQ(static_cast<int64_t>(params.at(spec.name).size()), param_slice(spec, config, slice_).local_numel())
+        << spec.name << " on tensor-parallel rank " << slice_.rank << " of " << slice_.size;
   }
 }
 
@@ -63,6 +71,10 @@ Tensor InferenceModel::bias(const std::string& name, int64_t size) const {
   return weight(name, Shape{size});
 }
 
+void InferenceModel::reduce(const Tensor& partial) {
+  if (slice_.size > 1) tensor_group_->all_reduce(ctx_, partial, ReduceOp::kSum);
+}
+
 void InferenceModel::forward_cached(std::span<const Segment> segments, std::vector<float>& logits) {
   run(segments, true, logits);
 }
@@ -74,9 +86,12 @@ void InferenceModel::forward_full(std::span<const int32_t> tokens, std::vector<f
 
 void InferenceModel::run(std::span<const Segment> segments, bool cached, std::vector<float>& logits) {
   const ModelConfig& c = config_;
-  const int64_t h = c.hidden_size, d = c.kv_channels, heads = c.num_attention_heads, groups = c.query_groups();
-  const int64_t q = c.queries_per_group(), qkv_size = c.qkv_size(), projection = heads * d;
-  const int64_t ffn = c.ffn_hidden_size, fc1_size = c.fc1_size(), vocab = c.padded_vocab_size;
+  // This rank's widths (the whole model with one rank): heads_l, groups_l, ffn_l, vocab_l rows.
+  const int64_t tp = slice_.size;
+  const int64_t h = c.hidden_size, d = c.kv_channels, heads = c.num_attention_heads / tp, groups = c.query_groups() / tp;
+  const int64_t q = c.queries_per_group(), qkv_size = c.qkv_size() / tp, projection = heads * d;
+  const int64_t ffn = c.ffn_hidden_size / tp, fc1_size = c.fc1_size() / tp, vocab = c.padded_vocab_size;
+  const int64_t vocab_local = vocab_rows_per_rank(vocab, static_cast<int>(tp)), vocab_first = slice_.rank * vocab_local;
   const float eps = c.layernorm_epsilon;
   const bool rms = c.normalization == Normalization::kRMSNorm;
   const bool rope = c.position_embedding == PositionEmbedding::kRope;
@@ -95,18 +110,28 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
   }
   const auto n = static_cast<int64_t>(rows.size());
 
-  // Embedding: word row (+ learned position row), FP32.
+  // Embedding: word row (vocabulary-parallel: the rank holding the row contributes it, the others
+  // zeros, summed exactly over the group) + learned position row, FP32.
   Tensor x = host(x_, {n, h});
   {
     const float* wte = param(kWordEmbeddingName);
-    const float* wpe =
-        c.position_embedding == PositionEmbedding::kLearnedAbsolute ? param("embedding.position_embeddings.weight") : nullptr;
     float* out = x.data_as<float>();
     for (int64_t r = 0; r < n; ++r) {
-      GPT_CHECK(!wpe || rows[r].position < c.max_position_embeddings) << "position " << rows[r].position
-                                                                      << " beyond the position table";
-      const float* word = wte + rows[r].token * h;
-      for (int64_t i = 0; i < h; ++i) out[r * h + i] = wpe ? word[i] + wpe[rows[r].position * h + i] : word[i];
+      const int64_t local_row = rows[r].token - vocab_first;
+      if (local_row >= 0 && local_row < vocab_local) {
+        std::copy(wte + local_row * h, wte + (local_row + 1) * h, out + r * h);
+      } else {
+        std::fill(out + r * h, out + (r + 1) * h, 0.0f);
+      }
+    }
+    reduce(x);
+    if (c.position_embedding == PositionEmbedding::kLearnedAbsolute) {
+      const float* wpe = param("embedding.position_embeddings.weight");
+      for (int64_t r = 0; r < n; ++r) {
+        GPT_CHECK(rows[r].position < c.max_position_embeddings) << "position " << rows[r].position
+                                                                << " beyond the position table";
+        for (int64_t i = 0; i < h; ++i) out[r * h + i] += wpe[rows[r].position * h + i];
+      }
     }
   }
   Tensor ln = host(ln_, {n, h}), mean = host(mean_, {n}), rstd = host(rstd_, {n});
@@ -151,6 +176,7 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
     }
     ops::matmul(ctx_, proj, attention, weight(p + "self_attention.linear_proj.weight", {h, projection}),
                 {.transpose_b = true});
+    reduce(proj);
     const Tensor proj_bias = bias(p + "self_attention.linear_proj.bias", h);
     if (rms) {
       ops::residual_rmsnorm_forward(ctx_, residual, ln, rstd, x, proj, proj_bias,
@@ -169,6 +195,7 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
       ops::matmul(ctx_, act, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias, .pre_gelu = fc1});
     }
     ops::matmul(ctx_, mlp, act, weight(p + "mlp.linear_fc2.weight", {h, ffn}), {.transpose_b = true});
+    reduce(mlp);
     ops::residual_add(ctx_, x, residual, mlp, bias(p + "mlp.linear_fc2.bias", h));
   }
   if (cached) {
@@ -194,8 +221,25 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
   }
   logits.resize(static_cast<size_t>(m * vocab));
   const std::string head = c.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName;
-  ops::matmul(ctx_, Tensor(logits.data(), DType::kFloat32, Shape{m, vocab}, Device::kCpu), final_ln,
-              weight(head, {vocab, h}), {.transpose_b = true});
+  if (tp == 1) {
+    ops::matmul(ctx_, Tensor(logits.data(), DType::kFloat32, Shape{m, vocab}, Device::kCpu), final_ln,
+                weight(head, {vocab, h}), {.transpose_b = true});
+    return;
+  }
+  // Vocabulary-parallel LM head: local logits [m, vocab_l], all-gathered to [tp, m, vocab_l] and
+  // laid out as [m, padded_vocab] (rows past the padded vocabulary dropped). Every rank gets the
+  // same bytes, so every rank samples the same token.
+  const Tensor local = host(local_logits_, {m, vocab_local});
+  ops::matmul(ctx_, local, final_ln, weight(head, {vocab_local, h}), {.transpose_b = true});
+  const Tensor gathered = host(gathered_logits_, {tp, m, vocab_local});
+  tensor_group_->all_gather(ctx_, gathered, local);
+  for (int64_t rank = 0; rank < tp; ++rank) {
+    const int64_t first = rank * vocab_local, count = std::min(vocab_local, vocab - first);
+    for (int64_t i = 0; count > 0 && i < m; ++i) {
+      const float* from = gathered_logits_.data() + (rank * m + i) * vocab_local;
+      std::copy(from, from + count, logits.data() + i * vocab + first);
+    }
+  }
 }
 
 }  // namespace gpt

@@ -289,7 +289,8 @@ def main():
         if result.returncode != 0:
             failures.append(f"numpy {family}: generate failed: {result.stderr.strip()}")
             continue
-        ours = np.fromfile(logits_file, "<f4").reshape(len(prompts), config["vocab_size"])
+        # The prefill's rows come first in generate's logits file.
+        ours = np.fromfile(logits_file, "<f4").reshape(-1, config["vocab_size"])[:len(prompts)]
         ids = [[int(x) for x in l[4:].split()] for l in result.stdout.splitlines() if l.startswith("ids:")]
         worst, greedy_equal = 0.0, 0
         with torch.no_grad():
