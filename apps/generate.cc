@@ -31,6 +31,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli_parse.h"
+#include "core/cuda_runtime.h"
+#include "core/memory.h"
 #include "data/gpt2_tokenizer.h"
 #include "generate/checkpoint_model.h"
 #include "generate/inference_model.h"
@@ -59,6 +61,7 @@ struct Options {
   std::optional<int32_t> eod_id;
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
+  std::string device = "cpu";
 };
 
 // A failure another rank reported; this rank stays silent.
@@ -163,7 +166,7 @@ absl::Status run(const Options& o, const ProcessGrid& grid) {
       if (*o.eod_id < 0 || *o.eod_id >= model.config.vocab_size) {
         return absl::InvalidArgumentError(absl::StrCat("--eod-id ", *o.eod_id, " is not in [0, ", model.config.vocab_size, ")"));
       }
-      model.eod_id = *o.eod_id;
+      model.eod_ids = {*o.eod_id};
     }
     // The tokenizer: GPT-2's BPE for GPT2BPETokenizer checkpoints, token ids otherwise.
     if (model.tokenizer_type == "GPT2BPETokenizer") {
@@ -196,7 +199,7 @@ absl::Status run(const Options& o, const ProcessGrid& grid) {
         }
       }
       // An empty prompt starts from the end-of-document token (a fresh document).
-      if (ids.empty()) ids.push_back(model.eod_id);
+      if (ids.empty()) ids.push_back(model.start_id);
       if (static_cast<int64_t>(ids.size()) > config.max_position_embeddings) {
         return absl::InvalidArgumentError(absl::StrCat("prompt ", i + 1, " has ", ids.size(),
                                                        " tokens, more than the model's ", config.max_position_embeddings,
@@ -207,27 +210,39 @@ absl::Status run(const Options& o, const ProcessGrid& grid) {
     return absl::OkStatus();
   };
   GPT_RETURN_IF_ERROR(agree(prepare()));
+  auto is_eod = [&](int32_t token) {
+    return std::find(model.eod_ids.begin(), model.eod_ids.end(), token) != model.eod_ids.end();
+  };
   const auto batch = static_cast<int64_t>(prompts.size());
   int64_t capacity = 0;
   for (const auto& p : prompts) capacity = std::max(capacity, static_cast<int64_t>(p.size()) + o.max_new_tokens);
   capacity = std::min(capacity, config.max_position_embeddings);
 
-  // The node's cores shared among its ranks.
+  // The node's cores shared among its ranks; on a GPU, the rank's node-local GPU among the visible
+  // ones (as pretrain_gpt picks it).
   const int threads =
       o.threads > 0 ? o.threads
                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_world_size()));
-  Context ctx = Context::cpu(threads);
+  absl::Status device_status;
+  if (o.device == "cuda" && !cuda_backend_built()) {
+    device_status = absl::InvalidArgumentError("--device cuda: this build has no CUDA backend");
+  } else if (o.device == "cuda" && cuda::device_count() == 0) {
+    device_status = absl::InvalidArgumentError("--device cuda: no GPU is visible");
+  }
+  GPT_RETURN_IF_ERROR(agree(device_status));
+  Context ctx = o.device == "cuda" ? Context::gpu(gpu_for_local_rank(local_rank(), cuda::device_count()))
+                                   : Context::cpu(threads);
   InferenceModel inference(config, model.params, ctx, batch, capacity, tensor_group);
   Sampler sampler(o.sampling);
   if (printer) {
     std::fprintf(stderr, "generate: %s (iteration %lld), %lld layers, hidden %lld, heads %lld/%lld groups, %s, %s, vocabulary %lld; "
-               "%lld prompt(s), tensor parallel %d, KV cache %.1f MB per rank\n",
+               "%lld prompt(s), %s, tensor parallel %d, KV cache %.1f MB per rank (host)\n",
                model.directory.c_str(), static_cast<long long>(model.iteration), static_cast<long long>(config.num_layers),
                static_cast<long long>(config.hidden_size), static_cast<long long>(config.num_attention_heads),
                static_cast<long long>(config.query_groups()),
                config.position_embedding == PositionEmbedding::kRope ? "RoPE" : "learned positions",
                config.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm",
-               static_cast<long long>(config.vocab_size), static_cast<long long>(batch), grid.shape().tensor,
+               static_cast<long long>(config.vocab_size), static_cast<long long>(batch), o.device.c_str(), grid.shape().tensor,
                static_cast<double>(inference.cache().bytes()) / 1e6);
   }
 
@@ -263,7 +278,7 @@ absl::Status run(const Options& o, const ProcessGrid& grid) {
     const int32_t token = sampler.next(row_logits, i, static_cast<int64_t>(g.size()));
     g.push_back(token);
     const int64_t length = static_cast<int64_t>(prompts[static_cast<size_t>(i)].size() + g.size());
-    if (token == model.eod_id && !o.ignore_eod) {
+    if (is_eod(token) && !o.ignore_eod) {
       live[static_cast<size_t>(i)] = false;
       stop_reason[static_cast<size_t>(i)] = "end-of-document";
     } else if (static_cast<int64_t>(g.size()) >= o.max_new_tokens) {
@@ -340,7 +355,7 @@ absl::Status run(const Options& o, const ProcessGrid& grid) {
     std::printf("=== sample %lld: %zu prompt tokens, %zu new, stop: %s ===\n", static_cast<long long>(i), prompt.size(),
                 g.size(), stop_reason[static_cast<size_t>(i)].c_str());
     std::vector<int32_t> shown = g;
-    if (!shown.empty() && shown.back() == model.eod_id && !o.ignore_eod) shown.pop_back();
+    if (!shown.empty() && is_eod(shown.back()) && !o.ignore_eod) shown.pop_back();
     if (tokenizer) {
       std::string text = tokenizer->decode(prompt) + tokenizer->decode(shown);
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -351,11 +366,11 @@ absl::Status run(const Options& o, const ProcessGrid& grid) {
     if (o.print_ids) std::printf("ids: %s\n", absl::StrJoin(g, " ").c_str());
   }
   std::printf("prefill: %lld tokens in %.4f s (%.1f tokens/s); decode: %lld tokens in %.4f s (%.1f tokens/s), "
-              "%d threads x %d tensor-parallel ranks\n",
+              "%s, %d threads x %d tensor-parallel ranks\n",
               static_cast<long long>(prefill_tokens), prefill_seconds,
               prefill_seconds > 0 ? static_cast<double>(prefill_tokens) / prefill_seconds : 0.0,
               static_cast<long long>(decode_tokens), decode_seconds,
-              decode_seconds > 0 ? static_cast<double>(decode_tokens) / decode_seconds : 0.0, threads,
+              decode_seconds > 0 ? static_cast<double>(decode_tokens) / decode_seconds : 0.0, o.device.c_str(), threads,
               grid.shape().tensor);
   if (o.check_uncached) {
     std::printf("cached vs uncached logits: %lld steps checked, max relative difference %.3g, max absolute %.3g\n",
@@ -394,7 +409,8 @@ int main(int argc, char** argv) {
                  "Write every step's logits (real vocabulary, FP32): the prefill's row per prompt, then each decode "
                  "step's row per live sequence");
   app.add_flag("--print-ids", o.print_ids, "Also print the generated token ids");
-  app.add_option("--eod-id", o.eod_id, "The end-of-document token (default: the tokenizer's; an imported Llama's eos id)");
+  app.add_option("--eod-id", o.eod_id,
+                 "Stop at this token instead (default: the tokenizer's end-of-document id; an imported model's eos_token_id)");
   app.add_flag("--ignore-eod", o.ignore_eod, "Do not stop at the end-of-document token");
   app.add_flag("--check-uncached", o.check_uncached,
                "At every step also run the whole sequence without the cache and report the largest logit difference");
@@ -402,6 +418,9 @@ int main(int argc, char** argv) {
                  "Split the model over this many ranks (mpirun -np N; Megatron's column/row-parallel layers)");
   app.add_option("--pipeline-model-parallel-size", o.pipeline_parallel,
                  "Refused above 1: generate has no pipeline parallelism (see docs/GENERATION.md)");
+  app.add_option("--device", o.device,
+                 "cpu (default) or cuda: where the linears, norms and activations run (the KV cache stays on the host)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   gpt::MpiRuntime mpi(&argc, &argv);
   if (const std::optional<int> exit_status = gpt::parse_command_line(app, argc, argv, mpi.world_rank() == 0)) {
     return *exit_status;

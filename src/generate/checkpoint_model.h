@@ -25,11 +25,23 @@ struct CheckpointModel {
   std::map<std::string, std::vector<float>> params;
   std::map<std::string, std::string> arguments;       // the saving job's flags (strings unquoted)
   std::string tokenizer_type;                         // "GPT2BPETokenizer", "NullTokenizer", "" (mock)
-  int32_t eod_id = -1;                                // end-of-document token
+  // Generation stops at any of these (Megatron's end-of-document id, or an imported Hugging Face
+  // tokenizer's eos_token_id list); an empty prompt starts from start_id (the end-of-document id,
+  // or an imported tokenizer's bos_token_id).
+  std::vector<int32_t> eod_ids;
+  int32_t start_id = -1;
+  // What ckpt_tool import recorded of the Hugging Face tokenizer (empty / none otherwise).
+  std::vector<int32_t> hf_eos_ids;
+  std::optional<int32_t> hf_bos_id;
   int64_t iteration = 0;
   std::string directory;                              // the checkpoint directory read (iter_<7 digits>)
 };
 
+
+// Saved-argument lines ckpt_tool import adds (no flags of pretrain_gpt): the Hugging Face
+// tokenizer's eos_token_id list ('2' or '128001,128009') and bos_token_id.
+inline constexpr const char* kHfEosArgument = "--hf-eos-token-ids";
+inline constexpr const char* kHfBosArgument = "--hf-bos-token-id";
 
 // The saved arguments as flag -> value, strings unquoted.
 std::map<std::string, std::string> saved_arguments(const CheckpointReader& reader);
