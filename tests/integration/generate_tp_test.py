@@ -11,6 +11,7 @@
     the row-parallel sums are added in another order);
   * cached vs uncached under TP=2 (--check-uncached) within 1e-5;
   * output once: rank 0 prints the samples and the speed line;
+  * --device cuda: with a GPU, the CPU's tokens and logits (1e-4); without one, one error line;
   * bad input: a TP size that does not divide the key/value groups, TP=2 without a launcher, a
     world that is not the TP size, --pipeline-model-parallel-size 2: one 'error:' line, non-zero
     exit.
@@ -135,8 +136,27 @@ def main():
         else:
             print(f"{family} TP=2 cached vs uncached: {m.group(0)}")
 
-    # Bad input: one error line, non-zero exit.
+    # --device cuda: on a machine with a GPU (CUDA build) the same tokens and logits as the CPU's
+    # (the GEMMs' own rounding: 1e-4); elsewhere one line saying why not.
     llama = os.path.join(args.work_dir, "llama")
+    base = [args.generate, llama, "--max-new-tokens", str(NEW_TOKENS), "--threads", "1", "--print-ids",
+            "--ignore-eod", "--greedy"] + prompt_flags
+    cpu_logits, gpu_logits = (os.path.join(args.work_dir, f"device_{d}.logits") for d in ("cpu", "cuda"))
+    cpu = run(base + ["--logits-file", cpu_logits])
+    gpu = run(base + ["--device", "cuda", "--logits-file", gpu_logits])
+    if gpu.returncode == 0:
+        a, b = np.fromfile(cpu_logits, "<f4"), np.fromfile(gpu_logits, "<f4")
+        relative = float(np.linalg.norm(a - b) / np.linalg.norm(a)) if a.shape == b.shape else float("inf")
+        print(f"--device cuda vs cpu: tokens {'equal' if token_ids(gpu.stdout) == token_ids(cpu.stdout) else 'DIFFERENT'}, "
+              f"logits relative {relative:.2g}")
+        if token_ids(gpu.stdout) != token_ids(cpu.stdout) or not relative <= 1e-4:
+            failures.append(f"--device cuda: tokens or logits differ from the CPU's (relative {relative:.3g})")
+    elif len(error_lines(gpu.stderr)) != 1 or "--device cuda:" not in gpu.stderr:
+        failures.append(f"--device cuda without a GPU: exit {gpu.returncode}, {gpu.stderr!r}")
+    else:
+        print(f"--device cuda here: exit {gpu.returncode}: {error_lines(gpu.stderr)[0]}")
+
+    # Bad input: one error line, non-zero exit.
     gpt2 = os.path.join(args.work_dir, "gpt2")
     one = [args.generate, llama, "--prompt", "1 2", "--max-new-tokens", "2", "--threads", "1"]
     for name, command, expected in [
