@@ -505,7 +505,12 @@ absl::Status hf_export(const std::string& checkpoint, const std::string& output_
                                                    "\n  }\n}\n"));
     if (!written.ok()) return fail(written);
   }
-  const SpecialTokens special{.eos = {model.hf_eos_ids.begin(), model.hf_eos_ids.end()}, .bos = model.hf_bos_id};
+  // The recorded Hugging Face ids, or GPT-2's <|endoftext|> (HF's gpt2 config gives it as both).
+  SpecialTokens special{.eos = {model.hf_eos_ids.begin(), model.hf_eos_ids.end()}, .bos = model.hf_bos_id};
+  if (special.eos.empty() && model.tokenizer_type == "GPT2BPETokenizer") {
+    special.eos = {kGpt2BpeVocabularySize - 1};
+    special.bos = kGpt2BpeVocabularySize - 1;
+  }
   absl::Status written = write_text("config.json", config_json(c, family, special));
   if (!written.ok()) return fail(written);
   fs::remove_all(trimmed, error);  // an empty directory given as the output
