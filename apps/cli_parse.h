@@ -10,14 +10,15 @@
 namespace gpt {
 
 // nullopt when the command line parsed; otherwise the exit status the tool returns at once.
-inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
+// `print`: false on all but one rank of an MPI job, so that the help or the error appears once.
+inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv, bool print = true) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
+    if (print) std::printf("%s", app.help().c_str());
     return 0;
   } catch (const CLI::ParseError& error) {
-    std::fprintf(stderr, "error: %s\n", error.what());
+    if (print) std::fprintf(stderr, "error: %s\n", error.what());
     return 1;
   }
   return std::nullopt;

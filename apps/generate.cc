@@ -1,5 +1,6 @@
 // generate: text from a checkpoint (docs/GENERATION.md). Loads any pretrain_gpt checkpoint (any
-// saving layout, FP32 or BF16, both model families) on one process, encodes the prompts, runs the
+// saving layout, FP32 or BF16, both model families) on one process or split over tensor-parallel
+// ranks (mpirun -np T ... --tensor-model-parallel-size T), encodes the prompts, runs the
 // prompts through the model once (prefill, every prompt of the batch together) and then one token
 // per step with a KV cache, picks each token greedily or by sampling, and stops at the
 // end-of-document token or after --max-new-tokens.
@@ -9,8 +10,9 @@
 //   echo "Hello" | generate CHECKPOINT                          no --prompt: prompts from stdin
 //
 // With GPT2BPETokenizer checkpoints prompts are text and output is decoded text; with mock data or
-// NullTokenizer prompts are token ids separated by spaces and output is ids. Errors: one line on
-// stderr, exit 1.
+// NullTokenizer prompts are token ids separated by spaces and output is ids. Rank 0 reads the
+// prompts and prints; every rank computes the same tokens (the logits are gathered in full on each).
+// Errors: one line on stderr from one rank, exit 1 on every rank.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,15 +25,21 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli_parse.h"
+#include "core/cuda_runtime.h"
+#include "core/memory.h"
 #include "data/gpt2_tokenizer.h"
 #include "generate/checkpoint_model.h"
 #include "generate/inference_model.h"
 #include "generate/sampler.h"
+#include "parallel/comm/mpi_runtime.h"
+#include "parallel/comm/world_agreement.h"
+#include "parallel/mpi_grid.h"
 
 namespace gpt {
 namespace {
@@ -51,14 +59,49 @@ struct Options {
   bool prompt_ids = false;
   std::string logits_file;
   std::optional<int32_t> eod_id;
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  std::string device = "cpu";
 };
+
+// A failure another rank reported; this rank stays silent.
+bool is_peer_failure(const absl::Status& status) {
+  return absl::IsAborted(status) && absl::StartsWith(status.message(), "generate: stopped");
+}
+
+// Every rank's status agreed over the world: OK when every rank's is; otherwise the lowest failing
+// rank keeps its own error (the one line printed) and every other rank gets a peer failure.
+absl::Status agree(const absl::Status& status) {
+  const int rank = world::rank(), size = world::size();
+  const int64_t lowest = world::all_reduce(status.ok() ? size : rank, world::Combine::kMin, "generate's outcome");
+  if (lowest == size) return absl::OkStatus();
+  if (lowest == rank) return status;
+  return absl::AbortedError(absl::StrCat("generate: stopped, rank ", lowest, " failed"));
+}
 
 int report(const absl::Status& status) {
   if (status.ok()) return 0;
+  if (is_peer_failure(status)) return 1;
   std::string message(status.message());
   std::replace(message.begin(), message.end(), '\n', ' ');
+  std::fflush(stdout);
   std::fprintf(stderr, "error: %s\n", message.c_str());
   return 1;
+}
+
+// Rank 0's prompts on every rank (only rank 0 reads stdin under mpirun): length-prefixed texts.
+void broadcast_prompts(std::vector<std::string>& prompts) {
+  if (world::size() == 1) return;
+  std::string packed;
+  for (const std::string& p : prompts) absl::StrAppend(&packed, p.size(), ":", p);
+  world::broadcast_from_rank0(packed, "the prompts");
+  prompts.clear();
+  for (size_t at = 0; at < packed.size();) {
+    const size_t colon = packed.find(':', at);
+    const size_t length = std::stoull(packed.substr(at, colon - at));
+    prompts.push_back(packed.substr(colon + 1, length));
+    at = colon + 1 + length;
+  }
 }
 
 absl::StatusOr<std::vector<std::string>> read_prompts(const Options& o) {
@@ -82,75 +125,126 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-absl::Status run(const Options& o) {
-  GPT_ASSIGN_OR_RETURN(CheckpointModel model, load_checkpoint_model(o.checkpoint, o.iteration, o.vocab_size));
-  if (o.eod_id) {
-    if (*o.eod_id < 0 || *o.eod_id >= model.config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("--eod-id ", *o.eod_id, " is not in [0, ", model.config.vocab_size, ")"));
-    }
-    model.eod_id = *o.eod_id;
+// The layout: a world of one, or a world of exactly --tensor-model-parallel-size ranks.
+absl::Status check_layout(const Options& o) {
+  if (o.pipeline_parallel != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-model-parallel-size ", o.pipeline_parallel,
+        ": generate runs without pipeline parallelism (decoding is one token per step, so all but one stage would "
+        "wait at every step; split a model with --tensor-model-parallel-size instead)"));
   }
+  if (o.tensor_parallel < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--tensor-model-parallel-size ", o.tensor_parallel, " is not positive"));
+  }
+  if (world::size() != o.tensor_parallel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tensor-model-parallel-size ", o.tensor_parallel, " needs ", o.tensor_parallel, " ranks, this job has ",
+        world::size(), world::running() ? "" : " (no MPI launcher)", ": run mpirun -np ", o.tensor_parallel,
+        " generate ... (generate has no data or pipeline parallelism)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status run(const Options& o, const ProcessGrid& grid) {
+  const bool printer = grid.world_rank() == 0;
+  Communicator* tensor_group = grid.shape().tensor > 1 ? &grid.tensor() : nullptr;
+  absl::StatusOr<CheckpointModel> loaded = load_checkpoint_model(
+      o.checkpoint, o.iteration, o.vocab_size, TensorSlice{.rank = grid.coordinates().tensor, .size = grid.shape().tensor});
+  GPT_RETURN_IF_ERROR(agree(loaded.status()));
+  CheckpointModel model = *std::move(loaded);
+  absl::StatusOr<std::vector<std::string>> read =
+      printer ? read_prompts(o) : absl::StatusOr<std::vector<std::string>>(std::vector<std::string>{});
+  GPT_RETURN_IF_ERROR(agree(read.status()));
+  std::vector<std::string> texts = *std::move(read);
+  broadcast_prompts(texts);
+  // The same on every rank: the end-of-document id, the tokenizer, the encoded prompts.
   const ModelConfig& config = model.config;
-  // The tokenizer: GPT-2's BPE for GPT2BPETokenizer checkpoints, token ids otherwise.
   std::optional<Gpt2Tokenizer> tokenizer;
-  if (model.tokenizer_type == "GPT2BPETokenizer") {
-    const std::string vocab = !o.vocab_file.empty() ? o.vocab_file : model.arguments.count("--vocab-file") ? model.arguments.at("--vocab-file") : "";
-    const std::string merges = !o.merge_file.empty() ? o.merge_file : model.arguments.count("--merge-file") ? model.arguments.at("--merge-file") : "";
-    if (vocab.empty() || merges.empty()) {
-      return absl::InvalidArgumentError(
-          "the checkpoint uses GPT-2's tokenizer but records no vocabulary files: give --vocab-file and --merge-file");
-    }
-    absl::StatusOr<Gpt2Tokenizer> loaded = Gpt2Tokenizer::load(vocab, merges);
-    if (!loaded.ok()) {
-      return absl::NotFoundError(absl::StrCat("GPT-2 tokenizer (", vocab, ", ", merges, "): ", loaded.status().message(),
-                                              " (give --vocab-file and --merge-file)"));
-    }
-    tokenizer = std::move(*loaded);
-  }
-  GPT_ASSIGN_OR_RETURN(const std::vector<std::string> texts, read_prompts(o));
   std::vector<std::vector<int32_t>> prompts;
-  for (size_t i = 0; i < texts.size(); ++i) {
-    std::vector<int32_t> ids;
-    if (tokenizer && !o.prompt_ids) {
-      tokenizer->encode(texts[i], ids);
-    } else {
-      for (absl::string_view word : absl::StrSplit(texts[i], ' ', absl::SkipWhitespace())) {
-        int32_t id = 0;
-        if (!absl::SimpleAtoi(word, &id) || id < 0 || id >= config.vocab_size) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "prompt ", i + 1, ": '", word, "' is not a token id in [0, ", config.vocab_size,
-              ") (without a text tokenizer, or with --prompt-ids, prompts are token ids separated by spaces)"));
-        }
-        ids.push_back(id);
+  auto prepare = [&]() -> absl::Status {
+    if (o.eod_id) {
+      if (*o.eod_id < 0 || *o.eod_id >= model.config.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("--eod-id ", *o.eod_id, " is not in [0, ", model.config.vocab_size, ")"));
       }
+      model.eod_ids = {*o.eod_id};
     }
-    // An empty prompt starts from the end-of-document token (a fresh document).
-    if (ids.empty()) ids.push_back(model.eod_id);
-    if (static_cast<int64_t>(ids.size()) > config.max_position_embeddings) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt ", i + 1, " has ", ids.size(),
-                                                     " tokens, more than the model's ", config.max_position_embeddings,
-                                                     " positions (--max-position-embeddings)"));
+    // The tokenizer: GPT-2's BPE for GPT2BPETokenizer checkpoints, token ids otherwise.
+    if (model.tokenizer_type == "GPT2BPETokenizer") {
+      const std::string vocab = !o.vocab_file.empty() ? o.vocab_file : model.arguments.count("--vocab-file") ? model.arguments.at("--vocab-file") : "";
+      const std::string merges = !o.merge_file.empty() ? o.merge_file : model.arguments.count("--merge-file") ? model.arguments.at("--merge-file") : "";
+      if (vocab.empty() || merges.empty()) {
+        return absl::InvalidArgumentError(
+            "the checkpoint uses GPT-2's tokenizer but records no vocabulary files: give --vocab-file and --merge-file");
+      }
+      absl::StatusOr<Gpt2Tokenizer> bpe = Gpt2Tokenizer::load(vocab, merges);
+      if (!bpe.ok()) {
+        return absl::NotFoundError(absl::StrCat("GPT-2 tokenizer (", vocab, ", ", merges, "): ", bpe.status().message(),
+                                                " (give --vocab-file and --merge-file)"));
+      }
+      tokenizer = std::move(*bpe);
     }
-    prompts.push_back(std::move(ids));
-  }
+    for (size_t i = 0; i < texts.size(); ++i) {
+      std::vector<int32_t> ids;
+      if (tokenizer && !o.prompt_ids) {
+        tokenizer->encode(texts[i], ids);
+      } else {
+        for (absl::string_view word : absl::StrSplit(texts[i], ' ', absl::SkipWhitespace())) {
+          int32_t id = 0;
+          if (!absl::SimpleAtoi(word, &id) || id < 0 || id >= config.vocab_size) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "prompt ", i + 1, ": '", word, "' is not a token id in [0, ", config.vocab_size,
+                ") (without a text tokenizer, or with --prompt-ids, prompts are token ids separated by spaces)"));
+          }
+          ids.push_back(id);
+        }
+      }
+      // An empty prompt starts from the end-of-document token (a fresh document).
+      if (ids.empty()) ids.push_back(model.start_id);
+      if (static_cast<int64_t>(ids.size()) > config.max_position_embeddings) {
+        return absl::InvalidArgumentError(absl::StrCat("prompt ", i + 1, " has ", ids.size(),
+                                                       " tokens, more than the model's ", config.max_position_embeddings,
+                                                       " positions (--max-position-embeddings)"));
+      }
+      prompts.push_back(std::move(ids));
+    }
+    return absl::OkStatus();
+  };
+  GPT_RETURN_IF_ERROR(agree(prepare()));
+  auto is_eod = [&](int32_t token) {
+    return std::find(model.eod_ids.begin(), model.eod_ids.end(), token) != model.eod_ids.end();
+  };
   const auto batch = static_cast<int64_t>(prompts.size());
   int64_t capacity = 0;
   for (const auto& p : prompts) capacity = std::max(capacity, static_cast<int64_t>(p.size()) + o.max_new_tokens);
   capacity = std::min(capacity, config.max_position_embeddings);
 
-  const int threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  Context ctx = Context::cpu(threads);
-  InferenceModel inference(config, model.params, ctx, batch, capacity);
+  // The node's cores shared among its ranks; on a GPU, the rank's node-local GPU among the visible
+  // ones (as pretrain_gpt picks it).
+  const int threads =
+      o.threads > 0 ? o.threads
+                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_world_size()));
+  absl::Status device_status;
+  if (o.device == "cuda" && !cuda_backend_built()) {
+    device_status = absl::InvalidArgumentError("--device cuda: this build has no CUDA backend");
+  } else if (o.device == "cuda" && cuda::device_count() == 0) {
+    device_status = absl::InvalidArgumentError("--device cuda: no GPU is visible");
+  }
+  GPT_RETURN_IF_ERROR(agree(device_status));
+  Context ctx = o.device == "cuda" ? Context::gpu(gpu_for_local_rank(local_rank(), cuda::device_count()))
+                                   : Context::cpu(threads);
+  InferenceModel inference(config, model.params, ctx, batch, capacity, tensor_group);
   Sampler sampler(o.sampling);
-  std::fprintf(stderr, "generate: %s (iteration %lld), %lld layers, hidden %lld, heads %lld/%lld groups, %s, %s, vocabulary %lld; "
-               "%lld prompt(s), KV cache %.1f MB\n",
+  if (printer) {
+    std::fprintf(stderr, "generate: %s (iteration %lld), %lld layers, hidden %lld, heads %lld/%lld groups, %s, %s, vocabulary %lld; "
+               "%lld prompt(s), %s, tensor parallel %d, KV cache %.1f MB per rank (host)\n",
                model.directory.c_str(), static_cast<long long>(model.iteration), static_cast<long long>(config.num_layers),
                static_cast<long long>(config.hidden_size), static_cast<long long>(config.num_attention_heads),
                static_cast<long long>(config.query_groups()),
                config.position_embedding == PositionEmbedding::kRope ? "RoPE" : "learned positions",
                config.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm",
-               static_cast<long long>(config.vocab_size), static_cast<long long>(batch),
+               static_cast<long long>(config.vocab_size), static_cast<long long>(batch), o.device.c_str(), grid.shape().tensor,
                static_cast<double>(inference.cache().bytes()) / 1e6);
+  }
 
   std::vector<std::vector<int32_t>> generated(static_cast<size_t>(batch));
   std::vector<std::string> stop_reason(static_cast<size_t>(batch), "max-new-tokens");
@@ -184,7 +278,7 @@ absl::Status run(const Options& o) {
     const int32_t token = sampler.next(row_logits, i, static_cast<int64_t>(g.size()));
     g.push_back(token);
     const int64_t length = static_cast<int64_t>(prompts[static_cast<size_t>(i)].size() + g.size());
-    if (token == model.eod_id && !o.ignore_eod) {
+    if (is_eod(token) && !o.ignore_eod) {
       live[static_cast<size_t>(i)] = false;
       stop_reason[static_cast<size_t>(i)] = "end-of-document";
     } else if (static_cast<int64_t>(g.size()) >= o.max_new_tokens) {
@@ -208,17 +302,22 @@ absl::Status run(const Options& o) {
   if (o.check_uncached) {
     for (int64_t i = 0; i < batch; ++i) check(i, i);
   }
-  if (!o.logits_file.empty()) {
-    // The prefill's logits of each prompt's last token over the real vocabulary: [prompts, vocab] FP32.
-    std::FILE* file = std::fopen(o.logits_file.c_str(), "wb");
-    bool written = file != nullptr;
-    for (int64_t i = 0; written && i < batch; ++i) {
-      written = std::fwrite(logits.data() + i * padded, sizeof(float), static_cast<size_t>(vocab), file) ==
-                static_cast<size_t>(vocab);
-    }
-    if (file && std::fclose(file) != 0) written = false;
-    if (!written) return absl::PermissionDeniedError(absl::StrCat("cannot write ", o.logits_file));
+  // --logits-file: every step's logits over the real vocabulary, FP32 rows in the order computed
+  // (the prefill's row of each prompt's last token, then each decode step's row of each live
+  // sequence), written by rank 0 (every rank has the same logits).
+  std::FILE* logits_out = nullptr;
+  bool logits_written = true;
+  if (printer && !o.logits_file.empty()) {
+    logits_out = std::fopen(o.logits_file.c_str(), "wb");
+    logits_written = logits_out != nullptr;
   }
+  auto write_logits = [&](int64_t rows) {
+    for (int64_t i = 0; logits_out && logits_written && i < rows; ++i) {
+      logits_written = std::fwrite(logits.data() + i * padded, sizeof(float), static_cast<size_t>(vocab), logits_out) ==
+                       static_cast<size_t>(vocab);
+    }
+  };
+  write_logits(batch);
   for (int64_t i = 0; i < batch; ++i) {
     if (live[static_cast<size_t>(i)]) pick(i, i);
   }
@@ -240,19 +339,23 @@ absl::Status run(const Options& o) {
     inference.forward_cached(segments, logits);
     decode_seconds += seconds_since(start);
     decode_tokens += static_cast<int64_t>(segments.size());
+    write_logits(static_cast<int64_t>(segments.size()));
     for (size_t r = 0; r < which.size(); ++r) {
       if (o.check_uncached) check(which[r], static_cast<int64_t>(r));
       pick(which[r], static_cast<int64_t>(r));
     }
   }
-
+  if (logits_out && std::fclose(logits_out) != 0) logits_written = false;
+  GPT_RETURN_IF_ERROR(agree(logits_written ? absl::OkStatus()
+                                           : absl::PermissionDeniedError(absl::StrCat("cannot write ", o.logits_file))));
+  if (!printer) return absl::OkStatus();
   for (int64_t i = 0; i < batch; ++i) {
     const auto& prompt = prompts[static_cast<size_t>(i)];
     const auto& g = generated[static_cast<size_t>(i)];
     std::printf("=== sample %lld: %zu prompt tokens, %zu new, stop: %s ===\n", static_cast<long long>(i), prompt.size(),
                 g.size(), stop_reason[static_cast<size_t>(i)].c_str());
     std::vector<int32_t> shown = g;
-    if (!shown.empty() && shown.back() == model.eod_id && !o.ignore_eod) shown.pop_back();
+    if (!shown.empty() && is_eod(shown.back()) && !o.ignore_eod) shown.pop_back();
     if (tokenizer) {
       std::string text = tokenizer->decode(prompt) + tokenizer->decode(shown);
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -262,11 +365,13 @@ absl::Status run(const Options& o) {
     }
     if (o.print_ids) std::printf("ids: %s\n", absl::StrJoin(g, " ").c_str());
   }
-  std::printf("prefill: %lld tokens in %.4f s (%.1f tokens/s); decode: %lld tokens in %.4f s (%.1f tokens/s), %d threads\n",
+  std::printf("prefill: %lld tokens in %.4f s (%.1f tokens/s); decode: %lld tokens in %.4f s (%.1f tokens/s), "
+              "%s, %d threads x %d tensor-parallel ranks\n",
               static_cast<long long>(prefill_tokens), prefill_seconds,
               prefill_seconds > 0 ? static_cast<double>(prefill_tokens) / prefill_seconds : 0.0,
               static_cast<long long>(decode_tokens), decode_seconds,
-              decode_seconds > 0 ? static_cast<double>(decode_tokens) / decode_seconds : 0.0, threads);
+              decode_seconds > 0 ? static_cast<double>(decode_tokens) / decode_seconds : 0.0, o.device.c_str(), threads,
+              grid.shape().tensor);
   if (o.check_uncached) {
     std::printf("cached vs uncached logits: %lld steps checked, max relative difference %.3g, max absolute %.3g\n",
                 static_cast<long long>(checked), worst_relative, worst_absolute);
@@ -301,12 +406,29 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "BLAS threads (default: every core)");
   app.add_flag("--prompt-ids", o.prompt_ids, "Prompts are token ids separated by spaces, also with a text tokenizer");
   app.add_option("--logits-file", o.logits_file,
-                 "Write the logits of each prompt's last token (real vocabulary, FP32, [prompts, vocab]) to this file");
+                 "Write every step's logits (real vocabulary, FP32): the prefill's row per prompt, then each decode "
+                 "step's row per live sequence");
   app.add_flag("--print-ids", o.print_ids, "Also print the generated token ids");
-  app.add_option("--eod-id", o.eod_id, "The end-of-document token (default: the tokenizer's; an imported Llama's eos id)");
+  app.add_option("--eod-id", o.eod_id,
+                 "Stop at this token instead (default: the tokenizer's end-of-document id; an imported model's eos_token_id)");
   app.add_flag("--ignore-eod", o.ignore_eod, "Do not stop at the end-of-document token");
   app.add_flag("--check-uncached", o.check_uncached,
                "At every step also run the whole sequence without the cache and report the largest logit difference");
-  if (const std::optional<int> exit_status = gpt::parse_command_line(app, argc, argv)) return *exit_status;
-  return gpt::report(gpt::run(o));
+  app.add_option("--tensor-model-parallel-size", o.tensor_parallel,
+                 "Split the model over this many ranks (mpirun -np N; Megatron's column/row-parallel layers)");
+  app.add_option("--pipeline-model-parallel-size", o.pipeline_parallel,
+                 "Refused above 1: generate has no pipeline parallelism (see docs/GENERATION.md)");
+  app.add_option("--device", o.device,
+                 "cpu (default) or cuda: where the linears, norms and activations run (the KV cache stays on the host)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  gpt::MpiRuntime mpi(&argc, &argv);
+  if (const std::optional<int> exit_status = gpt::parse_command_line(app, argc, argv, mpi.world_rank() == 0)) {
+    return *exit_status;
+  }
+  absl::Status status = gpt::agree(gpt::check_layout(o));
+  if (!status.ok()) return gpt::report(status);
+  const std::unique_ptr<gpt::ProcessGrid> grid =
+      mpi.active() ? gpt::build_mpi_grid(gpt::GridShape{.tensor = o.tensor_parallel}, gpt::world::timeout_seconds())
+                   : gpt::ProcessGrid::single();
+  return gpt::report(gpt::run(o, *grid));
 }

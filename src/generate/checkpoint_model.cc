@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "model/param_registry.h"
 
 namespace gpt {
@@ -160,7 +161,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> model_parameter_shapes
 }
 
 absl::StatusOr<CheckpointModel> load_checkpoint_model(const std::string& given, std::optional<int64_t> iteration,
-                                                      std::optional<int64_t> vocab_override) {
+                                                      std::optional<int64_t> vocab_override, TensorSlice slice) {
   GPT_ASSIGN_OR_RETURN(const std::string directory, resolve_checkpoint_directory(given, iteration));
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::open(directory));
   CheckpointModel model;
@@ -170,17 +171,41 @@ absl::StatusOr<CheckpointModel> load_checkpoint_model(const std::string& given, 
   model.directory = reader->directory();
   model.tokenizer_type = argument_true(model.arguments, "--mock-data") ? "" : argument_text(model.arguments, "--tokenizer-type", "");
   // Megatron's end-of-document ids: GPT-2's <|endoftext|> (50256), NullTokenizer's added id
-  // (--vocab-size), mock data's last id (vocab - 1).
-  model.eod_id = model.tokenizer_type == "GPT2BPETokenizer" ? static_cast<int32_t>(kGpt2BpeVocabularySize - 1)
-                                                             : static_cast<int32_t>(model.config.vocab_size - 1);
+  // (--vocab-size), mock data's last id (vocab - 1); an import's recorded Hugging Face ids instead.
+  const int32_t megatron_eod = model.tokenizer_type == "GPT2BPETokenizer"
+                                   ? static_cast<int32_t>(kGpt2BpeVocabularySize - 1)
+                                   : static_cast<int32_t>(model.config.vocab_size - 1);
+  auto recorded_id = [&](absl::string_view text, const char* flag) -> absl::StatusOr<int32_t> {
+    int32_t id = -1;
+    if (!absl::SimpleAtoi(text, &id) || id < 0 || id >= model.config.vocab_size) {
+      return absl::DataLossError(absl::StrCat("checkpoint ", model.directory, ": saved ", flag, " '", text,
+                                              "' is not a token id in [0, ", model.config.vocab_size, ")"));
+    }
+    return id;
+  };
+  if (auto it = model.arguments.find(kHfEosArgument); it != model.arguments.end()) {
+    for (absl::string_view text : absl::StrSplit(it->second, ',')) {
+      GPT_ASSIGN_OR_RETURN(const int32_t id, recorded_id(text, kHfEosArgument));
+      model.hf_eos_ids.push_back(id);
+    }
+  }
+  if (auto it = model.arguments.find(kHfBosArgument); it != model.arguments.end()) {
+    GPT_ASSIGN_OR_RETURN(model.hf_bos_id, recorded_id(it->second, kHfBosArgument));
+  }
+  model.eod_ids = model.hf_eos_ids.empty() ? std::vector<int32_t>{megatron_eod} : model.hf_eos_ids;
+  model.start_id = model.hf_bos_id.value_or(model.eod_ids.front());
+  GPT_RETURN_IF_ERROR(check_tensor_parallel(model.config, slice.size));
+  // This rank's slice of every parameter (all of it with one rank), read straight from the pieces
+  // of whatever layout saved it.
   std::vector<CheckpointReader::ReadRequest> requests;
-  for (const auto& [name, shape] : model_parameter_shapes(model.config)) {
-    int64_t count = 1;
-    for (int64_t d : shape) count *= d;
-    std::vector<float>& values = model.params[name];
-    values.resize(static_cast<size_t>(count));
-    requests.push_back({.key = "model/" + name, .global_shape = shape, .offsets = std::vector<int64_t>(shape.size(), 0),
-                        .shape = shape, .dtype = DType::kFloat32, .out = values.data()});
+  for (const ParamSpec& spec : build_param_specs(model.config)) {
+    const ParamSlice local = param_slice(spec, model.config, slice);
+    std::vector<float>& values = model.params[spec.name];
+    values.assign(static_cast<size_t>(local.local_numel()), 0.0f);
+    for (const SliceBox& box : local.boxes) {
+      requests.push_back({.key = "model/" + spec.name, .global_shape = spec.global_shape, .offsets = box.offsets,
+                          .shape = box.shape, .dtype = DType::kFloat32, .out = values.data() + box.local_offset});
+    }
   }
   GPT_RETURN_IF_ERROR(reader->read_many(requests));
   return model;

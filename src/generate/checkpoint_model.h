@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_files.h"
+#include "generate/tensor_slice.h"
 #include "core/status.h"
 #include "model/config.h"
 
@@ -18,15 +19,29 @@ namespace gpt {
 inline constexpr int64_t kGpt2BpeVocabularySize = 50257;
 
 struct CheckpointModel {
-  ModelConfig config;                                 // TP = 1; vocab_size the real vocabulary
-  std::map<std::string, std::vector<float>> params;   // global name (no "model/") -> FP32 values
+  ModelConfig config;                                 // global shapes; vocab_size the real vocabulary
+  // Global name (no "model/") -> FP32 values: the whole tensor, or this rank's slice under tensor
+  // parallelism (generate/tensor_slice.h).
+  std::map<std::string, std::vector<float>> params;
   std::map<std::string, std::string> arguments;       // the saving job's flags (strings unquoted)
   std::string tokenizer_type;                         // "GPT2BPETokenizer", "NullTokenizer", "" (mock)
-  int32_t eod_id = -1;                                // end-of-document token
+  // Generation stops at any of these (Megatron's end-of-document id, or an imported Hugging Face
+  // tokenizer's eos_token_id list); an empty prompt starts from start_id (the end-of-document id,
+  // or an imported tokenizer's bos_token_id).
+  std::vector<int32_t> eod_ids;
+  int32_t start_id = -1;
+  // What ckpt_tool import recorded of the Hugging Face tokenizer (empty / none otherwise).
+  std::vector<int32_t> hf_eos_ids;
+  std::optional<int32_t> hf_bos_id;
   int64_t iteration = 0;
   std::string directory;                              // the checkpoint directory read (iter_<7 digits>)
 };
 
+
+// Saved-argument lines ckpt_tool import adds (no flags of pretrain_gpt): the Hugging Face
+// tokenizer's eos_token_id list ('2' or '128001,128009') and bos_token_id.
+inline constexpr const char* kHfEosArgument = "--hf-eos-token-ids";
+inline constexpr const char* kHfBosArgument = "--hf-bos-token-id";
 
 // The saved arguments as flag -> value, strings unquoted.
 std::map<std::string, std::string> saved_arguments(const CheckpointReader& reader);
@@ -42,9 +57,11 @@ absl::StatusOr<int64_t> real_vocabulary_size(const std::map<std::string, std::st
 absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& reader,
                                                     std::optional<int64_t> vocab_override);
 
-// Configuration and FP32 parameters.
+// Configuration and FP32 parameters (`slice`: this tensor-parallel rank's part; refused with the
+// reason when the TP size does not divide the model).
 absl::StatusOr<CheckpointModel> load_checkpoint_model(const std::string& given, std::optional<int64_t> iteration,
-                                                      std::optional<int64_t> vocab_override = std::nullopt);
+                                                      std::optional<int64_t> vocab_override = std::nullopt,
+                                                      TensorSlice slice = {});
 
 // The parameters a model of this configuration has, with global shapes (TP = 1).
 std::vector<std::pair<std::string, std::vector<int64_t>>> model_parameter_shapes(const ModelConfig& config);

@@ -29,9 +29,16 @@ void rope_at_position(float* qkv_row, int64_t groups, int64_t queries_per_group,
 }
 
 InferenceModel::InferenceModel(const ModelConfig& config, const std::map<std::string, std::vector<float>>& params,
-                               Context& ctx, int64_t sequences, int64_t capacity)
-    : config_(config), params_(params), ctx_(ctx), cache_(config, sequences, capacity) {
-  GPT_CHECK(ctx.device() == Device::kCpu) << "generation runs on the CPU backend";
+                               Context& ctx, int64_t sequences, int64_t capacity, Communicator* tensor_group)
+    : config_(config),
+      tensor_group_(tensor_group),
+      slice_{.rank = tensor_group ? tensor_group->rank() : 0, .size = tensor_group ? tensor_group->size() : 1},
+      params_(params),
+      ctx_(ctx),
+      host_ctx_(ctx.device() == Device::kCpu ? ctx : Context::cpu(std::max(1, ctx.cpu_threads()))),
+      cache_(config, sequences, capacity, slice_.size) {
+  const absl::Status divisible = check_tensor_parallel(config, slice_.size);
+  GPT_CHECK(divisible.ok()) << divisible.message();
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.kv_channels));
   for (int64_t layer = 0; layer < config.num_layers; ++layer) {
     cached_cores_.push_back(std::make_unique<KvCacheAttention>(cache_, layer, scale));
@@ -39,7 +46,14 @@ InferenceModel::InferenceModel(const ModelConfig& config, const std::map<std::st
   full_core_ = std::make_unique<LocalAttention>(scale);
   for (const ParamSpec& spec : build_param_specs(config)) {
     GPT_CHECK(params.count(spec.name)) << "parameter " << spec.name << " missing";
-    GPT_CHECK_EQ(static_cast<int64_t>(params.at(spec.name).size()), spec.global_numel()) << spec.name;
+    const std::vector<float>& values = params.at(spec.name);
+    GPT_CHECK_EQ(static_cast<int64_t>(values.size()), param_slice(spec, config, slice_).local_numel())
+        << spec.name << " on tensor-parallel rank " << slice_.rank << " of " << slice_.size;
+    if (ctx.device() != Device::kCpu) {
+      Buffer uploaded(ctx.device(), values.size() * sizeof(float));
+      copy_bytes(ctx.device(), uploaded.data(), Device::kCpu, values.data(), values.size() * sizeof(float));
+      device_params_.emplace(spec.name, std::move(uploaded));
+    }
   }
 }
 
@@ -49,18 +63,33 @@ const float* InferenceModel::param(const std::string& name) const {
   return it->second.data();
 }
 
+Tensor InferenceModel::scratch(Buffer& buffer, Shape shape) {
+  const size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
+  if (buffer.bytes() < bytes) buffer = Buffer(ctx_.device(), bytes);
+  return buffer.as_tensor(DType::kFloat32, shape);
+}
+
 Tensor InferenceModel::host(std::vector<float>& buffer, Shape shape) {
   if (static_cast<int64_t>(buffer.size()) < shape.numel()) buffer.resize(static_cast<size_t>(shape.numel()));
   return Tensor(buffer.data(), DType::kFloat32, shape, Device::kCpu);
 }
 
 Tensor InferenceModel::weight(const std::string& name, Shape shape) const {
+  if (ctx_.device() != Device::kCpu) {
+    auto it = device_params_.find(name);
+    GPT_CHECK(it != device_params_.end()) << "parameter " << name;
+    return it->second.as_tensor(DType::kFloat32, shape);
+  }
   return Tensor(const_cast<float*>(param(name)), DType::kFloat32, shape, Device::kCpu);
 }
 
 Tensor InferenceModel::bias(const std::string& name, int64_t size) const {
   if (!config_.add_bias_linear) return Tensor();
   return weight(name, Shape{size});
+}
+
+void InferenceModel::reduce(const Tensor& partial) {
+  if (slice_.size > 1) tensor_group_->all_reduce(partial.device() == Device::kCpu ? host_ctx_ : ctx_, partial, ReduceOp::kSum);
 }
 
 void InferenceModel::forward_cached(std::span<const Segment> segments, std::vector<float>& logits) {
@@ -74,12 +103,17 @@ void InferenceModel::forward_full(std::span<const int32_t> tokens, std::vector<f
 
 void InferenceModel::run(std::span<const Segment> segments, bool cached, std::vector<float>& logits) {
   const ModelConfig& c = config_;
-  const int64_t h = c.hidden_size, d = c.kv_channels, heads = c.num_attention_heads, groups = c.query_groups();
-  const int64_t q = c.queries_per_group(), qkv_size = c.qkv_size(), projection = heads * d;
-  const int64_t ffn = c.ffn_hidden_size, fc1_size = c.fc1_size(), vocab = c.padded_vocab_size;
+  // This rank's widths (the whole model with one rank): heads_l, groups_l, ffn_l, vocab_l rows.
+  const int64_t tp = slice_.size;
+  const int64_t h = c.hidden_size, d = c.kv_channels, heads = c.num_attention_heads / tp, groups = c.query_groups() / tp;
+  const int64_t q = c.queries_per_group(), qkv_size = c.qkv_size() / tp, projection = heads * d;
+  const int64_t ffn = c.ffn_hidden_size / tp, fc1_size = c.fc1_size() / tp, vocab = c.padded_vocab_size;
+  const int64_t vocab_local = vocab_rows_per_rank(vocab, static_cast<int>(tp)), vocab_first = slice_.rank * vocab_local;
   const float eps = c.layernorm_epsilon;
   const bool rms = c.normalization == Normalization::kRMSNorm;
   const bool rope = c.position_embedding == PositionEmbedding::kRope;
+  const Device device = ctx_.device();
+  const bool on_host = device == Device::kCpu;
 
   // Rows in segment order, each with its absolute position.
   std::vector<Row> rows;
@@ -95,24 +129,37 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
   }
   const auto n = static_cast<int64_t>(rows.size());
 
-  // Embedding: word row (+ learned position row), FP32.
-  Tensor x = host(x_, {n, h});
+  // Embedding on the host: word row (vocabulary-parallel: the rank holding the row contributes it,
+  // the others zeros, summed exactly over the group) + learned position row, FP32; then onto the
+  // device (a copy within the host on the CPU).
+  Tensor x = scratch(x_, {n, h});
   {
+    const Tensor embedded = host(embedded_, {n, h});
     const float* wte = param(kWordEmbeddingName);
-    const float* wpe =
-        c.position_embedding == PositionEmbedding::kLearnedAbsolute ? param("embedding.position_embeddings.weight") : nullptr;
-    float* out = x.data_as<float>();
+    float* out = embedded.data_as<float>();
     for (int64_t r = 0; r < n; ++r) {
-      GPT_CHECK(!wpe || rows[r].position < c.max_position_embeddings) << "position " << rows[r].position
-                                                                      << " beyond the position table";
-      const float* word = wte + rows[r].token * h;
-      for (int64_t i = 0; i < h; ++i) out[r * h + i] = wpe ? word[i] + wpe[rows[r].position * h + i] : word[i];
+      const int64_t local_row = rows[r].token - vocab_first;
+      if (local_row >= 0 && local_row < vocab_local) {
+        std::copy(wte + local_row * h, wte + (local_row + 1) * h, out + r * h);
+      } else {
+        std::fill(out + r * h, out + (r + 1) * h, 0.0f);
+      }
     }
+    reduce(embedded);
+    if (c.position_embedding == PositionEmbedding::kLearnedAbsolute) {
+      const float* wpe = param("embedding.position_embeddings.weight");
+      for (int64_t r = 0; r < n; ++r) {
+        GPT_CHECK(rows[r].position < c.max_position_embeddings) << "position " << rows[r].position
+                                                                << " beyond the position table";
+        for (int64_t i = 0; i < h; ++i) out[r * h + i] += wpe[rows[r].position * h + i];
+      }
+    }
+    copy_tensor(x, embedded);
   }
-  Tensor ln = host(ln_, {n, h}), mean = host(mean_, {n}), rstd = host(rstd_, {n});
-  Tensor qkv = host(qkv_, {n, qkv_size}), attention = host(attention_, {n, projection});
-  Tensor proj = host(proj_, {n, h}), residual = host(residual_, {n, h});
-  Tensor fc1 = host(fc1_, {n, fc1_size}), act = host(act_, {n, ffn}), mlp = host(mlp_, {n, h});
+  Tensor ln = scratch(ln_, {n, h}), mean = scratch(mean_, {n}), rstd = scratch(rstd_, {n});
+  Tensor qkv = scratch(qkv_, {n, qkv_size}), attention = scratch(attention_, {n, projection});
+  Tensor proj = scratch(proj_, {n, h}), residual = scratch(residual_, {n, h});
+  Tensor fc1 = scratch(fc1_, {n, fc1_size}), act = scratch(act_, {n, ffn}), mlp = scratch(mlp_, {n, h});
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     const std::string p = "decoder.layers." + std::to_string(layer) + ".";
     auto norm = [&](const std::string& name, const Tensor& y, const Tensor& input) {
@@ -130,27 +177,42 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
     for (const Segment& segment : segments) {
       const auto s = static_cast<int64_t>(segment.tokens.size());
       float* qkv_rows = qkv.data_as<float>() + first * qkv_size;
-      const Tensor qkv_view(qkv_rows, DType::kFloat32, Shape{s, 1, groups, (q + 2) * d}, Device::kCpu);
-      const Tensor out_view(attention.data_as<float>() + first * projection, DType::kFloat32, Shape{s, 1, heads, d},
-                            Device::kCpu);
-      const Tensor lse = host(lse_, {1, heads, s});
+      float* out_rows = attention.data_as<float>() + first * projection;
       if (cached) {
+        // On the host: the segment's qkv rows (staged from a GPU), RoPE at the absolute positions,
+        // the KV cache's attention, its output rows (staged back).
+        float* qkv_host = qkv_rows;
+        float* out_host = out_rows;
+        if (!on_host) {
+          qkv_host = host(qkv_host_, {s, qkv_size}).data_as<float>();
+          out_host = host(attention_host_, {s, projection}).data_as<float>();
+          copy_bytes(Device::kCpu, qkv_host, device, qkv_rows, static_cast<size_t>(s * qkv_size) * sizeof(float));
+        }
         if (rope) {
           for (int64_t t = 0; t < s; ++t) {
-            rope_at_position(qkv_rows + t * qkv_size, groups, q, d, c.rotary_dim, c.rotary_base, rows[first + t].position);
+            rope_at_position(qkv_host + t * qkv_size, groups, q, d, c.rotary_dim, c.rotary_base, rows[first + t].position);
           }
         }
         KvCacheAttention& core = *cached_cores_[static_cast<size_t>(layer)];
         core.select(segment.sequence);
-        core.forward(ctx_, out_view, lse, qkv_view, ops::DropoutMask{});
+        core.forward(host_ctx_, Tensor(out_host, DType::kFloat32, Shape{s, 1, heads, d}, Device::kCpu),
+                     host(lse_host_, {1, heads, s}),
+                     Tensor(qkv_host, DType::kFloat32, Shape{s, 1, groups, (q + 2) * d}, Device::kCpu), ops::DropoutMask{});
+        if (!on_host) {
+          copy_bytes(device, out_rows, Device::kCpu, out_host, static_cast<size_t>(s * projection) * sizeof(float));
+        }
       } else {
+        // The training path's RoPE op and attention core, on the device.
+        const Tensor qkv_view(qkv_rows, DType::kFloat32, Shape{s, 1, groups, (q + 2) * d}, device);
+        const Tensor out_view(out_rows, DType::kFloat32, Shape{s, 1, heads, d}, device);
         if (rope) ops::rope_forward(ctx_, qkv_view, d, c.rotary_dim, c.rotary_base);
-        full_core_->forward(ctx_, out_view, lse, qkv_view, ops::DropoutMask{});
+        full_core_->forward(ctx_, out_view, scratch(lse_, {1, heads, s}), qkv_view, ops::DropoutMask{});
       }
       first += s;
     }
     ops::matmul(ctx_, proj, attention, weight(p + "self_attention.linear_proj.weight", {h, projection}),
                 {.transpose_b = true});
+    reduce(proj);
     const Tensor proj_bias = bias(p + "self_attention.linear_proj.bias", h);
     if (rms) {
       ops::residual_rmsnorm_forward(ctx_, residual, ln, rstd, x, proj, proj_bias,
@@ -169,6 +231,7 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
       ops::matmul(ctx_, act, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias, .pre_gelu = fc1});
     }
     ops::matmul(ctx_, mlp, act, weight(p + "mlp.linear_fc2.weight", {h, ffn}), {.transpose_b = true});
+    reduce(mlp);
     ops::residual_add(ctx_, x, residual, mlp, bias(p + "mlp.linear_fc2.bias", h));
   }
   if (cached) {
@@ -176,16 +239,17 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
   }
   // The final norm and the LM head on each segment's last row only.
   const auto m = static_cast<int64_t>(segments.size());
-  Tensor last = host(last_, {m, h});
+  Tensor last = scratch(last_, {m, h});
   {
     int64_t end = 0;
     for (int64_t i = 0; i < m; ++i) {
       end += static_cast<int64_t>(segments[static_cast<size_t>(i)].tokens.size());
-      std::copy(x_.data() + (end - 1) * h, x_.data() + end * h, last_.data() + i * h);
+      copy_bytes(device, last.data_as<float>() + i * h, device, x.data_as<float>() + (end - 1) * h,
+                 static_cast<size_t>(h) * sizeof(float));
     }
   }
-  Tensor final_ln = host(ln_, {m, h});
-  Tensor final_mean = host(mean_, {m}), final_rstd = host(rstd_, {m});
+  Tensor final_ln = scratch(ln_, {m, h});
+  Tensor final_mean = scratch(mean_, {m}), final_rstd = scratch(rstd_, {m});
   if (rms) {
     ops::rmsnorm_forward(ctx_, final_ln, final_rstd, last, weight("decoder.final_layernorm.weight", {h}), eps);
   } else {
@@ -194,8 +258,25 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
   }
   logits.resize(static_cast<size_t>(m * vocab));
   const std::string head = c.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName;
-  ops::matmul(ctx_, Tensor(logits.data(), DType::kFloat32, Shape{m, vocab}, Device::kCpu), final_ln,
-              weight(head, {vocab, h}), {.transpose_b = true});
+  // This rank's logits [m, vocab_l] (all of them with one rank), on the host.
+  const Tensor local_host = tp == 1 ? Tensor(logits.data(), DType::kFloat32, Shape{m, vocab}, Device::kCpu)
+                                    : host(local_logits_, {m, vocab_local});
+  const Tensor local = on_host ? local_host : scratch(logits_, {m, vocab_local});
+  ops::matmul(ctx_, local, final_ln, weight(head, {vocab_local, h}), {.transpose_b = true});
+  if (!on_host) copy_tensor(local_host, local);
+  if (tp == 1) return;
+  // Vocabulary-parallel LM head: the local logits all-gathered to [tp, m, vocab_l] and laid out as
+  // [m, padded_vocab] (rows past the padded vocabulary dropped). Every rank gets the same bytes,
+  // so every rank samples the same token.
+  const Tensor gathered = host(gathered_logits_, {tp, m, vocab_local});
+  tensor_group_->all_gather(host_ctx_, gathered, local_host);
+  for (int64_t rank = 0; rank < tp; ++rank) {
+    const int64_t begin = rank * vocab_local, count = std::min(vocab_local, vocab - begin);
+    for (int64_t i = 0; count > 0 && i < m; ++i) {
+      const float* from = gathered_logits_.data() + (rank * m + i) * vocab_local;
+      std::copy(from, from + count, logits.data() + i * vocab + begin);
+    }
+  }
 }
 
 }  // namespace gpt

@@ -7,6 +7,16 @@
 //     length .. length + s - 1 (RoPE angles and learned positions continue there); the attention
 //     core is KvCacheAttention. Prefill is one call with whole prompts, decoding one call per step
 //     with one token per live sequence.
+//   tensor parallelism (a `tensor_group` of more than one rank): each rank holds its slice
+//     (generate/tensor_slice.h); the word embedding is looked up vocabulary-parallel and summed
+//     over the group, linear_qkv and linear_fc1 are column-parallel (the attention runs on the
+//     rank's heads and caches its groups), linear_proj and linear_fc2 row-parallel with their
+//     partial sums all-reduced before the bias and residual, and the LM head's local logits are
+//     all-gathered, so that every rank returns the same full logits and samples the same token.
+//   devices: the linears, norms and activations run on the context's device (the op set's CPU or
+//     CUDA kernels, parameters uploaded once); the embedding rows are assembled and the KV cache
+//     kept and attended on the host (on a GPU each segment's qkv rows are staged to the host and
+//     its attention output back), so that both devices run this one path.
 //   forward_full: one whole sequence from position 0 through the training path's attention core
 //     (LocalAttention, the op set's causal attention) and RoPE op, no cache: the reference the
 //     cached path is tested against.
@@ -19,23 +29,27 @@
 #include <vector>
 
 #include "core/context.h"
+#include "core/memory.h"
 #include "generate/kv_cache_attention.h"
+#include "generate/tensor_slice.h"
 #include "model/config.h"
+#include "parallel/comm/communicator.h"
 
 namespace gpt {
 
 class InferenceModel {
  public:
-  // `params`: global name -> FP32 values (generate/checkpoint_model.h); kept by reference.
-  // `sequences` KV caches of `capacity` positions each.
+  // `params`: global name -> FP32 values (generate/checkpoint_model.h), this rank's slices under
+  // tensor parallelism; kept by reference. `sequences` KV caches of `capacity` positions each.
+  // `tensor_group`: the tensor-parallel ranks (nullptr: one rank).
   InferenceModel(const ModelConfig& config, const std::map<std::string, std::vector<float>>& params, Context& ctx,
-                 int64_t sequences, int64_t capacity);
+                 int64_t sequences, int64_t capacity, Communicator* tensor_group = nullptr);
 
   struct Segment {
     int64_t sequence = 0;
     std::span<const int32_t> tokens;
   };
-  // Logits [segments, padded_vocab] of each segment's last token.
+  // Logits [segments, padded_vocab] of each segment's last token (the same on every TP rank).
   void forward_cached(std::span<const Segment> segments, std::vector<float>& logits);
   // Logits [padded_vocab] of the last token of `tokens` (positions 0 .. s - 1), no cache.
   void forward_full(std::span<const int32_t> tokens, std::vector<float>& logits);
@@ -49,19 +63,30 @@ class InferenceModel {
     int64_t position;
   };
   void run(std::span<const Segment> segments, bool cached, std::vector<float>& logits);
+  // Sums a row-parallel GEMM's partial result over the tensor-parallel group (in place).
+  void reduce(const Tensor& partial);
   const float* param(const std::string& name) const;
-  Tensor host(std::vector<float>& buffer, Shape shape);
+  // A scratch tensor on the context's device, its buffer grown to the largest batch seen.
+  Tensor scratch(Buffer& buffer, Shape shape);
+  // A host scratch tensor.
+  static Tensor host(std::vector<float>& buffer, Shape shape);
   Tensor weight(const std::string& name, Shape shape) const;
   Tensor bias(const std::string& name, int64_t size) const;  // undefined without biases
 
   ModelConfig config_;
+  Communicator* tensor_group_;
+  TensorSlice slice_;
   const std::map<std::string, std::vector<float>>& params_;
   Context& ctx_;
+  Context host_ctx_;  // the KV cache's attention and host-side collectives
+  std::map<std::string, Buffer> device_params_;  // GPU: every parameter, uploaded once
   KvCache cache_;
   std::vector<std::unique_ptr<KvCacheAttention>> cached_cores_;  // per layer
   std::unique_ptr<AttentionCore> full_core_;                      // LocalAttention
-  // Scratch, grown to the largest batch seen.
-  std::vector<float> x_, ln_, mean_, rstd_, qkv_, attention_, proj_, residual_, fc1_, act_, mlp_, lse_, last_;
+  // Scratch on the context's device, grown to the largest batch seen.
+  Buffer x_, ln_, mean_, rstd_, qkv_, attention_, proj_, residual_, fc1_, act_, mlp_, lse_, last_, logits_;
+  // Host scratch: the embedding rows, a segment's staged qkv and attention output, the logits.
+  std::vector<float> embedded_, qkv_host_, attention_host_, lse_host_, local_logits_, gathered_logits_;
 };
 
 // Rotates the query and key heads of one token's packed qkv row [groups, (q + 2) d] by RoPE at

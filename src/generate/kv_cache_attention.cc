@@ -8,9 +8,9 @@
 
 namespace gpt {
 
-KvCache::KvCache(const ModelConfig& config, int64_t sequences, int64_t capacity)
+KvCache::KvCache(const ModelConfig& config, int64_t sequences, int64_t capacity, int tensor_parallel)
     : layers_(config.num_layers),
-      groups_(config.query_groups()),
+      groups_(config.query_groups() / tensor_parallel),
       head_dim_(config.kv_channels),
       capacity_(capacity),
       length_(static_cast<size_t>(sequences), 0),

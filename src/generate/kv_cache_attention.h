@@ -3,7 +3,7 @@
 // the values of every position seen so far, one entry per key/value group (GQA caches only the
 // groups, not the query heads that share them).
 //
-//   keys, values of (layer, sequence): [capacity, groups, d] FP32, positions 0 .. length - 1
+//   keys, values of (layer, sequence): [capacity, groups_l, d] FP32, positions 0 .. length - 1
 //
 // KvCacheAttention::forward takes the qkv of a sequence's new tokens ([s_new, 1, groups, (q + 2) d],
 // queries and keys already rotated at their absolute positions length .. length + s_new - 1),
@@ -20,7 +20,8 @@ namespace gpt {
 
 class KvCache {
  public:
-  KvCache(const ModelConfig& config, int64_t sequences, int64_t capacity);
+  // Under tensor parallelism each rank caches its own groups_l = groups / tensor_parallel.
+  KvCache(const ModelConfig& config, int64_t sequences, int64_t capacity, int tensor_parallel = 1);
 
   int64_t sequences() const { return static_cast<int64_t>(length_.size()); }
   int64_t capacity() const { return capacity_; }

@@ -134,11 +134,25 @@ std::vector<HfMapping> llama_mappings(const ModelConfig& c) {
 
 // ---- config.json ----------------------------------------------------------------------------------
 
-std::string config_json(const ModelConfig& c, HfFamily family) {
+// A Hugging Face tokenizer's special ids as an import records them (generate/checkpoint_model.h).
+struct SpecialTokens {
+  std::vector<int64_t> eos;
+  std::optional<int64_t> bos;
+};
+
+std::string config_json(const ModelConfig& c, HfFamily family, const SpecialTokens& special) {
   std::ostringstream o;
+  // The tokenizer's ids an import recorded (generation stops at eos_token_id).
+  std::string ids;
+  if (!special.eos.empty()) {
+    const std::string eos = special.eos.size() == 1 ? absl::StrCat(special.eos[0])
+                                                    : absl::StrCat("[", absl::StrJoin(special.eos, ", "), "]");
+    absl::StrAppend(&ids, "  \"eos_token_id\": ", eos, ",\n");
+  }
+  if (special.bos) absl::StrAppend(&ids, "  \"bos_token_id\": ", *special.bos, ",\n");
   const char* tie = c.untie_embeddings_and_output_weights ? "false" : "true";
   if (family == HfFamily::kGpt2) {
-    o << "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+    o << "{\n" << ids << "  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
       << "  \"vocab_size\": " << c.vocab_size << ",\n  \"n_positions\": " << c.max_position_embeddings
       << ",\n  \"n_ctx\": " << c.max_position_embeddings << ",\n  \"n_embd\": " << c.hidden_size
       << ",\n  \"n_layer\": " << c.num_layers << ",\n  \"n_head\": " << c.num_attention_heads
@@ -148,7 +162,7 @@ std::string config_json(const ModelConfig& c, HfFamily family) {
       << ",\n  \"torch_dtype\": \"float32\"\n}\n";
   } else {
     const char* bias = c.add_bias_linear ? "true" : "false";
-    o << "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+    o << "{\n" << ids << "  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
       << "  \"vocab_size\": " << c.vocab_size << ",\n  \"hidden_size\": " << c.hidden_size
       << ",\n  \"intermediate_size\": " << c.ffn_hidden_size << ",\n  \"num_hidden_layers\": " << c.num_layers
       << ",\n  \"num_attention_heads\": " << c.num_attention_heads << ",\n  \"num_key_value_heads\": " << c.query_groups()
@@ -211,6 +225,26 @@ class JsonConfig {
       return absl::DataLossError(absl::StrCat(path_, ": \"", key, "\" is not true or false"));
     }
     return v;
+  }
+  // An integer or a list of integers (HF's eos_token_id may be either); empty when absent or null.
+  absl::StatusOr<std::vector<int64_t>> integers(const char* key) const {
+    std::vector<int64_t> values;
+    if (!has(key)) return values;
+    int64_t v = 0;
+    if (root_[key].get_int64().get(v) == simdjson::SUCCESS) {
+      values.push_back(v);
+      return values;
+    }
+    simdjson::dom::array list;
+    bool ok = root_[key].get_array().get(list) == simdjson::SUCCESS;
+    for (simdjson::dom::element e : list) {
+      if (!ok || e.get_int64().get(v) != simdjson::SUCCESS) break;
+      values.push_back(v);
+    }
+    if (!ok || values.size() != list.size()) {
+      return absl::DataLossError(absl::StrCat(path_, ": \"", key, "\" is neither an integer nor a list of integers"));
+    }
+    return values;
   }
   std::string text(const char* key, const std::string& fallback) const {
     std::string_view v;
@@ -303,9 +337,38 @@ absl::StatusOr<std::pair<ModelConfig, HfFamily>> model_from_config(const JsonCon
   return std::make_pair(c, family);
 }
 
+// eos_token_id (an id or a list) and bos_token_id: config.json's, each overridden by
+// generation_config.json's when that file gives it (transformers' generate reads the latter).
+absl::StatusOr<SpecialTokens> special_tokens(const std::string& hf_dir, const JsonConfig& config, int64_t vocab) {
+  SpecialTokens special;
+  std::optional<JsonConfig> generation;
+  std::error_code error;
+  const fs::path generation_path = fs::path(hf_dir) / "generation_config.json";
+  if (fs::exists(generation_path, error)) {
+    GPT_ASSIGN_OR_RETURN(generation, JsonConfig::read(generation_path.string()));
+  }
+  for (const JsonConfig* j : {&config, generation ? static_cast<const JsonConfig*>(&*generation) : nullptr}) {
+    if (j == nullptr) continue;
+    GPT_ASSIGN_OR_RETURN(std::vector<int64_t> eos, j->integers("eos_token_id"));
+    GPT_ASSIGN_OR_RETURN(std::vector<int64_t> bos, j->integers("bos_token_id"));
+    for (const auto& [ids, key] : {std::pair{&eos, "eos_token_id"}, std::pair{&bos, "bos_token_id"}}) {
+      for (int64_t id : *ids) {
+        if (id < 0 || id >= vocab) {
+          return absl::DataLossError(absl::StrCat(j->path(), ": \"", key, "\" ", id, " is not in [0, ", vocab, ")"));
+        }
+      }
+    }
+    if (bos.size() > 1) return absl::DataLossError(absl::StrCat(j->path(), ": \"bos_token_id\" is a list"));
+    if (!eos.empty()) special.eos = eos;
+    if (!bos.empty()) special.bos = bos[0];
+  }
+  return special;
+}
+
 // The saved arguments an imported checkpoint carries (canonical_arguments' spelling of the flags
 // --load compares, and what generate and export read).
-std::string import_arguments(const ModelConfig& c, HfFamily family, const HfImportOptions& options) {
+std::string import_arguments(const ModelConfig& c, HfFamily family, const HfImportOptions& options,
+                             const SpecialTokens& special) {
   auto b = [](bool v) { return v ? "true" : "false"; };
   char eps[40];
   std::snprintf(eps, sizeof(eps), "%.17g", static_cast<double>(c.layernorm_epsilon));
@@ -340,6 +403,9 @@ std::string import_arguments(const ModelConfig& c, HfFamily family, const HfImpo
     lines.push_back("--tokenizer-type 'NullTokenizer'");
     lines.push_back(absl::StrCat("--vocab-size ", c.vocab_size - 1));
   }
+  // Not flags of pretrain_gpt: the Hugging Face tokenizer's ids, for generate and export.
+  if (!special.eos.empty()) lines.push_back(absl::StrCat(kHfEosArgument, " '", absl::StrJoin(special.eos, ","), "'"));
+  if (special.bos) lines.push_back(absl::StrCat(kHfBosArgument, " ", *special.bos));
   return absl::StrJoin(lines, "\n") + "\n";
 }
 
@@ -439,7 +505,13 @@ absl::Status hf_export(const std::string& checkpoint, const std::string& output_
                                                    "\n  }\n}\n"));
     if (!written.ok()) return fail(written);
   }
-  absl::Status written = write_text("config.json", config_json(c, family));
+  // The recorded Hugging Face ids, or GPT-2's <|endoftext|> (HF's gpt2 config gives it as both).
+  SpecialTokens special{.eos = {model.hf_eos_ids.begin(), model.hf_eos_ids.end()}, .bos = model.hf_bos_id};
+  if (special.eos.empty() && model.tokenizer_type == "GPT2BPETokenizer") {
+    special.eos = {kGpt2BpeVocabularySize - 1};
+    special.bos = kGpt2BpeVocabularySize - 1;
+  }
+  absl::Status written = write_text("config.json", config_json(c, family, special));
   if (!written.ok()) return fail(written);
   fs::remove_all(trimmed, error);  // an empty directory given as the output
   fs::rename(temporary, trimmed, error);
@@ -465,6 +537,7 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
   GPT_ASSIGN_OR_RETURN(const JsonConfig json, JsonConfig::read((fs::path(hf_dir) / "config.json").string()));
   GPT_ASSIGN_OR_RETURN(const auto parsed, model_from_config(json, options));
   const auto& [c, family] = parsed;
+  GPT_ASSIGN_OR_RETURN(const SpecialTokens special, special_tokens(hf_dir, json, c.vocab_size));
   const std::vector<HfMapping> mappings = hf_mappings(c, family);
 
   // The safetensors files: the index's weight map, or model.safetensors.
@@ -581,7 +654,7 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
   metadata.iteration = 0;
   metadata.seed = 1234;
   metadata.params_dtype = "float32";
-  metadata.arguments = import_arguments(c, family, options);
+  metadata.arguments = import_arguments(c, family, options, special);
   status = write_index(temporary, {shard}, metadata);
   if (!status.ok()) return fail(status);
   const std::string final_directory = (fs::path(save_dir) / iteration_directory_name(0)).string();
@@ -597,6 +670,11 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_attention_heads),
               static_cast<long long>(c.query_groups()), static_cast<long long>(c.vocab_size),
               static_cast<long long>(c.padded_vocab_size), save_dir.c_str());
+  if (!special.eos.empty() || special.bos) {
+    std::printf("recorded for generate: eos_token_id %s, bos_token_id %s\n",
+                special.eos.empty() ? "none" : absl::StrJoin(special.eos, ",").c_str(),
+                special.bos ? std::to_string(*special.bos).c_str() : "none");
+  }
   return absl::OkStatus();
 }
 

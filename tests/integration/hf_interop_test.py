@@ -14,7 +14,9 @@
     pretrain_gpt --load DIR --finetune (the Llama one under TP=2);
   * hostile directories: a missing tensor, a wrong shape, data_offsets past the end of the file, a
     header length beyond the file, a range that does not match its shape, overlapping tensors,
-    rope_scaling, an unknown model_type: one line naming the file or tensor, exit 1, nothing written.
+    rope_scaling, an unknown model_type: one line naming the file or tensor, exit 1, nothing written;
+  * special tokens: an imported Llama's eos_token_id / bos_token_id (config.json's, overridden by
+    generation_config.json's) are recorded, generate stops at them, export writes them back.
 """
 import argparse
 import json
@@ -203,6 +205,58 @@ def write_hf(directory, config, tensors, dtype="F32", shards=1, lie=None):
               open(os.path.join(directory, "model.safetensors.index.json"), "w"))
 
 
+def check_special_tokens(args, work, failures, config, tensors, prompts, ids):
+    """An imported Llama's eos_token_id / bos_token_id: config.json's, overridden by
+    generation_config.json's, recorded on import; generate stops at any eos id and starts an empty
+    prompt from the bos id; export writes them back; a malformed or out-of-range id is refused."""
+    first = ids[0][0]  # prompt 0's first greedy token
+    directory, save = work("special_llama"), work("special_llama_imported")
+    write_hf(directory, dict(config, eos_token_id=5, bos_token_id=4), tensors, "BF16")
+    json.dump({"eos_token_id": [7, first], "bos_token_id": 3},
+              open(os.path.join(directory, "generation_config.json"), "w"))
+    result = run([args.ckpt_tool, "import", directory, "--output", save])
+    if result.returncode != 0:
+        failures.append(f"special tokens: import failed: {result.stderr.strip()}")
+        return
+    stopped = run([args.generate, save, "--greedy", "--max-new-tokens", "8", "--print-ids", "--threads", "1",
+                   "--prompt", " ".join(map(str, prompts[0])), "--prompt", ""])
+    lines = stopped.stdout.splitlines()
+    headers = [l for l in lines if l.startswith("=== sample")]
+    print(f"special tokens: eos [7, {first}] and bos 3 recorded from generation_config.json: " + "; ".join(headers))
+    if stopped.returncode != 0 or len(headers) != 2 or "1 new, stop: end-of-document" not in headers[0]:
+        failures.append(f"special tokens: generate did not stop at the recorded eos id {first}: {stopped.stdout!r} "
+                        f"{stopped.stderr!r}")
+    elif not lines[lines.index(headers[1]) + 1].startswith("3 |"):
+        failures.append(f"special tokens: an empty prompt did not start from bos 3: {lines[lines.index(headers[1]) + 1]!r}")
+    exported = work("special_llama_export")
+    result = run([args.ckpt_tool, "export", save, "--output-dir", exported])
+    written = json.load(open(os.path.join(exported, "config.json"))) if result.returncode == 0 else {}
+    if written.get("eos_token_id") != [7, first] or written.get("bos_token_id") != 3:
+        failures.append(f"special tokens: export wrote eos {written.get('eos_token_id')} bos "
+                        f"{written.get('bos_token_id')} (want [7, {first}] and 3) {result.stderr.strip()}")
+    # Only config.json: its ids.
+    directory, save = work("special_config_only"), work("special_config_only_imported")
+    write_hf(directory, dict(config, eos_token_id=first), tensors, "BF16")
+    run([args.ckpt_tool, "import", directory, "--output", save])
+    stopped = run([args.generate, save, "--greedy", "--max-new-tokens", "8", "--threads", "1",
+                   "--prompt", " ".join(map(str, prompts[0]))])
+    if "1 new, stop: end-of-document" not in stopped.stdout:
+        failures.append(f"special tokens: config.json's eos_token_id {first} not used: {stopped.stdout!r} {stopped.stderr!r}")
+    # Refused: an id outside the vocabulary, an eos that is not an integer (list).
+    for name, generation, expected in [("an eos id outside the vocabulary", {"eos_token_id": 250}, "not in [0, 250)"),
+                                       ("an eos id that is text", {"eos_token_id": "</s>"}, "eos_token_id")]:
+        directory = work("special_bad_" + str(len(name)))
+        write_hf(directory, config, tensors, "BF16")
+        json.dump(generation, open(os.path.join(directory, "generation_config.json"), "w"))
+        bad = run([args.ckpt_tool, "import", directory, "--output", directory + "_imported"])
+        lines = bad.stderr.strip().splitlines()
+        if bad.returncode != 1 or len(lines) != 1 or expected not in lines[0] or "generation_config.json" not in lines[0] \
+                or os.path.exists(directory + "_imported"):
+            failures.append(f"special tokens: {name}: exit {bad.returncode}, {bad.stderr!r}")
+        else:
+            print(f"special tokens: {name}: {lines[0]}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     for flag in ("--ckpt-tool", "--generate", "--pretrain", "--mpirun", "--work-dir"):
@@ -273,6 +327,7 @@ def main():
     rng = np.random.default_rng(3)
     prompts = [[1, 2, 3, 4, 5], [17], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50]]
     writers = {"gpt2": (numpy_gpt2, gpt2_logits, "F32", 1), "llama": (numpy_llama, llama_logits, "BF16", 3)}
+    numpy_results = {}
     for family, (make, reference, dtype, shards) in writers.items():
         config, tensors = make(rng)
         directory, save = work(f"numpy_{family}"), work(f"numpy_{family}_imported")
@@ -289,7 +344,8 @@ def main():
         if result.returncode != 0:
             failures.append(f"numpy {family}: generate failed: {result.stderr.strip()}")
             continue
-        ours = np.fromfile(logits_file, "<f4").reshape(len(prompts), config["vocab_size"])
+        # The prefill's rows come first in generate's logits file.
+        ours = np.fromfile(logits_file, "<f4").reshape(-1, config["vocab_size"])[:len(prompts)]
         ids = [[int(x) for x in l[4:].split()] for l in result.stdout.splitlines() if l.startswith("ids:")]
         worst, greedy_equal = 0.0, 0
         with torch.no_grad():
@@ -304,6 +360,7 @@ def main():
                 greedy_equal += greedy == ids[i]
                 if greedy != ids[i]:
                     failures.append(f"numpy {family} prompt {i}: greedy ours {ids[i]} reference {greedy}")
+        numpy_results[family] = (config, tensors, prompts, ids)
         print(f"numpy {family}: logits vs the independent HF-orientation model: max relative error {worst:.3g}; "
               f"greedy tokens equal for {greedy_equal}/{len(prompts)} prompts")
         if not worst <= 1e-5:
@@ -329,6 +386,9 @@ def main():
               f"{'loaded under TP=' + loaded.group(1) if loaded else 'NOT loaded'}")
         if finetune.returncode != 0 or not loaded:
             failures.append(f"numpy {family}: finetune load failed: {finetune.stdout[-400:]} {finetune.stderr[-400:]}")
+
+    if "llama" in numpy_results:
+        check_special_tokens(args, work, failures, *numpy_results["llama"])
 
     # ---- hostile directories ----
     config, tensors = numpy_gpt2(np.random.default_rng(4))
