@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/bf16.h"
+#include "core/float16.h"
 #include "core/check.h"
 #include "core/memory.h"
 #include "generate/inference_model.h"

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/bf16.h"
+#include "core/float16.h"
 
 // 32-byte vectors passed between inlined helpers; the ABI note does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -48,6 +48,15 @@ GPT_SIMD_INLINE f32x8 load8(const bf16* p) {
 GPT_SIMD_INLINE void store8(float* p, f32x8 v) { std::memcpy(p, &v, sizeof(v)); }
 GPT_SIMD_INLINE void store8(bf16* p, f32x8 v) {
   for (int i = 0; i < kLanes; ++i) p[i] = bf16(v[i]);
+}
+// FP16 has no shift-only widening (its exponent is re-biased): lane by lane.
+GPT_SIMD_INLINE f32x8 load8(const fp16* p) {
+  f32x8 v;
+  for (int i = 0; i < kLanes; ++i) v[i] = p[i].to_float();
+  return v;
+}
+GPT_SIMD_INLINE void store8(fp16* p, f32x8 v) {
+  for (int i = 0; i < kLanes; ++i) p[i] = fp16(v[i]);
 }
 
 GPT_SIMD_INLINE f32x8 as_float(i32x8 bits) {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "core/bf16.h"
+#include "core/float16.h"
 #include "core/tensor.h"
 
 namespace gpt::testing_util {
