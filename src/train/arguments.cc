@@ -41,6 +41,47 @@ absl::Status require_fp32(const char* flag, double value, bool positive) {
   return absl::OkStatus();
 }
 
+// --fp16, --bf16 and the loss scaler's flags (Megatron's checks in arguments.py and the asserts of
+// its grad scalers), each value checked where it is used; a scaler flag that would not be used is
+// refused rather than ignored.
+absl::Status validate_loss_scaling(const Arguments& a) {
+  if (a.fp16 && a.bf16) return invalid("--fp16 and --bf16 are mutually exclusive: choose one");
+  const bool constant = a.was_given("--loss-scale");
+  if (constant) {
+    if (!a.fp16 && !a.bf16) {
+      return invalid("--loss-scale needs --fp16 or --bf16 (FP32 training has no loss scaler)");
+    }
+    if (!std::isfinite(a.loss_scale) || !(a.loss_scale > 0.0)) {
+      return invalid(absl::StrCat("--loss-scale must be positive and finite (got ", a.loss_scale, ")"));
+    }
+    GPT_RETURN_IF_ERROR(require_fp32("--loss-scale", a.loss_scale, /*positive=*/true));
+  }
+  const bool dynamic = a.fp16 && !constant;
+  for (const char* flag : {"--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis"}) {
+    if (a.was_given(flag) && !dynamic) {
+      return invalid(absl::StrCat(flag, " applies to --fp16's dynamic loss scaler, which this run does not use (",
+                                  !a.fp16 ? "no --fp16" : "--loss-scale fixes the scale", ")"));
+    }
+  }
+  if (!std::isfinite(a.initial_loss_scale) || !(a.initial_loss_scale > 0.0)) {
+    return invalid(absl::StrCat("--initial-loss-scale must be positive and finite (got ", a.initial_loss_scale, ")"));
+  }
+  GPT_RETURN_IF_ERROR(require_fp32("--initial-loss-scale", a.initial_loss_scale, /*positive=*/true));
+  if (!std::isfinite(a.min_loss_scale) || !(a.min_loss_scale > 0.0)) {
+    return invalid(absl::StrCat("--min-loss-scale must be positive and finite (got ", a.min_loss_scale, ")"));
+  }
+  GPT_RETURN_IF_ERROR(require_fp32("--min-loss-scale", a.min_loss_scale, /*positive=*/true));
+  if (static_cast<float>(a.min_loss_scale) > static_cast<float>(a.initial_loss_scale)) {
+    return invalid(absl::StrCat("--min-loss-scale (", a.min_loss_scale, ") must not exceed --initial-loss-scale (",
+                                a.initial_loss_scale, ")"));
+  }
+  if (a.loss_scale_window <= 0) {
+    return invalid(absl::StrCat("--loss-scale-window must be positive (got ", a.loss_scale_window, ")"));
+  }
+  if (a.hysteresis <= 0) return invalid(absl::StrCat("--hysteresis must be positive (got ", a.hysteresis, ")"));
+  return absl::OkStatus();
+}
+
 // Megatron's collective timeout is a Python timedelta; ours becomes a steady-clock deadline in
 // nanoseconds, so it is bounded well inside int64 (a million minutes is 1.9 years).
 constexpr double kMaxTimeoutMinutes = 1e6;
@@ -402,7 +443,7 @@ absl::Status validate_arguments(Arguments& a) {
   GPT_RETURN_IF_ERROR(require_fp32("--norm-epsilon", a.norm_epsilon, /*positive=*/true));
 
   // Precision.
-  if (a.fp16) return invalid("--fp16 is not supported: use --bf16 (or neither, for FP32)");
+  GPT_RETURN_IF_ERROR(validate_loss_scaling(a));
 
   // Attention implementation.
   if (a.attention_backend == "flash") {

@@ -138,8 +138,19 @@ constexpr FlagRow kRows[] = {
     row("--adam-beta2", &A::adam_beta2, "Adam beta2"),
     row("--adam-eps", &A::adam_eps, "Adam epsilon"),
     row("--bf16", &A::bf16, "BF16 parameters and activations, FP32 master weights and gradients"),
-    row("--fp16", &A::fp16, "FP16 mixed precision (not supported: use --bf16)")
-        .megatron(kRefused, "this program has no FP16 mixed precision (loss scaling): use --bf16, or neither for FP32"),
+    row("--fp16", &A::fp16,
+        "FP16 parameters and activations, FP32 master weights and gradients, with Megatron's loss scaler "
+        "(dynamic unless --loss-scale)"),
+    row("--loss-scale", &A::loss_scale,
+        "Constant loss scale with --fp16 or --bf16 (Megatron's ConstantGradScaler); default: --fp16 scales "
+        "dynamically")
+        .shown(kNoneIfNegative),
+    row("--initial-loss-scale", &A::initial_loss_scale, "Initial scale of --fp16's dynamic loss scaler")
+        .shown(kIntIfIntegral),
+    row("--min-loss-scale", &A::min_loss_scale, "Floor of --fp16's dynamic loss scale"),
+    row("--loss-scale-window", &A::loss_scale_window,
+        "Steps without overflow after which the dynamic loss scale doubles"),
+    row("--hysteresis", &A::hysteresis, "Overflows the dynamic loss scaler absorbs before it halves the scale"),
     row("--seed", &A::seed, "Random seed (initialization and data order)"),
     row("--deterministic-mode", &A::deterministic_mode,
         "Only bitwise reproducible algorithms (slower cuDNN attention backward)")
