@@ -550,7 +550,9 @@ absl::Status validate_arguments(Arguments& a) {
                                 tp, ") with --sequence-parallel"));
   }
   if (a.attention_backend == "fused") {
-    if (!a.bf16) return invalid("--attention-backend fused needs --bf16 (cuDNN's fused attention is BF16 only)");
+    if (!a.bf16 && !a.fp16) {
+      return invalid("--attention-backend fused needs --bf16 or --fp16 (cuDNN's fused attention is 16-bit only)");
+    }
     if (a.kv_channels % 8 != 0 || a.kv_channels > 128) {
       return invalid(absl::StrCat("--attention-backend fused needs a head dimension (--kv-channels) that is a multiple "
                                   "of 8 and at most 128 (got ", a.kv_channels, ")"));
