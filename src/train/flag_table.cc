@@ -256,7 +256,8 @@ constexpr FlagRow kRows[] = {
         .megatron(kImplementation),
     row("--apply-query-key-layer-scaling", &A::apply_query_key_layer_scaling,
         "Accepted: scaling attention scores by 1 / layer number and back before the FP32 softmax is the "
-        "identity; Megatron uses it for FP16's range (Transformer Engine only in FP16), and --fp16 is refused")
+        "identity; Megatron uses it for FP16's range (its FP16 scores before the softmax), and this program's "
+        "attention forms the scores in FP32, under --fp16 too")
         .megatron(kImplementation),
     row("--accumulate-allreduce-grads-in-fp32", &A::accumulate_allreduce_grads_in_fp32,
         "Accepted: gradients are always accumulated and reduced across data-parallel ranks in FP32 (Megatron's "
