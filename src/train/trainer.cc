@@ -573,7 +573,8 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     std::optional<double> params_norm;
     std::optional<int64_t> num_zeros_in_grad;
     if (args_.log_params_norm && reported) params_norm = this->params_norm();
-    if (args_.log_num_zeros_in_grad && reported) num_zeros_in_grad = zero_gradients();
+    // After an overflow Megatron's step returns no count (None): the field is left out.
+    if (args_.log_num_zeros_in_grad && reported && !step.overflow) num_zeros_in_grad = zero_gradients();
     const double learning_rate = learning_rate_at(schedule_, updates_done() * args_.global_batch_size);
     if (tensorboard && tensorboard_now) {
       tensorboard->iteration({.iteration = iteration_,

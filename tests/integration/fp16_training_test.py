@@ -35,7 +35,7 @@ BASE = ("--device cpu --mock-data --num-layers 2 --hidden-size 64 --num-attentio
         "--log-interval 1 --eval-iters 0 --lr 1e-3 --log-num-zeros-in-grad").split()
 GRID = ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"]
 LOG = re.compile(r"iteration +(\d+)/ +\d+ \|.*\| lm loss: (\S+) \| loss scale: (\S+) \| (?:grad norm: (\S+) \| )?"
-                 r"num zeros: (\d+) \| number of skipped iterations: +(\d+) \|")
+                 r"(?:num zeros: (\d+) \| )?number of skipped iterations: +(\d+) \|")
 
 
 class Run:
@@ -51,7 +51,8 @@ class Run:
             m = LOG.search(line)
             if m:
                 self.lines.append({"iteration": int(m[1]), "loss": float(m[2]), "scale": float(m[3]),
-                                   "grad_norm": m[4], "zeros": int(m[5]), "skipped": int(m[6])})
+                                   "grad_norm": m[4], "zeros": None if m[5] is None else int(m[5]),
+                                   "skipped": int(m[6])})
         if self.status != 0:
             raise SystemExit(f"FAIL: {' '.join(command)} exited {self.status}:\n{self.output[-3000:]}")
 
@@ -84,9 +85,10 @@ def check_trajectory(name, run, failures, **rules):
     overflows = [l["skipped"] == 1 for l in run.lines]
     expected = megatron_scales(overflows, **rules)
     printed = [l["scale"] for l in run.lines]
-    # A skipped iteration has no grad norm (Megatron's None), a clean one has one.
-    if any((l["grad_norm"] is None) != (l["skipped"] == 1) for l in run.lines):
-        failures.append(f"{name}: a grad norm printed on a skipped iteration or missing on a clean one")
+    # A skipped iteration has no grad norm and no num zeros (Megatron's None), a clean one has both.
+    if any((l["grad_norm"] is None) != (l["skipped"] == 1) or (l["zeros"] is None) != (l["skipped"] == 1)
+           for l in run.lines):
+        failures.append(f"{name}: a grad norm or num zeros printed on a skipped iteration or missing on a clean one")
     if printed != expected:
         failures.append(f"{name}: scales {printed} != Megatron's rules {expected} for overflows {overflows}")
     return overflows
@@ -158,7 +160,7 @@ def part_numerics(binary, mpirun, work_dir, failures):
     constant_one = Run([binary] + BASE + short + ["--fp16", "--loss-scale", "1"])
     dynamic = Run([binary] + BASE + short + ["--fp16", "--initial-loss-scale", "65536"])
     fp32 = Run([binary] + BASE + short)
-    zeros = {name: sum(l["zeros"] for l in run.lines)
+    zeros = {name: sum(l["zeros"] or 0 for l in run.lines)
              for name, run in (("--loss-scale 1", constant_one), ("dynamic from 65536", dynamic), ("FP32", fp32))}
     print("underflow: zero main-gradient elements over 6 iterations: " +
           ", ".join(f"{name} {count}" for name, count in zeros.items()))
