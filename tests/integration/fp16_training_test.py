@@ -167,6 +167,26 @@ def part_numerics(binary, mpirun, work_dir, failures):
     if not (zeros["--loss-scale 1"] >= 20 and zeros["--loss-scale 1"] > 10 * max(zeros["dynamic from 65536"], 1)):
         failures.append(f"underflow not shown: {zeros}")
 
+    # TensorBoard: the loss-scale tag follows the printed scale, no grad-norm point after an overflow.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import tensorboard_test  # noqa: E402  (its TFRecord reader with CRC checks)
+    proto_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tensorboard")
+    subprocess.run(["protoc", f"--proto_path={proto_dir}", f"--python_out={work_dir}", "public_event.proto"],
+                   check=True)
+    sys.path.insert(0, work_dir)
+    import public_event_pb2  # noqa: E402
+    board = os.path.join(work_dir, "fp16_tensorboard")
+    shutil.rmtree(board, ignore_errors=True)
+    logged = Run([binary] + BASE + ["--fp16", "--train-iters", "15", "--tensorboard-dir", board])
+    _, scalars = tensorboard_test.load_events(board, public_event_pb2, failures)
+    want_scale = {l["iteration"]: l["scale"] for l in logged.lines}
+    want_norms = sorted(l["iteration"] for l in logged.lines if not l["skipped"])
+    if scalars.get("loss-scale") != want_scale or sorted(scalars.get("grad-norm", {})) != want_norms:
+        failures.append(f"tensorboard: loss-scale {scalars.get('loss-scale')} != {want_scale} or grad-norm steps "
+                        f"{sorted(scalars.get('grad-norm', {}))} != {want_norms}")
+    print(f"tensorboard: loss-scale equals the printed scale at {len(want_scale)} steps; grad-norm only at the "
+          f"{len(want_norms)} clean ones")
+
     # Resume: saved at iteration 14 (growth tracker 2 of a window of 4), resumed to 18.
     save = os.path.join(work_dir, "fp16_checkpoint")
     shutil.rmtree(save, ignore_errors=True)
