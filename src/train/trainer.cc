@@ -464,17 +464,13 @@ StepResult Trainer::apply_update() {
   result.learning_rate = learning_rate_at(schedule_, updates_done() * args_.global_batch_size);
   // Megatron's mixed-precision step: unscale the main gradients and check them over every rank
   // that holds gradients; an overflow anywhere skips the update everywhere, before the norm.
-  if (loss_scaling_ && loss_scaling_->unscale_and_check(ctx_, *params_, optimizer_->owned(), zeros_scratch_,
-                                                        norm_scratch_, norm_groups())) {
-    result.skipped = result.overflow = true;
-    result.grad_norm = NAN;
-    result.loss = read_and_reduce_loss(microbatches_);
-    ++iteration_;
-    consumed_samples_ += args_.global_batch_size;
-    return result;
-  }
-  result.grad_norm = global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups(), optimizer_->owned());
-  if (std::isfinite(result.grad_norm)) {
+  result.overflow = loss_scaling_ && loss_scaling_->unscale_and_check(ctx_, *params_, optimizer_->owned(),
+                                                                      zeros_scratch_, norm_scratch_, norm_groups());
+  result.grad_norm =
+      result.overflow ? NAN : global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups(), optimizer_->owned());
+  if (result.overflow) {
+    result.skipped = true;
+  } else if (std::isfinite(result.grad_norm)) {
     optimizer_->step(ctx_, static_cast<float>(result.learning_rate),
                      clip_coefficient(result.grad_norm, args_.clip_grad));
     data_parallel_->after_step(ctx_);
