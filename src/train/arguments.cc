@@ -18,6 +18,7 @@
 #include "train/flag_table.h"
 #include "train/megatron_flags.h"
 #include "train/model_arguments.h"
+#include "train/precision_arguments.h"
 
 namespace gpt {
 namespace {
@@ -38,47 +39,6 @@ absl::Status require_fp32(const char* flag, double value, bool positive) {
   if (positive && !(static_cast<float>(value) > 0.0f)) {
     return invalid(absl::StrCat(flag, " must be positive and representable in FP32 (got ", value, ")"));
   }
-  return absl::OkStatus();
-}
-
-// --fp16, --bf16 and the loss scaler's flags (Megatron's checks in arguments.py and the asserts of
-// its grad scalers), each value checked where it is used; a scaler flag that would not be used is
-// refused rather than ignored.
-absl::Status validate_loss_scaling(const Arguments& a) {
-  if (a.fp16 && a.bf16) return invalid("--fp16 and --bf16 are mutually exclusive: choose one");
-  const bool constant = a.was_given("--loss-scale");
-  if (constant) {
-    if (!a.fp16 && !a.bf16) {
-      return invalid("--loss-scale needs --fp16 or --bf16 (FP32 training has no loss scaler)");
-    }
-    if (!std::isfinite(a.loss_scale) || !(a.loss_scale > 0.0)) {
-      return invalid(absl::StrCat("--loss-scale must be positive and finite (got ", a.loss_scale, ")"));
-    }
-    GPT_RETURN_IF_ERROR(require_fp32("--loss-scale", a.loss_scale, /*positive=*/true));
-  }
-  const bool dynamic = a.fp16 && !constant;
-  for (const char* flag : {"--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis"}) {
-    if (a.was_given(flag) && !dynamic) {
-      return invalid(absl::StrCat(flag, " applies to --fp16's dynamic loss scaler, which this run does not use (",
-                                  !a.fp16 ? "no --fp16" : "--loss-scale fixes the scale", ")"));
-    }
-  }
-  if (!std::isfinite(a.initial_loss_scale) || !(a.initial_loss_scale > 0.0)) {
-    return invalid(absl::StrCat("--initial-loss-scale must be positive and finite (got ", a.initial_loss_scale, ")"));
-  }
-  GPT_RETURN_IF_ERROR(require_fp32("--initial-loss-scale", a.initial_loss_scale, /*positive=*/true));
-  if (!std::isfinite(a.min_loss_scale) || !(a.min_loss_scale > 0.0)) {
-    return invalid(absl::StrCat("--min-loss-scale must be positive and finite (got ", a.min_loss_scale, ")"));
-  }
-  GPT_RETURN_IF_ERROR(require_fp32("--min-loss-scale", a.min_loss_scale, /*positive=*/true));
-  if (static_cast<float>(a.min_loss_scale) > static_cast<float>(a.initial_loss_scale)) {
-    return invalid(absl::StrCat("--min-loss-scale (", a.min_loss_scale, ") must not exceed --initial-loss-scale (",
-                                a.initial_loss_scale, ")"));
-  }
-  if (a.loss_scale_window <= 0) {
-    return invalid(absl::StrCat("--loss-scale-window must be positive (got ", a.loss_scale_window, ")"));
-  }
-  if (a.hysteresis <= 0) return invalid(absl::StrCat("--hysteresis must be positive (got ", a.hysteresis, ")"));
   return absl::OkStatus();
 }
 
