@@ -22,7 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/bf16.h"
+#include "core/float16.h"
 #include "checkpoint/fletcher32.h"
 #include "core/checked_math.h"
 #include "core/crc32c.h"
@@ -37,7 +37,7 @@ using checkpoint_index::write_metadata;
 
 
 std::optional<DType> parse_dtype(std::string_view name) {
-  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt32, DType::kInt64}) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kInt32, DType::kInt64}) {
     if (dtype_name(dtype) == name) return dtype;
   }
   return std::nullopt;
@@ -151,25 +151,31 @@ void copy_rows(const unsigned char* source, DType source_dtype, int64_t source_s
     unsigned char* to = destination + static_cast<size_t>(r * destination_stride) * destination_size;
     if (source_dtype == destination_dtype) {
       std::memcpy(to, from, static_cast<size_t>(columns) * source_size);
-    } else if (source_dtype == DType::kBFloat16 && destination_dtype == DType::kFloat32) {
-      for (int64_t c = 0; c < columns; ++c) {
-        uint16_t bits;
-        std::memcpy(&bits, from + 2 * c, 2);
-        const float value = bf16_bits_to_float(bits);
-        std::memcpy(to + 4 * c, &value, 4);
-      }
-    } else {  // float32 to bfloat16
+    } else {
+      // Between float32, bfloat16 and float16 through FP32: widening is exact, so the only
+      // rounding is the destination's (to nearest even).
       for (int64_t c = 0; c < columns; ++c) {
         float value;
-        std::memcpy(&value, from + 4 * c, 4);
-        const uint16_t bits = float_to_bf16_bits(value);
-        std::memcpy(to + 2 * c, &bits, 2);
+        if (source_dtype == DType::kFloat32) {
+          std::memcpy(&value, from + 4 * c, 4);
+        } else {
+          uint16_t bits;
+          std::memcpy(&bits, from + 2 * c, 2);
+          value = source_dtype == DType::kFloat16 ? fp16_bits_to_float(bits) : bf16_bits_to_float(bits);
+        }
+        if (destination_dtype == DType::kFloat32) {
+          std::memcpy(to + 4 * c, &value, 4);
+        } else {
+          const uint16_t bits =
+              destination_dtype == DType::kFloat16 ? float_to_fp16_bits(value) : float_to_bf16_bits(value);
+          std::memcpy(to + 2 * c, &bits, 2);
+        }
       }
     }
   }
 }
 
-bool is_float(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kBFloat16; }
+bool is_float(DType dtype) { return is_float_dtype(dtype); }
 
 }  // namespace
 

@@ -133,12 +133,25 @@ hid_t make_bf16_type() {
   return type;
 }
 
+// FP16: IEEE binary16 (sign 15, exponent 10..14 with bias 15, mantissa 0..9), built the same way
+// (HDF5 before 1.14.4 has no predefined half type).
+hid_t make_fp16_type() {
+  const hid_t type = H5Tcopy(H5T_IEEE_F32LE);
+  H5Tset_fields(type, 15, 10, 5, 0, 10);
+  H5Tset_offset(type, 0);
+  H5Tset_precision(type, 16);
+  H5Tset_size(type, 2);
+  H5Tset_ebias(type, 15);
+  return type;
+}
+
 herr_t close_nothing(hid_t) { return 0; }
 
 Handle file_type_of(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return Handle(H5T_IEEE_F32LE, close_nothing);
     case DType::kBFloat16: return Handle(make_bf16_type(), H5Tclose);
+    case DType::kFloat16: return Handle(make_fp16_type(), H5Tclose);
     case DType::kInt32: return Handle(H5T_STD_I32LE, close_nothing);
     case DType::kInt64: return Handle(H5T_STD_I64LE, close_nothing);
   }
@@ -151,6 +164,7 @@ Handle memory_type_of(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return Handle(H5T_NATIVE_FLOAT, close_nothing);
     case DType::kBFloat16: return Handle(make_bf16_type(), H5Tclose);
+    case DType::kFloat16: return Handle(make_fp16_type(), H5Tclose);
     case DType::kInt32: return Handle(H5T_NATIVE_INT32, close_nothing);
     case DType::kInt64: return Handle(H5T_NATIVE_INT64, close_nothing);
   }
@@ -162,6 +176,7 @@ absl::StatusOr<DType> dtype_of_type(hid_t type) {
   const size_t size = H5Tget_size(type);
   if (type_class == H5T_FLOAT && size == 4) return DType::kFloat32;
   if (type_class == H5T_FLOAT && size == 2 && H5Tget_ebias(type) == 127) return DType::kBFloat16;
+  if (type_class == H5T_FLOAT && size == 2 && H5Tget_ebias(type) == 15) return DType::kFloat16;
   if (type_class == H5T_INTEGER && size == 4 && H5Tget_sign(type) == H5T_SGN_2) return DType::kInt32;
   if (type_class == H5T_INTEGER && size == 8 && H5Tget_sign(type) == H5T_SGN_2) return DType::kInt64;
   return absl::DataLossError("unsupported element type");
@@ -499,7 +514,7 @@ absl::Status Hdf5File::create_virtual(const std::string& name, DType dtype, cons
   Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
   Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   const Handle type = file_type_of(dtype);
-  if (dtype == DType::kFloat32 || dtype == DType::kBFloat16) {
+  if (is_float_dtype(dtype)) {
     // Gaps read as NaN rather than a plausible zero.
     const float fill = std::numeric_limits<float>::quiet_NaN();
     Handle fill_type(H5Tcopy(H5T_NATIVE_FLOAT), H5Tclose);

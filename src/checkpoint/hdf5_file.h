@@ -5,6 +5,8 @@
 //
 // BF16 is stored as an HDF5 floating-point type of 16 bits (sign 15, exponent 7..14 with bias 127,
 // mantissa 0..6): the upper half of an IEEE single, so HDF5 tools convert it to float correctly.
+// FP16 is IEEE half (sign 15, exponent 10..14 with bias 15, mantissa 0..9), which h5py reads as
+// numpy's float16.
 #pragma once
 
 #include <cstdint>

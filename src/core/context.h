@@ -20,7 +20,7 @@ struct KernelOptions {
   // Only algorithms whose results are bitwise reproducible run to run (Megatron's
   // --deterministic-mode): on the GPU, cuDNN attention's backward without atomics.
   bool deterministic = false;
-  // Attention through cuDNN's fused flash attention where it applies (BF16, head dim a multiple
+  // Attention through cuDNN's fused flash attention where it applies (BF16 or FP16, head dim a multiple
   // of 8 up to 128); otherwise, or when false, the exact reference kernel.
   bool fused_attention = true;
 };

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/bf16.h"
+#include "core/float16.h"
 
 namespace gpt {
 namespace {

@@ -40,7 +40,7 @@ void check_segments(const Tensor& master, const Tensor& grad, const Tensor& exp_
             exp_avg.dtype() == DType::kFloat32 && exp_avg_sq.dtype() == DType::kFloat32)
       << "adamw_update_segments: the optimizer state is float32";
   GPT_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n) << "adamw_update_segments sizes";
-  GPT_CHECK(!param_out.defined() || (param_out.numel() == n && param_out.dtype() == DType::kBFloat16))
+  GPT_CHECK(!param_out.defined() || (param_out.numel() == n && is_float16_dtype(param_out.dtype())))
       << "adamw_update_segments parameter copy " << param_out.to_string();
   // In bounds and disjoint: an overlap would update some elements twice, in an undefined order.
   std::vector<std::pair<int64_t, int64_t>> ranges;

@@ -69,7 +69,8 @@ void ParamStore::initialize(uint64_t seed) {
     const int64_t rows = param.local_shape[0];
     const int64_t cols = param.local_shape.rank() == 2 ? param.local_shape[1] : 1;
     std::vector<float> staging(static_cast<size_t>(param.numel()));
-    std::vector<bf16> rounded(dtype_ == DType::kFloat32 ? 0 : staging.size());
+    // The stored dtype's bits: FP32 as is, BF16 or FP16 rounded to nearest even.
+    std::vector<uint16_t> rounded(dtype_ == DType::kFloat32 ? 0 : staging.size());
     // Each value depends on (seed, name, global index) alone, so rows fill in parallel: a 1.3B
     // model takes seconds instead of a minute.
     parallel_for_rows(rows, cols, [&](int64_t first_row, int64_t end_row) {
@@ -78,7 +79,9 @@ void ParamStore::initialize(uint64_t seed) {
           const int64_t global_index = param.global_row(r) * global_cols + param.column_offset + c;
           const float value = initial_value(spec, seed, global_index);
           staging[r * cols + c] = value;
-          if (!rounded.empty()) rounded[r * cols + c] = bf16(value);
+          if (!rounded.empty()) {
+            rounded[r * cols + c] = dtype_ == DType::kFloat16 ? float_to_fp16_bits(value) : float_to_bf16_bits(value);
+          }
         }
       }
     });

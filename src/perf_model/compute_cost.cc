@@ -8,7 +8,7 @@ namespace {
 // Flash attention's backward: 5 matmuls (S, dP, dV, dQ, dK) against the forward's 2.
 constexpr double kAttentionBackwardMatmuls = 2.5;
 
-double element_bytes(const ModelConfig& c) { return c.dtype == DType::kBFloat16 ? 2.0 : 4.0; }
+double element_bytes(const ModelConfig& c) { return static_cast<double>(dtype_size(c.dtype)); }
 
 double memory_time(double bytes, const Cluster& cluster) {
   return bytes / (cluster.memory_bandwidth * cluster.memory_bandwidth_efficiency);

@@ -133,7 +133,7 @@ absl::StatusOr<Prediction> predict(const Arguments& a, int64_t world_size, const
 
   // Pipeline: per (rank, chunk) costs through the trainer's schedule.
   const double activation_bytes = static_cast<double>(config.seq_length * p.micro_batch * config.hidden_size) *
-                                  (a.bf16 ? 2.0 : 4.0) / (p.sequence_parallel ? static_cast<double>(p.tensor) : 1.0);
+                                  (a.bf16 || a.fp16 ? 2.0 : 4.0) / (p.sequence_parallel ? static_cast<double>(p.tensor) : 1.0);
   const Link pipe_link = pair_link(cluster, p.tensor * p.data);
   p.p2p_time = pp > 1 ? p2p_time(activation_bytes, pipe_link) : 0.0;
   double busiest = 0;
@@ -168,7 +168,7 @@ absl::StatusOr<Prediction> predict(const Arguments& a, int64_t world_size, const
   GPT_ASSIGN_OR_RETURN(p.memory, estimate_memory(a, world_size));
   p.memory_available = cluster.memory_bytes - cluster.memory_reserved_bytes;
   p.fits = p.memory.total() <= p.memory_available;
-  const double element = a.bf16 ? 2.0 : 4.0;
+  const double element = a.bf16 || a.fp16 ? 2.0 : 4.0;
   const double parameters = p.memory.parameters / element;
   const double gradient_element = a.bf16 && !a.accumulate_allreduce_grads_in_fp32 ? 2.0 : 4.0;
   const int dp = static_cast<int>(p.data);
@@ -190,7 +190,7 @@ absl::StatusOr<Prediction> predict(const Arguments& a, int64_t world_size, const
         all_reduce_time(2, embedding * gradient_element, pair_link(cluster, p.tensor * p.data * (p.pipeline - 1)));
   }
   const double owned = a.use_distributed_optimizer ? std::ceil(parameters / dp) : parameters;
-  p.optimizer_time = owned * optimizer_bytes_per_parameter(a.bf16) /
+  p.optimizer_time = owned * optimizer_bytes_per_parameter(a.bf16 || a.fp16) /
                      (cluster.memory_bandwidth * cluster.memory_bandwidth_efficiency) * shape.compute_stretch;
   p.overhead_time = cluster.iteration_overhead;
   p.iteration_time = p.pipeline_time + p.dp_exposed_time + p.embedding_sync_time + p.optimizer_time + p.overhead_time;

@@ -61,7 +61,7 @@ std::vector<ArgumentEntry> argument_table(const Arguments& a, int64_t world_size
     t.push_back({"", "world_size", world_size, ""});
     t.push_back({"", "data_parallel_size", data_parallel_size(a, world_size), ""});
     t.push_back({"", "virtual_pipeline_model_parallel_size", v > 1 ? PyValue(int64_t{v}) : PyValue(), ""});
-    t.push_back({"", "params_dtype", std::string(a.bf16 ? "torch.bfloat16" : "torch.float32"), ""});
+    t.push_back({"", "params_dtype", std::string(a.bf16 ? "torch.bfloat16" : a.fp16 ? "torch.float16" : "torch.float32"), ""});
   }
   return t;
 }

@@ -19,6 +19,7 @@
 #include "train/megatron_flags.h"
 #include "train/fp8_arguments.h"
 #include "train/model_arguments.h"
+#include "train/precision_arguments.h"
 
 namespace gpt {
 namespace {
@@ -404,7 +405,7 @@ absl::Status validate_arguments(Arguments& a) {
   GPT_RETURN_IF_ERROR(require_fp32("--norm-epsilon", a.norm_epsilon, /*positive=*/true));
 
   // Precision.
-  if (a.fp16) return invalid("--fp16 is not supported: use --bf16 (or neither, for FP32)");
+  GPT_RETURN_IF_ERROR(validate_loss_scaling(a));
 
   // Attention implementation.
   if (a.attention_backend == "flash") {
@@ -511,7 +512,9 @@ absl::Status validate_arguments(Arguments& a) {
                                 tp, ") with --sequence-parallel"));
   }
   if (a.attention_backend == "fused") {
-    if (!a.bf16) return invalid("--attention-backend fused needs --bf16 (cuDNN's fused attention is BF16 only)");
+    if (!a.bf16 && !a.fp16) {
+      return invalid("--attention-backend fused needs --bf16 or --fp16 (cuDNN's fused attention is 16-bit only)");
+    }
     if (a.kv_channels % 8 != 0 || a.kv_channels > 128) {
       return invalid(absl::StrCat("--attention-backend fused needs a head dimension (--kv-channels) that is a multiple "
                                   "of 8 and at most 128 (got ", a.kv_channels, ")"));

@@ -88,6 +88,13 @@ struct Arguments {
   std::string fp8_amax_compute_algo = "most_recent";
   bool no_fp8_wgrad = false;
   int64_t fp8_interval = 1;
+  // Loss scaling (Megatron's grad scalers; docs/MIXED_PRECISION.md). --loss-scale: a constant scale
+  // (with --fp16 or --bf16; < 0: not given, then --fp16 uses the dynamic scaler of the four below).
+  double loss_scale = -1.0;
+  double initial_loss_scale = 4294967296.0;  // 2^32
+  double min_loss_scale = 1.0;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
   int64_t seed = 1234;
   // Bitwise reproducible kernels only (on the GPU: cuDNN attention's backward without atomics).
   bool deterministic_mode = false;

@@ -20,4 +20,9 @@ void maybe_inject_fault(const char* point, int world_rank) {
   std::raise(stop ? SIGSTOP : SIGKILL);
 }
 
+bool gradient_fault_at(int64_t iteration, int world_rank) {
+  const char* fault = std::getenv("GPT_GRADIENT_FAULT");
+  return fault != nullptr && std::string(fault) == absl::StrCat(iteration, ":", world_rank);
+}
+
 }  // namespace gpt

@@ -9,8 +9,15 @@
 // each point so that a test can aim at one.
 #pragma once
 
+#include <cstdint>
+
 namespace gpt {
 
 void maybe_inject_fault(const char* point, int world_rank);
+
+// GPT_GRADIENT_FAULT=<iteration>:<world rank>: true on that rank at that (1-based) training
+// iteration, whose reduced gradients the trainer then gives one infinite element (the loss
+// scaler's skip test). Unset in normal runs.
+bool gradient_fault_at(int64_t iteration, int world_rank);
 
 }  // namespace gpt

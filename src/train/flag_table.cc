@@ -138,8 +138,19 @@ constexpr FlagRow kRows[] = {
     row("--adam-beta2", &A::adam_beta2, "Adam beta2"),
     row("--adam-eps", &A::adam_eps, "Adam epsilon"),
     row("--bf16", &A::bf16, "BF16 parameters and activations, FP32 master weights and gradients"),
-    row("--fp16", &A::fp16, "FP16 mixed precision (not supported: use --bf16)")
-        .megatron(kRefused, "this program has no FP16 mixed precision (loss scaling): use --bf16, or neither for FP32"),
+    row("--fp16", &A::fp16,
+        "FP16 parameters and activations, FP32 master weights and gradients, with Megatron's loss scaler "
+        "(dynamic unless --loss-scale)"),
+    row("--loss-scale", &A::loss_scale,
+        "Constant loss scale with --fp16 or --bf16 (Megatron's ConstantGradScaler); default: --fp16 scales "
+        "dynamically")
+        .shown(kNoneIfNegative),
+    row("--initial-loss-scale", &A::initial_loss_scale, "Initial scale of --fp16's dynamic loss scaler")
+        .shown(kIntIfIntegral),
+    row("--min-loss-scale", &A::min_loss_scale, "Floor of --fp16's dynamic loss scale"),
+    row("--loss-scale-window", &A::loss_scale_window,
+        "Steps without overflow after which the dynamic loss scale doubles"),
+    row("--hysteresis", &A::hysteresis, "Overflows the dynamic loss scaler absorbs before it halves the scale"),
     row("--fp8-format", &A::fp8_format,
         "FP8 GEMMs in the transformer layers' linears: e4m3 (every operand E4M3) or hybrid (output gradients "
         "E5M2); per-tensor scales, FP32 accumulation, everything else in the model's dtype. Emulated exactly on "
@@ -265,7 +276,8 @@ constexpr FlagRow kRows[] = {
         .megatron(kImplementation),
     row("--apply-query-key-layer-scaling", &A::apply_query_key_layer_scaling,
         "Accepted: scaling attention scores by 1 / layer number and back before the FP32 softmax is the "
-        "identity; Megatron uses it for FP16's range (Transformer Engine only in FP16), and --fp16 is refused")
+        "identity; Megatron uses it for FP16's range (its FP16 scores before the softmax), and this program's "
+        "attention forms the scores in FP32, under --fp16 too")
         .megatron(kImplementation),
     row("--accumulate-allreduce-grads-in-fp32", &A::accumulate_allreduce_grads_in_fp32,
         "Accepted: gradients are always accumulated and reduced across data-parallel ranks in FP32 (Megatron's "

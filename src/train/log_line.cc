@@ -21,7 +21,7 @@ std::string format_log_line(const IterationLog& log, const std::string& timestam
   // Megatron prints a loss only when its average is positive.
   if (log.lm_loss > 0.0 || std::isnan(log.lm_loss)) line += absl::StrFormat(" lm loss: %.6E |", log.lm_loss);
   line += absl::StrFormat(" loss scale: %.1f |", log.loss_scale);
-  line += absl::StrFormat(" grad norm: %.3f |", log.grad_norm);
+  if (log.grad_norm) line += absl::StrFormat(" grad norm: %.3f |", *log.grad_norm);
   if (log.num_zeros_in_grad) line += absl::StrFormat(" num zeros: %d |", *log.num_zeros_in_grad);
   if (log.params_norm) line += absl::StrFormat(" params norm: %.3f |", *log.params_norm);
   line += absl::StrFormat(" number of skipped iterations: %3d |", log.skipped_iterations);

@@ -23,7 +23,7 @@ struct IterationLog {
   int64_t global_batch_size = 0;
   double lm_loss = 0.0;        // average over the interval's iterations
   double loss_scale = 1.0;
-  double grad_norm = 0.0;
+  std::optional<double> grad_norm = 0.0;  // none after a step the loss scaler skipped (Megatron's None)
   int64_t skipped_iterations = 0;
   int64_t nan_iterations = 0;
   double tokens_per_second_per_gpu = 0.0;

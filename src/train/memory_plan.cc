@@ -50,6 +50,7 @@ std::string layout_flags(const Arguments& a, int64_t world_size, int64_t padded_
       a.tensor_model_parallel_size, ", --pipeline-model-parallel-size ", a.pipeline_model_parallel_size,
       ", data-parallel size ", data_parallel_size(a, world_size));
   if (a.bf16) text += ", --bf16";
+  if (a.fp16) text += ", --fp16";
   if (a.use_distributed_optimizer) text += ", --use-distributed-optimizer";
   if (!a.recompute_granularity.empty()) text += ", --recompute-granularity " + a.recompute_granularity;
   if (!a.data_path.empty()) absl::StrAppend(&text, ", --train-iters ", a.train_iters, ", --eval-iters ", a.eval_iters);
@@ -151,7 +152,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const int64_t local_vocab = padded_vocab / tp;
   const bool split_sequence = a.sequence_parallel && tp > 1;
   const int64_t local_sequence = split_sequence ? s / tp : s;
-  const int64_t t = a.bf16 ? 2 : 4;
+  const int64_t t = a.bf16 || a.fp16 ? 2 : 4;
   const int64_t stage_layers = a.num_layers / pp;
   const int64_t chunk_layers = stage_layers / v;
 
@@ -220,7 +221,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
     const Bytes owned = a.use_distributed_optimizer ? Bytes(elements.value() ? (*elements.value() + dp - 1) / dp : 0)
                                                     : elements;
     const Bytes parameters = Bytes(t) * elements, gradients = Bytes(4) * elements;
-    const Bytes optimizer = Bytes(a.bf16 ? 12 : 8) * owned;
+    const Bytes optimizer = Bytes(a.bf16 || a.fp16 ? 12 : 8) * owned;
     const Bytes host = index_bytes + schedule_bytes;
     if (!elements.value()) return overflow("parameters", a, world_size, padded_vocab);
     if (!parameters.value() || !gradients.value() || !optimizer.value()) {

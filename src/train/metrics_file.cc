@@ -101,7 +101,7 @@ std::string iteration_record(const IterationMetrics& m) {
       .add("global_batch_size", log.global_batch_size)
       .add("lm_loss", log.lm_loss)
       .add("loss_scale", log.loss_scale)
-      .add("grad_norm", log.grad_norm)
+      .add("grad_norm", log.grad_norm.value_or(NAN))
       .add("skipped_iterations", log.skipped_iterations)
       .add("nan_iterations", log.nan_iterations)
       .add("timestamp", m.timestamp)

@@ -26,7 +26,7 @@ void TensorBoardLog::iteration(const IterationScalars& s) {
   if (std::isfinite(s.loss)) both("lm loss", s.loss, it, samples);
   if (!args_.no_log_loss_scale_to_tensorboard) both("loss-scale", s.loss_scale, it, samples);
   if (args_.log_world_size_to_tensorboard) both("world-size", static_cast<double>(s.world_size), it, samples);
-  both("grad-norm", s.grad_norm, it, samples);
+  if (s.grad_norm) both("grad-norm", *s.grad_norm, it, samples);
   if (s.num_zeros_in_grad) both("num-zeros", static_cast<double>(*s.num_zeros_in_grad), it, samples);
   if (s.params_norm) both("params-norm", *s.params_norm, it, samples);
   if (args_.log_memory_to_tensorboard) {

@@ -37,7 +37,7 @@ struct IterationScalars {
   double loss = 0.0;  // this iteration's mean token loss (skipped when not finite)
   double loss_scale = 1.0;
   int64_t world_size = 1;
-  double grad_norm = 0.0;
+  std::optional<double> grad_norm = 0.0;  // none after a step the loss scaler skipped
   std::optional<int64_t> num_zeros_in_grad;
   std::optional<double> params_norm;
   int64_t allocated_bytes = 0;   // the arena's allocations

@@ -19,6 +19,7 @@
 #include "parallel/comm/mpi_runtime.h"
 #include "train/argument_table.h"
 #include "train/data_setup.h"
+#include "train/fault_injection.h"
 #include "train/fp8_arguments.h"
 #include "train/fp8_records.h"
 #include "train/flops.h"
@@ -79,7 +80,7 @@ void set_model_kinds(const Arguments& a, ModelConfig& c) {
   c.swiglu = a.swiglu;
   c.add_bias_linear = !a.disable_bias_linear;
   c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
-  c.dtype = a.bf16 ? DType::kBFloat16 : DType::kFloat32;
+  c.dtype = a.bf16 ? DType::kBFloat16 : a.fp16 ? DType::kFloat16 : DType::kFloat32;
   c.fp8 = fp8_config_from(a);
   c.recompute.granularity = a.recompute_granularity == "full"        ? RecomputeGranularity::kFull
                             : a.recompute_granularity == "selective" ? RecomputeGranularity::kSelective
@@ -225,6 +226,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->memory_ = t->memory_figures(pipeline, static_cast<double>(chunks_end - chunks_begin));
   t->arena_.freeze();
   t->schedule_ = lr_schedule_config(args);  // in samples, from iteration- or sample-based flags
+  t->loss_scaling_ = LossScaling::from_arguments(args);
+  if (t->loss_scaling_) t->add_checkpoint_records(t->loss_scaling_.get());
   return t;
 }
 
@@ -336,7 +339,9 @@ void Trainer::print_evaluation(const std::string& where, double loss) const {
 }
 
 absl::Status Trainer::check_finite(const StepResult& step) {
-  const bool loss_bad = !std::isfinite(step.loss), norm_bad = !std::isfinite(step.grad_norm);
+  // An overflow the loss scaler skipped is not an error (Megatron's check is of the loss, and of
+  // gradients before scaling takes them over).
+  const bool loss_bad = !std::isfinite(step.loss), norm_bad = !step.overflow && !std::isfinite(step.grad_norm);
   const int size = grid_.world_size(), rank = grid_.world_rank();
   // The lowest rank that saw it, as a maximum: size - rank (0: none did). The norm is the same on
   // every rank, and so is the loss within a pipeline stage (reduced over data-parallel ranks,
@@ -378,9 +383,10 @@ void Trainer::compute_gradients() {
   params_->zero_grads(ctx_);
   ops::zero(ctx_, loss_sum_);
   const int64_t tokens_per_microbatch = args_.seq_length * args_.micro_batch_size;
-  // Gradient of the mean token loss over the whole global batch.
+  // Gradient of the mean token loss over the whole global batch, times the loss scale (Megatron
+  // multiplies the loss by it before backward; the main gradients are unscaled in apply_update).
   const float grad_scale =
-      1.0f / static_cast<float>(tokens_per_microbatch * microbatches_ * data_parallel_size_);
+      1.0f / static_cast<float>(tokens_per_microbatch * microbatches_ * data_parallel_size_) * loss_scale();
   // Dropout masks are keyed by the iteration being trained (1-based, as logged).
   feed_->start(*train_data_, consumed_samples_, {loss_sum_, grad_scale}, /*training_iteration=*/iteration_ + 1);
   data_parallel_->start_iteration();
@@ -454,12 +460,33 @@ int64_t Trainer::zero_gradients() {
   return count_zero_gradients(ctx_, *params_, optimizer_->owned(), zeros_scratch_, norm_groups());
 }
 
+void Trainer::maybe_inject_gradient_fault() {
+  if (!gradient_fault_at(iteration_ + 1, grid_.world_rank())) return;
+  // The first element this rank's optimizer reads (its owned gradients), so that the check sees it
+  // here whatever the sharding.
+  const std::span<const Range> owned = optimizer_->owned();
+  const int64_t at = owned.empty() ? 0 : owned.front().begin;
+  const float infinity = INFINITY;
+  copy_to_device(ctx_, params_->flat_grads().flat_range(at, 1), &infinity);
+  ctx_.synchronize();
+  GPT_LOG_WARNING() << "GPT_GRADIENT_FAULT: an infinite gradient on rank " << grid_.world_rank() << " at iteration "
+                    << iteration_ + 1;
+}
+
 StepResult Trainer::apply_update() {
   StepResult result;
   Stopwatch phase;
-  result.grad_norm = global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups(), optimizer_->owned());
-  result.learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size);
-  if (std::isfinite(result.grad_norm)) {
+  maybe_inject_gradient_fault();
+  result.learning_rate = learning_rate_at(schedule_, updates_done() * args_.global_batch_size);
+  // Megatron's mixed-precision step: unscale the main gradients and check them over every rank
+  // that holds gradients; an overflow anywhere skips the update everywhere, before the norm.
+  result.overflow = loss_scaling_ && loss_scaling_->unscale_and_check(ctx_, *params_, optimizer_->owned(),
+                                                                      zeros_scratch_, norm_scratch_, norm_groups());
+  result.grad_norm =
+      result.overflow ? NAN : global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups(), optimizer_->owned());
+  if (result.overflow) {
+    result.skipped = true;
+  } else if (std::isfinite(result.grad_norm)) {
     optimizer_->step(ctx_, static_cast<float>(result.learning_rate),
                      clip_coefficient(result.grad_norm, args_.clip_grad));
     data_parallel_->after_step(ctx_);
@@ -558,16 +585,18 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     std::optional<double> params_norm;
     std::optional<int64_t> num_zeros_in_grad;
     if (args_.log_params_norm && reported) params_norm = this->params_norm();
-    if (args_.log_num_zeros_in_grad && reported) num_zeros_in_grad = zero_gradients();
-    const double learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size);
+    // After an overflow Megatron's step returns no count (None): the field is left out.
+    if (args_.log_num_zeros_in_grad && reported && !step.overflow) num_zeros_in_grad = zero_gradients();
+    const double learning_rate = learning_rate_at(schedule_, updates_done() * args_.global_batch_size);
     if (tensorboard && tensorboard_now) {
       tensorboard->iteration({.iteration = iteration_,
                               .consumed_samples = consumed_samples_,
                               .learning_rate = learning_rate,
                               .batch_size = args_.global_batch_size,
                               .loss = step.loss,
+                              .loss_scale = loss_scale(),
                               .world_size = grid_.world_size(),
-                              .grad_norm = step.grad_norm,
+                              .grad_norm = step.overflow ? std::nullopt : std::optional<double>(step.grad_norm),
                               .num_zeros_in_grad = num_zeros_in_grad,
                               .params_norm = params_norm,
                               .allocated_bytes = static_cast<int64_t>(arena_.used_bytes()),
@@ -588,7 +617,8 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       log.learning_rate = learning_rate;
       log.global_batch_size = args_.global_batch_size;
       log.lm_loss = interval_iterations > 0 ? interval_loss / static_cast<double>(interval_iterations) : NAN;
-      log.grad_norm = step.grad_norm;
+      log.loss_scale = loss_scale();
+      log.grad_norm = step.overflow ? std::nullopt : std::optional<double>(step.grad_norm);
       log.skipped_iterations = skipped;
       log.nan_iterations = nan_iterations;
       log.tokens_per_second_per_gpu = static_cast<double>(args_.global_batch_size * args_.seq_length) /

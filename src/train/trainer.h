@@ -23,6 +23,7 @@
 #include "train/checkpoint_records.h"
 #include "train/data_parallel.h"
 #include "train/forward_backward.h"
+#include "train/loss_scaling.h"
 #include "train/memory_plan.h"
 #include "train/memory_report.h"
 #include "train/metrics_file.h"
@@ -37,6 +38,9 @@ struct StepResult {
   double grad_norm = 0.0;      // before clipping
   double learning_rate = 0.0;  // the rate this step used
   bool skipped = false;        // non-finite gradient: no update
+  // The loss scaler found a non-finite gradient (every rank alike): the update is skipped before
+  // any norm is computed (grad_norm is NaN; Megatron's log line then has no grad norm field).
+  bool overflow = false;
 };
 
 // Turns --device auto into cpu or cuda (the GPU when the CUDA backend is built and one is visible);
@@ -102,6 +106,8 @@ class Trainer {
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   GptModel& chunk(int c) { return *chunks_[static_cast<size_t>(c)]; }
   AdamW& optimizer() { return *optimizer_; }
+  // The loss scaler's state (--fp16, or --loss-scale), or null without loss scaling.
+  const LossScaling* loss_scaling() const { return loss_scaling_.get(); }
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
   // Total parameters of the global model and the count this rank holds.
@@ -170,6 +176,14 @@ class Trainer {
   std::vector<CheckpointRecords*> record_owners_;
   Tensor memory_scratch_, memory_gathered_;  // float32, for the start-up memory report
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<LossScaling> loss_scaling_;  // null without loss scaling
+  // The scale the loss gradient is multiplied by before backward (1 without loss scaling).
+  float loss_scale() const { return loss_scaling_ ? loss_scaling_->scale() : 1.0f; }
+  // Updates done so far: iterations less those skipped for overflow (the learning-rate schedule
+  // advances only on updates, as Megatron's scheduler steps only after a successful one).
+  int64_t updates_done() const { return iteration_ - (loss_scaling_ ? loss_scaling_->skipped_updates() : 0); }
+  // GPT_GRADIENT_FAULT (train/fault_injection.h): an infinite gradient on this rank now.
+  void maybe_inject_gradient_fault();
   std::shared_ptr<const SampleSource> train_data_, valid_data_, test_data_;
   LrScheduleConfig schedule_;
   Tensor loss_sum_;      // [1] float32, summed token losses of the iteration

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/bf16.h"
+#include "core/float16.h"
 #include "core/check.h"
 #include "core/memory.h"
 #include "generate/inference_model.h"
@@ -77,10 +77,9 @@ void place_pieces(const std::string& blob, std::map<std::string, std::vector<flo
         if (static_cast<DType>(dtype) == DType::kFloat32) {
           std::memcpy(&value, data + i * 4, 4);
         } else {
-          uint16_t half;
-          std::memcpy(&half, data + i * 2, 2);
-          const uint32_t widened = static_cast<uint32_t>(half) << 16;
-          std::memcpy(&value, &widened, 4);
+          uint16_t bits;
+          std::memcpy(&bits, data + i * 2, 2);
+          value = static_cast<DType>(dtype) == DType::kFloat16 ? fp16_bits_to_float(bits) : bf16_bits_to_float(bits);
         }
         tensor[static_cast<size_t>((row0 + r) * global_columns + column0 + c)] = value;
       }

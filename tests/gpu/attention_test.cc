@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "core/bf16.h"
+#include "core/float16.h"
 #include "core/memory.h"
 #include "gpu/gpu_test_util.h"
 #include "kernels/cuda/attention_kernels.h"
@@ -36,6 +36,7 @@ class AttentionGpuTest : public ::testing::Test {
     std::normal_distribution<float> normal(0.0f, stddev);
     for (int64_t i = 0; i < host.numel(); ++i) {
       if (dtype == DType::kBFloat16) host.data_as<bf16>()[i] = bf16(normal(rng_));
+      else if (dtype == DType::kFloat16) host.data_as<fp16>()[i] = fp16(normal(rng_));
       else host.data_as<float>()[i] = normal(rng_);
     }
     copy_bytes(Device::kCuda, device.data(), Device::kCpu, host.data(), host.bytes());
@@ -54,10 +55,10 @@ class AttentionGpuTest : public ::testing::Test {
     copy_bytes(Device::kCpu, bytes.data(), Device::kCuda, device.data(), bytes.size());
     std::vector<float> values(static_cast<size_t>(device.numel()));
     for (size_t i = 0; i < values.size(); ++i) {
-      if (device.dtype() == DType::kBFloat16) {
+      if (is_float16_dtype(device.dtype())) {
         uint16_t bits;
         std::memcpy(&bits, bytes.data() + 2 * i, 2);
-        values[i] = bf16_bits_to_float(bits);
+        values[i] = device.dtype() == DType::kFloat16 ? fp16_bits_to_float(bits) : bf16_bits_to_float(bits);
       } else {
         std::memcpy(&values[i], bytes.data() + 4 * i, 4);
       }
@@ -65,6 +66,7 @@ class AttentionGpuTest : public ::testing::Test {
     return values;
   }
   static float host_value(const Tensor& t, int64_t i) {
+    if (t.dtype() == DType::kFloat16) return t.data_as<fp16>()[i].to_float();
     return t.dtype() == DType::kBFloat16 ? t.data_as<bf16>()[i].to_float() : t.data_as<float>()[i];
   }
   // ||gpu - cpu|| / ||cpu||; infinite when any GPU value is not finite.
@@ -106,29 +108,33 @@ using ReferenceAttentionTest = AttentionGpuTest;
 
 TEST_F(CudnnAttentionTest, MatchesTheCpuReferenceWithCausalMaskAndOddLengths) {
   std::printf("cuDNN %d\n", cuda_ops::cudnn_version());
-  for (auto [s, b, heads, d] : {std::tuple{1, 2, 2, 64}, std::tuple{37, 2, 3, 64}, std::tuple{129, 1, 2, 128},
-                                std::tuple{256, 2, 4, 64}, std::tuple{301, 3, 2, 32}, std::tuple{1024, 1, 2, 64}}) {
-    SCOPED_TRACE(testing::Message() << "s=" << s << " b=" << b << " heads=" << heads << " d=" << d);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    auto [qkv_cpu, qkv_gpu] = random(DType::kBFloat16, {s, b, heads, 3 * d}, 1.0f);
-    Tensor out_cpu = host_.allocate(DType::kBFloat16, {s, b, heads, d});
-    Tensor lse_cpu = host_.allocate(DType::kFloat32, {b, heads, s});
-    Tensor out_gpu = poisoned(DType::kBFloat16, {s, b, heads, d});
-    Tensor lse_gpu = poisoned(DType::kFloat32, {b, heads, s});
-    ASSERT_TRUE(cuda_ops::cudnn_attention_applies(qkv_gpu, out_gpu, ops::DropoutMask{}));
-    ops::attention_forward(cpu_, out_cpu, lse_cpu, qkv_cpu, scale, ops::DropoutMask{});
-    cuda_ops::cudnn_attention_forward(*gpu_, out_gpu, lse_gpu, qkv_gpu, scale);
-    EXPECT_LE(error(out_gpu, out_cpu), 1e-2);
-    EXPECT_LE(error(lse_gpu, lse_cpu), 1e-3);
+  // Both 16-bit types cuDNN's graphs take (BF16 and FP16).
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+    for (auto [s, b, heads, d] : {std::tuple{1, 2, 2, 64}, std::tuple{37, 2, 3, 64}, std::tuple{129, 1, 2, 128},
+                                  std::tuple{256, 2, 4, 64}, std::tuple{301, 3, 2, 32}, std::tuple{1024, 1, 2, 64}}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(t) << " s=" << s << " b=" << b << " heads=" << heads
+                                      << " d=" << d);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+      auto [qkv_cpu, qkv_gpu] = random(t, {s, b, heads, 3 * d}, 1.0f);
+      Tensor out_cpu = host_.allocate(t, {s, b, heads, d});
+      Tensor lse_cpu = host_.allocate(DType::kFloat32, {b, heads, s});
+      Tensor out_gpu = poisoned(t, {s, b, heads, d});
+      Tensor lse_gpu = poisoned(DType::kFloat32, {b, heads, s});
+      ASSERT_TRUE(cuda_ops::cudnn_attention_applies(qkv_gpu, out_gpu, ops::DropoutMask{}));
+      ops::attention_forward(cpu_, out_cpu, lse_cpu, qkv_cpu, scale, ops::DropoutMask{});
+      cuda_ops::cudnn_attention_forward(*gpu_, out_gpu, lse_gpu, qkv_gpu, scale);
+      EXPECT_LE(error(out_gpu, out_cpu), 1e-2);
+      EXPECT_LE(error(lse_gpu, lse_cpu), 1e-3);
 
-    auto [dout_cpu, dout_gpu] = random(DType::kBFloat16, {s, b, heads, d}, 1.0f);
-    Tensor dqkv_cpu = host_.allocate(DType::kBFloat16, {s, b, heads, 3 * d});
-    ops::attention_backward(cpu_, dqkv_cpu, dout_cpu, qkv_cpu, out_cpu, lse_cpu, scale, ops::DropoutMask{});
-    for (bool deterministic : {false, true}) {
-      gpu_->set_options({.deterministic = deterministic, .fused_attention = true});
-      Tensor dqkv_gpu = poisoned(DType::kBFloat16, {s, b, heads, 3 * d});
-      cuda_ops::cudnn_attention_backward(*gpu_, dqkv_gpu, dout_gpu, qkv_gpu, out_gpu, lse_gpu, scale);
-      EXPECT_LE(error(dqkv_gpu, dqkv_cpu), 2e-2) << "deterministic=" << deterministic;
+      auto [dout_cpu, dout_gpu] = random(t, {s, b, heads, d}, 1.0f);
+      Tensor dqkv_cpu = host_.allocate(t, {s, b, heads, 3 * d});
+      ops::attention_backward(cpu_, dqkv_cpu, dout_cpu, qkv_cpu, out_cpu, lse_cpu, scale, ops::DropoutMask{});
+      for (bool deterministic : {false, true}) {
+        gpu_->set_options({.deterministic = deterministic, .fused_attention = true});
+        Tensor dqkv_gpu = poisoned(t, {s, b, heads, 3 * d});
+        cuda_ops::cudnn_attention_backward(*gpu_, dqkv_gpu, dout_gpu, qkv_gpu, out_gpu, lse_gpu, scale);
+        EXPECT_LE(error(dqkv_gpu, dqkv_cpu), 2e-2) << "deterministic=" << deterministic;
+      }
     }
   }
 }

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "core/bf16.h"
+#include "core/float16.h"
 #include "core/memory.h"
 #include "gpu/gpu_test_util.h"
 #include "kernels/ops.h"

@@ -36,6 +36,7 @@ class OpsTest : public ::testing::Test {
     for (int64_t i = 0; i < t.cpu.numel(); ++i) {
       const float v = normal(rng_);
       if (dtype == DType::kFloat32) t.cpu.data_as<float>()[i] = v;
+      else if (dtype == DType::kFloat16) t.cpu.data_as<fp16>()[i] = fp16(v);
       else t.cpu.data_as<bf16>()[i] = bf16(v);
     }
     upload(t);
@@ -49,7 +50,7 @@ class OpsTest : public ::testing::Test {
     return t;
   }
   void upload(const Twin& t) { copy_bytes(Device::kCuda, t.gpu.data(), Device::kCpu, t.cpu.data(), t.cpu.bytes()); }
-  // Output poisoned with NaN on both sides (all-ones bytes are NaN in float32 and bfloat16).
+  // Output poisoned with NaN on both sides (all-ones bytes are NaN in float32, bfloat16 and float16).
   Twin output(DType dtype, Shape shape) {
     Twin t{host_.allocate(dtype, shape), device_.allocate(dtype, shape)};
     std::memset(t.cpu.data(), 0xff, t.cpu.bytes());
@@ -70,10 +71,11 @@ class OpsTest : public ::testing::Test {
         ref = t.cpu.data_as<float>()[i];
         std::memcpy(&ours, back.data() + 4 * i, 4);
       } else {
-        ref = t.cpu.data_as<bf16>()[i].to_float();
+        const bool half = t.cpu.dtype() == DType::kFloat16;
+        ref = half ? t.cpu.data_as<fp16>()[i].to_float() : t.cpu.data_as<bf16>()[i].to_float();
         uint16_t bits;
         std::memcpy(&bits, back.data() + 2 * i, 2);
-        ours = bf16_bits_to_float(bits);
+        ours = half ? fp16_bits_to_float(bits) : bf16_bits_to_float(bits);
       }
       if (!std::isfinite(ours)) return INFINITY;  // unwritten (poisoned) or broken
       difference += (ours - ref) * static_cast<double>(ours - ref);
@@ -82,7 +84,7 @@ class OpsTest : public ::testing::Test {
     return reference > 0 ? std::sqrt(difference / reference) : std::sqrt(difference);
   }
 
-  static double tolerance(DType dtype) { return dtype == DType::kBFloat16 ? 1e-2 : 1e-5; }
+  static double tolerance(DType dtype) { return is_float16_dtype(dtype) ? 1e-2 : 1e-5; }
 
   // The GPU copy, read back.
   std::vector<uint8_t> download(const Tensor& gpu) {
@@ -109,7 +111,7 @@ class OpsTest : public ::testing::Test {
   std::mt19937 rng_{1234};
 };
 
-const DType kTypes[] = {DType::kFloat32, DType::kBFloat16};
+const DType kTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
 TEST_F(OpsTest, MatmulAllTransposesBiasGeluAndAccumulation) {
   for (DType t : kTypes) {
@@ -223,7 +225,7 @@ TEST_F(OpsTest, AttentionForwardAndBackward) {
       Twin dout = make(t, {s, b, heads, d}), dqkv = output(t, {s, b, heads, 3 * d});
       ops::attention_backward(cpu_, dqkv.cpu, dout.cpu, qkv.cpu, out.cpu, lse.cpu, scale, ops::DropoutMask{});
       ops::attention_backward(*gpu_, dqkv.gpu, dout.gpu, qkv.gpu, out.gpu, lse.gpu, scale, ops::DropoutMask{});
-      EXPECT_LE(error(dqkv), t == DType::kBFloat16 ? 2e-2 : 1e-4) << "s=" << s;
+      EXPECT_LE(error(dqkv), is_float16_dtype(t) ? 2e-2 : 1e-4) << "s=" << s;
     }
   }
 }

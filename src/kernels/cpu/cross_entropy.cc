@@ -109,12 +109,22 @@ GPT_CPU_WIDE_CLONES void stats_rows_bf16(const bf16* z, const int32_t* target, f
                                     int64_t begin, int64_t end) {
   stats_rows(z, target, row_max, row_sumexp, target_logit, cols, vocab_start, vocab_valid, begin, end);
 }
+GPT_CPU_WIDE_CLONES void stats_rows_fp16(const fp16* z, const int32_t* target, float* row_max, float* row_sumexp,
+                                         float* target_logit, int64_t cols, int64_t vocab_start, int64_t vocab_valid,
+                                         int64_t begin, int64_t end) {
+  stats_rows(z, target, row_max, row_sumexp, target_logit, cols, vocab_start, vocab_valid, begin, end);
+}
 GPT_CPU_WIDE_CLONES void backward_rows_f32(float* dz, const float* z, const int32_t* target, const float* row_max,
                                       const float* row_sumexp, float grad_scale, int64_t cols, int64_t vocab_start,
                                       int64_t vocab_valid, int64_t begin, int64_t end) {
   backward_rows(dz, z, target, row_max, row_sumexp, grad_scale, cols, vocab_start, vocab_valid, begin, end);
 }
 GPT_CPU_WIDE_CLONES void backward_rows_bf16(bf16* dz, const bf16* z, const int32_t* target, const float* row_max,
+                                       const float* row_sumexp, float grad_scale, int64_t cols, int64_t vocab_start,
+                                       int64_t vocab_valid, int64_t begin, int64_t end) {
+  backward_rows(dz, z, target, row_max, row_sumexp, grad_scale, cols, vocab_start, vocab_valid, begin, end);
+}
+GPT_CPU_WIDE_CLONES void backward_rows_fp16(fp16* dz, const fp16* z, const int32_t* target, const float* row_max,
                                        const float* row_sumexp, float grad_scale, int64_t cols, int64_t vocab_start,
                                        int64_t vocab_valid, int64_t begin, int64_t end) {
   backward_rows(dz, z, target, row_max, row_sumexp, grad_scale, cols, vocab_start, vocab_valid, begin, end);
@@ -137,9 +147,12 @@ void cross_entropy_stats(Context& ctx, const Tensor& row_max, const Tensor& row_
     if (logits.dtype() == DType::kFloat32) {
       stats_rows_f32(logits.data_as<float>(), target, maxima, sums, target_logits, cols, vocab_start, vocab_valid,
                      begin, end);
-    } else {
-      GPT_CHECK(logits.dtype() == DType::kBFloat16) << "cross_entropy_stats: " << dtype_name(logits.dtype());
+    } else if (logits.dtype() == DType::kBFloat16) {
       stats_rows_bf16(logits.data_as<bf16>(), target, maxima, sums, target_logits, cols, vocab_start, vocab_valid,
+                      begin, end);
+    } else {
+      GPT_CHECK(logits.dtype() == DType::kFloat16) << "cross_entropy_stats: " << dtype_name(logits.dtype());
+      stats_rows_fp16(logits.data_as<fp16>(), target, maxima, sums, target_logits, cols, vocab_start, vocab_valid,
                       begin, end);
     }
   });
@@ -176,9 +189,12 @@ void cross_entropy_backward(Context& ctx, const Tensor& dlogits, const Tensor& l
     if (logits.dtype() == DType::kFloat32) {
       backward_rows_f32(dlogits.data_as<float>(), logits.data_as<float>(), target, maxima, sums, grad_scale, cols,
                         vocab_start, vocab_valid, begin, end);
-    } else {
-      GPT_CHECK(logits.dtype() == DType::kBFloat16) << "cross_entropy_backward: " << dtype_name(logits.dtype());
+    } else if (logits.dtype() == DType::kBFloat16) {
       backward_rows_bf16(dlogits.data_as<bf16>(), logits.data_as<bf16>(), target, maxima, sums, grad_scale, cols,
+                         vocab_start, vocab_valid, begin, end);
+    } else {
+      GPT_CHECK(logits.dtype() == DType::kFloat16) << "cross_entropy_backward: " << dtype_name(logits.dtype());
+      backward_rows_fp16(dlogits.data_as<fp16>(), logits.data_as<fp16>(), target, maxima, sums, grad_scale, cols,
                          vocab_start, vocab_valid, begin, end);
     }
   });

@@ -43,6 +43,10 @@ GPT_CPU_CLONES void gelu_backward_range_f32(float* dx, const float* dy, const fl
 GPT_CPU_CLONES void gelu_backward_range_bf16(bf16* dx, const bf16* dy, const bf16* x, int64_t begin, int64_t end) {
   gelu_backward_range(dx, dy, x, begin, end);
 }
+GPT_CPU_CLONES void gelu_range_fp16(fp16* y, const fp16* x, int64_t begin, int64_t end) { gelu_range(y, x, begin, end); }
+GPT_CPU_CLONES void gelu_backward_range_fp16(fp16* dx, const fp16* dy, const fp16* x, int64_t begin, int64_t end) {
+  gelu_backward_range(dx, dy, x, begin, end);
+}
 
 // FP64 sums of x^2 and of x over [begin, end), four interleaved accumulators.
 double sum_of_squares_range(const float* x, int64_t begin, int64_t end) {
@@ -106,9 +110,11 @@ void gelu_forward(Context& ctx, const Tensor& y, const Tensor& x) {
   parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
     if (x.dtype() == DType::kFloat32) {
       gelu_range_f32(y.data_as<float>(), x.data_as<float>(), begin, end);
-    } else {
-      GPT_CHECK(x.dtype() == DType::kBFloat16) << "gelu_forward: " << dtype_name(x.dtype());
+    } else if (x.dtype() == DType::kBFloat16) {
       gelu_range_bf16(y.data_as<bf16>(), x.data_as<bf16>(), begin, end);
+    } else {
+      GPT_CHECK(x.dtype() == DType::kFloat16) << "gelu_forward: " << dtype_name(x.dtype());
+      gelu_range_fp16(y.data_as<fp16>(), x.data_as<fp16>(), begin, end);
     }
   });
 }
@@ -119,9 +125,11 @@ void gelu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tenso
   parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
     if (x.dtype() == DType::kFloat32) {
       gelu_backward_range_f32(dx.data_as<float>(), dy.data_as<float>(), x.data_as<float>(), begin, end);
-    } else {
-      GPT_CHECK(x.dtype() == DType::kBFloat16) << "gelu_backward: " << dtype_name(x.dtype());
+    } else if (x.dtype() == DType::kBFloat16) {
       gelu_backward_range_bf16(dx.data_as<bf16>(), dy.data_as<bf16>(), x.data_as<bf16>(), begin, end);
+    } else {
+      GPT_CHECK(x.dtype() == DType::kFloat16) << "gelu_backward: " << dtype_name(x.dtype());
+      gelu_backward_range_fp16(dx.data_as<fp16>(), dy.data_as<fp16>(), x.data_as<fp16>(), begin, end);
     }
   });
 }
@@ -161,6 +169,14 @@ void count_zeros(Context& ctx, const Tensor& out, const Tensor& x) {
   int64_t zeros = 0;
   for (int64_t i = 0; i < x.numel(); ++i) zeros += in[i] == 0.0f ? 1 : 0;
   out.data_as<int64_t>()[0] += zeros;
+}
+
+void count_non_finite(Context& ctx, const Tensor& out, const Tensor& x) {
+  GPT_CHECK(out.numel() == 1 && out.dtype() == DType::kInt64 && x.dtype() == DType::kFloat32) << "count_non_finite";
+  const float* in = x.data_as<float>();
+  int64_t count = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) count += std::isfinite(in[i]) ? 0 : 1;
+  out.data_as<int64_t>()[0] += count;
 }
 
 void zero(Context& ctx, const Tensor& x) {

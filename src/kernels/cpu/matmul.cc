@@ -1,8 +1,9 @@
-// GEMM through OpenBLAS's cblas_sgemm. BF16 operands are widened exactly to FP32 first (every
-// BF16 value is an FP32 value), so the only rounding is FP32 accumulation and the final store.
-// FP8 GEMMs are emulated the same way: each operand cast to FP8 (core/fp8.h) and widened, exactly,
-// into scratch; the product of two FP8 values is exact in FP32, so again only the accumulation
-// and the inverse scales (in sgemm's alpha) round.
+// GEMM through OpenBLAS's cblas_sgemm. BF16 and FP16 operands are widened exactly to FP32 first
+// (every BF16 or FP16 value is an FP32 value), so the only rounding is FP32 accumulation and the
+// final store (an FP16 result beyond 65504 becomes infinite, as cuBLASLt's does). FP8 GEMMs are
+// emulated the same way: each operand cast to FP8 (core/fp8.h) and widened, exactly, into scratch;
+// the product of two FP8 values is exact in FP32, so again only the accumulation and the inverse
+// scales (in sgemm's alpha) round.
 #include <cblas.h>
 
 #include <atomic>
@@ -26,12 +27,15 @@ void use_blas_threads(int threads) {
 
 namespace {
 
-// FP32 view of a float32 or bfloat16 tensor: the data itself, or a widened copy in scratch.
+// FP32 view of a float32, bfloat16 or float16 tensor: the data itself, or a widened copy in scratch.
 const float* as_float32(Context& ctx, int slot, const Tensor& t) {
   if (t.dtype() == DType::kFloat32) return t.data_as<float>();
-  const bf16* source = t.data_as<bf16>();
   float* widened = ctx.cpu_scratch(slot, static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) widened[i] = source[i].to_float();
+  dispatch_float_type(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* source = t.data_as<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) widened[i] = load(source, i);
+  });
   return widened;
 }
 
@@ -70,6 +74,9 @@ GPT_CPU_CLONES void gelu_epilogue_f32(float* out, float* pre, const float* c, in
 GPT_CPU_CLONES void gelu_epilogue_bf16(bf16* out, bf16* pre, const float* c, int64_t begin, int64_t end) {
   gelu_epilogue(out, pre, c, begin, end);
 }
+GPT_CPU_CLONES void gelu_epilogue_fp16(fp16* out, fp16* pre, const float* c, int64_t begin, int64_t end) {
+  gelu_epilogue(out, pre, c, begin, end);
+}
 
 }  // namespace
 
@@ -87,8 +94,11 @@ void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, c
   } else {
     c32 = ctx.cpu_scratch(2, static_cast<size_t>(out.numel()));
     if (options.beta != 0.0f) {
-      const bf16* existing = out.data_as<bf16>();
-      for (int64_t i = 0; i < out.numel(); ++i) c32[i] = existing[i].to_float();
+      dispatch_float_type(out.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        const T* existing = out.data_as<T>();
+        for (int64_t i = 0; i < out.numel(); ++i) c32[i] = load(existing, i);
+      });
     }
   }
   if (m > 0 && n > 0) {
@@ -119,8 +129,10 @@ void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, c
       parallel_for(ctx, m * n, 16384, [&](int64_t begin, int64_t end) {
         if constexpr (std::is_same_v<T, float>) {
           gelu_epilogue_f32(result, pre, c32, begin, end);
-        } else {
+        } else if constexpr (std::is_same_v<T, bf16>) {
           gelu_epilogue_bf16(result, pre, c32, begin, end);
+        } else {
+          gelu_epilogue_fp16(result, pre, c32, begin, end);
         }
       });
     } else if constexpr (!std::is_same_v<T, float>) {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/bf16.h"
+#include "core/float16.h"
 
 // 32-byte vectors passed between inlined helpers; the ABI note does not apply.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -66,12 +66,23 @@ GPT_SIMD_INLINE f32x8 load8(const bf16* p) {
   std::memcpy(&v, &wide, sizeof(v));
   return v;
 }
+// FP16 has no shift-only widening (its exponent is re-biased): lane by lane.
+GPT_SIMD_INLINE f32x8 load8(const fp16* p) {
+  f32x8 v;
+  for (int i = 0; i < kLanes; ++i) v[i] = p[i].to_float();
+  return v;
+}
+GPT_SIMD_INLINE void store8(fp16* p, f32x8 v) {
+  for (int i = 0; i < kLanes; ++i) p[i] = fp16(v[i]);
+}
 GPT_SIMD_INLINE f32x16 load16(const float* p) {
   f32x16 v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-GPT_SIMD_INLINE f32x16 load16(const bf16* p) {
+// 16-bit storage (bf16, fp16): two 8-lane loads.
+template <typename Format>
+GPT_SIMD_INLINE f32x16 load16(const Float16Storage<Format>* p) {
   const f32x8 low = load8(p), high = load8(p + kLanes);
   f32x16 v;
   std::memcpy(&v, &low, sizeof(low));
@@ -80,8 +91,9 @@ GPT_SIMD_INLINE f32x16 load16(const bf16* p) {
 }
 GPT_SIMD_INLINE void store8(float* p, f32x8 v) { std::memcpy(p, &v, sizeof(v)); }
 GPT_SIMD_INLINE void store16(float* p, f32x16 v) { std::memcpy(p, &v, sizeof(v)); }
-GPT_SIMD_INLINE void store16(bf16* p, f32x16 v) {
-  for (int i = 0; i < kWideLanes; ++i) p[i] = bf16(v[i]);
+template <typename Format>
+GPT_SIMD_INLINE void store16(Float16Storage<Format>* p, f32x16 v) {
+  for (int i = 0; i < kWideLanes; ++i) p[i] = Float16Storage<Format>(v[i]);
 }
 GPT_SIMD_INLINE void store8(bf16* p, f32x8 v) {
   for (int i = 0; i < kLanes; ++i) p[i] = bf16(v[i]);

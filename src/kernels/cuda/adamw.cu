@@ -24,12 +24,14 @@ struct AdamWConstants {
   float step_size, bias_correction2_sqrt, grad_scale;
 };
 
+// Copy: the 16-bit parameter type the updated master is rounded into (__nv_bfloat16 or __half).
+template <typename Copy>
 struct AdamWPointers {
   float* master;
   const float* grad;
   float* exp_avg;
   float* exp_avg_sq;
-  __nv_bfloat16* copy;  // null when the master is the parameter (FP32 training)
+  Copy* copy;  // null when the master is the parameter (FP32 training)
 };
 
 // Non-empty segments; segment s covers tiles [first_tile[s], first_tile[s + 1]).
@@ -40,7 +42,7 @@ struct SegmentTable {
   float decay[kMaxSegmentsPerLaunch];  // 1 - lr * weight_decay
   int64_t first_tile[kMaxSegmentsPerLaunch + 1];
 };
-static_assert(sizeof(SegmentTable) + sizeof(AdamWConstants) + sizeof(AdamWPointers) + 8 <= 32764,
+static_assert(sizeof(SegmentTable) + sizeof(AdamWConstants) + sizeof(AdamWPointers<__half>) + 8 <= 32764,
               "kernel parameters are limited to 32764 bytes");
 
 // torch.optim.AdamW's arithmetic in the order of the CPU reference (cpu/elementwise.cc), with
@@ -55,8 +57,8 @@ __device__ __forceinline__ void adamw_element(const AdamWConstants& c, float dec
 }
 
 // Elements [i, i + W) (W = 4, aligned; or W = 1).
-template <int W>
-__device__ __forceinline__ void adamw_elements(const AdamWPointers& a, const AdamWConstants& c, float decay,
+template <int W, typename Copy>
+__device__ __forceinline__ void adamw_elements(const AdamWPointers<Copy>& a, const AdamWConstants& c, float decay,
                                                int64_t i) {
   float p[W], g[W], m[W], v[W];
   load_floats<W>(a.master + i, p);
@@ -71,9 +73,10 @@ __device__ __forceinline__ void adamw_elements(const AdamWPointers& a, const Ada
   if (a.copy) store_floats<W>(a.copy + i, p);
 }
 
-// `phase` >= 0: every pointer is as far from 16-byte (bf16 copy: 8-byte) alignment, so element i
+// `phase` >= 0: every pointer is as far from 16-byte (16-bit copy: 8-byte) alignment, so element i
 // starts an aligned group of 4 when (i + phase) % 4 == 0; -1: the scalar path everywhere.
-__global__ void __launch_bounds__(kThreads) adamw_segments_kernel(AdamWPointers a, AdamWConstants c,
+template <typename Copy>
+__global__ void __launch_bounds__(kThreads) adamw_segments_kernel(AdamWPointers<Copy> a, AdamWConstants c,
                                                                   const SegmentTable table, int phase) {
   const int64_t tiles = table.first_tile[table.count];
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -120,7 +123,8 @@ AdamWConstants constants_for(const ops::AdamWStep& step) {
           step.grad_scale};
 }
 
-void launch_segments(Context& ctx, const ops::AdamWStep& step, const AdamWPointers& a,
+template <typename Copy>
+void launch_segments(Context& ctx, const ops::AdamWStep& step, const AdamWPointers<Copy>& a,
                      std::span<const ops::AdamWSegment> segments) {
   const AdamWConstants c = constants_for(step);
   // Views of the flat state (ZeRO shards, flat_range) may start anywhere: the vector path needs
@@ -136,7 +140,7 @@ void launch_segments(Context& ctx, const ops::AdamWStep& step, const AdamWPointe
                         static_cast<const void*>(a.exp_avg_sq)}) {
     same = same && phase_of(p, sizeof(float)) == phase;
   }
-  if (a.copy != nullptr) same = same && phase_of(a.copy, sizeof(__nv_bfloat16)) == phase;
+  if (a.copy != nullptr) same = same && phase_of(a.copy, sizeof(Copy)) == phase;
   const int vector_phase = same ? static_cast<int>(phase) : -1;
   size_t next = 0;
   while (next < segments.size()) {
@@ -156,37 +160,43 @@ void launch_segments(Context& ctx, const ops::AdamWStep& step, const AdamWPointe
     }
     if (table.count == 0) break;
     table.first_tile[table.count] = tiles;
-    const unsigned int grid = occupancy_grid(ctx, adamw_segments_kernel, kThreads, 0, tiles);
-    adamw_segments_kernel<<<grid, kThreads, 0, stream_of(ctx)>>>(a, c, table, vector_phase);
+    const unsigned int grid = occupancy_grid(ctx, adamw_segments_kernel<Copy>, kThreads, 0, tiles);
+    adamw_segments_kernel<Copy><<<grid, kThreads, 0, stream_of(ctx)>>>(a, c, table, vector_phase);
     GPT_CUDA_CHECK_LAUNCH();
   }
 }
 
-AdamWPointers pointers_of(const Tensor& master, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                          const Tensor& param_out) {
+// Launches with the pointers for param_out's type (none: the BF16 instantiation with a null copy).
+void launch(Context& ctx, const ops::AdamWStep& step, const Tensor& master, const Tensor& grad, const Tensor& exp_avg,
+            const Tensor& exp_avg_sq, const Tensor& param_out, std::span<const ops::AdamWSegment> segments) {
   const int64_t n = master.numel();
   GPT_CHECK(grad.numel() == n && exp_avg.numel() == n && exp_avg_sq.numel() == n) << "adamw sizes";
-  __nv_bfloat16* copy = nullptr;
-  if (param_out.defined()) {
-    GPT_CHECK(param_out.numel() == n && param_out.dtype() == DType::kBFloat16) << "adamw copy";
-    copy = static_cast<__nv_bfloat16*>(param_out.data());
+  GPT_CHECK(!param_out.defined() || (param_out.numel() == n && is_float16_dtype(param_out.dtype()))) << "adamw copy";
+  auto with = [&](auto* copy) {
+    using Copy = std::remove_pointer_t<decltype(copy)>;
+    const AdamWPointers<Copy> a{master.data_as<float>(), grad.data_as<float>(), exp_avg.data_as<float>(),
+                                exp_avg_sq.data_as<float>(), copy};
+    launch_segments(ctx, step, a, segments);
+  };
+  if (param_out.defined() && param_out.dtype() == DType::kFloat16) {
+    with(static_cast<__half*>(param_out.data()));
+  } else {
+    with(param_out.defined() ? static_cast<__nv_bfloat16*>(param_out.data()) : static_cast<__nv_bfloat16*>(nullptr));
   }
-  return {master.data_as<float>(), grad.data_as<float>(), exp_avg.data_as<float>(), exp_avg_sq.data_as<float>(), copy};
 }
 
 }  // namespace
 
 void adamw_update(Context& ctx, const ops::AdamWStep& step, const Tensor& master, const Tensor& grad,
                   const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out) {
-  const AdamWPointers a = pointers_of(master, grad, exp_avg, exp_avg_sq, param_out);
   const ops::AdamWSegment whole{.offset = 0, .length = master.numel(), .weight_decay = true};
-  launch_segments(ctx, step, a, std::span<const ops::AdamWSegment>(&whole, 1));
+  launch(ctx, step, master, grad, exp_avg, exp_avg_sq, param_out, std::span<const ops::AdamWSegment>(&whole, 1));
 }
 
 void adamw_update_segments(Context& ctx, const ops::AdamWStep& step, const Tensor& master, const Tensor& grad,
                            const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out,
                            std::span<const ops::AdamWSegment> segments) {
-  launch_segments(ctx, step, pointers_of(master, grad, exp_avg, exp_avg_sq, param_out), segments);
+  launch(ctx, step, master, grad, exp_avg, exp_avg_sq, param_out, segments);
 }
 
 }  // namespace gpt::cuda_ops

@@ -1,5 +1,5 @@
 // ops::attention_forward/backward on the GPU: cuDNN's fused flash attention where it applies (no
-// grouped-query attention, no attention dropout, BF16, supported head sizes) and the context
+// grouped-query attention, no attention dropout, BF16 or FP16, supported head sizes) and the context
 // allows it (KernelOptions::fused_attention), else the exact reference kernels. Forward and
 // backward of one layer take the same path (their shapes, dropout and options agree), so the
 // statistics the backward reads are the ones its own forward wrote.

@@ -33,26 +33,31 @@ using cudnn_graph::TensorId;
 // Uids of the tensors bound at execution.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kSoftmaxSum, kDQAccumulator };
 
+// The sizes and the 16-bit storage type of Q, K, V, O and their gradients (BF16 or FP16; the
+// statistics and accumulations are FP32 either way).
 struct Shape {
   int64_t s, b, heads, d;
+  cudnnDataType_t type;
 };
 
 Shape shape_of(const Tensor& qkv) {
   GPT_CHECK(qkv.rank() == 4 && qkv.size(3) % 3 == 0) << "qkv must be [s, b, heads, 3d], got " << qkv.to_string();
-  return {qkv.size(0), qkv.size(1), qkv.size(2), qkv.size(3) / 3};
+  GPT_CHECK(is_float16_dtype(qkv.dtype())) << "cuDNN attention takes bfloat16 or float16, got " << qkv.to_string();
+  return {qkv.size(0), qkv.size(1), qkv.size(2), qkv.size(3) / 3,
+          qkv.dtype() == DType::kFloat16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16};
 }
 
 // Q, K or V as [b, heads, s, d] inside qkv; `transposed` gives K^T / V^T as [b, heads, d, s].
 TensorId qkv_part(Graph& g, Uid uid, const Shape& sh, bool transposed) {
   const int64_t head = 3 * sh.d, batch = sh.heads * head, row = sh.b * batch;
-  if (transposed) return g.tensor(uid, CUDNN_DATA_BFLOAT16, {sh.b, sh.heads, sh.d, sh.s}, {batch, head, 1, row});
-  return g.tensor(uid, CUDNN_DATA_BFLOAT16, {sh.b, sh.heads, sh.s, sh.d}, {batch, head, row, 1});
+  if (transposed) return g.tensor(uid, sh.type, {sh.b, sh.heads, sh.d, sh.s}, {batch, head, 1, row});
+  return g.tensor(uid, sh.type, {sh.b, sh.heads, sh.s, sh.d}, {batch, head, row, 1});
 }
 
 // O, dO (or dQ, dK, dV when `in_qkv`) as [b, heads, s, d].
 TensorId output_part(Graph& g, Uid uid, const Shape& sh, bool in_qkv) {
   const int64_t head = (in_qkv ? 3 : 1) * sh.d, batch = sh.heads * head, row = sh.b * batch;
-  return g.tensor(uid, CUDNN_DATA_BFLOAT16, {sh.b, sh.heads, sh.s, sh.d}, {batch, head, row, 1});
+  return g.tensor(uid, sh.type, {sh.b, sh.heads, sh.s, sh.d}, {batch, head, row, 1});
 }
 
 TensorId row_statistic(Graph& g, Uid uid, const Shape& sh) {
@@ -100,7 +105,7 @@ ExecutionPlan build_forward(cudnnHandle_t handle, const Shape& sh, float scale, 
   g.pointwise(CUDNN_POINTWISE_LOG, row_sum, log_sum);
   g.pointwise(CUDNN_POINTWISE_ADD, row_max, log_sum, row_statistic(g, kStats, sh));
   // The probabilities enter the second matmul in the I/O dtype, as cuDNN's engines require.
-  const TensorId probabilities = g.virtual_tensor(CUDNN_DATA_BFLOAT16, square);
+  const TensorId probabilities = g.virtual_tensor(sh.type, square);
   g.pointwise(CUDNN_POINTWISE_DIV, exponentials, row_sum, probabilities);
   g.matmul(probabilities, qkv_part(g, kV, sh, false), output_part(g, kO, sh, false));
   return g.build(handle, deterministic, "attention forward");
@@ -130,7 +135,7 @@ ExecutionPlan build_backward(cudnnHandle_t handle, const Shape& sh, float scale,
   const TensorId probabilities = g.virtual_tensor(CUDNN_DATA_FLOAT, square);
   g.pointwise(CUDNN_POINTWISE_EXP, shifted, probabilities);
   const TensorId probabilities_t =
-      g.virtual_tensor(CUDNN_DATA_BFLOAT16, {sh.b, sh.heads, sh.s, sh.s}, transposed_strides);
+      g.virtual_tensor(sh.type, {sh.b, sh.heads, sh.s, sh.s}, transposed_strides);
   g.reshape(probabilities, probabilities_t);
   g.matmul(probabilities_t, grad_out, output_part(g, kDV, sh, true));
 
@@ -143,7 +148,7 @@ ExecutionPlan build_backward(cudnnHandle_t handle, const Shape& sh, float scale,
   const TensorId grad_scores = g.virtual_tensor(CUDNN_DATA_FLOAT, square);
   g.pointwise(CUDNN_POINTWISE_MUL, grad_scores_unscaled, g.scalar(scale), grad_scores);
 
-  const TensorId grad_scores_t = g.virtual_tensor(CUDNN_DATA_BFLOAT16, {sh.b, sh.heads, sh.s, sh.s}, transposed_strides);
+  const TensorId grad_scores_t = g.virtual_tensor(sh.type, {sh.b, sh.heads, sh.s, sh.s}, transposed_strides);
   g.reshape(grad_scores, grad_scores_t);
   g.matmul(grad_scores_t, query, output_part(g, kDK, sh, true));
 
@@ -167,7 +172,7 @@ ExecutionPlan build_backward(cudnnHandle_t handle, const Shape& sh, float scale,
 // workspace (plan workspace plus the backward's FP32 tensors).
 struct CudnnAttention {
   cudnnHandle_t handle = nullptr;
-  std::map<std::tuple<bool, int64_t, int64_t, int64_t, int64_t, uint32_t, bool>, ExecutionPlan> plans;
+  std::map<std::tuple<bool, int64_t, int64_t, int64_t, int64_t, uint32_t, bool, int>, ExecutionPlan> plans;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 
@@ -186,7 +191,8 @@ struct CudnnAttention {
   const ExecutionPlan& plan(bool backward, const Shape& sh, float scale, bool deterministic) {
     uint32_t scale_bits;
     std::memcpy(&scale_bits, &scale, sizeof(scale_bits));
-    const auto key = std::make_tuple(backward, sh.s, sh.b, sh.heads, sh.d, scale_bits, deterministic);
+    const auto key =
+        std::make_tuple(backward, sh.s, sh.b, sh.heads, sh.d, scale_bits, deterministic, static_cast<int>(sh.type));
     auto found = plans.find(key);
     if (found == plans.end()) {
       ExecutionPlan plan = backward ? build_backward(handle, sh, scale, deterministic)
@@ -229,7 +235,7 @@ int cudnn_version() { return static_cast<int>(cudnnGetVersion()); }
 bool cudnn_attention_applies(const Tensor& qkv, const Tensor& out, const ops::DropoutMask& dropout) {
   // Grouped-query attention (q > 1 query heads per group) and attention dropout run on the
   // reference kernels: the graphs below have neither.
-  if (dropout.enabled() || qkv.rank() != 4 || out.rank() != 4 || qkv.dtype() != DType::kBFloat16) return false;
+  if (dropout.enabled() || qkv.rank() != 4 || out.rank() != 4 || !is_float16_dtype(qkv.dtype())) return false;
   const int64_t d = out.size(3);
   if (out.size(2) != qkv.size(2) || qkv.size(3) != 3 * d) return false;  // q == 1
   return d % 8 == 0 && d <= 128;

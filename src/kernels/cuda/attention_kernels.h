@@ -18,7 +18,7 @@ void reference_attention_backward(Context& ctx, const Tensor& dqkv, const Tensor
 
 // cuDNN's fused flash attention (attention_cudnn.cc), when this build has cuDNN.
 // True when it applies to qkv and out: one query head per key/value group (q = 1, so qkv is
-// [s, b, heads, 3d] and out [s, b, heads, d]), no attention dropout, BF16, d a multiple of 8 and
+// [s, b, heads, 3d] and out [s, b, heads, d]), no attention dropout, BF16 or FP16, d a multiple of 8 and
 // at most 128. The cuDNN functions below take only such operands (no dropout argument).
 bool cudnn_attention_applies(const Tensor& qkv, const Tensor& out, const ops::DropoutMask& dropout);
 void cudnn_attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv, float scale);

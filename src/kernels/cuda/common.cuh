@@ -1,8 +1,9 @@
-// Shared by the CUDA kernels: element conversions (storage T in {float, __nv_bfloat16}, FP32 math),
+// Shared by the CUDA kernels: element conversions (storage T in {float, __nv_bfloat16, __half}, FP32 math),
 // warp and block reductions, launch helpers. Include only from src/kernels/cuda.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -16,12 +17,15 @@ namespace gpt::cuda_kernels {
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>
 __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -69,20 +73,31 @@ inline unsigned int grid_for(int64_t items, int threads_per_block) {
   return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
 }
 
-// Calls fn(T{}) with T = float or __nv_bfloat16 for the tensor's dtype.
+// Calls fn(T{}) with T = float, __nv_bfloat16 or __half for the tensor's dtype: every memory-bound
+// kernel is one template over its storage type.
 template <typename Fn>
 void dispatch_float_type(DType dtype, Fn&& fn) {
   if (dtype == DType::kFloat32) {
     fn(float{});
-  } else {
-    GPT_CHECK(dtype == DType::kBFloat16) << "expected float32 or bfloat16, got " << dtype_name(dtype);
+  } else if (dtype == DType::kBFloat16) {
     fn(__nv_bfloat16{});
+  } else {
+    GPT_CHECK(dtype == DType::kFloat16) << "expected float32, bfloat16 or float16, got " << dtype_name(dtype);
+    fn(__half{});
   }
+}
+
+// The dtype of a device storage type.
+template <typename T>
+constexpr DType device_dtype() {
+  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
+  else if constexpr (std::is_same_v<T, __half>) return DType::kFloat16;
+  else return DType::kBFloat16;
 }
 
 template <typename T>
 T* device_data(const Tensor& t) {
-  GPT_CHECK(t.dtype() == (std::is_same_v<T, float> ? DType::kFloat32 : DType::kBFloat16))
+  GPT_CHECK(t.dtype() == device_dtype<T>())
       << "tensor " << t.to_string() << " has the wrong dtype for this kernel";
   return static_cast<T*>(t.data());
 }

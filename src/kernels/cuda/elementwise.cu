@@ -190,14 +190,15 @@ void reduce_into(Context& ctx, const Tensor& out, const Tensor& x, const char* o
   GPT_CUDA_CHECK_LAUNCH();
 }
 
-// out[0] += the number of zeros in x: per-thread counts, summed per block, one atomic per block
-// (an exact integer sum, so the order does not matter).
-__global__ void __launch_bounds__(kReductionThreads) count_zeros_kernel(const float* x, int64_t n,
-                                                                        unsigned long long* out) {
+// out[0] += the number of elements of x that are zero (kZeros) or not finite: per-thread counts,
+// summed per block, one atomic per block (an exact integer sum, so the order does not matter).
+template <bool kZeros>
+__global__ void __launch_bounds__(kReductionThreads) count_kernel(const float* x, int64_t n, unsigned long long* out) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   unsigned int zeros = 0;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
-    zeros += x[i] == 0.0f ? 1u : 0u;
+    const bool counted = kZeros ? x[i] == 0.0f : !isfinite(x[i]);
+    zeros += counted ? 1u : 0u;
   }
   __shared__ unsigned long long block_total;
   if (threadIdx.x == 0) block_total = 0;
@@ -318,7 +319,16 @@ void count_zeros(Context& ctx, const Tensor& out, const Tensor& x) {
   GPT_CHECK(out.numel() == 1 && out.dtype() == DType::kInt64 && x.dtype() == DType::kFloat32) << "count_zeros";
   const int64_t n = x.numel();
   if (n == 0) return;
-  count_zeros_kernel<<<reduction_blocks(n), kReductionThreads, 0, stream_of(ctx)>>>(
+  count_kernel<true><<<reduction_blocks(n), kReductionThreads, 0, stream_of(ctx)>>>(
+      x.data_as<float>(), n, reinterpret_cast<unsigned long long*>(out.data_as<int64_t>()));
+  GPT_CUDA_CHECK_LAUNCH();
+}
+
+void count_non_finite(Context& ctx, const Tensor& out, const Tensor& x) {
+  GPT_CHECK(out.numel() == 1 && out.dtype() == DType::kInt64 && x.dtype() == DType::kFloat32) << "count_non_finite";
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  count_kernel<false><<<reduction_blocks(n), kReductionThreads, 0, stream_of(ctx)>>>(
       x.data_as<float>(), n, reinterpret_cast<unsigned long long*>(out.data_as<int64_t>()));
   GPT_CUDA_CHECK_LAUNCH();
 }

@@ -1,5 +1,5 @@
-// GEMMs through cuBLASLt: BF16 or FP32 operands, FP32 accumulation (no TF32, so FP32 runs match the
-// CPU reference), BF16 or FP32 output, bias and GeLU-with-aux epilogues, one cached algorithm per
+// GEMMs through cuBLASLt: BF16, FP16 or FP32 operands, FP32 accumulation (no TF32, so FP32 runs match the
+// CPU reference), BF16, FP16 or FP32 output, bias and GeLU-with-aux epilogues, one cached algorithm per
 // shape. Row-major C[m, n] = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T.
 #include <cublasLt.h>
 
@@ -22,7 +22,9 @@ namespace {
     }                                                                                           \
   } while (false)
 
-cudaDataType_t cuda_type(DType dtype) { return dtype == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t cuda_type(DType dtype) {
+  return dtype == DType::kBFloat16 ? CUDA_R_16BF : dtype == DType::kFloat16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 // Everything that selects an algorithm.
 using GemmKey = std::tuple<int64_t, int64_t, int64_t, bool, bool, int, int, int, bool>;

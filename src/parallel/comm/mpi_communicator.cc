@@ -7,7 +7,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/bf16.h"
+#include "core/float16.h"
 #include "core/check.h"
 #include "core/stream_copy.h"
 
@@ -28,7 +28,8 @@ namespace {
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return MPI_FLOAT;
-    case DType::kBFloat16: return MPI_UINT16_T;  // moved as raw bits; reductions widen to FP32
+    case DType::kBFloat16:  // moved as raw bits; reductions widen to FP32
+    case DType::kFloat16: return MPI_UINT16_T;
     case DType::kInt32: return MPI_INT32_T;
     case DType::kInt64: return MPI_INT64_T;
   }
@@ -52,11 +53,11 @@ class MpiCommunicator::Pending final : public PendingCollective {
     void* data;
     MPI_Datatype type;
   };
-  // Host view of `t` in the type MPI works on (FP32 for BF16 reductions): the tensor itself when
+  // Host view of `t` in the type MPI works on (FP32 for BF16 and FP16 reductions): the tensor itself when
   // it is a host tensor of that type, else a staging copy, filled from `t` when `copy_in` and
   // copied back into `t` by wait() when `copy_out`.
-  Host stage(Context& ctx, const Tensor& t, bool widen_bf16, bool copy_in, bool copy_out) {
-    const bool widen = widen_bf16 && t.dtype() == DType::kBFloat16;
+  Host stage(Context& ctx, const Tensor& t, bool widen_float16, bool copy_in, bool copy_out) {
+    const bool widen = widen_float16 && is_float16_dtype(t.dtype());
     if (t.device() == Device::kCpu && !widen) return {t.data(), mpi_type(t.dtype())};
     void* host = borrow(widen ? static_cast<size_t>(t.numel()) * sizeof(float) : t.bytes());
     if (copy_in) {
@@ -68,9 +69,10 @@ class MpiCommunicator::Pending final : public PendingCollective {
         bits = landing;
       }
       if (widen) {
-        const auto* from = static_cast<const bf16*>(bits);
+        const auto* from = static_cast<const uint16_t*>(bits);
         auto* to = static_cast<float*>(host);
-        for (int64_t i = 0; i < t.numel(); ++i) to[i] = from[i].to_float();
+        const bool half = t.dtype() == DType::kFloat16;
+        for (int64_t i = 0; i < t.numel(); ++i) to[i] = half ? fp16_bits_to_float(from[i]) : bf16_bits_to_float(from[i]);
       }
     }
     if (copy_out) copy_back_.push_back({t, host, widen});
@@ -83,10 +85,13 @@ class MpiCommunicator::Pending final : public PendingCollective {
     for (const CopyBack& back : copy_back_) {
       const void* bits = back.data;
       if (back.widened) {
-        auto* narrowed = back.tensor.device() == Device::kCpu ? back.tensor.data_as<bf16>()
-                                                              : static_cast<bf16*>(borrow(back.tensor.bytes()));
+        auto* narrowed = back.tensor.device() == Device::kCpu ? static_cast<uint16_t*>(back.tensor.data())
+                                                              : static_cast<uint16_t*>(borrow(back.tensor.bytes()));
         const auto* from = static_cast<const float*>(back.data);
-        for (int64_t i = 0; i < back.tensor.numel(); ++i) narrowed[i] = bf16(from[i]);
+        const bool half = back.tensor.dtype() == DType::kFloat16;
+        for (int64_t i = 0; i < back.tensor.numel(); ++i) {
+          narrowed[i] = half ? float_to_fp16_bits(from[i]) : float_to_bf16_bits(from[i]);
+        }
         bits = narrowed;
       }
       if (back.tensor.device() != Device::kCpu) {
@@ -212,7 +217,7 @@ int MpiCommunicator::checked_count(int64_t count, const char* operation) const {
 CollectiveHandle MpiCommunicator::start_all_reduce(Context& ctx, const Tensor& data, ReduceOp op) {
   if (data.numel() == 0) return {};
   auto pending = std::make_unique<Pending>(*this, "all_reduce");
-  const Pending::Host host = pending->stage(ctx, data, /*widen_bf16=*/true, /*copy_in=*/true, /*copy_out=*/true);
+  const Pending::Host host = pending->stage(ctx, data, /*widen_float16=*/true, /*copy_in=*/true, /*copy_out=*/true);
   in_pieces(host.data, data.numel(), host.type, pending->requests, [&](void* piece, int count, MPI_Request* request) {
     GPT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, piece, count, host.type, mpi_op(op), comm_, request));
   });

@@ -30,6 +30,7 @@ ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return ncclFloat32;
     case DType::kBFloat16: return ncclBfloat16;
+    case DType::kFloat16: return ncclFloat16;
     case DType::kInt32: return ncclInt32;
     case DType::kInt64: return ncclInt64;
   }

@@ -10,7 +10,7 @@
 #include "checkpoint/fletcher32.h"
 #include "checkpoint/hdf5_file.h"
 #include "checkpoint/sharded_tensor.h"
-#include "core/bf16.h"
+#include "core/float16.h"
 #include "gtest/gtest.h"
 
 namespace gpt {

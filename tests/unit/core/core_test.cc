@@ -1,9 +1,10 @@
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "core/arena.h"
-#include "core/bf16.h"
+#include "core/float16.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
@@ -34,6 +35,52 @@ TEST(Bf16, EveryBf16ValueRoundTrips) {
     EXPECT_EQ(float_to_bf16_bits(value), bits);
   }
 }
+
+TEST(Fp16, KnownValuesAndRanges) {
+  EXPECT_EQ(fp16(1.0f).bits, 0x3c00);
+  EXPECT_EQ(fp16(-2.0f).bits, 0xc000);
+  EXPECT_EQ(fp16(65504.0f).bits, 0x7bff);                // the largest finite half
+  EXPECT_EQ(fp16(65519.99f).bits, 0x7bff);               // below the tie: stays finite
+  EXPECT_EQ(fp16(65520.0f).bits, 0x7c00);                // the tie rounds to even: infinity
+  EXPECT_EQ(fp16(std::ldexp(1.0f, -14)).bits, 0x0400);   // smallest normal
+  EXPECT_EQ(fp16(std::ldexp(1.0f, -24)).bits, 0x0001);   // smallest subnormal
+  EXPECT_EQ(fp16(std::ldexp(1.0f, -25)).bits, 0x0000);   // half of it ties to even: zero
+  EXPECT_EQ(fp16(std::ldexp(3.0f, -26)).bits, 0x0001);   // 0.75 x 2^-24 rounds up
+  EXPECT_EQ(fp16(std::ldexp(3.0f, -25)).bits, 0x0002);   // 1.5 x 2^-24 ties to even: 2
+  // 1 + 2^-11 lies between 1 and 1 + 2^-10: ties to 1.
+  EXPECT_EQ(round_to_fp16(1.0f + std::ldexp(1.0f, -11)), 1.0f);
+  EXPECT_TRUE(std::isnan(round_to_fp16(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isinf(fp16_bits_to_float(0xfc00)) && fp16_bits_to_float(0xfc00) < 0);
+}
+
+#if defined(__FLT16_MAX__)
+// Against the compiler's _Float16 (IEEE binary16, conversions rounding to nearest even): every
+// half value widens the same, and FP32 values across the whole range (every 1009th bit pattern,
+// both signs, NaNs aside) narrow to the same bits.
+TEST(Fp16, MatchesTheCompilersFloat16) {
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    _Float16 h;
+    const uint16_t raw = static_cast<uint16_t>(bits);
+    std::memcpy(&h, &raw, 2);
+    const float mine = fp16_bits_to_float(raw), theirs = static_cast<float>(h);
+    if (std::isnan(theirs)) {
+      EXPECT_TRUE(std::isnan(mine)) << bits;
+      continue;
+    }
+    EXPECT_EQ(float_bits(mine), float_bits(theirs)) << bits;
+  }
+  int64_t mismatches = 0;
+  for (uint64_t bits = 0; bits < 0x100000000ull; bits += 1009) {
+    const float value = float_from_bits(static_cast<uint32_t>(bits));
+    if (std::isnan(value)) continue;
+    const _Float16 h = static_cast<_Float16>(value);
+    uint16_t theirs;
+    std::memcpy(&theirs, &h, 2);
+    mismatches += float_to_fp16_bits(value) != theirs ? 1 : 0;
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+#endif
 
 // Known-answer tests of Random123's kat_vectors for philox4x32_10.
 TEST(Philox, MatchesRandom123KnownAnswers) {

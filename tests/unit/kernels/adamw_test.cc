@@ -38,6 +38,11 @@ TEST(AdamW, SeveralStepsMatchTheTextbookUpdate) {
   EXPECT_LE(relative_error(m, mm), 1e-6);
   EXPECT_LE(relative_error(v, vv), 1e-6);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(copy.data_as<bf16>()[i].bits, float_to_bf16_bits(master.data_as<float>()[i]));
+  // An FP16 parameter copy (--fp16) is the master rounded to IEEE half.
+  Tensor half = make.poisoned(DType::kFloat16, {n});
+  ops::adamw_update(ctx, {.learning_rate = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .epsilon = 1e-8f, .step = 5},
+                    master, make.random(DType::kFloat32, {n}), m, v, half);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(half.data_as<fp16>()[i].bits, float_to_fp16_bits(master.data_as<float>()[i]));
 }
 
 // The multi-tensor update is the per-segment update, bit for bit: segments in any order, of odd

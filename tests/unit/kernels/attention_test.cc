@@ -18,7 +18,7 @@ namespace {
 using namespace testing_util;
 using reference::AttentionShape;
 
-const DType kTypes[] = {DType::kFloat32, DType::kBFloat16};
+const DType kTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
 // The dropout multipliers keep_ij / (1 - p) of the probabilities [b, heads, s, s], from
 // dropout_keeps at sample = sample_offset + batch, position = ((row_offset + head) s + i) s + j.
@@ -94,8 +94,8 @@ void check_against_reference(TensorFactory& make, DType t, const AttentionShape&
   ops::attention_backward(ctx, dqkv, dout, qkv, out, lse, static_cast<float>(scale), mask);
   const reference::Vec dqkv_want = reference::attention_backward(values(qkv), values(dout), sh, scale, keep);
   const double grad_error = relative_error(dqkv, dqkv_want);
-  EXPECT_LE(grad_error, t == DType::kBFloat16 ? 2e-2 : 1e-5);
-  std::printf("%s %s p=%.1f: out %.2e lse %.2e dqkv %.2e\n", t == DType::kBFloat16 ? "bf16" : "fp32",
+  EXPECT_LE(grad_error, is_float16_dtype(t) ? 2e-2 : 1e-5);
+  std::printf("%s %s p=%.1f: out %.2e lse %.2e dqkv %.2e\n", std::string(dtype_name(t)).c_str(),
               describe(sh).c_str(), mask.probability, out_error, lse_error, grad_error);
 }
 

@@ -9,7 +9,7 @@ namespace gpt {
 namespace {
 using namespace testing_util;
 
-const DType kTypes[] = {DType::kFloat32, DType::kBFloat16};
+const DType kTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
 TEST(CrossEntropyReference, BackwardMatchesFiniteDifferences) {
   TensorFactory make(40);

@@ -11,7 +11,7 @@ namespace gpt {
 namespace {
 using namespace testing_util;
 
-const DType kTypes[] = {DType::kFloat32, DType::kBFloat16};
+const DType kTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
 ops::DropoutMask mask_of(float probability, int64_t sample_offset, int64_t row_offset) {
   return {.probability = probability,
@@ -28,7 +28,9 @@ bool kept(const ops::DropoutMask& mask, int64_t t, int64_t i, int64_t c, int64_t
 }
 
 // The value of float v rounded to the storage type.
-double stored(DType dtype, float v) { return dtype == DType::kFloat32 ? v : bf16(v).to_float(); }
+double stored(DType dtype, float v) {
+  return dtype == DType::kFloat32 ? v : dtype == DType::kFloat16 ? round_to_fp16(v) : round_to_bf16(v);
+}
 
 TEST(Dropout, MaskIsDropoutKeepsAtTheGlobalCoordinates) {
   Context ctx = Context::cpu(1);

@@ -9,7 +9,7 @@ namespace gpt {
 namespace {
 using namespace testing_util;
 
-const DType kTypes[] = {DType::kFloat32, DType::kBFloat16};
+const DType kTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
 TEST(GeluReference, DerivativeMatchesFiniteDifferences) {
   for (double x : {-3.0, -0.7, 0.0, 0.4, 2.5}) {
@@ -57,6 +57,20 @@ TEST(Elementwise, CastsRoundToNearestEvenAndReductionsAreExactEnough) {
     ASSERT_EQ(h.data_as<bf16>()[i].bits, float_to_bf16_bits(f.data_as<float>()[i]));
     ASSERT_EQ(back.data_as<float>()[i], h.data_as<bf16>()[i].to_float());
   }
+  // FP16 the same way, and FP16 <-> BF16 through FP32 (one rounding: widening is exact); values
+  // beyond 65504 become infinite.
+  Tensor half = make.poisoned(DType::kFloat16, {1001}), brain = make.poisoned(DType::kBFloat16, {1001});
+  f.data_as<float>()[7] = 70000.0f;
+  ops::cast(ctx, half, f);
+  ops::cast(ctx, back, half);
+  ops::cast(ctx, brain, half);
+  for (int64_t i = 0; i < 1001; ++i) {
+    ASSERT_EQ(half.data_as<fp16>()[i].bits, float_to_fp16_bits(f.data_as<float>()[i]));
+    ASSERT_EQ(back.data_as<float>()[i], half.data_as<fp16>()[i].to_float());
+    ASSERT_EQ(brain.data_as<bf16>()[i].bits, float_to_bf16_bits(half.data_as<fp16>()[i].to_float()));
+  }
+  ASSERT_TRUE(std::isinf(back.data_as<float>()[7]));
+  f.data_as<float>()[7] = 1.0f;
   Tensor total = make.random(DType::kFloat32, {1}), squares = make.random(DType::kFloat32, {1});
   double sum = at(total, 0), sum_squares = at(squares, 0);
   for (int64_t i = 0; i < 1001; ++i) {
@@ -91,6 +105,23 @@ TEST(Elementwise, CountZerosAddsTheExactCount) {
   Tensor count = arena.allocate(DType::kInt64, {1});
   count.data_as<int64_t>()[0] = 5;
   ops::count_zeros(ctx, count, x);
+  EXPECT_EQ(count.data_as<int64_t>()[0], want);
+}
+
+TEST(Elementwise, CountNonFiniteCountsInfinitiesAndNans) {
+  Context ctx = Context::cpu(1);
+  TensorFactory make(8);
+  Tensor x = make.random(DType::kFloat32, {4099}, 1e30);  // huge but finite values do not count
+  const float specials[] = {INFINITY, -INFINITY, NAN, -NAN};
+  int64_t want = 2;  // already in the counter: the op adds
+  for (int64_t i = 1; i < x.numel(); i += 97) {
+    x.data_as<float>()[i] = specials[(i / 97) % 4];
+    ++want;
+  }
+  Arena arena(Device::kCpu, "count");
+  Tensor count = arena.allocate(DType::kInt64, {1});
+  count.data_as<int64_t>()[0] = 2;
+  ops::count_non_finite(ctx, count, x);
   EXPECT_EQ(count.data_as<int64_t>()[0], want);
 }
 

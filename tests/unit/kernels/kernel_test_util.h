@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/arena.h"
-#include "core/bf16.h"
+#include "core/float16.h"
 #include "core/tensor.h"
 
 namespace gpt::testing_util {
@@ -44,6 +44,7 @@ class TensorFactory {
 
   static void set(const Tensor& t, int64_t i, double v) {
     if (t.dtype() == DType::kFloat32) t.data_as<float>()[i] = static_cast<float>(v);
+    else if (t.dtype() == DType::kFloat16) t.data_as<fp16>()[i] = fp16(static_cast<float>(v));
     else t.data_as<bf16>()[i] = bf16(static_cast<float>(v));
   }
 
@@ -53,6 +54,7 @@ class TensorFactory {
 };
 
 inline double at(const Tensor& t, int64_t i) {
+  if (t.dtype() == DType::kFloat16) return t.data_as<fp16>()[i].to_float();
   return t.dtype() == DType::kFloat32 ? t.data_as<float>()[i] : t.data_as<bf16>()[i].to_float();
 }
 
@@ -74,7 +76,8 @@ inline double relative_error(const std::vector<double>& got, const std::vector<d
 }
 inline double relative_error(const Tensor& got, const std::vector<double>& want) { return relative_error(values(got), want); }
 
-// FP32 storage: only FP32 rounding; BF16 storage: the output rounding dominates.
-inline double tolerance(DType dtype) { return dtype == DType::kBFloat16 ? 1e-2 : 1e-5; }
+// FP32 storage: only FP32 rounding; BF16 or FP16 storage: the output rounding dominates (FP16 has
+// three more mantissa bits than BF16, so the same bound holds with room).
+inline double tolerance(DType dtype) { return is_float16_dtype(dtype) ? 1e-2 : 1e-5; }
 
 }  // namespace gpt::testing_util

@@ -10,7 +10,7 @@ namespace gpt {
 namespace {
 using namespace testing_util;
 
-const DType kTypes[] = {DType::kFloat32, DType::kBFloat16};
+const DType kTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 constexpr float kBase = 10000.0f;
 
 TEST(RopeReference, BackwardIsTheGradientOfForward) {

@@ -7,7 +7,7 @@ namespace gpt {
 namespace {
 using namespace testing_util;
 
-const DType kTypes[] = {DType::kFloat32, DType::kBFloat16};
+const DType kTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
 TEST(SwiGluReference, BackwardMatchesFiniteDifferences) {
   TensorFactory make(31);

@@ -7,7 +7,7 @@
 #include <numeric>
 #include <vector>
 
-#include "core/bf16.h"
+#include "core/float16.h"
 #include "gtest/gtest.h"
 #include "parallel/comm/mpi_communicator.h"
 #include "parallel/mpi_grid.h"
