@@ -282,15 +282,10 @@ absl::Status validate_arguments(Arguments& a) {
     if (!a.was_given(flag)) return invalid(absl::StrCat("missing required flag ", flag));
     GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
-  if (a.pipeline_schedule == "zb-v") {
-    return invalid(
-        "--pipeline-schedule zb-v is not run by the trainer yet (its V placement of the model chunks); "
-        "build/bin/pipeline_schedule --schedule zb-v simulates it; use zb-h1, 1f1b or interleaved");
-  }
   if (!a.pipeline_schedule.empty() && a.pipeline_schedule != "1f1b" && a.pipeline_schedule != "interleaved" &&
-      a.pipeline_schedule != "zb-h1") {
-    return invalid(absl::StrCat("--pipeline-schedule must be 1f1b, interleaved or zb-h1, got '", a.pipeline_schedule,
-                                "'"));
+      a.pipeline_schedule != "zb-h1" && a.pipeline_schedule != "zb-v") {
+    return invalid(absl::StrCat("--pipeline-schedule must be 1f1b, interleaved, zb-h1 or zb-v, got '",
+                                a.pipeline_schedule, "'"));
   }
   // The run's length: in iterations or in samples (Megatron's two ways), exactly one.
   const bool by_samples = a.was_given("--train-samples");
@@ -623,11 +618,27 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
     return invalid("pipeline layout: --num-layers, --pipeline-model-parallel-size or the number of microbatches "
                    "is too large");
   }
-  GPT_RETURN_IF_ERROR(pipeline::validate_pipeline_layout(static_cast<int>(a.num_layers), static_cast<int>(p),
-                                                          static_cast<int>(layers_per_virtual_stage),
-                                                          static_cast<int>(microbatches)));
+  const bool zero_bubble_v = a.pipeline_schedule == "zb-v";
+  if (zero_bubble_v) {
+    // ZB-V: two chunks per rank in a V; any number of microbatches (no interleaving rule on m).
+    GPT_RETURN_IF_ERROR(pipeline::virtual_pipeline_size(static_cast<int>(a.num_layers), static_cast<int>(p),
+                                                        static_cast<int>(layers_per_virtual_stage))
+                            .status());
+    if (p < 2 || virtual_pipeline_size(a) != 2) {
+      return invalid(absl::StrCat(
+          "--pipeline-schedule zb-v runs two model chunks per pipeline rank placed in a V: it needs "
+          "--pipeline-model-parallel-size > 1 (got ", p,
+          ") and --num-layers-per-virtual-pipeline-stage = --num-layers / (2 x --pipeline-model-parallel-size) or "
+          "--num-virtual-stages-per-pipeline-rank 2 (",
+          virtual_pipeline_size(a), " chunks per rank here)"));
+    }
+  } else {
+    GPT_RETURN_IF_ERROR(pipeline::validate_pipeline_layout(static_cast<int>(a.num_layers), static_cast<int>(p),
+                                                            static_cast<int>(layers_per_virtual_stage),
+                                                            static_cast<int>(microbatches)));
+  }
   // The schedule the layout runs: 1f1b and zb-h1 run one model chunk per rank, interleaved more.
-  if (!a.pipeline_schedule.empty()) {
+  if (!a.pipeline_schedule.empty() && !zero_bubble_v) {
     const int v = virtual_pipeline_size(a);
     if (v > 1 && a.pipeline_schedule != "interleaved") {
       return invalid(absl::StrCat(

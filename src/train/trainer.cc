@@ -153,10 +153,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   // This rank's chunks, their parameters (one store, so the flat buffers cover every chunk) and
   // the schedules that drive them.
   const PipelineLayout pipeline = pipeline_layout(args, shape, grid.coordinates(), t->microbatches_);
-  std::vector<ParamSpec> specs;
-  for (const ChunkLayout& chunk : pipeline.chunks) {
-    for (ParamSpec& spec : chunk_param_specs(t->specs_, chunk)) specs.push_back(std::move(spec));
-  }
+  std::vector<ParamSpec> specs = rank_param_specs(t->specs_, pipeline);
+  t->loss_on_first_stage_ = pipeline.placement == pipeline::Placement::kV;
   const size_t params_begin = t->arena_.used_bytes();
   t->params_ = std::make_unique<ParamStore>(
       ShardPlan(std::move(specs), shard_plan_config_from(args, shape, grid.coordinates())), t->config_.dtype,
@@ -281,6 +279,9 @@ double Trainer::mean_token_loss(int64_t microbatches, int64_t ranks) const {
 
 double Trainer::read_and_reduce_loss(int64_t microbatches) {
   if (grid_.data().size() > 1) grid_.data().all_reduce(ctx_, loss_sum_, ReduceOp::kSum);
+  // ZB-V computes the loss on the first pipeline rank; the logging rank (Megatron's last) and the
+  // finiteness check of every stage take it from the pipeline group, whose other ranks add zero.
+  if (loss_on_first_stage_ && grid_.pipeline().size() > 1) grid_.pipeline().all_reduce(ctx_, loss_sum_, ReduceOp::kSum);
   return mean_token_loss(microbatches, data_parallel_size_);
 }
 

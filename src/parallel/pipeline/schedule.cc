@@ -543,7 +543,12 @@ absl::StatusOr<Schedule> lower_compute_orders(int p, int v, int m, const std::ve
                                                      to_string(order[position[static_cast<size_t>(r)]])));
     }
   }
-  for (int pass = 0; pass < kPasses; ++pass) {
+  // Orders of forwards alone (evaluation) lower to a forward-only schedule.
+  bool forward_only = true;
+  for (const std::vector<Instruction>& order : orders) {
+    for (const Instruction& i : order) forward_only = forward_only && i.op == Op::kForward;
+  }
+  for (int pass = 0; pass < (forward_only ? 1 : kPasses); ++pass) {
     for (size_t k = 0; k < end[static_cast<size_t>(pass)].size(); ++k) {
       if (end[static_cast<size_t>(pass)][k] >= 0) continue;
       const int stage = static_cast<int>(k) / m;
@@ -614,7 +619,18 @@ absl::StatusOr<Schedule> lower_compute_orders(int p, int v, int m, const std::ve
   return schedule;
 }
 
-absl::StatusOr<Schedule> make_forward_only_schedule(int p, int v, int m) {
+absl::StatusOr<Schedule> make_forward_only_schedule(int p, int v, int m, Placement placement) {
+  if (placement == Placement::kV) {
+    // ZB-V's forwards in the training order: the same stash slots, and the turn's hand-off.
+    if (v != 2 || p < 2) return make_schedule(ScheduleKind::kZeroBubbleV, p, v, m).status();
+    if (absl::Status status = check_counts(p, v, m); !status.ok()) return status;
+    absl::StatusOr<std::vector<std::vector<Instruction>>> orders = zero_bubble_v_orders(p, m);
+    if (!orders.ok()) return orders.status();
+    for (std::vector<Instruction>& order : *orders) {
+      std::erase_if(order, [](const Instruction& i) { return i.op != Op::kForward; });
+    }
+    return lower_compute_orders(p, v, m, *orders, {}, Placement::kV);
+  }
   if (absl::Status status = check_sizes(p, v, m); !status.ok()) return status;
   Schedule schedule{p, v, m, {}};
   for (int rank = 0; rank < p; ++rank) {
@@ -639,6 +655,10 @@ int expected_peak_live(ScheduleKind kind, int p, int v, int m, int rank) {
     case ScheduleKind::kZeroBubbleV: return std::min(2 * p, 2 * m);
   }
   return 0;
+}
+
+Placement schedule_placement(ScheduleKind kind) {
+  return kind == ScheduleKind::kZeroBubbleV ? Placement::kV : Placement::kLoop;
 }
 
 int virtual_stage(Placement placement, int p, int rank, int chunk) {
