@@ -181,8 +181,6 @@ TEST(MemoryPlan, ZeroBubbleVHoldsTheHeadOnTheFirstStage) {
     EXPECT_LE(v->parameters, v->allocated->parameters);
     const int64_t closed = v->parameters + v->gradients + v->optimizer_state + v->activations;
     EXPECT_LE(closed, v->allocated->total());
-    // The last stage holds no head under the V: the worst stage is the first.
-    EXPECT_GT(v->allocated->parameters, 0);
   }
 }
 
