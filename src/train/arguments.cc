@@ -624,11 +624,14 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
     GPT_RETURN_IF_ERROR(pipeline::virtual_pipeline_size(static_cast<int>(a.num_layers), static_cast<int>(p),
                                                         static_cast<int>(layers_per_virtual_stage))
                             .status());
-    if (p < 2 || virtual_pipeline_size(a) != 2) {
+    if (p < 2) {
+      return invalid("--pipeline-schedule zb-v runs two model chunks per pipeline rank placed in a V: it needs "
+                     "--pipeline-model-parallel-size > 1");
+    }
+    if (virtual_pipeline_size(a) != 2) {
       return invalid(absl::StrCat(
-          "--pipeline-schedule zb-v runs two model chunks per pipeline rank placed in a V: it needs "
-          "--pipeline-model-parallel-size > 1 (got ", p,
-          ") and --num-layers-per-virtual-pipeline-stage = --num-layers / (2 x --pipeline-model-parallel-size) or "
+          "--pipeline-schedule zb-v runs two model chunks per pipeline rank placed in a V: give "
+          "--num-layers-per-virtual-pipeline-stage = --num-layers / (2 x --pipeline-model-parallel-size) or "
           "--num-virtual-stages-per-pipeline-rank 2 (",
           virtual_pipeline_size(a), " chunks per rank here)"));
     }
