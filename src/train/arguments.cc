@@ -283,8 +283,8 @@ absl::Status validate_arguments(Arguments& a) {
     GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
   if (!a.pipeline_schedule.empty() && a.pipeline_schedule != "1f1b" && a.pipeline_schedule != "interleaved" &&
-      a.pipeline_schedule != "zb-h1" && a.pipeline_schedule != "zb-v") {
-    return invalid(absl::StrCat("--pipeline-schedule must be 1f1b, interleaved, zb-h1 or zb-v, got '",
+      a.pipeline_schedule != "zb-h1" && a.pipeline_schedule != "zb-v" && a.pipeline_schedule != "auto") {
+    return invalid(absl::StrCat("--pipeline-schedule must be 1f1b, interleaved, zb-h1, zb-v or auto, got '",
                                 a.pipeline_schedule, "'"));
   }
   // The run's length: in iterations or in samples (Megatron's two ways), exactly one.
@@ -554,6 +554,7 @@ int virtual_pipeline_size(const Arguments& a) {
 
 pipeline::ScheduleKind pipeline_schedule_kind(const Arguments& a) {
   if (a.pipeline_schedule.empty()) return pipeline::default_schedule_kind(virtual_pipeline_size(a));
+  GPT_CHECK(a.pipeline_schedule != "auto") << "--pipeline-schedule auto used before the launcher chose the schedule";
   absl::StatusOr<pipeline::ScheduleKind> kind = pipeline::parse_schedule_kind(a.pipeline_schedule);
   GPT_CHECK(kind.ok()) << "--pipeline-schedule: " << kind.status();
   return *kind;
@@ -619,11 +620,16 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
                    "is too large");
   }
   const bool zero_bubble_v = a.pipeline_schedule == "zb-v";
+  // auto chooses among the schedules of the layout's chunks (train/schedule_choice.h): with two
+  // chunks per rank ZB-V runs any number of microbatches, so the interleaved rule on m is only
+  // checked where no other schedule can run.
+  const bool automatic = a.pipeline_schedule == "auto";
+  const absl::StatusOr<int> chunks = pipeline::virtual_pipeline_size(
+      static_cast<int>(a.num_layers), static_cast<int>(p), static_cast<int>(layers_per_virtual_stage));
+  const bool v_possible = automatic && p > 1 && chunks.ok() && *chunks == 2;
   if (zero_bubble_v) {
     // ZB-V: two chunks per rank in a V; any number of microbatches (no interleaving rule on m).
-    GPT_RETURN_IF_ERROR(pipeline::virtual_pipeline_size(static_cast<int>(a.num_layers), static_cast<int>(p),
-                                                        static_cast<int>(layers_per_virtual_stage))
-                            .status());
+    GPT_RETURN_IF_ERROR(chunks.status());
     if (p < 2) {
       return invalid("--pipeline-schedule zb-v runs two model chunks per pipeline rank placed in a V: it needs "
                      "--pipeline-model-parallel-size > 1");
@@ -635,13 +641,13 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
           "--num-virtual-stages-per-pipeline-rank 2 (",
           virtual_pipeline_size(a), " chunks per rank here)"));
     }
-  } else {
+  } else if (!v_possible) {
     GPT_RETURN_IF_ERROR(pipeline::validate_pipeline_layout(static_cast<int>(a.num_layers), static_cast<int>(p),
                                                             static_cast<int>(layers_per_virtual_stage),
                                                             static_cast<int>(microbatches)));
   }
   // The schedule the layout runs: 1f1b and zb-h1 run one model chunk per rank, interleaved more.
-  if (!a.pipeline_schedule.empty() && !zero_bubble_v) {
+  if (!a.pipeline_schedule.empty() && !zero_bubble_v && !automatic) {
     const int v = virtual_pipeline_size(a);
     if (v > 1 && a.pipeline_schedule != "interleaved") {
       return invalid(absl::StrCat(

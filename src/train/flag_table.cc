@@ -93,7 +93,8 @@ constexpr FlagRow kRows[] = {
     row("--pipeline-schedule", &A::pipeline_schedule,
         "1f1b, interleaved (with model chunks), zb-h1 (zero bubble: each backward split into its input and "
         "weight gradients, the weight gradients filling 1F1B's bubble; one model chunk per rank) or zb-v (zero "
-        "bubble with two model chunks per rank placed in a V, the loss on the first rank); default: "
+        "bubble with two model chunks per rank placed in a V, the loss on the first rank) or auto (the "
+        "fastest of the layout's schedules in simulation whose memory plan fits, said at start-up); default: "
         "interleaved with model chunks, else 1f1b (not a Megatron flag)")
         .shown(kNoneIfEmpty)
         .megatron(kOwn),

@@ -310,7 +310,7 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
                  "--num-virtual-stages-per-pipeline-rank", "3"),
             "--pipeline-schedule", "zb-v"),
        "(3 chunks per rank here)", 2},
-      {with(base_flags(), "--pipeline-schedule", "gpipe"), "--pipeline-schedule must be 1f1b, interleaved, zb-h1 or zb-v"},
+      {with(base_flags(), "--pipeline-schedule", "gpipe"), "--pipeline-schedule must be 1f1b, interleaved, zb-h1, zb-v or auto"},
       {with(with(with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--num-layers", "8"),
                  "--num-layers-per-virtual-pipeline-stage", "2"),
             "--pipeline-schedule", "zb-h1"),
