@@ -83,7 +83,13 @@ void ForwardBackward::attach(std::vector<pipeline::Stage*> chunks, Arena& arena)
 
 void ForwardBackward::run(Context& ctx, Communicator& pipeline, Pass pass) {
   GPT_CHECK(executor_ != nullptr) << "forward_backward before the model chunks were attached";
+  executor_->set_recording(recording_ && pass == Pass::kTrain);
   executor_->run(ctx, pipeline, schedule(pass).ranks[static_cast<size_t>(layout_.pipeline_rank)]);
+}
+
+const std::vector<std::pair<double, double>>& ForwardBackward::timeline() const {
+  GPT_CHECK(executor_ != nullptr) << "timeline before the model chunks were attached";
+  return executor_->timeline();
 }
 
 }  // namespace gpt

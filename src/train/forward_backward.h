@@ -62,11 +62,17 @@ class ForwardBackward {
 
   const pipeline::Schedule& schedule(Pass pass) const { return pass == Pass::kTrain ? train_ : evaluate_; }
 
+  // Training passes keep this rank's measured timeline (pipeline::Executor::timeline: [start, end]
+  // seconds of each compute step of the last training pass), waiting for the device at each step.
+  void record_timeline(bool on) { recording_ = on; }
+  const std::vector<std::pair<double, double>>& timeline() const;
+
  private:
   PipelineLayout layout_;
   pipeline::Schedule train_, evaluate_;
   std::vector<int> slots_, depths_;
   std::unique_ptr<pipeline::Executor> executor_;
+  bool recording_ = false;
 };
 
 }  // namespace gpt

@@ -9,12 +9,10 @@
 #include "train/trainer.h"
 
 namespace gpt {
-namespace {
 
 using pipeline::ScheduleKind;
 
-// The kinds the layout's chunks can run, Megatron's first.
-std::vector<ScheduleKind> candidate_kinds(int p, int v, int m) {
+std::vector<ScheduleKind> schedule_candidates(int p, int v, int m) {
   if (p == 1) return {ScheduleKind::kOneFOneB};
   if (v == 1) return {ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1};
   std::vector<ScheduleKind> kinds;
@@ -22,8 +20,6 @@ std::vector<ScheduleKind> candidate_kinds(int p, int v, int m) {
   if (v == 2) kinds.push_back(ScheduleKind::kZeroBubbleV);
   return kinds;
 }
-
-}  // namespace
 
 StageCosts stage_costs_from_flops(const Arguments& a, int64_t vocab_size) {
   const ModelConfig config = model_config_from(a);
@@ -93,7 +89,7 @@ absl::StatusOr<ScheduleChoice> choose_schedule(const Arguments& args, int64_t wo
                                                    " virtual stages; the layout has ", stages));
   }
   ScheduleChoice choice;
-  for (ScheduleKind kind : candidate_kinds(p, v, m)) {
+  for (ScheduleKind kind : schedule_candidates(p, v, m)) {
     ScheduleCandidate candidate{.kind = kind};
     GPT_ASSIGN_OR_RETURN(const pipeline::Schedule schedule, pipeline::make_schedule(kind, p, v, m));
     GPT_ASSIGN_OR_RETURN(

@@ -53,8 +53,11 @@ struct ScheduleChoice {
   std::string explanation;
 };
 
-// The schedules the layout's chunks can run (v = 1: 1f1b, zb-h1; v = 2: interleaved when m is a
-// multiple of p, zb-v; v > 2: interleaved; p = 1: 1f1b), each simulated with `costs` and planned
+// The schedules the layout's chunks can run, Megatron's first: v = 1: 1f1b, zb-h1; v = 2:
+// interleaved when m is a multiple of p, zb-v; v > 2: interleaved; p = 1: 1f1b.
+std::vector<pipeline::ScheduleKind> schedule_candidates(int pipeline_size, int virtual_size, int microbatches);
+
+// The candidates (schedule_candidates), each simulated with `costs` and planned
 // against `budget`; the fastest that fits, Megatron's schedule on a tie (within 1e-9 relative) or
 // when none fits (the memory check then refuses the run). `args` validated, its
 // --pipeline-schedule ignored.

@@ -208,6 +208,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   phase_timer::set_enabled(args.timing_log_level >= 2);
   t->memory_gathered_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats * grid.world_size()});
   t->memory_ = t->memory_figures(pipeline, static_cast<double>(chunks_end - chunks_begin));
+  if (args.timing_log_level >= 2 && !args.metrics_file.empty() && shape.pipeline > 1) {
+    // The measured pipeline timeline goes to the metrics file with each log line.
+    t->timeline_ = std::make_unique<TimelineGather>(t->forward_backward_->schedule(Pass::kTrain), pipeline.schedule,
+                                                    args.num_layers, t->arena_);
+    t->forward_backward_->record_timeline(true);
+  }
   t->arena_.freeze();
   t->schedule_ = lr_schedule_config(args);  // in samples, from iteration- or sample-based flags
   return t;
@@ -583,6 +589,8 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       const std::vector<PhaseTiming> timers =
           timing_ ? phase_timings(iterations_in_interval, /*reset=*/interval_end)  // collective
                   : std::vector<PhaseTiming>{};
+      std::optional<MeasuredTimeline> timeline;  // of this iteration, gathered over the pipeline group
+      if (timeline_) timeline = timeline_->gather(ctx_, grid_.pipeline(), forward_backward_->timeline(), iteration_);
       if (logging) {
         const std::string timestamp = current_timestamp();
         std::printf("%s\n", format_log_line(log, timestamp, {.throughput = args_.log_throughput}).c_str());
@@ -602,6 +610,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
             m.device_memory_bytes = static_cast<int64_t>(cuda::device_memory_used_bytes());
           }
           metrics->write(iteration_record(m));
+          if (timeline) metrics->write(timeline_record(*timeline));
         }
         if (!memory_reported && ctx_.device() == Device::kCuda) {
           // Megatron's report after the first interval. Memory is allocated once at start-up

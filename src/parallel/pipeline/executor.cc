@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/phase_timer.h"
+#include "core/timer.h"
 #include "kernels/ops.h"
 
 namespace gpt::pipeline {
@@ -194,6 +195,8 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
       if (i.op == Op::kBackward || i.op == Op::kBackwardWeight) last_backward_[i.chunk] = i.microbatch;
     }
   }
+  if (recording_) timeline_.clear();  // a run without recording leaves the last recorded one
+  const Stopwatch since_start;
   for (const Step& step : steps) {
     GPT_CHECK(!step.instructions.empty()) << "empty pipeline step";
     const Instruction& first = step.instructions.front();
@@ -203,54 +206,66 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
       continue;
     }
     GPT_CHECK_EQ(step.instructions.size(), 1u) << "a compute step holds one instruction";
-    GPT_CHECK(first.chunk >= 0 && first.chunk < static_cast<int>(chunks_.size())) << "chunk " << first.chunk;
-    const size_t c = static_cast<size_t>(first.chunk);
-    const Key key{first.chunk, first.microbatch};
-    Stage& stage = *chunks_[c];
-    const phase_timer::Scope timed(
-        ctx, first.op == Op::kForward ? phase_timer::Phase::kForwardCompute : phase_timer::Phase::kBackwardCompute);
-    if (first.op == Op::kForward) {
-      const int slot = acquire(first.chunk, first.microbatch);
-      std::optional<Tensor> input;
-      if (!first_virtual_stage(first.chunk)) input = activations_[c][static_cast<size_t>(slot)];
-      std::optional<Tensor> output = stage.forward(ctx, slot, first.microbatch, input);
-      GPT_CHECK(output.has_value() != last_virtual_stage(first.chunk)) << "stage output of chunk " << first.chunk;
-      if (output && hands_over(first.chunk)) {
-        // The V's turn: chunk 1's receive buffer takes the activation, as a transfer would fill it.
-        const Tensor& next = activations_[1][static_cast<size_t>(acquire(1, first.microbatch))];
-        ops::copy(ctx, next, *output);
-        if (has_backward_.count(key) == 0) release(first.chunk, first.microbatch);
-      } else if (output && size_ > 1) {
-        outputs_[key] = *output;  // the slot is released when it has been sent (forward only)
-      } else if (has_backward_.count(key) == 0) {
-        release(first.chunk, first.microbatch);
-      }
-    } else if (first.op == Op::kBackwardWeight) {
-      stage.backward_weight(ctx, slot_of(first.chunk, first.microbatch), first.microbatch);
-      release(first.chunk, first.microbatch);
-    } else {
-      const int slot = slot_of(first.chunk, first.microbatch);
-      std::optional<Tensor> grad_output;
-      if (!last_virtual_stage(first.chunk)) grad_output = gradients_[c][static_cast<size_t>(slot)];
-      const bool last_of_step = last_backward_.at(first.chunk) == first.microbatch;
-      const bool split = first.op == Op::kBackwardInput;
-      std::optional<Tensor> grad_input =
-          split ? stage.backward_input(ctx, slot, first.microbatch, grad_output, last_of_step)
-                : stage.backward(ctx, slot, first.microbatch, grad_output, last_of_step);
-      if (grad_input && size_ > 1 && !first_virtual_stage(first.chunk)) {
-        if (first.chunk == 1 && where_.has_turn()) {
-          // The V's turn: chunk 0's gradient buffer of the microbatch takes chunk 1's input gradient.
-          ops::copy(ctx, gradients_[0][static_cast<size_t>(slot_of(0, first.microbatch))], *grad_input);
-        } else {
-          input_gradients_[key] = *grad_input;
-        }
-      }
-      if (!split) release(first.chunk, first.microbatch);  // a split backward's slot waits for its W
+    if (recording_) {
+      ctx.synchronize();
+      timeline_.push_back({since_start.elapsed_seconds(), 0.0});
+    }
+    compute(ctx, first);
+    if (recording_) {
+      ctx.synchronize();
+      timeline_.back().second = since_start.elapsed_seconds();
     }
   }
   GPT_CHECK(taken_.empty() && outputs_.empty() && input_gradients_.empty())
       << "pipeline steps ended with " << taken_.size() << " microbatches in flight and "
       << outputs_.size() + input_gradients_.size() << " results never sent";
+}
+
+void Executor::compute(Context& ctx, const Instruction& first) {
+  GPT_CHECK(first.chunk >= 0 && first.chunk < static_cast<int>(chunks_.size())) << "chunk " << first.chunk;
+  const size_t c = static_cast<size_t>(first.chunk);
+  const Key key{first.chunk, first.microbatch};
+  Stage& stage = *chunks_[c];
+  const phase_timer::Scope timed(
+      ctx, first.op == Op::kForward ? phase_timer::Phase::kForwardCompute : phase_timer::Phase::kBackwardCompute);
+  if (first.op == Op::kForward) {
+    const int slot = acquire(first.chunk, first.microbatch);
+    std::optional<Tensor> input;
+    if (!first_virtual_stage(first.chunk)) input = activations_[c][static_cast<size_t>(slot)];
+    std::optional<Tensor> output = stage.forward(ctx, slot, first.microbatch, input);
+    GPT_CHECK(output.has_value() != last_virtual_stage(first.chunk)) << "stage output of chunk " << first.chunk;
+    if (output && hands_over(first.chunk)) {
+      // The V's turn: chunk 1's receive buffer takes the activation, as a transfer would fill it.
+      const Tensor& next = activations_[1][static_cast<size_t>(acquire(1, first.microbatch))];
+      ops::copy(ctx, next, *output);
+      if (has_backward_.count(key) == 0) release(first.chunk, first.microbatch);
+    } else if (output && size_ > 1) {
+      outputs_[key] = *output;  // the slot is released when it has been sent (forward only)
+    } else if (has_backward_.count(key) == 0) {
+      release(first.chunk, first.microbatch);
+    }
+  } else if (first.op == Op::kBackwardWeight) {
+    stage.backward_weight(ctx, slot_of(first.chunk, first.microbatch), first.microbatch);
+    release(first.chunk, first.microbatch);
+  } else {
+    const int slot = slot_of(first.chunk, first.microbatch);
+    std::optional<Tensor> grad_output;
+    if (!last_virtual_stage(first.chunk)) grad_output = gradients_[c][static_cast<size_t>(slot)];
+    const bool last_of_step = last_backward_.at(first.chunk) == first.microbatch;
+    const bool split = first.op == Op::kBackwardInput;
+    std::optional<Tensor> grad_input =
+        split ? stage.backward_input(ctx, slot, first.microbatch, grad_output, last_of_step)
+              : stage.backward(ctx, slot, first.microbatch, grad_output, last_of_step);
+    if (grad_input && size_ > 1 && !first_virtual_stage(first.chunk)) {
+      if (first.chunk == 1 && where_.has_turn()) {
+        // The V's turn: chunk 0's gradient buffer of the microbatch takes chunk 1's input gradient.
+        ops::copy(ctx, gradients_[0][static_cast<size_t>(slot_of(0, first.microbatch))], *grad_input);
+      } else {
+        input_gradients_[key] = *grad_input;
+      }
+    }
+    if (!split) release(first.chunk, first.microbatch);  // a split backward's slot waits for its W
+  }
 }
 
 }  // namespace gpt::pipeline

@@ -58,6 +58,12 @@ class Executor {
   // r is pipeline stage r). Every microbatch taken is released by the end.
   void run(Context& ctx, Communicator& pipeline, std::span<const Step> steps);
 
+  // With recording on, run() keeps the [start, end] of each compute step, in seconds from the start
+  // of the run, in the steps' order (the device waited for after each step, so the times are the
+  // work's, not its launch's): the measured per-rank timeline of the last run recorded.
+  void set_recording(bool on) { recording_ = on; }
+  const std::vector<std::pair<double, double>>& timeline() const { return timeline_; }
+
  private:
   using Key = std::pair<int, int>;  // (chunk, microbatch)
   int acquire(int chunk, int microbatch);
@@ -70,6 +76,7 @@ class Executor {
   // Chunk 0 at the V's turn: its activation goes to chunk 1 on this rank.
   bool hands_over(int chunk) const { return chunk == 0 && where_.has_turn(); }
   void transfer(Context& ctx, Communicator& pipeline, const Step& step);
+  void compute(Context& ctx, const Instruction& instruction);  // one compute step
 
   RankStages where_;
   int rank_, size_;
@@ -82,6 +89,8 @@ class Executor {
   std::map<Key, Tensor> input_gradients_;  // backward results waiting to be sent
   std::set<Key> has_backward_;              // of the steps being run
   std::map<int, int> last_backward_;        // chunk -> the microbatch of its last backward (or W) in the steps
+  bool recording_ = false;
+  std::vector<std::pair<double, double>> timeline_;  // per compute step of the last run, seconds
 };
 
 }  // namespace gpt::pipeline
