@@ -287,6 +287,13 @@ absl::Status validate_arguments(Arguments& a) {
     return invalid(absl::StrCat("--pipeline-schedule must be 1f1b, interleaved, zb-h1, zb-v or auto, got '",
                                 a.pipeline_schedule, "'"));
   }
+  if (a.was_given("--pipeline-schedule-costs") && a.pipeline_schedule != "auto") {
+    return invalid("--pipeline-schedule-costs gives the costs --pipeline-schedule auto chooses by; it needs "
+                   "--pipeline-schedule auto");
+  }
+  if (a.was_given("--pipeline-schedule-costs") && a.pipeline_schedule_costs.empty()) {
+    return invalid("--pipeline-schedule-costs needs a path (got an empty one)");
+  }
   // The run's length: in iterations or in samples (Megatron's two ways), exactly one.
   const bool by_samples = a.was_given("--train-samples");
   if (by_samples == a.was_given("--train-iters")) {

@@ -98,6 +98,11 @@ constexpr FlagRow kRows[] = {
         "interleaved with model chunks, else 1f1b (not a Megatron flag)")
         .shown(kNoneIfEmpty)
         .megatron(kOwn),
+    row("--pipeline-schedule-costs", &A::pipeline_schedule_costs,
+        "With --pipeline-schedule auto: the F, B and W costs measured in this metrics file's last pipeline "
+        "timeline (written with --timing-log-level 2) instead of FLOP counts (not a Megatron flag)")
+        .shown(kNoneIfEmpty)
+        .megatron(kOwn),
     row("--sequence-parallel", &A::sequence_parallel, "Split activations along the sequence across TP"),
     row("--use-distributed-optimizer", &A::use_distributed_optimizer, "Shard optimizer state across DP (ZeRO-1)"),
     row("--overlap-grad-reduce", &A::overlap_grad_reduce, "Overlap gradient reduction with backward"),

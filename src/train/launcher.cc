@@ -14,6 +14,7 @@
 #include "parallel/mpi_grid.h"
 #include "train/fault_injection.h"
 #include "train/memory_plan.h"
+#include "train/pipeline_timeline.h"
 #include "train/schedule_choice.h"
 #include "train/rank_agreement.h"
 #include "train/trainer.h"
@@ -133,9 +134,13 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
   // --pipeline-schedule auto: every rank makes the same choice; rank 0 says which and why.
   if (args.pipeline_schedule == "auto") {
     const int64_t vocabulary = vocabulary_before_data(args);
+    absl::StatusOr<StageCosts> costs = args.pipeline_schedule_costs.empty()
+                                           ? absl::StatusOr<StageCosts>(stage_costs_from_flops(args, vocabulary))
+                                           : measured_stage_costs(args);
     absl::StatusOr<ScheduleChoice> choice =
-        choose_schedule(args, mpi.world_size(), vocabulary, stage_costs_from_flops(args, vocabulary),
-                        this_rank_memory_budget(args, ranks_per_gpu));
+        costs.ok() ? choose_schedule(args, mpi.world_size(), vocabulary, *costs,
+                                     this_rank_memory_budget(args, ranks_per_gpu))
+                   : absl::StatusOr<ScheduleChoice>(costs.status());
     status = choice.status();
     if (choice.ok()) {
       args.pipeline_schedule = pipeline::to_string(choice->kind);

@@ -307,6 +307,25 @@ StageCosts stage_costs_from_timeline(const MeasuredTimeline& t, const std::strin
   return costs;
 }
 
+absl::StatusOr<StageCosts> measured_stage_costs(const Arguments& args) {
+  const std::string& path = args.pipeline_schedule_costs;
+  absl::StatusOr<MeasuredTimeline> timeline = read_last_timeline(path);
+  if (!timeline.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--pipeline-schedule-costs: ", timeline.status().message()));
+  }
+  const int v = virtual_pipeline_size(args);
+  if (timeline->pipeline_size != args.pipeline_model_parallel_size || timeline->virtual_size != v ||
+      timeline->num_layers != args.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-schedule-costs ", path, " was measured on PP ", timeline->pipeline_size, " with ",
+        timeline->virtual_size, " chunks per rank and ", timeline->num_layers, " layers; this run has PP ",
+        args.pipeline_model_parallel_size, ", ", v, " chunks per rank and ", args.num_layers, " layers"));
+  }
+  return stage_costs_from_timeline(
+      *timeline, absl::StrCat("measured in ", path, " (iteration ", timeline->iteration, ", ", timeline->schedule,
+                              "; mean F, B, W per virtual stage)"));
+}
+
 pipeline::SimulationReport measured_report(const MeasuredTimeline& t) {
   pipeline::SimulationReport report;
   for (const std::vector<TimedPass>& passes : t.ranks) {

@@ -72,6 +72,10 @@ absl::StatusOr<MeasuredTimeline> read_last_timeline(const std::string& path);
 // has none).
 StageCosts stage_costs_from_timeline(const MeasuredTimeline& timeline, const std::string& source);
 
+// --pipeline-schedule-costs: the costs of the metrics file's last timeline, which must have been
+// measured on the layout of `args` (pipeline size, chunks per rank, layers); errors name the flag.
+absl::StatusOr<StageCosts> measured_stage_costs(const Arguments& args);
+
 // The measured timeline as a simulation report (each rank's busy time, idle time against the
 // latest finish, the bubble fraction as the simulator defines it), for comparison and drawing.
 pipeline::SimulationReport measured_report(const MeasuredTimeline& timeline);
