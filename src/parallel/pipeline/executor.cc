@@ -221,50 +221,50 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
       << outputs_.size() + input_gradients_.size() << " results never sent";
 }
 
-void Executor::compute(Context& ctx, const Instruction& first) {
-  GPT_CHECK(first.chunk >= 0 && first.chunk < static_cast<int>(chunks_.size())) << "chunk " << first.chunk;
-  const size_t c = static_cast<size_t>(first.chunk);
-  const Key key{first.chunk, first.microbatch};
+void Executor::compute(Context& ctx, const Instruction& step) {
+  GPT_CHECK(step.chunk >= 0 && step.chunk < static_cast<int>(chunks_.size())) << "chunk " << step.chunk;
+  const size_t c = static_cast<size_t>(step.chunk);
+  const Key key{step.chunk, step.microbatch};
   Stage& stage = *chunks_[c];
   const phase_timer::Scope timed(
-      ctx, first.op == Op::kForward ? phase_timer::Phase::kForwardCompute : phase_timer::Phase::kBackwardCompute);
-  if (first.op == Op::kForward) {
-    const int slot = acquire(first.chunk, first.microbatch);
+      ctx, step.op == Op::kForward ? phase_timer::Phase::kForwardCompute : phase_timer::Phase::kBackwardCompute);
+  if (step.op == Op::kForward) {
+    const int slot = acquire(step.chunk, step.microbatch);
     std::optional<Tensor> input;
-    if (!first_virtual_stage(first.chunk)) input = activations_[c][static_cast<size_t>(slot)];
-    std::optional<Tensor> output = stage.forward(ctx, slot, first.microbatch, input);
-    GPT_CHECK(output.has_value() != last_virtual_stage(first.chunk)) << "stage output of chunk " << first.chunk;
-    if (output && hands_over(first.chunk)) {
+    if (!first_virtual_stage(step.chunk)) input = activations_[c][static_cast<size_t>(slot)];
+    std::optional<Tensor> output = stage.forward(ctx, slot, step.microbatch, input);
+    GPT_CHECK(output.has_value() != last_virtual_stage(step.chunk)) << "stage output of chunk " << step.chunk;
+    if (output && hands_over(step.chunk)) {
       // The V's turn: chunk 1's receive buffer takes the activation, as a transfer would fill it.
-      const Tensor& next = activations_[1][static_cast<size_t>(acquire(1, first.microbatch))];
+      const Tensor& next = activations_[1][static_cast<size_t>(acquire(1, step.microbatch))];
       ops::copy(ctx, next, *output);
-      if (has_backward_.count(key) == 0) release(first.chunk, first.microbatch);
+      if (has_backward_.count(key) == 0) release(step.chunk, step.microbatch);
     } else if (output && size_ > 1) {
       outputs_[key] = *output;  // the slot is released when it has been sent (forward only)
     } else if (has_backward_.count(key) == 0) {
-      release(first.chunk, first.microbatch);
+      release(step.chunk, step.microbatch);
     }
-  } else if (first.op == Op::kBackwardWeight) {
-    stage.backward_weight(ctx, slot_of(first.chunk, first.microbatch), first.microbatch);
-    release(first.chunk, first.microbatch);
+  } else if (step.op == Op::kBackwardWeight) {
+    stage.backward_weight(ctx, slot_of(step.chunk, step.microbatch), step.microbatch);
+    release(step.chunk, step.microbatch);
   } else {
-    const int slot = slot_of(first.chunk, first.microbatch);
+    const int slot = slot_of(step.chunk, step.microbatch);
     std::optional<Tensor> grad_output;
-    if (!last_virtual_stage(first.chunk)) grad_output = gradients_[c][static_cast<size_t>(slot)];
-    const bool last_of_step = last_backward_.at(first.chunk) == first.microbatch;
-    const bool split = first.op == Op::kBackwardInput;
+    if (!last_virtual_stage(step.chunk)) grad_output = gradients_[c][static_cast<size_t>(slot)];
+    const bool last_of_step = last_backward_.at(step.chunk) == step.microbatch;
+    const bool split = step.op == Op::kBackwardInput;
     std::optional<Tensor> grad_input =
-        split ? stage.backward_input(ctx, slot, first.microbatch, grad_output, last_of_step)
-              : stage.backward(ctx, slot, first.microbatch, grad_output, last_of_step);
-    if (grad_input && size_ > 1 && !first_virtual_stage(first.chunk)) {
-      if (first.chunk == 1 && where_.has_turn()) {
+        split ? stage.backward_input(ctx, slot, step.microbatch, grad_output, last_of_step)
+              : stage.backward(ctx, slot, step.microbatch, grad_output, last_of_step);
+    if (grad_input && size_ > 1 && !first_virtual_stage(step.chunk)) {
+      if (step.chunk == 1 && where_.has_turn()) {
         // The V's turn: chunk 0's gradient buffer of the microbatch takes chunk 1's input gradient.
-        ops::copy(ctx, gradients_[0][static_cast<size_t>(slot_of(0, first.microbatch))], *grad_input);
+        ops::copy(ctx, gradients_[0][static_cast<size_t>(slot_of(0, step.microbatch))], *grad_input);
       } else {
         input_gradients_[key] = *grad_input;
       }
     }
-    if (!split) release(first.chunk, first.microbatch);  // a split backward's slot waits for its W
+    if (!split) release(step.chunk, step.microbatch);  // a split backward's slot waits for its W
   }
 }
 

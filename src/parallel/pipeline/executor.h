@@ -76,7 +76,7 @@ class Executor {
   // Chunk 0 at the V's turn: its activation goes to chunk 1 on this rank.
   bool hands_over(int chunk) const { return chunk == 0 && where_.has_turn(); }
   void transfer(Context& ctx, Communicator& pipeline, const Step& step);
-  void compute(Context& ctx, const Instruction& instruction);  // one compute step
+  void compute(Context& ctx, const Instruction& step);  // one compute step's instruction
 
   RankStages where_;
   int rank_, size_;
