@@ -11,7 +11,8 @@
 // backward (W of a split backward; its B takes the rest), half of it by default. With one chunk
 // per rank the tool also prints 1F1B and ZB-H1 of the layout side by side (bubble, peak live
 // microbatches, weight-gradient passes waiting); with two, interleaved and ZB-V. --bubble-table prints the markdown table of simulated
-// bubbles against the formulas that docs/PIPELINE.md shows.
+// bubbles against the formulas that docs/PIPELINE.md shows. --metrics-file FILE compares the
+// measured pipeline timeline a pretrain_gpt run wrote (--timing-log-level 2) with its simulation.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -28,9 +29,14 @@
 #include "parallel/pipeline/gantt_svg.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/simulator.h"
+#include "train/pipeline_timeline.h"
+#include "train/schedule_choice.h"
 
 namespace gpt::pipeline {
 namespace {
+
+using gpt::MeasuredTimeline;
+using gpt::StageCosts;
 
 struct Options {
   int pipeline_size = 1;
@@ -44,6 +50,7 @@ struct Options {
   double p2p_latency = 0, p2p_bytes = 0, p2p_bandwidth = 0;
   bool quiet = false;
   bool bubble_table = false;
+  std::string metrics_file;  // a pretrain_gpt --metrics-file with a pipeline timeline
 };
 
 std::string formula_text(ScheduleKind kind, int p, int v, int m) {
@@ -134,9 +141,59 @@ absl::Status check_costs(const Options& o) {
   return absl::OkStatus();
 }
 
+// --metrics-file: the last measured pipeline timeline of a pretrain_gpt run (train/pipeline_timeline.h)
+// against the simulation of the same schedule with the costs measured in it (per virtual stage, the
+// mean F, B and W), and every schedule of the layout simulated with those costs; --svg draws the
+// measured timeline.
+absl::Status compare_measured(const Options& o) {
+  GPT_ASSIGN_OR_RETURN(const MeasuredTimeline measured, read_last_timeline(o.metrics_file));
+  GPT_ASSIGN_OR_RETURN(const ScheduleKind kind, parse_schedule_kind(measured.schedule));
+  const int p = measured.pipeline_size, v = measured.virtual_size, m = measured.microbatches;
+  GPT_ASSIGN_OR_RETURN(const Schedule schedule, make_schedule(kind, p, v, m));
+  const StageCosts costs = stage_costs_from_timeline(measured, o.metrics_file);
+  const SimulationReport actual = measured_report(measured);
+  GPT_ASSIGN_OR_RETURN(const SimulationReport simulated,
+                       simulate(schedule, placed_costs(costs, schedule.placement, p, v)));
+  std::printf("measured: %s, PP %d, %d model chunk%s per rank, %d microbatches, %lld layers; iteration %lld of %s\n",
+              to_string(kind), p, v, v > 1 ? "s" : "", m, static_cast<long long>(measured.num_layers),
+              static_cast<long long>(measured.iteration), o.metrics_file.c_str());
+  std::printf("mean pass per virtual stage (ms):");
+  for (size_t k = 0; k < costs.forward.size(); ++k) {
+    std::printf(" [%zu] F %.3f B %.3f W %.3f", k, costs.forward[k], costs.backward_input[k], costs.weight[k]);
+  }
+  std::printf("\n\n                 makespan (ms)  bubble   idle share\n");
+  std::printf("measured         %-13.3f  %.4f   %.4f\n", actual.makespan, actual.bubble_fraction, actual.idle_fraction);
+  std::printf("simulated        %-13.3f  %.4f   %.4f   (measured costs, free transfers)\n", simulated.makespan,
+              simulated.bubble_fraction, simulated.idle_fraction);
+  std::printf("\nrank  measured busy  idle      simulated busy  idle\n");
+  for (int r = 0; r < p; ++r) {
+    const RankTimeline &a = actual.ranks[static_cast<size_t>(r)], &s = simulated.ranks[static_cast<size_t>(r)];
+    std::printf("%-4d  %-13.3f  %-8.3f  %-14.3f  %.3f\n", r, a.busy, a.idle, s.busy, s.idle);
+  }
+  std::printf("\nschedules of this layout with the measured costs (simulated):\n");
+  for (ScheduleKind other : schedule_candidates(p, v, m)) {
+    GPT_ASSIGN_OR_RETURN(const Schedule candidate, make_schedule(other, p, v, m));
+    GPT_ASSIGN_OR_RETURN(const SimulationReport report,
+                         simulate(candidate, placed_costs(costs, candidate.placement, p, v)));
+    std::printf("  %-12s makespan %.3f ms, bubble %.4f (uniform-cost formula %.4f)\n", to_string(other),
+                report.makespan, report.bubble_fraction, expected_bubble_fraction(other, p, v, m));
+  }
+  if (!o.svg.empty()) {
+    const std::string title = absl::StrFormat("%s, PP=%d, v=%d, m=%d, measured (ms): bubble %.4f, simulated %.4f",
+                                              to_string(kind), p, v, m, actual.bubble_fraction,
+                                              simulated.bubble_fraction);
+    std::ofstream out(o.svg);
+    out << gantt_svg(schedule, actual, {.title = title});
+    if (!out.good()) return absl::InternalError(absl::StrCat("cannot write ", o.svg));
+    std::printf("\nwrote %s\n", o.svg.c_str());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status run(const Options& o) {
   GPT_RETURN_IF_ERROR(check_costs(o));
   if (o.bubble_table) return print_bubble_table(o);
+  if (!o.metrics_file.empty()) return compare_measured(o);
   if (absl::Status status = validate_pipeline_layout(o.num_layers, o.pipeline_size, o.layers_per_virtual_stage,
                                                      o.microbatches);
       !status.ok()) {
@@ -264,8 +321,11 @@ int main(int argc, char** argv) {
   app.add_option("--p2p-bandwidth", o.p2p_bandwidth, "Bytes per time unit (0: unlimited)");
   app.add_flag("--quiet", o.quiet, "Skip the per-rank instruction lists");
   app.add_flag("--bubble-table", o.bubble_table, "Print simulated bubbles against the formulas for a grid of layouts");
+  app.add_option("--metrics-file", o.metrics_file,
+                 "Compare the last measured pipeline timeline in a pretrain_gpt --metrics-file (written with "
+                 "--timing-log-level 2) with its simulation; --svg draws the measured timeline");
   if (const std::optional<int> exit_status = gpt::parse_command_line(app, argc, argv)) return *exit_status;
-  if (!o.bubble_table && (o.num_layers == 0 || o.microbatches == 0)) {
+  if (!o.bubble_table && o.metrics_file.empty() && (o.num_layers == 0 || o.microbatches == 0)) {
     std::fprintf(stderr, "error: --num-layers and --num-microbatches are required\n");
     return 1;
   }

@@ -109,7 +109,8 @@ def launcher(mpirun, world):
 
 def summarize(layout, records, warmup):
     """One CSV row from a run's metrics records (training log records only, after the warm-up)."""
-    logs = [r for r in records if not r.get("validation") and r["iteration"] > warmup]
+    logs = [r for r in records
+            if not r.get("validation") and not r.get("pipeline_timeline") and r["iteration"] > warmup]
     if not logs:
         raise SweepError(f"layout {layout['name']}: no logged iteration after the warm-up of {warmup}")
 

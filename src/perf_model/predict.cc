@@ -1,5 +1,7 @@
 #include "perf_model/predict.h"
 
+#include <optional>
+
 #include <algorithm>
 #include <cmath>
 
@@ -7,6 +9,7 @@
 #include "model/activation_memory.h"
 #include "model/recompute_plan.h"
 #include "parallel/pipeline/schedule.h"
+#include "train/schedule_choice.h"
 #include "parallel/pipeline/simulator.h"
 #include "perf_model/collectives.h"
 #include "train/flops.h"
@@ -75,7 +78,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world
   memory.activations = static_cast<double>(plan.activations);
   const int64_t pp = a.pipeline_model_parallel_size;
   const int v = virtual_pipeline_size(a);
-  if (pp > 1 && v > 1) {
+  if (pp > 1 && v > 1 && pipeline_schedule_kind(a) == pipeline::ScheduleKind::kInterleaved) {
     // The plan counts min(m, p) + v - 1 chunk stashes on the first stage; the interleaved schedule
     // holds up to its warm-up + 1.
     const int64_t m = num_microbatches(a, world_size);
@@ -90,8 +93,10 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world
   return memory;
 }
 
-absl::StatusOr<Prediction> predict(const Arguments& a, int64_t world_size, const Cluster& cluster,
-                                   const RunOptions& options) {
+namespace {
+
+absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_size, const Cluster& cluster,
+                                            const RunOptions& options) {
   const ModelConfig config = model_config_from(a);
   Prediction p;
   p.world = world_size;
@@ -107,7 +112,7 @@ absl::StatusOr<Prediction> predict(const Arguments& a, int64_t world_size, const
   p.recompute = recompute_text(a);
   const int pp = static_cast<int>(p.pipeline), v = static_cast<int>(p.virtual_stages);
   const int m = static_cast<int>(p.microbatches);
-  const auto kind = pipeline::default_schedule_kind(v);
+  const auto kind = pipeline_schedule_kind(a);
   p.schedule = pipeline::to_string(kind);
 
   RankShape shape;
@@ -143,13 +148,20 @@ absl::StatusOr<Prediction> predict(const Arguments& a, int64_t world_size, const
     busiest = m * (forward + backward);
     p.pipeline_time = busiest;
   } else {
-    pipeline::Costs costs;
-    costs.forward.assign(pp, std::vector<double>(v, chunk_forward));
-    costs.backward.assign(pp, std::vector<double>(v, chunk_backward));
-    costs.forward[0][0] += embed_f.total();
-    costs.backward[0][0] += embed_b.total();
-    costs.forward[pp - 1][v - 1] += head_f.total();
-    costs.backward[pp - 1][v - 1] += head_b.total();
+    // Per virtual stage: its layers, the embedding on the first and the head on the last. Of a
+    // backward, W is the weight-gradient GEMMs (half the backward's GEMM time) and the embedding's
+    // gradient; B the rest (input-gradient GEMMs, attention, element-wise, recompute).
+    StageCosts stages;
+    const double chunk_weight = static_cast<double>(chunk_layers) * p.layer.backward.gemm / 2;
+    for (int k = 0; k < pp * v; ++k) {
+      const bool first = k == 0, last = k == pp * v - 1;
+      const double weight = chunk_weight + (first ? embed_b.total() : 0.0) + (last ? head_b.gemm / 2 : 0.0);
+      const double backward = chunk_backward + (first ? embed_b.total() : 0.0) + (last ? head_b.total() : 0.0);
+      stages.forward.push_back(chunk_forward + (first ? embed_f.total() : 0.0) + (last ? head_f.total() : 0.0));
+      stages.backward_input.push_back(backward - weight);
+      stages.weight.push_back(weight);
+    }
+    pipeline::Costs costs = placed_costs(stages, pipeline::schedule_placement(kind), pp, v);
     costs.p2p_latency = pipe_link.latency;
     costs.p2p_bytes = activation_bytes;
     costs.p2p_bandwidth = pipe_link.bandwidth;
@@ -184,7 +196,7 @@ absl::StatusOr<Prediction> predict(const Arguments& a, int64_t world_size, const
   p.dp_comm_time = gradient_sync + parameter_gather;
   p.dp_exposed_time = gradient_sync * (a.overlap_grad_reduce ? 1 - hidden : 1) +
                       parameter_gather * (a.overlap_param_gather ? 1 - hidden : 1);
-  if (pp > 1 && !config.untie_embeddings_and_output_weights) {
+  if (pp > 1 && !config.untie_embeddings_and_output_weights && pipeline::schedule_placement(kind) == pipeline::Placement::kLoop) {
     const double embedding = static_cast<double>(config.padded_vocab_size / p.tensor * config.hidden_size);
     p.embedding_sync_time =
         all_reduce_time(2, embedding * gradient_element, pair_link(cluster, p.tensor * p.data * (p.pipeline - 1)));
@@ -201,6 +213,27 @@ absl::StatusOr<Prediction> predict(const Arguments& a, int64_t world_size, const
   p.tokens_per_s_per_gpu = static_cast<double>(a.global_batch_size * a.seq_length) / p.iteration_time /
                            static_cast<double>(world_size);
   return p;
+}
+
+}  // namespace
+
+absl::StatusOr<Prediction> predict(const Arguments& a, int64_t world_size, const Cluster& cluster,
+                                   const RunOptions& options) {
+  if (a.pipeline_schedule != "auto") return predict_schedule(a, world_size, cluster, options);
+  // pretrain_gpt's --pipeline-schedule auto: the fastest of the layout's schedules that fits, here
+  // with the model's costs (the trainer chooses with FLOP counts or measured ones).
+  std::optional<Prediction> best;
+  const int p = static_cast<int>(a.pipeline_model_parallel_size), v = virtual_pipeline_size(a);
+  for (pipeline::ScheduleKind kind : schedule_candidates(p, v, static_cast<int>(num_microbatches(a, world_size)))) {
+    Arguments with_kind = a;
+    with_kind.pipeline_schedule = pipeline::to_string(kind);
+    GPT_ASSIGN_OR_RETURN(Prediction prediction, predict_schedule(with_kind, world_size, cluster, options));
+    const bool better = !best || (prediction.fits && !best->fits) ||
+                        (prediction.fits == best->fits && prediction.iteration_time < best->iteration_time);
+    if (better) best = std::move(prediction);
+  }
+  if (!best) return absl::InvalidArgumentError("no pipeline schedule for this layout");
+  return *best;
 }
 
 }  // namespace gpt::perf

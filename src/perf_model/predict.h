@@ -3,7 +3,8 @@
 // formula from train/flops.h), and the memory of the largest rank (train/memory_plan.h).
 //
 // One iteration is
-//   pipeline     the schedule the trainer runs (1F1B, or interleaved with v > 1), simulated by
+//   pipeline     the schedule the trainer runs (--pipeline-schedule, Megatron's by default; with auto the
+//                fastest of the layout's schedules that fits), simulated by
 //                parallel/pipeline/simulator.h with each (rank, chunk)'s forward and backward cost
 //                per microbatch (compute_cost.h: its layers, plus the embedding on the first
 //                virtual stage and the LM head on the last) and the p2p transfer of one
@@ -47,7 +48,7 @@ struct Prediction {
   int64_t micro_batch = 1, global_batch = 1;
   bool sequence_parallel = false, distributed_optimizer = false;
   std::string recompute;  // "none", "selective", "full uniform N", "full block N"
-  std::string schedule;   // "1f1b", "interleaved"
+  std::string schedule;   // "1f1b", "interleaved", "zb-h1", "zb-v"
 
   // Time, seconds per iteration.
   double iteration_time = 0;

@@ -83,7 +83,7 @@ std::string pass_text(const char* name, const PassCost& c) {
 std::string layout_text(const Prediction& p) {
   return absl::StrCat("TP ", p.tensor, " x PP ", p.pipeline, " x DP ", p.data, ", v ", p.virtual_stages, ", mbs ",
                       p.micro_batch, p.sequence_parallel ? ", SP" : "", p.distributed_optimizer ? ", dist-opt" : "",
-                      ", recompute ", p.recompute);
+                      ", recompute ", p.recompute, p.pipeline > 1 ? ", " + p.schedule : "");
 }
 
 std::string text_report(const Prediction& p, const Cluster& cluster) {

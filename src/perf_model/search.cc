@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "train/schedule_choice.h"
 
 namespace gpt::perf {
 namespace {
@@ -93,12 +94,26 @@ absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world
   SearchResult result;
   std::vector<Prediction> fitting;
   for (const Candidate& c : candidates) {
-    absl::StatusOr<Arguments> args = validate_layout(with_layout(base, c), world);
-    if (!args.ok()) continue;  // a layout pretrain_gpt refuses
-    absl::StatusOr<Prediction> prediction = predict(*args, world, cluster, options);
-    if (!prediction.ok()) continue;  // sizes that overflow the memory plan
-    ++result.evaluated;
-    if (prediction->fits) fitting.push_back(*std::move(prediction));
+    // Each pipeline schedule the layout's chunks can run (1F1B / ZB-H1, interleaved / ZB-V): its
+    // own time and memory (ZB-H1 holds more on the later stages).
+    Arguments layout = with_layout(base, c);
+    layout.given.erase("--pipeline-schedule");
+    layout.pipeline_schedule.clear();
+    const int64_t dp = world / (c.tp * c.pp);
+    const int64_t microbatches = c.micro_batch * dp > 0 ? base.global_batch_size / (c.micro_batch * dp) : 0;
+    const int64_t chunks = c.layers_per_virtual_stage > 0 ? base.num_layers / (c.pp * c.layers_per_virtual_stage) : 1;
+    for (pipeline::ScheduleKind kind : schedule_candidates(static_cast<int>(c.pp), static_cast<int>(chunks),
+                                                           static_cast<int>(std::max<int64_t>(1, microbatches)))) {
+      Arguments scheduled = layout;
+      scheduled.pipeline_schedule = pipeline::to_string(kind);
+      scheduled.given.insert("--pipeline-schedule");
+      absl::StatusOr<Arguments> args = validate_layout(scheduled, world);
+      if (!args.ok()) continue;  // a layout pretrain_gpt refuses
+      absl::StatusOr<Prediction> prediction = predict(*args, world, cluster, options);
+      if (!prediction.ok()) continue;  // sizes that overflow the memory plan
+      ++result.evaluated;
+      if (prediction->fits) fitting.push_back(*std::move(prediction));
+    }
   }
   result.fitting = static_cast<int>(fitting.size());
   std::stable_sort(fitting.begin(), fitting.end(),

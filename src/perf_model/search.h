@@ -7,6 +7,8 @@
 //   SP        off, and on with TP > 1
 //   ZeRO      --use-distributed-optimizer off, and on with DP > 1
 //   recompute none, selective, full (uniform, groups of 1)
+//   schedule  each the layout's chunks can run: 1f1b, zb-h1 (v = 1); interleaved, zb-v (v = 2);
+//             interleaved (v > 2), with its own simulated bubble and memory plan
 // predicted with predict(), those whose largest rank does not fit the cluster's memory dropped,
 // ranked by predicted throughput (the global batch is fixed, so by iteration time).
 #pragma once

@@ -20,6 +20,7 @@
 #include "train/fp8_arguments.h"
 #include "train/model_arguments.h"
 #include "train/precision_arguments.h"
+#include "train/pipeline_arguments.h"
 
 namespace gpt {
 namespace {
@@ -284,16 +285,7 @@ absl::Status validate_arguments(Arguments& a) {
     if (!a.was_given(flag)) return invalid(absl::StrCat("missing required flag ", flag));
     GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
-  if (a.pipeline_schedule == "zb-v") {
-    return invalid(
-        "--pipeline-schedule zb-v is not run by the trainer yet (its V placement of the model chunks); "
-        "build/bin/pipeline_schedule --schedule zb-v simulates it; use zb-h1, 1f1b or interleaved");
-  }
-  if (!a.pipeline_schedule.empty() && a.pipeline_schedule != "1f1b" && a.pipeline_schedule != "interleaved" &&
-      a.pipeline_schedule != "zb-h1") {
-    return invalid(absl::StrCat("--pipeline-schedule must be 1f1b, interleaved or zb-h1, got '", a.pipeline_schedule,
-                                "'"));
-  }
+  GPT_RETURN_IF_ERROR(validate_schedule_flags(a));
   // The run's length: in iterations or in samples (Megatron's two ways), exactly one.
   const bool by_samples = a.was_given("--train-samples");
   if (by_samples == a.was_given("--train-iters")) {
@@ -564,6 +556,7 @@ int virtual_pipeline_size(const Arguments& a) {
 
 pipeline::ScheduleKind pipeline_schedule_kind(const Arguments& a) {
   if (a.pipeline_schedule.empty()) return pipeline::default_schedule_kind(virtual_pipeline_size(a));
+  GPT_CHECK(a.pipeline_schedule != "auto") << "--pipeline-schedule auto used before the launcher chose the schedule";
   absl::StatusOr<pipeline::ScheduleKind> kind = pipeline::parse_schedule_kind(a.pipeline_schedule);
   GPT_CHECK(kind.ok()) << "--pipeline-schedule: " << kind.status();
   return *kind;
@@ -628,25 +621,8 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
     return invalid("pipeline layout: --num-layers, --pipeline-model-parallel-size or the number of microbatches "
                    "is too large");
   }
-  GPT_RETURN_IF_ERROR(pipeline::validate_pipeline_layout(static_cast<int>(a.num_layers), static_cast<int>(p),
-                                                          static_cast<int>(layers_per_virtual_stage),
-                                                          static_cast<int>(microbatches)));
-  // The schedule the layout runs: 1f1b and zb-h1 run one model chunk per rank, interleaved more.
-  if (!a.pipeline_schedule.empty()) {
-    const int v = virtual_pipeline_size(a);
-    if (v > 1 && a.pipeline_schedule != "interleaved") {
-      return invalid(absl::StrCat(
-          "--pipeline-schedule ", a.pipeline_schedule,
-          " runs one model chunk per pipeline rank; drop --num-layers-per-virtual-pipeline-stage / "
-          "--num-virtual-stages-per-pipeline-rank (", v, " chunks per rank here) or use --pipeline-schedule interleaved"));
-    }
-    if (v == 1 && a.pipeline_schedule == "interleaved") {
-      return invalid(
-          "--pipeline-schedule interleaved needs more than one model chunk per pipeline rank: give "
-          "--num-layers-per-virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank (with "
-          "--pipeline-model-parallel-size > 1)");
-    }
-  }
+  GPT_RETURN_IF_ERROR(validate_schedule_for_layout(a, static_cast<int>(p), static_cast<int>(layers_per_virtual_stage),
+                                                   static_cast<int>(microbatches)));
   // The schedule generators count (chunk, microbatch) pairs in int.
   if (static_cast<int64_t>(virtual_pipeline_size(a)) * microbatches > kIntMax) {
     return invalid(absl::StrCat("pipeline layout: the number of microbatches (", microbatches,

@@ -47,9 +47,11 @@ struct Arguments {
   int64_t pipeline_model_parallel_size = 1;
   int64_t num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
   int64_t num_virtual_stages_per_pipeline_rank = 0;   // Megatron's newer spelling of the same; 0: unset
-  // This program's: 1f1b, interleaved or zb-h1; empty: what Megatron's flags imply (interleaved
-  // with model chunks, else 1f1b).
+  // This program's: 1f1b, interleaved, zb-h1, zb-v or auto (the launcher replaces auto with its
+  // choice, train/schedule_choice.h); empty: what Megatron's flags imply (interleaved with model
+  // chunks, else 1f1b).
   std::string pipeline_schedule;
+  std::string pipeline_schedule_costs;  // auto's measured costs: a metrics file with a pipeline timeline
   bool sequence_parallel = false;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;

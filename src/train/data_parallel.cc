@@ -9,7 +9,9 @@ namespace gpt {
 namespace {
 
 bool tied_across_stages(const Arguments& args) {
-  return args.pipeline_model_parallel_size > 1 && !args.untie_embeddings_and_output_weights;
+  // ZB-V's V puts the first and the last virtual stage on rank 0, which holds one word embedding.
+  return args.pipeline_model_parallel_size > 1 && !args.untie_embeddings_and_output_weights &&
+         pipeline::schedule_placement(pipeline_schedule_kind(args)) == pipeline::Placement::kLoop;
 }
 
 }  // namespace

@@ -91,9 +91,16 @@ constexpr FlagRow kRows[] = {
         "Model chunks per pipeline rank (interleaved 1F1B schedule)")
         .shown(kNoneIfZero),
     row("--pipeline-schedule", &A::pipeline_schedule,
-        "1f1b, interleaved (with model chunks) or zb-h1 (zero bubble: each backward split into its input and "
-        "weight gradients, the weight gradients filling 1F1B's bubble; one model chunk per rank); default: "
+        "1f1b, interleaved (with model chunks), zb-h1 (zero bubble: each backward split into its input and "
+        "weight gradients, the weight gradients filling 1F1B's bubble; one model chunk per rank) or zb-v (zero "
+        "bubble with two model chunks per rank placed in a V, the loss on the first rank) or auto (the "
+        "fastest of the layout's schedules in simulation whose memory plan fits, said at start-up); default: "
         "interleaved with model chunks, else 1f1b (not a Megatron flag)")
+        .shown(kNoneIfEmpty)
+        .megatron(kOwn),
+    row("--pipeline-schedule-costs", &A::pipeline_schedule_costs,
+        "With --pipeline-schedule auto: the F, B and W costs measured in this metrics file's last pipeline "
+        "timeline (written with --timing-log-level 2) instead of FLOP counts (not a Megatron flag)")
         .shown(kNoneIfEmpty)
         .megatron(kOwn),
     row("--sequence-parallel", &A::sequence_parallel, "Split activations along the sequence across TP"),

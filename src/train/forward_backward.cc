@@ -1,5 +1,9 @@
 #include "train/forward_backward.h"
 
+#include <algorithm>
+#include <set>
+#include <string>
+
 #include "core/check.h"
 
 namespace gpt {
@@ -21,11 +25,12 @@ PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, co
   layout.virtual_size = virtual_pipeline_size(args);
   layout.microbatches = microbatches;
   layout.schedule = pipeline_schedule_kind(args);
+  layout.placement = pipeline::schedule_placement(layout.schedule);
   const int64_t stages = static_cast<int64_t>(layout.pipeline_size) * layout.virtual_size;
   GPT_CHECK_EQ(args.num_layers % stages, 0) << "layers per virtual stage";
   const int64_t layers = args.num_layers / stages;
   for (int c = 0; c < layout.virtual_size; ++c) {
-    const int64_t stage = pipeline::virtual_stage(layout.pipeline_size, layout.pipeline_rank, c);
+    const int64_t stage = layout.stages().stage(c);
     layout.chunks.push_back({.first_layer = stage * layers,
                              .num_layers = layers,
                              .has_embedding = stage == 0,
@@ -35,31 +40,56 @@ PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, co
   return layout;
 }
 
+bool PipelineLayout::holds_embedding() const {
+  return std::any_of(chunks.begin(), chunks.end(), [](const ChunkLayout& c) { return c.has_embedding; });
+}
+
+bool PipelineLayout::holds_output() const {
+  return std::any_of(chunks.begin(), chunks.end(), [](const ChunkLayout& c) { return c.has_output; });
+}
+
+std::vector<ParamSpec> rank_param_specs(const std::vector<ParamSpec>& all, const PipelineLayout& layout) {
+  // A rank whose chunks hold both ends (ZB-V's rank 0) has one word embedding, shared by its
+  // first chunk's embedding and its last chunk's tied head, as on one rank.
+  std::vector<ParamSpec> specs;
+  std::set<std::string> names;
+  for (const ChunkLayout& chunk : layout.chunks) {
+    for (ParamSpec& spec : chunk_param_specs(all, chunk)) {
+      if (names.insert(spec.name).second) specs.push_back(std::move(spec));
+    }
+  }
+  return specs;
+}
+
 ForwardBackward::ForwardBackward(const PipelineLayout& layout)
     : layout_(layout),
       train_(checked(pipeline::make_schedule(layout.schedule, layout.pipeline_size, layout.virtual_size,
                                              static_cast<int>(layout.microbatches)))),
       evaluate_(checked(pipeline::make_forward_only_schedule(layout.pipeline_size, layout.virtual_size,
-                                                             static_cast<int>(layout.microbatches)))) {
-  // The executor and the chunk layout follow Megatron's loop placement (ZB-V's V is not run yet).
-  GPT_CHECK(train_.placement == pipeline::Placement::kLoop) << "pipeline schedule with the V placement";
+                                                             static_cast<int>(layout.microbatches), layout.placement))) {
+  GPT_CHECK(train_.placement == layout.placement) << "pipeline schedule of another chunk placement";
   const int chunks = layout.virtual_size;
   const auto& rank = static_cast<size_t>(layout.pipeline_rank);
-  slots_ = pipeline::stash_slots(train_.ranks[rank], chunks);
-  const std::vector<int> evaluation = pipeline::stash_slots(evaluate_.ranks[rank], chunks);
+  slots_ = pipeline::stash_slots(train_.ranks[rank], chunks, layout.stages());
+  const std::vector<int> evaluation = pipeline::stash_slots(evaluate_.ranks[rank], chunks, layout.stages());
   for (size_t c = 0; c < slots_.size(); ++c) slots_[c] = std::max(slots_[c], evaluation[c]);
   depths_ = pipeline::deferral_depths(train_.ranks[rank], chunks);
 }
 
 void ForwardBackward::attach(std::vector<pipeline::Stage*> chunks, Arena& arena) {
   GPT_CHECK_EQ(chunks.size(), slots_.size()) << "model chunks for the pipeline";
-  executor_ = std::make_unique<pipeline::Executor>(layout_.pipeline_rank, layout_.pipeline_size, std::move(chunks),
-                                                   slots_, arena);
+  executor_ = std::make_unique<pipeline::Executor>(layout_.stages(), std::move(chunks), slots_, arena);
 }
 
 void ForwardBackward::run(Context& ctx, Communicator& pipeline, Pass pass) {
   GPT_CHECK(executor_ != nullptr) << "forward_backward before the model chunks were attached";
+  executor_->set_recording(recording_ && pass == Pass::kTrain);
   executor_->run(ctx, pipeline, schedule(pass).ranks[static_cast<size_t>(layout_.pipeline_rank)]);
+}
+
+const std::vector<std::pair<double, double>>& ForwardBackward::timeline() const {
+  GPT_CHECK(executor_ != nullptr) << "timeline before the model chunks were attached";
+  return executor_->timeline();
 }
 
 }  // namespace gpt

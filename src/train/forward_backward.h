@@ -22,18 +22,26 @@ namespace gpt {
 enum class Pass { kTrain, kEvaluate };
 
 // This rank's part of the model: pipeline stage r holds chunks c = 0..v-1, chunk c being virtual
-// stage c * p + r of p * v equal layer ranges (Megatron's interleaving).
+// stage c * p + r of p * v equal layer ranges (Megatron's interleaving), or with ZB-V's V
+// placement (v = 2) stages r and 2p - 1 - r: rank 0 then holds the embedding and the loss.
 struct PipelineLayout {
   int pipeline_size = 1;
   int pipeline_rank = 0;
   int virtual_size = 1;
   int64_t microbatches = 1;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;  // the training schedule
+  pipeline::Placement placement = pipeline::Placement::kLoop;          // the schedule's
   std::vector<ChunkLayout> chunks;
+
+  pipeline::RankStages stages() const { return {pipeline_rank, pipeline_size, placement}; }
+  bool holds_embedding() const;  // the first virtual stage is one of this rank's chunks
+  bool holds_output() const;     // the last one (the loss) is
 };
 // From validated arguments (validate_for_world has checked the divisibility rules).
 PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates,
                                int64_t microbatches);
+// The parameters of this rank's chunks, each name once.
+std::vector<ParamSpec> rank_param_specs(const std::vector<ParamSpec>& all, const PipelineLayout& layout);
 
 class ForwardBackward {
  public:
@@ -54,11 +62,17 @@ class ForwardBackward {
 
   const pipeline::Schedule& schedule(Pass pass) const { return pass == Pass::kTrain ? train_ : evaluate_; }
 
+  // Training passes keep this rank's measured timeline (pipeline::Executor::timeline: [start, end]
+  // seconds of each compute step of the last training pass), waiting for the device at each step.
+  void record_timeline(bool on) { recording_ = on; }
+  const std::vector<std::pair<double, double>>& timeline() const;
+
  private:
   PipelineLayout layout_;
   pipeline::Schedule train_, evaluate_;
   std::vector<int> slots_, depths_;
   std::unique_ptr<pipeline::Executor> executor_;
+  bool recording_ = false;
 };
 
 }  // namespace gpt

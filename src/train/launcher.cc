@@ -14,6 +14,8 @@
 #include "parallel/mpi_grid.h"
 #include "train/fault_injection.h"
 #include "train/memory_plan.h"
+#include "train/pipeline_timeline.h"
+#include "train/schedule_choice.h"
 #include "train/rank_agreement.h"
 #include "train/trainer.h"
 
@@ -129,6 +131,26 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
   const int ranks_per_gpu = most_ranks_per_gpu(mpi, args);
   status = choose_backend(args, mpi, ranks_per_gpu);
   if (const int code = agree_and_report(mpi, status); code != 0) return code;
+  // --pipeline-schedule auto: every rank makes the same choice; rank 0 says which and why.
+  if (args.pipeline_schedule == "auto") {
+    const int64_t vocabulary = vocabulary_before_data(args);
+    absl::StatusOr<StageCosts> costs = args.pipeline_schedule_costs.empty()
+                                           ? absl::StatusOr<StageCosts>(stage_costs_from_flops(args, vocabulary))
+                                           : measured_stage_costs(args);
+    absl::StatusOr<ScheduleChoice> choice =
+        costs.ok() ? choose_schedule(args, mpi.world_size(), vocabulary, *costs,
+                                     this_rank_memory_budget(args, ranks_per_gpu))
+                   : absl::StatusOr<ScheduleChoice>(costs.status());
+    status = choice.status();
+    if (choice.ok()) {
+      args.pipeline_schedule = pipeline::to_string(choice->kind);
+      if (mpi.world_rank() == 0) {
+        std::printf("%s", choice->explanation.c_str());
+        std::fflush(stdout);
+      }
+    }
+    if (const int code = agree_and_report(mpi, status); code != 0) return code;
+  }
   // Sizes before allocation (train/memory_plan.h): a layout that cannot fit is refused now, with
   // the bytes needed and available, not in the allocator or after minutes of growing memory.
   status = check_memory_fits(args, mpi.world_size(), vocabulary_before_data(args), ranks_per_gpu);

@@ -96,11 +96,7 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
   for (int stage = 0; stage < pp; ++stage) {
     const GridCoordinates coordinates{.tensor = 0, .pipeline = stage, .data = 0};
     const PipelineLayout pipeline = pipeline_layout(a, shape, coordinates, m);
-    std::vector<ParamSpec> stage_specs;
-    for (const ChunkLayout& chunk : pipeline.chunks) {
-      for (ParamSpec& spec : chunk_param_specs(specs, chunk)) stage_specs.push_back(std::move(spec));
-    }
-    const ShardPlan plan(std::move(stage_specs), shard_plan_config_from(a, shape, coordinates));
+    const ShardPlan plan(rank_param_specs(specs, pipeline), shard_plan_config_from(a, shape, coordinates));
     const ForwardBackward schedules(pipeline);
     const RankMemory mine = rank_memory(plan, config, shapes, sequence_parallel, pipeline, schedules.stash_slots(),
                                         schedules.deferral_depths());
@@ -167,11 +163,13 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const int64_t positions =
       model.position_embedding == PositionEmbedding::kLearnedAbsolute ? a.max_position_embeddings : 0;
   const Bytes embeddings = (Bytes(local_vocab) + positions) * h;
-  const bool separate_head = a.untie_embeddings_and_output_weights || pp > 1;
+  // ZB-V's V puts the head (and the loss) on the first stage, beside the embedding.
+  const bool head_first = pp == 1 || pipeline_schedule_kind(a) == pipeline::ScheduleKind::kZeroBubbleV;
+  const bool separate_head = a.untie_embeddings_and_output_weights || !head_first;
   const Bytes head = Bytes(norm_params) + (separate_head ? Bytes(local_vocab) * h : Bytes(0));
   const Bytes layers_params = Bytes(stage_layers) * layer_params;
-  const Bytes first_elements = pp == 1 ? layers_params + embeddings + head : layers_params + embeddings;
-  const Bytes last_elements = layers_params + head;
+  const Bytes first_elements = head_first ? layers_params + embeddings + head : layers_params + embeddings;
+  const Bytes last_elements = head_first ? layers_params : layers_params + head;
 
   // Activations: the stash of one layer for one microbatch (model/activation_memory.h), rows
   // r = s b, local rows r_l = s_l b.
@@ -199,11 +197,12 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const Bytes chunk_fixed = Bytes(v) * (workspace + recompute_buffers);
   const Bytes logits = Bytes(t) * rows * local_vocab;
   const Bytes first_activations =
-      Bytes(chunk_layers) * layer_stash * (Bytes(first_slots) + (v - 1)) + chunk_fixed + (pp == 1 ? logits : Bytes(0));
+      Bytes(chunk_layers) * layer_stash * (Bytes(first_slots) + (v - 1)) + chunk_fixed + (head_first ? logits : Bytes(0));
   // ZB-H1 holds min(m, PP) on every stage (each keeps its slots until the deferred weight
   // gradients run; their leases come on top and are counted by the exact plan).
   const int64_t last_slots = pipeline_schedule_kind(a) == pipeline::ScheduleKind::kZeroBubbleH1 ? first_slots : 1;
-  const Bytes last_activations = Bytes(stage_layers) * layer_stash * Bytes(last_slots) + chunk_fixed + logits;
+  const Bytes last_activations =
+      Bytes(stage_layers) * layer_stash * Bytes(last_slots) + chunk_fixed + (head_first ? Bytes(0) : logits);
 
   // Host: dataset indices (sample index [samples + 1, 2] and shuffle index, int64) and the
   // schedules (every rank's steps of the training and evaluation schedules).
@@ -268,8 +267,7 @@ RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const L
     m.activations +=
         GptModel::memory(config, shapes, sequence_parallel, stash_slots[c], pipeline.chunks[c], depth).total();
   }
-  m.activations += pipeline::Executor::buffer_bytes(pipeline.pipeline_rank, pipeline.pipeline_size, stash_slots,
-                                                    config.dtype,
+  m.activations += pipeline::Executor::buffer_bytes(pipeline.stages(), stash_slots, config.dtype,
                                                     Shape{shapes.local_sequence, shapes.batch, shapes.hidden});
   return m;
 }

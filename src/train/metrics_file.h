@@ -1,7 +1,8 @@
 // --metrics-file PATH: one JSON object per line (JSON Lines) for scripts and plots, written by the
 // rank that prints the log line. One record per training log line, carrying every field of the
 // line, tokens per second, the layout, the per-phase timers (with --timing-log-level >= 1) and
-// memory; one record per evaluation the trainer prints. Records are flushed as they are written,
+// memory; one record per evaluation the trainer prints; with --timing-log-level 2 and pipeline
+// parallelism, one pipeline timeline per log line (train/pipeline_timeline.h). Records are flushed as they are written,
 // so a killed job keeps what it logged. A run that starts at iteration 0 truncates the file; a
 // resumed run (--load of a checkpoint past iteration 0) appends to it.
 //

@@ -162,10 +162,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   // This rank's chunks, their parameters (one store, so the flat buffers cover every chunk) and
   // the schedules that drive them.
   const PipelineLayout pipeline = pipeline_layout(args, shape, grid.coordinates(), t->microbatches_);
-  std::vector<ParamSpec> specs;
-  for (const ChunkLayout& chunk : pipeline.chunks) {
-    for (ParamSpec& spec : chunk_param_specs(t->specs_, chunk)) specs.push_back(std::move(spec));
-  }
+  std::vector<ParamSpec> specs = rank_param_specs(t->specs_, pipeline);
+  t->loss_on_first_stage_ = pipeline.placement == pipeline::Placement::kV;
   const size_t params_begin = t->arena_.used_bytes();
   t->params_ = std::make_unique<ParamStore>(
       ShardPlan(std::move(specs), shard_plan_config_from(args, shape, grid.coordinates())), t->config_.dtype,
@@ -224,6 +222,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   phase_timer::set_enabled(args.timing_log_level >= 2);
   t->memory_gathered_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats * grid.world_size()});
   t->memory_ = t->memory_figures(pipeline, static_cast<double>(chunks_end - chunks_begin));
+  if (args.timing_log_level >= 2 && !args.metrics_file.empty() && shape.pipeline > 1) {
+    // The measured pipeline timeline goes to the metrics file with each log line.
+    t->timeline_ = std::make_unique<TimelineGather>(t->forward_backward_->schedule(Pass::kTrain), pipeline.schedule,
+                                                    args.num_layers, t->arena_);
+    t->forward_backward_->record_timeline(true);
+  }
   t->arena_.freeze();
   t->schedule_ = lr_schedule_config(args);  // in samples, from iteration- or sample-based flags
   t->loss_scaling_ = LossScaling::from_arguments(args);
@@ -297,6 +301,9 @@ double Trainer::mean_token_loss(int64_t microbatches, int64_t ranks) const {
 
 double Trainer::read_and_reduce_loss(int64_t microbatches) {
   if (grid_.data().size() > 1) grid_.data().all_reduce(ctx_, loss_sum_, ReduceOp::kSum);
+  // ZB-V computes the loss on the first pipeline rank; the logging rank (Megatron's last) and the
+  // finiteness check of every stage take it from the pipeline group, whose other ranks add zero.
+  if (loss_on_first_stage_ && grid_.pipeline().size() > 1) grid_.pipeline().all_reduce(ctx_, loss_sum_, ReduceOp::kSum);
   return mean_token_loss(microbatches, data_parallel_size_);
 }
 
@@ -628,6 +635,8 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       const std::vector<PhaseTiming> timers =
           timing_ ? phase_timings(iterations_in_interval, /*reset=*/interval_end)  // collective
                   : std::vector<PhaseTiming>{};
+      std::optional<MeasuredTimeline> timeline;  // of this iteration, gathered over the pipeline group
+      if (timeline_) timeline = timeline_->gather(ctx_, grid_.pipeline(), forward_backward_->timeline(), iteration_);
       if (logging) {
         const std::string timestamp = current_timestamp();
         std::printf("%s\n", format_log_line(log, timestamp, {.throughput = args_.log_throughput}).c_str());
@@ -647,6 +656,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
             m.device_memory_bytes = static_cast<int64_t>(cuda::device_memory_used_bytes());
           }
           metrics->write(iteration_record(m));
+          if (timeline) metrics->write(timeline_record(*timeline));
         }
         if (!memory_reported && ctx_.device() == Device::kCuda) {
           // Megatron's report after the first interval. Memory is allocated once at start-up

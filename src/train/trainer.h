@@ -30,6 +30,7 @@
 #include "core/timer.h"
 #include "train/microbatch_feed.h"
 #include "train/model_stage.h"
+#include "train/pipeline_timeline.h"
 
 namespace gpt {
 
@@ -187,6 +188,8 @@ class Trainer {
   std::shared_ptr<const SampleSource> train_data_, valid_data_, test_data_;
   LrScheduleConfig schedule_;
   Tensor loss_sum_;      // [1] float32, summed token losses of the iteration
+  bool loss_on_first_stage_ = false;
+  std::unique_ptr<TimelineGather> timeline_;  // --timing-log-level 2 with --metrics-file and PP > 1  // ZB-V's V placement: the last virtual stage is on pipeline rank 0
   Tensor norm_scratch_;  // [1] float32
   Tensor zeros_scratch_;  // [1] int64, for --log-num-zeros-in-grad
   int64_t microbatches_ = 1;

@@ -9,7 +9,8 @@ CPU backend, alone and under mpirun. Every check compares numbers with an indepe
     (h5py), h5dump; --keep-latest-checkpoints, --async-save (bit-identical to a synchronous save),
     --no-save-optim / --no-load-optim, --ckpt-format torch_dist refused, --load of an empty directory.
 --part reshard: a checkpoint saved under TP=2 x PP=2 (v=2) x DP=2 with the distributed optimizer,
-    loaded under TP1xPP1xDP1, TP4xPP1xDP2, TP1xPP4xDP2 and TP2xPP1xDP1 (no ZeRO): the losses of the
+    loaded under TP1xPP1xDP1, TP4xPP1xDP2, TP1xPP4xDP2, TP2xPP1xDP1 (no ZeRO) and PP2xDP2 in ZB-V's V
+    placement (rank 0 holds the first and the last layer, the embedding and the loss): the losses of the
     three iterations after loading equal the saving layout's uninterrupted run (1e-5 relative), and
     the resharded job's next checkpoint holds the uninterrupted run's optimizer moments.
 --part faults: a rank SIGKILLed after writing its shard, rank 0 before the rename and before the
@@ -48,6 +49,9 @@ RESHARD_TARGETS = [
     ("TP4xPP1xDP2", 8, "--tensor-model-parallel-size 4 --use-distributed-optimizer".split()),
     ("TP1xPP4xDP2", 8, "--pipeline-model-parallel-size 4 --use-distributed-optimizer".split()),
     ("TP2xPP1xDP1", 2, "--tensor-model-parallel-size 2".split()),
+    # ZB-V's V placement: rank 0 holds layers 0 and 3, the embedding, the tied head and the loss.
+    ("TP1xPP2xDP2-zb-v", 4, ("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                             "--pipeline-schedule zb-v --use-distributed-optimizer").split()),
 ]
 # The crash tests' job: two ranks, data-parallel with the distributed optimizer.
 FAULT_RANKS = 2

@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """Pipeline parallelism as a user runs it, under mpirun on the CPU backend: the interleaved 1F1B
-acceptance run (PP=4, one layer per virtual stage, 8 layers, 8 microbatches, FP32) and the ZB-H1
-run (--pipeline-schedule zb-h1, PP=4, two layers per stage) print the same lm loss values as one rank; layouts that cannot run end with one clear message naming the flags
+acceptance run (PP=4, one layer per virtual stage, 8 layers, 8 microbatches, FP32), the ZB-H1
+run (--pipeline-schedule zb-h1, PP=4, two layers per stage) and the ZB-V run (--pipeline-schedule
+zb-v, PP=4, one layer per chunk, rank r holding layers r and 7 - r, the loss on rank 0) and
+--pipeline-schedule auto (which says once that it chose ZB-H1 and why) print the same lm loss values
+as one rank; layouts that cannot run end with one clear message naming the flags
 and a non-zero exit on every rank, before any training output."""
 
 import argparse
@@ -18,6 +21,8 @@ ACCEPTANCE = ("--device cpu --mock-data --vocab-size 512 --num-layers 8 --hidden
               "--train-iters 20 --lr 1e-3 --log-interval 1").split()
 PIPELINE = ["--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "1"]
 ZERO_BUBBLE = ["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "zb-h1"]
+ZERO_BUBBLE_V = PIPELINE + ["--pipeline-schedule", "zb-v"]
+AUTO = ["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "auto"]
 
 # Under mpirun -np 4: (flags, piece of the single error message).
 BAD = [
@@ -42,7 +47,11 @@ BAD = [
     (["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "interleaved"],
      "--pipeline-schedule interleaved needs more than one model chunk per pipeline rank"),
     (["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "gpipe"],
-     "--pipeline-schedule must be 1f1b, interleaved or zb-h1, got 'gpipe'"),
+     "--pipeline-schedule must be 1f1b, interleaved, zb-h1, zb-v or auto, got 'gpipe'"),
+    (["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "zb-v"],
+     "--pipeline-schedule zb-v runs two model chunks per pipeline rank placed in a V: give "
+     "--num-layers-per-virtual-pipeline-stage = --num-layers / (2 x --pipeline-model-parallel-size) or "
+     "--num-virtual-stages-per-pipeline-rank 2 (1 chunks per rank here)"),
 ]
 
 
@@ -68,18 +77,26 @@ def main():
         if worst > 1e-5:  # at least 5 significant digits
             failures.append(f"PP=4 lm loss differs from 1 rank by {worst:.1e}")
 
-    zero_bubble = subprocess.run(launcher + [options.binary] + ACCEPTANCE + ZERO_BUBBLE, capture_output=True,
-                                 text=True, timeout=300)
-    ours = losses_of(zero_bubble.stdout)
-    if zero_bubble.returncode != 0 or len(ours) != 20 or len(reference) != 20:
-        failures.append(f"PP=4 zb-h1 run: exit {zero_bubble.returncode}, {len(ours)} log lines (expected 20); "
-                        f"{zero_bubble.stderr[-500:]}")
-    else:
+    for name, flags in (("zb-h1", ZERO_BUBBLE), ("zb-v", ZERO_BUBBLE_V), ("auto", AUTO)):
+        run = subprocess.run(launcher + [options.binary] + ACCEPTANCE + flags, capture_output=True, text=True,
+                             timeout=300)
+        ours = losses_of(run.stdout)
+        if run.returncode != 0 or len(ours) != 20 or len(reference) != 20:
+            failures.append(f"PP=4 {name} run: exit {run.returncode}, {len(ours)} log lines (expected 20); "
+                            f"{run.stderr[-500:]}")
+            continue
+        if name == "auto":
+            # One rank says what it chose and why: with FLOP costs, ZB-H1 (its memory fits).
+            chosen = [line for line in run.stdout.splitlines() if line.startswith("--pipeline-schedule auto:")]
+            if len(chosen) != 1 or not chosen[0].startswith("--pipeline-schedule auto: zb-h1, the fastest"):
+                failures.append(f"PP=4 auto: expected one line choosing zb-h1, got {chosen}")
+            else:
+                print(chosen[0])
         worst = max(abs(float(a) - float(b)) / float(b) for a, b in zip(ours, reference))
-        print(f"PP=4, zb-h1, 8 microbatches vs 1 rank: 20 lm loss values, max relative difference {worst:.1e}, "
+        print(f"PP=4, {name}, 8 microbatches vs 1 rank: 20 lm loss values, max relative difference {worst:.1e}, "
               f"identical printed values {sum(a == b for a, b in zip(ours, reference))}/20")
         if worst > 1e-5:
-            failures.append(f"PP=4 zb-h1 lm loss differs from 1 rank by {worst:.1e}")
+            failures.append(f"PP=4 {name} lm loss differs from 1 rank by {worst:.1e}")
 
     expect_rejected_everywhere(launcher, options.binary, ACCEPTANCE, BAD, 4, failures)
     return harness.finish(failures, f"{len(BAD)} bad pipeline layouts rejected under mpirun -np 4 with one message "

@@ -6,10 +6,12 @@
 
 #include "core/check.h"
 #include "core/phase_timer.h"
+#include "core/timer.h"
+#include "kernels/ops.h"
 
 namespace gpt::pipeline {
 
-std::vector<int> stash_slots(std::span<const Step> steps, int chunks) {
+std::vector<int> stash_slots(std::span<const Step> steps, int chunks, const RankStages& where) {
   std::vector<int> live(static_cast<size_t>(chunks), 0), peak(static_cast<size_t>(chunks), 1);
   std::set<std::pair<int, int>> backward, sent;
   for (const Step& step : steps) {
@@ -29,6 +31,10 @@ std::vector<int> stash_slots(std::span<const Step> steps, int chunks) {
       const size_t c = static_cast<size_t>(i.chunk);
       if ((i.op == Op::kReceiveActivation || i.op == Op::kForward) && holding.insert(key).second) {
         peak[c] = std::max(peak[c], ++live[c]);
+      }
+      if (i.op == Op::kForward && i.chunk == 0 && where.has_turn() && chunks == 2 &&
+          holding.insert({1, i.microbatch}).second) {
+        peak[1] = std::max(peak[1], ++live[1]);  // the turn's hand-off to chunk 1
       }
       const bool forward_only = backward.count(key) == 0;
       const bool done = i.op == Op::kBackward || i.op == Op::kBackwardWeight ||
@@ -52,10 +58,14 @@ std::vector<int> deferral_depths(std::span<const Step> steps, int chunks) {
   return depth;
 }
 
-Executor::Executor(int pipeline_rank, int pipeline_size, std::vector<Stage*> chunks, std::vector<int> slots,
-                   Arena& arena)
-    : rank_(pipeline_rank), size_(pipeline_size), chunks_(std::move(chunks)), slots_(std::move(slots)) {
+Executor::Executor(const RankStages& where, std::vector<Stage*> chunks, std::vector<int> slots, Arena& arena)
+    : where_(where),
+      rank_(where.pipeline_rank),
+      size_(where.pipeline_size),
+      chunks_(std::move(chunks)),
+      slots_(std::move(slots)) {
   GPT_CHECK(!chunks_.empty() && chunks_.size() == slots_.size()) << "pipeline executor chunks";
+  GPT_CHECK(where_.placement != Placement::kV || chunks_.size() == 2) << "the V placement runs two chunks per rank";
   activations_.resize(chunks_.size());
   gradients_.resize(chunks_.size());
   free_slots_.resize(chunks_.size());
@@ -73,14 +83,14 @@ Executor::Executor(int pipeline_rank, int pipeline_size, std::vector<Stage*> chu
   }
 }
 
-int64_t Executor::buffer_bytes(int pipeline_rank, int pipeline_size, std::span<const int> slots, DType dtype,
+int64_t Executor::buffer_bytes(const RankStages& where, std::span<const int> slots, DType dtype,
                                const Shape& boundary) {
-  if (pipeline_size == 1) return 0;
+  if (where.pipeline_size == 1) return 0;
   const int chunks = static_cast<int>(slots.size());
   int64_t buffers = 0;
   for (int c = 0; c < chunks; ++c) {
-    const bool first = c == 0 && pipeline_rank == 0;
-    const bool last = c == chunks - 1 && pipeline_rank == pipeline_size - 1;
+    const bool first = where.stage(c) == 0;
+    const bool last = where.stage(c) == where.stages(chunks) - 1;
     buffers += int64_t{slots[static_cast<size_t>(c)]} * ((first ? 0 : 1) + (last ? 0 : 1));
   }
   return buffers * Arena::aligned_bytes(dtype, boundary);
@@ -126,7 +136,7 @@ void Executor::transfer(Context& ctx, Communicator& pipeline, const Step& step) 
     GPT_CHECK(!is_compute_op(i.op)) << "a step mixes compute and transfers";
     GPT_CHECK(i.peer >= 0 && i.peer < size_ && i.peer != rank_) << to_string(i.op) << " with peer " << i.peer;
     const size_t c = static_cast<size_t>(i.chunk);
-    const int stage = i.chunk * size_ + rank_;
+    const int stage = where_.stage(i.chunk);
     const Key key{i.chunk, i.microbatch};
     Tensor tensor;
     int sender = stage;
@@ -185,6 +195,8 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
       if (i.op == Op::kBackward || i.op == Op::kBackwardWeight) last_backward_[i.chunk] = i.microbatch;
     }
   }
+  if (recording_) timeline_.clear();  // a run without recording leaves the last recorded one
+  const Stopwatch since_start;
   for (const Step& step : steps) {
     GPT_CHECK(!step.instructions.empty()) << "empty pipeline step";
     const Instruction& first = step.instructions.front();
@@ -194,42 +206,66 @@ void Executor::run(Context& ctx, Communicator& pipeline, std::span<const Step> s
       continue;
     }
     GPT_CHECK_EQ(step.instructions.size(), 1u) << "a compute step holds one instruction";
-    GPT_CHECK(first.chunk >= 0 && first.chunk < static_cast<int>(chunks_.size())) << "chunk " << first.chunk;
-    const size_t c = static_cast<size_t>(first.chunk);
-    const Key key{first.chunk, first.microbatch};
-    Stage& stage = *chunks_[c];
-    const phase_timer::Scope timed(
-        ctx, first.op == Op::kForward ? phase_timer::Phase::kForwardCompute : phase_timer::Phase::kBackwardCompute);
-    if (first.op == Op::kForward) {
-      const int slot = acquire(first.chunk, first.microbatch);
-      std::optional<Tensor> input;
-      if (!first_virtual_stage(first.chunk)) input = activations_[c][static_cast<size_t>(slot)];
-      std::optional<Tensor> output = stage.forward(ctx, slot, first.microbatch, input);
-      GPT_CHECK(output.has_value() != last_virtual_stage(first.chunk)) << "stage output of chunk " << first.chunk;
-      if (output && size_ > 1) {
-        outputs_[key] = *output;  // the slot is released when it has been sent (forward only)
-      } else if (has_backward_.count(key) == 0) {
-        release(first.chunk, first.microbatch);
-      }
-    } else if (first.op == Op::kBackwardWeight) {
-      stage.backward_weight(ctx, slot_of(first.chunk, first.microbatch), first.microbatch);
-      release(first.chunk, first.microbatch);
-    } else {
-      const int slot = slot_of(first.chunk, first.microbatch);
-      std::optional<Tensor> grad_output;
-      if (!last_virtual_stage(first.chunk)) grad_output = gradients_[c][static_cast<size_t>(slot)];
-      const bool last_of_step = last_backward_.at(first.chunk) == first.microbatch;
-      const bool split = first.op == Op::kBackwardInput;
-      std::optional<Tensor> grad_input =
-          split ? stage.backward_input(ctx, slot, first.microbatch, grad_output, last_of_step)
-                : stage.backward(ctx, slot, first.microbatch, grad_output, last_of_step);
-      if (grad_input && size_ > 1 && !first_virtual_stage(first.chunk)) input_gradients_[key] = *grad_input;
-      if (!split) release(first.chunk, first.microbatch);  // a split backward's slot waits for its W
+    if (recording_) {
+      ctx.synchronize();
+      timeline_.push_back({since_start.elapsed_seconds(), 0.0});
+    }
+    compute(ctx, first);
+    if (recording_) {
+      ctx.synchronize();
+      timeline_.back().second = since_start.elapsed_seconds();
     }
   }
   GPT_CHECK(taken_.empty() && outputs_.empty() && input_gradients_.empty())
       << "pipeline steps ended with " << taken_.size() << " microbatches in flight and "
       << outputs_.size() + input_gradients_.size() << " results never sent";
+}
+
+void Executor::compute(Context& ctx, const Instruction& step) {
+  GPT_CHECK(step.chunk >= 0 && step.chunk < static_cast<int>(chunks_.size())) << "chunk " << step.chunk;
+  const size_t c = static_cast<size_t>(step.chunk);
+  const Key key{step.chunk, step.microbatch};
+  Stage& stage = *chunks_[c];
+  const phase_timer::Scope timed(
+      ctx, step.op == Op::kForward ? phase_timer::Phase::kForwardCompute : phase_timer::Phase::kBackwardCompute);
+  if (step.op == Op::kForward) {
+    const int slot = acquire(step.chunk, step.microbatch);
+    std::optional<Tensor> input;
+    if (!first_virtual_stage(step.chunk)) input = activations_[c][static_cast<size_t>(slot)];
+    std::optional<Tensor> output = stage.forward(ctx, slot, step.microbatch, input);
+    GPT_CHECK(output.has_value() != last_virtual_stage(step.chunk)) << "stage output of chunk " << step.chunk;
+    if (output && hands_over(step.chunk)) {
+      // The V's turn: chunk 1's receive buffer takes the activation, as a transfer would fill it.
+      const Tensor& next = activations_[1][static_cast<size_t>(acquire(1, step.microbatch))];
+      ops::copy(ctx, next, *output);
+      if (has_backward_.count(key) == 0) release(step.chunk, step.microbatch);
+    } else if (output && size_ > 1) {
+      outputs_[key] = *output;  // the slot is released when it has been sent (forward only)
+    } else if (has_backward_.count(key) == 0) {
+      release(step.chunk, step.microbatch);
+    }
+  } else if (step.op == Op::kBackwardWeight) {
+    stage.backward_weight(ctx, slot_of(step.chunk, step.microbatch), step.microbatch);
+    release(step.chunk, step.microbatch);
+  } else {
+    const int slot = slot_of(step.chunk, step.microbatch);
+    std::optional<Tensor> grad_output;
+    if (!last_virtual_stage(step.chunk)) grad_output = gradients_[c][static_cast<size_t>(slot)];
+    const bool last_of_step = last_backward_.at(step.chunk) == step.microbatch;
+    const bool split = step.op == Op::kBackwardInput;
+    std::optional<Tensor> grad_input =
+        split ? stage.backward_input(ctx, slot, step.microbatch, grad_output, last_of_step)
+              : stage.backward(ctx, slot, step.microbatch, grad_output, last_of_step);
+    if (grad_input && size_ > 1 && !first_virtual_stage(step.chunk)) {
+      if (step.chunk == 1 && where_.has_turn()) {
+        // The V's turn: chunk 0's gradient buffer of the microbatch takes chunk 1's input gradient.
+        ops::copy(ctx, gradients_[0][static_cast<size_t>(slot_of(0, step.microbatch))], *grad_input);
+      } else {
+        input_gradients_[key] = *grad_input;
+      }
+    }
+    if (!split) release(step.chunk, step.microbatch);  // a split backward's slot waits for its W
+  }
 }
 
 }  // namespace gpt::pipeline

@@ -75,8 +75,7 @@ enum class ScheduleKind {
   kZeroBubbleH1,           // ZB-H1 (Qi et al., ICLR 2024; v = 1): B and W split, 1F1B's activation
                            // memory, W passes filling the bubble (about a third of 1F1B's)
   kZeroBubbleV,            // ZB-V (v = 2, Placement::kV): split backward, two chunks per rank in a
-                           // V, 1F1B's peak activation memory; schedule and simulation only (the
-                           // executor and the trainer run the loop placement)
+                           // V, 1F1B's peak activation memory
 };
 
 // "afab", "1f1b", "interleaved", "zb-h1", "zb-v".
@@ -101,8 +100,11 @@ absl::StatusOr<int> virtual_pipeline_size(int num_layers, int pipeline_size, int
 // takes any v (with v > 1 its forwards follow the interleaved order, in groups of p microbatches).
 absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int pipeline_size, int virtual_size, int microbatches);
 // Evaluation: every microbatch's forwards in the training schedule's order, no backward and no
-// gradient transfers.
-absl::StatusOr<Schedule> make_forward_only_schedule(int pipeline_size, int virtual_size, int microbatches);
+// gradient transfers. With Placement::kV, ZB-V's forwards (v = 2).
+absl::StatusOr<Schedule> make_forward_only_schedule(int pipeline_size, int virtual_size, int microbatches,
+                                                    Placement placement = Placement::kLoop);
+// Where a schedule kind puts the chunks: kV for ZB-V, else kLoop.
+Placement schedule_placement(ScheduleKind kind);
 
 // Lowers per-rank orders of compute instructions (v = 1 or more chunks, Megatron's placement) to a
 // Schedule: the data flow between virtual stages is simulated with the given costs (per

@@ -148,7 +148,7 @@ void check_hooks(pipeline::ScheduleKind kind, int kVirtual) {
     stages.push_back(std::make_unique<TestStage>(*chunks.back(), c, recorder, loss_sum));
     stage_pointers.push_back(stages.back().get());
   }
-  pipeline::Executor executor(rank, kPipeline, stage_pointers, slots, arena);
+  pipeline::Executor executor({rank, kPipeline}, stage_pointers, slots, arena);
   executor.run(ctx, pipeline_group, steps);
 
   // The expected sequence, from the instruction list. A split backward (Bi) calls the use hooks;

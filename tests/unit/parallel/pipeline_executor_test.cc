@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/simulator.h"
 
 namespace gpt::pipeline {
 namespace {
@@ -55,6 +56,36 @@ TEST(PipelineExecutor, ZeroBubbleSlotsAndLeaseDepths) {
         EXPECT_EQ(stash_slots(steps, 1)[0], expected_peak_live(ScheduleKind::kZeroBubbleH1, p, 1, m, r));
         EXPECT_EQ(deferral_depths(steps, 1)[0], r == 0 ? 0 : std::min(r + 1, m));
       }
+    }
+  }
+  // ZB-V: each chunk's slots cover its own most microbatches alive (the turn's rank takes chunk
+  // 1's slot when chunk 0's forward hands the activation over), together at least the rank's
+  // simulated peak, and evaluation needs no more than training.
+  for (int p : {2, 3, 4}) {
+    for (int m : {1, p, 2 * p, 4 * p}) {
+      absl::StatusOr<Schedule> train = make_schedule(ScheduleKind::kZeroBubbleV, p, 2, m);
+      absl::StatusOr<Schedule> evaluate = make_forward_only_schedule(p, 2, m, Placement::kV);
+      ASSERT_TRUE(train.ok() && evaluate.ok());
+      absl::StatusOr<SimulationReport> report = simulate(*train, Costs::uniform(p, 2, 1, 2));
+      ASSERT_TRUE(report.ok()) << report.status();
+      for (int r = 0; r < p; ++r) {
+        SCOPED_TRACE(testing::Message() << "ZB-V p=" << p << " m=" << m << " rank " << r);
+        const RankStages where{r, p, Placement::kV};
+        const std::vector<int> slots = stash_slots(train->ranks[static_cast<size_t>(r)], 2, where);
+        EXPECT_GE(slots[0] + slots[1], report->ranks[static_cast<size_t>(r)].peak_live);
+        for (int s : slots) EXPECT_LE(s, std::min(m, 2 * p));
+        const std::vector<int> evaluation = stash_slots(evaluate->ranks[static_cast<size_t>(r)], 2, where);
+        for (int c = 0; c < 2; ++c) EXPECT_LE(evaluation[static_cast<size_t>(c)], slots[static_cast<size_t>(c)]);
+        const std::vector<int> depths = deferral_depths(train->ranks[static_cast<size_t>(r)], 2);
+        EXPECT_LE(depths[0], slots[0]);
+        EXPECT_LE(depths[1], slots[1]);
+        EXPECT_GE(depths[1], 1) << "chunk 1 never ends the pipeline's backward: its W waits";
+      }
+      // Without the turn's hand-off counted, rank p - 1's chunk 1 would be short of a slot
+      // whenever its forward does not follow chunk 0's at once.
+      const std::vector<int> turn = stash_slots(train->ranks[static_cast<size_t>(p - 1)], 2, {p - 1, p, Placement::kV});
+      const std::vector<int> uncounted = stash_slots(train->ranks[static_cast<size_t>(p - 1)], 2);
+      EXPECT_GE(turn[1], uncounted[1]);
     }
   }
   // Fused schedules defer nothing.

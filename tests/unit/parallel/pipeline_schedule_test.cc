@@ -584,6 +584,35 @@ TEST(ZeroBubbleV, TheTurnOfTheVTakesNoTransfer) {
   EXPECT_THAT(std::string(check_schedule(broken).message()), HasSubstr("is on this rank"));
 }
 
+TEST(ZeroBubbleV, ForwardOnlyFollowsTheTrainingOrder) {
+  // Evaluation under ZB-V: the training schedule's forwards, no gradient, no transfer at the turn.
+  for (int p : {2, 3, 4}) {
+    for (int m : {1, p, 2 * p + 1}) {
+      SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m);
+      absl::StatusOr<Schedule> evaluate = make_forward_only_schedule(p, 2, m, Placement::kV);
+      ASSERT_TRUE(evaluate.ok()) << evaluate.status();
+      EXPECT_EQ(evaluate->placement, Placement::kV);
+      EXPECT_TRUE(verify_schedule(*evaluate).ok()) << verify_schedule(*evaluate);
+      const Schedule train = make(ScheduleKind::kZeroBubbleV, p, 2, m);
+      for (int r = 0; r < p; ++r) {
+        std::vector<Instruction> forwards, evaluated;
+        for (const Step& step : train.ranks[static_cast<size_t>(r)]) {
+          if (step.instructions[0].op == Op::kForward) forwards.push_back(step.instructions[0]);
+        }
+        for (const Step& step : evaluate->ranks[static_cast<size_t>(r)]) {
+          for (const Instruction& i : step.instructions) {
+            EXPECT_FALSE(is_gradient_op(i.op) || is_backward_op(i.op) || i.op == Op::kBackwardWeight) << to_string(i);
+            if (i.op == Op::kForward) evaluated.push_back(i);
+          }
+        }
+        EXPECT_EQ(evaluated, forwards) << "rank " << r;
+      }
+    }
+  }
+  EXPECT_THAT(std::string(make_forward_only_schedule(4, 1, 8, Placement::kV).status().message()),
+              HasSubstr("two model chunks per rank"));
+}
+
 TEST(ZeroBubbleV, RefusesOtherLayouts) {
   EXPECT_THAT(std::string(make_schedule(ScheduleKind::kZeroBubbleV, 4, 1, 8).status().message()),
               HasSubstr("two model chunks per rank"));

@@ -311,8 +311,19 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
        "--num-virtual-stages-per-pipeline-rank (3)",
        2},
       // --pipeline-schedule: the layouts a schedule cannot run name the flags.
-      {with(base_flags(), "--pipeline-schedule", "zb-v"), "--pipeline-schedule zb-v is not run by the trainer yet"},
-      {with(base_flags(), "--pipeline-schedule", "gpipe"), "--pipeline-schedule must be 1f1b, interleaved or zb-h1"},
+      {with(base_flags(), "--pipeline-schedule", "zb-v"),
+       "--pipeline-schedule zb-v runs two model chunks per pipeline rank placed in a V: it needs "
+       "--pipeline-model-parallel-size > 1"},
+      {with(with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--num-layers", "8"), "--pipeline-schedule",
+            "zb-v"),
+       "--num-layers-per-virtual-pipeline-stage = --num-layers / (2 x --pipeline-model-parallel-size) or "
+       "--num-virtual-stages-per-pipeline-rank 2 (1 chunks per rank here)",
+       2},
+      {with(with(with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--num-layers", "12"),
+                 "--num-virtual-stages-per-pipeline-rank", "3"),
+            "--pipeline-schedule", "zb-v"),
+       "(3 chunks per rank here)", 2},
+      {with(base_flags(), "--pipeline-schedule", "gpipe"), "--pipeline-schedule must be 1f1b, interleaved, zb-h1, zb-v or auto"},
       {with(with(with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--num-layers", "8"),
                  "--num-layers-per-virtual-pipeline-stage", "2"),
             "--pipeline-schedule", "zb-h1"),

@@ -160,6 +160,30 @@ TEST(MemoryPlan, ZeroBubbleCostsTheLaterStagesMore) {
   EXPECT_LE(zero_bubble->activations, zero_bubble->allocated->activations);
 }
 
+// ZB-V puts the embedding, the tied head and the logits on the first stage (one word embedding, no
+// copy on the last stage): the closed form bounds the exact plan from below with them there, and
+// the exact plan is what the trainer allocates on each stage (it checks that at start-up).
+TEST(MemoryPlan, ZeroBubbleVHoldsTheHeadOnTheFirstStage) {
+  const std::vector<std::string> pp4 =
+      with(with(with(with(base_flags(), "--num-layers", "8"), "--pipeline-model-parallel-size", "4"),
+                "--global-batch-size", "16"),
+           "--num-virtual-stages-per-pipeline-rank", "2");
+  for (const std::vector<std::string>& flags :
+       {with(pp4, "--pipeline-schedule", "zb-v"),
+        with(with(pp4, "--pipeline-schedule", "zb-v"), "--untie-embeddings-and-output-weights", "")}) {
+    SCOPED_TRACE(absl::StrJoin(flags, " "));
+    absl::StatusOr<MemoryPlan> interleaved = plan_of(pp4, 4);
+    absl::StatusOr<MemoryPlan> v = plan_of(flags, 4);
+    ASSERT_TRUE(interleaved.ok()) << interleaved.status();
+    ASSERT_TRUE(v.ok()) << v.status();
+    ASSERT_TRUE(v->allocated.has_value() && interleaved->allocated.has_value());
+    EXPECT_LE(v->activations, v->allocated->activations);
+    EXPECT_LE(v->parameters, v->allocated->parameters);
+    const int64_t closed = v->parameters + v->gradients + v->optimizer_state + v->activations;
+    EXPECT_LE(closed, v->allocated->total());
+  }
+}
+
 TEST(MemoryPlan, ExactPlanIsTheTrainersAllocation) {
   const std::vector<std::vector<std::string>> layouts = {
       base_flags(),

@@ -1,0 +1,77 @@
+#include "train/pipeline_arguments.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace gpt {
+namespace {
+
+absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+}  // namespace
+
+absl::Status validate_schedule_flags(const Arguments& a) {
+  if (!a.pipeline_schedule.empty() && a.pipeline_schedule != "1f1b" && a.pipeline_schedule != "interleaved" &&
+      a.pipeline_schedule != "zb-h1" && a.pipeline_schedule != "zb-v" && a.pipeline_schedule != "auto") {
+    return invalid(absl::StrCat("--pipeline-schedule must be 1f1b, interleaved, zb-h1, zb-v or auto, got '",
+                                a.pipeline_schedule, "'"));
+  }
+  if (a.was_given("--pipeline-schedule-costs") && a.pipeline_schedule != "auto") {
+    return invalid("--pipeline-schedule-costs gives the costs --pipeline-schedule auto chooses by; it needs "
+                   "--pipeline-schedule auto");
+  }
+  if (a.was_given("--pipeline-schedule-costs") && a.pipeline_schedule_costs.empty()) {
+    return invalid("--pipeline-schedule-costs needs a path (got an empty one)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status validate_schedule_for_layout(const Arguments& a, int p, int layers_per_virtual_stage, int microbatches) {
+  const bool zero_bubble_v = a.pipeline_schedule == "zb-v";
+  // auto chooses among the schedules of the layout's chunks (train/schedule_choice.h): with two
+  // chunks per rank ZB-V runs any number of microbatches, so the interleaved rule on m is only
+  // checked where no other schedule can run.
+  const bool automatic = a.pipeline_schedule == "auto";
+  const absl::StatusOr<int> chunks = pipeline::virtual_pipeline_size(
+      static_cast<int>(a.num_layers), p, layers_per_virtual_stage);
+  const bool v_possible = automatic && p > 1 && chunks.ok() && *chunks == 2;
+  if (zero_bubble_v) {
+    // ZB-V: two chunks per rank in a V; any number of microbatches (no interleaving rule on m).
+    GPT_RETURN_IF_ERROR(chunks.status());
+    if (p < 2) {
+      return invalid("--pipeline-schedule zb-v runs two model chunks per pipeline rank placed in a V: it needs "
+                     "--pipeline-model-parallel-size > 1");
+    }
+    if (virtual_pipeline_size(a) != 2) {
+      return invalid(absl::StrCat(
+          "--pipeline-schedule zb-v runs two model chunks per pipeline rank placed in a V: give "
+          "--num-layers-per-virtual-pipeline-stage = --num-layers / (2 x --pipeline-model-parallel-size) or "
+          "--num-virtual-stages-per-pipeline-rank 2 (",
+          virtual_pipeline_size(a), " chunks per rank here)"));
+    }
+  } else if (!v_possible) {
+    GPT_RETURN_IF_ERROR(
+        pipeline::validate_pipeline_layout(static_cast<int>(a.num_layers), p, layers_per_virtual_stage, microbatches));
+  }
+  // The schedule the layout runs: 1f1b and zb-h1 run one model chunk per rank, interleaved more.
+  if (!a.pipeline_schedule.empty() && !zero_bubble_v && !automatic) {
+    const int v = virtual_pipeline_size(a);
+    if (v > 1 && a.pipeline_schedule != "interleaved") {
+      return invalid(absl::StrCat(
+          "--pipeline-schedule ", a.pipeline_schedule,
+          " runs one model chunk per pipeline rank; drop --num-layers-per-virtual-pipeline-stage / "
+          "--num-virtual-stages-per-pipeline-rank (", v, " chunks per rank here) or use --pipeline-schedule interleaved"));
+    }
+    if (v == 1 && a.pipeline_schedule == "interleaved") {
+      return invalid(
+          "--pipeline-schedule interleaved needs more than one model chunk per pipeline rank: give "
+          "--num-layers-per-virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank (with "
+          "--pipeline-model-parallel-size > 1)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpt
