@@ -1,9 +1,11 @@
 #include "train/fault_injection.h"
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -18,6 +20,15 @@ void maybe_inject_fault(const char* point, int world_rank) {
   std::fprintf(stderr, "GPT_CHECKPOINT_FAULT: rank %d %s at %s\n", world_rank, stop ? "stopped" : "killed", point);
   std::fflush(stderr);
   std::raise(stop ? SIGSTOP : SIGKILL);
+}
+
+void maybe_inject_delay(int world_rank) {
+  const char* delay = std::getenv("GPT_INJECT_DELAY");
+  if (delay == nullptr) return;
+  char* end = nullptr;
+  const long milliseconds = std::strtol(delay, &end, 10);
+  if (*end == ':' && std::strtol(end + 1, nullptr, 10) != world_rank) return;
+  if (milliseconds > 0) std::this_thread::sleep_for(std::chrono::milliseconds(milliseconds));
 }
 
 }  // namespace gpt

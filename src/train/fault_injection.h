@@ -7,10 +7,15 @@
 // save's directory exists), after-shard (a shard written and synced), before-rename (rank 0, the
 // index written), before-tracker (rank 0, the directory renamed). Unset in normal runs; read at
 // each point so that a test can aim at one.
+//
+// GPT_INJECT_DELAY=<ms> or <ms>:<world rank> makes every rank (or that one) sleep that long in each
+// training iteration's forward-backward phase: a slow job for the Slurm time-limit tests, a straggler
+// for --log-straggler. Numbers are unchanged.
 #pragma once
 
 namespace gpt {
 
 void maybe_inject_fault(const char* point, int world_rank);
+void maybe_inject_delay(int world_rank);
 
 }  // namespace gpt

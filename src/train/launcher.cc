@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <string_view>
 
 #include "core/cuda_runtime.h"
 #include "core/memory.h"
@@ -12,6 +13,7 @@
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/comm/world_agreement.h"
 #include "parallel/mpi_grid.h"
+#include "train/exit_signal.h"
 #include "train/fault_injection.h"
 #include "train/memory_plan.h"
 #include "train/rank_agreement.h"
@@ -86,6 +88,10 @@ absl::Status choose_backend(Arguments& args, const MpiRuntime& mpi, int ranks_pe
 }  // namespace
 
 int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody& body) {
+  // Before MPI starts (exit_signal.h): the flag's value is read from the command line as parsed below.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--exit-signal-handler") install_exit_signal_handler();
+  }
   MpiRuntime mpi(&argc, &argv);
   std::map<std::string, std::string> own_flags;
   std::vector<std::string> megatron_args = {argv[0]};

@@ -19,6 +19,7 @@
 #include "parallel/comm/mpi_runtime.h"
 #include "train/argument_table.h"
 #include "train/data_setup.h"
+#include "train/fault_injection.h"
 #include "train/flops.h"
 #include "train/log_line.h"
 #include "train/memory_plan.h"
@@ -373,6 +374,7 @@ void Trainer::compute_gradients() {
   data_parallel_->start_iteration();
   Stopwatch phase;
   forward_backward_->run(ctx_, grid_.pipeline(), Pass::kTrain);
+  maybe_inject_delay(grid_.world_rank());
   end_phase(phase, phases_.forward_backward);
   data_parallel_->finish_gradients(ctx_);
   end_phase(phase, phases_.all_grads_sync);
