@@ -311,7 +311,8 @@ absl::Status validate_arguments(Arguments& a) {
       {"--tensor-model-parallel-size", a.tensor_model_parallel_size},
       {"--pipeline-model-parallel-size", a.pipeline_model_parallel_size},
       {"--log-interval", a.log_interval},
-      {"--eval-interval", a.eval_interval}};
+      {"--eval-interval", a.eval_interval},
+      {"--straggler-minmax-count", a.straggler_minmax_count}};
   for (const auto& [flag, value] : positive) GPT_RETURN_IF_ERROR(require_positive(flag, value));
   const std::pair<const char*, int64_t> positive_if_given[] = {
       {"--ffn-hidden-size", a.ffn_hidden_size},   {"--kv-channels", a.kv_channels},

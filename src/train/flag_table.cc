@@ -303,6 +303,14 @@ constexpr FlagRow kRows[] = {
             "this program's"),
     row("--log-params-norm", &A::log_params_norm, "Log the L2 norm of the (FP32 main) parameters"),
     row("--log-num-zeros-in-grad", &A::log_num_zeros_in_grad, "Log the number of zero gradient elements"),
+    row("--log-straggler", &A::log_straggler,
+        "Every --log-interval iterations rank 0 prints the ranks with the shortest and longest compute time "
+        "(forward-backward) and lowest and highest estimated throughput, with their nodes")
+        .megatron(kImplementation,
+                  "Megatron's MnRtt/MxRtt/MnEtpt/MxEtpt fields and its Bottom/Top lines, each rank with its node; "
+                  "no GPU power, temperature, utilization or clock fields, no data-loading time (DRtt)"),
+    row("--straggler-minmax-count", &A::straggler_minmax_count,
+        "With --log-straggler: also list this many ranks with the lowest and the highest throughput"),
     row("--save", &A::save, "Directory for checkpoints").shown(kNoneIfEmpty),
     row("--save-interval", &A::save_interval, "Iterations between checkpoints").shown(kNoneIfZero),
     row("--load", &A::load, "Directory to resume from (its latest_checkpointed_iteration.txt)").shown(kNoneIfEmpty),
@@ -510,6 +518,8 @@ constexpr std::string_view kAgreementOrder[] = {
     "--keep-latest-checkpoints",
     "--allow-other-run-checkpoints",
     "--load-fallback-to-previous",
+    "--log-straggler",
+    "--straggler-minmax-count",
 };
 
 // The agreement text of a raw field (train/flag_table.h): kept as it was when checkpoints started

@@ -17,6 +17,7 @@
 #include "optim/grad_clip.h"
 #include "optim/log_norms.h"
 #include "parallel/comm/mpi_runtime.h"
+#include "parallel/comm/world_agreement.h"
 #include "train/argument_table.h"
 #include "train/data_setup.h"
 #include "train/fault_injection.h"
@@ -27,6 +28,7 @@
 #include "train/metrics_file.h"
 #include "train/model_arguments.h"
 #include "train/rank_agreement.h"
+#include "train/straggler_report.h"
 #include "train/tensorboard_log.h"
 #include "model/activation_memory.h"
 
@@ -208,6 +210,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->memory_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats});
   t->timing_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {2 * (3 + phase_timer::kPhases)});
   t->timing_ = args.timing_log_level >= 1;
+  t->phase_clock_ = t->timing_ || args.log_straggler;
   phase_timer::set_enabled(args.timing_log_level >= 2);
   t->memory_gathered_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats * grid.world_size()});
   t->memory_ = t->memory_figures(pipeline, static_cast<double>(chunks_end - chunks_begin));
@@ -381,7 +384,7 @@ void Trainer::compute_gradients() {
 }
 
 void Trainer::end_phase(Stopwatch& since, double& total) {
-  if (!timing_) return;
+  if (!phase_clock_) return;
   ctx_.synchronize();
   total += since.elapsed_seconds();
   since.restart();
@@ -425,6 +428,20 @@ std::vector<PhaseTiming> Trainer::phase_timings(int64_t iterations, bool reset) 
   std::vector<PhaseTiming> out;
   for (size_t i = 0; i < count; ++i) out.push_back({mine[i].first, -values[count + i], values[i]});
   return out;
+}
+
+void Trainer::report_stragglers(int64_t iterations, double flops_per_iteration) {
+  const RankComputeTime mine{.rank = grid_.world_rank(),
+                             .node = node_name(),
+                             .compute_ms = phases_.forward_backward * 1e3 / static_cast<double>(std::max<int64_t>(1, iterations))};
+  const std::vector<std::string> gathered = world::gather_to_rank0(encode_rank_compute_time(mine), "--log-straggler");
+  if (grid_.world_rank() != 0) return;
+  std::vector<RankComputeTime> ranks;
+  for (const std::string& text : gathered) ranks.push_back(decode_rank_compute_time(text));
+  std::printf("%s\n", format_straggler_report(ranks, flops_per_iteration / grid_.world_size(),
+                                              static_cast<int>(args_.straggler_minmax_count), absl::StrCat("[", current_timestamp(), "]"))
+                          .c_str());
+  std::fflush(stdout);
 }
 
 std::vector<Communicator*> Trainer::norm_groups() {
@@ -581,9 +598,12 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
                                       (seconds_per_iteration * grid_.world_size());
       log.num_zeros_in_grad = num_zeros_in_grad;
       log.params_norm = params_norm;
+      // Before the timers, which reset the phases at an interval's end.
+      if (args_.log_straggler && interval_end) report_stragglers(iterations_in_interval, flops_per_iteration);
       const std::vector<PhaseTiming> timers =
           timing_ ? phase_timings(iterations_in_interval, /*reset=*/interval_end)  // collective
                   : std::vector<PhaseTiming>{};
+      if (!timing_ && interval_end) phases_ = {};
       if (logging) {
         const std::string timestamp = current_timestamp();
         std::printf("%s\n", format_log_line(log, timestamp, {.throughput = args_.log_throughput}).c_str());
