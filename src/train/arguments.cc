@@ -292,6 +292,10 @@ absl::Status validate_arguments(Arguments& a) {
     return invalid(absl::StrCat("--pipeline-schedule must be 1f1b, interleaved or zb-h1, got '", a.pipeline_schedule,
                                 "'"));
   }
+  if (a.rerun_mode != "disabled" && a.rerun_mode != "validate_results" && a.rerun_mode != "report_stats") {
+    return invalid(absl::StrCat("--rerun-mode must be disabled, validate_results or report_stats, got '",
+                                a.rerun_mode, "'"));
+  }
   // The run's length: in iterations or in samples (Megatron's two ways), exactly one.
   const bool by_samples = a.was_given("--train-samples");
   if (by_samples == a.was_given("--train-iters")) {

@@ -303,6 +303,17 @@ constexpr FlagRow kRows[] = {
             "this program's"),
     row("--log-params-norm", &A::log_params_norm, "Log the L2 norm of the (FP32 main) parameters"),
     row("--log-num-zeros-in-grad", &A::log_num_zeros_in_grad, "Log the number of zero gradient elements"),
+    row("--rerun-mode", &A::rerun_mode,
+        "disabled, validate_results (a NaN, Inf or, with --check-for-spiky-loss, spiky local loss reruns the "
+        "iteration: not reproduced, save and exit 17; reproduced, report the samples, save and exit 16, or skip the "
+        "update under --no-check-for-nan-in-loss-and-grad) or report_stats (rerun every iteration, report the "
+        "difference)")
+        .megatron(kImplementation,
+                  "the in-place stage of Megatron's rerun state machine with its exit codes 16 and 17; the second "
+                  "stage (a resumed job rerunning the iteration on another GPU from the machine's saved state) is not "
+                  "implemented: a resumed job validates the iteration afresh"),
+    row("--check-for-spiky-loss", &A::check_for_spiky_loss,
+        "Reject a local loss at least 10 times the largest of the first 100 (not fatal: rerun, then continue)"),
     row("--log-straggler", &A::log_straggler,
         "Every --log-interval iterations rank 0 prints the ranks with the shortest and longest compute time "
         "(forward-backward) and lowest and highest estimated throughput, with their nodes")
@@ -520,6 +531,8 @@ constexpr std::string_view kAgreementOrder[] = {
     "--load-fallback-to-previous",
     "--log-straggler",
     "--straggler-minmax-count",
+    "--rerun-mode",
+    "--check-for-spiky-loss",
 };
 
 // The agreement text of a raw field (train/flag_table.h): kept as it was when checkpoints started

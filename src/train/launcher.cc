@@ -17,6 +17,7 @@
 #include "train/fault_injection.h"
 #include "train/memory_plan.h"
 #include "train/rank_agreement.h"
+#include "train/rerun_check.h"
 #include "train/trainer.h"
 
 namespace gpt {
@@ -27,6 +28,14 @@ namespace {
 // see agree_on_setup), prefixed with its rank unless every rank failed the same way.
 int agree_and_report(const MpiRuntime& mpi, const absl::Status& status) {
   const int size = mpi.world_size(), rank = mpi.world_rank();
+  // An exit the run asked for (train/rerun_check.h), decided by all ranks together: no error line.
+  if (const std::optional<int> code = requested_exit_code(status)) {
+    if (rank == 0) {
+      std::printf("%s\n", std::string(status.message()).c_str());
+      std::fflush(stdout);
+    }
+    return *code;
+  }
   const bool own = !status.ok() && !is_peer_failure(status);
   int64_t failures[2] = {own ? rank : size, status.ok() ? size : rank};  // lowest own failure, lowest any
   int64_t own_count = own ? 1 : 0;

@@ -211,6 +211,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->timing_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {2 * (3 + phase_timer::kPhases)});
   t->timing_ = args.timing_log_level >= 1;
   t->phase_clock_ = t->timing_ || args.log_straggler;
+  t->rerun_ = RerunCheck::create(t->args_, grid);
   phase_timer::set_enabled(args.timing_log_level >= 2);
   t->memory_gathered_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats * grid.world_size()});
   t->memory_ = t->memory_figures(pipeline, static_cast<double>(chunks_end - chunks_begin));
@@ -352,7 +353,29 @@ absl::Status Trainer::check_finite(const StepResult& step) {
 
 StepResult Trainer::train_step() {
   compute_gradients();
-  return apply_update();
+  if (rerun_ == nullptr) return apply_update();
+  const bool holds_loss = grid_.coordinates().pipeline == grid_.shape().pipeline - 1;
+  const RerunHooks hooks{
+      .rerun_forward_backward = [this] { compute_gradients(); },
+      .local_loss = [&]() -> std::optional<double> {
+        return holds_loss ? std::optional<double>(mean_token_loss(microbatches_, 1)) : std::nullopt;
+      },
+      .corrupt_local_loss =
+          [this](float factor_or_nan) {
+            float sum = 0.0f;
+            copy_to_host(ctx_, &sum, loss_sum_);
+            ctx_.synchronize();
+            sum = std::isnan(factor_or_nan) ? factor_or_nan : sum * factor_or_nan;
+            copy_to_device(ctx_, loss_sum_, std::span<const float>(&sum, 1));
+          }};
+  const RerunDecision decision = rerun_->check(iteration_ + 1, consumed_samples_, hooks);
+  if (decision.next != RerunDecision::Next::kSaveAndExit) {
+    return apply_update(decision.next == RerunDecision::Next::kSkipUpdate);
+  }
+  StepResult stopped;  // no update: the checkpoint holds the state before this iteration
+  stopped.exit_code = decision.exit_code;
+  stopped.exit_reason = decision.reason;
+  return stopped;
 }
 
 double Trainer::evaluate_microbatch(int64_t microbatch) {
@@ -457,12 +480,14 @@ int64_t Trainer::zero_gradients() {
   return count_zero_gradients(ctx_, *params_, optimizer_->owned(), zeros_scratch_, norm_groups());
 }
 
-StepResult Trainer::apply_update() {
+StepResult Trainer::apply_update(bool skip_update) {
   StepResult result;
   Stopwatch phase;
   result.grad_norm = global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups(), optimizer_->owned());
   result.learning_rate = learning_rate_at(schedule_, iteration_ * args_.global_batch_size);
-  if (std::isfinite(result.grad_norm)) {
+  if (skip_update) {
+    result.skipped = true;
+  } else if (std::isfinite(result.grad_norm)) {
     optimizer_->step(ctx_, static_cast<float>(result.learning_rate),
                      clip_coefficient(result.grad_norm, args_.clip_grad));
     data_parallel_->after_step(ctx_);
@@ -533,6 +558,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     Stopwatch step_time;
     const StepResult step = train_step();
     ctx_.synchronize();
+    if (step.exit_code != 0) return requested_exit(step.exit_code, step.exit_reason);
     if (!args_.no_check_for_nan_in_loss_and_grad) GPT_RETURN_IF_ERROR(check_finite(step));
     interval_seconds += step_time.elapsed_seconds();
     if (profiled && profile_from == 0 && iteration_ == first_iteration + 1) {
@@ -600,6 +626,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       log.params_norm = params_norm;
       // Before the timers, which reset the phases at an interval's end.
       if (args_.log_straggler && interval_end) report_stragglers(iterations_in_interval, flops_per_iteration);
+      if (rerun_ && interval_end) rerun_->report_stats();
       const std::vector<PhaseTiming> timers =
           timing_ ? phase_timings(iterations_in_interval, /*reset=*/interval_end)  // collective
                   : std::vector<PhaseTiming>{};

@@ -20,6 +20,7 @@
 #include "optim/lr_schedule.h"
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
+#include "train/rerun_check.h"
 #include "train/checkpoint_records.h"
 #include "train/data_parallel.h"
 #include "train/forward_backward.h"
@@ -36,7 +37,9 @@ struct StepResult {
   double loss = 0.0;           // mean token loss over the global batch
   double grad_norm = 0.0;      // before clipping
   double learning_rate = 0.0;  // the rate this step used
-  bool skipped = false;        // non-finite gradient: no update
+  bool skipped = false;        // non-finite gradient (or a reproduced rerun failure): no update
+  int exit_code = 0;           // non-zero: the rerun check ends the run before the update (train/rerun_check.h)
+  std::string exit_reason;
 };
 
 // Turns --device auto into cpu or cuda (the GPU when the CUDA backend is built and one is visible);
@@ -61,7 +64,8 @@ class Trainer {
   // forward/backward over the iteration's microbatches and gradient reduction, then clipping, the
   // AdamW step and the loss read-out.
   void compute_gradients();
-  StepResult apply_update();
+  // `skip_update`: the rerun check's skip (the optimizer does not step; the step counts as skipped).
+  StepResult apply_update(bool skip_update = false);
   // Forward only (no gradients) of this rank's microbatch `microbatch` of the next iteration;
   // returns the mean token loss of that microbatch. The logits stay in the output layer. Without
   // pipeline parallelism only (a test hook: the oracle and the data-position tests use it).
@@ -149,6 +153,8 @@ class Trainer {
   bool timing_ = false;
   // The phases are timed (each ends with a wait for the device) for the timers or --log-straggler.
   bool phase_clock_ = false;
+  // --rerun-mode / --check-for-spiky-loss (train/rerun_check.h); nullptr without them.
+  std::unique_ptr<RerunCheck> rerun_;
   // --log-straggler: gathers every rank's forward-backward time per iteration over the last
   // `iterations` to rank 0, which prints the report (train/straggler_report.h). Collective.
   void report_stragglers(int64_t iterations, double flops_per_iteration);
