@@ -126,7 +126,24 @@ def slurm_nodes():
     return result.stdout.split()
 
 
+def slurm_job_nodes():
+    """The nodes the Slurm job holds now (a node lost under `sbatch --no-kill` leaves the job's
+    NodeList; SLURM_JOB_NODELIST keeps the nodes the job started with)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    result = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True)
+    match = re.search(r"\bNodeList=(\S+)", result.stdout)
+    if result.returncode != 0 or not match or match.group(1) == "(null)":
+        return []
+    names = subprocess.run(["scontrol", "show", "hostnames", match.group(1)], capture_output=True, text=True)
+    return names.stdout.split()
+
+
 def slurm_node_healthy(node):
+    held = slurm_job_nodes()
+    if held is not None and node not in held:
+        return False, "no longer in the Slurm job's allocation"
     result = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True)
     if result.returncode != 0:
         return False, f"scontrol show node {node}: {result.stderr.strip()}"
@@ -205,7 +222,8 @@ class Supervisor:
             out.write("shared\n")
         try:
             if self.launcher == "srun":
-                command = ["srun", f"--nodes={len(nodes)}", "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}",
+                command = ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+                           f"--nodelist={','.join(nodes)}",
                            "--mpi=none", "sh", "-c", f'test -e {shlex.quote(token)} || hostname']
             else:
                 command = [self.options.mpirun, "-np", str(len(nodes)), "--host", ",".join(nodes), "--map-by", "node",
@@ -234,7 +252,8 @@ class Supervisor:
     def command(self, nodes):
         world = len(nodes) * self.options.nproc_per_node
         if self.launcher == "srun":
-            return (["srun", "--mpi=pmix", f"--nodes={len(nodes)}", f"--ntasks-per-node={self.options.nproc_per_node}",
+            return (["srun", "--mpi=pmix", f"--nodes={len(nodes)}", f"--ntasks={world}",
+                     f"--ntasks-per-node={self.options.nproc_per_node}",
                      f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=1"] + self.job_args)
         launch = [self.options.mpirun, "-np", str(world), "--bind-to", "none"]
         if self.options.single_host:

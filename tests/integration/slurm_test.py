@@ -17,6 +17,10 @@ slurm_cluster.py on this machine), through the example batch script examples/slu
     without the wait) mid-run, and again as soon as the rerun's training step exists (its first
     second): the job still completes with the uninterrupted losses.
 
+--part elastic: scripts/elastic_run.py in `sbatch --no-kill -N2` (DP=4 on two fake nodes); n2 is set
+    DOWN after a checkpoint; the supervisor relaunches on n1 at DP=2 and the job completes with the
+    uninterrupted DP=4 losses.
+
 Each part prints the job's timeline. Skips (exit 0, saying why) only when Slurm is not installed."""
 
 import argparse
@@ -218,12 +222,65 @@ def part_early_signal(options, work_dir, failures):
         run_part(failures, "early signal", job, reference, iterations, 3)
 
 
+def part_elastic(options, work_dir, failures):
+    """scripts/elastic_run.py inside `sbatch --no-kill -N2`: n2 is set DOWN after a checkpoint; the job
+    loses it, and the supervisor relaunches on n1 (DP=2) from the checkpoint."""
+    iterations = 30
+    reference = reference_losses(options, 4, [], iterations)
+    supervisor = os.path.join(SOURCE, "scripts", "elastic_run.py")
+    checkpoints = os.path.join(work_dir, "checkpoints")
+    script = os.path.join(work_dir, "elastic.sbatch")
+    with open(script, "w") as out:
+        out.write("#!/bin/bash\nexec /usr/bin/python3 " + " ".join(
+            [supervisor, "--nnodes", "1:2", "--nproc-per-node", "2", "--max-restarts", "2", "--", options.binary] +
+            MODEL + ["--train-iters", str(iterations), "--save", checkpoints, "--load", checkpoints,
+                     "--save-interval", "5"]) + "\n")
+    output = os.path.join(work_dir, "elastic.out")
+    with SlurmCluster(os.path.join(work_dir, "cluster"), nodes=2, cpus_per_node=4) as cluster:
+        env = dict(cluster.env, GPT_INJECT_DELAY="100")  # every rank: the job outlasts the test's steps
+        submitted = cluster.run(["sbatch", "--parsable", "--no-kill", "-N2", "--ntasks-per-node=2",
+                                 f"--output={output}", script], env=env)
+        job = submitted.stdout.strip()
+        started = time.monotonic()
+
+        def checkpointed():
+            path = os.path.join(checkpoints, "latest_checkpointed_iteration.txt")
+            return os.path.exists(path) and int(open(path).read()) >= 5
+
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not checkpointed():
+            time.sleep(0.1)
+        lost_at = time.monotonic()
+        cluster.run(["scontrol", "update", "nodename=n2", "state=down", "reason=lost in the elastic test"])
+        state = (None, None)
+        while time.monotonic() < deadline:
+            state = cluster.job_state(job)
+            if state[0] in FINAL:
+                break
+            time.sleep(0.5)
+        cluster.run(["scontrol", "update", "nodename=n2", "state=resume"])
+    text = open(output).read() if os.path.exists(output) else ""
+    attempts = re.findall(r"elastic: attempt (\d+): \d+ node\(s\) (\S+): \d+ ranks = TP 1 x PP 1 x DP (\d+)", text)
+    print(f"elastic under Slurm: job {job} {state[0]} after {time.monotonic() - started:.1f} s; n2 set DOWN "
+          f"{lost_at - started:.1f} s after submission; attempts {attempts}")
+    for line in re.findall(r"^elastic: (?:node|attempt \d+ ended|recovered).*$", text, re.M):
+        print("    " + line)
+    if state[0] != "COMPLETED" or attempts[:2] != [("1", "n1,n2", "4"), ("2", "n1", "2")]:
+        failures.append(f"elastic under Slurm: {state[0]}, attempts {attempts} (expected DP 4 on n1,n2 then DP 2 on n1)")
+    if "node n2 is not healthy" not in text:
+        failures.append("elastic under Slurm: n2's loss was not reported")
+    got = losses(text)
+    compare(failures, "elastic under Slurm", reference, got)
+    if not got or got[-1][0] != iterations:
+        failures.append(f"elastic under Slurm: the last iteration is {got[-1][0] if got else None}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
     parser.add_argument("--mpirun", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--part", required=True, choices=["srun", "timelimit", "preempt", "early-signal"])
+    parser.add_argument("--part", required=True, choices=["srun", "timelimit", "preempt", "early-signal", "elastic"])
     options = parser.parse_args()
     missing = SlurmCluster.unavailable()
     if missing:
@@ -235,7 +292,7 @@ def main():
     os.makedirs(work_dir)
     failures = []
     {"srun": part_srun, "timelimit": part_timelimit, "preempt": part_preempt,
-     "early-signal": part_early_signal}[options.part](options, work_dir, failures)
+     "early-signal": part_early_signal, "elastic": part_elastic}[options.part](options, work_dir, failures)
     return harness.finish(failures)
 
 
