@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/check.h"
+#include "parallel/comm/world_agreement.h"
+#include "train/log_line.h"
 
 namespace gpt {
 namespace {
@@ -73,6 +76,19 @@ std::string format_straggler_report(const std::vector<RankComputeTime>& ranks, d
     }
   }
   return report;
+}
+
+void report_stragglers(const ProcessGrid& grid, double compute_ms, double flops_per_rank_per_iteration,
+                       int minmax_count) {
+  const RankComputeTime mine{.rank = grid.world_rank(), .node = node_name(), .compute_ms = compute_ms};
+  const std::vector<std::string> gathered = world::gather_to_rank0(encode_rank_compute_time(mine), "--log-straggler");
+  if (grid.world_rank() != 0) return;
+  std::vector<RankComputeTime> ranks;
+  for (const std::string& text : gathered) ranks.push_back(decode_rank_compute_time(text));
+  std::printf("%s\n", format_straggler_report(ranks, flops_per_rank_per_iteration, minmax_count,
+                                              absl::StrCat("[", current_timestamp(), "]"))
+                          .c_str());
+  std::fflush(stdout);
 }
 
 std::string node_name() {

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "parallel/process_grid.h"
+
 namespace gpt {
 
 struct RankComputeTime {
@@ -28,6 +30,11 @@ RankComputeTime decode_rank_compute_time(const std::string& text);
 // The report's lines (newline-separated, no trailing newline); `ranks` in any order, not empty.
 std::string format_straggler_report(const std::vector<RankComputeTime>& ranks, double flops_per_rank_per_iteration,
                                     int minmax_count, const std::string& timestamp);
+
+// Gathers every rank's compute time (ms per iteration) and node to rank 0, which prints the report
+// (stdout). Collective over the world.
+void report_stragglers(const ProcessGrid& grid, double compute_ms, double flops_per_rank_per_iteration,
+                       int minmax_count);
 
 // This host's name (never a launcher's variable: under mpirun inside sbatch every rank inherits
 // the batch step's node).

@@ -17,7 +17,6 @@
 #include "optim/grad_clip.h"
 #include "optim/log_norms.h"
 #include "parallel/comm/mpi_runtime.h"
-#include "parallel/comm/world_agreement.h"
 #include "train/argument_table.h"
 #include "train/data_setup.h"
 #include "train/fault_injection.h"
@@ -453,20 +452,6 @@ std::vector<PhaseTiming> Trainer::phase_timings(int64_t iterations, bool reset) 
   return out;
 }
 
-void Trainer::report_stragglers(int64_t iterations, double flops_per_iteration) {
-  const RankComputeTime mine{.rank = grid_.world_rank(),
-                             .node = node_name(),
-                             .compute_ms = phases_.forward_backward * 1e3 / static_cast<double>(std::max<int64_t>(1, iterations))};
-  const std::vector<std::string> gathered = world::gather_to_rank0(encode_rank_compute_time(mine), "--log-straggler");
-  if (grid_.world_rank() != 0) return;
-  std::vector<RankComputeTime> ranks;
-  for (const std::string& text : gathered) ranks.push_back(decode_rank_compute_time(text));
-  std::printf("%s\n", format_straggler_report(ranks, flops_per_iteration / grid_.world_size(),
-                                              static_cast<int>(args_.straggler_minmax_count), absl::StrCat("[", current_timestamp(), "]"))
-                          .c_str());
-  std::fflush(stdout);
-}
-
 std::vector<Communicator*> Trainer::norm_groups() {
   // With sharded gradients each data-parallel rank holds the sums of its shards only.
   std::vector<Communicator*> groups = {&grid_.model_parallel()};
@@ -625,7 +610,10 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       log.num_zeros_in_grad = num_zeros_in_grad;
       log.params_norm = params_norm;
       // Before the timers, which reset the phases at an interval's end.
-      if (args_.log_straggler && interval_end) report_stragglers(iterations_in_interval, flops_per_iteration);
+      if (args_.log_straggler && interval_end) {
+        report_stragglers(grid_, phases_.forward_backward * 1e3 / static_cast<double>(iterations_in_interval),
+                          flops_per_iteration / grid_.world_size(), static_cast<int>(args_.straggler_minmax_count));
+      }
       if (rerun_ && interval_end) rerun_->report_stats();
       const std::vector<PhaseTiming> timers =
           timing_ ? phase_timings(iterations_in_interval, /*reset=*/interval_end)  // collective

@@ -155,9 +155,7 @@ class Trainer {
   bool phase_clock_ = false;
   // --rerun-mode / --check-for-spiky-loss (train/rerun_check.h); nullptr without them.
   std::unique_ptr<RerunCheck> rerun_;
-  // --log-straggler: gathers every rank's forward-backward time per iteration over the last
-  // `iterations` to rank 0, which prints the report (train/straggler_report.h). Collective.
-  void report_stragglers(int64_t iterations, double flops_per_iteration);
+
   // Ends a phase started at `since`: adds its seconds to `total` and restarts the clock.
   void end_phase(Stopwatch& since, double& total);
   // The groups the gradient norm (and the diagnostics below) are summed over.
