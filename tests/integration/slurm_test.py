@@ -14,8 +14,10 @@ slurm_cluster.py on this machine), through the example batch script examples/slu
     that needs the whole node in the high one: its ranks get SIGTERM, save, the job is requeued and
     completes with the uninterrupted losses once the high job is done.
 --part early-signal: the job is signalled (scancel --batch --signal=USR1, Slurm's time-limit signal
-    without the wait) mid-run, and again as soon as the rerun's training step exists (its first
-    second): the job still completes with the uninterrupted losses.
+    without the wait) mid-run, again as soon as the rerun's training step exists (its first second:
+    the step may die before pretrain_gpt starts; the script requeues it), and again 0.2 s after the
+    third run's pretrain_gpt processes started (they save on it): the job still completes with the
+    uninterrupted losses.
 
 --part elastic: scripts/elastic_run.py in `sbatch --no-kill -N2` (DP=4 on two fake nodes); n2 is set
     DOWN after a checkpoint; the supervisor relaunches on n1 at DP=2 and the job completes with the
@@ -219,7 +221,33 @@ def part_early_signal(options, work_dir, failures):
         cluster.run(["scancel", "--batch", "--signal=USR1", job.id])
         print(f"early signal: the rerun signalled {signalled - job.started:.1f} s after submission, as soon as its "
               "step existed")
-        run_part(failures, "early signal", job, reference, iterations, 3)
+        # Run 3: signalled 0.2 s after its pretrain_gpt processes started (their SIGTERM handler is
+        # installed before MPI starts): they load, train an iteration, save and exit 0.
+        if not job.wait_for(lambda: len(training_processes(job.id, "2")) == 2):
+            failures.append("early signal: run 3's training processes never appeared")
+        time.sleep(0.2)
+        cluster.run(["scancel", "--batch", "--signal=USR1", job.id])
+        text = run_part(failures, "early signal", job, reference, iterations, 4)
+        if text.count("exiting program after receiving SIGTERM") < 2:
+            failures.append("early signal: run 3, signalled 0.2 s after its processes started, did not save on it")
+
+
+def training_processes(job, restart_count):
+    """PIDs of pretrain_gpt processes of Slurm job `job` in its run with SLURM_RESTART_COUNT `restart_count`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if not os.path.basename(os.readlink(f"/proc/{entry}/exe")).startswith("pretrain_gpt"):
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as env_file:
+                env = dict(item.split(b"=", 1) for item in env_file.read().split(b"\0") if b"=" in item)
+        except (OSError, ValueError):
+            continue
+        if env.get(b"SLURM_JOB_ID") == job.encode() and env.get(b"SLURM_RESTART_COUNT") == restart_count.encode():
+            found.append(int(entry))
+    return found
 
 
 def part_elastic(options, work_dir, failures):
