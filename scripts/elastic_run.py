@@ -153,6 +153,26 @@ def slurm_node_healthy(node):
     return (not bad), f"Slurm state {state}"
 
 
+def descendants(root):
+    """PIDs of the processes below `root` on this host (from /proc)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
 class Supervisor:
     def __init__(self, options, job_args):
         self.options = options
@@ -325,13 +345,21 @@ class Supervisor:
                 pass
 
     def on_signal(self, number, _frame):
-        """A signal to the supervisor (Slurm's time limit or preemption) goes to the job, which saves
-        under --exit-signal-handler; the supervisor then exits with the job, without restarting."""
+        """A signal to the supervisor (Slurm's time limit or preemption) goes to the job's ranks as
+        SIGTERM, which save under --exit-signal-handler; the supervisor then exits with the job,
+        without restarting."""
         self.stopping = number
-        log(f"got {signal.Signals(number).name}: passing SIGTERM to the job and not restarting")
-        if self.child is not None and self.child.poll() is None:
+        log(f"got {signal.Signals(number).name}: passing SIGTERM to the job's ranks and not restarting")
+        if self.child is None or self.child.poll() is not None:
+            return
+        if self.launcher == "srun" and os.environ.get("SLURM_JOB_ID"):
+            # To the tasks of the job's steps: SIGTERM to srun itself ends the step without a save.
+            subprocess.run(["scancel", "--signal=TERM", os.environ["SLURM_JOB_ID"]], capture_output=True)
+            return
+        # mpirun ends the job on SIGTERM without passing it on: the ranks on this host get it directly.
+        for pid in descendants(self.child.pid):
             try:
-                os.killpg(self.child.pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
 
@@ -360,6 +388,7 @@ class Supervisor:
             if ok:
                 return 0
             if self.stopping:
+                log(f"the job ended after {signal.Signals(self.stopping).name}: {what}; not restarting")
                 return 128 + self.stopping
             restarts += 1
             if restarts > self.options.max_restarts:

@@ -10,9 +10,10 @@ with two labelled rank groups as nodes n1 and n2 (2 ranks each).
    attempt equals the uninterrupted DP=4 run's loss to 1e-5 (relative), and the job completes.
 2. A missed heartbeat: a rank stopped with SIGSTOP hangs the job; the supervisor stops it after
    --heartbeat-timeout and relaunches; the run completes with the uninterrupted losses.
-3. Bad input: contradictory --nnodes, fewer ranks than TP x PP, --load not --save, no --save, a global
-   batch no node count can divide, too few healthy nodes at a restart: one `elastic: error:` line,
-   a non-zero exit, no training process left."""
+3. SIGTERM to the supervisor reaches the job, which saves and exits 0; no restart.
+4. Bad input: contradictory --nnodes, fewer ranks than TP x PP, --load not --save, no --save, a global
+   batch no node count can divide, too few healthy nodes at a restart, a --save directory a node
+   does not see: one `elastic: error:` line, a non-zero exit, no training process left."""
 
 import argparse
 import os
@@ -192,6 +193,26 @@ def missed_heartbeat(options, work_dir, reference, failures):
     print("heartbeat:", re.findall(r"elastic: (missed heartbeat.*|attempt \d+ ended: .*)", text))
 
 
+def supervisor_signalled(options, work_dir, reference, failures):
+    """SIGTERM to the supervisor (a time limit, a preemption) goes to the job, which saves under
+    --exit-signal-handler; the supervisor exits with it and does not restart."""
+    save = os.path.join(work_dir, "signalled")
+    job = MODEL + ["--save", save, "--load", save, "--save-interval", "5", "--exit-signal-handler"]
+    supervised = Supervised(["--nnodes", "1:1", "--nproc-per-node", "2", "--nodes", "n1", "--single-host",
+                             "--mpirun", options.mpirun, "--", options.binary] + job, work_dir, "signalled")
+    if not supervised.wait_for(lambda: tracker(save) >= 5):
+        failures.append("signalled: the job never committed a checkpoint")
+    os.kill(supervised.process.pid, signal.SIGTERM)
+    status = supervised.finish()
+    text = supervised.text()
+    saved = tracker(save)
+    if (status != 0 or "exiting program after receiving SIGTERM" not in text or "attempt 2:" in text
+            or not 5 <= saved < 40):
+        failures.append(f"signalled: exit {status}, checkpoint {saved}; expected a save on SIGTERM, exit 0, no restart")
+    compare(failures, "signalled", reference, losses(text))
+    print(f"signalled: the supervisor passed SIGTERM on; the job saved iteration {saved} and exited {status}")
+
+
 def bad_input(options, work_dir, failures):
     save = os.path.join(work_dir, "bad")
     base = ["--nproc-per-node", "2", "--nodes", "n1,n2", "--single-host", "--mpirun", options.mpirun]
@@ -219,6 +240,23 @@ def bad_input(options, work_dir, failures):
         if training_ranks():
             failures.append(f"bad input '{label}': training processes left running")
         print(f"bad input '{label}': exit {result.returncode}: {errors[0] if errors else '(no error line)'}")
+    # A --save directory that a node does not see: srun (a stand-in on PATH answering as Slurm's would
+    # when n2's `test -e` fails: that task prints its host name) makes the supervisor refuse.
+    fake_bin = os.path.join(work_dir, "fake_bin")
+    os.makedirs(fake_bin, exist_ok=True)
+    with open(os.path.join(fake_bin, "srun"), "w") as fake:
+        fake.write("#!/bin/sh\necho n2\n")
+    os.chmod(os.path.join(fake_bin, "srun"), 0o755)
+    env = dict(os.environ, ELASTIC_TEST_TAG=TAG, PATH=fake_bin + os.pathsep + os.environ["PATH"])
+    result = subprocess.run([sys.executable, SUPERVISOR, "--nnodes", "1:2", "--nproc-per-node", "2", "--nodes", "n1,n2",
+                             "--launcher", "srun", "--"] + job, capture_output=True, text=True, env=env, cwd=work_dir,
+                            timeout=60)
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if "error:" in line]
+    if result.returncode != 2 or len(errors) != 1 or "is not shared: a file written there is not visible on n2" not in errors[0]:
+        failures.append(f"non-shared --save: exit {result.returncode}, errors {errors}")
+    if any(name.startswith(".elastic_shared_check") for name in os.listdir(save)):
+        failures.append("non-shared --save: the supervisor left its check file")
+    print(f"bad input 'non-shared checkpoint directory': exit {result.returncode}: {errors[0] if errors else ''}")
     # The indivisible count is skipped with its reason when a smaller one works (3 nodes x 1 rank, gbs 4).
     result = subprocess.run([sys.executable, SUPERVISOR, "--nnodes", "1:3", "--nproc-per-node", "1", "--nodes",
                              "n1,n2,n3", "--single-host", "--mpirun", options.mpirun, "--"] + job +
@@ -249,6 +287,7 @@ def main():
 
     node_loss_and_growth(options, work_dir, reference, failures)
     missed_heartbeat(options, work_dir, reference, failures)
+    supervisor_signalled(options, work_dir, reference, failures)
     bad_input(options, work_dir, failures)
     left = training_ranks()
     if left:
