@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "sinfo", "scancel")
@@ -26,13 +27,18 @@ def free_port():
 
 class SlurmCluster:
     def __init__(self, work_dir, nodes=1, cpus_per_node=8, grace_time=5):
-        self.dir = os.path.abspath(work_dir)
+        # The daemons run in a short directory under /tmp (munge's and PMIx's Unix sockets live there,
+        # and a socket path has at most 107 bytes); stop() copies the logs to `work_dir`/logs.
+        self.work_dir = os.path.abspath(work_dir)
+        self.dir = tempfile.mkdtemp(prefix="gpt-slurm-", dir="/tmp")
+        os.chmod(self.dir, 0o755)  # munged wants every directory above its socket searchable by all
         self.node_count = nodes
         self.cpus = cpus_per_node
         self.grace_time = grace_time
         self.host = socket.gethostname().split(".")[0]
         self.nodes = [self.host] if nodes == 1 else [f"n{i + 1}" for i in range(nodes)]
         self.pids = {}
+        self.processes = {}  # the daemons started in the foreground (slurmctld, slurmd): their Popen
         self.env = dict(os.environ, SLURM_CONF=os.path.join(self.dir, "slurm.conf"))
         if nodes > 1:
             # The fake nodes share the host name and /dev/shm: Open MPI's shared-memory transport
@@ -81,7 +87,6 @@ class SlurmCluster:
 
     def start(self):
         d = self.dir
-        shutil.rmtree(d, ignore_errors=True)
         for sub in ("log", "state", "spool", "run", "tmp"):
             os.makedirs(os.path.join(d, sub))
         for node in self.nodes if self.node_count > 1 else []:
@@ -121,7 +126,7 @@ class SlurmCluster:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    env=self.env, start_new_session=True)
         self.pids[name] = process.pid
-        self.__dict__.setdefault("processes", {})[name] = process
+        self.processes[name] = process
 
     def run(self, command, **kwargs):
         kwargs.setdefault("capture_output", True)
@@ -145,13 +150,12 @@ class SlurmCluster:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and self.run(["squeue", "-h", "-o", "%i"], timeout=30).stdout.strip():
                 time.sleep(0.3)
-        processes = getattr(self, "processes", {})
         for name, pid in self.pids.items():
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        for name, process in processes.items():
+        for name, process in self.processes.items():
             try:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -160,10 +164,19 @@ class SlurmCluster:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and os.path.exists(f"/proc/{self.pids.get('munged', 0)}"):
             time.sleep(0.1)
-        self.pids = {}
+        self.pids, self.processes = {}, {}
+        if os.path.isdir(os.path.join(self.dir, "log")):
+            logs = os.path.join(self.work_dir, "logs")
+            shutil.rmtree(logs, ignore_errors=True)
+            shutil.copytree(os.path.join(self.dir, "log"), logs)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
 
     def __exit__(self, *exc):
         self.stop()
