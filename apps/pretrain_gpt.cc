@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
     });
     // The rerun check's exit (train/rerun_check.h): save the state before the iteration, then exit
     // with Megatron's code.
-    if (gpt::requested_exit_code(trained)) GPT_RETURN_IF_ERROR(checkpointer.finish(*trainer));
+    if (gpt::requested_exit_saves(trained)) GPT_RETURN_IF_ERROR(checkpointer.finish(*trainer));
     GPT_RETURN_IF_ERROR(trained);
     return checkpointer.finish(*trainer);
   });

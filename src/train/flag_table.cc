@@ -305,13 +305,13 @@ constexpr FlagRow kRows[] = {
     row("--log-num-zeros-in-grad", &A::log_num_zeros_in_grad, "Log the number of zero gradient elements"),
     row("--rerun-mode", &A::rerun_mode,
         "disabled, validate_results (a NaN, Inf or, with --check-for-spiky-loss, spiky local loss reruns the "
-        "iteration: not reproduced, save and exit 17; reproduced, report the samples, save and exit 16, or skip the "
-        "update under --no-check-for-nan-in-loss-and-grad) or report_stats (rerun every iteration, report the "
-        "difference)")
+        "iteration: not reproduced, save and exit 17; reproduced, report the samples, save and exit 16 for a rerun "
+        "on another node, or skip the update under --no-check-for-nan-in-loss-and-grad) or report_stats (rerun "
+        "every iteration, report the difference)")
         .megatron(kImplementation,
-                  "the in-place stage of Megatron's rerun state machine with its exit codes 16 and 17; the second "
-                  "stage (a resumed job rerunning the iteration on another GPU from the machine's saved state) is not "
-                  "implemented: a resumed job validates the iteration afresh"),
+                  "Megatron's rerun state machine on the local loss (NaN, Inf, spiky) with its exit codes 16 and 17 "
+                  "and its second stage from the checkpoint; the machine's state is kept as checkpoint records, and a "
+                  "reproduced NaN may be skipped under --no-check-for-nan-in-loss-and-grad"),
     row("--check-for-spiky-loss", &A::check_for_spiky_loss,
         "Reject a local loss at least 10 times the largest of the first 100 (not fatal: rerun, then continue)"),
     row("--log-straggler", &A::log_straggler,

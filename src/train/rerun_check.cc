@@ -11,6 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/logging.h"
+#include "core/check.h"
+#include "parallel/comm/mpi_runtime.h"
 #include "parallel/comm/world_agreement.h"
 #include "train/straggler_report.h"
 
@@ -22,6 +24,7 @@ constexpr double kSpikyLossFactor = 10.0;
 constexpr int64_t kSpikySamples = 100;
 
 constexpr char kRequestedExitPayload[] = "gpt.requested_exit_code";
+constexpr char kRequestedSavePayload[] = "gpt.requested_exit_saves";
 
 constexpr char kNanMessage[] = "found NaN in local forward loss calculation";
 constexpr char kInfMessage[] = "found Inf in local forward loss calculation";
@@ -98,6 +101,10 @@ RerunDecision RerunCheck::check(int64_t iteration, int64_t consumed_samples, con
     }
     ++stats_reruns_;
     return {};
+  }
+  if (suspect_.iteration != 0 && suspect_.iteration == iteration && args_.rerun_mode == "validate_results") {
+    first_iteration_done_ = true;
+    return second_stage(iteration, hooks);
   }
   // The first iteration of a run is not validated (a checkpoint before it may not exist yet).
   if (!first_iteration_done_) {
@@ -177,12 +184,117 @@ RerunDecision RerunCheck::check(int64_t iteration, int64_t consumed_samples, con
     }
     return {.next = RerunDecision::Next::kSkipUpdate};
   }
+  remember_suspect(iteration, failing, initial);
   return {.next = RerunDecision::Next::kSaveAndExit,
           .exit_code = kExitCodeResumeToDisambiguate,
           .reason = absl::StrCat("iteration ", iteration, ": the unexpected result of rank ", failing,
                                  " is reproducible (samples [", first_sample, ", ", last_sample,
                                  ")): saving a checkpoint and exiting now. Please resume the job from the checkpoint "
                                  "to rerun the last iteration and establish a diagnostic")};
+}
+
+void RerunCheck::remember_suspect(int64_t iteration, int failing, std::optional<double> result) {
+  const std::string mine = absl::StrCat(node_name(), "\n", local_rank(), "\n",
+                                        result ? absl::StrFormat("%.17g", *result) : std::string("none"));
+  const std::vector<std::string> all = world::gather_to_rank0(mine, "the rerun check's suspect");
+  if (grid_.world_rank() != 0) return;
+  const std::vector<std::string> parts = absl::StrSplit(all[static_cast<size_t>(failing)], '\n');
+  GPT_CHECK_EQ(parts.size(), 3u) << "suspect entry of rank " << failing;
+  suspect_ = {.iteration = iteration, .world_size = grid_.world_size(), .rank = failing, .node = parts[0],
+              .device = std::atoi(parts[1].c_str()), .result = parts[2]};
+}
+
+RerunDecision RerunCheck::second_stage(int64_t iteration, const RerunHooks& hooks) {
+  const Suspect suspect = suspect_;
+  suspect_ = {};
+  const int rank = grid_.world_rank();
+  if (suspect.world_size != grid_.world_size()) {
+    if (rank == 0) {
+      std::printf("iteration %lld was left to rerun from the checkpoint on %d ranks; this run has %d, so rank %d's "
+                  "data is not where it was: the iteration is validated afresh\n",
+                  static_cast<long long>(iteration), suspect.world_size, grid_.world_size(), suspect.rank);
+      std::fflush(stdout);
+    }
+    return {};
+  }
+  if (rank == 0) {
+    std::printf("Getting RerunStateMachine state from checkpoint. Will rerun step %lld.\n",
+                static_cast<long long>(iteration));
+    std::fflush(stdout);
+  }
+  maybe_inject(iteration, /*rerun=*/true, hooks);  // a persistent fault again
+  // The failing rank's verdict: 1 same device, 2 reproduced on another, 3 not reproduced.
+  int verdict = 0;
+  if (rank == suspect.rank) {
+    const std::optional<double> result = hooks.local_loss();
+    const std::string now = result ? absl::StrFormat("%.17g", *result) : std::string("none");
+    if (node_name() == suspect.node && local_rank() == suspect.device) {
+      verdict = 1;
+      std::fprintf(stderr,
+                   "Got rescheduled on the same GPU. Need to resume again from the same checkpoint (node: %s, "
+                   "gpu: %d)\n",
+                   suspect.node.c_str(), suspect.device);
+    } else if (now == suspect.result) {
+      verdict = 2;
+      std::fprintf(stderr,
+                   "Second rerun: unexpected result is reproducible on a different GPU, therefore it was likely "
+                   "correct (%s = %s)\n%sCorrect result (but possible Application error) (iteration %lld)!\n",
+                   now.c_str(), suspect.result.c_str(), where(grid_, iteration).c_str(),
+                   static_cast<long long>(iteration));
+    } else {
+      verdict = 3;
+      std::fprintf(stderr,
+                   "Second rerun: unexpected result is not reproducible on a different GPU, therefore was likely "
+                   "incorrect (%s != %s)\n%sPossible persistent error! (node %s, gpu %d)\n",
+                   now.c_str(), suspect.result.c_str(), where(grid_, iteration).c_str(), suspect.node.c_str(),
+                   suspect.device);
+    }
+    std::fflush(stderr);
+  }
+  verdict = static_cast<int>(world::all_reduce(verdict, world::Combine::kMax, "the rerun check's second stage"));
+  if (verdict == 1) {
+    suspect_ = suspect;  // still to be disambiguated
+    return {.next = RerunDecision::Next::kSaveAndExit,
+            .exit_code = kExitCodeResumeToDisambiguate,
+            .reason = "Exiting now. Please resume the job from the same checkpoint to rerun the last iteration and "
+                      "establish a diagnostic",
+            .save = false};
+  }
+  return {.next = RerunDecision::Next::kSaveAndExit,
+          .exit_code = kExitCodeFailedOnResultValidation,
+          .reason = absl::StrCat("iteration ", iteration, ": ",
+                                 verdict == 2 ? "the result of rank " : "a persistent fault on the first device of rank ",
+                                 suspect.rank, verdict == 2 ? " is correct on another device (an application error)"
+                                                            : "",
+                                 ": exiting now. A checkpoint at the last iteration already exists if further "
+                                 "examination is needed"),
+          .save = false};
+}
+
+void RerunCheck::save_records(std::map<std::string, std::string>& records) const {
+  records["rerun/iteration"] = absl::StrCat(suspect_.iteration);
+  if (suspect_.iteration == 0) return;
+  records["rerun/world_size"] = absl::StrCat(suspect_.world_size);
+  records["rerun/rank"] = absl::StrCat(suspect_.rank);
+  records["rerun/node"] = suspect_.node;
+  records["rerun/device"] = absl::StrCat(suspect_.device);
+  records["rerun/result"] = suspect_.result;
+}
+
+absl::Status RerunCheck::load_records(const std::map<std::string, std::string>& records) {
+  suspect_ = {};
+  const auto iteration = records.find("rerun/iteration");
+  if (iteration == records.end() || iteration->second == "0") return absl::OkStatus();  // nothing pending
+  for (const char* key : {"rerun/world_size", "rerun/rank", "rerun/node", "rerun/device", "rerun/result"}) {
+    if (!records.contains(key)) return absl::DataLossError(absl::StrCat("checkpoint record ", key, " is missing"));
+  }
+  suspect_ = {.iteration = std::atoll(iteration->second.c_str()),
+              .world_size = std::atoi(records.at("rerun/world_size").c_str()),
+              .rank = std::atoi(records.at("rerun/rank").c_str()),
+              .node = records.at("rerun/node"),
+              .device = std::atoi(records.at("rerun/device").c_str()),
+              .result = records.at("rerun/result")};
+  return absl::OkStatus();
 }
 
 void RerunCheck::report_stats() {
@@ -199,10 +311,15 @@ void RerunCheck::report_stats() {
   stats_reruns_ = 0;
 }
 
-absl::Status requested_exit(int exit_code, const std::string& reason) {
+absl::Status requested_exit(int exit_code, const std::string& reason, bool save) {
   absl::Status status = absl::AbortedError(reason);
   status.SetPayload(kRequestedExitPayload, absl::Cord(absl::StrCat(exit_code)));
+  if (save) status.SetPayload(kRequestedSavePayload, absl::Cord("1"));
   return status;
+}
+
+bool requested_exit_saves(const absl::Status& status) {
+  return status.GetPayload(kRequestedSavePayload).has_value();
 }
 
 std::optional<int> requested_exit_code(const absl::Status& status) {

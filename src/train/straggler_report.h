@@ -37,7 +37,7 @@ void report_stragglers(const ProcessGrid& grid, double compute_ms, double flops_
                        int minmax_count);
 
 // This host's name (never a launcher's variable: under mpirun inside sbatch every rank inherits
-// the batch step's node).
+// the batch step's node). Tests pretend another node with GPT_TEST_NODE_NAME.
 std::string node_name();
 
 }  // namespace gpt

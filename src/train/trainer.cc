@@ -211,6 +211,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->timing_ = args.timing_log_level >= 1;
   t->phase_clock_ = t->timing_ || args.log_straggler;
   t->rerun_ = RerunCheck::create(t->args_, grid);
+  if (t->rerun_) t->add_checkpoint_records(t->rerun_.get());
   phase_timer::set_enabled(args.timing_log_level >= 2);
   t->memory_gathered_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats * grid.world_size()});
   t->memory_ = t->memory_figures(pipeline, static_cast<double>(chunks_end - chunks_begin));
@@ -374,6 +375,7 @@ StepResult Trainer::train_step() {
   StepResult stopped;  // no update: the checkpoint holds the state before this iteration
   stopped.exit_code = decision.exit_code;
   stopped.exit_reason = decision.reason;
+  stopped.exit_saves = decision.save;
   return stopped;
 }
 
@@ -543,7 +545,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     Stopwatch step_time;
     const StepResult step = train_step();
     ctx_.synchronize();
-    if (step.exit_code != 0) return requested_exit(step.exit_code, step.exit_reason);
+    if (step.exit_code != 0) return requested_exit(step.exit_code, step.exit_reason, step.exit_saves);
     if (!args_.no_check_for_nan_in_loss_and_grad) GPT_RETURN_IF_ERROR(check_finite(step));
     interval_seconds += step_time.elapsed_seconds();
     if (profiled && profile_from == 0 && iteration_ == first_iteration + 1) {

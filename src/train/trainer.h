@@ -40,6 +40,7 @@ struct StepResult {
   bool skipped = false;        // non-finite gradient (or a reproduced rerun failure): no update
   int exit_code = 0;           // non-zero: the rerun check ends the run before the update (train/rerun_check.h)
   std::string exit_reason;
+  bool exit_saves = true;      // save the state before the iteration first
 };
 
 // Turns --device auto into cpu or cuda (the GPU when the CUDA backend is built and one is visible);

@@ -32,14 +32,15 @@ SUPERVISOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."
 MODEL = ("--device cpu --mock-data --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64 "
          "--max-position-embeddings 64 --vocab-size 512 --micro-batch-size 1 --global-batch-size 8 --lr 1e-3 "
          "--log-interval 1 --eval-iters 0 --train-iters 40").split()
-LOSS = re.compile(r"^ \[[^\]]*\] iteration +(\d+)/ +\d+ \|.*\| lm loss: (\S+) \|")
+# Searched anywhere in a line: under mpirun another rank's output may share the logging rank's line.
+LOSS = re.compile(r" \[[^\]]*\] iteration +(\d+)/ +\d+ \|.*\| lm loss: (\S+) \|")
 TRACKER = "latest_checkpointed_iteration.txt"
 TAG = f"elastic_test_{os.getpid()}"
 
 
 def losses(text):
     """[(iteration, loss)] in the order printed (iterations repeat after a restart)."""
-    return [(int(m.group(1)), float(m.group(2))) for m in map(LOSS.match, text.splitlines()) if m]
+    return [(int(m.group(1)), float(m.group(2))) for m in map(LOSS.search, text.splitlines()) if m]
 
 
 def training_ranks():

@@ -6,8 +6,11 @@
    17 (Megatron's EXIT_CODE_FAILED_ON_RESULT_VALIDATION) naming rank 1 and its node; resumed
    without the fault it trains 5..8 with the uninterrupted losses.
 2. reproducible (NaN in the rerun too): the job reports the iteration and its samples, saves
-   iteration 4 and exits 16 (EXIT_CODE_RESUME_TO_DISAMBIGUATE); with
-   --no-check-for-nan-in-loss-and-grad it skips iteration 5's update instead and finishes.
+   iteration 4 and exits 16 (EXIT_CODE_RESUME_TO_DISAMBIGUATE); resumed from it, the second stage:
+   on the same node and device, exit 16 again without a save; on another node (GPT_TEST_NODE_NAME)
+   with the NaN again, "likely correct", exit 17; on another node without it, "possible persistent
+   error", exit 17. With --no-check-for-nan-in-loss-and-grad the first run skips iteration 5's
+   update instead and finishes.
 3. --check-for-spiky-loss: a transient spike (x1e6) after the first 100 iterations is rejected,
    rerun, and training continues with the rerun's result: every loss equals the run without checks.
 4. report_stats: every iteration rerun, the largest relative difference reported is 0, the losses
@@ -27,27 +30,31 @@ import harness  # noqa: E402
 MODEL = ("--device cpu --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
          "--max-position-embeddings 32 --vocab-size 512 --micro-batch-size 1 --global-batch-size 8 --lr 1e-3 "
          "--log-interval 1 --eval-iters 0").split()
-LOSS = re.compile(r"^ \[[^\]]*\] iteration +(\d+)/ +\d+ \|.*\| lm loss: (\S+) \|.*number of skipped iterations: +(\d+)")
+# Searched anywhere in a line: under mpirun another rank's output may share the logging rank's line.
+LOSS = re.compile(r" \[[^\]]*\] iteration +(\d+)/ +\d+ \|.*\| lm loss: (\S+) \|.*number of skipped iterations: +(\d+)")
 
 
 def losses(text):
-    return {int(m.group(1)): m.group(2) for m in map(LOSS.match, text.splitlines()) if m}
+    return {int(m.group(1)): m.group(2) for m in map(LOSS.search, text.splitlines()) if m}
 
 
 def skipped(text):
-    return {int(m.group(1)): int(m.group(3)) for m in map(LOSS.match, text.splitlines()) if m}
+    return {int(m.group(1)): int(m.group(3)) for m in map(LOSS.search, text.splitlines()) if m}
 
 
 class Runner:
     def __init__(self, options, work_dir):
         self.options, self.work_dir, self.count = options, work_dir, 0
 
-    def run(self, label, extra, fault=None):
+    def run(self, label, extra, fault=None, node=None):
         self.count += 1
         env = dict(os.environ)
         env.pop("GPT_RERUN_FAULT", None)
+        env.pop("GPT_TEST_NODE_NAME", None)
         if fault:
             env["GPT_RERUN_FAULT"] = fault
+        if node:
+            env["GPT_TEST_NODE_NAME"] = node  # every rank pretends to run on another node
         command = [self.options.mpirun, "-np", "2", "--oversubscribe", "--bind-to", "none", self.options.binary] + MODEL + extra
         result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=self.work_dir)
         with open(os.path.join(self.work_dir, f"run_{self.count:02d}_{label}.log"), "w") as log:
@@ -108,6 +115,23 @@ def main():
     if status != 16 or reported not in err or tracker(save) != "4" or "is reproducible (samples [32, 40))" not in out:
         failures.append(f"persistent: exit {status} (expected 16), checkpoint {tracker(save)} or report missing: "
                         f"{err[-1500:]}")
+    # Megatron's second stage, from the machine's state in that checkpoint.
+    stage_two = [
+        ("same node", "5:1:persistent", None, 16, f"Got rescheduled on the same GPU. Need to resume again from the same "
+                                                  f"checkpoint (node: {host}, gpu: 1)"),
+        ("another node, reproduced", "5:1:persistent", "elsewhere", 17,
+         "Second rerun: unexpected result is reproducible on a different GPU, therefore it was likely correct (nan = nan)"),
+        ("another node, clean", None, "elsewhere", 17,
+         "Second rerun: unexpected result is not reproducible on a different GPU, therefore was likely incorrect"),
+    ]
+    for label, fault, node, expected_status, expected_line in stage_two:
+        status, out, err = runner.run("second_stage", validate + ["--save", save, "--load", save], fault=fault,
+                                      node=node)
+        if (status != expected_status or expected_line not in err or tracker(save) != "4" or
+                "Getting RerunStateMachine state from checkpoint. Will rerun step 5." not in out):
+            failures.append(f"second stage, {label}: exit {status} (expected {expected_status}), checkpoint "
+                            f"{tracker(save)}: {err[-1200:]}")
+        print(f"second stage, {label}: exit {status}: {expected_line[:90]}")
     status, out, err = runner.run("persistent_skip", validate + ["--no-check-for-nan-in-loss-and-grad"],
                                   fault="5:1:persistent")
     got = losses(out)

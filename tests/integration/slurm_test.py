@@ -42,14 +42,15 @@ BATCH_SCRIPT = os.path.join(SOURCE, "examples", "slurm", "pretrain_gpt.sbatch")
 MODEL = ("--device cpu --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
          "--max-position-embeddings 32 --vocab-size 512 --micro-batch-size 1 --global-batch-size 8 --lr 1e-3 "
          "--log-interval 1 --eval-iters 0").split()
-LOSS = re.compile(r"^ \[[^\]]*\] iteration +(\d+)/ +\d+ \|.*\| lm loss: (\S+) \|")
+# Searched anywhere in a line: under mpirun another rank's output may share the logging rank's line.
+LOSS = re.compile(r" \[[^\]]*\] iteration +(\d+)/ +\d+ \|.*\| lm loss: (\S+) \|")
 TIMELINE = re.compile(r"^(\[sbatch .*|.*saving checkpoint at iteration.*|.*successfully loaded checkpoint.*|"
                       r"exiting program after.*|.*CANCELLED AT.*|.*DUE TO PREEMPTION.*)$")
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY")
 
 
 def losses(text):
-    return [(int(m.group(1)), float(m.group(2))) for m in map(LOSS.match, text.splitlines()) if m]
+    return [(int(m.group(1)), float(m.group(2))) for m in map(LOSS.search, text.splitlines()) if m]
 
 
 def compare(failures, label, reference, got):
