@@ -3,6 +3,7 @@
 // (train/checkpointing.h).
 #include "train/checkpointing.h"
 #include "train/launcher.h"
+#include "train/rerun_check.h"
 #include "train/trainer.h"
 #include "train/training_sample.h"
 
@@ -12,10 +13,14 @@ int main(int argc, char** argv) {
     gpt::Checkpointer checkpointer(args, grid);
     GPT_RETURN_IF_ERROR(checkpointer.start(*trainer));
     gpt::TrainingSampler sampler(args, grid);
-    GPT_RETURN_IF_ERROR(trainer->run([&]() -> absl::StatusOr<bool> {
+    const absl::Status trained = trainer->run([&]() -> absl::StatusOr<bool> {
       GPT_RETURN_IF_ERROR(sampler.after_iteration(*trainer));
       return checkpointer.after_iteration(*trainer);
-    }));
+    });
+    // The rerun check's exit (train/rerun_check.h): save the state before the iteration, then exit
+    // with Megatron's code.
+    if (gpt::requested_exit_saves(trained)) GPT_RETURN_IF_ERROR(checkpointer.finish(*trainer));
+    GPT_RETURN_IF_ERROR(trained);
     return checkpointer.finish(*trainer);
   });
 }

@@ -11,6 +11,8 @@ packages=(
   libopenblas-dev libsimdjson-dev libicu-dev
   libprotobuf-dev protobuf-compiler
   python3-torch python3-numpy python3-h5py python3-matplotlib python3-protobuf python3-crc32c
+  # A real Slurm for the tests (tests/integration/slurm_cluster.py starts the daemons by hand).
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()

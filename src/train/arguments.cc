@@ -286,6 +286,10 @@ absl::Status validate_arguments(Arguments& a) {
     GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
   GPT_RETURN_IF_ERROR(validate_schedule_flags(a));
+  if (a.rerun_mode != "disabled" && a.rerun_mode != "validate_results" && a.rerun_mode != "report_stats") {
+    return invalid(absl::StrCat("--rerun-mode must be disabled, validate_results or report_stats, got '",
+                                a.rerun_mode, "'"));
+  }
   // The run's length: in iterations or in samples (Megatron's two ways), exactly one.
   const bool by_samples = a.was_given("--train-samples");
   if (by_samples == a.was_given("--train-iters")) {
@@ -305,7 +309,8 @@ absl::Status validate_arguments(Arguments& a) {
       {"--tensor-model-parallel-size", a.tensor_model_parallel_size},
       {"--pipeline-model-parallel-size", a.pipeline_model_parallel_size},
       {"--log-interval", a.log_interval},
-      {"--eval-interval", a.eval_interval}};
+      {"--eval-interval", a.eval_interval},
+      {"--straggler-minmax-count", a.straggler_minmax_count}};
   for (const auto& [flag, value] : positive) GPT_RETURN_IF_ERROR(require_positive(flag, value));
   const std::pair<const char*, int64_t> positive_if_given[] = {
       {"--ffn-hidden-size", a.ffn_hidden_size},   {"--kv-channels", a.kv_channels},

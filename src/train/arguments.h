@@ -161,6 +161,11 @@ struct Arguments {
   bool log_params_norm = false;        // "params norm" in the log line
   bool log_num_zeros_in_grad = false;  // "num zeros" in the log line
   int64_t timing_log_level = 0;  // >= 1: Megatron's "(min, max) time across ranks" lines per phase
+  // Megatron's rerun state machine (train/rerun_check.h).
+  std::string rerun_mode = "disabled";  // disabled, validate_results or report_stats
+  bool check_for_spiky_loss = false;
+  bool log_straggler = false;     // rank 0 names the slowest and fastest ranks (train/straggler_report.h)
+  int64_t straggler_minmax_count = 1;  // > 1: also the N slowest and N fastest ranks by throughput
   std::string metrics_file;      // "": none; else JSON Lines per log line (train/metrics_file.h)
   // Samples during training (train/training_sample.h; not Megatron flags).
   int64_t sample_interval = 0;   // 0: none; else a sample continuation every N iterations

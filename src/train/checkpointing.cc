@@ -1,6 +1,5 @@
 #include "train/checkpointing.h"
 
-#include <csignal>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -17,15 +16,12 @@
 #include "core/philox.h"
 #include "model/param_registry.h"
 #include "parallel/comm/world_agreement.h"
+#include "train/exit_signal.h"
 #include "train/fault_injection.h"
 #include "train/rank_agreement.h"
 
 namespace gpt {
 namespace {
-
-std::atomic<bool> sigterm_received{false};
-
-void on_sigterm(int) { sigterm_received.store(true); }
 
 // `value` combined over the world (bounded: parallel/comm/world_agreement.h); `what` names it in a
 // timeout message.
@@ -137,12 +133,7 @@ absl::Status read_pieces(CheckpointReader& reader, const std::vector<ShardedTens
 }  // namespace
 
 Checkpointer::Checkpointer(const Arguments& args, ProcessGrid& grid) : args_(args), grid_(grid) {
-  if (args_.exit_signal_handler) {
-    struct sigaction action = {};
-    action.sa_handler = on_sigterm;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGTERM, &action, nullptr);
-  }
+  if (args_.exit_signal_handler) install_exit_signal_handler();
 }
 
 Checkpointer::~Checkpointer() {
@@ -318,7 +309,7 @@ absl::StatusOr<bool> Checkpointer::after_iteration(Trainer& trainer) {
     GPT_RETURN_IF_ERROR(finalize_pending(/*wait=*/false));
   }
   std::string reason;
-  if (args_.exit_signal_handler && world_max(sigterm_received.load() ? 1 : 0, "--exit-signal-handler") != 0) {
+  if (args_.exit_signal_handler && world_max(exit_signal_received() ? 1 : 0, "--exit-signal-handler") != 0) {
     reason = "exiting program after receiving SIGTERM.";
   } else if (args_.exit_duration_in_mins > 0 &&
              world_max(static_cast<int64_t>(since_start_.elapsed_seconds() / 60.0), "--exit-duration-in-mins") >=

@@ -7,6 +7,10 @@
 // save's directory exists), after-shard (a shard written and synced), before-rename (rank 0, the
 // index written), before-tracker (rank 0, the directory renamed). Unset in normal runs; read at
 // each point so that a test can aim at one.
+//
+// GPT_INJECT_DELAY=<ms> or <ms>:<world rank> makes every rank (or that one) sleep that long in each
+// training iteration's forward-backward phase: a slow job for the Slurm time-limit tests, a straggler
+// for --log-straggler. Numbers are unchanged.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +18,7 @@
 namespace gpt {
 
 void maybe_inject_fault(const char* point, int world_rank);
+void maybe_inject_delay(int world_rank);
 
 // GPT_GRADIENT_FAULT=<iteration>:<world rank>: true on that rank at that (1-based) training
 // iteration, whose reduced gradients the trainer then gives one infinite element (the loss

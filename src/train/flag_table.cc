@@ -342,6 +342,25 @@ constexpr FlagRow kRows[] = {
             "this program's"),
     row("--log-params-norm", &A::log_params_norm, "Log the L2 norm of the (FP32 main) parameters"),
     row("--log-num-zeros-in-grad", &A::log_num_zeros_in_grad, "Log the number of zero gradient elements"),
+    row("--rerun-mode", &A::rerun_mode,
+        "disabled, validate_results (a NaN, Inf or, with --check-for-spiky-loss, spiky local loss reruns the "
+        "iteration: not reproduced, save and exit 17; reproduced, report the samples, save and exit 16 for a rerun "
+        "on another node, or skip the update under --no-check-for-nan-in-loss-and-grad) or report_stats (rerun "
+        "every iteration, report the difference)")
+        .megatron(kImplementation,
+                  "Megatron's rerun state machine on the local loss (NaN, Inf, spiky) with its exit codes 16 and 17 "
+                  "and its second stage from the checkpoint; the machine's state is kept as checkpoint records, and a "
+                  "reproduced NaN may be skipped under --no-check-for-nan-in-loss-and-grad"),
+    row("--check-for-spiky-loss", &A::check_for_spiky_loss,
+        "Reject a local loss at least 10 times the largest of the first 100 (not fatal: rerun, then continue)"),
+    row("--log-straggler", &A::log_straggler,
+        "Every --log-interval iterations rank 0 prints the ranks with the shortest and longest compute time "
+        "(forward-backward) and lowest and highest estimated throughput, with their nodes")
+        .megatron(kImplementation,
+                  "Megatron's MnRtt/MxRtt/MnEtpt/MxEtpt fields and its Bottom/Top lines, each rank with its node; "
+                  "no GPU power, temperature, utilization or clock fields, no data-loading time (DRtt)"),
+    row("--straggler-minmax-count", &A::straggler_minmax_count,
+        "With --log-straggler: also list this many ranks with the lowest and the highest throughput"),
     row("--save", &A::save, "Directory for checkpoints").shown(kNoneIfEmpty),
     row("--save-interval", &A::save_interval, "Iterations between checkpoints").shown(kNoneIfZero),
     row("--load", &A::load, "Directory to resume from (its latest_checkpointed_iteration.txt)").shown(kNoneIfEmpty),
@@ -549,6 +568,10 @@ constexpr std::string_view kAgreementOrder[] = {
     "--keep-latest-checkpoints",
     "--allow-other-run-checkpoints",
     "--load-fallback-to-previous",
+    "--log-straggler",
+    "--straggler-minmax-count",
+    "--rerun-mode",
+    "--check-for-spiky-loss",
 };
 
 // The agreement text of a raw field (train/flag_table.h): kept as it was when checkpoints started

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <string_view>
 
 #include "core/cuda_runtime.h"
 #include "core/memory.h"
@@ -12,11 +13,13 @@
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/comm/world_agreement.h"
 #include "parallel/mpi_grid.h"
+#include "train/exit_signal.h"
 #include "train/fault_injection.h"
 #include "train/memory_plan.h"
 #include "train/pipeline_timeline.h"
 #include "train/schedule_choice.h"
 #include "train/rank_agreement.h"
+#include "train/rerun_check.h"
 #include "train/trainer.h"
 
 namespace gpt {
@@ -27,6 +30,14 @@ namespace {
 // see agree_on_setup), prefixed with its rank unless every rank failed the same way.
 int agree_and_report(const MpiRuntime& mpi, const absl::Status& status) {
   const int size = mpi.world_size(), rank = mpi.world_rank();
+  // An exit the run asked for (train/rerun_check.h), decided by all ranks together: no error line.
+  if (const std::optional<int> code = requested_exit_code(status)) {
+    if (rank == 0) {
+      std::printf("%s\n", std::string(status.message()).c_str());
+      std::fflush(stdout);
+    }
+    return *code;
+  }
   const bool own = !status.ok() && !is_peer_failure(status);
   int64_t failures[2] = {own ? rank : size, status.ok() ? size : rank};  // lowest own failure, lowest any
   int64_t own_count = own ? 1 : 0;
@@ -88,6 +99,10 @@ absl::Status choose_backend(Arguments& args, const MpiRuntime& mpi, int ranks_pe
 }  // namespace
 
 int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody& body) {
+  // Before MPI starts (exit_signal.h): the flag's value is read from the command line as parsed below.
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--exit-signal-handler") install_exit_signal_handler();
+  }
   MpiRuntime mpi(&argc, &argv);
   std::map<std::string, std::string> own_flags;
   std::vector<std::string> megatron_args = {argv[0]};

@@ -29,6 +29,7 @@
 #include "train/metrics_file.h"
 #include "train/model_arguments.h"
 #include "train/rank_agreement.h"
+#include "train/straggler_report.h"
 #include "train/tensorboard_log.h"
 #include "model/activation_memory.h"
 
@@ -219,6 +220,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->memory_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats});
   t->timing_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {2 * (3 + phase_timer::kPhases)});
   t->timing_ = args.timing_log_level >= 1;
+  t->phase_clock_ = t->timing_ || args.log_straggler;
+  t->rerun_ = RerunCheck::create(t->args_, grid);
+  if (t->rerun_) t->add_checkpoint_records(t->rerun_.get());
   phase_timer::set_enabled(args.timing_log_level >= 2);
   t->memory_gathered_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats * grid.world_size()});
   t->memory_ = t->memory_figures(pipeline, static_cast<double>(chunks_end - chunks_begin));
@@ -373,7 +377,30 @@ absl::Status Trainer::check_finite(const StepResult& step) {
 
 StepResult Trainer::train_step() {
   compute_gradients();
-  return apply_update();
+  if (rerun_ == nullptr) return apply_update();
+  const bool holds_loss = grid_.coordinates().pipeline == grid_.shape().pipeline - 1;
+  const RerunHooks hooks{
+      .rerun_forward_backward = [this] { compute_gradients(); },
+      .local_loss = [&]() -> std::optional<double> {
+        return holds_loss ? std::optional<double>(mean_token_loss(microbatches_, 1)) : std::nullopt;
+      },
+      .corrupt_local_loss =
+          [this](float factor_or_nan) {
+            float sum = 0.0f;
+            copy_to_host(ctx_, &sum, loss_sum_);
+            ctx_.synchronize();
+            sum = std::isnan(factor_or_nan) ? factor_or_nan : sum * factor_or_nan;
+            copy_to_device(ctx_, loss_sum_, std::span<const float>(&sum, 1));
+          }};
+  const RerunDecision decision = rerun_->check(iteration_ + 1, consumed_samples_, hooks);
+  if (decision.next != RerunDecision::Next::kSaveAndExit) {
+    return apply_update(decision.next == RerunDecision::Next::kSkipUpdate);
+  }
+  StepResult stopped;  // no update: the checkpoint holds the state before this iteration
+  stopped.exit_code = decision.exit_code;
+  stopped.exit_reason = decision.reason;
+  stopped.exit_saves = decision.save;
+  return stopped;
 }
 
 double Trainer::evaluate_microbatch(int64_t microbatch) {
@@ -402,13 +429,14 @@ void Trainer::compute_gradients() {
   forward_backward_->run(ctx_, grid_.pipeline(), Pass::kTrain);
   // Delayed FP8 scaling: this step's amaxes into the history, the next step's scales (collective).
   if (fp8_) fp8_->end_step(ctx_, grid_.world());
+  maybe_inject_delay(grid_.world_rank());
   end_phase(phase, phases_.forward_backward);
   data_parallel_->finish_gradients(ctx_);
   end_phase(phase, phases_.all_grads_sync);
 }
 
 void Trainer::end_phase(Stopwatch& since, double& total) {
-  if (!timing_) return;
+  if (!phase_clock_) return;
   ctx_.synchronize();
   total += since.elapsed_seconds();
   since.restart();
@@ -480,7 +508,7 @@ void Trainer::maybe_inject_gradient_fault() {
                     << iteration_ + 1;
 }
 
-StepResult Trainer::apply_update() {
+StepResult Trainer::apply_update(bool skip_update) {
   StepResult result;
   Stopwatch phase;
   maybe_inject_gradient_fault();
@@ -491,7 +519,7 @@ StepResult Trainer::apply_update() {
                                                                       zeros_scratch_, norm_scratch_, norm_groups());
   result.grad_norm =
       result.overflow ? NAN : global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups(), optimizer_->owned());
-  if (result.overflow) {
+  if (result.overflow || skip_update) {
     result.skipped = true;
   } else if (std::isfinite(result.grad_norm)) {
     optimizer_->step(ctx_, static_cast<float>(result.learning_rate),
@@ -564,6 +592,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     Stopwatch step_time;
     const StepResult step = train_step();
     ctx_.synchronize();
+    if (step.exit_code != 0) return requested_exit(step.exit_code, step.exit_reason, step.exit_saves);
     if (!args_.no_check_for_nan_in_loss_and_grad) GPT_RETURN_IF_ERROR(check_finite(step));
     interval_seconds += step_time.elapsed_seconds();
     if (profiled && profile_from == 0 && iteration_ == first_iteration + 1) {
@@ -632,9 +661,16 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
                                       (seconds_per_iteration * grid_.world_size());
       log.num_zeros_in_grad = num_zeros_in_grad;
       log.params_norm = params_norm;
+      // Before the timers, which reset the phases at an interval's end.
+      if (args_.log_straggler && interval_end) {
+        report_stragglers(grid_, phases_.forward_backward * 1e3 / static_cast<double>(iterations_in_interval),
+                          flops_per_iteration / grid_.world_size(), static_cast<int>(args_.straggler_minmax_count));
+      }
+      if (rerun_ && interval_end) rerun_->report_stats();
       const std::vector<PhaseTiming> timers =
           timing_ ? phase_timings(iterations_in_interval, /*reset=*/interval_end)  // collective
                   : std::vector<PhaseTiming>{};
+      if (!timing_ && interval_end) phases_ = {};
       std::optional<MeasuredTimeline> timeline;  // of this iteration, gathered over the pipeline group
       if (timeline_) timeline = timeline_->gather(ctx_, grid_.pipeline(), forward_backward_->timeline(), iteration_);
       if (logging) {

@@ -20,6 +20,7 @@
 #include "optim/lr_schedule.h"
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
+#include "train/rerun_check.h"
 #include "train/checkpoint_records.h"
 #include "train/data_parallel.h"
 #include "train/forward_backward.h"
@@ -42,6 +43,9 @@ struct StepResult {
   // The loss scaler found a non-finite gradient (every rank alike): the update is skipped before
   // any norm is computed (grad_norm is NaN; Megatron's log line then has no grad norm field).
   bool overflow = false;
+  int exit_code = 0;           // non-zero: the rerun check ends the run before the update (train/rerun_check.h)
+  std::string exit_reason;
+  bool exit_saves = true;      // save the state before the iteration first
 };
 
 // Turns --device auto into cpu or cuda (the GPU when the CUDA backend is built and one is visible);
@@ -66,7 +70,8 @@ class Trainer {
   // forward/backward over the iteration's microbatches and gradient reduction, then clipping, the
   // AdamW step and the loss read-out.
   void compute_gradients();
-  StepResult apply_update();
+  // `skip_update`: the rerun check's skip (the optimizer does not step; the step counts as skipped).
+  StepResult apply_update(bool skip_update = false);
   // Forward only (no gradients) of this rank's microbatch `microbatch` of the next iteration;
   // returns the mean token loss of that microbatch. The logits stay in the output layer. Without
   // pipeline parallelism only (a test hook: the oracle and the data-position tests use it).
@@ -157,6 +162,11 @@ class Trainer {
   };
   PhaseTimes phases_;
   bool timing_ = false;
+  // The phases are timed (each ends with a wait for the device) for the timers or --log-straggler.
+  bool phase_clock_ = false;
+  // --rerun-mode / --check-for-spiky-loss (train/rerun_check.h); nullptr without them.
+  std::unique_ptr<RerunCheck> rerun_;
+
   // Ends a phase started at `since`: adds its seconds to `total` and restarts the clock.
   void end_phase(Stopwatch& since, double& total);
   // The groups the gradient norm (and the diagnostics below) are summed over.

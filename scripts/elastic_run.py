@@ -1,0 +1,444 @@
+#!/usr/bin/python3
+"""Runs a pretrain_gpt job and restarts it on the nodes left when a rank or a node is lost.
+
+In the spirit of torchrun's elastic agent (--nnodes MIN:MAX): the supervisor launches the job on
+every healthy node up to MAX (mpirun, or srun inside a Slurm allocation), watches it (its exit
+status or signal, and a heartbeat: the iteration lines the job prints), and when the job fails it
+checks the nodes, then relaunches from the latest committed checkpoint (--load, the same directory
+as --save) on the nodes still healthy. Tensor and pipeline parallelism stay fixed; data parallelism
+shrinks to what the nodes hold; the global batch stays the same, so gradient accumulation grows
+(global batch / (micro batch x DP)). Layouts never change the numbers here, so the relaunched run
+continues the same loss curve. A node that comes back is used again at the next restart (up to
+MAX). docs/ELASTIC.md describes it; tests/integration/elastic_restart_test.py tests it.
+
+Usage:
+    scripts/elastic_run.py --nnodes 1:2 --nproc-per-node 2 [--nodes n1,n2] [--launcher mpirun|srun]
+        [--single-host] [--node-check 'CMD {node}'] [--max-restarts 3] [--heartbeat-timeout 300]
+        -- build/bin/pretrain_gpt --save DIR --load DIR ...
+
+Every refusal is one line `elastic: error: ...` on stderr and exit status 2, before anything runs.
+"""
+
+import argparse
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+# The lines that count as a heartbeat: pretrain_gpt's iteration lines (printed by the last rank).
+ITERATION_LINE = re.compile(r"\] iteration +(\d+)/")
+TRACKER = "latest_checkpointed_iteration.txt"
+# Slurm node states that mean the node cannot run the job (scontrol's State= field, any of them).
+UNHEALTHY_SLURM_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT", "MAINT")
+
+
+class Refusal(Exception):
+    """Bad input: one message, exit status 2, nothing started."""
+
+
+def log(message):
+    print(f"elastic: {message}", flush=True)
+
+
+def job_flag(job_args, name, default=None):
+    """The value of `--name V` or `--name=V` in the job's command line (the last one wins)."""
+    value = default
+    for i, arg in enumerate(job_args):
+        if arg == name and i + 1 < len(job_args):
+            value = job_args[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg[len(name) + 1:]
+    return value
+
+
+def positive_int(job_args, name, default):
+    text = job_flag(job_args, name, default)
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise Refusal(f"the job's {name} '{text}' is not an integer") from None
+    if value < 1:
+        raise Refusal(f"the job's {name} is {value}; it must be at least 1")
+    return value
+
+
+class Layout:
+    """What the job fixes (TP, PP, micro and global batch) and what a node count makes of it."""
+
+    def __init__(self, job_args, nproc_per_node):
+        self.tp = positive_int(job_args, "--tensor-model-parallel-size", "1")
+        self.pp = positive_int(job_args, "--pipeline-model-parallel-size", "1")
+        self.mbs = positive_int(job_args, "--micro-batch-size", "1")
+        gbs = job_flag(job_args, "--global-batch-size")
+        if gbs is None:
+            raise Refusal("the job has no --global-batch-size: without it the global batch would change "
+                          "with data parallelism, and a restart on fewer nodes would not continue the same run")
+        self.gbs = positive_int(job_args, "--global-batch-size", gbs)
+        self.nproc_per_node = nproc_per_node
+
+    def model_ranks(self):
+        return self.tp * self.pp
+
+    def why_not(self, nodes):
+        """None when `nodes` nodes can run the job, otherwise the reason."""
+        world = nodes * self.nproc_per_node
+        if world % self.model_ranks():
+            return (f"{nodes} node(s) x {self.nproc_per_node} ranks = {world} ranks is not a multiple of "
+                    f"TP x PP = {self.tp} x {self.pp} = {self.model_ranks()}")
+        dp = world // self.model_ranks()
+        if self.gbs % (self.mbs * dp):
+            return (f"on {nodes} node(s) DP would be {dp}, and the global batch {self.gbs} is not divisible by "
+                    f"micro batch x DP = {self.mbs} x {dp}: the global batch cannot be kept")
+        return None
+
+    def describe(self, nodes):
+        world = nodes * self.nproc_per_node
+        dp = world // self.model_ranks()
+        return (f"{world} ranks = TP {self.tp} x PP {self.pp} x DP {dp}, global batch {self.gbs} = micro batch "
+                f"{self.mbs} x DP {dp} x {self.gbs // (self.mbs * dp)} accumulation steps")
+
+
+def parse_bounds(text):
+    match = re.fullmatch(r"(\d+)(?::(\d+))?", text or "")
+    if not match:
+        raise Refusal(f"--nnodes '{text}' is not MIN:MAX (or N)")
+    low = int(match.group(1))
+    high = int(match.group(2)) if match.group(2) is not None else low
+    if low < 1:
+        raise Refusal(f"--nnodes {text}: the minimum must be at least 1")
+    if low > high:
+        raise Refusal(f"--nnodes {text}: the minimum {low} is above the maximum {high}")
+    return low, high
+
+
+def slurm_nodes():
+    nodelist = os.environ.get("SLURM_JOB_NODELIST")
+    if not nodelist:
+        return None
+    result = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise Refusal(f"scontrol show hostnames {nodelist} failed: {result.stderr.strip()}")
+    return result.stdout.split()
+
+
+def slurm_job_nodes():
+    """The nodes the Slurm job holds now (a node lost under `sbatch --no-kill` leaves the job's
+    NodeList; SLURM_JOB_NODELIST keeps the nodes the job started with)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    result = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True)
+    match = re.search(r"\bNodeList=(\S+)", result.stdout)
+    if result.returncode != 0 or not match or match.group(1) == "(null)":
+        return []
+    names = subprocess.run(["scontrol", "show", "hostnames", match.group(1)], capture_output=True, text=True)
+    return names.stdout.split()
+
+
+def slurm_node_healthy(node):
+    held = slurm_job_nodes()
+    if held is not None and node not in held:
+        return False, "no longer in the Slurm job's allocation"
+    result = subprocess.run(["scontrol", "show", "node", "-o", node], capture_output=True, text=True)
+    if result.returncode != 0:
+        return False, f"scontrol show node {node}: {result.stderr.strip()}"
+    match = re.search(r"\bState=(\S+)", result.stdout)
+    state = match.group(1) if match else "UNKNOWN"
+    bad = [s for s in UNHEALTHY_SLURM_STATES if s in state] + (["NOT_RESPONDING"] if state.endswith("*") else [])
+    return (not bad), f"Slurm state {state}"
+
+
+def descendants(root):
+    """PIDs of the processes below `root` on this host (from /proc)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+class Supervisor:
+    def __init__(self, options, job_args):
+        self.options = options
+        self.job_args = job_args
+        self.low, self.high = parse_bounds(options.nnodes)
+        if options.nproc_per_node < 1:
+            raise Refusal(f"--nproc-per-node {options.nproc_per_node} must be at least 1")
+        self.launcher = options.launcher or ("srun" if os.environ.get("SLURM_JOB_ID") else "mpirun")
+        if options.nodes:
+            self.nodes = [n for n in options.nodes.split(",") if n]
+        else:
+            self.nodes = slurm_nodes() or [socket.gethostname()]
+        if len(set(self.nodes)) != len(self.nodes):
+            raise Refusal(f"--nodes names a node twice: {','.join(self.nodes)}")
+        if self.low > len(self.nodes):
+            raise Refusal(f"--nnodes {options.nnodes} needs at least {self.low} nodes, but only {len(self.nodes)} "
+                          f"are given ({','.join(self.nodes)})")
+        self.layout = Layout(job_args, options.nproc_per_node)
+        most = min(self.high, len(self.nodes)) * options.nproc_per_node
+        if most < self.layout.model_ranks():
+            raise Refusal(f"TP x PP = {self.layout.tp} x {self.layout.pp} needs {self.layout.model_ranks()} ranks, "
+                          f"but at most {min(self.high, len(self.nodes))} node(s) x {options.nproc_per_node} ranks "
+                          f"= {most} are available")
+        if all(self.layout.why_not(n) for n in range(self.low, min(self.high, len(self.nodes)) + 1)):
+            reasons = "; ".join(self.layout.why_not(n) for n in range(self.low, min(self.high, len(self.nodes)) + 1))
+            raise Refusal(f"no node count in --nnodes {options.nnodes} can run the job: {reasons}")
+        save, load = job_flag(job_args, "--save"), job_flag(job_args, "--load")
+        if not save:
+            raise Refusal("the job has no --save: a restart would have no checkpoint to resume from")
+        if not load or os.path.realpath(load) != os.path.realpath(save):
+            raise Refusal(f"the job's --load ({load or 'none'}) is not its --save directory ({save}): a restart "
+                          "must resume from the checkpoints the job writes")
+        self.save = save
+        self.child = None
+        self.stopping = None  # the signal the supervisor itself got
+        self.failed_at = None  # when the last failure was noticed (monotonic seconds)
+
+    # ----- nodes
+    def node_healthy(self, node):
+        """(healthy, why) for one node."""
+        if self.options.node_check:
+            command = self.options.node_check.replace("{node}", shlex.quote(node))
+            result = subprocess.run(command, shell=True, capture_output=True, text=True)
+            return result.returncode == 0, f"node check exit status {result.returncode}"
+        if self.launcher == "srun":
+            return slurm_node_healthy(node)
+        return True, "no node check given"
+
+    def healthy_nodes(self):
+        healthy = []
+        for node in self.nodes:
+            ok, why = self.node_healthy(node)
+            if ok:
+                healthy.append(node)
+            else:
+                log(f"node {node} is not healthy ({why}); left out")
+        return healthy
+
+    def check_shared_directory(self, nodes):
+        """The --save directory must be the same directory on every node: a token written here must
+        be seen from each node (srun or mpirun one task per node; one host needs no check)."""
+        if self.options.single_host or nodes == [socket.gethostname()]:
+            return
+        os.makedirs(self.save, exist_ok=True)
+        token = os.path.join(os.path.abspath(self.save), f".elastic_shared_check_{os.getpid()}")
+        with open(token, "w") as out:
+            out.write("shared\n")
+        try:
+            if self.launcher == "srun":
+                command = ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+                           f"--nodelist={','.join(nodes)}",
+                           "--mpi=none", "sh", "-c", f'test -e {shlex.quote(token)} || hostname']
+            else:
+                command = [self.options.mpirun, "-np", str(len(nodes)), "--host", ",".join(nodes), "--map-by", "node",
+                           "sh", "-c", f'test -e {shlex.quote(token)} || hostname']
+            result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            missing = result.stdout.split()
+            if result.returncode != 0 or missing:
+                where = ", ".join(missing) if missing else f"({' '.join(command[:1])} exit status {result.returncode})"
+                raise Refusal(f"the checkpoint directory {self.save} is not shared: a file written there is not "
+                              f"visible on {where}; every node must see the same --save directory")
+        finally:
+            os.unlink(token)
+
+    def choose(self, healthy):
+        """(the first of the healthy nodes, as many as the largest count in [MIN, MAX] that can run the
+        job, or None; the reasons the larger counts could not)."""
+        skipped = []
+        for count in range(min(self.high, len(healthy)), self.low - 1, -1):
+            reason = self.layout.why_not(count)
+            if reason is None:
+                return healthy[:count], skipped
+            skipped.append(reason)
+        return None, skipped
+
+    # ----- the job
+    def command(self, nodes):
+        world = len(nodes) * self.options.nproc_per_node
+        if self.launcher == "srun":
+            return (["srun", "--mpi=pmix", f"--nodes={len(nodes)}", f"--ntasks={world}",
+                     f"--ntasks-per-node={self.options.nproc_per_node}",
+                     f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=1"] + self.job_args)
+        launch = [self.options.mpirun, "-np", str(world), "--bind-to", "none"]
+        if self.options.single_host:
+            launch.append("--oversubscribe")
+        else:
+            launch += ["--host", ",".join(f"{n}:{self.options.nproc_per_node}" for n in nodes)]
+        return launch + shlex.split(self.options.mpirun_args) + self.job_args
+
+    def run_once(self, nodes):
+        """Runs the job until it ends; returns (ok, what happened)."""
+        command = self.command(nodes)
+        log("launching: " + " ".join(shlex.quote(c) for c in command))
+        beat = {"time": time.monotonic(), "iteration": None}
+
+        self.child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                                      bufsize=1)
+
+        def pump():
+            for line in self.child.stdout:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+                match = ITERATION_LINE.search(line)
+                if match:
+                    if beat["iteration"] is None and self.failed_at is not None:
+                        log(f"recovered: iteration {match.group(1)} came {time.monotonic() - self.failed_at:.1f} s "
+                            "after the failure was noticed")
+                    beat["time"], beat["iteration"] = time.monotonic(), int(match.group(1))
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        missed = False
+        while self.child.poll() is None:
+            time.sleep(0.2)
+            silent = time.monotonic() - beat["time"]
+            if self.options.heartbeat_timeout > 0 and silent > self.options.heartbeat_timeout and not self.stopping:
+                log(f"missed heartbeat: no iteration line for {silent:.0f} s (--heartbeat-timeout "
+                    f"{self.options.heartbeat_timeout:g}; last iteration {beat['iteration']}); stopping the job")
+                missed = True
+                noticed = time.monotonic()
+                self.terminate_child()
+                break
+        else:
+            noticed = time.monotonic()
+        status = self.child.wait()
+        reader.join(timeout=5)
+        self.child = None
+        last = beat["iteration"]
+        if missed:
+            return False, f"missed heartbeat after iteration {last}"
+        if status == 0:
+            return True, f"exit status 0 (last iteration {last})"
+        self.failed_at = noticed
+        how = f"signal {signal.Signals(-status).name}" if status < 0 else f"exit status {status}"
+        return False, f"{how} after iteration {last}"
+
+    def terminate_child(self):
+        if self.child is None or self.child.poll() is not None:
+            return
+        try:
+            os.killpg(self.child.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.child.wait(timeout=self.options.kill_wait)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def on_signal(self, number, _frame):
+        """A signal to the supervisor (Slurm's time limit or preemption) goes to the job's ranks as
+        SIGTERM, which save under --exit-signal-handler; the supervisor then exits with the job,
+        without restarting."""
+        self.stopping = number
+        log(f"got {signal.Signals(number).name}: passing SIGTERM to the job's ranks and not restarting")
+        if self.child is None or self.child.poll() is not None:
+            return
+        if self.launcher == "srun" and os.environ.get("SLURM_JOB_ID"):
+            # To the tasks of the job's steps: SIGTERM to srun itself ends the step without a save.
+            subprocess.run(["scancel", "--signal=TERM", os.environ["SLURM_JOB_ID"]], capture_output=True)
+            return
+        # mpirun ends the job on SIGTERM without passing it on: the ranks on this host get it directly.
+        for pid in descendants(self.child.pid):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def run(self):
+        self.check_shared_directory(self.nodes)
+        restarts = 0
+        while True:
+            healthy = self.healthy_nodes()
+            if len(healthy) < self.low:
+                log(f"error: only {len(healthy)} healthy node(s) ({','.join(healthy) or 'none'}), fewer than the "
+                    f"minimum {self.low} of --nnodes {self.options.nnodes}: giving up")
+                return 1
+            chosen, skipped = self.choose(healthy)
+            if chosen is None:
+                log("error: the healthy nodes cannot run the job: " + "; ".join(skipped))
+                return 1
+            for reason in skipped:
+                log(f"not using more nodes: {reason}")
+            resume = open(os.path.join(self.save, TRACKER)).read().strip() if os.path.exists(
+                os.path.join(self.save, TRACKER)) else "none (a fresh start)"
+            log(f"attempt {restarts + 1}: {len(chosen)} node(s) {','.join(chosen)}: "
+                f"{self.layout.describe(len(chosen))}; latest committed checkpoint: iteration {resume}")
+            started = time.monotonic()
+            ok, what = self.run_once(chosen)
+            log(f"attempt {restarts + 1} ended: {what}, after {time.monotonic() - started:.1f} s")
+            if ok:
+                return 0
+            if self.stopping:
+                log(f"the job ended after {signal.Signals(self.stopping).name}: {what}; not restarting")
+                return 128 + self.stopping
+            restarts += 1
+            if restarts > self.options.max_restarts:
+                log(f"error: {restarts - 1} restart(s) used (--max-restarts {self.options.max_restarts}): giving up")
+                return 1
+            log(f"restart {restarts} of at most {self.options.max_restarts}: checking the nodes")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     usage="%(prog)s [options] -- PROGRAM ARGS...")
+    parser.add_argument("--nnodes", required=True, help="MIN:MAX nodes (or N): the job runs on as many healthy nodes "
+                        "as it can up to MAX, and gives up below MIN")
+    parser.add_argument("--nproc-per-node", type=int, required=True, help="ranks on each node")
+    parser.add_argument("--nodes", help="comma-separated node names (default: the Slurm allocation's, or this host)")
+    parser.add_argument("--launcher", choices=["mpirun", "srun"], help="default: srun inside a Slurm job, else mpirun")
+    parser.add_argument("--single-host", action="store_true",
+                        help="the node names are labels of rank groups on this host (tests): mpirun --oversubscribe")
+    parser.add_argument("--node-check", help="shell command with {node}; exit status 0 means the node is healthy "
+                        "(default: Slurm's node state under srun, every node healthy under mpirun)")
+    parser.add_argument("--max-restarts", type=int, default=3)
+    parser.add_argument("--heartbeat-timeout", type=float, default=0,
+                        help="seconds without an iteration line after which the job is stopped and restarted "
+                        "(0: off; the first one counts from the launch, so leave room for start-up and loading)")
+    parser.add_argument("--kill-wait", type=float, default=10, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--mpirun", default="mpirun")
+    parser.add_argument("--mpirun-args", default="", help="extra mpirun arguments (one string)")
+    argv = sys.argv[1:]
+    if "--" not in argv:
+        print("elastic: error: give the job after '--' (scripts/elastic_run.py [options] -- PROGRAM ARGS...)",
+              file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    options = parser.parse_args(argv[:split])
+    job_args = argv[split + 1:]
+    if not job_args:
+        print("elastic: error: no program after '--'", file=sys.stderr)
+        return 2
+    try:
+        supervisor = Supervisor(options, job_args)
+        for number in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(number, supervisor.on_signal)
+        return supervisor.run()
+    except Refusal as refusal:
+        print(f"elastic: error: {refusal}", file=sys.stderr)
+        return 2
+    finally:
+        if "supervisor" in locals():
+            supervisor.terminate_child()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
