@@ -53,7 +53,7 @@ void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
     const int64_t n = part.range.size();
     const Tensor values = params_.flat_values().flat_range(part.range.begin, n);
     ops::adamw_update_segments(ctx, step, separate_master_ ? master_.flat_range(part.state_offset, n) : values,
-                               params_.flat_grads().flat_range(part.range.begin, n),
+                               params_.grads_in(part.range),
                                exp_avg_.flat_range(part.state_offset, n), exp_avg_sq_.flat_range(part.state_offset, n),
                                separate_master_ ? values : Tensor(), part.segments);
   }

@@ -31,7 +31,7 @@ int64_t count_zero_gradients(Context& ctx, const ParamStore& params, std::span<c
   ops::zero(ctx, scratch);
   // One slice per parameter: the alignment padding between parameters is not counted.
   for (const CountedSlice& slice : counted_slices(params, owned)) {
-    ops::count_zeros(ctx, scratch, params.flat_grads().flat_range(slice.begin, slice.end - slice.begin));
+    ops::count_zeros(ctx, scratch, params.grads_in({slice.begin, slice.end}));
   }
   sum_over_groups(ctx, scratch, groups);
   int64_t zeros = 0;

@@ -55,6 +55,12 @@ struct Arguments {
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   int64_t ddp_bucket_size = 0;          // elements; 0: Megatron's default (with --overlap-grad-reduce)
+  // Megatron-FSDP (train/sharding_arguments.h): the ZeRO level from the strategy, the elements per
+  // communication unit (0: one unit per layer / embedding / output layer), two fixed unit buffers.
+  bool use_megatron_fsdp = false;
+  std::string data_parallel_sharding_strategy = "optim_grads_params";
+  int64_t suggested_communication_unit_size = 0;
+  bool fsdp_double_buffer = false;
   std::string distributed_backend;      // "": NCCL on GPU, MPI on CPU; gloo becomes mpi (validate_arguments)
   double distributed_timeout_minutes = 10;  // fractions allowed (tests use seconds)
 

@@ -13,6 +13,8 @@
 #include "optim/adamw.h"
 #include "parallel/pipeline/executor.h"
 #include "train/data_parallel.h"
+#include "train/sharding_arguments.h"
+#include "parallel/data_parallel/grad_shards.h"
 #include "train/trainer.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/pipeline/schedule.h"
@@ -51,6 +53,7 @@ std::string layout_flags(const Arguments& a, int64_t world_size, int64_t padded_
       ", data-parallel size ", data_parallel_size(a, world_size));
   if (a.bf16) text += ", --bf16";
   if (a.use_distributed_optimizer) text += ", --use-distributed-optimizer";
+  if (a.use_megatron_fsdp) text += ", --use-megatron-fsdp --data-parallel-sharding-strategy " + a.data_parallel_sharding_strategy;
   if (!a.recompute_granularity.empty()) text += ", --recompute-granularity " + a.recompute_granularity;
   if (!a.data_path.empty()) absl::StrAppend(&text, ", --train-iters ", a.train_iters, ", --eval-iters ", a.eval_iters);
   return text;
@@ -102,7 +105,7 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
     const ShardPlan plan(std::move(stage_specs), shard_plan_config_from(a, shape, coordinates));
     const ForwardBackward schedules(pipeline);
     const RankMemory mine = rank_memory(plan, config, shapes, sequence_parallel, pipeline, schedules.stash_slots(),
-                                        schedules.deferral_depths());
+                                        schedules.deferral_depths(), data_parallel_config_from(a).gradient_buffers);
     if (!worst || mine.total() > worst->total()) worst = mine;
   }
   return worst;
@@ -217,9 +220,10 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
       Bytes(3) * pp * m * v * static_cast<int64_t>(sizeof(pipeline::Step) + sizeof(pipeline::Instruction));
 
   auto stage_plan = [&](const Bytes& elements, const Bytes& activations) -> absl::StatusOr<MemoryPlan> {
-    const Bytes owned = a.use_distributed_optimizer ? Bytes(elements.value() ? (*elements.value() + dp - 1) / dp : 0)
-                                                    : elements;
-    const Bytes parameters = Bytes(t) * elements, gradients = Bytes(4) * elements;
+    const Bytes owned = shards_optimizer(a) ? Bytes(elements.value() ? (*elements.value() + dp - 1) / dp : 0)
+                                            : elements;
+    const Bytes parameters = Bytes(t) * elements;
+    const Bytes gradients = Bytes(4) * (zero_level(a) >= ZeroLevel::kGradients ? owned : elements);
     const Bytes optimizer = Bytes(a.bf16 ? 12 : 8) * owned;
     const Bytes host = index_bytes + schedule_bytes;
     if (!elements.value()) return overflow("parameters", a, world_size, padded_vocab);
@@ -255,12 +259,15 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
 
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
                        bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
-                       std::span<const int> deferral_depths) {
+                       std::span<const int> deferral_depths, int gradient_buffers) {
   RankMemory m;
   m.parameters = Arena::aligned_bytes(config.dtype, Shape{plan.flat_elements()});
-  m.gradients = Arena::aligned_bytes(DType::kFloat32, Shape{plan.flat_elements()});
   int64_t owned = 0;
   for (const Range& range : plan.owned()) owned += range.size();
+  m.gradients = ParamStore::bytes(plan, config.dtype) - m.parameters;
+  if (plan.sharded_gradients()) {
+    m.gradients += GradientShards::bytes(plan.bucket_shards(), plan.config().data_parallel_size, gradient_buffers);
+  }
   m.optimizer_state = AdamW::bytes(owned, config.dtype);
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
     const int depth = c < deferral_depths.size() ? deferral_depths[c] : 0;

@@ -190,11 +190,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   // The memory plan is the memory allocated, item by item, on every rank of every layout.
   const RankMemory planned =
       rank_memory(t->params_->plan(), t->config_, t->chunks_.front()->shapes(), t->tensor_parallel_->sequence_parallel(),
-                  pipeline, t->forward_backward_->stash_slots(), t->forward_backward_->deferral_depths());
-  // The store's two buffers, the FP32 gradients measured by the tensor the arena gave them.
-  const int64_t gradient_bytes = Arena::aligned_bytes(DType::kFloat32, t->params_->flat_grads().shape());
+                  pipeline, t->forward_backward_->stash_slots(), t->forward_backward_->deferral_depths(),
+                  data_parallel_config_from(args).gradient_buffers);
+  // The store's two buffers, the FP32 gradients (or their shards, ZeRO-2) measured by the tensor
+  // the arena gave them, and ZeRO-2's working gradient buffers as DataParallel measured them.
+  const int64_t gradient_bytes = Arena::aligned_bytes(DType::kFloat32, t->params_->gradient_storage().shape());
   t->allocated_ = {.parameters = static_cast<int64_t>(params_end - params_begin) - gradient_bytes,
-                   .gradients = gradient_bytes,
+                   .gradients = gradient_bytes + t->data_parallel_->gradient_buffer_bytes(),
                    .optimizer_state = static_cast<int64_t>(t->arena_.used_bytes() - optimizer_begin),
                    .activations = static_cast<int64_t>(chunks_end - chunks_begin)};
   GPT_CHECK_EQ(planned.parameters, t->allocated_.parameters) << "memory plan of the parameters";
@@ -236,8 +238,10 @@ MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chu
   const bool separate_master = optimizer_->has_separate_master();
   f.theoretical[MemoryFigures::kParameters] = static_cast<double>(elements) * dtype_size(config_.dtype);
   f.allocated[MemoryFigures::kParameters] = static_cast<double>(params_->flat_values().bytes());
-  f.theoretical[MemoryFigures::kGradients] = static_cast<double>(elements) * 4.0;
-  f.allocated[MemoryFigures::kGradients] = static_cast<double>(params_->flat_grads().bytes());
+  // ZeRO-2: the shards (1/DP) in theory; allocated also the working buffers of the units in flight.
+  f.theoretical[MemoryFigures::kGradients] = (params_->sharded_gradients() ? owned : static_cast<double>(elements)) * 4.0;
+  f.allocated[MemoryFigures::kGradients] =
+      static_cast<double>(params_->gradient_storage().bytes() + data_parallel_->gradient_buffer_bytes());
   f.theoretical[MemoryFigures::kMasterWeights] = separate_master ? owned * 4.0 : 0.0;
   f.allocated[MemoryFigures::kMasterWeights] =
       separate_master ? static_cast<double>(optimizer_->owned_elements()) * 4.0 : 0.0;
