@@ -10,18 +10,29 @@
 namespace gpt {
 namespace {
 
-int64_t largest(std::span<const BucketShard> buckets) {
-  int64_t n = 0;
-  for (const BucketShard& b : buckets) n = std::max(n, b.bucket.size());
-  return n;
+// The working buffers' sizes: the largest bucket for the first, the second largest for the others.
+// A unit writes at most two buckets at once, and a bucket goes to the smallest buffer it fits, so
+// the largest bucket (the embedding, typically) always finds the first buffer free of a pinned
+// bucket: a larger one would be the largest.
+std::vector<int64_t> buffer_sizes(std::span<const BucketShard> buckets, int buffers) {
+  std::vector<int64_t> sizes;
+  for (const BucketShard& b : buckets) sizes.push_back(b.bucket.size());
+  std::sort(sizes.begin(), sizes.end(), std::greater<>());
+  const int64_t first = sizes.empty() ? 0 : sizes[0], others = sizes.size() > 1 ? sizes[1] : first;
+  std::vector<int64_t> result(static_cast<size_t>(buffers), others);
+  if (!result.empty()) result[0] = first;
+  return result;
 }
 
 }  // namespace
 
 int64_t GradientShards::bytes(std::span<const BucketShard> buckets, int data_parallel_size, int buffers) {
-  const int64_t n = largest(buckets);
-  return buffers * (Arena::aligned_bytes(DType::kFloat32, Shape{n}) +
-                    Arena::aligned_bytes(DType::kFloat32, Shape{n / data_parallel_size}));
+  int64_t total = 0;
+  for (int64_t n : buffer_sizes(buckets, buffers)) {
+    total += Arena::aligned_bytes(DType::kFloat32, Shape{n}) +
+             Arena::aligned_bytes(DType::kFloat32, Shape{n / data_parallel_size});
+  }
+  return total;
 }
 
 GradientShards::GradientShards(Communicator& data_parallel, Tensor shards, std::vector<BucketShard> buckets,
@@ -45,10 +56,10 @@ GradientShards::GradientShards(Communicator& data_parallel, Tensor shards, std::
   int64_t flat_end = 0;
   for (const BucketShard& b : buckets_) flat_end = std::max(flat_end, b.bucket.end);
   check_bucket_shards(buckets_, group_, flat_end, /*sharded=*/true);
-  const int64_t n = largest(buckets_);
-  for (Buffer& buffer : buffers_) {
-    buffer.gradients = arena.allocate(DType::kFloat32, {n});
-    buffer.scattered = arena.allocate(DType::kFloat32, {n / group_.size()});
+  const std::vector<int64_t> sizes = buffer_sizes(buckets_, buffers);
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    buffers_[i].gradients = arena.allocate(DType::kFloat32, {sizes[i]});
+    buffers_[i].scattered = arena.allocate(DType::kFloat32, {sizes[i] / group_.size()});
   }
 }
 
@@ -71,27 +82,39 @@ void GradientShards::take(Context& ctx, int bucket) {
 }
 
 GradientShards::Buffer& GradientShards::free_buffer(Context& ctx, int for_bucket) {
-  // A free buffer; else the oldest reduction in flight, completed; else the oldest held bucket no
-  // unit is writing, reduced early.
-  auto oldest = [&](State state, bool unpinned) -> Buffer* {
-    Buffer* best = nullptr;
-    for (Buffer& buffer : buffers_) {
-      if (buffer.state != state || (unpinned && buffer.pins > 0)) continue;
-      if (!best || buffer.since < best->since) best = &buffer;
-    }
-    return best;
-  };
-  if (Buffer* buffer = oldest(State::kFree, false)) return *buffer;
-  if (Buffer* buffer = oldest(State::kReducing, false)) {
-    complete(ctx, *buffer);
-    return *buffer;
+  // The smallest buffers the bucket fits first, a larger one only when those are all being
+  // written. Within a size: a free buffer; else the oldest reduction in flight, completed; else the
+  // oldest held bucket no unit is writing, reduced early.
+  const int64_t needed = buckets_[static_cast<size_t>(for_bucket)].bucket.size();
+  std::vector<int64_t> sizes;
+  for (const Buffer& buffer : buffers_) {
+    if (buffer.gradients.numel() >= needed) sizes.push_back(buffer.gradients.numel());
   }
-  Buffer* evicted = oldest(State::kHeld, true);
-  GPT_CHECK(evicted != nullptr) << "no working gradient buffer free for bucket " << for_bucket << ": one unit writes "
-                                << "more buckets at once than there are buffers (" << buffers_.size() << ")";
-  release(ctx, *evicted);
-  complete(ctx, *evicted);
-  return *evicted;
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (int64_t size : sizes) {
+    auto oldest = [&](State state) -> Buffer* {
+      Buffer* best = nullptr;
+      for (Buffer& buffer : buffers_) {
+        if (buffer.gradients.numel() != size || buffer.state != state || buffer.pins > 0) continue;
+        if (!best || buffer.since < best->since) best = &buffer;
+      }
+      return best;
+    };
+    if (Buffer* buffer = oldest(State::kFree)) return *buffer;
+    if (Buffer* buffer = oldest(State::kReducing)) {
+      complete(ctx, *buffer);
+      return *buffer;
+    }
+    if (Buffer* evicted = oldest(State::kHeld)) {
+      release(ctx, *evicted);
+      complete(ctx, *evicted);
+      return *evicted;
+    }
+  }
+  GPT_CHECK(false) << "no working gradient buffer free for bucket " << for_bucket << ": one unit writes more buckets "
+                   << "at once than there are buffers (" << buffers_.size() << ")";
+  return buffers_.front();
 }
 
 void GradientShards::done(Context& ctx, int bucket, bool last_writer) {
@@ -116,6 +139,7 @@ void GradientShards::release(Context& ctx, Buffer& buffer) {
 }
 
 void GradientShards::complete(Context& ctx, Buffer& buffer) {
+  if (buffer.state != State::kReducing) return;  // completed at release (no overlap)
   const size_t b = static_cast<size_t>(buffer.bucket);
   buffer.handle.wait(ctx);
   const Tensor shard = shards_.flat_range(shard_offsets_[b], buckets_[b].shard.size());

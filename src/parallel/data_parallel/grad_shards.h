@@ -1,9 +1,10 @@
 // ZeRO-2's gradients (Megatron-FSDP's optim_grads): each data-parallel rank keeps the sums of its
 // shard of every bucket only, [sum of its shards] float32 (1/DP of the flat gradients). A bucket's
 // full-size gradient exists only while a unit's backward writes it, in one of a few fixed working
-// buffers [largest bucket]: taken at the unit's first write in a microbatch, released when every
-// unit writing it has written (the tied embedding's bucket has two: the output layer and the
-// embedding), then reduce-scattered over DP and added into this rank's shard.
+// buffers (the largest bucket's size, and the second largest's): taken at the unit's first write in
+// a microbatch, released when every unit writing it has written (the tied embedding's bucket has
+// two: the output layer and the embedding), then reduce-scattered over DP and added into this
+// rank's shard.
 //
 // Gradient accumulation over microbatches is therefore one reduce-scatter per bucket per
 // microbatch (m times ZeRO-1's gradient traffic, (DP-1)/DP x 4 bytes x elements each time) instead
@@ -32,6 +33,7 @@ class GradientShards {
   // `shards`: [sum of the buckets' shard sizes], the buckets' shards one after another (bucket
   // order). `buffers`: working buffers; at least the buckets one unit writes at once (2: a unit's
   // own and the tied embedding's), one more lets a reduce-scatter run while the next unit computes.
+  // The first holds the largest bucket, the others the second largest.
   // `overlap`: a released bucket's reduce-scatter is left in flight (else waited for at once).
   GradientShards(Communicator& data_parallel, Tensor shards, std::vector<BucketShard> buckets, int buffers,
                  bool overlap, PointGrads point_grads, Arena& arena);
@@ -53,8 +55,8 @@ class GradientShards {
  private:
   enum class State { kFree, kHeld, kReducing };
   struct Buffer {
-    Tensor gradients;  // [largest bucket]
-    Tensor scattered;  // [largest bucket / DP] the reduce-scatter's result
+    Tensor gradients;  // [largest bucket] for the first buffer, [second largest] for the others
+    Tensor scattered;  // [its size / DP] the reduce-scatter's result
     State state = State::kFree;
     int bucket = -1;
     int pins = 0;      // units writing it now
