@@ -105,6 +105,7 @@ absl::StatusOr<Prediction> predict(const Arguments& a, int64_t world_size, const
   p.global_batch = a.global_batch_size;
   p.sequence_parallel = a.sequence_parallel && p.tensor > 1;
   p.distributed_optimizer = shards_optimizer(a);
+  p.zero_level = static_cast<int>(zero_level(a));
   p.recompute = recompute_text(a);
   const int pp = static_cast<int>(p.pipeline), v = static_cast<int>(p.virtual_stages);
   const int m = static_cast<int>(p.microbatches);
