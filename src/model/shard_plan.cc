@@ -44,7 +44,9 @@ SliceLayout slice_layout(const ParamSpec& spec, int tp_rank, int tp_size) {
 
 std::string param_unit(const std::string& name) {
   const std::string layers = "decoder.layers.";
-  if (name.rfind(layers, 0) == 0) return "layer " + name.substr(layers.size(), name.find('.', layers.size()) - layers.size());
+  if (name.rfind(layers, 0) == 0) {
+    return "layer " + name.substr(layers.size(), name.find('.', layers.size()) - layers.size());
+  }
   if (name.rfind("decoder.final_layernorm.", 0) == 0 || name.rfind("output_layer.", 0) == 0) return "output";
   return "embedding";
 }
@@ -105,9 +107,12 @@ ShardPlan::ShardPlan(std::vector<ParamSpec> specs, ShardPlanConfig config)
     params_.push_back(param);
     const int64_t bucket_elements = total - buckets_.back().range.begin;
     const auto next = std::next(it);
-    const bool unit_ends = !config_.unit_buckets || next == specs_.rend() || param_unit(next->name) != param_unit(it->name);
-    const bool full = (unit_ends && bucket_elements >= config_.bucket_size && (config_.bucket_size > 0 || config_.unit_buckets)) ||
-                      bucket_elements >= kMaxBucket;
+    // Without units a bucket may end after any parameter; with them (bucket_size 0: every unit
+    // alone) only after a unit's last.
+    const bool unit_ends =
+        !config_.unit_buckets || next == specs_.rend() || param_unit(next->name) != param_unit(it->name);
+    const bool sized = config_.bucket_size > 0 || config_.unit_buckets;
+    const bool full = (unit_ends && sized && bucket_elements >= config_.bucket_size) || bucket_elements >= kMaxBucket;
     if (alone || full) {
       close_bucket();
       open_bucket();

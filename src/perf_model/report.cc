@@ -83,7 +83,8 @@ std::string pass_text(const char* name, const PassCost& c) {
 
 std::string layout_text(const Prediction& p) {
   return absl::StrCat("TP ", p.tensor, " x PP ", p.pipeline, " x DP ", p.data, ", v ", p.virtual_stages, ", mbs ",
-                      p.micro_batch, p.sequence_parallel ? ", SP" : "", p.zero_level == 2 ? ", ZeRO-2" : p.distributed_optimizer ? ", dist-opt" : "",
+                      p.micro_batch, p.sequence_parallel ? ", SP" : "",
+                      p.zero_level == 2 ? ", ZeRO-2" : p.distributed_optimizer ? ", dist-opt" : "",
                       ", recompute ", p.recompute);
 }
 

@@ -63,10 +63,9 @@ DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, 
   GPT_CHECK_EQ(plan.config().data_parallel_rank, grid.data().rank()) << "shard plan of another data-parallel rank";
   if (plan.sharded_gradients()) {
     const size_t before = arena.used_bytes();
-    shards_ = std::make_unique<GradientShards>(
-        grid.data(), params.gradient_storage(), plan.bucket_shards(), config.gradient_buffers,
-        config.overlap_grad_reduce, [&params](int bucket, const Tensor& buffer) { params.set_bucket_grads(bucket, buffer); },
-        arena);
+    auto point_grads = [&params](int bucket, const Tensor& buffer) { params.set_bucket_grads(bucket, buffer); };
+    shards_ = std::make_unique<GradientShards>(grid.data(), params.gradient_storage(), plan.bucket_shards(),
+                                               config.gradient_buffers, config.overlap_grad_reduce, point_grads, arena);
     gradient_buffer_bytes_ = static_cast<int64_t>(arena.used_bytes() - before);
   } else {
     grads_ = std::make_unique<GradientSync>(

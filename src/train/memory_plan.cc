@@ -53,7 +53,9 @@ std::string layout_flags(const Arguments& a, int64_t world_size, int64_t padded_
       ", data-parallel size ", data_parallel_size(a, world_size));
   if (a.bf16) text += ", --bf16";
   if (a.use_distributed_optimizer) text += ", --use-distributed-optimizer";
-  if (a.use_megatron_fsdp) text += ", --use-megatron-fsdp --data-parallel-sharding-strategy " + a.data_parallel_sharding_strategy;
+  if (a.use_megatron_fsdp) {
+    text += ", --use-megatron-fsdp --data-parallel-sharding-strategy " + a.data_parallel_sharding_strategy;
+  }
   if (!a.recompute_granularity.empty()) text += ", --recompute-granularity " + a.recompute_granularity;
   if (!a.data_path.empty()) absl::StrAppend(&text, ", --train-iters ", a.train_iters, ", --eval-iters ", a.eval_iters);
   return text;

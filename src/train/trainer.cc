@@ -239,7 +239,8 @@ MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chu
   f.theoretical[MemoryFigures::kParameters] = static_cast<double>(elements) * dtype_size(config_.dtype);
   f.allocated[MemoryFigures::kParameters] = static_cast<double>(params_->flat_values().bytes());
   // ZeRO-2: the shards (1/DP) in theory; allocated also the working buffers of the units in flight.
-  f.theoretical[MemoryFigures::kGradients] = (params_->sharded_gradients() ? owned : static_cast<double>(elements)) * 4.0;
+  f.theoretical[MemoryFigures::kGradients] =
+      (params_->sharded_gradients() ? owned : static_cast<double>(elements)) * 4.0;
   f.allocated[MemoryFigures::kGradients] =
       static_cast<double>(params_->gradient_storage().bytes() + data_parallel_->gradient_buffer_bytes());
   f.theoretical[MemoryFigures::kMasterWeights] = separate_master ? owned * 4.0 : 0.0;

@@ -212,7 +212,8 @@ TEST(ShardPlan, UnitBucketsAndGradientShards) {
         const BucketPlan& bucket = plan.buckets()[b];
         int64_t used = 0;
         for (size_t i : bucket.params) used += plan.params()[i].numel();
-        const bool alone = bucket.params.size() == 1 && plan.params()[bucket.params[0]].spec->name == kWordEmbeddingName;
+        const bool alone =
+            bucket.params.size() == 1 && plan.params()[bucket.params[0]].spec->name == kWordEmbeddingName;
         const bool before_alone = plan.buckets()[b + 1].params.size() == 1 &&
                                   plan.params()[plan.buckets()[b + 1].params[0]].spec->name == kWordEmbeddingName;
         if (!alone && !before_alone) EXPECT_GE(bucket.range.size(), suggested) << "bucket " << b << " closed early";
