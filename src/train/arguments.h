@@ -61,6 +61,11 @@ struct Arguments {
   std::string data_parallel_sharding_strategy = "optim_grads_params";
   int64_t suggested_communication_unit_size = 0;
   bool fsdp_double_buffer = false;
+  // Optimizer state of the first --optimizer-offload-fraction of the owned elements in host memory,
+  // its step on the host (optim/adamw.h); Megatron requires --use-precision-aware-optimizer with it.
+  bool optimizer_cpu_offload = false;
+  double optimizer_offload_fraction = 1.0;
+  bool use_precision_aware_optimizer = false;
   std::string distributed_backend;      // "": NCCL on GPU, MPI on CPU; gloo becomes mpi (validate_arguments)
   double distributed_timeout_minutes = 10;  // fractions allowed (tests use seconds)
 

@@ -116,6 +116,19 @@ constexpr FlagRow kRows[] = {
         "With --use-megatron-fsdp: elements per reduction unit; consecutive units (layers, embedding, output "
         "layer) are merged until a unit holds at least this many (default: one unit each)")
         .shown(kNoneIfZero),
+    row("--optimizer-cpu-offload", &A::optimizer_cpu_offload,
+        "Keep the optimizer state (FP32 master weights, moments) of --optimizer-offload-fraction of the owned "
+        "elements in host memory and run their AdamW step on the host's cores (needs a distributed optimizer and "
+        "--use-precision-aware-optimizer)"),
+    row("--optimizer-offload-fraction", &A::optimizer_offload_fraction,
+        "With --optimizer-cpu-offload: the fraction of the owned optimizer state in host memory, in [0, 1]")
+        .shown(kIntIfIntegral),
+    row("--use-precision-aware-optimizer", &A::use_precision_aware_optimizer,
+        "The optimizer holds its FP32 master weights and moments itself (Megatron requires it with "
+        "--optimizer-cpu-offload)")
+        .megatron(kImplementation,
+                  "the optimizer here always keeps FP32 master weights and FP32 moments, Megatron's defaults with "
+                  "this flag; its lower-precision state (--main-params-dtype, --exp-avg-dtype, ...) is not offered"),
     row("--fsdp-double-buffer", &A::fsdp_double_buffer,
         "With --use-megatron-fsdp: one more fixed unit-sized gradient buffer, so that a unit's reduce-scatter "
         "runs while the next unit computes (implied by --overlap-grad-reduce)")

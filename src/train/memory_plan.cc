@@ -107,7 +107,8 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
     const ShardPlan plan(std::move(stage_specs), shard_plan_config_from(a, shape, coordinates));
     const ForwardBackward schedules(pipeline);
     const RankMemory mine = rank_memory(plan, config, shapes, sequence_parallel, pipeline, schedules.stash_slots(),
-                                        schedules.deferral_depths(), data_parallel_config_from(a).gradient_buffers);
+                                        schedules.deferral_depths(), data_parallel_config_from(a).gradient_buffers,
+                                        offload_fraction(a));
     if (!worst || mine.total() > worst->total()) worst = mine;
   }
   return worst;
@@ -261,7 +262,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
 
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
                        bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
-                       std::span<const int> deferral_depths, int gradient_buffers) {
+                       std::span<const int> deferral_depths, int gradient_buffers, double offload_fraction) {
   RankMemory m;
   m.parameters = Arena::aligned_bytes(config.dtype, Shape{plan.flat_elements()});
   int64_t owned = 0;
@@ -270,7 +271,8 @@ RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const L
   if (plan.sharded_gradients()) {
     m.gradients += GradientShards::bytes(plan.bucket_shards(), plan.config().data_parallel_size, gradient_buffers);
   }
-  m.optimizer_state = AdamW::bytes(owned, config.dtype);
+  m.optimizer_state = AdamW::bytes(owned, config.dtype, offload_fraction);
+  m.host_optimizer_state = AdamW::host_bytes(owned, config.dtype, offload_fraction);
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
     const int depth = c < deferral_depths.size() ? deferral_depths[c] : 0;
     m.activations +=

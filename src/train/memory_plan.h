@@ -49,7 +49,9 @@ struct RankMemory {
   int64_t gradients = 0;        // flat FP32 gradients; ZeRO-2: their shards and the working buffers
   int64_t optimizer_state = 0;  // moments and (BF16) master weights of the owned ranges
   int64_t activations = 0;      // the chunks (stashes, workspaces, logits, leases) and receive buffers
-  int64_t total() const { return parameters + gradients + optimizer_state + activations; }
+  // Host memory: the offloaded optimizer state and its staging (--optimizer-cpu-offload).
+  int64_t host_optimizer_state = 0;
+  int64_t total() const { return parameters + gradients + optimizer_state + activations + host_optimizer_state; }
   bool operator==(const RankMemory&) const = default;
 };
 
@@ -77,7 +79,8 @@ struct MemoryPlan {
 // shards gradients.
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
                        bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
-                       std::span<const int> deferral_depths = {}, int gradient_buffers = 2);
+                       std::span<const int> deferral_depths = {}, int gradient_buffers = 2,
+                       double offload_fraction = 0.0);
 
 // The plan for validated arguments (validate_arguments and validate_for_world) with the
 // tokenizer's unpadded vocabulary. An error where a figure does not fit in int64, naming the flags.

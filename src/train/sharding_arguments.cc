@@ -9,6 +9,34 @@ absl::Status invalid(const std::string& message) { return absl::InvalidArgumentE
 
 }  // namespace
 
+bool shards_optimizer(const Arguments& a);
+
+namespace {
+
+absl::Status validate_offload_arguments(const Arguments& a) {
+  if (!(a.optimizer_offload_fraction >= 0.0 && a.optimizer_offload_fraction <= 1.0)) {
+    return invalid(absl::StrCat("--optimizer-offload-fraction must be in [0, 1] (got ", a.optimizer_offload_fraction,
+                                ")"));
+  }
+  if (!a.optimizer_cpu_offload) {
+    if (a.was_given("--optimizer-offload-fraction")) {
+      return invalid("--optimizer-offload-fraction takes effect only with --optimizer-cpu-offload");
+    }
+    return absl::OkStatus();
+  }
+  if (!shards_optimizer(a)) {
+    return invalid("--optimizer-cpu-offload needs a distributed optimizer: --use-distributed-optimizer, or "
+                   "--use-megatron-fsdp with --data-parallel-sharding-strategy optim or optim_grads");
+  }
+  if (!a.use_precision_aware_optimizer) {
+    return invalid("--optimizer-cpu-offload needs --use-precision-aware-optimizer (Megatron's rule: the optimizer "
+                   "must hold its master weights itself to move them to the host)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 ZeroLevel zero_level(const Arguments& a) {
   if (!a.use_megatron_fsdp) return a.use_distributed_optimizer ? ZeroLevel::kOptimizer : ZeroLevel::kNone;
   const std::string& s = a.data_parallel_sharding_strategy;
@@ -20,7 +48,10 @@ ZeroLevel zero_level(const Arguments& a) {
 
 bool shards_optimizer(const Arguments& a) { return zero_level(a) >= ZeroLevel::kOptimizer; }
 
+double offload_fraction(const Arguments& a) { return a.optimizer_cpu_offload ? a.optimizer_offload_fraction : 0.0; }
+
 absl::Status validate_sharding_arguments(const Arguments& a) {
+  GPT_RETURN_IF_ERROR(validate_offload_arguments(a));
   const std::string& s = a.data_parallel_sharding_strategy;
   if (s != "no_shard" && s != "optim" && s != "optim_grads" && s != "optim_grads_params") {
     return invalid(absl::StrCat("--data-parallel-sharding-strategy must be no_shard, optim, optim_grads or "

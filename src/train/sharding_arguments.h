@@ -21,9 +21,12 @@ ZeroLevel zero_level(const Arguments& args);
 // ZeRO-1 and above: the optimizer updates this rank's shard of every bucket, and the updated
 // shards are all-gathered after the step.
 bool shards_optimizer(const Arguments& args);
+// The fraction of the optimizer state in host memory: --optimizer-offload-fraction with
+// --optimizer-cpu-offload, else 0.
+double offload_fraction(const Arguments& args);
 
-// The Megatron-FSDP flags and their combinations with the others; what is not built is refused
-// with the reason.
+// The Megatron-FSDP and optimizer-offload flags and their combinations with the others; what is
+// not built is refused with the reason.
 absl::Status validate_sharding_arguments(const Arguments& args);
 
 }  // namespace gpt

@@ -35,7 +35,10 @@ BAD = [
     (["--data-parallel-sharding-strategy", "optim_grads"], "takes effect only with --use-megatron-fsdp"),
     (["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "no_shard", "--use-distributed-optimizer"],
      "--use-distributed-optimizer shards the optimizer state, --data-parallel-sharding-strategy no_shard does not"),
-    (["--optimizer-cpu-offload"], "not offloaded to host memory in this program yet"),
+    (["--optimizer-cpu-offload", "--use-precision-aware-optimizer"],
+     "--optimizer-cpu-offload needs a distributed optimizer"),
+    (["--use-distributed-optimizer", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
+      "--optimizer-offload-fraction", "-0.1"], "--optimizer-offload-fraction must be in [0, 1] (got -0.1)"),
 ]
 ZERO2 = ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads"]
 # ZeRO-2's memory report, from one rank to DP=4: 4 layers of h = 64 (each 12h^2 + 13h = 49,984

@@ -341,7 +341,17 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
                  "--pipeline-model-parallel-size", "2"),
             "--pipeline-schedule", "zb-h1"),
        "--data-parallel-sharding-strategy optim_grads cannot run --pipeline-schedule zb-h1", 2},
-      {with(base_flags(), "--optimizer-cpu-offload", ""), "not offloaded to host memory in this program yet"},
+      // Optimizer offload: the fraction's range, and Megatron's requirements.
+      {with(base_flags(), "--optimizer-cpu-offload", ""), "--optimizer-cpu-offload needs a distributed optimizer"},
+      {with(with(base_flags(), "--use-distributed-optimizer", ""), "--optimizer-cpu-offload", ""),
+       "--optimizer-cpu-offload needs --use-precision-aware-optimizer"},
+      {with(with(with(with(base_flags(), "--use-distributed-optimizer", ""), "--optimizer-cpu-offload", ""),
+                 "--use-precision-aware-optimizer", ""),
+            "--optimizer-offload-fraction", "1.5"),
+       "--optimizer-offload-fraction must be in [0, 1] (got 1.5)"},
+      {with(base_flags(), "--optimizer-offload-fraction", "0.5"),
+       "--optimizer-offload-fraction takes effect only with --optimizer-cpu-offload"},
+      {with(base_flags(), "--overlap-cpu-optimizer-d2h-h2d", ""), "pipelining them per bucket"},
       {with(base_flags(), "--outer-dp-sharding-strategy", "optim"), "this program has no hybrid sharding (HSDP)"},
       {with(base_flags(), "--attention-backend", "fused"), "--attention-backend fused needs --bf16"},
       // Activation recompute (Megatron's rules; a method or count alone is refused, not ignored).
