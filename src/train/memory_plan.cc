@@ -307,7 +307,10 @@ absl::Status check_memory_plan(const MemoryPlan& plan, const Arguments& args, co
       absl::StrCat("parameters ", format_bytes(items.parameters), ", gradients ", format_bytes(items.gradients),
                    ", optimizer state ", format_bytes(items.optimizer_state), ", activations ",
                    format_bytes(items.activations));
-  const std::string host_items = absl::StrCat("data indices and pipeline schedules ", format_bytes(plan.data_indices));
+  std::string host_items = absl::StrCat("data indices and pipeline schedules ", format_bytes(plan.data_indices));
+  if (items.host_optimizer_state > 0) {
+    absl::StrAppend(&host_items, ", offloaded optimizer state ", format_bytes(items.host_optimizer_state));
+  }
   struct Pool {
     const char* what;   // "GPU memory", "host memory"
     const char* owner;  // "the GPU", "the node"
@@ -320,7 +323,7 @@ absl::Status check_memory_plan(const MemoryPlan& plan, const Arguments& args, co
   if (budget.gpu) {
     pools.push_back({"GPU memory", "the GPU", plan.model_bytes(), model_items, budget.ranks_per_device,
                      budget.device_bytes});
-    pools.push_back({"host memory", "the node", plan.data_indices, host_items, budget.ranks_per_host,
+    pools.push_back({"host memory", "the node", plan.host_bytes(), host_items, budget.ranks_per_host,
                      budget.host_bytes});
   } else {
     pools.push_back({"host memory", "the node", plan.total_bytes(), model_items + ", " + host_items,

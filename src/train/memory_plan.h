@@ -49,9 +49,10 @@ struct RankMemory {
   int64_t gradients = 0;        // flat FP32 gradients; ZeRO-2: their shards and the working buffers
   int64_t optimizer_state = 0;  // moments and (BF16) master weights of the owned ranges
   int64_t activations = 0;      // the chunks (stashes, workspaces, logits, leases) and receive buffers
-  // Host memory: the offloaded optimizer state and its staging (--optimizer-cpu-offload).
+  // Host memory: the offloaded optimizer state and its staging (--optimizer-cpu-offload); not in
+  // total(), which is what lives with the model (device memory on the GPU).
   int64_t host_optimizer_state = 0;
-  int64_t total() const { return parameters + gradients + optimizer_state + activations + host_optimizer_state; }
+  int64_t total() const { return parameters + gradients + optimizer_state + activations; }
   bool operator==(const RankMemory&) const = default;
 };
 
@@ -70,7 +71,9 @@ struct MemoryPlan {
   int64_t model_bytes() const {
     return allocated ? allocated->total() : parameters + gradients + optimizer_state + activations;
   }
-  int64_t total_bytes() const { return model_bytes() + data_indices; }
+  // Host memory besides the model's: data indices, schedules and the offloaded optimizer state.
+  int64_t host_bytes() const { return data_indices + (allocated ? allocated->host_optimizer_state : 0); }
+  int64_t total_bytes() const { return model_bytes() + host_bytes(); }
 };
 
 // `deferral_depths`: per chunk, the lease depth it is built with (ForwardBackward::deferral_depths;
