@@ -227,7 +227,10 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
                                             : elements;
     const Bytes parameters = Bytes(t) * elements;
     const Bytes gradients = Bytes(4) * (zero_level(a) >= ZeroLevel::kGradients ? owned : elements);
-    const Bytes optimizer = Bytes(a.bf16 ? 12 : 8) * owned;
+    // Offloaded optimizer state lives in host memory (the exact plan counts it there).
+    const Bytes device_owned =
+        owned.value() ? Bytes(*owned.value() - AdamW::offloaded_elements(*owned.value(), offload_fraction(a))) : owned;
+    const Bytes optimizer = Bytes(a.bf16 ? 12 : 8) * device_owned;
     const Bytes host = index_bytes + schedule_bytes;
     if (!elements.value()) return overflow("parameters", a, world_size, padded_vocab);
     if (!parameters.value() || !gradients.value() || !optimizer.value()) {

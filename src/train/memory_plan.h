@@ -19,7 +19,8 @@
 //   gradients       4 x elements (FP32 main gradients); ZeRO-2: 4 x elements / DP (the shards) plus
 //                   the units' working buffers (exact plan only)
 //   optimizer       4 x owned (FP32 master weights, --bf16 only) + 8 x owned (two moments), owned =
-//                   elements / DP with --use-distributed-optimizer
+//                   elements / DP with --use-distributed-optimizer; less the offloaded fraction
+//                   (--optimizer-cpu-offload: host memory)
 //   activations     the layers' stash per microbatch in flight (model/activation_memory.h's
 //                   formula), the chunks' shared workspaces, and the logits [s b, vocab / tp]
 //   data indices    host: 24 bytes per sample (sample and shuffle indices) of every split, for
