@@ -30,7 +30,13 @@ void parallel_for_rows(int64_t rows, int64_t cols, Fill fill) {
 ParamStore::ParamStore(ShardPlan plan, DType dtype, Arena& arena) : plan_(std::move(plan)), dtype_(dtype) {
   params_.reserve(plan_.params().size());
   flat_values_ = arena.allocate_zeroed(dtype, {plan_.flat_elements()});
-  flat_grads_ = arena.allocate_zeroed(DType::kFloat32, {plan_.flat_elements()});
+  int64_t shard_elements = 0;
+  for (const BucketShard& b : plan_.bucket_shards()) {
+    shard_offsets_.push_back(shard_elements);
+    shard_elements += b.shard.size();
+  }
+  grad_storage_ = arena.allocate_zeroed(DType::kFloat32,
+                                        {plan_.sharded_gradients() ? shard_elements : plan_.flat_elements()});
   for (const ParamPlacement& placement : plan_.params()) {
     Param param;
     param.spec = placement.spec;
@@ -41,15 +47,53 @@ ParamStore::ParamStore(ShardPlan plan, DType dtype, Arena& arena) : plan_(std::m
     param.flat_offset = placement.flat_offset;
     param.counts_in_grad_norm = placement.counts_in_grad_norm;
     param.value = flat_values_.flat_range(param.flat_offset, param.numel()).view(param.local_shape);
-    param.grad = flat_grads_.flat_range(param.flat_offset, param.numel()).view(param.local_shape);
+    if (!plan_.sharded_gradients()) {
+      param.grad = grad_storage_.flat_range(param.flat_offset, param.numel()).view(param.local_shape);
+    }
     index_[param.name()] = params_.size();
     params_.push_back(param);
   }
 }
 
 int64_t ParamStore::bytes(const ShardPlan& plan, DType dtype) {
+  int64_t gradients = plan.flat_elements();
+  if (plan.sharded_gradients()) {
+    gradients = 0;
+    for (const BucketShard& b : plan.bucket_shards()) gradients += b.shard.size();
+  }
   return Arena::aligned_bytes(dtype, Shape{plan.flat_elements()}) +
-         Arena::aligned_bytes(DType::kFloat32, Shape{plan.flat_elements()});
+         Arena::aligned_bytes(DType::kFloat32, Shape{gradients});
+}
+
+const Tensor& ParamStore::flat_grads() const {
+  GPT_CHECK(!sharded_gradients()) << "the flat gradients of a store that holds gradient shards only";
+  return grad_storage_;
+}
+
+Tensor ParamStore::grads_in(Range flat) const {
+  if (!sharded_gradients()) return grad_storage_.flat_range(flat.begin, flat.size());
+  const std::vector<BucketShard> shards = plan_.bucket_shards();
+  for (size_t b = 0; b < shards.size(); ++b) {
+    const Range& shard = shards[b].shard;
+    if (flat.begin >= shard.begin && flat.end <= shard.end) {
+      return grad_storage_.flat_range(shard_offsets_[b] + (flat.begin - shard.begin), flat.size());
+    }
+  }
+  GPT_CHECK(false) << "gradients of flat elements [" << flat.begin << ", " << flat.end
+                   << ") asked for, outside this rank's gradient shards";
+  return Tensor();
+}
+
+void ParamStore::set_bucket_grads(int bucket, const Tensor& buffer) {
+  GPT_CHECK(sharded_gradients()) << "bucket gradient views of a store with flat gradients";
+  const BucketPlan& plan = plan_.buckets().at(static_cast<size_t>(bucket));
+  GPT_CHECK(!buffer.defined() || buffer.numel() == plan.range.size()) << "working buffer of bucket " << bucket;
+  for (size_t index : plan.params) {
+    Param& param = params_[index];
+    param.grad = buffer.defined() ? buffer.flat_range(param.flat_offset - plan.range.begin, param.numel())
+                                        .view(param.local_shape)
+                                  : Tensor();
+  }
 }
 
 ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_rank, int tp_size, DType dtype, Arena& arena)
@@ -90,7 +134,7 @@ void ParamStore::initialize(uint64_t seed) {
   }
 }
 
-void ParamStore::zero_grads(Context& ctx) const { ops::zero(ctx, flat_grads_); }
+void ParamStore::zero_grads(Context& ctx) const { ops::zero(ctx, grad_storage_); }
 
 std::vector<ShardedTensor> ParamStore::sharded_tensors() const {
   std::vector<ShardedTensor> result;

@@ -28,7 +28,9 @@ struct Param {
   int64_t column_offset = 0;
   int64_t flat_offset = 0;    // position in the store's flat buffers (elements)
   Tensor value;               // compute dtype
-  Tensor grad;                // float32, accumulated over microbatches
+  // float32, accumulated over microbatches. Under ZeRO-2 (ShardPlan::sharded_gradients) a view of
+  // its bucket's working buffer while the bucket is held (ParamStore::set_bucket_grads), else empty.
+  Tensor grad;
   // Tensor-parallel duplicates (replicated parameters on TP ranks other than 0) are left out of the
   // global gradient norm so that each parameter counts once.
   bool counts_in_grad_norm = true;
@@ -46,7 +48,8 @@ class ParamStore {
   // The flat buffers laid out as `plan` says (model/shard_plan.h), for the parameters of this
   // rank's pipeline stage(s).
   ParamStore(ShardPlan plan, DType dtype, Arena& arena);
-  // What the store takes from its arena: the flat values in `dtype` and the FP32 gradients.
+  // What the store takes from its arena: the flat values in `dtype` and the FP32 gradients (this
+  // rank's shards of them with ZeRO-2).
   static int64_t bytes(const ShardPlan& plan, DType dtype);
   // One data-parallel rank, one bucket: `specs` sliced for this TP rank.
   ParamStore(std::vector<ParamSpec> specs, int tensor_parallel_rank, int tensor_parallel_size, DType dtype,
@@ -62,8 +65,19 @@ class ParamStore {
 
   DType dtype() const { return dtype_; }
   // All values / all gradients as 1-D tensors (including alignment padding, which stays zero).
+  // flat_grads: not with sharded gradients, where only the shards exist (grads_in).
   const Tensor& flat_values() const { return flat_values_; }
-  const Tensor& flat_grads() const { return flat_grads_; }
+  const Tensor& flat_grads() const;
+  // The gradients of the flat elements `flat`: a view of the flat gradients, or with sharded
+  // gradients of the shard holding them (fatal unless `flat` lies in one of this rank's shards).
+  Tensor grads_in(Range flat) const;
+  // What holds the gradients: the flat buffer, or this rank's shards of every bucket one after
+  // another (ZeRO-2).
+  const Tensor& gradient_storage() const { return grad_storage_; }
+  bool sharded_gradients() const { return plan_.sharded_gradients(); }
+  // ZeRO-2: points the gradients of bucket b's parameters into `buffer` (the bucket's elements,
+  // [bucket size]), or with an empty tensor, detaches them.
+  void set_bucket_grads(int bucket, const Tensor& buffer);
 
   // Fills every slice from (seed, global name, global index): the same global model for any layout.
   void initialize(uint64_t seed);
@@ -88,7 +102,8 @@ class ParamStore {
   std::unordered_map<std::string, size_t> index_;
   DType dtype_;
   Tensor flat_values_;
-  Tensor flat_grads_;
+  Tensor grad_storage_;                 // [flat elements], or [sum of this rank's shards] with ZeRO-2
+  std::vector<int64_t> shard_offsets_;  // [bucket] the shard's first element in grad_storage_ (ZeRO-2)
 };
 
 }  // namespace gpt

@@ -42,6 +42,15 @@ SliceLayout slice_layout(const ParamSpec& spec, int tp_rank, int tp_size) {
   return layout;
 }
 
+std::string param_unit(const std::string& name) {
+  const std::string layers = "decoder.layers.";
+  if (name.rfind(layers, 0) == 0) {
+    return "layer " + name.substr(layers.size(), name.find('.', layers.size()) - layers.size());
+  }
+  if (name.rfind("decoder.final_layernorm.", 0) == 0 || name.rfind("output_layer.", 0) == 0) return "output";
+  return "embedding";
+}
+
 int64_t GlobalRectangle::numel() const {
   int64_t n = 1;
   for (int64_t c : counts) n *= c;
@@ -97,8 +106,13 @@ ShardPlan::ShardPlan(std::vector<ParamSpec> specs, ShardPlanConfig config)
     buckets_.back().range.end = total;
     params_.push_back(param);
     const int64_t bucket_elements = total - buckets_.back().range.begin;
-    const bool full =
-        (config_.bucket_size > 0 && bucket_elements >= config_.bucket_size) || bucket_elements >= kMaxBucket;
+    const auto next = std::next(it);
+    // Without units a bucket may end after any parameter; with them (bucket_size 0: every unit
+    // alone) only after a unit's last.
+    const bool unit_ends =
+        !config_.unit_buckets || next == specs_.rend() || param_unit(next->name) != param_unit(it->name);
+    const bool sized = config_.bucket_size > 0 || config_.unit_buckets;
+    const bool full = (unit_ends && sized && bucket_elements >= config_.bucket_size) || bucket_elements >= kMaxBucket;
     if (alone || full) {
       close_bucket();
       open_bucket();
@@ -136,6 +150,16 @@ std::vector<Range> ShardPlan::owned() const {
   std::vector<Range> result;
   for (const BucketShard& b : bucket_shards()) result.push_back(b.shard);
   return result;
+}
+
+bool ShardPlan::sharded_gradients() const {
+  return config_.shard_gradients && config_.distributed_optimizer && config_.data_parallel_size > 1;
+}
+
+int64_t ShardPlan::largest_bucket() const {
+  int64_t largest = 0;
+  for (const BucketPlan& bucket : buckets_) largest = std::max(largest, bucket.range.size());
+  return largest;
 }
 
 const ParamPlacement* ShardPlan::param_at(int64_t flat_index) const {

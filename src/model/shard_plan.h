@@ -39,6 +39,11 @@ struct SliceLayout {
 };
 SliceLayout slice_layout(const ParamSpec& spec, int tensor_parallel_rank, int tensor_parallel_size);
 
+// The unit a parameter belongs to, as the model groups its parameters (model/param_observer.h):
+// "layer N", "output" (final norm, untied output layer) or "embedding" (word and position
+// embeddings; the tied word embedding is the embedding's, though the output group uses it too).
+std::string param_unit(const std::string& name);
+
 // Consecutive rows of a slice that are consecutive in the global tensor too.
 struct RowBlock {
   int64_t local_row = 0;
@@ -86,6 +91,12 @@ struct ShardPlanConfig {
   bool distributed_optimizer = false;  // shard gradients' reduction and optimizer state over DP
   int64_t bucket_size = 0;             // elements; 0: one bucket
   std::vector<std::string> own_bucket;
+  // Megatron-FSDP's communication units: buckets close only where a unit (param_unit) ends, once
+  // they hold at least bucket_size elements (0: every unit alone).
+  bool unit_buckets = false;
+  // ZeRO-2 (with distributed_optimizer): the gradients are kept as this rank's shards only
+  // (ParamStore), each bucket's full gradient existing only while its unit computes it.
+  bool shard_gradients = false;
   // A later pipeline stage's copy of the tied word embedding counts once, on the first stage.
   bool first_pipeline_stage = true;
 };
@@ -116,6 +127,10 @@ class ShardPlan {
   std::vector<BucketShard> bucket_shards() const;
   // What this rank's optimizer updates: its shards, or the whole buffer.
   std::vector<Range> owned() const;
+  // Gradients held as this rank's shards only (ZeRO-2 over more than one data-parallel rank).
+  bool sharded_gradients() const;
+  // The largest bucket (elements): the size of a unit's working gradient buffer under ZeRO-2.
+  int64_t largest_bucket() const;
 
   // The parameter holding flat element `flat_index`, or nullptr for padding.
   const ParamPlacement* param_at(int64_t flat_index) const;

@@ -1,10 +1,30 @@
 #include "optim/adamw.h"
 
 #include <algorithm>
+#include <cmath>
+#include <thread>
 
 #include "core/check.h"
+#include "core/memory.h"
 
 namespace gpt {
+
+int64_t AdamW::offloaded_elements(int64_t owned_elements, double offload_fraction) {
+  if (offload_fraction <= 0.0) return 0;
+  return std::clamp<int64_t>(static_cast<int64_t>(std::llround(offload_fraction * static_cast<double>(owned_elements))),
+                             0, owned_elements);
+}
+
+AdamW::Part AdamW::make_part(Range range, int64_t state_offset, bool host) const {
+  Part part{range, state_offset, {}, host};
+  for (const Param& param : params_.params()) {
+    const Range mine = params_.range_of(param).intersect(range);
+    if (mine.empty()) continue;
+    part.segments.push_back(
+        {.offset = mine.begin - range.begin, .length = mine.size(), .weight_decay = param.spec->weight_decay});
+  }
+  return part;
+}
 
 AdamW::AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena& arena, std::vector<Range> owned)
     : params_(params), config_(config), separate_master_(params.dtype() != DType::kFloat32), owned_(std::move(owned)) {
@@ -13,31 +33,96 @@ AdamW::AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena&
   int64_t elements = 0;
   for (const Range& range : owned_) {
     GPT_CHECK(range.begin >= 0 && range.end <= total) << "optimizer range outside the parameters";
-    Part part{range, elements, {}};
-    for (const Param& param : params.params()) {
-      const Range mine = params.range_of(param).intersect(range);
-      if (mine.empty()) continue;
-      part.segments.push_back({.offset = mine.begin - range.begin,
-                               .length = mine.size(),
-                               .weight_decay = param.spec->weight_decay});
-    }
     elements += range.size();
-    parts_.push_back(std::move(part));
   }
+  // The first host_elements_ state elements are offloaded: an owned range across the boundary is
+  // cut in two parts.
+  host_elements_ = offloaded_elements(elements, config_.offload_fraction);
+  int64_t state = 0;
+  for (const Range& range : owned_) {
+    const int64_t host = std::clamp<int64_t>(host_elements_ - state, 0, range.size());
+    if (host > 0) parts_.push_back(make_part({range.begin, range.begin + host}, state, true));
+    if (host < range.size()) {
+      parts_.push_back(make_part({range.begin + host, range.end}, state + host - host_elements_, false));
+    }
+    state += range.size();
+  }
+  const int64_t device_elements = elements - host_elements_;
   if (separate_master_) {
-    master_ = arena.allocate(DType::kFloat32, {elements});
+    master_ = arena.allocate(DType::kFloat32, {device_elements});
     for (const Part& part : parts_) {
+      if (part.host) continue;
       ops::cast(ctx, master_.flat_range(part.state_offset, part.range.size()),
                 params.flat_values().flat_range(part.range.begin, part.range.size()));
     }
   }
-  exp_avg_ = arena.allocate_zeroed(DType::kFloat32, {elements});
-  exp_avg_sq_ = arena.allocate_zeroed(DType::kFloat32, {elements});
+  exp_avg_ = arena.allocate_zeroed(DType::kFloat32, {device_elements});
+  exp_avg_sq_ = arena.allocate_zeroed(DType::kFloat32, {device_elements});
+  if (host_elements_ > 0) {
+    host_ctx_ = Context::cpu(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    const int64_t n = host_elements_;
+    const size_t floats = static_cast<size_t>(4 * n) * sizeof(float);
+    const size_t staged_values = separate_master_ ? static_cast<size_t>(n) * dtype_size(params.dtype()) : 0;
+    auto* base = static_cast<char*>(host_memory_.reserve(floats + staged_values));
+    auto host_tensor = [&](size_t index, DType dtype) {
+      return Tensor(base + index * static_cast<size_t>(n) * sizeof(float), dtype, Shape({n}), Device::kCpu);
+    };
+    host_master_ = host_tensor(0, DType::kFloat32);
+    host_exp_avg_ = host_tensor(1, DType::kFloat32);
+    host_exp_avg_sq_ = host_tensor(2, DType::kFloat32);
+    host_grads_ = host_tensor(3, DType::kFloat32);
+    if (separate_master_) host_values_ = host_tensor(4, params.dtype());
+    ops::zero(host_ctx_, host_exp_avg_);
+    ops::zero(host_ctx_, host_exp_avg_sq_);
+    host_master_from_params(ctx);
+  }
 }
 
-int64_t AdamW::bytes(int64_t owned_elements, DType dtype) {
+int64_t AdamW::bytes(int64_t owned_elements, DType dtype, double offload_fraction) {
   const int64_t arrays = dtype == DType::kFloat32 ? 2 : 3;
-  return arrays * Arena::aligned_bytes(DType::kFloat32, Shape{owned_elements});
+  return arrays * Arena::aligned_bytes(DType::kFloat32,
+                                       Shape{owned_elements - offloaded_elements(owned_elements, offload_fraction)});
+}
+
+int64_t AdamW::host_bytes(int64_t owned_elements, DType dtype, double offload_fraction) {
+  const int64_t n = offloaded_elements(owned_elements, offload_fraction);
+  // Master weights (FP32 training: the parameters staged), two moments, staged gradients; with
+  // BF16 the updated parameters staged in BF16.
+  return n * (4 * 4 + (dtype == DType::kFloat32 ? 0 : static_cast<int64_t>(dtype_size(dtype))));
+}
+
+Tensor AdamW::state(const Part& part, const Tensor& device, const Tensor& host) const {
+  return (part.host ? host : device).flat_range(part.state_offset, part.range.size());
+}
+
+void AdamW::host_master_from_params(Context& ctx) {
+  if (!separate_master_) return;  // FP32: the parameters are staged at every step
+  ctx.synchronize();
+  for (const Part& part : parts_) {
+    if (!part.host) continue;
+    const Tensor values = params_.flat_values().flat_range(part.range.begin, part.range.size());
+    const Tensor staged = host_values_.flat_range(part.state_offset, part.range.size());
+    copy_bytes(Device::kCpu, staged.data(), values.device(), values.data(), values.bytes());
+    ops::cast(host_ctx_, state(part, master_, host_master_), staged);
+  }
+}
+
+void AdamW::host_step(Context& ctx, const ops::AdamWStep& step, const Part& part) {
+  // Gradients (and, FP32, the parameters: they are the master weights) device-to-host; the update
+  // on the host's cores; the parameters host-to-device.
+  const int64_t n = part.range.size();
+  const Tensor grads = params_.grads_in(part.range);
+  const Tensor values = params_.flat_values().flat_range(part.range.begin, n);
+  const Tensor host_grads = host_grads_.flat_range(part.state_offset, n);
+  const Tensor master = state(part, master_, host_master_);
+  ctx.synchronize();
+  copy_bytes(Device::kCpu, host_grads.data(), grads.device(), grads.data(), grads.bytes());
+  if (!separate_master_) copy_bytes(Device::kCpu, master.data(), values.device(), values.data(), values.bytes());
+  const Tensor updated = separate_master_ ? host_values_.flat_range(part.state_offset, n) : master;
+  ops::adamw_update_segments(host_ctx_, step, master, host_grads, state(part, exp_avg_, host_exp_avg_),
+                             state(part, exp_avg_sq_, host_exp_avg_sq_), separate_master_ ? updated : Tensor(),
+                             part.segments);
+  copy_bytes(values.device(), values.data(), Device::kCpu, updated.data(), values.bytes());
 }
 
 void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
@@ -50,12 +135,39 @@ void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
                             .step = steps_,
                             .grad_scale = grad_scale};
   for (const Part& part : parts_) {
+    if (part.host) {
+      host_step(ctx, step, part);
+      continue;
+    }
     const int64_t n = part.range.size();
     const Tensor values = params_.flat_values().flat_range(part.range.begin, n);
     ops::adamw_update_segments(ctx, step, separate_master_ ? master_.flat_range(part.state_offset, n) : values,
-                               params_.flat_grads().flat_range(part.range.begin, n),
-                               exp_avg_.flat_range(part.state_offset, n), exp_avg_sq_.flat_range(part.state_offset, n),
-                               separate_master_ ? values : Tensor(), part.segments);
+                               params_.grads_in(part.range), exp_avg_.flat_range(part.state_offset, n),
+                               exp_avg_sq_.flat_range(part.state_offset, n), separate_master_ ? values : Tensor(),
+                               part.segments);
+  }
+}
+
+void AdamW::add_master_squares(Context& ctx, const Tensor& scratch, Range flat) const {
+  for (const Part& part : parts_) {
+    const Range mine = part.range.intersect(flat);
+    if (mine.empty()) continue;
+    const int64_t offset = part.state_offset + (mine.begin - part.range.begin);
+    if (!part.host) {
+      const Tensor& master = separate_master_ ? master_ : params_.flat_values();
+      ops::sum_of_squares(ctx, scratch, master.flat_range(separate_master_ ? offset : mine.begin, mine.size()));
+      continue;
+    }
+    // Offloaded: the host's master weights (BF16), or the parameters (FP32) staged to the host.
+    const Tensor values = params_.flat_values().flat_range(mine.begin, mine.size());
+    Tensor master = host_master_.flat_range(offset, mine.size());
+    ctx.synchronize();
+    if (!separate_master_) copy_bytes(Device::kCpu, master.data(), values.device(), values.data(), values.bytes());
+    float sum = 0.0f;
+    copy_bytes(Device::kCpu, &sum, scratch.device(), scratch.data(), sizeof(float));
+    const Tensor host_sum(&sum, DType::kFloat32, Shape({1}), Device::kCpu);
+    ops::sum_of_squares(host_ctx_, host_sum, master);
+    copy_bytes(scratch.device(), scratch.data(), Device::kCpu, &sum, sizeof(float));
   }
 }
 
@@ -65,10 +177,17 @@ std::vector<ShardedTensor> AdamW::sharded_tensors(bool sharded) const {
     const char* name;
     const Tensor* tensor;
   };
-  std::vector<State> states = {{"exp_avg", &exp_avg_}, {"exp_avg_sq", &exp_avg_sq_}};
-  if (separate_master_) states.insert(states.begin(), State{"master", &master_});
+  struct StatePair {
+    const char* name;
+    const Tensor* device;
+    const Tensor* host;
+  };
+  std::vector<StatePair> pairs = {{"exp_avg", &exp_avg_, &host_exp_avg_}, {"exp_avg_sq", &exp_avg_sq_, &host_exp_avg_sq_}};
+  if (separate_master_) pairs.insert(pairs.begin(), StatePair{"master", &master_, &host_master_});
   const ShardPlan& plan = params_.plan();
   for (const Part& part : parts_) {
+    std::vector<State> states;
+    for (const StatePair& pair : pairs) states.push_back({pair.name, part.host ? pair.host : pair.device});
     for (const ops::AdamWSegment& segment : part.segments) {
       const int64_t flat_begin = part.range.begin + segment.offset;
       const Param* param = params_.param_at(flat_begin);
@@ -97,12 +216,18 @@ std::vector<ShardedTensor> AdamW::sharded_tensors(bool sharded) const {
 void AdamW::reset_from_params(Context& ctx) {
   if (separate_master_) {
     for (const Part& part : parts_) {
+      if (part.host) continue;
       ops::cast(ctx, master_.flat_range(part.state_offset, part.range.size()),
                 params_.flat_values().flat_range(part.range.begin, part.range.size()));
     }
   }
   ops::zero(ctx, exp_avg_);
   ops::zero(ctx, exp_avg_sq_);
+  if (host_elements_ > 0) {
+    ops::zero(host_ctx_, host_exp_avg_);
+    ops::zero(host_ctx_, host_exp_avg_sq_);
+    host_master_from_params(ctx);
+  }
   steps_ = 0;
 }
 

@@ -5,12 +5,21 @@
 // parameters the parameters are themselves the master weights. Moments are FP32. State is
 // allocated for the owned elements only, the owned ranges one after another. A step
 // is one multi-tensor update (ops::adamw_update_segments): one launch on the GPU for all parameters.
+//
+// Offload (--optimizer-cpu-offload, --optimizer-offload-fraction F): the first F of the state
+// elements (master weights and moments) live in host memory (page-locked with a GPU). Their step
+// copies the gradients device-to-host, runs the same AdamW op on the host's cores and copies the
+// updated parameters host-to-device; with FP32 parameters the parameters themselves are copied to
+// the host and back (they are the master weights). The arithmetic is the device op's, element by
+// element: bit-identical on the CPU backend.
+#include "core/host_staging.h"
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/arena.h"
+#include "core/host_staging.h"
 #include "core/context.h"
 #include "kernels/ops.h"
 #include "model/param_store.h"
@@ -23,6 +32,7 @@ struct AdamWConfig {
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
   float weight_decay = 0.01f;
+  double offload_fraction = 0.0;  // of the state elements, in host memory (0: none)
 };
 
 class AdamW {
@@ -30,8 +40,13 @@ class AdamW {
   // `owned`: disjoint ranges of the flat buffers this rank updates; empty means all of them.
   AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena& arena, std::vector<Range> owned = {});
   // What the constructor takes from its arena for `owned_elements` with parameters in `dtype`:
-  // the two moments, and FP32 master weights unless the parameters are FP32.
-  static int64_t bytes(int64_t owned_elements, DType dtype);
+  // the two moments, and FP32 master weights unless the parameters are FP32 (of the elements not
+  // offloaded).
+  static int64_t bytes(int64_t owned_elements, DType dtype, double offload_fraction = 0.0);
+  // The offloaded state elements and the host bytes they take: master weights, moments, and
+  // staging for their gradients and updated parameters.
+  static int64_t offloaded_elements(int64_t owned_elements, double offload_fraction);
+  static int64_t host_bytes(int64_t owned_elements, DType dtype, double offload_fraction);
 
   // One update with the given learning rate; gradients are multiplied by grad_scale first
   // (the clipping coefficient). Increments the step counter.
@@ -43,10 +58,17 @@ class AdamW {
   // another (without sharding, the layout of the store's flat buffers). master() is the flat
   // values themselves in FP32 training.
   const std::vector<Range>& owned() const { return owned_; }
-  int64_t owned_elements() const { return exp_avg_.numel(); }
+  int64_t owned_elements() const { return exp_avg_.numel() + host_elements_; }
+  int64_t host_elements() const { return host_elements_; }
+  // The host memory the offloaded state and its staging took.
+  int64_t host_bytes_allocated() const { return static_cast<int64_t>(host_memory_.capacity()); }
+  // Without offload: the state tensors (master() is the flat values themselves in FP32 training).
   const Tensor& master() const { return separate_master_ ? master_ : params_.flat_values(); }
   const Tensor& exp_avg() const { return exp_avg_; }
   const Tensor& exp_avg_sq() const { return exp_avg_sq_; }
+  // Adds the squares of the master weights of owned flat elements `flat` (inside one part) into
+  // scratch[0] (for the parameter norm), wherever they live.
+  void add_master_squares(Context& ctx, const Tensor& scratch, Range flat) const;
   bool has_separate_master() const { return separate_master_; }
   // The state as checkpoint pieces: "optimizer/exp_avg/<name>", "optimizer/exp_avg_sq/<name>" and,
   // with separate master weights, "optimizer/master/<name>", each owned part of a parameter slice as
@@ -61,15 +83,27 @@ class AdamW {
  private:
   struct Part {
     Range range;           // in the flat buffers
-    int64_t state_offset;  // in the state tensors
+    int64_t state_offset;  // in the state tensors (host parts: the host tensors; else the device ones)
     std::vector<ops::AdamWSegment> segments;  // the parameters in `range`, offsets relative to it
+    bool host = false;     // offloaded
   };
+  Part make_part(Range range, int64_t state_offset, bool host) const;
+  // The part's slice of a state tensor.
+  Tensor state(const Part& part, const Tensor& device, const Tensor& host) const;
+  void host_step(Context& ctx, const ops::AdamWStep& step, const Part& part);
+  // Host parts: the master weights from the parameters (BF16: copied and cast; FP32: none kept).
+  void host_master_from_params(Context& ctx);
   ParamStore& params_;
   AdamWConfig config_;
   bool separate_master_;
   std::vector<Range> owned_;
   std::vector<Part> parts_;
   Tensor master_, exp_avg_, exp_avg_sq_;
+  int64_t host_elements_ = 0;
+  HostStaging host_memory_;
+  Tensor host_master_, host_exp_avg_, host_exp_avg_sq_;  // [host elements] FP32
+  Tensor host_grads_, host_values_;  // staging: [host elements] FP32 and in the parameters' dtype
+  mutable Context host_ctx_ = Context::cpu(1);  // the host step's threads
   int64_t steps_ = 0;
 };
 

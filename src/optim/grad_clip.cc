@@ -22,7 +22,7 @@ std::vector<const Param*> in_flat_order(const ParamStore& params) {
 
 std::vector<Range> or_everything(const ParamStore& params, std::span<const Range> owned) {
   if (!owned.empty()) return {owned.begin(), owned.end()};
-  return {Range{0, params.flat_grads().numel()}};
+  return {Range{0, params.plan().flat_elements()}};
 }
 
 }  // namespace
@@ -68,7 +68,7 @@ double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& sc
            slices[j].param_index == slices[j - 1].param_index + 1) {
       ++j;
     }
-    ops::sum_of_squares(ctx, scratch, params.flat_grads().flat_range(slices[i].begin, slices[j - 1].end - slices[i].begin));
+    ops::sum_of_squares(ctx, scratch, params.grads_in({slices[i].begin, slices[j - 1].end}));
     i = j;
   }
   return reduced_norm(ctx, scratch, groups);
@@ -81,7 +81,7 @@ const Param* first_non_finite_gradient(Context& ctx, const ParamStore& params, c
       const Range mine = params.range_of(*param).intersect(range);
       if (mine.empty()) continue;
       ops::zero(ctx, scratch);
-      ops::sum_of_squares(ctx, scratch, params.flat_grads().flat_range(mine.begin, mine.size()));
+      ops::sum_of_squares(ctx, scratch, params.grads_in(mine));
       float squares = 0.0f;
       copy_to_host(ctx, &squares, scratch);
       ctx.synchronize();

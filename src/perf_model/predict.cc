@@ -14,6 +14,7 @@
 #include "perf_model/collectives.h"
 #include "train/flops.h"
 #include "train/memory_plan.h"
+#include "train/sharding_arguments.h"
 #include "train/trainer.h"
 
 namespace gpt::perf {
@@ -108,7 +109,8 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   p.micro_batch = a.micro_batch_size;
   p.global_batch = a.global_batch_size;
   p.sequence_parallel = a.sequence_parallel && p.tensor > 1;
-  p.distributed_optimizer = a.use_distributed_optimizer;
+  p.distributed_optimizer = shards_optimizer(a);
+  p.zero_level = static_cast<int>(zero_level(a));
   p.recompute = recompute_text(a);
   const int pp = static_cast<int>(p.pipeline), v = static_cast<int>(p.virtual_stages);
   const int m = static_cast<int>(p.microbatches);
@@ -187,8 +189,11 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   const Link data_link = group_link(cluster, static_cast<int>(p.tensor), dp);
   const double hidden = cluster.dp_comm_overlap_fraction;
   double gradient_sync = 0, parameter_gather = 0;
-  if (a.use_distributed_optimizer) {
-    gradient_sync = reduce_scatter_time(dp, parameters * gradient_element, data_link);
+  const ZeroLevel level = zero_level(a);
+  if (level >= ZeroLevel::kOptimizer) {
+    // ZeRO-2 reduce-scatters every microbatch's gradients (no full-size accumulator).
+    gradient_sync = reduce_scatter_time(dp, parameters * gradient_element, data_link) *
+                    (level >= ZeroLevel::kGradients ? static_cast<double>(p.microbatches) : 1.0);
     parameter_gather = all_gather_time(dp, parameters * element, data_link);
   } else {
     gradient_sync = all_reduce_time(dp, parameters * gradient_element, data_link);
@@ -201,7 +206,7 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
     p.embedding_sync_time =
         all_reduce_time(2, embedding * gradient_element, pair_link(cluster, p.tensor * p.data * (p.pipeline - 1)));
   }
-  const double owned = a.use_distributed_optimizer ? std::ceil(parameters / dp) : parameters;
+  const double owned = shards_optimizer(a) ? std::ceil(parameters / dp) : parameters;
   p.optimizer_time = owned * optimizer_bytes_per_parameter(a.bf16 || a.fp16) /
                      (cluster.memory_bandwidth * cluster.memory_bandwidth_efficiency) * shape.compute_stretch;
   p.overhead_time = cluster.iteration_overhead;

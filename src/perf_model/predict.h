@@ -47,6 +47,7 @@ struct Prediction {
   int64_t world = 0, tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, microbatches = 1;
   int64_t micro_batch = 1, global_batch = 1;
   bool sequence_parallel = false, distributed_optimizer = false;
+  int zero_level = 0;  // 0: none, 1: optimizer state sharded, 2: and gradients (reduced per microbatch)
   std::string recompute;  // "none", "selective", "full uniform N", "full block N"
   std::string schedule;   // "1f1b", "interleaved", "zb-h1", "zb-v"
 

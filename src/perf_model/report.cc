@@ -22,6 +22,7 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
       .add("microbatches", p.microbatches)
       .add("sequence_parallel", p.sequence_parallel)
       .add("distributed_optimizer", p.distributed_optimizer)
+      .add("zero_level", static_cast<int64_t>(p.zero_level))
       .add("recompute", p.recompute)
       .add("schedule", p.schedule);
   JsonObject time;
@@ -82,7 +83,8 @@ std::string pass_text(const char* name, const PassCost& c) {
 
 std::string layout_text(const Prediction& p) {
   return absl::StrCat("TP ", p.tensor, " x PP ", p.pipeline, " x DP ", p.data, ", v ", p.virtual_stages, ", mbs ",
-                      p.micro_batch, p.sequence_parallel ? ", SP" : "", p.distributed_optimizer ? ", dist-opt" : "",
+                      p.micro_batch, p.sequence_parallel ? ", SP" : "",
+                      p.zero_level == 2 ? ", ZeRO-2" : p.distributed_optimizer ? ", dist-opt" : "",
                       ", recompute ", p.recompute, p.pipeline > 1 ? ", " + p.schedule : "");
 }
 

@@ -15,6 +15,8 @@ const char* const kLayoutFlags[] = {"--tensor-model-parallel-size",
                                     "--num-virtual-stages-per-pipeline-rank",
                                     "--sequence-parallel",
                                     "--use-distributed-optimizer",
+                                    "--use-megatron-fsdp",
+                                    "--data-parallel-sharding-strategy",
                                     "--micro-batch-size",
                                     "--recompute-granularity",
                                     "--recompute-method",
@@ -23,7 +25,8 @@ const char* const kLayoutFlags[] = {"--tensor-model-parallel-size",
 
 struct Candidate {
   int64_t tp, pp, layers_per_virtual_stage, micro_batch;
-  bool sp, zero;
+  bool sp;
+  int zero;  // ZeRO level: 0, 1 (--use-distributed-optimizer), 2 (Megatron-FSDP's optim_grads)
   int recompute;  // 0 none, 1 selective, 2 full uniform 1
 };
 
@@ -37,8 +40,10 @@ Arguments with_layout(const Arguments& base, const Candidate& c) {
   a.num_virtual_stages_per_pipeline_rank = 0;
   a.micro_batch_size = c.micro_batch;
   a.sequence_parallel = c.sp;
-  a.use_distributed_optimizer = c.zero;
-  if (!c.zero) a.overlap_param_gather = false;  // it overlaps the distributed optimizer's gather
+  a.use_distributed_optimizer = c.zero == 1;
+  a.use_megatron_fsdp = c.zero == 2;
+  a.data_parallel_sharding_strategy = c.zero == 2 ? "optim_grads" : "optim_grads_params";
+  if (c.zero == 0) a.overlap_param_gather = false;  // it overlaps the distributed optimizer's gather
   a.recompute_activations = false;
   a.recompute_granularity = c.recompute == 0 ? "" : c.recompute == 1 ? "selective" : "full";
   a.recompute_method = c.recompute == 2 ? "uniform" : "";
@@ -48,7 +53,11 @@ Arguments with_layout(const Arguments& base, const Candidate& c) {
   set("--micro-batch-size");
   if (c.layers_per_virtual_stage > 0) set("--num-layers-per-virtual-pipeline-stage");
   if (c.sp) set("--sequence-parallel");
-  if (c.zero) set("--use-distributed-optimizer");
+  if (c.zero == 1) set("--use-distributed-optimizer");
+  if (c.zero == 2) {
+    set("--use-megatron-fsdp");
+    set("--data-parallel-sharding-strategy");
+  }
   if (c.recompute > 0) set("--recompute-granularity");
   if (c.recompute == 2) {
     set("--recompute-method");
@@ -81,9 +90,9 @@ absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world
         for (int64_t mbs = 1; mbs <= 8; mbs *= 2) {
           if (mbs * dp > base.global_batch_size) break;
           for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-            for (int zero = 0; zero <= (dp > 1 ? 1 : 0); ++zero) {
+            for (int zero = 0; zero <= (dp > 1 ? 2 : 0); ++zero) {
               for (int recompute = 0; recompute <= 2; ++recompute) {
-                candidates.push_back({tp, pp, lpvs, mbs, sp == 1, zero == 1, recompute});
+                candidates.push_back({tp, pp, lpvs, mbs, sp == 1, zero, recompute});
               }
             }
           }

@@ -21,6 +21,7 @@
 #include "train/model_arguments.h"
 #include "train/precision_arguments.h"
 #include "train/pipeline_arguments.h"
+#include "train/sharding_arguments.h"
 
 namespace gpt {
 namespace {
@@ -475,7 +476,8 @@ absl::Status validate_arguments(Arguments& a) {
   }
 
   // Data parallelism: Megatron's rules.
-  if (a.overlap_param_gather && !a.use_distributed_optimizer) {
+  GPT_RETURN_IF_ERROR(validate_sharding_arguments(a));
+  if (a.overlap_param_gather && !shards_optimizer(a)) {
     return invalid("--overlap-param-gather needs --use-distributed-optimizer (it overlaps the distributed "
                    "optimizer's parameter all-gather)");
   }

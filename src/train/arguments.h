@@ -57,6 +57,17 @@ struct Arguments {
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   int64_t ddp_bucket_size = 0;          // elements; 0: Megatron's default (with --overlap-grad-reduce)
+  // Megatron-FSDP (train/sharding_arguments.h): the ZeRO level from the strategy, the elements per
+  // communication unit (0: one unit per layer / embedding / output layer), two fixed unit buffers.
+  bool use_megatron_fsdp = false;
+  std::string data_parallel_sharding_strategy = "optim_grads_params";
+  int64_t suggested_communication_unit_size = 0;
+  bool fsdp_double_buffer = false;
+  // Optimizer state of the first --optimizer-offload-fraction of the owned elements in host memory,
+  // its step on the host (optim/adamw.h); Megatron requires --use-precision-aware-optimizer with it.
+  bool optimizer_cpu_offload = false;
+  double optimizer_offload_fraction = 1.0;
+  bool use_precision_aware_optimizer = false;
   std::string distributed_backend;      // "": NCCL on GPU, MPI on CPU; gloo becomes mpi (validate_arguments)
   double distributed_timeout_minutes = 10;  // fractions allowed (tests use seconds)
 

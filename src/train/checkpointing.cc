@@ -19,6 +19,7 @@
 #include "train/exit_signal.h"
 #include "train/fault_injection.h"
 #include "train/rank_agreement.h"
+#include "train/sharding_arguments.h"
 
 namespace gpt {
 namespace {
@@ -57,7 +58,7 @@ bool writes_piece(const ShardedTensor& piece, const ProcessGrid& grid) {
 std::vector<ShardedTensor> state_pieces(Trainer& trainer, const Arguments& args, bool with_optimizer) {
   std::vector<ShardedTensor> pieces = trainer.params().sharded_tensors();
   if (with_optimizer) {
-    std::vector<ShardedTensor> optimizer = trainer.optimizer().sharded_tensors(args.use_distributed_optimizer);
+    std::vector<ShardedTensor> optimizer = trainer.optimizer().sharded_tensors(shards_optimizer(args));
     pieces.insert(pieces.end(), std::make_move_iterator(optimizer.begin()), std::make_move_iterator(optimizer.end()));
   }
   return pieces;
@@ -190,7 +191,7 @@ absl::Status Checkpointer::save(Trainer& trainer) {
   m.virtual_stages = trainer.num_chunks();
   m.params_dtype = std::string(dtype_name(trainer.params().dtype()));
   for (const CheckpointRecords* owner : trainer.checkpoint_records()) owner->save_records(m.records);
-  m.distributed_optimizer = args_.use_distributed_optimizer;
+  m.distributed_optimizer = shards_optimizer(args_);
   m.arguments = canonical_arguments(args_);
 
   // Rank 0 clears what crashed saves left (any iter_*.tmp: no other save of this job is in

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "kernels/ops.h"
+#include "train/sharding_arguments.h"
 
 namespace gpt {
 namespace {
@@ -22,9 +23,15 @@ ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& s
                          .tensor_parallel_size = shape.tensor,
                          .data_parallel_rank = coordinates.data,
                          .data_parallel_size = shape.data,
-                         .distributed_optimizer = args.use_distributed_optimizer,
+                         .distributed_optimizer = shards_optimizer(args),
                          .first_pipeline_stage = coordinates.pipeline == 0};
-  if (args.overlap_grad_reduce && coordinates.pipeline == 0) {
+  if (args.use_megatron_fsdp) {
+    // Megatron-FSDP's units on every stage: a layer, the embedding, the output layer, merged up
+    // to --suggested-communication-unit-size.
+    config.unit_buckets = true;
+    config.bucket_size = args.suggested_communication_unit_size;
+    config.shard_gradients = zero_level(args) >= ZeroLevel::kGradients;
+  } else if (args.overlap_grad_reduce && coordinates.pipeline == 0) {
     config.bucket_size = args.ddp_bucket_size > 0 ? args.ddp_bucket_size
                                                   : std::max<int64_t>(40000000, int64_t{1000000} * shape.data);
   }
@@ -35,7 +42,8 @@ ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& s
 DataParallelConfig data_parallel_config_from(const Arguments& args) {
   return {.overlap_grad_reduce = args.overlap_grad_reduce,
           .overlap_param_gather = args.overlap_param_gather,
-          .tied_across_stages = tied_across_stages(args)};
+          .tied_across_stages = tied_across_stages(args),
+          .gradient_buffers = args.overlap_grad_reduce || args.fsdp_double_buffer ? 3 : 2};
 }
 
 DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, ParamStore& params,
@@ -55,9 +63,17 @@ DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, 
   unready_.assign(plan.buckets().size(), 0);
   GPT_CHECK_EQ(plan.config().data_parallel_size, grid.data().size()) << "shard plan for another data-parallel size";
   GPT_CHECK_EQ(plan.config().data_parallel_rank, grid.data().rank()) << "shard plan of another data-parallel rank";
-  grads_ = std::make_unique<GradientSync>(
-      grid.data(), params.flat_grads(), plan.bucket_shards(),
-      distributed_optimizer_ ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce, arena);
+  if (plan.sharded_gradients()) {
+    const size_t before = arena.used_bytes();
+    auto point_grads = [&params](int bucket, const Tensor& buffer) { params.set_bucket_grads(bucket, buffer); };
+    shards_ = std::make_unique<GradientShards>(grid.data(), params.gradient_storage(), plan.bucket_shards(),
+                                               config.gradient_buffers, config.overlap_grad_reduce, point_grads, arena);
+    gradient_buffer_bytes_ = static_cast<int64_t>(arena.used_bytes() - before);
+  } else {
+    grads_ = std::make_unique<GradientSync>(
+        grid.data(), params.flat_grads(), plan.bucket_shards(),
+        distributed_optimizer_ ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce, arena);
+  }
   if (distributed_optimizer_) {
     gather_ = std::make_unique<ParamGather>(grid.data(), params.flat_values(), plan.bucket_shards(), arena);
   }
@@ -72,11 +88,14 @@ DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, 
 
 void DataParallel::attach(std::span<GptModel* const> chunks) {
   expected_reports_.clear();
+  writers_.assign(params_.plan().buckets().size(), 0);
+  written_.assign(writers_.size(), 0);
   for (GptModel* chunk : chunks) {
     for (const ParamGroup& group : chunk->parameter_groups()) {
       for (const Param* param : group.params) ++expected_reports_[param];
+      for (int bucket : buckets_of(group)) ++writers_[static_cast<size_t>(bucket)];
     }
-    if (overlap_grad_reduce_ || overlap_param_gather_) chunk->set_observer(this);
+    if (overlap_grad_reduce_ || overlap_param_gather_ || shards_) chunk->set_observer(this);
   }
   for (const Param& param : params_.params()) {
     GPT_CHECK(expected_reports_.count(&param)) << param.name() << " belongs to no layer of this rank's chunks";
@@ -88,7 +107,17 @@ std::vector<Range> DataParallel::owned() const {
   return params_.plan().owned();
 }
 
+std::vector<int> DataParallel::buckets_of(const ParamGroup& group) const {
+  std::vector<int> buckets;
+  for (const Param* param : group.params) {
+    const int bucket = param->placement->bucket;
+    if (std::find(buckets.begin(), buckets.end(), bucket) == buckets.end()) buckets.push_back(bucket);
+  }
+  return buckets;
+}
+
 void DataParallel::start_iteration() {
+  std::fill(written_.begin(), written_.end(), 0);
   reports_.clear();
   sequence_reduced_.clear();
   tied_summed_ = false;
@@ -129,6 +158,16 @@ void DataParallel::tied_embedding_sum(Context& ctx) {
 }
 
 void DataParallel::gradients_ready(Context& ctx, const ParamGroup& group, int slot, bool last_of_step) {
+  if (shards_) {
+    for (int bucket : buckets_of(group)) {
+      int& written = written_[static_cast<size_t>(bucket)];
+      const bool last_writer = ++written == writers_[static_cast<size_t>(bucket)];
+      if (last_writer) written = 0;
+      shards_->done(ctx, bucket, last_writer);
+    }
+    shards_->progress();
+    return;
+  }
   if (!overlap_grad_reduce_ || !last_of_step) return;
   reduce_sequence_parallel(ctx, group.params);
   for (Param* param : group.params) {
@@ -140,6 +179,12 @@ void DataParallel::gradients_ready(Context& ctx, const ParamGroup& group, int sl
 }
 
 double DataParallel::finish_gradients(Context& ctx) {
+  if (shards_) {
+    const double waited = shards_->finish(ctx);
+    sequence_parallel_sum_of_shards(ctx);
+    tied_embedding_sum_of_shards(ctx);
+    return waited;
+  }
   std::vector<Param*> all;
   for (Param& param : params_.params()) all.push_back(&param);
   reduce_sequence_parallel(ctx, all);
@@ -157,7 +202,46 @@ void DataParallel::settle(Context& ctx) {
   if (gather_) gather_->wait_all(ctx);
 }
 
+void DataParallel::sequence_parallel_sum_of_shards(Context& ctx) {
+  if (!tp_.sequence_parallel()) return;
+  std::vector<Range> pieces;
+  int64_t elements = 0;
+  for (const Param& param : params_.params()) {
+    if (!param.spec->sequence_parallel_grad) continue;
+    for (const Range& shard : params_.plan().owned()) {
+      const Range mine = params_.range_of(param).intersect(shard);
+      if (mine.empty()) continue;
+      pieces.push_back(mine);
+      elements += mine.size();
+    }
+  }
+  if (elements == 0) return;
+  int64_t offset = 0;
+  for (const Range& piece : pieces) {
+    ops::copy(ctx, staging_.flat_range(offset, piece.size()), params_.grads_in(piece));
+    offset += piece.size();
+  }
+  tp_.group().all_reduce(ctx, staging_.flat_range(0, elements), ReduceOp::kSum);
+  offset = 0;
+  for (const Range& piece : pieces) {
+    ops::copy(ctx, params_.grads_in(piece), staging_.flat_range(offset, piece.size()));
+    offset += piece.size();
+  }
+}
+
+void DataParallel::tied_embedding_sum_of_shards(Context& ctx) {
+  if (!tied_across_stages_ || grid_.embedding().size() == 1) return;
+  const Param& word = params_.get(kWordEmbeddingName);
+  for (const Range& shard : params_.plan().owned()) {
+    const Range mine = params_.range_of(word).intersect(shard);
+    if (!mine.empty()) grid_.embedding().all_reduce(ctx, params_.grads_in(mine), ReduceOp::kSum);
+  }
+}
+
 void DataParallel::before_use(Context& ctx, const ParamGroup& group, ParamUse use, int slot) {
+  if (shards_ && use == ParamUse::kBackward) {
+    for (int bucket : buckets_of(group)) shards_->take(ctx, bucket);
+  }
   if (use != ParamUse::kForward || !gather_ || !gather_->in_flight()) return;
   for (Param* param : group.params) gather_->wait_for(ctx, bucket_of_[param]);
 }

@@ -5,7 +5,9 @@
 //   embedding's two copies (first and last pipeline stage) are summed over the embedding group;
 //   then every bucket is all-reduced over DP, or reduce-scattered with --use-distributed-optimizer.
 //   With --overlap-grad-reduce a bucket's reduction starts as soon as its last gradient is final
-//   in the iteration's last backward, while the rest of backward runs;
+//   in the iteration's last backward, while the rest of backward runs. ZeRO-2 (Megatron-FSDP's
+//   optim_grads): each rank keeps only its shards of the gradients; every microbatch's bucket is
+//   reduce-scattered into them when its units are done (parallel/data_parallel/grad_shards.h);
 // - parameters (distributed optimizer): after the step each rank's updated shard is all-gathered,
 //   waited for at once, or with --overlap-param-gather bucket by bucket as the next forward first
 //   reads it.
@@ -19,6 +21,7 @@
 #include "core/arena.h"
 #include "model/gpt_model.h"
 #include "model/param_store.h"
+#include "parallel/data_parallel/grad_shards.h"
 #include "parallel/data_parallel/grad_sync.h"
 #include "parallel/data_parallel/param_gather.h"
 #include "parallel/process_grid.h"
@@ -39,6 +42,10 @@ struct DataParallelConfig {
   bool overlap_grad_reduce = false;   // start a bucket's reduction when its gradients are final
   bool overlap_param_gather = false;  // gather a bucket's parameters when the next forward needs them
   bool tied_across_stages = false;    // the word embedding's two copies (first, last stage) summed
+  // ZeRO-2 (the shard plan's sharded gradients): fixed working buffers of the largest bucket, two
+  // (a unit's own bucket and the tied embedding's), three with --overlap-grad-reduce or
+  // --fsdp-double-buffer (a reduce-scatter in flight while the next unit computes).
+  int gradient_buffers = 2;
 };
 DataParallelConfig data_parallel_config_from(const Arguments& args);
 
@@ -55,6 +62,8 @@ class DataParallel final : public ParamObserver {
   // the distributed optimizer, else everything.
   std::vector<Range> owned() const;
   bool distributed_optimizer() const { return distributed_optimizer_; }
+  // The ZeRO-2 working gradient buffers this took from the arena (0 otherwise), measured.
+  int64_t gradient_buffer_bytes() const { return gradient_buffer_bytes_; }
 
   // Before the iteration's first forward.
   void start_iteration();
@@ -67,7 +76,8 @@ class DataParallel final : public ParamObserver {
   void settle(Context& ctx);
 
   // ParamObserver: a forward waits for its group's parameter gathers; a group's gradients start
-  // their reductions when final.
+  // their reductions when final. ZeRO-2: a backward takes its buckets' working buffers, and every
+  // microbatch's gradients are reduce-scattered into the shards when the unit is done.
   void before_use(Context& ctx, const ParamGroup& group, ParamUse use, int slot) override;
   void gradients_ready(Context& ctx, const ParamGroup& group, int slot, bool last_of_step) override;
 
@@ -76,6 +86,13 @@ class DataParallel final : public ParamObserver {
   // all-reduce through a staging buffer; each parameter once per iteration.
   void reduce_sequence_parallel(Context& ctx, std::span<Param* const> params);
   void tied_embedding_sum(Context& ctx);
+  // ZeRO-2: the same two sums over this rank's gradient shards (sums commute with the
+  // data-parallel reduce-scatter; the flat layout is the same on every TP rank, and the tied
+  // embedding's own bucket is the same on both stages).
+  void sequence_parallel_sum_of_shards(Context& ctx);
+  void tied_embedding_sum_of_shards(Context& ctx);
+  // The buckets holding the group's parameters, each once.
+  std::vector<int> buckets_of(const ParamGroup& group) const;
 
   ProcessGrid& grid_;
   ParamStore& params_;
@@ -84,6 +101,10 @@ class DataParallel final : public ParamObserver {
   bool tied_across_stages_;
   std::unique_ptr<GradientSync> grads_;
   std::unique_ptr<ParamGather> gather_;
+  std::unique_ptr<GradientShards> shards_;  // ZeRO-2
+  std::vector<int> writers_;                // [bucket] groups writing its gradients per microbatch (ZeRO-2)
+  std::vector<int> written_;                // [bucket] of those, the ones done in this round
+  int64_t gradient_buffer_bytes_ = 0;
   std::map<const Param*, int> bucket_of_;
   std::map<const Param*, int> expected_reports_, reports_;
   std::vector<int> unready_;  // [bucket] parameters whose gradient is not final yet

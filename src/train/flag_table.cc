@@ -110,6 +110,38 @@ constexpr FlagRow kRows[] = {
     row("--ddp-bucket-size", &A::ddp_bucket_size,
         "Elements per gradient bucket with --overlap-grad-reduce (default max(4e7, 1e6 x DP))")
         .shown(kNoneIfZero),
+    row("--use-megatron-fsdp", &A::use_megatron_fsdp,
+        "Megatron-FSDP: shard data-parallel state at --data-parallel-sharding-strategy's level, reduced and "
+        "gathered per communication unit (a layer, the embedding, the output layer)"),
+    row("--data-parallel-sharding-strategy", &A::data_parallel_sharding_strategy,
+        "With --use-megatron-fsdp: no_shard (ZeRO-0), optim (ZeRO-1), optim_grads (ZeRO-2: each rank keeps the "
+        "gradient sum of its shard only) or optim_grads_params (ZeRO-3)")
+        .megatron(kRefusedAtValues,
+                  "no_shard, optim and optim_grads; optim_grads_params (ZeRO-3, Megatron's default) is refused: "
+                  "parameters are not gathered per unit in this program yet"),
+    row("--suggested-communication-unit-size", &A::suggested_communication_unit_size,
+        "With --use-megatron-fsdp: elements per reduction unit; consecutive units (layers, embedding, output "
+        "layer) are merged until a unit holds at least this many (default: one unit each)")
+        .shown(kNoneIfZero),
+    row("--optimizer-cpu-offload", &A::optimizer_cpu_offload,
+        "Keep the optimizer state (FP32 master weights, moments) of --optimizer-offload-fraction of the owned "
+        "elements in host memory and run their AdamW step on the host's cores (needs a distributed optimizer and "
+        "--use-precision-aware-optimizer)"),
+    row("--optimizer-offload-fraction", &A::optimizer_offload_fraction,
+        "With --optimizer-cpu-offload: the fraction of the owned optimizer state in host memory, in [0, 1]")
+        .shown(kIntIfIntegral),
+    row("--use-precision-aware-optimizer", &A::use_precision_aware_optimizer,
+        "The optimizer holds its FP32 master weights and moments itself (Megatron requires it with "
+        "--optimizer-cpu-offload)")
+        .megatron(kImplementation,
+                  "the optimizer here always keeps FP32 master weights and FP32 moments, Megatron's defaults with "
+                  "this flag; its lower-precision state (--main-params-dtype, --exp-avg-dtype, ...) is not offered"),
+    row("--fsdp-double-buffer", &A::fsdp_double_buffer,
+        "With --use-megatron-fsdp: one more fixed unit-sized gradient buffer, so that a unit's reduce-scatter "
+        "runs while the next unit computes (implied by --overlap-grad-reduce)")
+        .megatron(kImplementation,
+                  "every communication buffer here is allocated once at start-up; the flag adds the second "
+                  "alternating unit buffer (Megatron's double buffer) also without --overlap-grad-reduce"),
     row("--distributed-backend", &A::distributed_backend,
         "nccl, mpi, or gloo (Megatron's CPU backend; runs on this program's MPI communicator)")
         .shown(kNoneIfEmpty)

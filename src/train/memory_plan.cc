@@ -13,6 +13,8 @@
 #include "optim/adamw.h"
 #include "parallel/pipeline/executor.h"
 #include "train/data_parallel.h"
+#include "train/sharding_arguments.h"
+#include "parallel/data_parallel/grad_shards.h"
 #include "train/trainer.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/pipeline/schedule.h"
@@ -52,6 +54,9 @@ std::string layout_flags(const Arguments& a, int64_t world_size, int64_t padded_
   if (a.bf16) text += ", --bf16";
   if (a.fp16) text += ", --fp16";
   if (a.use_distributed_optimizer) text += ", --use-distributed-optimizer";
+  if (a.use_megatron_fsdp) {
+    text += ", --use-megatron-fsdp --data-parallel-sharding-strategy " + a.data_parallel_sharding_strategy;
+  }
   if (!a.recompute_granularity.empty()) text += ", --recompute-granularity " + a.recompute_granularity;
   if (!a.data_path.empty()) absl::StrAppend(&text, ", --train-iters ", a.train_iters, ", --eval-iters ", a.eval_iters);
   return text;
@@ -99,7 +104,8 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
     const ShardPlan plan(rank_param_specs(specs, pipeline), shard_plan_config_from(a, shape, coordinates));
     const ForwardBackward schedules(pipeline);
     const RankMemory mine = rank_memory(plan, config, shapes, sequence_parallel, pipeline, schedules.stash_slots(),
-                                        schedules.deferral_depths());
+                                        schedules.deferral_depths(), data_parallel_config_from(a).gradient_buffers,
+                                        offload_fraction(a));
     if (!worst || mine.total() > worst->total()) worst = mine;
   }
   return worst;
@@ -217,10 +223,14 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
       Bytes(3) * pp * m * v * static_cast<int64_t>(sizeof(pipeline::Step) + sizeof(pipeline::Instruction));
 
   auto stage_plan = [&](const Bytes& elements, const Bytes& activations) -> absl::StatusOr<MemoryPlan> {
-    const Bytes owned = a.use_distributed_optimizer ? Bytes(elements.value() ? (*elements.value() + dp - 1) / dp : 0)
-                                                    : elements;
-    const Bytes parameters = Bytes(t) * elements, gradients = Bytes(4) * elements;
-    const Bytes optimizer = Bytes(a.bf16 || a.fp16 ? 12 : 8) * owned;
+    const Bytes owned = shards_optimizer(a) ? Bytes(elements.value() ? (*elements.value() + dp - 1) / dp : 0)
+                                            : elements;
+    const Bytes parameters = Bytes(t) * elements;
+    const Bytes gradients = Bytes(4) * (zero_level(a) >= ZeroLevel::kGradients ? owned : elements);
+    // Offloaded optimizer state lives in host memory (the exact plan counts it there).
+    const Bytes device_owned =
+        owned.value() ? Bytes(*owned.value() - AdamW::offloaded_elements(*owned.value(), offload_fraction(a))) : owned;
+    const Bytes optimizer = Bytes(a.bf16 || a.fp16 ? 12 : 8) * device_owned;
     const Bytes host = index_bytes + schedule_bytes;
     if (!elements.value()) return overflow("parameters", a, world_size, padded_vocab);
     if (!parameters.value() || !gradients.value() || !optimizer.value()) {
@@ -255,13 +265,17 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
 
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
                        bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
-                       std::span<const int> deferral_depths) {
+                       std::span<const int> deferral_depths, int gradient_buffers, double offload_fraction) {
   RankMemory m;
   m.parameters = Arena::aligned_bytes(config.dtype, Shape{plan.flat_elements()});
-  m.gradients = Arena::aligned_bytes(DType::kFloat32, Shape{plan.flat_elements()});
   int64_t owned = 0;
   for (const Range& range : plan.owned()) owned += range.size();
-  m.optimizer_state = AdamW::bytes(owned, config.dtype);
+  m.gradients = ParamStore::bytes(plan, config.dtype) - m.parameters;
+  if (plan.sharded_gradients()) {
+    m.gradients += GradientShards::bytes(plan.bucket_shards(), plan.config().data_parallel_size, gradient_buffers);
+  }
+  m.optimizer_state = AdamW::bytes(owned, config.dtype, offload_fraction);
+  m.host_optimizer_state = AdamW::host_bytes(owned, config.dtype, offload_fraction);
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
     const int depth = c < deferral_depths.size() ? deferral_depths[c] : 0;
     m.activations +=
@@ -295,7 +309,10 @@ absl::Status check_memory_plan(const MemoryPlan& plan, const Arguments& args, co
       absl::StrCat("parameters ", format_bytes(items.parameters), ", gradients ", format_bytes(items.gradients),
                    ", optimizer state ", format_bytes(items.optimizer_state), ", activations ",
                    format_bytes(items.activations));
-  const std::string host_items = absl::StrCat("data indices and pipeline schedules ", format_bytes(plan.data_indices));
+  std::string host_items = absl::StrCat("data indices and pipeline schedules ", format_bytes(plan.data_indices));
+  if (items.host_optimizer_state > 0) {
+    absl::StrAppend(&host_items, ", offloaded optimizer state ", format_bytes(items.host_optimizer_state));
+  }
   struct Pool {
     const char* what;   // "GPU memory", "host memory"
     const char* owner;  // "the GPU", "the node"
@@ -308,7 +325,7 @@ absl::Status check_memory_plan(const MemoryPlan& plan, const Arguments& args, co
   if (budget.gpu) {
     pools.push_back({"GPU memory", "the GPU", plan.model_bytes(), model_items, budget.ranks_per_device,
                      budget.device_bytes});
-    pools.push_back({"host memory", "the node", plan.data_indices, host_items, budget.ranks_per_host,
+    pools.push_back({"host memory", "the node", plan.host_bytes(), host_items, budget.ranks_per_host,
                      budget.host_bytes});
   } else {
     pools.push_back({"host memory", "the node", plan.total_bytes(), model_items + ", " + host_items,

@@ -16,9 +16,11 @@
 //                   (P = heads x kv-channels, F = ffn), plus the embeddings (padded vocab / tp + max
 //                   positions) x h on the first stage, the final LayerNorm and, untied or with PP > 1,
 //                   the output layer on the last
-//   gradients       4 x elements (FP32 main gradients)
+//   gradients       4 x elements (FP32 main gradients); ZeRO-2: 4 x elements / DP (the shards) plus
+//                   the units' working buffers (exact plan only)
 //   optimizer       4 x owned (FP32 master weights, --bf16 only) + 8 x owned (two moments), owned =
-//                   elements / DP with --use-distributed-optimizer
+//                   elements / DP with --use-distributed-optimizer; less the offloaded fraction
+//                   (--optimizer-cpu-offload: host memory)
 //   activations     the layers' stash per microbatch in flight (model/activation_memory.h's
 //                   formula), the chunks' shared workspaces, and the logits [s b, vocab / tp]
 //   data indices    host: 24 bytes per sample (sample and shuffle indices) of every split, for
@@ -45,9 +47,12 @@ namespace gpt {
 // arena gave each item exactly this, so every run of every layout tests the plan.
 struct RankMemory {
   int64_t parameters = 0;       // flat values in the compute dtype
-  int64_t gradients = 0;        // flat FP32 gradients
+  int64_t gradients = 0;        // flat FP32 gradients; ZeRO-2: their shards and the working buffers
   int64_t optimizer_state = 0;  // moments and (BF16) master weights of the owned ranges
   int64_t activations = 0;      // the chunks (stashes, workspaces, logits, leases) and receive buffers
+  // Host memory: the offloaded optimizer state and its staging (--optimizer-cpu-offload); not in
+  // total(), which is what lives with the model (device memory on the GPU).
+  int64_t host_optimizer_state = 0;
   int64_t total() const { return parameters + gradients + optimizer_state + activations; }
   bool operator==(const RankMemory&) const = default;
 };
@@ -67,14 +72,19 @@ struct MemoryPlan {
   int64_t model_bytes() const {
     return allocated ? allocated->total() : parameters + gradients + optimizer_state + activations;
   }
-  int64_t total_bytes() const { return model_bytes() + data_indices; }
+  // Host memory besides the model's: data indices, schedules and the offloaded optimizer state.
+  int64_t host_bytes() const { return data_indices + (allocated ? allocated->host_optimizer_state : 0); }
+  int64_t total_bytes() const { return model_bytes() + host_bytes(); }
 };
 
 // `deferral_depths`: per chunk, the lease depth it is built with (ForwardBackward::deferral_depths;
 // empty: none).
+// `gradient_buffers`: ZeRO-2's working gradient buffers (DataParallelConfig), counted when the plan
+// shards gradients.
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
                        bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
-                       std::span<const int> deferral_depths = {});
+                       std::span<const int> deferral_depths = {}, int gradient_buffers = 2,
+                       double offload_fraction = 0.0);
 
 // The plan for validated arguments (validate_arguments and validate_for_world) with the
 // tokenizer's unpadded vocabulary. An error where a figure does not fit in int64, naming the flags.

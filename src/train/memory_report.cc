@@ -31,7 +31,7 @@ std::string memory_report(Context& ctx, const ProcessGrid& grid, const MemoryFig
     kinds.push_back({"last stage", shape.pipeline - 1});
   }
   const char* items[] = {"parameters", "gradients (FP32)", "master weights (FP32)", "optimizer moments (FP32)",
-                         "activation stash"};
+                         "host optimizer (FP32)", "activation stash"};
   std::string out = "memory report (MB per rank; theoretical / allocated):\n";
   char line[256];
   for (const auto& [label, stage] : kinds) {
@@ -40,6 +40,8 @@ std::string memory_report(Context& ctx, const ProcessGrid& grid, const MemoryFig
     std::snprintf(line, sizeof(line), "  %s (world rank %d):\n", label.c_str(), rank);
     out += line;
     for (int i = 0; i < MemoryFigures::kItems; ++i) {
+      // The host row only where the optimizer state is offloaded.
+      if (i == MemoryFigures::kHostOptimizer && r[2 * i] == 0 && r[2 * i + 1] == 0) continue;
       std::snprintf(line, sizeof(line), "    %-26s %10.2f / %10.2f\n", items[i], r[2 * i] / 1048576.0,
                     r[2 * i + 1] / 1048576.0);
       out += line;

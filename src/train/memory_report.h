@@ -15,7 +15,8 @@ namespace gpt {
 
 // One rank's figures, in bytes.
 struct MemoryFigures {
-  enum Item { kParameters, kGradients, kMasterWeights, kMoments, kActivations, kItems };
+  // kHostOptimizer: the offloaded optimizer state in host memory (with its staging, allocated).
+  enum Item { kParameters, kGradients, kMasterWeights, kMoments, kHostOptimizer, kActivations, kItems };
   double theoretical[kItems] = {};
   double allocated[kItems] = {};
   double total_allocated = 0;  // everything the rank's arena holds

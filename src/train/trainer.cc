@@ -26,6 +26,7 @@
 #include "train/log_line.h"
 #include "train/memory_plan.h"
 #include "train/memory_report.h"
+#include "train/sharding_arguments.h"
 #include "train/metrics_file.h"
 #include "train/model_arguments.h"
 #include "train/rank_agreement.h"
@@ -197,23 +198,29 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   for (auto& chunk : t->chunks_) chunks.push_back(chunk.get());
   t->data_parallel_->attach(chunks);
   const AdamWConfig adam{static_cast<float>(args.adam_beta1), static_cast<float>(args.adam_beta2),
-                         static_cast<float>(args.adam_eps), static_cast<float>(args.weight_decay)};
+                         static_cast<float>(args.adam_eps), static_cast<float>(args.weight_decay),
+                         offload_fraction(args)};
   const size_t optimizer_begin = t->arena_.used_bytes();
   t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adam, t->arena_, t->data_parallel_->owned());
   // The memory plan is the memory allocated, item by item, on every rank of every layout.
   const RankMemory planned =
       rank_memory(t->params_->plan(), t->config_, t->chunks_.front()->shapes(), t->tensor_parallel_->sequence_parallel(),
-                  pipeline, t->forward_backward_->stash_slots(), t->forward_backward_->deferral_depths());
-  // The store's two buffers, the FP32 gradients measured by the tensor the arena gave them.
-  const int64_t gradient_bytes = Arena::aligned_bytes(DType::kFloat32, t->params_->flat_grads().shape());
+                  pipeline, t->forward_backward_->stash_slots(), t->forward_backward_->deferral_depths(),
+                  data_parallel_config_from(args).gradient_buffers, offload_fraction(args));
+  // The store's two buffers, the FP32 gradients (or their shards, ZeRO-2) measured by the tensor
+  // the arena gave them, and ZeRO-2's working gradient buffers as DataParallel measured them.
+  const int64_t gradient_bytes = Arena::aligned_bytes(DType::kFloat32, t->params_->gradient_storage().shape());
   t->allocated_ = {.parameters = static_cast<int64_t>(params_end - params_begin) - gradient_bytes,
-                   .gradients = gradient_bytes,
+                   .gradients = gradient_bytes + t->data_parallel_->gradient_buffer_bytes(),
                    .optimizer_state = static_cast<int64_t>(t->arena_.used_bytes() - optimizer_begin),
-                   .activations = static_cast<int64_t>(chunks_end - chunks_begin)};
+                   .activations = static_cast<int64_t>(chunks_end - chunks_begin),
+                   .host_optimizer_state = t->optimizer_->host_bytes_allocated()};
   GPT_CHECK_EQ(planned.parameters, t->allocated_.parameters) << "memory plan of the parameters";
   GPT_CHECK_EQ(planned.gradients, t->allocated_.gradients) << "memory plan of the gradients";
   GPT_CHECK_EQ(planned.activations, t->allocated_.activations) << "memory plan of the chunks";
   GPT_CHECK_EQ(planned.optimizer_state, t->allocated_.optimizer_state) << "memory plan of the optimizer state";
+  GPT_CHECK_EQ(planned.host_optimizer_state, t->allocated_.host_optimizer_state)
+      << "memory plan of the offloaded optimizer state";
   t->loss_sum_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->norm_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
   t->zeros_scratch_ = t->arena_.allocate_zeroed(DType::kInt64, {1});
@@ -260,13 +267,23 @@ MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chu
   const bool separate_master = optimizer_->has_separate_master();
   f.theoretical[MemoryFigures::kParameters] = static_cast<double>(elements) * dtype_size(config_.dtype);
   f.allocated[MemoryFigures::kParameters] = static_cast<double>(params_->flat_values().bytes());
-  f.theoretical[MemoryFigures::kGradients] = static_cast<double>(elements) * 4.0;
-  f.allocated[MemoryFigures::kGradients] = static_cast<double>(params_->flat_grads().bytes());
+  // ZeRO-2: the shards (1/DP) in theory; allocated also the working buffers of the units in flight.
+  f.theoretical[MemoryFigures::kGradients] =
+      (params_->sharded_gradients() ? owned : static_cast<double>(elements)) * 4.0;
+  f.allocated[MemoryFigures::kGradients] =
+      static_cast<double>(params_->gradient_storage().bytes() + data_parallel_->gradient_buffer_bytes());
   f.theoretical[MemoryFigures::kMasterWeights] = separate_master ? owned * 4.0 : 0.0;
   f.allocated[MemoryFigures::kMasterWeights] =
       separate_master ? static_cast<double>(optimizer_->owned_elements()) * 4.0 : 0.0;
-  f.theoretical[MemoryFigures::kMoments] = 2.0 * owned * 4.0;
-  f.allocated[MemoryFigures::kMoments] = 2.0 * static_cast<double>(optimizer_->owned_elements()) * 4.0;
+  // Offloaded: the first fraction of the owned elements' state (and its staging) in host memory.
+  const double device_share = 1.0 - offload_fraction(args_);
+  const double device_elements = static_cast<double>(optimizer_->owned_elements() - optimizer_->host_elements());
+  f.theoretical[MemoryFigures::kMasterWeights] *= device_share;
+  f.allocated[MemoryFigures::kMasterWeights] = separate_master ? device_elements * 4.0 : 0.0;
+  f.theoretical[MemoryFigures::kMoments] = 2.0 * owned * 4.0 * device_share;
+  f.allocated[MemoryFigures::kMoments] = 2.0 * device_elements * 4.0;
+  f.theoretical[MemoryFigures::kHostOptimizer] = owned * (separate_master ? 12.0 : 8.0) * offload_fraction(args_);
+  f.allocated[MemoryFigures::kHostOptimizer] = static_cast<double>(optimizer_->host_bytes_allocated());
   const std::vector<int>& slots = forward_backward_->stash_slots();
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
     f.theoretical[MemoryFigures::kActivations] += static_cast<double>(

@@ -3,8 +3,10 @@
 with sequence parallelism, the distributed optimizer and overlapped gradient reduction (FP32,
 4 layers, global batch 16) prints the same lm loss values as one rank, and its start-up memory
 report shows the optimizer state sharded over DP (moments = 2 x owned elements = the gradients'
-bytes with DP=2, where an unsharded optimizer holds twice them). Data-parallel options that cannot
-run end with one message and a non-zero exit on every rank."""
+bytes with DP=2, where an unsharded optimizer holds twice them). ZeRO-2 (Megatron-FSDP's
+optim_grads) at DP=4 reports a quarter of one rank's gradients and moments plus two units' working
+buffers. Data-parallel options that cannot run end with one message and a non-zero exit on every
+rank."""
 
 import argparse
 import os
@@ -29,7 +31,54 @@ BAD = [
     (["--global-batch-size", "12"], "--global-batch-size (12) must be divisible by --micro-batch-size (2) x "
                                     "data-parallel size (4)"),
     (["--ddp-bucket-size", "-5"], "--ddp-bucket-size must be a positive integer"),
+    (["--use-megatron-fsdp"], "optim_grads_params (ZeRO-3, Megatron-FSDP's default) is not built"),
+    (["--data-parallel-sharding-strategy", "optim_grads"], "takes effect only with --use-megatron-fsdp"),
+    (["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "no_shard", "--use-distributed-optimizer"],
+     "--use-distributed-optimizer shards the optimizer state, --data-parallel-sharding-strategy no_shard does not"),
+    (["--optimizer-cpu-offload", "--use-precision-aware-optimizer"],
+     "--optimizer-cpu-offload needs a distributed optimizer"),
+    (["--use-distributed-optimizer", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
+      "--optimizer-offload-fraction", "-0.1"], "--optimizer-offload-fraction must be in [0, 1] (got -0.1)"),
 ]
+ZERO2 = ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads"]
+# ZeRO-2's memory report, from one rank to DP=4: 4 layers of h = 64 (each 12h^2 + 13h = 49,984
+# elements, 50,048 with 64-element alignment, the largest unit), a 512 x 64 word and 32 x 64
+# position embedding.
+REPORT = re.compile(r"^\s+(gradients \(FP32\)|optimizer moments \(FP32\))\s+([\d.]+) /\s+([\d.]+)")
+
+
+def memory_rows(stdout):
+    rows = {}
+    for line in stdout.splitlines():
+        match = REPORT.match(line)
+        if match and match.group(1) not in rows:
+            rows[match.group(1)] = (float(match.group(2)), float(match.group(3)))
+    return rows
+
+
+def zero2_memory(binary, mpirun, failures):
+    """DP=4 under ZeRO-2 holds a quarter of one rank's gradients and moments, plus two working
+    buffers of the largest unit (and their reduce-scatter results, a quarter of that)."""
+    short = [f for f in ACCEPTANCE]
+    short[short.index("--train-iters") + 1] = "2"
+    one = subprocess.run([binary] + short, capture_output=True, text=True, timeout=300)
+    four = subprocess.run([mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none", binary] + short + ZERO2,
+                          capture_output=True, text=True, timeout=300)
+    mine, theirs = memory_rows(four.stdout), memory_rows(one.stdout)
+    if four.returncode != 0 or len(mine) != 2 or len(theirs) != 2:
+        failures.append(f"ZeRO-2 memory runs: exit {one.returncode}/{four.returncode}; {four.stderr[-600:]}")
+        return
+    unit_mb = 2 * 50048 * 4 * (1 + 1 / 4) / 2**20  # two working buffers and their quarter-size results
+    gradients_one, gradients_four = theirs["gradients (FP32)"][1], mine["gradients (FP32)"]
+    moments_one, moments_four = theirs["optimizer moments (FP32)"][1], mine["optimizer moments (FP32)"][1]
+    print(f"memory report (MB per rank) DP=1 -> DP=4 ZeRO-2: gradients {gradients_one} -> {gradients_four[0]} shards "
+          f"+ {gradients_four[1] - gradients_four[0]:.2f} working buffers (two units: {unit_mb:.2f}), optimizer "
+          f"moments {moments_one} -> {moments_four}")
+    # Within bucket padding (each unit padded to a multiple of 128 elements) and the report's rounding.
+    if abs(gradients_four[0] - gradients_one / 4) > 0.02 or abs(moments_four - moments_one / 4) > 0.02:
+        failures.append(f"ZeRO-2 at DP=4 does not hold a quarter of the gradients and moments: {mine} vs {theirs}")
+    if abs(gradients_four[1] - gradients_four[0] - unit_mb) > 0.02:
+        failures.append(f"ZeRO-2 working buffers {gradients_four[1] - gradients_four[0]:.2f} MB, expected {unit_mb:.2f}")
 
 
 def main():
@@ -65,6 +114,7 @@ def main():
         if not 0.9 <= moments / gradients <= 1.2:
             failures.append(f"optimizer moments {moments} MB are not half of unsharded (2 x {gradients} MB)")
 
+    zero2_memory(options.binary, options.mpirun, failures)
     expect_rejected_everywhere([options.mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none"], options.binary,
                                ACCEPTANCE, BAD, 4, failures)
     return harness.finish(failures, f"{len(BAD)} bad data-parallel command lines rejected on every rank")

@@ -102,9 +102,11 @@ def with_overrides(model, flags):
 
 PARALLEL_FLAGS_WITH_VALUE = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                              "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
-                             "--ddp-bucket-size", "--pipeline-schedule"}
+                             "--ddp-bucket-size", "--pipeline-schedule", "--data-parallel-sharding-strategy",
+                             "--suggested-communication-unit-size", "--optimizer-offload-fraction"}
 PARALLEL_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
-                     "--overlap-param-gather"}
+                     "--overlap-param-gather", "--use-megatron-fsdp", "--fsdp-double-buffer",
+                     "--optimizer-cpu-offload", "--use-precision-aware-optimizer"}
 # Activation recompute must not change the result either: the reference runs without it.
 RECOMPUTE_FLAGS_WITH_VALUE = {"--recompute-granularity", "--recompute-method", "--recompute-num-layers"}
 RECOMPUTE_SWITCHES = {"--recompute-activations"}

@@ -4,8 +4,8 @@ default), and --no-check-for-nan-in-loss-and-grad keeps training, skipping those
 
 A learning rate of 1e30 makes the parameters overflow after the first update, so iteration 2's loss
 and gradient norm are NaN. By default: exit 1, one error line naming iteration 2, no log line for
-it, on one rank and under TP=2 x PP=2 (where only the last stage knows the loss; every rank must
-stop, none hang). With --no-check-for-nan-in-loss-and-grad: exit 0, every iteration logged, the log
+it, on one rank, under TP=2 x PP=2 (where only the last stage knows the loss; every rank must
+stop, none hang) and under TP=2 x DP=2 with ZeRO-2 (gradient shards only). With --no-check-for-nan-in-loss-and-grad: exit 0, every iteration logged, the log
 lines counting the skipped and nan iterations. A normal learning rate trains to the end (the check
 does not fire on finite losses)."""
 
@@ -45,7 +45,10 @@ def main():
     failures = []
     grid = [args.mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none"]
     layouts = [("1 rank", [], []), ("TP2 x PP2", grid, ["--tensor-model-parallel-size", "2",
-                                                         "--pipeline-model-parallel-size", "2"])]
+                                                         "--pipeline-model-parallel-size", "2"]),
+               # ZeRO-2: the norm and the skip read the gradient shards (two microbatches per rank).
+               ("TP2 x DP2 ZeRO-2", grid, ["--tensor-model-parallel-size", "2", "--use-megatron-fsdp",
+                                           "--data-parallel-sharding-strategy", "optim_grads"])]
     for name, launcher, layout in layouts:
         status, logged, errors, seconds = run(launcher + [args.binary] + BASE + layout + ["--lr", "1e30"])
         ok = (status == 1 and len(errors) == 1 and "iteration 2: the " in errors[0] and " is nan" in errors[0]

@@ -12,6 +12,7 @@
 //
 //   [mpirun -np N] training_dump --output PREFIX --steps N [--gradients-step K] <pretrain_gpt flags>
 // writes PREFIX_rank<r>.h5.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -56,19 +57,22 @@ absl::Status write_params(Hdf5File& file, Trainer& trainer, const std::string& g
 // only: the whole gradient is the sum over the group of every rank's shards (zero elsewhere).
 // Host copies, so the MPI group takes them as they are (the dumps run on the CPU backend).
 absl::Status write_gradients(Hdf5File& file, Trainer& trainer, ProcessGrid& grid) {
+  // (ZeRO-2 holds the shards alone: ParamStore::grads_in reads them wherever they are stored.)
   const std::vector<Range>& owned = trainer.optimizer().owned();
-  const Tensor& flat = trainer.params().flat_grads();
-  const bool sharded = !(owned.size() == 1 && owned[0] == Range{0, flat.numel()});
+  const int64_t elements = trainer.params().plan().flat_elements();
+  const bool sharded = !(owned.size() == 1 && owned[0] == Range{0, elements});
   if (!sharded) return write_params(file, trainer, "grads", /*gradients=*/true);
-  std::vector<float> whole(static_cast<size_t>(flat.numel()), 0.0f);
-  const std::vector<float> mine = to_float32(trainer.context(), flat);
+  std::vector<float> whole(static_cast<size_t>(elements), 0.0f);
   for (const Range& range : owned) {
-    for (int64_t i = range.begin; i < range.end; ++i) whole[static_cast<size_t>(i)] = mine[static_cast<size_t>(i)];
+    const std::vector<float> mine = to_float32(trainer.context(), trainer.params().grads_in(range));
+    std::copy(mine.begin(), mine.end(), whole.begin() + range.begin);
   }
-  grid.data().all_reduce(trainer.context(), Tensor(whole.data(), DType::kFloat32, Shape({flat.numel()}), Device::kCpu),
+  grid.data().all_reduce(trainer.context(), Tensor(whole.data(), DType::kFloat32, Shape({elements}), Device::kCpu),
                          ReduceOp::kSum);
   for (const Param& param : trainer.params().params()) {
-    GPT_RETURN_IF_ERROR(file.write("grads/" + param.name(), shape_of(param.grad), whole.data() + param.flat_offset));
+    std::vector<int64_t> shape;
+    for (int i = 0; i < param.local_shape.rank(); ++i) shape.push_back(param.local_shape[i]);
+    GPT_RETURN_IF_ERROR(file.write("grads/" + param.name(), shape, whole.data() + param.flat_offset));
   }
   return absl::OkStatus();
 }

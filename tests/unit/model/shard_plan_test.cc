@@ -8,6 +8,7 @@
 // built from a plan take exactly the bytes the plan says.
 #include <map>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -175,6 +176,66 @@ TEST(ShardPlan, TableOfLayouts) {
       for (size_t i = 0; i < counts.size(); ++i) {
         ASSERT_EQ(counts[i], 1) << name << " global element " << i << " owned " << counts[i] << " times";
       }
+    }
+  }
+}
+
+// Megatron-FSDP's units: a bucket never splits a unit (a layer, the embedding, the output layer),
+// alone every unit is its own bucket (the word embedding alone too when named), merged units reach
+// the suggested size; ZeRO-2's store holds the shards only, and grads_in finds every shard's
+// elements in them.
+TEST(ShardPlan, UnitBucketsAndGradientShards) {
+  const std::vector<ParamSpec> specs = build_param_specs(model(false));
+  std::set<std::string> units;
+  for (const ParamSpec& spec : specs) units.insert(param_unit(spec.name));
+  EXPECT_EQ(units, (std::set<std::string>{"embedding", "layer 0", "layer 1", "output"}));
+  EXPECT_EQ(param_unit("decoder.layers.12.mlp.linear_fc1.weight"), "layer 12");
+  Context ctx = Context::cpu(1);
+  for (int64_t suggested : {int64_t{0}, int64_t{1}, int64_t{5000}, int64_t{1} << 40}) {
+    for (int dp : {1, 2, 4}) {
+      SCOPED_TRACE("unit size " + std::to_string(suggested) + " dp " + std::to_string(dp));
+      const ShardPlanConfig config{.data_parallel_rank = dp - 1,
+                                   .data_parallel_size = dp,
+                                   .distributed_optimizer = true,
+                                   .bucket_size = suggested,
+                                   .own_bucket = {kWordEmbeddingName},
+                                   .unit_buckets = true,
+                                   .shard_gradients = true};
+      const ShardPlan plan(specs, config);
+      std::map<std::string, std::set<int>> buckets_of_unit;
+      for (const ParamPlacement& p : plan.params()) buckets_of_unit[param_unit(p.spec->name)].insert(p.bucket);
+      for (const auto& [unit, buckets] : buckets_of_unit) {
+        // Only the embedding unit is split, by the word embedding's own bucket.
+        EXPECT_EQ(buckets.size(), unit == "embedding" ? 2u : 1u) << unit;
+      }
+      for (size_t b = 0; b + 1 < plan.buckets().size(); ++b) {
+        const BucketPlan& bucket = plan.buckets()[b];
+        int64_t used = 0;
+        for (size_t i : bucket.params) used += plan.params()[i].numel();
+        const bool alone =
+            bucket.params.size() == 1 && plan.params()[bucket.params[0]].spec->name == kWordEmbeddingName;
+        const bool before_alone = plan.buckets()[b + 1].params.size() == 1 &&
+                                  plan.params()[plan.buckets()[b + 1].params[0]].spec->name == kWordEmbeddingName;
+        if (!alone && !before_alone) EXPECT_GE(bucket.range.size(), suggested) << "bucket " << b << " closed early";
+      }
+      if (suggested <= 1) EXPECT_EQ(plan.buckets().size(), 5u);  // output, 2 layers, position, word
+      if (suggested == int64_t{1} << 40) EXPECT_EQ(plan.buckets().size(), 2u);  // [output, layers, position], [word]
+      EXPECT_EQ(plan.sharded_gradients(), dp > 1);
+      Arena arena(Device::kCpu, "plan");
+      ParamStore store(ShardPlan(specs, config), DType::kFloat32, arena);
+      int64_t shards = 0;
+      for (const Range& r : plan.owned()) shards += r.size();
+      EXPECT_EQ(shards * dp, plan.flat_elements());
+      EXPECT_EQ(static_cast<int64_t>(arena.used_bytes()), ParamStore::bytes(plan, DType::kFloat32));
+      EXPECT_EQ(store.gradient_storage().numel(), dp > 1 ? shards : plan.flat_elements());
+      // Every shard's elements, in order, one after another in the storage.
+      int64_t next = 0;
+      for (const Range& r : plan.owned()) {
+        const Tensor piece = store.grads_in(r);
+        EXPECT_EQ(piece.data_as<float>(), store.gradient_storage().data_as<float>() + (dp > 1 ? next : r.begin));
+        next += r.size();
+      }
+      for (const Param& param : store.params()) EXPECT_EQ(param.grad.defined(), dp == 1) << param.name();
     }
   }
 }

@@ -75,6 +75,29 @@ TEST(PerfModelMemory, DistributedOptimizerShardsTwelveBytes) {
   EXPECT_EQ(m.parameters + m.gradients + m.optimizer_state, (6 + 12.0 / 4) * elements);
 }
 
+TEST(PerfModelMemory, ZeroTwoShardsGradientsAndReducesEveryMicrobatch) {
+  // DP 4, BF16: ZeRO-2 holds 2 + (4 + 12) / 4 bytes per parameter (ZeRO-1: 2 + 4 + 12 / 4), and
+  // reduce-scatters the gradients once per microbatch (ZeRO-1: once per iteration).
+  const std::string flags = kTiny + "--global-batch-size 8 ";
+  const MemoryEstimate zero1 = *estimate_memory(layout(flags + "--use-distributed-optimizer", 4), 4);
+  const MemoryEstimate zero2 = *estimate_memory(
+      layout(flags + "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", 4), 4);
+  const double elements = zero1.parameters / 2;
+  EXPECT_EQ(zero2.parameters + zero2.gradients + zero2.optimizer_state, (2 + 16.0 / 4) * elements);
+  EXPECT_EQ(zero1.parameters + zero1.gradients + zero1.optimizer_state, (6 + 12.0 / 4) * elements);
+  // One reduce-scatter R per microbatch: ZeRO-2 at m = 2 sends R more than ZeRO-1, at m = 4 another 2 R.
+  const std::string fsdp = "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads";
+  const Prediction one = predicted(flags + "--use-distributed-optimizer", 4);
+  const Prediction two = predicted(flags + fsdp, 4);
+  const Prediction four = predicted(kTiny + "--global-batch-size 16 " + fsdp, 4);
+  EXPECT_EQ(two.zero_level, 2);
+  EXPECT_EQ(two.microbatches, 2);
+  EXPECT_EQ(four.microbatches, 4);
+  const double reduce_scatter = two.dp_comm_time - one.dp_comm_time;
+  EXPECT_GT(reduce_scatter, 0);
+  EXPECT_NEAR(four.dp_comm_time - two.dp_comm_time, 2 * reduce_scatter, 1e-12);
+}
+
 const std::string kMedium =
     "--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --max-position-embeddings 1024 "
     "--vocab-size 512 --micro-batch-size 1 --bf16 ";

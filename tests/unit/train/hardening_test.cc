@@ -243,6 +243,37 @@ TEST(MemoryPlan, ShardingDividesTheOptimizerState) {
   EXPECT_LT(tp->parameters, one->parameters);
 }
 
+// ZeRO-2 divides the gradients too, and the exact plan adds its working buffers (more than a
+// quarter of the gradients for this small model); offloading moves the optimizer state to the host
+// pool.
+TEST(MemoryPlan, ZeroTwoAndOffloadMoveGradientsAndOptimizerState) {
+  // 8 layers: two units' working buffers (2 x 1.25 layers) are below the 3/4 of the gradients saved.
+  const std::vector<std::string> batch = with(with(base_flags(), "--global-batch-size", "8"), "--num-layers", "8");
+  const std::vector<std::string> zero2 =
+      with(with(batch, "--use-megatron-fsdp", ""), "--data-parallel-sharding-strategy", "optim_grads");
+  absl::StatusOr<MemoryPlan> one = plan_of(batch, 4);
+  absl::StatusOr<MemoryPlan> two = plan_of(zero2, 4);
+  absl::StatusOr<MemoryPlan> offloaded = plan_of(
+      with(with(with(zero2, "--optimizer-cpu-offload", ""), "--use-precision-aware-optimizer", ""),
+           "--optimizer-offload-fraction", "0.5"),
+      4);
+  ASSERT_TRUE(one.ok() && two.ok() && offloaded.ok());
+  EXPECT_EQ(two->parameters, one->parameters);
+  EXPECT_LE(two->gradients * 4, one->gradients + 4 * 4 * 128);  // the closed form: 1/DP, up to padding
+  ASSERT_TRUE(one->allocated && two->allocated && offloaded->allocated);
+  EXPECT_LT(two->allocated->gradients, one->allocated->gradients);
+  EXPECT_GT(two->allocated->gradients * 4, one->allocated->gradients) << "the working buffers are missing";
+  EXPECT_EQ(one->allocated->host_optimizer_state, 0);
+  // Half the moments on the device (FP32: no master copy), up to alignment; on the host the
+  // moments, the staged parameters and gradients: 16 bytes per offloaded element.
+  EXPECT_NEAR(static_cast<double>(offloaded->allocated->optimizer_state) * 2,
+              static_cast<double>(two->allocated->optimizer_state), 4096);
+  EXPECT_NEAR(static_cast<double>(offloaded->allocated->host_optimizer_state),
+              static_cast<double>(two->allocated->optimizer_state), 4096);
+  EXPECT_EQ(offloaded->host_bytes(), offloaded->data_indices + offloaded->allocated->host_optimizer_state);
+  EXPECT_EQ(offloaded->model_bytes(), offloaded->allocated->total());
+}
+
 TEST(MemoryPlan, HugeLayoutsAreRefusedQuicklyNamingBytesAndFlags) {
   const std::vector<std::vector<std::string>> hostile = {
       with(with(base_flags(), "--hidden-size", "2147483648"), "--num-attention-heads", "1"),

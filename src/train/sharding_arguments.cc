@@ -1,0 +1,102 @@
+#include "train/sharding_arguments.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace gpt {
+namespace {
+
+absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+}  // namespace
+
+bool shards_optimizer(const Arguments& a);
+
+namespace {
+
+absl::Status validate_offload_arguments(const Arguments& a) {
+  if (!(a.optimizer_offload_fraction >= 0.0 && a.optimizer_offload_fraction <= 1.0)) {
+    return invalid(absl::StrCat("--optimizer-offload-fraction must be in [0, 1] (got ", a.optimizer_offload_fraction,
+                                ")"));
+  }
+  if (!a.optimizer_cpu_offload) {
+    if (a.was_given("--optimizer-offload-fraction")) {
+      return invalid("--optimizer-offload-fraction takes effect only with --optimizer-cpu-offload");
+    }
+    return absl::OkStatus();
+  }
+  if (!shards_optimizer(a)) {
+    return invalid("--optimizer-cpu-offload needs a distributed optimizer: --use-distributed-optimizer, or "
+                   "--use-megatron-fsdp with --data-parallel-sharding-strategy optim or optim_grads");
+  }
+  if (!a.use_precision_aware_optimizer) {
+    return invalid("--optimizer-cpu-offload needs --use-precision-aware-optimizer (Megatron's rule: the optimizer "
+                   "must hold its master weights itself to move them to the host)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ZeroLevel zero_level(const Arguments& a) {
+  if (!a.use_megatron_fsdp) return a.use_distributed_optimizer ? ZeroLevel::kOptimizer : ZeroLevel::kNone;
+  const std::string& s = a.data_parallel_sharding_strategy;
+  if (s == "no_shard") return ZeroLevel::kNone;
+  if (s == "optim") return ZeroLevel::kOptimizer;
+  if (s == "optim_grads") return ZeroLevel::kGradients;
+  return ZeroLevel::kParameters;
+}
+
+bool shards_optimizer(const Arguments& a) { return zero_level(a) >= ZeroLevel::kOptimizer; }
+
+double offload_fraction(const Arguments& a) { return a.optimizer_cpu_offload ? a.optimizer_offload_fraction : 0.0; }
+
+absl::Status validate_sharding_arguments(const Arguments& a) {
+  GPT_RETURN_IF_ERROR(validate_offload_arguments(a));
+  const std::string& s = a.data_parallel_sharding_strategy;
+  if (s != "no_shard" && s != "optim" && s != "optim_grads" && s != "optim_grads_params") {
+    return invalid(absl::StrCat("--data-parallel-sharding-strategy must be no_shard, optim, optim_grads or "
+                                "optim_grads_params (got '", s, "')"));
+  }
+  if (!a.use_megatron_fsdp) {
+    // Megatron reads these only under Megatron-FSDP; accepting them alone would train otherwise
+    // than the command line says.
+    for (const char* flag :
+         {"--data-parallel-sharding-strategy", "--suggested-communication-unit-size", "--fsdp-double-buffer"}) {
+      if (a.was_given(flag)) {
+        return invalid(absl::StrCat(flag, " takes effect only with --use-megatron-fsdp; add it, or use "
+                                          "--use-distributed-optimizer for ZeRO-1 without it"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (s == "optim_grads_params") {
+    return invalid(
+        "--data-parallel-sharding-strategy optim_grads_params (ZeRO-3, Megatron-FSDP's default) is not built in this "
+        "program yet: parameters are not gathered per unit; use optim_grads (ZeRO-2: gradients and optimizer state "
+        "sharded), optim (ZeRO-1) or no_shard, and name it with --data-parallel-sharding-strategy");
+  }
+  if (a.use_distributed_optimizer && s == "no_shard") {
+    return invalid("--use-distributed-optimizer shards the optimizer state, --data-parallel-sharding-strategy "
+                   "no_shard does not: name one level (optim is ZeRO-1)");
+  }
+  if (a.was_given("--ddp-bucket-size")) {
+    return invalid("--ddp-bucket-size sizes DistributedDataParallel's buckets; under --use-megatron-fsdp the "
+                   "reduction units are sized by --suggested-communication-unit-size");
+  }
+  if (a.was_given("--suggested-communication-unit-size") && a.suggested_communication_unit_size <= 0) {
+    return invalid(absl::StrCat("--suggested-communication-unit-size must be positive (got ",
+                                a.suggested_communication_unit_size, ")"));
+  }
+  if (a.overlap_param_gather && s == "no_shard") {
+    return invalid("--overlap-param-gather overlaps the sharded optimizer's parameter all-gather; "
+                   "--data-parallel-sharding-strategy no_shard has none (use optim or optim_grads)");
+  }
+  if (s == "optim_grads" && a.pipeline_schedule == "zb-h1") {
+    return invalid("--data-parallel-sharding-strategy optim_grads cannot run --pipeline-schedule zb-h1: ZB-H1 defers "
+                   "the weight gradients of up to PP microbatches, so every unit's full-size gradient buffer would "
+                   "stay live (what ZeRO-2 exists to avoid); use 1f1b or interleaved");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpt

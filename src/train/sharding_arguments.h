@@ -1,0 +1,32 @@
+// Which ZeRO level a run shards its data-parallel state at, from Megatron's two spellings:
+// --use-distributed-optimizer (ZeRO-1) and Megatron-FSDP's --use-megatron-fsdp with
+// --data-parallel-sharding-strategy no_shard | optim | optim_grads | optim_grads_params (ZeRO-0 to
+// ZeRO-3). What the levels hold per rank and what they send per iteration: docs/DATA_PARALLEL.md.
+#pragma once
+
+#include "core/status.h"
+#include "train/arguments.h"
+
+namespace gpt {
+
+enum class ZeroLevel {
+  kNone = 0,        // every rank holds and updates everything; gradients all-reduced
+  kOptimizer = 1,   // optimizer state (master weights, moments) sharded over DP
+  kGradients = 2,   // and gradients: each rank keeps the sum of its shard only
+  kParameters = 3,  // and parameters (not built: refused by validate_sharding_arguments)
+};
+
+// The level of validated arguments.
+ZeroLevel zero_level(const Arguments& args);
+// ZeRO-1 and above: the optimizer updates this rank's shard of every bucket, and the updated
+// shards are all-gathered after the step.
+bool shards_optimizer(const Arguments& args);
+// The fraction of the optimizer state in host memory: --optimizer-offload-fraction with
+// --optimizer-cpu-offload, else 0.
+double offload_fraction(const Arguments& args);
+
+// The Megatron-FSDP and optimizer-offload flags and their combinations with the others; what is
+// not built is refused with the reason.
+absl::Status validate_sharding_arguments(const Arguments& args);
+
+}  // namespace gpt
