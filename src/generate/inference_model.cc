@@ -144,7 +144,7 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
         core.select(segment.sequence);
         core.forward(ctx_, out_view, lse, qkv_view, ops::DropoutMask{});
       } else {
-        if (rope) ops::rope_forward(ctx_, qkv_view, d, c.rotary_dim, c.rotary_base);
+        if (rope) ops::rope_forward(ctx_, qkv_view, d, c.rotary_dim, c.rotary_base, 0);
         full_core_->forward(ctx_, out_view, lse, qkv_view, ops::DropoutMask{});
       }
       first += s;

@@ -10,9 +10,10 @@ using enum FlagStatus;
 
 // Megatron flags refused before parsing, with the reason (docs/MEGATRON_FLAGS.md shows it).
 constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
-    {"--context-parallel-size", "this program has no context parallelism (it has TP, SP, PP with interleaving and DP)"},
     {"--expert-model-parallel-size", "this program has no mixture-of-experts models"},
     {"--fp8-format", "this program has no FP8 training: use --bf16"},
+    {"--hierarchical-context-parallel-sizes",
+     "only used by --cp-comm-type a2a+p2p, which this program does not build (p2p and a2a are built)"},
     {"--num-experts", "this program has no mixture-of-experts models"},
     {"--use-legacy-models", "the model is Megatron-Core's GPT; this program has no legacy model"},
     {"--wandb-project", "this program has no Weights & Biases logging; --metrics-file writes JSON lines"},
