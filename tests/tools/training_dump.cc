@@ -52,7 +52,8 @@ absl::Status write_params(Hdf5File& file, Trainer& trainer, const std::string& g
 }
 
 // With the distributed optimizer each data-parallel rank holds the reduced gradient of its shards
-// only: the whole gradient is the sum over the group of every rank's shards (zero elsewhere).
+// only: the whole gradient is the sum over the group (data x context) of every rank's shards (zero
+// elsewhere).
 // Host copies, so the MPI group takes them as they are (the dumps run on the CPU backend).
 absl::Status write_gradients(Hdf5File& file, Trainer& trainer, ProcessGrid& grid) {
   const std::vector<Range>& owned = trainer.optimizer().owned();
@@ -64,7 +65,7 @@ absl::Status write_gradients(Hdf5File& file, Trainer& trainer, ProcessGrid& grid
   for (const Range& range : owned) {
     for (int64_t i = range.begin; i < range.end; ++i) whole[static_cast<size_t>(i)] = mine[static_cast<size_t>(i)];
   }
-  grid.data().all_reduce(trainer.context(), Tensor(whole.data(), DType::kFloat32, Shape({flat.numel()}), Device::kCpu),
+  grid.data_context().all_reduce(trainer.context(), Tensor(whole.data(), DType::kFloat32, Shape({flat.numel()}), Device::kCpu),
                          ReduceOp::kSum);
   for (const Param& param : trainer.params().params()) {
     GPT_RETURN_IF_ERROR(file.write("grads/" + param.name(), shape_of(param.grad), whole.data() + param.flat_offset));
