@@ -12,6 +12,8 @@
 //   lse [b, heads_l, s]: the same contract as LocalAttention over the whole sequence.
 #pragma once
 
+#include <vector>
+
 #include "model/attention_core.h"
 #include "model/context_parallel.h"
 

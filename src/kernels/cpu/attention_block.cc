@@ -62,7 +62,8 @@ template <typename T>
 void gather_queries(const BlockShape& sh, const T* qkv, const ops::AttentionBlock& block, int64_t batch,
                     int64_t group, int64_t member, float* dst) {
   for (int64_t i = 0; i < block.query_rows; ++i) {
-    const T* row = qkv + (((block.query_row + i) * sh.b + batch) * sh.groups + group) * (sh.q + 2) * sh.d + member * sh.d;
+    const int64_t group_row = ((block.query_row + i) * sh.b + batch) * sh.groups + group;
+    const T* row = qkv + group_row * (sh.q + 2) * sh.d + member * sh.d;
     for (int64_t j = 0; j < sh.d; ++j) dst[i * sh.d + j] = load(row, j);
   }
 }
