@@ -205,7 +205,7 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
         // The training path's RoPE op and attention core, on the device.
         const Tensor qkv_view(qkv_rows, DType::kFloat32, Shape{s, 1, groups, (q + 2) * d}, device);
         const Tensor out_view(out_rows, DType::kFloat32, Shape{s, 1, heads, d}, device);
-        if (rope) ops::rope_forward(ctx_, qkv_view, d, c.rotary_dim, c.rotary_base);
+        if (rope) ops::rope_forward(ctx_, qkv_view, d, c.rotary_dim, c.rotary_base, 0);
         full_core_->forward(ctx_, out_view, scratch(lse_, {1, heads, s}), qkv_view, ops::DropoutMask{});
       }
       first += s;

@@ -50,6 +50,19 @@ struct AdamWStep {
   float grad_scale = 1.0f;  // applied to the gradient first (gradient clipping)
 };
 
+// One block of context-parallel attention (attention_block_forward/backward): queries are rows
+// [query_row, query_row + query_rows) of this rank's qkv, out and lse, at global sequence
+// positions query_position onward; keys and values are rows [key_row, key_row + key_rows) of a
+// key/value tensor, at positions key_position onward. A key attends to a query when its position is
+// not after the query's (causal over global positions: a diagonal block is causal, a block of
+// earlier keys is full). sequence: the whole sequence S (the dropout coordinates are global).
+struct AttentionBlock {
+  int64_t query_row = 0, query_rows = 0, query_position = 0;
+  int64_t key_row = 0, key_rows = 0, key_position = 0;
+  int64_t sequence = 0;
+  bool accumulate = false;  // forward: merge into out and lse (else overwrite them)
+};
+
 // A range of the flat optimizer state for adamw_update_segments.
 struct AdamWSegment {
   int64_t offset = 0;         // first element in the flat tensors

@@ -26,10 +26,10 @@ ActivationMemory activation_memory(const ModelConfig& config, const LayerShapes&
 }
 
 ActivationMemory activation_memory(const ModelConfig& config, int64_t tensor_parallel_size, bool sequence_parallel,
-                                   int64_t micro_batch, int64_t chunk_layers) {
+                                   int64_t micro_batch, int64_t chunk_layers, int64_t context_parallel_size) {
   const bool split_sequence = sequence_parallel && tensor_parallel_size > 1;
   const LayerShapes shapes = LayerShapes::make(config, tensor_parallel_size, /*tensor_parallel_rank=*/0,
-                                               split_sequence, micro_batch);
+                                               split_sequence, micro_batch, context_parallel_size);
   return activation_memory(config, shapes, split_sequence, chunk_layers);
 }
 

@@ -2,10 +2,24 @@
 
 #include <cmath>
 
+#include "model/all_to_all_attention.h"
+#include "model/context_parallel.h"
+#include "model/ring_attention.h"
+
 namespace gpt {
 
-std::unique_ptr<AttentionCore> make_attention_core(const LayerShapes& shapes) {
-  return std::make_unique<LocalAttention>(1.0f / std::sqrt(static_cast<float>(shapes.head_dim)));
+std::unique_ptr<AttentionCore> make_attention_core(const LayerShapes& shapes, const LayerWorkspace& workspace,
+                                                   const ContextParallel& context, int64_t layer) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(shapes.head_dim));
+  if (context.size() == 1) return std::make_unique<LocalAttention>(scale);
+  GPT_CHECK_EQ(context.size(), shapes.context_size) << "context-parallel group and layer shapes";
+  switch (context.comm_type(layer)) {
+    case ContextCommType::kRing:
+      return std::make_unique<RingAttention>(shapes, *context.group, workspace, scale);
+    case ContextCommType::kAllToAll:
+      return std::make_unique<AllToAllAttention>(shapes, *context.group, workspace, scale);
+  }
+  GPT_FATAL() << "unknown context-parallel communication type";
 }
 
 }  // namespace gpt

@@ -44,7 +44,11 @@ class LocalAttention final : public AttentionCore {
   float scale_;
 };
 
-// The core a layer of these shapes uses (1 / sqrt(d) scaling).
-std::unique_ptr<AttentionCore> make_attention_core(const LayerShapes& shapes);
+struct ContextParallel;
+
+// The core a layer of these shapes uses (1 / sqrt(d) scaling): LocalAttention, or under context
+// parallelism the layer's --cp-comm-type (ring or all-to-all, reading the chunk's workspace).
+std::unique_ptr<AttentionCore> make_attention_core(const LayerShapes& shapes, const LayerWorkspace& workspace,
+                                                   const ContextParallel& context, int64_t layer);
 
 }  // namespace gpt

@@ -46,8 +46,12 @@ int64_t EmbeddingLayer::bytes(const ModelConfig& config, const LayerShapes& s, i
 }
 
 ops::DropoutMask EmbeddingLayer::mask(int slot) const {
-  return dropout_mask(config_, positions_[static_cast<size_t>(slot)], /*layer=*/-1, ops::DropoutSite::kEmbedding,
-                      shapes_.sequence_offset);
+  return dropout_mask(config_, positions_[static_cast<size_t>(slot)], /*layer=*/-1, ops::DropoutSite::kEmbedding, 0);
+}
+
+Tensor EmbeddingLayer::segment_rows(const Tensor& x, const SequenceSegment& segment) const {
+  return x.view({shapes_.local_sequence, shapes_.batch, shapes_.hidden})
+      .slice(segment.local_row, segment.local_row + segment.rows);
 }
 
 Tensor EmbeddingLayer::forward(Context& ctx, int slot) {
@@ -57,12 +61,17 @@ Tensor EmbeddingLayer::forward(Context& ctx, int slot) {
   const Tensor partial = tp_.sequence_parallel() ? ws_.full_a : st.output;  // [s, b, h]
   ops::embedding_forward(ctx, partial.as_matrix(), st.tokens, word_.value, shapes_.vocab_start);
   tp_.reduce_output(ctx, partial, st.output);
-  if (position_) {
-    ops::position_embedding_forward(ctx, st.output.as_matrix(), position_->value, shapes_.batch,
-                                    shapes_.sequence_offset);
+  // Positions and dropout by global token: each run of consecutive positions on its own (context
+  // parallelism's chunks, SP's shard).
+  ops::DropoutMask dropout = mask(slot);
+  for (const SequenceSegment& segment : shapes_.residual_segments()) {
+    const Tensor rows = segment_rows(st.output, segment);
+    if (position_) {
+      ops::position_embedding_forward(ctx, rows.as_matrix(), position_->value, shapes_.batch, segment.position);
+    }
+    dropout.row_offset = segment.position;
+    if (dropout.enabled()) ops::dropout_forward(ctx, rows, rows, Tensor(), dropout);
   }
-  const ops::DropoutMask dropout = mask(slot);
-  if (dropout.enabled()) ops::dropout_forward(ctx, st.output, st.output, Tensor(), dropout);
   return st.output;
 }
 
@@ -72,8 +81,14 @@ int64_t EmbeddingLayer::deferral_bytes(const ModelConfig& config, const LayerSha
 
 void EmbeddingLayer::backward(Context& ctx, int slot, const Tensor& grad_output, WeightGradTiming timing) {
   // The chunk's gradient buffer, free after this: the dropout gradient is formed in place.
-  const ops::DropoutMask dropout = mask(slot);
-  if (dropout.enabled()) ops::dropout_backward(ctx, grad_output, grad_output, dropout);
+  ops::DropoutMask dropout = mask(slot);
+  if (dropout.enabled()) {
+    for (const SequenceSegment& segment : shapes_.residual_segments()) {
+      dropout.row_offset = segment.position;
+      const Tensor rows = segment_rows(grad_output, segment);
+      ops::dropout_backward(ctx, rows, rows, dropout);
+    }
+  }
   if (timing == WeightGradTiming::kWithInputGrad) {
     GPT_CHECK(pending_.empty()) << "embedding: a fused backward while deferred weight gradients are pending";
     weight_grad(ctx, slot, grad_output);
@@ -95,8 +110,10 @@ void EmbeddingLayer::backward_weight(Context& ctx) {
 void EmbeddingLayer::weight_grad(Context& ctx, int slot, const Tensor& grad_output) {
   Stash& st = stash_[static_cast<size_t>(slot)];
   if (position_) {
-    ops::position_embedding_backward(ctx, position_->grad, grad_output.as_matrix(), shapes_.batch,
-                                     shapes_.sequence_offset);
+    for (const SequenceSegment& segment : shapes_.residual_segments()) {
+      ops::position_embedding_backward(ctx, position_->grad, segment_rows(grad_output, segment).as_matrix(),
+                                       shapes_.batch, segment.position);
+    }
   }
   const Tensor grad_full = tp_.gather_output_grad(ctx, grad_output, ws_.full_a);  // [s, b, h]
   ops::embedding_backward(ctx, word_.grad, grad_full.as_matrix(), st.tokens, shapes_.vocab_start);

@@ -40,6 +40,8 @@ class EmbeddingLayer {
     Tensor output;  // [s_l, b, h]
   };
   ops::DropoutMask mask(int slot) const;
+  // Rows of one segment of an [s_l, b, h] activation.
+  Tensor segment_rows(const Tensor& x, const SequenceSegment& segment) const;
   // grad_output [s_l, b, h] after the dropout's backward -> the word and position gradients.
   void weight_grad(Context& ctx, int slot, const Tensor& grad_output);
 

@@ -5,8 +5,9 @@
 namespace gpt {
 
 GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
-                   int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth, Fp8Scaling* fp8)
-    : shapes_(LayerShapes::make(config, tp, micro_batch)),
+                   int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth,
+                   const ContextParallel& context, Fp8Scaling* fp8)
+    : shapes_(LayerShapes::make(config, tp, micro_batch, context.size(), context.rank())),
       layout_(layout),
       recompute_plan_(plan_recompute(config.recompute, layout.num_layers)),
       activation_memory_(gpt::activation_memory(config, shapes_, tp.sequence_parallel(), layout.num_layers)) {
@@ -21,7 +22,7 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
   for (int64_t i = 0; i < layout.num_layers; ++i) {
     layers_.push_back(std::make_unique<TransformerLayer>(config, layout.first_layer + i, params, tp, shapes_,
                                                          *workspace_, recompute_plan_, i, *recompute_buffers_,
-                                                         arena, stash_slots, positions_, deferral_depth, fp8));
+                                                         arena, stash_slots, positions_, deferral_depth, context, fp8));
   }
   if (layout.has_output) {
     output_ = std::make_unique<OutputLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots,
@@ -64,14 +65,19 @@ ChunkMemory GptModel::memory(const ModelConfig& config, const LayerShapes& s, bo
 }
 
 void GptModel::load_transposed(Context& ctx, const Tensor& destination, std::span<const int32_t> values_bs) {
-  const int64_t s = shapes_.sequence, b = shapes_.batch;
-  GPT_CHECK_EQ(static_cast<int64_t>(values_bs.size()), s * b) << "microbatch token count";
+  const int64_t s = shapes_.sequence, b = shapes_.batch, global = shapes_.global_sequence;
+  GPT_CHECK_EQ(static_cast<int64_t>(values_bs.size()), global * b) << "microbatch token count";
   // Sized once and reused for every microbatch: the stream-ordered copy below takes pageable
-  // memory, which CUDA has staged by the time it returns.
+  // memory, which CUDA has staged by the time it returns. Under context parallelism only this
+  // rank's chunks of each sequence are kept.
   std::vector<int32_t>& values_sb = transposed_;
-  values_sb.resize(values_bs.size());
-  for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t si = 0; si < s; ++si) values_sb[si * b + bi] = values_bs[bi * s + si];
+  values_sb.resize(static_cast<size_t>(s * b));
+  for (const SequenceSegment& segment : shapes_.segments(0, s)) {
+    for (int64_t bi = 0; bi < b; ++bi) {
+      for (int64_t k = 0; k < segment.rows; ++k) {
+        values_sb[(segment.local_row + k) * b + bi] = values_bs[bi * global + segment.position + k];
+      }
+    }
   }
   copy_to_device(ctx, destination, std::span<const int32_t>(values_sb));
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/activation_memory.h"
+#include "model/context_parallel.h"
 #include "model/embedding_layer.h"
 #include "model/output_layer.h"
 #include "model/param_observer.h"
@@ -43,9 +44,11 @@ class GptModel {
  public:
   // `deferral_depth`: how many microbatches' weight-gradient passes may wait at once
   // (backward_input with kDeferred); 0 allocates no lease and allows only the fused backward.
+  // `context`: the context-parallel group (the chunk holds S / CP rows of each sequence).
   // `fp8`: the FP8 scaling state the transformer layers' linears cast with (null: no FP8).
   GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
-           int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth = 0, Fp8Scaling* fp8 = nullptr);
+           int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth = 0,
+           const ContextParallel& context = ContextParallel{}, Fp8Scaling* fp8 = nullptr);
 
   // What a chunk built with these arguments takes from its arena.
   static ChunkMemory memory(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
@@ -58,8 +61,8 @@ class GptModel {
   const RecomputePlan& recompute_plan() const { return recompute_plan_; }
   const ActivationMemory& activation_memory() const { return activation_memory_; }
 
-  // Copies a microbatch's token ids and targets ([b, s] row-major, int32, host) into the slot,
-  // transposed to the model's [s, b] order, on the context's stream (the host does not wait).
+  // Copies a microbatch's token ids and targets ([b, S] row-major, int32, host) into the slot,
+  // transposed to the model's [s, b] order (this context-parallel rank's chunks only), on the context's stream (the host does not wait).
   // Tokens only on the first chunk, targets on the last.
   void load_tokens(Context& ctx, int slot, std::span<const int32_t> tokens_bs);
   void load_targets(Context& ctx, int slot, std::span<const int32_t> targets_bs);

@@ -1,16 +1,50 @@
 #include "model/layer_shapes.h"
 
+#include <algorithm>
+
+#include "core/check.h"
+
 namespace gpt {
 
-LayerShapes LayerShapes::make(const ModelConfig& c, const TensorParallel& tp, int64_t micro_batch) {
-  return make(c, tp.size(), tp.rank(), tp.sequence_parallel(), micro_batch);
+std::vector<SequenceSegment> context_segments(int64_t global_sequence, int64_t context_size, int64_t context_rank,
+                                              int64_t first, int64_t count) {
+  GPT_CHECK(context_size >= 1 && context_rank >= 0 && context_rank < context_size) << "context rank " << context_rank
+                                                                                   << " of " << context_size;
+  GPT_CHECK_EQ(global_sequence % (2 * context_size), 0) << "sequence " << global_sequence << " over CP " << context_size;
+  const int64_t chunk = global_sequence / (2 * context_size);
+  GPT_CHECK(first >= 0 && count >= 0 && first + count <= 2 * chunk) << "rows " << first << " + " << count;
+  const int64_t chunk_position[2] = {context_rank * chunk, (2 * context_size - 1 - context_rank) * chunk};
+  std::vector<SequenceSegment> segments;
+  for (int half = 0; half < 2; ++half) {
+    const int64_t begin = std::max(first, half * chunk), end = std::min(first + count, (half + 1) * chunk);
+    if (begin >= end) continue;
+    const SequenceSegment piece{begin - first, end - begin, chunk_position[half] + begin - half * chunk};
+    if (!segments.empty() && segments.back().position + segments.back().rows == piece.position) {
+      segments.back().rows += piece.rows;  // consecutive (CP = 1)
+    } else {
+      segments.push_back(piece);
+    }
+  }
+  return segments;
+}
+
+std::vector<SequenceSegment> LayerShapes::residual_segments() const {
+  return segments(sequence_offset, local_sequence);
+}
+
+LayerShapes LayerShapes::make(const ModelConfig& c, const TensorParallel& tp, int64_t micro_batch,
+                              int64_t context_size, int64_t context_rank) {
+  return make(c, tp.size(), tp.rank(), tp.sequence_parallel(), micro_batch, context_size, context_rank);
 }
 
 LayerShapes LayerShapes::make(const ModelConfig& c, int64_t tp_size, int64_t tp_rank, bool sequence_parallel,
-                              int64_t micro_batch) {
+                              int64_t micro_batch, int64_t context_size, int64_t context_rank) {
   LayerShapes s;
-  s.sequence = c.seq_length;
-  s.local_sequence = sequence_parallel ? c.seq_length / tp_size : c.seq_length;
+  s.global_sequence = c.seq_length;
+  s.context_size = context_size;
+  s.context_rank = context_rank;
+  s.sequence = c.seq_length / context_size;
+  s.local_sequence = sequence_parallel ? s.sequence / tp_size : s.sequence;
   s.sequence_offset = sequence_parallel ? tp_rank * s.local_sequence : 0;
   s.batch = micro_batch;
   s.hidden = c.hidden_size;
@@ -41,6 +75,10 @@ void for_each_buffer(LayerWorkspace& w, const LayerShapes& s, Visit&& visit) {
   visit(w.qkv, Shape{s.rows(), s.local_qkv()});
   visit(w.ffn, Shape{s.sequence, s.batch, s.local_ffn});
   if (s.local_fc1 != s.local_ffn) visit(w.fc1, Shape{s.sequence, s.batch, s.local_fc1});
+  if (s.context_size > 1) {
+    for (Tensor& buffer : w.context_qkv) visit(buffer, Shape{s.rows(), s.local_qkv()});
+    for (Tensor& buffer : w.context_out) visit(buffer, Shape{s.rows(), s.local_projection()});
+  }
 }
 
 }  // namespace

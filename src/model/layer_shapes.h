@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/arena.h"
 #include "model/config.h"
@@ -11,10 +12,28 @@
 
 namespace gpt {
 
+// Rows of a rank's activations whose global sequence positions are consecutive: local rows
+// [local_row, local_row + rows) hold positions [position, position + rows).
+struct SequenceSegment {
+  int64_t local_row = 0;
+  int64_t rows = 0;
+  int64_t position = 0;
+};
+
+// Context parallelism's load-balanced causal split: the sequence of S tokens is cut into 2 CP
+// chunks of S / (2 CP) and CP rank r holds chunks r and 2 CP - 1 - r, in that order, as its local
+// sequence of S / CP rows (each rank then has the same share of the causal mask's work). The
+// segments of its local rows [first, first + count); one segment when CP = 1.
+std::vector<SequenceSegment> context_segments(int64_t global_sequence, int64_t context_size, int64_t context_rank,
+                                              int64_t first, int64_t count);
+
 struct LayerShapes {
-  int64_t sequence = 0;          // s
+  int64_t sequence = 0;          // s: this context-parallel rank's rows of the sequence (S / CP)
   int64_t local_sequence = 0;    // s / tp under sequence parallelism, else s
-  int64_t sequence_offset = 0;   // first position held by this rank
+  int64_t sequence_offset = 0;   // first of the s rows held by this rank (SP), 0 without SP
+  int64_t global_sequence = 0;   // S, the whole sequence
+  int64_t context_size = 1;      // CP
+  int64_t context_rank = 0;
   int64_t batch = 0;             // b (micro batch)
   int64_t hidden = 0;            // h
   int64_t local_heads = 0;       // heads / tp
@@ -27,17 +46,27 @@ struct LayerShapes {
   int64_t vocab_start = 0;       // first vocabulary id of this rank's shard
   int64_t vocab_valid = 0;       // real (unpadded) ids in this rank's shard
 
-  int64_t rows() const { return sequence * batch; }              // full-sequence rows
+  int64_t rows() const { return sequence * batch; }              // full-sequence rows (of this CP rank)
   int64_t local_rows() const { return local_sequence * batch; }  // residual-stream rows
   int64_t local_projection() const { return local_heads * head_dim; }
   // linear_qkv's output per rank: each local group's query heads, its key and its value head.
   int64_t local_qkv() const { return (local_heads + 2 * local_groups) * head_dim; }
   int64_t queries_per_group() const { return local_heads / local_groups; }
 
-  static LayerShapes make(const ModelConfig& config, const TensorParallel& tp, int64_t micro_batch);
+  // Global positions of this rank's rows [first, first + count) of its s (context_segments).
+  std::vector<SequenceSegment> segments(int64_t first, int64_t count) const {
+    return context_segments(global_sequence, context_size, context_rank, first, count);
+  }
+  // Those of the residual stream's rows [sequence_offset, sequence_offset + local_sequence),
+  // local_row counted from sequence_offset.
+  std::vector<SequenceSegment> residual_segments() const;
+
+  static LayerShapes make(const ModelConfig& config, const TensorParallel& tp, int64_t micro_batch,
+                          int64_t context_size = 1, int64_t context_rank = 0);
   // The same from the sizes alone (sequence_parallel: the sequence is split, i.e. SP with TP > 1).
   static LayerShapes make(const ModelConfig& config, int64_t tensor_parallel_size, int64_t tensor_parallel_rank,
-                          bool sequence_parallel, int64_t micro_batch);
+                          bool sequence_parallel, int64_t micro_batch, int64_t context_size = 1,
+                          int64_t context_rank = 0);
 };
 
 // Scratch shared by all layers of a chunk (allocated once).
@@ -50,6 +79,10 @@ struct LayerWorkspace {
   Tensor qkv;            // [s b, qkv_l]         QKV gradient
   Tensor ffn;            // [s, b, ffn_l]        MLP gradient
   Tensor fc1;            // [s, b, 2 ffn_l]      fc1's output gradient with SwiGLU (else a view of ffn)
+  // Context parallelism's attention scratch (CP > 1 only): the ring's K/V blocks and their
+  // gradients in flight, the all-to-all's staging and its head-split qkv, output and gradients.
+  Tensor context_qkv[4];  // [s b, qkv_l] each
+  Tensor context_out[2];  // [s b, heads_l d] each
 
   LayerWorkspace() = default;  // no buffers
   LayerWorkspace(const LayerShapes& shapes, DType dtype, Arena& arena);

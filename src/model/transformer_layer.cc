@@ -37,7 +37,7 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
                                    const TensorParallel& tp, const LayerShapes& s, LayerWorkspace& workspace,
                                    const RecomputePlan& plan, int64_t index_in_chunk, RecomputeBuffers& shared,
                                    Arena& arena, int stash_slots, const std::vector<MicrobatchPosition>& positions,
-                                   int deferral_depth, Fp8Scaling* fp8)
+                                   int deferral_depth, const ContextParallel& context, Fp8Scaling* fp8)
     : config_(config),
       layer_(layer),
       tp_(tp),
@@ -56,7 +56,7 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
                   fp8, 2)),
       fc2_(linear(config, params, tp, s, layer, "mlp.linear_fc2", LinearKind::kRowParallel, deferral_depth, arena,
                   fp8, 3)),
-      attention_(make_attention_core(s)) {
+      attention_(make_attention_core(s, workspace, context, layer)) {
   GPT_CHECK_EQ(positions.size(), static_cast<size_t>(stash_slots)) << "microbatch positions of layer " << layer;
   if (recomputes_full()) {
     const auto position = static_cast<size_t>(recompute_.position_in_group(index_in_chunk));
@@ -104,11 +104,50 @@ Tensor TransformerLayer::groups_view(const Tensor& matrix) const {
                       (shapes_.queries_per_group() + 2) * shapes_.head_dim});
 }
 
+Tensor TransformerLayer::residual_rows(const Tensor& x) const {
+  return x.view({shapes_.local_sequence, shapes_.batch, shapes_.hidden});
+}
+
 ops::DropoutMask TransformerLayer::mask(int slot, ops::DropoutSite site) const {
-  // Attention probabilities are numbered by global head, hidden activations by global token.
-  const int64_t row_offset =
-      site == ops::DropoutSite::kAttentionProbabilities ? shapes_.head_offset : shapes_.sequence_offset;
+  // Attention probabilities are numbered by global head, hidden activations by global token (each
+  // run of consecutive tokens gets its own offset: hidden_dropout_*).
+  const int64_t row_offset = site == ops::DropoutSite::kAttentionProbabilities ? shapes_.head_offset : 0;
   return dropout_mask(config_, positions_[static_cast<size_t>(slot)], layer_, site, row_offset);
+}
+
+void TransformerLayer::hidden_dropout_forward(Context& ctx, int slot, ops::DropoutSite site, const Tensor& out,
+                                              const Tensor& x, const Tensor& bias) const {
+  ops::DropoutMask dropout = mask(slot, site);
+  for (const SequenceSegment& segment : shapes_.residual_segments()) {
+    dropout.row_offset = segment.position;
+    const int64_t end = segment.local_row + segment.rows;
+    ops::dropout_forward(ctx, residual_rows(out).slice(segment.local_row, end),
+                         residual_rows(x).slice(segment.local_row, end), bias, dropout);
+  }
+}
+
+void TransformerLayer::hidden_dropout_backward(Context& ctx, int slot, ops::DropoutSite site, const Tensor& dx,
+                                               const Tensor& dy) const {
+  ops::DropoutMask dropout = mask(slot, site);
+  for (const SequenceSegment& segment : shapes_.residual_segments()) {
+    dropout.row_offset = segment.position;
+    const int64_t end = segment.local_row + segment.rows;
+    ops::dropout_backward(ctx, residual_rows(dx).slice(segment.local_row, end),
+                          residual_rows(dy).slice(segment.local_row, end), dropout);
+  }
+}
+
+void TransformerLayer::rope(Context& ctx, const Tensor& qkv, bool forward) const {
+  // Each run of consecutive global positions rotated at its own (context parallelism's chunks).
+  const Tensor groups = groups_view(qkv);
+  for (const SequenceSegment& segment : shapes_.segments(0, shapes_.sequence)) {
+    const Tensor rows = groups.slice(segment.local_row, segment.local_row + segment.rows);
+    if (forward) {
+      ops::rope_forward(ctx, rows, shapes_.head_dim, config_.rotary_dim, config_.rotary_base, segment.position);
+    } else {
+      ops::rope_backward(ctx, rows, shapes_.head_dim, config_.rotary_dim, config_.rotary_base, segment.position);
+    }
+  }
 }
 
 Tensor TransformerLayer::forward(Context& ctx, int slot, const Tensor& input) {
@@ -148,7 +187,7 @@ void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, Laye
   qkv_.forward_column(ctx, a.qkv, a.ln1, a.ln1_gathered);  // [s b, qkv_l]
   if (config_.position_embedding == PositionEmbedding::kRope) {
     // Rotated in place: the stash keeps the rotated q and k that attention's backward reads.
-    ops::rope_forward(ctx, groups_view(a.qkv), shapes_.head_dim, config_.rotary_dim, config_.rotary_base);
+    rope(ctx, a.qkv, /*forward=*/true);
   }
   attention_forward(ctx, slot, a, a.attention, a.lse);
   const Tensor attention_out = proj_.forward_row(ctx, ws_.full_a, a.attention, ws_.local_a);  // [s_l, b, h]
@@ -157,7 +196,7 @@ void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, Laye
   const ops::DropoutMask attention_dropout = mask(slot, ops::DropoutSite::kAttentionOutput);
   Tensor residual_bias = proj_.bias();
   if (attention_dropout.enabled()) {
-    ops::dropout_forward(ctx, attention_out, attention_out, residual_bias, attention_dropout);
+    hidden_dropout_forward(ctx, slot, ops::DropoutSite::kAttentionOutput, attention_out, attention_out, residual_bias);
     residual_bias = Tensor();
   }
   norm2_.residual_forward(ctx, a.residual, a.ln2, a.ln2_mean, a.ln2_rstd, input, attention_out, residual_bias);
@@ -173,7 +212,7 @@ void TransformerLayer::forward_mlp_output(Context& ctx, int slot, const LayerAct
   const Tensor mlp_out = fc2_.forward_row(ctx, ws_.full_a, a.fc1_act, ws_.local_a);  // [s_l, b, h]
   const ops::DropoutMask mlp_dropout = mask(slot, ops::DropoutSite::kMlpOutput);
   if (mlp_dropout.enabled()) {
-    ops::dropout_forward(ctx, mlp_out, mlp_out, fc2_.bias(), mlp_dropout);
+    hidden_dropout_forward(ctx, slot, ops::DropoutSite::kMlpOutput, mlp_out, mlp_out, fc2_.bias());
     ops::residual_add(ctx, output, a.residual, mlp_out, Tensor());
   } else {
     ops::residual_add(ctx, output, a.residual, mlp_out, fc2_.bias());
@@ -197,7 +236,7 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
   const ops::DropoutMask mlp_dropout = mask(slot, ops::DropoutSite::kMlpOutput);
   if (mlp_dropout.enabled()) {
     // local_b is free until the second norm's backward writes d_residual into it.
-    ops::dropout_backward(ctx, ws_.local_b, grad_output, mlp_dropout);
+    hidden_dropout_backward(ctx, slot, ops::DropoutSite::kMlpOutput, ws_.local_b, grad_output);
     d_mlp_local = ws_.local_b;
   }
   fc2_.backward_input_row(ctx, d_mlp_local, st.fc1_act, ws_.full_a, ws_.ffn, timing);  // [s, b, ffn_l]
@@ -224,14 +263,14 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
   const ops::DropoutMask attention_dropout = mask(slot, ops::DropoutSite::kAttentionOutput);
   if (attention_dropout.enabled()) {
     // local_a is free until the first norm's input gradient is reduced into it.
-    ops::dropout_backward(ctx, ws_.local_a, d_residual, attention_dropout);
+    hidden_dropout_backward(ctx, slot, ops::DropoutSite::kAttentionOutput, ws_.local_a, d_residual);
     d_proj_local = ws_.local_a;
   }
   proj_.backward_input_row(ctx, d_proj_local, st.attention, ws_.full_a, ws_.projection, timing);  // [s b, proj_l]
   attention_->backward_input(ctx, groups_view(ws_.qkv), heads_view(ws_.projection), groups_view(st.qkv),
                              heads_view(st.attention), st.lse, mask(slot, ops::DropoutSite::kAttentionProbabilities));
   if (config_.position_embedding == PositionEmbedding::kRope) {
-    ops::rope_backward(ctx, groups_view(ws_.qkv), shapes_.head_dim, config_.rotary_dim, config_.rotary_base);
+    rope(ctx, ws_.qkv, /*forward=*/false);
   }
   const Tensor d_ln1 = qkv_.backward_input_column(ctx, ws_.qkv, ln1_full, ws_.full_b, ws_.local_a, timing);
   norm1_.backward(ctx, grad_input, d_ln1, st.input, st.ln1_mean, st.ln1_rstd);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "model/attention_core.h"
+#include "model/context_parallel.h"
 #include "model/layer_activations.h"
 #include "model/linear.h"
 #include "model/microbatch_position.h"
@@ -45,7 +46,7 @@ class TransformerLayer {
                    const LayerShapes& shapes, LayerWorkspace& workspace, const RecomputePlan& plan,
                    int64_t index_in_chunk, RecomputeBuffers& shared, Arena& arena, int stash_slots,
                    const std::vector<MicrobatchPosition>& positions, int deferral_depth = 0,
-                   Fp8Scaling* fp8 = nullptr);
+                   const ContextParallel& context = ContextParallel{}, Fp8Scaling* fp8 = nullptr);
 
   // input [s_l, b, h] (kept by reference in the stash until backward) -> output [s_l, b, h],
   // owned by this layer's stash slot (or, inside a full-recompute group, by the shared buffers
@@ -85,6 +86,15 @@ class TransformerLayer {
                          const Tensor& lse) const;
   // The slot's mask of one dropout site.
   ops::DropoutMask mask(int slot, ops::DropoutSite site) const;
+  // Hidden dropout of [s_l, b, h] activations, each run of consecutive global tokens keyed by its
+  // own first token (layer_shapes.h's segments: context parallelism's chunks, SP's shard).
+  void hidden_dropout_forward(Context& ctx, int slot, ops::DropoutSite site, const Tensor& out, const Tensor& x,
+                              const Tensor& bias) const;
+  void hidden_dropout_backward(Context& ctx, int slot, ops::DropoutSite site, const Tensor& dx,
+                               const Tensor& dy) const;
+  // RoPE over qkv [s b, qkv_l] at the global positions of this rank's rows.
+  void rope(Context& ctx, const Tensor& qkv, bool forward) const;
+  Tensor residual_rows(const Tensor& x) const;  // [s_l, b, h] view
   // [s b, heads_l d] seen as [s, b, heads_l, d] and [s b, qkv_l] as [s, b, groups_l, (q + 2) d],
   // the attention op's layouts.
   Tensor heads_view(const Tensor& matrix) const;

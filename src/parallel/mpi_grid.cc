@@ -30,14 +30,26 @@ std::unique_ptr<ProcessGrid> build_mpi_grid(const GridShape& shape, double timeo
   MPI_Comm world_copy = MPI_COMM_NULL;
   GPT_CHECK_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &world_copy), MPI_SUCCESS) << "MPI_Comm_dup";
   auto world = std::make_unique<MpiCommunicator>(world_copy, "world", timeout_seconds);
-  auto tensor = split(c.data + shape.data * c.pipeline, c.tensor, "tensor-parallel", timeout_seconds);
-  auto data = split(c.tensor + shape.tensor * c.pipeline, c.data, "data-parallel", timeout_seconds);
-  auto pipeline = split(c.tensor + shape.tensor * c.data, c.pipeline, "pipeline-parallel", timeout_seconds);
-  auto embedding = split(embedding_member ? c.tensor + shape.tensor * c.data : MPI_UNDEFINED, c.pipeline,
+  // Colors enumerate the coordinates outside the group; keys order the members by the group's own.
+  const int tc = c.tensor + shape.tensor * c.context;  // (tp, cp): a pipeline or embedding column with dp
+  auto tensor = split(c.context + shape.context * (c.data + shape.data * c.pipeline), c.tensor, "tensor-parallel",
+                      timeout_seconds);
+  auto data = split(tc + shape.tensor * shape.context * c.pipeline, c.data, "data-parallel", timeout_seconds);
+  auto pipeline = split(tc + shape.tensor * shape.context * c.data, c.pipeline, "pipeline-parallel", timeout_seconds);
+  auto embedding = split(embedding_member ? tc + shape.tensor * shape.context * c.data : MPI_UNDEFINED, c.pipeline,
                          "embedding", timeout_seconds);
-  auto model_parallel = split(c.data, c.tensor + shape.tensor * c.pipeline, "model-parallel", timeout_seconds);
+  auto model_parallel = split(c.data + shape.data * c.context, c.tensor + shape.tensor * c.pipeline, "model-parallel",
+                              timeout_seconds);
+  std::unique_ptr<Communicator> context, data_context;
+  if (shape.context > 1) {
+    context = split(c.tensor + shape.tensor * (c.data + shape.data * c.pipeline), c.context, "context-parallel",
+                    timeout_seconds);
+    data_context = split(c.tensor + shape.tensor * c.pipeline, c.context + shape.context * c.data,
+                         "data-context-parallel", timeout_seconds);
+  }
   return std::make_unique<ProcessGrid>(shape, world_rank, std::move(world), std::move(tensor), std::move(data),
-                                       std::move(pipeline), std::move(embedding), std::move(model_parallel));
+                                       std::move(pipeline), std::move(embedding), std::move(model_parallel),
+                                       std::move(context), std::move(data_context));
 }
 
 }  // namespace gpt

@@ -8,14 +8,15 @@
 namespace gpt {
 
 int grid_rank(const GridShape& shape, const GridCoordinates& c) {
-  return c.tensor + shape.tensor * (c.data + shape.data * c.pipeline);
+  return c.tensor + shape.tensor * (c.context + shape.context * (c.data + shape.data * c.pipeline));
 }
 
 GridCoordinates grid_coordinates(const GridShape& shape, int rank) {
   GridCoordinates c;
   c.tensor = rank % shape.tensor;
-  c.data = (rank / shape.tensor) % shape.data;
-  c.pipeline = rank / (shape.tensor * shape.data);
+  c.context = (rank / shape.tensor) % shape.context;
+  c.data = (rank / (shape.tensor * shape.context)) % shape.data;
+  c.pipeline = rank / (shape.tensor * shape.context * shape.data);
   return c;
 }
 
@@ -29,7 +30,8 @@ std::unique_ptr<ProcessGrid> ProcessGrid::single() {
 ProcessGrid::ProcessGrid(GridShape shape, int world_rank, std::unique_ptr<Communicator> world,
                          std::unique_ptr<Communicator> tensor, std::unique_ptr<Communicator> data,
                          std::unique_ptr<Communicator> pipeline, std::unique_ptr<Communicator> embedding,
-                         std::unique_ptr<Communicator> model_parallel)
+                         std::unique_ptr<Communicator> model_parallel, std::unique_ptr<Communicator> context,
+                         std::unique_ptr<Communicator> data_context)
     : shape_(shape),
       world_rank_(world_rank),
       coordinates_(grid_coordinates(shape, world_rank)),
@@ -38,17 +40,24 @@ ProcessGrid::ProcessGrid(GridShape shape, int world_rank, std::unique_ptr<Commun
       data_(std::move(data)),
       pipeline_(std::move(pipeline)),
       embedding_(std::move(embedding)),
-      model_parallel_(std::move(model_parallel)) {
+      model_parallel_(std::move(model_parallel)),
+      context_(context ? std::move(context) : std::make_unique<SelfCommunicator>("context-parallel")),
+      data_context_(std::move(data_context)) {
   GPT_CHECK_EQ(world_->size(), shape.world()) << "world communicator size";
   GPT_CHECK_EQ(tensor_->size(), shape.tensor);
   GPT_CHECK_EQ(data_->size(), shape.data);
   GPT_CHECK_EQ(pipeline_->size(), shape.pipeline);
+  GPT_CHECK_EQ(context_->size(), shape.context);
+  GPT_CHECK(data_context_ == nullptr || data_context_->size() == shape.data * shape.context) << "data x context group";
+  GPT_CHECK(data_context_ != nullptr || shape.context == 1) << "CP > 1 needs a data x context group";
 }
 
 std::string ProcessGrid::describe() const {
   std::ostringstream out;
-  out << "> process grid: world " << world_size() << " = TP " << shape_.tensor << " x PP " << shape_.pipeline
-      << " x DP " << shape_.data << " (rank = tp + TP*(dp + DP*pp))\n";
+  out << "> process grid: world " << world_size() << " = TP " << shape_.tensor;
+  if (shape_.context > 1) out << " x CP " << shape_.context;
+  out << " x PP " << shape_.pipeline << " x DP " << shape_.data
+      << (shape_.context > 1 ? " (rank = tp + TP*(cp + CP*(dp + DP*pp)))\n" : " (rank = tp + TP*(dp + DP*pp))\n");
   auto list_groups = [&](const char* name, auto member_of) {
     out << ">   " << name << " groups:";
     std::vector<std::vector<int>> groups;
@@ -71,10 +80,26 @@ std::string ProcessGrid::describe() const {
     }
     out << "\n";
   };
-  list_groups("tensor-parallel", [](GridCoordinates a, GridCoordinates b) { return a.data == b.data && a.pipeline == b.pipeline; });
-  list_groups("data-parallel", [](GridCoordinates a, GridCoordinates b) { return a.tensor == b.tensor && a.pipeline == b.pipeline; });
-  list_groups("pipeline-parallel", [](GridCoordinates a, GridCoordinates b) { return a.tensor == b.tensor && a.data == b.data; });
-  list_groups("model-parallel", [](GridCoordinates a, GridCoordinates b) { return a.data == b.data; });
+  list_groups("tensor-parallel", [](GridCoordinates a, GridCoordinates b) {
+    return a.context == b.context && a.data == b.data && a.pipeline == b.pipeline;
+  });
+  if (shape_.context > 1) {
+    list_groups("context-parallel", [](GridCoordinates a, GridCoordinates b) {
+      return a.tensor == b.tensor && a.data == b.data && a.pipeline == b.pipeline;
+    });
+  }
+  list_groups("data-parallel", [](GridCoordinates a, GridCoordinates b) {
+    return a.tensor == b.tensor && a.context == b.context && a.pipeline == b.pipeline;
+  });
+  if (shape_.context > 1) {
+    list_groups("data-context-parallel",
+                [](GridCoordinates a, GridCoordinates b) { return a.tensor == b.tensor && a.pipeline == b.pipeline; });
+  }
+  list_groups("pipeline-parallel", [](GridCoordinates a, GridCoordinates b) {
+    return a.tensor == b.tensor && a.context == b.context && a.data == b.data;
+  });
+  list_groups("model-parallel",
+              [](GridCoordinates a, GridCoordinates b) { return a.data == b.data && a.context == b.context; });
   std::string text = out.str();
   if (!text.empty() && text.back() == '\n') text.pop_back();
   return text;

@@ -1,5 +1,8 @@
-// The process grid: world = TP x PP x DP in Megatron's rank order (tensor-parallel fastest, then
-// data-parallel, then pipeline: rank = tp + TP * (dp + DP * pp)), and one communicator per group.
+// The process grid: world = TP x CP x DP x PP in Megatron's rank order (tensor-parallel fastest,
+// then context-parallel, then data-parallel, then pipeline: rank = tp + TP * (cp + CP * (dp + DP *
+// pp))), and one communicator per group. Context parallelism splits each sequence over the CP
+// ranks; they read the same samples, so gradients are reduced over the combined data x context
+// group (Megatron's dp-cp group) while samples are distributed over the data-parallel group alone.
 #pragma once
 
 #include <memory>
@@ -14,13 +17,15 @@ struct GridShape {
   int tensor = 1;
   int pipeline = 1;
   int data = 1;
-  int world() const { return tensor * pipeline * data; }
+  int context = 1;
+  int world() const { return tensor * context * pipeline * data; }
 };
 
 struct GridCoordinates {
   int tensor = 0;
   int pipeline = 0;
   int data = 0;
+  int context = 0;
 };
 
 // True when the build includes NCCL (the CUDA backend found nccl.h and libnccl).
@@ -38,7 +43,8 @@ class ProcessGrid {
   ProcessGrid(GridShape shape, int world_rank, std::unique_ptr<Communicator> world,
               std::unique_ptr<Communicator> tensor, std::unique_ptr<Communicator> data,
               std::unique_ptr<Communicator> pipeline, std::unique_ptr<Communicator> embedding,
-              std::unique_ptr<Communicator> model_parallel);
+              std::unique_ptr<Communicator> model_parallel, std::unique_ptr<Communicator> context = nullptr,
+              std::unique_ptr<Communicator> data_context = nullptr);
 
   const GridShape& shape() const { return shape_; }
   int world_rank() const { return world_rank_; }
@@ -52,10 +58,16 @@ class ProcessGrid {
   Communicator& world() const { return *world_; }
   Communicator& tensor() const { return *tensor_; }
   Communicator& data() const { return *data_; }
+  // The ranks that hold the other pieces of this rank's sequences (same tp, dp, pp).
+  Communicator& context() const { return *context_; }
+  // Data x context ranks of one (tp, pp) position: gradients are reduced (and ZeRO shards
+  // distributed) over this group; the data-parallel group itself when CP = 1.
+  Communicator& data_context() const { return data_context_ ? *data_context_ : *data_; }
   Communicator& pipeline() const { return *pipeline_; }
   // First and last pipeline stage of one (tp, dp) column: ties the embedding and the LM head.
   Communicator& embedding() const { return *embedding_; }
-  // TP x PP ranks of one data-parallel replica.
+  // TP x PP ranks of one data-parallel replica and context-parallel rank (Megatron's model-parallel
+  // group: each parameter once).
   Communicator& model_parallel() const { return *model_parallel_; }
 
   // Moves every group of more than one rank onto NCCL (GPU buffers, one rank per GPU), using the
@@ -63,14 +75,15 @@ class ProcessGrid {
   // Only valid in builds with NCCL (nccl_available()).
   void adopt_nccl(Context& ctx, double timeout_seconds);
 
-  // "world 8 = TP 2 x PP 2 x DP 2" plus the ranks of every group, for rank 0 to print.
+  // "world 8 = TP 2 x CP 1 x PP 2 x DP 2" plus the ranks of every group, for rank 0 to print.
   std::string describe() const;
 
  private:
   GridShape shape_;
   int world_rank_;
   GridCoordinates coordinates_;
-  std::unique_ptr<Communicator> world_, tensor_, data_, pipeline_, embedding_, model_parallel_;
+  std::unique_ptr<Communicator> world_, tensor_, data_, pipeline_, embedding_, model_parallel_, context_;
+  std::unique_ptr<Communicator> data_context_;  // null when CP = 1 (data_ is that group)
   std::vector<std::unique_ptr<Communicator>> bootstrap_;  // MPI groups replaced by NCCL ones
 };
 

@@ -20,6 +20,8 @@ double all_gather_time(int ranks, double bytes, const Link& link) { return reduc
 
 double p2p_time(double bytes, const Link& link) { return bytes / link.bandwidth + link.latency; }
 
+double all_to_all_time(int ranks, double bytes, const Link& link) { return reduce_scatter_time(ranks, bytes, link); }
+
 bool group_spans_nodes(int first, int stride, int size, int gpus_per_node) {
   const long long first_node = first / gpus_per_node;
   const long long last_node = (first + static_cast<long long>(stride) * (size - 1)) / gpus_per_node;

@@ -26,6 +26,9 @@ double all_reduce_time(int ranks, double bytes, const Link& link);
 double reduce_scatter_time(int ranks, double bytes, const Link& link);
 double all_gather_time(int ranks, double bytes, const Link& link);
 double p2p_time(double bytes, const Link& link);
+// Each of `ranks` ranks sends 1 / ranks of its `bytes` to every other rank (context parallelism's
+// all-to-all): (n - 1) / n of the bytes leave each rank, one message per peer.
+double all_to_all_time(int ranks, double bytes, const Link& link);
 
 // True when ranks first, first + stride, ..., first + (size - 1) stride are not all on one node.
 bool group_spans_nodes(int first, int stride, int size, int gpus_per_node);

@@ -1,5 +1,7 @@
 #include "perf_model/compute_cost.h"
 
+#include <algorithm>
+
 #include "core/dtype.h"
 
 namespace gpt::perf {
@@ -51,8 +53,10 @@ LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster
   f.gemm = (gemm_time(rows, qkv, h, cluster) + gemm_time(rows, h, projection, cluster) +
             gemm_time(rows, fc1, h, cluster) + gemm_time(rows, h, ffn, cluster)) *
            stretch;
-  // Megatron counts 4 b s^2 heads d per layer; the causal kernel skips the masked half.
-  const double attention_flops = 0.5 * 4 * b * s * s * projection;
+  // Megatron counts 4 b s^2 heads d per layer; the causal kernel skips the masked half. Under
+  // context parallelism s is this rank's S / CP queries, attending to CP times as many keys.
+  const double cp = static_cast<double>(shape.context_parallel);
+  const double attention_flops = 0.5 * 4 * b * s * (s * cp) * projection;
   f.attention = attention_flops / (cluster.peak_flops * cluster.attention_forward_efficiency) * stretch;
   const double mask_bytes = c.has_dropout() ? 2.0 : 0.0;
   const double hidden_bytes = local_rows(c, shape) * h * (10 * t) + local_rows(c, shape) * h * mask_bytes;
@@ -75,8 +79,25 @@ LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster
   g.tp_comm = exposed * (shape.sequence_parallel ? 4 * gather + 2 * scatter : 2 * reduce);
   g.overhead = 2 * f.overhead;
 
+  if (shape.context_parallel > 1) {
+    const int cp_ranks = static_cast<int>(shape.context_parallel);
+    const Link& cp_link = shape.context_link;
+    if (shape.context_all_to_all) {
+      // qkv to heads and the output back; backward: qkv, output and its gradient again, dqkv back.
+      const double qkv_bytes = rows * qkv * t, out_bytes = rows * projection * t;
+      f.cp_comm = all_to_all_time(cp_ranks, qkv_bytes, cp_link) + all_to_all_time(cp_ranks, out_bytes, cp_link);
+      g.cp_comm = 2 * all_to_all_time(cp_ranks, qkv_bytes, cp_link) + 2 * all_to_all_time(cp_ranks, out_bytes, cp_link);
+    } else {
+      // CP - 1 hops of the K/V block [s, b, 2 groups_l d], each hidden behind one block's attention
+      // (1 / CP of the rank's); backward sends dK/dV after each block (CP hops, not overlapped).
+      const double kv_bytes = rows * 2.0 * static_cast<double>(c.query_groups()) / tp * c.kv_channels * t;
+      const double hop = p2p_time(kv_bytes, cp_link);
+      f.cp_comm = (cp - 1) * std::max(0.0, hop - f.attention / cp);
+      g.cp_comm = (cp - 1) * std::max(0.0, hop - g.attention / cp) + cp * hop;
+    }
+  }
   cost.recompute_full = f.total();
-  cost.recompute_selective = f.attention;
+  cost.recompute_selective = f.attention + f.cp_comm;
   return cost;
 }
 

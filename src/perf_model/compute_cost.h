@@ -26,7 +26,8 @@ namespace gpt::perf {
 
 struct PassCost {
   double gemm = 0, attention = 0, elementwise = 0, tp_comm = 0, overhead = 0;
-  double total() const { return gemm + attention + elementwise + tp_comm + overhead; }
+  double cp_comm = 0;  // exposed context-parallel traffic (ring K/V blocks, or the all-to-alls)
+  double total() const { return gemm + attention + elementwise + tp_comm + overhead + cp_comm; }
 };
 
 struct LayerCost {
@@ -42,6 +43,11 @@ struct RankShape {
   bool tp_comm_overlap = false;
   Link tensor_link;       // the TP group's link
   double compute_stretch = 1;  // ranks time-sharing a compute slot (Cluster::compute_slots_per_node)
+  // Context parallelism: the config's seq_length is then this rank's S / CP rows; attention covers
+  // CP times that many keys (the load-balanced causal split gives every rank the same share).
+  int64_t context_parallel = 1;
+  bool context_all_to_all = false;  // --cp-comm-type a2a (else the p2p ring)
+  Link context_link;                // the CP group's link
 };
 
 double gemm_time(double m, double n, double k, const Cluster& cluster);

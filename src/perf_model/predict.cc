@@ -86,8 +86,9 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world
     const int64_t peak = pipeline::expected_peak_live(pipeline::ScheduleKind::kInterleaved, static_cast<int>(pp), v,
                                                       static_cast<int>(m), 0);
     const int64_t counted = std::min(m, pp) + v - 1;
-    const ActivationMemory chunk = activation_memory(model_config_from(a), a.tensor_model_parallel_size,
-                                                     a.sequence_parallel, a.micro_batch_size, a.num_layers / (pp * v));
+    const ActivationMemory chunk =
+        activation_memory(model_config_from(a), a.tensor_model_parallel_size, a.sequence_parallel, a.micro_batch_size,
+                          a.num_layers / (pp * v), a.context_parallel_size);
     memory.activations += static_cast<double>(std::max<int64_t>(0, peak - counted)) *
                           static_cast<double>(chunk.stash_bytes());
   }
@@ -104,6 +105,9 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   p.tensor = a.tensor_model_parallel_size;
   p.pipeline = a.pipeline_model_parallel_size;
   p.data = data_parallel_size(a, world_size);
+  p.context = a.context_parallel_size;
+  const bool all_to_all = std::find(a.cp_comm_type.begin(), a.cp_comm_type.end(), "a2a") != a.cp_comm_type.end();
+  if (p.context > 1) p.cp_comm_type = all_to_all ? "a2a" : "p2p";
   p.virtual_stages = virtual_pipeline_size(a);
   p.microbatches = num_microbatches(a, world_size);
   p.micro_batch = a.micro_batch_size;
@@ -123,13 +127,20 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   shape.micro_batch = p.micro_batch;
   shape.tp_comm_overlap = options.tp_comm_overlap;
   shape.tensor_link = group_link(cluster, 1, static_cast<int>(p.tensor));
+  shape.context_parallel = p.context;
+  shape.context_all_to_all = all_to_all;
+  shape.context_link = group_link(cluster, static_cast<int>(p.tensor), static_cast<int>(p.context));
+  // The costs of one rank: S / CP rows of each sequence (model FLOPs stay the whole model's).
+  ModelConfig local_config = config;
+  local_config.seq_length = config.seq_length / p.context;
   const int64_t ranks_per_node = std::min<int64_t>(world_size, cluster.gpus_per_node);
   shape.compute_stretch =
       std::max(1.0, static_cast<double>(ranks_per_node) / static_cast<double>(cluster.compute_slots_per_node));
 
-  p.layer = layer_cost(config, shape, cluster);
-  const PassCost embed_f = embedding_forward(config, shape, cluster), embed_b = embedding_backward(config, shape, cluster);
-  const PassCost head_f = head_forward(config, shape, cluster), head_b = head_backward(config, shape, cluster);
+  p.layer = layer_cost(local_config, shape, cluster);
+  const PassCost embed_f = embedding_forward(local_config, shape, cluster);
+  const PassCost embed_b = embedding_backward(local_config, shape, cluster);
+  const PassCost head_f = head_forward(local_config, shape, cluster), head_b = head_backward(local_config, shape, cluster);
   const int64_t chunk_layers = a.num_layers / (p.pipeline * p.virtual_stages);
   const double recomputed = static_cast<double>(fully_recomputed_layers(config, chunk_layers));
   const double selective = config.recompute.granularity == RecomputeGranularity::kSelective ? 1.0 : 0.0;
@@ -139,9 +150,9 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   const double chunk_backward = static_cast<double>(chunk_layers) * p.layer.backward.total() + chunk_recompute;
 
   // Pipeline: per (rank, chunk) costs through the trainer's schedule.
-  const double activation_bytes = static_cast<double>(config.seq_length * p.micro_batch * config.hidden_size) *
+  const double activation_bytes = static_cast<double>(local_config.seq_length * p.micro_batch * config.hidden_size) *
                                   (a.bf16 || a.fp16 ? 2.0 : 4.0) / (p.sequence_parallel ? static_cast<double>(p.tensor) : 1.0);
-  const Link pipe_link = pair_link(cluster, p.tensor * p.data);
+  const Link pipe_link = pair_link(cluster, p.tensor * p.context * p.data);
   p.p2p_time = pp > 1 ? p2p_time(activation_bytes, pipe_link) : 0.0;
   double busiest = 0;
   if (pp == 1) {
@@ -176,6 +187,7 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   p.compute_time = busiest;
   const double rank_layers = static_cast<double>(chunk_layers * p.virtual_stages);
   p.tp_comm_time = m * rank_layers * (p.layer.forward.tp_comm + p.layer.backward.tp_comm);
+  p.cp_comm_time = m * rank_layers * (p.layer.forward.cp_comm + p.layer.backward.cp_comm);
   p.recompute_time = m * static_cast<double>(p.virtual_stages) * chunk_recompute;
 
   // Memory, and the largest stage's parameters for the data-parallel traffic.
@@ -185,7 +197,8 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   const double element = a.bf16 || a.fp16 ? 2.0 : 4.0;
   const double parameters = p.memory.parameters / element;
   const double gradient_element = a.bf16 && !a.accumulate_allreduce_grads_in_fp32 ? 2.0 : 4.0;
-  const int dp = static_cast<int>(p.data);
+  // Gradients are reduced (and ZeRO shards laid out) over the data x context group.
+  const int dp = static_cast<int>(p.data * p.context);
   const Link data_link = group_link(cluster, static_cast<int>(p.tensor), dp);
   const double hidden = cluster.dp_comm_overlap_fraction;
   double gradient_sync = 0, parameter_gather = 0;
@@ -204,7 +217,7 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   if (pp > 1 && !config.untie_embeddings_and_output_weights && pipeline::schedule_placement(kind) == pipeline::Placement::kLoop) {
     const double embedding = static_cast<double>(config.padded_vocab_size / p.tensor * config.hidden_size);
     p.embedding_sync_time =
-        all_reduce_time(2, embedding * gradient_element, pair_link(cluster, p.tensor * p.data * (p.pipeline - 1)));
+        all_reduce_time(2, embedding * gradient_element, pair_link(cluster, p.tensor * p.context * p.data * (p.pipeline - 1)));
   }
   const double owned = shards_optimizer(a) ? std::ceil(parameters / dp) : parameters;
   p.optimizer_time = owned * optimizer_bytes_per_parameter(a.bf16 || a.fp16) /

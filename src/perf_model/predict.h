@@ -9,9 +9,12 @@
 //                per microbatch (compute_cost.h: its layers, plus the embedding on the first
 //                virtual stage and the LM head on the last) and the p2p transfer of one
 //                activation [s/TP if SP, b, h] over the pipeline group's link
+//                Context parallelism (CP > 1): each rank computes S / CP rows and 1 / CP of the
+//                causal attention, plus the ring's K/V hops not hidden behind a block's attention
+//                (and backward's dK/dV hops) or the all-to-alls before and after the attention.
 //   + DP         the gradient all-reduce (or reduce-scatter, and the parameter all-gather, with
 //                --use-distributed-optimizer) of the largest stage's parameters over the
-//                data-parallel group; the share dp_comm_overlap_fraction of each is hidden with
+//                data-parallel group (data x context with CP: Megatron's dp-cp group); the share dp_comm_overlap_fraction of each is hidden with
 //                --overlap-grad-reduce / --overlap-param-gather. Gradients travel in the
 //                parameters' dtype (Megatron's default) unless --accumulate-allreduce-grads-in-fp32.
 //                With PP > 1 and tied embeddings, the embedding gradient's all-reduce between the
@@ -45,6 +48,8 @@ struct MemoryEstimate {
 struct Prediction {
   // Layout.
   int64_t world = 0, tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, microbatches = 1;
+  int64_t context = 1;       // --context-parallel-size
+  std::string cp_comm_type;  // "p2p" or "a2a" (CP > 1)
   int64_t micro_batch = 1, global_batch = 1;
   bool sequence_parallel = false, distributed_optimizer = false;
   int zero_level = 0;  // 0: none, 1: optimizer state sharded, 2: and gradients (reduced per microbatch)
@@ -57,6 +62,7 @@ struct Prediction {
   double pipeline_bubble = 0;    // the simulator's bubble fraction (0 without PP)
   double compute_time = 0;       // the busiest rank's forward and backward compute (incl. exposed TP comm)
   double tp_comm_time = 0;       // exposed TP communication inside compute_time
+  double cp_comm_time = 0;       // exposed context-parallel communication inside compute_time
   double recompute_time = 0;     // recompute inside compute_time
   double p2p_time = 0;           // one pipeline transfer
   double dp_comm_time = 0;       // data-parallel communication, all of it

@@ -25,6 +25,7 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
       .add("zero_level", static_cast<int64_t>(p.zero_level))
       .add("recompute", p.recompute)
       .add("schedule", p.schedule);
+  if (p.context > 1) layout.add("context_parallel_size", p.context).add("cp_comm_type", p.cp_comm_type);
   JsonObject time;
   time.add("pipeline", p.pipeline_time)
       .add("compute_busiest_rank", p.compute_time)
@@ -37,6 +38,7 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
       .add("embedding_grad_sync", p.embedding_sync_time)
       .add("optimizer", p.optimizer_time)
       .add("overhead", p.overhead_time);
+  if (p.context > 1) time.add("cp_comm_exposed", p.cp_comm_time);
   auto pass = [](const PassCost& c) {
     JsonObject o;
     o.add("gemm", c.gemm)
@@ -44,6 +46,7 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
         .add("elementwise", c.elementwise)
         .add("tp_comm", c.tp_comm)
         .add("overhead", c.overhead);
+    if (c.cp_comm > 0) o.add("cp_comm", c.cp_comm);
     return o;
   };
   JsonObject layer;
@@ -74,15 +77,19 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
 }
 
 std::string pass_text(const char* name, const PassCost& c) {
-  return absl::StrFormat("  %-9s %9.3f ms  (GEMM %.3f, attention %.3f, elementwise %.3f, TP comm %.3f, overhead %.3f)\n",
-                         name, c.total() * 1e3, c.gemm * 1e3, c.attention * 1e3, c.elementwise * 1e3, c.tp_comm * 1e3,
-                         c.overhead * 1e3);
+  std::string text =
+      absl::StrFormat("  %-9s %9.3f ms  (GEMM %.3f, attention %.3f, elementwise %.3f, TP comm %.3f, overhead %.3f",
+                      name, c.total() * 1e3, c.gemm * 1e3, c.attention * 1e3, c.elementwise * 1e3, c.tp_comm * 1e3,
+                      c.overhead * 1e3);
+  if (c.cp_comm > 0) absl::StrAppendFormat(&text, ", CP comm %.3f", c.cp_comm * 1e3);
+  return text + ")\n";
 }
 
 }  // namespace
 
 std::string layout_text(const Prediction& p) {
-  return absl::StrCat("TP ", p.tensor, " x PP ", p.pipeline, " x DP ", p.data, ", v ", p.virtual_stages, ", mbs ",
+  const std::string context = p.context > 1 ? absl::StrCat(" x CP ", p.context, " (", p.cp_comm_type, ")") : "";
+  return absl::StrCat("TP ", p.tensor, context, " x PP ", p.pipeline, " x DP ", p.data, ", v ", p.virtual_stages, ", mbs ",
                       p.micro_batch, p.sequence_parallel ? ", SP" : "",
                       p.zero_level == 2 ? ", ZeRO-2" : p.distributed_optimizer ? ", dist-opt" : "",
                       ", recompute ", p.recompute, p.pipeline > 1 ? ", " + p.schedule : "");
@@ -101,6 +108,7 @@ std::string text_report(const Prediction& p, const Cluster& cluster) {
   absl::StrAppendFormat(&out, "  pipeline (forward-backward)   %9.4f  (busiest rank computes %.4f; bubble %.1f %%)\n",
                         p.pipeline_time, p.compute_time, p.pipeline_bubble * 100);
   absl::StrAppendFormat(&out, "    of which TP comm exposed    %9.4f\n", p.tp_comm_time);
+  if (p.context > 1) absl::StrAppendFormat(&out, "    of which CP comm exposed    %9.4f\n", p.cp_comm_time);
   absl::StrAppendFormat(&out, "    of which recompute          %9.4f\n", p.recompute_time);
   absl::StrAppendFormat(&out, "  data-parallel comm exposed    %9.4f  (of %.4f)\n", p.dp_exposed_time, p.dp_comm_time);
   absl::StrAppendFormat(&out, "  embedding gradient sync       %9.4f\n", p.embedding_sync_time);

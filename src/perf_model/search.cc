@@ -21,13 +21,17 @@ const char* const kLayoutFlags[] = {"--tensor-model-parallel-size",
                                     "--recompute-granularity",
                                     "--recompute-method",
                                     "--recompute-num-layers",
-                                    "--recompute-activations"};
+                                    "--recompute-activations",
+                                    "--context-parallel-size",
+                                    "--cp-comm-type"};
 
 struct Candidate {
   int64_t tp, pp, layers_per_virtual_stage, micro_batch;
   bool sp;
   int zero;  // ZeRO level: 0, 1 (--use-distributed-optimizer), 2 (Megatron-FSDP's optim_grads)
   int recompute;  // 0 none, 1 selective, 2 full uniform 1
+  int64_t cp = 1;
+  bool all_to_all = false;  // --cp-comm-type a2a (else p2p)
 };
 
 Arguments with_layout(const Arguments& base, const Candidate& c) {
@@ -48,6 +52,12 @@ Arguments with_layout(const Arguments& base, const Candidate& c) {
   a.recompute_granularity = c.recompute == 0 ? "" : c.recompute == 1 ? "selective" : "full";
   a.recompute_method = c.recompute == 2 ? "uniform" : "";
   a.recompute_num_layers = c.recompute == 2 ? 1 : 0;
+  a.context_parallel_size = c.cp;
+  a.cp_comm_type = {c.all_to_all ? "a2a" : "p2p"};
+  if (c.cp > 1) {
+    set("--context-parallel-size");
+    set("--cp-comm-type");
+  }
   set("--tensor-model-parallel-size");
   set("--pipeline-model-parallel-size");
   set("--micro-batch-size");
@@ -76,30 +86,40 @@ absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world
   if (world <= 0) return absl::InvalidArgumentError(absl::StrCat("--world-size must be positive (got ", world, ")"));
   if (base.num_layers <= 0) return absl::InvalidArgumentError("missing required flag --num-layers");
   std::vector<Candidate> candidates;
-  for (int64_t tp = 1; tp <= cluster.gpus_per_node && tp <= world; tp *= 2) {
-    if (world % tp != 0) continue;
-    for (int64_t pp = 1; pp <= base.num_layers && tp * pp <= world; ++pp) {
-      if (world % (tp * pp) != 0 || base.num_layers % pp != 0) continue;
-      const int64_t dp = world / (tp * pp);
-      std::vector<int64_t> virtual_options = {0};
-      const int64_t stage_layers = base.num_layers / pp;
-      for (int64_t v = 2; pp > 1 && v <= stage_layers; ++v) {
-        if (stage_layers % v == 0) virtual_options.push_back(stage_layers / v);
-      }
-      for (int64_t lpvs : virtual_options) {
-        for (int64_t mbs = 1; mbs <= 8; mbs *= 2) {
-          if (mbs * dp > base.global_batch_size) break;
-          for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-            for (int zero = 0; zero <= (dp > 1 ? 2 : 0); ++zero) {
-              for (int recompute = 0; recompute <= 2; ++recompute) {
-                candidates.push_back({tp, pp, lpvs, mbs, sp == 1, zero, recompute});
+  // Context parallelism: CP 1, 2, 4 and 8 where the sequence's 2 CP chunks allow, with the ring
+  // (p2p; predict models a2a too, for a layout given). Layouts pretrain_gpt refuses are dropped.
+  std::vector<int64_t> context_options = {1};
+  for (int64_t cp = 2; cp <= 8 && cp <= world && base.seq_length % (2 * cp) == 0; cp *= 2) {
+    context_options.push_back(cp);
+  }
+  // Every TP x PP x DP x microbatch x SP x ZeRO x recompute layout with `cp` context-parallel ranks.
+  auto add_layouts = [&](int64_t cp) {
+    for (int64_t tp = 1; tp <= cluster.gpus_per_node && tp * cp <= world; tp *= 2) {
+      if (world % (tp * cp) != 0) continue;
+      for (int64_t pp = 1; pp <= base.num_layers && tp * cp * pp <= world; ++pp) {
+        if (world % (tp * cp * pp) != 0 || base.num_layers % pp != 0) continue;
+        const int64_t dp = world / (tp * cp * pp);
+        std::vector<int64_t> virtual_options = {0};
+        const int64_t stage_layers = base.num_layers / pp;
+        for (int64_t v = 2; pp > 1 && v <= stage_layers; ++v) {
+          if (stage_layers % v == 0) virtual_options.push_back(stage_layers / v);
+        }
+        for (int64_t lpvs : virtual_options) {
+          for (int64_t mbs = 1; mbs <= 8; mbs *= 2) {
+            if (mbs * dp > base.global_batch_size) break;
+            for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+              for (int zero = 0; zero <= (dp * cp > 1 ? 2 : 0); ++zero) {
+                for (int recompute = 0; recompute <= 2; ++recompute) {
+                  candidates.push_back({tp, pp, lpvs, mbs, sp == 1, zero, recompute, cp, false});
+                }
               }
             }
           }
         }
       }
     }
-  }
+  };
+  for (const int64_t cp : context_options) add_layouts(cp);
   SearchResult result;
   std::vector<Prediction> fitting;
   for (const Candidate& c : candidates) {
@@ -108,7 +128,7 @@ absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world
     Arguments layout = with_layout(base, c);
     layout.given.erase("--pipeline-schedule");
     layout.pipeline_schedule.clear();
-    const int64_t dp = world / (c.tp * c.pp);
+    const int64_t dp = world / (c.tp * c.pp * c.cp);
     const int64_t microbatches = c.micro_batch * dp > 0 ? base.global_batch_size / (c.micro_batch * dp) : 0;
     const int64_t chunks = c.layers_per_virtual_stage > 0 ? base.num_layers / (c.pp * c.layers_per_virtual_stage) : 1;
     for (pipeline::ScheduleKind kind : schedule_candidates(static_cast<int>(c.pp), static_cast<int>(chunks),

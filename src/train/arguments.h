@@ -53,6 +53,11 @@ struct Arguments {
   std::string pipeline_schedule;
   std::string pipeline_schedule_costs;  // auto's measured costs: a metrics file with a pipeline timeline
   bool sequence_parallel = false;
+  // Context parallelism: each sequence split over this many ranks (Megatron's rank order puts them
+  // between TP and DP); how each layer's attention crosses them: p2p (ring) or a2a, one value for
+  // every layer or one per layer.
+  int64_t context_parallel_size = 1;
+  std::vector<std::string> cp_comm_type = {"p2p"};
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;

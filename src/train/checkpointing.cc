@@ -46,13 +46,15 @@ void print_rank0(const ProcessGrid& grid, const std::string& text) {
 }
 
 // Of the pieces every data-parallel replica holds, each DP rank writes a share: the piece goes to
-// the replica chosen by a hash of its key and offsets, which every replica computes alike.
+// the replica chosen by a hash of its key and offsets, which every replica computes alike. The
+// context-parallel ranks of a replica hold the same parameters too (CP does not split them), so
+// the choice is over the data x context group.
 bool writes_piece(const ShardedTensor& piece, const ProcessGrid& grid) {
   if (piece.replica_id != 0) return false;
   if (!piece.replicated_over_data_parallel) return true;
-  const int data_parallel = grid.shape().data;
+  const int replicas = grid.data_context().size();
   const uint64_t hash = fnv1a_64(absl::StrCat(piece.key, "@", absl::StrJoin(piece.offsets, ",")));
-  return static_cast<int>(hash % static_cast<uint64_t>(data_parallel)) == grid.coordinates().data;
+  return static_cast<int>(hash % static_cast<uint64_t>(replicas)) == grid.data_context().rank();
 }
 
 std::vector<ShardedTensor> state_pieces(Trainer& trainer, const Arguments& args, bool with_optimizer) {

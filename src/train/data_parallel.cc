@@ -19,10 +19,12 @@ bool tied_across_stages(const Arguments& args) {
 
 ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& shape,
                                        const GridCoordinates& coordinates) {
+  // Gradients are reduced, and ZeRO shards laid out, over the data x context group (Megatron's
+  // dp-cp group; process_grid.h): its rank is cp + CP * dp.
   ShardPlanConfig config{.tensor_parallel_rank = coordinates.tensor,
                          .tensor_parallel_size = shape.tensor,
-                         .data_parallel_rank = coordinates.data,
-                         .data_parallel_size = shape.data,
+                         .data_parallel_rank = coordinates.context + shape.context * coordinates.data,
+                         .data_parallel_size = shape.data * shape.context,
                          .distributed_optimizer = shards_optimizer(args),
                          .first_pipeline_stage = coordinates.pipeline == 0};
   if (args.use_megatron_fsdp) {
@@ -33,7 +35,7 @@ ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& s
     config.shard_gradients = zero_level(args) >= ZeroLevel::kGradients;
   } else if (args.overlap_grad_reduce && coordinates.pipeline == 0) {
     config.bucket_size = args.ddp_bucket_size > 0 ? args.ddp_bucket_size
-                                                  : std::max<int64_t>(40000000, int64_t{1000000} * shape.data);
+                                                  : std::max<int64_t>(40000000, int64_t{1000000} * shape.data * shape.context);
   }
   if (tied_across_stages(args)) config.own_bucket.push_back(kWordEmbeddingName);
   return config;
@@ -61,21 +63,23 @@ DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, 
     if (param.name() == kWordEmbeddingName && tied_across_stages_) tied_bucket_ = param.placement->bucket;
   }
   unready_.assign(plan.buckets().size(), 0);
-  GPT_CHECK_EQ(plan.config().data_parallel_size, grid.data().size()) << "shard plan for another data-parallel size";
-  GPT_CHECK_EQ(plan.config().data_parallel_rank, grid.data().rank()) << "shard plan of another data-parallel rank";
+  GPT_CHECK_EQ(plan.config().data_parallel_size, grid.data_context().size())
+      << "shard plan for another data-parallel size";
+  GPT_CHECK_EQ(plan.config().data_parallel_rank, grid.data_context().rank())
+      << "shard plan of another data-parallel rank";
   if (plan.sharded_gradients()) {
     const size_t before = arena.used_bytes();
     auto point_grads = [&params](int bucket, const Tensor& buffer) { params.set_bucket_grads(bucket, buffer); };
-    shards_ = std::make_unique<GradientShards>(grid.data(), params.gradient_storage(), plan.bucket_shards(),
+    shards_ = std::make_unique<GradientShards>(grid.data_context(), params.gradient_storage(), plan.bucket_shards(),
                                                config.gradient_buffers, config.overlap_grad_reduce, point_grads, arena);
     gradient_buffer_bytes_ = static_cast<int64_t>(arena.used_bytes() - before);
   } else {
     grads_ = std::make_unique<GradientSync>(
-        grid.data(), params.flat_grads(), plan.bucket_shards(),
+        grid.data_context(), params.flat_grads(), plan.bucket_shards(),
         distributed_optimizer_ ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce, arena);
   }
   if (distributed_optimizer_) {
-    gather_ = std::make_unique<ParamGather>(grid.data(), params.flat_values(), plan.bucket_shards(), arena);
+    gather_ = std::make_unique<ParamGather>(grid.data_context(), params.flat_values(), plan.bucket_shards(), arena);
   }
   int64_t sequence_parallel_elements = 0;
   for (const Param& param : params.params()) {
@@ -193,7 +197,7 @@ double DataParallel::finish_gradients(Context& ctx) {
 }
 
 void DataParallel::after_step(Context& ctx) {
-  if (!gather_ || grid_.data().size() == 1) return;
+  if (!gather_ || grid_.data_context().size() == 1) return;
   gather_->start(ctx);
   if (!overlap_param_gather_) gather_->wait_all(ctx);
 }

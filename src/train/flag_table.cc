@@ -104,6 +104,16 @@ constexpr FlagRow kRows[] = {
         .shown(kNoneIfEmpty)
         .megatron(kOwn),
     row("--sequence-parallel", &A::sequence_parallel, "Split activations along the sequence across TP"),
+    row("--context-parallel-size", &A::context_parallel_size,
+        "Context-parallel size: each sequence split over this many ranks (2 CP load-balanced chunks, rank r "
+        "holding chunks r and 2 CP - 1 - r)"),
+    // Each occurrence replaces the list (argparse's nargs='+').
+    row("--cp-comm-type", &A::cp_comm_type,
+        "How attention crosses the context-parallel ranks: p2p (ring, K/V blocks passed around) or a2a "
+        "(all-to-all over heads); one value for every layer or one per layer")
+        .takes(Nargs::kOneOrMore)
+        .megatron(kRefusedAtValues,
+                  "p2p and a2a; allgather and a2a+p2p (with --hierarchical-context-parallel-sizes) are refused"),
     row("--use-distributed-optimizer", &A::use_distributed_optimizer, "Shard optimizer state across DP (ZeRO-1)"),
     row("--overlap-grad-reduce", &A::overlap_grad_reduce, "Overlap gradient reduction with backward"),
     row("--overlap-param-gather", &A::overlap_param_gather, "Overlap parameter all-gather with forward"),

@@ -171,9 +171,10 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
   status = check_memory_fits(args, mpi.world_size(), vocabulary_before_data(args), ranks_per_gpu);
   if (const int code = agree_and_report(mpi, status); code != 0) return code;
 
-  const GridShape shape{static_cast<int>(args.tensor_model_parallel_size),
-                        static_cast<int>(args.pipeline_model_parallel_size),
-                        static_cast<int>(data_parallel_size(args, mpi.world_size()))};
+  const GridShape shape{.tensor = static_cast<int>(args.tensor_model_parallel_size),
+                        .pipeline = static_cast<int>(args.pipeline_model_parallel_size),
+                        .data = static_cast<int>(data_parallel_size(args, mpi.world_size())),
+                        .context = static_cast<int>(args.context_parallel_size)};
   std::unique_ptr<ProcessGrid> grid =
       mpi.active() ? build_mpi_grid(shape, args.distributed_timeout_minutes * 60.0) : ProcessGrid::single();
   if (options.print_layout && grid->world_rank() == 0) {

@@ -10,8 +10,9 @@ using enum FlagStatus;
 
 // Megatron flags refused before parsing, with the reason (docs/MEGATRON_FLAGS.md shows it).
 constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
-    {"--context-parallel-size", "this program has no context parallelism (it has TP, SP, PP with interleaving and DP)"},
     {"--expert-model-parallel-size", "this program has no mixture-of-experts models"},
+    {"--hierarchical-context-parallel-sizes",
+     "only used by --cp-comm-type a2a+p2p, which this program does not build (p2p and a2a are built)"},
     {"--num-experts", "this program has no mixture-of-experts models"},
     {"--num-distributed-optimizer-instances",
      "this program has no hybrid sharding (HSDP): the optimizer state is sharded over the whole data-parallel group"},

@@ -51,6 +51,7 @@ std::string layout_flags(const Arguments& a, int64_t world_size, int64_t padded_
       " (--make-vocab-size-divisible-by ", a.make_vocab_size_divisible_by, "), --tensor-model-parallel-size ",
       a.tensor_model_parallel_size, ", --pipeline-model-parallel-size ", a.pipeline_model_parallel_size,
       ", data-parallel size ", data_parallel_size(a, world_size));
+  if (a.context_parallel_size > 1) absl::StrAppend(&text, ", --context-parallel-size ", a.context_parallel_size);
   if (a.bf16) text += ", --bf16";
   if (a.fp16) text += ", --fp16";
   if (a.use_distributed_optimizer) text += ", --use-distributed-optimizer";
@@ -94,9 +95,11 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
   const ModelConfig config = model_config_from(sized);
   const std::vector<ParamSpec> specs = build_param_specs(config);
   const GridShape shape{.tensor = static_cast<int>(tp), .pipeline = static_cast<int>(pp),
-                        .data = static_cast<int>(data_parallel_size(a, world_size))};
+                        .data = static_cast<int>(data_parallel_size(a, world_size)),
+                        .context = static_cast<int>(a.context_parallel_size)};
   const bool sequence_parallel = a.sequence_parallel && tp > 1;
-  const LayerShapes shapes = LayerShapes::make(config, tp, 0, sequence_parallel, a.micro_batch_size);
+  const LayerShapes shapes =
+      LayerShapes::make(config, tp, 0, sequence_parallel, a.micro_batch_size, a.context_parallel_size);
   std::optional<RankMemory> worst;
   for (int stage = 0; stage < pp; ++stage) {
     const GridCoordinates coordinates{.tensor = 0, .pipeline = stage, .data = 0};
@@ -142,7 +145,9 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const int64_t dp = std::max<int64_t>(1, data_parallel_size(a, world_size));
   const int64_t v = virtual_pipeline_size(a);
   const int64_t m = std::max<int64_t>(1, num_microbatches(a, world_size));
-  const int64_t h = a.hidden_size, s = a.seq_length, b = a.micro_batch_size;
+  // A context-parallel rank holds s = S / CP rows of each sequence (its 2 chunks).
+  const int64_t cp = std::max<int64_t>(1, a.context_parallel_size);
+  const int64_t h = a.hidden_size, s = a.seq_length / cp, b = a.micro_batch_size;
   // Validated: heads, hidden, ffn and (with SP) the sequence divide by TP; layers by PP x v.
   const int64_t local_heads = a.num_attention_heads / tp;
   const Bytes local_projection = Bytes(local_heads) * a.kv_channels;  // Pl
@@ -196,7 +201,8 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   }
   const Bytes workspace = Bytes(t) * (Bytes(2) * rows * h + Bytes(2) * local_rows * h +
                                       rows * (local_qkv + local_projection) + rows * local_ffn +
-                                      (a.swiglu ? rows * local_fc1 : Bytes(0)));
+                                      (a.swiglu ? rows * local_fc1 : Bytes(0)) +
+                                      (cp > 1 ? rows * (Bytes(4) * local_qkv + Bytes(2) * local_projection) : Bytes(0)));
   // Microbatches in flight: on the first stage at least min(m, PP) for its first chunk (1F1B's
   // warm-up), one for every other chunk and on the last stage (min(m, PP) with ZB-H1).
   const int64_t first_slots = std::min(m, pp);
@@ -223,7 +229,9 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
       Bytes(3) * pp * m * v * static_cast<int64_t>(sizeof(pipeline::Step) + sizeof(pipeline::Instruction));
 
   auto stage_plan = [&](const Bytes& elements, const Bytes& activations) -> absl::StatusOr<MemoryPlan> {
-    const Bytes owned = shards_optimizer(a) ? Bytes(elements.value() ? (*elements.value() + dp - 1) / dp : 0)
+    // ZeRO shards over the data x context group.
+    const int64_t shards = dp * cp;
+    const Bytes owned = shards_optimizer(a) ? Bytes(elements.value() ? (*elements.value() + shards - 1) / shards : 0)
                                             : elements;
     const Bytes parameters = Bytes(t) * elements;
     const Bytes gradients = Bytes(4) * (zero_level(a) >= ZeroLevel::kGradients ? owned : elements);

@@ -37,6 +37,17 @@
 namespace gpt {
 namespace {
 
+// The context-parallel group and each layer's --cp-comm-type (none when CP = 1).
+ContextParallel context_parallel_from(const Arguments& args, ProcessGrid& grid) {
+  ContextParallel context;
+  if (grid.shape().context == 1) return context;
+  context.group = &grid.context();
+  for (const std::string& type : args.cp_comm_type) {
+    context.comm_types.push_back(type == "a2a" ? ContextCommType::kAllToAll : ContextCommType::kRing);
+  }
+  return context;
+}
+
 // The CPU backend with the node's cores shared among its ranks (BLAS threads), or the GPU of this
 // rank's node-local index among the visible ones (several ranks may share one GPU with the MPI
 // communicator; the launcher refuses that with NCCL).
@@ -182,11 +193,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
     t->add_checkpoint_records(t->fp8_records_.get());
   }
   std::vector<pipeline::Stage*> stages;
+  const ContextParallel context = context_parallel_from(args, grid);
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
     t->chunks_.push_back(std::make_unique<GptModel>(t->config_, *t->params_, *t->tensor_parallel_,
                                                     args.micro_batch_size, t->forward_backward_->stash_slots()[c],
                                                     pipeline.chunks[c], t->arena_,
-                                                    t->forward_backward_->deferral_depths()[c], t->fp8_.get()));
+                                                    t->forward_backward_->deferral_depths()[c], context,
+                                                    t->fp8_.get()));
     t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_));
     stages.push_back(t->stages_.back().get());
   }
@@ -262,7 +275,7 @@ MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chu
   int64_t elements = 0;
   for (const Param& param : params_->params()) elements += param.numel();
   const double owned = data_parallel_->distributed_optimizer()
-                           ? static_cast<double>(elements) / static_cast<double>(grid_.shape().data)
+                           ? static_cast<double>(elements) / static_cast<double>(grid_.data_context().size())
                            : static_cast<double>(elements);
   const bool separate_master = optimizer_->has_separate_master();
   f.theoretical[MemoryFigures::kParameters] = static_cast<double>(elements) * dtype_size(config_.dtype);
@@ -288,7 +301,7 @@ MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chu
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
     f.theoretical[MemoryFigures::kActivations] += static_cast<double>(
         activation_memory(config_, grid_.shape().tensor, tensor_parallel_->sequence_parallel(), args_.micro_batch_size,
-                          pipeline.chunks[c].num_layers)
+                          pipeline.chunks[c].num_layers, grid_.shape().context)
             .total_bytes(slots[c]));
   }
   f.allocated[MemoryFigures::kActivations] = chunk_bytes;  // the chunks' stashes, workspaces and logits
@@ -321,7 +334,8 @@ double Trainer::mean_token_loss(int64_t microbatches, int64_t ranks) const {
 }
 
 double Trainer::read_and_reduce_loss(int64_t microbatches) {
-  if (grid_.data().size() > 1) grid_.data().all_reduce(ctx_, loss_sum_, ReduceOp::kSum);
+  // The context-parallel ranks of a replica each summed the losses of their chunks' tokens.
+  if (grid_.data_context().size() > 1) grid_.data_context().all_reduce(ctx_, loss_sum_, ReduceOp::kSum);
   // ZB-V computes the loss on the first pipeline rank; the logging rank (Megatron's last) and the
   // finiteness check of every stage take it from the pipeline group, whose other ranks add zero.
   if (loss_on_first_stage_ && grid_.pipeline().size() > 1) grid_.pipeline().all_reduce(ctx_, loss_sum_, ReduceOp::kSum);
@@ -502,7 +516,7 @@ std::vector<PhaseTiming> Trainer::phase_timings(int64_t iterations, bool reset) 
 std::vector<Communicator*> Trainer::norm_groups() {
   // With sharded gradients each data-parallel rank holds the sums of its shards only.
   std::vector<Communicator*> groups = {&grid_.model_parallel()};
-  if (data_parallel_->distributed_optimizer()) groups.push_back(&grid_.data());
+  if (data_parallel_->distributed_optimizer()) groups.push_back(&grid_.data_context());
   return groups;
 }
 

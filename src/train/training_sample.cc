@@ -115,13 +115,14 @@ absl::StatusOr<std::string> TrainingSampler::sample(Trainer& trainer) {
     tokenizer_ = std::move(loaded);
   }
   // This rank's share: the parameter pieces a checkpoint would take from it (every element once;
-  // data-parallel replicas send only from data-parallel rank 0).
+  // data-parallel replicas, and the context-parallel ranks that hold the same parameters, send only
+  // from rank 0 of their data x context group).
   trainer.synchronize_parameters();
   trainer.context().synchronize();
   std::string mine;
   for (const ShardedTensor& piece : trainer.params().sharded_tensors()) {
     if (piece.replica_id != 0) continue;
-    if (piece.replicated_over_data_parallel && grid_.coordinates().data != 0) continue;
+    if (piece.replicated_over_data_parallel && grid_.data_context().rank() != 0) continue;
     append_piece(mine, piece);
   }
   // Bounded by --distributed-timeout-minutes, like every agreement over the world.

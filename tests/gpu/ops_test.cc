@@ -230,6 +230,63 @@ TEST_F(OpsTest, AttentionForwardAndBackward) {
   }
 }
 
+// Context parallelism's block attention (two blocks merged: a full earlier block and the causal
+// diagonal one, GQA, packed K/V, with and without dropout), its gradient, copy_columns both ways and
+// RoPE at a position offset, against the CPU reference.
+TEST_F(OpsTest, ContextParallelBlocksCopyColumnsAndRopeOffset) {
+  for (DType t : kTypes) {
+    const int64_t chunk = 19, b = 2, groups = 2, q = 2, d = 16, width = (q + 2) * d, heads = groups * q;
+    for (const float p : {0.0f, 0.2f}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " p=" << p);
+      const ops::DropoutMask mask =
+          p > 0 ? ops::DropoutMask{.probability = p, .key = 7, .sample_offset = 3, .row_offset = 1} : ops::DropoutMask{};
+      Twin qkv = make(t, {2 * chunk, b, groups, width}), kv = output(t, {2 * chunk, b, groups, 2 * d});
+      for (Context* ctx : {&cpu_, gpu_.get()}) {
+        const Tensor& in = ctx == &cpu_ ? qkv.cpu : qkv.gpu;
+        ops::copy_columns(*ctx, ctx == &cpu_ ? kv.cpu : kv.gpu, 0, in.view({2 * chunk * b * groups, width}),
+                          width - 2 * d, 2 * d, false);
+      }
+      EXPECT_LE(error(kv), 0.0);
+      Twin out = output(t, {2 * chunk, b, heads, d}), lse = output(DType::kFloat32, {b, heads, 2 * chunk});
+      // Queries: the second chunk at position 3 chunk; keys: chunk 0 (position 0, full) then chunk 1
+      // of the block (position 3 chunk, diagonal).
+      const ops::AttentionBlock full{.query_row = chunk, .query_rows = chunk, .query_position = 3 * chunk,
+                                     .key_row = 0, .key_rows = chunk, .key_position = 0, .sequence = 4 * chunk};
+      ops::AttentionBlock diagonal = full;
+      diagonal.key_row = chunk;
+      diagonal.key_position = 3 * chunk;
+      diagonal.accumulate = true;
+      for (Context* ctx : {&cpu_, gpu_.get()}) {
+        const bool host = ctx == &cpu_;
+        for (const ops::AttentionBlock& block : {full, diagonal}) {
+          ops::attention_block_forward(*ctx, host ? out.cpu : out.gpu, host ? lse.cpu : lse.gpu,
+                                       host ? qkv.cpu : qkv.gpu, host ? kv.cpu : kv.gpu, 0.25f, block, mask);
+        }
+      }
+      const Twin out_rows = part(out, chunk * b * heads * d, {chunk, b, heads, d});
+      EXPECT_LE(error(out_rows), 2 * tolerance(t));
+      Twin dout = make(t, {2 * chunk, b, heads, d}), dqkv = make(t, {2 * chunk, b, groups, width});
+      Twin dkv = make(t, {2 * chunk, b, groups, 2 * d});
+      for (Context* ctx : {&cpu_, gpu_.get()}) {
+        const bool host = ctx == &cpu_;
+        ops::zero(*ctx, host ? dqkv.cpu : dqkv.gpu);
+        ops::zero(*ctx, host ? dkv.cpu : dkv.gpu);
+        for (const ops::AttentionBlock& block : {full, diagonal}) {
+          ops::attention_block_backward(*ctx, host ? dqkv.cpu : dqkv.gpu, host ? dkv.cpu : dkv.gpu,
+                                        host ? dout.cpu : dout.gpu, host ? qkv.cpu : qkv.gpu, host ? kv.cpu : kv.gpu,
+                                        host ? out.cpu : out.gpu, host ? lse.cpu : lse.gpu, 0.25f, block, mask);
+        }
+        ops::copy_columns(*ctx, (host ? dqkv.cpu : dqkv.gpu).view({2 * chunk * b * groups, width}), width - 2 * d,
+                          host ? dkv.cpu : dkv.gpu, 0, 2 * d, true);
+      }
+      EXPECT_LE(error(dqkv), t == DType::kBFloat16 ? 2e-2 : 1e-4);
+      ops::rope_forward(cpu_, qkv.cpu, d, d, 10000.0f, 1000);
+      ops::rope_forward(*gpu_, qkv.gpu, d, d, 10000.0f, 1000);
+      EXPECT_LE(error(qkv), tolerance(t));
+    }
+  }
+}
+
 TEST_F(OpsTest, EmbeddingsAndPositions) {
   for (DType t : kTypes) {
     const int64_t s = 33, b = 3, h = 41, local_vocab = 50, start = 20;
@@ -661,11 +718,11 @@ TEST_F(OpsTest, RopeForwardBackwardPackingsAndWidths) {
       const Shape shape{c.s, c.b, c.groups, (c.q + 2) * c.d};
       Twin storage = make(t, {shape.numel() + c.offset});
       Twin qkv = part(storage, c.offset, shape);
-      ops::rope_forward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f);
-      ops::rope_forward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f);
+      ops::rope_forward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f, 0);
+      ops::rope_forward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f, 0);
       EXPECT_LE(error(qkv), tolerance(t));
-      ops::rope_backward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f);
-      ops::rope_backward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f);
+      ops::rope_backward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f, 0);
+      ops::rope_backward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f, 0);
       EXPECT_LE(error(qkv), tolerance(t));
       // Elements RoPE does not rotate keep their bits on the GPU.
       const std::vector<uint8_t> back = download(qkv.gpu);

@@ -103,7 +103,8 @@ def with_overrides(model, flags):
 PARALLEL_FLAGS_WITH_VALUE = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                              "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
                              "--ddp-bucket-size", "--pipeline-schedule", "--data-parallel-sharding-strategy",
-                             "--suggested-communication-unit-size", "--optimizer-offload-fraction"}
+                             "--suggested-communication-unit-size", "--optimizer-offload-fraction",
+                             "--context-parallel-size", "--cp-comm-type"}
 PARALLEL_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
                      "--overlap-param-gather", "--use-megatron-fsdp", "--fsdp-double-buffer",
                      "--optimizer-cpu-offload", "--use-precision-aware-optimizer"}
@@ -115,9 +116,10 @@ RECOMPUTE_SWITCHES = {"--recompute-activations"}
 def without_parallel_flags(flags):
     model_flags, skip = [], False
     for flag in flags:
-        if skip:
-            skip = False
-        elif flag in PARALLEL_FLAGS_WITH_VALUE or flag in RECOMPUTE_FLAGS_WITH_VALUE:
+        if skip and not flag.startswith("--"):
+            continue  # a value of the flag dropped (--cp-comm-type takes one per layer)
+        skip = False
+        if flag in PARALLEL_FLAGS_WITH_VALUE or flag in RECOMPUTE_FLAGS_WITH_VALUE:
             skip = True
         elif flag not in PARALLEL_SWITCHES and flag not in RECOMPUTE_SWITCHES:
             model_flags.append(flag)

@@ -54,7 +54,8 @@ absl::Status write_params(Hdf5File& file, Trainer& trainer, const std::string& g
 }
 
 // With the distributed optimizer each data-parallel rank holds the reduced gradient of its shards
-// only: the whole gradient is the sum over the group of every rank's shards (zero elsewhere).
+// only: the whole gradient is the sum over the group (data x context) of every rank's shards (zero
+// elsewhere).
 // Host copies, so the MPI group takes them as they are (the dumps run on the CPU backend).
 absl::Status write_gradients(Hdf5File& file, Trainer& trainer, ProcessGrid& grid) {
   // (ZeRO-2 holds the shards alone: ParamStore::grads_in reads them wherever they are stored.)
@@ -67,7 +68,7 @@ absl::Status write_gradients(Hdf5File& file, Trainer& trainer, ProcessGrid& grid
     const std::vector<float> mine = to_float32(trainer.context(), trainer.params().grads_in(range));
     std::copy(mine.begin(), mine.end(), whole.begin() + range.begin);
   }
-  grid.data().all_reduce(trainer.context(), Tensor(whole.data(), DType::kFloat32, Shape({elements}), Device::kCpu),
+  grid.data_context().all_reduce(trainer.context(), Tensor(whole.data(), DType::kFloat32, Shape({elements}), Device::kCpu),
                          ReduceOp::kSum);
   for (const Param& param : trainer.params().params()) {
     std::vector<int64_t> shape;

@@ -11,7 +11,8 @@ namespace gpt::cpu {
 namespace {
 
 // Rotates by +angle (forward) or by -angle (backward: the transposed rotation).
-void rotate(const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base, bool forward) {
+void rotate(const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base, bool forward,
+            int64_t position_offset) {
   GPT_CHECK(qkv.rank() == 4) << "RoPE expects qkv [s, b, groups, (q + 2) d], got " << qkv.to_string();
   GPT_CHECK(head_dim > 0 && qkv.cols() % head_dim == 0 && qkv.cols() / head_dim >= 3)
       << "RoPE: qkv " << qkv.to_string() << " is not [s, b, groups, (q + 2) " << head_dim << "]";
@@ -32,7 +33,7 @@ void rotate(const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base,
     T* data = qkv.data_as<T>();
     for (int64_t t = 0; t < s; ++t) {
       for (int64_t j = 0; j < half; ++j) {
-        const float angle = static_cast<float>(t) * inv_freq[j];
+        const float angle = static_cast<float>(position_offset + t) * inv_freq[j];
         cosine[j] = static_cast<float>(std::cos(static_cast<double>(angle)));
         sine[j] = static_cast<float>(std::sin(static_cast<double>(angle))) * (forward ? 1.0f : -1.0f);
       }
@@ -52,12 +53,14 @@ void rotate(const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base,
 
 }  // namespace
 
-void rope_forward(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base) {
-  rotate(qkv, head_dim, rotary_dim, base, true);
+void rope_forward(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base,
+                  int64_t position_offset) {
+  rotate(qkv, head_dim, rotary_dim, base, true, position_offset);
 }
 
-void rope_backward(Context& ctx, const Tensor& dqkv, int64_t head_dim, int64_t rotary_dim, float base) {
-  rotate(dqkv, head_dim, rotary_dim, base, false);
+void rope_backward(Context& ctx, const Tensor& dqkv, int64_t head_dim, int64_t rotary_dim, float base,
+                   int64_t position_offset) {
+  rotate(dqkv, head_dim, rotary_dim, base, false, position_offset);
 }
 
 }  // namespace gpt::cpu

@@ -27,6 +27,7 @@ struct RopeArgs {
   int64_t head_dim, half;
   int64_t rotated_heads;      // q + 1: the queries and the key of a group
   float sign;                 // +1 forward, -1 backward
+  int64_t position_offset;    // global position of row 0 (context parallelism's chunks)
   float inv_freq[kMaxRotaryHalf];
 };
 
@@ -43,7 +44,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
     const int j0 = static_cast<int>(item - head_index * groups_per_head) * kWidth;
     const int64_t row = head_index / a.rotated_heads;
     const int64_t head = head_index - row * a.rotated_heads;
-    const float t = static_cast<float>(row / a.rows_per_position);
+    const float t = static_cast<float>(a.position_offset + row / a.rows_per_position);
     T* x = a.qkv + row * a.width + head * a.head_dim;
     float x1[kWidth], x2[kWidth];
     load_floats<kWidth>(x + j0, x1);
@@ -65,7 +66,8 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
 }
 
 template <typename T>
-void launch_rope(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base, float sign) {
+void launch_rope(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base, float sign,
+                 int64_t position_offset) {
   GPT_CHECK(qkv.rank() == 4) << "RoPE expects qkv [s, b, groups, (q + 2) d], got " << qkv.to_string();
   GPT_CHECK(head_dim > 0 && qkv.cols() % head_dim == 0 && qkv.cols() / head_dim >= 3)
       << "RoPE: qkv " << qkv.to_string() << " is not [s, b, groups, (q + 2) " << head_dim << "]";
@@ -84,6 +86,7 @@ void launch_rope(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rota
   a.half = rotary_dim / 2;
   a.rotated_heads = a.width / head_dim - 1;
   a.sign = sign;
+  a.position_offset = position_offset;
   // inv_freq_j = 1 / base^(2j / rotary_dim) in FP32, the host arithmetic of cpu/rope.cc.
   for (int64_t j = 0; j < a.half; ++j) {
     a.inv_freq[j] = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(rotary_dim));
@@ -101,15 +104,17 @@ void launch_rope(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rota
 
 }  // namespace
 
-void rope_forward(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base) {
+void rope_forward(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base,
+                  int64_t position_offset) {
   dispatch_float_type(qkv.dtype(), [&](auto tag) {
-    launch_rope<decltype(tag)>(ctx, qkv, head_dim, rotary_dim, base, 1.0f);
+    launch_rope<decltype(tag)>(ctx, qkv, head_dim, rotary_dim, base, 1.0f, position_offset);
   });
 }
 
-void rope_backward(Context& ctx, const Tensor& dqkv, int64_t head_dim, int64_t rotary_dim, float base) {
+void rope_backward(Context& ctx, const Tensor& dqkv, int64_t head_dim, int64_t rotary_dim, float base,
+                   int64_t position_offset) {
   dispatch_float_type(dqkv.dtype(), [&](auto tag) {
-    launch_rope<decltype(tag)>(ctx, dqkv, head_dim, rotary_dim, base, -1.0f);
+    launch_rope<decltype(tag)>(ctx, dqkv, head_dim, rotary_dim, base, -1.0f, position_offset);
   });
 }
 

@@ -42,7 +42,7 @@ TEST(Rope, ForwardAndBackwardInPlaceAgainstDoubleReference) {
       const int64_t width = (q + 2) * d;
       Tensor qkv = make.random(t, {s, b, groups, width});
       const reference::Vec before = values(qkv);
-      ops::rope_forward(ctx, qkv, d, rotary_dim, kBase);
+      ops::rope_forward(ctx, qkv, d, rotary_dim, kBase, 0);
       const reference::Vec want = reference::rope(before, s, b * groups, q + 2, d, rotary_dim, kBase, true);
       EXPECT_LE(relative_error(qkv, want), tolerance(t));
       // Value heads and the dims past rotary_dim are untouched, bit for bit.
@@ -55,9 +55,9 @@ TEST(Rope, ForwardAndBackwardInPlaceAgainstDoubleReference) {
       // Backward on a gradient, in place; and backward undoes forward (the rotation is orthogonal).
       Tensor dqkv = make.random(t, {s, b, groups, width});
       const reference::Vec dwant = reference::rope(values(dqkv), s, b * groups, q + 2, d, rotary_dim, kBase, false);
-      ops::rope_backward(ctx, dqkv, d, rotary_dim, kBase);
+      ops::rope_backward(ctx, dqkv, d, rotary_dim, kBase, 0);
       EXPECT_LE(relative_error(dqkv, dwant), tolerance(t));
-      ops::rope_backward(ctx, qkv, d, rotary_dim, kBase);
+      ops::rope_backward(ctx, qkv, d, rotary_dim, kBase, 0);
       EXPECT_LE(relative_error(qkv, before), 2 * tolerance(t)) << "backward(forward(x)) = x";
     }
   }
@@ -72,7 +72,7 @@ TEST(Rope, AnglesAreMegatronsFp32Values) {
   TensorFactory make(43);
   Tensor qkv = make.poisoned(DType::kFloat32, {s, 1, 1, 3 * d});
   for (int64_t i = 0; i < qkv.numel(); ++i) TensorFactory::set(qkv, i, i % d == 0 ? 1.0 : 0.0);
-  ops::rope_forward(ctx, qkv, d, d, kBase);
+  ops::rope_forward(ctx, qkv, d, d, kBase, 0);
   for (int64_t t : {int64_t{1}, int64_t{999}, int64_t{1000}}) {
     for (int64_t j = 0; j < d / 2; ++j) {
       const float inv_freq = 1.0f / std::pow(kBase, static_cast<float>(2 * j) / static_cast<float>(d));

@@ -159,5 +159,30 @@ TEST(PerfModelRanking, LayoutsDiffer) {
   EXPECT_NE(tp8.mfu, few.mfu);
 }
 
+TEST(PerfModelContext, SplitsTheSequenceAndAddsItsTraffic) {
+  // A 32K-token sequence on 2 GPUs: DP 2 against CP 2 (p2p and a2a). A CP rank computes half the
+  // rows and half the causal attention of a DP rank's microbatch, holds half the activations, and
+  // pays the ring's or the all-to-all's traffic; the model's FLOPs do not change.
+  const std::string model =
+      "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 32768 "
+      "--max-position-embeddings 32768 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 2 --bf16 ";
+  const Prediction dp = predicted(model, 2);
+  const Prediction ring = predicted(model + "--context-parallel-size 2", 2);
+  const Prediction all_to_all = predicted(model + "--context-parallel-size 2 --cp-comm-type a2a", 2);
+  EXPECT_EQ(ring.context, 2);
+  EXPECT_EQ(ring.data, 1);
+  EXPECT_EQ(ring.cp_comm_type, "p2p");
+  EXPECT_EQ(all_to_all.cp_comm_type, "a2a");
+  EXPECT_NEAR(ring.layer.forward.attention, dp.layer.forward.attention / 2, 1e-12);
+  EXPECT_NEAR(ring.layer.backward.attention, dp.layer.backward.attention / 2, 1e-12);
+  EXPECT_LT(ring.layer.forward.gemm, dp.layer.forward.gemm);
+  EXPECT_EQ(dp.layer.forward.cp_comm, 0.0);
+  EXPECT_GT(ring.layer.backward.cp_comm, 0.0);  // dK/dV hops are not hidden
+  EXPECT_GT(all_to_all.layer.forward.cp_comm, 0.0);
+  EXPECT_GT(ring.cp_comm_time, 0.0);
+  EXPECT_LT(ring.memory.activations, 0.6 * dp.memory.activations);
+  EXPECT_DOUBLE_EQ(ring.model_flops, dp.model_flops);
+}
+
 }  // namespace
 }  // namespace gpt::perf

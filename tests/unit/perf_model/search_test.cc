@@ -32,7 +32,7 @@ TEST(PerfModelSearch, RanksFittingLayoutsFastestFirst) {
   for (size_t i = 0; i < result->ranked.size(); ++i) {
     const Prediction& p = result->ranked[i];
     EXPECT_TRUE(p.fits);
-    EXPECT_EQ(p.tensor * p.pipeline * p.data, 16);
+    EXPECT_EQ(p.tensor * p.context * p.pipeline * p.data, 16);
     EXPECT_LE(p.tensor, 8);
     if (i > 0) EXPECT_LE(result->ranked[i - 1].iteration_time, p.iteration_time);
     distinct.insert(p.tflops_per_gpu);

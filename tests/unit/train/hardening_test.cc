@@ -217,6 +217,28 @@ TEST(MemoryPlan, ExactPlanIsTheTrainersAllocation) {
   }
 }
 
+// Context parallelism: a rank holds S / CP rows, so its layers' activations are those of a CP-times
+// shorter sequence (the workspace gains the ring's and all-to-all's scratch); the closed form stays
+// a lower bound of the exact plan, and the distributed optimizer shards over data x context.
+TEST(MemoryPlan, ContextParallelSplitsTheActivations) {
+  const std::vector<std::string> long_sequence =
+      with(with(with(base_flags(), "--seq-length", "1024"), "--max-position-embeddings", "1024"), "--global-batch-size",
+           "2");
+  absl::StatusOr<MemoryPlan> one = plan_of(long_sequence, 1);
+  absl::StatusOr<MemoryPlan> four = plan_of(with(long_sequence, "--context-parallel-size", "4"), 4);
+  absl::StatusOr<MemoryPlan> four_zero =
+      plan_of(with(with(long_sequence, "--context-parallel-size", "4"), "--use-distributed-optimizer", ""), 4);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(four.ok()) << four.status();
+  ASSERT_TRUE(four_zero.ok()) << four_zero.status();
+  ASSERT_TRUE(one->allocated.has_value() && four->allocated.has_value());
+  EXPECT_LT(four->activations, one->activations / 3);
+  EXPECT_LT(four->allocated->activations, one->allocated->activations / 2);
+  EXPECT_LE(four->activations, four->allocated->activations);
+  EXPECT_EQ(four->parameters, one->parameters);  // CP splits no parameter
+  EXPECT_LT(four_zero->optimizer_state, four->optimizer_state / 3);  // shards over DP 1 x CP 4
+}
+
 TEST(MemoryPlan, ActivationsAreAtLeastTheModelsStash) {
   for (const std::vector<std::string>& flags :
        {base_flags(), with(base_flags(), "--recompute-activations", ""), with(base_flags(), "--bf16", "")}) {
