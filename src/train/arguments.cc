@@ -338,6 +338,14 @@ absl::Status validate_arguments(Arguments& a) {
     GPT_RETURN_IF_ERROR(require_positive(flag, value));
   }
   GPT_RETURN_IF_ERROR(validate_schedule_flags(a));
+  // ZB-V is two model chunks per pipeline rank by definition (this program's schedule; Megatron
+  // has none by that name): without a virtual-stage flag it gets two.
+  if (a.pipeline_schedule == "zb-v" && a.pipeline_model_parallel_size > 1 &&
+      !a.was_given("--num-layers-per-virtual-pipeline-stage") &&
+      !a.was_given("--num-virtual-stages-per-pipeline-rank")) {
+    a.num_virtual_stages_per_pipeline_rank = 2;
+    a.given.insert("--num-virtual-stages-per-pipeline-rank");
+  }
   if (a.rerun_mode != "disabled" && a.rerun_mode != "validate_results" && a.rerun_mode != "report_stats") {
     return invalid(absl::StrCat("--rerun-mode must be disabled, validate_results or report_stats, got '",
                                 a.rerun_mode, "'"));

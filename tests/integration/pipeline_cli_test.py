@@ -21,7 +21,8 @@ ACCEPTANCE = ("--device cpu --mock-data --vocab-size 512 --num-layers 8 --hidden
               "--train-iters 20 --lr 1e-3 --log-interval 1").split()
 PIPELINE = ["--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "1"]
 ZERO_BUBBLE = ["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "zb-h1"]
-ZERO_BUBBLE_V = PIPELINE + ["--pipeline-schedule", "zb-v"]
+# Issue 27's acceptance command as written: zb-v alone gets its two chunks per rank.
+ZERO_BUBBLE_V = ["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "zb-v"]
 AUTO = ["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "auto"]
 
 # Under mpirun -np 4: (flags, piece of the single error message).
@@ -48,7 +49,8 @@ BAD = [
      "--pipeline-schedule interleaved needs more than one model chunk per pipeline rank"),
     (["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "gpipe"],
      "--pipeline-schedule must be 1f1b, interleaved, zb-h1, zb-v or auto, got 'gpipe'"),
-    (["--pipeline-model-parallel-size", "4", "--pipeline-schedule", "zb-v"],
+    (["--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "2", "--pipeline-schedule",
+      "zb-v"],
      "--pipeline-schedule zb-v runs two model chunks per pipeline rank placed in a V: give "
      "--num-layers-per-virtual-pipeline-stage = --num-layers / (2 x --pipeline-model-parallel-size) or "
      "--num-virtual-stages-per-pipeline-rank 2 (1 chunks per rank here)"),

@@ -314,8 +314,9 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
       {with(base_flags(), "--pipeline-schedule", "zb-v"),
        "--pipeline-schedule zb-v runs two model chunks per pipeline rank placed in a V: it needs "
        "--pipeline-model-parallel-size > 1"},
-      {with(with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--num-layers", "8"), "--pipeline-schedule",
-            "zb-v"),
+      {with(with(with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--num-layers", "8"),
+                 "--num-layers-per-virtual-pipeline-stage", "4"),
+            "--pipeline-schedule", "zb-v"),
        "--num-layers-per-virtual-pipeline-stage = --num-layers / (2 x --pipeline-model-parallel-size) or "
        "--num-virtual-stages-per-pipeline-rank 2 (1 chunks per rank here)",
        2},
