@@ -46,11 +46,11 @@ bool unscale_and_check_gradients(Context& ctx, const ParamStore& params, std::sp
                                  float inverse_scale, const Tensor& count_scratch, const Tensor& float_scratch,
                                  std::span<Communicator* const> groups) {
   std::vector<Range> ranges(owned.begin(), owned.end());
-  if (ranges.empty()) ranges.push_back(Range{0, params.flat_grads().numel()});
+  if (ranges.empty()) ranges.push_back(Range{0, params.flat_values().numel()});
   ops::zero(ctx, count_scratch);
   for (const Range& range : ranges) {
     if (range.empty()) continue;
-    const Tensor grads = params.flat_grads().flat_range(range.begin, range.size());
+    const Tensor grads = params.grads_in(range);  // the flat gradients, or under ZeRO-2 the shard's
     // torch._amp_foreach_non_finite_check_and_unscale_: check, then multiply (inf * 1/scale stays
     // inf, so the order does not change the answer).
     ops::count_non_finite(ctx, count_scratch, grads);

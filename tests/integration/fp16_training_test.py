@@ -144,12 +144,18 @@ def part_numerics(binary, mpirun, work_dir, failures):
     fp32_one = Run([binary] + BASE + steps)
     fp16_one = Run([binary] + BASE + steps + fp16)
     fp16_grid = Run(grid + steps + fp16)
-    for name, run in (("FP16 one rank", fp16_one), ("FP16 TP2 x PP2 x DP2", fp16_grid)):
+    # ZeRO-2 (Megatron-FSDP's optim_grads): the scaler unscales and checks the gradient shards.
+    fp16_zero2 = Run([mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none", binary] + BASE + steps + fp16 +
+                     ["--tensor-model-parallel-size", "2", "--use-megatron-fsdp",
+                      "--data-parallel-sharding-strategy", "optim_grads"])
+    for name, run in (("FP16 one rank", fp16_one), ("FP16 TP2 x PP2 x DP2", fp16_grid),
+                      ("FP16 TP2 x DP2 ZeRO-2", fp16_zero2)):
         if any(l["skipped"] for l in run.lines):
             failures.append(f"{name}: skipped iterations in the parity run")
     figures = {"FP16 1 rank vs FP32 1 rank": relative(fp16_one.losses(), fp32_one.losses()),
                "FP16 TP2xPP2xDP2 vs FP32 1 rank": relative(fp16_grid.losses(), fp32_one.losses()),
-               "FP16 TP2xPP2xDP2 vs FP16 1 rank": relative(fp16_grid.losses(), fp16_one.losses())}
+               "FP16 TP2xPP2xDP2 vs FP16 1 rank": relative(fp16_grid.losses(), fp16_one.losses()),
+               "FP16 TP2xDP2 ZeRO-2 vs FP16 1 rank": relative(fp16_zero2.losses(), fp16_one.losses())}
     for what, error in figures.items():
         print(f"parity, 20 iterations: {what}: max relative loss error {error:.2e}")
         if not error <= 2e-2:
