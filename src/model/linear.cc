@@ -48,6 +48,9 @@ float Linear::fp8_scale(Context& ctx, const Tensor& t, Fp8Role role, bool split)
     const Tensor reduced(&amax_, DType::kFloat32, Shape{1}, Device::kCpu);
     ops::amax(ctx, reduced, t);
     if (split && tp_.size() > 1) tp_.group().all_reduce(ctx, reduced, ReduceOp::kMax);
+    if (role != Fp8Role::kWeight && fp8_.context != nullptr && fp8_.context->size() > 1) {
+      fp8_.context->all_reduce(ctx, reduced, ReduceOp::kMax);
+    }
     amax = amax_;
   }
   return fp8_.scaling->scale(fp8_.layer, fp8_.linear, role, amax);

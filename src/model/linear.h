@@ -45,6 +45,9 @@ struct LinearFp8Slot {
   Fp8Scaling* scaling = nullptr;
   int64_t layer = 0;
   int linear = 0;  // 0..3: qkv, proj, fc1, fc2
+  // The context-parallel group (null: CP = 1): activations hold S / CP of the sequence, so the amax
+  // of an input or output gradient is reduced over it too.
+  Communicator* context = nullptr;
 };
 
 class Linear {

@@ -10,14 +10,15 @@ namespace {
 std::string layer_prefix(int64_t layer) { return "decoder.layers." + std::to_string(layer) + "."; }
 
 // One of the layer's linears: prefix + ".weight", and prefix + ".bias" unless --disable-bias-linear.
-// `slot`: the linear's index in the layer (FP8's state: qkv 0, proj 1, fc1 2, fc2 3).
+// `slot`: the linear's index in the layer (FP8's state: qkv 0, proj 1, fc1 2, fc2 3);
+// `context_group`: the context-parallel group, over which FP8 reduces the activations' amax.
 Linear linear(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, const LayerShapes& s,
               int64_t layer, const std::string& module, LinearKind kind, int deferral_depth, Arena& arena,
-              Fp8Scaling* fp8, int slot) {
+              Fp8Scaling* fp8, int slot, Communicator* context_group) {
   const std::string prefix = layer_prefix(layer) + module;
   Param* bias = config.add_bias_linear ? &params.get(prefix + ".bias") : nullptr;
   return Linear(prefix, kind, params.get(prefix + ".weight"), bias, tp, s.rows(), s.local_rows(), deferral_depth,
-                arena, {.scaling = fp8, .layer = layer, .linear = slot});
+                arena, {.scaling = fp8, .layer = layer, .linear = slot, .context = context_group});
 }
 
 // The four linears' weight shapes on this rank ([out_l, in] column-parallel, [out, in_l] row).
@@ -49,13 +50,13 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
       norm1_(config, params, layer_prefix(layer) + "input_layernorm"),
       norm2_(config, params, layer_prefix(layer) + "pre_mlp_layernorm"),
       qkv_(linear(config, params, tp, s, layer, "self_attention.linear_qkv", LinearKind::kColumnParallel,
-                  deferral_depth, arena, fp8, 0)),
+                  deferral_depth, arena, fp8, 0, context.group)),
       proj_(linear(config, params, tp, s, layer, "self_attention.linear_proj", LinearKind::kRowParallel,
-                   deferral_depth, arena, fp8, 1)),
+                   deferral_depth, arena, fp8, 1, context.group)),
       fc1_(linear(config, params, tp, s, layer, "mlp.linear_fc1", LinearKind::kColumnParallel, deferral_depth, arena,
-                  fp8, 2)),
+                  fp8, 2, context.group)),
       fc2_(linear(config, params, tp, s, layer, "mlp.linear_fc2", LinearKind::kRowParallel, deferral_depth, arena,
-                  fp8, 3)),
+                  fp8, 3, context.group)),
       attention_(make_attention_core(s, workspace, context, layer)) {
   GPT_CHECK_EQ(positions.size(), static_cast<size_t>(stash_slots)) << "microbatch positions of layer " << layer;
   if (recomputes_full()) {
