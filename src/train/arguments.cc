@@ -159,6 +159,10 @@ absl::Status validate_implementation_flags(const Arguments& a) {
     return invalid("--rampup-batch-size is not supported: the global batch size is constant in this program (give "
                    "--global-batch-size only)");
   }
+  if (a.was_given("--step-batch-size-schedule")) {
+    return invalid("--step-batch-size-schedule is not supported: the global batch size is constant in this program "
+                   "(give --global-batch-size only)");
+  }
   return absl::OkStatus();
 }
 
@@ -406,14 +410,21 @@ absl::Status validate_arguments(Arguments& a) {
 
   // Attention implementation.
   if (a.attention_backend == "flash") {
-    return invalid("--attention-backend flash is not available (no FlashAttention library in this build): use fused "
-                   "(cuDNN's fused flash attention) or auto");
+    // Megatron's FlashAttention library computes exact attention; so does auto here, with cuDNN's
+    // fused flash attention where it applies.
+    a.notes.push_back("--attention-backend flash: runs what auto does here (exact attention: cuDNN's fused flash "
+                      "attention on the GPU where it applies, the reference kernel elsewhere)");
   }
-  if (a.attention_backend != "auto" && a.attention_backend != "fused" && a.attention_backend != "local" &&
-      a.attention_backend != "unfused") {
-    return invalid(absl::StrCat("--attention-backend must be auto, fused, local or unfused (got ", a.attention_backend,
+  if (a.attention_backend != "auto" && a.attention_backend != "flash" && a.attention_backend != "fused" &&
+      a.attention_backend != "local" && a.attention_backend != "unfused") {
+    return invalid(absl::StrCat("--attention-backend must be auto, flash, fused, local or unfused (got ",
+                                a.attention_backend, ")"));
+  }
+  if (a.cross_entropy_fusion_impl != "native" && a.cross_entropy_fusion_impl != "te") {
+    return invalid(absl::StrCat("--cross-entropy-fusion-impl must be native or te (got ", a.cross_entropy_fusion_impl,
                                 ")"));
   }
+  if (a.num_workers < 0) return invalid(absl::StrCat("--num-workers must be >= 0 (got ", a.num_workers, ")"));
 
   GPT_RETURN_IF_ERROR(validate_recompute(a));
   GPT_RETURN_IF_ERROR(validate_implementation_flags(a));

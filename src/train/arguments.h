@@ -86,7 +86,7 @@ struct Arguments {
   // auto / fused: cuDNN's fused flash attention where it applies (BF16, head dim a multiple of 8 up
   // to 128), the exact reference kernel elsewhere (fused refuses such a model); local / unfused:
   // always the reference kernel. flash (the FlashAttention library) is refused.
-  std::string attention_backend = "auto";
+  std::string attention_backend = "auto";  // flash: as auto (exact attention; the fused path where it applies)
 
   // Megatron implementation choices that have one meaning in this program (parse_arguments' help
   // says which; validate_arguments refuses the values that cannot be honoured). Kept so that a
@@ -113,7 +113,11 @@ struct Arguments {
   int64_t empty_unused_memory_level = 0;
   bool no_check_for_nan_in_loss_and_grad = false;  // refused: no check here stops a run
   bool calculate_per_token_loss = false;
+  bool cross_entropy_loss_fusion = false;          // the cross entropy is one fused FP32 kernel either way
+  std::string cross_entropy_fusion_impl = "native";  // native or te: this program's kernel either way
+  int64_t num_workers = 2;                         // >= 0: batches are read by the training process itself
   std::vector<std::string> rampup_batch_size;      // refused: the global batch size is constant
+  std::string step_batch_size_schedule;            // refused: the global batch size is constant
 
   // Activation recompute (megatron/core/transformer/transformer_config.py): full re-runs whole
   // layers in backward from a stashed input, selective only the attention core.
@@ -169,7 +173,10 @@ struct Arguments {
   bool no_load_rng = false;
   bool no_save_optim = false;
   bool finetune = false;                // parameters only; iteration and data start from 0
-  std::string ckpt_format = "hdf5";     // the only format of this program
+  // Megatron's torch_dist (its default), torch, torch_dcp and fsdp_dtensor ask for what this
+  // program's one format gives (sharded, reshardable, async): accepted, the files are HDF5 either
+  // way (a start-up note says so); hdf5 names it.
+  std::string ckpt_format = "torch_dist";
   bool async_save = false;              // write from a host copy in a background thread
   bool use_persistent_ckpt_worker = false;  // accepted: the writer thread is one per save either way
   std::string dist_ckpt_strictness = "assume_ok_unexpected";
@@ -180,6 +187,19 @@ struct Arguments {
   // not Megatron's: a fresh start may save into a directory holding checkpoints it did not load
   bool allow_other_run_checkpoints = false;
   bool load_fallback_to_previous = false;  // not Megatron's: a damaged newest checkpoint falls back
+  // Megatron's distributed-checkpoint options (train/checkpoint_arguments.cc says what each means
+  // here).
+  bool dist_ckpt_optim_fully_reshardable = false;  // the optimizer state is always fully reshardable here
+  bool ckpt_fully_parallel_load = false;           // every rank always reads only its own slices
+  bool ckpt_fully_parallel_save = false;           // Megatron's deprecated spelling of the default
+  bool no_ckpt_fully_parallel_save = false;        // replicated pieces written by data-parallel rank 0 only
+  bool ckpt_assume_constant_structure = false;     // no save plan is cached here: the same files either way
+  std::string async_strategy = "nvrx";             // nvrx or mcore: both the background writer thread here
+  int64_t save_retain_interval = 0;                // 0: none; else older checkpoints not at multiples are deleted
+  // The learning-rate schedule of a resumed run (Megatron's OptimizerParamScheduler.load_state_dict):
+  // by default the checkpoint's and the command line's must agree.
+  bool use_checkpoint_opt_param_scheduler = false;  // continue with the checkpoint's schedule
+  bool override_opt_param_scheduler = false;        // continue with the command line's schedule
 
   // The long names of the flags that appeared on the command line.
   std::set<std::string> given;

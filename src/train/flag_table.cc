@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "train/flag_agreement_order.h"
 #include "train/metrics_file.h"
 #include "train/numeric_flags.h"
 
@@ -145,11 +146,13 @@ constexpr FlagRow kRows[] = {
         "Only bitwise reproducible algorithms (slower cuDNN attention backward)")
         .megatron(kImplementation),
     row("--attention-backend", &A::attention_backend,
-        "auto, fused (cuDNN fused attention), local or unfused (reference kernel); flash is not available")
+        "auto, flash (as auto: exact attention, cuDNN's fused flash attention where it applies), fused (cuDNN "
+        "fused attention), local or unfused (reference kernel)")
         .shown(attention_backend_value)
-        .megatron(kRefusedAtValues,
-                  "auto, fused, local and unfused; flash is refused (cuDNN's fused flash attention is what auto and "
-                  "fused run)"),
+        .megatron(kImplementation,
+                  "auto, flash, fused, local and unfused; flash runs what auto does (exact attention: cuDNN's fused "
+                  "flash attention on the GPU where it applies, the reference kernel elsewhere), said in a start-up "
+                  "note; fused needs the GPU"),
     row("--recompute-granularity", &A::recompute_granularity,
         "Activation recompute: full (whole layers) or selective (attention core)")
         .shown(kNoneIfEmpty),
@@ -268,11 +271,26 @@ constexpr FlagRow kRows[] = {
         "Accepted: every token counts here (no loss mask), so each microbatch has the same token count and "
         "the per-token mean over the global batch equals Megatron's default mean of microbatch means; the "
         "gradient and the logged loss are that mean either way"),
+    row("--cross-entropy-loss-fusion", &A::cross_entropy_loss_fusion,
+        "Accepted: the vocabulary-parallel cross entropy is always one fused FP32 kernel here (statistics and "
+        "gradient from the logits, no probability tensor), Megatron's fused path's arithmetic")
+        .megatron(kImplementation),
+    row("--cross-entropy-fusion-impl", &A::cross_entropy_fusion_impl,
+        "native or te: either runs this program's fused cross-entropy kernel")
+        .megatron(kImplementation, "native and te both run this program's fused FP32 cross-entropy kernel"),
+    row("--num-workers", &A::num_workers,
+        "Accepted (>= 0): Megatron's data-loader worker processes; here the training process reads each "
+        "batch from the memory-mapped dataset itself, the same samples for any number")
+        .megatron(kImplementation),
     row("--rampup-batch-size", &A::rampup_batch_size,
         "Refused: the global batch size is constant in this program (start increment samples)")
         .shown(kNoneIfEmpty)
         .megatron(kRefused, "the global batch size is constant in this program")
         .takes(Nargs::kThree),
+    row("--step-batch-size-schedule", &A::step_batch_size_schedule,
+        "Refused: the global batch size is constant in this program (\"samples:batch ...\" steps)")
+        .shown(kNoneIfEmpty)
+        .megatron(kRefused, "the global batch size is constant in this program: give --global-batch-size only"),
     // ---- end of Megatron implementation choices -------------------------------------------------
     // Data.
     row("--mock-data", &A::mock_data, "Synthetic data, no files needed"),
@@ -311,15 +329,50 @@ constexpr FlagRow kRows[] = {
     row("--no-load-rng", &A::no_load_rng, "Do not load the random state (use --seed)").shown(kTrueOrNone),
     row("--no-save-optim", &A::no_save_optim, "Do not save the optimizer state").shown(kTrueOrNone),
     row("--finetune", &A::finetune, "Load parameters only; start at iteration 0"),
-    row("--ckpt-format", &A::ckpt_format, "Checkpoint format: hdf5 (this program's only one)")
-        .megatron(
-            kRefusedAtValues,
-            "hdf5 only (this program's sharded format; docs/CHECKPOINTS.md); torch_dist, torch and zarr are refused"),
+    row("--ckpt-format", &A::ckpt_format,
+        "torch_dist (default), torch, torch_dcp, fsdp_dtensor or hdf5: checkpoints are this program's sharded "
+        "HDF5 format whichever is named (sharded by tensor slice, loadable into any parallel layout, async with "
+        "--async-save); a start-up note says so")
+        .megatron(kImplementation,
+                  "torch_dist, torch, torch_dcp, fsdp_dtensor (and hdf5): the files are this program's sharded HDF5 "
+                  "format in every case (sharded, reshardable across TP/PP/DP, async), said in one start-up note; "
+                  "docs/CHECKPOINTS.md"),
     row("--async-save", &A::async_save, "Write checkpoints in a background thread from a host copy")
-        .shown(kTrueOrNone)
         .megatron(kImplementation, "the writer is a background thread from a host copy (Megatron's uses processes)"),
     row("--use-persistent-ckpt-worker", &A::use_persistent_ckpt_worker, "Accepted with --async-save")
         .megatron(kImplementation),
+    row("--async-strategy", &A::async_strategy,
+        "nvrx or mcore: with --async-save either runs this program's background writer thread")
+        .megatron(kImplementation, "nvrx and mcore both run the background writer thread of --async-save"),
+    row("--dist-ckpt-optim-fully-reshardable", &A::dist_ckpt_optim_fully_reshardable,
+        "Accepted: the optimizer state is always saved as slices of each parameter's global tensor, so it loads "
+        "into any TP/PP/DP layout, with or without --use-distributed-optimizer")
+        .megatron(kImplementation),
+    row("--ckpt-fully-parallel-load", &A::ckpt_fully_parallel_load,
+        "Accepted: every rank always reads only the slices it holds, all ranks at once (no rank reads for "
+        "another and broadcasts)")
+        .megatron(kImplementation),
+    row("--ckpt-fully-parallel-save", &A::ckpt_fully_parallel_save,
+        "The default (Megatron's deprecated spelling): the pieces every data-parallel replica holds are written "
+        "by the replicas in turn, spread by a hash of the key")
+        .dest("ckpt_fully_parallel_save_deprecated"),
+    row("--no-ckpt-fully-parallel-save", &A::no_ckpt_fully_parallel_save,
+        "The pieces every data-parallel replica holds are written by data-parallel rank 0 alone")
+        .negated("ckpt_fully_parallel_save"),
+    row("--ckpt-assume-constant-structure", &A::ckpt_assume_constant_structure,
+        "Accepted: Megatron caches its save plan across saves; no plan is cached here, each save lists its "
+        "pieces again, and the files written are the same")
+        .megatron(kImplementation),
+    row("--save-retain-interval", &A::save_retain_interval,
+        "Keep the checkpoints of iterations that are multiples of N, and the latest; a save deletes the previous "
+        "checkpoint otherwise")
+        .shown(kNoneIfZero),
+    row("--use-checkpoint-opt_param-scheduler", &A::use_checkpoint_opt_param_scheduler,
+        "On resume, continue with the checkpoint's learning-rate schedule and weight decay instead of the "
+        "command line's"),
+    row("--override-opt_param-scheduler", &A::override_opt_param_scheduler,
+        "On resume, continue with the command line's learning-rate schedule and weight decay although the "
+        "checkpoint's differ (by default a difference stops the run)"),
     row("--dist-ckpt-strictness", &A::dist_ckpt_strictness,
         "Missing / unexpected checkpoint keys on load: assume_ok_unexpected, log_unexpected, log_all, "
         "raise_unexpected, raise_all, ignore_all"),
@@ -377,139 +430,6 @@ constexpr FlagRow kRows[] = {
         .negated("log_learning_rate_to_tensorboard"),
     row("--no-log-loss-scale-to-tensorboard", &A::no_log_loss_scale_to_tensorboard, "No loss-scale scalars")
         .negated("log_loss_scale_to_tensorboard"),
-};
-
-// The agreement text's order, as checkpoints have stored it since they started saving their
-// arguments (a row added later goes after these, in table order; none needs adding here). Not a
-// declaration: checked below to name rows, each once.
-constexpr std::string_view kAgreementOrder[] = {
-    "--num-layers",
-    "--hidden-size",
-    "--ffn-hidden-size",
-    "--num-attention-heads",
-    "--kv-channels",
-    "--seq-length",
-    "--max-position-embeddings",
-    "--make-vocab-size-divisible-by",
-    "--untie-embeddings-and-output-weights",
-    "--init-method-std",
-    "--norm-epsilon",
-    "--hidden-dropout",
-    "--attention-dropout",
-    "--position-embedding-type",
-    "--normalization",
-    "--no-position-embedding",
-    "--rotary-percent",
-    "--rotary-base",
-    "--swiglu",
-    "--group-query-attention",
-    "--num-query-groups",
-    "--disable-bias-linear",
-    "--tensor-model-parallel-size",
-    "--pipeline-model-parallel-size",
-    "--num-layers-per-virtual-pipeline-stage",
-    "--num-virtual-stages-per-pipeline-rank",
-    "--sequence-parallel",
-    "--use-distributed-optimizer",
-    "--overlap-grad-reduce",
-    "--overlap-param-gather",
-    "--ddp-bucket-size",
-    "--distributed-backend",
-    "--distributed-timeout-minutes",
-    "--micro-batch-size",
-    "--global-batch-size",
-    "--train-iters",
-    "--train-samples",
-    "--lr-decay-samples",
-    "--lr-warmup-samples",
-    "--lr",
-    "--min-lr",
-    "--lr-decay-style",
-    "--lr-decay-iters",
-    "--lr-warmup-iters",
-    "--lr-warmup-fraction",
-    "--weight-decay",
-    "--clip-grad",
-    "--adam-beta1",
-    "--adam-beta2",
-    "--adam-eps",
-    "--bf16",
-    "--fp16",
-    "--seed",
-    "--deterministic-mode",
-    "--rampup-batch-size",
-    "--calculate-per-token-loss",
-    "--attention-backend",
-    "--transformer-impl",
-    "--use-mcore-models",
-    "--no-gradient-accumulation-fusion",
-    "--attention-softmax-in-fp32",
-    "--no-rope-fusion",
-    "--manual-gc",
-    "--manual-gc-interval",
-    "--no-create-attention-mask-in-dataloader",
-    "--no-mmap-bin-files",
-    "--use-flash-attn",
-    "--no-masked-softmax-fusion",
-    "--no-bias-gelu-fusion",
-    "--no-bias-dropout-fusion",
-    "--no-bias-swiglu-fusion",
-    "--no-persist-layer-norm",
-    "--no-async-tensor-model-parallel-allreduce",
-    "--use-cpu-initialization",
-    "--apply-query-key-layer-scaling",
-    "--accumulate-allreduce-grads-in-fp32",
-    "--empty-unused-memory-level",
-    "--no-check-for-nan-in-loss-and-grad",
-    "--recompute-granularity",
-    "--recompute-method",
-    "--recompute-num-layers",
-    "--recompute-activations",
-    "--mock-data",
-    "--vocab-size",
-    "--data-path",
-    "--split",
-    "--vocab-file",
-    "--merge-file",
-    "--tokenizer-type",
-    "--data-cache-path",
-    "--device",
-    "--eval-interval",
-    "--eval-iters",
-    "--log-interval",
-    "--log-throughput",
-    "--log-params-norm",
-    "--log-num-zeros-in-grad",
-    "--timing-log-level",
-    "--metrics-file",
-    "--tensorboard-dir",
-    "--tensorboard-log-interval",
-    "--tensorboard-queue-size",
-    "--log-timers-to-tensorboard",
-    "--log-memory-to-tensorboard",
-    "--log-validation-ppl-to-tensorboard",
-    "--log-world-size-to-tensorboard",
-    "--log-batch-size-to-tensorboard",
-    "--no-log-learnig-rate-to-tensorboard",
-    "--no-log-loss-scale-to-tensorboard",
-    "--save",
-    "--save-interval",
-    "--load",
-    "--ckpt-step",
-    "--no-load-optim",
-    "--no-load-rng",
-    "--no-save-optim",
-    "--finetune",
-    "--ckpt-format",
-    "--async-save",
-    "--use-persistent-ckpt-worker",
-    "--dist-ckpt-strictness",
-    "--exit-signal-handler",
-    "--exit-duration-in-mins",
-    "--exit-interval",
-    "--keep-latest-checkpoints",
-    "--allow-other-run-checkpoints",
-    "--load-fallback-to-previous",
 };
 
 // The agreement text of a raw field (train/flag_table.h): kept as it was when checkpoints started

@@ -141,7 +141,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   args.vocab_size = data.vocab_size;
   std::unique_ptr<Trainer> t(new Trainer(args, grid));
   t->ctx_.set_options({.deterministic = args.deterministic_mode,
-                       .fused_attention = args.attention_backend == "auto" || args.attention_backend == "fused"});
+                       .fused_attention = args.attention_backend == "auto" || args.attention_backend == "flash" ||
+                                          args.attention_backend == "fused"});
   t->train_data_ = data.train;
   t->valid_data_ = data.valid;
   t->test_data_ = data.test;
@@ -213,6 +214,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->arena_.freeze();
   t->schedule_ = lr_schedule_config(args);  // in samples, from iteration- or sample-based flags
   return t;
+}
+
+void Trainer::set_scheduler(const LrScheduleConfig& schedule, double weight_decay) {
+  schedule_ = schedule;
+  optimizer_->set_weight_decay(static_cast<float>(weight_decay));
 }
 
 int64_t Trainer::parameters_on_rank() const {

@@ -102,6 +102,10 @@ class Trainer {
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   GptModel& chunk(int c) { return *chunks_[static_cast<size_t>(c)]; }
   AdamW& optimizer() { return *optimizer_; }
+  // The learning-rate schedule (in samples) and weight decay of the updates from now on: a resumed
+  // run's (train/scheduler_resume.h).
+  void set_scheduler(const LrScheduleConfig& schedule, double weight_decay);
+  const LrScheduleConfig& schedule() const { return schedule_; }
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
   // Total parameters of the global model and the count this rank holds.
