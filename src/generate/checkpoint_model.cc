@@ -123,6 +123,7 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
       argument_text(args, "--normalization", "LayerNorm") == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
   c.swiglu = argument_true(args, "--swiglu");
   c.add_bias_linear = !argument_true(args, "--disable-bias-linear");
+  c.exact_gelu = !c.swiglu && (!c.add_bias_linear || argument_true(args, "--no-bias-gelu-fusion"));
   c.dtype = DType::kFloat32;
   if (vocab_override) {
     c.vocab_size = *vocab_override;

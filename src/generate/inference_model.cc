@@ -165,6 +165,9 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
     if (c.swiglu) {
       ops::matmul(ctx_, fc1, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias});
       ops::swiglu_forward(ctx_, act, fc1);
+    } else if (c.exact_gelu) {
+      ops::matmul(ctx_, fc1, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias});
+      ops::gelu_exact_forward(ctx_, act, fc1);
     } else {
       ops::matmul(ctx_, act, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias, .pre_gelu = fc1});
     }

@@ -56,6 +56,9 @@ struct ModelConfig {
   Normalization normalization = Normalization::kLayerNorm;
   bool swiglu = false;              // gated SiLU MLP: fc1 [2 ffn, h] = [gate; up]
   bool add_bias_linear = true;      // false: --disable-bias-linear
+  // Without swiglu: the exact erf GeLU (Megatron's F.gelu when its bias-GeLU fusion is off, i.e.
+  // with --disable-bias-linear or --no-bias-gelu-fusion) instead of the fused tanh approximation.
+  bool exact_gelu = false;
   // Dropout (kernels/dropout_mask.h: masks keyed by seed, iteration, sample, layer and element).
   float hidden_dropout = 0.0f;
   float attention_dropout = 0.0f;

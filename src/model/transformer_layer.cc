@@ -160,6 +160,9 @@ void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, Laye
   if (config_.swiglu) {
     fc1_.forward_column(ctx, a.fc1_pre, a.ln2, a.ln2_gathered);
     ops::swiglu_forward(ctx, a.fc1_act.as_matrix(), a.fc1_pre.as_matrix());  // [s b, 2 ffn_l] -> [s b, ffn_l]
+  } else if (config_.exact_gelu) {
+    fc1_.forward_column(ctx, a.fc1_pre, a.ln2, a.ln2_gathered);
+    ops::gelu_exact_forward(ctx, a.fc1_act, a.fc1_pre);  // [s, b, ffn_l]
   } else {
     fc1_.forward_column(ctx, a.fc1_act, a.ln2, a.ln2_gathered, /*pre_gelu=*/a.fc1_pre);
   }
@@ -201,6 +204,8 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
   if (config_.swiglu) {
     ops::swiglu_backward(ctx, ws_.fc1.as_matrix(), ws_.ffn.as_matrix(), st.fc1_pre.as_matrix());
     d_fc1 = ws_.fc1;
+  } else if (config_.exact_gelu) {
+    ops::gelu_exact_backward(ctx, ws_.ffn, ws_.ffn, st.fc1_pre);
   } else {
     ops::gelu_backward(ctx, ws_.ffn, ws_.ffn, st.fc1_pre);
   }

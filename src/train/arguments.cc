@@ -147,14 +147,6 @@ absl::Status validate_implementation_flags(const Arguments& a) {
     return invalid(absl::StrCat("--use-flash-attn asks for flash attention, which --attention-backend ",
                                 a.attention_backend, " turns off: give one of them"));
   }
-  // Megatron's MLP without bias_activation_fusion applies F.gelu, the exact erf GeLU; with it,
-  // bias_gelu_impl, the tanh approximation that is this program's only GeLU. With --swiglu the
-  // GeLU fusion is not consulted (bias_activation_fusion follows --no-bias-swiglu-fusion).
-  if (a.no_bias_gelu_fusion && !a.swiglu) {
-    return invalid("--no-bias-gelu-fusion is not available: without the fusion Megatron computes the exact (erf) "
-                   "GeLU, and this program has only the tanh approximation of Megatron's fused bias-GeLU (the "
-                   "default); drop the flag");
-  }
   if (!a.rampup_batch_size.empty()) {
     return invalid("--rampup-batch-size is not supported: the global batch size is constant in this program (give "
                    "--global-batch-size only)");

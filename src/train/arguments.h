@@ -110,6 +110,7 @@ struct Arguments {
   bool use_cpu_initialization = false;
   bool apply_query_key_layer_scaling = false;
   bool accumulate_allreduce_grads_in_fp32 = false;
+  bool ddp_average_in_collective = false;  // the data-parallel mean either way (pre-scaled sum here)
   int64_t empty_unused_memory_level = 0;
   bool no_check_for_nan_in_loss_and_grad = false;  // refused: no check here stops a run
   bool calculate_per_token_loss = false;
@@ -199,6 +200,9 @@ struct Arguments {
   // The learning-rate schedule of a resumed run (Megatron's OptimizerParamScheduler.load_state_dict):
   // by default the checkpoint's and the command line's must agree.
   bool use_checkpoint_opt_param_scheduler = false;  // continue with the checkpoint's schedule
+  bool verify_integrity = false;                   // checkpoints are always checksummed and verified here
+  bool async_ckpt_use_cpu_shm = false;             // the host copy is this process's memory either way
+  bool auto_detect_ckpt_format = false;            // --load always finds the format (HDF5) itself
   bool override_opt_param_scheduler = false;        // continue with the command line's schedule
 
   // The long names of the flags that appeared on the command line.

@@ -29,6 +29,7 @@ absl::Status validate_checkpoint_arguments(Arguments& a) {
   if (a.was_given("--save-retain-interval") && a.save_retain_interval == 0) {
     return invalid("--save-retain-interval must be > 0 (got 0)");
   }
+  if (a.async_ckpt_use_cpu_shm && !a.async_save) return invalid("--async-ckpt-use-cpu-shm needs --async-save");
   if (a.ckpt_fully_parallel_save && a.no_ckpt_fully_parallel_save) {
     return invalid("--ckpt-fully-parallel-save and --no-ckpt-fully-parallel-save contradict each other");
   }

@@ -76,12 +76,10 @@ constexpr FlagRow kRows[] = {
     row("--swiglu", &A::swiglu, "SwiGLU MLP (default --ffn-hidden-size: int(8h/3 / 64) * 64, as Megatron)"),
     row("--group-query-attention", &A::group_query_attention, "Grouped-query attention"),
     row("--num-query-groups", &A::num_query_groups, "Key/value head groups with --group-query-attention"),
-    row("--disable-bias-linear", &A::disable_bias_linear, "No biases in the QKV, projection and MLP linears")
-        .negated("add_bias_linear")
-        .megatron(
-            kRefusedAtValues,
-            "refused without --swiglu: a bias-free GeLU MLP in Megatron uses the exact erf GeLU, which this program "
-            "does not have"),
+    row("--disable-bias-linear", &A::disable_bias_linear,
+        "No biases in the QKV, projection and MLP linears (with a GeLU MLP: the exact erf GeLU, as Megatron, "
+        "whose bias-GeLU fusion then turns off)")
+        .negated("add_bias_linear"),
     // Parallelism.
     row("--tensor-model-parallel-size", &A::tensor_model_parallel_size, "Tensor-parallel size"),
     row("--pipeline-model-parallel-size", &A::pipeline_model_parallel_size, "Pipeline-parallel size"),
@@ -216,14 +214,9 @@ constexpr FlagRow kRows[] = {
         .negated("masked_softmax_fusion")
         .megatron(kImplementation),
     row("--no-bias-gelu-fusion", &A::no_bias_gelu_fusion,
-        "Refused with a GeLU MLP: without the fusion Megatron computes the exact (erf) GeLU, and this "
-        "program's GeLU is the tanh approximation of Megatron's fused bias-GeLU; accepted with --swiglu, "
-        "where it has no effect (as in Megatron)")
-        .negated("bias_gelu_fusion")
-        .megatron(
-            kRefusedAtValues,
-            "refused with a GeLU MLP (unfused Megatron computes the exact erf GeLU, this program only the fused tanh "
-            "approximation); accepted with --swiglu, where it has no effect"),
+        "The exact erf GeLU (PyTorch's F.gelu, Megatron's unfused path) instead of the tanh approximation of "
+        "Megatron's fused bias-GeLU; no effect with --swiglu (as in Megatron)")
+        .negated("bias_gelu_fusion"),
     row("--no-bias-dropout-fusion", &A::no_bias_dropout_fusion,
         "Accepted: bias, dropout and residual add give the same values fused or not (the dropout masks are "
         "this program's layout-independent ones either way)")
@@ -253,6 +246,11 @@ constexpr FlagRow kRows[] = {
     row("--accumulate-allreduce-grads-in-fp32", &A::accumulate_allreduce_grads_in_fp32,
         "Accepted: gradients are always accumulated and reduced across data-parallel ranks in FP32 (Megatron's "
         "default with --bf16)")
+        .megatron(kImplementation),
+    row("--ddp-average-in-collective", &A::ddp_average_in_collective,
+        "Accepted: the gradient is the data-parallel mean either way; here each rank's loss is scaled by 1 / "
+        "(DP x microbatches) before backward and the collective sums (Megatron's default path), which differs "
+        "from an averaging collective only in FP32 rounding")
         .megatron(kImplementation),
     row("--empty-unused-memory-level", &A::empty_unused_memory_level,
         "0, 1 or 2, accepted: device memory is one arena taken before the first iteration and never freed, "
@@ -362,6 +360,18 @@ constexpr FlagRow kRows[] = {
     row("--ckpt-assume-constant-structure", &A::ckpt_assume_constant_structure,
         "Accepted: Megatron caches its save plan across saves; no plan is cached here, each save lists its "
         "pieces again, and the files written are the same")
+        .megatron(kImplementation),
+    row("--verify-integrity", &A::verify_integrity,
+        "Accepted: every checkpoint here carries checksums of its tensor chunks, shards and metadata, written on "
+        "save and verified on load (docs/CHECKPOINTS.md, Integrity), with or without the flag")
+        .megatron(kImplementation),
+    row("--async-ckpt-use-cpu-shm", &A::async_ckpt_use_cpu_shm,
+        "Accepted with --async-save: the host copy the writer thread reads is this process's memory (no "
+        "worker process to share it with)")
+        .megatron(kImplementation),
+    row("--auto-detect-ckpt-format", &A::auto_detect_ckpt_format,
+        "Accepted: --load always reads the checkpoint's format from its files (this program's HDF5 one; "
+        "anything else is refused naming the file)")
         .megatron(kImplementation),
     row("--save-retain-interval", &A::save_retain_interval,
         "Keep the checkpoints of iterations that are multiples of N, and the latest; a save deletes the previous "

@@ -76,6 +76,9 @@ void set_model_kinds(const Arguments& a, ModelConfig& c) {
   c.normalization = a.normalization == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
   c.swiglu = a.swiglu;
   c.add_bias_linear = !a.disable_bias_linear;
+  // Megatron's validate_args turns bias_gelu_fusion off without linear biases; unfused, its MLP
+  // applies F.gelu, the exact GeLU.
+  c.exact_gelu = !a.swiglu && (a.disable_bias_linear || a.no_bias_gelu_fusion);
   c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
   c.dtype = a.bf16 ? DType::kBFloat16 : DType::kFloat32;
   c.recompute.granularity = a.recompute_granularity == "full"        ? RecomputeGranularity::kFull

@@ -58,6 +58,10 @@ VARIANTS = {
     "llama_bf16": (LLAMA_FLAGS + ["--bf16"], 2e-2, False),
     "dropout_fp32": (DROPOUT_FLAGS, 1e-5, True),
     "llama_dropout_fp32": (LLAMA_FLAGS + DROPOUT_FLAGS + ["--rotary-base", "500"], 1e-5, True),
+    # The exact erf GeLU: without linear biases (Megatron's GPT configurations with
+    # --disable-bias-linear), and with them under --no-bias-gelu-fusion.
+    "gelu_exact_fp32": (["--disable-bias-linear"], 1e-5, True),
+    "gelu_exact_bias_bf16": (["--no-bias-gelu-fusion", "--bf16"], 2e-2, False),
 }
 STEPS = 10
 
@@ -88,6 +92,11 @@ def rms_norm(x, weight, eps):
 
 def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def gelu_exact(x):
+    """PyTorch's F.gelu (approximate='none'), x Phi(x)."""
+    return torch.nn.functional.gelu(x)
 
 
 def silu(x):
@@ -232,6 +241,8 @@ class Gpt:
             if c["swiglu"]:
                 gate, up = fc1[..., : c["ffn_hidden_size"]], fc1[..., c["ffn_hidden_size"]:]
                 hidden = silu(gate) * up
+            elif c["exact_gelu"]:
+                hidden = gelu_exact(fc1)
             else:
                 hidden = gelu_tanh(fc1)
             x = x + dropout.hidden(self.linear(hidden, pre + "mlp.linear_fc2"), layer, dropout_masks.SITE_MLP_OUTPUT)
@@ -280,6 +291,7 @@ def read_config(f):
     cfg["untied"] = bool(cfg["untie_embeddings_and_output_weights"])
     cfg["swiglu"] = bool(cfg["swiglu"])
     cfg["disable_bias_linear"] = bool(cfg["disable_bias_linear"])
+    cfg["exact_gelu"] = bool(cfg.get("exact_gelu", 0))
     return cfg
 
 
@@ -316,6 +328,10 @@ def resolve_from_flags(flags):
         "normalization": flag_value(flags, "--normalization", "LayerNorm"),
         "swiglu": swiglu,
         "disable_bias_linear": flag_value(flags, "--disable-bias-linear", False) is True,
+        # Megatron turns its fused (tanh) bias-GeLU off without biases or with --no-bias-gelu-fusion;
+        # its unfused MLP applies F.gelu, the exact GeLU. SwiGLU does not consult it.
+        "exact_gelu": not swiglu and (flag_value(flags, "--disable-bias-linear", False) is True
+                                      or flag_value(flags, "--no-bias-gelu-fusion", False) is True),
         "untied": flag_value(flags, "--untie-embeddings-and-output-weights", False) is True,
         "hidden_dropout": float(flag_value(flags, "--hidden-dropout", 0.1)),
         "attention_dropout": float(flag_value(flags, "--attention-dropout", 0.1)),
