@@ -3,6 +3,7 @@
 // (train/checkpointing.h).
 #include "train/checkpointing.h"
 #include "train/launcher.h"
+#include "train/replica_check.h"
 #include "train/trainer.h"
 #include "train/training_sample.h"
 
@@ -14,6 +15,7 @@ int main(int argc, char** argv) {
     gpt::TrainingSampler sampler(args, grid);
     GPT_RETURN_IF_ERROR(trainer->run([&]() -> absl::StatusOr<bool> {
       GPT_RETURN_IF_ERROR(sampler.after_iteration(*trainer));
+      GPT_RETURN_IF_ERROR(gpt::check_replica_weights(*trainer, grid, args.check_weight_hash_across_dp_replicas_interval));
       return checkpointer.after_iteration(*trainer);
     }));
     return checkpointer.finish(*trainer);

@@ -417,6 +417,20 @@ absl::Status validate_arguments(Arguments& a) {
                                 ")"));
   }
   if (a.num_workers < 0) return invalid(absl::StrCat("--num-workers must be >= 0 (got ", a.num_workers, ")"));
+  if (a.check_weight_hash_across_dp_replicas_interval < 0) {
+    return invalid(absl::StrCat("--check-weight-hash-across-dp-replicas-interval must be > 0 (got ",
+                                a.check_weight_hash_across_dp_replicas_interval, ")"));
+  }
+  if (a.wgrad_deferral_limit < 0) {
+    return invalid(absl::StrCat("--wgrad-deferral-limit must be >= 0 (got ", a.wgrad_deferral_limit, ")"));
+  }
+  if (a.was_given("--wgrad-deferral-limit") && !a.defer_embedding_wgrad_compute) {
+    return invalid("--wgrad-deferral-limit needs --defer-embedding-wgrad-compute");
+  }
+  if (a.overlap_param_gather_with_optimizer_step && (!a.use_distributed_optimizer || !a.overlap_param_gather)) {
+    return invalid("--overlap-param-gather-with-optimizer-step needs --use-distributed-optimizer and "
+                   "--overlap-param-gather (as in Megatron)");
+  }
 
   GPT_RETURN_IF_ERROR(validate_recompute(a));
   GPT_RETURN_IF_ERROR(validate_implementation_flags(a));

@@ -111,6 +111,11 @@ struct Arguments {
   bool apply_query_key_layer_scaling = false;
   bool accumulate_allreduce_grads_in_fp32 = false;
   bool ddp_average_in_collective = false;  // the data-parallel mean either way (pre-scaled sum here)
+  bool defer_embedding_wgrad_compute = false;  // the output layer's weight gradient: the same sum either way
+  int64_t wgrad_deferral_limit = 0;            // with defer_embedding_wgrad_compute
+  bool overlap_param_gather_with_optimizer_step = false;  // needs the distributed optimizer and --overlap-param-gather
+  bool disable_gloo_process_groups = false;    // no Gloo groups exist here
+  int64_t check_weight_hash_across_dp_replicas_interval = 0;  // 0: never (train/replica_check.h)
   int64_t empty_unused_memory_level = 0;
   bool no_check_for_nan_in_loss_and_grad = false;  // refused: no check here stops a run
   bool calculate_per_token_loss = false;

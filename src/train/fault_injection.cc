@@ -20,4 +20,9 @@ void maybe_inject_fault(const char* point, int world_rank) {
   std::raise(stop ? SIGSTOP : SIGKILL);
 }
 
+bool corruption_requested(const char* point, int world_rank) {
+  const char* fault = std::getenv("GPT_CHECKPOINT_FAULT");
+  return fault != nullptr && std::string(fault) == absl::StrCat(point, ":", world_rank, ":corrupt");
+}
+
 }  // namespace gpt

@@ -252,6 +252,27 @@ constexpr FlagRow kRows[] = {
         "(DP x microbatches) before backward and the collective sums (Megatron's default path), which differs "
         "from an averaging collective only in FP32 rounding")
         .megatron(kImplementation),
+    row("--defer-embedding-wgrad-compute", &A::defer_embedding_wgrad_compute,
+        "Accepted: Megatron defers the output layer's weight-gradient GEMMs of the last pipeline stage to the "
+        "pipeline flush to hide it; here they run in each microbatch's backward (or as the pipeline schedule "
+        "defers weight gradients); the gradient is the same sum over microbatches")
+        .megatron(kImplementation),
+    row("--wgrad-deferral-limit", &A::wgrad_deferral_limit,
+        "With --defer-embedding-wgrad-compute (>= 0): microbatches whose output-layer weight gradient Megatron "
+        "defers; accepted, as that flag")
+        .megatron(kImplementation),
+    row("--overlap-param-gather-with-optimizer-step", &A::overlap_param_gather_with_optimizer_step,
+        "Accepted with --use-distributed-optimizer and --overlap-param-gather (Megatron's rule): Megatron starts "
+        "the first model chunk's parameter all-gather inside the optimizer step; here the all-gathers of "
+        "--overlap-param-gather overlap the next forward; the parameters are the same")
+        .megatron(kImplementation),
+    row("--check-weight-hash-across-dp-replicas-interval", &A::check_weight_hash_across_dp_replicas_interval,
+        "Every N iterations, check that the data-parallel replicas hold the same parameters (a hash of each "
+        "rank's parameters); replicas that differ stop the run, naming the ranks")
+        .shown(kNoneIfZero),
+    row("--disable-gloo-process-groups", &A::disable_gloo_process_groups,
+        "Accepted: this program creates no Gloo process groups (its host-side agreements run on MPI)")
+        .megatron(kImplementation),
     row("--empty-unused-memory-level", &A::empty_unused_memory_level,
         "0, 1 or 2, accepted: device memory is one arena taken before the first iteration and never freed, "
         "so there is no allocator cache to empty at any level")

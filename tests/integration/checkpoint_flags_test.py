@@ -13,7 +13,11 @@ CPU backend, one rank and under mpirun:
   with the default fully parallel save, and every tensor equals the default save's bit for bit;
 - the other distributed-checkpoint flags of Megatron's test configurations
   (--dist-ckpt-optim-fully-reshardable, --ckpt-fully-parallel-load, --ckpt-assume-constant-structure,
-  --async-strategy mcore with --async-save) run and save the same tensors as without them.
+  --async-strategy mcore with --async-save) run and save the same tensors as without them;
+- --check-weight-hash-across-dp-replicas-interval 2 under TP2 x DP2 with the distributed optimizer:
+  the replicas agree and all 4 iterations run; with one rank's parameter copy corrupted
+  (GPT_CHECKPOINT_FAULT=replica-weights:3:corrupt) the run stops at iteration 2 with one error line
+  naming world rank 3 and its data-parallel rank 0 (rank 1).
 """
 import argparse
 import os
@@ -134,6 +138,19 @@ def parallel_save_checks(runner, checks, work):
           "--no-ckpt-fully-parallel-save")
 
 
+def replica_check(runner, checks):
+    flags = BASE + ["--lr", "1e-3", "--train-iters", "4", "--check-weight-hash-across-dp-replicas-interval", "2",
+                    "--tensor-model-parallel-size", "2", "--use-distributed-optimizer"]
+    status, out, err = runner.run("replicas_agree", 4, flags)
+    checks.expect(status == 0 and sorted(losses(out)) == [1, 2, 3, 4], f"replica check: exit {status} {err[-400:]}")
+    status, out, err = runner.run("replica_drift", 4, flags, env={"GPT_CHECKPOINT_FAULT": "replica-weights:3:corrupt"})
+    errors = error_lines(out, err)
+    checks.expect(status not in (0, None) and len(errors) == 1 and "iteration 2:" in errors[0]
+                  and "ranks 3 (against 1)" in errors[0] and sorted(losses(out)) == [1, 2],
+                  f"replica drift: exit {status}, errors {errors}, logged {sorted(losses(out))}")
+    print(f"  a drifted replica: exit {status}, {errors[0] if errors else 'no error line'}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--binary", required=True)
@@ -146,6 +163,7 @@ def main():
     scheduler_checks(runner, checks, args.work_dir)
     retain_checks(runner, checks, args.work_dir)
     parallel_save_checks(runner, checks, args.work_dir)
+    replica_check(runner, checks)
     return harness.finish(checks.failures)
 
 
