@@ -179,9 +179,10 @@ def configurations_section(run):
            "(`tests/integration/megatron_configurations.py`; this program at "
            f"`{run['program_commit']}`, {run['date']}): **{run['ran']} of {run['total']} run.**", "",
            "What stops the others, by the number of configurations it stops (a configuration counts under every "
-           "flag of it that is unknown here or refused at any value):", "", "| configurations | flag |", "|---|---|"]
-    out += [f"| {count} | `{flag.split(' ')[0]}` {flag.split(' ', 1)[1] if ' ' in flag else ''} |"
-            for flag, count in run["blocking_flags"]]
+           "flag of it that is unknown here or refused at any value; *alone*: the configurations it is the only "
+           "such flag of):", "", "| configurations | alone | flag |", "|---|---|---|"]
+    out += [f"| {count} | {run.get('only_blocker', {}).get(flag, 0)} | `{flag.split(' ')[0]}` "
+            f"{flag.split(' ', 1)[1] if ' ' in flag else ''} |" for flag, count in run["blocking_flags"]]
     if run["first_errors"]:
         out += ["", "Configurations with no such flag that stop, by their first error:", "",
                 "| configurations | error |", "|---|---|"]
@@ -216,6 +217,7 @@ def render(megatron, ours, run=None):
                                                                "refused", "not yet"]) + ".", "",
            f"Also accepted: {len(own)} flags of this program's own ({', '.join(f'`{f}`' for f in own)}) and "
            f"{len(newer)} flags of other Megatron versions ({', '.join(f'`{f}`' for f in newer)}).", "",
+           *(configurations_section(run)[1:] + [""] if run is not None else []),
            f"## Megatron's example launch script (`{megatron['example']}`)", "",
            "| flag | value there | here | note |", "|---|---|---|---|"]
     for flag, value in megatron["example_flags"]:
@@ -227,8 +229,6 @@ def render(megatron, ours, run=None):
         status, note = status_of(f["flag"], ours)
         flag = ", ".join(f"`{x}`" for x in [f["flag"]] + f["aliases"])
         out.append(f"| {flag} | `{f['dest']}` | `{cell(f['default'])}` | {STATUS_TEXT[status]} | {cell(note)} |")
-    if run is not None:
-        out += configurations_section(run)
     out += ["", "## Refused flags that Megatron's parser does not define", "", "| flag | note |", "|---|---|"]
     for flag in sorted(flag for flag, e in ours.items() if flag not in names and e["status"] == "refused"):
         out.append(f"| `{flag}` | {cell(ours[flag]['note'])} |")

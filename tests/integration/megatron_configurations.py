@@ -192,9 +192,11 @@ def run_case(program, name, args, keep_going_timeout, use_gpt2):
 def summarize(outcome, megatron_commit):
     """The figures docs/MEGATRON_FLAGS.md shows: how many ran, and the blockers by configurations
     (every unknown or refused flag of a configuration; the first error of those without one)."""
-    blocking, first_errors = collections.Counter(), collections.Counter()
+    blocking, alone, first_errors = collections.Counter(), collections.Counter(), collections.Counter()
     for result in outcome.values():
         blocking.update(result["blocking_flags"])
+        if len(result["blocking_flags"]) == 1:
+            alone.update(result["blocking_flags"])
         if not result["ran"] and not result["blocking_flags"]:
             first_errors[blocker_of(result["error"])] += 1
     program_commit = subprocess.run(["git", "-C", SOURCE_DIR, "rev-parse", "--short=12", "HEAD"], capture_output=True,
@@ -204,7 +206,7 @@ def summarize(outcome, megatron_commit):
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
             "total": len(outcome), "ran": sum(1 for r in outcome.values() if r["ran"]),
             "ran_cases": sorted(name for name, r in outcome.items() if r["ran"]),
-            "blocking_flags": order(blocking), "first_errors": order(first_errors)}
+            "blocking_flags": order(blocking), "only_blocker": dict(alone), "first_errors": order(first_errors)}
 
 
 def main():
