@@ -114,6 +114,7 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
     GPT_ASSIGN_OR_RETURN(const double base, argument_double(args, "--rotary-base", 10000.0));
     c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.kv_channels) * percent);
     c.rotary_base = static_cast<float>(base);
+    c.rotary_interleaved = argument_true(args, "--rotary-interleaved");
   } else if (position == "learned_absolute" && !argument_true(args, "--no-position-embedding")) {
     c.position_embedding = PositionEmbedding::kLearnedAbsolute;
   } else {

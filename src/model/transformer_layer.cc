@@ -144,7 +144,8 @@ void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, Laye
   qkv_.forward_column(ctx, a.qkv, a.ln1, a.ln1_gathered);  // [s b, qkv_l]
   if (config_.position_embedding == PositionEmbedding::kRope) {
     // Rotated in place: the stash keeps the rotated q and k that attention's backward reads.
-    ops::rope_forward(ctx, groups_view(a.qkv), shapes_.head_dim, config_.rotary_dim, config_.rotary_base);
+    ops::rope_forward(ctx, groups_view(a.qkv), shapes_.head_dim, config_.rotary_dim, config_.rotary_base,
+                      config_.rotary_interleaved);
   }
   attention_forward(ctx, slot, a, a.attention, a.lse);
   const Tensor attention_out = proj_.forward_row(ctx, ws_.full_a, a.attention, ws_.local_a);  // [s_l, b, h]
@@ -232,7 +233,8 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
   attention_->backward_input(ctx, groups_view(ws_.qkv), heads_view(ws_.projection), groups_view(st.qkv),
                              heads_view(st.attention), st.lse, mask(slot, ops::DropoutSite::kAttentionProbabilities));
   if (config_.position_embedding == PositionEmbedding::kRope) {
-    ops::rope_backward(ctx, groups_view(ws_.qkv), shapes_.head_dim, config_.rotary_dim, config_.rotary_base);
+    ops::rope_backward(ctx, groups_view(ws_.qkv), shapes_.head_dim, config_.rotary_dim, config_.rotary_base,
+                       config_.rotary_interleaved);
   }
   const Tensor d_ln1 = qkv_.backward_input_column(ctx, ws_.qkv, ln1_full, ws_.full_b, ws_.local_a, timing);
   norm1_.backward(ctx, grad_input, d_ln1, st.input, st.ln1_mean, st.ln1_rstd);

@@ -36,6 +36,7 @@ struct Arguments {
   bool no_position_embedding = false;   // Megatron's older spelling of "no learned position embedding"
   double rotary_percent = 1.0;          // rope: fraction of each head's dims rotated
   double rotary_base = 10000;           // rope: the frequency base
+  bool rotary_interleaved = false;      // rope: pairs (2j, 2j + 1) instead of (j, j + rotary_dim / 2)
   std::string normalization = "LayerNorm";  // LayerNorm or RMSNorm
   bool swiglu = false;                  // gated SiLU MLP (fc1 twice as wide)
   bool group_query_attention = false;

@@ -72,6 +72,8 @@ constexpr FlagRow kRows[] = {
         .negated("add_position_embedding"),
     row("--rotary-percent", &A::rotary_percent, "Fraction of each head's dimensions that RoPE rotates"),
     row("--rotary-base", &A::rotary_base, "RoPE frequency base").shown(kIntIfIntegral),
+    row("--rotary-interleaved", &A::rotary_interleaved,
+        "RoPE rotates the pairs (2j, 2j + 1) of each head instead of (j, j + rotary_dim / 2)"),
     row("--normalization", &A::normalization, "LayerNorm or RMSNorm"),
     row("--swiglu", &A::swiglu, "SwiGLU MLP (default --ffn-hidden-size: int(8h/3 / 64) * 64, as Megatron)"),
     row("--group-query-attention", &A::group_query_attention, "Grouped-query attention"),

@@ -56,6 +56,9 @@ absl::Status validate_model_family(Arguments& a) {
       return invalid(absl::StrCat("--rotary-base must be greater than 1 and within FP32 (got ", a.rotary_base, ")"));
     }
   }
+  if (a.rotary_interleaved && a.position_embedding_type != "rope") {
+    return invalid("--rotary-interleaved needs --position-embedding-type rope (it says how RoPE pairs dimensions)");
+  }
 
   if (a.normalization != "LayerNorm" && a.normalization != "RMSNorm") {
     return invalid(absl::StrCat("--normalization must be LayerNorm or RMSNorm (got ", a.normalization, ")"));

@@ -106,6 +106,7 @@ ModelConfig model_config_from(const Arguments& a) {
   set_model_kinds(a, c);
   c.rotary_dim = c.position_embedding == PositionEmbedding::kRope ? rotary_dimensions(a) : 0;
   c.rotary_base = static_cast<float>(a.rotary_base);
+  c.rotary_interleaved = a.rotary_interleaved;
   c.hidden_dropout = static_cast<float>(a.hidden_dropout);
   c.attention_dropout = static_cast<float>(a.attention_dropout);
   c.seed = a.seed;

@@ -659,11 +659,11 @@ TEST_F(OpsTest, RopeForwardBackwardPackingsAndWidths) {
       const Shape shape{c.s, c.b, c.groups, (c.q + 2) * c.d};
       Twin storage = make(t, {shape.numel() + c.offset});
       Twin qkv = part(storage, c.offset, shape);
-      ops::rope_forward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f);
-      ops::rope_forward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f);
+      ops::rope_forward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f, false);
+      ops::rope_forward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f, false);
       EXPECT_LE(error(qkv), tolerance(t));
-      ops::rope_backward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f);
-      ops::rope_backward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f);
+      ops::rope_backward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f, false);
+      ops::rope_backward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f, false);
       EXPECT_LE(error(qkv), tolerance(t));
       // Elements RoPE does not rotate keep their bits on the GPU.
       const std::vector<uint8_t> back = download(qkv.gpu);
