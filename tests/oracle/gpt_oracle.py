@@ -236,8 +236,8 @@ class Gpt:
             q = qkv[:, :, :, :per_group, :].reshape(s, b, heads, d)  # head g * per_group + j
             k, v = qkv[:, :, :, per_group, :], qkv[:, :, :, per_group + 1, :]  # [s, b, groups, d]
             if c["position_embedding_type"] == "rope":
-                q = rotary(q, c["rotary_dim"], c["rotary_base"], c["rotary_interleaved"])
-                k = rotary(k, c["rotary_dim"], c["rotary_base"], c["rotary_interleaved"])
+                q = rotary(q, c["rotary_dim"], c["rotary_base"], c.get("rotary_interleaved", False))
+                k = rotary(k, c["rotary_dim"], c["rotary_base"], c.get("rotary_interleaved", False))
             k, v = k.repeat_interleave(per_group, dim=2), v.repeat_interleave(per_group, dim=2)
             q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, heads, s, d]
             scores = q @ k.transpose(-1, -2) / math.sqrt(d)
@@ -251,7 +251,7 @@ class Gpt:
             if c["swiglu"]:
                 gate, up = fc1[..., : c["ffn_hidden_size"]], fc1[..., c["ffn_hidden_size"]:]
                 hidden = silu(gate) * up
-            elif c["exact_gelu"]:
+            elif c.get("exact_gelu", False):
                 hidden = gelu_exact(fc1)
             else:
                 hidden = gelu_tanh(fc1)
