@@ -3,6 +3,7 @@
 // (train/checkpointing.h).
 #include "train/checkpointing.h"
 #include "train/launcher.h"
+#include "train/replica_check.h"
 #include "train/rerun_check.h"
 #include "train/trainer.h"
 #include "train/training_sample.h"
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
     gpt::TrainingSampler sampler(args, grid);
     const absl::Status trained = trainer->run([&]() -> absl::StatusOr<bool> {
       GPT_RETURN_IF_ERROR(sampler.after_iteration(*trainer));
+      GPT_RETURN_IF_ERROR(gpt::check_replica_weights(*trainer, grid, args.check_weight_hash_across_dp_replicas_interval));
       return checkpointer.after_iteration(*trainer);
     });
     // The rerun check's exit (train/rerun_check.h): save the state before the iteration, then exit

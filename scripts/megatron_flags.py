@@ -2,19 +2,21 @@
 """Megatron-LM's flags next to this program's (issue 15): docs/MEGATRON_FLAGS.md is generated, not
 written by hand.
 
-  extract  Reads megatron/training/arguments.py and examples/gpt3/train_gpt3_175b_distributed.sh of
-           a Megatron-LM checkout at a git ref, runs the parser's _add_*_args functions on a real
-           argparse parser (the rest of Megatron is not imported: every other name they use is a
-           placeholder) and stores every flag (dest, default, action, choices) and the example's
-           flags with their values as JSON, with the commit.
+  extract  Takes a Megatron-LM checkout's tree at a git ref, imports its parser
+           (megatron.training.arguments.add_megatron_arguments, with the argument groups its
+           dataclasses declare; scripts/megatron_parser_import.py) and stores every flag (dest,
+           default, action, choices), the flags of examples/gpt3/train_gpt3_175b_distributed.sh
+           with their values, and the GPT pretraining test cases' command lines
+           (tests/functional_tests/test_cases/gpt/*/model_config.yaml, MODEL_ARGS) as JSON, with
+           the commit.
   table    Merges that JSON with the program's own table (pretrain_gpt --megatron-flag-table: each
            flag it accepts, and how, and each Megatron flag it refuses with the reason) into the
            markdown page.
   check    Regenerates the page into memory and fails when it differs from the file, or when a
            flag of the example launch script is neither accepted nor refused with a reason.
 
-  scripts/megatron_flags.py extract --repo /path/to/Megatron-LM --ref core_v0.8.0 \\
-      --out docs/megatron/arguments.json
+  scripts/megatron_flags.py extract --repo /path/to/Megatron-LM --ref d98e8a64ddf3 \\
+      --out docs/megatron/arguments.json --cases-out docs/megatron/gpt_configurations.json
   scripts/megatron_flags.py table --megatron docs/megatron/arguments.json \\
       --program build/bin/pretrain_gpt --out docs/MEGATRON_FLAGS.md
 """
@@ -32,72 +34,52 @@ ARGUMENTS_PY = "megatron/training/arguments.py"
 EXAMPLE = "examples/gpt3/train_gpt3_175b_distributed.sh"
 
 
-class Placeholder:
-    """Stands for any name arguments.py takes from the rest of Megatron or from torch."""
-
-    def __init__(self, name="placeholder"):
-        self._name = name
-
-    def __getattr__(self, item):
-        return Placeholder(f"{self._name}.{item}")
-
-    def __call__(self, *args, **kwargs):
-        return Placeholder(f"{self._name}()")
-
-    def __iter__(self):
-        return iter(())
-
-    def __repr__(self):
-        return self._name
-
-
-class Namespace(dict):
-    """Globals for the exec'd functions: builtins, argparse, and a placeholder for anything else."""
-
-    def __missing__(self, key):
-        import builtins
-        if hasattr(builtins, key):
-            return getattr(builtins, key)
-        return Placeholder(key)
-
-
 def git_show(repo, ref, path):
     return subprocess.run(["git", "-C", repo, "show", f"{ref}:{path}"], check=True, capture_output=True,
                           text=True).stdout
 
 
-def megatron_parser(source):
-    """An argparse parser with every _add_*_args group of arguments.py added."""
-    tree = ast.parse(source)
-    functions = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("_add_")
-                 and node.name.endswith("_args")]
-    namespace = Namespace({"argparse": argparse, "__builtins__": __builtins__})
-    module = ast.Module(body=functions, type_ignores=[])
-    exec(compile(module, ARGUMENTS_PY, "exec"), namespace)
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
-    for function in functions:
-        namespace[function.name](parser)
-    return parser
+def parser_flags(repo, ref):
+    """Every flag of Megatron's parser at `ref`, from importing it in a child process."""
+    tree = tempfile.mkdtemp(prefix="megatron_tree_")
+    try:
+        archive = subprocess.run(["git", "-C", repo, "archive", ref, "megatron"], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        importer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_parser_import.py")
+        run = subprocess.run([sys.executable, importer, tree], capture_output=True, text=True, cwd=tree)
+        if run.returncode != 0:
+            raise SystemExit(f"importing Megatron's parser failed: {run.stderr[-2000:]}")
+        return json.loads(run.stdout)
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
 
 
-def describe_default(value):
-    if isinstance(value, Placeholder):
-        return repr(value)
-    return repr(value)
+# Megatron's GPT test cases that are pretraining runs (not its inference or RL cases).
+CASES_DIR = "tests/functional_tests/test_cases/gpt"
+NOT_PRETRAINING_MODES = {"inference", "rl"}
 
 
-def flags_of(parser):
-    flags = []
-    for action in parser._actions:
-        longs = [s for s in action.option_strings if s.startswith("--")]
-        if not longs:
+def gpt_cases(repo, ref):
+    """{case: {"test_type", "model_args": [[flag, value or None], ...]}} with the values as the YAML
+    text gives them (true: the flag alone, as Megatron's _run_training.sh passes it)."""
+    import yaml
+
+    class TextLoader(yaml.SafeLoader):
+        """Every scalar as its text (".01" stays ".01"), with YAML's merge keys (<<: *BASE)."""
+    TextLoader.yaml_implicit_resolvers = {
+        first: [(tag, regex) for tag, regex in resolvers if tag == "tag:yaml.org,2002:merge"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    names = subprocess.run(["git", "-C", repo, "ls-tree", "-r", "--name-only", ref, CASES_DIR], check=True,
+                           capture_output=True, text=True).stdout.split()
+    cases = {}
+    for path in sorted(n for n in names if n.endswith("/model_config.yaml")):
+        config = yaml.load(git_show(repo, ref, path), Loader=TextLoader)
+        if config.get("MODE") in NOT_PRETRAINING_MODES or not isinstance(config.get("MODEL_ARGS"), dict):
             continue
-        kind = type(action).__name__.replace("_", "").replace("Action", "").lower()
-        flags.append({"flag": longs[0], "aliases": longs[1:], "dest": action.dest,
-                      "action": kind, "default": describe_default(action.default),
-                      "choices": [str(c) for c in action.choices] if action.choices else None,
-                      "nargs": action.nargs if isinstance(action.nargs, (int, str)) or action.nargs is None else None})
-    return sorted(flags, key=lambda f: f["flag"])
+        args = [[flag, None if value == "true" else value] for flag, value in config["MODEL_ARGS"].items()
+                if value != ""]
+        cases[path.split("/")[-2]] = {"test_type": config.get("TEST_TYPE"), "model_args": args}
+    return cases
 
 
 def example_flags(script):
@@ -120,8 +102,7 @@ def example_flags(script):
 def extract(args):
     commit = subprocess.run(["git", "-C", args.repo, "rev-parse", f"{args.ref}^{{commit}}"], check=True,
                             capture_output=True, text=True).stdout.strip()
-    parser = megatron_parser(git_show(args.repo, args.ref, ARGUMENTS_PY))
-    flags = flags_of(parser)
+    flags = parser_flags(args.repo, args.ref)
     known = {f["flag"] for f in flags} | {a for f in flags for a in f["aliases"]}
     example = [[flag, value] for flag, value in example_flags(git_show(args.repo, args.ref, EXAMPLE)) if flag in known]
     data = {"source": "NVIDIA/Megatron-LM", "ref": args.ref, "commit": commit, "file": ARGUMENTS_PY,
@@ -130,6 +111,16 @@ def extract(args):
         json.dump(data, f, indent=1, sort_keys=True)
         f.write("\n")
     print(f"{len(flags)} flags of {args.ref} ({commit[:12]}); {len(example)} in {EXAMPLE}")
+    if args.cases_out:
+        cases = gpt_cases(args.repo, args.ref)
+        head = {"source": "NVIDIA/Megatron-LM", "ref": args.ref, "commit": commit, "directory": CASES_DIR}
+        with open(args.cases_out, "w") as f:
+            # One case a line, so that a later extract's diff reads by case.
+            f.write(json.dumps(head, sort_keys=True)[:-1] + ', "cases": {\n')
+            f.write(",\n".join(f"{json.dumps(name)}: {json.dumps(case, sort_keys=True)}"
+                                for name, case in sorted(cases.items())))
+            f.write("\n}}\n")
+        print(f"{len(cases)} GPT pretraining cases in {CASES_DIR}")
 
 
 STATUS_TEXT = {"same": "same", "implementation": "accepted (implementation choice)",
@@ -150,14 +141,16 @@ DUMP_DIFFERENCES = {
     "ffn_hidden_size": "derived (4 h, or Megatron's SwiGLU rule), as Megatron's validate_args does",
     "kv_channels": "derived (h / heads), as Megatron's validate_args does",
     "global_batch_size": "derived (micro batch x data-parallel size), as Megatron's validate_args does",
-    "split": "core_v0.8.0's default is None (meaning '969, 30, 1'); later Megatron's is the text '969, 30, 1'",
+    "split": "Megatron's parser default is None, which its validate_args turns into '969, 30, 1'",
     "tokenizer_type": "--mock-data and --tokenizer-type given in the test",
     "distributed_backend": "None here means NCCL on the GPU and MPI on the CPU (Megatron: nccl)",
-    "attention_backend": "newer Megatron (an AttnBackend enum); not in core_v0.8.0",
+    "attention_backend": "an AttnBackend enum member, printed as Megatron prints it (not a Python literal)",
     "deprecated_use_mcore_models": "Megatron's default flips with versions; the model here is always Megatron-Core's",
     "transformer_impl": "Megatron's default",
-    "num_query_groups": "core_v0.8.0 default 1",
+    "num_query_groups": "Megatron's default 1",
     "hidden_dropout": "the same default, 0.1",
+    "rerun_mode": "disabled here by default: --check-for-nan-in-loss-and-grad (on) stops at a NaN; Megatron's "
+                  "default validate_results reruns the iteration first (give --rerun-mode validate_results)",
 }
 
 
@@ -177,7 +170,29 @@ def status_of(flag, ours):
     return (entry["status"], entry["note"]) if entry else ("not yet", "")
 
 
-def render(megatron, ours):
+def configurations_section(run):
+    """The figure of tests/integration/megatron_configurations.py's last run
+    (docs/megatron/gpt_configurations_run.json)."""
+    out = ["", "## Megatron's GPT configurations", "",
+           f"Megatron-LM's GPT pretraining test cases at `{run['megatron_commit'][:12]}` "
+           "(`tests/functional_tests/test_cases/gpt/*/model_config.yaml`, stored in "
+           "`docs/megatron/gpt_configurations.json`) and its `examples/gpt3` launch script, with only sizes, paths "
+           "and the GPU backend changed, two iterations each under mpirun on the CPU "
+           "(`tests/integration/megatron_configurations.py`; this program at "
+           f"`{run['program_commit']}`, {run['date']}): **{run['ran']} of {run['total']} run.**", "",
+           "What stops the others, by the number of configurations it stops (a configuration counts under every "
+           "flag of it that is unknown here or refused at any value; *alone*: the configurations it is the only "
+           "such flag of):", "", "| configurations | alone | flag |", "|---|---|---|"]
+    out += [f"| {count} | {run.get('only_blocker', {}).get(flag, 0)} | `{flag.split(' ')[0]}` "
+            f"{flag.split(' ', 1)[1] if ' ' in flag else ''} |" for flag, count in run["blocking_flags"]]
+    if run["first_errors"]:
+        out += ["", "Configurations with no such flag that stop, by their first error:", "",
+                "| configurations | error |", "|---|---|"]
+        out += [f"| {count} | {cell(error)} |" for error, count in run["first_errors"]]
+    return out
+
+
+def render(megatron, ours, run=None):
     flags = megatron["flags"]
     names = {f["flag"]: f for f in flags}
     for f in flags:
@@ -193,7 +208,7 @@ def render(megatron, ours):
            "Generated by `scripts/megatron_flags.py table` from Megatron-LM's parser "
            f"({megatron['source']} `{megatron['ref']}`, commit `{megatron['commit'][:12]}`, `{megatron['file']}`; "
            "stored in `docs/megatron/arguments.json`) and this program's own flag table "
-           "(`pretrain_gpt --megatron-flag-table`, from `src/train/arguments.cc` and `src/train/megatron_flags.cc`). "
+           "(`pretrain_gpt --megatron-flag-table`, from `src/train/flag_table.cc` and `src/train/megatron_flags.cc`). "
            "Do not edit by hand: the `megatron_flags` test fails when this page and the program disagree.", "",
            "Statuses: **same** (accepted, Megatron's meaning); **accepted (implementation choice)** (accepted; "
            "what it means in this program is in the note); **accepted; some values refused** (the note says which); "
@@ -203,7 +218,8 @@ def render(megatron, ours):
                f"{counts.get(k, 0)} {STATUS_TEXT[k]}" for k in ["same", "implementation", "refused at some values",
                                                                "refused", "not yet"]) + ".", "",
            f"Also accepted: {len(own)} flags of this program's own ({', '.join(f'`{f}`' for f in own)}) and "
-           f"{len(newer)} flags of later Megatron versions ({', '.join(f'`{f}`' for f in newer)}).", "",
+           f"{len(newer)} flags of other Megatron versions ({', '.join(f'`{f}`' for f in newer)}).", "",
+           *(configurations_section(run)[1:] + [""] if run is not None else []),
            f"## Megatron's example launch script (`{megatron['example']}`)", "",
            "| flag | value there | here | note |", "|---|---|---|---|"]
     for flag, value in megatron["example_flags"]:
@@ -215,16 +231,24 @@ def render(megatron, ours):
         status, note = status_of(f["flag"], ours)
         flag = ", ".join(f"`{x}`" for x in [f["flag"]] + f["aliases"])
         out.append(f"| {flag} | `{f['dest']}` | `{cell(f['default'])}` | {STATUS_TEXT[status]} | {cell(note)} |")
-    out += ["", "## Refused flags that Megatron's later versions define", "", "| flag | note |", "|---|---|"]
+    out += ["", "## Refused flags that Megatron's parser does not define", "", "| flag | note |", "|---|---|"]
     for flag in sorted(flag for flag, e in ours.items() if flag not in names and e["status"] == "refused"):
         out.append(f"| `{flag}` | {cell(ours[flag]['note'])} |")
     return "\n".join(out) + "\n"
 
 
+def configurations_run(megatron_json):
+    path = os.path.join(os.path.dirname(os.path.abspath(megatron_json)), "gpt_configurations_run.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def table(args):
     with open(args.megatron) as f:
         megatron = json.load(f)
-    text = render(megatron, program_table(args.program))
+    text = render(megatron, program_table(args.program), configurations_run(args.megatron))
     with open(args.out, "w") as f:
         f.write(text)
     print(f"wrote {args.out}")
@@ -258,7 +282,7 @@ def check(args):
         megatron = json.load(f)
     ours = program_table(args.program)
     with open(args.doc) as f:
-        if f.read() != render(megatron, ours):
+        if f.read() != render(megatron, ours, configurations_run(args.megatron)):
             failures.append(f"{args.doc} differs from the program's flag table: run scripts/megatron_flags.py table")
     # The example's flags: accepted, or refused with a reason that pretrain_gpt prints. Its
     # directories become fresh temporary ones.
@@ -321,6 +345,7 @@ def main():
     e.add_argument("--repo", required=True)
     e.add_argument("--ref", required=True)
     e.add_argument("--out", required=True)
+    e.add_argument("--cases-out", help="also store the GPT test cases' command lines here")
     t = sub.add_parser("table")
     t.add_argument("--megatron", required=True)
     t.add_argument("--program", required=True)

@@ -115,6 +115,7 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
     GPT_ASSIGN_OR_RETURN(const double base, argument_double(args, "--rotary-base", 10000.0));
     c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.kv_channels) * percent);
     c.rotary_base = static_cast<float>(base);
+    c.rotary_interleaved = argument_true(args, "--rotary-interleaved");
   } else if (position == "learned_absolute" && !argument_true(args, "--no-position-embedding")) {
     c.position_embedding = PositionEmbedding::kLearnedAbsolute;
   } else {
@@ -124,6 +125,7 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
       argument_text(args, "--normalization", "LayerNorm") == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
   c.swiglu = argument_true(args, "--swiglu");
   c.add_bias_linear = !argument_true(args, "--disable-bias-linear");
+  c.exact_gelu = !c.swiglu && (!c.add_bias_linear || argument_true(args, "--no-bias-gelu-fusion"));
   c.dtype = DType::kFloat32;
   if (vocab_override) {
     c.vocab_size = *vocab_override;

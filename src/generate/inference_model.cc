@@ -9,8 +9,9 @@
 namespace gpt {
 
 void rope_at_position(float* qkv_row, int64_t groups, int64_t queries_per_group, int64_t head_dim,
-                      int64_t rotary_dim, float base, int64_t position) {
+                      int64_t rotary_dim, float base, int64_t position, bool interleaved) {
   const int64_t half = rotary_dim / 2, width = (queries_per_group + 2) * head_dim;
+  const int64_t pair_step = interleaved ? 2 : 1, second = interleaved ? 1 : half;  // as kernels/cpu/rope.cc
   for (int64_t j = 0; j < half; ++j) {
     // As kernels/cpu/rope.cc: inv_freq and the angle in FP32, cosine and sine in double.
     const float inv_freq = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(rotary_dim));
@@ -20,9 +21,10 @@ void rope_at_position(float* qkv_row, int64_t groups, int64_t queries_per_group,
     for (int64_t g = 0; g < groups; ++g) {
       for (int64_t head = 0; head <= queries_per_group; ++head) {  // the queries and the key
         float* x = qkv_row + g * width + head * head_dim;
-        const float x1 = x[j], x2 = x[half + j];
-        x[j] = x1 * c - x2 * s;
-        x[half + j] = x2 * c + x1 * s;
+        const int64_t i1 = j * pair_step, i2 = second + j * pair_step;
+        const float x1 = x[i1], x2 = x[i2];
+        x[i1] = x1 * c - x2 * s;
+        x[i2] = x2 * c + x1 * s;
       }
     }
   }
@@ -190,7 +192,8 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
         }
         if (rope) {
           for (int64_t t = 0; t < s; ++t) {
-            rope_at_position(qkv_host + t * qkv_size, groups, q, d, c.rotary_dim, c.rotary_base, rows[first + t].position);
+            rope_at_position(qkv_host + t * qkv_size, groups, q, d, c.rotary_dim, c.rotary_base, rows[first + t].position,
+                             c.rotary_interleaved);
           }
         }
         KvCacheAttention& core = *cached_cores_[static_cast<size_t>(layer)];
@@ -205,7 +208,7 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
         // The training path's RoPE op and attention core, on the device.
         const Tensor qkv_view(qkv_rows, DType::kFloat32, Shape{s, 1, groups, (q + 2) * d}, device);
         const Tensor out_view(out_rows, DType::kFloat32, Shape{s, 1, heads, d}, device);
-        if (rope) ops::rope_forward(ctx_, qkv_view, d, c.rotary_dim, c.rotary_base, 0);
+        if (rope) ops::rope_forward(ctx_, qkv_view, d, c.rotary_dim, c.rotary_base, 0, c.rotary_interleaved);
         full_core_->forward(ctx_, out_view, scratch(lse_, {1, heads, s}), qkv_view, ops::DropoutMask{});
       }
       first += s;
@@ -227,6 +230,9 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
     if (c.swiglu) {
       ops::matmul(ctx_, fc1, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias});
       ops::swiglu_forward(ctx_, act, fc1);
+    } else if (c.exact_gelu) {
+      ops::matmul(ctx_, fc1, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias});
+      ops::gelu_exact_forward(ctx_, act, fc1);
     } else {
       ops::matmul(ctx_, act, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias, .pre_gelu = fc1});
     }

@@ -157,7 +157,7 @@ std::string config_json(const ModelConfig& c, HfFamily family, const SpecialToke
       << ",\n  \"n_ctx\": " << c.max_position_embeddings << ",\n  \"n_embd\": " << c.hidden_size
       << ",\n  \"n_layer\": " << c.num_layers << ",\n  \"n_head\": " << c.num_attention_heads
       << ",\n  \"n_inner\": " << c.ffn_hidden_size << ",\n  \"layer_norm_epsilon\": " << float_text(c.layernorm_epsilon)
-      << ",\n  \"activation_function\": \"gelu_new\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
+      << ",\n  \"activation_function\": \"" << (c.exact_gelu ? "gelu" : "gelu_new") << "\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
       << "  \"attn_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": " << tie
       << ",\n  \"torch_dtype\": \"float32\"\n}\n";
   } else {

@@ -55,9 +55,13 @@ struct ModelConfig {
   PositionEmbedding position_embedding = PositionEmbedding::kLearnedAbsolute;
   int64_t rotary_dim = 0;           // rope: rotated dims per head, kv_channels x --rotary-percent
   float rotary_base = 10000.0f;     // rope: --rotary-base
+  bool rotary_interleaved = false;  // rope: pairs (2j, 2j + 1) instead of (j, j + rotary_dim / 2)
   Normalization normalization = Normalization::kLayerNorm;
   bool swiglu = false;              // gated SiLU MLP: fc1 [2 ffn, h] = [gate; up]
   bool add_bias_linear = true;      // false: --disable-bias-linear
+  // Without swiglu: the exact erf GeLU (Megatron's F.gelu when its bias-GeLU fusion is off, i.e.
+  // with --disable-bias-linear or --no-bias-gelu-fusion) instead of the fused tanh approximation.
+  bool exact_gelu = false;
   // Dropout (kernels/dropout_mask.h: masks keyed by seed, iteration, sample, layer and element).
   float hidden_dropout = 0.0f;
   float attention_dropout = 0.0f;

@@ -144,9 +144,11 @@ void TransformerLayer::rope(Context& ctx, const Tensor& qkv, bool forward) const
   for (const SequenceSegment& segment : shapes_.segments(0, shapes_.sequence)) {
     const Tensor rows = groups.slice(segment.local_row, segment.local_row + segment.rows);
     if (forward) {
-      ops::rope_forward(ctx, rows, shapes_.head_dim, config_.rotary_dim, config_.rotary_base, segment.position);
+      ops::rope_forward(ctx, rows, shapes_.head_dim, config_.rotary_dim, config_.rotary_base, segment.position,
+                        config_.rotary_interleaved);
     } else {
-      ops::rope_backward(ctx, rows, shapes_.head_dim, config_.rotary_dim, config_.rotary_base, segment.position);
+      ops::rope_backward(ctx, rows, shapes_.head_dim, config_.rotary_dim, config_.rotary_base, segment.position,
+                        config_.rotary_interleaved);
     }
   }
 }
@@ -204,6 +206,9 @@ void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, Laye
   if (config_.swiglu) {
     fc1_.forward_column(ctx, a.fc1_pre, a.ln2, a.ln2_gathered);
     ops::swiglu_forward(ctx, a.fc1_act.as_matrix(), a.fc1_pre.as_matrix());  // [s b, 2 ffn_l] -> [s b, ffn_l]
+  } else if (config_.exact_gelu) {
+    fc1_.forward_column(ctx, a.fc1_pre, a.ln2, a.ln2_gathered);
+    ops::gelu_exact_forward(ctx, a.fc1_act, a.fc1_pre);  // [s, b, ffn_l]
   } else {
     fc1_.forward_column(ctx, a.fc1_act, a.ln2, a.ln2_gathered, /*pre_gelu=*/a.fc1_pre);
   }
@@ -245,6 +250,8 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
   if (config_.swiglu) {
     ops::swiglu_backward(ctx, ws_.fc1.as_matrix(), ws_.ffn.as_matrix(), st.fc1_pre.as_matrix());
     d_fc1 = ws_.fc1;
+  } else if (config_.exact_gelu) {
+    ops::gelu_exact_backward(ctx, ws_.ffn, ws_.ffn, st.fc1_pre);
   } else {
     ops::gelu_backward(ctx, ws_.ffn, ws_.ffn, st.fc1_pre);
   }

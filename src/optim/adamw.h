@@ -54,6 +54,9 @@ class AdamW {
 
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
+  // A resumed run that continues with its checkpoint's weight decay (--use-checkpoint-opt_param-scheduler).
+  void set_weight_decay(float weight_decay) { config_.weight_decay = weight_decay; }
+  float weight_decay() const { return config_.weight_decay; }
   // What this rank updates, and the FP32 state of it: the owned ranges' elements one after
   // another (without sharding, the layout of the store's flat buffers). master() is the flat
   // values themselves in FP32 training.

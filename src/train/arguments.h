@@ -36,6 +36,7 @@ struct Arguments {
   bool no_position_embedding = false;   // Megatron's older spelling of "no learned position embedding"
   double rotary_percent = 1.0;          // rope: fraction of each head's dims rotated
   double rotary_base = 10000;           // rope: the frequency base
+  bool rotary_interleaved = false;      // rope: pairs (2j, 2j + 1) instead of (j, j + rotary_dim / 2)
   std::string normalization = "LayerNorm";  // LayerNorm or RMSNorm
   bool swiglu = false;                  // gated SiLU MLP (fc1 twice as wide)
   bool group_query_attention = false;
@@ -119,7 +120,7 @@ struct Arguments {
   // auto / fused: cuDNN's fused flash attention where it applies (BF16, head dim a multiple of 8 up
   // to 128), the exact reference kernel elsewhere (fused refuses such a model); local / unfused:
   // always the reference kernel. flash (the FlashAttention library) is refused.
-  std::string attention_backend = "auto";
+  std::string attention_backend = "auto";  // flash: as auto (exact attention; the fused path where it applies)
 
   // Megatron implementation choices that have one meaning in this program (parse_arguments' help
   // says which; validate_arguments refuses the values that cannot be honoured). Kept so that a
@@ -143,10 +144,20 @@ struct Arguments {
   bool use_cpu_initialization = false;
   bool apply_query_key_layer_scaling = false;
   bool accumulate_allreduce_grads_in_fp32 = false;
+  bool ddp_average_in_collective = false;  // the data-parallel mean either way (pre-scaled sum here)
+  bool defer_embedding_wgrad_compute = false;  // the output layer's weight gradient: the same sum either way
+  int64_t wgrad_deferral_limit = 0;            // with defer_embedding_wgrad_compute
+  bool overlap_param_gather_with_optimizer_step = false;  // needs the distributed optimizer and --overlap-param-gather
+  bool disable_gloo_process_groups = false;    // no Gloo groups exist here
+  int64_t check_weight_hash_across_dp_replicas_interval = 0;  // 0: never (train/replica_check.h)
   int64_t empty_unused_memory_level = 0;
   bool no_check_for_nan_in_loss_and_grad = false;  // refused: no check here stops a run
   bool calculate_per_token_loss = false;
+  bool cross_entropy_loss_fusion = false;          // the cross entropy is one fused FP32 kernel either way
+  std::string cross_entropy_fusion_impl = "native";  // native or te: this program's kernel either way
+  int64_t num_workers = 2;                         // >= 0: batches are read by the training process itself
   std::vector<std::string> rampup_batch_size;      // refused: the global batch size is constant
+  std::string step_batch_size_schedule;            // refused: the global batch size is constant
 
   // Activation recompute (megatron/core/transformer/transformer_config.py): full re-runs whole
   // layers in backward from a stashed input, selective only the attention core.
@@ -207,7 +218,10 @@ struct Arguments {
   bool no_load_rng = false;
   bool no_save_optim = false;
   bool finetune = false;                // parameters only; iteration and data start from 0
-  std::string ckpt_format = "hdf5";     // the only format of this program
+  // Megatron's torch_dist (its default), torch, torch_dcp and fsdp_dtensor ask for what this
+  // program's one format gives (sharded, reshardable, async): accepted, the files are HDF5 either
+  // way (a start-up note says so); hdf5 names it.
+  std::string ckpt_format = "torch_dist";
   bool async_save = false;              // write from a host copy in a background thread
   bool use_persistent_ckpt_worker = false;  // accepted: the writer thread is one per save either way
   std::string dist_ckpt_strictness = "assume_ok_unexpected";
@@ -218,6 +232,22 @@ struct Arguments {
   // not Megatron's: a fresh start may save into a directory holding checkpoints it did not load
   bool allow_other_run_checkpoints = false;
   bool load_fallback_to_previous = false;  // not Megatron's: a damaged newest checkpoint falls back
+  // Megatron's distributed-checkpoint options (train/checkpoint_arguments.cc says what each means
+  // here).
+  bool dist_ckpt_optim_fully_reshardable = false;  // the optimizer state is always fully reshardable here
+  bool ckpt_fully_parallel_load = false;           // every rank always reads only its own slices
+  bool ckpt_fully_parallel_save = false;           // Megatron's deprecated spelling of the default
+  bool no_ckpt_fully_parallel_save = false;        // replicated pieces written by data-parallel rank 0 only
+  bool ckpt_assume_constant_structure = false;     // no save plan is cached here: the same files either way
+  std::string async_strategy = "nvrx";             // nvrx or mcore: both the background writer thread here
+  int64_t save_retain_interval = 0;                // 0: none; else older checkpoints not at multiples are deleted
+  // The learning-rate schedule of a resumed run (Megatron's OptimizerParamScheduler.load_state_dict):
+  // by default the checkpoint's and the command line's must agree.
+  bool use_checkpoint_opt_param_scheduler = false;  // continue with the checkpoint's schedule
+  bool verify_integrity = false;                   // checkpoints are always checksummed and verified here
+  bool async_ckpt_use_cpu_shm = false;             // the host copy is this process's memory either way
+  bool auto_detect_ckpt_format = false;            // --load always finds the format (HDF5) itself
+  bool override_opt_param_scheduler = false;        // continue with the command line's schedule
 
   // The long names of the flags that appeared on the command line.
   std::set<std::string> given;

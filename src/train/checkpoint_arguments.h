@@ -1,5 +1,6 @@
 // Validation of the checkpoint flags (--save, --load, --ckpt-format, --dist-ckpt-strictness, the
-// exit conditions): Megatron's names and meanings; what this program cannot do is refused.
+// exit conditions, the scheduler's resume rule): Megatron's names and meanings; what this program
+// cannot do is refused.
 #pragma once
 
 #include "core/status.h"
@@ -7,6 +8,7 @@
 
 namespace gpt {
 
-absl::Status validate_checkpoint_arguments(const Arguments& args);
+// Adds the start-up note of a Megatron --ckpt-format to args.notes.
+absl::Status validate_checkpoint_arguments(Arguments& args);
 
 }  // namespace gpt

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "core/memory.h"
+#include "checkpoint/save_directory.h"
 #include "core/philox.h"
 #include "model/param_registry.h"
 #include "parallel/comm/world_agreement.h"
@@ -20,6 +22,7 @@
 #include "train/fault_injection.h"
 #include "train/rank_agreement.h"
 #include "train/sharding_arguments.h"
+#include "train/scheduler_resume.h"
 
 namespace gpt {
 namespace {
@@ -46,12 +49,14 @@ void print_rank0(const ProcessGrid& grid, const std::string& text) {
 }
 
 // Of the pieces every data-parallel replica holds, each DP rank writes a share: the piece goes to
-// the replica chosen by a hash of its key and offsets, which every replica computes alike. The
-// context-parallel ranks of a replica hold the same parameters too (CP does not split them), so
-// the choice is over the data x context group.
-bool writes_piece(const ShardedTensor& piece, const ProcessGrid& grid) {
+// the replica chosen by a hash of its key and offsets, which every replica computes alike
+// (Megatron's fully parallel save); with --no-ckpt-fully-parallel-save data-parallel rank 0 writes
+// them all. The context-parallel ranks of a replica hold the same parameters too (CP does not
+// split them), so the choice is over the data x context group.
+bool writes_piece(const ShardedTensor& piece, const ProcessGrid& grid, bool fully_parallel) {
   if (piece.replica_id != 0) return false;
   if (!piece.replicated_over_data_parallel) return true;
+  if (!fully_parallel) return grid.data_context().rank() == 0;
   const int replicas = grid.data_context().size();
   const uint64_t hash = fnv1a_64(absl::StrCat(piece.key, "@", absl::StrJoin(piece.offsets, ",")));
   return static_cast<int>(hash % static_cast<uint64_t>(replicas)) == grid.data_context().rank();
@@ -165,7 +170,7 @@ absl::Status Checkpointer::save(Trainer& trainer) {
   auto pieces = std::make_shared<std::vector<HostPiece>>();
   double bytes = 0;
   for (ShardedTensor& piece : state_pieces(trainer, args_, !args_.no_save_optim)) {
-    if (!writes_piece(piece, grid_)) continue;
+    if (!writes_piece(piece, grid_, !args_.no_ckpt_fully_parallel_save)) continue;
     HostPiece host;
     host.dtype = piece.data.dtype();
     host.bytes.resize(piece.data.bytes());
@@ -289,8 +294,19 @@ absl::Status Checkpointer::commit(const PendingSave& pending) {
   if (error) return absl::DataLossError(absl::StrCat("cannot commit checkpoint ", final_name, ": ", error.message()));
   GPT_RETURN_IF_ERROR(fsync_directory(args_.save));
   maybe_inject_fault("before-tracker", 0);
+  // --save-retain-interval (Megatron's rule): the checkpoint the tracker named before this one is
+  // deleted once this one is committed, unless its iteration is a multiple of the interval.
+  std::optional<int64_t> previous;
+  if (args_.save_retain_interval > 0) {
+    absl::StatusOr<std::optional<int64_t>> tracker = read_tracker(args_.save);
+    if (tracker.ok()) previous = *tracker;
+  }
   GPT_RETURN_IF_ERROR(write_tracker(args_.save, pending.iteration));
   std::filesystem::remove_all(old_name, error);
+  if (previous && *previous > 0 && *previous != pending.iteration && *previous % args_.save_retain_interval != 0 &&
+      *previous != protected_iteration()) {
+    std::filesystem::remove_all(absl::StrCat(args_.save, "/", iteration_directory_name(*previous)), error);
+  }
   if (args_.keep_latest_checkpoints > 0) {
     const std::vector<int64_t> committed = list_checkpoints(args_.save);
     const size_t keep = static_cast<size_t>(args_.keep_latest_checkpoints);
@@ -460,6 +476,12 @@ absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& direct
                       << ": the samples, dropout masks or token ids after this point differ from the saved run's";
   }
   const bool load_optimizer = !args_.no_load_optim && !args_.finetune;
+  if (load_optimizer) {
+    // Megatron restores its OptimizerParamScheduler with the optimizer: the schedule to continue.
+    GPT_ASSIGN_OR_RETURN(const SchedulerSettings scheduler,
+                         resumed_scheduler_settings(m.arguments, args_, directory));
+    trainer.set_scheduler(scheduler.schedule, scheduler.weight_decay);
+  }
   std::vector<ShardedTensor> pieces = state_pieces(trainer, args_, load_optimizer);
 
   // Keys this rank wants that the checkpoint lacks (master weights may come from the parameters).

@@ -36,4 +36,9 @@ void maybe_inject_delay(int world_rank) {
   if (milliseconds > 0) std::this_thread::sleep_for(std::chrono::milliseconds(milliseconds));
 }
 
+bool corruption_requested(const char* point, int world_rank) {
+  const char* fault = std::getenv("GPT_CHECKPOINT_FAULT");
+  return fault != nullptr && std::string(fault) == absl::StrCat(point, ":", world_rank, ":corrupt");
+}
+
 }  // namespace gpt

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "train/flag_agreement_order.h"
 #include "train/metrics_file.h"
 #include "train/numeric_flags.h"
 
@@ -71,16 +72,16 @@ constexpr FlagRow kRows[] = {
         .negated("add_position_embedding"),
     row("--rotary-percent", &A::rotary_percent, "Fraction of each head's dimensions that RoPE rotates"),
     row("--rotary-base", &A::rotary_base, "RoPE frequency base").shown(kIntIfIntegral),
+    row("--rotary-interleaved", &A::rotary_interleaved,
+        "RoPE rotates the pairs (2j, 2j + 1) of each head instead of (j, j + rotary_dim / 2)"),
     row("--normalization", &A::normalization, "LayerNorm or RMSNorm"),
     row("--swiglu", &A::swiglu, "SwiGLU MLP (default --ffn-hidden-size: int(8h/3 / 64) * 64, as Megatron)"),
     row("--group-query-attention", &A::group_query_attention, "Grouped-query attention"),
     row("--num-query-groups", &A::num_query_groups, "Key/value head groups with --group-query-attention"),
-    row("--disable-bias-linear", &A::disable_bias_linear, "No biases in the QKV, projection and MLP linears")
-        .negated("add_bias_linear")
-        .megatron(
-            kRefusedAtValues,
-            "refused without --swiglu: a bias-free GeLU MLP in Megatron uses the exact erf GeLU, which this program "
-            "does not have"),
+    row("--disable-bias-linear", &A::disable_bias_linear,
+        "No biases in the QKV, projection and MLP linears (with a GeLU MLP: the exact erf GeLU, as Megatron, "
+        "whose bias-GeLU fusion then turns off)")
+        .negated("add_bias_linear"),
     // Parallelism.
     row("--tensor-model-parallel-size", &A::tensor_model_parallel_size, "Tensor-parallel size"),
     row("--pipeline-model-parallel-size", &A::pipeline_model_parallel_size, "Pipeline-parallel size"),
@@ -138,8 +139,7 @@ constexpr FlagRow kRows[] = {
         "elements in host memory and run their AdamW step on the host's cores (needs a distributed optimizer and "
         "--use-precision-aware-optimizer)"),
     row("--optimizer-offload-fraction", &A::optimizer_offload_fraction,
-        "With --optimizer-cpu-offload: the fraction of the owned optimizer state in host memory, in [0, 1]")
-        .shown(kIntIfIntegral),
+        "With --optimizer-cpu-offload: the fraction of the owned optimizer state in host memory, in [0, 1]"),
     row("--use-precision-aware-optimizer", &A::use_precision_aware_optimizer,
         "The optimizer holds its FP32 master weights and moments itself (Megatron requires it with "
         "--optimizer-cpu-offload)")
@@ -225,11 +225,13 @@ constexpr FlagRow kRows[] = {
         "Only bitwise reproducible algorithms (slower cuDNN attention backward)")
         .megatron(kImplementation),
     row("--attention-backend", &A::attention_backend,
-        "auto, fused (cuDNN fused attention), local or unfused (reference kernel); flash is not available")
+        "auto, flash (as auto: exact attention, cuDNN's fused flash attention where it applies), fused (cuDNN "
+        "fused attention), local or unfused (reference kernel)")
         .shown(attention_backend_value)
-        .megatron(kRefusedAtValues,
-                  "auto, fused, local and unfused; flash is refused (cuDNN's fused flash attention is what auto and "
-                  "fused run)"),
+        .megatron(kImplementation,
+                  "auto, flash, fused, local and unfused; flash runs what auto does (exact attention: cuDNN's fused "
+                  "flash attention on the GPU where it applies, the reference kernel elsewhere), said in a start-up "
+                  "note; fused needs the GPU"),
     row("--recompute-granularity", &A::recompute_granularity,
         "Activation recompute: full (whole layers) or selective (attention core)")
         .shown(kNoneIfEmpty),
@@ -293,14 +295,9 @@ constexpr FlagRow kRows[] = {
         .negated("masked_softmax_fusion")
         .megatron(kImplementation),
     row("--no-bias-gelu-fusion", &A::no_bias_gelu_fusion,
-        "Refused with a GeLU MLP: without the fusion Megatron computes the exact (erf) GeLU, and this "
-        "program's GeLU is the tanh approximation of Megatron's fused bias-GeLU; accepted with --swiglu, "
-        "where it has no effect (as in Megatron)")
-        .negated("bias_gelu_fusion")
-        .megatron(
-            kRefusedAtValues,
-            "refused with a GeLU MLP (unfused Megatron computes the exact erf GeLU, this program only the fused tanh "
-            "approximation); accepted with --swiglu, where it has no effect"),
+        "The exact erf GeLU (PyTorch's F.gelu, Megatron's unfused path) instead of the tanh approximation of "
+        "Megatron's fused bias-GeLU; no effect with --swiglu (as in Megatron)")
+        .negated("bias_gelu_fusion"),
     row("--no-bias-dropout-fusion", &A::no_bias_dropout_fusion,
         "Accepted: bias, dropout and residual add give the same values fused or not (the dropout masks are "
         "this program's layout-independent ones either way)")
@@ -332,6 +329,32 @@ constexpr FlagRow kRows[] = {
         "Accepted: gradients are always accumulated and reduced across data-parallel ranks in FP32 (Megatron's "
         "default with --bf16)")
         .megatron(kImplementation),
+    row("--ddp-average-in-collective", &A::ddp_average_in_collective,
+        "Accepted: the gradient is the data-parallel mean either way; here each rank's loss is scaled by 1 / "
+        "(DP x microbatches) before backward and the collective sums (Megatron's default path), which differs "
+        "from an averaging collective only in FP32 rounding")
+        .megatron(kImplementation),
+    row("--defer-embedding-wgrad-compute", &A::defer_embedding_wgrad_compute,
+        "Accepted: Megatron defers the output layer's weight-gradient GEMMs of the last pipeline stage to the "
+        "pipeline flush to hide it; here they run in each microbatch's backward (or as the pipeline schedule "
+        "defers weight gradients); the gradient is the same sum over microbatches")
+        .megatron(kImplementation),
+    row("--wgrad-deferral-limit", &A::wgrad_deferral_limit,
+        "With --defer-embedding-wgrad-compute (>= 0): microbatches whose output-layer weight gradient Megatron "
+        "defers; accepted, as that flag")
+        .megatron(kImplementation),
+    row("--overlap-param-gather-with-optimizer-step", &A::overlap_param_gather_with_optimizer_step,
+        "Accepted with --use-distributed-optimizer and --overlap-param-gather (Megatron's rule): Megatron starts "
+        "the first model chunk's parameter all-gather inside the optimizer step; here the all-gathers of "
+        "--overlap-param-gather overlap the next forward; the parameters are the same")
+        .megatron(kImplementation),
+    row("--check-weight-hash-across-dp-replicas-interval", &A::check_weight_hash_across_dp_replicas_interval,
+        "Every N iterations, check that the data-parallel replicas hold the same parameters (a hash of each "
+        "rank's parameters); replicas that differ stop the run, naming the ranks")
+        .shown(kNoneIfZero),
+    row("--disable-gloo-process-groups", &A::disable_gloo_process_groups,
+        "Accepted: this program creates no Gloo process groups (its host-side agreements run on MPI)")
+        .megatron(kImplementation),
     row("--empty-unused-memory-level", &A::empty_unused_memory_level,
         "0, 1 or 2, accepted: device memory is one arena taken before the first iteration and never freed, "
         "so there is no allocator cache to empty at any level")
@@ -349,11 +372,26 @@ constexpr FlagRow kRows[] = {
         "Accepted: every token counts here (no loss mask), so each microbatch has the same token count and "
         "the per-token mean over the global batch equals Megatron's default mean of microbatch means; the "
         "gradient and the logged loss are that mean either way"),
+    row("--cross-entropy-loss-fusion", &A::cross_entropy_loss_fusion,
+        "Accepted: the vocabulary-parallel cross entropy is always one fused FP32 kernel here (statistics and "
+        "gradient from the logits, no probability tensor), Megatron's fused path's arithmetic")
+        .megatron(kImplementation),
+    row("--cross-entropy-fusion-impl", &A::cross_entropy_fusion_impl,
+        "native or te: either runs this program's fused cross-entropy kernel")
+        .megatron(kImplementation, "native and te both run this program's fused FP32 cross-entropy kernel"),
+    row("--num-workers", &A::num_workers,
+        "Accepted (>= 0): Megatron's data-loader worker processes; here the training process reads each "
+        "batch from the memory-mapped dataset itself, the same samples for any number")
+        .megatron(kImplementation),
     row("--rampup-batch-size", &A::rampup_batch_size,
         "Refused: the global batch size is constant in this program (start increment samples)")
         .shown(kNoneIfEmpty)
         .megatron(kRefused, "the global batch size is constant in this program")
         .takes(Nargs::kThree),
+    row("--step-batch-size-schedule", &A::step_batch_size_schedule,
+        "Refused: the global batch size is constant in this program (\"samples:batch ...\" steps)")
+        .shown(kNoneIfEmpty)
+        .megatron(kRefused, "the global batch size is constant in this program: give --global-batch-size only"),
     // ---- end of Megatron implementation choices -------------------------------------------------
     // Data.
     row("--mock-data", &A::mock_data, "Synthetic data, no files needed"),
@@ -388,11 +426,12 @@ constexpr FlagRow kRows[] = {
         "disabled, validate_results (a NaN, Inf or, with --check-for-spiky-loss, spiky local loss reruns the "
         "iteration: not reproduced, save and exit 17; reproduced, report the samples, save and exit 16 for a rerun "
         "on another node, or skip the update under --no-check-for-nan-in-loss-and-grad) or report_stats (rerun "
-        "every iteration, report the difference)")
+        "every iteration, report the difference); default disabled (Megatron's: validate_results)")
         .megatron(kImplementation,
                   "Megatron's rerun state machine on the local loss (NaN, Inf, spiky) with its exit codes 16 and 17 "
                   "and its second stage from the checkpoint; the machine's state is kept as checkpoint records, and a "
-                  "reproduced NaN may be skipped under --no-check-for-nan-in-loss-and-grad"),
+                  "reproduced NaN may be skipped under --no-check-for-nan-in-loss-and-grad. The default is disabled "
+                  "(Megatron's is validate_results): give --rerun-mode validate_results for Megatron's behaviour"),
     row("--check-for-spiky-loss", &A::check_for_spiky_loss,
         "Reject a local loss at least 10 times the largest of the first 100 (not fatal: rerun, then continue)"),
     row("--log-straggler", &A::log_straggler,
@@ -411,15 +450,62 @@ constexpr FlagRow kRows[] = {
     row("--no-load-rng", &A::no_load_rng, "Do not load the random state (use --seed)").shown(kTrueOrNone),
     row("--no-save-optim", &A::no_save_optim, "Do not save the optimizer state").shown(kTrueOrNone),
     row("--finetune", &A::finetune, "Load parameters only; start at iteration 0"),
-    row("--ckpt-format", &A::ckpt_format, "Checkpoint format: hdf5 (this program's only one)")
-        .megatron(
-            kRefusedAtValues,
-            "hdf5 only (this program's sharded format; docs/CHECKPOINTS.md); torch_dist, torch and zarr are refused"),
+    row("--ckpt-format", &A::ckpt_format,
+        "torch_dist (default), torch, torch_dcp, fsdp_dtensor or hdf5: checkpoints are this program's sharded "
+        "HDF5 format whichever is named (sharded by tensor slice, loadable into any parallel layout, async with "
+        "--async-save); a start-up note says so")
+        .megatron(kImplementation,
+                  "torch_dist, torch, torch_dcp, fsdp_dtensor (and hdf5): the files are this program's sharded HDF5 "
+                  "format in every case (sharded, reshardable across TP/PP/DP, async), said in one start-up note; "
+                  "docs/CHECKPOINTS.md"),
     row("--async-save", &A::async_save, "Write checkpoints in a background thread from a host copy")
-        .shown(kTrueOrNone)
         .megatron(kImplementation, "the writer is a background thread from a host copy (Megatron's uses processes)"),
     row("--use-persistent-ckpt-worker", &A::use_persistent_ckpt_worker, "Accepted with --async-save")
         .megatron(kImplementation),
+    row("--async-strategy", &A::async_strategy,
+        "nvrx or mcore: with --async-save either runs this program's background writer thread")
+        .megatron(kImplementation, "nvrx and mcore both run the background writer thread of --async-save"),
+    row("--dist-ckpt-optim-fully-reshardable", &A::dist_ckpt_optim_fully_reshardable,
+        "Accepted: the optimizer state is always saved as slices of each parameter's global tensor, so it loads "
+        "into any TP/PP/DP layout, with or without --use-distributed-optimizer")
+        .megatron(kImplementation),
+    row("--ckpt-fully-parallel-load", &A::ckpt_fully_parallel_load,
+        "Accepted: every rank always reads only the slices it holds, all ranks at once (no rank reads for "
+        "another and broadcasts)")
+        .megatron(kImplementation),
+    row("--ckpt-fully-parallel-save", &A::ckpt_fully_parallel_save,
+        "The default (Megatron's deprecated spelling): the pieces every data-parallel replica holds are written "
+        "by the replicas in turn, spread by a hash of the key")
+        .dest("ckpt_fully_parallel_save_deprecated"),
+    row("--no-ckpt-fully-parallel-save", &A::no_ckpt_fully_parallel_save,
+        "The pieces every data-parallel replica holds are written by data-parallel rank 0 alone")
+        .negated("ckpt_fully_parallel_save"),
+    row("--ckpt-assume-constant-structure", &A::ckpt_assume_constant_structure,
+        "Accepted: Megatron caches its save plan across saves; no plan is cached here, each save lists its "
+        "pieces again, and the files written are the same")
+        .megatron(kImplementation),
+    row("--verify-integrity", &A::verify_integrity,
+        "Accepted: every checkpoint here carries checksums of its tensor chunks, shards and metadata, written on "
+        "save and verified on load (docs/CHECKPOINTS.md, Integrity), with or without the flag")
+        .megatron(kImplementation),
+    row("--async-ckpt-use-cpu-shm", &A::async_ckpt_use_cpu_shm,
+        "Accepted with --async-save: the host copy the writer thread reads is this process's memory (no "
+        "worker process to share it with)")
+        .megatron(kImplementation),
+    row("--auto-detect-ckpt-format", &A::auto_detect_ckpt_format,
+        "Accepted: --load always reads the checkpoint's format from its files (this program's HDF5 one; "
+        "anything else is refused naming the file)")
+        .megatron(kImplementation),
+    row("--save-retain-interval", &A::save_retain_interval,
+        "Keep the checkpoints of iterations that are multiples of N, and the latest; a save deletes the previous "
+        "checkpoint otherwise")
+        .shown(kNoneIfZero),
+    row("--use-checkpoint-opt_param-scheduler", &A::use_checkpoint_opt_param_scheduler,
+        "On resume, continue with the checkpoint's learning-rate schedule and weight decay instead of the "
+        "command line's"),
+    row("--override-opt_param-scheduler", &A::override_opt_param_scheduler,
+        "On resume, continue with the command line's learning-rate schedule and weight decay although the "
+        "checkpoint's differ (by default a difference stops the run)"),
     row("--dist-ckpt-strictness", &A::dist_ckpt_strictness,
         "Missing / unexpected checkpoint keys on load: assume_ok_unexpected, log_unexpected, log_all, "
         "raise_unexpected, raise_all, ignore_all"),
@@ -477,143 +563,6 @@ constexpr FlagRow kRows[] = {
         .negated("log_learning_rate_to_tensorboard"),
     row("--no-log-loss-scale-to-tensorboard", &A::no_log_loss_scale_to_tensorboard, "No loss-scale scalars")
         .negated("log_loss_scale_to_tensorboard"),
-};
-
-// The agreement text's order, as checkpoints have stored it since they started saving their
-// arguments (a row added later goes after these, in table order; none needs adding here). Not a
-// declaration: checked below to name rows, each once.
-constexpr std::string_view kAgreementOrder[] = {
-    "--num-layers",
-    "--hidden-size",
-    "--ffn-hidden-size",
-    "--num-attention-heads",
-    "--kv-channels",
-    "--seq-length",
-    "--max-position-embeddings",
-    "--make-vocab-size-divisible-by",
-    "--untie-embeddings-and-output-weights",
-    "--init-method-std",
-    "--norm-epsilon",
-    "--hidden-dropout",
-    "--attention-dropout",
-    "--position-embedding-type",
-    "--normalization",
-    "--no-position-embedding",
-    "--rotary-percent",
-    "--rotary-base",
-    "--swiglu",
-    "--group-query-attention",
-    "--num-query-groups",
-    "--disable-bias-linear",
-    "--tensor-model-parallel-size",
-    "--pipeline-model-parallel-size",
-    "--num-layers-per-virtual-pipeline-stage",
-    "--num-virtual-stages-per-pipeline-rank",
-    "--sequence-parallel",
-    "--use-distributed-optimizer",
-    "--overlap-grad-reduce",
-    "--overlap-param-gather",
-    "--ddp-bucket-size",
-    "--distributed-backend",
-    "--distributed-timeout-minutes",
-    "--micro-batch-size",
-    "--global-batch-size",
-    "--train-iters",
-    "--train-samples",
-    "--lr-decay-samples",
-    "--lr-warmup-samples",
-    "--lr",
-    "--min-lr",
-    "--lr-decay-style",
-    "--lr-decay-iters",
-    "--lr-warmup-iters",
-    "--lr-warmup-fraction",
-    "--weight-decay",
-    "--clip-grad",
-    "--adam-beta1",
-    "--adam-beta2",
-    "--adam-eps",
-    "--bf16",
-    "--fp16",
-    "--seed",
-    "--deterministic-mode",
-    "--rampup-batch-size",
-    "--calculate-per-token-loss",
-    "--attention-backend",
-    "--transformer-impl",
-    "--use-mcore-models",
-    "--no-gradient-accumulation-fusion",
-    "--attention-softmax-in-fp32",
-    "--no-rope-fusion",
-    "--manual-gc",
-    "--manual-gc-interval",
-    "--no-create-attention-mask-in-dataloader",
-    "--no-mmap-bin-files",
-    "--use-flash-attn",
-    "--no-masked-softmax-fusion",
-    "--no-bias-gelu-fusion",
-    "--no-bias-dropout-fusion",
-    "--no-bias-swiglu-fusion",
-    "--no-persist-layer-norm",
-    "--no-async-tensor-model-parallel-allreduce",
-    "--use-cpu-initialization",
-    "--apply-query-key-layer-scaling",
-    "--accumulate-allreduce-grads-in-fp32",
-    "--empty-unused-memory-level",
-    "--no-check-for-nan-in-loss-and-grad",
-    "--recompute-granularity",
-    "--recompute-method",
-    "--recompute-num-layers",
-    "--recompute-activations",
-    "--mock-data",
-    "--vocab-size",
-    "--data-path",
-    "--split",
-    "--vocab-file",
-    "--merge-file",
-    "--tokenizer-type",
-    "--data-cache-path",
-    "--device",
-    "--eval-interval",
-    "--eval-iters",
-    "--log-interval",
-    "--log-throughput",
-    "--log-params-norm",
-    "--log-num-zeros-in-grad",
-    "--timing-log-level",
-    "--metrics-file",
-    "--tensorboard-dir",
-    "--tensorboard-log-interval",
-    "--tensorboard-queue-size",
-    "--log-timers-to-tensorboard",
-    "--log-memory-to-tensorboard",
-    "--log-validation-ppl-to-tensorboard",
-    "--log-world-size-to-tensorboard",
-    "--log-batch-size-to-tensorboard",
-    "--no-log-learnig-rate-to-tensorboard",
-    "--no-log-loss-scale-to-tensorboard",
-    "--save",
-    "--save-interval",
-    "--load",
-    "--ckpt-step",
-    "--no-load-optim",
-    "--no-load-rng",
-    "--no-save-optim",
-    "--finetune",
-    "--ckpt-format",
-    "--async-save",
-    "--use-persistent-ckpt-worker",
-    "--dist-ckpt-strictness",
-    "--exit-signal-handler",
-    "--exit-duration-in-mins",
-    "--exit-interval",
-    "--keep-latest-checkpoints",
-    "--allow-other-run-checkpoints",
-    "--load-fallback-to-previous",
-    "--log-straggler",
-    "--straggler-minmax-count",
-    "--rerun-mode",
-    "--check-for-spiky-loss",
 };
 
 // The agreement text of a raw field (train/flag_table.h): kept as it was when checkpoints started

@@ -56,18 +56,12 @@ absl::Status validate_model_family(Arguments& a) {
       return invalid(absl::StrCat("--rotary-base must be greater than 1 and within FP32 (got ", a.rotary_base, ")"));
     }
   }
+  if (a.rotary_interleaved && a.position_embedding_type != "rope") {
+    return invalid("--rotary-interleaved needs --position-embedding-type rope (it says how RoPE pairs dimensions)");
+  }
 
   if (a.normalization != "LayerNorm" && a.normalization != "RMSNorm") {
     return invalid(absl::StrCat("--normalization must be LayerNorm or RMSNorm (got ", a.normalization, ")"));
-  }
-
-  // Megatron turns its bias-GeLU fusion off when there are no biases (validate_args), and its
-  // unfused MLP applies F.gelu, the exact erf GeLU; this program's GeLU is the tanh approximation
-  // of that fusion. SwiGLU is unaffected.
-  if (a.disable_bias_linear && !a.swiglu) {
-    return invalid("--disable-bias-linear without --swiglu is not available: Megatron then applies the exact (erf) "
-                   "GeLU, and this program has only the tanh approximation of Megatron's fused bias-GeLU; add "
-                   "--swiglu or keep the biases");
   }
 
   // Grouped-query attention: heads in groups sharing one key and value head; tensor parallelism

@@ -92,6 +92,9 @@ void set_model_kinds(const Arguments& a, ModelConfig& c) {
   c.normalization = a.normalization == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
   c.swiglu = a.swiglu;
   c.add_bias_linear = !a.disable_bias_linear;
+  // Megatron's validate_args turns bias_gelu_fusion off without linear biases; unfused, its MLP
+  // applies F.gelu, the exact GeLU.
+  c.exact_gelu = !a.swiglu && (a.disable_bias_linear || a.no_bias_gelu_fusion);
   c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
   c.dtype = a.bf16 ? DType::kBFloat16 : a.fp16 ? DType::kFloat16 : DType::kFloat32;
   c.fp8 = fp8_config_from(a);
@@ -120,6 +123,7 @@ ModelConfig model_config_from(const Arguments& a) {
   set_model_kinds(a, c);
   c.rotary_dim = c.position_embedding == PositionEmbedding::kRope ? rotary_dimensions(a) : 0;
   c.rotary_base = static_cast<float>(a.rotary_base);
+  c.rotary_interleaved = a.rotary_interleaved;
   c.hidden_dropout = static_cast<float>(a.hidden_dropout);
   c.attention_dropout = static_cast<float>(a.attention_dropout);
   c.seed = a.seed;
@@ -163,7 +167,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   args.vocab_size = data.vocab_size;
   std::unique_ptr<Trainer> t(new Trainer(args, grid));
   t->ctx_.set_options({.deterministic = args.deterministic_mode,
-                       .fused_attention = args.attention_backend == "auto" || args.attention_backend == "fused"});
+                       .fused_attention = args.attention_backend == "auto" || args.attention_backend == "flash" ||
+                                          args.attention_backend == "fused"});
   t->train_data_ = data.train;
   t->valid_data_ = data.valid;
   t->test_data_ = data.test;
@@ -257,6 +262,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->loss_scaling_ = LossScaling::from_arguments(args);
   if (t->loss_scaling_) t->add_checkpoint_records(t->loss_scaling_.get());
   return t;
+}
+
+void Trainer::set_scheduler(const LrScheduleConfig& schedule, double weight_decay) {
+  schedule_ = schedule;
+  optimizer_->set_weight_decay(static_cast<float>(weight_decay));
 }
 
 int64_t Trainer::parameters_on_rank() const {

@@ -114,6 +114,10 @@ class Trainer {
   AdamW& optimizer() { return *optimizer_; }
   // The loss scaler's state (--fp16, or --loss-scale), or null without loss scaling.
   const LossScaling* loss_scaling() const { return loss_scaling_.get(); }
+  // The learning-rate schedule (in samples) and weight decay of the updates from now on: a resumed
+  // run's (train/scheduler_resume.h).
+  void set_scheduler(const LrScheduleConfig& schedule, double weight_decay);
+  const LrScheduleConfig& schedule() const { return schedule_; }
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
   // Total parameters of the global model and the count this rank holds.

@@ -280,8 +280,8 @@ TEST_F(OpsTest, ContextParallelBlocksCopyColumnsAndRopeOffset) {
                           host ? dkv.cpu : dkv.gpu, 0, 2 * d, true);
       }
       EXPECT_LE(error(dqkv), t == DType::kBFloat16 ? 2e-2 : 1e-4);
-      ops::rope_forward(cpu_, qkv.cpu, d, d, 10000.0f, 1000);
-      ops::rope_forward(*gpu_, qkv.gpu, d, d, 10000.0f, 1000);
+      ops::rope_forward(cpu_, qkv.cpu, d, d, 10000.0f, 1000, false);
+      ops::rope_forward(*gpu_, qkv.gpu, d, d, 10000.0f, 1000, false);
       EXPECT_LE(error(qkv), tolerance(t));
     }
   }
@@ -718,11 +718,11 @@ TEST_F(OpsTest, RopeForwardBackwardPackingsAndWidths) {
       const Shape shape{c.s, c.b, c.groups, (c.q + 2) * c.d};
       Twin storage = make(t, {shape.numel() + c.offset});
       Twin qkv = part(storage, c.offset, shape);
-      ops::rope_forward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f, 0);
-      ops::rope_forward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f, 0);
+      ops::rope_forward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f, 0, false);
+      ops::rope_forward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f, 0, false);
       EXPECT_LE(error(qkv), tolerance(t));
-      ops::rope_backward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f, 0);
-      ops::rope_backward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f, 0);
+      ops::rope_backward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f, 0, false);
+      ops::rope_backward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f, 0, false);
       EXPECT_LE(error(qkv), tolerance(t));
       // Elements RoPE does not rotate keep their bits on the GPU.
       const std::vector<uint8_t> back = download(qkv.gpu);

@@ -42,7 +42,9 @@ from checkpoint_test import Checks, Runner, error_lines, iteration_dir, loaded_i
 
 BASE = ("--device cpu --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
         "--max-position-embeddings 32 --vocab-size 512 --micro-batch-size 1 --global-batch-size 4 --lr 1e-3 "
-        "--log-interval 1 --eval-iters 0").split()
+        "--log-interval 1 --eval-iters 0 --lr-decay-iters 8").split()
+# Jobs that resume with another --train-iters keep the schedule (--lr-decay-iters fixed): a resume
+# whose learning-rate schedule differs from the checkpoint's is refused (Megatron's rule).
 ITERS = 8
 
 

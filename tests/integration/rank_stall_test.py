@@ -24,7 +24,7 @@ TIMEOUT_MINUTES = 0.1
 MARGIN_SECONDS = 30.0
 BASE = ("--device cpu --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
         "--max-position-embeddings 32 --vocab-size 512 --micro-batch-size 1 --global-batch-size 4 --lr 1e-3 "
-        "--log-interval 1 --eval-iters 0 --use-distributed-optimizer").split()
+        "--log-interval 1 --eval-iters 0 --use-distributed-optimizer --lr-decay-iters 6").split()
 STALLED = ["--distributed-timeout-minutes", str(TIMEOUT_MINUTES)]
 
 

@@ -67,6 +67,12 @@ VARIANTS = {
     "fp8_tensorwise_fp32": (["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"], 1e-2, False),
     "fp8_delayed_llama_fp32": (LLAMA_FLAGS + ["--fp8-format", "e4m3", "--fp8-amax-history-len", "3",
                                               "--fp8-amax-compute-algo", "max", "--fp8-margin", "1"], 1e-3, True),
+    # The exact erf GeLU: without linear biases (Megatron's GPT configurations with
+    # --disable-bias-linear), and with them under --no-bias-gelu-fusion.
+    "gelu_exact_fp32": (["--disable-bias-linear"], 1e-5, True),
+    # Megatron's --rotary-interleaved (pairs (2j, 2j + 1)), half of each head's dims rotated.
+    "llama_interleaved_fp32": (LLAMA_FLAGS + ["--rotary-interleaved", "--rotary-percent", "0.5"], 1e-5, True),
+    "gelu_exact_bias_bf16": (["--no-bias-gelu-fusion", "--bf16"], 2e-2, False),
 }
 STEPS = 10
 
@@ -99,11 +105,16 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def gelu_exact(x):
+    """PyTorch's F.gelu (approximate='none'), x Phi(x)."""
+    return torch.nn.functional.gelu(x)
+
+
 def silu(x):
     return x / (1.0 + torch.exp(-x))
 
 
-def rotary(x, rotary_dim, base):
+def rotary(x, rotary_dim, base, interleaved=False):
     """Non-interleaved RoPE on x [s, b, n, d] at sequence positions 0..s-1: the first rotary_dim
     dims are halves (x1, x2) rotated by angle_j = t / base^(2j / rotary_dim); the rest pass.
     inv_freq and the angles in FP32 as Megatron's RotaryEmbedding; cos, sin and the rotation in
@@ -114,6 +125,13 @@ def rotary(x, rotary_dim, base):
     angle = torch.outer(torch.arange(s, dtype=torch.float32), inv_freq).to(torch.float64)  # [s, r/2]
     cos, sin = torch.cos(angle)[:, None, None, :], torch.sin(angle)[:, None, None, :]
     half = rotary_dim // 2
+    if interleaved:
+        # Megatron's _rotate_half(x, rotary_interleaved=True): pairs (x[2j], x[2j + 1]) at angle_j
+        # (its emb repeats each frequency for the two elements of a pair).
+        r = x[..., :rotary_dim]
+        x1, x2 = r[..., 0::2], r[..., 1::2]
+        rotated = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).reshape(r.shape)
+        return torch.cat([rotated, x[..., rotary_dim:]], dim=-1)
     x1, x2, rest = x[..., :half], x[..., half:rotary_dim], x[..., rotary_dim:]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
 
@@ -233,7 +251,8 @@ class Gpt:
             q = qkv[:, :, :, :per_group, :].reshape(s, b, heads, d)  # head g * per_group + j
             k, v = qkv[:, :, :, per_group, :], qkv[:, :, :, per_group + 1, :]  # [s, b, groups, d]
             if c["position_embedding_type"] == "rope":
-                q, k = rotary(q, c["rotary_dim"], c["rotary_base"]), rotary(k, c["rotary_dim"], c["rotary_base"])
+                q = rotary(q, c["rotary_dim"], c["rotary_base"], c.get("rotary_interleaved", False))
+                k = rotary(k, c["rotary_dim"], c["rotary_base"], c.get("rotary_interleaved", False))
             k, v = k.repeat_interleave(per_group, dim=2), v.repeat_interleave(per_group, dim=2)
             q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, heads, s, d]
             scores = q @ k.transpose(-1, -2) / math.sqrt(d)
@@ -247,6 +266,8 @@ class Gpt:
             if c["swiglu"]:
                 gate, up = fc1[..., : c["ffn_hidden_size"]], fc1[..., c["ffn_hidden_size"]:]
                 hidden = silu(gate) * up
+            elif c.get("exact_gelu", False):
+                hidden = gelu_exact(fc1)
             else:
                 hidden = gelu_tanh(fc1)
             x = x + dropout.hidden(self.linear(hidden, pre + "mlp.linear_fc2"), layer, dropout_masks.SITE_MLP_OUTPUT)
@@ -295,6 +316,8 @@ def read_config(f):
     cfg["untied"] = bool(cfg["untie_embeddings_and_output_weights"])
     cfg["swiglu"] = bool(cfg["swiglu"])
     cfg["disable_bias_linear"] = bool(cfg["disable_bias_linear"])
+    cfg["exact_gelu"] = bool(cfg.get("exact_gelu", 0))
+    cfg["rotary_interleaved"] = bool(cfg.get("rotary_interleaved", 0))
     return cfg
 
 
@@ -328,9 +351,14 @@ def resolve_from_flags(flags):
         "rotary_dim": int(kv_channels * percent) if position == "rope" else 0,
         "rotary_percent": percent,
         "rotary_base": float(flag_value(flags, "--rotary-base", 10000)),
+        "rotary_interleaved": flag_value(flags, "--rotary-interleaved", False) is True,
         "normalization": flag_value(flags, "--normalization", "LayerNorm"),
         "swiglu": swiglu,
         "disable_bias_linear": flag_value(flags, "--disable-bias-linear", False) is True,
+        # Megatron turns its fused (tanh) bias-GeLU off without biases or with --no-bias-gelu-fusion;
+        # its unfused MLP applies F.gelu, the exact GeLU. SwiGLU does not consult it.
+        "exact_gelu": not swiglu and (flag_value(flags, "--disable-bias-linear", False) is True
+                                      or flag_value(flags, "--no-bias-gelu-fusion", False) is True),
         "untied": flag_value(flags, "--untie-embeddings-and-output-weights", False) is True,
         "hidden_dropout": float(flag_value(flags, "--hidden-dropout", 0.1)),
         "attention_dropout": float(flag_value(flags, "--attention-dropout", 0.1)),

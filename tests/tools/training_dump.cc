@@ -107,7 +107,9 @@ absl::Status write_attributes(Hdf5File& file, const Arguments& args, const Model
       // Model family (resolved: num_query_groups is the head count without GQA, rotary_dim 0
       // without RoPE).
       {"num_query_groups", config.query_groups()}, {"rotary_dim", config.rotary_dim},
+      {"rotary_interleaved", config.rotary_interleaved ? 1 : 0},
       {"swiglu", config.swiglu ? 1 : 0}, {"disable_bias_linear", args.disable_bias_linear ? 1 : 0},
+      {"exact_gelu", config.exact_gelu ? 1 : 0},
       {"seed", args.seed}};
   for (const auto& [name, value] : ints) GPT_RETURN_IF_ERROR(file.set_attribute(name, value));
   const std::pair<const char*, double> doubles[] = {

@@ -1,4 +1,4 @@
-// Residual add, GeLU, casts and small reductions. GeLU vectorized (simd::tanh) and the large ones
+// Residual add, GeLU (tanh and exact), casts and small reductions. GeLU vectorized (simd::tanh) and the large ones
 // split over the context's threads; the reductions sum fixed chunks in FP64 and the chunk totals
 // in order, so their result does not depend on the thread count.
 #include <algorithm>
@@ -17,6 +17,8 @@ using simd::f32x8;
 using simd::kLanes;
 
 constexpr int64_t kElementGrain = 16384;  // elements worth a thread
+constexpr float kInvSqrt2 = 0.70710678118654752440f;    // the exact GeLU's erf(x / sqrt 2)
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;  // the standard normal density's 1 / sqrt(2 pi)
 
 template <typename T>
 GPT_SIMD_INLINE void gelu_range(T* y, const T* x, int64_t begin, int64_t end) {
@@ -131,6 +133,40 @@ void gelu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tenso
       GPT_CHECK(x.dtype() == DType::kFloat16) << "gelu_backward: " << dtype_name(x.dtype());
       gelu_backward_range_fp16(dx.data_as<fp16>(), dy.data_as<fp16>(), x.data_as<fp16>(), begin, end);
     }
+  });
+}
+
+void gelu_exact_forward(Context& ctx, const Tensor& y, const Tensor& x) {
+  GPT_CHECK(y.numel() == x.numel() && y.dtype() == x.dtype()) << "gelu_exact shapes";
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = x.data_as<T>();
+    T* out = y.data_as<T>();
+    parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float v = load(in, i);
+        store(out, i, 0.5f * v * (1.0f + std::erf(v * kInvSqrt2)));
+      }
+    });
+  });
+}
+
+void gelu_exact_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
+  GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << "gelu_exact backward shapes";
+  GPT_CHECK(dx.dtype() == x.dtype() && dy.dtype() == x.dtype()) << "gelu_exact backward dtypes";
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = x.data_as<T>();
+    const T* grad = dy.data_as<T>();
+    T* out = dx.data_as<T>();
+    parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float v = load(in, i);
+        const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
+        const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
+        store(out, i, load(grad, i) * (cdf + v * pdf));
+      }
+    });
   });
 }
 

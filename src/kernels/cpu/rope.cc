@@ -1,4 +1,4 @@
-// Rotary position embedding (Megatron's non-interleaved RoPE), in place on the query and key heads
+// Rotary position embedding (Megatron's RoPE, non-interleaved or --rotary-interleaved), in place on the query and key heads
 // of the packed qkv [s, b, groups, (q + 2) d]. The angles are FP32 as in Megatron (inv_freq and
 // t * inv_freq rounded to float); their cosine and sine are evaluated in double and rounded.
 #include <cmath>
@@ -11,7 +11,7 @@ namespace gpt::cpu {
 namespace {
 
 // Rotates by +angle (forward) or by -angle (backward: the transposed rotation).
-void rotate(const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base, bool forward,
+void rotate(const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base, bool interleaved, bool forward,
             int64_t position_offset) {
   GPT_CHECK(qkv.rank() == 4) << "RoPE expects qkv [s, b, groups, (q + 2) d], got " << qkv.to_string();
   GPT_CHECK(head_dim > 0 && qkv.cols() % head_dim == 0 && qkv.cols() / head_dim >= 3)
@@ -22,6 +22,8 @@ void rotate(const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base,
   const int64_t s = qkv.size(0), width = qkv.cols(), rotated_heads = width / head_dim - 1;  // q queries + key
   const int64_t rows_per_position = s == 0 ? 0 : qkv.rows() / s;                           // b * groups
   const int64_t half = rotary_dim / 2;
+  // Pair j: elements (j, half + j), or (2j, 2j + 1) interleaved.
+  const int64_t pair_step = interleaved ? 2 : 1, second = interleaved ? 1 : half;
   // inv_freq_j = 1 / base^(2j / rotary_dim) in FP32 (cuda/rope.cu computes the same on the host).
   std::vector<float> inv_freq(static_cast<size_t>(half));
   for (int64_t j = 0; j < half; ++j) {
@@ -41,9 +43,10 @@ void rotate(const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base,
         for (int64_t head = 0; head < rotated_heads; ++head) {
           T* x = data + row * width + head * head_dim;
           for (int64_t j = 0; j < half; ++j) {
-            const float x1 = load(x, j), x2 = load(x, half + j);
-            store(x, j, x1 * cosine[j] - x2 * sine[j]);
-            store(x, half + j, x2 * cosine[j] + x1 * sine[j]);
+            const int64_t i1 = j * pair_step, i2 = second + j * pair_step;
+            const float x1 = load(x, i1), x2 = load(x, i2);
+            store(x, i1, x1 * cosine[j] - x2 * sine[j]);
+            store(x, i2, x2 * cosine[j] + x1 * sine[j]);
           }
         }
       }
@@ -54,13 +57,13 @@ void rotate(const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base,
 }  // namespace
 
 void rope_forward(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base,
-                  int64_t position_offset) {
-  rotate(qkv, head_dim, rotary_dim, base, true, position_offset);
+                  int64_t position_offset, bool interleaved) {
+  rotate(qkv, head_dim, rotary_dim, base, interleaved, true, position_offset);
 }
 
 void rope_backward(Context& ctx, const Tensor& dqkv, int64_t head_dim, int64_t rotary_dim, float base,
-                   int64_t position_offset) {
-  rotate(dqkv, head_dim, rotary_dim, base, false, position_offset);
+                   int64_t position_offset, bool interleaved) {
+  rotate(dqkv, head_dim, rotary_dim, base, interleaved, false, position_offset);
 }
 
 }  // namespace gpt::cpu

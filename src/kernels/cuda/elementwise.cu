@@ -13,6 +13,8 @@ using namespace gpt::cuda_kernels;
 constexpr int kThreads = 256;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCubic = 0.044715f;
+constexpr float kInvSqrt2 = 0.70710678118654752440f;    // the exact GeLU's erf(x / sqrt 2)
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;  // the standard normal density's 1 / sqrt(2 pi)
 
 template <int kWidth, typename Op>
 __global__ void __launch_bounds__(kThreads) elementwise_kernel(Op op, int64_t n, VectorSplit split) {
@@ -92,6 +94,43 @@ struct GeluBackward {
     load_floats<W>(dy + i, g);
 #pragma unroll
     for (int k = 0; k < W; ++k) g[k] = g[k] * gelu_derivative(v[k]);
+    store_floats<W>(dx + i, g);
+  }
+};
+
+// The exact GeLU, x Phi(x) (PyTorch's F.gelu), and its derivative Phi(x) + x phi(x).
+__device__ __forceinline__ float gelu_exact(float v) { return 0.5f * v * (1.0f + erff(v * kInvSqrt2)); }
+__device__ __forceinline__ float gelu_exact_derivative(float v) {
+  return 0.5f * (1.0f + erff(v * kInvSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
+}
+
+template <typename T>
+struct GeluExactForward {
+  T* y;
+  const T* x;
+  template <int W>
+  __device__ void operator()(Width<W>, int64_t i) const {
+    float v[W];
+    load_floats<W>(x + i, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) v[k] = gelu_exact(v[k]);
+    store_floats<W>(y + i, v);
+  }
+};
+
+// dx may alias dy (each element is read before it is written, by one thread).
+template <typename T>
+struct GeluExactBackward {
+  T* dx;
+  const T* dy;
+  const T* x;
+  template <int W>
+  __device__ void operator()(Width<W>, int64_t i) const {
+    float v[W], g[W];
+    load_floats<W>(x + i, v);
+    load_floats<W>(dy + i, g);
+#pragma unroll
+    for (int k = 0; k < W; ++k) g[k] = g[k] * gelu_exact_derivative(v[k]);
     store_floats<W>(dx + i, g);
   }
 };
@@ -258,6 +297,27 @@ void gelu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tenso
     using T = decltype(tag);
     constexpr int W = kPackSize<T>;
     const GeluBackward<T> op{device_data<T>(dx), device_data<T>(dy), device_data<T>(x)};
+    launch_elementwise<W>(ctx, op, x.numel(),
+                          split_for_vectors<W>(x.numel(), {operand(op.dx), operand(op.dy), operand(op.x)}));
+  });
+}
+
+void gelu_exact_forward(Context& ctx, const Tensor& y, const Tensor& x) {
+  GPT_CHECK(y.numel() == x.numel()) << "gelu_exact shapes";
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int W = kPackSize<T>;
+    const GeluExactForward<T> op{device_data<T>(y), device_data<T>(x)};
+    launch_elementwise<W>(ctx, op, x.numel(), split_for_vectors<W>(x.numel(), {operand(op.y), operand(op.x)}));
+  });
+}
+
+void gelu_exact_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
+  GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << "gelu_exact backward shapes";
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int W = kPackSize<T>;
+    const GeluExactBackward<T> op{device_data<T>(dx), device_data<T>(dy), device_data<T>(x)};
     launch_elementwise<W>(ctx, op, x.numel(),
                           split_for_vectors<W>(x.numel(), {operand(op.dx), operand(op.dy), operand(op.x)}));
   });

@@ -1,10 +1,10 @@
-// Rotary position embedding (Megatron's non-interleaved RoPE) in place on the query and key heads
+// Rotary position embedding (Megatron's RoPE, non-interleaved or --rotary-interleaved) in place on the query and key heads
 // of qkv [s, b, groups, (q + 2) d], and its backward (the rotation by -angle). The inverse
 // frequencies are computed on the host exactly as cpu/rope.cc does (FP32) and passed in the
 // launch; each angle is the FP32 product t * inv_freq_j on both backends, its cosine and sine are
 // sincosf (the accurate one, not __sincosf). A thread owns kWidth consecutive pairs (x1_j, x2_j)
 // of one head: 16-byte accesses when the half rotary width and the head width are multiples of the
-// vector width and qkv is aligned, one pair at a time otherwise. Grid-stride.
+// vector width and qkv is aligned (not interleaved), one pair at a time otherwise. Grid-stride.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -28,6 +28,7 @@ struct RopeArgs {
   int64_t rotated_heads;      // q + 1: the queries and the key of a group
   float sign;                 // +1 forward, -1 backward
   int64_t position_offset;    // global position of row 0 (context parallelism's chunks)
+  int64_t pair_step, second;  // pair j: (j, half + j) with (1, half); (2j, 2j + 1) interleaved with (2, 1)
   float inv_freq[kMaxRotaryHalf];
 };
 
@@ -47,8 +48,11 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
     const float t = static_cast<float>(a.position_offset + row / a.rows_per_position);
     T* x = a.qkv + row * a.width + head * a.head_dim;
     float x1[kWidth], x2[kWidth];
-    load_floats<kWidth>(x + j0, x1);
-    load_floats<kWidth>(x + a.half + j0, x2);
+    // kWidth > 1 only without interleaving (pair_step 1): consecutive pairs, contiguous halves.
+    T* first = x + j0 * a.pair_step;
+    T* second = x + a.second + j0 * a.pair_step;
+    load_floats<kWidth>(first, x1);
+    load_floats<kWidth>(second, x2);
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) {
       float sine, cosine;
@@ -60,14 +64,14 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
       x1[k] = y1;
       x2[k] = y2;
     }
-    store_floats<kWidth>(x + j0, x1);
-    store_floats<kWidth>(x + a.half + j0, x2);
+    store_floats<kWidth>(first, x1);
+    store_floats<kWidth>(second, x2);
   }
 }
 
 template <typename T>
-void launch_rope(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base, float sign,
-                 int64_t position_offset) {
+void launch_rope(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base, bool interleaved,
+                 float sign, int64_t position_offset) {
   GPT_CHECK(qkv.rank() == 4) << "RoPE expects qkv [s, b, groups, (q + 2) d], got " << qkv.to_string();
   GPT_CHECK(head_dim > 0 && qkv.cols() % head_dim == 0 && qkv.cols() / head_dim >= 3)
       << "RoPE: qkv " << qkv.to_string() << " is not [s, b, groups, (q + 2) " << head_dim << "]";
@@ -87,12 +91,14 @@ void launch_rope(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rota
   a.rotated_heads = a.width / head_dim - 1;
   a.sign = sign;
   a.position_offset = position_offset;
+  a.pair_step = interleaved ? 2 : 1;
+  a.second = interleaved ? 1 : a.half;
   // inv_freq_j = 1 / base^(2j / rotary_dim) in FP32, the host arithmetic of cpu/rope.cc.
   for (int64_t j = 0; j < a.half; ++j) {
     a.inv_freq[j] = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(rotary_dim));
   }
   constexpr int W = kPackSize<T>;
-  if (a.half % W == 0 && rows_vectorizable(head_dim, W, {a.qkv})) {
+  if (!interleaved && a.half % W == 0 && rows_vectorizable(head_dim, W, {a.qkv})) {
     const int64_t items = a.rows * a.rotated_heads * (a.half / W);
     rope_kernel<T, W><<<resident_grid(ctx, items, kThreads), kThreads, 0, stream_of(ctx)>>>(a);
   } else {
@@ -105,16 +111,16 @@ void launch_rope(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rota
 }  // namespace
 
 void rope_forward(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base,
-                  int64_t position_offset) {
+                  int64_t position_offset, bool interleaved) {
   dispatch_float_type(qkv.dtype(), [&](auto tag) {
-    launch_rope<decltype(tag)>(ctx, qkv, head_dim, rotary_dim, base, 1.0f, position_offset);
+    launch_rope<decltype(tag)>(ctx, qkv, head_dim, rotary_dim, base, interleaved, 1.0f, position_offset);
   });
 }
 
 void rope_backward(Context& ctx, const Tensor& dqkv, int64_t head_dim, int64_t rotary_dim, float base,
-                   int64_t position_offset) {
+                   int64_t position_offset, bool interleaved) {
   dispatch_float_type(dqkv.dtype(), [&](auto tag) {
-    launch_rope<decltype(tag)>(ctx, dqkv, head_dim, rotary_dim, base, -1.0f, position_offset);
+    launch_rope<decltype(tag)>(ctx, dqkv, head_dim, rotary_dim, base, interleaved, -1.0f, position_offset);
   });
 }
 

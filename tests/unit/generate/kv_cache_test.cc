@@ -69,13 +69,17 @@ TEST(KvCacheAttention, RopeAtAPositionEqualsTheOpAtThatRow) {
   std::normal_distribution<float> normal;
   std::vector<float> qkv(static_cast<size_t>(s * groups * width));
   for (float& x : qkv) x = normal(random);
-  std::vector<float> rotated = qkv;
   Context ctx = Context::cpu(1);
-  ops::rope_forward(ctx, host(rotated, {s, 1, groups, width}), d, 6, 500.0f, 0);
-  for (int64_t t = 0; t < s; ++t) {
-    std::vector<float> row(qkv.begin() + t * groups * width, qkv.begin() + (t + 1) * groups * width);
-    rope_at_position(row.data(), groups, q, d, 6, 500.0f, t);
-    for (int64_t i = 0; i < groups * width; ++i) EXPECT_EQ(row[i], rotated[t * groups * width + i]) << t << " " << i;
+  for (bool interleaved : {false, true}) {  // --rotary-interleaved too
+    std::vector<float> rotated = qkv;
+    ops::rope_forward(ctx, host(rotated, {s, 1, groups, width}), d, 6, 500.0f, 0, interleaved);
+    for (int64_t t = 0; t < s; ++t) {
+      std::vector<float> row(qkv.begin() + t * groups * width, qkv.begin() + (t + 1) * groups * width);
+      rope_at_position(row.data(), groups, q, d, 6, 500.0f, t, interleaved);
+      for (int64_t i = 0; i < groups * width; ++i) {
+        EXPECT_EQ(row[i], rotated[t * groups * width + i]) << interleaved << " " << t << " " << i;
+      }
+    }
   }
 }
 

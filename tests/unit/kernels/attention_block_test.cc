@@ -189,13 +189,13 @@ TEST(AttentionBlock, RopeAtAnOffsetIsTheWholeSequenceRows) {
   const Tensor whole = make.random(DType::kFloat32, {S, b, groups, width});
   const Tensor piece = make.poisoned(DType::kFloat32, {4, b, groups, width});
   copy_rows(piece, 0, whole, 6, 4);
-  ops::rope_forward(ctx, whole, d, d, 10000.0f, 0);
-  ops::rope_forward(ctx, piece, d, d, 10000.0f, 6);
+  ops::rope_forward(ctx, whole, d, d, 10000.0f, 0, false);
+  ops::rope_forward(ctx, piece, d, d, 10000.0f, 6, false);
   const Tensor expected = make.poisoned(DType::kFloat32, {4, b, groups, width});
   copy_rows(expected, 0, whole, 6, 4);
   EXPECT_LE(relative_error(piece, values(expected)), 1e-7);
-  ops::rope_backward(ctx, piece, d, d, 10000.0f, 6);
-  ops::rope_backward(ctx, whole, d, d, 10000.0f, 0);
+  ops::rope_backward(ctx, piece, d, d, 10000.0f, 6, false);
+  ops::rope_backward(ctx, whole, d, d, 10000.0f, 0, false);
   copy_rows(expected, 0, whole, 6, 4);
   EXPECT_LE(relative_error(piece, values(expected)), 1e-7);
 }

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstring>
 
 #include "gtest/gtest.h"
@@ -44,6 +45,39 @@ TEST(Elementwise, ResidualAddGeluAndBackward) {
       EXPECT_LE(relative_error(dy, dx_want), tolerance(t));
     }
   }
+}
+
+// The exact GeLU against its definition in double (x Phi(x), Phi by std::erfc for accuracy in the
+// left tail), its derivative against finite differences of that definition; a multi-threaded
+// context gives the same bytes as one thread.
+TEST(Elementwise, ExactGeluAndBackward) {
+  auto gelu = [](double x) { return x * 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  Context ctx = Context::cpu(1), threaded = Context::cpu(3);
+  TensorFactory make(13);
+  for (DType t : kTypes) {
+    for (auto [rows, h] : {std::pair{1, 1}, std::pair{7, 13}, std::pair{129, 301}}) {
+      Tensor x = make.random(t, {rows, h}, 4.0), dy = make.random(t, {rows, h});
+      reference::Vec y_want, dx_want;
+      for (int64_t i = 0; i < rows * h; ++i) {
+        const double v = at(x, i);
+        y_want.push_back(gelu(v));
+        dx_want.push_back(at(dy, i) * (gelu(v + 1e-5) - gelu(v - 1e-5)) / 2e-5);
+      }
+      Tensor y = make.poisoned(t, {rows, h}), y_threaded = make.poisoned(t, {rows, h});
+      ops::gelu_exact_forward(ctx, y, x);
+      ops::gelu_exact_forward(threaded, y_threaded, x);
+      EXPECT_LE(relative_error(y, y_want), tolerance(t));
+      EXPECT_EQ(std::memcmp(y.data(), y_threaded.data(), y.bytes()), 0);
+      ops::gelu_exact_backward(ctx, dy, dy, x);  // dx aliasing dy
+      EXPECT_LE(relative_error(dy, dx_want), t == DType::kFloat32 ? 1e-5 : tolerance(t));
+    }
+  }
+  // Where the tanh approximation and the exact GeLU differ most (|x| near 2), this is the exact one.
+  Tensor x = make.random(DType::kFloat32, {1}), y = make.poisoned(DType::kFloat32, {1});
+  x.data_as<float>()[0] = -2.0f;
+  ops::gelu_exact_forward(ctx, y, x);
+  EXPECT_NEAR(y.data_as<float>()[0], gelu(-2.0), 1e-7);
+  EXPECT_GT(std::abs(y.data_as<float>()[0] - reference::gelu(-2.0)), 5e-5);  // 9.8e-5 there
 }
 
 TEST(Elementwise, CastsRoundToNearestEvenAndReductionsAreExactEnough) {

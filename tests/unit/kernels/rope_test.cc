@@ -42,7 +42,7 @@ TEST(Rope, ForwardAndBackwardInPlaceAgainstDoubleReference) {
       const int64_t width = (q + 2) * d;
       Tensor qkv = make.random(t, {s, b, groups, width});
       const reference::Vec before = values(qkv);
-      ops::rope_forward(ctx, qkv, d, rotary_dim, kBase, 0);
+      ops::rope_forward(ctx, qkv, d, rotary_dim, kBase, 0, false);
       const reference::Vec want = reference::rope(before, s, b * groups, q + 2, d, rotary_dim, kBase, true);
       EXPECT_LE(relative_error(qkv, want), tolerance(t));
       // Value heads and the dims past rotary_dim are untouched, bit for bit.
@@ -55,10 +55,52 @@ TEST(Rope, ForwardAndBackwardInPlaceAgainstDoubleReference) {
       // Backward on a gradient, in place; and backward undoes forward (the rotation is orthogonal).
       Tensor dqkv = make.random(t, {s, b, groups, width});
       const reference::Vec dwant = reference::rope(values(dqkv), s, b * groups, q + 2, d, rotary_dim, kBase, false);
-      ops::rope_backward(ctx, dqkv, d, rotary_dim, kBase, 0);
+      ops::rope_backward(ctx, dqkv, d, rotary_dim, kBase, 0, false);
       EXPECT_LE(relative_error(dqkv, dwant), tolerance(t));
-      ops::rope_backward(ctx, qkv, d, rotary_dim, kBase, 0);
+      ops::rope_backward(ctx, qkv, d, rotary_dim, kBase, 0, false);
       EXPECT_LE(relative_error(qkv, before), 2 * tolerance(t)) << "backward(forward(x)) = x";
+    }
+  }
+}
+
+// --rotary-interleaved: pairs (x_2j, x_2j+1). The reference permutes each head's rotary dims to the
+// halves layout (x_2j -> j, x_2j+1 -> half + j), rotates there (the non-interleaved reference) and
+// permutes back.
+TEST(Rope, InterleavedAgainstThePermutedReference) {
+  Context ctx = Context::cpu(2);
+  TensorFactory make(44);
+  for (DType t : kTypes) {
+    for (auto [s, b, groups, q, d, rotary_dim] : {std::tuple{7, 2, 3, 1, 16, 16}, std::tuple{13, 3, 2, 3, 12, 8}}) {
+      const int64_t width = (q + 2) * d, rows = s * b * groups, half = rotary_dim / 2;
+      auto permute = [&](const reference::Vec& x, bool to_halves) {
+        reference::Vec y = x;
+        for (int64_t row = 0; row < rows; ++row) {
+          for (int64_t head = 0; head < q + 2; ++head) {
+            const int64_t base = row * width + head * d;
+            for (int64_t j = 0; j < half; ++j) {
+              if (to_halves) {
+                y[base + j] = x[base + 2 * j];
+                y[base + half + j] = x[base + 2 * j + 1];
+              } else {
+                y[base + 2 * j] = x[base + j];
+                y[base + 2 * j + 1] = x[base + half + j];
+              }
+            }
+          }
+        }
+        return y;
+      };
+      Tensor qkv = make.random(t, {s, b, groups, width});
+      const reference::Vec before = values(qkv);
+      ops::rope_forward(ctx, qkv, d, rotary_dim, kBase, 0, true);
+      const reference::Vec want = permute(
+          reference::rope(permute(before, true), s, b * groups, q + 2, d, rotary_dim, kBase, true), false);
+      EXPECT_LE(relative_error(qkv, want), tolerance(t));
+      Tensor dqkv = make.random(t, {s, b, groups, width});
+      const reference::Vec dwant = permute(
+          reference::rope(permute(values(dqkv), true), s, b * groups, q + 2, d, rotary_dim, kBase, false), false);
+      ops::rope_backward(ctx, dqkv, d, rotary_dim, kBase, 0, true);
+      EXPECT_LE(relative_error(dqkv, dwant), tolerance(t));
     }
   }
 }
@@ -72,7 +114,7 @@ TEST(Rope, AnglesAreMegatronsFp32Values) {
   TensorFactory make(43);
   Tensor qkv = make.poisoned(DType::kFloat32, {s, 1, 1, 3 * d});
   for (int64_t i = 0; i < qkv.numel(); ++i) TensorFactory::set(qkv, i, i % d == 0 ? 1.0 : 0.0);
-  ops::rope_forward(ctx, qkv, d, d, kBase, 0);
+  ops::rope_forward(ctx, qkv, d, d, kBase, 0, false);
   for (int64_t t : {int64_t{1}, int64_t{999}, int64_t{1000}}) {
     for (int64_t j = 0; j < d / 2; ++j) {
       const float inv_freq = 1.0f / std::pow(kBase, static_cast<float>(2 * j) / static_cast<float>(d));
