@@ -194,7 +194,8 @@ std::string json_text(const perf::CalibrationResult& r, const perf::LatencyBandw
                                                  r.attention_forward_efficiency, r.attention_backward_efficiency),
                                  absl::StrFormat("\"link_fit\": {\"latency_us\": %.6g, \"bandwidth_GBps\": %.6g, "
                                                  "\"rms_relative_error\": %.4g}, ",
-                                                 link.latency_s * 1e6, link.bandwidth_Bps / 1e9, link.rms_relative_error),
+                                                 link.latency_s * 1e6, link.bandwidth_Bps / 1e9,
+                                                 link.rms_relative_error),
                                  "\"gemm_efficiency\": [");
   const auto curve = perf::gemm_efficiency_curve(r.gemms, r.peak_flops);
   for (size_t i = 0; i < curve.size(); ++i) {
@@ -281,7 +282,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cpu or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_flag("--bf16", o.bf16, "time GEMMs and attention in BF16 (FP32 otherwise)");
   app.add_flag("--reduced", o.reduced, "a small set (CI): smaller squares, collectives up to 1 MiB");
-  app.add_option("--repeats", o.repeats, "timed calls per measurement (the median is kept)")->check(CLI::Range(1, 1000));
+  app.add_option("--repeats", o.repeats, "timed calls per measurement (the median is kept)")
+      ->check(CLI::Range(1, 1000));
   app.add_option("--peak-tflops", o.peak_tflops, "the datasheet peak (default: the best GEMM measured)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--memory-gib", o.memory_gib, "memory per device (default: this host's RAM)")
@@ -301,7 +303,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (o.hidden % o.heads != 0) {
-    if (mpi.world_rank() == 0) std::fprintf(stderr, "error: --hidden-size must be a multiple of --num-attention-heads\n");
+    if (mpi.world_rank() == 0) {
+      std::fprintf(stderr, "error: --hidden-size must be a multiple of --num-attention-heads\n");
+    }
     return 1;
   }
   if (mpi.world_size() < 2) {

@@ -269,12 +269,12 @@ def markdown(sources, groups, ranking):
             band = "" if not r.get("error_band") else f"{pct(r['error_band'][0])} .. {pct(r['error_band'][1])}"
             memory = f"{r['memory_gib']:.1f}" + ("" if r["fits"] else " (over)")
             out.append(f"| {r['id']} | {r['cite']} | {r['gpus']} | {r['tp']} | {r['pp']} | {r['micro_batch']} | "
-                       f"{r['recompute']} | {r['measured_s']:.3f} | {r['predicted_s']:.3f} | {pct(r['error'])} | {band} | "
-                       f"{memory} |")
+                       f"{r['recompute']} | {r['measured_s']:.3f} | {r['predicted_s']:.3f} | {pct(r['error'])} | "
+                       f"{band} | {memory} |")
         out.append("")
         out.append(f"{s['predicted']} of {s['rows']} rows predicted; mean absolute error "
-                   f"{abs_pct(s['mean_abs_error'])}, median {abs_pct(s['median_abs_error'])}, largest {abs_pct(s['max_abs_error'])}, "
-                   f"mean signed {pct(s['mean_signed_error'])}.")
+                   f"{abs_pct(s['mean_abs_error'])}, median {abs_pct(s['median_abs_error'])}, "
+                   f"largest {abs_pct(s['max_abs_error'])}, mean signed {pct(s['mean_signed_error'])}.")
         if s["predicted_not_to_fit"]:
             out.append(f"Predicted not to fit in memory although they ran: {', '.join(s['predicted_not_to_fit'])}.")
         for skip in s["not_predicted"]:
@@ -292,8 +292,8 @@ def markdown(sources, groups, ranking):
                        f"{pct(g['model_regret'])} | {g['measured_best']} | {pct(g['fewest_model_parallel_regret'])} | "
                        f"{pct(g['tp_in_node_regret'])} |")
         out.append("")
-        out.append(f"Over {ranking['groups']} groups: median Spearman {ranking['median_spearman']:+.2f}, mean regret of "
-                   f"the model's pick {pct(ranking['mean_regret_model'])}, of fewest TP x PP "
+        out.append(f"Over {ranking['groups']} groups: median Spearman {ranking['median_spearman']:+.2f}, "
+                   f"mean regret of the model's pick {pct(ranking['mean_regret_model'])}, of fewest TP x PP "
                    f"{pct(ranking['mean_regret_fewest_model_parallel'])}, of TP-in-node "
                    f"{pct(ranking['mean_regret_tp_in_node'])}.")
     else:
@@ -306,7 +306,8 @@ def targets(sources, ranking):
     lines = []
     for s in held_out:
         ok = s["mean_abs_error"] <= TARGET_MEAN_ERROR
-        lines.append(f"{'MET ' if ok else 'MISS'} {s['source']}: mean error {abs_pct(s['mean_abs_error'])} (target <= 10%)")
+        lines.append(f"{'MET ' if ok else 'MISS'} {s['source']}: mean error {abs_pct(s['mean_abs_error'])} "
+                     "(target <= 10%)")
     if ranking:
         lines.append(f"{'MET ' if ranking['median_spearman'] >= TARGET_MEDIAN_RHO else 'MISS'} median Spearman "
                      f"{ranking['median_spearman']:+.2f} (target >= 0.8)")
@@ -322,7 +323,8 @@ def targets(sources, ranking):
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--binary", required=True, help="the perf_model executable")
-    parser.add_argument("--data", nargs="+", default=DEFAULT_DATA, help="data files (default docs/perf_validation/*.csv)")
+    parser.add_argument("--data", nargs="+", default=DEFAULT_DATA,
+                        help="data files (default docs/perf_validation/*.csv)")
     parser.add_argument("--markdown", help="write the tables here")
     parser.add_argument("--json", help="write every figure here")
     args = parser.parse_args(argv)
