@@ -5,7 +5,7 @@
 //   - GEMMs (the op the trainer runs, kernels/ops.h matmul) over the shapes of the given model's
 //     layers at TP 1, 2, 4, ... and square ones, in the training dtype;
 //   - the attention core forward and backward (the trainer's attention ops) on the model's shape;
-//   - a large copy (the memory-bound kernels' bandwidth);
+//   - the memory-bound ops (a copy, LayerNorm, GELU, AdamW) on tensors past the caches;
 //   - all-reduce, all-gather and reduce-scatter on the trainer's MPI communicators (NCCL is not
 //     used here), on groups of 2, 4, ... ranks and the whole world, at sizes from 4 KiB.
 // Rank 0 writes the cluster file (--out) and every sample (--json).
@@ -142,13 +142,42 @@ void time_attention(Context& ctx, const Options& o, DType dtype, perf::Calibrati
                                            heads, d, forward * 1e3, backward * 1e3);
 }
 
-double time_copy(Context& ctx, const Options& o) {
-  const int64_t elements = (o.reduced ? 4 : 32) << 20;  // 16 or 128 MiB of FP32, well past the caches
-  Filled in = random_tensor(ctx, DType::kFloat32, {elements}, elements, 5);
-  Buffer out_buffer(ctx.device(), static_cast<size_t>(elements) * sizeof(float));
-  const Tensor out = out_buffer.as_tensor(DType::kFloat32, {elements});
-  const double seconds = max_over_ranks(median_seconds(ctx, o.repeats, [&] { ops::copy(ctx, out, in.tensor); }));
-  return 2.0 * elements * sizeof(float) / seconds;
+// The memory-bound ops the model charges by bytes (compute_cost.cc's elementwise pieces and the
+// optimizer): a copy, LayerNorm and GELU (read + write), AdamW (32 bytes per FP32 parameter), on
+// [rows, hidden] tensors well past the caches. The cluster's bandwidth is their median.
+void time_memory_bound(Context& ctx, const Options& o, DType dtype, perf::CalibrationResult& result) {
+  const int64_t h = o.hidden, rows = std::max<int64_t>(1, ((o.reduced ? 4 : 32) << 20) / h), n = rows * h;
+  const double element = static_cast<double>(dtype_size(dtype));
+  Filled x = random_tensor(ctx, dtype, {rows, h}, n, 5);
+  Filled weight = random_tensor(ctx, dtype, {h}, h, 8);
+  Filled bias = random_tensor(ctx, dtype, {h}, h, 9);
+  Buffer y_buffer(ctx.device(), static_cast<size_t>(n) * dtype_size(dtype));
+  Buffer stats(ctx.device(), static_cast<size_t>(2 * rows) * sizeof(float));
+  const Tensor y = y_buffer.as_tensor(dtype, {rows, h});
+  const Tensor mean = stats.as_tensor(DType::kFloat32, {2, rows});
+  const auto rate = [&](const char* op, double bytes, auto&& work) {
+    result.memory_kernels.emplace_back(op, bytes / max_over_ranks(median_seconds(ctx, o.repeats, work)));
+  };
+  rate("copy", 2 * element * n, [&] { ops::copy(ctx, y, x.tensor); });
+  const Tensor mean_half = Tensor(mean.data(), DType::kFloat32, {rows}, ctx.device());
+  const Tensor rstd_half =
+      Tensor(static_cast<char*>(mean.data()) + rows * sizeof(float), DType::kFloat32, {rows}, ctx.device());
+  rate("layernorm_forward", 2 * element * n,
+       [&] { ops::layernorm_forward(ctx, y, mean_half, rstd_half, x.tensor, weight.tensor, bias.tensor, 1e-5f); });
+  rate("gelu_forward", 2 * element * n, [&] { ops::gelu_forward(ctx, y, x.tensor); });
+  Filled master = random_tensor(ctx, DType::kFloat32, {n}, n, 10);
+  Filled grad = random_tensor(ctx, DType::kFloat32, {n}, n, 11);
+  Filled exp_avg = random_tensor(ctx, DType::kFloat32, {n}, n, 12);
+  Filled exp_avg_sq = random_tensor(ctx, DType::kFloat32, {n}, n, 13);
+  ops::scale(ctx, exp_avg_sq.tensor, 0.0f);  // a second moment must not be negative
+  ops::AdamWStep step;
+  step.learning_rate = 1e-4f;
+  rate("adamw_update (fp32)", 32.0 * n, [&] {
+    ops::adamw_update(ctx, step, master.tensor, grad.tensor, exp_avg.tensor, exp_avg_sq.tensor, Tensor());
+  });
+  std::vector<double> rates;
+  for (const auto& [op, bandwidth] : result.memory_kernels) rates.push_back(bandwidth);
+  result.memory_bandwidth_Bps = median_of(rates);
 }
 
 // Each collective on groups of `span` consecutive ranks (every group at once, as DP or TP groups
@@ -201,7 +230,12 @@ std::string json_text(const perf::CalibrationResult& r, const perf::LatencyBandw
   for (size_t i = 0; i < curve.size(); ++i) {
     absl::StrAppend(&out, i ? ", " : "", absl::StrFormat("[%.6g, %.6g]", curve[i].first, curve[i].second));
   }
-  absl::StrAppend(&out, "],\n \"gemms\": [");
+  absl::StrAppend(&out, "],\n \"memory_kernels_GBps\": {");
+  for (size_t i = 0; i < r.memory_kernels.size(); ++i) {
+    absl::StrAppend(&out, i ? ", " : "",
+                    absl::StrFormat("\"%s\": %.6g", r.memory_kernels[i].first, r.memory_kernels[i].second / 1e9));
+  }
+  absl::StrAppend(&out, "},\n \"gemms\": [");
   for (size_t i = 0; i < r.gemms.size(); ++i) {
     const perf::GemmSample& g = r.gemms[i];
     absl::StrAppend(&out, i ? ",\n  " : "\n  ",
@@ -245,7 +279,7 @@ int run(const Options& o, const MpiRuntime& mpi) {
   result.peak_measured = o.peak_tflops <= 0;
   result.peak_flops = result.peak_measured ? best : o.peak_tflops * 1e12;
   time_attention(ctx, o, dtype, result);
-  result.memory_bandwidth_Bps = time_copy(ctx, o);
+  time_memory_bound(ctx, o, dtype, result);
   time_collectives(ctx, o, mpi.world_rank(), mpi.world_size(), result.collectives);
   if (mpi.world_rank() != 0) return 0;
 

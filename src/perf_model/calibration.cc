@@ -106,7 +106,7 @@ std::string cluster_file_text(const CalibrationResult& r, std::string* error) {
                                       : "given with --peak-tflops (datasheet)"),
       absl::StrFormat("memory_gib = %.4g   # %s\n", r.memory_gib, "the device's memory (host RAM on the CPU)"),
       "memory_reserved_gib = 0\n",
-      absl::StrFormat("memory_bandwidth_GBps = %.6g   # a large copy: bytes read + written per second\n",
+      absl::StrFormat("memory_bandwidth_GBps = %.6g   # median of the memory-bound ops listed at the end\n",
                       r.memory_bandwidth_Bps / 1e9),
       "memory_bandwidth_efficiency = 1\n",
       absl::StrFormat("intra_node_bandwidth_GBps = %.6g   # ring fit of every collective below (rms error %.0f%%)\n",
@@ -131,6 +131,10 @@ std::string cluster_file_text(const CalibrationResult& r, std::string* error) {
   for (const GemmSample& g : r.gemms) {
     absl::StrAppend(&out, absl::StrFormat("#   %-16s %6d x %6d x %6d  %9.3f ms  %8.4f\n", g.what, g.m, g.n, g.k,
                                           g.seconds * 1e3, g.flops() / g.seconds / 1e12));
+  }
+  absl::StrAppend(&out, "# Memory-bound ops (GB/s of the bytes the model charges):\n");
+  for (const auto& [op, bandwidth] : r.memory_kernels) {
+    absl::StrAppend(&out, absl::StrFormat("#   %-20s %8.3f\n", op, bandwidth / 1e9));
   }
   absl::StrAppend(&out, "# Collectives (op, ranks, bytes, us, algorithm bandwidth GB/s):\n");
   for (const CollectiveSample& c : r.collectives) {

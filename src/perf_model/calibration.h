@@ -58,7 +58,11 @@ struct CalibrationResult {
   double peak_flops = 0;       // the given peak, or the best measured GEMM rate
   bool peak_measured = false;  // true when peak_flops is the best measured rate
   double memory_gib = 0;
-  double memory_bandwidth_Bps = 0;  // a large copy's bytes read + written per second
+  // The trainer's memory-bound ops on large tensors, each as the bytes the model charges it per
+  // second (copy and the norm and GELU: read + write; AdamW: 32 bytes per FP32 parameter); the
+  // cluster's memory bandwidth is their median.
+  std::vector<std::pair<std::string, double>> memory_kernels;
+  double memory_bandwidth_Bps = 0;
   std::vector<GemmSample> gemms;
   double attention_forward_efficiency = 0;
   double attention_backward_efficiency = 0;
