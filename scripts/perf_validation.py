@@ -5,6 +5,11 @@ iteration times and reports the error per source, and the ranking quality per gr
 
     scripts/perf_validation.py --binary build-cpu/bin/perf_model [--data docs/perf_validation/*.csv]
         [--markdown out.md] [--json out.json]
+    scripts/perf_validation.py --import-sweep sweep/sweep.csv --cluster FILE --out data.csv \
+        --cite "this machine, ..." -- <the sweep's model flags>
+
+The second form turns a scripts/scaling_sweep.py result into a data file (metric ms, one group per
+world size), for a sweep measured on the machine the cluster file describes.
 
 Data files (docs/perf_validation/*.csv): '#' comment lines citing the source, then one row per run:
 the model (layers, hidden, heads, seq, vocab), the layout (gpus, tp, pp, vp, micro_batch,
@@ -16,14 +21,14 @@ The measured iteration time is computed from the published figure by the source'
   tflops_eq3    Narayanan et al. 2021, Eq. 3: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) / (GPUs x TFLOP/s)
   tflops_model  Megatron's model FLOPs 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) / (GPUs x TFLOP/s)
   mfu           the same model FLOPs / (GPUs x peak x MFU), peak from the row's cluster file
-  ms            the iteration time itself, in milliseconds (this machine's sweeps)
+  s, ms         the iteration time itself, in seconds or milliseconds
 A file whose comment block contains 'CALIBRATION data' is reported as fit error, apart from the
 held-out sources.
 
 Ranking, per group with at least two predicted rows: Spearman's rank correlation between predicted
-and measured time, and the regret of the predicted best (its measured time over the measured best,
-minus 1). Two rules of thumb pick a layout without a model, among the rows the model predicts to
-fit in memory: 'fewest-model-parallel' (fewest TP x PP, then the largest micro batch) and
+and measured time (all rows), and the regret of the predicted best among the rows the model
+predicts to fit in memory, as --search picks (its measured time over the measured best, minus 1).
+Two rules of thumb pick a layout without a timing model, among the same rows: 'fewest-model-parallel' (fewest TP x PP, then the largest micro batch) and
 'tp-in-node' (Megatron's advice: the largest TP within a node, then the fewest PP stages, then the
 largest micro batch). A rule's ties are charged the mean measured time of the tied rows.
 """
@@ -96,6 +101,8 @@ def measured_seconds(row):
         return model_flops(row, False) / (gpus * cluster_value(row["cluster"], "peak_tflops") * 1e12 * value)
     if metric == "ms":
         return value / 1e3
+    if metric == "s":
+        return value
     raise DataError(f"row {row['id']}: unknown metric '{metric}'")
 
 
@@ -177,8 +184,9 @@ def evaluate_group(name, rows):
     measured = [r["measured_s"] for r in rows]
     predicted = [r["predicted_s"] for r in rows]
     best_measured = min(measured)
-    model_best = min(rows, key=lambda r: r["predicted_s"])
+    # The model and the rules choose among the layouts the model predicts to fit, as --search does.
     fits = [r for r in rows if r["fits"]] or rows
+    model_best = min(fits, key=lambda r: r["predicted_s"])
     gpus_per_node = cluster_value(rows[0]["cluster"], "gpus_per_node")
     result = {"group": name, "layouts": len(rows), "spearman": spearman(predicted, measured),
               "model_pick": model_best["id"], "model_regret": model_best["measured_s"] / best_measured - 1,
@@ -320,15 +328,76 @@ def targets(sources, ranking):
     return lines
 
 
+SCHEMA_FLAGS = {"--num-layers": "layers", "--hidden-size": "hidden", "--num-attention-heads": "heads",
+                "--seq-length": "seq", "--vocab-size": "vocab", "--micro-batch-size": "micro_batch",
+                "--global-batch-size": "global_batch"}
+HEADER = ["id", "cite", "layers", "hidden", "heads", "seq", "vocab", "gpus", "tp", "pp", "vp", "global_batch",
+          "micro_batch", "recompute", "sp", "zero3", "metric", "value", "group", "assumed", "cluster", "extra_flags"]
+
+
+def import_sweep(sweep_csv, cluster, out, cite, model_flags):
+    """Writes the sweep's layouts as a data file: the model from its flags, the layout from its name."""
+    sys.path.insert(0, HERE)
+    from scaling_sweep import parse_layout  # the sweep's own reading of a layout name
+    base, extra, i = {}, [], 0
+    while i < len(model_flags):
+        flag = model_flags[i]
+        if flag in SCHEMA_FLAGS and i + 1 < len(model_flags):
+            base[SCHEMA_FLAGS[flag]] = model_flags[i + 1]
+            i += 2
+        elif flag == "--max-position-embeddings":
+            i += 2
+        elif flag in ("--device", "--lr") and i + 1 < len(model_flags):
+            i += 2  # how the sweep ran, not what perf_model predicts
+        elif flag == "--mock-data":
+            i += 1
+        else:
+            extra.append(flag)
+            i += 1
+    missing = [v for v in SCHEMA_FLAGS.values() if v not in base]
+    if missing:
+        raise DataError(f"the model flags lack {', '.join(missing)}")
+    with open(sweep_csv) as f:
+        rows = list(csv.DictReader(f))
+    with open(out, "w", newline="") as f:
+        f.write(f"# {cite}\n# Imported from {sweep_csv} by scripts/perf_validation.py --import-sweep; model flags: "
+                f"{' '.join(model_flags)}\n# metric ms: the sweep's elapsed ms per iteration (median trial).\n")
+        writer = csv.DictWriter(f, fieldnames=HEADER)
+        writer.writeheader()
+        for row in rows:
+            layout = parse_layout(row["layout"])
+            record = dict(base, id=row["layout"], cite=f"{row['layout']}: trials {row.get('elapsed_ms_trials', '')}",
+                          gpus=layout["world"], tp=layout["tp"], pp=layout["pp"], vp=layout["v"],
+                          micro_batch=layout["mbs"] or base["micro_batch"],
+                          recompute="full" if layout["rfull"] else "selective" if layout["rsel"] else "none",
+                          sp=int(layout["sp"]), zero3=0, metric="ms", value=row["elapsed_ms"],
+                          group=f"world{layout['world']}", assumed="", cluster=cluster,
+                          extra_flags=" ".join(extra + (["--use-distributed-optimizer"] if layout["zero"] else [])))
+            writer.writerow(record)
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--binary", required=True, help="the perf_model executable")
+    parser.add_argument("--binary", help="the perf_model executable")
+    parser.add_argument("--import-sweep", help="a scaling_sweep.py sweep.csv to turn into a data file (--out)")
+    parser.add_argument("--cluster", help="with --import-sweep: the cluster file of the machine it ran on")
+    parser.add_argument("--out", help="with --import-sweep: the data file to write")
+    parser.add_argument("--cite", default="measured on this machine", help="with --import-sweep: the source line")
+    parser.add_argument("model_flags", nargs=argparse.REMAINDER, help="with --import-sweep: -- the model flags")
     parser.add_argument("--data", nargs="+", default=DEFAULT_DATA,
                         help="data files (default docs/perf_validation/*.csv)")
     parser.add_argument("--markdown", help="write the tables here")
     parser.add_argument("--json", help="write every figure here")
     args = parser.parse_args(argv)
     try:
+        if args.import_sweep:
+            if not args.cluster or not args.out:
+                raise DataError("--import-sweep needs --cluster and --out")
+            flags = args.model_flags[1:] if args.model_flags[:1] == ["--"] else args.model_flags
+            import_sweep(args.import_sweep, args.cluster, args.out, args.cite, flags)
+            return 0
+        if not args.binary:
+            raise DataError("--binary (perf_model) is required")
         sources, groups = run(args.binary, args.data)
     except (DataError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
