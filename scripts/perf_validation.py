@@ -28,12 +28,14 @@ held-out sources.
 Ranking, per group with at least two predicted rows: Spearman's rank correlation between predicted
 and measured time (all rows), and the regret of the predicted best among the rows the model
 predicts to fit in memory, as --search picks (its measured time over the measured best, minus 1).
-Two rules of thumb pick a layout without a timing model, among the same rows: 'fewest-model-parallel' (fewest TP x PP, then the largest micro batch) and
+Two rules of thumb pick a layout without a timing model, among the same rows:
+'fewest-model-parallel' (fewest TP x PP, then the largest micro batch) and
 'tp-in-node' (Megatron's advice: the largest TP within a node, then the fewest PP stages, then the
 largest micro batch). A rule's ties are charged the mean measured time of the tied rows.
 """
 
 import argparse
+import concurrent.futures
 import csv
 import glob
 import json
@@ -207,9 +209,15 @@ def run(binary, paths):
         calibration = any("CALIBRATION data" in c for c in comments)
         name = os.path.splitext(os.path.basename(path))[0]
         predicted_rows, skipped = [], []
-        for row in rows:
+        # Every perf_model call of the file at once (each is a short process).
+        jobs = [(i, None) for i in range(len(rows))] + [
+            (i, mbs) for i, row in enumerate(rows) if "micro_batch" in (row.get("assumed") or "")
+            for mbs in (1, 2, 4, 8)]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            results = dict(zip(jobs, pool.map(lambda job: predict(binary, rows[job[0]], job[1]), jobs)))
+        for i, row in enumerate(rows):
             row["measured_s"] = measured_seconds(row)
-            prediction, error = predict(binary, row)
+            prediction, error = results[(i, None)]
             if prediction is None:
                 skipped.append({"id": row["id"], "reason": error})
                 continue
@@ -221,7 +229,7 @@ def run(binary, paths):
                 # The source did not publish the micro batch: the band over the ones that fit.
                 band = []
                 for mbs in (1, 2, 4, 8):
-                    other, _ = predict(binary, row, mbs)
+                    other, _ = results[(i, mbs)]
                     if other is not None and other["fits_in_memory"]:
                         band.append(other["iteration_time_s"] / row["measured_s"] - 1)
                 row["error_band"] = [min(band), max(band)] if band else None
@@ -300,7 +308,8 @@ def markdown(sources, groups, ranking):
         out.append("|---|---|---|---|---|---|---|---|---|---|")
         for g in groups:
             out.append(f"| {g['source']} | {g['group']} | {g['layouts']} | {g['spearman']:+.2f} | {g['model_pick']} | "
-                       f"{pct(g['model_regret'])} | {pct(g['timing_regret'])} | {g['measured_best']} | {pct(g['fewest_model_parallel_regret'])} | "
+                       f"{pct(g['model_regret'])} | {pct(g['timing_regret'])} | {g['measured_best']} | "
+                       f"{pct(g['fewest_model_parallel_regret'])} | "
                        f"{pct(g['tp_in_node_regret'])} |")
         out.append("")
         out.append(f"Over {ranking['groups']} groups: median Spearman {ranking['median_spearman']:+.2f}, "
