@@ -4,10 +4,12 @@
 against world size; a stacked per-iteration time breakdown per layout).
 
     scripts/scaling_sweep.py --out sweep/ --layouts tp1 tp2 dp2 tp2-dp2 tp2-pp2-dp2-zero \
-        [--scaling strong|weak] [--iterations 20] [--warmup 5] -- <pretrain_gpt model flags>
+        [--scaling strong|weak] [--iterations 20] [--warmup 5] [--trials 1] -- <pretrain_gpt model flags>
 
 A layout is dash-separated parts: tpN, ppN, dpN (world size = their product), vN (virtual
-stages per pipeline rank), sp (sequence parallel), zero (distributed optimizer), mbsN. Strong
+stages per pipeline rank), sp (sequence parallel), zero (distributed optimizer), mbsN, rfull (full
+recompute, every layer: --recompute-granularity full --recompute-method uniform
+--recompute-num-layers 1), rsel (--recompute-granularity selective). Strong
 scaling keeps --global-batch-size; weak scaling multiplies it by the layout's DP size (the model
 flags give the batch of DP = 1). The model flags must not set the layout, --train-iters,
 --log-interval or --metrics-file: the sweep sets them. Works unchanged on the CPU backend and on
@@ -18,6 +20,10 @@ tokens/s per GPU, TFLOP/s per GPU (Megatron's formula, as the log line), and the
 rank (forward-backward, all-grads-sync, optimizer; 'other' = elapsed minus their sum). Scaling
 efficiency = tokens/s per GPU over that of the smallest world size in the sweep (for weak and
 strong scaling alike: 1.0 means perfect scaling).
+
+--trials N runs the whole list N times, in order and then in reverse order alternately, so that a
+change of the machine's load during the sweep falls on every layout alike; a layout's figures are
+then those of its median trial (by elapsed ms), with every trial's ms in elapsed_ms_trials.
 """
 
 import argparse
@@ -30,11 +36,12 @@ import sys
 import textwrap
 
 TIMERS = ("forward-backward", "all-grads-sync", "optimizer")
-LAYOUT_PART = re.compile(r"^(tp|pp|dp|v|mbs)(\d+)$|^(sp|zero)$")
+LAYOUT_PART = re.compile(r"^(tp|pp|dp|v|mbs)(\d+)$|^(sp|zero|rfull|rsel)$")
 OWNED_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage",
                "--sequence-parallel", "--use-distributed-optimizer", "--train-iters", "--log-interval",
-               "--metrics-file", "--timing-log-level")
+               "--metrics-file", "--timing-log-level", "--recompute-granularity", "--recompute-method",
+               "--recompute-num-layers", "--recompute-activations")
 
 
 class SweepError(Exception):
@@ -43,11 +50,13 @@ class SweepError(Exception):
 
 def parse_layout(text):
     """'tp2-pp2-dp2-zero' -> dict(tp, pp, dp, v, sp, zero, mbs)."""
-    layout = {"name": text, "tp": 1, "pp": 1, "dp": 1, "v": 1, "sp": False, "zero": False, "mbs": None}
+    layout = {"name": text, "tp": 1, "pp": 1, "dp": 1, "v": 1, "sp": False, "zero": False, "mbs": None,
+              "rfull": False, "rsel": False}
     for part in text.split("-"):
         m = LAYOUT_PART.match(part)
         if not m:
-            raise SweepError(f"layout '{text}': unknown part '{part}' (expected tpN, ppN, dpN, vN, mbsN, sp, zero)")
+            raise SweepError(f"layout '{text}': unknown part '{part}' (expected tpN, ppN, dpN, vN, mbsN, sp, zero, "
+                             "rfull, rsel)")
         if m[1]:
             value = int(m[2])
             if value < 1:
@@ -55,6 +64,8 @@ def parse_layout(text):
             layout[m[1]] = value
         else:
             layout[m[3]] = True
+    if layout["rfull"] and layout["rsel"]:
+        raise SweepError(f"layout '{text}': rfull and rsel exclude each other")
     layout["world"] = layout["tp"] * layout["pp"] * layout["dp"]
     return layout
 
@@ -78,6 +89,10 @@ def layout_flags(layout, model_flags, scaling):
         flags.append("--use-distributed-optimizer")
     if layout["mbs"]:
         flags += ["--micro-batch-size", str(layout["mbs"])]
+    if layout["rfull"]:
+        flags += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if layout["rsel"]:
+        flags += ["--recompute-granularity", "selective"]
     if scaling == "weak":
         gbs = flag_value(model_flags, "--global-batch-size")
         if gbs is None:
@@ -196,6 +211,31 @@ def plot(rows, out, title):
     plt.close(fig)
 
 
+def run_layout(args, layout, model_flags, trial):
+    """One run of one layout under mpirun: its summary row (None with --dry-run)."""
+    suffix = "" if trial == 0 else f".t{trial}"
+    metrics = os.path.join(args.out, f"{layout['name']}{suffix}.jsonl")
+    # The layout's batch flags replace the model's.
+    replaced = (["--micro-batch-size"] if layout["mbs"] else []) + (["--global-batch-size"] if args.scaling == "weak"
+                                                                    else [])
+    flags = without(model_flags, replaced)
+    command = launcher(args.mpirun, layout["world"]) + [args.binary] + flags + layout_flags(
+        layout, model_flags, args.scaling) + ["--train-iters", str(args.iterations), "--log-interval", "1",
+                                              "--timing-log-level", "1", "--metrics-file", metrics]
+    print("sweep:", " ".join(command), flush=True)
+    if args.dry_run:
+        return None
+    run = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with open(os.path.join(args.out, f"{layout['name']}{suffix}.log"), "w") as log:
+        log.write(run.stdout + run.stderr)
+    if run.returncode != 0:
+        tail = (run.stderr.strip() or run.stdout.strip()).splitlines()[-3:]
+        raise SweepError(f"layout {layout['name']} failed (exit {run.returncode}): " + " / ".join(tail))
+    with open(metrics) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    return summarize(layout, records, args.warmup)
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory for the metrics files, sweep.csv and the plots")
@@ -203,6 +243,7 @@ def main(argv):
     parser.add_argument("--scaling", choices=("strong", "weak"), default="strong")
     parser.add_argument("--iterations", type=int, default=20, help="training iterations per run")
     parser.add_argument("--warmup", type=int, default=5, help="first iterations left out of the means")
+    parser.add_argument("--trials", type=int, default=1, help="runs of the whole list, alternating its order")
     parser.add_argument("--binary", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                                          "build", "bin", "pretrain_gpt"))
     parser.add_argument("--mpirun", default="mpirun")
@@ -214,7 +255,8 @@ def main(argv):
     try:
         if args.replot:
             with open(os.path.join(args.out, "sweep.csv")) as f:
-                rows = [{k: (v if k == "layout" else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
+                text_columns = ("layout", "elapsed_ms_trials")
+                rows = [{k: (v if k in text_columns else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
             plot(rows, args.out, f"{args.scaling} scaling: " + " ".join(model_flags))
             return 0
         if not args.layouts:
@@ -224,32 +266,25 @@ def main(argv):
         for flag in OWNED_FLAGS:
             if flag_value(model_flags, flag) is not None or flag in model_flags:
                 raise SweepError(f"the model flags must not set {flag}: the sweep sets it per layout")
+        if args.trials < 1:
+            raise SweepError(f"--trials must be at least 1 (got {args.trials})")
         layouts = [parse_layout(text) for text in args.layouts]
         os.makedirs(args.out, exist_ok=True)
-        rows = []
-        for layout in layouts:
-            metrics = os.path.join(args.out, f"{layout['name']}.jsonl")
-            # The layout's batch flags replace the model's.
-            replaced = (["--micro-batch-size"] if layout["mbs"] else []) + (
-                ["--global-batch-size"] if args.scaling == "weak" else [])
-            flags = without(model_flags, replaced)
-            command = launcher(args.mpirun, layout["world"]) + [args.binary] + flags + layout_flags(
-                layout, model_flags, args.scaling) + ["--train-iters", str(args.iterations), "--log-interval", "1",
-                                                      "--timing-log-level", "1", "--metrics-file", metrics]
-            print("sweep:", " ".join(command), flush=True)
-            if args.dry_run:
-                continue
-            run = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            with open(os.path.join(args.out, f"{layout['name']}.log"), "w") as log:
-                log.write(run.stdout + run.stderr)
-            if run.returncode != 0:
-                tail = (run.stderr.strip() or run.stdout.strip()).splitlines()[-3:]
-                raise SweepError(f"layout {layout['name']} failed (exit {run.returncode}): " + " / ".join(tail))
-            with open(metrics) as f:
-                records = [json.loads(line) for line in f if line.strip()]
-            rows.append(summarize(layout, records, args.warmup))
+        trials = {layout["name"]: [] for layout in layouts}
+        for trial in range(args.trials):
+            for layout in (layouts if trial % 2 == 0 else layouts[::-1]):
+                row = run_layout(args, layout, model_flags, trial)
+                if row is not None:
+                    trials[layout["name"]].append(row)
         if args.dry_run:
             return 0
+        rows = []
+        for layout in layouts:
+            runs = sorted(trials[layout["name"]], key=lambda r: r["elapsed_ms"])
+            row = dict(runs[(len(runs) - 1) // 2])
+            if args.trials > 1:
+                row["elapsed_ms_trials"] = ";".join(f"{r['elapsed_ms']:.1f}" for r in trials[layout["name"]])
+            rows.append(row)
         add_efficiency(rows)
         write_csv(rows, os.path.join(args.out, "sweep.csv"))
         plot(rows, args.out, f"{args.scaling} scaling: " + " ".join(model_flags))

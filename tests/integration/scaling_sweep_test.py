@@ -86,11 +86,26 @@ def main():
 
     # Bad input: one error line, exit 1, no run started.
     for layouts, extra, message in ((["tp2-xx3"], [], "unknown part 'xx3'"),
-                                    (["tp1"], ["--train-iters", "9"], "must not set --train-iters")):
+                                    (["tp1"], ["--train-iters", "9"], "must not set --train-iters"),
+                                    (["tp1-rfull-rsel"], [], "rfull and rsel exclude each other"),
+                                    (["tp1"], ["--recompute-granularity", "full"],
+                                     "must not set --recompute-granularity")):
         bad = sweep(args, os.path.join(args.work, "bad"), layouts, extra)
         lines = bad.stderr.strip().splitlines()
         if bad.returncode != 1 or len(lines) != 1 or message not in lines[0]:
             failures.append(f"{layouts} {extra}: exit {bad.returncode}, stderr {bad.stderr!r}; expected '{message}'")
+
+    # --trials alternates the order of the list; rfull and rsel set the recompute flags.
+    dry = subprocess.run(["/usr/bin/python3", args.sweep, "--out", os.path.join(args.work, "dry"), "--layouts",
+                          "tp1-rfull", "dp2-rsel", "--trials", "3", "--dry-run", "--binary", args.binary,
+                          "--mpirun", args.mpirun, "--", *MODEL],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    commands = [line for line in dry.stdout.splitlines() if line.startswith("sweep:")]
+    order = ["rfull" if "--recompute-method uniform" in c else "rsel" for c in commands]
+    if dry.returncode != 0 or order != ["rfull", "rsel", "rsel", "rfull", "rfull", "rsel"]:
+        failures.append(f"--trials 3 --dry-run: exit {dry.returncode}, order {order}, stderr {dry.stderr!r}")
+    if not any("--recompute-granularity selective" in c for c in commands):
+        failures.append("rsel does not set --recompute-granularity selective")
     return harness.finish(failures, f"{len(LAYOUTS)} layouts")
 
 
