@@ -508,6 +508,7 @@ def main():
         [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg["lr"], betas=(cfg["adam_beta1"], cfg["adam_beta2"]), eps=cfg["adam_eps"])
     ref_losses, ref_norms, ref_lrs = [], [], []
+    largest = {name: np.zeros(value.shape) for name, value in params.items()}  # max |gradient| over the steps
     for step in range(cfg["steps"]):
         lr = megatron_lr(cfg, step * cfg["global_batch_size"])
         for group in optimizer.param_groups:
@@ -519,6 +520,8 @@ def main():
         loss.backward()
         if model.fp8 is not None:
             model.fp8.end_step()
+        for name, value in params.items():
+            largest[name] = np.maximum(largest[name], np.abs(value.grad.numpy()))
         norm = torch.nn.utils.clip_grad_norm_(list(params.values()), cfg["clip_grad"])
         optimizer.step()
         ref_losses.append(loss.item())
@@ -539,8 +542,18 @@ def main():
                 # not zero but, for the slowly rotating dims, near it, with the same effect.
                 # Compare the query and value parts only; the key part's gradient is checked above.
                 keep = key_bias_mask(cfg, invert=True)
-                ours, ref = ours[keep], ref[keep]
-            check(f"final {name}", relative_error(ours, ref), tolerance)
+                ours, ref, seen = ours[keep], ref[keep], largest[name][keep]
+            else:
+                seen = largest[name]
+            # The same for an element whose gradient was never zero yet never rose above rounding
+            # noise (1e-6 of the tensor's largest, e.g. one dimension of a token seen once): Adam
+            # turns its sign into a step of the learning rate's size. Exactly-zero ones (unseen
+            # tokens, padding) are compared: only weight decay moves them, alike on both sides.
+            conditioned = (seen == 0) | (seen >= 1e-6 * seen.max())
+            if not conditioned.all():
+                print(f"  final {name}: {int((~conditioned).sum())} of {conditioned.size} elements with gradients "
+                      f"in (0, 1e-6 of the largest) left out")
+            check(f"final {name}", relative_error(ours[conditioned], ref[conditioned]), tolerance)
 
     print(f"oracle variant {args.variant}: {len(report)} checks, tolerance {tolerance:.0e}")
     categories = {}
