@@ -88,7 +88,7 @@ def main():
     try:
         save = ["--save", work, "--save-interval", "6"]
         first = run(launcher(2) + [options.binary] + MODEL + save +
-                    ["--train-iters", "6", "--context-parallel-size", "2", "--cp-comm-type", "a2a"])
+                    ["--exit-interval", "6", "--context-parallel-size", "2", "--cp-comm-type", "a2a"])
         if first.returncode != 0:
             failures.append(f"CP=2 save run: exit {first.returncode}; {first.stderr[-800:]}")
         else:
