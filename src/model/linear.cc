@@ -30,7 +30,7 @@ Linear::Linear(std::string name, LinearKind kind, Param& weight, Param* bias, co
       bias_(bias),
       tp_(tp),
       leases_(name_ + " weight-gradient inputs",
-              lease_parts(kind, weight.local_shape, bias != nullptr, tp.sequence_parallel(), weight.value.dtype(), rows,
+              lease_parts(kind, weight.local_shape, bias != nullptr, tp.sequence_parallel(), weight.dtype, rows,
                           local_rows),
               deferral_depth, arena),
       fp8_(fp8) {}

@@ -29,12 +29,12 @@ void parallel_for_rows(int64_t rows, int64_t cols, Fill fill) {
 
 ParamStore::ParamStore(ShardPlan plan, DType dtype, Arena& arena) : plan_(std::move(plan)), dtype_(dtype) {
   params_.reserve(plan_.params().size());
-  flat_values_ = arena.allocate_zeroed(dtype, {plan_.flat_elements()});
   int64_t shard_elements = 0;
   for (const BucketShard& b : plan_.bucket_shards()) {
     shard_offsets_.push_back(shard_elements);
     shard_elements += b.shard.size();
   }
+  value_storage_ = arena.allocate_zeroed(dtype, {plan_.sharded_parameters() ? shard_elements : plan_.flat_elements()});
   grad_storage_ = arena.allocate_zeroed(DType::kFloat32,
                                         {plan_.sharded_gradients() ? shard_elements : plan_.flat_elements()});
   for (const ParamPlacement& placement : plan_.params()) {
@@ -45,8 +45,11 @@ ParamStore::ParamStore(ShardPlan plan, DType dtype, Arena& arena) : plan_(std::m
     param.row_offset = placement.slice.row_offset;
     param.column_offset = placement.slice.column_offset;
     param.flat_offset = placement.flat_offset;
+    param.dtype = dtype;
     param.counts_in_grad_norm = placement.counts_in_grad_norm;
-    param.value = flat_values_.flat_range(param.flat_offset, param.numel()).view(param.local_shape);
+    if (!plan_.sharded_parameters()) {
+      param.value = value_storage_.flat_range(param.flat_offset, param.numel()).view(param.local_shape);
+    }
     if (!plan_.sharded_gradients()) {
       param.grad = grad_storage_.flat_range(param.flat_offset, param.numel()).view(param.local_shape);
     }
@@ -56,13 +59,16 @@ ParamStore::ParamStore(ShardPlan plan, DType dtype, Arena& arena) : plan_(std::m
 }
 
 int64_t ParamStore::bytes(const ShardPlan& plan, DType dtype) {
-  int64_t gradients = plan.flat_elements();
-  if (plan.sharded_gradients()) {
-    gradients = 0;
-    for (const BucketShard& b : plan.bucket_shards()) gradients += b.shard.size();
-  }
-  return Arena::aligned_bytes(dtype, Shape{plan.flat_elements()}) +
-         Arena::aligned_bytes(DType::kFloat32, Shape{gradients});
+  int64_t shards = 0;
+  for (const BucketShard& b : plan.bucket_shards()) shards += b.shard.size();
+  const int64_t values = plan.sharded_parameters() ? shards : plan.flat_elements();
+  const int64_t gradients = plan.sharded_gradients() ? shards : plan.flat_elements();
+  return Arena::aligned_bytes(dtype, Shape{values}) + Arena::aligned_bytes(DType::kFloat32, Shape{gradients});
+}
+
+const Tensor& ParamStore::flat_values() const {
+  GPT_CHECK(!sharded_parameters()) << "the flat values of a store that holds value shards only";
+  return value_storage_;
 }
 
 const Tensor& ParamStore::flat_grads() const {
@@ -70,30 +76,48 @@ const Tensor& ParamStore::flat_grads() const {
   return grad_storage_;
 }
 
-Tensor ParamStore::grads_in(Range flat) const {
-  if (!sharded_gradients()) return grad_storage_.flat_range(flat.begin, flat.size());
+Tensor ParamStore::shard_view(const Tensor& storage, Range flat, const char* what) const {
   const std::vector<BucketShard> shards = plan_.bucket_shards();
   for (size_t b = 0; b < shards.size(); ++b) {
     const Range& shard = shards[b].shard;
     if (flat.begin >= shard.begin && flat.end <= shard.end) {
-      return grad_storage_.flat_range(shard_offsets_[b] + (flat.begin - shard.begin), flat.size());
+      return storage.flat_range(shard_offsets_[b] + (flat.begin - shard.begin), flat.size());
     }
   }
-  GPT_CHECK(false) << "gradients of flat elements [" << flat.begin << ", " << flat.end
-                   << ") asked for, outside this rank's gradient shards";
+  GPT_CHECK(false) << what << " of flat elements [" << flat.begin << ", " << flat.end
+                   << ") asked for, outside this rank's shards";
   return Tensor();
 }
 
-void ParamStore::set_bucket_grads(int bucket, const Tensor& buffer) {
-  GPT_CHECK(sharded_gradients()) << "bucket gradient views of a store with flat gradients";
+Tensor ParamStore::values_in(Range flat) const {
+  if (!sharded_parameters()) return value_storage_.flat_range(flat.begin, flat.size());
+  return shard_view(value_storage_, flat, "values");
+}
+
+Tensor ParamStore::grads_in(Range flat) const {
+  if (!sharded_gradients()) return grad_storage_.flat_range(flat.begin, flat.size());
+  return shard_view(grad_storage_, flat, "gradients");
+}
+
+void ParamStore::point_bucket(int bucket, const Tensor& buffer, Tensor Param::*field) {
   const BucketPlan& plan = plan_.buckets().at(static_cast<size_t>(bucket));
   GPT_CHECK(!buffer.defined() || buffer.numel() == plan.range.size()) << "working buffer of bucket " << bucket;
   for (size_t index : plan.params) {
     Param& param = params_[index];
-    param.grad = buffer.defined() ? buffer.flat_range(param.flat_offset - plan.range.begin, param.numel())
-                                        .view(param.local_shape)
-                                  : Tensor();
+    param.*field = buffer.defined() ? buffer.flat_range(param.flat_offset - plan.range.begin, param.numel())
+                                          .view(param.local_shape)
+                                    : Tensor();
   }
+}
+
+void ParamStore::set_bucket_grads(int bucket, const Tensor& buffer) {
+  GPT_CHECK(sharded_gradients()) << "bucket gradient views of a store with flat gradients";
+  point_bucket(bucket, buffer, &Param::grad);
+}
+
+void ParamStore::set_bucket_values(int bucket, const Tensor& buffer) {
+  GPT_CHECK(sharded_parameters()) << "bucket value views of a store with flat values";
+  point_bucket(bucket, buffer, &Param::value);
 }
 
 ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_rank, int tp_size, DType dtype, Arena& arena)
@@ -130,7 +154,22 @@ void ParamStore::initialize(uint64_t seed) {
       }
     });
     const void* source = rounded.empty() ? static_cast<const void*>(staging.data()) : rounded.data();
-    copy_bytes(param.value.device(), param.value.data(), Device::kCpu, source, param.value.bytes());
+    if (sharded_parameters()) {
+      write_owned_parts(param, source);
+    } else {
+      copy_bytes(param.value.device(), param.value.data(), Device::kCpu, source, param.value.bytes());
+    }
+  }
+}
+
+void ParamStore::write_owned_parts(const Param& param, const void* host_values) {
+  const size_t element_bytes = dtype_size(dtype_);
+  for (const BucketShard& b : plan_.bucket_shards()) {
+    const Range mine = range_of(param).intersect(b.shard);
+    if (mine.empty()) continue;
+    const Tensor target = values_in(mine);
+    const auto* source = static_cast<const char*>(host_values) + (mine.begin - param.flat_offset) * element_bytes;
+    copy_bytes(target.device(), target.data(), Device::kCpu, source, target.bytes());
   }
 }
 
@@ -138,6 +177,27 @@ void ParamStore::zero_grads(Context& ctx) const { ops::zero(ctx, grad_storage_);
 
 std::vector<ShardedTensor> ParamStore::sharded_tensors() const {
   std::vector<ShardedTensor> result;
+  if (sharded_parameters()) {
+    // ZeRO-3: this rank's parts only, each data-parallel rank's its own.
+    for (const Param& param : params_) {
+      for (const BucketShard& b : plan_.bucket_shards()) {
+        const Range mine = range_of(param).intersect(b.shard);
+        if (mine.empty()) continue;
+        for (const GlobalRectangle& rectangle : plan_.global_rectangles(*param.placement, mine)) {
+          ShardedTensor piece;
+          piece.key = "model/" + param.name();
+          piece.global_shape = param.spec->global_shape;
+          piece.offsets = rectangle.offsets;
+          piece.local_shape = rectangle.counts;
+          piece.replica_id = param.counts_in_grad_norm ? 0 : 1;
+          piece.replicated_over_data_parallel = false;
+          piece.data = values_in({rectangle.flat_begin, rectangle.flat_begin + rectangle.numel()});
+          result.push_back(std::move(piece));
+        }
+      }
+    }
+    return result;
+  }
   for (const Param& param : params_) {
     const std::vector<int64_t>& global = param.spec->global_shape;
     const int64_t cols = param.local_shape.rank() == 2 ? param.local_shape[1] : 1;

@@ -27,7 +27,10 @@ struct Param {
   int64_t row_offset = 0;     // slice position in the global tensor
   int64_t column_offset = 0;
   int64_t flat_offset = 0;    // position in the store's flat buffers (elements)
-  Tensor value;               // compute dtype
+  DType dtype = DType::kFloat32;  // of `value` (the store's compute dtype), also while it is empty
+  // Compute dtype. Under ZeRO-3 (ShardPlan::sharded_parameters) a view of its bucket's gathered
+  // working buffer while a unit uses it (ParamStore::set_bucket_values), else empty.
+  Tensor value;
   // float32, accumulated over microbatches. Under ZeRO-2 (ShardPlan::sharded_gradients) a view of
   // its bucket's working buffer while the bucket is held (ParamStore::set_bucket_grads), else empty.
   Tensor grad;
@@ -48,8 +51,8 @@ class ParamStore {
   // The flat buffers laid out as `plan` says (model/shard_plan.h), for the parameters of this
   // rank's pipeline stage(s).
   ParamStore(ShardPlan plan, DType dtype, Arena& arena);
-  // What the store takes from its arena: the flat values in `dtype` and the FP32 gradients (this
-  // rank's shards of them with ZeRO-2).
+  // What the store takes from its arena: the flat values in `dtype` (this rank's shards of them
+  // with ZeRO-3) and the FP32 gradients (this rank's shards of them with ZeRO-2 and ZeRO-3).
   static int64_t bytes(const ShardPlan& plan, DType dtype);
   // One data-parallel rank, one bucket: `specs` sliced for this TP rank.
   ParamStore(std::vector<ParamSpec> specs, int tensor_parallel_rank, int tensor_parallel_size, DType dtype,
@@ -65,9 +68,20 @@ class ParamStore {
 
   DType dtype() const { return dtype_; }
   // All values / all gradients as 1-D tensors (including alignment padding, which stays zero).
-  // flat_grads: not with sharded gradients, where only the shards exist (grads_in).
-  const Tensor& flat_values() const { return flat_values_; }
+  // Not with sharded values (ZeRO-3) / sharded gradients (ZeRO-2 and 3), where only the shards
+  // exist (values_in, grads_in).
+  const Tensor& flat_values() const;
   const Tensor& flat_grads() const;
+  // The values of the flat elements `flat`: a view of the flat values, or with sharded values of
+  // the shard holding them (fatal unless `flat` lies in one of this rank's shards).
+  Tensor values_in(Range flat) const;
+  // What holds the values: the flat buffer, or this rank's shards of every bucket one after another
+  // (ZeRO-3).
+  const Tensor& value_storage() const { return value_storage_; }
+  bool sharded_parameters() const { return plan_.sharded_parameters(); }
+  // ZeRO-3: points the values of bucket b's parameters into `buffer` (the bucket's gathered
+  // elements, [bucket size]), or with an empty tensor, detaches them.
+  void set_bucket_values(int bucket, const Tensor& buffer);
   // The gradients of the flat elements `flat`: a view of the flat gradients, or with sharded
   // gradients of the shard holding them (fatal unless `flat` lies in one of this rank's shards).
   Tensor grads_in(Range flat) const;
@@ -86,7 +100,8 @@ class ParamStore {
   const ShardPlan& plan() const { return plan_; }
   // The buckets, in the order their gradients become final in backward (front to back).
   const std::vector<BucketPlan>& buckets() const { return plan_.buckets(); }
-  // Every parameter slice as a checkpoint piece "model/<name>" (views of the values). Duplicates
+  // Every parameter slice as a checkpoint piece "model/<name>" (views of the values); under ZeRO-3
+  // the parts of them in this rank's shards, as rectangles of the global tensors. Duplicates
   // this rank holds (a replicated parameter on TP rank > 0, the last stage's tied embedding copy:
   // whatever does not count in the gradient norm) have replica_id 1.
   std::vector<ShardedTensor> sharded_tensors() const;
@@ -100,10 +115,18 @@ class ParamStore {
   ShardPlan plan_;
   std::vector<Param> params_;  // in the plan's (flat) order
   std::unordered_map<std::string, size_t> index_;
+  // The part of `storage` (laid out as this rank's shards one after another) holding `flat`.
+  Tensor shard_view(const Tensor& storage, Range flat, const char* what) const;
+  // Points the `field` views of bucket b's parameters into `buffer`, or detaches them.
+  void point_bucket(int bucket, const Tensor& buffer, Tensor Param::*field);
+  // ZeRO-3 initialisation: param's values computed whole on the host ([numel] in the dtype's
+  // bits), the parts in this rank's shards copied in.
+  void write_owned_parts(const Param& param, const void* host_values);
+
   DType dtype_;
-  Tensor flat_values_;
-  Tensor grad_storage_;                 // [flat elements], or [sum of this rank's shards] with ZeRO-2
-  std::vector<int64_t> shard_offsets_;  // [bucket] the shard's first element in grad_storage_ (ZeRO-2)
+  Tensor value_storage_;                // [flat elements], or [sum of this rank's shards] with ZeRO-3
+  Tensor grad_storage_;                 // [flat elements], or [sum of this rank's shards] with ZeRO-2/3
+  std::vector<int64_t> shard_offsets_;  // [bucket] the shard's first element in the shard storages
 };
 
 }  // namespace gpt

@@ -156,6 +156,8 @@ bool ShardPlan::sharded_gradients() const {
   return config_.shard_gradients && config_.distributed_optimizer && config_.data_parallel_size > 1;
 }
 
+bool ShardPlan::sharded_parameters() const { return config_.shard_parameters && sharded_gradients(); }
+
 int64_t ShardPlan::largest_bucket() const {
   int64_t largest = 0;
   for (const BucketPlan& bucket : buckets_) largest = std::max(largest, bucket.range.size());

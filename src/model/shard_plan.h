@@ -97,6 +97,9 @@ struct ShardPlanConfig {
   // ZeRO-2 (with distributed_optimizer): the gradients are kept as this rank's shards only
   // (ParamStore), each bucket's full gradient existing only while its unit computes it.
   bool shard_gradients = false;
+  // ZeRO-3 (with shard_gradients): the parameter values too are kept as this rank's shards only, a
+  // bucket's full values existing only while a unit uses them (parallel/data_parallel/param_units.h).
+  bool shard_parameters = false;
   // A later pipeline stage's copy of the tied word embedding counts once, on the first stage.
   bool first_pipeline_stage = true;
 };
@@ -129,6 +132,8 @@ class ShardPlan {
   std::vector<Range> owned() const;
   // Gradients held as this rank's shards only (ZeRO-2 over more than one data-parallel rank).
   bool sharded_gradients() const;
+  // Parameter values held as this rank's shards only (ZeRO-3 over more than one data-parallel rank).
+  bool sharded_parameters() const;
   // The largest bucket (elements): the size of a unit's working gradient buffer under ZeRO-2.
   int64_t largest_bucket() const;
 

@@ -28,7 +28,7 @@ AdamW::Part AdamW::make_part(Range range, int64_t state_offset, bool host) const
 
 AdamW::AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena& arena, std::vector<Range> owned)
     : params_(params), config_(config), separate_master_(params.dtype() != DType::kFloat32), owned_(std::move(owned)) {
-  const int64_t total = params.flat_values().numel();
+  const int64_t total = params.plan().flat_elements();
   if (owned_.empty()) owned_.push_back({0, total});
   int64_t elements = 0;
   for (const Range& range : owned_) {
@@ -53,7 +53,7 @@ AdamW::AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena&
     for (const Part& part : parts_) {
       if (part.host) continue;
       ops::cast(ctx, master_.flat_range(part.state_offset, part.range.size()),
-                params.flat_values().flat_range(part.range.begin, part.range.size()));
+                params.values_in(part.range));
     }
   }
   exp_avg_ = arena.allocate_zeroed(DType::kFloat32, {device_elements});
@@ -100,7 +100,7 @@ void AdamW::host_master_from_params(Context& ctx) {
   ctx.synchronize();
   for (const Part& part : parts_) {
     if (!part.host) continue;
-    const Tensor values = params_.flat_values().flat_range(part.range.begin, part.range.size());
+    const Tensor values = params_.values_in(part.range);
     const Tensor staged = host_values_.flat_range(part.state_offset, part.range.size());
     copy_bytes(Device::kCpu, staged.data(), values.device(), values.data(), values.bytes());
     ops::cast(host_ctx_, state(part, master_, host_master_), staged);
@@ -112,7 +112,7 @@ void AdamW::host_step(Context& ctx, const ops::AdamWStep& step, const Part& part
   // on the host's cores; the parameters host-to-device.
   const int64_t n = part.range.size();
   const Tensor grads = params_.grads_in(part.range);
-  const Tensor values = params_.flat_values().flat_range(part.range.begin, n);
+  const Tensor values = params_.values_in(part.range);
   const Tensor host_grads = host_grads_.flat_range(part.state_offset, n);
   const Tensor master = state(part, master_, host_master_);
   ctx.synchronize();
@@ -140,7 +140,7 @@ void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
       continue;
     }
     const int64_t n = part.range.size();
-    const Tensor values = params_.flat_values().flat_range(part.range.begin, n);
+    const Tensor values = params_.values_in(part.range);
     ops::adamw_update_segments(ctx, step, separate_master_ ? master_.flat_range(part.state_offset, n) : values,
                                params_.grads_in(part.range), exp_avg_.flat_range(part.state_offset, n),
                                exp_avg_sq_.flat_range(part.state_offset, n), separate_master_ ? values : Tensor(),
@@ -154,12 +154,12 @@ void AdamW::add_master_squares(Context& ctx, const Tensor& scratch, Range flat) 
     if (mine.empty()) continue;
     const int64_t offset = part.state_offset + (mine.begin - part.range.begin);
     if (!part.host) {
-      const Tensor& master = separate_master_ ? master_ : params_.flat_values();
-      ops::sum_of_squares(ctx, scratch, master.flat_range(separate_master_ ? offset : mine.begin, mine.size()));
+      ops::sum_of_squares(ctx, scratch,
+                          separate_master_ ? master_.flat_range(offset, mine.size()) : params_.values_in(mine));
       continue;
     }
     // Offloaded: the host's master weights (BF16), or the parameters (FP32) staged to the host.
-    const Tensor values = params_.flat_values().flat_range(mine.begin, mine.size());
+    const Tensor values = params_.values_in(mine);
     Tensor master = host_master_.flat_range(offset, mine.size());
     ctx.synchronize();
     if (!separate_master_) copy_bytes(Device::kCpu, master.data(), values.device(), values.data(), values.bytes());
@@ -218,7 +218,7 @@ void AdamW::reset_from_params(Context& ctx) {
     for (const Part& part : parts_) {
       if (part.host) continue;
       ops::cast(ctx, master_.flat_range(part.state_offset, part.range.size()),
-                params_.flat_values().flat_range(part.range.begin, part.range.size()));
+                params_.values_in(part.range));
     }
   }
   ops::zero(ctx, exp_avg_);

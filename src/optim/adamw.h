@@ -65,7 +65,8 @@ class AdamW {
   int64_t host_elements() const { return host_elements_; }
   // The host memory the offloaded state and its staging took.
   int64_t host_bytes_allocated() const { return static_cast<int64_t>(host_memory_.capacity()); }
-  // Without offload: the state tensors (master() is the flat values themselves in FP32 training).
+  // Without offload: the state tensors (master() is the flat values themselves in FP32 training,
+  // without ZeRO-3).
   const Tensor& master() const { return separate_master_ ? master_ : params_.flat_values(); }
   const Tensor& exp_avg() const { return exp_avg_; }
   const Tensor& exp_avg_sq() const { return exp_avg_sq_; }

@@ -46,7 +46,7 @@ bool unscale_and_check_gradients(Context& ctx, const ParamStore& params, std::sp
                                  float inverse_scale, const Tensor& count_scratch, const Tensor& float_scratch,
                                  std::span<Communicator* const> groups) {
   std::vector<Range> ranges(owned.begin(), owned.end());
-  if (ranges.empty()) ranges.push_back(Range{0, params.flat_values().numel()});
+  if (ranges.empty()) ranges.push_back(Range{0, params.plan().flat_elements()});
   ops::zero(ctx, count_scratch);
   for (const Range& range : ranges) {
     if (range.empty()) continue;

@@ -33,6 +33,7 @@ ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& s
     config.unit_buckets = true;
     config.bucket_size = args.suggested_communication_unit_size;
     config.shard_gradients = zero_level(args) >= ZeroLevel::kGradients;
+    config.shard_parameters = zero_level(args) >= ZeroLevel::kParameters;
   } else if (args.overlap_grad_reduce && coordinates.pipeline == 0) {
     config.bucket_size = args.ddp_bucket_size > 0 ? args.ddp_bucket_size
                                                   : std::max<int64_t>(40000000, int64_t{1000000} * shape.data * shape.context);
@@ -45,7 +46,8 @@ DataParallelConfig data_parallel_config_from(const Arguments& args) {
   return {.overlap_grad_reduce = args.overlap_grad_reduce,
           .overlap_param_gather = args.overlap_param_gather,
           .tied_across_stages = tied_across_stages(args),
-          .gradient_buffers = args.overlap_grad_reduce || args.fsdp_double_buffer ? 3 : 2};
+          .gradient_buffers = args.overlap_grad_reduce || args.fsdp_double_buffer ? 3 : 2,
+          .parameter_buffers = args.overlap_param_gather || args.fsdp_double_buffer ? 3 : 2};
 }
 
 DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, ParamStore& params,
@@ -78,7 +80,13 @@ DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, 
         grid.data_context(), params.flat_grads(), plan.bucket_shards(),
         distributed_optimizer_ ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce, arena);
   }
-  if (distributed_optimizer_) {
+  if (plan.sharded_parameters()) {
+    const size_t before = arena.used_bytes();
+    auto point_values = [&params](int bucket, const Tensor& buffer) { params.set_bucket_values(bucket, buffer); };
+    units_ = std::make_unique<ParamUnits>(grid.data_context(), params.value_storage(), plan.bucket_shards(),
+                                          config.parameter_buffers, point_values, arena);
+    parameter_buffer_bytes_ = static_cast<int64_t>(arena.used_bytes() - before);
+  } else if (distributed_optimizer_) {
     gather_ = std::make_unique<ParamGather>(grid.data_context(), params.flat_values(), plan.bucket_shards(), arena);
   }
   int64_t sequence_parallel_elements = 0;
@@ -94,7 +102,12 @@ void DataParallel::attach(std::span<GptModel* const> chunks) {
   expected_reports_.clear();
   writers_.assign(params_.plan().buckets().size(), 0);
   written_.assign(writers_.size(), 0);
+  neighbours_.clear();
   for (GptModel* chunk : chunks) {
+    const std::vector<ParamGroup>& groups = chunk->parameter_groups();
+    for (size_t i = 0; i < groups.size(); ++i) {
+      neighbours_[&groups[i]] = {i > 0 ? &groups[i - 1] : nullptr, i + 1 < groups.size() ? &groups[i + 1] : nullptr};
+    }
     for (const ParamGroup& group : chunk->parameter_groups()) {
       for (const Param* param : group.params) ++expected_reports_[param];
       for (int bucket : buckets_of(group)) ++writers_[static_cast<size_t>(bucket)];
@@ -120,7 +133,8 @@ std::vector<int> DataParallel::buckets_of(const ParamGroup& group) const {
   return buckets;
 }
 
-void DataParallel::start_iteration() {
+void DataParallel::start_iteration(Context& ctx) {
+  if (units_) units_->invalidate(ctx);  // parameters may have been loaded since the last use
   std::fill(written_.begin(), written_.end(), 0);
   reports_.clear();
   sequence_reduced_.clear();
@@ -197,6 +211,7 @@ double DataParallel::finish_gradients(Context& ctx) {
 }
 
 void DataParallel::after_step(Context& ctx) {
+  if (units_) units_->invalidate(ctx);  // the next use gathers the updated shards
   if (!gather_ || grid_.data_context().size() == 1) return;
   gather_->start(ctx);
   if (!overlap_param_gather_) gather_->wait_all(ctx);
@@ -243,11 +258,23 @@ void DataParallel::tied_embedding_sum_of_shards(Context& ctx) {
 }
 
 void DataParallel::before_use(Context& ctx, const ParamGroup& group, ParamUse use, int slot) {
+  if (units_) {
+    for (int bucket : buckets_of(group)) units_->acquire(ctx, bucket);
+    const ParamGroup* next = neighbours_.at(&group)[use == ParamUse::kBackward ? 0 : 1];
+    if (overlap_param_gather_ && next) {
+      for (int bucket : buckets_of(*next)) units_->prefetch(ctx, bucket);
+    }
+  }
   if (shards_ && use == ParamUse::kBackward) {
     for (int bucket : buckets_of(group)) shards_->take(ctx, bucket);
   }
   if (use != ParamUse::kForward || !gather_ || !gather_->in_flight()) return;
   for (Param* param : group.params) gather_->wait_for(ctx, bucket_of_[param]);
+}
+
+void DataParallel::after_use(Context& ctx, const ParamGroup& group, ParamUse use, int slot) {
+  if (!units_) return;
+  for (int bucket : buckets_of(group)) units_->release(bucket);
 }
 
 }  // namespace gpt

@@ -10,9 +10,12 @@
 //   reduce-scattered into them when its units are done (parallel/data_parallel/grad_shards.h);
 // - parameters (distributed optimizer): after the step each rank's updated shard is all-gathered,
 //   waited for at once, or with --overlap-param-gather bucket by bucket as the next forward first
-//   reads it.
+//   reads it. ZeRO-3 (optim_grads_params): each rank keeps only its shards of the values too; a
+//   unit's buckets are all-gathered before each use and released after it, the next unit's gather
+//   prefetched with --overlap-param-gather (parallel/data_parallel/param_units.h).
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <span>
@@ -24,6 +27,7 @@
 #include "parallel/data_parallel/grad_shards.h"
 #include "parallel/data_parallel/grad_sync.h"
 #include "parallel/data_parallel/param_gather.h"
+#include "parallel/data_parallel/param_units.h"
 #include "parallel/process_grid.h"
 #include "parallel/tensor_parallel/regions.h"
 #include "train/arguments.h"
@@ -46,6 +50,9 @@ struct DataParallelConfig {
   // (a unit's own bucket and the tied embedding's), three with --overlap-grad-reduce or
   // --fsdp-double-buffer (a reduce-scatter in flight while the next unit computes).
   int gradient_buffers = 2;
+  // ZeRO-3 (sharded values): the gathered values' working buffers, two, three with
+  // --overlap-param-gather or --fsdp-double-buffer (the next unit's gather while one computes).
+  int parameter_buffers = 2;
 };
 DataParallelConfig data_parallel_config_from(const Arguments& args);
 
@@ -62,11 +69,15 @@ class DataParallel final : public ParamObserver {
   // the distributed optimizer, else everything.
   std::vector<Range> owned() const;
   bool distributed_optimizer() const { return distributed_optimizer_; }
-  // The ZeRO-2 working gradient buffers this took from the arena (0 otherwise), measured.
+  // The ZeRO-2/3 working gradient buffers this took from the arena (0 otherwise), measured.
   int64_t gradient_buffer_bytes() const { return gradient_buffer_bytes_; }
+  // The ZeRO-3 working parameter buffers this took from the arena (0 otherwise), measured.
+  int64_t parameter_buffer_bytes() const { return parameter_buffer_bytes_; }
+  // ZeRO-3's gathers so far (null without ZeRO-3).
+  const ParamUnits* parameter_units() const { return units_.get(); }
 
   // Before the iteration's first forward.
-  void start_iteration();
+  void start_iteration(Context& ctx);
   // After the iteration's backward: completes every reduction; the owned ranges then hold the
   // global gradient sums. Returns the seconds the host waited for data-parallel reductions.
   double finish_gradients(Context& ctx);
@@ -77,8 +88,11 @@ class DataParallel final : public ParamObserver {
 
   // ParamObserver: a forward waits for its group's parameter gathers; a group's gradients start
   // their reductions when final. ZeRO-2: a backward takes its buckets' working buffers, and every
-  // microbatch's gradients are reduce-scattered into the shards when the unit is done.
+  // microbatch's gradients are reduce-scattered into the shards when the unit is done. ZeRO-3:
+  // every use gathers the group's buckets first (and prefetches the next group's) and releases
+  // them after.
   void before_use(Context& ctx, const ParamGroup& group, ParamUse use, int slot) override;
+  void after_use(Context& ctx, const ParamGroup& group, ParamUse use, int slot) override;
   void gradients_ready(Context& ctx, const ParamGroup& group, int slot, bool last_of_step) override;
 
  private:
@@ -101,10 +115,14 @@ class DataParallel final : public ParamObserver {
   bool tied_across_stages_;
   std::unique_ptr<GradientSync> grads_;
   std::unique_ptr<ParamGather> gather_;
-  std::unique_ptr<GradientShards> shards_;  // ZeRO-2
+  std::unique_ptr<GradientShards> shards_;  // ZeRO-2 and 3
+  std::unique_ptr<ParamUnits> units_;       // ZeRO-3
+  // ZeRO-3 prefetch: each group's neighbours in its chunk, [0] the one before, [1] the one after.
+  std::map<const ParamGroup*, std::array<const ParamGroup*, 2>> neighbours_;
   std::vector<int> writers_;                // [bucket] groups writing its gradients per microbatch (ZeRO-2)
   std::vector<int> written_;                // [bucket] of those, the ones done in this round
   int64_t gradient_buffer_bytes_ = 0;
+  int64_t parameter_buffer_bytes_ = 0;
   std::map<const Param*, int> bucket_of_;
   std::map<const Param*, int> expected_reports_, reports_;
   std::vector<int> unready_;  // [bucket] parameters whose gradient is not final yet

@@ -107,8 +107,7 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
     const ShardPlan plan(rank_param_specs(specs, pipeline), shard_plan_config_from(a, shape, coordinates));
     const ForwardBackward schedules(pipeline);
     const RankMemory mine = rank_memory(plan, config, shapes, sequence_parallel, pipeline, schedules.stash_slots(),
-                                        schedules.deferral_depths(), data_parallel_config_from(a).gradient_buffers,
-                                        offload_fraction(a));
+                                        schedules.deferral_depths(), data_parallel_config_from(a), offload_fraction(a));
     if (!worst || mine.total() > worst->total()) worst = mine;
   }
   return worst;
@@ -233,7 +232,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
     const int64_t shards = dp * cp;
     const Bytes owned = shards_optimizer(a) ? Bytes(elements.value() ? (*elements.value() + shards - 1) / shards : 0)
                                             : elements;
-    const Bytes parameters = Bytes(t) * elements;
+    const Bytes parameters = Bytes(t) * (zero_level(a) >= ZeroLevel::kParameters ? owned : elements);
     const Bytes gradients = Bytes(4) * (zero_level(a) >= ZeroLevel::kGradients ? owned : elements);
     // Offloaded optimizer state lives in host memory (the exact plan counts it there).
     const Bytes device_owned =
@@ -273,14 +272,19 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
 
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
                        bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
-                       std::span<const int> deferral_depths, int gradient_buffers, double offload_fraction) {
+                       std::span<const int> deferral_depths, const DataParallelConfig& data_parallel,
+                       double offload_fraction) {
   RankMemory m;
-  m.parameters = Arena::aligned_bytes(config.dtype, Shape{plan.flat_elements()});
   int64_t owned = 0;
   for (const Range& range : plan.owned()) owned += range.size();
+  m.parameters = Arena::aligned_bytes(config.dtype, Shape{plan.sharded_parameters() ? owned : plan.flat_elements()});
   m.gradients = ParamStore::bytes(plan, config.dtype) - m.parameters;
   if (plan.sharded_gradients()) {
-    m.gradients += GradientShards::bytes(plan.bucket_shards(), plan.config().data_parallel_size, gradient_buffers);
+    m.gradients += GradientShards::bytes(plan.bucket_shards(), plan.config().data_parallel_size,
+                                         data_parallel.gradient_buffers);
+  }
+  if (plan.sharded_parameters()) {
+    m.parameters += ParamUnits::bytes(plan.bucket_shards(), config.dtype, data_parallel.parameter_buffers);
   }
   m.optimizer_state = AdamW::bytes(owned, config.dtype, offload_fraction);
   m.host_optimizer_state = AdamW::host_bytes(owned, config.dtype, offload_fraction);

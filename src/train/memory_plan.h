@@ -12,7 +12,8 @@
 // the same figures the trainer's arena gives (checked at start-up on every rank). Per rank, for the worst
 // pipeline stage (the first holds the embeddings and the most microbatches in flight, the last the
 // LM head and its logits), with L_p = num_layers / PP layers, t bytes per element (2 with --bf16):
-//   parameters      t x elements, where each layer has 4h + (3P + F)(h + 1)/tp + (P + F) h / tp + 2h
+//   parameters      t x elements (ZeRO-3: t x elements / DP, plus the gathered units' working
+//                   buffers, exact plan only), where each layer has 4h + (3P + F)(h + 1)/tp + (P + F) h / tp + 2h
 //                   (P = heads x kv-channels, F = ffn), plus the embeddings (padded vocab / tp + max
 //                   positions) x h on the first stage, the final LayerNorm and, untied or with PP > 1,
 //                   the output layer on the last
@@ -37,6 +38,7 @@
 #include "core/status.h"
 #include "model/shard_plan.h"
 #include "train/arguments.h"
+#include "train/data_parallel.h"
 #include "train/forward_backward.h"
 
 namespace gpt {
@@ -46,7 +48,7 @@ namespace gpt {
 // (GptModel::memory) and the pipeline's receive buffers. The trainer checks at start-up that its
 // arena gave each item exactly this, so every run of every layout tests the plan.
 struct RankMemory {
-  int64_t parameters = 0;       // flat values in the compute dtype
+  int64_t parameters = 0;       // flat values in the compute dtype; ZeRO-3: their shards and the working buffers
   int64_t gradients = 0;        // flat FP32 gradients; ZeRO-2: their shards and the working buffers
   int64_t optimizer_state = 0;  // moments and (BF16) master weights of the owned ranges
   int64_t activations = 0;      // the chunks (stashes, workspaces, logits, leases) and receive buffers
@@ -79,11 +81,11 @@ struct MemoryPlan {
 
 // `deferral_depths`: per chunk, the lease depth it is built with (ForwardBackward::deferral_depths;
 // empty: none).
-// `gradient_buffers`: ZeRO-2's working gradient buffers (DataParallelConfig), counted when the plan
-// shards gradients.
+// `data_parallel`: ZeRO-2/3's working gradient and parameter buffers, counted when the plan shards
+// gradients / values.
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
                        bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
-                       std::span<const int> deferral_depths = {}, int gradient_buffers = 2,
+                       std::span<const int> deferral_depths = {}, const DataParallelConfig& data_parallel = {},
                        double offload_fraction = 0.0);
 
 // The plan for validated arguments (validate_arguments and validate_for_world) with the

@@ -26,7 +26,7 @@ absl::Status validate_offload_arguments(const Arguments& a) {
   }
   if (!shards_optimizer(a)) {
     return invalid("--optimizer-cpu-offload needs a distributed optimizer: --use-distributed-optimizer, or "
-                   "--use-megatron-fsdp with --data-parallel-sharding-strategy optim or optim_grads");
+                   "--use-megatron-fsdp with --data-parallel-sharding-strategy optim, optim_grads or optim_grads_params");
   }
   if (!a.use_precision_aware_optimizer) {
     return invalid("--optimizer-cpu-offload needs --use-precision-aware-optimizer (Megatron's rule: the optimizer "
@@ -69,11 +69,10 @@ absl::Status validate_sharding_arguments(const Arguments& a) {
     }
     return absl::OkStatus();
   }
-  if (s == "optim_grads_params") {
-    return invalid(
-        "--data-parallel-sharding-strategy optim_grads_params (ZeRO-3, Megatron-FSDP's default) is not built in this "
-        "program yet: parameters are not gathered per unit; use optim_grads (ZeRO-2: gradients and optimizer state "
-        "sharded), optim (ZeRO-1) or no_shard, and name it with --data-parallel-sharding-strategy");
+  if (s == "optim_grads_params" && a.check_weight_hash_across_dp_replicas_interval > 0) {
+    return invalid("--check-weight-hash-across-dp-replicas-interval compares the parameters of data-parallel "
+                   "replicas; under --data-parallel-sharding-strategy optim_grads_params each data-parallel rank "
+                   "holds another shard of them, so there are no replicas to compare");
   }
   if (a.use_distributed_optimizer && s == "no_shard") {
     return invalid("--use-distributed-optimizer shards the optimizer state, --data-parallel-sharding-strategy "
@@ -89,12 +88,13 @@ absl::Status validate_sharding_arguments(const Arguments& a) {
   }
   if (a.overlap_param_gather && s == "no_shard") {
     return invalid("--overlap-param-gather overlaps the sharded optimizer's parameter all-gather; "
-                   "--data-parallel-sharding-strategy no_shard has none (use optim or optim_grads)");
+                   "--data-parallel-sharding-strategy no_shard has none (use optim, optim_grads or optim_grads_params)");
   }
-  if (s == "optim_grads" && a.pipeline_schedule == "zb-h1") {
-    return invalid("--data-parallel-sharding-strategy optim_grads cannot run --pipeline-schedule zb-h1: ZB-H1 defers "
-                   "the weight gradients of up to PP microbatches, so every unit's full-size gradient buffer would "
-                   "stay live (what ZeRO-2 exists to avoid); use 1f1b or interleaved");
+  if ((s == "optim_grads" || s == "optim_grads_params") && a.pipeline_schedule == "zb-h1") {
+    return invalid(absl::StrCat(
+        "--data-parallel-sharding-strategy ", s, " cannot run --pipeline-schedule zb-h1: ZB-H1 defers the weight "
+        "gradients of up to PP microbatches, so every unit's full-size gradient buffer would stay live (what "
+        "ZeRO-2 and ZeRO-3 exist to avoid); use 1f1b or interleaved"));
   }
   return absl::OkStatus();
 }

@@ -13,7 +13,7 @@ enum class ZeroLevel {
   kNone = 0,        // every rank holds and updates everything; gradients all-reduced
   kOptimizer = 1,   // optimizer state (master weights, moments) sharded over DP
   kGradients = 2,   // and gradients: each rank keeps the sum of its shard only
-  kParameters = 3,  // and parameters (not built: refused by validate_sharding_arguments)
+  kParameters = 3,  // and parameter values: gathered per unit before each use
 };
 
 // The level of validated arguments.

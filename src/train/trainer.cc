@@ -224,11 +224,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   const RankMemory planned =
       rank_memory(t->params_->plan(), t->config_, t->chunks_.front()->shapes(), t->tensor_parallel_->sequence_parallel(),
                   pipeline, t->forward_backward_->stash_slots(), t->forward_backward_->deferral_depths(),
-                  data_parallel_config_from(args).gradient_buffers, offload_fraction(args));
-  // The store's two buffers, the FP32 gradients (or their shards, ZeRO-2) measured by the tensor
-  // the arena gave them, and ZeRO-2's working gradient buffers as DataParallel measured them.
+                  data_parallel_config_from(args), offload_fraction(args));
+  // The store's two buffers, the FP32 gradients (or their shards, ZeRO-2/3) measured by the tensor
+  // the arena gave them, and ZeRO-2/3's working gradient and parameter buffers as DataParallel
+  // measured them.
   const int64_t gradient_bytes = Arena::aligned_bytes(DType::kFloat32, t->params_->gradient_storage().shape());
-  t->allocated_ = {.parameters = static_cast<int64_t>(params_end - params_begin) - gradient_bytes,
+  t->allocated_ = {.parameters = static_cast<int64_t>(params_end - params_begin) - gradient_bytes +
+                                 t->data_parallel_->parameter_buffer_bytes(),
                    .gradients = gradient_bytes + t->data_parallel_->gradient_buffer_bytes(),
                    .optimizer_state = static_cast<int64_t>(t->arena_.used_bytes() - optimizer_begin),
                    .activations = static_cast<int64_t>(chunks_end - chunks_begin),
@@ -288,9 +290,11 @@ MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chu
                            ? static_cast<double>(elements) / static_cast<double>(grid_.data_context().size())
                            : static_cast<double>(elements);
   const bool separate_master = optimizer_->has_separate_master();
-  f.theoretical[MemoryFigures::kParameters] = static_cast<double>(elements) * dtype_size(config_.dtype);
-  f.allocated[MemoryFigures::kParameters] = static_cast<double>(params_->flat_values().bytes());
-  // ZeRO-2: the shards (1/DP) in theory; allocated also the working buffers of the units in flight.
+  // ZeRO-2/3: the shards (1/DP) in theory; allocated also the working buffers of the units in flight.
+  f.theoretical[MemoryFigures::kParameters] =
+      (params_->sharded_parameters() ? owned : static_cast<double>(elements)) * dtype_size(config_.dtype);
+  f.allocated[MemoryFigures::kParameters] =
+      static_cast<double>(params_->value_storage().bytes() + data_parallel_->parameter_buffer_bytes());
   f.theoretical[MemoryFigures::kGradients] =
       (params_->sharded_gradients() ? owned : static_cast<double>(elements)) * 4.0;
   f.allocated[MemoryFigures::kGradients] =
@@ -464,7 +468,7 @@ void Trainer::compute_gradients() {
       1.0f / static_cast<float>(tokens_per_microbatch * microbatches_ * data_parallel_size_) * loss_scale();
   // Dropout masks are keyed by the iteration being trained (1-based, as logged).
   feed_->start(*train_data_, consumed_samples_, {loss_sum_, grad_scale}, /*training_iteration=*/iteration_ + 1);
-  data_parallel_->start_iteration();
+  data_parallel_->start_iteration(ctx_);
   if (fp8_) fp8_->begin_step();
   Stopwatch phase;
   forward_backward_->run(ctx_, grid_.pipeline(), Pass::kTrain);

@@ -44,36 +44,41 @@ std::vector<int64_t> shape_of(const Tensor& t) {
   return shape;
 }
 
-absl::Status write_params(Hdf5File& file, Trainer& trainer, const std::string& group, bool gradients) {
-  for (const Param& param : trainer.params().params()) {
-    const Tensor& t = gradients ? param.grad : param.value;
-    const std::vector<float> values = to_float32(trainer.context(), t);
-    GPT_RETURN_IF_ERROR(file.write(group + "/" + param.name(), shape_of(t), values.data()));
-  }
-  return absl::OkStatus();
-}
-
 // With the distributed optimizer each data-parallel rank holds the reduced gradient of its shards
-// only: the whole gradient is the sum over the group (data x context) of every rank's shards (zero
-// elsewhere).
-// Host copies, so the MPI group takes them as they are (the dumps run on the CPU backend).
-absl::Status write_gradients(Hdf5File& file, Trainer& trainer, ProcessGrid& grid) {
-  // (ZeRO-2 holds the shards alone: ParamStore::grads_in reads them wherever they are stored.)
-  const std::vector<Range>& owned = trainer.optimizer().owned();
+// only, and under ZeRO-3 the values of its shards only: the whole is the sum over the group (data x
+// context) of every rank's shards (zero elsewhere). Host copies, so the MPI group takes them as
+// they are (the dumps run on the CPU backend).
+std::vector<float> whole_from_shards(Trainer& trainer, ProcessGrid& grid, bool gradients) {
   const int64_t elements = trainer.params().plan().flat_elements();
-  const bool sharded = !(owned.size() == 1 && owned[0] == Range{0, elements});
-  if (!sharded) return write_params(file, trainer, "grads", /*gradients=*/true);
   std::vector<float> whole(static_cast<size_t>(elements), 0.0f);
-  for (const Range& range : owned) {
-    const std::vector<float> mine = to_float32(trainer.context(), trainer.params().grads_in(range));
+  for (const Range& range : trainer.optimizer().owned()) {
+    const Tensor part = gradients ? trainer.params().grads_in(range) : trainer.params().values_in(range);
+    const std::vector<float> mine = to_float32(trainer.context(), part);
     std::copy(mine.begin(), mine.end(), whole.begin() + range.begin);
   }
-  grid.data_context().all_reduce(trainer.context(), Tensor(whole.data(), DType::kFloat32, Shape({elements}), Device::kCpu),
-                         ReduceOp::kSum);
+  grid.data_context().all_reduce(trainer.context(),
+                                 Tensor(whole.data(), DType::kFloat32, Shape({elements}), Device::kCpu), ReduceOp::kSum);
+  return whole;
+}
+
+// Every parameter slice's values or (first step's) gradients under `group`.
+absl::Status write_params(Hdf5File& file, Trainer& trainer, ProcessGrid& grid, const std::string& group,
+                          bool gradients) {
+  // (ZeRO-2/3 hold the shards alone: ParamStore::grads_in / values_in read them wherever they are.)
+  const std::vector<Range>& owned = trainer.optimizer().owned();
+  const bool sharded_optimizer = !(owned.size() == 1 && owned[0] == Range{0, trainer.params().plan().flat_elements()});
+  const bool sharded = gradients ? sharded_optimizer : trainer.params().sharded_parameters();
+  std::vector<float> whole;
+  if (sharded) whole = whole_from_shards(trainer, grid, gradients);
   for (const Param& param : trainer.params().params()) {
     std::vector<int64_t> shape;
     for (int i = 0; i < param.local_shape.rank(); ++i) shape.push_back(param.local_shape[i]);
-    GPT_RETURN_IF_ERROR(file.write("grads/" + param.name(), shape, whole.data() + param.flat_offset));
+    if (sharded) {
+      GPT_RETURN_IF_ERROR(file.write(group + "/" + param.name(), shape, whole.data() + param.flat_offset));
+      continue;
+    }
+    const std::vector<float> values = to_float32(trainer.context(), gradients ? param.grad : param.value);
+    GPT_RETURN_IF_ERROR(file.write(group + "/" + param.name(), shape, values.data()));
   }
   return absl::OkStatus();
 }
@@ -138,7 +143,7 @@ absl::Status dump(const Arguments& args, ProcessGrid& grid, const std::map<std::
   GPT_ASSIGN_OR_RETURN(Hdf5File file, Hdf5File::create(path));
   GPT_RETURN_IF_ERROR(write_attributes(file, args, trainer->config(), grid, steps));
   GPT_RETURN_IF_ERROR(write_layout(file, *trainer));
-  GPT_RETURN_IF_ERROR(write_params(file, *trainer, "initial", /*gradients=*/false));
+  GPT_RETURN_IF_ERROR(write_params(file, *trainer, grid, "initial", /*gradients=*/false));
 
   // This DP rank's token batches for every step, read exactly as the trainer reads them.
   const int64_t microbatches = num_microbatches(args, grid.world_size());
@@ -170,7 +175,7 @@ absl::Status dump(const Arguments& args, ProcessGrid& grid, const std::map<std::
   std::vector<float> losses, grad_norms, learning_rates;
   for (int64_t step = 0; step < steps; ++step) {
     trainer->compute_gradients();
-    if (step == gradients_step) GPT_RETURN_IF_ERROR(write_gradients(file, *trainer, grid));
+    if (step == gradients_step) GPT_RETURN_IF_ERROR(write_params(file, *trainer, grid, "grads", /*gradients=*/true));
     const StepResult result = trainer->apply_update();
     losses.push_back(static_cast<float>(result.loss));
     grad_norms.push_back(static_cast<float>(result.grad_norm));
@@ -180,7 +185,7 @@ absl::Status dump(const Arguments& args, ProcessGrid& grid, const std::map<std::
   GPT_RETURN_IF_ERROR(file.write("grad_norms", {steps}, grad_norms.data()));
   GPT_RETURN_IF_ERROR(file.write("learning_rates", {steps}, learning_rates.data()));
   trainer->synchronize_parameters();
-  return write_params(file, *trainer, "final", /*gradients=*/false);
+  return write_params(file, *trainer, grid, "final", /*gradients=*/false);
 }
 
 }  // namespace

@@ -8,27 +8,10 @@
 #include "parallel/data_parallel/grad_sync.h"
 
 namespace gpt {
-namespace {
-
-// The working buffers' sizes: the largest bucket for the first, the second largest for the others.
-// A unit writes at most two buckets at once, and a bucket goes to the smallest buffer it fits, so
-// the largest bucket (the embedding, typically) always finds the first buffer free of a pinned
-// bucket: a larger one would be the largest.
-std::vector<int64_t> buffer_sizes(std::span<const BucketShard> buckets, int buffers) {
-  std::vector<int64_t> sizes;
-  for (const BucketShard& b : buckets) sizes.push_back(b.bucket.size());
-  std::sort(sizes.begin(), sizes.end(), std::greater<>());
-  const int64_t first = sizes.empty() ? 0 : sizes[0], others = sizes.size() > 1 ? sizes[1] : first;
-  std::vector<int64_t> result(static_cast<size_t>(buffers), others);
-  if (!result.empty()) result[0] = first;
-  return result;
-}
-
-}  // namespace
 
 int64_t GradientShards::bytes(std::span<const BucketShard> buckets, int data_parallel_size, int buffers) {
   int64_t total = 0;
-  for (int64_t n : buffer_sizes(buckets, buffers)) {
+  for (int64_t n : working_buffer_sizes(buckets, buffers)) {
     total += Arena::aligned_bytes(DType::kFloat32, Shape{n}) +
              Arena::aligned_bytes(DType::kFloat32, Shape{n / data_parallel_size});
   }
@@ -56,7 +39,7 @@ GradientShards::GradientShards(Communicator& data_parallel, Tensor shards, std::
   int64_t flat_end = 0;
   for (const BucketShard& b : buckets_) flat_end = std::max(flat_end, b.bucket.end);
   check_bucket_shards(buckets_, group_, flat_end, /*sharded=*/true);
-  const std::vector<int64_t> sizes = buffer_sizes(buckets_, buffers);
+  const std::vector<int64_t> sizes = working_buffer_sizes(buckets_, buffers);
   for (size_t i = 0; i < buffers_.size(); ++i) {
     buffers_[i].gradients = arena.allocate(DType::kFloat32, {sizes[i]});
     buffers_[i].scattered = arena.allocate(DType::kFloat32, {sizes[i] / group_.size()});

@@ -1,6 +1,8 @@
 #include "parallel/data_parallel/grad_sync.h"
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 
 #include "core/check.h"
 #include "kernels/ops.h"
@@ -17,6 +19,16 @@ Range collective_part(const Range& bucket, const Communicator& group) {
 }
 
 }  // namespace
+
+std::vector<int64_t> working_buffer_sizes(std::span<const BucketShard> buckets, int buffers) {
+  std::vector<int64_t> sizes;
+  for (const BucketShard& b : buckets) sizes.push_back(b.bucket.size());
+  std::sort(sizes.begin(), sizes.end(), std::greater<>());
+  const int64_t first = sizes.empty() ? 0 : sizes[0], others = sizes.size() > 1 ? sizes[1] : first;
+  std::vector<int64_t> result(static_cast<size_t>(buffers), others);
+  if (!result.empty()) result[0] = first;
+  return result;
+}
 
 void check_bucket_shards(std::span<const BucketShard> buckets, const Communicator& group, int64_t elements,
                          bool sharded) {

@@ -6,6 +6,7 @@
 // last gradient is final, progress() between layers, finish() before the optimizer step.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -21,6 +22,12 @@ enum class GradientReduction { kAllReduce, kReduceScatter };
 // over `group` give this rank: the rank-th equal part when `sharded`, else the whole bucket.
 void check_bucket_shards(std::span<const BucketShard> buckets, const Communicator& group, int64_t elements,
                          bool sharded);
+
+// The sizes of ZeRO-2/3's working buffers (gradients, gathered values): the largest bucket for the
+// first, the second largest for the others. A unit uses at most two buckets at once, and a bucket
+// goes to the smallest buffer it fits, so the largest bucket (the embedding, typically) always
+// finds the first buffer free of a held bucket: a larger one would be the largest.
+std::vector<int64_t> working_buffer_sizes(std::span<const BucketShard> buckets, int buffers);
 
 class GradientSync {
  public:
