@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_format.h"
 #include "core/check.h"
 #include "kernels/ops.h"
 #include "train/sharding_arguments.h"
@@ -270,6 +271,20 @@ void DataParallel::before_use(Context& ctx, const ParamGroup& group, ParamUse us
   }
   if (use != ParamUse::kForward || !gather_ || !gather_->in_flight()) return;
   for (Param* param : group.params) gather_->wait_for(ctx, bucket_of_[param]);
+}
+
+std::string DataParallel::gather_summary(int64_t iterations) const {
+  if (!units_ || iterations <= 0) return std::string();
+  const ParamUnits::Counters& c = units_->counters();
+  const double per = 1.0 / static_cast<double>(iterations);
+  const double gathered_mb = static_cast<double>(c.gathered_elements) * dtype_size(params_.dtype()) * per / 1e6;
+  const int dp = grid_.data_context().size();
+  return absl::StrFormat(
+      "ZeRO-3 parameter gathers per iteration (rank %d, %lld iterations): %.1f unit gathers (%.1f prefetched), "
+      "%.3f MB gathered (%.3f MB of it received from the other %d data-parallel ranks), host waited %.2f ms for them",
+      grid_.world_rank(), static_cast<long long>(iterations), static_cast<double>(c.gathers) * per,
+      static_cast<double>(c.prefetches) * per, gathered_mb, gathered_mb * (dp - 1) / dp, dp - 1,
+      c.wait_seconds * per * 1e3);
 }
 
 void DataParallel::after_use(Context& ctx, const ParamGroup& group, ParamUse use, int slot) {

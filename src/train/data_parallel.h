@@ -75,6 +75,9 @@ class DataParallel final : public ParamObserver {
   int64_t parameter_buffer_bytes() const { return parameter_buffer_bytes_; }
   // ZeRO-3's gathers so far (null without ZeRO-3).
   const ParamUnits* parameter_units() const { return units_.get(); }
+  // ZeRO-3: one line on this rank's parameter gathers per iteration over `iterations` (evaluation's
+  // included): gathers, prefetched ones, bytes gathered and sent, the host's wait for them.
+  std::string gather_summary(int64_t iterations) const;
 
   // Before the iteration's first forward.
   void start_iteration(Context& ctx);

@@ -768,6 +768,10 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       if (stop) return absl::OkStatus();
     }
   }
+  if (logging && iteration_ > first_iteration && data_parallel_->parameter_units()) {
+    std::printf("%s\n", data_parallel_->gather_summary(iteration_ - first_iteration).c_str());
+    std::fflush(stdout);
+  }
   if (logging && profiled_iterations > 0) {
     std::printf("per-op time (rank %d, %lld iterations):\n%s", grid_.world_rank(),
                 static_cast<long long>(profiled_iterations),

@@ -22,8 +22,9 @@ CPU backend, alone and under mpirun. Every check compares numbers with an indepe
     --exit-signal-handler saves, exits 0, and the job resumes from that iteration with the
     uninterrupted run's loss.
 --part zero: ZeRO-2 (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads) at DP=4:
-    bit-exact resume, FP32 and BF16, with and without half the optimizer state offloaded to the host
-    (and the offloaded run's checkpoint bit-identical to the other's); its checkpoint resharded to ZeRO-1 at DP=2 and on to one rank, each hop
+    bit-exact resume, FP32 and BF16, with and without half the optimizer state offloaded to the host,
+    and ZeRO-3 (optim_grads_params, prefetching) with half offloaded: each checkpoint bit-identical
+    to plain ZeRO-2's; a ZeRO-3 checkpoint resharded to ZeRO-1 at DP=2 and on to one rank, each hop
     with the uninterrupted run's losses (1e-5) and the final checkpoint its state."""
 
 import argparse
@@ -475,13 +476,16 @@ def part_reshard(runner, checks, work):
 # --part zero
 
 ZERO2 = "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads".split()
+ZERO3 = "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --overlap-param-gather".split()
 OFFLOAD = "--optimizer-cpu-offload --use-precision-aware-optimizer --optimizer-offload-fraction 0.5".split()
 
 
 def part_zero(runner, checks, work):
-    """ZeRO-2 (gradient shards only) at DP=4: bit-exact resume; its checkpoint resharded to ZeRO-1
-    at DP=2, whose own checkpoint then loads on one rank, each hop training on with the saving
-    layout's uninterrupted losses and ending at its state."""
+    """ZeRO-2 (gradient shards only) and ZeRO-3 (parameter shards too, with half the optimizer state
+    on the host) at DP=4: bit-exact resume, and checkpoints bit-identical to each other (the same
+    arithmetic); a ZeRO-3 checkpoint resharded to ZeRO-1 at DP=2, whose own checkpoint then loads
+    on one rank, each hop training on with the saving layout's uninterrupted losses and ending at
+    its state."""
     # Offload: resumed bit-exactly (the host's moments, master weights and the step count restored;
     # a stale step would change the bias correction), and bit-identical to the state kept on the
     # device (the host step is the same op on the CPU backend).
@@ -489,17 +493,22 @@ def part_zero(runner, checks, work):
         plain = bit_exact_resume(runner, checks, work, f"{precision}_zero2_dp4", 4, ZERO2 + precision_flags)
         offloaded = bit_exact_resume(runner, checks, work, f"{precision}_zero2_dp4_offload_half", 4,
                                      ZERO2 + OFFLOAD + precision_flags)
-        if plain and offloaded:
-            problems, count = compare_bitwise(iteration_dir(plain[0], 20), iteration_dir(offloaded[0], 20))
-            checks.failures += [f"{precision} offloaded vs on the device: {p}" for p in problems]
-            same_losses(checks, f"{precision} offloaded vs on the device", offloaded[1], plain[1], range(1, 21))
-            print(f"  {precision} ZeRO-2 DP4, half the optimizer state on the host vs none: losses 1..20 identical, "
+        zero3 = bit_exact_resume(runner, checks, work, f"{precision}_zero3_dp4_offload_half", 4,
+                                 ZERO3 + OFFLOAD + precision_flags)
+        for name, other in (("ZeRO-2 DP4, half the optimizer state on the host", offloaded),
+                            ("ZeRO-3 DP4, half the optimizer state on the host", zero3)):
+            if not (plain and other):
+                continue
+            problems, count = compare_bitwise(iteration_dir(plain[0], 20), iteration_dir(other[0], 20))
+            checks.failures += [f"{precision} {name} vs ZeRO-2 on the device: {p}" for p in problems]
+            same_losses(checks, f"{precision} {name} vs ZeRO-2 on the device", other[1], plain[1], range(1, 21))
+            print(f"  {precision} {name} vs ZeRO-2 with none: losses 1..20 identical, "
                   f"{count} tensors of iter_0000020 {'identical bit for bit' if not problems else 'DIFFER'}")
     source = os.path.join(work, "zero_source")
     shutil.rmtree(source, ignore_errors=True)
-    status, out, err = runner.run("zero_source", 4, BASE + ZERO2 + [
+    status, out, err = runner.run("zero_source", 4, BASE + ZERO3 + [
         "--train-iters", "20", "--save", source, "--save-interval", "5", "--exit-interval", "15"])
-    if not checks.expect(status == 0 and tracker(source) == "15", f"ZeRO-2 source run exit {status}, tracker "
+    if not checks.expect(status == 0 and tracker(source) == "15", f"ZeRO-3 source run exit {status}, tracker "
                                                                   f"{tracker(source)}: {err[-600:]}"):
         return
     reference, reference15 = losses(out), state_tensors(iteration_dir(source, 15))
@@ -510,27 +519,27 @@ def part_zero(runner, checks, work):
         shutil.rmtree(save, ignore_errors=True)
         status, out, err = runner.run(f"zero_hop_{name}", ranks, BASE + flags + load + [
             "--train-iters", "20", "--exit-interval", str(end), "--save", save])
-        if not checks.expect(status == 0 and tracker(save) == str(end), f"ZeRO-2 -> {name}: exit {status}, tracker "
+        if not checks.expect(status == 0 and tracker(save) == str(end), f"ZeRO-3 -> {name}: exit {status}, tracker "
                                                                         f"{tracker(save)}: {err[-600:]}"):
             return
-        checks.expect(loaded_iteration(out) == loaded, f"ZeRO-2 -> {name}: loaded {loaded_iteration(out)}")
+        checks.expect(loaded_iteration(out) == loaded, f"ZeRO-3 -> {name}: loaded {loaded_iteration(out)}")
         ours = losses(out)
         worst = max(abs(float(ours.get(i, "nan")) - float(reference[i])) / float(reference[i])
                     for i in range(loaded + 1, end + 1))
-        checks.expect(worst <= 1e-5, f"ZeRO-2 -> {name}: losses {loaded + 1}..{end} max relative {worst:.1e}")
-        print(f"  ZeRO-2 DP4 -> {name} ({ranks} ranks): loaded iteration {loaded}, losses {loaded + 1}..{end} "
+        checks.expect(worst <= 1e-5, f"ZeRO-3 -> {name}: losses {loaded + 1}..{end} max relative {worst:.1e}")
+        print(f"  ZeRO-3 DP4 -> {name} ({ranks} ranks): loaded iteration {loaded}, losses {loaded + 1}..{end} "
               f"max relative {worst:.1e}")
     saved = state_tensors(iteration_dir(save, 15))
-    checks.expect(set(saved) == set(reference15), f"one rank's checkpoint keys differ from ZeRO-2's: "
+    checks.expect(set(saved) == set(reference15), f"one rank's checkpoint keys differ from ZeRO-3's: "
                                                   f"{sorted(set(saved) ^ set(reference15))[:4]}")
     # The QKV bias's key part has an exactly-zero gradient in exact arithmetic (softmax is invariant
     # to it); in FP32 it gets rounding noise of ~1e-10 that Adam's m / sqrt(v) turns into full
     # learning-rate steps, differently in every layout (layout_parity_test skips it too).
     bad, worst_state = close_tensors({k: v for k, v in saved.items() if not k.endswith("linear_qkv.bias")},
                                      reference15)
-    checks.expect(not bad, f"after ZeRO-2 DP4 -> ZeRO-1 DP2 -> one rank, the checkpoint at 15 differs from the "
-                           f"uninterrupted ZeRO-2 run's in {len(bad)} tensors: {bad[:4]}")
-    print(f"  checkpoint at 15 after both hops vs the uninterrupted ZeRO-2 run: {len(saved)} tensors, max "
+    checks.expect(not bad, f"after ZeRO-3 DP4 -> ZeRO-1 DP2 -> one rank, the checkpoint at 15 differs from the "
+                           f"uninterrupted ZeRO-3 run's in {len(bad)} tensors: {bad[:4]}")
+    print(f"  checkpoint at 15 after both hops vs the uninterrupted ZeRO-3 run: {len(saved)} tensors, max "
           f"|difference| / max|value| {worst_state:.1e}")
 
 

@@ -5,8 +5,10 @@ with sequence parallelism, the distributed optimizer and overlapped gradient red
 report shows the optimizer state sharded over DP (moments = 2 x owned elements = the gradients'
 bytes with DP=2, where an unsharded optimizer holds twice them). ZeRO-2 (Megatron-FSDP's
 optim_grads) at DP=4 reports a quarter of one rank's gradients and moments plus two units' working
-buffers. Data-parallel options that cannot run end with one message and a non-zero exit on every
-rank."""
+buffers; ZeRO-3 (optim_grads_params) a quarter of its parameters, gradients and moments plus two
+gathered units and two gradient buffers. Issue 24's acceptance command (TP2 x PP2 (v2) x DP2 ZeRO-3
+with SP, overlap, prefetch and offload) prints one rank's losses and reports 1/DP. Data-parallel
+options that cannot run end with one message and a non-zero exit on every rank."""
 
 import argparse
 import os
@@ -31,7 +33,8 @@ BAD = [
     (["--global-batch-size", "12"], "--global-batch-size (12) must be divisible by --micro-batch-size (2) x "
                                     "data-parallel size (4)"),
     (["--ddp-bucket-size", "-5"], "--ddp-bucket-size must be a positive integer"),
-    (["--use-megatron-fsdp"], "optim_grads_params (ZeRO-3, Megatron-FSDP's default) is not built"),
+    (["--use-megatron-fsdp", "--check-weight-hash-across-dp-replicas-interval", "5"],
+     "each data-parallel rank holds another shard of them, so there are no replicas to compare"),
     (["--data-parallel-sharding-strategy", "optim_grads"], "takes effect only with --use-megatron-fsdp"),
     (["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "no_shard", "--use-distributed-optimizer"],
      "--use-distributed-optimizer shards the optimizer state, --data-parallel-sharding-strategy no_shard does not"),
@@ -44,7 +47,16 @@ ZERO2 = ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grad
 # ZeRO-2's memory report, from one rank to DP=4: 4 layers of h = 64 (each 12h^2 + 13h = 49,984
 # elements, 50,048 with 64-element alignment, the largest unit), a 512 x 64 word and 32 x 64
 # position embedding.
-REPORT = re.compile(r"^\s+(gradients \(FP32\)|optimizer moments \(FP32\))\s+([\d.]+) /\s+([\d.]+)")
+REPORT = re.compile(r"^\s+(parameters|gradients \(FP32\)|optimizer moments \(FP32\)|host optimizer \(FP32\))"
+                    r"\s+([\d.]+) /\s+([\d.]+)")
+ZERO3 = ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
+# Issue 24's acceptance command: TP2 x PP2 (v2) x DP2, ZeRO-3 with SP, overlapped reduction,
+# prefetched gathers and the whole optimizer state on the host.
+ZERO3_GRID = ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+              "--num-virtual-stages-per-pipeline-rank", "2"] + ZERO3 + [
+              "--sequence-parallel", "--overlap-grad-reduce", "--overlap-param-gather", "--optimizer-cpu-offload",
+              "--use-precision-aware-optimizer"]
+PARAMETERS_ON_RANK = re.compile(r"number of parameters on \(tensor, pipeline\) model parallel rank \(0, 0\): (\d+)")
 
 
 def memory_rows(stdout):
@@ -65,7 +77,7 @@ def zero2_memory(binary, mpirun, failures):
     four = subprocess.run([mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none", binary] + short + ZERO2,
                           capture_output=True, text=True, timeout=300)
     mine, theirs = memory_rows(four.stdout), memory_rows(one.stdout)
-    if four.returncode != 0 or len(mine) != 2 or len(theirs) != 2:
+    if four.returncode != 0 or len(mine) != 3 or len(theirs) != 3:
         failures.append(f"ZeRO-2 memory runs: exit {one.returncode}/{four.returncode}; {four.stderr[-600:]}")
         return
     unit_mb = 2 * 50048 * 4 * (1 + 1 / 4) / 2**20  # two working buffers and their quarter-size results
@@ -79,6 +91,64 @@ def zero2_memory(binary, mpirun, failures):
         failures.append(f"ZeRO-2 at DP=4 does not hold a quarter of the gradients and moments: {mine} vs {theirs}")
     if abs(gradients_four[1] - gradients_four[0] - unit_mb) > 0.02:
         failures.append(f"ZeRO-2 working buffers {gradients_four[1] - gradients_four[0]:.2f} MB, expected {unit_mb:.2f}")
+
+
+def zero3_memory(binary, mpirun, failures):
+    """DP=4 under ZeRO-3 holds a quarter of one rank's parameters, gradients and moments, plus the
+    working set: two gathered units' values (FP32 here) and ZeRO-2's two gradient buffers."""
+    short = [f for f in ACCEPTANCE]
+    short[short.index("--train-iters") + 1] = "2"
+    one = subprocess.run([binary] + short, capture_output=True, text=True, timeout=300)
+    four = subprocess.run([mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none", binary] + short + ZERO3,
+                          capture_output=True, text=True, timeout=300)
+    mine, theirs = memory_rows(four.stdout), memory_rows(one.stdout)
+    if four.returncode != 0 or len(mine) != 3 or len(theirs) != 3:
+        failures.append(f"ZeRO-3 memory runs: exit {one.returncode}/{four.returncode}; {four.stderr[-600:]}")
+        return
+    unit_mb = 50048 * 4 / 2**20  # one layer, the largest unit, in FP32
+    expected_set = 2 * unit_mb + 2 * unit_mb * (1 + 1 / 4)  # gathered values; gradients and their scatter
+    whole_one = sum(theirs[row][1] for row in theirs)
+    shards_four = sum(mine[row][0] for row in mine)
+    set_four = sum(mine[row][1] - mine[row][0] for row in mine)
+    print(f"memory report (MB per rank) DP=1 -> DP=4 ZeRO-3: parameters {theirs['parameters'][1]} -> "
+          f"{mine['parameters'][0]} shards + {mine['parameters'][1] - mine['parameters'][0]:.2f} gathered units, "
+          f"gradients {theirs['gradients (FP32)'][1]} -> {mine['gradients (FP32)'][0]} shards + "
+          f"{mine['gradients (FP32)'][1] - mine['gradients (FP32)'][0]:.2f} buffers, moments "
+          f"{theirs['optimizer moments (FP32)'][1]} -> {mine['optimizer moments (FP32)'][1]}; all three "
+          f"{whole_one:.2f} -> {shards_four:.2f} + working set {set_four:.2f} (expected {expected_set:.2f})")
+    # Within bucket padding (each unit padded to a multiple of 128 elements) and the report's rounding.
+    if abs(shards_four - whole_one / 4) > 0.04:
+        failures.append(f"ZeRO-3 at DP=4 does not hold a quarter of the parameters, gradients and moments: "
+                        f"{mine} vs {theirs}")
+    if abs(set_four - expected_set) > 0.04:
+        failures.append(f"ZeRO-3 working set {set_four:.2f} MB, expected {expected_set:.2f}")
+
+
+def zero3_acceptance(binary, mpirun, reference, failures):
+    """Issue 24's acceptance command (FP32): the one-rank lm loss values to 5 significant digits (1e-5
+    relative), and the memory report's parameters, gradients and (host) optimizer state at 1/DP of
+    the rank's slice."""
+    launcher = [mpirun, "-np", "8", "--oversubscribe", "--bind-to", "none"]
+    run = subprocess.run(launcher + [binary] + ACCEPTANCE + ZERO3_GRID, capture_output=True, text=True, timeout=600)
+    ours = losses_of(run.stdout)
+    count = PARAMETERS_ON_RANK.search(run.stdout)
+    rows = memory_rows(run.stdout)
+    if run.returncode != 0 or len(ours) != 20 or not count or len(rows) != 4:
+        failures.append(f"ZeRO-3 acceptance run: exit {run.returncode}, {len(ours)} log lines; {run.stderr[-800:]}")
+        return
+    worst = max(abs(float(a) - float(b)) / float(b) for a, b in zip(ours, reference))
+    slice_mb = int(count.group(1)) * 4 / 2**20
+    print(f"ZeRO-3 TP=2 x PP=2 (v=2) x DP=2, SP, overlap, offload 1.0 vs 1 rank: 20 lm loss values, max relative "
+          f"difference {worst:.1e}; memory report (theoretical MB, first stage; slice {slice_mb:.3f} MB): "
+          f"parameters {rows['parameters'][0]}, gradients {rows['gradients (FP32)'][0]}, host optimizer "
+          f"{rows['host optimizer (FP32)'][0]}, device moments {rows['optimizer moments (FP32)'][0]}")
+    if worst > 1e-5:
+        failures.append(f"ZeRO-3 acceptance lm loss differs from 1 rank by {worst:.1e}")
+    expected = {"parameters": slice_mb / 2, "gradients (FP32)": slice_mb / 2, "host optimizer (FP32)": slice_mb,
+                "optimizer moments (FP32)": 0.0}
+    for row, value in expected.items():
+        if abs(rows[row][0] - value) > 0.011:
+            failures.append(f"ZeRO-3 acceptance memory report: {row} {rows[row][0]} MB, expected {value:.3f} (1/DP)")
 
 
 def main():
@@ -115,6 +185,9 @@ def main():
             failures.append(f"optimizer moments {moments} MB are not half of unsharded (2 x {gradients} MB)")
 
     zero2_memory(options.binary, options.mpirun, failures)
+    zero3_memory(options.binary, options.mpirun, failures)
+    if len(reference) == 20:
+        zero3_acceptance(options.binary, options.mpirun, reference, failures)
     expect_rejected_everywhere([options.mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none"], options.binary,
                                ACCEPTANCE, BAD, 4, failures)
     return harness.finish(failures, f"{len(BAD)} bad data-parallel command lines rejected on every rank")

@@ -343,14 +343,14 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
       {with(base_flags(), "--step-batch-size-schedule", "0:16 1M:32"), "--step-batch-size-schedule is not supported"},
       {with(base_flags(), "--overlap-param-gather", ""), "--overlap-param-gather needs --use-distributed-optimizer"},
       {with(base_flags(), "--ddp-bucket-size", "0"), "--ddp-bucket-size must be a positive integer"},
-      // Megatron-FSDP (ZeRO levels): its flags alone, what is not built, and what cannot combine.
+      // Megatron-FSDP (ZeRO levels): its flags alone, and what cannot combine.
       {with(base_flags(), "--data-parallel-sharding-strategy", "optim_grads"),
        "--data-parallel-sharding-strategy takes effect only with --use-megatron-fsdp"},
       {with(base_flags(), "--fsdp-double-buffer", ""), "--fsdp-double-buffer takes effect only with --use-megatron-fsdp"},
       {with(base_flags(), "--suggested-communication-unit-size", "1000"),
        "--suggested-communication-unit-size takes effect only with --use-megatron-fsdp"},
-      {with(base_flags(), "--use-megatron-fsdp", ""),
-       "--data-parallel-sharding-strategy optim_grads_params (ZeRO-3, Megatron-FSDP's default) is not built"},
+      {with(with(base_flags(), "--use-megatron-fsdp", ""), "--check-weight-hash-across-dp-replicas-interval", "10"),
+       "under --data-parallel-sharding-strategy optim_grads_params each data-parallel rank holds another shard"},
       {with(with(base_flags(), "--use-megatron-fsdp", ""), "--data-parallel-sharding-strategy", "zero2"),
        "--data-parallel-sharding-strategy must be no_shard, optim, optim_grads or optim_grads_params (got 'zero2')"},
       {with(with(with(base_flags(), "--use-megatron-fsdp", ""), "--data-parallel-sharding-strategy", "no_shard"),
@@ -369,6 +369,9 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
                  "--pipeline-model-parallel-size", "2"),
             "--pipeline-schedule", "zb-h1"),
        "--data-parallel-sharding-strategy optim_grads cannot run --pipeline-schedule zb-h1", 2},
+      {with(with(with(base_flags(), "--use-megatron-fsdp", ""), "--pipeline-model-parallel-size", "2"),
+            "--pipeline-schedule", "zb-h1"),
+       "--data-parallel-sharding-strategy optim_grads_params cannot run --pipeline-schedule zb-h1", 2},
       // Optimizer offload: the fraction's range, and Megatron's requirements.
       {with(base_flags(), "--optimizer-cpu-offload", ""), "--optimizer-cpu-offload needs a distributed optimizer"},
       {with(with(base_flags(), "--use-distributed-optimizer", ""), "--optimizer-cpu-offload", ""),
