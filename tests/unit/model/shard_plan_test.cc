@@ -240,5 +240,57 @@ TEST(ShardPlan, UnitBucketsAndGradientShards) {
   }
 }
 
+// ZeRO-3: each data-parallel rank's store holds its shards of the values only; initialised, the
+// shards of all ranks put together are the unsharded store's values bit for bit, and the
+// checkpoint pieces of all ranks cover every element of every parameter exactly once, with the
+// values the unsharded store holds there.
+TEST(ShardPlan, ParameterShardsAssembleTheWholeModel) {
+  const std::vector<ParamSpec> specs = build_param_specs(model(false));
+  Arena whole_arena(Device::kCpu, "whole");
+  ParamStore whole(ShardPlan(specs, {}), DType::kFloat32, whole_arena);
+  whole.initialize(7);
+  for (int dp : {2, 4}) {
+    SCOPED_TRACE("dp " + std::to_string(dp));
+    std::map<std::string, std::vector<int>> covered;  // parameter -> times each global element was written
+    for (int rank = 0; rank < dp; ++rank) {
+      const ShardPlanConfig config{.data_parallel_rank = rank,
+                                   .data_parallel_size = dp,
+                                   .distributed_optimizer = true,
+                                   .own_bucket = {kWordEmbeddingName},
+                                   .unit_buckets = true,
+                                   .shard_gradients = true,
+                                   .shard_parameters = true};
+      Arena arena(Device::kCpu, "zero3");
+      ParamStore store(ShardPlan(specs, config), DType::kFloat32, arena);
+      ASSERT_TRUE(store.sharded_parameters());
+      EXPECT_EQ(static_cast<int64_t>(arena.used_bytes()), ParamStore::bytes(store.plan(), DType::kFloat32));
+      EXPECT_EQ(store.value_storage().numel() * dp, store.plan().flat_elements());
+      for (const Param& param : store.params()) EXPECT_FALSE(param.value.defined()) << param.name();
+      store.initialize(7);
+      for (const ShardedTensor& piece : store.sharded_tensors()) {
+        EXPECT_FALSE(piece.replicated_over_data_parallel);
+        const Param& reference = whole.get(piece.key.substr(6));
+        const int64_t cols = piece.global_shape.size() == 2 ? piece.global_shape[1] : 1;
+        const int64_t rows = piece.local_shape[0], width = piece.local_shape.size() == 2 ? piece.local_shape[1] : 1;
+        std::vector<int>& count = covered[piece.key];
+        count.resize(static_cast<size_t>(reference.numel()));
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < width; ++c) {
+            const int64_t global = (piece.offsets[0] + r) * cols + (piece.offsets.size() == 2 ? piece.offsets[1] : 0) + c;
+            ++count[static_cast<size_t>(global)];
+            ASSERT_EQ(piece.data.data_as<float>()[r * width + c], reference.value.data_as<float>()[global])
+                << piece.key << " element " << global << " on rank " << rank;
+          }
+        }
+      }
+    }
+    for (const Param& param : whole.params()) {
+      const std::vector<int>& count = covered["model/" + param.name()];
+      ASSERT_EQ(count.size(), static_cast<size_t>(param.numel())) << param.name();
+      for (size_t i = 0; i < count.size(); ++i) ASSERT_EQ(count[i], 1) << param.name() << " element " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpt
