@@ -40,6 +40,12 @@ int device_count() {
 
 void set_device(int device) { GPT_CUDA_CHECK(cudaSetDevice(device)); }
 
+int current_device() {
+  int device = 0;
+  GPT_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
 std::string device_name(int device) {
   cudaDeviceProp properties{};
   GPT_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));

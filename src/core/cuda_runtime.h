@@ -14,6 +14,8 @@ namespace gpt::cuda {
 // when the backend is not built).
 int device_count();
 void set_device(int device);
+// The device this thread's CUDA calls go to.
+int current_device();
 std::string device_name(int device);
 // The GPU's UUID in hex: the same physical GPU gives the same text in every process, whatever
 // index CUDA_VISIBLE_DEVICES gave it there.

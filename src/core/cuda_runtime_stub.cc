@@ -14,6 +14,7 @@ namespace {
 
 int device_count() { return 0; }
 void set_device(int) { no_backend("set_device"); }
+int current_device() { no_backend("current_device"); }
 std::string device_name(int) { no_backend("device_name"); }
 std::string device_uuid(int) { no_backend("device_uuid"); }
 void* malloc_device(size_t) { no_backend("malloc_device"); }

@@ -5,7 +5,9 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/cuda_runtime.h"
 #include "core/memory.h"
+#include "core/stream_copy.h"
 
 namespace gpt {
 
@@ -60,6 +62,7 @@ AdamW::AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena&
   exp_avg_sq_ = arena.allocate_zeroed(DType::kFloat32, {device_elements});
   if (host_elements_ > 0) {
     host_ctx_ = Context::cpu(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    if (config_.overlap_host_copies && ctx.device() == Device::kCuda) copy_ctx_ = Context::gpu(cuda::current_device());
     const int64_t n = host_elements_;
     const size_t floats = static_cast<size_t>(4 * n) * sizeof(float);
     const size_t staged_values = separate_master_ ? static_cast<size_t>(n) * dtype_size(params.dtype()) : 0;
@@ -107,22 +110,55 @@ void AdamW::host_master_from_params(Context& ctx) {
   }
 }
 
-void AdamW::host_step(Context& ctx, const ops::AdamWStep& step, const Part& part) {
-  // Gradients (and, FP32, the parameters: they are the master weights) device-to-host; the update
-  // on the host's cores; the parameters host-to-device.
+void AdamW::download(Context& copies, const Part& part) {
+  // Gradients (and, FP32, the parameters: they are the master weights) device-to-host.
+  copy_to_host(copies, host_grads_.flat_range(part.state_offset, part.range.size()).data(),
+               params_.grads_in(part.range));
+  if (!separate_master_) copy_to_host(copies, state(part, master_, host_master_).data(), params_.values_in(part.range));
+}
+
+void AdamW::update_on_host(const ops::AdamWStep& step, const Part& part) {
   const int64_t n = part.range.size();
-  const Tensor grads = params_.grads_in(part.range);
-  const Tensor values = params_.values_in(part.range);
-  const Tensor host_grads = host_grads_.flat_range(part.state_offset, n);
   const Tensor master = state(part, master_, host_master_);
-  ctx.synchronize();
-  copy_bytes(Device::kCpu, host_grads.data(), grads.device(), grads.data(), grads.bytes());
-  if (!separate_master_) copy_bytes(Device::kCpu, master.data(), values.device(), values.data(), values.bytes());
-  const Tensor updated = separate_master_ ? host_values_.flat_range(part.state_offset, n) : master;
-  ops::adamw_update_segments(host_ctx_, step, master, host_grads, state(part, exp_avg_, host_exp_avg_),
-                             state(part, exp_avg_sq_, host_exp_avg_sq_), separate_master_ ? updated : Tensor(),
+  ops::adamw_update_segments(host_ctx_, step, master, host_grads_.flat_range(part.state_offset, n),
+                             state(part, exp_avg_, host_exp_avg_), state(part, exp_avg_sq_, host_exp_avg_sq_),
+                             separate_master_ ? host_values_.flat_range(part.state_offset, n) : Tensor(),
                              part.segments);
-  copy_bytes(values.device(), values.data(), Device::kCpu, updated.data(), values.bytes());
+}
+
+void AdamW::upload(Context& copies, const Part& part) {
+  // The updated parameters host-to-device: the BF16 copies, or (FP32) the master weights themselves.
+  const Tensor updated =
+      separate_master_ ? host_values_.flat_range(part.state_offset, part.range.size()) : state(part, master_, host_master_);
+  copy_to_device(copies, params_.values_in(part.range), updated.data());
+}
+
+void AdamW::host_step(Context& ctx, const ops::AdamWStep& step, const Part& part) {
+  ctx.synchronize();
+  download(ctx, part);
+  ctx.synchronize();
+  update_on_host(step, part);
+  upload(ctx, part);
+  ctx.synchronize();
+}
+
+void AdamW::pipelined_host_steps(Context& ctx, const ops::AdamWStep& step) {
+  std::vector<const Part*> host;
+  for (const Part& part : parts_) {
+    if (part.host) host.push_back(&part);
+  }
+  if (host.empty()) return;
+  ctx.synchronize();  // the gradients are final
+  download(copy_ctx_, *host[0]);
+  copy_ctx_.synchronize();
+  for (size_t i = 0; i < host.size(); ++i) {
+    std::thread worker([&, part = host[i]] { update_on_host(step, *part); });
+    if (i + 1 < host.size()) download(copy_ctx_, *host[i + 1]);
+    copy_ctx_.synchronize();  // part i+1 downloaded, part i-1 uploaded
+    worker.join();
+    upload(copy_ctx_, *host[i]);
+  }
+  copy_ctx_.synchronize();  // the parameters are on the device before the next forward reads them
 }
 
 void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
@@ -134,9 +170,12 @@ void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
                             .weight_decay = config_.weight_decay,  // on the segments that take it
                             .step = steps_,
                             .grad_scale = grad_scale};
+  // Pipelined host parts run after the device parts are queued (on the GPU the device steps them
+  // meanwhile); one after another otherwise, as the parts come.
+  const bool pipelined = config_.overlap_host_copies && host_elements_ > 0;
   for (const Part& part : parts_) {
     if (part.host) {
-      host_step(ctx, step, part);
+      if (!pipelined) host_step(ctx, step, part);
       continue;
     }
     const int64_t n = part.range.size();
@@ -146,6 +185,7 @@ void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
                                exp_avg_sq_.flat_range(part.state_offset, n), separate_master_ ? values : Tensor(),
                                part.segments);
   }
+  if (pipelined) pipelined_host_steps(ctx, step);
 }
 
 void AdamW::add_master_squares(Context& ctx, const Tensor& scratch, Range flat) const {

@@ -11,8 +11,8 @@
 // copies the gradients device-to-host, runs the same AdamW op on the host's cores and copies the
 // updated parameters host-to-device; with FP32 parameters the parameters themselves are copied to
 // the host and back (they are the master weights). The arithmetic is the device op's, element by
-// element: bit-identical on the CPU backend.
-#include "core/host_staging.h"
+// element: bit-identical on the CPU backend. With --overlap-cpu-optimizer-d2h-h2d the parts'
+// copies run on their own stream while the host steps the part before (same arithmetic, same bits).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +33,10 @@ struct AdamWConfig {
   float epsilon = 1e-8f;
   float weight_decay = 0.01f;
   double offload_fraction = 0.0;  // of the state elements, in host memory (0: none)
+  // --overlap-cpu-optimizer-d2h-h2d: the offloaded parts' copies and host steps pipelined part by
+  // part (a part's device-to-host copy and the previous part's host-to-device copy while the host
+  // steps the part between), the copies on their own stream.
+  bool overlap_host_copies = false;
 };
 
 class AdamW {
@@ -94,7 +98,17 @@ class AdamW {
   Part make_part(Range range, int64_t state_offset, bool host) const;
   // The part's slice of a state tensor.
   Tensor state(const Part& part, const Tensor& device, const Tensor& host) const;
+  // A host part's step in three stages: its gradients (FP32 training: and parameters) copied to
+  // the host on `copies`, the update on the host's cores, the parameters copied back on `copies`.
+  // The copies are complete once `copies` is synchronized.
+  void download(Context& copies, const Part& part);
+  void update_on_host(const ops::AdamWStep& step, const Part& part);
+  void upload(Context& copies, const Part& part);
+  // Every host part, the stages one after another (`ctx`: the model's stream, synchronized first).
   void host_step(Context& ctx, const ops::AdamWStep& step, const Part& part);
+  // Every host part, pipelined: part i's update on a host thread while part i+1 downloads and part
+  // i-1 uploads on the copy stream.
+  void pipelined_host_steps(Context& ctx, const ops::AdamWStep& step);
   // Host parts: the master weights from the parameters (BF16: copied and cast; FP32: none kept).
   void host_master_from_params(Context& ctx);
   ParamStore& params_;
@@ -108,6 +122,7 @@ class AdamW {
   Tensor host_master_, host_exp_avg_, host_exp_avg_sq_;  // [host elements] FP32
   Tensor host_grads_, host_values_;  // staging: [host elements] FP32 and in the parameters' dtype
   mutable Context host_ctx_ = Context::cpu(1);  // the host step's threads
+  Context copy_ctx_ = Context::cpu(1);          // the pipelined copies' stream (GPU) or immediate copies (CPU)
   int64_t steps_ = 0;
 };
 

@@ -74,6 +74,7 @@ struct Arguments {
   bool optimizer_cpu_offload = false;
   double optimizer_offload_fraction = 1.0;
   bool use_precision_aware_optimizer = false;
+  bool overlap_cpu_optimizer_d2h_h2d = false;  // pipeline the offloaded parts' copies and host steps
   std::string distributed_backend;      // "": NCCL on GPU, MPI on CPU; gloo becomes mpi (validate_arguments)
   double distributed_timeout_minutes = 10;  // fractions allowed (tests use seconds)
 

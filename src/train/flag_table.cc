@@ -117,7 +117,8 @@ constexpr FlagRow kRows[] = {
                   "p2p and a2a; allgather and a2a+p2p (with --hierarchical-context-parallel-sizes) are refused"),
     row("--use-distributed-optimizer", &A::use_distributed_optimizer, "Shard optimizer state across DP (ZeRO-1)"),
     row("--overlap-grad-reduce", &A::overlap_grad_reduce, "Overlap gradient reduction with backward"),
-    row("--overlap-param-gather", &A::overlap_param_gather, "Overlap parameter all-gather with forward"),
+    row("--overlap-param-gather", &A::overlap_param_gather,
+        "Overlap parameter all-gather with forward (ZeRO-3: prefetch the next unit's gather while one computes)"),
     row("--ddp-bucket-size", &A::ddp_bucket_size,
         "Elements per gradient bucket with --overlap-grad-reduce (default max(4e7, 1e6 x DP))")
         .shown(kNoneIfZero),
@@ -126,10 +127,11 @@ constexpr FlagRow kRows[] = {
         "gathered per communication unit (a layer, the embedding, the output layer)"),
     row("--data-parallel-sharding-strategy", &A::data_parallel_sharding_strategy,
         "With --use-megatron-fsdp: no_shard (ZeRO-0), optim (ZeRO-1), optim_grads (ZeRO-2: each rank keeps the "
-        "gradient sum of its shard only) or optim_grads_params (ZeRO-3)")
-        .megatron(kRefusedAtValues,
-                  "no_shard, optim and optim_grads; optim_grads_params (ZeRO-3, Megatron's default) is refused: "
-                  "parameters are not gathered per unit in this program yet"),
+        "gradient sum of its shard only) or optim_grads_params (ZeRO-3: parameters too, each unit gathered "
+        "before its forward, recompute and backward)")
+        .megatron(kImplementation,
+                  "all four levels; under optim_grads_params a released unit stays gathered until its working "
+                  "buffer is needed for another (docs/DATA_PARALLEL.md)"),
     row("--suggested-communication-unit-size", &A::suggested_communication_unit_size,
         "With --use-megatron-fsdp: elements per reduction unit; consecutive units (layers, embedding, output "
         "layer) are merged until a unit holds at least this many (default: one unit each)")
@@ -140,6 +142,10 @@ constexpr FlagRow kRows[] = {
         "--use-precision-aware-optimizer)"),
     row("--optimizer-offload-fraction", &A::optimizer_offload_fraction,
         "With --optimizer-cpu-offload: the fraction of the owned optimizer state in host memory, in [0, 1]"),
+    row("--overlap-cpu-optimizer-d2h-h2d", &A::overlap_cpu_optimizer_d2h_h2d,
+        "With --optimizer-cpu-offload: pipeline the offloaded state's step part by part (a bucket's gradients "
+        "copied device-to-host and the previous bucket's parameters host-to-device, on their own stream, while "
+        "the host steps the bucket between)"),
     row("--use-precision-aware-optimizer", &A::use_precision_aware_optimizer,
         "The optimizer holds its FP32 master weights and moments itself (Megatron requires it with "
         "--optimizer-cpu-offload)")
@@ -148,7 +154,8 @@ constexpr FlagRow kRows[] = {
                   "this flag; its lower-precision state (--main-params-dtype, --exp-avg-dtype, ...) is not offered"),
     row("--fsdp-double-buffer", &A::fsdp_double_buffer,
         "With --use-megatron-fsdp: one more fixed unit-sized gradient buffer, so that a unit's reduce-scatter "
-        "runs while the next unit computes (implied by --overlap-grad-reduce)")
+        "runs while the next unit computes (implied by --overlap-grad-reduce), and under ZeRO-3 one more "
+        "gathered-parameter buffer (implied by --overlap-param-gather)")
         .megatron(kImplementation,
                   "every communication buffer here is allocated once at start-up; the flag adds the second "
                   "alternating unit buffer (Megatron's double buffer) also without --overlap-grad-reduce"),

@@ -18,9 +18,6 @@ constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
      "this program has no hybrid sharding (HSDP): the optimizer state is sharded over the whole data-parallel group"},
     {"--outer-dp-sharding-strategy",
      "this program has no hybrid sharding (HSDP): --use-megatron-fsdp shards over the whole data-parallel group"},
-    {"--overlap-cpu-optimizer-d2h-h2d",
-     "with --optimizer-cpu-offload the copies and the host step run one after another; pipelining them per bucket "
-     "on their own stream is not built yet"},
     {"--use-legacy-models", "the model is Megatron-Core's GPT; this program has no legacy model"},
     {"--use-nccl-ub", "this program registers no NCCL user buffers: its collectives use the arena's memory"},
     {"--use-torch-fsdp2", "this program's FSDP is --use-megatron-fsdp (ZeRO levels inside the TP x PP x DP grid)"},

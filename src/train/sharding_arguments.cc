@@ -19,8 +19,8 @@ absl::Status validate_offload_arguments(const Arguments& a) {
                                 ")"));
   }
   if (!a.optimizer_cpu_offload) {
-    if (a.was_given("--optimizer-offload-fraction")) {
-      return invalid("--optimizer-offload-fraction takes effect only with --optimizer-cpu-offload");
+    for (const char* flag : {"--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d"}) {
+      if (a.was_given(flag)) return invalid(absl::StrCat(flag, " takes effect only with --optimizer-cpu-offload"));
     }
     return absl::OkStatus();
   }

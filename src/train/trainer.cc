@@ -217,7 +217,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->data_parallel_->attach(chunks);
   const AdamWConfig adam{static_cast<float>(args.adam_beta1), static_cast<float>(args.adam_beta2),
                          static_cast<float>(args.adam_eps), static_cast<float>(args.weight_decay),
-                         offload_fraction(args)};
+                         offload_fraction(args), args.overlap_cpu_optimizer_d2h_h2d};
   const size_t optimizer_begin = t->arena_.used_bytes();
   t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adam, t->arena_, t->data_parallel_->owned());
   // The memory plan is the memory allocated, item by item, on every rank of every layout.

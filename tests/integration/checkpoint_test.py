@@ -23,7 +23,8 @@ CPU backend, alone and under mpirun. Every check compares numbers with an indepe
     uninterrupted run's loss.
 --part zero: ZeRO-2 (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads) at DP=4:
     bit-exact resume, FP32 and BF16, with and without half the optimizer state offloaded to the host,
-    and ZeRO-3 (optim_grads_params, prefetching) with half offloaded: each checkpoint bit-identical
+    and ZeRO-3 (optim_grads_params, prefetching) with half offloaded, its copies and host steps
+    pipelined (--overlap-cpu-optimizer-d2h-h2d): each checkpoint bit-identical
     to plain ZeRO-2's; a ZeRO-3 checkpoint resharded to ZeRO-1 at DP=2 and on to one rank, each hop
     with the uninterrupted run's losses (1e-5) and the final checkpoint its state."""
 
@@ -494,7 +495,7 @@ def part_zero(runner, checks, work):
         offloaded = bit_exact_resume(runner, checks, work, f"{precision}_zero2_dp4_offload_half", 4,
                                      ZERO2 + OFFLOAD + precision_flags)
         zero3 = bit_exact_resume(runner, checks, work, f"{precision}_zero3_dp4_offload_half", 4,
-                                 ZERO3 + OFFLOAD + precision_flags)
+                                 ZERO3 + OFFLOAD + ["--overlap-cpu-optimizer-d2h-h2d"] + precision_flags)
         for name, other in (("ZeRO-2 DP4, half the optimizer state on the host", offloaded),
                             ("ZeRO-3 DP4, half the optimizer state on the host", zero3)):
             if not (plain and other):

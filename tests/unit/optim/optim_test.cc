@@ -114,59 +114,66 @@ TEST(AdamW, StepEqualsOneUpdatePerParameter) {
 TEST(AdamW, OffloadedStateStepsBitIdentically) {
   for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
     for (double fraction : {0.3, 0.5, 1.0}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " fraction " + std::to_string(fraction));
-      Context ctx = Context::cpu(1);
-      Arena arena(Device::kCpu, "test");
-      const std::vector<ParamSpec> specs = {spec("w", {5, 7}), spec("b", {7}), spec("v", {3, 2})};
-      ParamStore device_store(specs, 0, 1, dtype, arena), host_store(specs, 0, 1, dtype, arena);
-      device_store.initialize(7);
-      host_store.initialize(7);
-      const AdamWConfig config{.beta1 = 0.8f, .beta2 = 0.95f, .epsilon = 1e-6f, .weight_decay = 0.1f};
-      AdamWConfig offloaded = config;
-      offloaded.offload_fraction = fraction;
-      AdamW on_device(ctx, device_store, config, arena);
-      AdamW on_host(ctx, host_store, offloaded, arena);
-      const int64_t total = device_store.flat_values().numel();
-      EXPECT_EQ(on_host.host_elements(), std::llround(fraction * static_cast<double>(total)));
-      EXPECT_EQ(on_host.host_bytes_allocated(), AdamW::host_bytes(total, dtype, fraction));
-      for (int step = 1; step <= 3; ++step) {
-        for (ParamStore* store : {&device_store, &host_store}) {
-          for (int64_t i = 0; i < total; ++i) store->flat_grads().data_as<float>()[i] = std::sin(0.37f * i + step);
-        }
-        on_device.step(ctx, 1e-2f, 0.5f);
-        on_host.step(ctx, 1e-2f, 0.5f);
-        if (step == 2) {
-          on_device.reset_from_params(ctx);
-          on_host.reset_from_params(ctx);
-        }
-      }
-      EXPECT_EQ(std::memcmp(device_store.flat_values().data(), host_store.flat_values().data(),
-                            device_store.flat_values().bytes()),
-                0);
-      const std::vector<ShardedTensor> a = on_device.sharded_tensors(false), b = on_host.sharded_tensors(false);
-      // The same elements under the same keys; pieces may be cut where the host part ends.
-      std::map<std::string, std::vector<float>> by_key[2];
-      for (int k = 0; k < 2; ++k) {
-        for (const ShardedTensor& piece : k == 0 ? a : b) {
-          std::vector<float>& values = by_key[k][piece.key];
-          int64_t columns = piece.global_shape.size() == 2 ? piece.global_shape[1] : 1;
-          values.resize(static_cast<size_t>(piece.global_shape[0] * columns), NAN);
-          const int64_t piece_columns = piece.local_shape.size() == 2 ? piece.local_shape[1] : 1;
-          for (int64_t e = 0; e < piece.data.numel(); ++e) {
-            const int64_t row = piece.offsets[0] + e / piece_columns;
-            const int64_t column = (piece.offsets.size() == 2 ? piece.offsets[1] : 0) + e % piece_columns;
-            values[static_cast<size_t>(row * columns + column)] = piece.data.data_as<float>()[e];
+      // --overlap-cpu-optimizer-d2h-h2d: the host parts (three owned ranges, like three buckets'
+      // shards) pipelined, a part's copies while the host steps its neighbour.
+      for (bool pipelined : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " fraction " + std::to_string(fraction) +
+                     (pipelined ? " pipelined" : ""));
+        Context ctx = Context::cpu(1);
+        Arena arena(Device::kCpu, "test");
+        const std::vector<ParamSpec> specs = {spec("w", {5, 7}), spec("b", {7}), spec("v", {3, 2})};
+        ParamStore device_store(specs, 0, 1, dtype, arena), host_store(specs, 0, 1, dtype, arena);
+        device_store.initialize(7);
+        host_store.initialize(7);
+        const AdamWConfig config{.beta1 = 0.8f, .beta2 = 0.95f, .epsilon = 1e-6f, .weight_decay = 0.1f};
+        AdamWConfig offloaded = config;
+        offloaded.offload_fraction = fraction;
+        offloaded.overlap_host_copies = pipelined;
+        const int64_t total = device_store.flat_values().numel();
+        const std::vector<Range> owned = {{0, 9}, {9, 30}, {30, total}};
+        AdamW on_device(ctx, device_store, config, arena, owned);
+        AdamW on_host(ctx, host_store, offloaded, arena, owned);
+        EXPECT_EQ(on_host.host_elements(), std::llround(fraction * static_cast<double>(total)));
+        EXPECT_EQ(on_host.host_bytes_allocated(), AdamW::host_bytes(total, dtype, fraction));
+        for (int step = 1; step <= 3; ++step) {
+          for (ParamStore* store : {&device_store, &host_store}) {
+            for (int64_t i = 0; i < total; ++i) store->flat_grads().data_as<float>()[i] = std::sin(0.37f * i + step);
+          }
+          on_device.step(ctx, 1e-2f, 0.5f);
+          on_host.step(ctx, 1e-2f, 0.5f);
+          if (step == 2) {
+            on_device.reset_from_params(ctx);
+            on_host.reset_from_params(ctx);
           }
         }
+        EXPECT_EQ(std::memcmp(device_store.flat_values().data(), host_store.flat_values().data(),
+                              device_store.flat_values().bytes()),
+                  0);
+        const std::vector<ShardedTensor> a = on_device.sharded_tensors(false), b = on_host.sharded_tensors(false);
+        // The same elements under the same keys; pieces may be cut where the host part ends.
+        std::map<std::string, std::vector<float>> by_key[2];
+        for (int k = 0; k < 2; ++k) {
+          for (const ShardedTensor& piece : k == 0 ? a : b) {
+            std::vector<float>& values = by_key[k][piece.key];
+            int64_t columns = piece.global_shape.size() == 2 ? piece.global_shape[1] : 1;
+            values.resize(static_cast<size_t>(piece.global_shape[0] * columns), NAN);
+            const int64_t piece_columns = piece.local_shape.size() == 2 ? piece.local_shape[1] : 1;
+            for (int64_t e = 0; e < piece.data.numel(); ++e) {
+              const int64_t row = piece.offsets[0] + e / piece_columns;
+              const int64_t column = (piece.offsets.size() == 2 ? piece.offsets[1] : 0) + e % piece_columns;
+              values[static_cast<size_t>(row * columns + column)] = piece.data.data_as<float>()[e];
+            }
+          }
+        }
+        EXPECT_EQ(by_key[0].size(), by_key[1].size());
+        for (const auto& [key, values] : by_key[0]) {
+          ASSERT_TRUE(by_key[1].count(key)) << key;
+          EXPECT_EQ(std::memcmp(values.data(), by_key[1][key].data(), values.size() * sizeof(float)), 0) << key;
+        }
+        Tensor scratch = arena.allocate_zeroed(DType::kFloat32, {1});
+        EXPECT_EQ(global_params_norm(ctx, device_store, on_device, scratch, {}),
+                  global_params_norm(ctx, host_store, on_host, scratch, {}));
       }
-      EXPECT_EQ(by_key[0].size(), by_key[1].size());
-      for (const auto& [key, values] : by_key[0]) {
-        ASSERT_TRUE(by_key[1].count(key)) << key;
-        EXPECT_EQ(std::memcmp(values.data(), by_key[1][key].data(), values.size() * sizeof(float)), 0) << key;
-      }
-      Tensor scratch = arena.allocate_zeroed(DType::kFloat32, {1});
-      EXPECT_EQ(global_params_norm(ctx, device_store, on_device, scratch, {}),
-                global_params_norm(ctx, host_store, on_host, scratch, {}));
     }
   }
 }

@@ -382,7 +382,8 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
        "--optimizer-offload-fraction must be in [0, 1] (got 1.5)"},
       {with(base_flags(), "--optimizer-offload-fraction", "0.5"),
        "--optimizer-offload-fraction takes effect only with --optimizer-cpu-offload"},
-      {with(base_flags(), "--overlap-cpu-optimizer-d2h-h2d", ""), "pipelining them per bucket"},
+      {with(base_flags(), "--overlap-cpu-optimizer-d2h-h2d", ""),
+       "--overlap-cpu-optimizer-d2h-h2d takes effect only with --optimizer-cpu-offload"},
       {with(base_flags(), "--outer-dp-sharding-strategy", "optim"), "this program has no hybrid sharding (HSDP)"},
       {with(base_flags(), "--attention-backend", "fused"), "--attention-backend fused needs --bf16"},
       // Activation recompute (Megatron's rules; a method or count alone is refused, not ignored).
