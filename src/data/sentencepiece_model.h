@@ -1,9 +1,12 @@
-// A thin wrapper of libsentencepiece's SentencePieceProcessor in standard types only: its header
-// declares its own absl::string_view, which clashes with Abseil's, so it is included in
-// sentencepiece_model.cc alone (a translation unit without Abseil). Built only with the library.
+// libsentencepiece's SentencePieceProcessor behind an interface in standard types, built as a
+// module of its own (libgpt_sentencepiece.so, sentencepiece_model.cc) and opened with dlopen's
+// RTLD_DEEPBIND. Debian's libsentencepiece carries its own copy of protobuf 3.14 under protobuf's
+// names, while pretrain_gpt links Debian's libprotobuf (the TensorBoard writer): linked together,
+// the library's protobuf calls land in the newer runtime, which aborts its version check. Opened
+// with its own symbols first, the library keeps its protobuf. (Its header also declares its own
+// absl::string_view, which clashes with Abseil's: only the module includes it.)
 #pragma once
 
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,26 +15,23 @@ namespace gpt {
 
 class SentencePieceModel {
  public:
-  // The model, or null with `error` set.
-  static std::shared_ptr<const SentencePieceModel> load(const std::string& path, std::string& error);
-  ~SentencePieceModel();
-
-  int piece_size() const;
+  virtual ~SentencePieceModel() = default;
+  virtual int piece_size() const = 0;
   // The piece's id, or -1 where the text is not a piece.
-  int piece_id(const std::string& piece) const;
-  std::string piece(int id) const;
-  int bos_id() const;
-  int eos_id() const;
-  int pad_id() const;
-  int unk_id() const;
+  virtual int piece_id(const std::string& piece) const = 0;
+  virtual std::string piece(int id) const = 0;
+  virtual int bos_id() const = 0;
+  virtual int eos_id() const = 0;
+  virtual int pad_id() const = 0;
+  virtual int unk_id() const = 0;
   // Encode and Decode are const in the library and safe to call from several threads.
-  bool encode(std::string_view text, std::vector<int>& ids, std::string& error) const;
-  bool decode(const std::vector<int>& ids, std::string& text, std::string& error) const;
-
- private:
-  struct Impl;
-  SentencePieceModel();
-  std::unique_ptr<Impl> impl_;
+  virtual bool encode(std::string_view text, std::vector<int>& ids, std::string& error) const = 0;
+  virtual bool decode(const std::vector<int>& ids, std::string& text, std::string& error) const = 0;
 };
+
+// The module's one entry point (extern "C", found with dlsym): the model at `path`, or null with
+// `error` set.
+using LoadSentencePieceModel = SentencePieceModel* (*)(const std::string& path, std::string& error);
+inline constexpr char kLoadSentencePieceModel[] = "gpt_load_sentencepiece_model";
 
 }  // namespace gpt

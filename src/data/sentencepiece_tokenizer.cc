@@ -4,7 +4,11 @@
 #include "data/file_access.h"
 
 #ifdef GPT_HAVE_SENTENCEPIECE
+#include <dlfcn.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <utility>
 #include <vector>
 
@@ -136,6 +140,28 @@ class SentencePieceTokenizer final : public TextTokenizer {
   std::vector<int> ids_;                                   // reused across calls
 };
 
+// The module's loader, opened once: next to the executable, else where the build wrote it.
+absl::StatusOr<LoadSentencePieceModel> sentencepiece_module() {
+  static const absl::StatusOr<LoadSentencePieceModel> loader = []() -> absl::StatusOr<LoadSentencePieceModel> {
+    std::error_code ec;
+    const std::filesystem::path executable = std::filesystem::read_symlink("/proc/self/exe", ec);
+    const std::string beside = (executable.parent_path() / GPT_SENTENCEPIECE_MODULE_NAME).string();
+    std::string tried;
+    for (const std::string& path : {beside, std::string(GPT_SENTENCEPIECE_MODULE_PATH)}) {
+      if (!std::filesystem::exists(path, ec)) continue;
+      // RTLD_DEEPBIND: the library's symbols (its own protobuf) before the program's.
+      if (void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)) {
+        if (void* entry = dlsym(handle, kLoadSentencePieceModel)) return reinterpret_cast<LoadSentencePieceModel>(entry);
+      }
+      tried += absl::StrCat(" ", path, ": ", dlerror());
+    }
+    return absl::UnavailableError(absl::StrCat("the SentencePiece module ", GPT_SENTENCEPIECE_MODULE_NAME,
+                                               " cannot be opened (next to the program or at ",
+                                               GPT_SENTENCEPIECE_MODULE_PATH, ")", tried));
+  }();
+  return loader;
+}
+
 }  // namespace
 
 bool sentencepiece_available() { return true; }
@@ -143,8 +169,9 @@ bool sentencepiece_available() { return true; }
 absl::StatusOr<std::unique_ptr<TextTokenizer>> load_sentencepiece_tokenizer(const std::string& model_file,
                                                                             bool megatron_specials) {
   GPT_RETURN_IF_ERROR(check_readable_file("--tokenizer-model", model_file));
+  GPT_ASSIGN_OR_RETURN(const LoadSentencePieceModel load, sentencepiece_module());
   std::string error;
-  std::shared_ptr<const SentencePieceModel> model = SentencePieceModel::load(model_file, error);
+  std::shared_ptr<const SentencePieceModel> model(load(model_file, error));
   if (!model) {
     return absl::InvalidArgumentError(absl::StrCat("--tokenizer-model ", model_file, " is not a SentencePiece model: ", error));
   }
