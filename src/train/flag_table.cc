@@ -547,7 +547,7 @@ constexpr FlagRow kRows[] = {
         .shown(kNoneIfZero)
         .megatron(kOwn),
     row("--sample-prompt", &A::sample_prompt,
-        "The prompt of --sample-interval's samples: text with GPT-2's tokenizer, token ids otherwise (default: the "
+        "The prompt of --sample-interval's samples: text with a text tokenizer, token ids otherwise (default: the "
         "end-of-document token; not a Megatron flag)")
         .shown(kNoneIfEmpty)
         .megatron(kOwn),
