@@ -69,7 +69,8 @@ void RegexSplit::split(std::string_view text, std::vector<std::string>& pieces) 
   }
   GPT_CHECK(U_SUCCESS(status)) << "regex split: " << u_errorName(status);
   if (previous < static_cast<int64_t>(text.size())) pieces.emplace_back(text.substr(static_cast<size_t>(previous)));
-  matcher_->reset(icu::UnicodeString());  // drop the UText before closing it
+  static const icu::UnicodeString kNothing;
+  matcher_->reset(kNothing);  // let go of the text before it is closed
   utext_close(utext);
 }
 
