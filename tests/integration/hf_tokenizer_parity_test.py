@@ -2,9 +2,10 @@
 """Hugging Face tokenizer parity: preprocess_data --tokenizer-type HuggingFaceTokenizer's token ids,
 read back with an independent numpy reader, equal those of npm @huggingface/tokenizers
 (tokenizers.js) for every document of three corpora (tests/data/tokenizer_corpus.jsonl's hard
-cases, tests/data/tokenizer_special_corpus.jsonl's special-token, digit, case and white-space cases,
-the Brown corpus for two of them), over four tokenizer.json layouts made here from GPT-2's vocabulary
-(tests/integration/hf_tokenizer_files.py: GPT-2's, Llama 3's, GPT-4o's regex, add_prefix_space).
+cases, tests/data/tokenizer_special_corpus.jsonl's special-token, digit, case and white-space
+cases, the Brown corpus with Llama 3's layout), over four tokenizer.json layouts made here from
+GPT-2's vocabulary (tests/integration/hf_tokenizer_files.py: GPT-2's, Llama 3's, GPT-4o's regex,
+add_prefix_space).
 --append-eod appends tokenizer_config.json's eos_token."""
 
 import argparse
@@ -43,20 +44,20 @@ def main():
     for layout in hf_tokenizer_files.LAYOUTS:
         directory = os.path.join(args.work_dir, layout)
         hf_tokenizer_files.write(layout, os.path.join(encoder, "encoder.json"), os.path.join(encoder, "vocab.bpe"), directory)
-        for name, path in corpora.items():
-            if name == "Brown" and layout not in ("gpt2", "llama3"):
-                continue  # the regex and prefix layouts' parity on long text: the hard cases suffice
-            prefix = os.path.join(args.work_dir, f"{layout}_{name.replace(' ', '_')}")
+        used = {name: path for name, path in corpora.items() if name != "Brown" or layout == "llama3"}
+        # One node process per layout (loading the tokenizer.json is most of its time).
+        prefixes = {name: os.path.join(args.work_dir, f"{layout}_{name.replace(' ', '_')}") for name in used}
+        pairs = [item for name, path in used.items() for item in (path, prefixes[name] + "_reference.jsonl")]
+        subprocess.run(["node", os.path.join(data, "reference_hf_tokenize.cjs"), modules, directory] + pairs, check=True)
+        for name, path in used.items():
+            prefix = prefixes[name]
             # The layouts alternate between the directory and the tokenizer.json file itself.
             model = directory if layout in ("gpt2", "o200k") else os.path.join(directory, "tokenizer.json")
             subprocess.run([args.preprocess, "--input", path, "--output-prefix", prefix, "--workers", "2", "--append-eod",
                             "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", model],
                            check=True, stdout=subprocess.DEVNULL)
             ours, _, dtype = megatron_dataset.read(prefix + "_text_document")
-            reference_path = prefix + "_reference.jsonl"
-            subprocess.run(["node", os.path.join(data, "reference_hf_tokenize.cjs"), modules, directory, path,
-                            reference_path], check=True)
-            reference = [json.loads(line) + [EOS[layout]] for line in open(reference_path)]
+            reference = [json.loads(line) + [EOS[layout]] for line in open(prefix + "_reference.jsonl")]
             texts = [json.loads(line)["text"] for line in open(path, encoding="utf-8") if line.strip()]
             mismatches = [i for i in range(len(reference)) if i >= len(ours) or ours[i] != reference[i]]
             tokens = sum(len(r) for r in reference)
