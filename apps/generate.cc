@@ -173,6 +173,18 @@ absl::Status run(const Options& o, const ProcessGrid& grid) {
     auto saved = [&](const std::string& given, const char* flag) {
       return !given.empty() ? given : model.arguments.count(flag) ? model.arguments.at(flag) : "";
     };
+    // Files the checkpoint's tokenizer does not read are refused rather than ignored.
+    const bool reads_model = is_text_tokenizer_type(model.tokenizer_type) && model.tokenizer_type != "GPT2BPETokenizer";
+    if (!o.tokenizer_model.empty() && !reads_model) {
+      return absl::InvalidArgumentError(absl::StrCat("--tokenizer-model: the checkpoint's tokenizer (",
+                                                     model.tokenizer_type.empty() ? "mock data" : model.tokenizer_type,
+                                                     ") reads no tokenizer model"));
+    }
+    if ((!o.vocab_file.empty() || !o.merge_file.empty()) && model.tokenizer_type != "GPT2BPETokenizer") {
+      return absl::InvalidArgumentError(absl::StrCat("--vocab-file and --merge-file: the checkpoint's tokenizer (",
+                                                     model.tokenizer_type.empty() ? "mock data" : model.tokenizer_type,
+                                                     ") is not GPT2BPETokenizer"));
+    }
     if (model.tokenizer_type == "GPT2BPETokenizer") {
       const std::string vocab = saved(o.vocab_file, "--vocab-file"), merges = saved(o.merge_file, "--merge-file");
       if (vocab.empty() || merges.empty()) {

@@ -250,6 +250,17 @@ absl::Status validate_data_arguments(Arguments& a) {
   // --mock-data takes any, as in Megatron, or --vocab-size alone (this program's shorthand: a
   // vocabulary of exactly N).
   if (a.tokenizer_type.empty() && !a.vocab_file.empty()) a.tokenizer_type = "GPT2BPETokenizer";
+  // Files a tokenizer type does not read are refused rather than ignored.
+  const bool reads_model = a.tokenizer_type == "SentencePieceTokenizer" ||
+                           a.tokenizer_type == "GPTSentencePieceTokenizer" || a.tokenizer_type == "HuggingFaceTokenizer";
+  if (!a.tokenizer_model.empty() && !reads_model) {
+    return invalid(absl::StrCat("--tokenizer-model is read by --tokenizer-type SentencePieceTokenizer, "
+                                "GPTSentencePieceTokenizer or HuggingFaceTokenizer, not by ",
+                                a.tokenizer_type.empty() ? "--mock-data without a tokenizer" : a.tokenizer_type));
+  }
+  if (reads_model && (!a.vocab_file.empty() || !a.merge_file.empty())) {
+    return invalid(absl::StrCat("--tokenizer-type ", a.tokenizer_type, " reads --tokenizer-model, not --vocab-file or --merge-file"));
+  }
   if (a.tokenizer_type.empty() && !a.mock_data) {
     return invalid("--data-path needs a tokenizer: --vocab-file and --merge-file (GPT2BPETokenizer), --tokenizer-type "
                    "SentencePieceTokenizer, GPTSentencePieceTokenizer or HuggingFaceTokenizer with --tokenizer-model, or "
@@ -261,8 +272,7 @@ absl::Status validate_data_arguments(Arguments& a) {
     }
     return absl::OkStatus();
   }
-  if (a.tokenizer_type == "SentencePieceTokenizer" || a.tokenizer_type == "GPTSentencePieceTokenizer" ||
-      a.tokenizer_type == "HuggingFaceTokenizer") {
+  if (reads_model) {
     if (a.tokenizer_model.empty()) return invalid(absl::StrCat("--tokenizer-type ", a.tokenizer_type, " needs --tokenizer-model"));
     return absl::OkStatus();  // the model is read (and refused where unsupported) with the data
   }
