@@ -232,23 +232,23 @@ absl::StatusOr<HfTokenizer> HfTokenizer::load(const std::string& tokenizer_model
   HfTokenizer tokenizer;
   GPT_ASSIGN_OR_RETURN(tokenizer.ignore_merges_, f.flag(model, "ignore_merges", false, "model.ignore_merges"));
 
-  // The vocabulary: the model's and the added tokens, by id.
+  // The vocabulary: the model's and the added tokens, by id (an added token that is also a model
+  // token keeps the model's text: the same id either way).
   std::vector<std::string> tokens;
   size_t distinct = 0;
-  auto place = [&](int64_t id, std::string_view token, const std::string& field) -> absl::Status {
+  auto place = [&](int64_t id, std::string_view token) {
     if (static_cast<size_t>(id) >= tokens.size()) tokens.resize(static_cast<size_t>(id) + 1);
     std::string& slot = tokens[static_cast<size_t>(id)];
     if (slot.empty()) {
       slot = std::string(token);
       ++distinct;
     }
-    return absl::OkStatus();
   };
   GPT_ASSIGN_OR_RETURN(const object vocab, f.object_of(Fields::member(model, "vocab"), "model.vocab"));
   for (auto [key, value] : vocab) {
     const std::string field = absl::StrCat("model.vocab['", std::string(key), "']");
     GPT_ASSIGN_OR_RETURN(const int64_t id, f.id_of(value, field));
-    GPT_RETURN_IF_ERROR(place(id, key, field));
+    place(id, key);
   }
   const Member added = Fields::member(root, "added_tokens");
   if (!Fields::absent_or_null(added)) {
@@ -263,7 +263,7 @@ absl::StatusOr<HfTokenizer> HfTokenizer::load(const std::string& tokenizer_model
       GPT_ASSIGN_OR_RETURN(const std::string content, f.string_of(Fields::member(o, "content"), field + ".content"));
       GPT_ASSIGN_OR_RETURN(const int64_t id, f.id_of(Fields::member(o, "id"), field + ".id"));
       if (content.empty()) return f.refuse(field + ".content", "is empty");
-      GPT_RETURN_IF_ERROR(place(id, content, field));
+      place(id, content);
       tokenizer.added_tokens_.push_back({content, static_cast<int32_t>(id)});
       tokenizer.added_first_byte_[static_cast<uint8_t>(content.front())] = true;
     }
