@@ -33,7 +33,7 @@
 #include "cli_parse.h"
 #include "core/cuda_runtime.h"
 #include "core/memory.h"
-#include "data/gpt2_tokenizer.h"
+#include "data/text_tokenizer.h"
 #include "generate/checkpoint_model.h"
 #include "generate/inference_model.h"
 #include "generate/sampler.h"
@@ -51,7 +51,7 @@ struct Options {
   std::string prompt_file;
   int64_t max_new_tokens = 32;
   SamplingOptions sampling;
-  std::string vocab_file, merge_file;
+  std::string vocab_file, merge_file, tokenizer_model;
   int threads = 0;
   bool print_ids = false;
   bool check_uncached = false;
@@ -159,7 +159,7 @@ absl::Status run(const Options& o, const ProcessGrid& grid) {
   broadcast_prompts(texts);
   // The same on every rank: the end-of-document id, the tokenizer, the encoded prompts.
   const ModelConfig& config = model.config;
-  std::optional<Gpt2Tokenizer> tokenizer;
+  std::unique_ptr<TextTokenizer> tokenizer;
   std::vector<std::vector<int32_t>> prompts;
   auto prepare = [&]() -> absl::Status {
     if (o.eod_id) {
@@ -168,20 +168,55 @@ absl::Status run(const Options& o, const ProcessGrid& grid) {
       }
       model.eod_ids = {*o.eod_id};
     }
-    // The tokenizer: GPT-2's BPE for GPT2BPETokenizer checkpoints, token ids otherwise.
+    // The tokenizer: the checkpoint's text tokenizer (its files as saved, or as given here),
+    // token ids otherwise.
+    auto saved = [&](const std::string& given, const char* flag) {
+      return !given.empty() ? given : model.arguments.count(flag) ? model.arguments.at(flag) : "";
+    };
+    // Files the checkpoint's tokenizer does not read are refused rather than ignored.
+    const bool reads_model = is_text_tokenizer_type(model.tokenizer_type) && model.tokenizer_type != "GPT2BPETokenizer";
+    if (!o.tokenizer_model.empty() && !reads_model) {
+      return absl::InvalidArgumentError(absl::StrCat("--tokenizer-model: the checkpoint's tokenizer (",
+                                                     model.tokenizer_type.empty() ? "mock data" : model.tokenizer_type,
+                                                     ") reads no tokenizer model"));
+    }
+    if ((!o.vocab_file.empty() || !o.merge_file.empty()) && model.tokenizer_type != "GPT2BPETokenizer") {
+      return absl::InvalidArgumentError(absl::StrCat("--vocab-file and --merge-file: the checkpoint's tokenizer (",
+                                                     model.tokenizer_type.empty() ? "mock data" : model.tokenizer_type,
+                                                     ") is not GPT2BPETokenizer"));
+    }
     if (model.tokenizer_type == "GPT2BPETokenizer") {
-      const std::string vocab = !o.vocab_file.empty() ? o.vocab_file : model.arguments.count("--vocab-file") ? model.arguments.at("--vocab-file") : "";
-      const std::string merges = !o.merge_file.empty() ? o.merge_file : model.arguments.count("--merge-file") ? model.arguments.at("--merge-file") : "";
+      const std::string vocab = saved(o.vocab_file, "--vocab-file"), merges = saved(o.merge_file, "--merge-file");
       if (vocab.empty() || merges.empty()) {
         return absl::InvalidArgumentError(
             "the checkpoint uses GPT-2's tokenizer but records no vocabulary files: give --vocab-file and --merge-file");
       }
-      absl::StatusOr<Gpt2Tokenizer> bpe = Gpt2Tokenizer::load(vocab, merges);
+      absl::StatusOr<std::unique_ptr<TextTokenizer>> bpe =
+          load_text_tokenizer({.type = model.tokenizer_type, .vocab_file = vocab, .merge_file = merges});
       if (!bpe.ok()) {
         return absl::NotFoundError(absl::StrCat("GPT-2 tokenizer (", vocab, ", ", merges, "): ", bpe.status().message(),
                                                 " (give --vocab-file and --merge-file)"));
       }
-      tokenizer = std::move(*bpe);
+      tokenizer = *std::move(bpe);
+    } else if (is_text_tokenizer_type(model.tokenizer_type)) {
+      const std::string path = saved(o.tokenizer_model, "--tokenizer-model");
+      if (path.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("the checkpoint uses ", model.tokenizer_type,
+                                                       " but records no --tokenizer-model: give --tokenizer-model"));
+      }
+      absl::StatusOr<std::unique_ptr<TextTokenizer>> loaded =
+          load_text_tokenizer({.type = model.tokenizer_type, .tokenizer_model = path});
+      if (!loaded.ok()) {
+        return absl::NotFoundError(absl::StrCat(model.tokenizer_type, ": ", loaded.status().message(), " (give --tokenizer-model)"));
+      }
+      tokenizer = *std::move(loaded);
+      if (tokenizer->vocab_size() > model.config.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(model.tokenizer_type, " ", path, " has ", tokenizer->vocab_size(),
+                                                       " tokens, more than the checkpoint's vocabulary (", model.config.vocab_size, ")"));
+      }
+      // Megatron's eod of these tokenizers is the tokenizer's, not the vocabulary's last id.
+      if (!o.eod_id && model.hf_eos_ids.empty()) model.eod_ids = {tokenizer->eod_id()};
+      if (!model.hf_bos_id) model.start_id = model.eod_ids.front();
     }
     for (size_t i = 0; i < texts.size(); ++i) {
       std::vector<int32_t> ids;
@@ -402,6 +437,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.sampling.seed, "Sampling seed (same seed, same text; default 1234)");
   app.add_option("--vocab-file", o.vocab_file, "GPT-2 vocab.json / encoder.json (default: the checkpoint's)");
   app.add_option("--merge-file", o.merge_file, "GPT-2 merges.txt / vocab.bpe (default: the checkpoint's)");
+  app.add_option("--tokenizer-model", o.tokenizer_model,
+                 "SentencePiece model or Hugging Face tokenizer.json / directory (default: the checkpoint's)");
   app.add_option("--vocab-size", o.vocab_size, "Real (unpadded) vocabulary size, when the saved arguments do not tell it");
   app.add_option("--threads", o.threads, "BLAS threads (default: every core)");
   app.add_flag("--prompt-ids", o.prompt_ids, "Prompts are token ids separated by spaces, also with a text tokenizer");

@@ -1,8 +1,10 @@
-// preprocess_data: JSON lines to Megatron indexed datasets with GPT-2 BPE, Megatron's interface
+// preprocess_data: JSON lines to Megatron indexed datasets, Megatron's interface
 // (tools/preprocess_data.py):
 //
 //   preprocess_data --input corpus.jsonl --output-prefix my-corpus --vocab-file vocab.json
 //       --merge-file merges.txt --tokenizer-type GPT2BPETokenizer --append-eod --workers 8
+//   preprocess_data ... --tokenizer-type GPTSentencePieceTokenizer --tokenizer-model tokenizer.model
+//   preprocess_data ... --tokenizer-type HuggingFaceTokenizer --tokenizer-model llama3-dir
 //
 // writes my-corpus_text_document.bin/.idx (one per --json-keys key). Lines are read in batches and
 // encoded by --workers threads; documents are written in input order, so the output is the same
@@ -28,7 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "data/file_access.h"
-#include "data/gpt2_tokenizer.h"
+#include "data/text_tokenizer.h"
 #include "data/indexed_dataset.h"
 #include "train/numeric_flags.h"
 
@@ -36,7 +38,8 @@ namespace gpt {
 namespace {
 
 struct Options {
-  std::string input, output_prefix, vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer", on_error = "stop";
+  std::string input, output_prefix, vocab_file, merge_file, tokenizer_model, tokenizer_type = "GPT2BPETokenizer",
+      on_error = "stop";
   std::vector<std::string> json_keys = {"text"};
   bool append_eod = false;
   bool allow_empty = false;
@@ -64,7 +67,7 @@ struct LineResult {
 
 class Worker {
  public:
-  Worker(const Gpt2Tokenizer& tokenizer, const Options& options) : tokenizer_(tokenizer), options_(options) {}
+  Worker(const TextTokenizer& tokenizer, const Options& options) : tokenizer_(tokenizer.clone()), options_(options) {}
 
   void process(const std::string& line, LineResult& result) {
     result.problem = Problem::kNone;
@@ -105,21 +108,36 @@ class Worker {
         result.problem_key = options_.json_keys[k];
         return;
       }
-      tokenizer_.encode(text, result.ids[k]);
-      if (options_.append_eod) result.ids[k].push_back(tokenizer_.eod_id());
+      tokenizer_->encode(text, result.ids[k]);
+      if (options_.append_eod) result.ids[k].push_back(tokenizer_->eod_id());
     }
   }
 
  private:
-  Gpt2Tokenizer tokenizer_;  // a copy per worker: the piece cache is not shared
+  std::unique_ptr<TextTokenizer> tokenizer_;  // a copy per worker: the piece cache is not shared
   const Options& options_;
   simdjson::dom::parser parser_;
 };
 
 absl::Status run(const Options& options) {
-  if (options.tokenizer_type != "GPT2BPETokenizer") {
+  if (!is_text_tokenizer_type(options.tokenizer_type)) {
     return absl::InvalidArgumentError(absl::StrCat("--tokenizer-type ", options.tokenizer_type,
-                                                   " is not supported (GPT2BPETokenizer)"));
+                                                   " is not supported (GPT2BPETokenizer, SentencePieceTokenizer, "
+                                                   "GPTSentencePieceTokenizer or HuggingFaceTokenizer)"));
+  }
+  const bool gpt2 = options.tokenizer_type == "GPT2BPETokenizer";
+  if (gpt2 && (options.vocab_file.empty() || options.merge_file.empty())) {
+    return absl::InvalidArgumentError("--tokenizer-type GPT2BPETokenizer needs --vocab-file and --merge-file");
+  }
+  if (!gpt2 && options.tokenizer_model.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tokenizer-type ", options.tokenizer_type, " needs --tokenizer-model"));
+  }
+  if (!gpt2 && (!options.vocab_file.empty() || !options.merge_file.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat("--tokenizer-type ", options.tokenizer_type,
+                                                   " reads --tokenizer-model, not --vocab-file or --merge-file"));
+  }
+  if (gpt2 && !options.tokenizer_model.empty()) {
+    return absl::InvalidArgumentError("--tokenizer-type GPT2BPETokenizer reads --vocab-file and --merge-file, not --tokenizer-model");
   }
   if (options.on_error != "stop" && options.on_error != "skip") {
     return absl::InvalidArgumentError(absl::StrCat("--on-error must be stop or skip (got '", options.on_error, "')"));
@@ -138,17 +156,21 @@ absl::Status run(const Options& options) {
   if (options.output_prefix.empty()) return absl::InvalidArgumentError("--output-prefix is empty");
   // A directory opens as a stream that reads nothing (0 documents, exit 0): refused by name.
   GPT_RETURN_IF_ERROR(check_readable_file("--input", options.input));
-  GPT_ASSIGN_OR_RETURN(Gpt2Tokenizer tokenizer, Gpt2Tokenizer::load(options.vocab_file, options.merge_file));
+  GPT_ASSIGN_OR_RETURN(const std::unique_ptr<TextTokenizer> tokenizer,
+                       load_text_tokenizer({.type = options.tokenizer_type,
+                                            .vocab_file = options.vocab_file,
+                                            .merge_file = options.merge_file,
+                                            .tokenizer_model = options.tokenizer_model}));
   std::ifstream input(options.input);
   if (!input) return absl::NotFoundError(absl::StrCat("cannot read --input ", options.input));
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const std::string& key : options.json_keys) {
     GPT_ASSIGN_OR_RETURN(auto writer, IndexedDatasetWriter::create(absl::StrCat(options.output_prefix, "_", key, "_document"),
-                                                                   token_dtype_for_vocab(tokenizer.vocab_size())));
+                                                                   token_dtype_for_vocab(tokenizer->vocab_size())));
     writers.push_back(std::move(writer));
   }
   std::vector<Worker> workers;
-  for (int w = 0; w < options.workers; ++w) workers.emplace_back(tokenizer, options);
+  for (int w = 0; w < options.workers; ++w) workers.emplace_back(*tokenizer, options);
 
   const auto start = std::chrono::steady_clock::now();
   std::map<Problem, std::vector<int64_t>> problems;  // problem -> line numbers
@@ -244,14 +266,17 @@ absl::Status run(const Options& options) {
 
 int main(int argc, char** argv) {
   gpt::Options options;
-  CLI::App app{"JSON lines to a Megatron indexed dataset with GPT-2 BPE", "preprocess_data"};
+  CLI::App app{"JSON lines to a Megatron indexed dataset", "preprocess_data"};
   app.add_option("--input", options.input, "JSON lines file")->required();
   app.add_option("--json-keys", options.json_keys, "Keys to tokenize (default text)")->expected(1, -1);
   app.add_option("--output-prefix", options.output_prefix, "Output prefix")->required();
-  app.add_option("--vocab-file", options.vocab_file, "GPT-2 vocab.json")->required();
-  app.add_option("--merge-file", options.merge_file, "GPT-2 merges.txt")->required();
-  app.add_option("--tokenizer-type", options.tokenizer_type, "GPT2BPETokenizer");
-  app.add_flag("--append-eod", options.append_eod, "End every document with <|endoftext|>");
+  app.add_option("--vocab-file", options.vocab_file, "GPT-2 vocab.json (GPT2BPETokenizer)");
+  app.add_option("--merge-file", options.merge_file, "GPT-2 merges.txt (GPT2BPETokenizer)");
+  app.add_option("--tokenizer-model", options.tokenizer_model,
+                 "SentencePiece tokenizer.model, or a Hugging Face tokenizer.json or its directory");
+  app.add_option("--tokenizer-type", options.tokenizer_type,
+                 "GPT2BPETokenizer (default), SentencePieceTokenizer, GPTSentencePieceTokenizer or HuggingFaceTokenizer");
+  app.add_flag("--append-eod", options.append_eod, "End every document with the tokenizer's end-of-document id");
   app.add_flag("--allow-empty", options.allow_empty,
                "Write an empty dataset when the input has no documents (otherwise an error)");
   // Decimal and in range (train/numeric_flags.h): 0 or a negative count is refused, not an empty

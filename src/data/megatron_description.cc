@@ -107,6 +107,12 @@ TokenizerIdentity TokenizerIdentity::null_tokenizer(int64_t vocab_size) {
   return {.class_name = "_NullTokenizer", .paths = {std::nullopt}, .options = {{"vocab_size", absl::StrCat(vocab_size)}}};
 }
 
+TokenizerIdentity TokenizerIdentity::with_model(const std::string& tokenizer_type, const std::string& tokenizer_model) {
+  // _HuggingFaceTokenizer passes pretrain_gpt's kwargs (none) as its options.
+  if (tokenizer_type == "HuggingFaceTokenizer") return {.class_name = "_HuggingFaceTokenizer", .paths = {tokenizer_model}, .options = {}};
+  return {.class_name = absl::StrCat("_", tokenizer_type), .paths = {tokenizer_model}, .options = {{"vocab_extra_ids", "0"}}};
+}
+
 std::string python_float_repr(double value) {
   GPT_CHECK(std::isfinite(value)) << value;
   if (value == 0.0) return std::signbit(value) ? "-0.0" : "0.0";

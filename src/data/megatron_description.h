@@ -35,6 +35,10 @@ struct TokenizerIdentity {
   static TokenizerIdentity gpt2_bpe(const std::string& vocab_file, const std::string& merge_file);
   // --tokenizer-type NullTokenizer --vocab-size N
   static TokenizerIdentity null_tokenizer(int64_t vocab_size);
+  // --tokenizer-type SentencePieceTokenizer, GPTSentencePieceTokenizer or HuggingFaceTokenizer
+  // --tokenizer-model M (Megatron's MegatronLegacyTokenizer: the class, the model path as given,
+  // vocab_extra_ids=0 for the SentencePiece classes).
+  static TokenizerIdentity with_model(const std::string& tokenizer_type, const std::string& tokenizer_model);
 };
 
 struct MegatronDatasetIdentity {

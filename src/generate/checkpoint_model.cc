@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "data/text_tokenizer.h"
 #include "model/param_registry.h"
 
 namespace gpt {
@@ -70,6 +71,16 @@ absl::StatusOr<int64_t> real_vocabulary_size(const std::map<std::string, std::st
   } else if (tokenizer == "GPT2BPETokenizer") {
     vocab = kGpt2BpeVocabularySize;
     how = "GPT2BPETokenizer";
+  } else if (is_text_tokenizer_type(tokenizer) && args.count("--tokenizer-model")) {
+    // The SentencePiece and Hugging Face tokenizers: read the saved model for its size.
+    const std::string path = argument_text(args, "--tokenizer-model", "");
+    absl::StatusOr<std::unique_ptr<TextTokenizer>> loaded = load_text_tokenizer({.type = tokenizer, .tokenizer_model = path});
+    if (!loaded.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot tell the real vocabulary size: ", tokenizer, " ",
+                                                        loaded.status().message(), "; give it with --vocab-size N"));
+    }
+    vocab = (*loaded)->vocab_size();
+    how = absl::StrCat(tokenizer, " ", path);
   } else {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot tell the real vocabulary size from the saved arguments (tokenizer '", tokenizer,

@@ -245,12 +245,25 @@ absl::Status validate_data_arguments(Arguments& a) {
     }
     GPT_RETURN_IF_ERROR(parse_split(a.split).status());
   }
-  // The tokenizer: GPT-2 BPE files, or NullTokenizer with --vocab-size N (Megatron's: ids [0, N)
-  // plus the end-of-document id N). --mock-data takes either, as in Megatron, or --vocab-size alone
-  // (this program's shorthand: a vocabulary of exactly N).
+  // The tokenizer: GPT-2 BPE files, a SentencePiece or Hugging Face --tokenizer-model, or
+  // NullTokenizer with --vocab-size N (Megatron's: ids [0, N) plus the end-of-document id N).
+  // --mock-data takes any, as in Megatron, or --vocab-size alone (this program's shorthand: a
+  // vocabulary of exactly N).
   if (a.tokenizer_type.empty() && !a.vocab_file.empty()) a.tokenizer_type = "GPT2BPETokenizer";
+  // Files a tokenizer type does not read are refused rather than ignored.
+  const bool reads_model = a.tokenizer_type == "SentencePieceTokenizer" ||
+                           a.tokenizer_type == "GPTSentencePieceTokenizer" || a.tokenizer_type == "HuggingFaceTokenizer";
+  if (!a.tokenizer_model.empty() && !reads_model) {
+    return invalid(absl::StrCat("--tokenizer-model is read by --tokenizer-type SentencePieceTokenizer, "
+                                "GPTSentencePieceTokenizer or HuggingFaceTokenizer, not by ",
+                                a.tokenizer_type.empty() ? "--mock-data without a tokenizer" : a.tokenizer_type));
+  }
+  if (reads_model && (!a.vocab_file.empty() || !a.merge_file.empty())) {
+    return invalid(absl::StrCat("--tokenizer-type ", a.tokenizer_type, " reads --tokenizer-model, not --vocab-file or --merge-file"));
+  }
   if (a.tokenizer_type.empty() && !a.mock_data) {
-    return invalid("--data-path needs a tokenizer: --vocab-file and --merge-file (GPT2BPETokenizer), or "
+    return invalid("--data-path needs a tokenizer: --vocab-file and --merge-file (GPT2BPETokenizer), --tokenizer-type "
+                   "SentencePieceTokenizer, GPTSentencePieceTokenizer or HuggingFaceTokenizer with --tokenizer-model, or "
                    "--tokenizer-type NullTokenizer with --vocab-size");
   }
   if (a.tokenizer_type == "GPT2BPETokenizer") {
@@ -259,9 +272,13 @@ absl::Status validate_data_arguments(Arguments& a) {
     }
     return absl::OkStatus();
   }
+  if (reads_model) {
+    if (a.tokenizer_model.empty()) return invalid(absl::StrCat("--tokenizer-type ", a.tokenizer_type, " needs --tokenizer-model"));
+    return absl::OkStatus();  // the model is read (and refused where unsupported) with the data
+  }
   if (!a.tokenizer_type.empty() && a.tokenizer_type != "NullTokenizer") {
-    return invalid(absl::StrCat("--tokenizer-type must be GPT2BPETokenizer or NullTokenizer (got ", a.tokenizer_type,
-                                ")"));
+    return invalid(absl::StrCat("--tokenizer-type must be GPT2BPETokenizer, NullTokenizer, SentencePieceTokenizer, "
+                                "GPTSentencePieceTokenizer or HuggingFaceTokenizer (got ", a.tokenizer_type, ")"));
   }
   if (!a.was_given("--vocab-size")) {
     return invalid(absl::StrCat("missing required flag --vocab-size (needed by ",

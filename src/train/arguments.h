@@ -174,7 +174,9 @@ struct Arguments {
   std::string split = "969, 30, 1";  // Megatron's default, spelled as its (names the index cache)
   std::string vocab_file;
   std::string merge_file;
-  std::string tokenizer_type;           // GPT2BPETokenizer (default with --vocab-file) or NullTokenizer
+  std::string tokenizer_type;           // GPT2BPETokenizer (default with --vocab-file), NullTokenizer,
+                                        // (GPT)SentencePieceTokenizer or HuggingFaceTokenizer
+  std::string tokenizer_model;          // the SentencePiece model, or the tokenizer.json (or its directory)
   std::string data_cache_path;
 
   // Device (not a Megatron flag: Megatron always uses the GPU). auto: the GPU when the CUDA

@@ -98,7 +98,7 @@ std::string resume_differences(const std::string& saved, const Arguments& args) 
   const std::map<std::string, std::string> theirs = arguments_by_flag(saved);
   std::map<std::string, std::string> ours = arguments_by_flag(canonical_arguments(args));
   std::vector<std::string> differences;
-  for (const char* flag : {"--seed", "--vocab-size", "--tokenizer-type", "--vocab-file", "--merge-file"}) {
+  for (const char* flag : {"--seed", "--vocab-size", "--tokenizer-type", "--vocab-file", "--merge-file", "--tokenizer-model"}) {
     auto it = theirs.find(flag);
     if (it != theirs.end() && it->second != ours[flag]) {
       differences.push_back(absl::StrCat(flag, " ", ours[flag], " (checkpoint: ", it->second, ")"));

@@ -8,6 +8,7 @@
 #include "data/gpt_dataset_builder.h"
 #include "data/indexed_dataset.h"
 #include "data/mock_dataset.h"
+#include "data/text_tokenizer.h"
 #include "data/token_check.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "train/memory_plan.h"
@@ -33,8 +34,14 @@ absl::StatusOr<std::shared_ptr<const IndexedDataset>> open_checked(const std::st
 
 absl::StatusOr<int64_t> tokenizer_vocab_size(const Arguments& a) {
   if (a.tokenizer_type == "NullTokenizer") return a.vocab_size + 1;  // Megatron: ids [0, N) plus eod N
-  GPT_ASSIGN_OR_RETURN(Gpt2Vocabulary vocabulary, Gpt2Vocabulary::load(a.vocab_file));
-  return vocabulary.size();
+  if (a.tokenizer_type == "GPT2BPETokenizer") {
+    GPT_ASSIGN_OR_RETURN(Gpt2Vocabulary vocabulary, Gpt2Vocabulary::load(a.vocab_file));
+    return vocabulary.size();
+  }
+  // SentencePiece and Hugging Face: the size includes the special tokens the tokenizer adds.
+  GPT_ASSIGN_OR_RETURN(const std::unique_ptr<TextTokenizer> tokenizer,
+                       load_text_tokenizer({.type = a.tokenizer_type, .tokenizer_model = a.tokenizer_model}));
+  return tokenizer->vocab_size();
 }
 
 // The tokenizer's vocabulary. The launcher planned memory with the vocabulary known before the
@@ -66,8 +73,9 @@ absl::StatusOr<DataSources> build_indexed(const Arguments& a) {
   config.num_samples = samples_per_split(a);  // valid and test read nothing with --eval-iters 0
   GPT_ASSIGN_OR_RETURN(const DataBlend blend, parse_data_path(a.data_path));
   config.cache_dir = cache_dir(a, blend.prefixes.front());
-  config.tokenizer = a.tokenizer_type == "NullTokenizer" ? TokenizerIdentity::null_tokenizer(a.vocab_size)
-                                                          : TokenizerIdentity::gpt2_bpe(a.vocab_file, a.merge_file);
+  config.tokenizer = a.tokenizer_type == "NullTokenizer"     ? TokenizerIdentity::null_tokenizer(a.vocab_size)
+                     : a.tokenizer_type == "GPT2BPETokenizer" ? TokenizerIdentity::gpt2_bpe(a.vocab_file, a.merge_file)
+                                                              : TokenizerIdentity::with_model(a.tokenizer_type, a.tokenizer_model);
   const int64_t vocab_size = sources.vocab_size;
   auto open = [&](const std::string& prefix) -> absl::StatusOr<std::shared_ptr<const DocumentStore>> {
     return open_checked(prefix, vocab_size);

@@ -411,9 +411,17 @@ constexpr FlagRow kRows[] = {
     row("--split", &A::split, "Train/valid/test proportions of the documents"),
     row("--vocab-file", &A::vocab_file, "GPT-2 vocab.json").shown(kNoneIfEmpty),
     row("--merge-file", &A::merge_file, "GPT-2 merges.txt").shown(kNoneIfEmpty),
-    row("--tokenizer-type", &A::tokenizer_type, "GPT2BPETokenizer or NullTokenizer")
+    row("--tokenizer-type", &A::tokenizer_type,
+        "GPT2BPETokenizer, NullTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer or HuggingFaceTokenizer")
         .shown(kNoneIfEmpty)
-        .megatron(kRefusedAtValues, "GPT2BPETokenizer and NullTokenizer; other tokenizers are refused"),
+        .megatron(kRefusedAtValues,
+                  "GPT2BPETokenizer, NullTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer and "
+                  "HuggingFaceTokenizer (byte-level BPE tokenizer.json files; docs/DATA.md); the BERT, Llama2, "
+                  "TikToken, multimodal and SFT tokenizers are refused"),
+    row("--tokenizer-model", &A::tokenizer_model,
+        "SentencePiece model (SentencePieceTokenizer, GPTSentencePieceTokenizer), or a Hugging Face tokenizer.json "
+        "or its directory (HuggingFaceTokenizer)")
+        .shown(kNoneIfEmpty),
     row("--data-cache-path", &A::data_cache_path, "Directory for cached dataset indices").shown(kNoneIfEmpty),
     row("--device", &A::device, "auto, cpu or cuda (not a Megatron flag)").megatron(kOwn),
     // Evaluation and logging.
@@ -546,7 +554,7 @@ constexpr FlagRow kRows[] = {
         .shown(kNoneIfZero)
         .megatron(kOwn),
     row("--sample-prompt", &A::sample_prompt,
-        "The prompt of --sample-interval's samples: text with GPT-2's tokenizer, token ids otherwise (default: the "
+        "The prompt of --sample-interval's samples: text with a text tokenizer, token ids otherwise (default: the "
         "end-of-document token; not a Megatron flag)")
         .shown(kNoneIfEmpty)
         .megatron(kOwn),

@@ -135,7 +135,7 @@ std::string format_bytes(int64_t bytes) {
 int64_t vocabulary_before_data(const Arguments& a) {
   if (a.tokenizer_type == "NullTokenizer") return checked_add(a.vocab_size, 1).value_or(a.vocab_size);
   if (a.tokenizer_type.empty()) return a.vocab_size;  // --mock-data with --vocab-size alone
-  return 1;  // a GPT-2 vocabulary file: checked again once read (data_setup.cc)
+  return 1;  // a vocabulary file or tokenizer model: checked again once read (data_setup.cc)
 }
 
 absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, int64_t vocab_size) {

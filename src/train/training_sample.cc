@@ -24,8 +24,8 @@ namespace {
 
 constexpr int64_t kSampleTokens = 32;
 
-bool uses_gpt2_tokenizer(const Arguments& a) {
-  return !a.mock_data && (a.tokenizer_type == "GPT2BPETokenizer" || (a.tokenizer_type.empty() && !a.vocab_file.empty()));
+bool uses_text_tokenizer(const Arguments& a) {
+  return !a.mock_data && (is_text_tokenizer_type(a.tokenizer_type) || (a.tokenizer_type.empty() && !a.vocab_file.empty()));
 }
 
 // One piece as bytes: "key\tglobal\toffsets\tlocal\tdtype\tbytes\n" then the data.
@@ -110,9 +110,11 @@ absl::Status TrainingSampler::after_iteration(Trainer& trainer) {
 
 absl::StatusOr<std::string> TrainingSampler::sample(Trainer& trainer) {
   const bool sampling = world::rank() == 0;  // gathers the parameters and samples
-  if (sampling && !tokenizer_ && uses_gpt2_tokenizer(args_)) {
-    GPT_ASSIGN_OR_RETURN(Gpt2Tokenizer loaded, Gpt2Tokenizer::load(args_.vocab_file, args_.merge_file));
-    tokenizer_ = std::move(loaded);
+  if (sampling && !tokenizer_ && uses_text_tokenizer(args_)) {
+    GPT_ASSIGN_OR_RETURN(tokenizer_, load_text_tokenizer({.type = args_.tokenizer_type.empty() ? "GPT2BPETokenizer" : args_.tokenizer_type,
+                                                          .vocab_file = args_.vocab_file,
+                                                          .merge_file = args_.merge_file,
+                                                          .tokenizer_model = args_.tokenizer_model}));
   }
   // This rank's share: the parameter pieces a checkpoint would take from it (every element once;
   // data-parallel replicas, and the context-parallel ranks that hold the same parameters, send only
@@ -136,7 +138,7 @@ absl::StatusOr<std::string> TrainingSampler::sample(Trainer& trainer) {
   ModelConfig config = trainer.config();
   config.dtype = DType::kFloat32;
   config.hidden_dropout = config.attention_dropout = 0.0f;
-  // The prompt: text with GPT-2's tokenizer, token ids otherwise; empty: the end-of-document token.
+  // The prompt: text with a text tokenizer, token ids otherwise; empty: the end-of-document token.
   const int32_t eod = tokenizer_ ? tokenizer_->eod_id() : static_cast<int32_t>(config.vocab_size - 1);
   std::vector<int32_t> prompt;
   if (tokenizer_) {

@@ -8,10 +8,10 @@
 // sampling.
 #pragma once
 
-#include <optional>
+#include <memory>
 
 #include "core/status.h"
-#include "data/gpt2_tokenizer.h"
+#include "data/text_tokenizer.h"
 #include "train/arguments.h"
 
 namespace gpt {
@@ -30,7 +30,7 @@ class TrainingSampler {
  private:
   const Arguments& args_;
   const ProcessGrid& grid_;
-  std::optional<Gpt2Tokenizer> tokenizer_;
+  std::unique_ptr<TextTokenizer> tokenizer_;  // the run's text tokenizer, once read
 };
 
 }  // namespace gpt

