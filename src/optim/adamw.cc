@@ -16,12 +16,14 @@ int64_t AdamW::offloaded_elements(int64_t owned_elements, double offload_fractio
 }
 
 AdamW::Part AdamW::make_part(Range range, int64_t state_offset, bool host) const {
-  Part part{range, state_offset, {}, host};
+  Part part{.range = range, .state_offset = state_offset, .host = host};
   for (const Param& param : params_.params()) {
     const Range mine = params_.range_of(param).intersect(range);
     if (mine.empty()) continue;
-    part.segments.push_back(
-        {.offset = mine.begin - range.begin, .length = mine.size(), .weight_decay = param.spec->weight_decay});
+    const ops::AdamWSegment segment{
+        .offset = mine.begin - range.begin, .length = mine.size(), .weight_decay = param.spec->weight_decay};
+    part.segments.push_back(segment);
+    (param.spec->embedding_or_output ? part.decoupled_segments : part.base_segments).push_back(segment);
   }
   return part;
 }
@@ -107,7 +109,7 @@ void AdamW::host_master_from_params(Context& ctx) {
   }
 }
 
-void AdamW::host_step(Context& ctx, const ops::AdamWStep& step, const Part& part) {
+void AdamW::host_step(Context& ctx, const ops::AdamWStep& step, const ops::AdamWStep& decoupled, const Part& part) {
   // Gradients (and, FP32, the parameters: they are the master weights) device-to-host; the update
   // on the host's cores; the parameters host-to-device.
   const int64_t n = part.range.size();
@@ -119,13 +121,27 @@ void AdamW::host_step(Context& ctx, const ops::AdamWStep& step, const Part& part
   copy_bytes(Device::kCpu, host_grads.data(), grads.device(), grads.data(), grads.bytes());
   if (!separate_master_) copy_bytes(Device::kCpu, master.data(), values.device(), values.data(), values.bytes());
   const Tensor updated = separate_master_ ? host_values_.flat_range(part.state_offset, n) : master;
-  ops::adamw_update_segments(host_ctx_, step, master, host_grads, state(part, exp_avg_, host_exp_avg_),
-                             state(part, exp_avg_sq_, host_exp_avg_sq_), separate_master_ ? updated : Tensor(),
-                             part.segments);
+  for (const auto& [rate, segments] : {std::pair{&step, &part.base_segments}, {&decoupled, &part.decoupled_segments}}) {
+    if (segments->empty()) continue;
+    ops::adamw_update_segments(host_ctx_, *rate, master, host_grads, state(part, exp_avg_, host_exp_avg_),
+                               state(part, exp_avg_sq_, host_exp_avg_sq_), separate_master_ ? updated : Tensor(),
+                               *segments);
+  }
   copy_bytes(values.device(), values.data(), Device::kCpu, updated.data(), values.bytes());
 }
 
-void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
+void AdamW::device_step(Context& ctx, const ops::AdamWStep& step, const std::vector<ops::AdamWSegment>& segments,
+                        const Part& part) {
+  if (segments.empty()) return;
+  const int64_t n = part.range.size();
+  const Tensor values = params_.flat_values().flat_range(part.range.begin, n);
+  ops::adamw_update_segments(ctx, step, separate_master_ ? master_.flat_range(part.state_offset, n) : values,
+                             params_.grads_in(part.range), exp_avg_.flat_range(part.state_offset, n),
+                             exp_avg_sq_.flat_range(part.state_offset, n), separate_master_ ? values : Tensor(),
+                             segments);
+}
+
+void AdamW::step(Context& ctx, float learning_rate, float decoupled_learning_rate, float grad_scale) {
   ++steps_;
   const ops::AdamWStep step{.learning_rate = learning_rate,
                             .beta1 = config_.beta1,
@@ -134,17 +150,17 @@ void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
                             .weight_decay = config_.weight_decay,  // on the segments that take it
                             .step = steps_,
                             .grad_scale = grad_scale};
+  ops::AdamWStep decoupled = step;
+  decoupled.learning_rate = decoupled_learning_rate;
   for (const Part& part : parts_) {
     if (part.host) {
-      host_step(ctx, step, part);
-      continue;
+      host_step(ctx, step, decoupled, part);
+    } else if (decoupled_learning_rate == learning_rate) {
+      device_step(ctx, step, part.segments, part);  // one launch when the rates agree
+    } else {
+      device_step(ctx, step, part.base_segments, part);
+      device_step(ctx, decoupled, part.decoupled_segments, part);
     }
-    const int64_t n = part.range.size();
-    const Tensor values = params_.flat_values().flat_range(part.range.begin, n);
-    ops::adamw_update_segments(ctx, step, separate_master_ ? master_.flat_range(part.state_offset, n) : values,
-                               params_.grads_in(part.range), exp_avg_.flat_range(part.state_offset, n),
-                               exp_avg_sq_.flat_range(part.state_offset, n), separate_master_ ? values : Tensor(),
-                               part.segments);
   }
 }
 
