@@ -355,6 +355,10 @@ def main():
             failures.append(f"--apply-layernorm-1p export + import: {wrong or 'no norm weight trained'}")
         if texts[0] != texts[1] or "ids:" not in texts[0]:
             failures.append("--apply-layernorm-1p: generate differs between the 1p checkpoint and its plain import")
+        # The single-file GPT-2 export copies tensors as stored: it refuses zero-centred weights.
+        single = run([args.ckpt_tool, "export", save, "--output", work("gpt2_1p.safetensors")])
+        if single.returncode != 1 or "--apply-layernorm-1p false (checkpoint: true)" not in single.stderr:
+            failures.append(f"--apply-layernorm-1p: the single-file export did not refuse: {single.stderr.strip()}")
 
     # ---- independent writer ----
     rng = np.random.default_rng(3)
