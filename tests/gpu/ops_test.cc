@@ -186,6 +186,13 @@ TEST_F(OpsTest, ElementwiseOps) {
       ops::gelu_backward(cpu_, d.cpu, d.cpu, x.cpu);
       ops::gelu_backward(*gpu_, d.gpu, d.gpu, x.gpu);
       EXPECT_LE(error(d), tolerance(t));
+      // Squared ReLU (--squared-relu): the same explicitly rounded float operations on both backends.
+      ops::squared_relu_forward(cpu_, y.cpu, x.cpu);
+      ops::squared_relu_forward(*gpu_, y.gpu, x.gpu);
+      EXPECT_LE(error(y), tolerance(t));
+      ops::squared_relu_backward(cpu_, d.cpu, d.cpu, x.cpu);
+      ops::squared_relu_backward(*gpu_, d.gpu, d.gpu, x.gpu);
+      EXPECT_LE(error(d), tolerance(t));
       Twin other = output(t == DType::kFloat32 ? DType::kBFloat16 : DType::kFloat32, {n});
       ops::cast(cpu_, other.cpu, x.cpu);
       ops::cast(*gpu_, other.gpu, x.gpu);
