@@ -84,7 +84,8 @@ constexpr FlagRow kRows[] = {
         .negated("add_bias_linear"),
     row("--apply-layernorm-1p", &A::apply_layernorm_1p,
         "Every LayerNorm / RMSNorm scales by 1 + weight, its weight stored zero-centred and initialised to 0 "
-        "(Megatron's layernorm_zero_centered_gamma, Transformer Engine's zero_centered_gamma)"),
+        "(Megatron's layernorm_zero_centered_gamma, Transformer Engine's zero_centered_gamma)")
+        .dest("layernorm_zero_centered_gamma"),
     row("--squared-relu", &A::squared_relu,
         "MLP activation relu(x)^2 instead of GeLU (refused with --swiglu, as Megatron's assertion)"),
     // Parallelism.
