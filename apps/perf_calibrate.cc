@@ -163,7 +163,7 @@ void time_memory_bound(Context& ctx, const Options& o, DType dtype, perf::Calibr
   const Tensor rstd_half =
       Tensor(static_cast<char*>(mean.data()) + rows * sizeof(float), DType::kFloat32, {rows}, ctx.device());
   rate("layernorm_forward", 2 * element * n,
-       [&] { ops::layernorm_forward(ctx, y, mean_half, rstd_half, x.tensor, weight.tensor, bias.tensor, 1e-5f); });
+       [&] { ops::layernorm_forward(ctx, y, mean_half, rstd_half, x.tensor, weight.tensor, bias.tensor, 1e-5f, 0.0f); });
   rate("gelu_forward", 2 * element * n, [&] { ops::gelu_forward(ctx, y, x.tensor); });
   Filled master = random_tensor(ctx, DType::kFloat32, {n}, n, 10);
   Filled grad = random_tensor(ctx, DType::kFloat32, {n}, n, 11);

@@ -242,10 +242,10 @@ void norms_and_activations(Context& ctx, Bench& bench, const ModelShape& m) {
 
   // x, y: R*H*B each; weight, bias: H*B each; mean, rstd: R*4 each.
   bench.run(m, "layernorm_forward", rows_h, 2 * rh * kBf16 + 2.0 * H * kBf16 + 2.0 * R * kF32,
-            [&] { ops::layernorm_forward(ctx, y, mean, rstd, x, weight, bias, 1e-5f); });
+            [&] { ops::layernorm_forward(ctx, y, mean, rstd, x, weight, bias, 1e-5f, 0.0f); });
   // x, delta in; residual, y out: 4*R*H*B; delta_bias, weight, bias: 3*H*B; mean, rstd: 2*R*4.
   bench.run(m, "residual_layernorm_forward", rows_h, 4 * rh * kBf16 + 3.0 * H * kBf16 + 2.0 * R * kF32, [&] {
-    ops::residual_layernorm_forward(ctx, residual, y, mean, rstd, x, delta, delta_bias, weight, bias, 1e-5f);
+    ops::residual_layernorm_forward(ctx, residual, y, mean, rstd, x, delta, delta_bias, weight, bias, 1e-5f, 0.0f);
   });
   {
     const Tensor dy = pool.uniform(DType::kBFloat16, {R, H}, -1.0f, 1.0f);
@@ -255,7 +255,7 @@ void norms_and_activations(Context& ctx, Bench& bench, const ModelShape& m) {
     // dy, x in and dx out (the model does not accumulate): 3*R*H*B; mean, rstd: 2*R*4; weight:
     // H*B; dweight, dbias read and written: 4*H*4.
     bench.run(m, "layernorm_backward", rows_h, 3 * rh * kBf16 + 2.0 * R * kF32 + H * kBf16 + 4.0 * H * kF32,
-              [&] { ops::layernorm_backward(ctx, dx, dweight, dbias, dy, x, mean, rstd, weight, false); });
+              [&] { ops::layernorm_backward(ctx, dx, dweight, dbias, dy, x, mean, rstd, weight, false, 0.0f); });
     // x, delta in, out: 3*R*H*B; bias: H*B.
     bench.run(m, "residual_add", rows_h, 3 * rh * kBf16 + H * kBf16,
               [&] { ops::residual_add(ctx, y, x, delta, delta_bias); });

@@ -136,7 +136,9 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
       argument_text(args, "--normalization", "LayerNorm") == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
   c.swiglu = argument_true(args, "--swiglu");
   c.add_bias_linear = !argument_true(args, "--disable-bias-linear");
-  c.exact_gelu = !c.swiglu && (!c.add_bias_linear || argument_true(args, "--no-bias-gelu-fusion"));
+  c.squared_relu = argument_true(args, "--squared-relu");
+  c.exact_gelu = !c.swiglu && !c.squared_relu && (!c.add_bias_linear || argument_true(args, "--no-bias-gelu-fusion"));
+  c.layernorm_zero_centered_gamma = argument_true(args, "--apply-layernorm-1p");
   c.dtype = DType::kFloat32;
   if (vocab_override) {
     c.vocab_size = *vocab_override;

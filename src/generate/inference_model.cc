@@ -113,6 +113,8 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
   const int64_t vocab_local = vocab_rows_per_rank(vocab, static_cast<int>(tp)), vocab_first = slice_.rank * vocab_local;
   const float eps = c.layernorm_epsilon;
   const bool rms = c.normalization == Normalization::kRMSNorm;
+  // --apply-layernorm-1p: the norms scale by 1 + weight (the checkpoint stores the zero-centred weight).
+  const float gamma_offset = c.layernorm_zero_centered_gamma ? 1.0f : 0.0f;
   const bool rope = c.position_embedding == PositionEmbedding::kRope;
   const Device device = ctx_.device();
   const bool on_host = device == Device::kCpu;
@@ -166,9 +168,10 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
     const std::string p = "decoder.layers." + std::to_string(layer) + ".";
     auto norm = [&](const std::string& name, const Tensor& y, const Tensor& input) {
       if (rms) {
-        ops::rmsnorm_forward(ctx_, y, rstd, input, weight(name + ".weight", {h}), eps);
+        ops::rmsnorm_forward(ctx_, y, rstd, input, weight(name + ".weight", {h}), eps, gamma_offset);
       } else {
-        ops::layernorm_forward(ctx_, y, mean, rstd, input, weight(name + ".weight", {h}), weight(name + ".bias", {h}), eps);
+        ops::layernorm_forward(ctx_, y, mean, rstd, input, weight(name + ".weight", {h}), weight(name + ".bias", {h}), eps,
+                               gamma_offset);
       }
     };
     norm(p + "input_layernorm", ln, x);
@@ -219,11 +222,11 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
     const Tensor proj_bias = bias(p + "self_attention.linear_proj.bias", h);
     if (rms) {
       ops::residual_rmsnorm_forward(ctx_, residual, ln, rstd, x, proj, proj_bias,
-                                    weight(p + "pre_mlp_layernorm.weight", {h}), eps);
+                                    weight(p + "pre_mlp_layernorm.weight", {h}), eps, gamma_offset);
     } else {
       ops::residual_layernorm_forward(ctx_, residual, ln, mean, rstd, x, proj, proj_bias,
                                       weight(p + "pre_mlp_layernorm.weight", {h}),
-                                      weight(p + "pre_mlp_layernorm.bias", {h}), eps);
+                                      weight(p + "pre_mlp_layernorm.bias", {h}), eps, gamma_offset);
     }
     const Tensor fc1_weight = weight(p + "mlp.linear_fc1.weight", {fc1_size, h});
     const Tensor fc1_bias = bias(p + "mlp.linear_fc1.bias", fc1_size);
@@ -233,6 +236,9 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
     } else if (c.exact_gelu) {
       ops::matmul(ctx_, fc1, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias});
       ops::gelu_exact_forward(ctx_, act, fc1);
+    } else if (c.squared_relu) {
+      ops::matmul(ctx_, fc1, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias});
+      ops::squared_relu_forward(ctx_, act, fc1);
     } else {
       ops::matmul(ctx_, act, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias, .pre_gelu = fc1});
     }
@@ -257,10 +263,11 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
   Tensor final_ln = scratch(ln_, {m, h});
   Tensor final_mean = scratch(mean_, {m}), final_rstd = scratch(rstd_, {m});
   if (rms) {
-    ops::rmsnorm_forward(ctx_, final_ln, final_rstd, last, weight("decoder.final_layernorm.weight", {h}), eps);
+    ops::rmsnorm_forward(ctx_, final_ln, final_rstd, last, weight("decoder.final_layernorm.weight", {h}), eps,
+                         gamma_offset);
   } else {
     ops::layernorm_forward(ctx_, final_ln, final_mean, final_rstd, last, weight("decoder.final_layernorm.weight", {h}),
-                           weight("decoder.final_layernorm.bias", {h}), eps);
+                           weight("decoder.final_layernorm.bias", {h}), eps, gamma_offset);
   }
   logits.resize(static_cast<size_t>(m * vocab));
   const std::string head = c.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName;

@@ -419,6 +419,7 @@ absl::StatusOr<HfFamily> hf_family(const ModelConfig& c) {
     if (!c.add_bias_linear) problems.push_back("--disable-bias-linear");
     if (c.query_groups() != c.num_attention_heads) problems.push_back("grouped-query attention");
     if (c.attention_projection_size() != c.hidden_size) problems.push_back("heads x kv_channels != hidden size");
+    if (c.squared_relu) problems.push_back("squared-ReLU activation (--squared-relu)");
     if (problems.empty()) return HfFamily::kGpt2;
     return absl::FailedPreconditionError(absl::StrCat("Hugging Face's GPT-2 has no ", absl::StrJoin(problems, ", ")));
   }
@@ -485,6 +486,11 @@ absl::Status hf_export(const std::string& checkpoint, const std::string& output_
       const std::vector<float>& ours = model.params.at(m.ours);
       SafetensorsTensor t{m.hf_name, m.hf_shape, std::vector<float>(static_cast<size_t>(volume(m.hf_shape)))};
       for (int64_t e = 0; e < static_cast<int64_t>(t.values.size()); ++e) t.values[e] = ours[m.source(e)];
+      // --apply-layernorm-1p stores the norms' weights zero-centred (the norm scales by 1 + w);
+      // Hugging Face's LayerNorm and LlamaRMSNorm scale by their weight itself.
+      if (c.layernorm_zero_centered_gamma && m.ours.ends_with("layernorm.weight")) {
+        for (float& value : t.values) value += 1.0f;
+      }
       tensors.push_back(std::move(t));
       weight_map.push_back(absl::StrCat(json_quote(m.hf_name), ": ", json_quote(name)));
     }

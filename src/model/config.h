@@ -57,11 +57,16 @@ struct ModelConfig {
   float rotary_base = 10000.0f;     // rope: --rotary-base
   bool rotary_interleaved = false;  // rope: pairs (2j, 2j + 1) instead of (j, j + rotary_dim / 2)
   Normalization normalization = Normalization::kLayerNorm;
+  // --apply-layernorm-1p: every norm (LayerNorm or RMSNorm) scales by 1 + weight, its weight stored
+  // and initialised zero-centred (Megatron's layernorm_zero_centered_gamma).
+  bool layernorm_zero_centered_gamma = false;
   bool swiglu = false;              // gated SiLU MLP: fc1 [2 ffn, h] = [gate; up]
   bool add_bias_linear = true;      // false: --disable-bias-linear
   // Without swiglu: the exact erf GeLU (Megatron's F.gelu when its bias-GeLU fusion is off, i.e.
   // with --disable-bias-linear or --no-bias-gelu-fusion) instead of the fused tanh approximation.
   bool exact_gelu = false;
+  // --squared-relu: act = relu(x)^2 (Megatron's squared_relu; biases, if any, added before it).
+  bool squared_relu = false;
   // Dropout (kernels/dropout_mask.h: masks keyed by seed, iteration, sample, layer and element).
   float hidden_dropout = 0.0f;
   float attention_dropout = 0.0f;

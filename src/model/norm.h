@@ -1,6 +1,8 @@
 // The block's normalization, LayerNorm (weight and bias) or RMSNorm (weight only), with the
 // residual add fused in front of it where the layer needs that. x, y: [rows, h]; mean (LayerNorm
-// only) and rstd: [rows] float32 statistics kept for backward.
+// only) and rstd: [rows] float32 statistics kept for backward. With a zero-centred weight
+// (--apply-layernorm-1p) the norm scales by 1 + weight, the 1 added in FP32 inside the kernels (as
+// Transformer Engine's zero_centered_gamma), so a BF16 weight near 0 keeps its precision.
 #pragma once
 
 #include <string>
@@ -28,6 +30,7 @@ class Norm {
   float epsilon_;
   Param& weight_;
   Param* bias_;  // LayerNorm only
+  float weight_offset_;  // 1 with a zero-centred weight, else 0
 };
 
 }  // namespace gpt

@@ -31,11 +31,13 @@ ParamSpec make(std::string name, std::vector<int64_t> shape, TensorSplit split, 
   return spec;
 }
 
-// LayerNorm: weight and bias; RMSNorm: weight only.
+// LayerNorm: weight and bias; RMSNorm: weight only. With --apply-layernorm-1p the weight is
+// zero-centred (the norm scales by 1 + weight) and starts at 0, as Megatron's (TE's zero_centered_gamma).
 void add_norm(std::vector<ParamSpec>& specs, const ModelConfig& c, const std::string& prefix, ParamSection section,
               int64_t layer) {
   const int64_t h = c.hidden_size;
-  specs.push_back(make(prefix + ".weight", {h}, TensorSplit::kReplicated, ParamInit::kOnes, 0, section, layer));
+  const ParamInit weight_init = c.layernorm_zero_centered_gamma ? ParamInit::kZeros : ParamInit::kOnes;
+  specs.push_back(make(prefix + ".weight", {h}, TensorSplit::kReplicated, weight_init, 0, section, layer));
   if (c.has_layernorm_bias()) {
     specs.push_back(make(prefix + ".bias", {h}, TensorSplit::kReplicated, ParamInit::kZeros, 0, section, layer));
   }
@@ -54,6 +56,7 @@ std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
   std::vector<ParamSpec> specs;
   specs.push_back(make(kWordEmbeddingName, {c.padded_vocab_size, h}, TensorSplit::kRows,
                        ParamInit::kNormal, std, ParamSection::kEmbedding, -1));
+  specs.back().embedding_or_output = true;
   if (c.position_embedding == PositionEmbedding::kLearnedAbsolute) {
     specs.push_back(make("embedding.position_embeddings.weight", {c.max_position_embeddings, h},
                          TensorSplit::kReplicated, ParamInit::kNormal, std, ParamSection::kEmbedding, -1));
@@ -94,6 +97,7 @@ std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
   if (c.untie_embeddings_and_output_weights) {
     specs.push_back(make("output_layer.weight", {c.padded_vocab_size, h}, TensorSplit::kRows, ParamInit::kNormal,
                          std, ParamSection::kFinal, -1));
+    specs.back().embedding_or_output = true;
   }
   return specs;
 }

@@ -37,6 +37,9 @@ struct ParamSpec {
   ParamInit init = ParamInit::kZeros;
   float init_std = 0.0f;             // for kNormal
   bool weight_decay = false;         // false for biases and norm parameters (Megatron's rule)
+  // The word embedding and output_layer.weight: Megatron's is_embedding_or_output_parameter, the
+  // parameters --decoupled-lr trains on their own learning rate (not the position embedding).
+  bool embedding_or_output = false;
   ParamSection section = ParamSection::kLayer;
   int64_t layer = -1;                // global layer index for kLayer
   // Replicated across TP but fed by rows of the sequence-split stream under sequence parallelism:

@@ -209,6 +209,9 @@ void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, Laye
   } else if (config_.exact_gelu) {
     fc1_.forward_column(ctx, a.fc1_pre, a.ln2, a.ln2_gathered);
     ops::gelu_exact_forward(ctx, a.fc1_act, a.fc1_pre);  // [s, b, ffn_l]
+  } else if (config_.squared_relu) {
+    fc1_.forward_column(ctx, a.fc1_pre, a.ln2, a.ln2_gathered);
+    ops::squared_relu_forward(ctx, a.fc1_act, a.fc1_pre);  // [s, b, ffn_l]
   } else {
     fc1_.forward_column(ctx, a.fc1_act, a.ln2, a.ln2_gathered, /*pre_gelu=*/a.fc1_pre);
   }
@@ -252,6 +255,8 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
     d_fc1 = ws_.fc1;
   } else if (config_.exact_gelu) {
     ops::gelu_exact_backward(ctx, ws_.ffn, ws_.ffn, st.fc1_pre);
+  } else if (config_.squared_relu) {
+    ops::squared_relu_backward(ctx, ws_.ffn, ws_.ffn, st.fc1_pre);
   } else {
     ops::gelu_backward(ctx, ws_.ffn, ws_.ffn, st.fc1_pre);
   }

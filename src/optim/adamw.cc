@@ -18,12 +18,14 @@ int64_t AdamW::offloaded_elements(int64_t owned_elements, double offload_fractio
 }
 
 AdamW::Part AdamW::make_part(Range range, int64_t state_offset, bool host) const {
-  Part part{range, state_offset, {}, host};
+  Part part{.range = range, .state_offset = state_offset, .host = host};
   for (const Param& param : params_.params()) {
     const Range mine = params_.range_of(param).intersect(range);
     if (mine.empty()) continue;
-    part.segments.push_back(
-        {.offset = mine.begin - range.begin, .length = mine.size(), .weight_decay = param.spec->weight_decay});
+    const ops::AdamWSegment segment{
+        .offset = mine.begin - range.begin, .length = mine.size(), .weight_decay = param.spec->weight_decay};
+    part.segments.push_back(segment);
+    (param.spec->embedding_or_output ? part.decoupled_segments : part.base_segments).push_back(segment);
   }
   return part;
 }
@@ -117,13 +119,15 @@ void AdamW::download(Context& copies, const Part& part) {
   if (!separate_master_) copy_to_host(copies, state(part, master_, host_master_).data(), params_.values_in(part.range));
 }
 
-void AdamW::update_on_host(const ops::AdamWStep& step, const Part& part) {
+void AdamW::update_on_host(const ops::AdamWStep& step, const ops::AdamWStep& decoupled, const Part& part) {
   const int64_t n = part.range.size();
   const Tensor master = state(part, master_, host_master_);
-  ops::adamw_update_segments(host_ctx_, step, master, host_grads_.flat_range(part.state_offset, n),
-                             state(part, exp_avg_, host_exp_avg_), state(part, exp_avg_sq_, host_exp_avg_sq_),
-                             separate_master_ ? host_values_.flat_range(part.state_offset, n) : Tensor(),
-                             part.segments);
+  for (const auto& [rate, segments] : {std::pair{&step, &part.base_segments}, {&decoupled, &part.decoupled_segments}}) {
+    if (segments->empty()) continue;
+    ops::adamw_update_segments(host_ctx_, *rate, master, host_grads_.flat_range(part.state_offset, n),
+                               state(part, exp_avg_, host_exp_avg_), state(part, exp_avg_sq_, host_exp_avg_sq_),
+                               separate_master_ ? host_values_.flat_range(part.state_offset, n) : Tensor(), *segments);
+  }
 }
 
 void AdamW::upload(Context& copies, const Part& part) {
@@ -133,16 +137,16 @@ void AdamW::upload(Context& copies, const Part& part) {
   copy_to_device(copies, params_.values_in(part.range), updated.data());
 }
 
-void AdamW::host_step(Context& ctx, const ops::AdamWStep& step, const Part& part) {
+void AdamW::host_step(Context& ctx, const ops::AdamWStep& step, const ops::AdamWStep& decoupled, const Part& part) {
   ctx.synchronize();
   download(ctx, part);
   ctx.synchronize();
-  update_on_host(step, part);
+  update_on_host(step, decoupled, part);
   upload(ctx, part);
   ctx.synchronize();
 }
 
-void AdamW::pipelined_host_steps(Context& ctx, const ops::AdamWStep& step) {
+void AdamW::pipelined_host_steps(Context& ctx, const ops::AdamWStep& step, const ops::AdamWStep& decoupled) {
   std::vector<const Part*> host;
   for (const Part& part : parts_) {
     if (part.host) host.push_back(&part);
@@ -152,7 +156,7 @@ void AdamW::pipelined_host_steps(Context& ctx, const ops::AdamWStep& step) {
   download(copy_ctx_, *host[0]);
   copy_ctx_.synchronize();
   for (size_t i = 0; i < host.size(); ++i) {
-    std::thread worker([&, part = host[i]] { update_on_host(step, *part); });
+    std::thread worker([&, part = host[i]] { update_on_host(step, decoupled, *part); });
     if (i + 1 < host.size()) download(copy_ctx_, *host[i + 1]);
     copy_ctx_.synchronize();  // part i+1 downloaded, part i-1 uploaded
     worker.join();
@@ -161,7 +165,18 @@ void AdamW::pipelined_host_steps(Context& ctx, const ops::AdamWStep& step) {
   copy_ctx_.synchronize();  // the parameters are on the device before the next forward reads them
 }
 
-void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
+void AdamW::device_step(Context& ctx, const ops::AdamWStep& step, const std::vector<ops::AdamWSegment>& segments,
+                        const Part& part) {
+  if (segments.empty()) return;
+  const int64_t n = part.range.size();
+  const Tensor values = params_.values_in(part.range);
+  ops::adamw_update_segments(ctx, step, separate_master_ ? master_.flat_range(part.state_offset, n) : values,
+                             params_.grads_in(part.range), exp_avg_.flat_range(part.state_offset, n),
+                             exp_avg_sq_.flat_range(part.state_offset, n), separate_master_ ? values : Tensor(),
+                             segments);
+}
+
+void AdamW::step(Context& ctx, float learning_rate, float decoupled_learning_rate, float grad_scale) {
   ++steps_;
   const ops::AdamWStep step{.learning_rate = learning_rate,
                             .beta1 = config_.beta1,
@@ -170,22 +185,22 @@ void AdamW::step(Context& ctx, float learning_rate, float grad_scale) {
                             .weight_decay = config_.weight_decay,  // on the segments that take it
                             .step = steps_,
                             .grad_scale = grad_scale};
+  ops::AdamWStep decoupled = step;
+  decoupled.learning_rate = decoupled_learning_rate;
   // Pipelined host parts run after the device parts are queued (on the GPU the device steps them
   // meanwhile); one after another otherwise, as the parts come.
   const bool pipelined = config_.overlap_host_copies && host_elements_ > 0;
   for (const Part& part : parts_) {
     if (part.host) {
-      if (!pipelined) host_step(ctx, step, part);
-      continue;
+      if (!pipelined) host_step(ctx, step, decoupled, part);
+    } else if (decoupled_learning_rate == learning_rate) {
+      device_step(ctx, step, part.segments, part);  // one launch when the rates agree
+    } else {
+      device_step(ctx, step, part.base_segments, part);
+      device_step(ctx, decoupled, part.decoupled_segments, part);
     }
-    const int64_t n = part.range.size();
-    const Tensor values = params_.values_in(part.range);
-    ops::adamw_update_segments(ctx, step, separate_master_ ? master_.flat_range(part.state_offset, n) : values,
-                               params_.grads_in(part.range), exp_avg_.flat_range(part.state_offset, n),
-                               exp_avg_sq_.flat_range(part.state_offset, n), separate_master_ ? values : Tensor(),
-                               part.segments);
   }
-  if (pipelined) pipelined_host_steps(ctx, step);
+  if (pipelined) pipelined_host_steps(ctx, step, decoupled);
 }
 
 void AdamW::add_master_squares(Context& ctx, const Tensor& scratch, Range flat) const {

@@ -54,7 +54,10 @@ class AdamW {
 
   // One update with the given learning rate; gradients are multiplied by grad_scale first
   // (the clipping coefficient). Increments the step counter.
-  void step(Context& ctx, float learning_rate, float grad_scale);
+  void step(Context& ctx, float learning_rate, float grad_scale) { step(ctx, learning_rate, learning_rate, grad_scale); }
+  // The same with the word embedding and output layer (ParamSpec::embedding_or_output) on their own
+  // rate (--decoupled-lr): their segments updated by a second launch of the same op.
+  void step(Context& ctx, float learning_rate, float decoupled_learning_rate, float grad_scale);
 
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }
@@ -93,22 +96,27 @@ class AdamW {
     Range range;           // in the flat buffers
     int64_t state_offset;  // in the state tensors (host parts: the host tensors; else the device ones)
     std::vector<ops::AdamWSegment> segments;  // the parameters in `range`, offsets relative to it
+    // The segments split by learning rate: the embedding and output layer's (decoupled) and the rest.
+    std::vector<ops::AdamWSegment> base_segments, decoupled_segments;
     bool host = false;     // offloaded
   };
   Part make_part(Range range, int64_t state_offset, bool host) const;
   // The part's slice of a state tensor.
   Tensor state(const Part& part, const Tensor& device, const Tensor& host) const;
   // A host part's step in three stages: its gradients (FP32 training: and parameters) copied to
-  // the host on `copies`, the update on the host's cores, the parameters copied back on `copies`.
-  // The copies are complete once `copies` is synchronized.
+  // the host on `copies`, the update on the host's cores (the decoupled rate on the embedding and
+  // output segments), the parameters copied back on `copies`. The copies are complete once
+  // `copies` is synchronized.
   void download(Context& copies, const Part& part);
-  void update_on_host(const ops::AdamWStep& step, const Part& part);
+  void update_on_host(const ops::AdamWStep& step, const ops::AdamWStep& decoupled, const Part& part);
   void upload(Context& copies, const Part& part);
-  // Every host part, the stages one after another (`ctx`: the model's stream, synchronized first).
-  void host_step(Context& ctx, const ops::AdamWStep& step, const Part& part);
+  // A host part, the stages one after another (`ctx`: the model's stream, synchronized first).
+  void host_step(Context& ctx, const ops::AdamWStep& step, const ops::AdamWStep& decoupled, const Part& part);
   // Every host part, pipelined: part i's update on a host thread while part i+1 downloads and part
   // i-1 uploads on the copy stream.
-  void pipelined_host_steps(Context& ctx, const ops::AdamWStep& step);
+  void pipelined_host_steps(Context& ctx, const ops::AdamWStep& step, const ops::AdamWStep& decoupled);
+  void device_step(Context& ctx, const ops::AdamWStep& step, const std::vector<ops::AdamWSegment>& segments,
+                   const Part& part);
   // Host parts: the master weights from the parameters (BF16: copied and cast; FP32: none kept).
   void host_master_from_params(Context& ctx);
   ParamStore& params_;

@@ -518,6 +518,25 @@ absl::Status validate_arguments(Arguments& a) {
   if (!(a.min_lr >= 0.0) || a.min_lr > a.lr) {
     return invalid(absl::StrCat("--min-lr (", a.min_lr, ") must be between 0 and --lr (", a.lr, ")"));
   }
+  // The embedding and output layer's own rates; -1 (the default) means "not given", as None in Megatron.
+  if (a.was_given("--decoupled-lr")) {
+    if (!(a.decoupled_lr >= 0.0)) return invalid(absl::StrCat("--decoupled-lr must be >= 0 (got ", a.decoupled_lr, ")"));
+    GPT_RETURN_IF_ERROR(require_fp32("--decoupled-lr", a.decoupled_lr, /*positive=*/false));
+  }
+  if (a.was_given("--decoupled-min-lr")) {
+    if (!a.was_given("--decoupled-lr")) {
+      return invalid("--decoupled-min-lr applies only with --decoupled-lr (Megatron ignores it without: the embedding "
+                     "and output layer then follow --lr and --min-lr)");
+    }
+    if (!(a.decoupled_min_lr >= 0.0) || a.decoupled_min_lr > a.decoupled_lr) {
+      return invalid(absl::StrCat("--decoupled-min-lr (", a.decoupled_min_lr, ") must be between 0 and --decoupled-lr (",
+                                  a.decoupled_lr, ")"));
+    }
+    GPT_RETURN_IF_ERROR(require_fp32("--decoupled-min-lr", a.decoupled_min_lr, /*positive=*/false));
+  } else if (a.was_given("--decoupled-lr") && a.min_lr > a.decoupled_lr) {
+    return invalid(absl::StrCat("--min-lr (", a.min_lr, "), the embedding and output layer's minimum without "
+                                "--decoupled-min-lr, must not exceed --decoupled-lr (", a.decoupled_lr, ")"));
+  }
   if (a.lr_decay_style != "constant" && a.lr_decay_style != "linear" && a.lr_decay_style != "cosine") {
     return invalid(absl::StrCat("--lr-decay-style must be constant, linear or cosine (got ", a.lr_decay_style, ")"));
   }
@@ -762,5 +781,13 @@ LrScheduleConfig lr_schedule_config(const Arguments& a) {
   return c;
 }
 
+LrScheduleConfig decoupled_lr_schedule_config(const Arguments& a) {
+  LrScheduleConfig c = lr_schedule_config(a);
+  if (a.decoupled_lr >= 0.0) {
+    c.max_lr = a.decoupled_lr;
+    if (a.decoupled_min_lr >= 0.0) c.min_lr = a.decoupled_min_lr;
+  }
+  return c;
+}
 
 }  // namespace gpt

@@ -42,6 +42,8 @@ struct Arguments {
   bool group_query_attention = false;
   int64_t num_query_groups = 1;         // with --group-query-attention (Megatron's default 1)
   bool disable_bias_linear = false;     // no biases in the four linear layers
+  bool apply_layernorm_1p = false;      // norms scale by 1 + weight, the weight zero-centred
+  bool squared_relu = false;            // MLP activation relu(x)^2 (not with --swiglu)
 
   // Parallelism.
   int64_t tensor_model_parallel_size = 1;
@@ -89,6 +91,10 @@ struct Arguments {
   int64_t lr_warmup_samples = 0;
   double lr = 0.0;
   double min_lr = 0.0;
+  // The word embedding and output layer on their own peak and minimum learning rate, the same
+  // schedule otherwise (Megatron's decoupled_lr / decoupled_min_lr); < 0: not given.
+  double decoupled_lr = -1.0;
+  double decoupled_min_lr = -1.0;
   std::string lr_decay_style = "linear";
   int64_t lr_decay_iters = 0;           // 0: train_iters
   int64_t lr_warmup_iters = 0;
@@ -278,6 +284,10 @@ absl::Status validate_for_world(Arguments& args, int64_t world_size);
 // iteration-based lengths times the global batch size, sample-based ones as given, a warmup
 // fraction of the decay samples kept fractional. For arguments that passed validate_for_world.
 LrScheduleConfig lr_schedule_config(const Arguments& args);
+// The schedule of the word embedding and output layer: lr_schedule_config with --decoupled-lr as
+// its peak and --decoupled-min-lr (default --min-lr) as its minimum (Megatron's param-group
+// max_lr / min_lr overrides); lr_schedule_config itself without --decoupled-lr.
+LrScheduleConfig decoupled_lr_schedule_config(const Arguments& args);
 
 // Megatron's padded vocabulary: the smallest multiple of --make-vocab-size-divisible-by x TP that is
 // at least vocab_size, or an error naming the flags where it does not fit in int64.

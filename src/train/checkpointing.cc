@@ -80,7 +80,7 @@ absl::Status check_model_arguments(const std::string& saved, const Arguments& ar
   for (const char* flag : {"--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
                            "--kv-channels", "--max-position-embeddings", "--untie-embeddings-and-output-weights",
                            "--position-embedding-type", "--normalization", "--swiglu", "--num-query-groups",
-                           "--disable-bias-linear"}) {
+                           "--disable-bias-linear", "--apply-layernorm-1p", "--squared-relu"}) {
     auto it = theirs.find(flag);
     if (it != theirs.end() && it->second != ours[flag]) {
       differences.push_back(absl::StrCat(flag, " ", ours[flag], " (checkpoint: ", it->second, ")"));
@@ -480,7 +480,7 @@ absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& direct
     // Megatron restores its OptimizerParamScheduler with the optimizer: the schedule to continue.
     GPT_ASSIGN_OR_RETURN(const SchedulerSettings scheduler,
                          resumed_scheduler_settings(m.arguments, args_, directory));
-    trainer.set_scheduler(scheduler.schedule, scheduler.weight_decay);
+    trainer.set_scheduler(scheduler.schedule, scheduler.decoupled_schedule, scheduler.weight_decay);
   }
   std::vector<ShardedTensor> pieces = state_pieces(trainer, args_, load_optimizer);
 

@@ -82,6 +82,12 @@ constexpr FlagRow kRows[] = {
         "No biases in the QKV, projection and MLP linears (with a GeLU MLP: the exact erf GeLU, as Megatron, "
         "whose bias-GeLU fusion then turns off)")
         .negated("add_bias_linear"),
+    row("--apply-layernorm-1p", &A::apply_layernorm_1p,
+        "Every LayerNorm / RMSNorm scales by 1 + weight, its weight stored zero-centred and initialised to 0 "
+        "(Megatron's layernorm_zero_centered_gamma, Transformer Engine's zero_centered_gamma)")
+        .dest("layernorm_zero_centered_gamma"),
+    row("--squared-relu", &A::squared_relu,
+        "MLP activation relu(x)^2 instead of GeLU (refused with --swiglu, as Megatron's assertion)"),
     // Parallelism.
     row("--tensor-model-parallel-size", &A::tensor_model_parallel_size, "Tensor-parallel size"),
     row("--pipeline-model-parallel-size", &A::pipeline_model_parallel_size, "Pipeline-parallel size"),
@@ -176,6 +182,13 @@ constexpr FlagRow kRows[] = {
         .shown(kNoneIfZero),
     row("--lr", &A::lr, "Peak learning rate"),
     row("--min-lr", &A::min_lr, "Learning rate at the end of decay"),
+    row("--decoupled-lr", &A::decoupled_lr,
+        "Peak learning rate of the word embedding and the output layer weight (Megatron's "
+        "is_embedding_or_output_parameter; not the position embedding), on the same warmup and decay")
+        .shown(kNoneIfNegative),
+    row("--decoupled-min-lr", &A::decoupled_min_lr,
+        "With --decoupled-lr: their minimum learning rate (default --min-lr)")
+        .shown(kNoneIfNegative),
     row("--lr-decay-style", &A::lr_decay_style, "constant, linear or cosine")
         .megatron(kRefusedAtValues, "constant, linear and cosine; inverse-square-root and WSD are refused"),
     row("--lr-decay-iters", &A::lr_decay_iters, "Iterations to decay over (default --train-iters)")

@@ -64,6 +64,15 @@ absl::Status validate_model_family(Arguments& a) {
     return invalid(absl::StrCat("--normalization must be LayerNorm or RMSNorm (got ", a.normalization, ")"));
   }
 
+  // Squared ReLU (Megatron's core_transformer_config_from_args asserts it is not combined with
+  // --swiglu; its TransformerConfig refuses a fused bias-activation with it, which is on by default
+  // with linear biases).
+  if (a.squared_relu && a.swiglu) return invalid("--squared-relu and --swiglu cannot both be given (one MLP activation)");
+  if (a.squared_relu && !a.disable_bias_linear && !a.no_bias_gelu_fusion) {
+    return invalid("--squared-relu with linear biases needs --no-bias-gelu-fusion (Megatron's fused bias-activation "
+                   "takes only GeLU and SwiGLU) or --disable-bias-linear");
+  }
+
   // Grouped-query attention: heads in groups sharing one key and value head; tensor parallelism
   // splits whole groups.
   if (!a.group_query_attention) {

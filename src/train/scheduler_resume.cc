@@ -27,7 +27,9 @@ constexpr const char* kScheduleFlags[] = {"--lr",
                                           "--train-iters",
                                           "--train-samples",
                                           "--global-batch-size",
-                                          "--weight-decay"};
+                                          "--weight-decay",
+                                          "--decoupled-lr",
+                                          "--decoupled-min-lr"};
 
 // Sets a row's field from its canonical text (train/flag_table.h: numbers as written, strings
 // quoted). False when the text does not parse.
@@ -66,7 +68,9 @@ std::string style_name(LrDecayStyle style) {
 }  // namespace
 
 SchedulerSettings scheduler_settings(const Arguments& args) {
-  return SchedulerSettings{.schedule = lr_schedule_config(args), .weight_decay = args.weight_decay};
+  return SchedulerSettings{.schedule = lr_schedule_config(args),
+                           .decoupled_schedule = decoupled_lr_schedule_config(args),
+                           .weight_decay = args.weight_decay};
 }
 
 absl::StatusOr<SchedulerSettings> resumed_scheduler_settings(const std::string& saved_arguments, const Arguments& args,
@@ -98,6 +102,13 @@ absl::StatusOr<SchedulerSettings> resumed_scheduler_settings(const std::string& 
   compare("decay samples", absl::StrCat(ours.schedule.decay_steps), absl::StrCat(theirs.schedule.decay_steps));
   compare("decay style", style_name(ours.schedule.style), style_name(theirs.schedule.style));
   compare("weight decay", number(ours.weight_decay), number(theirs.weight_decay));
+  if (args.decoupled_lr >= 0.0 || theirs_args.decoupled_lr >= 0.0) {
+    auto decoupled = [&](const Arguments& a, double value) { return a.decoupled_lr >= 0.0 ? number(value) : "none"; };
+    compare("decoupled learning rate", decoupled(args, ours.decoupled_schedule.max_lr),
+            decoupled(theirs_args, theirs.decoupled_schedule.max_lr));
+    compare("decoupled minimum learning rate", decoupled(args, ours.decoupled_schedule.min_lr),
+            decoupled(theirs_args, theirs.decoupled_schedule.min_lr));
+  }
   if (differences.empty()) return ours;
   return absl::FailedPreconditionError(absl::StrCat(
       "checkpoint ", directory, " was saved with another learning-rate schedule: ", absl::StrJoin(differences, ", "),

@@ -3,7 +3,9 @@
 // command line's must agree (a difference stops the run, naming both values);
 // --use-checkpoint-opt_param-scheduler continues with the checkpoint's,
 // --override-opt_param-scheduler with the command line's. The settings compared are Megatron's:
-// peak and minimum learning rate, warmup and decay lengths in samples, decay style, weight decay.
+// peak and minimum learning rate, warmup and decay lengths in samples, decay style, weight decay,
+// and the word embedding and output layer's peak and minimum with --decoupled-lr (Megatron keeps
+// them as its param groups' max_lr / min_lr in the checkpoint).
 #pragma once
 
 #include <string>
@@ -16,6 +18,7 @@ namespace gpt {
 
 struct SchedulerSettings {
   LrScheduleConfig schedule;  // in samples (train/arguments.h, lr_schedule_config)
+  LrScheduleConfig decoupled_schedule;  // the word embedding and output layer's (--decoupled-lr)
   double weight_decay = 0.0;
 };
 

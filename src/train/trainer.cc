@@ -94,7 +94,9 @@ void set_model_kinds(const Arguments& a, ModelConfig& c) {
   c.add_bias_linear = !a.disable_bias_linear;
   // Megatron's validate_args turns bias_gelu_fusion off without linear biases; unfused, its MLP
   // applies F.gelu, the exact GeLU.
-  c.exact_gelu = !a.swiglu && (a.disable_bias_linear || a.no_bias_gelu_fusion);
+  c.exact_gelu = !a.swiglu && !a.squared_relu && (a.disable_bias_linear || a.no_bias_gelu_fusion);
+  c.squared_relu = a.squared_relu;
+  c.layernorm_zero_centered_gamma = a.apply_layernorm_1p;
   c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
   c.dtype = a.bf16 ? DType::kBFloat16 : a.fp16 ? DType::kFloat16 : DType::kFloat32;
   c.fp8 = fp8_config_from(a);
@@ -261,13 +263,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   }
   t->arena_.freeze();
   t->schedule_ = lr_schedule_config(args);  // in samples, from iteration- or sample-based flags
+  t->decoupled_schedule_ = decoupled_lr_schedule_config(args);
   t->loss_scaling_ = LossScaling::from_arguments(args);
   if (t->loss_scaling_) t->add_checkpoint_records(t->loss_scaling_.get());
   return t;
 }
 
-void Trainer::set_scheduler(const LrScheduleConfig& schedule, double weight_decay) {
+void Trainer::set_scheduler(const LrScheduleConfig& schedule, const LrScheduleConfig& decoupled_schedule,
+                            double weight_decay) {
   schedule_ = schedule;
+  decoupled_schedule_ = decoupled_schedule;
   optimizer_->set_weight_decay(static_cast<float>(weight_decay));
 }
 
@@ -567,7 +572,9 @@ StepResult Trainer::apply_update(bool skip_update) {
   if (result.overflow || skip_update) {
     result.skipped = true;
   } else if (std::isfinite(result.grad_norm)) {
-    optimizer_->step(ctx_, static_cast<float>(result.learning_rate),
+    const double decoupled_learning_rate =
+        learning_rate_at(decoupled_schedule_, updates_done() * args_.global_batch_size);
+    optimizer_->step(ctx_, static_cast<float>(result.learning_rate), static_cast<float>(decoupled_learning_rate),
                      clip_coefficient(result.grad_norm, args_.clip_grad));
     data_parallel_->after_step(ctx_);
     end_phase(phase, phases_.optimizer);

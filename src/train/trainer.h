@@ -116,7 +116,7 @@ class Trainer {
   const LossScaling* loss_scaling() const { return loss_scaling_.get(); }
   // The learning-rate schedule (in samples) and weight decay of the updates from now on: a resumed
   // run's (train/scheduler_resume.h).
-  void set_scheduler(const LrScheduleConfig& schedule, double weight_decay);
+  void set_scheduler(const LrScheduleConfig& schedule, const LrScheduleConfig& decoupled_schedule, double weight_decay);
   const LrScheduleConfig& schedule() const { return schedule_; }
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
@@ -201,6 +201,7 @@ class Trainer {
   void maybe_inject_gradient_fault();
   std::shared_ptr<const SampleSource> train_data_, valid_data_, test_data_;
   LrScheduleConfig schedule_;
+  LrScheduleConfig decoupled_schedule_;  // the word embedding and output layer's (--decoupled-lr)
   Tensor loss_sum_;      // [1] float32, summed token losses of the iteration
   bool loss_on_first_stage_ = false;
   std::unique_ptr<TimelineGather> timeline_;  // --timing-log-level 2 with --metrics-file and PP > 1  // ZB-V's V placement: the last virtual stage is on pipeline rank 0

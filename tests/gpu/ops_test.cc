@@ -151,15 +151,15 @@ TEST_F(OpsTest, LayerNormForwardResidualBackwardAndBiasGrad) {
         const bool on_gpu = c != &cpu_;
         auto pick = [&](const Twin& v) { return on_gpu ? v.gpu : v.cpu; };
         ops::residual_layernorm_forward(*c, pick(residual), pick(y), pick(mean), pick(rstd), pick(x), pick(delta),
-                                        pick(delta_bias), pick(w), pick(b), 1e-5f);
+                                        pick(delta_bias), pick(w), pick(b), 1e-5f, 0.0f);
       }
       EXPECT_LE(error(y), tolerance(t));
       EXPECT_LE(error(residual), tolerance(t));
       EXPECT_LE(error(rstd), 1e-5);
       Twin dy = make(t, {rows, h}), dx = make(t, {rows, h});
       Twin dw = make(DType::kFloat32, {h}), db = make(DType::kFloat32, {h});
-      ops::layernorm_backward(cpu_, dx.cpu, dw.cpu, db.cpu, dy.cpu, residual.cpu, mean.cpu, rstd.cpu, w.cpu, true);
-      ops::layernorm_backward(*gpu_, dx.gpu, dw.gpu, db.gpu, dy.gpu, residual.gpu, mean.gpu, rstd.gpu, w.gpu, true);
+      ops::layernorm_backward(cpu_, dx.cpu, dw.cpu, db.cpu, dy.cpu, residual.cpu, mean.cpu, rstd.cpu, w.cpu, true, 0.0f);
+      ops::layernorm_backward(*gpu_, dx.gpu, dw.gpu, db.gpu, dy.gpu, residual.gpu, mean.gpu, rstd.gpu, w.gpu, true, 0.0f);
       EXPECT_LE(error(dx), tolerance(t));
       EXPECT_LE(error(dw), 1e-4);
       EXPECT_LE(error(db), 1e-4);
@@ -185,6 +185,13 @@ TEST_F(OpsTest, ElementwiseOps) {
       EXPECT_LE(error(y), tolerance(t));
       ops::gelu_backward(cpu_, d.cpu, d.cpu, x.cpu);
       ops::gelu_backward(*gpu_, d.gpu, d.gpu, x.gpu);
+      EXPECT_LE(error(d), tolerance(t));
+      // Squared ReLU (--squared-relu): the same explicitly rounded float operations on both backends.
+      ops::squared_relu_forward(cpu_, y.cpu, x.cpu);
+      ops::squared_relu_forward(*gpu_, y.gpu, x.gpu);
+      EXPECT_LE(error(y), tolerance(t));
+      ops::squared_relu_backward(cpu_, d.cpu, d.cpu, x.cpu);
+      ops::squared_relu_backward(*gpu_, d.gpu, d.gpu, x.gpu);
       EXPECT_LE(error(d), tolerance(t));
       Twin other = output(t == DType::kFloat32 ? DType::kBFloat16 : DType::kFloat32, {n});
       ops::cast(cpu_, other.cpu, x.cpu);
@@ -359,6 +366,8 @@ TEST_F(OpsTest, LayerNormEveryRowConfigurationAlignmentAndAliasing) {
   const Case cases[] = {{3, 7, 0},     {5, 64, 0},    {9, 200, 0},   {7, 256, 0},    {33, 768, 0},  {5, 1000, 0},
                         {4, 1024, 0},  {6, 2048, 0},  {3, 4100, 0},  {3, 4096, 0},   {2, 8192, 0},  {2, 20000, 0},
                         {17, 768, 1},  {5, 2048, 3},  {100003, 8, 0}, {40000, 24, 0}};
+  // Zero-centred weights (--apply-layernorm-1p): the kernels scale by weight + 1.
+  constexpr float kOffset = 1.0f;
   for (DType t : kTypes) {
     for (const Case& c : cases) {
       const int64_t rows = c.rows, h = c.h, n = rows * h;
@@ -371,7 +380,7 @@ TEST_F(OpsTest, LayerNormEveryRowConfigurationAlignmentAndAliasing) {
       for (Context* ctx : {&cpu_, gpu_.get()}) {
         const bool on_gpu = ctx != &cpu_;
         auto pick = [&](const Twin& v) { return on_gpu ? v.gpu : v.cpu; };
-        ops::layernorm_forward(*ctx, pick(y), pick(mean), pick(rstd), pick(x), pick(w), pick(b), 1e-5f);
+        ops::layernorm_forward(*ctx, pick(y), pick(mean), pick(rstd), pick(x), pick(w), pick(b), 1e-5f, kOffset);
       }
       EXPECT_LE(error(y), tolerance(t));
       EXPECT_LE(error(mean), 1e-5);
@@ -381,7 +390,7 @@ TEST_F(OpsTest, LayerNormEveryRowConfigurationAlignmentAndAliasing) {
         const bool on_gpu = ctx != &cpu_;
         auto pick = [&](const Twin& v) { return on_gpu ? v.gpu : v.cpu; };
         ops::residual_layernorm_forward(*ctx, pick(x), pick(y), pick(mean), pick(rstd), pick(x), pick(delta),
-                                        pick(delta_bias), pick(w), pick(b), 1e-5f);
+                                        pick(delta_bias), pick(w), pick(b), 1e-5f, kOffset);
       }
       EXPECT_LE(error(x), tolerance(t));
       EXPECT_LE(error(y), tolerance(t));
@@ -391,8 +400,8 @@ TEST_F(OpsTest, LayerNormEveryRowConfigurationAlignmentAndAliasing) {
       Twin dw = make(DType::kFloat32, {h}), db = make(DType::kFloat32, {h});
       for (bool in_place : {false, true}) {
         const Twin& target = in_place ? dy : dx;
-        ops::layernorm_backward(cpu_, target.cpu, dw.cpu, db.cpu, dy.cpu, x.cpu, mean.cpu, rstd.cpu, w.cpu, !in_place);
-        ops::layernorm_backward(*gpu_, target.gpu, dw.gpu, db.gpu, dy.gpu, x.gpu, mean.gpu, rstd.gpu, w.gpu, !in_place);
+        ops::layernorm_backward(cpu_, target.cpu, dw.cpu, db.cpu, dy.cpu, x.cpu, mean.cpu, rstd.cpu, w.cpu, !in_place, kOffset);
+        ops::layernorm_backward(*gpu_, target.gpu, dw.gpu, db.gpu, dy.gpu, x.gpu, mean.gpu, rstd.gpu, w.gpu, !in_place, kOffset);
         EXPECT_LE(error(target), tolerance(t)) << "in place " << in_place;
         EXPECT_LE(error(dw), 1e-4);
         EXPECT_LE(error(db), 1e-4);
@@ -404,7 +413,7 @@ TEST_F(OpsTest, LayerNormEveryRowConfigurationAlignmentAndAliasing) {
         ops::zero(*gpu_, dw_run.gpu);
         ops::zero(*gpu_, db_run.gpu);
         ops::copy(*gpu_, dx.gpu, dy.gpu);  // the same dy each run, overwritten in place
-        ops::layernorm_backward(*gpu_, dx.gpu, dw_run.gpu, db_run.gpu, dx.gpu, x.gpu, mean.gpu, rstd.gpu, w.gpu, false);
+        ops::layernorm_backward(*gpu_, dx.gpu, dw_run.gpu, db_run.gpu, dx.gpu, x.gpu, mean.gpu, rstd.gpu, w.gpu, false, kOffset);
         runs.push_back(download(dw_run.gpu));
         runs.push_back(download(db_run.gpu));
         runs.push_back(download(dx.gpu));
@@ -625,6 +634,8 @@ TEST_F(OpsTest, RmsNormEveryRowConfigurationAlignmentAndAliasing) {
   const Case cases[] = {{1, 7, 0},    {5, 64, 0},   {9, 200, 0},  {7, 256, 0},  {33, 768, 0},   {5, 1000, 0},
                         {4, 1024, 0}, {6, 2048, 0}, {3, 4100, 0}, {3, 4096, 0}, {2, 8192, 0},   {2, 20000, 0},
                         {17, 768, 1}, {5, 2048, 3}, {100003, 8, 0}, {40000, 24, 0}};
+  // Zero-centred weights (--apply-layernorm-1p): the kernels scale by weight + 1.
+  constexpr float kOffset = 1.0f;
   for (DType t : kTypes) {
     for (const Case& c : cases) {
       const int64_t rows = c.rows, h = c.h, n = rows * h;
@@ -636,7 +647,7 @@ TEST_F(OpsTest, RmsNormEveryRowConfigurationAlignmentAndAliasing) {
       for (Context* ctx : {&cpu_, gpu_.get()}) {
         const bool on_gpu = ctx != &cpu_;
         auto pick = [&](const Twin& v) { return on_gpu ? v.gpu : v.cpu; };
-        ops::rmsnorm_forward(*ctx, pick(y), pick(rstd), pick(x), pick(w), 1e-5f);
+        ops::rmsnorm_forward(*ctx, pick(y), pick(rstd), pick(x), pick(w), 1e-5f, kOffset);
       }
       EXPECT_LE(error(y), tolerance(t));
       EXPECT_LE(error(rstd), 1e-5);
@@ -645,7 +656,7 @@ TEST_F(OpsTest, RmsNormEveryRowConfigurationAlignmentAndAliasing) {
         const bool on_gpu = ctx != &cpu_;
         auto pick = [&](const Twin& v) { return on_gpu ? v.gpu : v.cpu; };
         ops::residual_rmsnorm_forward(*ctx, pick(x), pick(y), pick(rstd), pick(x), pick(delta), pick(delta_bias),
-                                      pick(w), 1e-5f);
+                                      pick(w), 1e-5f, kOffset);
       }
       EXPECT_LE(error(x), tolerance(t));
       EXPECT_LE(error(y), tolerance(t));
@@ -654,8 +665,8 @@ TEST_F(OpsTest, RmsNormEveryRowConfigurationAlignmentAndAliasing) {
       Twin dy = make(t, {rows, h}), dx = make(t, {rows, h}), dw = make(DType::kFloat32, {h});
       for (bool in_place : {false, true}) {
         const Twin& target = in_place ? dy : dx;
-        ops::rmsnorm_backward(cpu_, target.cpu, dw.cpu, dy.cpu, x.cpu, rstd.cpu, w.cpu, !in_place);
-        ops::rmsnorm_backward(*gpu_, target.gpu, dw.gpu, dy.gpu, x.gpu, rstd.gpu, w.gpu, !in_place);
+        ops::rmsnorm_backward(cpu_, target.cpu, dw.cpu, dy.cpu, x.cpu, rstd.cpu, w.cpu, !in_place, kOffset);
+        ops::rmsnorm_backward(*gpu_, target.gpu, dw.gpu, dy.gpu, x.gpu, rstd.gpu, w.gpu, !in_place, kOffset);
         EXPECT_LE(error(target), tolerance(t)) << "in place " << in_place;
         EXPECT_LE(error(dw), 1e-4);
       }
@@ -665,7 +676,7 @@ TEST_F(OpsTest, RmsNormEveryRowConfigurationAlignmentAndAliasing) {
         Twin dw_run = output(DType::kFloat32, {h});
         ops::zero(*gpu_, dw_run.gpu);
         ops::copy(*gpu_, dx.gpu, dy.gpu);  // the same dy each run, overwritten in place
-        ops::rmsnorm_backward(*gpu_, dx.gpu, dw_run.gpu, dx.gpu, x.gpu, rstd.gpu, w.gpu, false);
+        ops::rmsnorm_backward(*gpu_, dx.gpu, dw_run.gpu, dx.gpu, x.gpu, rstd.gpu, w.gpu, false, kOffset);
         runs.push_back(download(dw_run.gpu));
         runs.push_back(download(dx.gpu));
       }

@@ -6,7 +6,8 @@ CPU backend, one rank and under mpirun:
   line naming both values and nothing trained; --use-checkpoint-opt_param-scheduler continues with
   the checkpoint's schedule (the uninterrupted run's learning rates and losses, as printed);
   --override-opt_param-scheduler with the command line's (the learning rates a fresh run with the
-  new --lr prints at the same iterations); both together are refused;
+  new --lr prints at the same iterations); both together are refused; the same for --decoupled-lr,
+  whose checkpoint continues the uninterrupted run's losses;
 - --save-retain-interval 4 with saves every 2 of 10 iterations leaves iterations 4, 8 and 10
   (Megatron's rule: a save deletes the previous checkpoint unless it is a multiple of the interval);
 - --no-ckpt-fully-parallel-save under DP=2: data-parallel rank 1's shard holds fewer bytes than
@@ -92,6 +93,39 @@ def scheduler_checks(runner, checks, work):
                   f"both scheduler flags: exit {status}, errors {errors}")
 
 
+def decoupled_checks(runner, checks, work):
+    """--decoupled-lr / --decoupled-min-lr: they change training (the losses differ from --lr alone), a
+    checkpoint keeps them (a resume continues the uninterrupted run's losses), a resume with another
+    --decoupled-lr stops naming both values, and --use-checkpoint-opt_param-scheduler continues with the
+    checkpoint's."""
+    saved = os.path.join(work, "decoupled")
+    shutil.rmtree(saved, ignore_errors=True)
+    decoupled = BASE + ["--lr", "1e-3", "--decoupled-lr", "3e-3", "--decoupled-min-lr", "1e-4"]
+    _, plain, _ = runner.run("plain_lr", 1, BASE + ["--lr", "1e-3"])
+    _, uninterrupted, _ = runner.run("decoupled_uninterrupted", 1, decoupled)
+    checks.expect(losses(uninterrupted) and losses(uninterrupted)[8] != losses(plain)[8],
+                  f"--decoupled-lr leaves the losses as --lr alone: {losses(uninterrupted)} vs {losses(plain)}")
+    status, _, err = runner.run("decoupled_save_at_4", 1, decoupled + ["--save", saved, "--exit-interval", "4"])
+    checks.expect(status == 0 and tracker(saved) == "4", f"decoupled save at 4: exit {status} {err[-300:]}")
+    want_loss = {i: v for i, v in losses(uninterrupted).items() if i > 4}
+    status, out, err = runner.run("decoupled_resume", 1, decoupled + ["--load", saved])
+    checks.expect(status == 0 and want_loss and losses(out) == want_loss,
+                  f"decoupled resume: exit {status}, losses {losses(out)} (want {want_loss}) {err[-300:]}")
+    print(f"  --decoupled-lr resume: iterations 5-8 losses equal the uninterrupted run's: {losses(out) == want_loss}")
+    changed = [f if f != "3e-3" else "4e-3" for f in decoupled]
+    status, out, err = runner.run("decoupled_changed", 1, changed + ["--load", saved])
+    errors = error_lines(out, err)
+    checks.expect(status not in (0, None) and len(errors) == 1
+                  and "decoupled learning rate 0.004 (checkpoint: 0.003)" in errors[0] and not losses(out),
+                  f"resume with another --decoupled-lr: exit {status}, errors {errors}")
+    print(f"  resume with --decoupled-lr 4e-3 of a 3e-3 checkpoint: exit {status}, {errors[0] if errors else 'no error'}")
+    status, out, err = runner.run("decoupled_use_checkpoint", 1,
+                                  changed + ["--load", saved, "--use-checkpoint-opt_param-scheduler"])
+    checks.expect(status == 0 and losses(out) == want_loss,
+                  f"--decoupled-lr 4e-3 with --use-checkpoint-opt_param-scheduler: exit {status}, losses {losses(out)} "
+                  f"(want {want_loss})")
+
+
 def retain_checks(runner, checks, work):
     retain = os.path.join(work, "retain")
     shutil.rmtree(retain, ignore_errors=True)
@@ -161,6 +195,7 @@ def main():
     runner = Runner(os.path.abspath(args.binary), args.mpirun, args.work_dir)
     checks = Checks()
     scheduler_checks(runner, checks, args.work_dir)
+    decoupled_checks(runner, checks, args.work_dir)
     retain_checks(runner, checks, args.work_dir)
     parallel_save_checks(runner, checks, args.work_dir)
     replica_check(runner, checks)

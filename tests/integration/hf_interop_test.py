@@ -5,7 +5,8 @@
     TP=2) exported (config.json + model.safetensors), imported, and exported again as sharded
     safetensors with model.safetensors.index.json: the imported parameters equal the original ones
     bit for bit (real vocabulary rows; padding rows 0), both exports hold the same bits, and
-    generate's greedy text is the same from both checkpoints;
+    generate's greedy text is the same from both checkpoints; a --apply-layernorm-1p checkpoint exports
+    its zero-centred norm weights as 1 + weight (its plain import holds them so) with the same text;
   * independent writer: Hugging Face directories written here with numpy from HF's documented
     names (GPT-2 as the Hub stores it: no "transformer." prefix, attn.bias buffers, F32; Llama:
     BF16, GQA, sharded with an index), imported, then generate's logits (--logits-file) against an
@@ -322,6 +323,42 @@ def main():
                      for d in (save, work(family + "_imported"))]
             if texts[0] != texts[1] or "ids:" not in texts[0]:
                 failures.append(f"{family}: generate differs between the original and the imported checkpoint")
+
+    # ---- --apply-layernorm-1p: the checkpoint's zero-centred norm weights export as 1 + weight ----
+    save = work("gpt2_1p")
+    result = run([args.pretrain] + common + ["--num-attention-heads", "4", "--apply-layernorm-1p", "--save", save])
+    steps = [[args.ckpt_tool, "export", save, "--output-dir", work("gpt2_1p_hf")],
+             [args.ckpt_tool, "import", work("gpt2_1p_hf"), "--output", work("gpt2_1p_imported")]]
+    for step in [None] + steps:
+        if step is not None:
+            result = run(step)
+        if result.returncode != 0:
+            failures.append(f"--apply-layernorm-1p: {' '.join((step or ['train'])[:2])} failed: {result.stderr[-300:]}")
+            break
+    else:
+        original, imported = model_tensors(save), model_tensors(work("gpt2_1p_imported"))
+        wrong = []
+        for key, value in original.items():
+            want = value + np.float32(1.0) if key.endswith("layernorm.weight") else value
+            rows = 200 if "word_embeddings" in key else value.shape[0]
+            if key not in imported or not np.array_equal(imported[key][:rows], want[:rows]):
+                wrong.append(key)
+        norms = sum(1 for key in original if key.endswith("layernorm.weight"))
+        trained_norms = sum(1 for key in original if key.endswith("layernorm.weight") and np.any(original[key] != 0))
+        texts = [run([args.generate, d, "--prompt", "5 6 7", "--greedy", "--max-new-tokens", "12", "--print-ids",
+                      "--ignore-eod", "--threads", "1"]).stdout.split("prefill")[0]
+                 for d in (save, work("gpt2_1p_imported"))]
+        print(f"--apply-layernorm-1p: {len(original) - len(wrong)}/{len(original)} parameters as expected after export "
+              f"+ import ({norms} norm weights + 1, {trained_norms} of them trained away from 0); generate "
+              f"{'agrees' if texts[0] == texts[1] else 'DIFFERS'} between the 1p checkpoint and its plain import")
+        if wrong or trained_norms == 0:
+            failures.append(f"--apply-layernorm-1p export + import: {wrong or 'no norm weight trained'}")
+        if texts[0] != texts[1] or "ids:" not in texts[0]:
+            failures.append("--apply-layernorm-1p: generate differs between the 1p checkpoint and its plain import")
+        # The single-file GPT-2 export copies tensors as stored: it refuses zero-centred weights.
+        single = run([args.ckpt_tool, "export", save, "--output", work("gpt2_1p.safetensors")])
+        if single.returncode != 1 or "--apply-layernorm-1p false (checkpoint: true)" not in single.stderr:
+            failures.append(f"--apply-layernorm-1p: the single-file export did not refuse: {single.stderr.strip()}")
 
     # ---- independent writer ----
     rng = np.random.default_rng(3)

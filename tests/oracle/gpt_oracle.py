@@ -12,7 +12,8 @@ definitions, sharing no code with the project) and checks:
   * (FP32) the parameters after those steps.
 The model options: learned absolute positions or RoPE (non-interleaved, partial with
 --rotary-percent), LayerNorm or RMSNorm, GeLU or SwiGLU, grouped-query attention, linear biases or
-none, tied or untied output layer, and hidden / attention dropout with the project's
+none, zero-centred norm weights (--apply-layernorm-1p), the squared-ReLU MLP, the word embedding and
+output layer on their own learning rate (--decoupled-lr), tied or untied output layer, and hidden / attention dropout with the project's
 layout-independent masks (dropout_masks.py: iteration k + 1's masks for step k, each microbatch's
 global sample indices).
 Relative error of a tensor = ||ours - ref|| / ||ref||.
@@ -73,6 +74,18 @@ VARIANTS = {
     # Megatron's --rotary-interleaved (pairs (2j, 2j + 1)), half of each head's dims rotated.
     "llama_interleaved_fp32": (LLAMA_FLAGS + ["--rotary-interleaved", "--rotary-percent", "0.5"], 1e-5, True),
     "gelu_exact_bias_bf16": (["--no-bias-gelu-fusion", "--bf16"], 2e-2, False),
+    # Megatron's Nemotron-style GPT configurations (issue 32): zero-centred LayerNorm weights
+    # (--apply-layernorm-1p), the squared-ReLU MLP without biases, half-rotated RoPE, an untied output
+    # layer, and the word embedding and output layer on their own learning rate and minimum.
+    "nemotron_fp32": (["--apply-layernorm-1p", "--squared-relu", "--disable-bias-linear",
+                       "--untie-embeddings-and-output-weights", "--position-embedding-type", "rope",
+                       "--rotary-percent", "0.5", "--decoupled-lr", "5e-3", "--decoupled-min-lr", "1e-4"], 1e-5, True),
+    # Squared ReLU with biases (Megatron's unfused path, --no-bias-gelu-fusion), learned positions
+    # (main rate) next to the tied word embedding on --decoupled-lr with --min-lr as its minimum.
+    "squared_relu_bias_decoupled_fp32": (["--squared-relu", "--no-bias-gelu-fusion", "--decoupled-lr", "1e-3"],
+                                         1e-5, True),
+    # Zero-centred RMSNorm weights (Transformer Engine's zero_centered_gamma) in BF16.
+    "llama_1p_bf16": (LLAMA_FLAGS + ["--apply-layernorm-1p", "--bf16"], 2e-2, False),
 }
 STEPS = 10
 
@@ -108,6 +121,10 @@ def gelu_tanh(x):
 def gelu_exact(x):
     """PyTorch's F.gelu (approximate='none'), x Phi(x)."""
     return torch.nn.functional.gelu(x)
+
+
+def squared_relu(x):
+    return torch.relu(x) ** 2
 
 
 def silu(x):
@@ -219,9 +236,11 @@ class Gpt:
         self.fp8 = fp8  # an fp8_emulation.Fp8State: the layers' linears in FP8
 
     def norm(self, x, prefix):
+        # --apply-layernorm-1p: the stored weight is zero-centred, the norm scales by 1 + weight.
+        weight = self.p[prefix + ".weight"] + (1.0 if self.cfg.get("apply_layernorm_1p", False) else 0.0)
         if self.cfg["normalization"] == "RMSNorm":
-            return rms_norm(x, self.p[prefix + ".weight"], self.cfg["eps"])
-        return layer_norm(x, self.p[prefix + ".weight"], self.p[prefix + ".bias"], self.cfg["eps"])
+            return rms_norm(x, weight, self.cfg["eps"])
+        return layer_norm(x, weight, self.p[prefix + ".bias"], self.cfg["eps"])
 
     def linear(self, x, prefix):
         weight = self.p[prefix + ".weight"]
@@ -266,6 +285,8 @@ class Gpt:
             if c["swiglu"]:
                 gate, up = fc1[..., : c["ffn_hidden_size"]], fc1[..., c["ffn_hidden_size"]:]
                 hidden = silu(gate) * up
+            elif c.get("squared_relu", False):
+                hidden = squared_relu(fc1)
             elif c.get("exact_gelu", False):
                 hidden = gelu_exact(fc1)
             else:
@@ -281,19 +302,34 @@ class Gpt:
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.T.reshape(-1))
 
 
-def megatron_lr(cfg, num_steps):
-    """Megatron's OptimizerParamScheduler.get_lr, steps counted in samples."""
+def megatron_lr(cfg, num_steps, max_lr=None, min_lr=None):
+    """Megatron's OptimizerParamScheduler.get_lr, steps counted in samples; max_lr and min_lr are a
+    param group's own (--decoupled-lr's group), by default --lr and --min-lr."""
+    max_lr = cfg["lr"] if max_lr is None else max_lr
+    min_lr = cfg["min_lr"] if min_lr is None else min_lr
     gbs = cfg["global_batch_size"]
     warmup, decay = cfg["lr_warmup_iters"] * gbs, cfg["lr_decay_iters"] * gbs
     if warmup > 0 and num_steps <= warmup:
-        return cfg["lr"] * num_steps / warmup
+        return max_lr * num_steps / warmup
     if cfg["lr_decay_style"] == "constant":
-        return cfg["lr"]
+        return max_lr
     if num_steps > decay:
-        return cfg["min_lr"]
+        return min_lr
     ratio = (num_steps - warmup) / (decay - warmup)
     coefficient = 1.0 - ratio if cfg["lr_decay_style"] == "linear" else 0.5 * (math.cos(math.pi * ratio) + 1.0)
-    return cfg["min_lr"] + coefficient * (cfg["lr"] - cfg["min_lr"])
+    return min_lr + coefficient * (max_lr - min_lr)
+
+
+def decoupled_rates(cfg):
+    """(max_lr, min_lr) of Megatron's is_embedding_or_output_parameter group with --decoupled-lr
+    (megatron/core/optimizer: the override sets max_lr, and min_lr only with --decoupled-min-lr), or
+    None without it."""
+    if cfg["decoupled_lr"] is None:
+        return None
+    return cfg["decoupled_lr"], cfg["min_lr"] if cfg["decoupled_min_lr"] is None else cfg["decoupled_min_lr"]
+
+
+EMBEDDING_OR_OUTPUT = ("embedding.word_embeddings.weight", "output_layer.weight")
 
 
 def relative_error(ours, ref):
@@ -318,6 +354,10 @@ def read_config(f):
     cfg["disable_bias_linear"] = bool(cfg["disable_bias_linear"])
     cfg["exact_gelu"] = bool(cfg.get("exact_gelu", 0))
     cfg["rotary_interleaved"] = bool(cfg.get("rotary_interleaved", 0))
+    cfg["squared_relu"] = bool(cfg.get("squared_relu", 0))
+    cfg["apply_layernorm_1p"] = bool(cfg.get("apply_layernorm_1p", 0))
+    for key in ("decoupled_lr", "decoupled_min_lr"):  # negative: not given (None in Megatron)
+        cfg[key] = cfg[key] if cfg.get(key, -1.0) >= 0 else None
     return cfg
 
 
@@ -330,6 +370,10 @@ def flag_value(flags, flag, default=None):
     return found
 
 
+def optional_float(value):
+    return None if value is None else float(value)
+
+
 def resolve_from_flags(flags):
     """The model-family settings the command line asks for, resolved by Megatron's rules (written
     here independently, to check the dump's attributes and to build the reference)."""
@@ -339,6 +383,7 @@ def resolve_from_flags(flags):
     position = flag_value(flags, "--position-embedding-type", "learned_absolute")
     percent = float(flag_value(flags, "--rotary-percent", 1.0))
     swiglu = flag_value(flags, "--swiglu", False) is True
+    squared = flag_value(flags, "--squared-relu", False) is True
     ffn = flag_value(flags, "--ffn-hidden-size")
     if ffn is None:
         ffn = int((4 * hidden * 2 / 3) / 64) * 64 if swiglu else 4 * hidden
@@ -357,8 +402,13 @@ def resolve_from_flags(flags):
         "disable_bias_linear": flag_value(flags, "--disable-bias-linear", False) is True,
         # Megatron turns its fused (tanh) bias-GeLU off without biases or with --no-bias-gelu-fusion;
         # its unfused MLP applies F.gelu, the exact GeLU. SwiGLU does not consult it.
-        "exact_gelu": not swiglu and (flag_value(flags, "--disable-bias-linear", False) is True
-                                      or flag_value(flags, "--no-bias-gelu-fusion", False) is True),
+        "exact_gelu": not swiglu and not squared
+        and (flag_value(flags, "--disable-bias-linear", False) is True
+             or flag_value(flags, "--no-bias-gelu-fusion", False) is True),
+        "squared_relu": squared,
+        "apply_layernorm_1p": flag_value(flags, "--apply-layernorm-1p", False) is True,
+        "decoupled_lr": optional_float(flag_value(flags, "--decoupled-lr")),
+        "decoupled_min_lr": optional_float(flag_value(flags, "--decoupled-min-lr")),
         "untied": flag_value(flags, "--untie-embeddings-and-output-weights", False) is True,
         "hidden_dropout": float(flag_value(flags, "--hidden-dropout", 0.1)),
         "attention_dropout": float(flag_value(flags, "--attention-dropout", 0.1)),
@@ -440,8 +490,10 @@ def main():
     #    and its parameters are exactly Megatron's for it. The reference uses the flags' values.
     for key, wanted in resolve_from_flags(flags).items():
         dumped = cfg.get("untie_embeddings_and_output_weights" if key == "untied" else key)
-        same = dumped is not None and (math.isclose(float(dumped), float(wanted), rel_tol=1e-12)
-                                       if isinstance(wanted, (bool, int, float)) else dumped == wanted)
+        same = (dumped is None and wanted is None) or (
+            dumped is not None and wanted is not None
+            and (math.isclose(float(dumped), float(wanted), rel_tol=1e-12)
+                 if isinstance(wanted, (bool, int, float)) else dumped == wanted))
         if not same:
             failures.append(f"configuration: the dump says {key} = {dumped!r}, the flags ask for {wanted!r}")
         cfg[key] = wanted
@@ -453,6 +505,12 @@ def main():
         print(f"FAILED: parameters differ from Megatron's: missing {missing}, unexpected {unexpected}, "
               f"shape {[(n, dumped_shapes[n], shapes[n]) for n in wrong]}")
         return 1
+    # Norm weights start at 1, or at 0 when zero-centred (--apply-layernorm-1p: Megatron's
+    # reset_parameters and Transformer Engine's zero_centered_gamma).
+    norm_start = 0.0 if cfg["apply_layernorm_1p"] else 1.0
+    for name, value in initial.items():
+        if "layernorm.weight" in name and not torch.all(value == norm_start):
+            failures.append(f"initial {name}: not all {norm_start} (--apply-layernorm-1p {cfg['apply_layernorm_1p']})")
     training_dropout = cfg["hidden_dropout"] > 0 or cfg["attention_dropout"] > 0
     # Without RoPE the key bias adds the same q.b_k to every score of a row, which softmax ignores;
     # with RoPE it is rotated by each key's position first, and its gradient is not zero.
@@ -502,17 +560,25 @@ def main():
     # 3. Training steps with Megatron's schedule, weight-decay groups and clipping.
     params = {name: value.clone().requires_grad_(True) for name, value in initial.items()}
     model = Gpt(params, cfg, fp8_state(flags))
-    decay = [p for p in params.values() if p.dim() > 1]
-    no_decay = [p for p in params.values() if p.dim() <= 1]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg["lr"], betas=(cfg["adam_beta1"], cfg["adam_beta2"]), eps=cfg["adam_eps"])
+    # Megatron's param groups: weight decay on matrices only; with --decoupled-lr the word embedding
+    # and output_layer.weight on their own max / min learning rate (not the position embedding).
+    decoupled = decoupled_rates(cfg)
+    groups = []
+    for own_rate in (False, True):
+        for with_decay in (True, False):
+            members = [p for n, p in params.items() if (p.dim() > 1) == with_decay
+                       and (decoupled is not None and n in EMBEDDING_OR_OUTPUT) == own_rate]
+            if members:
+                groups.append({"params": members, "weight_decay": cfg["weight_decay"] if with_decay else 0.0,
+                               "rates": decoupled if own_rate else (cfg["lr"], cfg["min_lr"])})
+    optimizer = torch.optim.AdamW(groups, lr=cfg["lr"], betas=(cfg["adam_beta1"], cfg["adam_beta2"]),
+                                  eps=cfg["adam_eps"])
     ref_losses, ref_norms, ref_lrs = [], [], []
     largest = {name: np.zeros(value.shape) for name, value in params.items()}  # max |gradient| over the steps
     for step in range(cfg["steps"]):
         lr = megatron_lr(cfg, step * cfg["global_batch_size"])
         for group in optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = megatron_lr(cfg, step * cfg["global_batch_size"], *group["rates"])
         optimizer.zero_grad()
         if model.fp8 is not None:
             model.fp8.begin_step()

@@ -114,7 +114,8 @@ absl::Status write_attributes(Hdf5File& file, const Arguments& args, const Model
       {"num_query_groups", config.query_groups()}, {"rotary_dim", config.rotary_dim},
       {"rotary_interleaved", config.rotary_interleaved ? 1 : 0},
       {"swiglu", config.swiglu ? 1 : 0}, {"disable_bias_linear", args.disable_bias_linear ? 1 : 0},
-      {"exact_gelu", config.exact_gelu ? 1 : 0},
+      {"exact_gelu", config.exact_gelu ? 1 : 0}, {"squared_relu", config.squared_relu ? 1 : 0},
+      {"apply_layernorm_1p", config.layernorm_zero_centered_gamma ? 1 : 0},
       {"seed", args.seed}};
   for (const auto& [name, value] : ints) GPT_RETURN_IF_ERROR(file.set_attribute(name, value));
   const std::pair<const char*, double> doubles[] = {
@@ -122,7 +123,8 @@ absl::Status write_attributes(Hdf5File& file, const Arguments& args, const Model
       {"clip_grad", args.clip_grad}, {"adam_beta1", args.adam_beta1}, {"adam_beta2", args.adam_beta2},
       {"adam_eps", args.adam_eps},   {"norm_epsilon", args.norm_epsilon},
       {"rotary_percent", args.rotary_percent}, {"rotary_base", args.rotary_base},
-      {"hidden_dropout", args.hidden_dropout}, {"attention_dropout", args.attention_dropout}};
+      {"hidden_dropout", args.hidden_dropout}, {"attention_dropout", args.attention_dropout},
+      {"decoupled_lr", args.decoupled_lr}, {"decoupled_min_lr", args.decoupled_min_lr}};
   for (const auto& [name, value] : doubles) GPT_RETURN_IF_ERROR(file.set_attribute(name, value));
   const std::pair<const char*, std::string> strings[] = {{"lr_decay_style", args.lr_decay_style},
                                                          {"position_embedding_type", args.position_embedding_type},

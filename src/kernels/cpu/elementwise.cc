@@ -170,6 +170,35 @@ void gelu_exact_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const
   });
 }
 
+void squared_relu_forward(Context& ctx, const Tensor& y, const Tensor& x) {
+  GPT_CHECK(y.numel() == x.numel() && y.dtype() == x.dtype()) << "squared_relu shapes";
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = x.data_as<T>();
+    T* out = y.data_as<T>();
+    parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const float r = std::max(load(in, i), 0.0f);
+        store(out, i, r * r);
+      }
+    });
+  });
+}
+
+void squared_relu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
+  GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << "squared_relu backward shapes";
+  GPT_CHECK(dx.dtype() == x.dtype() && dy.dtype() == x.dtype()) << "squared_relu backward dtypes";
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = x.data_as<T>();
+    const T* grad = dy.data_as<T>();
+    T* out = dx.data_as<T>();
+    parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) store(out, i, load(grad, i) * (2.0f * std::max(load(in, i), 0.0f)));
+    });
+  });
+}
+
 void sum_of_squares(Context& ctx, const Tensor& out, const Tensor& x) {
   const float* in = x.data_as<float>();
   out.data_as<float>()[0] += static_cast<float>(chunked_sum(ctx, x.numel(), [&](int64_t begin, int64_t end) {

@@ -10,8 +10,8 @@ namespace gpt::cpu {
 namespace {
 
 template <typename T>
-void normalize_row(const float* row, int64_t h, const T* weight, const T* bias, float epsilon, T* y,
-                   float* mean_out, float* rstd_out) {
+void normalize_row(const float* row, int64_t h, const T* weight, const T* bias, float epsilon, float weight_offset,
+                   T* y, float* mean_out, float* rstd_out) {
   double total = 0.0;
   for (int64_t j = 0; j < h; ++j) total += row[j];
   const double mean = total / static_cast<double>(h);
@@ -20,7 +20,7 @@ void normalize_row(const float* row, int64_t h, const T* weight, const T* bias, 
   const float rstd = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(h) + epsilon));
   const float mean_f = static_cast<float>(mean);
   for (int64_t j = 0; j < h; ++j) {
-    store(y, j, (row[j] - mean_f) * rstd * load(weight, j) + load(bias, j));
+    store(y, j, (row[j] - mean_f) * rstd * (load(weight, j) + weight_offset) + load(bias, j));
   }
   *mean_out = mean_f;
   *rstd_out = rstd;
@@ -36,7 +36,7 @@ void check_layernorm_shapes(const Tensor& y, const Tensor& mean, const Tensor& r
 }  // namespace
 
 void layernorm_forward(Context& ctx, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                       const Tensor& weight, const Tensor& bias, float epsilon) {
+                       const Tensor& weight, const Tensor& bias, float epsilon, float weight_offset) {
   check_layernorm_shapes(y, mean, rstd, x, weight, bias);
   const int64_t rows = x.rows(), h = x.cols();
   dispatch_float_type(x.dtype(), [&](auto tag) {
@@ -45,7 +45,7 @@ void layernorm_forward(Context& ctx, const Tensor& y, const Tensor& mean, const 
     std::vector<float> row(static_cast<size_t>(h));
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < h; ++j) row[j] = load(in, r * h + j);
-      normalize_row(row.data(), h, weight.data_as<T>(), bias.data_as<T>(), epsilon, y.data_as<T>() + r * h,
+      normalize_row(row.data(), h, weight.data_as<T>(), bias.data_as<T>(), epsilon, weight_offset, y.data_as<T>() + r * h,
                     mean.data_as<float>() + r, rstd.data_as<float>() + r);
     }
   });
@@ -54,7 +54,7 @@ void layernorm_forward(Context& ctx, const Tensor& y, const Tensor& mean, const 
 void residual_layernorm_forward(Context& ctx, const Tensor& residual, const Tensor& y, const Tensor& mean,
                                 const Tensor& rstd, const Tensor& x, const Tensor& delta,
                                 const Tensor& delta_bias, const Tensor& weight, const Tensor& bias,
-                                float epsilon) {
+                                float epsilon, float weight_offset) {
   check_layernorm_shapes(y, mean, rstd, x, weight, bias);
   GPT_CHECK(residual.numel() == x.numel() && delta.numel() == x.numel()) << "residual shapes";
   const int64_t rows = x.rows(), h = x.cols();
@@ -71,7 +71,7 @@ void residual_layernorm_forward(Context& ctx, const Tensor& residual, const Tens
         store(res, r * h + j, sum);
         row[j] = load(res, r * h + j);  // normalize what is stored, as backward will see it
       }
-      normalize_row(row.data(), h, weight.data_as<T>(), bias.data_as<T>(), epsilon, y.data_as<T>() + r * h,
+      normalize_row(row.data(), h, weight.data_as<T>(), bias.data_as<T>(), epsilon, weight_offset, y.data_as<T>() + r * h,
                     mean.data_as<float>() + r, rstd.data_as<float>() + r);
     }
   });
@@ -79,7 +79,7 @@ void residual_layernorm_forward(Context& ctx, const Tensor& residual, const Tens
 
 void layernorm_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                         const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& rstd,
-                        const Tensor& weight, bool accumulate_dx) {
+                        const Tensor& weight, bool accumulate_dx, float weight_offset) {
   GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << "LayerNorm backward shapes";
   const int64_t rows = x.rows(), h = x.cols();
   float* dw = dweight.data_as<float>();
@@ -99,7 +99,7 @@ void layernorm_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, c
       for (int64_t j = 0; j < h; ++j) {
         const float xhat = (load(in, r * h + j) - mu) * rs;
         const float g = load(grad_out, r * h + j);
-        const float dxhat = g * load(w, j);
+        const float dxhat = g * (load(w, j) + weight_offset);
         sum_dxhat += dxhat;
         sum_dxhat_xhat += static_cast<double>(dxhat) * xhat;
         dw_total[j] += static_cast<double>(g) * xhat;
@@ -109,7 +109,7 @@ void layernorm_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, c
       const float mean_dxhat_xhat = static_cast<float>(sum_dxhat_xhat / static_cast<double>(h));
       for (int64_t j = 0; j < h; ++j) {
         const float xhat = (load(in, r * h + j) - mu) * rs;
-        const float dxhat = load(grad_out, r * h + j) * load(w, j);
+        const float dxhat = load(grad_out, r * h + j) * (load(w, j) + weight_offset);
         float value = rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
         if (accumulate_dx) value += load(grad_in, r * h + j);
         store(grad_in, r * h + j, value);

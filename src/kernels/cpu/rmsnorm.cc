@@ -11,11 +11,12 @@ namespace gpt::cpu {
 namespace {
 
 template <typename T>
-void normalize_row(const float* row, int64_t h, const T* weight, float epsilon, T* y, float* rstd_out) {
+void normalize_row(const float* row, int64_t h, const T* weight, float epsilon, float weight_offset, T* y,
+                   float* rstd_out) {
   double squares = 0.0;
   for (int64_t j = 0; j < h; ++j) squares += static_cast<double>(row[j]) * row[j];
   const float rstd = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(h) + epsilon));
-  for (int64_t j = 0; j < h; ++j) store(y, j, row[j] * rstd * load(weight, j));
+  for (int64_t j = 0; j < h; ++j) store(y, j, row[j] * rstd * (load(weight, j) + weight_offset));
   *rstd_out = rstd;
 }
 
@@ -28,7 +29,7 @@ void check_rmsnorm_shapes(const Tensor& y, const Tensor& rstd, const Tensor& x, 
 }  // namespace
 
 void rmsnorm_forward(Context& ctx, const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                     float epsilon) {
+                     float epsilon, float weight_offset) {
   check_rmsnorm_shapes(y, rstd, x, weight);
   const int64_t rows = x.rows(), h = x.cols();
   dispatch_float_type(x.dtype(), [&](auto tag) {
@@ -37,14 +38,15 @@ void rmsnorm_forward(Context& ctx, const Tensor& y, const Tensor& rstd, const Te
     std::vector<float> row(static_cast<size_t>(h));
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < h; ++j) row[j] = load(in, r * h + j);
-      normalize_row(row.data(), h, weight.data_as<T>(), epsilon, y.data_as<T>() + r * h, rstd.data_as<float>() + r);
+      normalize_row(row.data(), h, weight.data_as<T>(), epsilon, weight_offset, y.data_as<T>() + r * h,
+                    rstd.data_as<float>() + r);
     }
   });
 }
 
 void residual_rmsnorm_forward(Context& ctx, const Tensor& residual, const Tensor& y, const Tensor& rstd,
                               const Tensor& x, const Tensor& delta, const Tensor& delta_bias, const Tensor& weight,
-                              float epsilon) {
+                              float epsilon, float weight_offset) {
   check_rmsnorm_shapes(y, rstd, x, weight);
   GPT_CHECK(residual.numel() == x.numel() && delta.numel() == x.numel() && residual.dtype() == x.dtype() &&
             delta.dtype() == x.dtype())
@@ -64,13 +66,14 @@ void residual_rmsnorm_forward(Context& ctx, const Tensor& residual, const Tensor
         store(res, r * h + j, sum);
         row[j] = load(res, r * h + j);  // normalize what is stored, as backward will see it
       }
-      normalize_row(row.data(), h, weight.data_as<T>(), epsilon, y.data_as<T>() + r * h, rstd.data_as<float>() + r);
+      normalize_row(row.data(), h, weight.data_as<T>(), epsilon, weight_offset, y.data_as<T>() + r * h,
+                    rstd.data_as<float>() + r);
     }
   });
 }
 
 void rmsnorm_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, const Tensor& dy, const Tensor& x,
-                      const Tensor& rstd, const Tensor& weight, bool accumulate_dx) {
+                      const Tensor& rstd, const Tensor& weight, bool accumulate_dx, float weight_offset) {
   const int64_t rows = x.rows(), h = x.cols();
   GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel() && dx.dtype() == x.dtype() && dy.dtype() == x.dtype())
       << "RMSNorm backward shapes";
@@ -92,7 +95,7 @@ void rmsnorm_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, con
       for (int64_t j = 0; j < h; ++j) {
         xhat[j] = load(in, r * h + j) * rs;
         const float g = load(grad_out, r * h + j);
-        dxhat[j] = g * load(w, j);
+        dxhat[j] = g * (load(w, j) + weight_offset);
         sum_dxhat_xhat += static_cast<double>(dxhat[j]) * xhat[j];
         dw_total[j] += static_cast<double>(g) * xhat[j];
       }

@@ -135,6 +135,40 @@ struct GeluExactBackward {
   }
 };
 
+template <typename T>
+struct SquaredReluForward {
+  T* y;
+  const T* x;
+  template <int W>
+  __device__ void operator()(Width<W>, int64_t i) const {
+    float v[W];
+    load_floats<W>(x + i, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float r = fmaxf(v[k], 0.0f);
+      v[k] = __fmul_rn(r, r);
+    }
+    store_floats<W>(y + i, v);
+  }
+};
+
+// dx = dy * 2 relu(x); dx may alias dy (each element is read before it is written, by one thread).
+template <typename T>
+struct SquaredReluBackward {
+  T* dx;
+  const T* dy;
+  const T* x;
+  template <int W>
+  __device__ void operator()(Width<W>, int64_t i) const {
+    float v[W], g[W];
+    load_floats<W>(x + i, v);
+    load_floats<W>(dy + i, g);
+#pragma unroll
+    for (int k = 0; k < W; ++k) g[k] = __fmul_rn(g[k], __fmul_rn(2.0f, fmaxf(v[k], 0.0f)));
+    store_floats<W>(dx + i, g);
+  }
+};
+
 template <typename In, typename Out>
 struct Cast {
   Out* out;
@@ -318,6 +352,27 @@ void gelu_exact_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const
     using T = decltype(tag);
     constexpr int W = kPackSize<T>;
     const GeluExactBackward<T> op{device_data<T>(dx), device_data<T>(dy), device_data<T>(x)};
+    launch_elementwise<W>(ctx, op, x.numel(),
+                          split_for_vectors<W>(x.numel(), {operand(op.dx), operand(op.dy), operand(op.x)}));
+  });
+}
+
+void squared_relu_forward(Context& ctx, const Tensor& y, const Tensor& x) {
+  GPT_CHECK(y.numel() == x.numel()) << "squared_relu shapes";
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int W = kPackSize<T>;
+    const SquaredReluForward<T> op{device_data<T>(y), device_data<T>(x)};
+    launch_elementwise<W>(ctx, op, x.numel(), split_for_vectors<W>(x.numel(), {operand(op.y), operand(op.x)}));
+  });
+}
+
+void squared_relu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
+  GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << "squared_relu backward shapes";
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int W = kPackSize<T>;
+    const SquaredReluBackward<T> op{device_data<T>(dx), device_data<T>(dy), device_data<T>(x)};
     launch_elementwise<W>(ctx, op, x.numel(),
                           split_for_vectors<W>(x.numel(), {operand(op.dx), operand(op.dy), operand(op.x)}));
   });

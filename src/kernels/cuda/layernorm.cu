@@ -29,6 +29,7 @@ struct ForwardArgs {
   int64_t rows, h;
   float epsilon;
   bool vector;
+  float weight_offset;  // added to the weight as read: 1 for a zero-centred weight
 };
 
 // y = LN(x) where x = a + delta + delta_bias when delta is given (then also written to residual,
@@ -91,6 +92,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock<kGroup, kForwardBlock>) layer
       if (col >= h) break;
       float w[W], b[W], out[W];
       load_pack<W>(a.weight, col, h, a.vector, w);
+#pragma unroll
+      for (int k = 0; k < W; ++k) w[k] += a.weight_offset;
       load_pack<W>(a.bias, col, h, a.vector, b);
 #pragma unroll
       for (int k = 0; k < W; ++k) out[k] = (v[p][k] - mean) * rstd * w[k] + b[k];
@@ -128,7 +131,7 @@ __global__ void layernorm_forward_multipass_kernel(ForwardArgs<T> a) {
     const float rstd = rsqrtf(block_sum(squares) / static_cast<float>(h) + a.epsilon);
     for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
       const float normalized = (to_float(source[j]) - mean) * rstd;
-      a.y[row * h + j] = from_float<T>(normalized * to_float(a.weight[j]) + to_float(a.bias[j]));
+      a.y[row * h + j] = from_float<T>(normalized * (to_float(a.weight[j]) + a.weight_offset) + to_float(a.bias[j]));
     }
     if (threadIdx.x == 0) {
       a.mean[row] = mean;
@@ -149,6 +152,7 @@ struct BackwardArgs {
   int64_t rows, h;
   bool accumulate;
   bool vector;
+  float weight_offset;  // added to the weight as read: 1 for a zero-centred weight
 };
 
 // dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) with dxhat = dy * weight (+= when
@@ -178,6 +182,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock<kGroup, kBackwardBlock>) laye
         load_pack<W>(a.x + row * h, col, h, a.vector, x);
         load_pack<W>(a.dy + row * h, col, h, a.vector, g);  // 0 past the row end: no contribution
         load_pack<W>(a.weight, col, h, a.vector, w);
+#pragma unroll
+        for (int k = 0; k < W; ++k) w[k] += a.weight_offset;
       } else {
 #pragma unroll
         for (int k = 0; k < W; ++k) x[k] = g[k] = w[k] = 0.0f;
@@ -257,7 +263,7 @@ __global__ void layernorm_backward_dx_multipass_kernel(BackwardArgs<T> a) {
     float sum_dxhat = 0.0f, sum_dxhat_xhat = 0.0f;
     for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
       const float xhat = (to_float(a.x[row * h + j]) - mu) * rs;
-      const float dxhat = to_float(a.dy[row * h + j]) * to_float(a.weight[j]);
+      const float dxhat = to_float(a.dy[row * h + j]) * (to_float(a.weight[j]) + a.weight_offset);
       sum_dxhat += dxhat;
       sum_dxhat_xhat += dxhat * xhat;
     }
@@ -265,7 +271,7 @@ __global__ void layernorm_backward_dx_multipass_kernel(BackwardArgs<T> a) {
     const float mean_dxhat_xhat = block_sum(sum_dxhat_xhat) / static_cast<float>(h);
     for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
       const float xhat = (to_float(a.x[row * h + j]) - mu) * rs;
-      const float dxhat = to_float(a.dy[row * h + j]) * to_float(a.weight[j]);
+      const float dxhat = to_float(a.dy[row * h + j]) * (to_float(a.weight[j]) + a.weight_offset);
       float value = rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
       if (a.accumulate) value += to_float(a.dx[row * h + j]);
       a.dx[row * h + j] = from_float<T>(value);
@@ -296,7 +302,7 @@ struct MatrixValue {
 template <typename T>
 void launch_forward(Context& ctx, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& residual,
                     const Tensor& x, const Tensor& delta, const Tensor& delta_bias, const Tensor& weight,
-                    const Tensor& bias, float epsilon) {
+                    const Tensor& bias, float epsilon, float weight_offset) {
   const int64_t rows = x.rows(), h = x.cols();
   GPT_CHECK(y.numel() == x.numel() && weight.numel() == h && bias.numel() == h && mean.numel() == rows &&
             rstd.numel() == rows)
@@ -305,7 +311,7 @@ void launch_forward(Context& ctx, const Tensor& y, const Tensor& mean, const Ten
   if (rows == 0 || h == 0) return;
   ForwardArgs<T> a{device_data<T>(y), mean.data_as<float>(), rstd.data_as<float>(), optional_device_data<T>(residual),
                    device_data<T>(x), optional_device_data<T>(delta), optional_device_data<T>(delta_bias),
-                   device_data<T>(weight), device_data<T>(bias), rows, h, epsilon, false};
+                   device_data<T>(weight), device_data<T>(bias), rows, h, epsilon, false, weight_offset};
   a.vector = rows_vectorizable(h, kPackSize<T>, {a.y, a.residual, a.x, a.delta, a.delta_bias, a.weight, a.bias});
   const bool in_registers = with_row_config<T, 512>(h, [&](auto group, auto packs) {
     constexpr int kGroup = decltype(group)::value, kPacks = decltype(packs)::value;
@@ -323,10 +329,11 @@ void launch_forward(Context& ctx, const Tensor& y, const Tensor& mean, const Ten
 
 template <typename T>
 void launch_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dy,
-                     const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight, bool accumulate) {
+                     const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight, bool accumulate,
+                     float weight_offset) {
   const int64_t rows = x.rows(), h = x.cols();
   BackwardArgs<T> a{device_data<T>(dx), nullptr, device_data<T>(dy), device_data<T>(x), mean.data_as<float>(),
-                    rstd.data_as<float>(), device_data<T>(weight), rows, h, accumulate, false};
+                    rstd.data_as<float>(), device_data<T>(weight), rows, h, accumulate, false, weight_offset};
   a.vector = rows_vectorizable(h, kPackSize<T>, {a.dx, a.dy, a.x, a.weight});
   const bool in_registers = with_row_config<T, 256>(h, [&](auto group, auto packs) {
     constexpr int kGroup = decltype(group)::value, kPacks = decltype(packs)::value;
@@ -353,31 +360,33 @@ void launch_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, cons
 }  // namespace
 
 void layernorm_forward(Context& ctx, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
-                       const Tensor& weight, const Tensor& bias, float epsilon) {
+                       const Tensor& weight, const Tensor& bias, float epsilon, float weight_offset) {
   dispatch_float_type(x.dtype(), [&](auto tag) {
-    launch_forward<decltype(tag)>(ctx, y, mean, rstd, Tensor(), x, Tensor(), Tensor(), weight, bias, epsilon);
+    launch_forward<decltype(tag)>(ctx, y, mean, rstd, Tensor(), x, Tensor(), Tensor(), weight, bias, epsilon,
+                                  weight_offset);
   });
 }
 
 void residual_layernorm_forward(Context& ctx, const Tensor& residual, const Tensor& y, const Tensor& mean,
                                 const Tensor& rstd, const Tensor& x, const Tensor& delta, const Tensor& delta_bias,
-                                const Tensor& weight, const Tensor& bias, float epsilon) {
+                                const Tensor& weight, const Tensor& bias, float epsilon, float weight_offset) {
   GPT_CHECK(residual.numel() == x.numel() && delta.numel() == x.numel()) << "residual shapes";
   dispatch_float_type(x.dtype(), [&](auto tag) {
-    launch_forward<decltype(tag)>(ctx, y, mean, rstd, residual, x, delta, delta_bias, weight, bias, epsilon);
+    launch_forward<decltype(tag)>(ctx, y, mean, rstd, residual, x, delta, delta_bias, weight, bias, epsilon,
+                                  weight_offset);
   });
 }
 
 void layernorm_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& dy,
                         const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
-                        bool accumulate_dx) {
+                        bool accumulate_dx, float weight_offset) {
   const int64_t rows = x.rows(), h = x.cols();
   GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel() && dweight.numel() == h && dbias.numel() == h &&
             weight.numel() == h && mean.numel() == rows && rstd.numel() == rows)
       << "LayerNorm backward shapes";
   if (rows == 0 || h == 0) return;
   dispatch_float_type(x.dtype(), [&](auto tag) {
-    launch_backward<decltype(tag)>(ctx, dx, dweight, dbias, dy, x, mean, rstd, weight, accumulate_dx);
+    launch_backward<decltype(tag)>(ctx, dx, dweight, dbias, dy, x, mean, rstd, weight, accumulate_dx, weight_offset);
   });
 }
 

@@ -27,6 +27,7 @@ struct ForwardArgs {
   int64_t rows, h;
   float epsilon;
   bool vector;
+  float weight_offset;  // added to the weight as read: 1 for a zero-centred weight
 };
 
 // y = x * rstd * weight where x = a + delta + delta_bias when delta is given (then also written to
@@ -78,6 +79,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock<kGroup, kForwardBlock>) rmsno
       float w[W], out[W];
       load_pack<W>(a.weight, col, h, a.vector, w);
 #pragma unroll
+      for (int k = 0; k < W; ++k) w[k] += a.weight_offset;
+#pragma unroll
       for (int k = 0; k < W; ++k) out[k] = v[p][k] * rstd * w[k];
       store_pack<W>(a.y + row * h, col, h, a.vector, out);
     }
@@ -103,7 +106,7 @@ __global__ void rmsnorm_forward_multipass_kernel(ForwardArgs<T> a) {
     const float rstd = rsqrtf(block_sum(squares) / static_cast<float>(h) + a.epsilon);  // its barriers publish the residual
     const T* source = a.delta ? a.residual + row * h : x_row;
     for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-      a.y[row * h + j] = from_float<T>(to_float(source[j]) * rstd * to_float(a.weight[j]));
+      a.y[row * h + j] = from_float<T>(to_float(source[j]) * rstd * (to_float(a.weight[j]) + a.weight_offset));
     }
     if (threadIdx.x == 0) a.rstd[row] = rstd;
   }
@@ -120,6 +123,7 @@ struct BackwardArgs {
   int64_t rows, h;
   bool accumulate;
   bool vector;
+  float weight_offset;  // added to the weight as read: 1 for a zero-centred weight
 };
 
 // dx = rstd * (dxhat - xhat * mean(dxhat * xhat)) with xhat = x * rstd, dxhat = dy * weight (+=
@@ -148,6 +152,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock<kGroup, kBackwardBlock>) rmsn
         load_pack<W>(a.x + row * h, col, h, a.vector, x);
         load_pack<W>(a.dy + row * h, col, h, a.vector, g);  // 0 past the row end: no contribution
         load_pack<W>(a.weight, col, h, a.vector, w);
+#pragma unroll
+        for (int k = 0; k < W; ++k) w[k] += a.weight_offset;
       } else {
 #pragma unroll
         for (int k = 0; k < W; ++k) x[k] = g[k] = w[k] = 0.0f;
@@ -217,13 +223,13 @@ __global__ void rmsnorm_backward_dx_multipass_kernel(BackwardArgs<T> a) {
     float sum = 0.0f;
     for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
       const float xhat = to_float(a.x[row * h + j]) * rs;
-      const float dxhat = to_float(a.dy[row * h + j]) * to_float(a.weight[j]);
+      const float dxhat = to_float(a.dy[row * h + j]) * (to_float(a.weight[j]) + a.weight_offset);
       sum += dxhat * xhat;
     }
     const float mean_dxhat_xhat = block_sum(sum) / static_cast<float>(h);
     for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
       const float xhat = to_float(a.x[row * h + j]) * rs;
-      const float dxhat = to_float(a.dy[row * h + j]) * to_float(a.weight[j]);
+      const float dxhat = to_float(a.dy[row * h + j]) * (to_float(a.weight[j]) + a.weight_offset);
       float value = rs * (dxhat - xhat * mean_dxhat_xhat);
       if (a.accumulate) value += to_float(a.dx[row * h + j]);
       a.dx[row * h + j] = from_float<T>(value);
@@ -252,14 +258,15 @@ void check_rmsnorm_shapes(const Tensor& y, const Tensor& rstd, const Tensor& x, 
 
 template <typename T>
 void launch_forward(Context& ctx, const Tensor& y, const Tensor& rstd, const Tensor& residual, const Tensor& x,
-                    const Tensor& delta, const Tensor& delta_bias, const Tensor& weight, float epsilon) {
+                    const Tensor& delta, const Tensor& delta_bias, const Tensor& weight, float epsilon,
+                    float weight_offset) {
   const int64_t rows = x.rows(), h = x.cols();
   check_rmsnorm_shapes(y, rstd, x, weight);
   GPT_CHECK(!delta_bias.defined() || delta_bias.numel() == h) << "RMSNorm residual bias " << delta_bias.to_string();
   if (rows == 0 || h == 0) return;
   ForwardArgs<T> a{device_data<T>(y), rstd.data_as<float>(), optional_device_data<T>(residual), device_data<T>(x),
                    optional_device_data<T>(delta), optional_device_data<T>(delta_bias), device_data<T>(weight),
-                   rows, h, epsilon, false};
+                   rows, h, epsilon, false, weight_offset};
   a.vector = rows_vectorizable(h, kPackSize<T>, {a.y, a.residual, a.x, a.delta, a.delta_bias, a.weight});
   const bool in_registers = with_row_config<T, 512>(h, [&](auto group, auto packs) {
     constexpr int kGroup = decltype(group)::value, kPacks = decltype(packs)::value;
@@ -277,10 +284,10 @@ void launch_forward(Context& ctx, const Tensor& y, const Tensor& rstd, const Ten
 
 template <typename T>
 void launch_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, const Tensor& dy, const Tensor& x,
-                     const Tensor& rstd, const Tensor& weight, bool accumulate) {
+                     const Tensor& rstd, const Tensor& weight, bool accumulate, float weight_offset) {
   const int64_t rows = x.rows(), h = x.cols();
   BackwardArgs<T> a{device_data<T>(dx), nullptr, device_data<T>(dy), device_data<T>(x), rstd.data_as<float>(),
-                    device_data<T>(weight), rows, h, accumulate, false};
+                    device_data<T>(weight), rows, h, accumulate, false, weight_offset};
   a.vector = rows_vectorizable(h, kPackSize<T>, {a.dx, a.dy, a.x, a.weight});
   const bool in_registers = with_row_config<T, 256>(h, [&](auto group, auto packs) {
     constexpr int kGroup = decltype(group)::value, kPacks = decltype(packs)::value;
@@ -305,30 +312,30 @@ void launch_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, cons
 }  // namespace
 
 void rmsnorm_forward(Context& ctx, const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& weight,
-                     float epsilon) {
+                     float epsilon, float weight_offset) {
   dispatch_float_type(x.dtype(), [&](auto tag) {
-    launch_forward<decltype(tag)>(ctx, y, rstd, Tensor(), x, Tensor(), Tensor(), weight, epsilon);
+    launch_forward<decltype(tag)>(ctx, y, rstd, Tensor(), x, Tensor(), Tensor(), weight, epsilon, weight_offset);
   });
 }
 
 void residual_rmsnorm_forward(Context& ctx, const Tensor& residual, const Tensor& y, const Tensor& rstd,
                               const Tensor& x, const Tensor& delta, const Tensor& delta_bias, const Tensor& weight,
-                              float epsilon) {
+                              float epsilon, float weight_offset) {
   GPT_CHECK(residual.numel() == x.numel() && delta.numel() == x.numel()) << "residual shapes";
   dispatch_float_type(x.dtype(), [&](auto tag) {
-    launch_forward<decltype(tag)>(ctx, y, rstd, residual, x, delta, delta_bias, weight, epsilon);
+    launch_forward<decltype(tag)>(ctx, y, rstd, residual, x, delta, delta_bias, weight, epsilon, weight_offset);
   });
 }
 
 void rmsnorm_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, const Tensor& dy, const Tensor& x,
-                      const Tensor& rstd, const Tensor& weight, bool accumulate_dx) {
+                      const Tensor& rstd, const Tensor& weight, bool accumulate_dx, float weight_offset) {
   const int64_t rows = x.rows(), h = x.cols();
   GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel() && dweight.numel() == h && weight.numel() == h &&
             rstd.numel() == rows)
       << "RMSNorm backward shapes";
   if (rows == 0 || h == 0) return;
   dispatch_float_type(x.dtype(), [&](auto tag) {
-    launch_backward<decltype(tag)>(ctx, dx, dweight, dy, x, rstd, weight, accumulate_dx);
+    launch_backward<decltype(tag)>(ctx, dx, dweight, dy, x, rstd, weight, accumulate_dx, weight_offset);
   });
 }
 

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -78,6 +79,34 @@ TEST(Elementwise, ExactGeluAndBackward) {
   ops::gelu_exact_forward(ctx, y, x);
   EXPECT_NEAR(y.data_as<float>()[0], gelu(-2.0), 1e-7);
   EXPECT_GT(std::abs(y.data_as<float>()[0] - reference::gelu(-2.0)), 5e-5);  // 9.8e-5 there
+}
+
+// Squared ReLU (Megatron's --squared-relu) against relu(x)^2 in double and its derivative 2 relu(x)
+// (exactly 0 at and left of 0); a multi-threaded context gives the same bytes as one thread.
+TEST(Elementwise, SquaredReluAndBackward) {
+  Context ctx = Context::cpu(1), threaded = Context::cpu(3);
+  TensorFactory make(14);
+  for (DType t : kTypes) {
+    for (auto [rows, h] : {std::pair{1, 1}, std::pair{7, 13}, std::pair{129, 301}}) {
+      Tensor x = make.random(t, {rows, h}, 3.0), dy = make.random(t, {rows, h});
+      reference::Vec y_want, dx_want;
+      for (int64_t i = 0; i < rows * h; ++i) {
+        const double r = std::max(at(x, i), 0.0);
+        y_want.push_back(r * r);
+        dx_want.push_back(at(dy, i) * 2.0 * r);
+      }
+      Tensor y = make.poisoned(t, {rows, h}), y_threaded = make.poisoned(t, {rows, h});
+      ops::squared_relu_forward(ctx, y, x);
+      ops::squared_relu_forward(threaded, y_threaded, x);
+      EXPECT_LE(relative_error(y, y_want), tolerance(t));
+      EXPECT_EQ(std::memcmp(y.data(), y_threaded.data(), y.bytes()), 0);
+      ops::squared_relu_backward(ctx, dy, dy, x);  // dx aliasing dy
+      EXPECT_LE(relative_error(dy, dx_want), tolerance(t));
+      for (int64_t i = 0; i < rows * h; ++i) {
+        if (at(x, i) <= 0.0) EXPECT_EQ(at(dy, i), 0.0) << "gradient left of 0 at " << i;
+      }
+    }
+  }
 }
 
 TEST(Elementwise, CastsRoundToNearestEvenAndReductionsAreExactEnough) {

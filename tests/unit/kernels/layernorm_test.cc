@@ -30,43 +30,49 @@ TEST(LayerNormReference, BackwardMatchesFiniteDifferences) {
 TEST(LayerNorm, ForwardResidualAndBackwardAgainstDoubleReference) {
   Context ctx = Context::cpu(1);
   TensorFactory make(10);
-  for (DType t : kTypes) {
-    for (auto [rows, h] : {std::pair{1, 7}, std::pair{13, 129}, std::pair{32, 256}}) {
-      Tensor x = make.random(t, {rows, h}, 2.0, 0.5), delta = make.random(t, {rows, h}), delta_bias = make.random(t, {h});
-      Tensor w = make.random(t, {h}, 0.2, 1.0), b = make.random(t, {h});
-      Tensor y = make.poisoned(t, {rows, h}), residual = make.poisoned(t, {rows, h});
-      Tensor mean = make.poisoned(DType::kFloat32, {rows}), rstd = make.poisoned(DType::kFloat32, {rows});
-      ops::layernorm_forward(ctx, y, mean, rstd, x, w, b, kEps);
-      const auto want = reference::layernorm(values(x), values(w), values(b), rows, h, kEps);
-      EXPECT_LE(relative_error(y, want.y), tolerance(t)) << rows << "x" << h;
-      EXPECT_LE(relative_error(mean, want.mean), 1e-6);
-      EXPECT_LE(relative_error(rstd, want.rstd), 1e-6);
-      // Fused residual: residual = x + delta + delta_bias (stored), y = LN(residual as stored).
-      for (bool with_bias : {false, true}) {
-        ops::residual_layernorm_forward(ctx, residual, y, mean, rstd, x, delta, with_bias ? delta_bias : Tensor(), w, b, kEps);
-        reference::Vec sum(values(x));
-        for (int64_t i = 0; i < rows * h; ++i) sum[i] += at(delta, i) + (with_bias ? at(delta_bias, i % h) : 0.0);
-        EXPECT_LE(relative_error(residual, sum), tolerance(t));
-        const auto fused = reference::layernorm(values(residual), values(w), values(b), rows, h, kEps);
-        EXPECT_LE(relative_error(y, fused.y), tolerance(t));
-      }
-      // Backward, with and without accumulation into dx; weight and bias gradients accumulate.
-      Tensor dy = make.random(t, {rows, h});
-      reference::Vec dx_want, dw_want, db_want;
-      reference::layernorm_backward(values(dy), values(residual), values(w), rows, h, kEps, dx_want, dw_want, db_want);
-      for (bool accumulate : {false, true}) {
-        Tensor dx = accumulate ? make.random(t, {rows, h}) : make.poisoned(t, {rows, h});
-        Tensor dw = make.random(DType::kFloat32, {h}), db = make.random(DType::kFloat32, {h});
-        reference::Vec dx_total(dx_want), dw_total(dw_want), db_total(db_want);
-        for (int64_t i = 0; i < rows * h && accumulate; ++i) dx_total[i] += at(dx, i);
-        for (int64_t j = 0; j < h; ++j) {
-          dw_total[j] += at(dw, j);
-          db_total[j] += at(db, j);
+  // weight_offset 1: a zero-centred weight (--apply-layernorm-1p), the norm scaling by weight + 1.
+  for (float offset : {0.0f, 1.0f}) {
+    for (DType t : kTypes) {
+      for (auto [rows, h] : {std::pair{1, 7}, std::pair{13, 129}, std::pair{32, 256}}) {
+        Tensor x = make.random(t, {rows, h}, 2.0, 0.5), delta = make.random(t, {rows, h}), delta_bias = make.random(t, {h});
+        Tensor w = make.random(t, {h}, 0.2, 1.0), b = make.random(t, {h});
+        reference::Vec scale = values(w);
+        for (double& v : scale) v += offset;
+        Tensor y = make.poisoned(t, {rows, h}), residual = make.poisoned(t, {rows, h});
+        Tensor mean = make.poisoned(DType::kFloat32, {rows}), rstd = make.poisoned(DType::kFloat32, {rows});
+        ops::layernorm_forward(ctx, y, mean, rstd, x, w, b, kEps, offset);
+        const auto want = reference::layernorm(values(x), scale, values(b), rows, h, kEps);
+        EXPECT_LE(relative_error(y, want.y), tolerance(t)) << rows << "x" << h;
+        EXPECT_LE(relative_error(mean, want.mean), 1e-6);
+        EXPECT_LE(relative_error(rstd, want.rstd), 1e-6);
+        // Fused residual: residual = x + delta + delta_bias (stored), y = LN(residual as stored).
+        for (bool with_bias : {false, true}) {
+          ops::residual_layernorm_forward(ctx, residual, y, mean, rstd, x, delta, with_bias ? delta_bias : Tensor(), w, b,
+                                          kEps, offset);
+          reference::Vec sum(values(x));
+          for (int64_t i = 0; i < rows * h; ++i) sum[i] += at(delta, i) + (with_bias ? at(delta_bias, i % h) : 0.0);
+          EXPECT_LE(relative_error(residual, sum), tolerance(t));
+          const auto fused = reference::layernorm(values(residual), scale, values(b), rows, h, kEps);
+          EXPECT_LE(relative_error(y, fused.y), tolerance(t));
         }
-        ops::layernorm_backward(ctx, dx, dw, db, dy, residual, mean, rstd, w, accumulate);
-        EXPECT_LE(relative_error(dx, dx_total), tolerance(t) * 2) << "accumulate=" << accumulate;
-        EXPECT_LE(relative_error(dw, dw_total), 1e-5);
-        EXPECT_LE(relative_error(db, db_total), 1e-5);
+        // Backward, with and without accumulation into dx; weight and bias gradients accumulate.
+        Tensor dy = make.random(t, {rows, h});
+        reference::Vec dx_want, dw_want, db_want;
+        reference::layernorm_backward(values(dy), values(residual), scale, rows, h, kEps, dx_want, dw_want, db_want);
+        for (bool accumulate : {false, true}) {
+          Tensor dx = accumulate ? make.random(t, {rows, h}) : make.poisoned(t, {rows, h});
+          Tensor dw = make.random(DType::kFloat32, {h}), db = make.random(DType::kFloat32, {h});
+          reference::Vec dx_total(dx_want), dw_total(dw_want), db_total(db_want);
+          for (int64_t i = 0; i < rows * h && accumulate; ++i) dx_total[i] += at(dx, i);
+          for (int64_t j = 0; j < h; ++j) {
+            dw_total[j] += at(dw, j);
+            db_total[j] += at(db, j);
+          }
+          ops::layernorm_backward(ctx, dx, dw, db, dy, residual, mean, rstd, w, accumulate, offset);
+          EXPECT_LE(relative_error(dx, dx_total), tolerance(t) * 2) << "accumulate=" << accumulate;
+          EXPECT_LE(relative_error(dw, dw_total), 1e-5);
+          EXPECT_LE(relative_error(db, db_total), 1e-5);
+        }
       }
     }
   }

@@ -107,6 +107,48 @@ TEST(AdamW, StepEqualsOneUpdatePerParameter) {
   }
 }
 
+// --decoupled-lr: the parameters marked embedding_or_output (the word embedding, output_layer.weight)
+// take the second rate, the others the first, each bit for bit the per-parameter update at its rate,
+// with the state on the device and half of it offloaded (the host step splits the same way).
+TEST(AdamW, DecoupledRateOnTheEmbeddingAndOutputParameters) {
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    for (double fraction : {0.0, 0.5}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " offload fraction " + std::to_string(fraction));
+      Context ctx = Context::cpu(1);
+      Arena arena(Device::kCpu, "test");
+      std::vector<ParamSpec> specs = {spec("embedding", {4, 3}), spec("w", {5, 7}), spec("b", {7}), spec("output", {4, 3})};
+      specs[0].embedding_or_output = specs[3].embedding_or_output = true;
+      ParamStore store(specs, 0, 1, dtype, arena);
+      store.initialize(7);
+      const AdamWConfig config{.beta1 = 0.8f, .beta2 = 0.95f, .epsilon = 1e-6f, .weight_decay = 0.1f,
+                               .offload_fraction = fraction};
+      AdamW adam(ctx, store, config, arena);
+      const int64_t total = store.flat_values().numel();
+      Tensor master = arena.allocate(DType::kFloat32, {total});
+      Tensor m = arena.allocate_zeroed(DType::kFloat32, {total}), v = arena.allocate_zeroed(DType::kFloat32, {total});
+      Tensor values = arena.allocate(dtype, {total});
+      ops::cast(ctx, master, store.flat_values());
+      ops::copy(ctx, values, store.flat_values());
+      constexpr float kRate = 1e-2f, kDecoupledRate = 3e-2f;
+      for (int step = 1; step <= 3; ++step) {
+        for (int64_t i = 0; i < total; ++i) store.flat_grads().data_as<float>()[i] = std::sin(0.37f * i + step);
+        adam.step(ctx, kRate, kDecoupledRate, 0.5f);
+        for (const Param& param : store.params()) {
+          auto range = [&](const Tensor& t) { return t.flat_range(param.flat_offset, param.numel()); };
+          const ops::AdamWStep s{.learning_rate = param.spec->embedding_or_output ? kDecoupledRate : kRate,
+                                 .beta1 = config.beta1, .beta2 = config.beta2, .epsilon = config.epsilon,
+                                 .weight_decay = param.spec->weight_decay ? 0.1f : 0.0f, .step = step,
+                                 .grad_scale = 0.5f};
+          const bool separate = dtype != DType::kFloat32;
+          ops::adamw_update(ctx, s, separate ? range(master) : range(values), range(store.flat_grads()), range(m),
+                            range(v), separate ? range(values) : Tensor());
+        }
+      }
+      EXPECT_EQ(std::memcmp(store.flat_values().data(), values.data(), values.bytes()), 0);
+    }
+  }
+}
+
 // Offloading any fraction of the state to the host (the ranges split where the fraction ends, even
 // inside a parameter) changes nothing: the parameters, the checkpoint pieces of the state and the
 // parameter norm equal the device optimizer's bit for bit, in FP32 and BF16, and reset_from_params
