@@ -277,7 +277,8 @@ std::string DataParallel::gather_summary(int64_t iterations) const {
   if (!units_ || iterations <= 0) return std::string();
   const ParamUnits::Counters& c = units_->counters();
   const double per = 1.0 / static_cast<double>(iterations);
-  const double gathered_mb = static_cast<double>(c.gathered_elements) * dtype_size(params_.dtype()) * per / 1e6;
+  // MB as the memory report's: 2^20 bytes.
+  const double gathered_mb = static_cast<double>(c.gathered_elements) * dtype_size(params_.dtype()) * per / 1048576.0;
   const int dp = grid_.data_context().size();
   return absl::StrFormat(
       "ZeRO-3 parameter gathers per iteration (rank %d, %lld iterations): %.1f unit gathers (%.1f prefetched), "
