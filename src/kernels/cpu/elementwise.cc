@@ -136,67 +136,71 @@ void gelu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tenso
   });
 }
 
-void gelu_exact_forward(Context& ctx, const Tensor& y, const Tensor& x) {
-  GPT_CHECK(y.numel() == x.numel() && y.dtype() == x.dtype()) << "gelu_exact shapes";
+namespace {
+
+// Scalar activations of the MLP with their backward, element by element in FP32: y = f(x) and
+// dx = dy f'(x). (The tanh GeLU above has vectorized paths of its own.)
+struct ExactGelu {  // x Phi(x), PyTorch's F.gelu
+  static float forward(float v) { return 0.5f * v * (1.0f + std::erf(v * kInvSqrt2)); }
+  static float backward(float g, float v) {
+    const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
+    return g * (cdf + v * pdf);
+  }
+};
+
+struct SquaredRelu {  // relu(x)^2
+  static float forward(float v) {
+    const float r = std::max(v, 0.0f);
+    return r * r;
+  }
+  static float backward(float g, float v) { return g * (2.0f * std::max(v, 0.0f)); }
+};
+
+template <typename Activation>
+void activation_forward(Context& ctx, const Tensor& y, const Tensor& x, const char* name) {
+  GPT_CHECK(y.numel() == x.numel() && y.dtype() == x.dtype()) << name << " shapes";
   dispatch_float_type(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* in = x.data_as<T>();
     T* out = y.data_as<T>();
     parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float v = load(in, i);
-        store(out, i, 0.5f * v * (1.0f + std::erf(v * kInvSqrt2)));
-      }
+      for (int64_t i = begin; i < end; ++i) store(out, i, Activation::forward(load(in, i)));
     });
   });
+}
+
+template <typename Activation>
+void activation_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x, const char* name) {
+  GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << name << " backward shapes";
+  GPT_CHECK(dx.dtype() == x.dtype() && dy.dtype() == x.dtype()) << name << " backward dtypes";
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* in = x.data_as<T>();
+    const T* grad = dy.data_as<T>();
+    T* out = dx.data_as<T>();
+    parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) store(out, i, Activation::backward(load(grad, i), load(in, i)));
+    });
+  });
+}
+
+}  // namespace
+
+void gelu_exact_forward(Context& ctx, const Tensor& y, const Tensor& x) {
+  activation_forward<ExactGelu>(ctx, y, x, "gelu_exact");
 }
 
 void gelu_exact_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << "gelu_exact backward shapes";
-  GPT_CHECK(dx.dtype() == x.dtype() && dy.dtype() == x.dtype()) << "gelu_exact backward dtypes";
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = x.data_as<T>();
-    const T* grad = dy.data_as<T>();
-    T* out = dx.data_as<T>();
-    parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float v = load(in, i);
-        const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
-        const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
-        store(out, i, load(grad, i) * (cdf + v * pdf));
-      }
-    });
-  });
+  activation_backward<ExactGelu>(ctx, dx, dy, x, "gelu_exact");
 }
 
 void squared_relu_forward(Context& ctx, const Tensor& y, const Tensor& x) {
-  GPT_CHECK(y.numel() == x.numel() && y.dtype() == x.dtype()) << "squared_relu shapes";
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = x.data_as<T>();
-    T* out = y.data_as<T>();
-    parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const float r = std::max(load(in, i), 0.0f);
-        store(out, i, r * r);
-      }
-    });
-  });
+  activation_forward<SquaredRelu>(ctx, y, x, "squared_relu");
 }
 
 void squared_relu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << "squared_relu backward shapes";
-  GPT_CHECK(dx.dtype() == x.dtype() && dy.dtype() == x.dtype()) << "squared_relu backward dtypes";
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = x.data_as<T>();
-    const T* grad = dy.data_as<T>();
-    T* out = dx.data_as<T>();
-    parallel_for(ctx, x.numel(), kElementGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) store(out, i, load(grad, i) * (2.0f * std::max(load(in, i), 0.0f)));
-    });
-  });
+  activation_backward<SquaredRelu>(ctx, dx, dy, x, "squared_relu");
 }
 
 void sum_of_squares(Context& ctx, const Tensor& out, const Tensor& x) {

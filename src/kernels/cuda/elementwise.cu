@@ -67,45 +67,34 @@ __device__ __forceinline__ float gelu_derivative(float v) {
   return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * d_inner;
 }
 
-template <typename T>
-struct GeluForward {
-  T* y;
-  const T* x;
-  template <int W>
-  __device__ void operator()(Width<W>, int64_t i) const {
-    float v[W];
-    load_floats<W>(x + i, v);
-#pragma unroll
-    for (int k = 0; k < W; ++k) v[k] = gelu(v[k]);
-    store_floats<W>(y + i, v);
-  }
-};
-
-// dx = dy * gelu'(x); dx may alias dy (each element is read before it is written, by one thread).
-template <typename T>
-struct GeluBackward {
-  T* dx;
-  const T* dy;
-  const T* x;
-  template <int W>
-  __device__ void operator()(Width<W>, int64_t i) const {
-    float v[W], g[W];
-    load_floats<W>(x + i, v);
-    load_floats<W>(dy + i, g);
-#pragma unroll
-    for (int k = 0; k < W; ++k) g[k] = g[k] * gelu_derivative(v[k]);
-    store_floats<W>(dx + i, g);
-  }
+// Activations applied element by element in FP32 (y = f(x), dx = dy f'(x)): the policies of
+// ActivationForward / ActivationBackward.
+struct TanhGelu {
+  static __device__ __forceinline__ float forward(float v) { return gelu(v); }
+  static __device__ __forceinline__ float backward(float g, float v) { return g * gelu_derivative(v); }
 };
 
 // The exact GeLU, x Phi(x) (PyTorch's F.gelu), and its derivative Phi(x) + x phi(x).
-__device__ __forceinline__ float gelu_exact(float v) { return 0.5f * v * (1.0f + erff(v * kInvSqrt2)); }
-__device__ __forceinline__ float gelu_exact_derivative(float v) {
-  return 0.5f * (1.0f + erff(v * kInvSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v);
-}
+struct ExactGelu {
+  static __device__ __forceinline__ float forward(float v) { return 0.5f * v * (1.0f + erff(v * kInvSqrt2)); }
+  static __device__ __forceinline__ float backward(float g, float v) {
+    return g * (0.5f * (1.0f + erff(v * kInvSqrt2)) + v * kInvSqrt2Pi * expf(-0.5f * v * v));
+  }
+};
 
-template <typename T>
-struct GeluExactForward {
+// relu(x)^2, rounded as the CPU reference (no contraction into FMAs).
+struct SquaredRelu {
+  static __device__ __forceinline__ float forward(float v) {
+    const float r = fmaxf(v, 0.0f);
+    return __fmul_rn(r, r);
+  }
+  static __device__ __forceinline__ float backward(float g, float v) {
+    return __fmul_rn(g, __fmul_rn(2.0f, fmaxf(v, 0.0f)));
+  }
+};
+
+template <typename T, typename Activation>
+struct ActivationForward {
   T* y;
   const T* x;
   template <int W>
@@ -113,14 +102,14 @@ struct GeluExactForward {
     float v[W];
     load_floats<W>(x + i, v);
 #pragma unroll
-    for (int k = 0; k < W; ++k) v[k] = gelu_exact(v[k]);
+    for (int k = 0; k < W; ++k) v[k] = Activation::forward(v[k]);
     store_floats<W>(y + i, v);
   }
 };
 
 // dx may alias dy (each element is read before it is written, by one thread).
-template <typename T>
-struct GeluExactBackward {
+template <typename T, typename Activation>
+struct ActivationBackward {
   T* dx;
   const T* dy;
   const T* x;
@@ -130,41 +119,7 @@ struct GeluExactBackward {
     load_floats<W>(x + i, v);
     load_floats<W>(dy + i, g);
 #pragma unroll
-    for (int k = 0; k < W; ++k) g[k] = g[k] * gelu_exact_derivative(v[k]);
-    store_floats<W>(dx + i, g);
-  }
-};
-
-template <typename T>
-struct SquaredReluForward {
-  T* y;
-  const T* x;
-  template <int W>
-  __device__ void operator()(Width<W>, int64_t i) const {
-    float v[W];
-    load_floats<W>(x + i, v);
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      const float r = fmaxf(v[k], 0.0f);
-      v[k] = __fmul_rn(r, r);
-    }
-    store_floats<W>(y + i, v);
-  }
-};
-
-// dx = dy * 2 relu(x); dx may alias dy (each element is read before it is written, by one thread).
-template <typename T>
-struct SquaredReluBackward {
-  T* dx;
-  const T* dy;
-  const T* x;
-  template <int W>
-  __device__ void operator()(Width<W>, int64_t i) const {
-    float v[W], g[W];
-    load_floats<W>(x + i, v);
-    load_floats<W>(dy + i, g);
-#pragma unroll
-    for (int k = 0; k < W; ++k) g[k] = __fmul_rn(g[k], __fmul_rn(2.0f, fmaxf(v[k], 0.0f)));
+    for (int k = 0; k < W; ++k) g[k] = Activation::backward(g[k], v[k]);
     store_floats<W>(dx + i, g);
   }
 };
@@ -315,67 +270,53 @@ void residual_add(Context& ctx, const Tensor& out, const Tensor& x, const Tensor
   });
 }
 
-void gelu_forward(Context& ctx, const Tensor& y, const Tensor& x) {
-  GPT_CHECK(y.numel() == x.numel()) << "gelu shapes";
+namespace {
+
+template <typename Activation>
+void activation_forward(Context& ctx, const Tensor& y, const Tensor& x, const char* name) {
+  GPT_CHECK(y.numel() == x.numel()) << name << " shapes";
   dispatch_float_type(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     constexpr int W = kPackSize<T>;
-    const GeluForward<T> op{device_data<T>(y), device_data<T>(x)};
+    const ActivationForward<T, Activation> op{device_data<T>(y), device_data<T>(x)};
     launch_elementwise<W>(ctx, op, x.numel(), split_for_vectors<W>(x.numel(), {operand(op.y), operand(op.x)}));
   });
 }
 
-void gelu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << "gelu backward shapes";
+template <typename Activation>
+void activation_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x, const char* name) {
+  GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << name << " backward shapes";
   dispatch_float_type(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     constexpr int W = kPackSize<T>;
-    const GeluBackward<T> op{device_data<T>(dx), device_data<T>(dy), device_data<T>(x)};
+    const ActivationBackward<T, Activation> op{device_data<T>(dx), device_data<T>(dy), device_data<T>(x)};
     launch_elementwise<W>(ctx, op, x.numel(),
                           split_for_vectors<W>(x.numel(), {operand(op.dx), operand(op.dy), operand(op.x)}));
   });
+}
+
+}  // namespace
+
+void gelu_forward(Context& ctx, const Tensor& y, const Tensor& x) { activation_forward<TanhGelu>(ctx, y, x, "gelu"); }
+
+void gelu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
+  activation_backward<TanhGelu>(ctx, dx, dy, x, "gelu");
 }
 
 void gelu_exact_forward(Context& ctx, const Tensor& y, const Tensor& x) {
-  GPT_CHECK(y.numel() == x.numel()) << "gelu_exact shapes";
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    constexpr int W = kPackSize<T>;
-    const GeluExactForward<T> op{device_data<T>(y), device_data<T>(x)};
-    launch_elementwise<W>(ctx, op, x.numel(), split_for_vectors<W>(x.numel(), {operand(op.y), operand(op.x)}));
-  });
+  activation_forward<ExactGelu>(ctx, y, x, "gelu_exact");
 }
 
 void gelu_exact_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << "gelu_exact backward shapes";
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    constexpr int W = kPackSize<T>;
-    const GeluExactBackward<T> op{device_data<T>(dx), device_data<T>(dy), device_data<T>(x)};
-    launch_elementwise<W>(ctx, op, x.numel(),
-                          split_for_vectors<W>(x.numel(), {operand(op.dx), operand(op.dy), operand(op.x)}));
-  });
+  activation_backward<ExactGelu>(ctx, dx, dy, x, "gelu_exact");
 }
 
 void squared_relu_forward(Context& ctx, const Tensor& y, const Tensor& x) {
-  GPT_CHECK(y.numel() == x.numel()) << "squared_relu shapes";
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    constexpr int W = kPackSize<T>;
-    const SquaredReluForward<T> op{device_data<T>(y), device_data<T>(x)};
-    launch_elementwise<W>(ctx, op, x.numel(), split_for_vectors<W>(x.numel(), {operand(op.y), operand(op.x)}));
-  });
+  activation_forward<SquaredRelu>(ctx, y, x, "squared_relu");
 }
 
 void squared_relu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  GPT_CHECK(dx.numel() == x.numel() && dy.numel() == x.numel()) << "squared_relu backward shapes";
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    constexpr int W = kPackSize<T>;
-    const SquaredReluBackward<T> op{device_data<T>(dx), device_data<T>(dy), device_data<T>(x)};
-    launch_elementwise<W>(ctx, op, x.numel(),
-                          split_for_vectors<W>(x.numel(), {operand(op.dx), operand(op.dy), operand(op.x)}));
-  });
+  activation_backward<SquaredRelu>(ctx, dx, dy, x, "squared_relu");
 }
 
 void cast(Context& ctx, const Tensor& out, const Tensor& in) {
