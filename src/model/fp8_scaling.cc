@@ -72,7 +72,8 @@ void Fp8Scaling::end_step(Context& ctx, Communicator& world) {
   if (config_.recipe != Fp8Recipe::kDelayed) return;
   // Every rank's amaxes (0 for layers it does not hold), maximum over the world: host memory,
   // as the CPU backend's communicators take it (FP8 runs on the CPU backend only).
-  std::vector<float> amaxes(entries_.size());
+  std::vector<float>& amaxes = step_amaxes_;  // kept between steps: no allocation per step
+  amaxes.resize(entries_.size());
   for (size_t i = 0; i < entries_.size(); ++i) amaxes[i] = entries_[i].step_amax;
   world.all_reduce(ctx, Tensor(amaxes.data(), DType::kFloat32, Shape{static_cast<int64_t>(amaxes.size())}, Device::kCpu),
                    ReduceOp::kMax);

@@ -100,6 +100,7 @@ class Fp8Scaling {
   Fp8Config config_;
   int64_t num_layers_;
   std::vector<Entry> entries_;  // [layer][linear][role]
+  std::vector<float> step_amaxes_;  // end_step's staging for the world's all-reduce, [entries]
   bool recording_ = false;
 };
 

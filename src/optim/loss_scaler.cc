@@ -45,8 +45,8 @@ void LossScaler::update(bool found_non_finite) {
 bool unscale_and_check_gradients(Context& ctx, const ParamStore& params, std::span<const Range> owned,
                                  float inverse_scale, const Tensor& count_scratch, const Tensor& float_scratch,
                                  std::span<Communicator* const> groups) {
-  std::vector<Range> ranges(owned.begin(), owned.end());
-  if (ranges.empty()) ranges.push_back(Range{0, params.plan().flat_elements()});
+  const Range whole{0, params.plan().flat_elements()};
+  const std::span<const Range> ranges = owned.empty() ? std::span<const Range>(&whole, 1) : owned;
   ops::zero(ctx, count_scratch);
   for (const Range& range : ranges) {
     if (range.empty()) continue;

@@ -6,18 +6,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/recompute_plan.h"
+#include "train/sharding_arguments.h"
 #include "train/trainer.h"
 
 namespace gpt {
 
 using pipeline::ScheduleKind;
 
-std::vector<ScheduleKind> schedule_candidates(int p, int v, int m) {
+std::vector<ScheduleKind> schedule_candidates(int p, int v, int m, bool deferred_weight_gradients) {
   if (p == 1) return {ScheduleKind::kOneFOneB};
-  if (v == 1) return {ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1};
+  if (v == 1) {
+    if (!deferred_weight_gradients) return {ScheduleKind::kOneFOneB};
+    return {ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1};
+  }
   std::vector<ScheduleKind> kinds;
   if (m % p == 0) kinds.push_back(ScheduleKind::kInterleaved);
-  if (v == 2) kinds.push_back(ScheduleKind::kZeroBubbleV);
+  if (v == 2 && deferred_weight_gradients) kinds.push_back(ScheduleKind::kZeroBubbleV);
   return kinds;
 }
 
@@ -89,7 +93,16 @@ absl::StatusOr<ScheduleChoice> choose_schedule(const Arguments& args, int64_t wo
                                                    " virtual stages; the layout has ", stages));
   }
   ScheduleChoice choice;
-  for (ScheduleKind kind : schedule_candidates(p, v, m)) {
+  const bool deferred_weight_gradients = zero_level(args) < ZeroLevel::kGradients;
+  const std::vector<ScheduleKind> kinds = schedule_candidates(p, v, m, deferred_weight_gradients);
+  if (kinds.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pipeline-schedule auto: two model chunks per pipeline rank run interleaved only with a number of "
+        "microbatches (", m, ") that is a multiple of --pipeline-model-parallel-size (", p, "), and ZB-V defers weight "
+        "gradients, which --data-parallel-sharding-strategy ", args.data_parallel_sharding_strategy,
+        " cannot hold; change the global batch size or the sharding strategy"));
+  }
+  for (ScheduleKind kind : kinds) {
     ScheduleCandidate candidate{.kind = kind};
     GPT_ASSIGN_OR_RETURN(const pipeline::Schedule schedule, pipeline::make_schedule(kind, p, v, m));
     GPT_ASSIGN_OR_RETURN(

@@ -54,8 +54,11 @@ struct ScheduleChoice {
 };
 
 // The schedules the layout's chunks can run, Megatron's first: v = 1: 1f1b, zb-h1; v = 2:
-// interleaved when m is a multiple of p, zb-v; v > 2: interleaved; p = 1: 1f1b.
-std::vector<pipeline::ScheduleKind> schedule_candidates(int pipeline_size, int virtual_size, int microbatches);
+// interleaved when m is a multiple of p, zb-v; v > 2: interleaved; p = 1: 1f1b. Without
+// `deferred_weight_gradients` (ZeRO-2 and ZeRO-3, whose unit gradient buffers cannot wait for a
+// deferred weight-gradient pass) the zero-bubble schedules are left out.
+std::vector<pipeline::ScheduleKind> schedule_candidates(int pipeline_size, int virtual_size, int microbatches,
+                                                        bool deferred_weight_gradients = true);
 
 // The candidates (schedule_candidates), each simulated with `costs` and planned
 // against `budget`; the fastest that fits, Megatron's schedule on a tie (within 1e-9 relative) or

@@ -90,11 +90,13 @@ absl::Status validate_sharding_arguments(const Arguments& a) {
     return invalid("--overlap-param-gather overlaps the sharded optimizer's parameter all-gather; "
                    "--data-parallel-sharding-strategy no_shard has none (use optim, optim_grads or optim_grads_params)");
   }
-  if ((s == "optim_grads" || s == "optim_grads_params") && a.pipeline_schedule == "zb-h1") {
+  if ((s == "optim_grads" || s == "optim_grads_params") &&
+      (a.pipeline_schedule == "zb-h1" || a.pipeline_schedule == "zb-v")) {
     return invalid(absl::StrCat(
-        "--data-parallel-sharding-strategy ", s, " cannot run --pipeline-schedule zb-h1: ZB-H1 defers the weight "
-        "gradients of up to PP microbatches, so every unit's full-size gradient buffer would stay live (what "
-        "ZeRO-2 and ZeRO-3 exist to avoid); use 1f1b or interleaved"));
+        "--data-parallel-sharding-strategy ", s, " cannot run --pipeline-schedule ", a.pipeline_schedule,
+        ": zero-bubble schedules defer the weight gradients of up to PP microbatches, so every unit's full-size "
+        "gradient buffer would stay live (what ZeRO-2 and ZeRO-3 exist to avoid); use 1f1b or interleaved (auto "
+        "chooses among those)"));
   }
   return absl::OkStatus();
 }

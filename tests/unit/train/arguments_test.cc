@@ -390,6 +390,10 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
       {with(with(with(base_flags(), "--use-megatron-fsdp", ""), "--pipeline-model-parallel-size", "2"),
             "--pipeline-schedule", "zb-h1"),
        "--data-parallel-sharding-strategy optim_grads_params cannot run --pipeline-schedule zb-h1", 2},
+      {with(with(with(with(base_flags(), "--use-megatron-fsdp", ""), "--data-parallel-sharding-strategy", "optim_grads"),
+                 "--pipeline-model-parallel-size", "2"),
+            "--pipeline-schedule", "zb-v"),
+       "--data-parallel-sharding-strategy optim_grads cannot run --pipeline-schedule zb-v", 2},
       // Optimizer offload: the fraction's range, and Megatron's requirements.
       {with(base_flags(), "--optimizer-cpu-offload", ""), "--optimizer-cpu-offload needs a distributed optimizer"},
       {with(with(base_flags(), "--use-distributed-optimizer", ""), "--optimizer-cpu-offload", ""),
