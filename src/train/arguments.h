@@ -59,6 +59,9 @@ struct Arguments {
   // every layer or one per layer.
   int64_t context_parallel_size = 1;
   std::vector<std::string> cp_comm_type = {"p2p"};
+  // Megatron's other rank order, "tp-cp-ep-pp-dp" (parallel/process_grid.h): the pipeline stages of
+  // one replica on neighbouring ranks instead of its data-parallel replicas.
+  bool use_tp_pp_dp_mapping = false;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;

@@ -115,6 +115,9 @@ constexpr FlagRow kRows[] = {
         .takes(Nargs::kOneOrMore)
         .megatron(kRefusedAtValues,
                   "p2p and a2a; allgather and a2a+p2p (with --hierarchical-context-parallel-sizes) are refused"),
+    row("--use-tp-pp-dp-mapping", &A::use_tp_pp_dp_mapping,
+        "Rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp: rank = tp + TP (cp + CP (pp + PP dp)), so a "
+        "replica's pipeline stages are neighbouring ranks (changes which ranks talk, never the numbers)"),
     row("--use-distributed-optimizer", &A::use_distributed_optimizer, "Shard optimizer state across DP (ZeRO-1)"),
     row("--overlap-grad-reduce", &A::overlap_grad_reduce, "Overlap gradient reduction with backward"),
     row("--overlap-param-gather", &A::overlap_param_gather, "Overlap parameter all-gather with forward"),
