@@ -387,14 +387,19 @@ constexpr FlagRow kRows[] = {
         "batch from the memory-mapped dataset itself, the same samples for any number")
         .megatron(kImplementation),
     row("--rampup-batch-size", &A::rampup_batch_size,
-        "Refused: the global batch size is constant in this program (start increment samples)")
+        "START INCREMENT SAMPLES: the global batch size starts at START and grows by INCREMENT every SAMPLES / n "
+        "consumed samples (n = (--global-batch-size - START) / INCREMENT) up to --global-batch-size; needs "
+        "--train-samples")
         .shown(kNoneIfEmpty)
-        .megatron(kRefused, "the global batch size is constant in this program")
+        .megatron(kImplementation,
+                  "Megatron's head deprecates it and ignores it (a warning); here it ramps as Megatron's "
+                  "RampupBatchsizeNumMicroBatchesCalculator did until its replacement by --step-batch-size-schedule "
+                  "(the iterations, learning-rate samples, data order and checkpoints follow the consumed samples)")
         .takes(Nargs::kThree),
     row("--step-batch-size-schedule", &A::step_batch_size_schedule,
-        "Refused: the global batch size is constant in this program (\"samples:batch ...\" steps)")
-        .shown(kNoneIfEmpty)
-        .megatron(kRefused, "the global batch size is constant in this program: give --global-batch-size only"),
+        "\"THRESHOLD:BATCH ...\" (K, M, B, T suffixes): the global batch size of the last threshold reached, "
+        "thresholds in tokens (samples x --seq-length); instead of --global-batch-size")
+        .shown(kNoneIfEmpty),
     // ---- end of Megatron implementation choices -------------------------------------------------
     // Data.
     row("--mock-data", &A::mock_data, "Synthetic data, no files needed"),
