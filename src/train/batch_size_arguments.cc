@@ -3,6 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "train/pipeline_arguments.h"
 
 namespace gpt {
 namespace {
@@ -84,6 +85,14 @@ absl::Status check_batch_sizes_reached(const Arguments& a, int64_t dp, int64_t c
                                   " to ", batch / per_microbatch, " at ", at, " consumed samples"));
     }
     previous = batch;
+    // The pipeline layout's rules for this number of microbatches (validate_for_world checked the
+    // ones a fresh run reaches; a resumed run may reach others).
+    const int64_t p = a.pipeline_model_parallel_size;
+    const int64_t layers_per_virtual_stage =
+        a.num_virtual_stages_per_pipeline_rank > 0 ? a.num_layers / (p * a.num_virtual_stages_per_pipeline_rank)
+                                                   : a.num_layers_per_virtual_pipeline_stage;
+    GPT_RETURN_IF_ERROR(validate_schedule_for_layout(a, static_cast<int>(p), static_cast<int>(layers_per_virtual_stage),
+                                                     static_cast<int>(batch / per_microbatch)));
   }
   return absl::OkStatus();
 }

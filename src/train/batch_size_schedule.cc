@@ -142,6 +142,27 @@ int64_t BatchSizeSchedule::batch_size_at(int64_t consumed_samples) const {
   return global_batch_size_;
 }
 
+int64_t BatchSizeSchedule::next_change(int64_t consumed_samples) const {
+  switch (kind_) {
+    case Kind::kConstant: return -1;
+    case Kind::kRampUp: return consumed_samples > ramp_samples_ ? -1 : consumed_samples + 1;
+    case Kind::kSteps:
+      for (const auto& [threshold, size] : steps_) {
+        if (threshold > consumed_samples) return threshold;
+      }
+      return -1;
+  }
+  return -1;
+}
+
+int64_t BatchSizeSchedule::iterations_before(int64_t consumed_samples, int64_t limit) const {
+  const int64_t batch = batch_size_at(consumed_samples);
+  const int64_t change = next_change(consumed_samples);
+  if (change < 0) return limit;
+  // Iterations that start below `change` all use `batch`: ceil((change - c) / batch).
+  return std::min(limit, (change - consumed_samples + batch - 1) / batch);
+}
+
 int64_t BatchSizeSchedule::iterations_for_samples(int64_t train_samples) const {
   int64_t iterations = 0, consumed = 0;
   switch (kind_) {
@@ -156,10 +177,14 @@ int64_t BatchSizeSchedule::iterations_for_samples(int64_t train_samples) const {
       if (train_samples > consumed) iterations += (train_samples - consumed) / global_batch_size_;
       return iterations;
     case Kind::kSteps:
-      // With a step schedule: iterations until the samples are reached (the last batch whole).
+      // With a step schedule: iterations until the samples are reached (the last batch whole),
+      // counted a constant stretch at a time.
       while (consumed < train_samples) {
-        consumed += batch_size_at(consumed);
-        ++iterations;
+        const int64_t batch = batch_size_at(consumed);
+        const int64_t to_end = (train_samples - consumed + batch - 1) / batch;
+        const int64_t run = std::max<int64_t>(1, iterations_before(consumed, to_end));
+        consumed += run * batch;
+        iterations += run;
       }
       return iterations;
   }
@@ -167,19 +192,23 @@ int64_t BatchSizeSchedule::iterations_for_samples(int64_t train_samples) const {
 }
 
 int64_t BatchSizeSchedule::samples_after(int64_t consumed_samples, int64_t iterations) const {
-  if (kind_ == Kind::kConstant) return consumed_samples + iterations * global_batch_size_;
-  for (int64_t i = 0; i < iterations; ++i) consumed_samples += batch_size_at(consumed_samples);
+  while (iterations > 0) {
+    const int64_t run = std::max<int64_t>(1, iterations_before(consumed_samples, iterations));
+    consumed_samples += run * batch_size_at(consumed_samples);
+    iterations -= run;
+  }
   return consumed_samples;
 }
 
 std::vector<std::pair<int64_t, int64_t>> BatchSizeSchedule::changes(int64_t consumed_samples,
                                                                     int64_t iterations) const {
   std::vector<std::pair<int64_t, int64_t>> out;
-  if (kind_ == Kind::kConstant) return {{consumed_samples, global_batch_size_}};
-  for (int64_t i = 0; i < iterations; ++i) {
+  while (iterations > 0) {
     const int64_t batch = batch_size_at(consumed_samples);
     if (out.empty() || out.back().second != batch) out.emplace_back(consumed_samples, batch);
-    consumed_samples += batch;
+    const int64_t run = std::max<int64_t>(1, iterations_before(consumed_samples, iterations));
+    consumed_samples += run * batch;
+    iterations -= run;
   }
   return out;
 }

@@ -46,6 +46,12 @@ class BatchSizeSchedule {
   std::string describe(int64_t micro_batch_times_data_parallel, int64_t seq_length) const;
 
  private:
+  // The consumed samples past `consumed_samples` at which the batch may change (-1: never), and
+  // how many iterations from there (at most `limit`) surely keep its batch: the loops above step a
+  // constant stretch at a time, so a --train-iters of millions costs a few steps.
+  int64_t next_change(int64_t consumed_samples) const;
+  int64_t iterations_before(int64_t consumed_samples, int64_t limit) const;
+
   enum class Kind { kConstant, kRampUp, kSteps };
   Kind kind_ = Kind::kConstant;
   int64_t global_batch_size_ = 0;  // constant, and ramp-up's final size

@@ -77,7 +77,12 @@ ForwardBackward::ForwardBackward(const PipelineLayout& layout, const std::vector
   // Every other training schedule the run may switch to: the buffers are sized once, for all.
   for (int64_t m : train_microbatches) {
     if (m == layout.microbatches) continue;
-    const pipeline::Schedule other = training_schedule(m);
+    // A count the layout cannot run (an interleaved schedule's multiple of PP) is refused before
+    // the run reaches it (check_batch_sizes_reached): nothing to size for it.
+    absl::StatusOr<pipeline::Schedule> made = pipeline::make_schedule(layout.schedule, layout.pipeline_size,
+                                                                      layout.virtual_size, static_cast<int>(m));
+    if (!made.ok()) continue;
+    const pipeline::Schedule& other = *made;
     const std::vector<int> slots = pipeline::stash_slots(other.ranks[rank], chunks, layout.stages());
     const std::vector<int> depths = pipeline::deferral_depths(other.ranks[rank], chunks);
     for (size_t c = 0; c < slots_.size(); ++c) {
