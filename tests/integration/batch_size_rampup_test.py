@@ -8,9 +8,9 @@ Megatron-LM computes them (issue 32).
      before its removal, the step calculator of the head), update_train_iters and
      OptimizerParamScheduler, for a ramp-up, a step schedule with --train-samples and one with
      --train-iters.
-  2. Layouts change nothing: TP2 x PP2, DP2, PP2 interleaved, PP2 x DP2 with ZeRO-1 train the ramp
-     with the one-rank losses (relative 1e-5, FP32); the pipeline schedule is rebuilt at each new
-     number of microbatches.
+  2. Layouts change nothing: TP2 x PP2, DP2, PP2 interleaved, PP2 x DP2 with ZeRO-1, PP2 zero-bubble
+     V, DP2 ZeRO-2 with overlap train the ramp with the one-rank losses (relative 1e-5, FP32); the
+     pipeline schedule is rebuilt at each new number of microbatches.
   3. Checkpoints: with --save, a checkpoint before each change of the number of microbatches
      (Megatron's train loop); a run stopped mid-ramp (--exit-interval) and resumed equals the
      uninterrupted run bit for bit (losses, learning rates, batch sizes, consumed samples).
@@ -196,7 +196,11 @@ def main():
                    "dp2": (2, []),
                    "pp2_interleaved": (2, ["--pipeline-model-parallel-size", "2",
                                            "--num-layers-per-virtual-pipeline-stage", "1"]),
-                   "pp2_dp2_zero1": (4, ["--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"])}
+                   "pp2_dp2_zero1": (4, ["--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"]),
+                   "pp2_zb_v": (2, ["--pipeline-model-parallel-size", "2", "--pipeline-schedule", "zb-v",
+                                    "--num-virtual-stages-per-pipeline-rank", "2"]),
+                   "dp2_zero2_overlap": (2, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads",
+                                             "--overlap-grad-reduce", "--overlap-param-gather"])}
         for name, (ranks, flags) in layouts.items():
             records, _ = run(binary, mpirun, ranks, RAMP + flags, work, name)
             worst = max(abs(r["lm_loss"] - q["lm_loss"]) / abs(q["lm_loss"]) for r, q in zip(records, reference))
