@@ -46,6 +46,7 @@ absl::Status validate_batch_size_flags(const Arguments& a) {
     return invalid("--rampup-batch-size needs --train-samples: expected no batch-size rampup for iteration-based "
                    "training (--train-iters)");
   }
+  if (!ramp && !steps) return absl::OkStatus();
   if (a.timing_log_level >= 2 && !a.metrics_file.empty() && a.pipeline_model_parallel_size > 1) {
     return invalid(absl::StrCat(ramp ? "--rampup-batch-size" : "--step-batch-size-schedule",
                                 " with --timing-log-level 2, --metrics-file and pipeline parallelism: the measured "
@@ -55,7 +56,7 @@ absl::Status validate_batch_size_flags(const Arguments& a) {
   if (steps) return build(a, 0).status();
   // A ramp-up's final size is --global-batch-size, or micro batch x data-parallel size when not
   // given: then its checks wait for the world (batch_size_schedule_for_world).
-  if (ramp && a.was_given("--global-batch-size")) return build(a, a.global_batch_size).status();
+  if (a.was_given("--global-batch-size")) return build(a, a.global_batch_size).status();
   return absl::OkStatus();
 }
 
@@ -72,6 +73,7 @@ BatchSizeSchedule batch_size_schedule(const Arguments& a) {
 
 absl::Status check_batch_sizes_reached(const Arguments& a, int64_t dp, int64_t consumed_samples, int64_t iterations) {
   const BatchSizeSchedule schedule = batch_size_schedule(a);
+  if (schedule.is_constant()) return absl::OkStatus();  // validate_for_world checked the one batch
   const int64_t per_microbatch = a.micro_batch_size * dp;
   int64_t previous = 0;
   for (const auto& [at, batch] : schedule.changes(consumed_samples, iterations)) {
