@@ -286,7 +286,11 @@ int64_t Trainer::scheduler_samples_implied() const {
 
 void Trainer::begin_batch() {
   global_batch_size_ = batches_.batch_size_at(consumed_samples_);
-  microbatches_ = global_batch_size_ / (args_.micro_batch_size * data_parallel_size_);
+  const int64_t per_microbatch = args_.micro_batch_size * data_parallel_size_;
+  // A batch that does not divide is refused before any step trains it (run():
+  // check_batch_sizes_reached); compute_gradients checks that none gets there.
+  if (global_batch_size_ % per_microbatch != 0) return;
+  microbatches_ = global_batch_size_ / per_microbatch;
   forward_backward_->set_train_microbatches(microbatches_);
 }
 
@@ -383,11 +387,7 @@ void Trainer::set_data_position(const DataPosition& position, int64_t iteration)
   consumed_valid_samples_ = position.consumed_valid_samples;
   iteration_ = iteration;
   scheduler_position_->set(scheduler_samples_implied());
-  // A batch that does not divide is refused before the run reaches it (run()).
-  if (global_batch_size_ != batches_.batch_size_at(consumed_samples_) &&
-      batches_.batch_size_at(consumed_samples_) % (args_.micro_batch_size * data_parallel_size_) == 0) {
-    begin_batch();
-  }
+  begin_batch();
 }
 
 double Trainer::evaluate(Split split, bool verbose) {
@@ -488,6 +488,8 @@ double Trainer::evaluate_microbatch(int64_t microbatch) {
 
 void Trainer::compute_gradients() {
   begin_batch();
+  GPT_CHECK_EQ(global_batch_size_, microbatches_ * args_.micro_batch_size * data_parallel_size_)
+      << "global batch size at " << consumed_samples_ << " consumed samples (run() refuses one that does not divide)";
   params_->zero_grads(ctx_);
   ops::zero(ctx_, loss_sum_);
   const int64_t tokens_per_microbatch = args_.seq_length * args_.micro_batch_size;
