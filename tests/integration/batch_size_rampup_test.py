@@ -254,6 +254,8 @@ def main():
             (2, ["--step-batch-size-schedule", "0:4 192:6"] + base,
              "current global batch size (6, from 8 consumed samples on) is not divisible by micro_batch_size (2) * "
              "data_parallel_size (2)"),
+            (1, ["--step-batch-size-schedule", "0:1 192:4"] + base,
+             "current global batch size (1, from 0 consumed samples on) is not divisible"),
             (1, ["--step-batch-size-schedule", "0:8 192:4"] + base, "Number of microbatches should not decrease"),
             (2, ["--step-batch-size-schedule", "0:4 192:8", "--pipeline-model-parallel-size", "2",
                  "--timing-log-level", "2"] + base, "the measured pipeline timeline is drawn against one schedule"),
