@@ -34,6 +34,11 @@ PyValue train_iters_value(const Arguments& a) {
 PyValue lr_decay_iters_value(const Arguments& a) {
   return a.was_given("--lr-decay-iters") ? none_if_zero(a.lr_decay_iters) : PyValue();
 }
+// Megatron's --rampup-batch-size is a list of ints (nargs 3, type int): [16, 8, 300000].
+PyValue rampup_value(const Arguments& a) {
+  if (a.rampup_batch_size.empty()) return PyValue();
+  return absl::StrCat("[", absl::StrJoin(a.rampup_batch_size, ", "), "]");
+}
 // Megatron's --attention-backend is an enum, printed with its class name.
 PyValue attention_backend_value(const Arguments& a) { return absl::StrCat("AttnBackend.", a.attention_backend); }
 
@@ -390,7 +395,7 @@ constexpr FlagRow kRows[] = {
         "START INCREMENT SAMPLES: the global batch size starts at START and grows by INCREMENT every SAMPLES / n "
         "consumed samples (n = (--global-batch-size - START) / INCREMENT) up to --global-batch-size; needs "
         "--train-samples")
-        .shown(kNoneIfEmpty)
+        .shown(rampup_value)
         .megatron(kImplementation,
                   "Megatron's head deprecates it and ignores it (a warning); here it ramps as Megatron's "
                   "RampupBatchsizeNumMicroBatchesCalculator did until its replacement by --step-batch-size-schedule "
