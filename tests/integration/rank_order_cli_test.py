@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """--use-tp-pp-dp-mapping from the command line (issue 32): pretrain_gpt prints Megatron's
-tp-cp-ep-pp-dp order and its groups at start-up, and checkpoints move between the two orders: a
-PP2 x DP2 run (ZeRO-1) saved at iteration 3 in the default order and resumed in the other (and the
-reverse) equals the uninterrupted run bit for bit.
+tp-cp-ep-pp-dp order and its groups at start-up; a PP2 x DP2 run (ZeRO-1) trains bit-identically in
+both orders, and checkpoints move between them: saved at iteration 3 in the default order and
+resumed in the other (and the reverse), it equals the uninterrupted run bit for bit.
 
   rank_order_cli_test.py --binary build-cpu/bin/pretrain_gpt --mpirun mpirun
 """
@@ -55,6 +55,11 @@ def main():
             failures.append(f"start-up lines missing: {missing}")
         else:
             print("start-up: " + " / ".join(GROUPS))
+        default, _ = run(binary, mpirun, [], work, "default")
+        if default != full:
+            failures.append("the default order's run differs from the tp-pp-dp order's")
+        else:
+            print("the two orders' uninterrupted runs: bit-identical losses, gradient norms, learning rates")
         for first, second, name in ((["--exit-interval", "3"], MAPPING, "default -> tp-pp-dp"),
                                     (MAPPING + ["--exit-interval", "3"], [], "tp-pp-dp -> default")):
             case = name.replace(" -> ", "_to_")
