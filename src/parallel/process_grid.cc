@@ -1,6 +1,8 @@
 #include "parallel/process_grid.h"
 
+#include <algorithm>
 #include <sstream>
+#include <utility>
 
 #include "core/check.h"
 #include "parallel/comm/self_communicator.h"
@@ -8,16 +10,82 @@
 namespace gpt {
 
 int grid_rank(const GridShape& shape, const GridCoordinates& c) {
-  return c.tensor + shape.tensor * (c.context + shape.context * (c.data + shape.data * c.pipeline));
+  const int tensor_context = c.tensor + shape.tensor * c.context;
+  const int tc = shape.tensor * shape.context;
+  if (shape.order == RankOrder::kTpCpPpDp) return tensor_context + tc * (c.pipeline + shape.pipeline * c.data);
+  return tensor_context + tc * (c.data + shape.data * c.pipeline);
 }
 
 GridCoordinates grid_coordinates(const GridShape& shape, int rank) {
   GridCoordinates c;
   c.tensor = rank % shape.tensor;
   c.context = (rank / shape.tensor) % shape.context;
-  c.data = (rank / (shape.tensor * shape.context)) % shape.data;
-  c.pipeline = rank / (shape.tensor * shape.context * shape.data);
+  const int outer = rank / (shape.tensor * shape.context);  // the (dp, pp) pair in the order's nesting
+  if (shape.order == RankOrder::kTpCpPpDp) {
+    c.pipeline = outer % shape.pipeline;
+    c.data = outer / shape.pipeline;
+  } else {
+    c.data = outer % shape.data;
+    c.pipeline = outer / shape.data;
+  }
   return c;
+}
+
+const char* rank_order_name(RankOrder order) {
+  return order == RankOrder::kTpCpPpDp ? "tp-cp-ep-pp-dp" : "tp-cp-ep-dp-pp";
+}
+
+namespace {
+
+// Two ranks share a group of `kind` when they agree on every coordinate outside it.
+bool same_group(GridGroup kind, const GridCoordinates& a, const GridCoordinates& b) {
+  const bool tp = a.tensor == b.tensor, cp = a.context == b.context, dp = a.data == b.data,
+             pp = a.pipeline == b.pipeline;
+  switch (kind) {
+    case GridGroup::kTensor: return cp && dp && pp;
+    case GridGroup::kContext: return tp && dp && pp;
+    case GridGroup::kData: return tp && cp && pp;
+    case GridGroup::kDataContext: return tp && pp;
+    case GridGroup::kPipeline: return tp && cp && dp;
+    case GridGroup::kModelParallel: return cp && dp;
+  }
+  return false;
+}
+
+// A member's place in its group: its own coordinates, first-named kind fastest (the MPI split keys).
+int place_in_group(GridGroup kind, const GridShape& shape, const GridCoordinates& c) {
+  switch (kind) {
+    case GridGroup::kTensor: return c.tensor;
+    case GridGroup::kContext: return c.context;
+    case GridGroup::kData: return c.data;
+    case GridGroup::kDataContext: return c.context + shape.context * c.data;
+    case GridGroup::kPipeline: return c.pipeline;
+    case GridGroup::kModelParallel: return c.tensor + shape.tensor * c.pipeline;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> grid_groups(const GridShape& shape, GridGroup kind) {
+  std::vector<std::vector<int>> groups;
+  std::vector<bool> placed(static_cast<size_t>(shape.world()), false);
+  for (int rank = 0; rank < shape.world(); ++rank) {
+    if (placed[static_cast<size_t>(rank)]) continue;
+    const GridCoordinates mine = grid_coordinates(shape, rank);
+    std::vector<std::pair<int, int>> members;  // (place in group, world rank)
+    for (int other = 0; other < shape.world(); ++other) {
+      const GridCoordinates theirs = grid_coordinates(shape, other);
+      if (!same_group(kind, mine, theirs)) continue;
+      members.emplace_back(place_in_group(kind, shape, theirs), other);
+      placed[static_cast<size_t>(other)] = true;
+    }
+    std::sort(members.begin(), members.end());
+    std::vector<int> group;
+    for (const auto& [place, member] : members) group.push_back(member);
+    groups.push_back(std::move(group));
+  }
+  return groups;
 }
 
 std::unique_ptr<ProcessGrid> ProcessGrid::single() {
@@ -56,50 +124,25 @@ std::string ProcessGrid::describe() const {
   std::ostringstream out;
   out << "> process grid: world " << world_size() << " = TP " << shape_.tensor;
   if (shape_.context > 1) out << " x CP " << shape_.context;
-  out << " x PP " << shape_.pipeline << " x DP " << shape_.data
-      << (shape_.context > 1 ? " (rank = tp + TP*(cp + CP*(dp + DP*pp)))\n" : " (rank = tp + TP*(dp + DP*pp))\n");
-  auto list_groups = [&](const char* name, auto member_of) {
+  out << " x PP " << shape_.pipeline << " x DP " << shape_.data << " (order " << rank_order_name(shape_.order)
+      << ", rank = tp + TP*(" << (shape_.context > 1 ? "cp + CP*(" : "")
+      << (shape_.order == RankOrder::kTpCpPpDp ? "pp + PP*dp" : "dp + DP*pp") << (shape_.context > 1 ? "))" : ")")
+      << ")\n";
+  auto list_groups = [&](const char* name, GridGroup kind) {
     out << ">   " << name << " groups:";
-    std::vector<std::vector<int>> groups;
-    std::vector<int> seen(static_cast<size_t>(world_size()), -1);
-    for (int rank = 0; rank < world_size(); ++rank) {
-      if (seen[rank] >= 0) continue;
-      std::vector<int> group;
-      for (int other = 0; other < world_size(); ++other) {
-        if (member_of(grid_coordinates(shape_, rank), grid_coordinates(shape_, other))) {
-          group.push_back(other);
-          seen[other] = 1;
-        }
-      }
-      groups.push_back(group);
-    }
-    for (const auto& group : groups) {
+    for (const std::vector<int>& group : grid_groups(shape_, kind)) {
       out << " [";
       for (size_t i = 0; i < group.size(); ++i) out << (i ? "," : "") << group[i];
       out << "]";
     }
     out << "\n";
   };
-  list_groups("tensor-parallel", [](GridCoordinates a, GridCoordinates b) {
-    return a.context == b.context && a.data == b.data && a.pipeline == b.pipeline;
-  });
-  if (shape_.context > 1) {
-    list_groups("context-parallel", [](GridCoordinates a, GridCoordinates b) {
-      return a.tensor == b.tensor && a.data == b.data && a.pipeline == b.pipeline;
-    });
-  }
-  list_groups("data-parallel", [](GridCoordinates a, GridCoordinates b) {
-    return a.tensor == b.tensor && a.context == b.context && a.pipeline == b.pipeline;
-  });
-  if (shape_.context > 1) {
-    list_groups("data-context-parallel",
-                [](GridCoordinates a, GridCoordinates b) { return a.tensor == b.tensor && a.pipeline == b.pipeline; });
-  }
-  list_groups("pipeline-parallel", [](GridCoordinates a, GridCoordinates b) {
-    return a.tensor == b.tensor && a.context == b.context && a.data == b.data;
-  });
-  list_groups("model-parallel",
-              [](GridCoordinates a, GridCoordinates b) { return a.data == b.data && a.context == b.context; });
+  list_groups("tensor-parallel", GridGroup::kTensor);
+  if (shape_.context > 1) list_groups("context-parallel", GridGroup::kContext);
+  list_groups("data-parallel", GridGroup::kData);
+  if (shape_.context > 1) list_groups("data-context-parallel", GridGroup::kDataContext);
+  list_groups("pipeline-parallel", GridGroup::kPipeline);
+  list_groups("model-parallel", GridGroup::kModelParallel);
   std::string text = out.str();
   if (!text.empty() && text.back() == '\n') text.pop_back();
   return text;

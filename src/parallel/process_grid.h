@@ -1,6 +1,8 @@
-// The process grid: world = TP x CP x DP x PP in Megatron's rank order (tensor-parallel fastest,
-// then context-parallel, then data-parallel, then pipeline: rank = tp + TP * (cp + CP * (dp + DP *
-// pp))), and one communicator per group. Context parallelism splits each sequence over the CP
+// The process grid: world = TP x CP x DP x PP in one of Megatron's two rank orders (RankGenerator's
+// "tp-cp-ep-dp-pp" by default: tensor-parallel fastest, then context-parallel, then data-parallel,
+// then pipeline, rank = tp + TP * (cp + CP * (dp + DP * pp)); "tp-cp-ep-pp-dp" with
+// --use-tp-pp-dp-mapping: rank = tp + TP * (cp + CP * (pp + PP * dp))), and one communicator per
+// group. Context parallelism splits each sequence over the CP
 // ranks; they read the same samples, so gradients are reduced over the combined data x context
 // group (Megatron's dp-cp group) while samples are distributed over the data-parallel group alone.
 #pragma once
@@ -13,11 +15,18 @@
 
 namespace gpt {
 
+// Megatron's RankGenerator orders (expert parallelism is 1 here, so "ep" drops out).
+enum class RankOrder {
+  kTpCpDpPp,  // Megatron's default, "tp-cp-ep-dp-pp": the pipeline stages are the slowest index
+  kTpCpPpDp,  // --use-tp-pp-dp-mapping, "tp-cp-ep-pp-dp": the data-parallel replicas are
+};
+
 struct GridShape {
   int tensor = 1;
   int pipeline = 1;
   int data = 1;
   int context = 1;
+  RankOrder order = RankOrder::kTpCpDpPp;
   int world() const { return tensor * context * pipeline * data; }
 };
 
@@ -31,9 +40,17 @@ struct GridCoordinates {
 // True when the build includes NCCL (the CUDA backend found nccl.h and libnccl).
 bool nccl_available();
 
-// Megatron's rank order.
+// Megatron's rank order (shape.order).
 int grid_rank(const GridShape& shape, const GridCoordinates& coordinates);
 GridCoordinates grid_coordinates(const GridShape& shape, int rank);
+// Megatron's name of the order: "tp-cp-ep-dp-pp" or "tp-cp-ep-pp-dp".
+const char* rank_order_name(RankOrder order);
+
+// The groups of one kind, as lists of world ranks: each group's members in the order of their own
+// coordinate (a group of several kinds, e.g. data x context, with the first-named kind fastest, as
+// Megatron's RankGenerator lists them), groups in the order of their lowest member.
+enum class GridGroup { kTensor, kContext, kData, kDataContext, kPipeline, kModelParallel };
+std::vector<std::vector<int>> grid_groups(const GridShape& shape, GridGroup kind);
 
 class ProcessGrid {
  public:

@@ -14,6 +14,7 @@
 #include "data/dataset_split.h"
 #include "data/gpt_dataset_builder.h"
 #include "parallel/pipeline/schedule.h"
+#include "train/batch_size_arguments.h"
 #include "train/checkpoint_arguments.h"
 #include "train/flag_table.h"
 #include "train/megatron_flags.h"
@@ -151,14 +152,7 @@ absl::Status validate_implementation_flags(const Arguments& a) {
     return invalid(absl::StrCat("--use-flash-attn asks for flash attention, which --attention-backend ",
                                 a.attention_backend, " turns off: give one of them"));
   }
-  if (!a.rampup_batch_size.empty()) {
-    return invalid("--rampup-batch-size is not supported: the global batch size is constant in this program (give "
-                   "--global-batch-size only)");
-  }
-  if (a.was_given("--step-batch-size-schedule")) {
-    return invalid("--step-batch-size-schedule is not supported: the global batch size is constant in this program "
-                   "(give --global-batch-size only)");
-  }
+  GPT_RETURN_IF_ERROR(validate_batch_size_flags(a));
   return absl::OkStatus();
 }
 
@@ -683,7 +677,17 @@ pipeline::ScheduleKind pipeline_schedule_kind(const Arguments& a) {
 }
 
 int64_t num_microbatches(const Arguments& a, int64_t world_size) {
-  return a.global_batch_size / (a.micro_batch_size * data_parallel_size(a, world_size));
+  const int64_t per_microbatch = a.micro_batch_size * data_parallel_size(a, world_size);
+  int64_t most = a.global_batch_size / per_microbatch;
+  if (!a.rampup_batch_size.empty() || a.was_given("--step-batch-size-schedule")) {
+    absl::StatusOr<BatchSizeSchedule> batches = batch_size_schedule_for_world(a);
+    if (batches.ok()) {
+      for (int64_t batch : batches->batch_sizes()) {
+        if (batch % per_microbatch == 0) most = std::max(most, batch / per_microbatch);
+      }
+    }
+  }
+  return most;
 }
 
 absl::Status validate_for_world(Arguments& a, int64_t world_size) {
@@ -711,10 +715,11 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
     return invalid(absl::StrCat("--global-batch-size (", a.global_batch_size, ") must be divisible by --micro-batch-size (",
                                 a.micro_batch_size, ") x data-parallel size (", dp, ")"));
   }
+  GPT_ASSIGN_OR_RETURN(const BatchSizeSchedule batches, batch_size_schedule_for_world(a));
   if (a.was_given("--train-samples")) {
-    // Megatron's update_train_iters without a batch-size ramp: whole global batches only (floor),
-    // the samples of a last partial batch are not trained.
-    a.train_iters = a.train_samples / a.global_batch_size;
+    // Megatron's update_train_iters: with a constant batch whole global batches only (floor), the
+    // samples of a last partial batch are not trained; with a ramp-up or a step schedule its loop.
+    a.train_iters = batches.iterations_for_samples(a.train_samples);
     if (a.train_iters == 0) {
       return invalid(absl::StrCat("--train-samples (", a.train_samples, ") is less than one global batch (",
                                   a.global_batch_size, " samples): no iteration to train"));
@@ -740,14 +745,22 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
     }
     layers_per_virtual_stage = a.num_layers / stages;
   }
-  const int64_t microbatches = a.global_batch_size / *batch_per_microbatch;
+  // The largest number of microbatches of the run (a ramp-up or step schedule's batches that
+  // divide, evaluation's --global-batch-size): the bound of the layout's counters.
+  const int64_t microbatches = num_microbatches(a, world_size);
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (a.num_layers > kIntMax || p > kIntMax || layers_per_virtual_stage > kIntMax || microbatches > kIntMax) {
     return invalid("pipeline layout: --num-layers, --pipeline-model-parallel-size or the number of microbatches "
                    "is too large");
   }
-  GPT_RETURN_IF_ERROR(validate_schedule_for_layout(a, static_cast<int>(p), static_cast<int>(layers_per_virtual_stage),
-                                                   static_cast<int>(microbatches)));
+  // Each number of microbatches a fresh run reaches (with a constant batch the one); Megatron
+  // checks a batch's divisibility when the run reaches it (check_batch_sizes_reached).
+  for (const auto& [at, batch] : batches.changes(0, a.train_iters)) {
+    if (batch % *batch_per_microbatch != 0) continue;
+    GPT_RETURN_IF_ERROR(validate_schedule_for_layout(a, static_cast<int>(p),
+                                                     static_cast<int>(layers_per_virtual_stage),
+                                                     static_cast<int>(batch / *batch_per_microbatch)));
+  }
   // The schedule generators count (chunk, microbatch) pairs in int.
   if (static_cast<int64_t>(virtual_pipeline_size(a)) * microbatches > kIntMax) {
     return invalid(absl::StrCat("pipeline layout: the number of microbatches (", microbatches,

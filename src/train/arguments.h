@@ -61,6 +61,9 @@ struct Arguments {
   // every layer or one per layer.
   int64_t context_parallel_size = 1;
   std::vector<std::string> cp_comm_type = {"p2p"};
+  // Megatron's other rank order, "tp-cp-ep-pp-dp" (parallel/process_grid.h): the pipeline stages of
+  // one replica on neighbouring ranks instead of its data-parallel replicas.
+  bool use_tp_pp_dp_mapping = false;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
@@ -163,8 +166,10 @@ struct Arguments {
   bool cross_entropy_loss_fusion = false;          // the cross entropy is one fused FP32 kernel either way
   std::string cross_entropy_fusion_impl = "native";  // native or te: this program's kernel either way
   int64_t num_workers = 2;                         // >= 0: batches are read by the training process itself
-  std::vector<std::string> rampup_batch_size;      // refused: the global batch size is constant
-  std::string step_batch_size_schedule;            // refused: the global batch size is constant
+  // The global batch size growing with the consumed samples (train/batch_size_schedule.h):
+  // START INCREMENT SAMPLES (Megatron's deprecated ramp-up), or "THRESHOLD:BATCH ..." in tokens.
+  std::vector<std::string> rampup_batch_size;
+  std::string step_batch_size_schedule;
 
   // Activation recompute (megatron/core/transformer/transformer_config.py): full re-runs whole
   // layers in backward from a stashed input, selective only the attention core.
@@ -300,6 +305,8 @@ int virtual_pipeline_size(const Arguments& args);
 // The pipeline schedule the trainer runs: --pipeline-schedule, or Megatron's for the layout. For
 // validated arguments.
 pipeline::ScheduleKind pipeline_schedule_kind(const Arguments& args);
+// The largest number of microbatches per data-parallel rank of the run: --global-batch-size's (the
+// evaluation's), or a ramp-up or step schedule's largest batch that divides. For validated arguments.
 int64_t num_microbatches(const Arguments& args, int64_t world_size);
 
 }  // namespace gpt

@@ -321,7 +321,10 @@ absl::Status Checkpointer::commit(const PendingSave& pending) {
 absl::StatusOr<bool> Checkpointer::after_iteration(Trainer& trainer) {
   const int64_t iteration = trainer.iteration();
   bool saved = false;
-  if (!args_.save.empty() && args_.save_interval > 0 && iteration % args_.save_interval == 0) {
+  // Megatron's train loop saves a checkpoint (with --save) before an iteration whose number of
+  // microbatches differs from the previous one's (a ramp-up or step schedule's change).
+  const bool batch_changes = iteration < args_.train_iters && trainer.batch_size_changes_next();
+  if (!args_.save.empty() && ((args_.save_interval > 0 && iteration % args_.save_interval == 0) || batch_changes)) {
     GPT_RETURN_IF_ERROR(save(trainer));
     saved = true;
   } else {

@@ -11,6 +11,7 @@
 #include "data/text_tokenizer.h"
 #include "data/token_check.h"
 #include "parallel/comm/mpi_runtime.h"
+#include "train/batch_size_arguments.h"
 #include "train/memory_plan.h"
 #include "train/rank_agreement.h"
 
@@ -111,7 +112,11 @@ std::array<int64_t, 3> samples_per_split(const Arguments& a) {
   const int64_t evaluations = a.train_iters / a.eval_interval + 1;
   // As Megatron: --train-samples when given (it names the index cache and sets the epochs), even
   // when it is not a multiple of the global batch.
-  const int64_t train = a.train_samples > 0 ? a.train_samples : a.train_iters * a.global_batch_size;
+  int64_t train = a.train_samples > 0 ? a.train_samples : a.train_iters * a.global_batch_size;
+  // A ramp-up or step schedule may read past that count (a last batch over --train-samples; with
+  // --train-iters Megatron counts micro batch x data-parallel size per iteration): the split holds
+  // what the run reads.
+  train = std::max(train, batch_size_schedule(a).samples_after(0, a.train_iters));
   return {train, evaluations * a.eval_iters * a.global_batch_size,
           a.eval_iters * a.global_batch_size};
 }

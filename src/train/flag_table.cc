@@ -34,6 +34,11 @@ PyValue train_iters_value(const Arguments& a) {
 PyValue lr_decay_iters_value(const Arguments& a) {
   return a.was_given("--lr-decay-iters") ? none_if_zero(a.lr_decay_iters) : PyValue();
 }
+// Megatron's --rampup-batch-size is a list of ints (nargs 3, type int): [16, 8, 300000].
+PyValue rampup_value(const Arguments& a) {
+  if (a.rampup_batch_size.empty()) return PyValue();
+  return absl::StrCat("[", absl::StrJoin(a.rampup_batch_size, ", "), "]");
+}
 // Megatron's --attention-backend is an enum, printed with its class name.
 PyValue attention_backend_value(const Arguments& a) { return absl::StrCat("AttnBackend.", a.attention_backend); }
 
@@ -121,6 +126,9 @@ constexpr FlagRow kRows[] = {
         .takes(Nargs::kOneOrMore)
         .megatron(kRefusedAtValues,
                   "p2p and a2a; allgather and a2a+p2p (with --hierarchical-context-parallel-sizes) are refused"),
+    row("--use-tp-pp-dp-mapping", &A::use_tp_pp_dp_mapping,
+        "Rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp: rank = tp + TP (cp + CP (pp + PP dp)), so a "
+        "replica's pipeline stages are neighbouring ranks (changes which ranks talk, never the numbers)"),
     row("--use-distributed-optimizer", &A::use_distributed_optimizer, "Shard optimizer state across DP (ZeRO-1)"),
     row("--overlap-grad-reduce", &A::overlap_grad_reduce, "Overlap gradient reduction with backward"),
     row("--overlap-param-gather", &A::overlap_param_gather,
@@ -404,14 +412,19 @@ constexpr FlagRow kRows[] = {
         "batch from the memory-mapped dataset itself, the same samples for any number")
         .megatron(kImplementation),
     row("--rampup-batch-size", &A::rampup_batch_size,
-        "Refused: the global batch size is constant in this program (start increment samples)")
-        .shown(kNoneIfEmpty)
-        .megatron(kRefused, "the global batch size is constant in this program")
+        "START INCREMENT SAMPLES: the global batch size starts at START and grows by INCREMENT every SAMPLES / n "
+        "consumed samples (n = (--global-batch-size - START) / INCREMENT) up to --global-batch-size; needs "
+        "--train-samples")
+        .shown(rampup_value)
+        .megatron(kImplementation,
+                  "Megatron's head deprecates it and ignores it (a warning); here it ramps as Megatron's "
+                  "RampupBatchsizeNumMicroBatchesCalculator did until its replacement by --step-batch-size-schedule "
+                  "(the iterations, learning-rate samples, data order and checkpoints follow the consumed samples)")
         .takes(Nargs::kThree),
     row("--step-batch-size-schedule", &A::step_batch_size_schedule,
-        "Refused: the global batch size is constant in this program (\"samples:batch ...\" steps)")
-        .shown(kNoneIfEmpty)
-        .megatron(kRefused, "the global batch size is constant in this program: give --global-batch-size only"),
+        "\"THRESHOLD:BATCH ...\" (K, M, B, T suffixes): the global batch size of the last threshold reached, "
+        "thresholds in tokens (samples x --seq-length); instead of --global-batch-size")
+        .shown(kNoneIfEmpty),
     // ---- end of Megatron implementation choices -------------------------------------------------
     // Data.
     row("--mock-data", &A::mock_data, "Synthetic data, no files needed"),

@@ -61,10 +61,10 @@ std::vector<ParamSpec> rank_param_specs(const std::vector<ParamSpec>& all, const
   return specs;
 }
 
-ForwardBackward::ForwardBackward(const PipelineLayout& layout)
+ForwardBackward::ForwardBackward(const PipelineLayout& layout, const std::vector<int64_t>& train_microbatches)
     : layout_(layout),
-      train_(checked(pipeline::make_schedule(layout.schedule, layout.pipeline_size, layout.virtual_size,
-                                             static_cast<int>(layout.microbatches)))),
+      train_microbatches_(layout.microbatches),
+      train_(training_schedule(layout.microbatches)),
       evaluate_(checked(pipeline::make_forward_only_schedule(layout.pipeline_size, layout.virtual_size,
                                                              static_cast<int>(layout.microbatches), layout.placement))) {
   GPT_CHECK(train_.placement == layout.placement) << "pipeline schedule of another chunk placement";
@@ -74,6 +74,42 @@ ForwardBackward::ForwardBackward(const PipelineLayout& layout)
   const std::vector<int> evaluation = pipeline::stash_slots(evaluate_.ranks[rank], chunks, layout.stages());
   for (size_t c = 0; c < slots_.size(); ++c) slots_[c] = std::max(slots_[c], evaluation[c]);
   depths_ = pipeline::deferral_depths(train_.ranks[rank], chunks);
+  // Every other training schedule the run may switch to: the buffers are sized once, for all.
+  for (int64_t m : train_microbatches) {
+    if (m == layout.microbatches) continue;
+    // A count the layout cannot run (an interleaved schedule's multiple of PP) is refused before
+    // the run reaches it (check_batch_sizes_reached): nothing to size for it.
+    absl::StatusOr<pipeline::Schedule> made = pipeline::make_schedule(layout.schedule, layout.pipeline_size,
+                                                                      layout.virtual_size, static_cast<int>(m));
+    if (!made.ok()) continue;
+    const pipeline::Schedule& other = *made;
+    const std::vector<int> slots = pipeline::stash_slots(other.ranks[rank], chunks, layout.stages());
+    const std::vector<int> depths = pipeline::deferral_depths(other.ranks[rank], chunks);
+    for (size_t c = 0; c < slots_.size(); ++c) {
+      slots_[c] = std::max(slots_[c], slots[c]);
+      depths_[c] = std::max(depths_[c], depths[c]);
+    }
+  }
+}
+
+pipeline::Schedule ForwardBackward::training_schedule(int64_t microbatches) const {
+  return checked(pipeline::make_schedule(layout_.schedule, layout_.pipeline_size, layout_.virtual_size,
+                                         static_cast<int>(microbatches)));
+}
+
+void ForwardBackward::set_train_microbatches(int64_t microbatches) {
+  if (microbatches == train_microbatches_) return;
+  pipeline::Schedule schedule = training_schedule(microbatches);
+  const int chunks = layout_.virtual_size;
+  const auto& rank = static_cast<size_t>(layout_.pipeline_rank);
+  const std::vector<int> slots = pipeline::stash_slots(schedule.ranks[rank], chunks, layout_.stages());
+  const std::vector<int> depths = pipeline::deferral_depths(schedule.ranks[rank], chunks);
+  for (size_t c = 0; c < slots_.size(); ++c) {
+    GPT_CHECK_LE(slots[c], slots_[c]) << "stash slots of " << microbatches << " microbatches, chunk " << c;
+    GPT_CHECK_LE(depths[c], depths_[c]) << "lease depth of " << microbatches << " microbatches, chunk " << c;
+  }
+  train_ = std::move(schedule);
+  train_microbatches_ = microbatches;
 }
 
 void ForwardBackward::attach(std::vector<pipeline::Stage*> chunks, Arena& arena) {

@@ -45,8 +45,15 @@ std::vector<ParamSpec> rank_param_specs(const std::vector<ParamSpec>& all, const
 
 class ForwardBackward {
  public:
-  // Builds this rank's training and evaluation schedules.
-  explicit ForwardBackward(const PipelineLayout& layout);
+  // Builds this rank's training and evaluation schedules, both of layout.microbatches. A run whose
+  // batch size changes (a ramp-up or step schedule) names every number of training microbatches it
+  // may use in `train_microbatches`: the stash slots and lease depths cover each one's schedule.
+  explicit ForwardBackward(const PipelineLayout& layout, const std::vector<int64_t>& train_microbatches = {});
+
+  // Megatron rebuilds its schedule when the number of microbatches changes: the training schedule
+  // of `microbatches` from the next pass on (one of the constructor's counts).
+  void set_train_microbatches(int64_t microbatches);
+  int64_t train_microbatches() const { return train_microbatches_; }
 
   // The stash slots chunk c must be built with (enough for both schedules).
   const std::vector<int>& stash_slots() const { return slots_; }
@@ -68,7 +75,10 @@ class ForwardBackward {
   const std::vector<std::pair<double, double>>& timeline() const;
 
  private:
+  pipeline::Schedule training_schedule(int64_t microbatches) const;
+
   PipelineLayout layout_;
+  int64_t train_microbatches_ = 0;
   pipeline::Schedule train_, evaluate_;
   std::vector<int> slots_, depths_;
   std::unique_ptr<pipeline::Executor> executor_;

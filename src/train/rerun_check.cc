@@ -89,7 +89,8 @@ std::string RerunCheck::rejection(std::optional<double> loss) {
   return value >= max_loss_ * kSpikyLossFactor ? kSpikyMessage : "";
 }
 
-RerunDecision RerunCheck::check(int64_t iteration, int64_t consumed_samples, const RerunHooks& hooks) {
+RerunDecision RerunCheck::check(int64_t iteration, int64_t consumed_samples, int64_t global_batch_size,
+                                const RerunHooks& hooks) {
   const int rank = grid_.world_rank(), size = grid_.world_size();
   if (args_.rerun_mode == "report_stats") {
     const std::optional<double> first = hooks.local_loss();
@@ -144,7 +145,7 @@ RerunDecision RerunCheck::check(int64_t iteration, int64_t consumed_samples, con
   const bool mismatch = rank == failing && initial && rerun && !same_result(*initial, *rerun);
   const bool reproduced =
       world::all_reduce(mismatch ? 1 : 0, world::Combine::kMax, "the rerun check's comparison") == 0;
-  const int64_t first_sample = consumed_samples, last_sample = consumed_samples + args_.global_batch_size;
+  const int64_t first_sample = consumed_samples, last_sample = consumed_samples + global_batch_size;
   if (rank == failing) {
     if (!reproduced) {
       std::fprintf(stderr, "%sFirst rerun: unexpected result is not reproducible within the tolerance (%s != %s)!\n",

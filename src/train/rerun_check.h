@@ -66,8 +66,9 @@ class RerunCheck : public CheckpointRecords {
   static std::unique_ptr<RerunCheck> create(const Arguments& args, ProcessGrid& grid);
 
   // After the iteration's forward-backward (the iteration to be counted as `iteration`, 1-based),
-  // before the optimizer step; `consumed_samples` before it. Collective.
-  RerunDecision check(int64_t iteration, int64_t consumed_samples, const RerunHooks& hooks);
+  // before the optimizer step; `consumed_samples` before it, `global_batch_size` its batch.
+  // Collective.
+  RerunDecision check(int64_t iteration, int64_t consumed_samples, int64_t global_batch_size, const RerunHooks& hooks);
   // --rerun-mode report_stats: rank 0 prints the determinism statistics gathered since the last
   // call (collective).
   void report_stats();

@@ -18,6 +18,7 @@
 #include "optim/log_norms.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "train/argument_table.h"
+#include "train/batch_size_arguments.h"
 #include "train/data_setup.h"
 #include "train/fault_injection.h"
 #include "train/fp8_arguments.h"
@@ -177,11 +178,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   const GridShape& shape = grid.shape();
   if (args.distributed_backend == "nccl") grid.adopt_nccl(t->ctx_, args.distributed_timeout_minutes * 60.0);
   t->data_parallel_size_ = shape.data;
-  t->microbatches_ = num_microbatches(args, grid.world_size());
+  // Evaluation's microbatches (--global-batch-size, as Megatron's evaluate), and every number of
+  // training microbatches the batch-size schedule can give (a batch that does not divide is refused
+  // when reached: check_batch_sizes_reached).
+  const int64_t per_microbatch = args.micro_batch_size * shape.data;
+  t->batches_ = batch_size_schedule(args);
+  t->eval_microbatches_ = args.global_batch_size / per_microbatch;
+  std::vector<int64_t> train_microbatches;
+  for (int64_t batch : t->batches_.batch_sizes()) {
+    if (batch % per_microbatch == 0) train_microbatches.push_back(batch / per_microbatch);
+  }
   t->tensor_parallel_ = std::make_unique<TensorParallel>(grid.tensor(), args.sequence_parallel);
   // This rank's chunks, their parameters (one store, so the flat buffers cover every chunk) and
   // the schedules that drive them.
-  const PipelineLayout pipeline = pipeline_layout(args, shape, grid.coordinates(), t->microbatches_);
+  const PipelineLayout pipeline = pipeline_layout(args, shape, grid.coordinates(), t->eval_microbatches_);
   std::vector<ParamSpec> specs = rank_param_specs(t->specs_, pipeline);
   t->loss_on_first_stage_ = pipeline.placement == pipeline::Placement::kV;
   const size_t params_begin = t->arena_.used_bytes();
@@ -191,7 +201,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   const size_t params_end = t->arena_.used_bytes();
   t->params_->initialize(static_cast<uint64_t>(args.seed));
   const size_t chunks_begin = t->arena_.used_bytes();
-  t->forward_backward_ = std::make_unique<ForwardBackward>(pipeline);
+  t->forward_backward_ = std::make_unique<ForwardBackward>(pipeline, train_microbatches);
   t->feed_ = std::make_unique<MicrobatchFeed>(args.micro_batch_size, shape.data, grid.coordinates().data,
                                               t->config_.vocab_size);
   if (t->config_.fp8.enabled) {
@@ -266,7 +276,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->decoupled_schedule_ = decoupled_lr_schedule_config(args);
   t->loss_scaling_ = LossScaling::from_arguments(args);
   if (t->loss_scaling_) t->add_checkpoint_records(t->loss_scaling_.get());
+  // After the loss scaler's records: a checkpoint without the scheduler's record derives it from
+  // the restored skipped-update count.
+  Trainer* trainer = t.get();
+  t->scheduler_position_ = std::make_unique<SchedulerPosition>([trainer] { return trainer->scheduler_samples_implied(); });
+  t->add_checkpoint_records(t->scheduler_position_.get());
+  t->begin_batch();
   return t;
+}
+
+int64_t Trainer::scheduler_samples_implied() const {
+  return batches_.is_constant() ? updates_done() * args_.global_batch_size : consumed_samples_;
+}
+
+void Trainer::begin_batch() {
+  global_batch_size_ = batches_.batch_size_at(consumed_samples_);
+  const int64_t per_microbatch = args_.micro_batch_size * data_parallel_size_;
+  // A batch that does not divide is refused before any step trains it (run():
+  // check_batch_sizes_reached); compute_gradients checks that none gets there.
+  if (global_batch_size_ % per_microbatch != 0) return;
+  microbatches_ = global_batch_size_ / per_microbatch;
+  forward_backward_->set_train_microbatches(microbatches_);
 }
 
 void Trainer::set_scheduler(const LrScheduleConfig& schedule, const LrScheduleConfig& decoupled_schedule,
@@ -365,6 +395,8 @@ void Trainer::set_data_position(const DataPosition& position, int64_t iteration)
   consumed_samples_ = position.consumed_train_samples;
   consumed_valid_samples_ = position.consumed_valid_samples;
   iteration_ = iteration;
+  scheduler_position_->set(scheduler_samples_implied());
+  begin_batch();
 }
 
 double Trainer::evaluate(Split split, bool verbose) {
@@ -388,7 +420,7 @@ double Trainer::evaluate(Split split, bool verbose) {
   }
   phase_timer::take();  // the evaluation's own phases, dropped
   if (split == Split::kValid) consumed_valid_samples_ = consumed;
-  return read_and_reduce_loss(microbatches_ * args_.eval_iters);
+  return read_and_reduce_loss(eval_microbatches_ * args_.eval_iters);
 }
 
 void Trainer::print_evaluation(const std::string& where, double loss) const {
@@ -442,7 +474,7 @@ StepResult Trainer::train_step() {
             sum = std::isnan(factor_or_nan) ? factor_or_nan : sum * factor_or_nan;
             copy_to_device(ctx_, loss_sum_, std::span<const float>(&sum, 1));
           }};
-  const RerunDecision decision = rerun_->check(iteration_ + 1, consumed_samples_, hooks);
+  const RerunDecision decision = rerun_->check(iteration_ + 1, consumed_samples_, global_batch_size_, hooks);
   if (decision.next != RerunDecision::Next::kSaveAndExit) {
     return apply_update(decision.next == RerunDecision::Next::kSkipUpdate);
   }
@@ -464,6 +496,9 @@ double Trainer::evaluate_microbatch(int64_t microbatch) {
 }
 
 void Trainer::compute_gradients() {
+  begin_batch();
+  GPT_CHECK_EQ(global_batch_size_, microbatches_ * args_.micro_batch_size * data_parallel_size_)
+      << "global batch size at " << consumed_samples_ << " consumed samples (run() refuses one that does not divide)";
   params_->zero_grads(ctx_);
   ops::zero(ctx_, loss_sum_);
   const int64_t tokens_per_microbatch = args_.seq_length * args_.micro_batch_size;
@@ -562,7 +597,7 @@ StepResult Trainer::apply_update(bool skip_update) {
   StepResult result;
   Stopwatch phase;
   maybe_inject_gradient_fault();
-  result.learning_rate = learning_rate_at(schedule_, updates_done() * args_.global_batch_size);
+  result.learning_rate = learning_rate_at(schedule_, scheduler_position_->samples());
   // Megatron's mixed-precision step: unscale the main gradients and check them over every rank
   // that holds gradients; an overflow anywhere skips the update everywhere, before the norm.
   result.overflow = loss_scaling_ && loss_scaling_->unscale_and_check(ctx_, *params_, optimizer_->owned(),
@@ -585,11 +620,22 @@ StepResult Trainer::apply_update(bool skip_update) {
   }
   result.loss = read_and_reduce_loss(microbatches_);
   ++iteration_;
-  consumed_samples_ += args_.global_batch_size;
+  consumed_samples_ += global_batch_size_;
+  // Megatron's scheduler steps by the iteration's samples after an update (not after an overflow).
+  if (!result.overflow) scheduler_position_->advance(global_batch_size_);
   return result;
 }
 
 absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_iteration) {
+  // Megatron checks each batch size when the run reaches it; here every one this run will reach,
+  // from where it starts (a resumed run may have passed batches this layout cannot divide).
+  GPT_RETURN_IF_ERROR(
+      check_batch_sizes_reached(args_, data_parallel_size_, consumed_samples_, args_.train_iters - iteration_));
+  if (grid_.world_rank() == 0) {
+    const std::string batches = batches_.describe(args_.micro_batch_size * data_parallel_size_, args_.seq_length);
+    std::printf("%s", batches.c_str());
+    std::fflush(stdout);
+  }
   const bool logging = grid_.is_logging_rank();
   // --metrics-file (train/metrics_file.h), the logging rank's: truncated when the run starts at
   // iteration 0, appended to when it resumes; every rank leaves if it cannot be opened.
@@ -626,7 +672,6 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     std::printf("%s", memory.c_str());
     std::fflush(stdout);
   }
-  const double flops_per_iteration = model_flops_per_iteration(config_, args_.global_batch_size);
   double interval_seconds = 0.0;  // training steps only; evaluation is not counted
   double interval_loss = 0.0;
   int64_t interval_steps = 0, interval_iterations = 0, skipped = 0, nan_iterations = 0;
@@ -675,12 +720,12 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
     if (args_.log_params_norm && reported) params_norm = this->params_norm();
     // After an overflow Megatron's step returns no count (None): the field is left out.
     if (args_.log_num_zeros_in_grad && reported && !step.overflow) num_zeros_in_grad = zero_gradients();
-    const double learning_rate = learning_rate_at(schedule_, updates_done() * args_.global_batch_size);
+    const double learning_rate = learning_rate_at(schedule_, scheduler_position_->samples());
     if (tensorboard && tensorboard_now) {
       tensorboard->iteration({.iteration = iteration_,
                               .consumed_samples = consumed_samples_,
                               .learning_rate = learning_rate,
-                              .batch_size = args_.global_batch_size,
+                              .batch_size = global_batch_size_,
                               .loss = step.loss,
                               .loss_scale = loss_scale(),
                               .world_size = grid_.world_size(),
@@ -694,6 +739,8 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
                               .allocation_count = static_cast<int64_t>(arena_.allocations())});
     }
     if (interval_end || first_of_run) {
+      // Megatron's throughput counts the batch size of the iteration logged.
+      const double flops_per_iteration = model_flops_per_iteration(config_, global_batch_size_);
       const int64_t iterations_in_interval = interval_steps;
       const double seconds_per_iteration = interval_seconds / static_cast<double>(iterations_in_interval);
       IterationLog log;
@@ -703,13 +750,13 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       log.elapsed_ms_per_iteration = seconds_per_iteration * 1000.0;
       log.tflops_per_gpu = flops_per_iteration / (seconds_per_iteration * 1e12 * grid_.world_size());
       log.learning_rate = learning_rate;
-      log.global_batch_size = args_.global_batch_size;
+      log.global_batch_size = global_batch_size_;
       log.lm_loss = interval_iterations > 0 ? interval_loss / static_cast<double>(interval_iterations) : NAN;
       log.loss_scale = loss_scale();
       log.grad_norm = step.overflow ? std::nullopt : std::optional<double>(step.grad_norm);
       log.skipped_iterations = skipped;
       log.nan_iterations = nan_iterations;
-      log.tokens_per_second_per_gpu = static_cast<double>(args_.global_batch_size * args_.seq_length) /
+      log.tokens_per_second_per_gpu = static_cast<double>(global_batch_size_ * args_.seq_length) /
                                       (seconds_per_iteration * grid_.world_size());
       log.num_zeros_in_grad = num_zeros_in_grad;
       log.params_norm = params_norm;
@@ -733,7 +780,7 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
         if (metrics) {
           IterationMetrics m{.log = log, .timestamp = timestamp};
           m.tokens_per_second =
-              static_cast<double>(args_.global_batch_size * args_.seq_length) / seconds_per_iteration;
+              static_cast<double>(global_batch_size_ * args_.seq_length) / seconds_per_iteration;
           m.world_size = grid_.world_size();
           m.tensor_parallel = grid_.shape().tensor;
           m.pipeline_parallel = grid_.shape().pipeline;

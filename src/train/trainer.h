@@ -20,6 +20,7 @@
 #include "optim/lr_schedule.h"
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
+#include "train/batch_size_schedule.h"
 #include "train/rerun_check.h"
 #include "train/checkpoint_records.h"
 #include "train/data_parallel.h"
@@ -32,6 +33,7 @@
 #include "train/microbatch_feed.h"
 #include "train/model_stage.h"
 #include "train/pipeline_timeline.h"
+#include "train/scheduler_position.h"
 
 namespace gpt {
 
@@ -120,6 +122,10 @@ class Trainer {
   const LrScheduleConfig& schedule() const { return schedule_; }
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
+  // The global batch size of the last iteration trained (before the first: of the next one), and
+  // whether the next iteration's differs (Megatron then saves a checkpoint first).
+  int64_t global_batch_size() const { return global_batch_size_; }
+  bool batch_size_changes_next() const { return batches_.batch_size_at(consumed_samples_) != global_batch_size_; }
   // Total parameters of the global model and the count this rank holds.
   int64_t parameters_on_rank() const;
   // The parts of the run whose non-tensor state checkpoints keep as records (train/checkpoint_records.h),
@@ -197,6 +203,9 @@ class Trainer {
   // Updates done so far: iterations less those skipped for overflow (the learning-rate schedule
   // advances only on updates, as Megatron's scheduler steps only after a successful one).
   int64_t updates_done() const { return iteration_ - (loss_scaling_ ? loss_scaling_->skipped_updates() : 0); }
+  // The scheduler's samples as the iterations so far imply them: updates x the batch with a
+  // constant batch, the consumed samples with a changing one (a checkpoint's record replaces it).
+  int64_t scheduler_samples_implied() const;
   // GPT_GRADIENT_FAULT (train/fault_injection.h): an infinite gradient on this rank now.
   void maybe_inject_gradient_fault();
   std::shared_ptr<const SampleSource> train_data_, valid_data_, test_data_;
@@ -207,7 +216,18 @@ class Trainer {
   std::unique_ptr<TimelineGather> timeline_;  // --timing-log-level 2 with --metrics-file and PP > 1  // ZB-V's V placement: the last virtual stage is on pipeline rank 0
   Tensor norm_scratch_;  // [1] float32
   Tensor zeros_scratch_;  // [1] int64, for --log-num-zeros-in-grad
+  // The batch size as a function of the consumed samples (train/batch_size_schedule.h), and this
+  // iteration's: its global batch size and this rank's number of microbatches; evaluation's
+  // (--global-batch-size, as Megatron's evaluate) stay constant.
+  BatchSizeSchedule batches_;
+  int64_t global_batch_size_ = 0;
   int64_t microbatches_ = 1;
+  int64_t eval_microbatches_ = 1;
+  // Sets the above for the iteration about to start from consumed_samples_ (the pipeline schedule
+  // follows a new number of microbatches).
+  void begin_batch();
+  // The learning-rate schedule's position in samples (Megatron's num_steps), checkpointed.
+  std::unique_ptr<SchedulerPosition> scheduler_position_;
   int64_t data_parallel_size_ = 1;
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;

@@ -17,7 +17,10 @@ What is changed, and nothing else:
            --num-layers (pipeline stages x model chunks, at least 2), --hidden-size, heads, query
            groups, --ffn-hidden-size, --kv-channels, --seq-length, --max-position-embeddings,
            --micro-batch-size (at most 2), --global-batch-size (micro batch x data-parallel size x
-           microbatches), --train-iters 2 (--train-samples: two global batches); the world is the
+           microbatches), --train-iters 2 (--train-samples: two global batches),
+           --step-batch-size-schedule (its entries' batches 1, 2, ... times that global batch, each
+           reached after one more iteration: thresholds of that many samples x --seq-length tokens);
+           the world is the
            layout's model-parallel size times a data-parallel size of 2 (1 past 4 model-parallel
            ranks)
   paths    --data-path: --mock-data; --vocab-file/--merge-file: the null tokenizer with a 255-token
@@ -141,6 +144,11 @@ def shrink(args, work_dir, use_gpt2=False):
         if flag == "--tokenizer-model":
             out += [flag, small_tokenizer_model(flag_value(args, "--tokenizer-type"), work_dir)]
             continue
+        if flag == "--step-batch-size-schedule":
+            entries = len(value.replace(",", " ").split())
+            out += [flag, " ".join(f"{i * global_batch * sizes['--seq-length']}:{(i + 1) * global_batch}"
+                                   for i in range(entries))]
+            continue
         if flag == "--distributed-backend" and value == "nccl":
             out += [flag, "gloo"]
             continue
@@ -158,7 +166,7 @@ def shrink(args, work_dir, use_gpt2=False):
         out += [flag] + ([value] if value is not None else [])
     if "--train-iters" not in given and "--train-samples" not in given:
         out += ["--train-iters", "2"]
-    if "--global-batch-size" not in given:
+    if "--global-batch-size" not in given and "--step-batch-size-schedule" not in given:
         out += ["--global-batch-size", str(global_batch)]
     if "--data-path" not in given and "--mock-data" not in out and "--mock-data" not in given:
         out.append("--mock-data")

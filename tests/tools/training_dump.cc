@@ -140,6 +140,11 @@ absl::Status dump(const Arguments& args, ProcessGrid& grid, const std::map<std::
   if (gradients_step < 0 || gradients_step >= steps) {
     return absl::InvalidArgumentError("training_dump: --gradients-step must be in [0, --steps)");
   }
+  // The dump's token arrays are [steps, microbatches, ...]: one number of microbatches.
+  if (!args.rampup_batch_size.empty() || args.was_given("--step-batch-size-schedule")) {
+    return absl::InvalidArgumentError("training_dump: a constant --global-batch-size only (the batch_size_rampup "
+                                      "test covers ramp-up and step schedules)");
+  }
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::create(args, grid));
   const std::string path = own.at("--output") + "_rank" + std::to_string(grid.world_rank()) + ".h5";
   GPT_ASSIGN_OR_RETURN(Hdf5File file, Hdf5File::create(path));

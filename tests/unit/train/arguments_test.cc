@@ -358,7 +358,8 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
       {with(base_flags(), "--num-workers", "-1"), "--num-workers must be >= 0"},
       {with(base_flags(), "--cross-entropy-fusion-impl", "apex"), "--cross-entropy-fusion-impl must be native or te"},
       {with(base_flags(), "--async-strategy", "x"), "--async-strategy must be nvrx or mcore"},
-      {with(base_flags(), "--step-batch-size-schedule", "0:16 1M:32"), "--step-batch-size-schedule is not supported"},
+      {with(base_flags(), "--step-batch-size-schedule", "0:16 1M:32"),
+       "Cannot specify both --step-batch-size-schedule and --global-batch-size"},
       {with(base_flags(), "--overlap-param-gather", ""), "--overlap-param-gather needs --use-distributed-optimizer"},
       {with(base_flags(), "--ddp-bucket-size", "0"), "--ddp-bucket-size must be a positive integer"},
       // Megatron-FSDP (ZeRO levels): its flags alone, and what cannot combine.
@@ -557,7 +558,7 @@ TEST(Arguments, MegatronImplementationChoicesRefusedWithTheReason) {
          for (const char* word : {"--rampup-batch-size", "16", "8", "300000"}) flags.push_back(word);
          return flags;
        }(),
-       "--rampup-batch-size is not supported: the global batch size is constant in this program"},
+       "--rampup-batch-size needs --train-samples: expected no batch-size rampup for iteration-based training"},
       {[] {
          std::vector<std::string> flags = base_flags();
          for (const char* word : {"--rampup-batch-size", "16", "8"}) flags.push_back(word);

@@ -1,0 +1,175 @@
+// The process grid's groups in both of Megatron's rank orders ("tp-cp-ep-dp-pp", the default, and
+// "tp-cp-ep-pp-dp", --use-tp-pp-dp-mapping) against an independent reimplementation of Megatron's
+// RankGenerator (megatron/core/parallel_state.py: generate_masked_orthogonal_rank_groups over the
+// order's sizes, the group's kinds masked), for several layouts; then, under mpirun -np 8, the MPI
+// communicators the grid builds hold exactly those ranks, in that order.
+#include <mpi.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "gtest/gtest.h"
+#include "parallel/mpi_grid.h"
+
+namespace gpt {
+namespace {
+
+// Megatron's generate_masked_orthogonal_rank_groups: the world is a mixed-radix number over
+// `sizes` (first fastest); a group varies the masked digits (first masked fastest) with the
+// unmasked digits fixed, groups numbered by the unmasked digits (first unmasked fastest).
+std::vector<std::vector<int>> megatron_groups(const std::vector<int>& sizes, const std::vector<bool>& mask) {
+  std::vector<int> stride(sizes.size());
+  int world = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    stride[i] = world;
+    world *= sizes[i];
+  }
+  std::vector<size_t> masked, unmasked;
+  for (size_t i = 0; i < sizes.size(); ++i) (mask[i] ? masked : unmasked).push_back(i);
+  int group_size = 1;
+  for (size_t i : masked) group_size *= sizes[i];
+  // Digit d of `index` over the dimensions `dims`, first fastest, as an offset in the world.
+  auto offset = [&](int index, const std::vector<size_t>& dims) {
+    int total = 0;
+    for (size_t d : dims) {
+      total += (index % sizes[d]) * stride[d];
+      index /= sizes[d];
+    }
+    return total;
+  };
+  std::vector<std::vector<int>> groups;
+  for (int g = 0; g < world / group_size; ++g) {
+    std::vector<int> group;
+    for (int r = 0; r < group_size; ++r) group.push_back(offset(r, masked) + offset(g, unmasked));
+    groups.push_back(group);
+  }
+  return groups;
+}
+
+// RankGenerator(tp, ep=1, dp, pp, cp, order).get_ranks(token).
+std::vector<std::vector<int>> rank_generator(const GridShape& shape, const std::string& token) {
+  const std::vector<std::string> order = shape.order == RankOrder::kTpCpPpDp
+                                             ? std::vector<std::string>{"tp", "cp", "ep", "pp", "dp"}
+                                             : std::vector<std::string>{"tp", "cp", "ep", "dp", "pp"};
+  const std::map<std::string, int> size_of = {
+      {"tp", shape.tensor}, {"cp", shape.context}, {"ep", 1}, {"dp", shape.data}, {"pp", shape.pipeline}};
+  std::vector<int> sizes;
+  std::vector<bool> mask;
+  for (const std::string& name : order) {
+    sizes.push_back(size_of.at(name));
+    mask.push_back(token.find(name) != std::string::npos);
+  }
+  return megatron_groups(sizes, mask);
+}
+
+struct Kind {
+  GridGroup group;
+  const char* megatron_token;
+};
+constexpr Kind kKinds[] = {{GridGroup::kTensor, "tp"},      {GridGroup::kContext, "cp"},
+                           {GridGroup::kData, "dp"},        {GridGroup::kDataContext, "dp-cp"},
+                           {GridGroup::kPipeline, "pp"},    {GridGroup::kModelParallel, "tp-pp"}};
+
+// World 8 in every way TP x CP x PP x DP can make it with CP in {1, 2}, each in both orders.
+std::vector<GridShape> layouts_of_eight() {
+  std::vector<GridShape> layouts;
+  for (int tp : {1, 2, 4, 8}) {
+    for (int cp : {1, 2}) {
+      for (int pp : {1, 2, 4, 8}) {
+        if (8 % (tp * cp * pp) != 0) continue;
+        const int dp = 8 / (tp * cp * pp);
+        for (RankOrder order : {RankOrder::kTpCpDpPp, RankOrder::kTpCpPpDp}) {
+          layouts.push_back(GridShape{.tensor = tp, .pipeline = pp, .data = dp, .context = cp, .order = order});
+        }
+      }
+    }
+  }
+  return layouts;
+}
+
+std::string name_of(const GridShape& s) {
+  return "TP " + std::to_string(s.tensor) + " CP " + std::to_string(s.context) + " PP " + std::to_string(s.pipeline) +
+         " DP " + std::to_string(s.data) + " order " + rank_order_name(s.order);
+}
+
+TEST(RankOrder, GroupsEqualMegatronsRankGenerator) {
+  std::vector<GridShape> layouts = layouts_of_eight();
+  layouts.push_back({.tensor = 2, .pipeline = 3, .data = 4, .order = RankOrder::kTpCpPpDp});  // the docstring's
+  layouts.push_back({.tensor = 2, .pipeline = 3, .data = 4, .context = 1});
+  layouts.push_back({.tensor = 3, .pipeline = 2, .data = 5, .context = 2, .order = RankOrder::kTpCpPpDp});
+  for (const GridShape& shape : layouts) {
+    for (const Kind& kind : kKinds) {
+      EXPECT_EQ(grid_groups(shape, kind.group), rank_generator(shape, kind.megatron_token))
+          << name_of(shape) << ", group " << kind.megatron_token;
+    }
+    for (int rank = 0; rank < shape.world(); ++rank) {
+      ASSERT_EQ(grid_rank(shape, grid_coordinates(shape, rank)), rank) << name_of(shape);
+    }
+  }
+}
+
+TEST(RankOrder, MegatronsDocstringExample) {
+  // parallel_state.py: "if the gpu size is 8 and order is 'tp-pp-dp', size is '2-2-2', the dp_group
+  // here is [[0, 4], [1, 5], [2, 6], [3, 7]]".
+  const GridShape shape{.tensor = 2, .pipeline = 2, .data = 2, .order = RankOrder::kTpCpPpDp};
+  EXPECT_EQ(grid_groups(shape, GridGroup::kData), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(grid_groups(shape, GridGroup::kPipeline), (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  // The default order on the same sizes: the pipeline slowest.
+  const GridShape usual{.tensor = 2, .pipeline = 2, .data = 2};
+  EXPECT_EQ(grid_groups(usual, GridGroup::kData), (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+}
+
+// Under mpirun -np 8: each communicator of each layout holds the ranks grid_groups lists, in order.
+TEST(RankOrder, MpiCommunicatorsHoldTheGroups) {
+  int world_size = 1, world_rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  ASSERT_EQ(world_size, 8) << "run with mpirun -np 8";
+  Context ctx = Context::cpu(1);
+  for (const GridShape& shape : layouts_of_eight()) {
+    std::unique_ptr<ProcessGrid> grid = build_mpi_grid(shape, /*timeout_seconds=*/120.0);
+    ASSERT_EQ(grid->world_rank(), world_rank);
+    std::vector<std::pair<GridGroup, Communicator*>> groups = {{GridGroup::kTensor, &grid->tensor()},
+                                                               {GridGroup::kData, &grid->data()},
+                                                               {GridGroup::kPipeline, &grid->pipeline()},
+                                                               {GridGroup::kModelParallel, &grid->model_parallel()}};
+    if (shape.context > 1) {
+      groups.push_back({GridGroup::kContext, &grid->context()});
+      groups.push_back({GridGroup::kDataContext, &grid->data_context()});
+    }
+    for (const auto& [kind, communicator] : groups) {
+      std::vector<int> members(static_cast<size_t>(communicator->size()));
+      int me = world_rank;
+      communicator->all_gather(ctx, Tensor(members.data(), DType::kInt32, Shape({communicator->size()}), Device::kCpu),
+                               Tensor(&me, DType::kInt32, Shape({1}), Device::kCpu));
+      std::vector<int> expected;
+      for (const std::vector<int>& group : grid_groups(shape, kind)) {
+        for (int member : group) {
+          if (member == world_rank) expected = group;
+        }
+      }
+      EXPECT_EQ(members, expected) << name_of(shape) << ", " << communicator->name() << " group of rank " << world_rank;
+    }
+    // The embedding group: the first and last stage of this rank's pipeline group.
+    const GridCoordinates c = grid->coordinates();
+    if (c.pipeline == 0 || c.pipeline == shape.pipeline - 1) {
+      std::vector<int> members(static_cast<size_t>(grid->embedding().size()));
+      int me = world_rank;
+      grid->embedding().all_gather(ctx, Tensor(members.data(), DType::kInt32, Shape({grid->embedding().size()}),
+                                               Device::kCpu),
+                                   Tensor(&me, DType::kInt32, Shape({1}), Device::kCpu));
+      GridCoordinates first = c, last = c;
+      first.pipeline = 0;
+      last.pipeline = shape.pipeline - 1;
+      std::vector<int> expected = {grid_rank(shape, first)};
+      if (shape.pipeline > 1) expected.push_back(grid_rank(shape, last));
+      EXPECT_EQ(members, expected) << name_of(shape) << ", embedding group";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpt
