@@ -607,8 +607,8 @@ StepResult Trainer::apply_update(bool skip_update) {
   if (result.overflow || skip_update) {
     result.skipped = true;
   } else if (std::isfinite(result.grad_norm)) {
-    const double decoupled_learning_rate =
-        learning_rate_at(decoupled_schedule_, updates_done() * args_.global_batch_size);
+    // Both rates follow one scheduler position (Megatron's param groups share its num_steps).
+    const double decoupled_learning_rate = learning_rate_at(decoupled_schedule_, scheduler_position_->samples());
     optimizer_->step(ctx_, static_cast<float>(result.learning_rate), static_cast<float>(decoupled_learning_rate),
                      clip_coefficient(result.grad_norm, args_.clip_grad));
     data_parallel_->after_step(ctx_);
