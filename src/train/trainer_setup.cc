@@ -1,0 +1,323 @@
+// Trainer's set-up (train/trainer.h): the model configuration from the flags, the rank's
+// chunks, parameters, data-parallel state and optimizer built and checked against the memory plan,
+// and the memory figures the start-up report prints.
+#include "train/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/cuda_runtime.h"
+#include "core/logging.h"
+#include "core/memory.h"
+#include "core/stream_copy.h"
+#include "kernels/attention_backend.h"
+#include "kernels/ops.h"
+#include "parallel/comm/mpi_runtime.h"
+#include "train/argument_table.h"
+#include "train/batch_size_arguments.h"
+#include "train/data_setup.h"
+#include "train/fault_injection.h"
+#include "train/fp8_arguments.h"
+#include "train/fp8_records.h"
+#include "train/flops.h"
+#include "train/memory_plan.h"
+#include "train/memory_report.h"
+#include "train/sharding_arguments.h"
+#include "train/model_arguments.h"
+#include "train/rank_agreement.h"
+#include "model/activation_memory.h"
+
+namespace gpt {
+namespace {
+
+// The context-parallel group and each layer's --cp-comm-type (none when CP = 1).
+ContextParallel context_parallel_from(const Arguments& args, ProcessGrid& grid) {
+  ContextParallel context;
+  if (grid.shape().context == 1) return context;
+  context.group = &grid.context();
+  for (const std::string& type : args.cp_comm_type) {
+    context.comm_types.push_back(type == "a2a" ? ContextCommType::kAllToAll : ContextCommType::kRing);
+  }
+  return context;
+}
+
+// The CPU backend with the node's cores shared among its ranks (BLAS threads), or the GPU of this
+// rank's node-local index among the visible ones (several ranks may share one GPU with the MPI
+// communicator; the launcher refuses that with NCCL).
+Context make_context(const Arguments& args) {
+  if (args.device == "cuda") return Context::gpu(gpu_for_local_rank(local_rank(), cuda::device_count()));
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  return Context::cpu(std::max(1, cores / local_world_size()));
+}
+
+// Megatron's "(min, max) time across ranks" lines.
+}  // namespace
+
+absl::Status resolve_device(Arguments& args) {
+  const bool gpu_available = cuda_backend_built() && cuda::device_count() > 0;
+  if (args.device == "cuda" && !gpu_available) {
+    return absl::InvalidArgumentError(cuda_backend_built() ? "--device cuda: no GPU is visible"
+                                                           : "--device cuda: this build has no CUDA backend");
+  }
+  if (args.device == "auto") args.device = gpu_available ? "cuda" : "cpu";
+  return absl::OkStatus();
+}
+
+void set_model_kinds(const Arguments& a, ModelConfig& c) {
+  // Validated arguments (validate_model_family and validate_arguments): num_query_groups resolved,
+  // names known, recompute granularity and method "" or one of Megatron's names.
+  c.num_query_groups = a.num_query_groups;
+  c.position_embedding = a.position_embedding_type == "rope"   ? PositionEmbedding::kRope
+                         : a.position_embedding_type == "none" ? PositionEmbedding::kNone
+                                                               : PositionEmbedding::kLearnedAbsolute;
+  c.normalization = a.normalization == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
+  c.swiglu = a.swiglu;
+  c.add_bias_linear = !a.disable_bias_linear;
+  // Megatron's validate_args turns bias_gelu_fusion off without linear biases; unfused, its MLP
+  // applies F.gelu, the exact GeLU.
+  c.exact_gelu = !a.swiglu && !a.squared_relu && (a.disable_bias_linear || a.no_bias_gelu_fusion);
+  c.squared_relu = a.squared_relu;
+  c.layernorm_zero_centered_gamma = a.apply_layernorm_1p;
+  c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
+  c.dtype = a.bf16 ? DType::kBFloat16 : a.fp16 ? DType::kFloat16 : DType::kFloat32;
+  c.fp8 = fp8_config_from(a);
+  c.recompute.granularity = a.recompute_granularity == "full"        ? RecomputeGranularity::kFull
+                            : a.recompute_granularity == "selective" ? RecomputeGranularity::kSelective
+                                                                     : RecomputeGranularity::kNone;
+  if (c.recompute.granularity == RecomputeGranularity::kFull) {
+    c.recompute.method = a.recompute_method == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
+    c.recompute.num_layers = a.recompute_num_layers;
+  }
+}
+
+ModelConfig model_config_from(const Arguments& a) {
+  ModelConfig c;
+  c.num_layers = a.num_layers;
+  c.hidden_size = a.hidden_size;
+  c.ffn_hidden_size = a.ffn_hidden_size;
+  c.num_attention_heads = a.num_attention_heads;
+  c.kv_channels = a.kv_channels;
+  c.seq_length = a.seq_length;
+  c.max_position_embeddings = a.max_position_embeddings;
+  c.vocab_size = a.vocab_size;
+  c.padded_vocab_size = padded_vocab_size(a.vocab_size, a.make_vocab_size_divisible_by, a.tensor_model_parallel_size);
+  c.layernorm_epsilon = static_cast<float>(a.norm_epsilon);
+  c.init_method_std = static_cast<float>(a.init_method_std);
+  set_model_kinds(a, c);
+  c.rotary_dim = c.position_embedding == PositionEmbedding::kRope ? rotary_dimensions(a) : 0;
+  c.rotary_base = static_cast<float>(a.rotary_base);
+  c.rotary_interleaved = a.rotary_interleaved;
+  c.hidden_dropout = static_cast<float>(a.hidden_dropout);
+  c.attention_dropout = static_cast<float>(a.attention_dropout);
+  c.seed = a.seed;
+  return c;
+}
+
+Trainer::Trainer(const Arguments& args, ProcessGrid& grid)
+    : args_(args),
+      grid_(grid),
+      ctx_(make_context(args)),
+      config_(model_config_from(args)),
+      specs_(build_param_specs(config_)),
+      arena_(ctx_.device(), "model") {}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given, ProcessGrid& grid) {
+  Arguments args = given;
+  GPT_RETURN_IF_ERROR(resolve_device(args));
+  if (!args.fp8_format.empty() && args.device == "cuda") {
+    return absl::InvalidArgumentError(
+        "--fp8-format: FP8 GEMMs are emulated on the CPU backend only (--device cpu); the CUDA backend has no FP8 "
+        "GEMMs yet");
+  }
+  if (args.attention_backend == "fused" && (args.device != "cuda" || !fused_attention_built())) {
+    return absl::InvalidArgumentError(args.device != "cuda"
+                                          ? "--attention-backend fused needs the GPU (this run uses the CPU backend)"
+                                          : "--attention-backend fused: this build has no cuDNN");
+  }
+  // How accepted Megatron flags are carried out here (train/arguments.h), once.
+  if (grid.world_rank() == 0) {
+    for (const std::string& note : args.notes) log_line(LogLevel::kInfo, note);
+  }
+  if (args.device == "cuda" && args.attention_dropout > 0.0 && grid.world_rank() == 0) {
+    // cuDNN's fused attention draws its own dropout masks, which would differ between layouts.
+    GPT_LOG_WARNING() << "--attention-dropout " << args.attention_dropout
+                      << " runs the exact (unfused, slower) attention kernels on the GPU so that every layout "
+                         "drops the same probabilities; --attention-dropout 0 keeps cuDNN's fused attention";
+  }
+  // The data first: its tokenizer fixes the vocabulary, and a missing or damaged dataset is
+  // reported before any model memory is taken.
+  GPT_ASSIGN_OR_RETURN(DataSources data, build_data_sources(args));
+  args.vocab_size = data.vocab_size;
+  std::unique_ptr<Trainer> t(new Trainer(args, grid));
+  t->ctx_.set_options({.deterministic = args.deterministic_mode,
+                       .fused_attention = args.attention_backend == "auto" || args.attention_backend == "flash" ||
+                                          args.attention_backend == "fused"});
+  t->train_data_ = data.train;
+  t->valid_data_ = data.valid;
+  t->test_data_ = data.test;
+  const GridShape& shape = grid.shape();
+  if (args.distributed_backend == "nccl") grid.adopt_nccl(t->ctx_, args.distributed_timeout_minutes * 60.0);
+  t->data_parallel_size_ = shape.data;
+  // Evaluation's microbatches (--global-batch-size, as Megatron's evaluate), and every number of
+  // training microbatches the batch-size schedule can give (a batch that does not divide is refused
+  // when reached: check_batch_sizes_reached).
+  const int64_t per_microbatch = args.micro_batch_size * shape.data;
+  t->batches_ = batch_size_schedule(args);
+  t->eval_microbatches_ = args.global_batch_size / per_microbatch;
+  std::vector<int64_t> train_microbatches;
+  for (int64_t batch : t->batches_.batch_sizes()) {
+    if (batch % per_microbatch == 0) train_microbatches.push_back(batch / per_microbatch);
+  }
+  t->tensor_parallel_ = std::make_unique<TensorParallel>(grid.tensor(), args.sequence_parallel);
+  // This rank's chunks, their parameters (one store, so the flat buffers cover every chunk) and
+  // the schedules that drive them.
+  const PipelineLayout pipeline = pipeline_layout(args, shape, grid.coordinates(), t->eval_microbatches_);
+  std::vector<ParamSpec> specs = rank_param_specs(t->specs_, pipeline);
+  t->loss_on_first_stage_ = pipeline.placement == pipeline::Placement::kV;
+  const size_t params_begin = t->arena_.used_bytes();
+  t->params_ = std::make_unique<ParamStore>(
+      ShardPlan(std::move(specs), shard_plan_config_from(args, shape, grid.coordinates())), t->config_.dtype,
+      t->arena_);
+  const size_t params_end = t->arena_.used_bytes();
+  t->params_->initialize(static_cast<uint64_t>(args.seed));
+  const size_t chunks_begin = t->arena_.used_bytes();
+  t->forward_backward_ = std::make_unique<ForwardBackward>(pipeline, train_microbatches);
+  t->feed_ = std::make_unique<MicrobatchFeed>(args.micro_batch_size, shape.data, grid.coordinates().data,
+                                              t->config_.vocab_size);
+  if (t->config_.fp8.enabled) {
+    t->fp8_ = std::make_unique<Fp8Scaling>(t->config_.fp8, t->config_.num_layers);
+    t->fp8_records_ = std::make_unique<Fp8CheckpointRecords>(*t->fp8_);
+    t->add_checkpoint_records(t->fp8_records_.get());
+  }
+  std::vector<pipeline::Stage*> stages;
+  const ContextParallel context = context_parallel_from(args, grid);
+  for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
+    t->chunks_.push_back(std::make_unique<GptModel>(t->config_, *t->params_, *t->tensor_parallel_,
+                                                    args.micro_batch_size, t->forward_backward_->stash_slots()[c],
+                                                    pipeline.chunks[c], t->arena_,
+                                                    t->forward_backward_->deferral_depths()[c], context,
+                                                    t->fp8_.get()));
+    t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_));
+    stages.push_back(t->stages_.back().get());
+  }
+  t->forward_backward_->attach(std::move(stages), t->arena_);
+  const size_t chunks_end = t->arena_.used_bytes();
+  t->data_parallel_ = std::make_unique<DataParallel>(data_parallel_config_from(args), grid, *t->params_,
+                                                     *t->tensor_parallel_, t->arena_);
+  std::vector<GptModel*> chunks;
+  for (auto& chunk : t->chunks_) chunks.push_back(chunk.get());
+  t->data_parallel_->attach(chunks);
+  const AdamWConfig adam{static_cast<float>(args.adam_beta1), static_cast<float>(args.adam_beta2),
+                         static_cast<float>(args.adam_eps), static_cast<float>(args.weight_decay),
+                         offload_fraction(args), args.overlap_cpu_optimizer_d2h_h2d};
+  const size_t optimizer_begin = t->arena_.used_bytes();
+  t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adam, t->arena_, t->data_parallel_->owned());
+  // The memory plan is the memory allocated, item by item, on every rank of every layout.
+  const RankMemory planned =
+      rank_memory(t->params_->plan(), t->config_, t->chunks_.front()->shapes(), t->tensor_parallel_->sequence_parallel(),
+                  pipeline, t->forward_backward_->stash_slots(), t->forward_backward_->deferral_depths(),
+                  data_parallel_config_from(args), offload_fraction(args));
+  // The store's two buffers, the FP32 gradients (or their shards, ZeRO-2/3) measured by the tensor
+  // the arena gave them, and ZeRO-2/3's working gradient and parameter buffers as DataParallel
+  // measured them.
+  const int64_t gradient_bytes = Arena::aligned_bytes(DType::kFloat32, t->params_->gradient_storage().shape());
+  t->allocated_ = {.parameters = static_cast<int64_t>(params_end - params_begin) - gradient_bytes +
+                                 t->data_parallel_->parameter_buffer_bytes(),
+                   .gradients = gradient_bytes + t->data_parallel_->gradient_buffer_bytes(),
+                   .optimizer_state = static_cast<int64_t>(t->arena_.used_bytes() - optimizer_begin),
+                   .activations = static_cast<int64_t>(chunks_end - chunks_begin),
+                   .host_optimizer_state = t->optimizer_->host_bytes_allocated()};
+  GPT_CHECK_EQ(planned.parameters, t->allocated_.parameters) << "memory plan of the parameters";
+  GPT_CHECK_EQ(planned.gradients, t->allocated_.gradients) << "memory plan of the gradients";
+  GPT_CHECK_EQ(planned.activations, t->allocated_.activations) << "memory plan of the chunks";
+  GPT_CHECK_EQ(planned.optimizer_state, t->allocated_.optimizer_state) << "memory plan of the optimizer state";
+  GPT_CHECK_EQ(planned.host_optimizer_state, t->allocated_.host_optimizer_state)
+      << "memory plan of the offloaded optimizer state";
+  t->loss_sum_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
+  t->norm_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
+  t->zeros_scratch_ = t->arena_.allocate_zeroed(DType::kInt64, {1});
+  t->memory_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats});
+  t->timing_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {2 * (3 + phase_timer::kPhases)});
+  t->timing_ = args.timing_log_level >= 1;
+  t->phase_clock_ = t->timing_ || args.log_straggler;
+  t->rerun_ = RerunCheck::create(t->args_, grid);
+  if (t->rerun_) t->add_checkpoint_records(t->rerun_.get());
+  phase_timer::set_enabled(args.timing_log_level >= 2);
+  t->memory_gathered_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats * grid.world_size()});
+  t->memory_ = t->memory_figures(pipeline, static_cast<double>(chunks_end - chunks_begin));
+  if (args.timing_log_level >= 2 && !args.metrics_file.empty() && shape.pipeline > 1) {
+    // The measured pipeline timeline goes to the metrics file with each log line.
+    t->timeline_ = std::make_unique<TimelineGather>(t->forward_backward_->schedule(Pass::kTrain), pipeline.schedule,
+                                                    args.num_layers, t->arena_);
+    t->forward_backward_->record_timeline(true);
+  }
+  t->arena_.freeze();
+  t->schedule_ = lr_schedule_config(args);  // in samples, from iteration- or sample-based flags
+  t->decoupled_schedule_ = decoupled_lr_schedule_config(args);
+  t->loss_scaling_ = LossScaling::from_arguments(args);
+  if (t->loss_scaling_) t->add_checkpoint_records(t->loss_scaling_.get());
+  // After the loss scaler's records: a checkpoint without the scheduler's record derives it from
+  // the restored skipped-update count.
+  Trainer* trainer = t.get();
+  t->scheduler_position_ = std::make_unique<SchedulerPosition>([trainer] { return trainer->scheduler_samples_implied(); });
+  t->add_checkpoint_records(t->scheduler_position_.get());
+  t->begin_batch();
+  return t;
+}
+
+int64_t Trainer::parameters_on_rank() const {
+  int64_t total = 0;
+  for (const Param& param : params_->params()) total += param.numel();
+  return total;
+}
+
+Trainer::~Trainer() {
+  // Parameter gathers still in flight (--overlap-param-gather) finish before the buffers go.
+  if (data_parallel_) data_parallel_->settle(ctx_);
+}
+
+MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chunk_bytes) const {
+  MemoryFigures f;
+  int64_t elements = 0;
+  for (const Param& param : params_->params()) elements += param.numel();
+  const double owned = data_parallel_->distributed_optimizer()
+                           ? static_cast<double>(elements) / static_cast<double>(grid_.data_context().size())
+                           : static_cast<double>(elements);
+  const bool separate_master = optimizer_->has_separate_master();
+  // ZeRO-2/3: the shards (1/DP) in theory; allocated also the working buffers of the units in flight.
+  f.theoretical[MemoryFigures::kParameters] =
+      (params_->sharded_parameters() ? owned : static_cast<double>(elements)) * dtype_size(config_.dtype);
+  f.allocated[MemoryFigures::kParameters] =
+      static_cast<double>(params_->value_storage().bytes() + data_parallel_->parameter_buffer_bytes());
+  f.theoretical[MemoryFigures::kGradients] =
+      (params_->sharded_gradients() ? owned : static_cast<double>(elements)) * 4.0;
+  f.allocated[MemoryFigures::kGradients] =
+      static_cast<double>(params_->gradient_storage().bytes() + data_parallel_->gradient_buffer_bytes());
+  f.theoretical[MemoryFigures::kMasterWeights] = separate_master ? owned * 4.0 : 0.0;
+  f.allocated[MemoryFigures::kMasterWeights] =
+      separate_master ? static_cast<double>(optimizer_->owned_elements()) * 4.0 : 0.0;
+  // Offloaded: the first fraction of the owned elements' state (and its staging) in host memory.
+  const double device_share = 1.0 - offload_fraction(args_);
+  const double device_elements = static_cast<double>(optimizer_->owned_elements() - optimizer_->host_elements());
+  f.theoretical[MemoryFigures::kMasterWeights] *= device_share;
+  f.allocated[MemoryFigures::kMasterWeights] = separate_master ? device_elements * 4.0 : 0.0;
+  f.theoretical[MemoryFigures::kMoments] = 2.0 * owned * 4.0 * device_share;
+  f.allocated[MemoryFigures::kMoments] = 2.0 * device_elements * 4.0;
+  f.theoretical[MemoryFigures::kHostOptimizer] = owned * (separate_master ? 12.0 : 8.0) * offload_fraction(args_);
+  f.allocated[MemoryFigures::kHostOptimizer] = static_cast<double>(optimizer_->host_bytes_allocated());
+  const std::vector<int>& slots = forward_backward_->stash_slots();
+  for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
+    f.theoretical[MemoryFigures::kActivations] += static_cast<double>(
+        activation_memory(config_, grid_.shape().tensor, tensor_parallel_->sequence_parallel(), args_.micro_batch_size,
+                          pipeline.chunks[c].num_layers, grid_.shape().context)
+            .total_bytes(slots[c]));
+  }
+  f.allocated[MemoryFigures::kActivations] = chunk_bytes;  // the chunks' stashes, workspaces and logits
+  f.total_allocated = static_cast<double>(arena_.used_bytes());
+  return f;
+}
+
+}  // namespace gpt
