@@ -28,11 +28,11 @@ ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& s
                          .data_parallel_size = shape.data * shape.context,
                          .distributed_optimizer = shards_optimizer(args),
                          .first_pipeline_stage = coordinates.pipeline == 0};
-  if (args.use_megatron_fsdp) {
+  if (args.use_megatron_fsdp || args.use_torch_fsdp2) {
     // Megatron-FSDP's units on every stage: a layer, the embedding, the output layer, merged up
-    // to --suggested-communication-unit-size.
+    // to --suggested-communication-unit-size (FSDP2: each alone, as fully_shard wraps them).
     config.unit_buckets = true;
-    config.bucket_size = args.suggested_communication_unit_size;
+    config.bucket_size = args.use_torch_fsdp2 ? 0 : args.suggested_communication_unit_size;
     config.shard_gradients = zero_level(args) >= ZeroLevel::kGradients;
     config.shard_parameters = zero_level(args) >= ZeroLevel::kParameters;
   } else if (args.overlap_grad_reduce && coordinates.pipeline == 0) {
@@ -44,11 +44,13 @@ ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& s
 }
 
 DataParallelConfig data_parallel_config_from(const Arguments& args) {
+  // FSDP2 prefetches the next unit's all-gather by default (its implicit forward prefetch).
+  const bool prefetch = args.overlap_param_gather || args.use_torch_fsdp2;
   return {.overlap_grad_reduce = args.overlap_grad_reduce,
-          .overlap_param_gather = args.overlap_param_gather,
+          .overlap_param_gather = prefetch,
           .tied_across_stages = tied_across_stages(args),
           .gradient_buffers = args.overlap_grad_reduce || args.fsdp_double_buffer ? 3 : 2,
-          .parameter_buffers = args.overlap_param_gather || args.fsdp_double_buffer ? 3 : 2};
+          .parameter_buffers = prefetch || args.fsdp_double_buffer ? 3 : 2};
 }
 
 DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, ParamStore& params,

@@ -139,6 +139,14 @@ constexpr FlagRow kRows[] = {
     row("--use-megatron-fsdp", &A::use_megatron_fsdp,
         "Megatron-FSDP: shard data-parallel state at --data-parallel-sharding-strategy's level, reduced and "
         "gathered per communication unit (a layer, the embedding, the output layer)"),
+    row("--use-torch-fsdp2", &A::use_torch_fsdp2,
+        "PyTorch FSDP2 (Megatron's fully_shard wrapper): parameters, gradients and optimizer state sharded over "
+        "data parallelism, each transformer layer (and the embedding, the output layer) gathered before use")
+        .megatron(kImplementation,
+                  "sharded as this program's ZeRO-3 (--data-parallel-sharding-strategy optim_grads_params) with the "
+                  "next unit's gather prefetched, FSDP2's default; Megatron's rules for the flag apply (no pipeline "
+                  "parallelism, no distributed optimizer, --no-gradient-accumulation-fusion, untied embeddings, no "
+                  "--fp16, --ckpt-format torch_dist or torch_dcp)"),
     row("--data-parallel-sharding-strategy", &A::data_parallel_sharding_strategy,
         "With --use-megatron-fsdp: no_shard (ZeRO-0), optim (ZeRO-1), optim_grads (ZeRO-2: each rank keeps the "
         "gradient sum of its shard only) or optim_grads_params (ZeRO-3: parameters too, each unit gathered "

@@ -20,7 +20,6 @@ constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
      "this program has no hybrid sharding (HSDP): --use-megatron-fsdp shards over the whole data-parallel group"},
     {"--use-legacy-models", "the model is Megatron-Core's GPT; this program has no legacy model"},
     {"--use-nccl-ub", "this program registers no NCCL user buffers: its collectives use the arena's memory"},
-    {"--use-torch-fsdp2", "this program's FSDP is --use-megatron-fsdp (ZeRO levels inside the TP x PP x DP grid)"},
     {"--wandb-project", "this program has no Weights & Biases logging; --metrics-file writes JSON lines"},
     // Issue 32: the other families Megatron's GPT test configurations use.
     {"--apply-wd-to-qk-layernorm", "only meaningful with --qk-layernorm, which this program does not build yet"},

@@ -58,6 +58,7 @@ std::string layout_flags(const Arguments& a, int64_t world_size, int64_t padded_
   if (a.use_megatron_fsdp) {
     text += ", --use-megatron-fsdp --data-parallel-sharding-strategy " + a.data_parallel_sharding_strategy;
   }
+  if (a.use_torch_fsdp2) text += ", --use-torch-fsdp2";
   if (!a.recompute_granularity.empty()) text += ", --recompute-granularity " + a.recompute_granularity;
   if (!a.data_path.empty()) absl::StrAppend(&text, ", --train-iters ", a.train_iters, ", --eval-iters ", a.eval_iters);
   return text;

@@ -35,9 +35,35 @@ absl::Status validate_offload_arguments(const Arguments& a) {
   return absl::OkStatus();
 }
 
+// Megatron's rules for --use-torch-fsdp2 (megatron/training/arguments.py), with its messages.
+absl::Status validate_torch_fsdp2_arguments(const Arguments& a) {
+  if (!a.use_torch_fsdp2) return absl::OkStatus();
+  if (a.use_megatron_fsdp) {
+    return invalid("--use-torch-fsdp2 and --use-megatron-fsdp are two fully sharded data-parallel wrappers: name one");
+  }
+  const std::pair<bool, const char*> rules[] = {
+      {a.pipeline_model_parallel_size > 1, "--use-torch-fsdp2 is not supported with pipeline parallelism"},
+      {a.use_distributed_optimizer, "--use-torch-fsdp2 is not supported with MCore's distributed optimizer"},
+      {!a.no_gradient_accumulation_fusion,
+       "--use-torch-fsdp2 is not supported with gradient accumulation fusion: add --no-gradient-accumulation-fusion"},
+      {a.ckpt_format != "torch_dist" && a.ckpt_format != "torch_dcp",
+       "--use-torch-fsdp2 requires --ckpt-format torch_dist or torch_dcp"},
+      {!a.untie_embeddings_and_output_weights, "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights"},
+      {a.fp16, "--use-torch-fsdp2 not supported with fp16 yet"},
+      {a.check_weight_hash_across_dp_replicas_interval > 0,
+       "--check-weight-hash-across-dp-replicas-interval compares the parameters of data-parallel replicas; under "
+       "--use-torch-fsdp2 each data-parallel rank holds another shard of them"},
+  };
+  for (const auto& [broken, message] : rules) {
+    if (broken) return invalid(message);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ZeroLevel zero_level(const Arguments& a) {
+  if (a.use_torch_fsdp2) return ZeroLevel::kParameters;
   if (!a.use_megatron_fsdp) return a.use_distributed_optimizer ? ZeroLevel::kOptimizer : ZeroLevel::kNone;
   const std::string& s = a.data_parallel_sharding_strategy;
   if (s == "no_shard") return ZeroLevel::kNone;
@@ -52,6 +78,7 @@ double offload_fraction(const Arguments& a) { return a.optimizer_cpu_offload ? a
 
 absl::Status validate_sharding_arguments(const Arguments& a) {
   GPT_RETURN_IF_ERROR(validate_offload_arguments(a));
+  GPT_RETURN_IF_ERROR(validate_torch_fsdp2_arguments(a));
   const std::string& s = a.data_parallel_sharding_strategy;
   if (s != "no_shard" && s != "optim" && s != "optim_grads" && s != "optim_grads_params") {
     return invalid(absl::StrCat("--data-parallel-sharding-strategy must be no_shard, optim, optim_grads or "

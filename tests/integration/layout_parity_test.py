@@ -108,7 +108,7 @@ PARALLEL_FLAGS_WITH_VALUE = {"--tensor-model-parallel-size", "--pipeline-model-p
 PARALLEL_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
                      "--overlap-param-gather", "--use-megatron-fsdp", "--fsdp-double-buffer",
                      "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d",
-                     "--use-tp-pp-dp-mapping"}
+                     "--use-tp-pp-dp-mapping", "--use-torch-fsdp2"}
 # Activation recompute must not change the result either: the reference runs without it.
 RECOMPUTE_FLAGS_WITH_VALUE = {"--recompute-granularity", "--recompute-method", "--recompute-num-layers"}
 RECOMPUTE_SWITCHES = {"--recompute-activations"}

@@ -395,6 +395,13 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
                  "--pipeline-model-parallel-size", "2"),
             "--pipeline-schedule", "zb-v"),
        "--data-parallel-sharding-strategy optim_grads cannot run --pipeline-schedule zb-v", 2},
+      // --use-torch-fsdp2 (ZeRO-3): Megatron's rules.
+      {with(base_flags(), "--use-torch-fsdp2", ""),
+       "--use-torch-fsdp2 is not supported with gradient accumulation fusion: add --no-gradient-accumulation-fusion"},
+      {with(with(base_flags(), "--use-torch-fsdp2", ""), "--no-gradient-accumulation-fusion", ""),
+       "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights"},
+      {with(with(with(base_flags(), "--use-torch-fsdp2", ""), "--use-megatron-fsdp", ""), "--no-gradient-accumulation-fusion", ""),
+       "--use-torch-fsdp2 and --use-megatron-fsdp are two fully sharded data-parallel wrappers"},
       // Optimizer offload: the fraction's range, and Megatron's requirements.
       {with(base_flags(), "--optimizer-cpu-offload", ""), "--optimizer-cpu-offload needs a distributed optimizer"},
       {with(with(base_flags(), "--use-distributed-optimizer", ""), "--optimizer-cpu-offload", ""),
