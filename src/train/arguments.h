@@ -71,7 +71,12 @@ struct Arguments {
   // Megatron-FSDP (train/sharding_arguments.h): the ZeRO level from the strategy, the elements per
   // communication unit (0: one unit per layer / embedding / output layer), two fixed unit buffers.
   bool use_megatron_fsdp = false;
-  bool use_torch_fsdp2 = false;  // ZeRO-3 as Megatron's PyTorch FSDP2 wrapper shards (train/sharding_arguments.h)
+  bool use_torch_fsdp2 = false;
+  // Megatron-FSDP's precision of the main parameters, main gradients and gradient communication;
+  // accepted where they resolve to FP32, this program's (train/sharding_arguments.h).
+  std::string megatron_fsdp_main_params_dtype = "fp32";
+  std::string megatron_fsdp_main_grads_dtype = "auto";
+  std::string megatron_fsdp_grad_comm_dtype = "auto";  // ZeRO-3 as Megatron's PyTorch FSDP2 wrapper shards (train/sharding_arguments.h)
   std::string data_parallel_sharding_strategy = "optim_grads_params";
   int64_t suggested_communication_unit_size = 0;
   bool fsdp_double_buffer = false;

@@ -154,6 +154,17 @@ constexpr FlagRow kRows[] = {
         .megatron(kImplementation,
                   "all four levels; under optim_grads_params a released unit stays gathered until its working "
                   "buffer is needed for another (docs/DATA_PARALLEL.md)"),
+    row("--megatron-fsdp-main-params-dtype", &A::megatron_fsdp_main_params_dtype,
+        "With --use-megatron-fsdp: the dtype of the main (master) parameters: fp32")
+        .megatron(kRefusedAtValues, "fp32, and auto in FP32 training; the optimizer here always keeps FP32 master "
+                                    "weights"),
+    row("--megatron-fsdp-main-grads-dtype", &A::megatron_fsdp_main_grads_dtype,
+        "With --use-megatron-fsdp: the dtype of the main gradients: fp32")
+        .megatron(kRefusedAtValues, "fp32, and auto in FP32 training; main gradients are always FP32 here, also "
+                                    "under --bf16, where Megatron's default auto keeps them in BF16"),
+    row("--megatron-fsdp-grad-comm-dtype", &A::megatron_fsdp_grad_comm_dtype,
+        "With --use-megatron-fsdp: the dtype gradients are reduced in: fp32")
+        .megatron(kRefusedAtValues, "fp32, and auto in FP32 training; gradients are always reduced in FP32 here"),
     row("--suggested-communication-unit-size", &A::suggested_communication_unit_size,
         "With --use-megatron-fsdp: elements per reduction unit; consecutive units (layers, embedding, output "
         "layer) are merged until a unit holds at least this many (default: one unit each)")

@@ -60,6 +60,29 @@ absl::Status validate_torch_fsdp2_arguments(const Arguments& a) {
   return absl::OkStatus();
 }
 
+// Megatron-FSDP's precision flags: this program keeps FP32 master weights and FP32 main gradients
+// and reduces gradients in FP32, so a value is accepted when it resolves to FP32 (auto: the model's
+// compute dtype, FP32 without --bf16 / --fp16).
+absl::Status validate_megatron_fsdp_dtypes(const Arguments& a) {
+  const std::pair<const char*, const std::string*> flags[] = {
+      {"--megatron-fsdp-main-params-dtype", &a.megatron_fsdp_main_params_dtype},
+      {"--megatron-fsdp-main-grads-dtype", &a.megatron_fsdp_main_grads_dtype},
+      {"--megatron-fsdp-grad-comm-dtype", &a.megatron_fsdp_grad_comm_dtype},
+  };
+  for (const auto& [flag, value] : flags) {
+    if (*value != "fp32" && *value != "bf16" && *value != "fp16" && *value != "auto") {
+      return invalid(absl::StrCat(flag, " must be fp32, bf16, fp16 or auto (got '", *value, "')"));
+    }
+    if (!a.was_given(flag)) continue;
+    const bool fp32 = *value == "fp32" || (*value == "auto" && !a.bf16 && !a.fp16);
+    if (!fp32) {
+      return invalid(absl::StrCat(flag, " ", *value, ": this program keeps FP32 master weights and FP32 main gradients "
+                                  "and reduces gradients in FP32; give fp32"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 ZeroLevel zero_level(const Arguments& a) {
@@ -84,11 +107,13 @@ absl::Status validate_sharding_arguments(const Arguments& a) {
     return invalid(absl::StrCat("--data-parallel-sharding-strategy must be no_shard, optim, optim_grads or "
                                 "optim_grads_params (got '", s, "')"));
   }
+  GPT_RETURN_IF_ERROR(validate_megatron_fsdp_dtypes(a));
   if (!a.use_megatron_fsdp) {
     // Megatron reads these only under Megatron-FSDP; accepting them alone would train otherwise
     // than the command line says.
     for (const char* flag :
-         {"--data-parallel-sharding-strategy", "--suggested-communication-unit-size", "--fsdp-double-buffer"}) {
+         {"--data-parallel-sharding-strategy", "--suggested-communication-unit-size", "--fsdp-double-buffer",
+          "--megatron-fsdp-main-params-dtype", "--megatron-fsdp-main-grads-dtype", "--megatron-fsdp-grad-comm-dtype"}) {
       if (a.was_given(flag)) {
         return invalid(absl::StrCat(flag, " takes effect only with --use-megatron-fsdp; add it, or use "
                                           "--use-distributed-optimizer for ZeRO-1 without it"));

@@ -395,6 +395,12 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
                  "--pipeline-model-parallel-size", "2"),
             "--pipeline-schedule", "zb-v"),
        "--data-parallel-sharding-strategy optim_grads cannot run --pipeline-schedule zb-v", 2},
+      {with(base_flags(), "--megatron-fsdp-main-grads-dtype", "fp32"),
+       "--megatron-fsdp-main-grads-dtype takes effect only with --use-megatron-fsdp"},
+      {with(with(with(base_flags(), "--use-megatron-fsdp", ""), "--bf16", ""), "--megatron-fsdp-grad-comm-dtype", "bf16"),
+       "--megatron-fsdp-grad-comm-dtype bf16: this program keeps FP32 master weights and FP32 main gradients"},
+      {with(with(with(base_flags(), "--use-megatron-fsdp", ""), "--bf16", ""), "--megatron-fsdp-main-grads-dtype", "auto"),
+       "--megatron-fsdp-main-grads-dtype auto: this program keeps FP32"},
       // --use-torch-fsdp2 (ZeRO-3): Megatron's rules.
       {with(base_flags(), "--use-torch-fsdp2", ""),
        "--use-torch-fsdp2 is not supported with gradient accumulation fusion: add --no-gradient-accumulation-fusion"},
