@@ -483,6 +483,12 @@ constexpr FlagRow kRows[] = {
                   "(Megatron's is validate_results): give --rerun-mode validate_results for Megatron's behaviour"),
     row("--check-for-spiky-loss", &A::check_for_spiky_loss,
         "Reject a local loss at least 10 times the largest of the first 100 (not fatal: rerun, then continue)"),
+    row("--error-injection-rate", &A::error_injection_rate,
+        "With --rerun-mode validate_results: reject one in this many result validations (each microbatch's NaN and "
+        "Inf checks, and the spike check) regardless of its value, to exercise the rerun machine; 0: none"),
+    row("--error-injection-type", &A::error_injection_type,
+        "The injected rejection's diagnosis: transient_error (the rerun differs), persistent_error (the rerun "
+        "matches, the second rerun on another device differs) or correct_result (both match)"),
     row("--log-straggler", &A::log_straggler,
         "Every --log-interval iterations rank 0 prints the ranks with the shortest and longest compute time "
         "(forward-backward) and lowest and highest estimated throughput, with their nodes")
