@@ -22,6 +22,7 @@
 #include "train/model_arguments.h"
 #include "train/precision_arguments.h"
 #include "train/pipeline_arguments.h"
+#include "train/rerun_arguments.h"
 #include "train/sharding_arguments.h"
 
 namespace gpt {
@@ -353,10 +354,7 @@ absl::Status validate_arguments(Arguments& a) {
     a.num_virtual_stages_per_pipeline_rank = 2;
     a.given.insert("--num-virtual-stages-per-pipeline-rank");
   }
-  if (a.rerun_mode != "disabled" && a.rerun_mode != "validate_results" && a.rerun_mode != "report_stats") {
-    return invalid(absl::StrCat("--rerun-mode must be disabled, validate_results or report_stats, got '",
-                                a.rerun_mode, "'"));
-  }
+  GPT_RETURN_IF_ERROR(validate_rerun_arguments(a));
   // The run's length: in iterations or in samples (Megatron's two ways), exactly one.
   const bool by_samples = a.was_given("--train-samples");
   if (by_samples == a.was_given("--train-iters")) {

@@ -211,6 +211,10 @@ struct Arguments {
   // Megatron's rerun state machine (train/rerun_check.h).
   std::string rerun_mode = "disabled";  // disabled, validate_results or report_stats
   bool check_for_spiky_loss = false;
+  // Megatron's RerunErrorInjector (train/rerun_error_injector.h): 0 none, else one in this many
+  // validation calls rejected, as correct_result, transient_error or persistent_error.
+  int64_t error_injection_rate = 0;
+  std::string error_injection_type = "transient_error";
   bool log_straggler = false;     // rank 0 names the slowest and fastest ranks (train/straggler_report.h)
   int64_t straggler_minmax_count = 1;  // > 1: also the N slowest and N fastest ranks by throughput
   std::string metrics_file;      // "": none; else JSON Lines per log line (train/metrics_file.h)

@@ -484,7 +484,7 @@ constexpr FlagRow kRows[] = {
     row("--log-num-zeros-in-grad", &A::log_num_zeros_in_grad, "Log the number of zero gradient elements"),
     row("--rerun-mode", &A::rerun_mode,
         "disabled, validate_results (a NaN, Inf or, with --check-for-spiky-loss, spiky local loss reruns the "
-        "iteration: not reproduced, save and exit 17; reproduced, report the samples, save and exit 16 for a rerun "
+        "iteration: not reproduced, exit 17 (resume from the last checkpoint); reproduced, report the samples, save and exit 16 for a rerun "
         "on another node, or skip the update under --no-check-for-nan-in-loss-and-grad) or report_stats (rerun "
         "every iteration, report the difference); default disabled (Megatron's: validate_results)")
         .megatron(kImplementation,
@@ -494,6 +494,18 @@ constexpr FlagRow kRows[] = {
                   "(Megatron's is validate_results): give --rerun-mode validate_results for Megatron's behaviour"),
     row("--check-for-spiky-loss", &A::check_for_spiky_loss,
         "Reject a local loss at least 10 times the largest of the first 100 (not fatal: rerun, then continue)"),
+    row("--error-injection-rate", &A::error_injection_rate,
+        "With --rerun-mode validate_results: reject one in this many result validations (each microbatch's NaN and "
+        "Inf checks, and the spike check) regardless of its value, to exercise the rerun machine; 0: none")
+        .megatron(kImplementation,
+                  "Megatron's injection: each validation call of an iteration's first run (not a run's first "
+                  "iteration) rejected with probability 1/rate, then the diagnosis of --error-injection-type with "
+                  "Megatron's exit codes; the draws are a hash of --seed, the rank, the iteration and the call instead "
+                  "of Python's random. Refused where nothing is validated (another --rerun-mode, or "
+                  "--no-check-for-nan-in-loss-and-grad without --check-for-spiky-loss), which Megatron ignores"),
+    row("--error-injection-type", &A::error_injection_type,
+        "The injected rejection's diagnosis: transient_error (the rerun differs), persistent_error (the rerun "
+        "matches, the second rerun on another device differs) or correct_result (both match)"),
     row("--log-straggler", &A::log_straggler,
         "Every --log-interval iterations rank 0 prints the ranks with the shortest and longest compute time "
         "(forward-backward) and lowest and highest estimated throughput, with their nodes")

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -74,6 +75,24 @@ void RerunCheck::maybe_inject(int64_t iteration, bool rerun, const RerunHooks& h
   hooks.corrupt_local_loss(kind == "spike" ? 1e6f : std::numeric_limits<float>::quiet_NaN());
 }
 
+std::string RerunCheck::injected_rejection(int64_t iteration, const RerunHooks& hooks, int64_t& invocation) {
+  if (!injector_.enabled() || !hooks.local_loss()) return "";  // Megatron validates on the last stage
+  // Megatron's validation calls per microbatch, in loss_func's order.
+  std::vector<const char*> calls;
+  if (!args_.no_check_for_nan_in_loss_and_grad) calls = {kNanMessage, kInfMessage};
+  if (args_.check_for_spiky_loss) calls.push_back(kSpikyMessage);
+  int64_t call = 0;
+  for (int64_t microbatch = 0; microbatch < hooks.microbatches; ++microbatch) {
+    for (const char* message : calls) {
+      if (injector_.maybe_inject(iteration, call++)) {
+        invocation = microbatch + 1;
+        return message;
+      }
+    }
+  }
+  return "";
+}
+
 std::string RerunCheck::rejection(std::optional<double> loss) {
   if (!loss) return "";
   if (std::isnan(*loss)) return kNanMessage;
@@ -115,7 +134,10 @@ RerunDecision RerunCheck::check(int64_t iteration, int64_t consumed_samples, int
   }
   maybe_inject(iteration, /*rerun=*/false, hooks);
   const std::optional<double> initial = hooks.local_loss();
-  const std::string message = rejection(initial);
+  // Megatron's `maybe_inject() or rejection_func(result)`: an injected rejection comes first.
+  int64_t invocation = 1;  // the local loss is validated once per iteration here
+  std::string message = injected_rejection(iteration, hooks, invocation);
+  if (message.empty()) message = rejection(initial);
   // The lowest rank whose result was rejected (size: none).
   const int failing = static_cast<int>(world::all_reduce(message.empty() ? size : rank, world::Combine::kMin,
                                                          "the rerun check's validation"));
@@ -123,8 +145,9 @@ RerunDecision RerunCheck::check(int64_t iteration, int64_t consumed_samples, int
   const bool fatal = message != kSpikyMessage;
   const bool validate = args_.rerun_mode == "validate_results";
   if (rank == failing) {
-    std::fprintf(stderr, "Unexpected result %s on rank %d at iteration #%lld (message='%s')\n",
-                 value_text(initial).c_str(), rank, static_cast<long long>(iteration), message.c_str());
+    std::fprintf(stderr, "Unexpected result %s on rank %d at iteration #%lld invocation #%lld (message='%s')\n",
+                 value_text(initial).c_str(), rank, static_cast<long long>(iteration),
+                 static_cast<long long>(invocation), message.c_str());
     std::fflush(stderr);
   }
   // The failing rank tells the others whether its validation was fatal.
@@ -142,7 +165,11 @@ RerunDecision RerunCheck::check(int64_t iteration, int64_t consumed_samples, int
   hooks.rerun_forward_backward();
   maybe_inject(iteration, /*rerun=*/true, hooks);
   const std::optional<double> rerun = hooks.local_loss();
-  const bool mismatch = rank == failing && initial && rerun && !same_result(*initial, *rerun);
+  // Every rank that rejected a result compares (an injection decides the comparison and is then
+  // done with); the lowest of them decides.
+  bool differs = initial && rerun && !same_result(*initial, *rerun);
+  if (!message.empty()) differs = injector_.first_rerun_differs(differs);
+  const bool mismatch = rank == failing && differs;
   const bool reproduced =
       world::all_reduce(mismatch ? 1 : 0, world::Combine::kMax, "the rerun check's comparison") == 0;
   const int64_t first_sample = consumed_samples, last_sample = consumed_samples + global_batch_size;
@@ -173,8 +200,8 @@ RerunDecision RerunCheck::check(int64_t iteration, int64_t consumed_samples, int
     return {.next = RerunDecision::Next::kSaveAndExit,
             .exit_code = kExitCodeFailedOnResultValidation,
             .reason = absl::StrCat("iteration ", iteration, ": a transient error on rank ", failing,
-                                   ": exiting now. A checkpoint at the last iteration is being saved if further "
-                                   "examination is needed")};
+                                   ": Exiting now. The job can be resumed from a previous checkpoint"),
+            .save = false};
   }
   if (args_.no_check_for_nan_in_loss_and_grad) {
     if (rank == 0) {
@@ -196,13 +223,14 @@ RerunDecision RerunCheck::check(int64_t iteration, int64_t consumed_samples, int
 
 void RerunCheck::remember_suspect(int64_t iteration, int failing, std::optional<double> result) {
   const std::string mine = absl::StrCat(node_name(), "\n", local_rank(), "\n",
-                                        result ? absl::StrFormat("%.17g", *result) : std::string("none"));
+                                        result ? absl::StrFormat("%.17g", *result) : std::string("none"), "\n",
+                                        injector_.pending());
   const std::vector<std::string> all = world::gather_to_rank0(mine, "the rerun check's suspect");
   if (grid_.world_rank() != 0) return;
   const std::vector<std::string> parts = absl::StrSplit(all[static_cast<size_t>(failing)], '\n');
-  GPT_CHECK_EQ(parts.size(), 3u) << "suspect entry of rank " << failing;
+  GPT_CHECK_EQ(parts.size(), 4u) << "suspect entry of rank " << failing;
   suspect_ = {.iteration = iteration, .world_size = grid_.world_size(), .rank = failing, .node = parts[0],
-              .device = std::atoi(parts[1].c_str()), .result = parts[2]};
+              .device = std::atoi(parts[1].c_str()), .result = parts[2], .injected = parts[3]};
 }
 
 RerunDecision RerunCheck::second_stage(int64_t iteration, const RerunHooks& hooks) {
@@ -229,13 +257,16 @@ RerunDecision RerunCheck::second_stage(int64_t iteration, const RerunHooks& hook
   if (rank == suspect.rank) {
     const std::optional<double> result = hooks.local_loss();
     const std::string now = result ? absl::StrFormat("%.17g", *result) : std::string("none");
+    // Megatron compares (the injection deciding, and done with) before it looks at the device.
+    injector_.set_pending(suspect.injected);
+    const bool differs = injector_.second_rerun_differs(now != suspect.result);
     if (node_name() == suspect.node && local_rank() == suspect.device) {
       verdict = 1;
       std::fprintf(stderr,
                    "Got rescheduled on the same GPU. Need to resume again from the same checkpoint (node: %s, "
                    "gpu: %d)\n",
                    suspect.node.c_str(), suspect.device);
-    } else if (now == suspect.result) {
+    } else if (!differs) {
       verdict = 2;
       std::fprintf(stderr,
                    "Second rerun: unexpected result is reproducible on a different GPU, therefore it was likely "
@@ -280,6 +311,7 @@ void RerunCheck::save_records(std::map<std::string, std::string>& records) const
   records["rerun/node"] = suspect_.node;
   records["rerun/device"] = absl::StrCat(suspect_.device);
   records["rerun/result"] = suspect_.result;
+  records["rerun/injected"] = suspect_.injected;
 }
 
 absl::Status RerunCheck::load_records(const std::map<std::string, std::string>& records) {
@@ -294,7 +326,9 @@ absl::Status RerunCheck::load_records(const std::map<std::string, std::string>& 
               .rank = std::atoi(records.at("rerun/rank").c_str()),
               .node = records.at("rerun/node"),
               .device = std::atoi(records.at("rerun/device").c_str()),
-              .result = records.at("rerun/result")};
+              .result = records.at("rerun/result"),
+              // Absent in checkpoints from before error injection: nothing injected.
+              .injected = records.contains("rerun/injected") ? records.at("rerun/injected") : std::string()};
   return absl::OkStatus();
 }
 

@@ -5,14 +5,15 @@
 // rejected result reruns the same iteration on the same data (the data order, the dropout masks
 // and the initialisation are functions of the seed and the coordinates, so the rerun computes the
 // same numbers unless the hardware erred):
-//   - not reproduced: a transient fault. Fatal: save and exit with Megatron's
-//     EXIT_CODE_FAILED_ON_RESULT_VALIDATION (17) so that the scheduler can replace the node; not
-//     fatal: continue with the rerun's result.
+//   - not reproduced: a transient fault. Fatal: exit with Megatron's
+//     EXIT_CODE_FAILED_ON_RESULT_VALIDATION (17) without a save (Megatron's since its commit
+//     0b5e3ae: the job resumes from its last checkpoint) so that the scheduler can replace the
+//     node; not fatal: continue with the rerun's result.
 //   - reproduced: the data or the numerics; the iteration and its samples are reported. Fatal:
 //     save and exit with Megatron's EXIT_CODE_RESUME_TO_DISAMBIGUATE (16), or, with
 //     --no-check-for-nan-in-loss-and-grad, skip the iteration's update and go on; not fatal: go on.
-// The checkpoint holds the state before the iteration, so a resumed job trains it again. After exit
-// 16 it also holds the machine's state (checkpoint records: the iteration, the failing rank, its
+// The checkpoint of exit 16 holds the state before the iteration, so a resumed job trains it again;
+// it also holds the machine's state (checkpoint records: the iteration, the failing rank, its
 // node and node-local rank, its result), and the resumed job runs Megatron's second stage on that
 // iteration: the failing rank's position on the same node and device again: exit 16 without a save
 // ("rescheduled on the same GPU"); on another one, the same result: likely correct, an application
@@ -21,6 +22,10 @@
 // --rerun-mode report_stats reruns every iteration and reports, every --log-interval iterations,
 // the largest relative difference of the loss between the two runs (0 here: the computation is
 // deterministic). The first iteration of a run is not validated (Megatron's rule).
+//
+// --error-injection-rate / --error-injection-type: Megatron's injected rejections and the
+// comparisons they dictate (train/rerun_error_injector.h); the injection waiting for the second
+// stage is a checkpoint record (rerun/injected).
 //
 // Test hook: GPT_RERUN_FAULT=<iteration>:<world rank>[:persistent|:spike] makes that rank's local
 // loss NaN in that iteration's first run (transient), in its rerun and second stage too
@@ -37,6 +42,7 @@
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
 #include "train/checkpoint_records.h"
+#include "train/rerun_error_injector.h"
 
 namespace gpt {
 
@@ -58,6 +64,7 @@ struct RerunHooks {
   std::function<void()> rerun_forward_backward;
   std::function<std::optional<double>()> local_loss;
   std::function<void(float factor_or_nan)> corrupt_local_loss;  // NaN: set it NaN; else multiply
+  int64_t microbatches = 1;  // this iteration's (Megatron validates each one's loss: error injection draws)
 };
 
 class RerunCheck : public CheckpointRecords {
@@ -86,14 +93,20 @@ class RerunCheck : public CheckpointRecords {
     std::string node;
     int device = 0;          // node-local rank
     std::string result;      // the rejected local loss, %.17g ("nan", "inf")
+    std::string injected;    // the failing rank's pending injection ("": none)
   };
   RerunDecision second_stage(int64_t iteration, const RerunHooks& hooks);
   // The failing rank's node, device and result on rank 0 (collective).
   void remember_suspect(int64_t iteration, int failing, std::optional<double> result);
 
-  RerunCheck(const Arguments& args, ProcessGrid& grid) : args_(args), grid_(grid) {}
+  RerunCheck(const Arguments& args, ProcessGrid& grid)
+      : args_(args), grid_(grid),
+        injector_(args.error_injection_rate, args.error_injection_type, args.seed, grid.world_rank()) {}
   // The validation that fails on this rank ("" if none), from its local loss.
   std::string rejection(std::optional<double> loss);
+  // The message of the validation call the injector rejects in this iteration's initial run ("" if
+  // none) and its invocation (1-based, per message, as Megatron's: the microbatch).
+  std::string injected_rejection(int64_t iteration, const RerunHooks& hooks, int64_t& invocation);
   void maybe_inject(int64_t iteration, bool rerun, const RerunHooks& hooks) const;
 
   const Arguments& args_;
@@ -104,6 +117,7 @@ class RerunCheck : public CheckpointRecords {
   double stats_max_difference_ = 0.0;
   int64_t stats_reruns_ = 0;
   Suspect suspect_;
+  RerunErrorInjector injector_;
 };
 
 // A run that ends on purpose with `exit_code` (no "error:" line; rank 0 prints `reason`): the

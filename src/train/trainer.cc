@@ -182,7 +182,8 @@ StepResult Trainer::train_step() {
             ctx_.synchronize();
             sum = std::isnan(factor_or_nan) ? factor_or_nan : sum * factor_or_nan;
             copy_to_device(ctx_, loss_sum_, std::span<const float>(&sum, 1));
-          }};
+          },
+      .microbatches = microbatches_};
   const RerunDecision decision = rerun_->check(iteration_ + 1, consumed_samples_, global_batch_size_, hooks);
   if (decision.next != RerunDecision::Next::kSaveAndExit) {
     return apply_update(decision.next == RerunDecision::Next::kSkipUpdate);

@@ -2,9 +2,9 @@
 """Megatron's rerun checks (--rerun-mode, --check-for-spiky-loss; train/rerun_check.h) under mpirun
 -np 2 (DP=2), with a fault injected on rank 1 in iteration 5 (GPT_RERUN_FAULT):
 
-1. transient (NaN in the first run only): the rerun is clean, the job saves iteration 4 and exits
-   17 (Megatron's EXIT_CODE_FAILED_ON_RESULT_VALIDATION) naming rank 1 and its node; resumed
-   without the fault it trains 5..8 with the uninterrupted losses.
+1. transient (NaN in the first run only): the rerun is clean, the job exits 17 (Megatron's
+   EXIT_CODE_FAILED_ON_RESULT_VALIDATION) naming rank 1 and its node, without a save; resumed
+   without the fault from its periodic checkpoint (3) it trains 4..8 with the uninterrupted losses.
 2. reproducible (NaN in the rerun too): the job reports the iteration and its samples, saves
    iteration 4 and exits 16 (EXIT_CODE_RESUME_TO_DISAMBIGUATE); resumed from it, the second stage:
    on the same node and device, exit 16 again without a save; on another node (GPT_TEST_NODE_NAME)
@@ -14,7 +14,9 @@
 3. --check-for-spiky-loss: a transient spike (x1e6) after the first 100 iterations is rejected,
    rerun, and training continues with the rerun's result: every loss equals the run without checks.
 4. report_stats: every iteration rerun, the largest relative difference reported is 0, the losses
-   are the run's without checks."""
+   are the run's without checks.
+5. Megatron's error injection (--error-injection-rate 1, so that every validation call of iteration
+   2 is rejected): each --error-injection-type ends as Megatron's (error_injection below)."""
 
 import argparse
 import os
@@ -68,6 +70,65 @@ def tracker(directory):
     return open(path).read().strip() if os.path.exists(path) else None
 
 
+def error_injection(runner, validate, reference, host):
+    """Each --error-injection-type ends as Megatron's: transient, exit 17 without a save; persistent
+    and correct_result, exit 16 with the checkpoint before iteration 2, then resumed on another node
+    exit 17 as a persistent error or a correct result (on the same node, exit 16 again). On a
+    non-fatal check (the spike) a transient injection reruns and continues every iteration, and a
+    persistent one continues once and blocks later injections (Megatron's injected_error_type)."""
+    failures = []
+    inject = lambda kind: ["--error-injection-rate", "1", "--error-injection-type", kind]  # noqa: E731
+    rejected = ("Unexpected result {} on rank 0 at iteration #2 invocation #1 "
+                "(message='found NaN in local forward loss calculation')")
+    names = {"transient_error": "Transient error", "persistent_error": "Persistent error",
+             "correct_result": "Expected result"}
+    for kind, first_status in [("transient_error", 17), ("persistent_error", 16), ("correct_result", 16)]:
+        save = os.path.join(runner.work_dir, kind)
+        status, out, err = runner.run(kind, validate + inject(kind) + ["--save", save, "--load", save])
+        value = re.search(r"Unexpected result (\S+) on rank 0 at iteration #2 invocation #1", err)
+        compared = value and (f"({value.group(1)} != {value.group(1)})" if kind == "transient_error"
+                              else f"({value.group(1)} = {value.group(1)})")
+        expected = [f"Injecting error type {names[kind]}", rejected.format(value.group(1) if value else "?"),
+                    f"Rank 0, node {host}, iteration #2: First rerun: unexpected result is "
+                    f"{'not ' if kind == 'transient_error' else ''}reproducible within the tolerance {compared}"]
+        if kind == "transient_error":
+            expected.append(f"Rank 0, node {host}, iteration #2: Possible transient error!")
+        checkpoint = None if kind == "transient_error" else "1"
+        if (status != first_status or not value or any(e not in err for e in expected) or
+                err.count("Injecting error type") != 2 or tracker(save) != checkpoint or "error:" in err or
+                losses(out) != {1: reference[1]}):
+            failures.append(f"injection {kind}: exit {status} (expected {first_status}), checkpoint {tracker(save)} "
+                            f"(expected {checkpoint}), losses {losses(out)}, or lines missing: {err[-1500:]}")
+        print(f"injection {kind}: exit {status}, checkpoint {tracker(save)}: {expected[-1][:110]}")
+        if kind == "transient_error":
+            continue
+        second = [("same node", None, 16, f"Got rescheduled on the same GPU. Need to resume again from the same "
+                                          f"checkpoint (node: {host}, gpu: 0)"),
+                  ("another node", "elsewhere", 17,
+                   "Possible persistent error! (node " + host if kind == "persistent_error" else
+                   "Correct result (but possible Application error)")]
+        for label, node, expected_status, line in second:
+            status, out, err = runner.run(f"{kind}_second_stage", validate + inject(kind) + ["--save", save, "--load",
+                                                                                                save], node=node)
+            if status != expected_status or line not in err or tracker(save) != "1" or "Injecting" in err:
+                failures.append(f"injection {kind}, second stage on {label}: exit {status} (expected "
+                                f"{expected_status}), checkpoint {tracker(save)}: {err[-1200:]}")
+            print(f"injection {kind}, second stage on {label}: exit {status}: {line[:90]}")
+    # Non-fatal: only the spike check is validated.
+    spike_only = validate + ["--no-check-for-nan-in-loss-and-grad", "--check-for-spiky-loss"]
+    # (injections: both ranks'; rejections: the deciding rank 0's lines, one per iteration rerun)
+    for kind, injections, rejections in [("transient_error", 14, 7), ("persistent_error", 2, 1)]:
+        status, out, err = runner.run(f"{kind}_spike", spike_only + inject(kind))
+        continued = out.count("Continuing normal execution because failed validation was not fatal")
+        if (status != 0 or losses(out) != reference or err.count("Injecting error type") != injections or
+                err.count("(message='Spiky loss')") != rejections or continued != rejections):
+            failures.append(f"injection {kind} on the spike check: exit {status}, {err.count('Injecting error type')} "
+                            f"injections (expected {injections}), {continued} continued, losses {losses(out)}")
+        print(f"injection {kind} on the spike check: exit {status}, {err.count('Injecting error type')} injections, "
+              f"{continued} iterations rerun and continued, losses equal the run without checks")
+    return failures
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
@@ -88,24 +149,28 @@ def main():
     if status != 0 or len(reference) != 8:
         return harness.finish([f"the reference run failed: {err[-1000:]}"])
 
-    # 1. Transient.
+    # 1. Transient: exit 17 without a save (Megatron's head); the job resumes from its last
+    # periodic checkpoint (iteration 3).
     save = os.path.join(work_dir, "transient")
-    status, out, err = runner.run("transient", validate + ["--save", save, "--load", save], fault="5:1")
-    expected = ["Unexpected result nan on rank 1 at iteration #5 (message='found NaN in local forward loss calculation')",
+    status, out, err = runner.run("transient", validate + ["--save", save, "--load", save, "--save-interval", "3"],
+                                  fault="5:1")
+    expected = ["Unexpected result nan on rank 1 at iteration #5 invocation #1 "
+                "(message='found NaN in local forward loss calculation')",
                 f"Rank 1, node {host}, iteration #5: First rerun: unexpected result is not reproducible",
                 f"Rank 1, node {host}, iteration #5: Possible transient error!"]
-    if status != 17 or any(e not in err for e in expected) or "a transient error on rank 1" not in out:
-        failures.append(f"transient: exit {status} (expected 17) or messages missing: {err[-1500:]}")
+    if (status != 17 or any(e not in err for e in expected) or
+            "a transient error on rank 1: Exiting now. The job can be resumed from a previous checkpoint" not in out):
+        failures.append(f"transient: exit 17 (expected 17) or messages missing: {err[-1500:]}")
     saved = tracker(save)
-    if saved != "4" or "error:" in err:
-        failures.append(f"transient: checkpoint {tracker(save)} (expected 4), or an error line")
+    if saved != "3" or "error:" in err:
+        failures.append(f"transient: checkpoint {tracker(save)} (expected 3: no save at the exit), or an error line")
     if {i: reference[i] for i in range(1, 5)} != losses(out):
         failures.append(f"transient: iterations before the fault {losses(out)} != the reference's")
     status, resumed_out, err = runner.run("transient_resumed", validate + ["--save", save, "--load", save])
-    if status != 0 or losses(resumed_out) != {i: reference[i] for i in range(5, 9)}:
+    if status != 0 or losses(resumed_out) != {i: reference[i] for i in range(4, 9)}:
         failures.append(f"transient: the resumed run (exit {status}) printed {losses(resumed_out)}, expected the "
-                        "reference's iterations 5..8")
-    print(f"transient: exit 17 after saving iteration {saved}; resumed 5..8 equal the uninterrupted run")
+                        "reference's iterations 4..8")
+    print(f"transient: exit 17 without a save (last checkpoint {saved}); resumed 4..8 equal the uninterrupted run")
 
     # 2. Reproducible: exit 16, or skip under --no-check-for-nan-in-loss-and-grad.
     save = os.path.join(work_dir, "persistent")
@@ -161,6 +226,10 @@ def main():
     if status != 0 or stats != [("4", "0.000e+00")] * 2 or losses(out) != losses(interval_reference) or not stats:
         failures.append(f"report_stats: exit {status}, stats {stats}, losses {losses(out)}")
     print(f"report_stats: {stats}")
+
+    # 5. Megatron's error injection (--error-injection-rate 1: every validation call of the first
+    # validated iteration, 2, is rejected, on both ranks; rank 0 decides).
+    failures += error_injection(runner, validate, reference, host)
 
     return harness.finish(failures)
 

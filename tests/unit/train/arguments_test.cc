@@ -586,6 +586,38 @@ TEST(Arguments, MegatronImplementationChoicesRefusedWithTheReason) {
   }
 }
 
+// Megatron's error injection (train/rerun_error_injector.h): its choices, and refused where no
+// validation call would draw it (Megatron ignores it there).
+TEST(Arguments, ErrorInjectionNeedsAValidationToInjectInto) {
+  const std::vector<std::string> validate = with(base_flags(), "--rerun-mode", "validate_results");
+  for (const char* type : {"correct_result", "transient_error", "persistent_error"}) {
+    EXPECT_EQ(error_of(with(with(validate, "--error-injection-rate", "100"), "--error-injection-type", type)), "")
+        << type;
+  }
+  EXPECT_EQ(error_of(with(validate, "--error-injection-rate", "0")), "");
+  EXPECT_EQ(error_of(with(base_flags(), "--error-injection-type", "persistent_error")), "");  // rate 0: inert
+  const std::string add_mode = "with --rerun-mode disabled nothing is validated (this program's default is disabled, "
+                               "Megatron's validate_results): add --rerun-mode validate_results";
+  const std::vector<BadInput> cases = {
+      {with(base_flags(), "--error-injection-rate", "100"), add_mode},
+      {with(with(base_flags(), "--rerun-mode", "report_stats"), "--error-injection-rate", "100"),
+       "with --rerun-mode report_stats nothing is validated"},
+      {with(with(validate, "--error-injection-rate", "100"), "--no-check-for-nan-in-loss-and-grad", ""),
+       "--error-injection-rate has no validation call to inject into: --no-check-for-nan-in-loss-and-grad turns off "
+       "the NaN and Inf checks of the loss; drop it or add --check-for-spiky-loss"},
+      {with(validate, "--error-injection-rate", "-1"), "--error-injection-rate must be >= 0 (0: no injection), got -1"},
+      {with(validate, "--error-injection-type", "silent_error"),
+       "--error-injection-type must be correct_result, transient_error or persistent_error, got 'silent_error'"},
+  };
+  for (const BadInput& bad : cases) {
+    const std::string message = error_of(bad.flags, bad.world_size);
+    EXPECT_NE(message.find(bad.expected), std::string::npos)
+        << "expected '" << bad.expected << "' in '" << message << "'";
+  }
+  EXPECT_EQ(error_of(with(with(with(validate, "--error-injection-rate", "100"), "--no-check-for-nan-in-loss-and-grad",
+                               ""), "--check-for-spiky-loss", "")), "");
+}
+
 // Megatron's CPU backend runs on this program's MPI communicator, with one note (printed by rank 0
 // when training starts).
 TEST(Arguments, GlooRunsOnMpiWithANote) {
