@@ -47,8 +47,15 @@ int main(int argc, char** argv) {
   app.add_option("--top", top, "with --search: how many layouts to print")->check(CLI::PositiveNumber);
   app.add_flag("--tp-comm-overlap", options.tp_comm_overlap,
                "Megatron's TP communication overlap: hide the cluster's tp_comm_overlap_fraction of it");
+  std::string activation_memory = "trainer";
+  app.add_option("--activation-memory", activation_memory,
+                 "whose activation memory to count: trainer (what pretrain_gpt allocates) or megatron (Megatron-LM's "
+                 "stash, to predict published Megatron runs)")
+      ->check(CLI::IsMember({"trainer", "megatron"}));
   app.allow_extras();
   if (std::optional<int> exit_code = gpt::parse_command_line(app, argc, argv)) return *exit_code;
+
+  if (activation_memory == "megatron") options.activations = gpt::perf::ActivationAccounting::kMegatron;
 
   absl::StatusOr<gpt::perf::Cluster> cluster = gpt::perf::load_cluster(cluster_name, argv[0]);
   if (!cluster.ok()) return fail(cluster.status());

@@ -12,6 +12,7 @@
 #include "train/schedule_choice.h"
 #include "parallel/pipeline/simulator.h"
 #include "perf_model/collectives.h"
+#include "perf_model/megatron_memory.h"
 #include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/sharding_arguments.h"
@@ -70,12 +71,17 @@ absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size) {
   return args;
 }
 
-absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world_size) {
+absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world_size,
+                                               ActivationAccounting activations) {
   GPT_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(a, world_size, vocabulary_before_data(a)));
   MemoryEstimate memory;
   memory.parameters = static_cast<double>(plan.parameters);
   memory.gradients = static_cast<double>(plan.gradients);
   memory.optimizer_state = static_cast<double>(plan.optimizer_state);
+  if (activations == ActivationAccounting::kMegatron) {
+    memory.activations = megatron_activation_bytes(a, world_size);
+    return memory;
+  }
   memory.activations = static_cast<double>(plan.activations);
   const int64_t pp = a.pipeline_model_parallel_size;
   const int v = virtual_pipeline_size(a);
@@ -191,7 +197,7 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   p.recompute_time = m * static_cast<double>(p.virtual_stages) * chunk_recompute;
 
   // Memory, and the largest stage's parameters for the data-parallel traffic.
-  GPT_ASSIGN_OR_RETURN(p.memory, estimate_memory(a, world_size));
+  GPT_ASSIGN_OR_RETURN(p.memory, estimate_memory(a, world_size, options.activations));
   p.memory_available = cluster.memory_bytes - cluster.memory_reserved_bytes;
   p.fits = p.memory.total() <= p.memory_available;
   const double element = a.bf16 || a.fp16 ? 2.0 : 4.0;
