@@ -16,8 +16,9 @@ the model (layers, hidden, heads, seq, vocab), the layout (gpus, tp, pp, vp, mic
 global_batch, recompute none|selective|full, sp, zero3), the cluster file, extra pretrain_gpt
 flags, the published figure (metric, value), a group name (rows of one model on one GPU count that
 are ranked against each other) and which settings the source did not publish (assumed). A comment
-line 'activation-memory: megatron' marks runs of Megatron-LM: their memory is predicted with
-Megatron's activation stash (perf_model --activation-memory megatron), not this trainer's.
+line 'implementation: megatron' marks runs of Megatron-LM: their memory is predicted with
+Megatron's activation stash and its sequence-parallel re-gather (perf_model --implementation megatron),
+not this trainer's.
 
 The measured iteration time is computed from the published figure by the source's own FLOP count:
   tflops_eq3    Narayanan et al. 2021, Eq. 3: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) / (GPUs x TFLOP/s)
@@ -134,10 +135,10 @@ def row_flags(row, micro_batch=None):
     return flags
 
 
-def predict(binary, row, micro_batch=None, activation_memory="trainer"):
+def predict(binary, row, micro_batch=None, implementation="trainer"):
     """perf_model's JSON for the row, or the error line it printed."""
     command = [binary, "--cluster", row["cluster"], "--world-size", row["gpus"], "--json",
-               "--activation-memory", activation_memory] + row_flags(row, micro_batch)
+               "--implementation", implementation] + row_flags(row, micro_batch)
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines()
@@ -210,9 +211,9 @@ def run(binary, paths):
     for path in paths:
         comments, rows = read_source(path)
         calibration = any("CALIBRATION data" in c for c in comments)
-        # Runs of Megatron-LM are predicted with Megatron's activation memory (a comment line
-        # 'activation-memory: megatron'); this trainer's own runs with its plan.
-        accounting = "megatron" if any(c.startswith("activation-memory: megatron") for c in comments) else "trainer"
+        # Runs of Megatron-LM are predicted with Megatron's implementation choices (a comment line
+        # 'implementation: megatron'); this trainer's own runs with its own.
+        accounting = "megatron" if any(c.startswith("implementation: megatron") for c in comments) else "trainer"
         name = os.path.splitext(os.path.basename(path))[0]
         predicted_rows, skipped = [], []
         # Every perf_model call of the file at once (each is a short process).
@@ -242,7 +243,7 @@ def run(binary, paths):
             predicted_rows.append(row)
         errors = [abs(r["error"]) for r in predicted_rows]
         summary = {"source": name, "file": os.path.relpath(path, ROOT), "role": "calibration" if calibration else
-                   "held-out", "activation_memory": accounting, "rows": len(rows), "predicted": len(predicted_rows), "not_predicted": skipped,
+                   "held-out", "implementation": accounting, "rows": len(rows), "predicted": len(predicted_rows), "not_predicted": skipped,
                    "mean_abs_error": statistics.fmean(errors) if errors else None,
                    "median_abs_error": statistics.median(errors) if errors else None,
                    "max_abs_error": max(errors) if errors else None,

@@ -72,13 +72,13 @@ absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size) {
 }
 
 absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world_size,
-                                               ActivationAccounting activations) {
+                                               Implementation activations) {
   GPT_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(a, world_size, vocabulary_before_data(a)));
   MemoryEstimate memory;
   memory.parameters = static_cast<double>(plan.parameters);
   memory.gradients = static_cast<double>(plan.gradients);
   memory.optimizer_state = static_cast<double>(plan.optimizer_state);
-  if (activations == ActivationAccounting::kMegatron) {
+  if (activations == Implementation::kMegatron) {
     memory.activations = megatron_activation_bytes(a, world_size);
     return memory;
   }
@@ -136,6 +136,7 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   shape.context_parallel = p.context;
   shape.context_all_to_all = all_to_all;
   shape.context_link = group_link(cluster, static_cast<int>(p.tensor), static_cast<int>(p.context));
+  shape.regather_sequence_parallel_input = options.implementation == Implementation::kMegatron;
   // The costs of one rank: S / CP rows of each sequence (model FLOPs stay the whole model's).
   ModelConfig local_config = config;
   local_config.seq_length = config.seq_length / p.context;
@@ -168,10 +169,10 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
     p.pipeline_time = busiest;
   } else {
     // Per virtual stage: its layers, the embedding on the first and the head on the last. Of a
-    // backward, W is the weight-gradient GEMMs (half the backward's GEMM time) and the embedding's
+    // backward, W is the weight-gradient GEMMs (layer_ops' weight_gradient ops) and the embedding's
     // gradient; B the rest (input-gradient GEMMs, attention, element-wise, recompute).
     StageCosts stages;
-    const double chunk_weight = static_cast<double>(chunk_layers) * p.layer.backward.gemm / 2;
+    const double chunk_weight = static_cast<double>(chunk_layers) * p.layer.weight_gradient_gemm;
     for (int k = 0; k < pp * v; ++k) {
       const bool first = k == 0, last = k == pp * v - 1;
       const double weight = chunk_weight + (first ? embed_b.total() : 0.0) + (last ? head_b.gemm / 2 : 0.0);
@@ -197,7 +198,7 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   p.recompute_time = m * static_cast<double>(p.virtual_stages) * chunk_recompute;
 
   // Memory, and the largest stage's parameters for the data-parallel traffic.
-  GPT_ASSIGN_OR_RETURN(p.memory, estimate_memory(a, world_size, options.activations));
+  GPT_ASSIGN_OR_RETURN(p.memory, estimate_memory(a, world_size, options.implementation));
   p.memory_available = cluster.memory_bytes - cluster.memory_reserved_bytes;
   p.fits = p.memory.total() <= p.memory_available;
   const double element = a.bf16 || a.fp16 ? 2.0 : 4.0;

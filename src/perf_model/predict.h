@@ -35,15 +35,17 @@
 
 namespace gpt::perf {
 
-// Whose activation memory the estimate counts: this trainer's plan (train/memory_plan.h, what
-// pretrain_gpt will allocate) or Megatron-LM's (megatron_memory.h), to predict published Megatron
-// runs, whose stash is smaller under sequence parallelism.
-enum class ActivationAccounting { kTrainer, kMegatron };
+// Whose implementation choices are modelled where the two differ: this trainer's (its memory plan,
+// train/memory_plan.h; under sequence parallelism it keeps the gathered LayerNorm outputs, so its
+// backward gathers nothing again) or Megatron-LM's (megatron_memory.h's stash, and backward
+// all-gathers the sequence-parallel LayerNorm outputs again for the weight gradients), to predict
+// published Megatron runs.
+enum class Implementation { kTrainer, kMegatron };
 
 // Megatron flags this trainer does not have but the model honours, and the model's own choices.
 struct RunOptions {
   bool tp_comm_overlap = false;  // Megatron's --tp-comm-overlap
-  ActivationAccounting activations = ActivationAccounting::kTrainer;  // perf_model --activation-memory
+  Implementation implementation = Implementation::kTrainer;  // perf_model --implementation
 };
 
 struct MemoryEstimate {
@@ -100,9 +102,9 @@ absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size);
 // The memory of the largest rank: the memory plan's parameters, gradients and optimizer state,
 // and activations with the schedule's peak number of microbatches in flight on the first stage
 // (p + (p - 1) / v microbatches' worth with interleaving; the plan counts a lower bound).
-// With ActivationAccounting::kMegatron the activations are Megatron's (megatron_memory.h).
+// With Implementation::kMegatron the activations are Megatron's (megatron_memory.h).
 absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& validated, int64_t world_size,
-                                               ActivationAccounting activations = ActivationAccounting::kTrainer);
+                                               Implementation activations = Implementation::kTrainer);
 
 absl::StatusOr<Prediction> predict(const Arguments& validated, int64_t world_size, const Cluster& cluster,
                                    const RunOptions& options = {});

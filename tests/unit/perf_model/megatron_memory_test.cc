@@ -59,7 +59,7 @@ TEST(MegatronMemory, SmallerThanTheTrainersPlanUnderSequenceParallelism) {
                                      "--recompute-granularity selective";
   const Arguments a = layout(flags, 8);
   const MemoryEstimate trainer = *estimate_memory(a, 8);
-  const MemoryEstimate megatron = *estimate_memory(a, 8, ActivationAccounting::kMegatron);
+  const MemoryEstimate megatron = *estimate_memory(a, 8, Implementation::kMegatron);
   EXPECT_EQ(megatron.parameters, trainer.parameters);
   EXPECT_EQ(megatron.optimizer_state, trainer.optimizer_state);
   EXPECT_LT(megatron.activations, 0.75 * trainer.activations);
