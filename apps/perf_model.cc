@@ -47,6 +47,9 @@ int main(int argc, char** argv) {
   app.add_option("--top", top, "with --search: how many layouts to print")->check(CLI::PositiveNumber);
   app.add_flag("--tp-comm-overlap", options.tp_comm_overlap,
                "Megatron's TP communication overlap: hide the cluster's tp_comm_overlap_fraction of it");
+  app.add_flag("--overlap-cpu-optimizer-d2h-h2d", options.overlap_offload_copies,
+               "Megatron's pipelining of the offloaded optimizer's copies and host step per bucket (the trainer runs "
+               "them one after another)");
   std::string implementation = "trainer";
   app.add_option("--implementation", implementation,
                  "whose implementation choices to model: trainer (pretrain_gpt's memory plan; under sequence "

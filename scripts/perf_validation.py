@@ -15,7 +15,9 @@ Data files (docs/perf_validation/*.csv): '#' comment lines citing the source, th
 the model (layers, hidden, heads, seq, vocab), the layout (gpus, tp, pp, vp, micro_batch,
 global_batch, recompute none|selective|full, sp, zero3), the cluster file, extra pretrain_gpt
 flags, the published figure (metric, value), a group name (rows of one model on one GPU count that
-are ranked against each other) and which settings the source did not publish (assumed). A comment
+are ranked against each other), which settings the source did not publish (assumed) and, optionally,
+the code base that ran the row when it is not the file's (code; such rows are scored as their own
+source, e.g. 'narayanan2021 (deepspeed)'). A comment
 line 'implementation: megatron' marks runs of Megatron-LM: their memory is predicted with
 Megatron's activation stash and its sequence-parallel re-gather (perf_model --implementation megatron),
 not this trainer's.
@@ -51,9 +53,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_DATA = sorted(glob.glob(os.path.join(ROOT, "docs", "perf_validation", "*.csv")))
-# Megatron's ZeRO-3 (fully sharded data parallelism); rows that need it are reported as not
-# predicted while the binary refuses the flag.
-ZERO3_FLAGS = ["--use-torch-fsdp2"]
+# ZeRO-3 (fully sharded data parallelism) in Megatron-FSDP's flags, with DeepSpeed ZeRO-3's default
+# prefetch and overlap (overlap_comm, the parameter prefetch); a binary that cannot predict it
+# reports the rows as not predicted.
+ZERO3_FLAGS = ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
+               "--overlap-param-gather", "--overlap-grad-reduce"]
 TARGET_MEAN_ERROR, TARGET_MEDIAN_RHO, TARGET_MEAN_REGRET = 0.10, 0.8, 0.10
 
 
@@ -241,18 +245,25 @@ def run(binary, paths):
                         band.append(other["iteration_time_s"] / row["measured_s"] - 1)
                 row["error_band"] = [min(band), max(band)] if band else None
             predicted_rows.append(row)
-        errors = [abs(r["error"]) for r in predicted_rows]
-        summary = {"source": name, "file": os.path.relpath(path, ROOT), "role": "calibration" if calibration else
-                   "held-out", "implementation": accounting, "rows": len(rows), "predicted": len(predicted_rows), "not_predicted": skipped,
-                   "mean_abs_error": statistics.fmean(errors) if errors else None,
-                   "median_abs_error": statistics.median(errors) if errors else None,
-                   "max_abs_error": max(errors) if errors else None,
-                   "mean_signed_error": statistics.fmean(r["error"] for r in predicted_rows) if errors else None,
-                   "predicted_not_to_fit": [r["id"] for r in predicted_rows if not r["fits"]],
-                   "table": [{k: r.get(k) for k in ("id", "cite", "gpus", "tp", "pp", "micro_batch", "recompute",
-                                                     "measured_s", "predicted_s", "error", "error_band", "memory_gib",
-                                                     "fits", "assumed")} for r in predicted_rows]}
-        sources.append(summary)
+        # A row run by another code base than the file's (column 'code', e.g. DeepSpeed's ZeRO-3 rows
+        # of Narayanan et al.) is its own held-out source: one error figure per implementation.
+        codes = sorted({r.get("code") or "" for r in rows})
+        for code in codes:
+            subset = [r for r in predicted_rows if (r.get("code") or "") == code]
+            errors = [abs(r["error"]) for r in subset]
+            summary = {"source": name + (f" ({code})" if code else ""), "file": os.path.relpath(path, ROOT),
+                       "role": "calibration" if calibration else "held-out", "implementation": accounting,
+                       "rows": len([r for r in rows if (r.get("code") or "") == code]), "predicted": len(subset),
+                       "not_predicted": [k for k in skipped if (next(r for r in rows if r["id"] == k["id"]).get("code") or "") == code],
+                       "mean_abs_error": statistics.fmean(errors) if errors else None,
+                       "median_abs_error": statistics.median(errors) if errors else None,
+                       "max_abs_error": max(errors) if errors else None,
+                       "mean_signed_error": statistics.fmean(r["error"] for r in subset) if errors else None,
+                       "predicted_not_to_fit": [r["id"] for r in subset if not r["fits"]],
+                       "table": [{k: r.get(k) for k in ("id", "cite", "gpus", "tp", "pp", "micro_batch", "recompute",
+                                                         "measured_s", "predicted_s", "error", "error_band",
+                                                         "memory_gib", "fits", "assumed")} for r in subset]}
+            sources.append(summary)
         by_group = {}
         for r in predicted_rows:
             if r.get("group"):
@@ -261,7 +272,8 @@ def run(binary, paths):
             if len(members) >= 2 and not calibration:
                 groups.append(dict(evaluate_group(group, members), source=name))
         unscored = sorted({r["group"] for r in rows if r.get("group")} - {g for g in by_group if len(by_group[g]) >= 2})
-        summary["groups_not_scored"] = unscored
+        for summary in sources[len(sources) - len(codes):]:
+            summary["groups_not_scored"] = unscored
     return sources, groups
 
 

@@ -109,6 +109,13 @@ std::string cluster_file_text(const CalibrationResult& r, std::string* error) {
       absl::StrFormat("memory_bandwidth_GBps = %.6g   # median of the memory-bound ops listed at the end\n",
                       r.memory_bandwidth_Bps / 1e9),
       "memory_bandwidth_efficiency = 1\n",
+      r.host_link_Bps > 0 ? absl::StrFormat("host_link_bandwidth_GBps = %.6g   # %s\n", r.host_link_Bps / 1e9,
+                                            r.host_link_note)
+                          : std::string("# host_link_bandwidth_GBps: not measured\n"),
+      r.host_adamw_Bps > 0
+          ? absl::StrFormat("host_adamw_GBps = %.6g   # the trainer's adamw_update on host memory, every rank at once\n",
+                            r.host_adamw_Bps / 1e9)
+          : std::string("# host_adamw_GBps: not measured\n"),
       absl::StrFormat("intra_node_bandwidth_GBps = %.6g   # ring fit of every collective below (rms error %.0f%%)\n",
                       link.bandwidth_Bps / 1e9, 100 * link.rms_relative_error),
       absl::StrFormat("inter_node_bandwidth_GBps = %.6g   # NOT measured: one node; the intra-node figure\n",

@@ -29,7 +29,8 @@ namespace gpt::perf {
 struct PassCost {
   double gemm = 0, attention = 0, elementwise = 0, tp_comm = 0, overhead = 0;
   double cp_comm = 0;  // exposed context-parallel traffic (ring K/V blocks, or the all-to-alls)
-  double total() const { return gemm + attention + elementwise + tp_comm + overhead + cp_comm; }
+  double dp_comm = 0;  // exposed ZeRO-3 traffic of the unit (data_parallel_cost.h)
+  double total() const { return gemm + attention + elementwise + tp_comm + overhead + cp_comm + dp_comm; }
 };
 
 struct LayerCost {

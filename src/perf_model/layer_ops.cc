@@ -93,4 +93,12 @@ LayerOps transformer_layer_ops(const ModelConfig& c, const LayerShapes& s, const
   return ops;
 }
 
+double layer_parameter_elements(const ModelConfig& c, const LayerOps& ops) {
+  double elements = 0;
+  for (const Op& op : ops.forward) {
+    if (op.kind == OpKind::kGemm) elements += op.n * op.k + (c.add_bias_linear ? op.n : 0.0);
+  }
+  return elements + 2.0 * static_cast<double>(c.hidden_size) * (c.has_layernorm_bias() ? 2 : 1);
+}
+
 }  // namespace gpt::perf

@@ -74,4 +74,8 @@ struct LayerOpOptions {
 // activation, rope, dropout, biases).
 LayerOps transformer_layer_ops(const ModelConfig& config, const LayerShapes& shapes, const LayerOpOptions& options);
 
+// The layer's parameters on this rank: the forward GEMMs' weights (n x k each), their biases and
+// the two norms' weights (and biases with LayerNorm); ZeRO-3 gathers this many per layer.
+double layer_parameter_elements(const ModelConfig& config, const LayerOps& ops);
+
 }  // namespace gpt::perf

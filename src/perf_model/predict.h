@@ -46,6 +46,7 @@ enum class Implementation { kTrainer, kMegatron };
 struct RunOptions {
   bool tp_comm_overlap = false;  // Megatron's --tp-comm-overlap
   Implementation implementation = Implementation::kTrainer;  // perf_model --implementation
+  bool overlap_offload_copies = false;  // Megatron's --overlap-cpu-optimizer-d2h-h2d
 };
 
 struct MemoryEstimate {
@@ -60,7 +61,8 @@ struct Prediction {
   std::string cp_comm_type;  // "p2p" or "a2a" (CP > 1)
   int64_t micro_batch = 1, global_batch = 1;
   bool sequence_parallel = false, distributed_optimizer = false;
-  int zero_level = 0;  // 0: none, 1: optimizer state sharded, 2: and gradients (reduced per microbatch)
+  int zero_level = 0;  // 0: none, 1: optimizer state sharded, 2: and gradients (reduced per microbatch),
+                       // 3: and parameters (gathered per unit and microbatch)
   std::string recompute;  // "none", "selective", "full uniform N", "full block N"
   std::string schedule;   // "1f1b", "interleaved", "zb-h1", "zb-v"
 
@@ -73,10 +75,15 @@ struct Prediction {
   double cp_comm_time = 0;       // exposed context-parallel communication inside compute_time
   double recompute_time = 0;     // recompute inside compute_time
   double p2p_time = 0;           // one pipeline transfer
-  double dp_comm_time = 0;       // data-parallel communication, all of it
-  double dp_exposed_time = 0;    // its part not hidden
+  double dp_comm_time = 0;       // data-parallel communication, all of it (ZeRO-3: every unit's, per microbatch)
+  double dp_exposed_time = 0;    // its part not hidden, after the pipeline (ZeRO-3: none)
+  double zero3_traffic_time = 0;  // ZeRO-3: the units' gathers and reduce-scatters, all of it
+  double zero3_exposed_time = 0;  // ZeRO-3: the part of it not hidden, inside pipeline_time (a chunk's busiest rank)
   double embedding_sync_time = 0;
   double optimizer_time = 0;
+  double offload_fraction = 0;     // of the owned optimizer state, stepped on the host
+  double offload_copy_time = 0;    // device-to-host gradients and host-to-device parameters
+  double host_optimizer_time = 0;  // the host's AdamW
   double overhead_time = 0;
 
   // Per layer and microbatch.
