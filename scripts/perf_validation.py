@@ -53,11 +53,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_DATA = sorted(glob.glob(os.path.join(ROOT, "docs", "perf_validation", "*.csv")))
-# ZeRO-3 (fully sharded data parallelism) in Megatron-FSDP's flags, with DeepSpeed ZeRO-3's default
-# prefetch and overlap (overlap_comm, the parameter prefetch); a binary that cannot predict it
+# ZeRO-3 (fully sharded data parallelism) in Megatron-FSDP's flags; a binary that cannot predict it
 # reports the rows as not predicted.
-ZERO3_FLAGS = ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
-               "--overlap-param-gather", "--overlap-grad-reduce"]
+ZERO3_FLAGS = ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
 TARGET_MEAN_ERROR, TARGET_MEDIAN_RHO, TARGET_MEAN_REGRET = 0.10, 0.8, 0.10
 
 
@@ -402,9 +400,13 @@ def import_sweep(sweep_csv, cluster, out, cite, model_flags):
                           gpus=layout["world"], tp=layout["tp"], pp=layout["pp"], vp=layout["v"],
                           micro_batch=layout["mbs"] or base["micro_batch"],
                           recompute="full" if layout["rfull"] else "selective" if layout["rsel"] else "none",
-                          sp=int(layout["sp"]), zero3=0, metric="ms", value=row["elapsed_ms"],
-                          group=f"world{layout['world']}", assumed="", cluster=cluster,
-                          extra_flags=" ".join(extra + (["--use-distributed-optimizer"] if layout["zero"] else [])))
+                          sp=int(layout["sp"]), zero3=int(layout.get("zero3", False)), metric="ms",
+                          value=row["elapsed_ms"], group=f"world{layout['world']}", assumed="", cluster=cluster,
+                          extra_flags=" ".join(extra + (["--use-distributed-optimizer"] if layout["zero"] else []) +
+                                               (["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                                                 "optim_grads"] if layout.get("zero2") else []) +
+                                               (["--context-parallel-size", str(layout["cp"])]
+                                                if layout.get("cp", 1) > 1 else [])))
             writer.writerow(record)
 
 
