@@ -217,6 +217,19 @@ void time_host(Context& ctx, const Options& o, int threads, perf::CalibrationRes
                                           bytes / to_host / 1e9);
 }
 
+// What an op costs beyond its bytes and FLOPs (dispatch, thread-pool wake-up; a kernel launch on a
+// GPU): the trainer's gelu_forward on a [1, 64] tensor, 200 calls per timed loop.
+void time_op_overhead(Context& ctx, const Options& o, DType dtype, perf::CalibrationResult& result) {
+  constexpr int kCalls = 200;
+  Filled x = random_tensor(ctx, dtype, {1, 64}, 64, 30);
+  Buffer y_buffer(ctx.device(), 64 * dtype_size(dtype));
+  const Tensor y = y_buffer.as_tensor(dtype, {1, 64});
+  result.op_overhead_s = max_over_ranks(median_seconds(ctx, o.repeats, [&] {
+                           for (int i = 0; i < kCalls; ++i) ops::gelu_forward(ctx, y, x.tensor);
+                         })) /
+                         kCalls;
+}
+
 // Each collective on groups of `span` consecutive ranks (every group at once, as DP or TP groups
 // run), FP32 tensors of `bytes` in all.
 void time_collectives(Context& ctx, const Options& o, int world_rank, int world_size,
@@ -320,6 +333,7 @@ int run(const Options& o, const MpiRuntime& mpi) {
   time_attention(ctx, o, dtype, result);
   time_memory_bound(ctx, o, dtype, result);
   time_host(ctx, o, threads, result);
+  time_op_overhead(ctx, o, dtype, result);
   time_collectives(ctx, o, mpi.world_rank(), mpi.world_size(), result.collectives);
   if (mpi.world_rank() != 0) return 0;
 

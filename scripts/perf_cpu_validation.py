@@ -59,8 +59,8 @@ def sweep_name(p):
     if layout.get("schedule") not in (None, "1f1b", "interleaved") or layout.get("cp_comm_type", "p2p") != "p2p":
         return None
     parts = []
-    for key, short in (("tensor_parallel_size", "tp"), ("context_parallel_size", "cp"),
-                       ("pipeline_parallel_size", "pp"), ("data_parallel_size", "dp")):
+    for key, short in (("tensor_model_parallel_size", "tp"), ("context_parallel_size", "cp"),
+                       ("pipeline_model_parallel_size", "pp"), ("data_parallel_size", "dp")):
         if int(layout.get(key, 1)) > 1:
             parts.append(f"{short}{layout[key]}")
     if int(layout.get("virtual_stages", 1)) > 1:
@@ -116,7 +116,8 @@ def main(argv):
     if args.reuse_sweep and not args.cite:
         raise SystemExit("error: --reuse-sweep needs --cite (when and how the sweep was measured)")
     if not args.dry_run and not args.reuse_sweep:
-        sh(mpirun + [binary("perf_calibrate"), "--out", measured, "--json", os.path.join(args.work, "measured.json")],
+        sh(mpirun + [binary("perf_calibrate"), "--name", "cpu-measured", "--out", measured, "--json",
+                     os.path.join(args.work, "measured.json")],
            env=env)
         with open(measured) as f:
             text = f.read()
@@ -173,8 +174,9 @@ def main(argv):
     best_id = min(rows, key=lambda k: rows[k]["measured_s"])
     lines = [BEGIN, "",
              f"Measured by `scripts/perf_cpu_validation.py` ({cite}); calibration file "
-             f"`configs/clusters/cpu-measured.conf` written by the same run, data "
-             f"`docs/perf_validation/cpu_sweep.csv`.", "",
+             f"`configs/clusters/cpu-measured.conf` " +
+             ("(as it was: --reuse-sweep measures nothing)" if args.reuse_sweep else "written by the same run") +
+             ", data `docs/perf_validation/cpu_sweep.csv`.", "",
              "| layout | measured ms (median; trials) | predicted ms | error |", "|---|---|---|---|"]
     for r in sorted(source["table"], key=lambda r: r["measured_s"]):
         trials = r["cite"].split("trials ", 1)[-1].replace(";", ", ")

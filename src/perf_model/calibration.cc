@@ -132,7 +132,12 @@ std::string cluster_file_text(const CalibrationResult& r, std::string* error) {
                                   std::min(1.0, r.attention_forward_efficiency), r.attention_shape),
                   absl::StrFormat("attention_backward_efficiency = %.3f   # same shape, 2.5x the forward's FLOPs\n",
                                   std::min(1.0, r.attention_backward_efficiency)),
-                  "kernel_overhead_us = 0   # NOT measured\n", "iteration_overhead_ms = 0   # NOT measured\n",
+                  r.op_overhead_s > 0
+                      ? absl::StrFormat("kernel_overhead_us = %.4g   # per op: gelu_forward on [1, 64], the median of "
+                                        "200-call loops\n",
+                                        r.op_overhead_s * 1e6)
+                      : std::string("kernel_overhead_us = 0   # NOT measured\n"),
+                  "iteration_overhead_ms = 0   # NOT measured\n",
                   "tp_comm_overlap_fraction = 0   # NOT measured: this trainer does not overlap TP communication\n",
                   "dp_comm_overlap_fraction = 0   # NOT measured\n", "#\n# GEMMs (m x n x k, ms, TFLOP/s):\n");
   for (const GemmSample& g : r.gemms) {

@@ -50,7 +50,7 @@ struct Cluster {
   std::vector<std::pair<double, double>> gemm_efficiency;  // (flops, fraction of peak), ascending
   double attention_forward_efficiency = 0;   // of peak, on the causal attention's executed FLOPs
   double attention_backward_efficiency = 0;
-  double kernel_overhead = 0;                // s per layer forward (backward: twice)
+  double kernel_overhead = 0;                // s per op launched (layer_ops.h's list, forward and backward)
   double iteration_overhead = 0;             // s per iteration (data, logging, host work)
 
   // Overlap calibration: the share of a communication hidden behind compute when the run asks for

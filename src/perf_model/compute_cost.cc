@@ -74,10 +74,10 @@ LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster
   LayerCost cost;
   PassCost& f = cost.forward;
   f = price_ops(ops.forward, shape, cluster);
-  f.overhead = cluster.kernel_overhead * shape.compute_stretch;
+  f.overhead = static_cast<double>(ops.forward.size()) * cluster.kernel_overhead * shape.compute_stretch;
   PassCost& g = cost.backward;
   g = price_ops(ops.backward, shape, cluster);
-  g.overhead = 2 * f.overhead;
+  g.overhead = static_cast<double>(ops.backward.size()) * cluster.kernel_overhead * shape.compute_stretch;
   for (const Op& op : ops.backward) {
     if (op.weight_gradient) cost.weight_gradient_gemm += gemm_time(op.m, op.n, op.k, cluster) * shape.compute_stretch;
   }
@@ -121,6 +121,7 @@ PassCost embedding_forward(const ModelConfig& c, const RankShape& shape, const C
   cost.tp_comm = tp_exposed(shape, cluster) * (shape.sequence_parallel
                                                    ? reduce_scatter_time(tp, activation, shape.tensor_link)
                                                    : all_reduce_time(tp, activation, shape.tensor_link));
+  cost.overhead = 1 * cluster.kernel_overhead * shape.compute_stretch;
   return cost;
 }
 
@@ -134,6 +135,7 @@ PassCost embedding_backward(const ModelConfig& c, const RankShape& shape, const 
     cost.tp_comm = tp_exposed(shape, cluster) *
                    all_gather_time(static_cast<int>(shape.tensor_parallel), activation, shape.tensor_link);
   }
+  cost.overhead = 1 * cluster.kernel_overhead * shape.compute_stretch;
   return cost;
 }
 
@@ -165,6 +167,7 @@ PassCost head_forward(const ModelConfig& c, const RankShape& shape, const Cluste
   cost.tp_comm = tp_exposed(shape, cluster) *
                  ((shape.sequence_parallel ? all_gather_time(tp, activation, shape.tensor_link) : 0.0) +
                   3 * all_reduce_time(tp, rows * 4.0, shape.tensor_link));
+  cost.overhead = 3 * cluster.kernel_overhead * shape.compute_stretch;
   return cost;
 }
 
@@ -178,6 +181,7 @@ PassCost head_backward(const ModelConfig& c, const RankShape& shape, const Clust
   cost.tp_comm = tp_exposed(shape, cluster) * (shape.sequence_parallel
                                                    ? reduce_scatter_time(tp, activation, shape.tensor_link)
                                                    : all_reduce_time(tp, activation, shape.tensor_link));
+  cost.overhead = 4 * cluster.kernel_overhead * shape.compute_stretch;
   return cost;
 }
 

@@ -15,7 +15,9 @@
 //                all-gathers; with Megatron's re-gather of the sequence-parallel input for the
 //                weight gradients, 4 all-gathers); exposed share 1 - tp_comm_overlap_fraction with
 //                --tp-comm-overlap
-//   overhead     kernel_overhead per layer forward, twice that backward
+//   overhead     kernel_overhead per op of the list (each forward and backward op, TP collectives
+//                included), and per op of the embedding (1 forward, 1 backward) and the head (final
+//                norm, LM head GEMM, cross-entropy: 3 forward; 4 backward)
 // Recompute: full adds the layer's forward to its backward, selective the attention core's.
 #pragma once
 
