@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "perf_model/compute_cost.h"
 #include "train/flops.h"
 
 namespace gpt::perf {
@@ -98,6 +99,24 @@ TEST(LayerOps, OptionsTheLayerRunsAddTheirOps) {
     return total;
   };
   EXPECT_DOUBLE_EQ(bytes(ops_of(c, 1, false, false, 4).forward), 2 * bytes(ops_of(c, 1, false, false, 2).forward));
+}
+
+TEST(LayerOps, KernelOverheadIsChargedPerOpOfTheList) {
+  ModelConfig c = gpt_layer();
+  Cluster cluster;
+  cluster.peak_flops = 1e12;
+  cluster.memory_bandwidth = 1e11;
+  cluster.intra_node_bandwidth = cluster.inter_node_bandwidth = 1e10;
+  cluster.gemm_efficiency = {{1e6, 0.5}};
+  cluster.attention_forward_efficiency = cluster.attention_backward_efficiency = 0.5;
+  RankShape shape;
+  shape.micro_batch = 2;
+  const LayerCost without = layer_cost(c, shape, cluster);
+  cluster.kernel_overhead = 10e-6;
+  const LayerCost with = layer_cost(c, shape, cluster);
+  const LayerOps ops = layer_ops(c, shape);
+  EXPECT_NEAR(with.forward.total() - without.forward.total(), 10e-6 * static_cast<double>(ops.forward.size()), 1e-12);
+  EXPECT_NEAR(with.backward.total() - without.backward.total(), 10e-6 * static_cast<double>(ops.backward.size()), 1e-12);
 }
 
 }  // namespace
