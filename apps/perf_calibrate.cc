@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -59,16 +60,30 @@ double max_over_ranks(double value) {
   return result;
 }
 
+// Seconds per call of `work`: the median of `repeats` samples, each a loop of enough calls to last
+// >= 20 ms, so that a moment the rank is descheduled (other processes on a shared machine) does not
+// decide a sample of a sub-millisecond op. Every rank calls it at the same point (the benchmarks
+// run on all ranks at once, collectives included): the loop length is agreed over MPI, so a
+// collective's loop has the same count on every rank.
 template <typename Work>
 double median_seconds(Context& ctx, int repeats, Work&& work) {
   work();  // warm-up: first-touch pages, BLAS/cuBLAS set-up
   ctx.synchronize();
+  const auto seconds_since = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  const auto first = std::chrono::steady_clock::now();
+  work();
+  ctx.synchronize();
+  const double once = std::max(seconds_since(first), 1e-9);
+  int calls = static_cast<int>(std::clamp(std::ceil(0.02 / once), 1.0, 10000.0));
+  MPI_Allreduce(MPI_IN_PLACE, &calls, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   std::vector<double> times;
   for (int r = 0; r < repeats; ++r) {
     const auto start = std::chrono::steady_clock::now();
-    work();
+    for (int c = 0; c < calls; ++c) work();
     ctx.synchronize();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    times.push_back(seconds_since(start) / calls);
   }
   return median_of(times);
 }
@@ -218,16 +233,13 @@ void time_host(Context& ctx, const Options& o, int threads, perf::CalibrationRes
 }
 
 // What an op costs beyond its bytes and FLOPs (dispatch, thread-pool wake-up; a kernel launch on a
-// GPU): the trainer's gelu_forward on a [1, 64] tensor, 200 calls per timed loop.
+// GPU): the trainer's gelu_forward on a [1, 64] tensor.
 void time_op_overhead(Context& ctx, const Options& o, DType dtype, perf::CalibrationResult& result) {
-  constexpr int kCalls = 200;
   Filled x = random_tensor(ctx, dtype, {1, 64}, 64, 30);
   Buffer y_buffer(ctx.device(), 64 * dtype_size(dtype));
   const Tensor y = y_buffer.as_tensor(dtype, {1, 64});
-  result.op_overhead_s = max_over_ranks(median_seconds(ctx, o.repeats, [&] {
-                           for (int i = 0; i < kCalls; ++i) ops::gelu_forward(ctx, y, x.tensor);
-                         })) /
-                         kCalls;
+  result.op_overhead_s =
+      max_over_ranks(median_seconds(ctx, o.repeats, [&] { ops::gelu_forward(ctx, y, x.tensor); }));
 }
 
 // Each collective on groups of `span` consecutive ranks (every group at once, as DP or TP groups

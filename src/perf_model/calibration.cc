@@ -133,8 +133,7 @@ std::string cluster_file_text(const CalibrationResult& r, std::string* error) {
                   absl::StrFormat("attention_backward_efficiency = %.3f   # same shape, 2.5x the forward's FLOPs\n",
                                   std::min(1.0, r.attention_backward_efficiency)),
                   r.op_overhead_s > 0
-                      ? absl::StrFormat("kernel_overhead_us = %.4g   # per op: gelu_forward on [1, 64], the median of "
-                                        "200-call loops\n",
+                      ? absl::StrFormat("kernel_overhead_us = %.4g   # per op: gelu_forward on [1, 64]\n",
                                         r.op_overhead_s * 1e6)
                       : std::string("kernel_overhead_us = 0   # NOT measured\n"),
                   "iteration_overhead_ms = 0   # NOT measured\n",
