@@ -18,7 +18,8 @@
 
 No more ranks than cores: the calibration's kernels and collectives are timed with every rank on
 its own core, as the sweep then runs, so nothing has to model time-sharing. Takes 4-8 minutes on
-2 cores; run it on a quiet machine (the load average is recorded before and after).
+the 2 quiet cores (16 at load 3-9); run it on a quiet machine (the load average is recorded before
+and after).
 """
 
 import argparse
