@@ -16,7 +16,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
@@ -27,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/context.h"
+#include "core/host_staging.h"
 #include "core/memory.h"
 #include "kernels/ops.h"
 #include "parallel/comm/mpi_communicator.h"
@@ -57,16 +60,30 @@ double max_over_ranks(double value) {
   return result;
 }
 
+// Seconds per call of `work`: the median of `repeats` samples, each a loop of enough calls to last
+// >= 20 ms, so that a moment the rank is descheduled (other processes on a shared machine) does not
+// decide a sample of a sub-millisecond op. Every rank calls it at the same point (the benchmarks
+// run on all ranks at once, collectives included): the loop length is agreed over MPI, so a
+// collective's loop has the same count on every rank.
 template <typename Work>
 double median_seconds(Context& ctx, int repeats, Work&& work) {
   work();  // warm-up: first-touch pages, BLAS/cuBLAS set-up
   ctx.synchronize();
+  const auto seconds_since = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  const auto first = std::chrono::steady_clock::now();
+  work();
+  ctx.synchronize();
+  const double once = std::max(seconds_since(first), 1e-9);
+  int calls = static_cast<int>(std::clamp(std::ceil(0.02 / once), 1.0, 10000.0));
+  MPI_Allreduce(MPI_IN_PLACE, &calls, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   std::vector<double> times;
   for (int r = 0; r < repeats; ++r) {
     const auto start = std::chrono::steady_clock::now();
-    work();
+    for (int c = 0; c < calls; ++c) work();
     ctx.synchronize();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    times.push_back(seconds_since(start) / calls);
   }
   return median_of(times);
 }
@@ -180,6 +197,51 @@ void time_memory_bound(Context& ctx, const Options& o, DType dtype, perf::Calibr
   result.memory_bandwidth_Bps = median_of(rates);
 }
 
+// The host side of optimizer offload (--optimizer-cpu-offload): the trainer's adamw_update on host
+// memory with this rank's share of the cores (every rank at once, as the offloaded steps run), and
+// the device's link to host memory: a page-locked host buffer copied to the device and back (on the
+// CPU backend, where the offload's copies are host memcpys, a host-to-host copy).
+void time_host(Context& ctx, const Options& o, int threads, perf::CalibrationResult& result) {
+  Context host = Context::cpu(threads);
+  const int64_t n = (o.reduced ? 1 : 8) << 20;
+  Filled master = random_tensor(host, DType::kFloat32, {n}, n, 20);
+  Filled grad = random_tensor(host, DType::kFloat32, {n}, n, 21);
+  Filled exp_avg = random_tensor(host, DType::kFloat32, {n}, n, 22);
+  Filled exp_avg_sq = random_tensor(host, DType::kFloat32, {n}, n, 23);
+  ops::scale(host, exp_avg_sq.tensor, 0.0f);
+  ops::AdamWStep step;
+  step.learning_rate = 1e-4f;
+  result.host_adamw_Bps = 32.0 * static_cast<double>(n) / max_over_ranks(median_seconds(host, o.repeats, [&] {
+    ops::adamw_update(host, step, master.tensor, grad.tensor, exp_avg.tensor, exp_avg_sq.tensor, Tensor());
+  }));
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  HostStaging pinned;
+  void* staged = pinned.reserve(bytes);
+  std::memset(staged, 1, bytes);
+  Buffer device(ctx.device(), bytes);
+  const double to_device = max_over_ranks(median_seconds(ctx, o.repeats, [&] {
+    copy_bytes(ctx.device(), device.data(), Device::kCpu, staged, bytes);
+  }));
+  const double to_host = max_over_ranks(median_seconds(ctx, o.repeats, [&] {
+    copy_bytes(Device::kCpu, staged, ctx.device(), device.data(), bytes);
+  }));
+  result.host_link_Bps = 2.0 * static_cast<double>(bytes) / (to_device + to_host);
+  result.host_link_note = absl::StrFormat("%s, %.0f MiB: to the device %.2f GB/s, back %.2f GB/s",
+                                          ctx.device() == Device::kCpu ? "host memcpy (CPU backend)" : "page-locked",
+                                          static_cast<double>(bytes) / (1 << 20), bytes / to_device / 1e9,
+                                          bytes / to_host / 1e9);
+}
+
+// What an op costs beyond its bytes and FLOPs (dispatch, thread-pool wake-up; a kernel launch on a
+// GPU): the trainer's gelu_forward on a [1, 64] tensor.
+void time_op_overhead(Context& ctx, const Options& o, DType dtype, perf::CalibrationResult& result) {
+  Filled x = random_tensor(ctx, dtype, {1, 64}, 64, 30);
+  Buffer y_buffer(ctx.device(), 64 * dtype_size(dtype));
+  const Tensor y = y_buffer.as_tensor(dtype, {1, 64});
+  result.op_overhead_s =
+      max_over_ranks(median_seconds(ctx, o.repeats, [&] { ops::gelu_forward(ctx, y, x.tensor); }));
+}
+
 // Each collective on groups of `span` consecutive ranks (every group at once, as DP or TP groups
 // run), FP32 tensors of `bytes` in all.
 void time_collectives(Context& ctx, const Options& o, int world_rank, int world_size,
@@ -218,6 +280,8 @@ std::string json_text(const perf::CalibrationResult& r, const perf::LatencyBandw
                                  absl::StrFormat("\"peak_tflops\": %.6g, \"peak_measured\": %s, ", r.peak_flops / 1e12,
                                                  r.peak_measured ? "true" : "false"),
                                  absl::StrFormat("\"memory_bandwidth_GBps\": %.6g, ", r.memory_bandwidth_Bps / 1e9),
+                                 absl::StrFormat("\"host_adamw_GBps\": %.6g, \"host_link_bandwidth_GBps\": %.6g, ",
+                                                 r.host_adamw_Bps / 1e9, r.host_link_Bps / 1e9),
                                  absl::StrFormat("\"attention_forward_efficiency\": %.6g, "
                                                  "\"attention_backward_efficiency\": %.6g, ",
                                                  r.attention_forward_efficiency, r.attention_backward_efficiency),
@@ -280,6 +344,8 @@ int run(const Options& o, const MpiRuntime& mpi) {
   result.peak_flops = result.peak_measured ? best : o.peak_tflops * 1e12;
   time_attention(ctx, o, dtype, result);
   time_memory_bound(ctx, o, dtype, result);
+  time_host(ctx, o, threads, result);
+  time_op_overhead(ctx, o, dtype, result);
   time_collectives(ctx, o, mpi.world_rank(), mpi.world_size(), result.collectives);
   if (mpi.world_rank() != 0) return 0;
 

@@ -47,8 +47,19 @@ int main(int argc, char** argv) {
   app.add_option("--top", top, "with --search: how many layouts to print")->check(CLI::PositiveNumber);
   app.add_flag("--tp-comm-overlap", options.tp_comm_overlap,
                "Megatron's TP communication overlap: hide the cluster's tp_comm_overlap_fraction of it");
+  app.add_flag("--overlap-cpu-optimizer-d2h-h2d", options.overlap_offload_copies,
+               "Megatron's pipelining of the offloaded optimizer's copies and host step per bucket (the trainer runs "
+               "them one after another)");
+  std::string implementation = "trainer";
+  app.add_option("--implementation", implementation,
+                 "whose implementation choices to model: trainer (pretrain_gpt's memory plan; under sequence "
+                 "parallelism the gathered LayerNorm outputs are kept, so backward does not gather them again) or "
+                 "megatron (Megatron-LM's activation stash and its re-gather, to predict published Megatron runs)")
+      ->check(CLI::IsMember({"trainer", "megatron"}));
   app.allow_extras();
   if (std::optional<int> exit_code = gpt::parse_command_line(app, argc, argv)) return *exit_code;
+
+  if (implementation == "megatron") options.implementation = gpt::perf::Implementation::kMegatron;
 
   absl::StatusOr<gpt::perf::Cluster> cluster = gpt::perf::load_cluster(cluster_name, argv[0]);
   if (!cluster.ok()) return fail(cluster.status());

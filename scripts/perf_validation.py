@@ -15,7 +15,12 @@ Data files (docs/perf_validation/*.csv): '#' comment lines citing the source, th
 the model (layers, hidden, heads, seq, vocab), the layout (gpus, tp, pp, vp, micro_batch,
 global_batch, recompute none|selective|full, sp, zero3), the cluster file, extra pretrain_gpt
 flags, the published figure (metric, value), a group name (rows of one model on one GPU count that
-are ranked against each other) and which settings the source did not publish (assumed).
+are ranked against each other), which settings the source did not publish (assumed) and, optionally,
+the code base that ran the row when it is not the file's (code; such rows are scored as their own
+source, e.g. 'narayanan2021 (deepspeed)'). A comment
+line 'implementation: megatron' marks runs of Megatron-LM: their memory is predicted with
+Megatron's activation stash and its sequence-parallel re-gather (perf_model --implementation megatron),
+not this trainer's.
 
 The measured iteration time is computed from the published figure by the source's own FLOP count:
   tflops_eq3    Narayanan et al. 2021, Eq. 3: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) / (GPUs x TFLOP/s)
@@ -48,9 +53,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_DATA = sorted(glob.glob(os.path.join(ROOT, "docs", "perf_validation", "*.csv")))
-# Megatron's ZeRO-3 (fully sharded data parallelism); rows that need it are reported as not
-# predicted while the binary refuses the flag.
-ZERO3_FLAGS = ["--use-torch-fsdp2"]
+# ZeRO-3 (fully sharded data parallelism) in Megatron-FSDP's flags; a binary that cannot predict it
+# reports the rows as not predicted.
+ZERO3_FLAGS = ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
 TARGET_MEAN_ERROR, TARGET_MEDIAN_RHO, TARGET_MEAN_REGRET = 0.10, 0.8, 0.10
 
 
@@ -132,9 +137,10 @@ def row_flags(row, micro_batch=None):
     return flags
 
 
-def predict(binary, row, micro_batch=None):
+def predict(binary, row, micro_batch=None, implementation="trainer"):
     """perf_model's JSON for the row, or the error line it printed."""
-    command = [binary, "--cluster", row["cluster"], "--world-size", row["gpus"], "--json"] + row_flags(row, micro_batch)
+    command = [binary, "--cluster", row["cluster"], "--world-size", row["gpus"], "--json",
+               "--implementation", implementation] + row_flags(row, micro_batch)
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         lines = (done.stderr or done.stdout).strip().splitlines()
@@ -207,6 +213,9 @@ def run(binary, paths):
     for path in paths:
         comments, rows = read_source(path)
         calibration = any("CALIBRATION data" in c for c in comments)
+        # Runs of Megatron-LM are predicted with Megatron's implementation choices (a comment line
+        # 'implementation: megatron'); this trainer's own runs with its own.
+        accounting = "megatron" if any(c.startswith("implementation: megatron") for c in comments) else "trainer"
         name = os.path.splitext(os.path.basename(path))[0]
         predicted_rows, skipped = [], []
         # Every perf_model call of the file at once (each is a short process).
@@ -214,7 +223,7 @@ def run(binary, paths):
             (i, mbs) for i, row in enumerate(rows) if "micro_batch" in (row.get("assumed") or "")
             for mbs in (1, 2, 4, 8)]
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            results = dict(zip(jobs, pool.map(lambda job: predict(binary, rows[job[0]], job[1]), jobs)))
+            results = dict(zip(jobs, pool.map(lambda job: predict(binary, rows[job[0]], job[1], accounting), jobs)))
         for i, row in enumerate(rows):
             row["measured_s"] = measured_seconds(row)
             prediction, error = results[(i, None)]
@@ -234,18 +243,25 @@ def run(binary, paths):
                         band.append(other["iteration_time_s"] / row["measured_s"] - 1)
                 row["error_band"] = [min(band), max(band)] if band else None
             predicted_rows.append(row)
-        errors = [abs(r["error"]) for r in predicted_rows]
-        summary = {"source": name, "file": os.path.relpath(path, ROOT), "role": "calibration" if calibration else
-                   "held-out", "rows": len(rows), "predicted": len(predicted_rows), "not_predicted": skipped,
-                   "mean_abs_error": statistics.fmean(errors) if errors else None,
-                   "median_abs_error": statistics.median(errors) if errors else None,
-                   "max_abs_error": max(errors) if errors else None,
-                   "mean_signed_error": statistics.fmean(r["error"] for r in predicted_rows) if errors else None,
-                   "predicted_not_to_fit": [r["id"] for r in predicted_rows if not r["fits"]],
-                   "table": [{k: r.get(k) for k in ("id", "cite", "gpus", "tp", "pp", "micro_batch", "recompute",
-                                                     "measured_s", "predicted_s", "error", "error_band", "memory_gib",
-                                                     "fits", "assumed")} for r in predicted_rows]}
-        sources.append(summary)
+        # A row run by another code base than the file's (column 'code', e.g. DeepSpeed's ZeRO-3 rows
+        # of Narayanan et al.) is its own held-out source: one error figure per implementation.
+        codes = sorted({r.get("code") or "" for r in rows})
+        for code in codes:
+            subset = [r for r in predicted_rows if (r.get("code") or "") == code]
+            errors = [abs(r["error"]) for r in subset]
+            summary = {"source": name + (f" ({code})" if code else ""), "file": os.path.relpath(path, ROOT),
+                       "role": "calibration" if calibration else "held-out", "implementation": accounting,
+                       "rows": len([r for r in rows if (r.get("code") or "") == code]), "predicted": len(subset),
+                       "not_predicted": [k for k in skipped if (next(r for r in rows if r["id"] == k["id"]).get("code") or "") == code],
+                       "mean_abs_error": statistics.fmean(errors) if errors else None,
+                       "median_abs_error": statistics.median(errors) if errors else None,
+                       "max_abs_error": max(errors) if errors else None,
+                       "mean_signed_error": statistics.fmean(r["error"] for r in subset) if errors else None,
+                       "predicted_not_to_fit": [r["id"] for r in subset if not r["fits"]],
+                       "table": [{k: r.get(k) for k in ("id", "cite", "gpus", "tp", "pp", "micro_batch", "recompute",
+                                                         "measured_s", "predicted_s", "error", "error_band",
+                                                         "memory_gib", "fits", "assumed")} for r in subset]}
+            sources.append(summary)
         by_group = {}
         for r in predicted_rows:
             if r.get("group"):
@@ -254,7 +270,8 @@ def run(binary, paths):
             if len(members) >= 2 and not calibration:
                 groups.append(dict(evaluate_group(group, members), source=name))
         unscored = sorted({r["group"] for r in rows if r.get("group")} - {g for g in by_group if len(by_group[g]) >= 2})
-        summary["groups_not_scored"] = unscored
+        for summary in sources[len(sources) - len(codes):]:
+            summary["groups_not_scored"] = unscored
     return sources, groups
 
 
@@ -383,9 +400,13 @@ def import_sweep(sweep_csv, cluster, out, cite, model_flags):
                           gpus=layout["world"], tp=layout["tp"], pp=layout["pp"], vp=layout["v"],
                           micro_batch=layout["mbs"] or base["micro_batch"],
                           recompute="full" if layout["rfull"] else "selective" if layout["rsel"] else "none",
-                          sp=int(layout["sp"]), zero3=0, metric="ms", value=row["elapsed_ms"],
-                          group=f"world{layout['world']}", assumed="", cluster=cluster,
-                          extra_flags=" ".join(extra + (["--use-distributed-optimizer"] if layout["zero"] else [])))
+                          sp=int(layout["sp"]), zero3=int(layout.get("zero3", False)), metric="ms",
+                          value=row["elapsed_ms"], group=f"world{layout['world']}", assumed="", cluster=cluster,
+                          extra_flags=" ".join(extra + (["--use-distributed-optimizer"] if layout["zero"] else []) +
+                                               (["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                                                 "optim_grads"] if layout.get("zero2") else []) +
+                                               (["--context-parallel-size", str(layout["cp"])]
+                                                if layout.get("cp", 1) > 1 else [])))
             writer.writerow(record)
 
 

@@ -7,7 +7,9 @@ against world size; a stacked per-iteration time breakdown per layout).
         [--scaling strong|weak] [--iterations 20] [--warmup 5] [--trials 1] -- <pretrain_gpt model flags>
 
 A layout is dash-separated parts: tpN, ppN, dpN (world size = their product), vN (virtual
-stages per pipeline rank), sp (sequence parallel), zero (distributed optimizer), mbsN, rfull (full
+stages per pipeline rank), cpN (context parallel; world size times N), sp (sequence parallel), zero
+(distributed optimizer, ZeRO-1), zero2 / zero3 (--use-megatron-fsdp with
+--data-parallel-sharding-strategy optim_grads / optim_grads_params), mbsN, rfull (full
 recompute, every layer: --recompute-granularity full --recompute-method uniform
 --recompute-num-layers 1), rsel (--recompute-granularity selective). Strong
 scaling keeps --global-batch-size; weak scaling multiplies it by the layout's DP size (the model
@@ -36,12 +38,13 @@ import sys
 import textwrap
 
 TIMERS = ("forward-backward", "all-grads-sync", "optimizer")
-LAYOUT_PART = re.compile(r"^(tp|pp|dp|v|mbs)(\d+)$|^(sp|zero|rfull|rsel)$")
+LAYOUT_PART = re.compile(r"^(tp|pp|dp|cp|v|mbs)(\d+)$|^(sp|zero|zero2|zero3|rfull|rsel)$")
 OWNED_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size",
                "--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage",
                "--sequence-parallel", "--use-distributed-optimizer", "--train-iters", "--log-interval",
                "--metrics-file", "--timing-log-level", "--recompute-granularity", "--recompute-method",
-               "--recompute-num-layers", "--recompute-activations")
+               "--recompute-num-layers", "--recompute-activations", "--use-megatron-fsdp",
+               "--data-parallel-sharding-strategy", "--context-parallel-size")
 
 
 class SweepError(Exception):
@@ -50,13 +53,13 @@ class SweepError(Exception):
 
 def parse_layout(text):
     """'tp2-pp2-dp2-zero' -> dict(tp, pp, dp, v, sp, zero, mbs)."""
-    layout = {"name": text, "tp": 1, "pp": 1, "dp": 1, "v": 1, "sp": False, "zero": False, "mbs": None,
-              "rfull": False, "rsel": False}
+    layout = {"name": text, "tp": 1, "pp": 1, "dp": 1, "cp": 1, "v": 1, "sp": False, "zero": False, "zero2": False,
+              "zero3": False, "mbs": None, "rfull": False, "rsel": False}
     for part in text.split("-"):
         m = LAYOUT_PART.match(part)
         if not m:
-            raise SweepError(f"layout '{text}': unknown part '{part}' (expected tpN, ppN, dpN, vN, mbsN, sp, zero, "
-                             "rfull, rsel)")
+            raise SweepError(f"layout '{text}': unknown part '{part}' (expected tpN, ppN, dpN, cpN, vN, mbsN, sp, "
+                             "zero, zero2, zero3, rfull, rsel)")
         if m[1]:
             value = int(m[2])
             if value < 1:
@@ -66,7 +69,9 @@ def parse_layout(text):
             layout[m[3]] = True
     if layout["rfull"] and layout["rsel"]:
         raise SweepError(f"layout '{text}': rfull and rsel exclude each other")
-    layout["world"] = layout["tp"] * layout["pp"] * layout["dp"]
+    if sum(layout[z] for z in ("zero", "zero2", "zero3")) > 1:
+        raise SweepError(f"layout '{text}': name one of zero, zero2, zero3")
+    layout["world"] = layout["tp"] * layout["pp"] * layout["dp"] * layout["cp"]
     return layout
 
 
@@ -87,6 +92,11 @@ def layout_flags(layout, model_flags, scaling):
         flags.append("--sequence-parallel")
     if layout["zero"]:
         flags.append("--use-distributed-optimizer")
+    if layout["zero2"] or layout["zero3"]:
+        flags += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                  "optim_grads" if layout["zero2"] else "optim_grads_params"]
+    if layout["cp"] > 1:
+        flags += ["--context-parallel-size", str(layout["cp"])]
     if layout["mbs"]:
         flags += ["--micro-batch-size", str(layout["mbs"])]
     if layout["rfull"]:
@@ -109,7 +119,7 @@ def without(flags, names):
             skip = False
             continue
         if flag in names:
-            skip = flag not in ("--sequence-parallel", "--use-distributed-optimizer")
+            skip = flag not in ("--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp")
             continue
         out.append(flag)
     return out

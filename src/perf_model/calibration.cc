@@ -109,6 +109,13 @@ std::string cluster_file_text(const CalibrationResult& r, std::string* error) {
       absl::StrFormat("memory_bandwidth_GBps = %.6g   # median of the memory-bound ops listed at the end\n",
                       r.memory_bandwidth_Bps / 1e9),
       "memory_bandwidth_efficiency = 1\n",
+      r.host_link_Bps > 0 ? absl::StrFormat("host_link_bandwidth_GBps = %.6g   # %s\n", r.host_link_Bps / 1e9,
+                                            r.host_link_note)
+                          : std::string("# host_link_bandwidth_GBps: not measured\n"),
+      r.host_adamw_Bps > 0
+          ? absl::StrFormat("host_adamw_GBps = %.6g   # the trainer's adamw_update on host memory, every rank at once\n",
+                            r.host_adamw_Bps / 1e9)
+          : std::string("# host_adamw_GBps: not measured\n"),
       absl::StrFormat("intra_node_bandwidth_GBps = %.6g   # ring fit of every collective below (rms error %.0f%%)\n",
                       link.bandwidth_Bps / 1e9, 100 * link.rms_relative_error),
       absl::StrFormat("inter_node_bandwidth_GBps = %.6g   # NOT measured: one node; the intra-node figure\n",
@@ -125,7 +132,11 @@ std::string cluster_file_text(const CalibrationResult& r, std::string* error) {
                                   std::min(1.0, r.attention_forward_efficiency), r.attention_shape),
                   absl::StrFormat("attention_backward_efficiency = %.3f   # same shape, 2.5x the forward's FLOPs\n",
                                   std::min(1.0, r.attention_backward_efficiency)),
-                  "kernel_overhead_us = 0   # NOT measured\n", "iteration_overhead_ms = 0   # NOT measured\n",
+                  r.op_overhead_s > 0
+                      ? absl::StrFormat("kernel_overhead_us = %.4g   # per op: gelu_forward on [1, 64]\n",
+                                        r.op_overhead_s * 1e6)
+                      : std::string("kernel_overhead_us = 0   # NOT measured\n"),
+                  "iteration_overhead_ms = 0   # NOT measured\n",
                   "tp_comm_overlap_fraction = 0   # NOT measured: this trainer does not overlap TP communication\n",
                   "dp_comm_overlap_fraction = 0   # NOT measured\n", "#\n# GEMMs (m x n x k, ms, TFLOP/s):\n");
   for (const GemmSample& g : r.gemms) {

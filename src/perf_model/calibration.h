@@ -63,6 +63,13 @@ struct CalibrationResult {
   // cluster's memory bandwidth is their median.
   std::vector<std::pair<std::string, double>> memory_kernels;
   double memory_bandwidth_Bps = 0;
+  // Optimizer offload: the trainer's AdamW on the host (bytes it charges per second, per rank with
+  // every rank stepping) and the device's link to host memory (bytes/s per direction).
+  double host_adamw_Bps = 0;
+  // What an op costs beyond its work: the trainer's gelu_forward on a [1, 64] tensor, per call.
+  double op_overhead_s = 0;
+  double host_link_Bps = 0;
+  std::string host_link_note;
   std::vector<GemmSample> gemms;
   double attention_forward_efficiency = 0;
   double attention_backward_efficiency = 0;

@@ -45,6 +45,8 @@ const Key kKeys[] = {
     {"inter_node_latency_us", false, Range::kNonNegative, 1e-6, &Cluster::inter_node_latency},
     {"intra_node_efficiency", false, Range::kFraction, 1, &Cluster::intra_node_efficiency},
     {"inter_node_efficiency", false, Range::kFraction, 1, &Cluster::inter_node_efficiency},
+    {"host_link_bandwidth_GBps", false, Range::kPositive, 1e9, &Cluster::host_link_bandwidth},
+    {"host_adamw_GBps", false, Range::kPositive, 1e9, &Cluster::host_adamw_bandwidth},
     {"attention_forward_efficiency", true, Range::kFraction, 1, &Cluster::attention_forward_efficiency},
     {"attention_backward_efficiency", true, Range::kFraction, 1, &Cluster::attention_backward_efficiency},
     {"kernel_overhead_us", false, Range::kNonNegative, 1e-6, &Cluster::kernel_overhead},

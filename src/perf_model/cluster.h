@@ -40,11 +40,17 @@ struct Cluster {
   double intra_node_efficiency = 1;     // achieved bus bandwidth / link bandwidth
   double inter_node_efficiency = 1;
 
+  // The host: each device's link to host memory (PCIe, per direction) and the host's AdamW rate per
+  // device (bytes of optimizer traffic per second, as memory_bandwidth counts the device's), for
+  // optimizer offload. 0: not described (offload cannot be predicted).
+  double host_link_bandwidth = 0;
+  double host_adamw_bandwidth = 0;
+
   // Compute calibration.
   std::vector<std::pair<double, double>> gemm_efficiency;  // (flops, fraction of peak), ascending
   double attention_forward_efficiency = 0;   // of peak, on the causal attention's executed FLOPs
   double attention_backward_efficiency = 0;
-  double kernel_overhead = 0;                // s per layer forward (backward: twice)
+  double kernel_overhead = 0;                // s per op launched (layer_ops.h's list, forward and backward)
   double iteration_overhead = 0;             // s per iteration (data, logging, host work)
 
   // Overlap calibration: the share of a communication hidden behind compute when the run asks for

@@ -3,12 +3,11 @@
 #include <algorithm>
 
 #include "core/dtype.h"
+#include "model/layer_shapes.h"
+#include "perf_model/layer_ops.h"
 
 namespace gpt::perf {
 namespace {
-
-// Flash attention's backward: 5 matmuls (S, dP, dV, dQ, dK) against the forward's 2.
-constexpr double kAttentionBackwardMatmuls = 2.5;
 
 double element_bytes(const ModelConfig& c) { return static_cast<double>(dtype_size(c.dtype)); }
 
@@ -34,50 +33,60 @@ double gemm_time(double m, double n, double k, const Cluster& cluster) {
   return flops / (cluster.peak_flops * cluster.gemm_efficiency_at(flops));
 }
 
-LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {
-  const double tp = static_cast<double>(shape.tensor_parallel);
-  const double t = element_bytes(c);
-  const double h = static_cast<double>(c.hidden_size);
-  const double s = static_cast<double>(c.seq_length);
-  const double b = static_cast<double>(shape.micro_batch);
-  const double rows = s * b;
-  const double qkv = static_cast<double>(c.qkv_size()) / tp;
-  const double projection = static_cast<double>(c.attention_projection_size()) / tp;
-  const double fc1 = static_cast<double>(c.fc1_size()) / tp;
-  const double ffn = static_cast<double>(c.ffn_hidden_size) / tp;
+PassCost price_ops(const std::vector<Op>& ops, const RankShape& shape, const Cluster& cluster) {
   const int tp_ranks = static_cast<int>(shape.tensor_parallel);
-  const double stretch = shape.compute_stretch;
+  const double stretch = shape.compute_stretch, exposed = tp_exposed(shape, cluster);
+  PassCost cost;
+  for (const Op& op : ops) {
+    switch (op.kind) {
+      case OpKind::kGemm: cost.gemm += gemm_time(op.m, op.n, op.k, cluster) * stretch; break;
+      case OpKind::kAttention:
+        cost.attention += op.flops / (cluster.peak_flops * cluster.attention_forward_efficiency) * stretch;
+        break;
+      case OpKind::kAttentionBackward:
+        cost.attention += op.flops / (cluster.peak_flops * cluster.attention_backward_efficiency) * stretch;
+        break;
+      case OpKind::kMemory: cost.elementwise += memory_time(op.bytes, cluster) * stretch; break;
+      case OpKind::kAllReduce: cost.tp_comm += exposed * all_reduce_time(tp_ranks, op.bytes, shape.tensor_link); break;
+      case OpKind::kAllGather: cost.tp_comm += exposed * all_gather_time(tp_ranks, op.bytes, shape.tensor_link); break;
+      case OpKind::kReduceScatter:
+        cost.tp_comm += exposed * reduce_scatter_time(tp_ranks, op.bytes, shape.tensor_link);
+        break;
+    }
+  }
+  return cost;
+}
 
+LayerOps layer_ops(const ModelConfig& c, const RankShape& shape) {
+  // `c.seq_length` is this context-parallel rank's S / CP rows already.
+  const bool split_sequence = shape.sequence_parallel && shape.tensor_parallel > 1;
+  const LayerShapes shapes = LayerShapes::make(c, shape.tensor_parallel, /*tensor_parallel_rank=*/0, split_sequence,
+                                               shape.micro_batch);
+  return transformer_layer_ops(c, shapes,
+                               {.sequence_parallel = split_sequence,
+                                .tensor_parallel = shape.tensor_parallel,
+                                .regather_sequence_parallel_input = shape.regather_sequence_parallel_input,
+                                .context_parallel = shape.context_parallel});
+}
+
+LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {
+  const LayerOps ops = layer_ops(c, shape);
   LayerCost cost;
   PassCost& f = cost.forward;
-  f.gemm = (gemm_time(rows, qkv, h, cluster) + gemm_time(rows, h, projection, cluster) +
-            gemm_time(rows, fc1, h, cluster) + gemm_time(rows, h, ffn, cluster)) *
-           stretch;
-  // Megatron counts 4 b s^2 heads d per layer; the causal kernel skips the masked half. Under
-  // context parallelism s is this rank's S / CP queries, attending to CP times as many keys.
-  const double cp = static_cast<double>(shape.context_parallel);
-  const double attention_flops = 0.5 * 4 * b * s * (s * cp) * projection;
-  f.attention = attention_flops / (cluster.peak_flops * cluster.attention_forward_efficiency) * stretch;
-  const double mask_bytes = c.has_dropout() ? 2.0 : 0.0;
-  const double hidden_bytes = local_rows(c, shape) * h * (10 * t) + local_rows(c, shape) * h * mask_bytes;
-  const double mlp_bytes = rows * (fc1 + ffn) * t;
-  f.elementwise = memory_time(hidden_bytes + mlp_bytes, cluster) * stretch;
-  const double activation = rows * h * t;
-  const Link& link = shape.tensor_link;
-  const double exposed = tp_exposed(shape, cluster);
-  const double gather = all_gather_time(tp_ranks, activation, link);
-  const double scatter = reduce_scatter_time(tp_ranks, activation, link);
-  const double reduce = all_reduce_time(tp_ranks, activation, link);
-  f.tp_comm = exposed * (shape.sequence_parallel ? 2 * gather + 2 * scatter : 2 * reduce);
-  f.overhead = cluster.kernel_overhead * stretch;
-
+  f = price_ops(ops.forward, shape, cluster);
+  f.overhead = static_cast<double>(ops.forward.size()) * cluster.kernel_overhead * shape.compute_stretch;
   PassCost& g = cost.backward;
-  g.gemm = 2 * f.gemm;
-  g.attention = kAttentionBackwardMatmuls * attention_flops /
-                (cluster.peak_flops * cluster.attention_backward_efficiency) * stretch;
-  g.elementwise = 2 * f.elementwise;
-  g.tp_comm = exposed * (shape.sequence_parallel ? 4 * gather + 2 * scatter : 2 * reduce);
-  g.overhead = 2 * f.overhead;
+  g = price_ops(ops.backward, shape, cluster);
+  g.overhead = static_cast<double>(ops.backward.size()) * cluster.kernel_overhead * shape.compute_stretch;
+  for (const Op& op : ops.backward) {
+    if (op.weight_gradient) cost.weight_gradient_gemm += gemm_time(op.m, op.n, op.k, cluster) * shape.compute_stretch;
+  }
+  const double t = element_bytes(c);
+  const double tp = static_cast<double>(shape.tensor_parallel);
+  const double rows = static_cast<double>(c.seq_length * shape.micro_batch);
+  const double qkv = static_cast<double>(c.qkv_size()) / tp;
+  const double projection = static_cast<double>(c.attention_projection_size()) / tp;
+  const double cp = static_cast<double>(shape.context_parallel);
 
   if (shape.context_parallel > 1) {
     const int cp_ranks = static_cast<int>(shape.context_parallel);
@@ -112,6 +121,7 @@ PassCost embedding_forward(const ModelConfig& c, const RankShape& shape, const C
   cost.tp_comm = tp_exposed(shape, cluster) * (shape.sequence_parallel
                                                    ? reduce_scatter_time(tp, activation, shape.tensor_link)
                                                    : all_reduce_time(tp, activation, shape.tensor_link));
+  cost.overhead = 1 * cluster.kernel_overhead * shape.compute_stretch;
   return cost;
 }
 
@@ -125,6 +135,7 @@ PassCost embedding_backward(const ModelConfig& c, const RankShape& shape, const 
     cost.tp_comm = tp_exposed(shape, cluster) *
                    all_gather_time(static_cast<int>(shape.tensor_parallel), activation, shape.tensor_link);
   }
+  cost.overhead = 1 * cluster.kernel_overhead * shape.compute_stretch;
   return cost;
 }
 
@@ -156,6 +167,7 @@ PassCost head_forward(const ModelConfig& c, const RankShape& shape, const Cluste
   cost.tp_comm = tp_exposed(shape, cluster) *
                  ((shape.sequence_parallel ? all_gather_time(tp, activation, shape.tensor_link) : 0.0) +
                   3 * all_reduce_time(tp, rows * 4.0, shape.tensor_link));
+  cost.overhead = 3 * cluster.kernel_overhead * shape.compute_stretch;
   return cost;
 }
 
@@ -169,6 +181,7 @@ PassCost head_backward(const ModelConfig& c, const RankShape& shape, const Clust
   cost.tp_comm = tp_exposed(shape, cluster) * (shape.sequence_parallel
                                                    ? reduce_scatter_time(tp, activation, shape.tensor_link)
                                                    : all_reduce_time(tp, activation, shape.tensor_link));
+  cost.overhead = 4 * cluster.kernel_overhead * shape.compute_stretch;
   return cost;
 }
 

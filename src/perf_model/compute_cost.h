@@ -1,39 +1,45 @@
 // Time of one microbatch through one transformer layer (and through the embedding and the LM
-// head) on one rank, forward and backward, from a cluster description:
+// head) on one rank, forward and backward, from a cluster description. A layer's cost is the sum
+// over the ops the trainer runs (layer_ops.h: the list in model/transformer_layer.cc's order,
+// with the trainer's LayerShapes), each priced by its kind:
 //   GEMM         2 M N K / (peak x gemm_efficiency(2 M N K)), the four linear layers with TP's
 //                local widths; backward runs two GEMMs of the same size per forward GEMM
 //                (input gradient, weight gradient)
 //   attention    the causal core executes half of the 4 b s^2 heads_l d FLOPs Megatron counts,
 //                at attention_forward_efficiency; flash attention's backward runs 5 of the
 //                forward's 2 matmuls (x 2.5) at attention_backward_efficiency
-//   elementwise  bytes / (memory bandwidth x efficiency): per token of the hidden stream (s/TP
-//                tokens with sequence parallelism) two norms (read, write) and two
-//                bias-dropout-adds (read two, write one, a 1-byte mask), per token of the MLP the
-//                activation (read fc1's output, write ffn / TP); backward twice the forward's bytes
+//   elementwise  bytes / (memory bandwidth x efficiency): the norms, residual adds, dropout,
+//                rope, the MLP activation and the bias gradients, with the bytes layer_ops.h lists
 //   TP comm      per layer, of the [s, b, h] activation: forward 2 all-reduces (SP: 2 all-gathers
-//                + 2 reduce-scatters), backward 2 all-reduces (SP: 2 reduce-scatters + 4
-//                all-gathers: Megatron gathers the sequence-parallel input again for the weight
-//                gradient); exposed share 1 - tp_comm_overlap_fraction with --tp-comm-overlap
-//   overhead     kernel_overhead per layer forward, twice that backward
+//                + 2 reduce-scatters), backward 2 all-reduces (SP: 2 reduce-scatters + 2
+//                all-gathers; with Megatron's re-gather of the sequence-parallel input for the
+//                weight gradients, 4 all-gathers); exposed share 1 - tp_comm_overlap_fraction with
+//                --tp-comm-overlap
+//   overhead     kernel_overhead per op of the list (each forward and backward op, TP collectives
+//                included), and per op of the embedding (1 forward, 1 backward) and the head (final
+//                norm, LM head GEMM, cross-entropy: 3 forward; 4 backward)
 // Recompute: full adds the layer's forward to its backward, selective the attention core's.
 #pragma once
 
 #include "model/config.h"
 #include "perf_model/cluster.h"
 #include "perf_model/collectives.h"
+#include "perf_model/layer_ops.h"
 
 namespace gpt::perf {
 
 struct PassCost {
   double gemm = 0, attention = 0, elementwise = 0, tp_comm = 0, overhead = 0;
   double cp_comm = 0;  // exposed context-parallel traffic (ring K/V blocks, or the all-to-alls)
-  double total() const { return gemm + attention + elementwise + tp_comm + overhead + cp_comm; }
+  double dp_comm = 0;  // exposed ZeRO-3 traffic of the unit (data_parallel_cost.h)
+  double total() const { return gemm + attention + elementwise + tp_comm + overhead + cp_comm + dp_comm; }
 };
 
 struct LayerCost {
   PassCost forward, backward;  // backward without recompute
   double recompute_full = 0;       // added to backward for a fully recomputed layer
   double recompute_selective = 0;  // added to backward under selective recompute
+  double weight_gradient_gemm = 0;  // of backward.gemm: the weight-gradient GEMMs (zero-bubble's W)
 };
 
 struct RankShape {
@@ -48,9 +54,15 @@ struct RankShape {
   int64_t context_parallel = 1;
   bool context_all_to_all = false;  // --cp-comm-type a2a (else the p2p ring)
   Link context_link;                // the CP group's link
+  // Megatron's SP backward gathers the local LayerNorm outputs again (Implementation::kMegatron).
+  bool regather_sequence_parallel_input = false;
 };
 
 double gemm_time(double m, double n, double k, const Cluster& cluster);
+
+// The ops of one layer for this rank (`config.seq_length` its S / CP rows), and their time.
+LayerOps layer_ops(const ModelConfig& config, const RankShape& shape);
+PassCost price_ops(const std::vector<Op>& ops, const RankShape& shape, const Cluster& cluster);
 
 // `config` with its dtype (BF16: 2 bytes per element).
 LayerCost layer_cost(const ModelConfig& config, const RankShape& shape, const Cluster& cluster);

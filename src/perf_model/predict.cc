@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/activation_memory.h"
 #include "model/recompute_plan.h"
@@ -12,6 +13,8 @@
 #include "train/schedule_choice.h"
 #include "parallel/pipeline/simulator.h"
 #include "perf_model/collectives.h"
+#include "perf_model/data_parallel_cost.h"
+#include "perf_model/megatron_memory.h"
 #include "train/flops.h"
 #include "train/memory_plan.h"
 #include "train/sharding_arguments.h"
@@ -65,17 +68,33 @@ absl::StatusOr<Arguments> parse_model_flags(std::vector<std::string> flags) {
 
 absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size) {
   if (world_size <= 0) return absl::InvalidArgumentError(absl::StrCat("--world-size must be positive (got ", world_size, ")"));
-  GPT_RETURN_IF_ERROR(validate_arguments(args));
-  GPT_RETURN_IF_ERROR(validate_for_world(args, world_size));
+  absl::Status valid = validate_arguments(args);
+  if (valid.ok()) valid = validate_for_world(args, world_size);
+  if (!valid.ok() && zero_level(args) == ZeroLevel::kParameters &&
+      absl::StrContains(valid.message(), "optim_grads_params") && absl::StrContains(valid.message(), "not built")) {
+    // The performance model predicts ZeRO-3 before pretrain_gpt runs it: the layout's other checks
+    // are ZeRO-2's (the same flags but the level); the memory plan then counts ZeRO-2's bytes.
+    Arguments standin = args;
+    standin.data_parallel_sharding_strategy = "optim_grads";
+    GPT_RETURN_IF_ERROR(validate_arguments(standin));
+    GPT_RETURN_IF_ERROR(validate_for_world(standin, world_size));
+    return args;
+  }
+  GPT_RETURN_IF_ERROR(valid);
   return args;
 }
 
-absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world_size) {
+absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world_size,
+                                               Implementation activations) {
   GPT_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(a, world_size, vocabulary_before_data(a)));
   MemoryEstimate memory;
   memory.parameters = static_cast<double>(plan.parameters);
   memory.gradients = static_cast<double>(plan.gradients);
   memory.optimizer_state = static_cast<double>(plan.optimizer_state);
+  if (activations == Implementation::kMegatron) {
+    memory.activations = megatron_activation_bytes(a, world_size);
+    return memory;
+  }
   memory.activations = static_cast<double>(plan.activations);
   const int64_t pp = a.pipeline_model_parallel_size;
   const int v = virtual_pipeline_size(a);
@@ -130,6 +149,7 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   shape.context_parallel = p.context;
   shape.context_all_to_all = all_to_all;
   shape.context_link = group_link(cluster, static_cast<int>(p.tensor), static_cast<int>(p.context));
+  shape.regather_sequence_parallel_input = options.implementation == Implementation::kMegatron;
   // The costs of one rank: S / CP rows of each sequence (model FLOPs stay the whole model's).
   ModelConfig local_config = config;
   local_config.seq_length = config.seq_length / p.context;
@@ -138,15 +158,53 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
       std::max(1.0, static_cast<double>(ranks_per_node) / static_cast<double>(cluster.compute_slots_per_node));
 
   p.layer = layer_cost(local_config, shape, cluster);
-  const PassCost embed_f = embedding_forward(local_config, shape, cluster);
-  const PassCost embed_b = embedding_backward(local_config, shape, cluster);
-  const PassCost head_f = head_forward(local_config, shape, cluster), head_b = head_backward(local_config, shape, cluster);
+  PassCost embed_f = embedding_forward(local_config, shape, cluster);
+  PassCost embed_b = embedding_backward(local_config, shape, cluster);
+  PassCost head_f = head_forward(local_config, shape, cluster), head_b = head_backward(local_config, shape, cluster);
   const int64_t chunk_layers = a.num_layers / (p.pipeline * p.virtual_stages);
   const double recomputed = static_cast<double>(fully_recomputed_layers(config, chunk_layers));
   const double selective = config.recompute.granularity == RecomputeGranularity::kSelective ? 1.0 : 0.0;
-  const double chunk_forward = static_cast<double>(chunk_layers) * p.layer.forward.total();
   const double chunk_recompute =
       recomputed * p.layer.recompute_full + selective * static_cast<double>(chunk_layers) * p.layer.recompute_selective;
+
+  // Gradients are reduced (and ZeRO shards laid out) over the data x context group.
+  const double element = a.bf16 || a.fp16 ? 2.0 : 4.0;
+  const double gradient_element = a.bf16 && !a.accumulate_allreduce_grads_in_fp32 ? 2.0 : 4.0;
+  const int dp = static_cast<int>(p.data * p.context);
+  const Link data_link = group_link(cluster, static_cast<int>(p.tensor), dp);
+  const ZeroLevel level = zero_level(a);
+  // ZeRO-3: every unit's gathers and reduce-scatter, per microbatch, inside its passes.
+  double chunk_first_wait = 0;
+  if (level == ZeroLevel::kParameters && dp > 1) {
+    const UnitShardingInput sharding{.data_ranks = dp, .data_link = data_link, .parameter_bytes = element,
+                                     .gradient_bytes = gradient_element,
+                                     .overlap_param_gather = a.overlap_param_gather,
+                                     .overlap_grad_reduce = a.overlap_grad_reduce,
+                                     .hidden_fraction = cluster.dp_comm_overlap_fraction};
+    const double layer_elements = layer_parameter_elements(local_config, layer_ops(local_config, shape));
+    const UnitSharding layer = unit_sharding(layer_elements, p.layer.forward.total(),
+                                             p.layer.backward.total() + chunk_recompute / chunk_layers, sharding);
+    p.layer.forward.dp_comm = layer.forward_exposed;
+    p.layer.backward.dp_comm = layer.backward_exposed;
+    chunk_first_wait = layer.first_unit_wait;
+    const double h = static_cast<double>(config.hidden_size), vocab = static_cast<double>(config.padded_vocab_size);
+    const double tp = static_cast<double>(p.tensor);
+    const double positions =
+        config.position_embedding == PositionEmbedding::kLearnedAbsolute ? static_cast<double>(config.max_position_embeddings) : 0.0;
+    const UnitSharding embedding = unit_sharding((vocab / tp + positions) * h, embed_f.total(), embed_b.total(), sharding);
+    embed_f.dp_comm = embedding.forward_exposed + embedding.first_unit_wait;
+    embed_b.dp_comm = embedding.backward_exposed;
+    const bool separate_head = config.untie_embeddings_and_output_weights || p.pipeline > 1;
+    const UnitSharding head = unit_sharding((separate_head ? vocab / tp * h : 0.0) + 2 * h, head_f.total(),
+                                            head_b.total(), sharding);
+    head_f.dp_comm = head.forward_exposed;
+    head_b.dp_comm = head.backward_exposed;
+    // The traffic of every unit of the rank, per iteration.
+    const double rank_chunks = static_cast<double>(p.virtual_stages);
+    p.zero3_traffic_time = static_cast<double>(p.microbatches) *
+                           (rank_chunks * static_cast<double>(chunk_layers) * layer.traffic + embedding.traffic + head.traffic);
+  }
+  const double chunk_forward = static_cast<double>(chunk_layers) * p.layer.forward.total() + chunk_first_wait;
   const double chunk_backward = static_cast<double>(chunk_layers) * p.layer.backward.total() + chunk_recompute;
 
   // Pipeline: per (rank, chunk) costs through the trainer's schedule.
@@ -162,10 +220,10 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
     p.pipeline_time = busiest;
   } else {
     // Per virtual stage: its layers, the embedding on the first and the head on the last. Of a
-    // backward, W is the weight-gradient GEMMs (half the backward's GEMM time) and the embedding's
+    // backward, W is the weight-gradient GEMMs (layer_ops' weight_gradient ops) and the embedding's
     // gradient; B the rest (input-gradient GEMMs, attention, element-wise, recompute).
     StageCosts stages;
-    const double chunk_weight = static_cast<double>(chunk_layers) * p.layer.backward.gemm / 2;
+    const double chunk_weight = static_cast<double>(chunk_layers) * p.layer.weight_gradient_gemm;
     for (int k = 0; k < pp * v; ++k) {
       const bool first = k == 0, last = k == pp * v - 1;
       const double weight = chunk_weight + (first ? embed_b.total() : 0.0) + (last ? head_b.gemm / 2 : 0.0);
@@ -189,21 +247,27 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   p.tp_comm_time = m * rank_layers * (p.layer.forward.tp_comm + p.layer.backward.tp_comm);
   p.cp_comm_time = m * rank_layers * (p.layer.forward.cp_comm + p.layer.backward.cp_comm);
   p.recompute_time = m * static_cast<double>(p.virtual_stages) * chunk_recompute;
+  p.zero3_exposed_time =
+      m * (rank_layers * (p.layer.forward.dp_comm + p.layer.backward.dp_comm) + p.virtual_stages * chunk_first_wait);
 
   // Memory, and the largest stage's parameters for the data-parallel traffic.
-  GPT_ASSIGN_OR_RETURN(p.memory, estimate_memory(a, world_size));
+  GPT_ASSIGN_OR_RETURN(p.memory, estimate_memory(a, world_size, options.implementation));
   p.memory_available = cluster.memory_bytes - cluster.memory_reserved_bytes;
   p.fits = p.memory.total() <= p.memory_available;
-  const double element = a.bf16 || a.fp16 ? 2.0 : 4.0;
-  const double parameters = p.memory.parameters / element;
-  const double gradient_element = a.bf16 && !a.accumulate_allreduce_grads_in_fp32 ? 2.0 : 4.0;
-  // Gradients are reduced (and ZeRO shards laid out) over the data x context group.
-  const int dp = static_cast<int>(p.data * p.context);
-  const Link data_link = group_link(cluster, static_cast<int>(p.tensor), dp);
+  // The largest stage's parameters, unsharded (ZeRO-3's plan holds a shard: plan a ZeRO-2 copy).
+  double parameters = p.memory.parameters / element;
+  if (level == ZeroLevel::kParameters) {
+    Arguments unsharded = a;
+    unsharded.data_parallel_sharding_strategy = "optim_grads";
+    GPT_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(unsharded, world_size, vocabulary_before_data(a)));
+    parameters = static_cast<double>(plan.parameters) / element;
+  }
   const double hidden = cluster.dp_comm_overlap_fraction;
   double gradient_sync = 0, parameter_gather = 0;
-  const ZeroLevel level = zero_level(a);
-  if (level >= ZeroLevel::kOptimizer) {
+  if (level == ZeroLevel::kParameters) {
+    // Inside the pipeline (above): nothing per iteration; the next forward gathers the updated shards.
+    p.dp_comm_time = p.zero3_traffic_time;
+  } else if (level >= ZeroLevel::kOptimizer) {
     // ZeRO-2 reduce-scatters every microbatch's gradients (no full-size accumulator).
     gradient_sync = reduce_scatter_time(dp, parameters * gradient_element, data_link) *
                     (level >= ZeroLevel::kGradients ? static_cast<double>(p.microbatches) : 1.0);
@@ -211,7 +275,7 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   } else {
     gradient_sync = all_reduce_time(dp, parameters * gradient_element, data_link);
   }
-  p.dp_comm_time = gradient_sync + parameter_gather;
+  if (level != ZeroLevel::kParameters) p.dp_comm_time = gradient_sync + parameter_gather;
   p.dp_exposed_time = gradient_sync * (a.overlap_grad_reduce ? 1 - hidden : 1) +
                       parameter_gather * (a.overlap_param_gather ? 1 - hidden : 1);
   if (pp > 1 && !config.untie_embeddings_and_output_weights && pipeline::schedule_placement(kind) == pipeline::Placement::kLoop) {
@@ -220,8 +284,18 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
         all_reduce_time(2, embedding * gradient_element, pair_link(cluster, p.tensor * p.context * p.data * (p.pipeline - 1)));
   }
   const double owned = shards_optimizer(a) ? std::ceil(parameters / dp) : parameters;
-  p.optimizer_time = owned * optimizer_bytes_per_parameter(a.bf16 || a.fp16) /
-                     (cluster.memory_bandwidth * cluster.memory_bandwidth_efficiency) * shape.compute_stretch;
+  GPT_ASSIGN_OR_RETURN(const OptimizerStep step,
+                       optimizer_step({.owned_parameters = owned,
+                                       .bytes_per_parameter = optimizer_bytes_per_parameter(a.bf16 || a.fp16),
+                                       .parameter_bytes = element,
+                                       .offload_fraction = offload_fraction(a),
+                                       .overlap_offload_copies = options.overlap_offload_copies,
+                                       .compute_stretch = shape.compute_stretch},
+                                      cluster));
+  p.optimizer_time = step.time;
+  p.offload_copy_time = step.device_to_host + step.host_to_device;
+  p.host_optimizer_time = step.host;
+  p.offload_fraction = offload_fraction(a);
   p.overhead_time = cluster.iteration_overhead;
   p.iteration_time = p.pipeline_time + p.dp_exposed_time + p.embedding_sync_time + p.optimizer_time + p.overhead_time;
 

@@ -35,9 +35,18 @@
 
 namespace gpt::perf {
 
-// Megatron flags this trainer does not have but the model honours.
+// Whose implementation choices are modelled where the two differ: this trainer's (its memory plan,
+// train/memory_plan.h; under sequence parallelism it keeps the gathered LayerNorm outputs, so its
+// backward gathers nothing again) or Megatron-LM's (megatron_memory.h's stash, and backward
+// all-gathers the sequence-parallel LayerNorm outputs again for the weight gradients), to predict
+// published Megatron runs.
+enum class Implementation { kTrainer, kMegatron };
+
+// Megatron flags this trainer does not have but the model honours, and the model's own choices.
 struct RunOptions {
   bool tp_comm_overlap = false;  // Megatron's --tp-comm-overlap
+  Implementation implementation = Implementation::kTrainer;  // perf_model --implementation
+  bool overlap_offload_copies = false;  // Megatron's --overlap-cpu-optimizer-d2h-h2d
 };
 
 struct MemoryEstimate {
@@ -52,7 +61,8 @@ struct Prediction {
   std::string cp_comm_type;  // "p2p" or "a2a" (CP > 1)
   int64_t micro_batch = 1, global_batch = 1;
   bool sequence_parallel = false, distributed_optimizer = false;
-  int zero_level = 0;  // 0: none, 1: optimizer state sharded, 2: and gradients (reduced per microbatch)
+  int zero_level = 0;  // 0: none, 1: optimizer state sharded, 2: and gradients (reduced per microbatch),
+                       // 3: and parameters (gathered per unit and microbatch)
   std::string recompute;  // "none", "selective", "full uniform N", "full block N"
   std::string schedule;   // "1f1b", "interleaved", "zb-h1", "zb-v"
 
@@ -65,10 +75,15 @@ struct Prediction {
   double cp_comm_time = 0;       // exposed context-parallel communication inside compute_time
   double recompute_time = 0;     // recompute inside compute_time
   double p2p_time = 0;           // one pipeline transfer
-  double dp_comm_time = 0;       // data-parallel communication, all of it
-  double dp_exposed_time = 0;    // its part not hidden
+  double dp_comm_time = 0;       // data-parallel communication, all of it (ZeRO-3: every unit's, per microbatch)
+  double dp_exposed_time = 0;    // its part not hidden, after the pipeline (ZeRO-3: none)
+  double zero3_traffic_time = 0;  // ZeRO-3: the units' gathers and reduce-scatters, all of it
+  double zero3_exposed_time = 0;  // ZeRO-3: the part of it not hidden, inside pipeline_time (a chunk's busiest rank)
   double embedding_sync_time = 0;
   double optimizer_time = 0;
+  double offload_fraction = 0;     // of the owned optimizer state, stepped on the host
+  double offload_copy_time = 0;    // device-to-host gradients and host-to-device parameters
+  double host_optimizer_time = 0;  // the host's AdamW
   double overhead_time = 0;
 
   // Per layer and microbatch.
@@ -94,7 +109,9 @@ absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size);
 // The memory of the largest rank: the memory plan's parameters, gradients and optimizer state,
 // and activations with the schedule's peak number of microbatches in flight on the first stage
 // (p + (p - 1) / v microbatches' worth with interleaving; the plan counts a lower bound).
-absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& validated, int64_t world_size);
+// With Implementation::kMegatron the activations are Megatron's (megatron_memory.h).
+absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& validated, int64_t world_size,
+                                               Implementation activations = Implementation::kTrainer);
 
 absl::StatusOr<Prediction> predict(const Arguments& validated, int64_t world_size, const Cluster& cluster,
                                    const RunOptions& options = {});

@@ -39,6 +39,10 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
       .add("optimizer", p.optimizer_time)
       .add("overhead", p.overhead_time);
   if (p.context > 1) time.add("cp_comm_exposed", p.cp_comm_time);
+  if (p.zero_level == 3) time.add("zero3_comm_total", p.zero3_traffic_time).add("zero3_comm_exposed", p.zero3_exposed_time);
+  if (p.offload_fraction > 0) {
+    time.add("offload_copies", p.offload_copy_time).add("host_optimizer", p.host_optimizer_time);
+  }
   auto pass = [](const PassCost& c) {
     JsonObject o;
     o.add("gemm", c.gemm)
@@ -47,6 +51,7 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
         .add("tp_comm", c.tp_comm)
         .add("overhead", c.overhead);
     if (c.cp_comm > 0) o.add("cp_comm", c.cp_comm);
+    if (c.dp_comm > 0) o.add("zero3_comm", c.dp_comm);
     return o;
   };
   JsonObject layer;
@@ -82,6 +87,7 @@ std::string pass_text(const char* name, const PassCost& c) {
                       name, c.total() * 1e3, c.gemm * 1e3, c.attention * 1e3, c.elementwise * 1e3, c.tp_comm * 1e3,
                       c.overhead * 1e3);
   if (c.cp_comm > 0) absl::StrAppendFormat(&text, ", CP comm %.3f", c.cp_comm * 1e3);
+  if (c.dp_comm > 0) absl::StrAppendFormat(&text, ", ZeRO-3 comm %.3f", c.dp_comm * 1e3);
   return text + ")\n";
 }
 
@@ -91,7 +97,11 @@ std::string layout_text(const Prediction& p) {
   const std::string context = p.context > 1 ? absl::StrCat(" x CP ", p.context, " (", p.cp_comm_type, ")") : "";
   return absl::StrCat("TP ", p.tensor, context, " x PP ", p.pipeline, " x DP ", p.data, ", v ", p.virtual_stages, ", mbs ",
                       p.micro_batch, p.sequence_parallel ? ", SP" : "",
-                      p.zero_level == 2 ? ", ZeRO-2" : p.distributed_optimizer ? ", dist-opt" : "",
+                      p.zero_level == 3   ? ", ZeRO-3"
+                      : p.zero_level == 2 ? ", ZeRO-2"
+                      : p.distributed_optimizer ? ", dist-opt"
+                                                : "",
+                      p.offload_fraction > 0 ? absl::StrFormat(", offload %.2g", p.offload_fraction) : "",
                       ", recompute ", p.recompute, p.pipeline > 1 ? ", " + p.schedule : "");
 }
 
@@ -110,9 +120,18 @@ std::string text_report(const Prediction& p, const Cluster& cluster) {
   absl::StrAppendFormat(&out, "    of which TP comm exposed    %9.4f\n", p.tp_comm_time);
   if (p.context > 1) absl::StrAppendFormat(&out, "    of which CP comm exposed    %9.4f\n", p.cp_comm_time);
   absl::StrAppendFormat(&out, "    of which recompute          %9.4f\n", p.recompute_time);
-  absl::StrAppendFormat(&out, "  data-parallel comm exposed    %9.4f  (of %.4f)\n", p.dp_exposed_time, p.dp_comm_time);
+  if (p.zero_level == 3) {
+    absl::StrAppendFormat(&out, "    of which ZeRO-3 comm exposed %8.4f  (of %.4f: every unit's gathers and reduce-scatter)\n",
+                          p.zero3_exposed_time, p.zero3_traffic_time);
+  } else {
+    absl::StrAppendFormat(&out, "  data-parallel comm exposed    %9.4f  (of %.4f)\n", p.dp_exposed_time, p.dp_comm_time);
+  }
   absl::StrAppendFormat(&out, "  embedding gradient sync       %9.4f\n", p.embedding_sync_time);
   absl::StrAppendFormat(&out, "  optimizer                     %9.4f\n", p.optimizer_time);
+  if (p.offload_fraction > 0) {
+    absl::StrAppendFormat(&out, "    offloaded %.2g: copies %.4f, host AdamW %.4f\n", p.offload_fraction,
+                          p.offload_copy_time, p.host_optimizer_time);
+  }
   absl::StrAppendFormat(&out, "  fixed overhead                %9.4f\n", p.overhead_time);
   absl::StrAppendFormat(&out, "\nOne layer, one microbatch\n");
   out += pass_text("forward", p.layer.forward);

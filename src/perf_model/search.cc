@@ -23,15 +23,19 @@ const char* const kLayoutFlags[] = {"--tensor-model-parallel-size",
                                     "--recompute-num-layers",
                                     "--recompute-activations",
                                     "--context-parallel-size",
-                                    "--cp-comm-type"};
+                                    "--cp-comm-type",
+                                    "--optimizer-cpu-offload",
+                                    "--optimizer-offload-fraction",
+                                    "--use-precision-aware-optimizer"};
 
 struct Candidate {
   int64_t tp, pp, layers_per_virtual_stage, micro_batch;
   bool sp;
-  int zero;  // ZeRO level: 0, 1 (--use-distributed-optimizer), 2 (Megatron-FSDP's optim_grads)
+  int zero;  // ZeRO level: 0, 1 (--use-distributed-optimizer), 2 / 3 (Megatron-FSDP's optim_grads / optim_grads_params)
   int recompute;  // 0 none, 1 selective, 2 full uniform 1
   int64_t cp = 1;
   bool all_to_all = false;  // --cp-comm-type a2a (else p2p)
+  bool offload = false;     // --optimizer-cpu-offload (fraction 1) with --use-precision-aware-optimizer
 };
 
 Arguments with_layout(const Arguments& base, const Candidate& c) {
@@ -45,8 +49,15 @@ Arguments with_layout(const Arguments& base, const Candidate& c) {
   a.micro_batch_size = c.micro_batch;
   a.sequence_parallel = c.sp;
   a.use_distributed_optimizer = c.zero == 1;
-  a.use_megatron_fsdp = c.zero == 2;
+  a.use_megatron_fsdp = c.zero >= 2;
   a.data_parallel_sharding_strategy = c.zero == 2 ? "optim_grads" : "optim_grads_params";
+  a.optimizer_cpu_offload = c.offload;
+  a.optimizer_offload_fraction = 1.0;
+  a.use_precision_aware_optimizer = c.offload;
+  if (c.offload) {
+    set("--optimizer-cpu-offload");
+    set("--use-precision-aware-optimizer");
+  }
   if (c.zero == 0) a.overlap_param_gather = false;  // it overlaps the distributed optimizer's gather
   a.recompute_activations = false;
   a.recompute_granularity = c.recompute == 0 ? "" : c.recompute == 1 ? "selective" : "full";
@@ -64,7 +75,7 @@ Arguments with_layout(const Arguments& base, const Candidate& c) {
   if (c.layers_per_virtual_stage > 0) set("--num-layers-per-virtual-pipeline-stage");
   if (c.sp) set("--sequence-parallel");
   if (c.zero == 1) set("--use-distributed-optimizer");
-  if (c.zero == 2) {
+  if (c.zero >= 2) {
     set("--use-megatron-fsdp");
     set("--data-parallel-sharding-strategy");
   }
@@ -108,7 +119,7 @@ absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world
           for (int64_t mbs = 1; mbs <= 8; mbs *= 2) {
             if (mbs * dp > base.global_batch_size) break;
             for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-              for (int zero = 0; zero <= (dp * cp > 1 ? 2 : 0); ++zero) {
+              for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); ++zero) {
                 for (int recompute = 0; recompute <= 2; ++recompute) {
                   candidates.push_back({tp, pp, lpvs, mbs, sp == 1, zero, recompute, cp, false});
                 }
@@ -122,7 +133,12 @@ absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world
   for (const int64_t cp : context_options) add_layouts(cp);
   SearchResult result;
   std::vector<Prediction> fitting;
-  for (const Candidate& c : candidates) {
+  // Optimizer offload only saves memory and costs time: it is tried for a sharded layout that does
+  // not fit without it, when the cluster describes its host (host link and host AdamW rate).
+  const bool can_offload = cluster.host_link_bandwidth > 0 && cluster.host_adamw_bandwidth > 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const Candidate c = candidates[i];
+    bool any_fits = false, any_valid = false;
     // Each pipeline schedule the layout's chunks can run (1F1B / ZB-H1, interleaved / ZB-V): its
     // own time and memory (ZB-H1 holds more on the later stages).
     Arguments layout = with_layout(base, c);
@@ -141,7 +157,16 @@ absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world
       absl::StatusOr<Prediction> prediction = predict(*args, world, cluster, options);
       if (!prediction.ok()) continue;  // sizes that overflow the memory plan
       ++result.evaluated;
-      if (prediction->fits) fitting.push_back(*std::move(prediction));
+      any_valid = true;
+      if (prediction->fits) {
+        any_fits = true;
+        fitting.push_back(*std::move(prediction));
+      }
+    }
+    if (can_offload && any_valid && !any_fits && c.zero >= 1 && !c.offload) {
+      Candidate offloaded = c;
+      offloaded.offload = true;
+      candidates.push_back(offloaded);
     }
   }
   result.fitting = static_cast<int>(fitting.size());

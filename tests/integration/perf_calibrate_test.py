@@ -44,6 +44,7 @@ def main():
             check(all(c["seconds"] > 0 and c["bytes"] > 0 for c in m["collectives"]), "collective times positive")
             check(len({c["bytes"] for c in m["collectives"]}) >= 3, "collectives at several sizes")
             check(0 < m["attention_forward_efficiency"] and 0 < m["attention_backward_efficiency"], "attention timed")
+            check(m["host_adamw_GBps"] > 0 and m["host_link_bandwidth_GBps"] > 0, "host AdamW and host link measured")
             predicted = subprocess.run([args.perf_model, "--cluster", conf, "--world-size", "2", "--json",
                                         "--num-layers", "4", "--hidden-size", "128", "--num-attention-heads", "4",
                                         "--seq-length", "64", "--max-position-embeddings", "64", "--vocab-size",
@@ -52,6 +53,16 @@ def main():
             check(predicted.returncode == 0, f"perf_model reads the file: {predicted.stderr}")
             if predicted.returncode == 0:
                 check(json.loads(predicted.stdout)["iteration_time_s"] > 0, "a positive prediction")
+            # The measured host figures price optimizer offload.
+            offload = subprocess.run([args.perf_model, "--cluster", conf, "--world-size", "2", "--json",
+                                      "--num-layers", "4", "--hidden-size", "128", "--num-attention-heads", "4",
+                                      "--seq-length", "64", "--max-position-embeddings", "64", "--vocab-size",
+                                      "1024", "--micro-batch-size", "2", "--global-batch-size", "16",
+                                      "--use-distributed-optimizer", "--optimizer-cpu-offload",
+                                      "--use-precision-aware-optimizer"], capture_output=True, text=True, timeout=60)
+            check(offload.returncode == 0, f"perf_model prices offload with the file: {offload.stderr}")
+            if offload.returncode == 0:
+                check(json.loads(offload.stdout)["time_breakdown_s"]["host_optimizer"] > 0, "a positive host step")
         alone = subprocess.run([args.binary, "--reduced", "--repeats", "1", "--out", conf], capture_output=True,
                                text=True, timeout=300)
         errors = [l for l in alone.stderr.splitlines() if l.startswith("error:")]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 MODEL = ("--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 "
          "--max-position-embeddings 4096 --vocab-size 131072 --micro-batch-size 1 --global-batch-size 192 "
          "--bf16 --use-distributed-optimizer").split()
@@ -37,6 +38,22 @@ def main():
         for key in ("iteration_time_s", "tflops_per_gpu", "mfu", "memory_gib_per_gpu", "time_breakdown_s",
                     "memory_breakdown_gib", "layout"):
             check(key in data, f"--json lacks {key}")
+    # --implementation megatron: Megatron's smaller SP stash, and its SP re-gather in backward.
+    sp = good[:] + ["--tensor-model-parallel-size", "8", "--sequence-parallel"]
+    trainer, megatron = run(binary, sp + ["--json"]), run(binary, sp + ["--json", "--implementation", "megatron"])
+    check(trainer.returncode == 0 and megatron.returncode == 0, f"--implementation: {megatron.stderr}")
+    if trainer.returncode == 0 and megatron.returncode == 0:
+        t, m = json.loads(trainer.stdout), json.loads(megatron.stdout)
+        check(m["memory_breakdown_gib"]["activations"] < t["memory_breakdown_gib"]["activations"],
+              "Megatron's SP stash is smaller than the trainer's")
+        check(m["layer_microbatch_s"]["backward"]["tp_comm"] > t["layer_microbatch_s"]["backward"]["tp_comm"],
+              "Megatron's SP backward gathers its input again")
+    # ZeRO-3 and offload with their own report lines.
+    zero3 = run(binary, [a for a in good if a != "--use-distributed-optimizer"] +
+                ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
+                 "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"])
+    check(zero3.returncode == 0 and "ZeRO-3 comm exposed" in zero3.stdout and "host AdamW" in zero3.stdout,
+          f"ZeRO-3 with offload: {zero3.stdout} {zero3.stderr}")
     result = run(binary, ["--search", "--top", "3", "--cluster", "dgx-h100", "--world-size", "16"] +
                  [a for a in MODEL if a != "--use-distributed-optimizer"])
     check(result.returncode == 0 and result.stdout.count("TP ") == 3, f"--search: {result.stdout} {result.stderr}")
@@ -45,6 +62,9 @@ def main():
         broken = os.path.join(tmp, "broken.conf")
         with open(broken, "w") as f:
             f.write("name = broken\ngpus_per_node = eight\n")
+        with open(os.path.join(tmp, "hostless.conf"), "w") as f, open(os.path.join(ROOT, "configs", "clusters",
+                                                                                  "dgx-h100.conf")) as h100:
+            f.write("".join(line for line in h100 if not line.startswith("host_")))
         bad = {
             "unknown cluster": (["--cluster", "dgx-z9000", "--world-size", "48"] + MODEL, "unknown cluster dgx-z9000"),
             "malformed file": (["--cluster", broken, "--world-size", "48"] + MODEL,
@@ -60,6 +80,11 @@ def main():
             "zero world size": (["--cluster", "dgx-h100", "--world-size", "0"] + MODEL, "--world-size"),
             "unknown flag": (["--cluster", "dgx-h100", "--world-size", "48", "--warp-speed", "9"] + MODEL,
                              "--warp-speed"),
+            "unknown implementation": (["--cluster", "dgx-h100", "--world-size", "48", "--implementation", "nemo"] +
+                                       MODEL, "--implementation"),
+            "offload without a host": (["--cluster", os.path.join(tmp, "hostless.conf"), "--world-size", "48",
+                                        "--optimizer-cpu-offload", "--use-precision-aware-optimizer"] + MODEL,
+                                       "host_link_bandwidth_GBps"),
         }
         for name, (args, needle) in bad.items():
             result = run(binary, args)

@@ -1,0 +1,104 @@
+#include "perf_model/layer_ops.h"
+
+#include "core/dtype.h"
+
+namespace gpt::perf {
+namespace {
+
+// Flash attention's backward: 5 matmuls (S, dP, dV, dQ, dK) against the forward's 2.
+constexpr double kAttentionBackwardMatmuls = 2.5;
+
+Op gemm(std::string name, double m, double n, double k, bool weight_gradient = false) {
+  Op op{.name = std::move(name), .kind = OpKind::kGemm, .m = m, .n = n, .k = k};
+  op.weight_gradient = weight_gradient;
+  return op;
+}
+Op memory(std::string name, double bytes) { return {.name = std::move(name), .kind = OpKind::kMemory, .bytes = bytes}; }
+Op collective(std::string name, OpKind kind, double bytes) { return {.name = std::move(name), .kind = kind, .bytes = bytes}; }
+
+}  // namespace
+
+LayerOps transformer_layer_ops(const ModelConfig& c, const LayerShapes& s, const LayerOpOptions& o) {
+  const double t = static_cast<double>(dtype_size(c.dtype));
+  const double r = static_cast<double>(s.rows()), r_l = static_cast<double>(s.local_rows());
+  const double h = static_cast<double>(s.hidden);
+  const double qkv = static_cast<double>(s.local_qkv()), projection = static_cast<double>(s.local_projection());
+  const double fc1 = static_cast<double>(s.local_fc1), ffn = static_cast<double>(s.local_ffn);
+  const bool sp = o.sequence_parallel, tp = o.tensor_parallel > 1;
+  const bool dropout = c.hidden_dropout > 0.0f, rope = c.position_embedding == PositionEmbedding::kRope;
+  const double full_activation = r * h * t;  // [s, b, h]: what TP's collectives move
+  const double rope_bytes = 2 * t * r * static_cast<double>(s.local_heads + s.local_groups) * s.head_dim;
+  // The causal core executes half of Megatron's 4 b s^2 heads d; under CP, s queries against CP s keys.
+  const double attention_flops = 0.5 * 4 * r * static_cast<double>(s.sequence * o.context_parallel) * projection;
+
+  LayerOps ops;
+  std::vector<Op>& f = ops.forward;
+  // Column-parallel input: gathered under SP. Row-parallel output: reduced (SP: reduce-scattered).
+  auto column_input = [&](std::vector<Op>& list, const char* name) {
+    if (sp) list.push_back(collective(name, OpKind::kAllGather, full_activation));
+  };
+  auto row_output = [&](std::vector<Op>& list, const char* name) {
+    if (tp) list.push_back(collective(name, sp ? OpKind::kReduceScatter : OpKind::kAllReduce, full_activation));
+  };
+  f.push_back(memory("norm1", 2 * t * r_l * h));
+  column_input(f, "all-gather ln1");
+  f.push_back(gemm("linear_qkv", r, qkv, h));
+  if (rope) f.push_back(memory("rope", rope_bytes));
+  f.push_back({.name = "attention", .kind = OpKind::kAttention, .flops = attention_flops});
+  f.push_back(gemm("linear_proj", r, h, projection));
+  row_output(f, "linear_proj output reduction");
+  if (dropout) f.push_back(memory("dropout (attention output)", (2 * t + 1) * r_l * h));
+  f.push_back(memory("norm2 (with the residual)", 4 * t * r_l * h));
+  column_input(f, "all-gather ln2");
+  f.push_back(gemm("linear_fc1", r, fc1, h));
+  f.push_back(memory(c.swiglu ? "swiglu" : "gelu", t * r * (fc1 + ffn)));
+  f.push_back(gemm("linear_fc2", r, h, ffn));
+  row_output(f, "linear_fc2 output reduction");
+  if (dropout) f.push_back(memory("dropout (mlp output)", (2 * t + 1) * r_l * h));
+  f.push_back(memory("residual_add", 3 * t * r_l * h));
+
+  std::vector<Op>& g = ops.backward;
+  // Row-parallel backward: the output gradient gathered under SP; column-parallel backward: the
+  // input gradient reduced (SP: reduce-scattered), and Megatron's re-gather of the SP input.
+  auto row_backward = [&](const char* name, double in, double out) {
+    if (sp) g.push_back(collective(std::string(name) + " output gradient all-gather", OpKind::kAllGather, full_activation));
+    g.push_back(gemm(std::string(name) + " input gradient", r, in, out));
+    g.push_back(gemm(std::string(name) + " weight gradient", in, out, r, true));
+    if (c.add_bias_linear) g.push_back(memory(std::string(name) + " bias gradient", t * r_l * h));
+  };
+  auto column_backward = [&](const char* name, double in, double out) {
+    g.push_back(gemm(std::string(name) + " input gradient", r, in, out));
+    if (sp && o.regather_sequence_parallel_input) {
+      g.push_back(collective(std::string(name) + " input all-gather again", OpKind::kAllGather, full_activation));
+    }
+    g.push_back(gemm(std::string(name) + " weight gradient", out, in, r, true));
+    if (c.add_bias_linear) g.push_back(memory(std::string(name) + " bias gradient", t * r * out));
+    if (tp) g.push_back(collective(std::string(name) + " input gradient reduction",
+                                   sp ? OpKind::kReduceScatter : OpKind::kAllReduce, full_activation));
+  };
+  if (dropout) g.push_back(memory("dropout backward (mlp output)", (2 * t + 1) * r_l * h));
+  row_backward("linear_fc2", ffn, h);
+  g.push_back(memory(c.swiglu ? "swiglu backward" : "gelu backward", t * r * (ffn + 2 * fc1)));
+  column_backward("linear_fc1", h, fc1);
+  g.push_back(memory("norm2 backward", 3 * t * r_l * h));
+  g.push_back(memory("residual_add", 3 * t * r_l * h));
+  if (dropout) g.push_back(memory("dropout backward (attention output)", (2 * t + 1) * r_l * h));
+  row_backward("linear_proj", projection, h);
+  g.push_back({.name = "attention backward", .kind = OpKind::kAttentionBackward,
+               .flops = kAttentionBackwardMatmuls * attention_flops});
+  if (rope) g.push_back(memory("rope backward", rope_bytes));
+  column_backward("linear_qkv", h, qkv);
+  g.push_back(memory("norm1 backward", 3 * t * r_l * h));
+  g.push_back(memory("residual_add", 3 * t * r_l * h));
+  return ops;
+}
+
+double layer_parameter_elements(const ModelConfig& c, const LayerOps& ops) {
+  double elements = 0;
+  for (const Op& op : ops.forward) {
+    if (op.kind == OpKind::kGemm) elements += op.n * op.k + (c.add_bias_linear ? op.n : 0.0);
+  }
+  return elements + 2.0 * static_cast<double>(c.hidden_size) * (c.has_layernorm_bias() ? 2 : 1);
+}
+
+}  // namespace gpt::perf

@@ -1,0 +1,81 @@
+// The ops one transformer layer runs for one microbatch on one rank, in the order
+// model/transformer_layer.cc runs them, with the trainer's own shapes (model/layer_shapes.h's
+// LayerShapes for the layout): the compute-cost model prices this list, so a layer's cost is the
+// sum over what the trainer executes, and an op added to the layer is one more entry here.
+//
+// Forward (rows r = s b, local rows r_l = s_l b, t bytes per element):
+//   norm1                LayerNorm / RMSNorm: read x, write ln1            2 t r_l h
+//   all-gather ln1       under SP                                           [s, b, h]
+//   linear_qkv           GEMM [r, h] x [h, qkv_l]
+//   rope                 with rotary embeddings: q and k rotated in place  2 t r (heads_l + groups_l) d
+//   attention            the fused causal core
+//   linear_proj          GEMM [r, heads_l d] x [heads_l d, h], then all-reduce (SP: reduce-scatter)
+//   dropout              with hidden dropout: read, write, 1-byte mask      (2 t + 1) r_l h
+//   norm2 (residual)     read x and the block's output, write residual, ln2 4 t r_l h
+//   all-gather ln2       under SP
+//   linear_fc1           GEMM [r, h] x [h, fc1_l]
+//   activation           GeLU / SwiGLU: read fc1's output, write ffn_l     t r (fc1_l + ffn_l)
+//   linear_fc2           GEMM [r, ffn_l] x [ffn_l, h], all-reduce (SP: reduce-scatter)
+//   dropout              with hidden dropout                                (2 t + 1) r_l h
+//   residual_add         read two, write one                                3 t r_l h
+// Backward, in reverse: each GEMM's input gradient (same size as the forward GEMM) and weight
+// gradient (same size; `weight_gradient`, what zero-bubble schedules defer), the bias gradients
+// (a read of the output gradient), each row-parallel linear's output gradient all-gathered under
+// SP, each column-parallel linear's input gradient all-reduced (SP: reduce-scatter), the norms'
+// backward (read the gradient and the input, write the gradient: 3 t r_l h), the residual adds
+// (3 t r_l h), the activation's backward (read the gradient and fc1's output, write the gradient:
+// t r (ffn_l + 2 fc1_l)), dropout's backward ((2 t + 1) r_l h), rope's backward and the attention
+// core's backward. Megatron (`regather_sequence_parallel_input`) keeps only the local LayerNorm
+// outputs under SP and all-gathers them again before the weight gradients: two more all-gathers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/layer_shapes.h"
+
+namespace gpt::perf {
+
+enum class OpKind {
+  kGemm,       // m x k times k x n
+  kAttention,          // the causal attention core's forward: `flops` the executed ones
+  kAttentionBackward,  // its backward (flash attention: 5 matmuls against the forward's 2)
+  kMemory,     // memory-bound: `bytes` read and written
+  kAllReduce,  // tensor-parallel collectives of a tensor of `bytes`
+  kAllGather,
+  kReduceScatter,
+};
+
+struct Op {
+  std::string name;
+  OpKind kind = OpKind::kMemory;
+  double m = 0, n = 0, k = 0;  // kGemm
+  double flops = 0;            // kAttention
+  double bytes = 0;            // kMemory, collectives
+  bool weight_gradient = false;  // a backward GEMM computing a weight gradient
+};
+
+struct LayerOps {
+  std::vector<Op> forward;
+  std::vector<Op> backward;  // without recompute
+};
+
+struct LayerOpOptions {
+  bool sequence_parallel = false;  // SP with TP > 1
+  int64_t tensor_parallel = 1;
+  // Megatron's SP backward: the local LayerNorm outputs gathered again for the weight gradients.
+  bool regather_sequence_parallel_input = false;
+  // Context parallelism: keys each query of this rank attends to, over its own rows (CP).
+  int64_t context_parallel = 1;
+};
+
+// The layer's ops for `shapes` (LayerShapes::make for the layout) and config's options (norm,
+// activation, rope, dropout, biases).
+LayerOps transformer_layer_ops(const ModelConfig& config, const LayerShapes& shapes, const LayerOpOptions& options);
+
+// The layer's parameters on this rank: the forward GEMMs' weights (n x k each), their biases and
+// the two norms' weights (and biases with LayerNorm); ZeRO-3 gathers this many per layer.
+double layer_parameter_elements(const ModelConfig& config, const LayerOps& ops);
+
+}  // namespace gpt::perf
