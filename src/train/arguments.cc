@@ -759,6 +759,11 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
                                   p, ") x --num-layers-per-virtual-pipeline-stage (",
                                   a.num_layers_per_virtual_pipeline_stage, ")"));
     }
+    // Each rank's chunks split its layers (with the embedding / loss counted): no more chunks than those.
+    if (a.num_virtual_stages_per_pipeline_rank > pipeline_split_layers(a)) {
+      return invalid(absl::StrCat("--num-virtual-stages-per-pipeline-rank (", a.num_virtual_stages_per_pipeline_rank,
+                                  ") exceeds the layers to split (", pipeline_split_layers(a), ")"));
+    }
     GPT_RETURN_IF_ERROR(validate_pipeline_split(a, virtual_pipeline_size(a)));
   }
   // The largest number of microbatches of the run (a ramp-up or step schedule's batches that
@@ -788,8 +793,8 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
   // With an uneven split, the largest chunk's.
   int64_t chunk_layers = layers_per_virtual_stage > 0 ? layers_per_virtual_stage : a.num_layers / p;
   if (custom_pipeline_split(a)) {
-    const std::vector<int64_t> stage_layers = virtual_stage_layers(a);
-    chunk_layers = *std::max_element(stage_layers.begin(), stage_layers.end());
+    const std::vector<int64_t> rank_layers = pipeline_rank_layers(a);
+    chunk_layers = *std::max_element(rank_layers.begin(), rank_layers.end()) / virtual_pipeline_size(a);
   }
   if (a.recompute_granularity == "full" && a.recompute_num_layers > chunk_layers) {
     return invalid(absl::StrCat("--recompute-num-layers (", a.recompute_num_layers, ") must be between 1 and the layers ",

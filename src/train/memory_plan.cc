@@ -161,24 +161,19 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const bool split_sequence = a.sequence_parallel && tp > 1;
   const int64_t local_sequence = split_sequence ? s / tp : s;
   const int64_t t = a.bf16 || a.fp16 ? 2 : 4;
-  // The first stage's layers and its chunks' (the even split), the other stages' (the last stage's).
+  // The first stage's layers and its first chunk's, the last stage's.
   int64_t first_stage_layers = a.num_layers / pp, stage_layers = first_stage_layers;
   int64_t chunk_layers = first_stage_layers / v;
   if (custom_pipeline_split(a)) {
-    // Megatron's uneven split: the first stage's largest chunk; for the others the largest stage,
-    // counted with the last stage's head (an upper bound where a middle stage holds more layers).
-    const std::vector<int64_t> layers = virtual_stage_layers(a);
-    first_stage_layers = stage_layers = chunk_layers = 0;
-    for (int64_t r = 0; r < pp; ++r) {
-      int64_t rank_layers = 0;
-      for (int64_t c = 0; c < v; ++c) {
-        const int64_t n = layers[static_cast<size_t>(c * pp + r)];
-        rank_layers += n;
-        if (r == 0) chunk_layers = std::max(chunk_layers, n);
-      }
-      if (r == 0) first_stage_layers = rank_layers;
-      if (r > 0 || pp == 1) stage_layers = std::max(stage_layers, rank_layers);
-    }
+    // Megatron's uneven split, from the ranks' layers (this closed form is for layouts too large to
+    // enumerate): the first stage's and its first chunk's, the last stage's, each less the embedding
+    // or the loss counted there. A lower bound of those two stages, as with the even split.
+    const std::vector<int64_t> layers = pipeline_rank_layers(a);
+    const int64_t embedding = a.account_for_embedding_in_pipeline_split ? 1 : 0;
+    const int64_t loss = a.account_for_loss_in_pipeline_split ? 1 : 0;
+    first_stage_layers = layers.front() - embedding - (pp == 1 ? loss : 0);
+    chunk_layers = layers.front() / v - embedding;
+    stage_layers = layers.back() - loss - (pp == 1 ? embedding : 0);
   }
 
   // Parameters: a layer, the first stage's embeddings, the last stage's LayerNorm and head.

@@ -19,9 +19,9 @@ int64_t accounted(const Arguments& a) {
   return (a.account_for_embedding_in_pipeline_split ? 1 : 0) + (a.account_for_loss_in_pipeline_split ? 1 : 0);
 }
 
-// The layers of each pipeline rank before the embedding and the loss are taken off (p entries):
-// Megatron's num_layers_per_pipeline_rank.
-std::vector<int64_t> rank_layers(const Arguments& a) {
+}  // namespace
+
+std::vector<int64_t> pipeline_rank_layers(const Arguments& a) {
   const int64_t p = a.pipeline_model_parallel_size;
   if (!uneven(a)) return std::vector<int64_t>(static_cast<size_t>(p), pipeline_split_layers(a) / p);
   const bool first = a.was_given("--decoder-first-pipeline-num-layers");
@@ -34,8 +34,6 @@ std::vector<int64_t> rank_layers(const Arguments& a) {
   if (last) layers.back() = a.decoder_last_pipeline_num_layers;
   return layers;
 }
-
-}  // namespace
 
 bool custom_pipeline_split(const Arguments& a) { return uneven(a) || accounted(a) > 0; }
 
@@ -66,6 +64,9 @@ absl::Status validate_pipeline_split(const Arguments& a, int v) {
           std::tuple{"--decoder-last-pipeline-num-layers", last, a.decoder_last_pipeline_num_layers}}) {
       if (!given) continue;
       if (layers <= 0) return invalid(absl::StrCat(flag, " must be larger than 0 (got ", layers, ")"));
+      if (layers > a.num_layers) {
+        return invalid(absl::StrCat(flag, " (", layers, ") exceeds --num-layers (", a.num_layers, ")"));
+      }
       if (v > 1 && layers % v != 0) {
         return invalid(absl::StrCat(flag, " (", layers, ") must be divisible by the model chunks per pipeline rank (",
                                     v, ", --num-virtual-stages-per-pipeline-rank)"));
@@ -114,7 +115,7 @@ absl::Status validate_pipeline_split(const Arguments& a, int v) {
 
 std::vector<int64_t> virtual_stage_layers(const Arguments& a) {
   const int64_t p = a.pipeline_model_parallel_size, v = virtual_pipeline_size(a);
-  const std::vector<int64_t> per_rank = rank_layers(a);
+  const std::vector<int64_t> per_rank = pipeline_rank_layers(a);
   std::vector<int64_t> layers(static_cast<size_t>(p * v));
   for (int64_t c = 0; c < v; ++c) {
     for (int64_t r = 0; r < p; ++r) layers[static_cast<size_t>(c * p + r)] = per_rank[static_cast<size_t>(r)] / v;

@@ -27,6 +27,10 @@ int64_t pipeline_split_layers(const Arguments& args);
 // and arguments.py's), each refusal naming the flags to change.
 absl::Status validate_pipeline_split(const Arguments& args, int virtual_size);
 
+// The layers of each pipeline rank (p entries) as Megatron's num_layers_per_pipeline_rank: the
+// embedding and the loss included where they count as layers. Rank r's chunks split them evenly.
+std::vector<int64_t> pipeline_rank_layers(const Arguments& args);
+
 // The transformer layers of each virtual stage s = c x p + r (chunk c of pipeline rank r; p x v
 // entries, possibly 0 where the embedding or the loss takes a stage's only layer). For validated
 // arguments; their sum is --num-layers.

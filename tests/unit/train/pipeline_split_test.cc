@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "train/arguments.h"
 #include "train/forward_backward.h"
+#include "train/memory_plan.h"
 #include "train/pipeline_split.h"
 #include "train/schedule_choice.h"
 
@@ -169,6 +170,12 @@ TEST(PipelineSplit, MegatronsRefusals) {
        "the 3 layers of each of the other pipeline stages (--decoder-first-pipeline-num-layers and "
        "--decoder-last-pipeline-num-layers) must be divisible by the model chunks per pipeline rank (2)"},
       {{.num_layers = 4, .pp = 2, .first = 2, .last = 3}, "(5 layers) exceed --num-layers (4)"},
+      {{.num_layers = 4, .pp = 2, .vp = int64_t{1} << 40, .first = 2, .last = 2},
+       "--num-virtual-stages-per-pipeline-rank (1099511627776) exceeds the layers to split (4)"},
+      {{.num_layers = 4, .pp = 2, .vp = int64_t{1} << 32, .embedding = true},
+       "--num-virtual-stages-per-pipeline-rank (4294967296) exceeds the layers to split (5)"},
+      {{.num_layers = 4, .pp = 2, .first = 1, .last = int64_t{1} << 62},
+       "--decoder-last-pipeline-num-layers (4611686018427387904) exceeds --num-layers (4)"},
       {{.num_layers = 4, .pp = 3, .first = 2, .last = 2}, "leaves 0 layers for the 1 other pipeline stages"},
       {{.num_layers = 4, .pp = 2, .first = 1, .last = 1}, "leaves 2 layers for the 0 other pipeline stages"},
       {{.num_layers = 4, .pp = 1, .first = 4}, "--decoder-first-pipeline-num-layers split the layers over pipeline "
@@ -215,6 +222,31 @@ TEST(PipelineSplit, ScheduleCostsFollowTheSplit) {
   EXPECT_DOUBLE_EQ(costs.forward[1], 2.0 * costs.forward[0]);
   EXPECT_DOUBLE_EQ(costs.forward[2], costs.forward[1]);
   EXPECT_GT(costs.forward[3], costs.forward[0]);  // the head on the last stage
+}
+
+// The memory plan of a split: its exact plan enumerates each stage's chunks (pipeline_layout), and
+// the closed form stays a lower bound of it, as with the even split.
+TEST(PipelineSplit, MemoryPlanFollowsTheSplit) {
+  for (const MegatronSplit& c : {MegatronSplit{.num_layers = 12, .pp = 4, .first = 2, .last = 2},
+                                 MegatronSplit{.num_layers = 12, .pp = 4, .first = 6},
+                                 MegatronSplit{.num_layers = 12, .pp = 4, .vp = 2, .first = 2, .last = 2},
+                                 MegatronSplit{.num_layers = 6, .pp = 4, .vp = 2, .embedding = true, .loss = true},
+                                 MegatronSplit{.num_layers = 5, .pp = 2, .embedding = true}}) {
+    SCOPED_TRACE(testing::Message() << "layers " << c.num_layers << " pp " << c.pp);
+    const Arguments args = validated(c);
+    absl::StatusOr<MemoryPlan> plan = plan_memory(args, c.pp, 512);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(plan->allocated.has_value());
+    EXPECT_LE(plan->parameters, plan->allocated->parameters);
+    EXPECT_LE(plan->activations, plan->allocated->activations);
+    EXPECT_LE(plan->parameters + plan->gradients + plan->optimizer_state + plan->activations,
+              plan->allocated->total());
+  }
+  // First 6 of 12 over PP4: rank 0 holds twice the layers of the even split, and its plan says so.
+  absl::StatusOr<MemoryPlan> even = plan_memory(validated({.num_layers = 12, .pp = 4}), 4, 512);
+  absl::StatusOr<MemoryPlan> heavy = plan_memory(validated({.num_layers = 12, .pp = 4, .first = 6}), 4, 512);
+  ASSERT_TRUE(even.ok() && heavy.ok());
+  EXPECT_GT(heavy->allocated->parameters, even->allocated->parameters);
 }
 
 }  // namespace
