@@ -1,5 +1,6 @@
 #include "train/pipeline_arguments.h"
 
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +41,9 @@ absl::Status validate_schedule_for_layout(const Arguments& a, int p, int layers_
       return invalid("--pipeline-schedule zb-v places two chunks per rank in a V, where Megatron's uneven split "
                      "(--decoder-first/last-pipeline-num-layers, --account-for-embedding/loss-in-pipeline-split) "
                      "has no meaning; use 1f1b or interleaved");
+    }
+    if (static_cast<int64_t>(p) * v > std::numeric_limits<int>::max()) {
+      return invalid("pipeline layout: --pipeline-model-parallel-size x model chunks per rank is too large");
     }
     num_layers = p * v;
     layers_per_virtual_stage = v > 1 ? 1 : 0;
