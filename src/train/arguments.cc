@@ -750,22 +750,7 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
   }
   // An uneven split, or the embedding / the loss counted as layers: Megatron's split rules here,
   // the schedule's rules below on the layout's chunks (validate_schedule_for_layout).
-  if (custom_pipeline_split(a)) {
-    if (a.num_layers_per_virtual_pipeline_stage > 0 &&
-        (pipeline_split_layers(a) % p != 0 ||
-         (pipeline_split_layers(a) / p) % a.num_layers_per_virtual_pipeline_stage != 0)) {
-      return invalid(absl::StrCat("--num-layers (", a.num_layers, ") plus the embedding / loss counted as layers (",
-                                  pipeline_split_layers(a), ") must be divisible by --pipeline-model-parallel-size (",
-                                  p, ") x --num-layers-per-virtual-pipeline-stage (",
-                                  a.num_layers_per_virtual_pipeline_stage, ")"));
-    }
-    // Each rank's chunks split its layers (with the embedding / loss counted): no more chunks than those.
-    if (a.num_virtual_stages_per_pipeline_rank > pipeline_split_layers(a)) {
-      return invalid(absl::StrCat("--num-virtual-stages-per-pipeline-rank (", a.num_virtual_stages_per_pipeline_rank,
-                                  ") exceeds the layers to split (", pipeline_split_layers(a), ")"));
-    }
-    GPT_RETURN_IF_ERROR(validate_pipeline_split(a, virtual_pipeline_size(a)));
-  }
+  if (custom_pipeline_split(a)) GPT_RETURN_IF_ERROR(validate_pipeline_split(a));
   // The largest number of microbatches of the run (a ramp-up or step schedule's batches that
   // divide, evaluation's --global-batch-size): the bound of the layout's counters.
   const int64_t microbatches = num_microbatches(a, world_size);

@@ -39,8 +39,22 @@ bool custom_pipeline_split(const Arguments& a) { return uneven(a) || accounted(a
 
 int64_t pipeline_split_layers(const Arguments& a) { return a.num_layers + accounted(a); }
 
-absl::Status validate_pipeline_split(const Arguments& a, int v) {
+absl::Status validate_pipeline_split(const Arguments& a) {
   const int64_t p = a.pipeline_model_parallel_size;
+  if (a.num_layers_per_virtual_pipeline_stage > 0 &&
+      (pipeline_split_layers(a) % p != 0 ||
+       (pipeline_split_layers(a) / p) % a.num_layers_per_virtual_pipeline_stage != 0)) {
+    return invalid(absl::StrCat("--num-layers (", a.num_layers, ") plus the embedding / loss counted as layers (",
+                                pipeline_split_layers(a), ") must be divisible by --pipeline-model-parallel-size (", p,
+                                ") x --num-layers-per-virtual-pipeline-stage (", a.num_layers_per_virtual_pipeline_stage,
+                                ")"));
+  }
+  // Each rank's chunks split its layers (with the embedding / loss counted): no more chunks than those.
+  if (a.num_virtual_stages_per_pipeline_rank > pipeline_split_layers(a)) {
+    return invalid(absl::StrCat("--num-virtual-stages-per-pipeline-rank (", a.num_virtual_stages_per_pipeline_rank,
+                                ") exceeds the layers to split (", pipeline_split_layers(a), ")"));
+  }
+  const int v = virtual_pipeline_size(a);
   if (uneven(a)) {
     const bool first = a.was_given("--decoder-first-pipeline-num-layers");
     const bool last = a.was_given("--decoder-last-pipeline-num-layers");

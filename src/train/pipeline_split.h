@@ -23,9 +23,9 @@ bool custom_pipeline_split(const Arguments& args);
 // --num-layers-per-virtual-pipeline-stage divides (Megatron's arguments.py).
 int64_t pipeline_split_layers(const Arguments& args);
 
-// validate_for_world's part, with v chunks per rank known: Megatron's rules (TransformerConfig's
-// and arguments.py's), each refusal naming the flags to change.
-absl::Status validate_pipeline_split(const Arguments& args, int virtual_size);
+// validate_for_world's part where custom_pipeline_split: Megatron's rules (TransformerConfig's and
+// arguments.py's, the chunks per rank included), each refusal naming the flags to change.
+absl::Status validate_pipeline_split(const Arguments& args);
 
 // The layers of each pipeline rank (p entries) as Megatron's num_layers_per_pipeline_rank: the
 // embedding and the loss included where they count as layers. Rank r's chunks split them evenly.
