@@ -22,6 +22,7 @@
 #include "train/model_arguments.h"
 #include "train/precision_arguments.h"
 #include "train/pipeline_arguments.h"
+#include "train/pipeline_split.h"
 #include "train/rerun_arguments.h"
 #include "train/sharding_arguments.h"
 
@@ -661,7 +662,9 @@ int64_t data_parallel_size(const Arguments& a, int64_t world_size) {
 int virtual_pipeline_size(const Arguments& a) {
   if (a.num_virtual_stages_per_pipeline_rank > 0) return static_cast<int>(a.num_virtual_stages_per_pipeline_rank);
   if (a.num_layers_per_virtual_pipeline_stage > 0) {
-    return static_cast<int>(a.num_layers / (a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage));
+    // Megatron divides the layers counting the embedding and the loss where they count as layers.
+    return static_cast<int>(pipeline_split_layers(a) /
+                            (a.pipeline_model_parallel_size * a.num_layers_per_virtual_pipeline_stage));
   }
   return 1;
 }
@@ -736,13 +739,16 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
     if (p == 1) {
       return invalid("--num-virtual-stages-per-pipeline-rank needs --pipeline-model-parallel-size > 1");
     }
-    if (stages == 0 || a.num_layers % stages != 0) {
+    if (!custom_pipeline_split(a) && (stages == 0 || a.num_layers % stages != 0)) {
       return invalid(absl::StrCat("--num-layers (", a.num_layers, ") must be divisible by --pipeline-model-parallel-size (",
                                   p, ") x --num-virtual-stages-per-pipeline-rank (",
                                   a.num_virtual_stages_per_pipeline_rank, ")"));
     }
-    layers_per_virtual_stage = a.num_layers / stages;
+    layers_per_virtual_stage = stages == 0 ? 0 : a.num_layers / stages;
   }
+  // An uneven split, or the embedding / the loss counted as layers: Megatron's split rules here,
+  // the schedule's rules below on the layout's chunks (validate_schedule_for_layout).
+  if (custom_pipeline_split(a)) GPT_RETURN_IF_ERROR(validate_pipeline_split(a));
   // The largest number of microbatches of the run (a ramp-up or step schedule's batches that
   // divide, evaluation's --global-batch-size): the bound of the layout's counters.
   const int64_t microbatches = num_microbatches(a, world_size);
@@ -767,7 +773,12 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
   GPT_RETURN_IF_ERROR(check_derived_counts(a));
   // Recompute counts apply to the layers of one model chunk (Megatron's TransformerBlock: a
   // pipeline stage, or a virtual stage with interleaving); Megatron's message names this range.
-  const int64_t chunk_layers = layers_per_virtual_stage > 0 ? layers_per_virtual_stage : a.num_layers / p;
+  // With an uneven split, the largest chunk's.
+  int64_t chunk_layers = layers_per_virtual_stage > 0 ? layers_per_virtual_stage : a.num_layers / p;
+  if (custom_pipeline_split(a)) {
+    const std::vector<int64_t> rank_layers = pipeline_rank_layers(a);
+    chunk_layers = *std::max_element(rank_layers.begin(), rank_layers.end()) / virtual_pipeline_size(a);
+  }
   if (a.recompute_granularity == "full" && a.recompute_num_layers > chunk_layers) {
     return invalid(absl::StrCat("--recompute-num-layers (", a.recompute_num_layers, ") must be between 1 and the layers ",
                                 layers_per_virtual_stage > 0 ? "per virtual pipeline stage" : "per pipeline stage",

@@ -50,6 +50,12 @@ struct Arguments {
   int64_t pipeline_model_parallel_size = 1;
   int64_t num_layers_per_virtual_pipeline_stage = 0;  // 0: no interleaving
   int64_t num_virtual_stages_per_pipeline_rank = 0;   // Megatron's newer spelling of the same; 0: unset
+  // Megatron's uneven split (train/pipeline_split.h): the first / last pipeline rank's layers (0: unset,
+  // the even split), the embedding / the loss counted as one layer of the first / last virtual stage.
+  int64_t decoder_first_pipeline_num_layers = 0;
+  int64_t decoder_last_pipeline_num_layers = 0;
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
   // This program's: 1f1b, interleaved, zb-h1, zb-v or auto (the launcher replaces auto with its
   // choice, train/schedule_choice.h); empty: what Megatron's flags imply (interleaved with model
   // chunks, else 1f1b).

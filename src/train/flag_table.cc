@@ -102,6 +102,20 @@ constexpr FlagRow kRows[] = {
     row("--num-virtual-stages-per-pipeline-rank", &A::num_virtual_stages_per_pipeline_rank,
         "Model chunks per pipeline rank (interleaved 1F1B schedule)")
         .shown(kNoneIfZero),
+    row("--decoder-first-pipeline-num-layers", &A::decoder_first_pipeline_num_layers,
+        "Transformer layers of the first pipeline stage (its chunks' share with interleaving); the other "
+        "stages split the rest evenly")
+        .shown(kNoneIfZero),
+    row("--decoder-last-pipeline-num-layers", &A::decoder_last_pipeline_num_layers,
+        "Transformer layers of the last pipeline stage (its chunks' share with interleaving); the other stages "
+        "split the rest evenly")
+        .shown(kNoneIfZero),
+    row("--account-for-embedding-in-pipeline-split", &A::account_for_embedding_in_pipeline_split,
+        "Count the embedding as one layer when splitting the layers over pipeline stages (the first virtual "
+        "stage builds one transformer layer fewer)"),
+    row("--account-for-loss-in-pipeline-split", &A::account_for_loss_in_pipeline_split,
+        "Count the loss (output layer) as one layer when splitting the layers over pipeline stages (the last "
+        "virtual stage builds one transformer layer fewer)"),
     row("--pipeline-schedule", &A::pipeline_schedule,
         "1f1b, interleaved (with model chunks), zb-h1 (zero bubble: each backward split into its input and "
         "weight gradients, the weight gradients filling 1F1B's bubble; one model chunk per rank) or zb-v (zero "

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "train/pipeline_split.h"
 
 namespace gpt {
 namespace {
@@ -27,12 +28,16 @@ PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, co
   layout.schedule = pipeline_schedule_kind(args);
   layout.placement = pipeline::schedule_placement(layout.schedule);
   const int64_t stages = static_cast<int64_t>(layout.pipeline_size) * layout.virtual_size;
-  GPT_CHECK_EQ(args.num_layers % stages, 0) << "layers per virtual stage";
-  const int64_t layers = args.num_layers / stages;
+  // Virtual stage k holds layers [first[k], first[k] + layers[k]): the stages in order, each its
+  // share of the split (train/pipeline_split.h).
+  const std::vector<int64_t> layers = virtual_stage_layers(args);
+  GPT_CHECK_EQ(static_cast<int64_t>(layers.size()), stages) << "layers per virtual stage";
+  std::vector<int64_t> first(layers.size(), 0);
+  for (size_t k = 1; k < layers.size(); ++k) first[k] = first[k - 1] + layers[k - 1];
   for (int c = 0; c < layout.virtual_size; ++c) {
     const int64_t stage = layout.stages().stage(c);
-    layout.chunks.push_back({.first_layer = stage * layers,
-                             .num_layers = layers,
+    layout.chunks.push_back({.first_layer = first[static_cast<size_t>(stage)],
+                             .num_layers = layers[static_cast<size_t>(stage)],
                              .has_embedding = stage == 0,
                              .has_output = stage == stages - 1,
                              .tied_head = !args.untie_embeddings_and_output_weights});

@@ -13,6 +13,7 @@
 #include "optim/adamw.h"
 #include "parallel/pipeline/executor.h"
 #include "train/data_parallel.h"
+#include "train/pipeline_split.h"
 #include "train/sharding_arguments.h"
 #include "parallel/data_parallel/grad_shards.h"
 #include "train/trainer.h"
@@ -160,8 +161,20 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const bool split_sequence = a.sequence_parallel && tp > 1;
   const int64_t local_sequence = split_sequence ? s / tp : s;
   const int64_t t = a.bf16 || a.fp16 ? 2 : 4;
-  const int64_t stage_layers = a.num_layers / pp;
-  const int64_t chunk_layers = stage_layers / v;
+  // The first stage's layers and its first chunk's, the last stage's.
+  int64_t first_stage_layers = a.num_layers / pp, stage_layers = first_stage_layers;
+  int64_t chunk_layers = first_stage_layers / v;
+  if (custom_pipeline_split(a)) {
+    // Megatron's uneven split, from the ranks' layers (this closed form is for layouts too large to
+    // enumerate): the first stage's and its first chunk's, the last stage's, each less the embedding
+    // or the loss counted there. A lower bound of those two stages, as with the even split.
+    const std::vector<int64_t> layers = pipeline_rank_layers(a);
+    const int64_t embedding = a.account_for_embedding_in_pipeline_split ? 1 : 0;
+    const int64_t loss = a.account_for_loss_in_pipeline_split ? 1 : 0;
+    first_stage_layers = layers.front() - embedding - (pp == 1 ? loss : 0);
+    chunk_layers = layers.front() / v - embedding;
+    stage_layers = layers.back() - loss - (pp == 1 ? embedding : 0);
+  }
 
   // Parameters: a layer, the first stage's embeddings, the last stage's LayerNorm and head.
   // The model's kinds as the trainer reads them (set_model_kinds; no sizes, which may overflow here).
@@ -179,7 +192,8 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const bool separate_head = a.untie_embeddings_and_output_weights || !head_first;
   const Bytes head = Bytes(norm_params) + (separate_head ? Bytes(local_vocab) * h : Bytes(0));
   const Bytes layers_params = Bytes(stage_layers) * layer_params;
-  const Bytes first_elements = head_first ? layers_params + embeddings + head : layers_params + embeddings;
+  const Bytes first_layers_params = Bytes(first_stage_layers) * layer_params;
+  const Bytes first_elements = head_first ? first_layers_params + embeddings + head : first_layers_params + embeddings;
   const Bytes last_elements = head_first ? layers_params : layers_params + head;
 
   // Activations: the stash of one layer for one microbatch (model/activation_memory.h), rows

@@ -1,9 +1,11 @@
 #include "train/pipeline_arguments.h"
 
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "parallel/pipeline/schedule.h"
+#include "train/pipeline_split.h"
 
 namespace gpt {
 namespace {
@@ -30,13 +32,28 @@ absl::Status validate_schedule_flags(const Arguments& a) {
 
 absl::Status validate_schedule_for_layout(const Arguments& a, int p, int layers_per_virtual_stage, int microbatches) {
   const bool zero_bubble_v = a.pipeline_schedule == "zb-v";
+  // The layer counts of an uneven split (or one counting the embedding / the loss) were checked by
+  // validate_pipeline_split; the schedule's rules are those of its p x v chunks, as if one layer each.
+  int num_layers = static_cast<int>(a.num_layers);
+  if (custom_pipeline_split(a)) {
+    const int v = virtual_pipeline_size(a);
+    if (zero_bubble_v) {
+      return invalid("--pipeline-schedule zb-v places two chunks per rank in a V, where Megatron's uneven split "
+                     "(--decoder-first/last-pipeline-num-layers, --account-for-embedding/loss-in-pipeline-split) "
+                     "has no meaning; use 1f1b or interleaved");
+    }
+    if (static_cast<int64_t>(p) * v > std::numeric_limits<int>::max()) {
+      return invalid("pipeline layout: --pipeline-model-parallel-size x model chunks per rank is too large");
+    }
+    num_layers = p * v;
+    layers_per_virtual_stage = v > 1 ? 1 : 0;
+  }
   // auto chooses among the schedules of the layout's chunks (train/schedule_choice.h): with two
   // chunks per rank ZB-V runs any number of microbatches, so the interleaved rule on m is only
   // checked where no other schedule can run.
   const bool automatic = a.pipeline_schedule == "auto";
-  const absl::StatusOr<int> chunks = pipeline::virtual_pipeline_size(
-      static_cast<int>(a.num_layers), p, layers_per_virtual_stage);
-  const bool v_possible = automatic && p > 1 && chunks.ok() && *chunks == 2;
+  const absl::StatusOr<int> chunks = pipeline::virtual_pipeline_size(num_layers, p, layers_per_virtual_stage);
+  const bool v_possible = automatic && p > 1 && chunks.ok() && *chunks == 2 && !custom_pipeline_split(a);
   if (zero_bubble_v) {
     // ZB-V: two chunks per rank in a V; any number of microbatches (no interleaving rule on m).
     GPT_RETURN_IF_ERROR(chunks.status());
@@ -53,7 +70,7 @@ absl::Status validate_schedule_for_layout(const Arguments& a, int p, int layers_
     }
   } else if (!v_possible) {
     GPT_RETURN_IF_ERROR(
-        pipeline::validate_pipeline_layout(static_cast<int>(a.num_layers), p, layers_per_virtual_stage, microbatches));
+        pipeline::validate_pipeline_layout(num_layers, p, layers_per_virtual_stage, microbatches));
   }
   // The schedule the layout runs: 1f1b and zb-h1 run one model chunk per rank, interleaved more.
   if (!a.pipeline_schedule.empty() && !zero_bubble_v && !automatic) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/recompute_plan.h"
+#include "train/pipeline_split.h"
 #include "train/sharding_arguments.h"
 #include "train/trainer.h"
 
@@ -42,16 +43,18 @@ StageCosts stage_costs_from_flops(const Arguments& a, int64_t vocab_size) {
 
   const int p = static_cast<int>(a.pipeline_model_parallel_size), v = virtual_pipeline_size(a);
   const int stages = p * v;
-  const int64_t chunk_layers = a.num_layers / stages;
-  int64_t recomputed = 0;  // layers of a chunk whose forward runs again in its backward
-  for (const LayerRecompute& layer : plan_recompute(config.recompute, chunk_layers).layers) {
-    if (layer.stashing == LayerStashing::kGroupInput) ++recomputed;
-  }
+  // Each virtual stage's layers (train/pipeline_split.h: even, or Megatron's uneven split).
+  const std::vector<int64_t> stage_layers = virtual_stage_layers(a);
   const bool selective = config.recompute.granularity == RecomputeGranularity::kSelective;
-  const double layers = static_cast<double>(chunk_layers);
   StageCosts costs;
   costs.source = "FLOP counts per pass (Megatron's formula split into F, B and W)";
   for (int k = 0; k < stages; ++k) {
+    const int64_t chunk_layers = stage_layers[static_cast<size_t>(k)];
+    int64_t recomputed = 0;  // layers of the chunk whose forward runs again in its backward
+    for (const LayerRecompute& layer : plan_recompute(config.recompute, chunk_layers).layers) {
+      if (layer.stashing == LayerStashing::kGroupInput) ++recomputed;
+    }
+    const double layers = static_cast<double>(chunk_layers);
     double forward = layers * layer_forward, weight = layers * layer_weight;
     double backward_input = 2.0 * forward - weight + static_cast<double>(recomputed) * layer_forward +
                             (selective ? layers * attention_core : 0.0);
@@ -94,7 +97,9 @@ absl::StatusOr<ScheduleChoice> choose_schedule(const Arguments& args, int64_t wo
   }
   ScheduleChoice choice;
   const bool deferred_weight_gradients = zero_level(args) < ZeroLevel::kGradients;
-  const std::vector<ScheduleKind> kinds = schedule_candidates(p, v, m, deferred_weight_gradients);
+  std::vector<ScheduleKind> kinds = schedule_candidates(p, v, m, deferred_weight_gradients);
+  // Megatron's uneven split is by pipeline rank in the interleaved order: no V placement.
+  if (custom_pipeline_split(args)) std::erase(kinds, ScheduleKind::kZeroBubbleV);
   if (kinds.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--pipeline-schedule auto: two model chunks per pipeline rank run interleaved only with a number of "

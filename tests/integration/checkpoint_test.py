@@ -59,6 +59,9 @@ RESHARD_TARGETS = [
     # ZB-V's V placement: rank 0 holds layers 0 and 3, the embedding, the tied head and the loss.
     ("TP1xPP2xDP2-zb-v", 4, ("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
                              "--pipeline-schedule zb-v --use-distributed-optimizer").split()),
+    # Megatron's uneven split: the stages hold layers 0, 1-2 and 3.
+    ("TP1xPP3xDP2-uneven", 6, ("--pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 1 "
+                               "--decoder-last-pipeline-num-layers 1 --use-distributed-optimizer").split()),
 ]
 # The crash tests' job: two ranks, data-parallel with the distributed optimizer.
 FAULT_RANKS = 2

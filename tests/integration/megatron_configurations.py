@@ -14,7 +14,8 @@ number of configurations they stop:
 
 What is changed, and nothing else:
   sizes    the layout past 8 model-parallel ranks halved (pipeline first) until it fits;
-           --num-layers (pipeline stages x model chunks, at least 2), --hidden-size, heads, query
+           --num-layers (pipeline stages x model chunks, at least 2; kept as given with an uneven
+           pipeline split, whose rules tie it to the split), --hidden-size, heads, query
            groups, --ffn-hidden-size, --kv-channels, --seq-length, --max-position-embeddings,
            --micro-batch-size (at most 2), --global-batch-size (micro batch x data-parallel size x
            microbatches), --train-iters 2 (--train-samples: two global batches),
@@ -55,6 +56,11 @@ EXAMPLE = "examples/gpt3/train_gpt3_175b_distributed.sh"
 DATA_FLAGS = {"--data-path", "--train-data-path", "--valid-data-path", "--test-data-path",
               "--per-split-data-args-path", "--data-args-path"}
 TOKENIZER_FILES = {"--vocab-file", "--merge-file"}
+
+
+# Flags that tie the layer count to the pipeline split (--num-layers is then kept as given).
+SPLIT_FLAGS = {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+               "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"}
 
 
 def small_tokenizer_model(tokenizer_type, work_dir):
@@ -112,6 +118,10 @@ def shrink(args, work_dir, use_gpt2=False):
         layers = pp * per_vstage * 2
     else:
         layers = pp * max(chunks, 1) * (1 if pp > 1 else 2)
+    if any(f in SPLIT_FLAGS for f, _ in args) and pp == as_int(flag_value(args, "--pipeline-model-parallel-size"), 1):
+        # An uneven split's layer counts are tied to --num-layers (Megatron's divisibility rules):
+        # the configuration's own (12 and 6 layers in Megatron's), unless the layout was halved.
+        layers = as_int(flag_value(args, "--num-layers"), layers)
     heads = max(4, tp)
     hidden = 16 * heads
     micro = min(as_int(flag_value(args, "--micro-batch-size"), 1), 2)
