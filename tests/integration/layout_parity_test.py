@@ -104,11 +104,12 @@ PARALLEL_FLAGS_WITH_VALUE = {"--tensor-model-parallel-size", "--pipeline-model-p
                              "--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
                              "--ddp-bucket-size", "--pipeline-schedule", "--data-parallel-sharding-strategy",
                              "--suggested-communication-unit-size", "--optimizer-offload-fraction",
-                             "--context-parallel-size", "--cp-comm-type"}
+                             "--context-parallel-size", "--cp-comm-type",
+                             "--microbatch-group-size-per-virtual-pipeline-stage"}
 PARALLEL_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
                      "--overlap-param-gather", "--use-megatron-fsdp", "--fsdp-double-buffer",
                      "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d",
-                     "--use-tp-pp-dp-mapping", "--use-torch-fsdp2"}
+                     "--use-tp-pp-dp-mapping", "--use-torch-fsdp2", "--overlap-p2p-communication-warmup-flush"}
 # Activation recompute must not change the result either: the reference runs without it.
 RECOMPUTE_FLAGS_WITH_VALUE = {"--recompute-granularity", "--recompute-method", "--recompute-num-layers"}
 RECOMPUTE_SWITCHES = {"--recompute-activations"}
