@@ -24,7 +24,9 @@ PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, co
   layout.pipeline_rank = coordinates.pipeline;
   layout.virtual_size = virtual_pipeline_size(args);
   layout.microbatches = microbatches;
-  layout.microbatch_group = static_cast<int>(args.microbatch_group_size_per_vp_stage);  // validated to fit
+  // Only the interleaved order groups microbatches; there the group is validated to be at most the
+  // number of microbatches (an int). Without model chunks any value is accepted and unused.
+  if (layout.virtual_size > 1) layout.microbatch_group = static_cast<int>(args.microbatch_group_size_per_vp_stage);
   layout.schedule = pipeline_schedule_kind(args);
   layout.placement = pipeline::schedule_placement(layout.schedule);
   const int64_t stages = static_cast<int64_t>(layout.pipeline_size) * layout.virtual_size;
