@@ -104,8 +104,8 @@ constexpr FlagRow kRows[] = {
         .shown(kNoneIfZero),
     row("--microbatch-group-size-per-virtual-pipeline-stage", &A::microbatch_group_size_per_vp_stage,
         "Interleaved schedule: microbatches each model chunk runs in a row, forward and backward (Megatron's "
-        "microbatch_group_size_per_vp_stage; default --pipeline-model-parallel-size, the depth-first order). Megatron's "
-        "rules: between PP and the number of microbatches, which it need not divide, but the last group's remainder "
+        "microbatch_group_size_per_vp_stage; default --pipeline-model-parallel-size, the depth-first order). "
+        "Megatron's rules: between PP and the number of microbatches, which it need not divide, but the last group's remainder "
         "is 0 or at least PP. Without model chunks it groups nothing, as in Megatron; refused with --pipeline-schedule "
         "zb-h1, zb-v and auto")
         .dest("microbatch_group_size_per_vp_stage")

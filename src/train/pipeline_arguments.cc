@@ -31,7 +31,8 @@ absl::Status validate_schedule_flags(const Arguments& a) {
     return invalid("--pipeline-schedule-costs needs a path (got an empty one)");
   }
   // Megatron's interleaved schedule's flags with one of this program's schedules.
-  for (const char* flag : {"--microbatch-group-size-per-virtual-pipeline-stage", "--overlap-p2p-communication-warmup-flush"}) {
+  for (const char* flag :
+       {"--microbatch-group-size-per-virtual-pipeline-stage", "--overlap-p2p-communication-warmup-flush"}) {
     if (a.was_given(flag) && (a.pipeline_schedule == "zb-h1" || a.pipeline_schedule == "zb-v" ||
                               a.pipeline_schedule == "auto")) {
       return invalid(absl::StrCat(flag, " belongs to Megatron's interleaved schedule; --pipeline-schedule ",

@@ -375,7 +375,8 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
        4},
       {with(pp4_chunks(), "--microbatch-group-size-per-virtual-pipeline-stage", "0"),
        "--microbatch-group-size-per-virtual-pipeline-stage must be a positive", 4},
-      {with(with(pp4_chunks(), "--microbatch-group-size-per-virtual-pipeline-stage", "4"), "--pipeline-schedule", "auto"),
+      {with(with(pp4_chunks(), "--microbatch-group-size-per-virtual-pipeline-stage", "4"), "--pipeline-schedule",
+            "auto"),
        "--microbatch-group-size-per-virtual-pipeline-stage belongs to Megatron's interleaved schedule; "
        "--pipeline-schedule auto runs another",
        4},
