@@ -4,6 +4,7 @@
 //
 //   pipeline_schedule --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1
 //       --num-layers 8 --num-microbatches 8 [--schedule 1f1b|interleaved|afab|zb-h1|zb-v] [--svg out.svg]
+//       [--microbatch-group-size-per-virtual-pipeline-stage N]
 //       [--forward-cost 1 --backward-cost 2 --weight-cost 1] [--p2p-latency 0 --p2p-bytes 0 --p2p-bandwidth 0]
 //
 // --forward-cost / --backward-cost are one microbatch's time through one rank's layers (all its
@@ -43,6 +44,7 @@ struct Options {
   int layers_per_virtual_stage = 0;  // 0: no interleaving
   int num_layers = 0;
   int microbatches = 0;
+  int microbatch_group = 0;  // the interleaved schedule's group size; 0: p (Megatron's default)
   std::string schedule;  // empty: Megatron's choice for the layout
   bool forward_only = false;
   std::string svg;
@@ -64,7 +66,7 @@ std::string peak_formula_text(ScheduleKind kind) {
   switch (kind) {
     case ScheduleKind::kAllForwardAllBackward: return "m v";
     case ScheduleKind::kOneFOneB: return "min(p - r, m)";
-    case ScheduleKind::kInterleaved: return "min((p-r-1)*2 + (v-1)*p + 1, m v)";
+    case ScheduleKind::kInterleaved: return "min((p-r-1)*2 + (v-1)*n + 1, m v), n the microbatch group";
     case ScheduleKind::kZeroBubbleH1: return "min(p, m)";
     case ScheduleKind::kZeroBubbleV: return "at most min(2p, 2m)";
   }
@@ -195,7 +197,7 @@ absl::Status run(const Options& o) {
   if (o.bubble_table) return print_bubble_table(o);
   if (!o.metrics_file.empty()) return compare_measured(o);
   if (absl::Status status = validate_pipeline_layout(o.num_layers, o.pipeline_size, o.layers_per_virtual_stage,
-                                                     o.microbatches);
+                                                     o.microbatches, o.microbatch_group);
       !status.ok()) {
     return status;
   }
@@ -214,7 +216,9 @@ absl::Status run(const Options& o) {
     if (!parsed.ok()) return parsed.status();
     kind = *parsed;
   }
-  absl::StatusOr<Schedule> schedule = o.forward_only ? make_forward_only_schedule(p, v, m) : make_schedule(kind, p, v, m);
+  const int n = o.microbatch_group;
+  absl::StatusOr<Schedule> schedule = o.forward_only ? make_forward_only_schedule(p, v, m, Placement::kLoop, n)
+                                                     : make_schedule(kind, p, v, m, n);
   if (!schedule.ok()) return schedule.status();
   absl::StatusOr<SimulationReport> report = simulate_uniform(*schedule, o);
   if (!report.ok()) return report.status();
@@ -251,7 +255,7 @@ absl::Status run(const Options& o) {
   for (int r = 0; r < p; ++r) {
     const RankTimeline& t = report->ranks[static_cast<size_t>(r)];
     std::printf("%-4d  %-8g  %-8g  %-4d = %5.2f microbatches        %d\n", r, t.busy, t.idle, t.peak_live,
-                static_cast<double>(t.peak_live) / v, o.forward_only ? 0 : expected_peak_live(kind, p, v, m, r));
+                static_cast<double>(t.peak_live) / v, o.forward_only ? 0 : expected_peak_live(kind, p, v, m, r, n));
   }
   if (!o.forward_only && v <= 2) {
     // Every training schedule of the layout under the same costs: bubble and memory side by side.
@@ -262,7 +266,7 @@ absl::Status run(const Options& o) {
         v == 1 ? std::vector<ScheduleKind>{ScheduleKind::kOneFOneB, ScheduleKind::kZeroBubbleH1}
                : std::vector<ScheduleKind>{ScheduleKind::kInterleaved, ScheduleKind::kZeroBubbleV};
     for (ScheduleKind other : kinds) {
-      absl::StatusOr<Schedule> candidate = make_schedule(other, p, v, m);
+      absl::StatusOr<Schedule> candidate = make_schedule(other, p, v, m, n);
       if (!candidate.ok()) return candidate.status();
       absl::StatusOr<SimulationReport> simulated = simulate_uniform(*candidate, o);
       if (!simulated.ok()) return simulated.status();
@@ -310,6 +314,8 @@ int main(int argc, char** argv) {
                  "Microbatches per iteration (Megatron: global batch / (micro batch x DP))");
   app.add_option("--schedule,--pipeline-schedule", o.schedule,
                  "1f1b, interleaved, afab, zb-h1 or zb-v (v = 2; default: interleaved when v > 1, else 1f1b)");
+  app.add_option("--microbatch-group-size-per-virtual-pipeline-stage", o.microbatch_group,
+                 "Interleaved schedule: microbatches each chunk runs in a row (Megatron's; default p)");
   app.add_flag("--forward-only", o.forward_only, "Evaluation schedule: forwards only");
   app.add_option("--svg", o.svg, "Write a Gantt chart of the simulated schedule");
   app.add_option("--forward-cost", o.forward_cost, "Forward time of one microbatch through one rank's layers");

@@ -384,6 +384,7 @@ absl::Status validate_arguments(Arguments& a) {
       {"--lr-decay-samples", a.lr_decay_samples},
       {"--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage},
       {"--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank},
+      {"--microbatch-group-size-per-virtual-pipeline-stage", a.microbatch_group_size_per_vp_stage},
       {"--ddp-bucket-size", a.ddp_bucket_size}};
   for (const auto& [flag, value] : positive_if_given) {
     if (a.was_given(flag)) GPT_RETURN_IF_ERROR(require_positive(flag, value));

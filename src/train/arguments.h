@@ -61,6 +61,12 @@ struct Arguments {
   // chunks, else 1f1b).
   std::string pipeline_schedule;
   std::string pipeline_schedule_costs;  // auto's measured costs: a metrics file with a pipeline timeline
+  // The interleaved schedule's microbatch group n (Megatron's microbatch_group_size_per_vp_stage):
+  // each chunk runs n microbatches in a row; 0: unset, p (Megatron's default).
+  int64_t microbatch_group_size_per_vp_stage = 0;
+  // Megatron's overlap of the interleaved schedule's warm-up and flush transfers with compute: the
+  // same compute order and numbers here (train/pipeline_arguments.h).
+  bool overlap_p2p_comm_warmup_flush = false;
   bool sequence_parallel = false;
   // Context parallelism: each sequence split over this many ranks (Megatron's rank order puts them
   // between TP and DP); how each layer's attention crosses them: p2p (ring) or a2a, one value for

@@ -116,6 +116,20 @@ constexpr FlagRow kRows[] = {
     row("--account-for-loss-in-pipeline-split", &A::account_for_loss_in_pipeline_split,
         "Count the loss (output layer) as one layer when splitting the layers over pipeline stages (the last "
         "virtual stage builds one transformer layer fewer)"),
+    row("--microbatch-group-size-per-virtual-pipeline-stage", &A::microbatch_group_size_per_vp_stage,
+        "Interleaved schedule: microbatches each model chunk runs in a row, forward and backward (Megatron's "
+        "microbatch_group_size_per_vp_stage; default --pipeline-model-parallel-size, the depth-first order). "
+        "Megatron's rules: between PP and the number of microbatches, which it need not divide, but the last group's remainder "
+        "is 0 or at least PP. Without model chunks it groups nothing, as in Megatron; refused with --pipeline-schedule "
+        "zb-h1, zb-v and auto")
+        .dest("microbatch_group_size_per_vp_stage")
+        .shown(kNoneIfZero),
+    row("--overlap-p2p-communication-warmup-flush", &A::overlap_p2p_comm_warmup_flush,
+        "Accepted with the interleaved schedule (refused without model chunks, as Megatron refuses it): Megatron "
+        "posts the warm-up and flush receives one iteration early to overlap them with compute; the compute order "
+        "and every number are the same either way, and here each iteration's transfers are posted as one batch "
+        "after its compute and waited for before the next")
+        .megatron(kImplementation),
     row("--pipeline-schedule", &A::pipeline_schedule,
         "1f1b, interleaved (with model chunks), zb-h1 (zero bubble: each backward split into its input and "
         "weight gradients, the weight gradients filling 1F1B's bubble; one model chunk per rank) or zb-v (zero "

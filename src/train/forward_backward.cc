@@ -25,6 +25,9 @@ PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, co
   layout.pipeline_rank = coordinates.pipeline;
   layout.virtual_size = virtual_pipeline_size(args);
   layout.microbatches = microbatches;
+  // Only the interleaved order groups microbatches; there the group is validated to be at most the
+  // number of microbatches (an int). Without model chunks any value is accepted and unused.
+  if (layout.virtual_size > 1) layout.microbatch_group = static_cast<int>(args.microbatch_group_size_per_vp_stage);
   layout.schedule = pipeline_schedule_kind(args);
   layout.placement = pipeline::schedule_placement(layout.schedule);
   const int64_t stages = static_cast<int64_t>(layout.pipeline_size) * layout.virtual_size;
@@ -71,7 +74,8 @@ ForwardBackward::ForwardBackward(const PipelineLayout& layout, const std::vector
       train_microbatches_(layout.microbatches),
       train_(training_schedule(layout.microbatches)),
       evaluate_(checked(pipeline::make_forward_only_schedule(layout.pipeline_size, layout.virtual_size,
-                                                             static_cast<int>(layout.microbatches), layout.placement))) {
+                                                             static_cast<int>(layout.microbatches), layout.placement,
+                                                             layout.microbatch_group))) {
   GPT_CHECK(train_.placement == layout.placement) << "pipeline schedule of another chunk placement";
   const int chunks = layout.virtual_size;
   const auto& rank = static_cast<size_t>(layout.pipeline_rank);
@@ -84,8 +88,8 @@ ForwardBackward::ForwardBackward(const PipelineLayout& layout, const std::vector
     if (m == layout.microbatches) continue;
     // A count the layout cannot run (an interleaved schedule's multiple of PP) is refused before
     // the run reaches it (check_batch_sizes_reached): nothing to size for it.
-    absl::StatusOr<pipeline::Schedule> made = pipeline::make_schedule(layout.schedule, layout.pipeline_size,
-                                                                      layout.virtual_size, static_cast<int>(m));
+    absl::StatusOr<pipeline::Schedule> made = pipeline::make_schedule(
+        layout.schedule, layout.pipeline_size, layout.virtual_size, static_cast<int>(m), layout.microbatch_group);
     if (!made.ok()) continue;
     const pipeline::Schedule& other = *made;
     const std::vector<int> slots = pipeline::stash_slots(other.ranks[rank], chunks, layout.stages());
@@ -99,7 +103,7 @@ ForwardBackward::ForwardBackward(const PipelineLayout& layout, const std::vector
 
 pipeline::Schedule ForwardBackward::training_schedule(int64_t microbatches) const {
   return checked(pipeline::make_schedule(layout_.schedule, layout_.pipeline_size, layout_.virtual_size,
-                                         static_cast<int>(microbatches)));
+                                         static_cast<int>(microbatches), layout_.microbatch_group));
 }
 
 void ForwardBackward::set_train_microbatches(int64_t microbatches) {

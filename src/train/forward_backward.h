@@ -29,6 +29,7 @@ struct PipelineLayout {
   int pipeline_rank = 0;
   int virtual_size = 1;
   int64_t microbatches = 1;
+  int microbatch_group = 0;  // the interleaved schedule's microbatch group size; 0: p (Megatron's default)
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::kOneFOneB;  // the training schedule
   pipeline::Placement placement = pipeline::Placement::kLoop;          // the schedule's
   std::vector<ChunkLayout> chunks;

@@ -1,5 +1,7 @@
 #include "train/pipeline_arguments.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -11,6 +13,8 @@ namespace gpt {
 namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 
 }  // namespace
 
@@ -26,6 +30,15 @@ absl::Status validate_schedule_flags(const Arguments& a) {
   }
   if (a.was_given("--pipeline-schedule-costs") && a.pipeline_schedule_costs.empty()) {
     return invalid("--pipeline-schedule-costs needs a path (got an empty one)");
+  }
+  // Megatron's interleaved schedule's flags with one of this program's schedules.
+  for (const char* flag :
+       {"--microbatch-group-size-per-virtual-pipeline-stage", "--overlap-p2p-communication-warmup-flush"}) {
+    if (a.was_given(flag) && (a.pipeline_schedule == "zb-h1" || a.pipeline_schedule == "zb-v" ||
+                              a.pipeline_schedule == "auto")) {
+      return invalid(absl::StrCat(flag, " belongs to Megatron's interleaved schedule; --pipeline-schedule ",
+                                  a.pipeline_schedule, " runs another: drop one of the two"));
+    }
   }
   return absl::OkStatus();
 }
@@ -69,8 +82,19 @@ absl::Status validate_schedule_for_layout(const Arguments& a, int p, int layers_
           virtual_pipeline_size(a), " chunks per rank here)"));
     }
   } else if (!v_possible) {
-    GPT_RETURN_IF_ERROR(
-        pipeline::validate_pipeline_layout(num_layers, p, layers_per_virtual_stage, microbatches));
+    // A group larger than any number of microbatches is refused by the range rule all the same.
+    const int group = static_cast<int>(std::min<int64_t>(a.microbatch_group_size_per_vp_stage, kIntMax));
+    GPT_RETURN_IF_ERROR(pipeline::validate_pipeline_layout(num_layers, p, layers_per_virtual_stage,
+                                                           microbatches, group));
+  }
+  if (a.overlap_p2p_comm_warmup_flush && chunks.ok() && *chunks == 1) {
+    // Megatron turns overlap_p2p_comm off without interleaving, and ModelParallelConfig then
+    // raises this.
+    return invalid(
+        "--overlap-p2p-communication-warmup-flush: pipeline parallel communication overlapping in warmup and flush is "
+        "only compatible with overlap_p2p_comm (the interleaved schedule: give "
+        "--num-layers-per-virtual-pipeline-stage or --num-virtual-stages-per-pipeline-rank with "
+        "--pipeline-model-parallel-size > 1)");
   }
   // The schedule the layout runs: 1f1b and zb-h1 run one model chunk per rank, interleaved more.
   if (!a.pipeline_schedule.empty() && !zero_bubble_v && !automatic) {

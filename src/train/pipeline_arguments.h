@@ -1,5 +1,10 @@
-// The pipeline schedule's flags (--pipeline-schedule, --pipeline-schedule-costs): the names, and
-// whether the layout's chunks can run the schedule named (each refusal names the flags to change).
+// The pipeline schedule's flags (--pipeline-schedule, --pipeline-schedule-costs, Megatron's
+// --microbatch-group-size-per-virtual-pipeline-stage and --overlap-p2p-communication-warmup-flush):
+// the names, and whether the layout's chunks can run the schedule named (each refusal names the
+// flags to change). Both Megatron flags belong to its interleaved schedule: with this program's
+// zb-h1, zb-v and auto they are refused; warmup-flush without model chunks is refused as Megatron
+// refuses it (its overlap_p2p_comm is off without interleaving); the group size without model
+// chunks is accepted and groups nothing, as in Megatron.
 #pragma once
 
 #include "core/status.h"

@@ -105,12 +105,12 @@ PARALLEL_FLAGS_WITH_VALUE = {"--tensor-model-parallel-size", "--pipeline-model-p
                              "--ddp-bucket-size", "--pipeline-schedule", "--data-parallel-sharding-strategy",
                              "--suggested-communication-unit-size", "--optimizer-offload-fraction",
                              "--context-parallel-size", "--cp-comm-type", "--decoder-first-pipeline-num-layers",
-                             "--decoder-last-pipeline-num-layers"}
+                             "--decoder-last-pipeline-num-layers", "--microbatch-group-size-per-virtual-pipeline-stage"}
 PARALLEL_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
                      "--overlap-param-gather", "--use-megatron-fsdp", "--fsdp-double-buffer",
                      "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d",
                      "--use-tp-pp-dp-mapping", "--use-torch-fsdp2", "--account-for-embedding-in-pipeline-split",
-                     "--account-for-loss-in-pipeline-split"}
+                     "--account-for-loss-in-pipeline-split", "--overlap-p2p-communication-warmup-flush"}
 # Activation recompute must not change the result either: the reference runs without it.
 RECOMPUTE_FLAGS_WITH_VALUE = {"--recompute-granularity", "--recompute-method", "--recompute-num-layers"}
 RECOMPUTE_SWITCHES = {"--recompute-activations"}

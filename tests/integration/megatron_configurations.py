@@ -18,7 +18,8 @@ What is changed, and nothing else:
            pipeline split, whose rules tie it to the split), --hidden-size, heads, query
            groups, --ffn-hidden-size, --kv-channels, --seq-length, --max-position-embeddings,
            --micro-batch-size (at most 2), --global-batch-size (micro batch x data-parallel size x
-           microbatches), --train-iters 2 (--train-samples: two global batches),
+           microbatches: 2 PP with model chunks, two groups with
+           --microbatch-group-size-per-virtual-pipeline-stage), --train-iters 2 (--train-samples: two global batches),
            --step-batch-size-schedule (its entries' batches 1, 2, ... times that global batch, each
            reached after one more iteration: thresholds of that many samples x --seq-length tokens);
            the world is the
@@ -128,6 +129,11 @@ def shrink(args, work_dir, use_gpt2=False):
     microbatches = max(2, pp) if pp > 1 else 2
     if pp > 1 and (per_vstage or chunks):
         microbatches = 2 * pp
+        # Megatron's interleaved schedule runs microbatches in groups of this size (at least PP, at
+        # most the number of microbatches, the last group 0 or at least PP): two whole groups.
+        group = as_int(flag_value(args, "--microbatch-group-size-per-virtual-pipeline-stage"), 0)
+        if group:
+            microbatches = 2 * group
     global_batch = micro * dp * microbatches
     sizes = {"--num-layers": layers, "--hidden-size": hidden, "--num-attention-heads": heads,
              "--ffn-hidden-size": 4 * hidden, "--kv-channels": hidden // heads, "--seq-length": 32,

@@ -130,21 +130,40 @@ std::vector<Step> without_interleaving(int p, int m, int rank, int warmup, bool 
   return out.take();
 }
 
+// Megatron's get_schedule_table: the (microbatch, chunk) of each of a rank's m * v "virtual
+// microbatches". Microbatches go in groups of n (the last group takes what is left, m % n or n),
+// and within a group every chunk runs the group's microbatches before the next chunk starts; with
+// n = p and m a multiple of p, entry k is chunk (k / p) % v of microbatch (k / (p v)) * p + k % p.
+struct TableEntry {
+  int microbatch, chunk;
+};
+std::vector<TableEntry> schedule_table(int v, int m, int n) {
+  std::vector<TableEntry> table;
+  table.reserve(static_cast<size_t>(m) * static_cast<size_t>(v));
+  for (int first = 0; first < m; first += n) {
+    const int end = std::min(first + n, m);
+    for (int chunk = 0; chunk < v; ++chunk) {
+      for (int microbatch = first; microbatch < end; ++microbatch) table.push_back({microbatch, chunk});
+    }
+  }
+  return table;
+}
+
 // Megatron's forward_backward_pipelining_with_interleaving (without p2p overlap) for one rank.
-// The rank's m * v forwards are "virtual microbatches": microbatches go in groups of p, and within
-// a group every chunk runs the group's p microbatches before the next chunk starts, so the k-th
-// forward is chunk (k / p) % v of microbatch (k / (p v)) * p + k % p. The k-th backward runs the
-// same table with the chunks reversed. After each iteration (a forward, a forward and a backward,
-// or a backward) one batch sends what the iteration produced and receives the inputs of the next
-// iteration (Megatron's send_forward_backward_recv_forward_backward and its halves).
-// `all_warmup` runs every forward before any backward (all-forward-all-backward).
-std::vector<Step> with_interleaving(int p, int v, int m, int rank, bool all_warmup, bool forward_only) {
+// The k-th forward runs schedule_table entry k (microbatch group n); the k-th backward runs the
+// same entry with the chunks reversed. Rank r warms up with (p - r - 1) * 2 + (v - 1) * n forwards.
+// After each iteration (a forward, a forward and a backward, or a backward) one batch sends what
+// the iteration produced and receives the inputs of the next iteration (Megatron's
+// send_forward_backward_recv_forward_backward and its halves). `all_warmup` runs every forward
+// before any backward (all-forward-all-backward).
+std::vector<Step> with_interleaving(int p, int v, int m, int n, int rank, bool all_warmup, bool forward_only) {
   RankWriter out(p, v, rank);
   const int total = m * v;
-  auto forward_chunk = [&](int k) { return (k % total / p) % v; };
+  const std::vector<TableEntry> table = schedule_table(v, m, n);
+  auto forward_chunk = [&](int k) { return table[static_cast<size_t>(k % total)].chunk; };
   auto backward_chunk = [&](int k) { return v - 1 - forward_chunk(k); };
-  auto microbatch_of = [&](int k) { return (k / (p * v)) * p + k % p; };
-  int warmup = forward_only || all_warmup ? total : std::min((p - rank - 1) * 2 + (v - 1) * p, total);
+  auto microbatch_of = [&](int k) { return table[static_cast<size_t>(k % total)].microbatch; };
+  int warmup = forward_only || all_warmup ? total : std::min((p - rank - 1) * 2 + (v - 1) * n, total);
   const bool every_forward_in_warmup = warmup == total;
   const int remaining = total - warmup;
 
@@ -220,7 +239,7 @@ std::vector<Step> with_interleaving(int p, int v, int m, int rank, bool all_warm
 constexpr const char* kInterleavingNeedsPipeline =
     "--num-layers-per-virtual-pipeline-stage (an interleaved schedule) needs --pipeline-model-parallel-size > 1";
 
-absl::Status check_sizes(int p, int v, int m);
+absl::Status check_sizes(int p, int v, int m, int n = 0);
 
 // check_sizes without the interleaved schedule's rule on m.
 absl::Status check_counts(int p, int v, int m) {
@@ -231,7 +250,8 @@ absl::Status check_counts(int p, int v, int m) {
   return absl::OkStatus();
 }
 
-absl::Status check_sizes(int p, int v, int m) {
+// n: the interleaved schedule's microbatch group size, 0 for Megatron's default (p).
+absl::Status check_sizes(int p, int v, int m, int n) {
   if (p < 1) return absl::InvalidArgumentError(absl::StrCat("--pipeline-model-parallel-size must be at least 1, got ", p));
   if (v < 1) return absl::InvalidArgumentError(absl::StrCat("virtual pipeline size must be at least 1, got ", v));
   if (m < 1) {
@@ -241,6 +261,24 @@ absl::Status check_sizes(int p, int v, int m) {
         m));
   }
   if (v > 1 && p == 1) return absl::InvalidArgumentError(kInterleavingNeedsPipeline);
+  if (v > 1 && n != 0) {
+    // Megatron's checks in forward_backward_pipelining_with_interleaving.
+    if (n < p || n > m) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--microbatch-group-size-per-virtual-pipeline-stage (", n,
+          ", the number of contiguous microbatches in a virtual pipeline stage) must range in "
+          "[--pipeline-model-parallel-size (", p, "), the number of microbatches (", m,
+          " = --global-batch-size / (--micro-batch-size x data-parallel size))]"));
+    }
+    if (m % n != 0 && m % n < p) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the remainder of the number of microbatches (", m, ") divided by "
+          "--microbatch-group-size-per-virtual-pipeline-stage (", n, ") must be 0 or at least "
+          "--pipeline-model-parallel-size (", p, "), but it is ", m % n,
+          ": a last group smaller than the pipeline leaves dependency bubbles (Megatron's rule)"));
+    }
+    return absl::OkStatus();
+  }
   if (v > 1 && m % p != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the interleaved schedule (--num-layers-per-virtual-pipeline-stage) needs the number of microbatches (", m,
@@ -305,16 +343,17 @@ ScheduleKind default_schedule_kind(int virtual_size) {
   return virtual_size > 1 ? ScheduleKind::kInterleaved : ScheduleKind::kOneFOneB;
 }
 
-absl::Status validate_pipeline_layout(int num_layers, int p, int layers_per_virtual_stage, int microbatches) {
+absl::Status validate_pipeline_layout(int num_layers, int p, int layers_per_virtual_stage, int microbatches,
+                                      int microbatch_group) {
   absl::StatusOr<int> v = layout_virtual_size(num_layers, p, layers_per_virtual_stage);
-  return v.ok() ? check_sizes(p, *v, microbatches) : v.status();
+  return v.ok() ? check_sizes(p, *v, microbatches, microbatch_group) : v.status();
 }
 
 absl::StatusOr<int> virtual_pipeline_size(int num_layers, int p, int layers_per_virtual_stage) {
   return layout_virtual_size(num_layers, p, layers_per_virtual_stage);
 }
 
-absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int p, int v, int m) {
+absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int p, int v, int m, int microbatch_group) {
   if (kind == ScheduleKind::kZeroBubbleV) {
     if (v != 2 || p < 2) {
       return absl::InvalidArgumentError(
@@ -326,7 +365,12 @@ absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int p, int v, int m) {
     if (!orders.ok()) return orders.status();
     return lower_compute_orders(p, v, m, *orders, {}, Placement::kV);
   }
-  if (absl::Status status = check_sizes(p, v, m); !status.ok()) return status;
+  if (microbatch_group < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--microbatch-group-size-per-virtual-pipeline-stage must be positive, got ", microbatch_group));
+  }
+  if (absl::Status status = check_sizes(p, v, m, microbatch_group); !status.ok()) return status;
+  const int n = microbatch_group == 0 ? p : microbatch_group;
   if (kind == ScheduleKind::kOneFOneB && v > 1) {
     return absl::InvalidArgumentError(
         "the 1f1b schedule runs one model chunk per rank; with --num-layers-per-virtual-pipeline-stage use the "
@@ -353,7 +397,7 @@ absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int p, int v, int m) {
       const int warmup = kind == ScheduleKind::kAllForwardAllBackward ? m : std::min(p - rank - 1, m);
       schedule.ranks.push_back(without_interleaving(p, m, rank, warmup, /*forward_only=*/false));
     } else {
-      schedule.ranks.push_back(with_interleaving(p, v, m, rank, kind == ScheduleKind::kAllForwardAllBackward,
+      schedule.ranks.push_back(with_interleaving(p, v, m, n, rank, kind == ScheduleKind::kAllForwardAllBackward,
                                                  /*forward_only=*/false));
     }
   }
@@ -504,7 +548,7 @@ absl::StatusOr<Schedule> lower_compute_orders(int p, int v, int m, const std::ve
   return schedule;
 }
 
-absl::StatusOr<Schedule> make_forward_only_schedule(int p, int v, int m, Placement placement) {
+absl::StatusOr<Schedule> make_forward_only_schedule(int p, int v, int m, Placement placement, int microbatch_group) {
   if (placement == Placement::kV) {
     // ZB-V's forwards in the training order: the same stash slots, and the turn's hand-off.
     if (v != 2 || p < 2) return make_schedule(ScheduleKind::kZeroBubbleV, p, v, m).status();
@@ -516,11 +560,13 @@ absl::StatusOr<Schedule> make_forward_only_schedule(int p, int v, int m, Placeme
     }
     return lower_compute_orders(p, v, m, *orders, {}, Placement::kV);
   }
-  if (absl::Status status = check_sizes(p, v, m); !status.ok()) return status;
+  if (microbatch_group < 0) return make_schedule(ScheduleKind::kInterleaved, p, v, m, microbatch_group).status();
+  if (absl::Status status = check_sizes(p, v, m, microbatch_group); !status.ok()) return status;
+  const int n = microbatch_group == 0 ? p : microbatch_group;
   Schedule schedule{p, v, m, {}};
   for (int rank = 0; rank < p; ++rank) {
     schedule.ranks.push_back(v == 1 ? without_interleaving(p, m, rank, m, /*forward_only=*/true)
-                                    : with_interleaving(p, v, m, rank, true, /*forward_only=*/true));
+                                    : with_interleaving(p, v, m, n, rank, true, /*forward_only=*/true));
   }
   return schedule;
 }
@@ -531,11 +577,12 @@ double expected_bubble_fraction(ScheduleKind kind, int p, int v, int m) {
   return static_cast<double>(p - 1) / (static_cast<double>(v) * m);
 }
 
-int expected_peak_live(ScheduleKind kind, int p, int v, int m, int rank) {
+int expected_peak_live(ScheduleKind kind, int p, int v, int m, int rank, int microbatch_group) {
+  const int n = microbatch_group == 0 ? p : microbatch_group;
   switch (kind) {
     case ScheduleKind::kAllForwardAllBackward: return m * v;
     case ScheduleKind::kOneFOneB: return std::min(p - rank, m);
-    case ScheduleKind::kInterleaved: return std::min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v);
+    case ScheduleKind::kInterleaved: return std::min((p - rank - 1) * 2 + (v - 1) * n + 1, m * v);
     case ScheduleKind::kZeroBubbleH1: return std::min(p, m);
     case ScheduleKind::kZeroBubbleV: return std::min(2 * p, 2 * m);
   }

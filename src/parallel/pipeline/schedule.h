@@ -87,22 +87,29 @@ ScheduleKind default_schedule_kind(int virtual_size);
 // Checks a layout the way Megatron's arguments do and names the flags to change:
 // num_layers divisible by p (layers_per_virtual_stage == 0, no interleaving) or by
 // p * layers_per_virtual_stage; p <= num_layers; v > 1 needs p > 1; the interleaved schedule needs
-// the number of microbatches (global batch / (micro batch x data-parallel size)) to be a multiple
-// of p.
+// the number of microbatches m (global batch / (micro batch x data-parallel size)) to be a multiple
+// of p, or with a microbatch group size n (--microbatch-group-size-per-virtual-pipeline-stage;
+// 0 = p, Megatron's default) Megatron's rules: p <= n <= m, and the last group's m % n
+// microbatches 0 or at least p.
 absl::Status validate_pipeline_layout(int num_layers, int pipeline_size, int layers_per_virtual_stage,
-                                      int microbatches);
+                                      int microbatches, int microbatch_group = 0);
 // v for a layout that validate_pipeline_layout accepts: num_layers / (p * layers_per_virtual_stage),
 // or 1 without --num-layers-per-virtual-pipeline-stage.
 absl::StatusOr<int> virtual_pipeline_size(int num_layers, int pipeline_size, int layers_per_virtual_stage);
 
 // One training iteration of `kind` for p ranks, v chunks per rank, m microbatches. kOneFOneB and
-// kZeroBubbleH1 need v = 1 and kInterleaved v > 1 (and m a multiple of p); kAllForwardAllBackward
-// takes any v (with v > 1 its forwards follow the interleaved order, in groups of p microbatches).
-absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int pipeline_size, int virtual_size, int microbatches);
+// kZeroBubbleH1 need v = 1 and kInterleaved v > 1 (and m a multiple of p, or the group rules of
+// validate_pipeline_layout); kAllForwardAllBackward takes any v (with v > 1 its forwards follow
+// the interleaved order). `microbatch_group` is Megatron's microbatch_group_size_per_vp_stage n
+// (0 = p): the interleaved order runs the microbatches in groups of n, each chunk running the
+// group's n microbatches before the next chunk starts (get_schedule_table; the last group takes
+// the m % n left over); it is not used without interleaving.
+absl::StatusOr<Schedule> make_schedule(ScheduleKind kind, int pipeline_size, int virtual_size, int microbatches,
+                                       int microbatch_group = 0);
 // Evaluation: every microbatch's forwards in the training schedule's order, no backward and no
 // gradient transfers. With Placement::kV, ZB-V's forwards (v = 2).
 absl::StatusOr<Schedule> make_forward_only_schedule(int pipeline_size, int virtual_size, int microbatches,
-                                                    Placement placement = Placement::kLoop);
+                                                    Placement placement = Placement::kLoop, int microbatch_group = 0);
 // Where a schedule kind puts the chunks: kV for ZB-V, else kLoop.
 Placement schedule_placement(ScheduleKind kind);
 
@@ -133,12 +140,14 @@ double expected_bubble_fraction(ScheduleKind kind, int pipeline_size, int virtua
 // The most (chunk, microbatch) pairs rank r holds between forward and backward:
 //   AFAB        m * v
 //   1F1B        min(p - r, m)                                   (Megatron's p - r - 1 warm-up + 1)
-//   interleaved min((p - r - 1) * 2 + (v - 1) * p + 1, m * v)   (warm-up + 1)
+//   interleaved min((p - r - 1) * 2 + (v - 1) * n + 1, m * v)   (warm-up + 1; n the microbatch
+//                                                               group, p by default)
 //   ZB-H1       min(p, m)                                       (1F1B's most, counted until W)
 //   ZB-V        at most 2 p (chunk, microbatch) pairs, p microbatches' worth (1F1B's most)
 // Each pair holds 1/v of a microbatch's activations, so rank 0 of the interleaved schedule holds
 // p + (p - 1) / v microbatches' worth, Megatron's bound.
-int expected_peak_live(ScheduleKind kind, int pipeline_size, int virtual_size, int microbatches, int rank);
+int expected_peak_live(ScheduleKind kind, int pipeline_size, int virtual_size, int microbatches, int rank,
+                       int microbatch_group = 0);
 
 // Virtual-stage topology.
 inline int virtual_stage(int pipeline_size, int rank, int chunk) { return chunk * pipeline_size + rank; }

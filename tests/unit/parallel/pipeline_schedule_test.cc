@@ -173,6 +173,59 @@ TEST(PipelineSchedule, InterleavedFollowsMegatronsOrder) {
                             "F0.4 F0.5 F0.6 F0.7 F1.4 F1.5 F1.6 F1.7 F2.4 F2.5 F2.6 F2.7"));
 }
 
+TEST(PipelineSchedule, InterleavedMicrobatchGroupsFollowMegatron) {
+  // Megatron's ModelParallelConfig example: PP2, VP2, groups of 3 of 5 microbatches run
+  // "0 1 2 0 1 2 3 4 3 4" (chunk 0 of the group, then chunk 1); rank r warms up with
+  // (p - r - 1) * 2 + (v - 1) * 3 forwards.
+  const Schedule schedule = *make_schedule(ScheduleKind::kInterleaved, 2, 2, 5, 3);
+  EXPECT_EQ(compute_order(schedule, 0), split("F0.0 F0.1 F0.2 F1.0 F1.1 F1.2 B1.0 F0.3 B1.1 F0.4 B1.2 F1.3 B0.0 F1.4 "
+                                              "B0.1 B0.2 B1.3 B1.4 B0.3 B0.4"));
+  EXPECT_EQ(compute_order(schedule, 1), split("F0.0 F0.1 F0.2 F1.0 B1.0 F1.1 B1.1 F1.2 B1.2 F0.3 B0.0 F0.4 B0.1 F1.3 "
+                                              "B0.2 F1.4 B1.3 B1.4 B0.3 B0.4"));
+  // A group of p is the default order.
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(compute_order(*make_schedule(ScheduleKind::kInterleaved, 4, 3, 8, 4), rank),
+              compute_order(make(ScheduleKind::kInterleaved, 4, 3, 8), rank));
+  }
+  // Every group Megatron accepts, p in 2..5, v in 2..3, m up to 12: the transfers match, nothing
+  // deadlocks, and the activation memory is the warm-up's (p - r - 1) * 2 + (v - 1) * n + 1.
+  int layouts = 0;
+  for (int p = 2; p <= 5; ++p) {
+    for (int v = 2; v <= 3; ++v) {
+      for (int m = p; m <= 12; ++m) {
+        for (int n = p; n <= m; ++n) {
+          if (m % n != 0 && m % n < p) {
+            EXPECT_FALSE(make_schedule(ScheduleKind::kInterleaved, p, v, m, n).ok());
+            continue;
+          }
+          SCOPED_TRACE("p=" + std::to_string(p) + " v=" + std::to_string(v) + " m=" + std::to_string(m) +
+                       " n=" + std::to_string(n));
+          absl::StatusOr<Schedule> made = make_schedule(ScheduleKind::kInterleaved, p, v, m, n);
+          ASSERT_TRUE(made.ok()) << made.status();
+          const SimulationReport report = run(*made);
+          for (int r = 0; r < p; ++r) {
+            EXPECT_EQ(report.ranks[static_cast<size_t>(r)].peak_live,
+                      expected_peak_live(ScheduleKind::kInterleaved, p, v, m, r, n));
+          }
+          absl::StatusOr<Schedule> evaluation = make_forward_only_schedule(p, v, m, Placement::kLoop, n);
+          ASSERT_TRUE(evaluation.ok()) << evaluation.status();
+          EXPECT_TRUE(verify_schedule(*evaluation).ok()) << verify_schedule(*evaluation);
+          ++layouts;
+        }
+      }
+    }
+  }
+  EXPECT_GT(layouts, 150);
+  // Megatron's refusals: outside [p, m], a last group of fewer than p.
+  EXPECT_THAT(std::string(make_schedule(ScheduleKind::kInterleaved, 4, 2, 10, 3).status().message()),
+              HasSubstr("must range in [--pipeline-model-parallel-size (4), the number of microbatches (10"));
+  EXPECT_THAT(std::string(make_schedule(ScheduleKind::kInterleaved, 4, 2, 8, 9).status().message()),
+              HasSubstr("must range in"));
+  EXPECT_THAT(std::string(make_schedule(ScheduleKind::kInterleaved, 4, 2, 11, 5).status().message()),
+              HasSubstr("must be 0 or at least --pipeline-model-parallel-size (4), but it is 1"));
+  EXPECT_FALSE(make_schedule(ScheduleKind::kInterleaved, 4, 2, 8, -1).ok());
+}
+
 TEST(PipelineSchedule, TransfersOnlyWherePipelined) {
   for (ScheduleKind kind : {ScheduleKind::kAllForwardAllBackward, ScheduleKind::kOneFOneB}) {
     const Schedule schedule = make(kind, 1, 1, 5);

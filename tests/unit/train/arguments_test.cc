@@ -71,6 +71,9 @@ std::vector<std::string> base_flags() {
           "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "5", "--lr", "1e-3"};
 }
 
+// PP 4 with two model chunks per rank (8 layers, one per virtual stage), for a world of 4.
+std::vector<std::string> pp4_chunks();
+
 // Replaces the value of `flag` in the base flags (or appends flag and value).
 std::vector<std::string> with(std::vector<std::string> flags, const std::string& flag, const std::string& value) {
   for (size_t i = 0; i < flags.size(); ++i) {
@@ -93,6 +96,11 @@ std::vector<std::string> without(std::vector<std::string> flags, const std::stri
     }
   }
   return flags;
+}
+
+std::vector<std::string> pp4_chunks() {
+  return with(with(with(base_flags(), "--pipeline-model-parallel-size", "4"), "--num-layers", "8"),
+              "--num-layers-per-virtual-pipeline-stage", "1");
 }
 
 // The error a command line produces (parse, validate, then the world-size checks), or "" if none.
@@ -353,6 +361,35 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
        "--pipeline-schedule 1f1b runs one model chunk per pipeline rank", 2},
       {with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--pipeline-schedule", "interleaved"),
        "--pipeline-schedule interleaved needs more than one model chunk per pipeline rank", 2},
+      // Megatron's microbatch groups of the interleaved schedule (PP4, two chunks per rank): between
+      // PP and the number of microbatches, the last group 0 or at least PP.
+      {with(with(pp4_chunks(), "--global-batch-size", "20"), "--microbatch-group-size-per-virtual-pipeline-stage", "3"),
+       "--microbatch-group-size-per-virtual-pipeline-stage (3, the number of contiguous microbatches in a virtual "
+       "pipeline stage) must range in [--pipeline-model-parallel-size (4), the number of microbatches (10",
+       4},
+      {with(with(pp4_chunks(), "--global-batch-size", "8"), "--microbatch-group-size-per-virtual-pipeline-stage", "5"),
+       "must range in [--pipeline-model-parallel-size (4), the number of microbatches (4", 4},
+      {with(with(pp4_chunks(), "--global-batch-size", "22"), "--microbatch-group-size-per-virtual-pipeline-stage", "5"),
+       "the remainder of the number of microbatches (11) divided by --microbatch-group-size-per-virtual-pipeline-stage "
+       "(5) must be 0 or at least --pipeline-model-parallel-size (4), but it is 1",
+       4},
+      {with(pp4_chunks(), "--microbatch-group-size-per-virtual-pipeline-stage", "0"),
+       "--microbatch-group-size-per-virtual-pipeline-stage must be a positive", 4},
+      {with(with(pp4_chunks(), "--microbatch-group-size-per-virtual-pipeline-stage", "4"), "--pipeline-schedule",
+            "auto"),
+       "--microbatch-group-size-per-virtual-pipeline-stage belongs to Megatron's interleaved schedule; "
+       "--pipeline-schedule auto runs another",
+       4},
+      {with(with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--pipeline-schedule", "zb-v"),
+            "--overlap-p2p-communication-warmup-flush", ""),
+       "--overlap-p2p-communication-warmup-flush belongs to Megatron's interleaved schedule", 2},
+      // Megatron turns overlap_p2p_comm off without interleaving; its config then refuses this.
+      {with(with(base_flags(), "--pipeline-model-parallel-size", "2"), "--overlap-p2p-communication-warmup-flush", ""),
+       "--overlap-p2p-communication-warmup-flush: pipeline parallel communication overlapping in warmup and flush is "
+       "only compatible with overlap_p2p_comm",
+       2},
+      {with(base_flags(), "--overlap-p2p-communication-warmup-flush", ""),
+       "only compatible with overlap_p2p_comm"},
       {with(base_flags(), "--attention-backend", "flashy"), "--attention-backend must be auto, flash, fused"},
       {with(base_flags(), "--ckpt-format", "zarr"), "--ckpt-format zarr is not one of torch_dist"},
       {with(base_flags(), "--num-workers", "-1"), "--num-workers must be >= 0"},
@@ -739,6 +776,29 @@ TEST(Arguments, SampleAndIterationFlagsFollowMegatronsRules) {
     EXPECT_NE(message.find(bad.expected), std::string::npos)
         << "expected '" << bad.expected << "' in '" << message << "'";
   }
+}
+
+TEST(Arguments, MicrobatchGroupsOfTheInterleavedSchedule) {
+  // Megatron's tunable-overlap configurations: PP4, one layer per virtual stage, 10 microbatches
+  // (not a multiple of PP) in groups of 5, the warm-up and flush transfers overlapped.
+  const std::vector<std::string> flags =
+      with(with(with(pp4_chunks(), "--global-batch-size", "20"), "--microbatch-group-size-per-virtual-pipeline-stage",
+                "5"),
+           "--overlap-p2p-communication-warmup-flush", "");
+  EXPECT_EQ(error_of(flags, 4), "");
+  absl::StatusOr<Arguments> parsed = parse_arguments(flags);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->microbatch_group_size_per_vp_stage, 5);
+  EXPECT_TRUE(parsed->overlap_p2p_comm_warmup_flush);
+  // Without the group, 10 microbatches are refused (the default group is PP).
+  EXPECT_NE(error_of(with(pp4_chunks(), "--global-batch-size", "20"), 4)
+                .find("to be a multiple of --pipeline-model-parallel-size (4)"),
+            std::string::npos);
+  // Without model chunks the group groups nothing, as in Megatron: accepted.
+  EXPECT_EQ(error_of(with(with(base_flags(), "--pipeline-model-parallel-size", "2"),
+                          "--microbatch-group-size-per-virtual-pipeline-stage", "3"),
+                     2),
+            "");
 }
 
 }  // namespace
