@@ -70,16 +70,6 @@ absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size) {
   if (world_size <= 0) return absl::InvalidArgumentError(absl::StrCat("--world-size must be positive (got ", world_size, ")"));
   absl::Status valid = validate_arguments(args);
   if (valid.ok()) valid = validate_for_world(args, world_size);
-  if (!valid.ok() && zero_level(args) == ZeroLevel::kParameters &&
-      absl::StrContains(valid.message(), "optim_grads_params") && absl::StrContains(valid.message(), "not built")) {
-    // The performance model predicts ZeRO-3 before pretrain_gpt runs it: the layout's other checks
-    // are ZeRO-2's (the same flags but the level); the memory plan then counts ZeRO-2's bytes.
-    Arguments standin = args;
-    standin.data_parallel_sharding_strategy = "optim_grads";
-    GPT_RETURN_IF_ERROR(validate_arguments(standin));
-    GPT_RETURN_IF_ERROR(validate_for_world(standin, world_size));
-    return args;
-  }
   GPT_RETURN_IF_ERROR(valid);
   return args;
 }
