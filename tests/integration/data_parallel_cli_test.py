@@ -68,17 +68,26 @@ def memory_rows(stdout):
     return rows
 
 
-def zero2_memory(binary, mpirun, failures):
-    """DP=4 under ZeRO-2 holds a quarter of one rank's gradients and moments, plus two working
-    buffers of the largest unit (and their reduce-scatter results, a quarter of that)."""
+def memory_one_and_four(binary, mpirun, flags, name, failures):
+    """The memory report's rows of a 2-iteration run on one rank and of one on DP=4 with `flags`
+    (None, None when a run failed)."""
     short = [f for f in ACCEPTANCE]
     short[short.index("--train-iters") + 1] = "2"
     one = subprocess.run([binary] + short, capture_output=True, text=True, timeout=300)
-    four = subprocess.run([mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none", binary] + short + ZERO2,
+    four = subprocess.run([mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none", binary] + short + flags,
                           capture_output=True, text=True, timeout=300)
     mine, theirs = memory_rows(four.stdout), memory_rows(one.stdout)
     if four.returncode != 0 or len(mine) != 3 or len(theirs) != 3:
-        failures.append(f"ZeRO-2 memory runs: exit {one.returncode}/{four.returncode}; {four.stderr[-600:]}")
+        failures.append(f"{name} memory runs: exit {one.returncode}/{four.returncode}; {four.stderr[-600:]}")
+        return None, None
+    return mine, theirs
+
+
+def zero2_memory(binary, mpirun, failures):
+    """DP=4 under ZeRO-2 holds a quarter of one rank's gradients and moments, plus two working
+    buffers of the largest unit (and their reduce-scatter results, a quarter of that)."""
+    mine, theirs = memory_one_and_four(binary, mpirun, ZERO2, "ZeRO-2", failures)
+    if mine is None:
         return
     unit_mb = 2 * 50048 * 4 * (1 + 1 / 4) / 2**20  # two working buffers and their quarter-size results
     gradients_one, gradients_four = theirs["gradients (FP32)"][1], mine["gradients (FP32)"]
@@ -96,14 +105,8 @@ def zero2_memory(binary, mpirun, failures):
 def zero3_memory(binary, mpirun, failures):
     """DP=4 under ZeRO-3 holds a quarter of one rank's parameters, gradients and moments, plus the
     working set: two gathered units' values (FP32 here) and ZeRO-2's two gradient buffers."""
-    short = [f for f in ACCEPTANCE]
-    short[short.index("--train-iters") + 1] = "2"
-    one = subprocess.run([binary] + short, capture_output=True, text=True, timeout=300)
-    four = subprocess.run([mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none", binary] + short + ZERO3,
-                          capture_output=True, text=True, timeout=300)
-    mine, theirs = memory_rows(four.stdout), memory_rows(one.stdout)
-    if four.returncode != 0 or len(mine) != 3 or len(theirs) != 3:
-        failures.append(f"ZeRO-3 memory runs: exit {one.returncode}/{four.returncode}; {four.stderr[-600:]}")
+    mine, theirs = memory_one_and_four(binary, mpirun, ZERO3, "ZeRO-3", failures)
+    if mine is None:
         return
     unit_mb = 50048 * 4 / 2**20  # one layer, the largest unit, in FP32
     expected_set = 2 * unit_mb + 2 * unit_mb * (1 + 1 / 4)  # gathered values; gradients and their scatter
