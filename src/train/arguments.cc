@@ -16,6 +16,7 @@
 #include "parallel/pipeline/schedule.h"
 #include "train/batch_size_arguments.h"
 #include "train/checkpoint_arguments.h"
+#include "train/context_parallel_arguments.h"
 #include "train/flag_table.h"
 #include "train/megatron_flags.h"
 #include "train/fp8_arguments.h"
@@ -23,7 +24,9 @@
 #include "train/precision_arguments.h"
 #include "train/pipeline_arguments.h"
 #include "train/pipeline_split.h"
+#include "train/recompute_arguments.h"
 #include "train/rerun_arguments.h"
+#include "train/schedule_arguments.h"
 #include "train/sharding_arguments.h"
 
 namespace gpt {
@@ -86,52 +89,6 @@ absl::Status check_derived_counts(const Arguments& a) {
   return absl::OkStatus();
 }
 
-// Megatron's rules (transformer_config.py __post_init__, arguments.py validate_args), except that
-// a method or count without full recompute is refused where Megatron would silently ignore it.
-// The count's upper bound needs the pipeline layout: validate_for_world.
-absl::Status validate_recompute(Arguments& a) {
-  if (a.recompute_activations) {
-    if (a.recompute_granularity == "full") {
-      return invalid("--recompute-activations (selective recompute) and --recompute-granularity full cannot both be "
-                     "given");
-    }
-    a.recompute_granularity = "selective";
-  }
-  const std::string& granularity = a.recompute_granularity;
-  const bool method_given = a.was_given("--recompute-method");
-  const bool count_given = a.was_given("--recompute-num-layers");
-  if (!granularity.empty() && granularity != "full" && granularity != "selective") {
-    return invalid(absl::StrCat("--recompute-granularity must be full or selective (got ", granularity, ")"));
-  }
-  if (method_given && a.recompute_method != "uniform" && a.recompute_method != "block") {
-    return invalid(absl::StrCat("--recompute-method must be uniform or block (got ", a.recompute_method, ")"));
-  }
-  if (granularity.empty()) {
-    if (method_given || count_given) {
-      return invalid("--recompute-method and --recompute-num-layers need --recompute-granularity full (without it "
-                     "nothing is recomputed)");
-    }
-    return absl::OkStatus();
-  }
-  if (granularity == "selective") {
-    if (method_given) {
-      return invalid("--recompute-method is not supported with --recompute-granularity selective (selective "
-                     "recomputes the attention core of every layer)");
-    }
-    if (count_given) return invalid("--recompute-num-layers must not be given with --recompute-granularity selective");
-    return absl::OkStatus();
-  }
-  if (!method_given) return invalid("--recompute-granularity full needs --recompute-method uniform or block");
-  if (!count_given) {
-    return invalid("--recompute-granularity full needs --recompute-num-layers (between 1 and the layers per "
-                   "pipeline stage)");
-  }
-  if (a.recompute_num_layers < 1) {
-    return invalid(absl::StrCat("--recompute-num-layers must be at least 1 (got ", a.recompute_num_layers, ")"));
-  }
-  return absl::OkStatus();
-}
-
 // The block of Megatron implementation choices in parse_arguments: each is refused only at a value
 // whose Megatron meaning this program cannot carry out.
 absl::Status validate_implementation_flags(const Arguments& a) {
@@ -155,36 +112,6 @@ absl::Status validate_implementation_flags(const Arguments& a) {
                                 a.attention_backend, " turns off: give one of them"));
   }
   GPT_RETURN_IF_ERROR(validate_batch_size_flags(a));
-  return absl::OkStatus();
-}
-
-// Megatron's rules on the run's length and the schedule's units (arguments.py validate_args):
-// --train-iters with iteration-based schedule flags, or --train-samples with sample-based ones. A
-// warmup of 0 in the other unit is allowed, as there.
-absl::Status validate_schedule_units(Arguments& a) {
-  if (a.was_given("--train-samples")) {
-    if (a.was_given("--lr-decay-iters")) {
-      return invalid("--lr-decay-iters cannot be given with --train-samples (sample-based training): use "
-                     "--lr-decay-samples");
-    }
-    if (a.lr_warmup_iters != 0) {
-      return invalid("--lr-warmup-iters cannot be given with --train-samples (sample-based training): use "
-                     "--lr-warmup-samples or --lr-warmup-fraction");
-    }
-    if (a.lr_warmup_fraction >= 0.0 && a.lr_warmup_samples != 0) {
-      return invalid("--lr-warmup-fraction and --lr-warmup-samples cannot both be given");
-    }
-    if (!a.was_given("--lr-decay-samples")) a.lr_decay_samples = a.train_samples;
-    return absl::OkStatus();
-  }
-  if (a.was_given("--lr-decay-samples")) {
-    return invalid("--lr-decay-samples needs --train-samples (sample-based training): with --train-iters use "
-                   "--lr-decay-iters");
-  }
-  if (a.lr_warmup_samples != 0) {
-    return invalid("--lr-warmup-samples needs --train-samples (sample-based training): with --train-iters use "
-                   "--lr-warmup-iters or --lr-warmup-fraction");
-  }
   return absl::OkStatus();
 }
 
@@ -284,57 +211,6 @@ absl::Status validate_data_arguments(Arguments& a) {
   if (a.vocab_size < 2) return invalid(absl::StrCat("--vocab-size must be at least 2 (got ", a.vocab_size, ")"));
   return absl::OkStatus();
 }
-
-namespace {
-
-// Context parallelism (--context-parallel-size, --cp-comm-type): what the split and the attention
-// cores need, each refusal naming the flags.
-absl::Status validate_context_parallel(const Arguments& a) {
-  const int64_t cp = a.context_parallel_size, tp = a.tensor_model_parallel_size;
-  if (cp < 1) return invalid(absl::StrCat("--context-parallel-size must be at least 1 (got ", cp, ")"));
-  if (a.cp_comm_type.empty()) return invalid("--cp-comm-type needs a value: p2p or a2a");
-  for (const std::string& type : a.cp_comm_type) {
-    if (type == "allgather" || type == "a2a+p2p") {
-      return invalid(absl::StrCat("--cp-comm-type ", type,
-                                  " is not built in this program: use p2p (ring attention) or a2a (all-to-all over "
-                                  "heads)"));
-    }
-    if (type != "p2p" && type != "a2a") {
-      return invalid(absl::StrCat("--cp-comm-type must be p2p or a2a (got ", type, ")"));
-    }
-  }
-  if (a.cp_comm_type.size() != 1 && static_cast<int64_t>(a.cp_comm_type.size()) != a.num_layers) {
-    return invalid(absl::StrCat("--cp-comm-type takes one value for every layer or one per layer: ",
-                                a.cp_comm_type.size(), " values for --num-layers ", a.num_layers));
-  }
-  if (cp == 1) return absl::OkStatus();
-  if (a.seq_length % (2 * cp) != 0) {
-    return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must be divisible by 2 x --context-parallel-size (",
-                                2 * cp, "): the load-balanced split cuts each sequence into 2 x CP chunks"));
-  }
-  if (a.sequence_parallel && tp > 1 && (a.seq_length / cp) % tp != 0) {
-    return invalid(absl::StrCat("--seq-length / --context-parallel-size (", a.seq_length / cp,
-                                ") must be divisible by --tensor-model-parallel-size (", tp,
-                                ") with --sequence-parallel"));
-  }
-  const bool all_to_all =
-      std::find(a.cp_comm_type.begin(), a.cp_comm_type.end(), "a2a") != a.cp_comm_type.end();
-  const int64_t groups = a.group_query_attention ? a.num_query_groups : a.num_attention_heads;
-  if (all_to_all && (groups % tp != 0 || (groups / tp) % cp != 0 || (a.num_attention_heads / tp) % cp != 0)) {
-    return invalid(absl::StrCat("--cp-comm-type a2a needs the attention heads (", a.num_attention_heads,
-                                ") and key/value groups (", groups,
-                                ") of each tensor-parallel rank divisible by --context-parallel-size (", cp,
-                                "): each context-parallel rank attends to 1 / CP of them"));
-  }
-  if (a.attention_backend == "fused" &&
-      std::find(a.cp_comm_type.begin(), a.cp_comm_type.end(), "p2p") != a.cp_comm_type.end()) {
-    return invalid("--cp-comm-type p2p runs each block with the exact attention kernels (this program's fused "
-                   "attention has no per-block form yet): use --attention-backend auto or --cp-comm-type a2a");
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status validate_arguments(Arguments& a) {
   // Required flags.
@@ -503,7 +379,7 @@ absl::Status validate_arguments(Arguments& a) {
                    "--overlap-param-gather (as in Megatron)");
   }
 
-  GPT_RETURN_IF_ERROR(validate_recompute(a));
+  GPT_RETURN_IF_ERROR(validate_recompute_arguments(a));
   GPT_RETURN_IF_ERROR(validate_implementation_flags(a));
 
   // Optimizer and schedule.
@@ -541,7 +417,7 @@ absl::Status validate_arguments(Arguments& a) {
   if (a.lr_warmup_fraction > 1.0) {
     return invalid(absl::StrCat("--lr-warmup-fraction must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
   }
-  GPT_RETURN_IF_ERROR(validate_schedule_units(a));
+  GPT_RETURN_IF_ERROR(validate_schedule_arguments(a));
   if (by_samples) {
     const double warmup_samples = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_samples
                                                               : static_cast<double>(a.lr_warmup_samples);
@@ -612,7 +488,7 @@ absl::Status validate_arguments(Arguments& a) {
     return invalid(absl::StrCat("--ffn-hidden-size (", a.ffn_hidden_size,
                                 ") must be divisible by --tensor-model-parallel-size (", tp, ")"));
   }
-  GPT_RETURN_IF_ERROR(validate_context_parallel(a));
+  GPT_RETURN_IF_ERROR(validate_context_parallel_arguments(a));
   if (a.sequence_parallel && a.seq_length % tp != 0) {
     return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must be divisible by --tensor-model-parallel-size (",
                                 tp, ") with --sequence-parallel"));
@@ -788,29 +664,5 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
   return absl::OkStatus();
 }
 
-LrScheduleConfig lr_schedule_config(const Arguments& a) {
-  LrScheduleConfig c;
-  c.max_lr = a.lr;
-  c.min_lr = a.min_lr;
-  const bool by_samples = a.train_samples > 0;
-  c.decay_steps = by_samples ? (a.lr_decay_samples > 0 ? a.lr_decay_samples : a.train_samples)
-                             : a.lr_decay_iters * a.global_batch_size;
-  const int64_t warmup = by_samples ? a.lr_warmup_samples : a.lr_warmup_iters * a.global_batch_size;
-  c.warmup_steps = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * static_cast<double>(c.decay_steps)
-                                               : static_cast<double>(warmup);
-  c.style = a.lr_decay_style == "constant" ? LrDecayStyle::kConstant
-            : a.lr_decay_style == "cosine" ? LrDecayStyle::kCosine
-                                           : LrDecayStyle::kLinear;
-  return c;
-}
-
-LrScheduleConfig decoupled_lr_schedule_config(const Arguments& a) {
-  LrScheduleConfig c = lr_schedule_config(a);
-  if (a.decoupled_lr >= 0.0) {
-    c.max_lr = a.decoupled_lr;
-    if (a.decoupled_min_lr >= 0.0) c.min_lr = a.decoupled_min_lr;
-  }
-  return c;
-}
 
 }  // namespace gpt

@@ -307,14 +307,7 @@ absl::Status validate_data_arguments(Arguments& args);
 // with --train-samples, sets --train-iters once the global batch size is known.
 absl::Status validate_for_world(Arguments& args, int64_t world_size);
 
-// Megatron's learning-rate schedule in samples (training.py get_optimizer_param_scheduler):
-// iteration-based lengths times the global batch size, sample-based ones as given, a warmup
-// fraction of the decay samples kept fractional. For arguments that passed validate_for_world.
-LrScheduleConfig lr_schedule_config(const Arguments& args);
-// The schedule of the word embedding and output layer: lr_schedule_config with --decoupled-lr as
-// its peak and --decoupled-min-lr (default --min-lr) as its minimum (Megatron's param-group
-// max_lr / min_lr overrides); lr_schedule_config itself without --decoupled-lr.
-LrScheduleConfig decoupled_lr_schedule_config(const Arguments& args);
+// The learning-rate schedule in samples: train/schedule_arguments.h.
 
 // Megatron's padded vocabulary: the smallest multiple of --make-vocab-size-divisible-by x TP that is
 // at least vocab_size, or an error naming the flags where it does not fit in int64.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_files.h"
 #include "train/flag_table.h"
+#include "train/schedule_arguments.h"
 
 namespace gpt {
 namespace {

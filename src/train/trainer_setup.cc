@@ -28,6 +28,7 @@
 #include "train/sharding_arguments.h"
 #include "train/model_arguments.h"
 #include "train/rank_agreement.h"
+#include "train/schedule_arguments.h"
 #include "model/activation_memory.h"
 
 namespace gpt {
