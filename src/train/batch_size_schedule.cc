@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -191,10 +192,19 @@ int64_t BatchSizeSchedule::iterations_for_samples(int64_t train_samples) const {
   return iterations;
 }
 
+// A run of `run` iterations of `batch` samples from `consumed` passes the largest int64: only
+// hostile flags get there, and check_derived_counts refuses them naming the flags, so the walks
+// below saturate instead of overflowing.
+static bool passes_int64(int64_t consumed, int64_t run, int64_t batch) {
+  return batch > 0 && run > (std::numeric_limits<int64_t>::max() - consumed) / batch;
+}
+
 int64_t BatchSizeSchedule::samples_after(int64_t consumed_samples, int64_t iterations) const {
   while (iterations > 0) {
     const int64_t run = std::max<int64_t>(1, iterations_before(consumed_samples, iterations));
-    consumed_samples += run * batch_size_at(consumed_samples);
+    const int64_t batch = batch_size_at(consumed_samples);
+    if (passes_int64(consumed_samples, run, batch)) return std::numeric_limits<int64_t>::max();
+    consumed_samples += run * batch;
     iterations -= run;
   }
   return consumed_samples;
@@ -207,6 +217,7 @@ std::vector<std::pair<int64_t, int64_t>> BatchSizeSchedule::changes(int64_t cons
     const int64_t batch = batch_size_at(consumed_samples);
     if (out.empty() || out.back().second != batch) out.emplace_back(consumed_samples, batch);
     const int64_t run = std::max<int64_t>(1, iterations_before(consumed_samples, iterations));
+    if (passes_int64(consumed_samples, run, batch)) break;  // no later batch within int64
     consumed_samples += run * batch;
     iterations -= run;
   }
