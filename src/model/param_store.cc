@@ -30,7 +30,8 @@ void parallel_for_rows(int64_t rows, int64_t cols, Fill fill) {
 ParamStore::ParamStore(ShardPlan plan, DType dtype, Arena& arena) : plan_(std::move(plan)), dtype_(dtype) {
   params_.reserve(plan_.params().size());
   int64_t shard_elements = 0;
-  for (const BucketShard& b : plan_.bucket_shards()) {
+  bucket_shards_ = plan_.bucket_shards();
+  for (const BucketShard& b : bucket_shards_) {
     shard_offsets_.push_back(shard_elements);
     shard_elements += b.shard.size();
   }
@@ -77,9 +78,8 @@ const Tensor& ParamStore::flat_grads() const {
 }
 
 Tensor ParamStore::shard_view(const Tensor& storage, Range flat, const char* what) const {
-  const std::vector<BucketShard> shards = plan_.bucket_shards();
-  for (size_t b = 0; b < shards.size(); ++b) {
-    const Range& shard = shards[b].shard;
+  for (size_t b = 0; b < bucket_shards_.size(); ++b) {
+    const Range& shard = bucket_shards_[b].shard;
     if (flat.begin >= shard.begin && flat.end <= shard.end) {
       return storage.flat_range(shard_offsets_[b] + (flat.begin - shard.begin), flat.size());
     }

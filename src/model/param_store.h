@@ -126,6 +126,7 @@ class ParamStore {
   DType dtype_;
   Tensor value_storage_;                // [flat elements], or [sum of this rank's shards] with ZeRO-3
   Tensor grad_storage_;                 // [flat elements], or [sum of this rank's shards] with ZeRO-2/3
+  std::vector<BucketShard> bucket_shards_;  // plan_.bucket_shards(), kept: grads_in / values_in run every step
   std::vector<int64_t> shard_offsets_;  // [bucket] the shard's first element in the shard storages
 };
 

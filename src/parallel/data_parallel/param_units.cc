@@ -36,17 +36,15 @@ ParamUnits::ParamUnits(Communicator& data_parallel, Tensor shards, std::vector<B
   check_bucket_shards(buckets_, group_, flat_end, /*sharded=*/true);
   const std::vector<int64_t> sizes = working_buffer_sizes(buckets_, buffers);
   for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].values = arena.allocate(shards_.dtype(), {sizes[i]});
+  sizes_ = sizes;
+  std::sort(sizes_.begin(), sizes_.end());
+  sizes_.erase(std::unique(sizes_.begin(), sizes_.end()), sizes_.end());
 }
 
 ParamUnits::Buffer* ParamUnits::take_buffer(Context& ctx, int bucket, bool for_prefetch) {
   const int64_t needed = buckets_[static_cast<size_t>(bucket)].bucket.size();
-  std::vector<int64_t> sizes;
-  for (const Buffer& buffer : buffers_) {
-    if (buffer.values.numel() >= needed) sizes.push_back(buffer.values.numel());
-  }
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  for (int64_t size : sizes) {
+  for (int64_t size : sizes_) {
+    if (size < needed) continue;
     Buffer* best = nullptr;  // a free buffer, else the least recently used
     for (Buffer& buffer : buffers_) {
       if (buffer.values.numel() != size || buffer.pins > 0) continue;

@@ -92,6 +92,7 @@ class ParamUnits {
   std::vector<int64_t> shard_offsets_;  // [bucket] in shards_
   PointValues point_values_;
   std::vector<Buffer> buffers_;
+  std::vector<int64_t> sizes_;  // the buffers' distinct sizes, ascending (take_buffer's order, no allocation)
   std::vector<int> held_;  // [bucket] the buffer holding it, or -1
   uint64_t clock_ = 0;
   Counters counters_;
