@@ -64,7 +64,10 @@ AdamW::AdamW(Context& ctx, ParamStore& params, const AdamWConfig& config, Arena&
   exp_avg_sq_ = arena.allocate_zeroed(DType::kFloat32, {device_elements});
   if (host_elements_ > 0) {
     host_ctx_ = Context::cpu(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-    if (config_.overlap_host_copies && ctx.device() == Device::kCuda) copy_ctx_ = Context::gpu(cuda::current_device());
+    if (config_.overlap_host_copies) {
+      host_worker_ = std::make_unique<HostWorker>();
+      if (ctx.device() == Device::kCuda) copy_ctx_ = Context::gpu(cuda::current_device());
+    }
     const int64_t n = host_elements_;
     const size_t floats = static_cast<size_t>(4 * n) * sizeof(float);
     const size_t staged_values = separate_master_ ? static_cast<size_t>(n) * dtype_size(params.dtype()) : 0;
@@ -147,20 +150,19 @@ void AdamW::host_step(Context& ctx, const ops::AdamWStep& step, const ops::AdamW
 }
 
 void AdamW::pipelined_host_steps(Context& ctx, const ops::AdamWStep& step, const ops::AdamWStep& decoupled) {
-  std::vector<const Part*> host;
-  for (const Part& part : parts_) {
-    if (part.host) host.push_back(&part);
-  }
-  if (host.empty()) return;
+  // The host parts are the first parts (the offloaded state elements come first).
+  const size_t host_parts = static_cast<size_t>(
+      std::find_if(parts_.begin(), parts_.end(), [](const Part& part) { return !part.host; }) - parts_.begin());
+  if (host_parts == 0) return;
   ctx.synchronize();  // the gradients are final
-  download(copy_ctx_, *host[0]);
+  download(copy_ctx_, parts_[0]);
   copy_ctx_.synchronize();
-  for (size_t i = 0; i < host.size(); ++i) {
-    std::thread worker([&, part = host[i]] { update_on_host(step, decoupled, *part); });
-    if (i + 1 < host.size()) download(copy_ctx_, *host[i + 1]);
+  for (size_t i = 0; i < host_parts; ++i) {
+    host_worker_->start([&, part = &parts_[i]] { update_on_host(step, decoupled, *part); });
+    if (i + 1 < host_parts) download(copy_ctx_, parts_[i + 1]);
     copy_ctx_.synchronize();  // part i+1 downloaded, part i-1 uploaded
-    worker.join();
-    upload(copy_ctx_, *host[i]);
+    host_worker_->wait();
+    upload(copy_ctx_, parts_[i]);
   }
   copy_ctx_.synchronize();  // the parameters are on the device before the next forward reads them
 }

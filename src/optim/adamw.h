@@ -16,10 +16,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/arena.h"
 #include "core/host_staging.h"
+#include "core/host_worker.h"
 #include "core/context.h"
 #include "kernels/ops.h"
 #include "model/param_store.h"
@@ -112,8 +114,8 @@ class AdamW {
   void upload(Context& copies, const Part& part);
   // A host part, the stages one after another (`ctx`: the model's stream, synchronized first).
   void host_step(Context& ctx, const ops::AdamWStep& step, const ops::AdamWStep& decoupled, const Part& part);
-  // Every host part, pipelined: part i's update on a host thread while part i+1 downloads and part
-  // i-1 uploads on the copy stream.
+  // Every host part, pipelined: part i's update on the host worker while part i+1 downloads and
+  // part i-1 uploads on the copy stream.
   void pipelined_host_steps(Context& ctx, const ops::AdamWStep& step, const ops::AdamWStep& decoupled);
   void device_step(Context& ctx, const ops::AdamWStep& step, const std::vector<ops::AdamWSegment>& segments,
                    const Part& part);
@@ -131,6 +133,7 @@ class AdamW {
   Tensor host_grads_, host_values_;  // staging: [host elements] FP32 and in the parameters' dtype
   mutable Context host_ctx_ = Context::cpu(1);  // the host step's threads
   Context copy_ctx_ = Context::cpu(1);          // the pipelined copies' stream (GPU) or immediate copies (CPU)
+  std::unique_ptr<HostWorker> host_worker_;     // pipelined: runs a part's host step beside the copies
   int64_t steps_ = 0;
 };
 

@@ -44,6 +44,9 @@ GradientShards::GradientShards(Communicator& data_parallel, Tensor shards, std::
     buffers_[i].gradients = arena.allocate(DType::kFloat32, {sizes[i]});
     buffers_[i].scattered = arena.allocate(DType::kFloat32, {sizes[i] / group_.size()});
   }
+  buffer_sizes_ = sizes;
+  std::sort(buffer_sizes_.begin(), buffer_sizes_.end());
+  buffer_sizes_.erase(std::unique(buffer_sizes_.begin(), buffer_sizes_.end()), buffer_sizes_.end());
 }
 
 void GradientShards::take(Context& ctx, int bucket) {
@@ -69,13 +72,8 @@ GradientShards::Buffer& GradientShards::free_buffer(Context& ctx, int for_bucket
   // written. Within a size: a free buffer; else the oldest reduction in flight, completed; else the
   // oldest held bucket no unit is writing, reduced early.
   const int64_t needed = buckets_[static_cast<size_t>(for_bucket)].bucket.size();
-  std::vector<int64_t> sizes;
-  for (const Buffer& buffer : buffers_) {
-    if (buffer.gradients.numel() >= needed) sizes.push_back(buffer.gradients.numel());
-  }
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  for (int64_t size : sizes) {
+  for (int64_t size : buffer_sizes_) {
+    if (size < needed) continue;
     auto oldest = [&](State state) -> Buffer* {
       Buffer* best = nullptr;
       for (Buffer& buffer : buffers_) {

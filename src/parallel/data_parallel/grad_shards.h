@@ -74,6 +74,7 @@ class GradientShards {
   bool overlap_;
   PointGrads point_grads_;
   std::vector<Buffer> buffers_;
+  std::vector<int64_t> buffer_sizes_;  // the buffers' distinct sizes, ascending
   std::vector<int> held_;  // [bucket] the buffer holding it, or -1
   uint64_t clock_ = 0;
 };

@@ -1,10 +1,14 @@
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "core/arena.h"
 #include "core/float16.h"
+#include "core/host_worker.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
@@ -133,6 +137,35 @@ TEST(Arena, AlignsAllocationsAndRefusesAfterFreeze) {
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(b.data_as<float>()[i], 0.0f);
   arena.freeze();
   EXPECT_DEATH(arena.allocate(DType::kFloat32, {1}), "frozen");
+}
+
+TEST(HostWorker, RunsEachTaskOnceOnOneOtherThreadAndWaitsForIt) {
+  HostWorker worker;
+  std::vector<int> order;
+  std::thread::id ran_on;
+  for (int i = 0; i < 100; ++i) {
+    worker.start([&, i] {
+      order.push_back(i);
+      ran_on = std::this_thread::get_id();
+    });
+    worker.wait();  // after wait the task's writes are visible here
+    ASSERT_EQ(order.size(), static_cast<size_t>(i + 1));
+    ASSERT_NE(ran_on, std::this_thread::get_id());
+  }
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[static_cast<size_t>(i)], i);
+  worker.wait();  // nothing in flight: returns at once
+}
+
+TEST(HostWorker, DestructorWaitsForTheTaskInFlight) {
+  std::atomic<bool> finished{false};
+  {
+    HostWorker worker;
+    worker.start([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      finished = true;
+    });
+  }
+  EXPECT_TRUE(finished);
 }
 
 }  // namespace
