@@ -11,17 +11,16 @@ int64_t ActivationMemory::stash_bytes() const {
   return std::accumulate(layer_stash_bytes.begin(), layer_stash_bytes.end(), int64_t{0});
 }
 
-ActivationMemory activation_memory(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
-                                   int64_t chunk_layers) {
+ActivationMemory activation_memory(const ModelConfig& config, const LayerShapes& shapes, int64_t chunk_layers) {
   const RecomputePlan plan = plan_recompute(config.recompute, chunk_layers);
   ActivationMemory memory;
   for (int64_t i = 0; i < chunk_layers; ++i) {
     memory.layer_stash_bytes.push_back(
-        layer_activation_bytes(shapes, config.dtype, sequence_parallel, per_slot_parts(plan, i)));
+        layer_activation_bytes(shapes, config.dtype, per_slot_parts(plan, i)));
   }
   memory.layer_stash_bytes_without_recompute =
-      layer_activation_bytes(shapes, config.dtype, sequence_parallel, ActivationParts{});
-  memory.recompute_buffer_bytes = RecomputeBuffers::bytes(plan, shapes, config.dtype, sequence_parallel);
+      layer_activation_bytes(shapes, config.dtype, ActivationParts{});
+  memory.recompute_buffer_bytes = RecomputeBuffers::bytes(plan, shapes, config.dtype);
   return memory;
 }
 
@@ -30,7 +29,7 @@ ActivationMemory activation_memory(const ModelConfig& config, int64_t tensor_par
   const bool split_sequence = sequence_parallel && tensor_parallel_size > 1;
   const LayerShapes shapes = LayerShapes::make(config, tensor_parallel_size, /*tensor_parallel_rank=*/0,
                                                split_sequence, micro_batch, context_parallel_size);
-  return activation_memory(config, shapes, split_sequence, chunk_layers);
+  return activation_memory(config, shapes, chunk_layers);
 }
 
 }  // namespace gpt

@@ -38,8 +38,7 @@ struct ActivationMemory {
 };
 
 // For a chunk of `chunk_layers` layers with config.recompute.
-ActivationMemory activation_memory(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
-                                   int64_t chunk_layers);
+ActivationMemory activation_memory(const ModelConfig& config, const LayerShapes& shapes, int64_t chunk_layers);
 // The same from the layout's sizes (no communicator needed; activations are alike on every TP and
 // CP rank: a context-parallel rank holds S / CP rows).
 ActivationMemory activation_memory(const ModelConfig& config, int64_t tensor_parallel_size, bool sequence_parallel,

@@ -10,11 +10,11 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
     : shapes_(LayerShapes::make(config, tp, micro_batch, context.size(), context.rank())),
       layout_(layout),
       recompute_plan_(plan_recompute(config.recompute, layout.num_layers)),
-      activation_memory_(gpt::activation_memory(config, shapes_, tp.sequence_parallel(), layout.num_layers)) {
+      activation_memory_(gpt::activation_memory(config, shapes_, layout.num_layers)) {
   workspace_ = std::make_unique<LayerWorkspace>(shapes_, config.dtype, arena);
   positions_.resize(static_cast<size_t>(stash_slots));
   recompute_buffers_ =
-      std::make_unique<RecomputeBuffers>(recompute_plan_, shapes_, config.dtype, tp.sequence_parallel(), arena);
+      std::make_unique<RecomputeBuffers>(recompute_plan_, shapes_, config.dtype, arena);
   if (layout.has_embedding) {
     embedding_ = std::make_unique<EmbeddingLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots,
                                                   positions_, deferral_depth);
@@ -54,7 +54,7 @@ ChunkMemory GptModel::memory(const ModelConfig& config, const LayerShapes& s, bo
   const RecomputePlan plan = plan_recompute(config.recompute, layout.num_layers);
   ChunkMemory m;
   m.workspace = LayerWorkspace::bytes(s, config.dtype);
-  m.recompute_buffers = RecomputeBuffers::bytes(plan, s, config.dtype, sequence_parallel);
+  m.recompute_buffers = RecomputeBuffers::bytes(plan, s, config.dtype);
   for (int64_t i = 0; i < layout.num_layers; ++i) {
     m.layers += TransformerLayer::bytes(config, s, sequence_parallel, plan, i, stash_slots, deferral_depth);
   }

@@ -6,8 +6,7 @@ namespace {
 // Calls visit(member, dtype, shape) for every tensor of the set that `parts` selects: the one
 // list behind both the allocation and the byte count.
 template <typename Visit>
-void for_each_tensor(LayerActivations& a, const LayerShapes& s, DType t, bool sequence_parallel, ActivationParts parts,
-                     Visit&& visit) {
+void for_each_tensor(LayerActivations& a, const LayerShapes& s, DType t, ActivationParts parts, Visit&& visit) {
   const int64_t local_rows = s.local_rows();
   if (parts.main) {
     visit(a.ln1, t, Shape{s.local_sequence, s.batch, s.hidden});
@@ -20,10 +19,6 @@ void for_each_tensor(LayerActivations& a, const LayerShapes& s, DType t, bool se
     visit(a.ln2_rstd, DType::kFloat32, Shape{local_rows});
     visit(a.fc1_pre, t, Shape{s.sequence, s.batch, s.local_fc1});
     visit(a.fc1_act, t, Shape{s.sequence, s.batch, s.local_ffn});
-    if (sequence_parallel) {
-      visit(a.ln1_gathered, t, Shape{s.sequence, s.batch, s.hidden});
-      visit(a.ln2_gathered, t, Shape{s.sequence, s.batch, s.hidden});
-    }
   }
   if (parts.attention_core) {
     visit(a.attention, t, Shape{s.rows(), s.local_projection()});
@@ -44,18 +39,18 @@ ActivationParts shared_parts(int64_t position, int64_t sets) {
 
 }  // namespace
 
-LayerActivations allocate_layer_activations(const LayerShapes& shapes, DType dtype, bool sequence_parallel,
-                                            ActivationParts parts, Arena& arena) {
+LayerActivations allocate_layer_activations(const LayerShapes& shapes, DType dtype, ActivationParts parts,
+                                            Arena& arena) {
   LayerActivations a;
-  for_each_tensor(a, shapes, dtype, sequence_parallel, parts,
+  for_each_tensor(a, shapes, dtype, parts,
                   [&](Tensor& member, DType t, const Shape& shape) { member = arena.allocate(t, shape); });
   return a;
 }
 
-int64_t layer_activation_bytes(const LayerShapes& shapes, DType dtype, bool sequence_parallel, ActivationParts parts) {
+int64_t layer_activation_bytes(const LayerShapes& shapes, DType dtype, ActivationParts parts) {
   LayerActivations unused;
   int64_t total = 0;
-  for_each_tensor(unused, shapes, dtype, sequence_parallel, parts,
+  for_each_tensor(unused, shapes, dtype, parts,
                   [&](Tensor&, DType t, const Shape& shape) { total += allocated_bytes(t, shape); });
   return total;
 }
@@ -73,28 +68,25 @@ ActivationParts per_slot_parts(const RecomputePlan& plan, int64_t layer) {
   return {};
 }
 
-RecomputeBuffers::RecomputeBuffers(const RecomputePlan& plan, const LayerShapes& shapes, DType dtype,
-                                   bool sequence_parallel, Arena& arena) {
+RecomputeBuffers::RecomputeBuffers(const RecomputePlan& plan, const LayerShapes& shapes, DType dtype, Arena& arena) {
   const int64_t sets = plan.shared_layer_sets();
   for (int64_t p = 0; p < sets; ++p) {
-    group.push_back(allocate_layer_activations(shapes, dtype, sequence_parallel, shared_parts(p, sets), arena));
+    group.push_back(allocate_layer_activations(shapes, dtype, shared_parts(p, sets), arena));
   }
   if (plan.shared_attention_core()) {
-    const LayerActivations core = allocate_layer_activations(
-        shapes, dtype, sequence_parallel, {.main = false, .attention_core = true, .output = false}, arena);
+    const LayerActivations core =
+        allocate_layer_activations(shapes, dtype, {.main = false, .attention_core = true, .output = false}, arena);
     attention = core.attention;
     lse = core.lse;
   }
 }
 
-int64_t RecomputeBuffers::bytes(const RecomputePlan& plan, const LayerShapes& shapes, DType dtype,
-                                bool sequence_parallel) {
+int64_t RecomputeBuffers::bytes(const RecomputePlan& plan, const LayerShapes& shapes, DType dtype) {
   const int64_t sets = plan.shared_layer_sets();
   int64_t total = 0;
-  for (int64_t p = 0; p < sets; ++p) total += layer_activation_bytes(shapes, dtype, sequence_parallel, shared_parts(p, sets));
+  for (int64_t p = 0; p < sets; ++p) total += layer_activation_bytes(shapes, dtype, shared_parts(p, sets));
   if (plan.shared_attention_core()) {
-    total += layer_activation_bytes(shapes, dtype, sequence_parallel,
-                                    {.main = false, .attention_core = true, .output = false});
+    total += layer_activation_bytes(shapes, dtype, {.main = false, .attention_core = true, .output = false});
   }
   return total;
 }

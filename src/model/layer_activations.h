@@ -17,13 +17,11 @@ namespace gpt {
 struct LayerActivations {
   Tensor input;                       // [s_l, b, h] view of the previous layer's output (not allocated)
   Tensor ln1, ln1_mean, ln1_rstd;     // [s_l, b, h], [s_l b], [s_l b] (float32 statistics)
-  Tensor ln1_gathered;                // [s, b, h] under sequence parallelism
   Tensor qkv;                         // [s b, qkv_l]  ([s, b, groups_l, (q_per_group + 2) d] for attention)
   Tensor attention;                   // [s b, heads_l d]     } the attention core
   Tensor lse;                         // [b, heads_l, s]      } (float32 log-sum-exp)
   Tensor residual;                    // [s_l, b, h]  x + attention block
   Tensor ln2, ln2_mean, ln2_rstd;
-  Tensor ln2_gathered;
   Tensor fc1_pre, fc1_act;            // [s, b, fc1_l] (2 ffn_l with SwiGLU: [gate | up]), [s, b, ffn_l]
   Tensor output;                      // [s_l, b, h]
 };
@@ -37,10 +35,10 @@ struct ActivationParts {
   static ActivationParts none() { return {false, false, false}; }
 };
 
-LayerActivations allocate_layer_activations(const LayerShapes& shapes, DType dtype, bool sequence_parallel,
-                                            ActivationParts parts, Arena& arena);
+LayerActivations allocate_layer_activations(const LayerShapes& shapes, DType dtype, ActivationParts parts,
+                                            Arena& arena);
 // What allocate_layer_activations takes from the arena (each tensor rounded up to its alignment).
-int64_t layer_activation_bytes(const LayerShapes& shapes, DType dtype, bool sequence_parallel, ActivationParts parts);
+int64_t layer_activation_bytes(const LayerShapes& shapes, DType dtype, ActivationParts parts);
 
 // What one layer keeps per slot under the plan (layer: the chunk-local index).
 ActivationParts per_slot_parts(const RecomputePlan& plan, int64_t layer);
@@ -54,9 +52,8 @@ struct RecomputeBuffers {
   // Selective recompute: the attention output [s b, heads_l d] and its lse [b, heads_l, s].
   Tensor attention, lse;
 
-  RecomputeBuffers(const RecomputePlan& plan, const LayerShapes& shapes, DType dtype, bool sequence_parallel,
-                   Arena& arena);
-  static int64_t bytes(const RecomputePlan& plan, const LayerShapes& shapes, DType dtype, bool sequence_parallel);
+  RecomputeBuffers(const RecomputePlan& plan, const LayerShapes& shapes, DType dtype, Arena& arena);
+  static int64_t bytes(const RecomputePlan& plan, const LayerShapes& shapes, DType dtype);
 };
 
 }  // namespace gpt

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/phase_timer.h"
 
 namespace gpt {
 namespace {
@@ -88,12 +89,21 @@ Tensor Linear::forward_row(Context& ctx, const Tensor& partial, const Tensor& in
   return tp_.reduce_output(ctx, partial, local);                                            // [s_l, b, out]
 }
 
-Tensor Linear::backward_input_column(Context& ctx, const Tensor& grad_output, const Tensor& input_full,
-                                     const Tensor& grad_input_full, const Tensor& grad_input_local,
-                                     WeightGradTiming timing) {
+Tensor Linear::backward_input_column(Context& ctx, const Tensor& grad_output, const Tensor& input,
+                                     const Tensor& gathered, const Tensor& grad_input_full,
+                                     const Tensor& grad_input_local, WeightGradTiming timing) {
   GPT_CHECK(kind_ == LinearKind::kColumnParallel) << name_ << " is row-parallel";
-  record(ctx, {.input = input_full, .grad_output = grad_output, .bias_grad_output = grad_output}, timing);
+  CollectiveHandle regather = tp_.start_gather_input(ctx, input, gathered);
   weight_gemm(ctx, grad_input_full, grad_output, Fp8Role::kGradOutput, grad_output_split(), {});  // [s, b, in]
+  Tensor input_full = input;
+  if (regather.pending()) {
+    const phase_timer::Scope timed(ctx, phase_timer::Phase::kTensorParallelComm);
+    regather.wait(ctx);
+    input_full = gathered;  // [s, b, in]
+  }
+  // The weight gradient (or its deferral) after the input gradient's GEMM: they accumulate into
+  // different tensors, so the order changes no value.
+  record(ctx, {.input = input_full, .grad_output = grad_output, .bias_grad_output = grad_output}, timing);
   return tp_.reduce_input_grad(ctx, grad_input_full, grad_input_local);  // [s_l, b, in]
 }
 

@@ -78,10 +78,13 @@ class Linear {
   // [s_l, b, out] (`local` under sequence parallelism, else `partial` in place), returned.
   Tensor forward_row(Context& ctx, const Tensor& partial, const Tensor& input, const Tensor& local);
 
-  // Column-parallel: grad_output [s b, out_l]; input_full: the tensor forward_column returned (or
-  // its recomputed copy). grad_input_full [s, b, in] scratch; the input gradient [s_l, b, in] is
-  // returned (in grad_input_local under sequence parallelism, else grad_input_full).
-  Tensor backward_input_column(Context& ctx, const Tensor& grad_output, const Tensor& input_full,
+  // Column-parallel: grad_output [s b, out_l]; input: what forward_column was given [s_l, b, in]
+  // (or its recomputed copy). Under sequence parallelism the forward's gathered input is not kept
+  // (as in Megatron: it would be [s, b, in] per layer and microbatch in flight): it is gathered
+  // again into `gathered` [s, b, in] while the input gradient's GEMM runs, for the weight gradient.
+  // grad_input_full [s, b, in] scratch; the input gradient [s_l, b, in] is returned (in
+  // grad_input_local under sequence parallelism, else grad_input_full).
+  Tensor backward_input_column(Context& ctx, const Tensor& grad_output, const Tensor& input, const Tensor& gathered,
                                const Tensor& grad_input_full, const Tensor& grad_input_local, WeightGradTiming timing);
   // Row-parallel: grad_output [s_l, b, out], gathered into grad_output_full [s, b, out] under
   // sequence parallelism; input: what forward_row read. Writes and returns grad_input [s b, in_l].

@@ -11,12 +11,11 @@ constexpr int64_t kRowStatistics = 5;
 // Calls visit(member, dtype, shape) for each tensor of a slot's stash: the one list behind both the
 // allocation and the byte count.
 template <typename Stash, typename Visit>
-void for_each_stash_tensor(Stash& st, const LayerShapes& s, DType dtype, bool sequence_parallel, Visit&& visit) {
+void for_each_stash_tensor(Stash& st, const LayerShapes& s, DType dtype, Visit&& visit) {
   visit(st.targets, DType::kInt32, Shape{s.rows()});
   visit(st.norm, dtype, Shape{s.local_sequence, s.batch, s.hidden});
   visit(st.mean, DType::kFloat32, Shape{s.local_rows()});
   visit(st.rstd, DType::kFloat32, Shape{s.local_rows()});
-  if (sequence_parallel) visit(st.norm_gathered, dtype, Shape{s.sequence, s.batch, s.hidden});
   visit(st.logits, dtype, Shape{s.rows(), s.local_vocab});
 }
 
@@ -45,7 +44,7 @@ OutputLayer::OutputLayer(const ModelConfig& config, ParamStore& params, const Te
   }
   stash_.resize(static_cast<size_t>(stash_slots));
   for (Stash& st : stash_) {
-    for_each_stash_tensor(st, s, config.dtype, tp.sequence_parallel(),
+    for_each_stash_tensor(st, s, config.dtype,
                           [&](Tensor& member, DType t, const Shape& shape) { member = arena.allocate(t, shape); });
   }
 }
@@ -54,7 +53,7 @@ int64_t OutputLayer::bytes(const ModelConfig& config, const LayerShapes& s, bool
                            int deferral_depth) {
   Stash unused;
   int64_t per_slot = 0;
-  for_each_stash_tensor(unused, s, config.dtype, sequence_parallel,
+  for_each_stash_tensor(unused, s, config.dtype,
                         [&](Tensor&, DType t, const Shape& shape) { per_slot += Arena::aligned_bytes(t, shape); });
   return kRowStatistics * Arena::aligned_bytes(DType::kFloat32, Shape{s.rows()}) + stash_slots * per_slot +
          deferral_bytes(config, s, sequence_parallel, deferral_depth);
@@ -64,7 +63,7 @@ void OutputLayer::forward(Context& ctx, int slot, const Tensor& input, const Los
   Stash& st = stash_[static_cast<size_t>(slot)];
   st.input = input;
   norm_.forward(ctx, st.norm, st.mean, st.rstd, input);
-  head_.forward_column(ctx, st.logits, st.norm, st.norm_gathered);  // [s b, v_l]
+  head_.forward_column(ctx, st.logits, st.norm, ws_.full_a);  // [s b, v_l]; SP: gathered again in backward
 
   ops::cross_entropy_stats(ctx, row_max_, row_sumexp_, target_logit_, st.logits, st.targets, shapes_.vocab_start,
                            shapes_.vocab_valid);
@@ -93,9 +92,9 @@ void OutputLayer::forward(Context& ctx, int slot, const Tensor& input, const Los
 
 Tensor OutputLayer::backward(Context& ctx, int slot, const Tensor& grad_input, WeightGradTiming timing) {
   Stash& st = stash_[static_cast<size_t>(slot)];
-  const Tensor norm_full = tp_.sequence_parallel() ? st.norm_gathered : st.norm;  // [s, b, h]
   // The logits hold their gradient since forward.
-  const Tensor d_norm = head_.backward_input_column(ctx, st.logits, norm_full, ws_.full_a, ws_.local_a, timing);
+  const Tensor d_norm =
+      head_.backward_input_column(ctx, st.logits, st.norm, ws_.full_b, ws_.full_a, ws_.local_a, timing);
   norm_.backward(ctx, grad_input, d_norm, st.input, st.mean, st.rstd);
   return grad_input;
 }

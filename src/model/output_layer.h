@@ -55,7 +55,6 @@ class OutputLayer {
     Tensor targets;               // [s * b] int32
     Tensor input;                 // [s_l, b, h] view
     Tensor norm, mean, rstd;      // [s_l, b, h], [s_l b] x2 (mean: LayerNorm only)
-    Tensor norm_gathered;         // [s, b, h] under sequence parallelism
     Tensor logits;                // [s * b, v_l]: logits, then their gradient
   };
   const TensorParallel& tp_;

@@ -71,7 +71,7 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
   const ActivationParts parts = per_slot_parts(plan, index_in_chunk);
   stash_.resize(static_cast<size_t>(stash_slots));
   for (LayerActivations& st : stash_) {
-    st = allocate_layer_activations(s, config.dtype, tp.sequence_parallel(), parts, arena);
+    st = allocate_layer_activations(s, config.dtype, parts, arena);
     if (selective) {
       st.attention = shared.attention;
       st.lse = shared.lse;
@@ -92,7 +92,7 @@ int64_t TransformerLayer::deferral_bytes(const ModelConfig& config, const LayerS
 
 int64_t TransformerLayer::bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
                                 const RecomputePlan& plan, int64_t index_in_chunk, int stash_slots, int deferral_depth) {
-  return stash_slots * layer_activation_bytes(s, config.dtype, sequence_parallel, per_slot_parts(plan, index_in_chunk)) +
+  return stash_slots * layer_activation_bytes(s, config.dtype, per_slot_parts(plan, index_in_chunk)) +
          deferral_bytes(config, s, sequence_parallel, deferral_depth);
 }
 
@@ -187,7 +187,9 @@ void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, Laye
   a.input = input;
   // Attention block.
   norm1_.forward(ctx, a.ln1, a.ln1_mean, a.ln1_rstd, input);
-  qkv_.forward_column(ctx, a.qkv, a.ln1, a.ln1_gathered);  // [s b, qkv_l]
+  // Under sequence parallelism ln1 is gathered into full_a (free until proj's partial sums):
+  // backward gathers it again rather than keep [s, b, h] per microbatch (Megatron's choice).
+  qkv_.forward_column(ctx, a.qkv, a.ln1, ws_.full_a);  // [s b, qkv_l]
   if (config_.position_embedding == PositionEmbedding::kRope) {
     // Rotated in place: the stash keeps the rotated q and k that attention's backward reads.
     rope(ctx, a.qkv, /*forward=*/true);
@@ -204,16 +206,16 @@ void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, Laye
   }
   norm2_.residual_forward(ctx, a.residual, a.ln2, a.ln2_mean, a.ln2_rstd, input, attention_out, residual_bias);
   if (config_.swiglu) {
-    fc1_.forward_column(ctx, a.fc1_pre, a.ln2, a.ln2_gathered);
+    fc1_.forward_column(ctx, a.fc1_pre, a.ln2, ws_.full_a);
     ops::swiglu_forward(ctx, a.fc1_act.as_matrix(), a.fc1_pre.as_matrix());  // [s b, 2 ffn_l] -> [s b, ffn_l]
   } else if (config_.exact_gelu) {
-    fc1_.forward_column(ctx, a.fc1_pre, a.ln2, a.ln2_gathered);
+    fc1_.forward_column(ctx, a.fc1_pre, a.ln2, ws_.full_a);
     ops::gelu_exact_forward(ctx, a.fc1_act, a.fc1_pre);  // [s, b, ffn_l]
   } else if (config_.squared_relu) {
-    fc1_.forward_column(ctx, a.fc1_pre, a.ln2, a.ln2_gathered);
+    fc1_.forward_column(ctx, a.fc1_pre, a.ln2, ws_.full_a);
     ops::squared_relu_forward(ctx, a.fc1_act, a.fc1_pre);  // [s, b, ffn_l]
   } else {
-    fc1_.forward_column(ctx, a.fc1_act, a.ln2, a.ln2_gathered, /*pre_gelu=*/a.fc1_pre);
+    fc1_.forward_column(ctx, a.fc1_act, a.ln2, ws_.full_a, /*pre_gelu=*/a.fc1_pre);
   }
 }
 
@@ -235,8 +237,6 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
     recomputed_slot_ = -1;
   }
   const LayerActivations& st = recomputes_full() ? *shared_ : stash_[static_cast<size_t>(slot)];
-  const Tensor ln1_full = tp_.sequence_parallel() ? st.ln1_gathered : st.ln1;
-  const Tensor ln2_full = tp_.sequence_parallel() ? st.ln2_gathered : st.ln2;
   // grad_output and grad_input may be the same buffer: grad_output is last read before grad_input
   // is first written (the first norm's backward).
 
@@ -260,7 +260,9 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
   } else {
     ops::gelu_backward(ctx, ws_.ffn, ws_.ffn, st.fc1_pre);
   }
-  const Tensor d_ln2 = fc1_.backward_input_column(ctx, d_fc1, ln2_full, ws_.full_b, ws_.local_a, timing);  // [s_l, b, h]
+  // fc2's gathered output gradient in full_a is consumed: full_a takes ln2 gathered again.
+  const Tensor d_ln2 =
+      fc1_.backward_input_column(ctx, d_fc1, st.ln2, ws_.full_a, ws_.full_b, ws_.local_a, timing);  // [s_l, b, h]
   // d_residual = grad_output + N2'(d_ln2), kept in local_b through the attention block.
   const Tensor d_residual = ws_.local_b;
   norm2_.backward(ctx, d_residual, d_ln2, st.residual, st.ln2_mean, st.ln2_rstd);
@@ -285,7 +287,7 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
   if (config_.position_embedding == PositionEmbedding::kRope) {
     rope(ctx, ws_.qkv, /*forward=*/false);
   }
-  const Tensor d_ln1 = qkv_.backward_input_column(ctx, ws_.qkv, ln1_full, ws_.full_b, ws_.local_a, timing);
+  const Tensor d_ln1 = qkv_.backward_input_column(ctx, ws_.qkv, st.ln1, ws_.full_a, ws_.full_b, ws_.local_a, timing);
   norm1_.backward(ctx, grad_input, d_ln1, st.input, st.ln1_mean, st.ln1_rstd);
   ops::residual_add(ctx, grad_input, grad_input, d_residual, Tensor());
   return grad_input;

@@ -11,6 +11,11 @@ Tensor TensorParallel::gather_input(Context& ctx, const Tensor& local, const Ten
   return full;
 }
 
+CollectiveHandle TensorParallel::start_gather_input(Context& ctx, const Tensor& local, const Tensor& full) const {
+  if (!sequence_parallel()) return CollectiveHandle();
+  return group_.start_all_gather(ctx, full, local);
+}
+
 Tensor TensorParallel::reduce_input_grad(Context& ctx, const Tensor& grad_full, const Tensor& local) const {
   if (group_.size() == 1) return grad_full;
   const phase_timer::Scope timed(ctx, phase_timer::Phase::kTensorParallelComm);

@@ -32,6 +32,10 @@ class TensorParallel {
   // Before a column-parallel GEMM. local [s_l, b, h] -> [s, b, h] (all-gather into `full` under
   // sequence parallelism; otherwise `local` itself).
   Tensor gather_input(Context& ctx, const Tensor& local, const Tensor& full) const;
+  // The same all-gather left in flight (backward's re-gather of a column-parallel input for its
+  // weight gradient, overlapped with the input gradient's GEMM); an empty handle without sequence
+  // parallelism, where `local` is the full input.
+  CollectiveHandle start_gather_input(Context& ctx, const Tensor& local, const Tensor& full) const;
   // Its backward. grad_full [s, b, h] -> [s_l, b, h]: reduce-scatter into `local` under sequence
   // parallelism; otherwise all-reduce of grad_full in place (returned).
   Tensor reduce_input_grad(Context& ctx, const Tensor& grad_full, const Tensor& local) const;

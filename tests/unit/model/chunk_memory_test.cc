@@ -66,7 +66,7 @@ TEST(ChunkMemory, PlanEqualsTheAllocationItemByItem) {
                 EXPECT_EQ(used(workspace_arena), plan.workspace);
                 const RecomputePlan recompute_plan = plan_recompute(config.recompute, layout.num_layers);
                 Arena shared_arena(Device::kCpu, "recompute");
-                RecomputeBuffers shared(recompute_plan, shapes, dtype, sp, shared_arena);
+                RecomputeBuffers shared(recompute_plan, shapes, dtype, shared_arena);
                 EXPECT_EQ(used(shared_arena), plan.recompute_buffers);
                 std::vector<MicrobatchPosition> positions(static_cast<size_t>(slots));
                 Arena layer_arena(Device::kCpu, "layers");

@@ -224,12 +224,14 @@ TEST(ActivationMemory, MatchesTheFormula) {
   EXPECT_EQ(block.layer_stash_bytes, (std::vector<int64_t>{t * r * h, t * r * h, everything, everything, everything,
                                                            everything}));
 
-  // TP 2 with sequence parallelism: the residual stream is split, the gathered norms are kept.
+  // TP 2 with sequence parallelism: the residual stream is split, and the norms' outputs are kept
+  // split (backward gathers them again, as Megatron): every term is halved (Korthikanti et al.'s
+  // 34 s b h / t with the attention core).
   c.recompute = {};
   const int64_t rl = r / 2;
   const ActivationMemory split = activation_memory(c, 2, true, b, 1);
-  EXPECT_EQ(split.layer_stash_bytes[0],
-            t * (4 * rl * h + 4 * r * p / 2 + 2 * r * f / 2 + 2 * r * h) + 16 * rl + 4 * b * heads / 2 * s);
+  EXPECT_EQ(split.layer_stash_bytes[0], t * (4 * rl * h + 4 * r * p / 2 + 2 * r * f / 2) + 16 * rl + 4 * b * heads / 2 * s);
+  EXPECT_EQ(split.layer_stash_bytes[0], everything / 2);
 }
 
 }  // namespace
