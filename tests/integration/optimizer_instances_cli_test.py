@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """--num-distributed-optimizer-instances from the command line (issue 32): pretrain_gpt prints the
-instances' groups at start-up (DP 4 in 2 instances: [0,1] [2,3], across them [0,2] [1,3]); its
+instances' groups at start-up (DP 4 in 2 instances: [0,1] [2,3], across them [0,2] [1,3]) and a
+memory report with the optimizer state of 1/2 of the elements per rank (1/4 with one instance); its
 checkpoints hold each optimizer element once (the same bytes of optimizer state as one instance's,
 spread over the instances, or all written by instance 0 with --no-ckpt-fully-parallel-save); a run
 saved at iteration 3 resumes bit-identically under the same instances; and the checkpoint moves
@@ -13,6 +14,7 @@ so only those comparisons are not bit for bit).
 """
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +37,7 @@ def instances(n):
     return ZERO1 + ["--num-distributed-optimizer-instances", str(n)]
 
 
+MOMENTS = re.compile(r"^\s+optimizer moments \(FP32\)\s+([\d.]+) /\s+([\d.]+)")
 GROUPS = [">   distributed-optimizer instance groups: [0,1] [2,3]",
           ">   across distributed-optimizer instances groups: [0,2] [1,3]"]
 
@@ -95,15 +98,25 @@ def main():
 
     try:
         # The uninterrupted runs: 2 instances and 1, each saving at 3 and 6.
-        full = {}
+        full, moments = {}, {}
         for n in (2, 1):
             save = os.path.join(work, f"full_n{n}")
             stdout = run(binary, mpirun, 4, instances(n) + ["--save", save], work, f"full_n{n}")
             full[n] = (save, ck.losses(stdout))
+            rows = [MOMENTS.match(line) for line in stdout.splitlines()]
+            moments[n] = [tuple(float(v) for v in row.groups()) for row in rows if row]
             if n == 2:
                 missing = [line for line in GROUPS if line not in stdout.splitlines()]
                 if expect(not missing, f"start-up lines missing: {missing}"):
                     print("start-up: " + " / ".join(line.strip("> ") for line in GROUPS), flush=True)
+
+        # The memory report: each rank holds the moments of 1/2 of the elements with 2 instances of
+        # 2 ranks, 1/4 with one instance of 4 (theoretical and allocated; MB with two decimals).
+        if expect(moments[1] and moments[2], f"no optimizer moments in the memory reports: {moments}"):
+            one, two = moments[1][0], moments[2][0]
+            expect(all(abs(b - 2 * a) <= 0.011 for a, b in zip(one, two)),
+                   f"optimizer moments per rank (MB, theoretical / allocated): 1 instance {one}, 2 instances {two}")
+            print(f"optimizer moments per rank (MB, theoretical / allocated): 1 instance {one}, 2 instances {two}")
 
         # Each optimizer element written once: as many optimizer elements as one instance's
         # checkpoint, two moments (FP32: no separate master weights) of every model element.
