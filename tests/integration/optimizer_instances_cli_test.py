@@ -4,11 +4,11 @@ instances' groups at start-up (DP 4 in 2 instances: [0,1] [2,3], across them [0,
 memory report with the optimizer state of 1/2 of the elements per rank (1/4 with one instance); its
 checkpoints hold each optimizer element once (the same bytes of optimizer state as one instance's,
 spread over the instances, or all written by instance 0 with --no-ckpt-fully-parallel-save); a run
-saved at iteration 3 resumes bit-identically under the same instances; and the checkpoint moves
-between instance counts: 2 -> 1, 1 -> 2, 2 -> 4 (instances of one rank) and 2 -> one rank without
-the distributed optimizer, each continuation within 1e-5 of the saving layout's uninterrupted
-losses, its checkpoint at 6 that run's state (the summation order differs between instance counts,
-so only those comparisons are not bit for bit).
+saved at iteration 3 resumes bit-identically under the same instances (also with half the optimizer
+state in host memory); and the checkpoint moves between instance counts: 2 -> 1, 1 -> 2, 2 -> 4
+(instances of one rank) and 2 -> one rank without the distributed optimizer, each continuation
+within 1e-5 of the saving layout's uninterrupted losses, its checkpoint at 6 that run's state (the
+summation order differs between instance counts, so only those comparisons are not bit for bit).
 
   optimizer_instances_cli_test.py --binary build-cpu/bin/pretrain_gpt --mpirun mpirun
 """
@@ -135,15 +135,24 @@ def main():
         print(f"optimizer elements written per rank: 2 instances {[o for _, o in two]}, 1 instance "
               f"{[o for _, o in one]}, instance 0 alone {[o for _, o in rank0]} (2 x {model} model elements)")
 
-        # A resume under the same instances: bit-identical losses and checkpoint at 6.
-        moved = checkpoint_at_3(full[2][0], work, "resume_n2")
-        stdout = run(binary, mpirun, 4, instances(2) + ["--load", moved, "--save", moved], work, "resume_n2")
-        tail = ck.losses(stdout)
-        expect(ck.loaded_iteration(stdout) == 3, f"resume: loaded {ck.loaded_iteration(stdout)}")
-        same = all(tail.get(i) == full[2][1].get(i) for i in (4, 5, 6))
-        problems, count = ck.compare_bitwise(ck.iteration_dir(full[2][0], 6), ck.iteration_dir(moved, 6))
-        if expect(same and not problems, f"resume with 2 instances: losses {tail} vs {full[2][1]}; {problems[:3]}"):
-            print(f"saved at 3 and resumed with 2 instances: losses 4..6 and {count} tensors at 6 bit-identical")
+        # A resume under the same instances: bit-identical losses and checkpoint at 6; the same with
+        # half of each rank's optimizer state in host memory.
+        offload = ["--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--optimizer-offload-fraction", "0.5"]
+        save = os.path.join(work, "full_n2_offload")
+        full_offload = (save, ck.losses(run(binary, mpirun, 4, instances(2) + offload + ["--save", save], work,
+                                            "full_n2_offload")))
+        for name, flags, (source, reference) in (("", [], full[2]), (", half offloaded", offload, full_offload)):
+            case = "resume_n2" + ("_offload" if flags else "")
+            moved = checkpoint_at_3(source, work, case)
+            stdout = run(binary, mpirun, 4, instances(2) + flags + ["--load", moved, "--save", moved], work, case)
+            tail = ck.losses(stdout)
+            expect(ck.loaded_iteration(stdout) == 3, f"resume{name}: loaded {ck.loaded_iteration(stdout)}")
+            same = all(tail.get(i) == reference.get(i) for i in (4, 5, 6))
+            problems, count = ck.compare_bitwise(ck.iteration_dir(source, 6), ck.iteration_dir(moved, 6))
+            if expect(same and not problems, f"resume with 2 instances{name}: losses {tail} vs {reference}; "
+                                             f"{problems[:3]}"):
+                print(f"saved at 3 and resumed with 2 instances{name}: losses 4..6 and {count} tensors at 6 "
+                      f"bit-identical")
 
         # Between instance counts and layouts.
         for name, source, ranks, flags in (("2 -> 1", 2, 4, instances(1)), ("1 -> 2", 1, 4, instances(2)),
