@@ -47,9 +47,21 @@ std::unique_ptr<ProcessGrid> build_mpi_grid(const GridShape& shape, double timeo
     data_context = split(c.tensor + shape.tensor * c.pipeline, c.context + shape.context * c.data,
                          "data-context-parallel", timeout_seconds);
   }
+  std::unique_ptr<Communicator> optimizer_instance, across_optimizer_instances;
+  if (shape.optimizer_instances > 1) {
+    // Within a (tp, pp) position, members of the data x context group by place cp + CP * dp: the
+    // instance is place / size, the place within it place % size.
+    const int size = optimizer_instance_size(shape), place = c.context + shape.context * c.data;
+    const int position = c.tensor + shape.tensor * c.pipeline;
+    optimizer_instance = split(place / size + shape.optimizer_instances * position, place % size,
+                               "distributed-optimizer-instance", timeout_seconds);
+    across_optimizer_instances = split(place % size + size * position, place / size, "across-optimizer-instances",
+                                       timeout_seconds);
+  }
   return std::make_unique<ProcessGrid>(shape, world_rank, std::move(world), std::move(tensor), std::move(data),
                                        std::move(pipeline), std::move(embedding), std::move(model_parallel),
-                                       std::move(context), std::move(data_context));
+                                       std::move(context), std::move(data_context), std::move(optimizer_instance),
+                                       std::move(across_optimizer_instances));
 }
 
 }  // namespace gpt

@@ -37,10 +37,15 @@ const char* rank_order_name(RankOrder order) {
 
 namespace {
 
+// A rank's place in its data x context group (Megatron's dp-cp group lists its members so).
+int data_context_place(const GridShape& shape, const GridCoordinates& c) { return c.context + shape.context * c.data; }
+
 // Two ranks share a group of `kind` when they agree on every coordinate outside it.
-bool same_group(GridGroup kind, const GridCoordinates& a, const GridCoordinates& b) {
+bool same_group(GridGroup kind, const GridShape& shape, const GridCoordinates& a, const GridCoordinates& b) {
   const bool tp = a.tensor == b.tensor, cp = a.context == b.context, dp = a.data == b.data,
              pp = a.pipeline == b.pipeline;
+  const int instance_size = optimizer_instance_size(shape);
+  const int place_a = data_context_place(shape, a), place_b = data_context_place(shape, b);
   switch (kind) {
     case GridGroup::kTensor: return cp && dp && pp;
     case GridGroup::kContext: return tp && dp && pp;
@@ -48,6 +53,8 @@ bool same_group(GridGroup kind, const GridCoordinates& a, const GridCoordinates&
     case GridGroup::kDataContext: return tp && pp;
     case GridGroup::kPipeline: return tp && cp && dp;
     case GridGroup::kModelParallel: return cp && dp;
+    case GridGroup::kOptimizerInstance: return tp && pp && place_a / instance_size == place_b / instance_size;
+    case GridGroup::kAcrossOptimizerInstances: return tp && pp && place_a % instance_size == place_b % instance_size;
   }
   return false;
 }
@@ -61,11 +68,20 @@ int place_in_group(GridGroup kind, const GridShape& shape, const GridCoordinates
     case GridGroup::kDataContext: return c.context + shape.context * c.data;
     case GridGroup::kPipeline: return c.pipeline;
     case GridGroup::kModelParallel: return c.tensor + shape.tensor * c.pipeline;
+    case GridGroup::kOptimizerInstance: return data_context_place(shape, c) % optimizer_instance_size(shape);
+    case GridGroup::kAcrossOptimizerInstances: return data_context_place(shape, c) / optimizer_instance_size(shape);
   }
   return 0;
 }
 
 }  // namespace
+
+int optimizer_instance_size(const GridShape& shape) {
+  GPT_CHECK(shape.optimizer_instances >= 1 && (shape.data * shape.context) % shape.optimizer_instances == 0)
+      << shape.optimizer_instances << " distributed-optimizer instances over DP " << shape.data << " x CP "
+      << shape.context;
+  return shape.data * shape.context / shape.optimizer_instances;
+}
 
 std::vector<std::vector<int>> grid_groups(const GridShape& shape, GridGroup kind) {
   std::vector<std::vector<int>> groups;
@@ -76,7 +92,7 @@ std::vector<std::vector<int>> grid_groups(const GridShape& shape, GridGroup kind
     std::vector<std::pair<int, int>> members;  // (place in group, world rank)
     for (int other = 0; other < shape.world(); ++other) {
       const GridCoordinates theirs = grid_coordinates(shape, other);
-      if (!same_group(kind, mine, theirs)) continue;
+      if (!same_group(kind, shape, mine, theirs)) continue;
       members.emplace_back(place_in_group(kind, shape, theirs), other);
       placed[static_cast<size_t>(other)] = true;
     }
@@ -99,7 +115,9 @@ ProcessGrid::ProcessGrid(GridShape shape, int world_rank, std::unique_ptr<Commun
                          std::unique_ptr<Communicator> tensor, std::unique_ptr<Communicator> data,
                          std::unique_ptr<Communicator> pipeline, std::unique_ptr<Communicator> embedding,
                          std::unique_ptr<Communicator> model_parallel, std::unique_ptr<Communicator> context,
-                         std::unique_ptr<Communicator> data_context)
+                         std::unique_ptr<Communicator> data_context,
+                         std::unique_ptr<Communicator> optimizer_instance,
+                         std::unique_ptr<Communicator> across_optimizer_instances)
     : shape_(shape),
       world_rank_(world_rank),
       coordinates_(grid_coordinates(shape, world_rank)),
@@ -110,7 +128,11 @@ ProcessGrid::ProcessGrid(GridShape shape, int world_rank, std::unique_ptr<Commun
       embedding_(std::move(embedding)),
       model_parallel_(std::move(model_parallel)),
       context_(context ? std::move(context) : std::make_unique<SelfCommunicator>("context-parallel")),
-      data_context_(std::move(data_context)) {
+      data_context_(std::move(data_context)),
+      optimizer_instance_(std::move(optimizer_instance)),
+      across_optimizer_instances_(across_optimizer_instances
+                                      ? std::move(across_optimizer_instances)
+                                      : std::make_unique<SelfCommunicator>("across-optimizer-instances")) {
   GPT_CHECK_EQ(world_->size(), shape.world()) << "world communicator size";
   GPT_CHECK_EQ(tensor_->size(), shape.tensor);
   GPT_CHECK_EQ(data_->size(), shape.data);
@@ -118,6 +140,9 @@ ProcessGrid::ProcessGrid(GridShape shape, int world_rank, std::unique_ptr<Commun
   GPT_CHECK_EQ(context_->size(), shape.context);
   GPT_CHECK(data_context_ == nullptr || data_context_->size() == shape.data * shape.context) << "data x context group";
   GPT_CHECK(data_context_ != nullptr || shape.context == 1) << "CP > 1 needs a data x context group";
+  const int instance_size = optimizer_instance_size(shape);
+  GPT_CHECK_EQ(this->optimizer_instance().size(), instance_size) << "distributed-optimizer instance group";
+  GPT_CHECK_EQ(across_optimizer_instances_->size(), shape.optimizer_instances) << "group across optimizer instances";
 }
 
 std::string ProcessGrid::describe() const {
@@ -143,6 +168,10 @@ std::string ProcessGrid::describe() const {
   if (shape_.context > 1) list_groups("data-context-parallel", GridGroup::kDataContext);
   list_groups("pipeline-parallel", GridGroup::kPipeline);
   list_groups("model-parallel", GridGroup::kModelParallel);
+  if (shape_.optimizer_instances > 1) {
+    list_groups("distributed-optimizer instance", GridGroup::kOptimizerInstance);
+    list_groups("across distributed-optimizer instances", GridGroup::kAcrossOptimizerInstances);
+  }
   std::string text = out.str();
   if (!text.empty() && text.back() == '\n') text.pop_back();
   return text;

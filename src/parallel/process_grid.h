@@ -5,6 +5,11 @@
 // group. Context parallelism splits each sequence over the CP
 // ranks; they read the same samples, so gradients are reduced over the combined data x context
 // group (Megatron's dp-cp group) while samples are distributed over the data-parallel group alone.
+// With --num-distributed-optimizer-instances N the data x context group (in its members' order,
+// place cp + CP * dp) is cut into N instances of DP x CP / N consecutive members (Megatron's
+// intra_partial_data_parallel_group_with_cp), and the members at the same place of every instance
+// form the group across instances (its inter_distributed_optimizer_instance_group: Megatron's
+// create_hierarchical_groups over [DP x CP / N, N]).
 #pragma once
 
 #include <memory>
@@ -27,6 +32,7 @@ struct GridShape {
   int data = 1;
   int context = 1;
   RankOrder order = RankOrder::kTpCpDpPp;
+  int optimizer_instances = 1;  // distributed-optimizer instances; divides data x context
   int world() const { return tensor * context * pipeline * data; }
 };
 
@@ -49,7 +55,18 @@ const char* rank_order_name(RankOrder order);
 // The groups of one kind, as lists of world ranks: each group's members in the order of their own
 // coordinate (a group of several kinds, e.g. data x context, with the first-named kind fastest, as
 // Megatron's RankGenerator lists them), groups in the order of their lowest member.
-enum class GridGroup { kTensor, kContext, kData, kDataContext, kPipeline, kModelParallel };
+enum class GridGroup {
+  kTensor,
+  kContext,
+  kData,
+  kDataContext,
+  kPipeline,
+  kModelParallel,
+  kOptimizerInstance,         // the data x context members of one distributed-optimizer instance
+  kAcrossOptimizerInstances,  // one member of each instance, at the same place in it
+};
+// The members of one distributed-optimizer instance: data x context / instances.
+int optimizer_instance_size(const GridShape& shape);
 std::vector<std::vector<int>> grid_groups(const GridShape& shape, GridGroup kind);
 
 class ProcessGrid {
@@ -61,7 +78,9 @@ class ProcessGrid {
               std::unique_ptr<Communicator> tensor, std::unique_ptr<Communicator> data,
               std::unique_ptr<Communicator> pipeline, std::unique_ptr<Communicator> embedding,
               std::unique_ptr<Communicator> model_parallel, std::unique_ptr<Communicator> context = nullptr,
-              std::unique_ptr<Communicator> data_context = nullptr);
+              std::unique_ptr<Communicator> data_context = nullptr,
+              std::unique_ptr<Communicator> optimizer_instance = nullptr,
+              std::unique_ptr<Communicator> across_optimizer_instances = nullptr);
 
   const GridShape& shape() const { return shape_; }
   int world_rank() const { return world_rank_; }
@@ -80,6 +99,13 @@ class ProcessGrid {
   // Data x context ranks of one (tp, pp) position: gradients are reduced (and ZeRO shards
   // distributed) over this group; the data-parallel group itself when CP = 1.
   Communicator& data_context() const { return data_context_ ? *data_context_ : *data_; }
+  // The data x context ranks of this rank's distributed-optimizer instance: the distributed
+  // optimizer's gradients are reduce-scattered and its parameters all-gathered over this group
+  // (data_context() with one instance).
+  Communicator& optimizer_instance() const { return optimizer_instance_ ? *optimizer_instance_ : data_context(); }
+  // The ranks at this rank's place in every instance (they hold the same shards): the reduced
+  // shards are all-reduced over it. Of size 1 with one instance.
+  Communicator& across_optimizer_instances() const { return *across_optimizer_instances_; }
   Communicator& pipeline() const { return *pipeline_; }
   // First and last pipeline stage of one (tp, dp) column: ties the embedding and the LM head.
   Communicator& embedding() const { return *embedding_; }
@@ -101,6 +127,8 @@ class ProcessGrid {
   GridCoordinates coordinates_;
   std::unique_ptr<Communicator> world_, tensor_, data_, pipeline_, embedding_, model_parallel_, context_;
   std::unique_ptr<Communicator> data_context_;  // null when CP = 1 (data_ is that group)
+  std::unique_ptr<Communicator> optimizer_instance_;  // null with one instance (data_context() is that group)
+  std::unique_ptr<Communicator> across_optimizer_instances_;
   std::vector<std::unique_ptr<Communicator>> bootstrap_;  // MPI groups replaced by NCCL ones
 };
 

@@ -258,10 +258,20 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
     // Inside the pipeline (above): nothing per iteration; the next forward gathers the updated shards.
     p.dp_comm_time = p.zero3_traffic_time;
   } else if (level >= ZeroLevel::kOptimizer) {
-    // ZeRO-2 reduce-scatters every microbatch's gradients (no full-size accumulator).
-    gradient_sync = reduce_scatter_time(dp, parameters * gradient_element, data_link) *
+    // ZeRO-2 reduce-scatters every microbatch's gradients (no full-size accumulator). With
+    // --num-distributed-optimizer-instances N (ZeRO-1 only) the reduce-scatter and the gather run
+    // inside an instance of dp / N consecutive ranks, and each reduced shard is all-reduced across
+    // the N instances (ranks dp / N apart).
+    const int instance = static_cast<int>(optimizer_instance_size(a, dp));
+    const int instances = dp / instance;
+    const Link instance_link = group_link(cluster, static_cast<int>(p.tensor), instance);
+    gradient_sync = reduce_scatter_time(instance, parameters * gradient_element, instance_link) *
                     (level >= ZeroLevel::kGradients ? static_cast<double>(p.microbatches) : 1.0);
-    parameter_gather = all_gather_time(dp, parameters * element, data_link);
+    if (instances > 1) {
+      gradient_sync += all_reduce_time(instances, parameters * gradient_element / instance,
+                                       group_link(cluster, static_cast<int>(p.tensor) * instance, instances));
+    }
+    parameter_gather = all_gather_time(instance, parameters * element, instance_link);
   } else {
     gradient_sync = all_reduce_time(dp, parameters * gradient_element, data_link);
   }
@@ -273,7 +283,8 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
     p.embedding_sync_time =
         all_reduce_time(2, embedding * gradient_element, pair_link(cluster, p.tensor * p.context * p.data * (p.pipeline - 1)));
   }
-  const double owned = shards_optimizer(a) ? std::ceil(parameters / dp) : parameters;
+  const double owned =
+      shards_optimizer(a) ? std::ceil(parameters / static_cast<double>(optimizer_instance_size(a, dp))) : parameters;
   GPT_ASSIGN_OR_RETURN(const OptimizerStep step,
                        optimizer_step({.owned_parameters = owned,
                                        .bytes_per_parameter = optimizer_bytes_per_parameter(a.bf16 || a.fp16),

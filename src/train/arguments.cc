@@ -583,6 +583,16 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
                                     : ""));
   }
   const int64_t dp = world_size / model_parallel;
+  // Megatron's parallel_state: "Data parallel size should be divisible by partial DistOpt shard factor".
+  if (a.num_distributed_optimizer_instances > 1 &&
+      (dp * a.context_parallel_size) % a.num_distributed_optimizer_instances != 0) {
+    return invalid(absl::StrCat("data-parallel size (", dp, ")",
+                                a.context_parallel_size > 1
+                                    ? absl::StrCat(" x --context-parallel-size (", a.context_parallel_size, ")")
+                                    : "",
+                                " must be divisible by --num-distributed-optimizer-instances (",
+                                a.num_distributed_optimizer_instances, ")"));
+  }
   const std::optional<int64_t> batch_per_microbatch = checked_multiply(a.micro_batch_size, dp);
   if (!batch_per_microbatch) {
     return invalid(absl::StrCat("--micro-batch-size (", a.micro_batch_size, ") x data-parallel size (", dp,

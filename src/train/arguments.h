@@ -80,6 +80,9 @@ struct Arguments {
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
   int64_t ddp_bucket_size = 0;          // elements; 0: Megatron's default (with --overlap-grad-reduce)
+  // Megatron's partial distributed optimizer: the data x context group split into this many
+  // instances of consecutive ranks, the optimizer state sharded within each (parallel/process_grid.h).
+  int64_t num_distributed_optimizer_instances = 1;
   // Megatron-FSDP (train/sharding_arguments.h): the ZeRO level from the strategy, the elements per
   // communication unit (0: one unit per layer / embedding / output layer), two fixed unit buffers.
   bool use_megatron_fsdp = false;

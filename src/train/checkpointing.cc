@@ -53,13 +53,16 @@ void print_rank0(const ProcessGrid& grid, const std::string& text) {
 // (Megatron's fully parallel save); with --no-ckpt-fully-parallel-save data-parallel rank 0 writes
 // them all. The context-parallel ranks of a replica hold the same parameters too (CP does not
 // split them), so the choice is over the data x context group.
+// A piece of this rank's own shard (the distributed optimizer's state) is held alike by the rank at
+// the same place of every distributed-optimizer instance: the same choice over those ranks.
 bool writes_piece(const ShardedTensor& piece, const ProcessGrid& grid, bool fully_parallel) {
   if (piece.replica_id != 0) return false;
-  if (!piece.replicated_over_data_parallel) return true;
-  if (!fully_parallel) return grid.data_context().rank() == 0;
-  const int replicas = grid.data_context().size();
+  const Communicator& replicas =
+      piece.replicated_over_data_parallel ? grid.data_context() : grid.across_optimizer_instances();
+  if (replicas.size() == 1) return true;
+  if (!fully_parallel) return replicas.rank() == 0;
   const uint64_t hash = fnv1a_64(absl::StrCat(piece.key, "@", absl::StrJoin(piece.offsets, ",")));
-  return static_cast<int>(hash % static_cast<uint64_t>(replicas)) == grid.data_context().rank();
+  return static_cast<int>(hash % static_cast<uint64_t>(replicas.size())) == replicas.rank();
 }
 
 std::vector<ShardedTensor> state_pieces(Trainer& trainer, const Arguments& args, bool with_optimizer) {

@@ -21,11 +21,15 @@ bool tied_across_stages(const Arguments& args) {
 ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& shape,
                                        const GridCoordinates& coordinates) {
   // Gradients are reduced, and ZeRO shards laid out, over the data x context group (Megatron's
-  // dp-cp group; process_grid.h): its rank is cp + CP * dp.
+  // dp-cp group; process_grid.h): its rank is cp + CP * dp. With several distributed-optimizer
+  // instances the shards are laid out over this rank's instance: its consecutive DP x CP / N
+  // members, the rank's place in it (cp + CP * dp) mod that size.
+  const int data_context = shape.data * shape.context;
+  const int instance = static_cast<int>(optimizer_instance_size(args, data_context));
   ShardPlanConfig config{.tensor_parallel_rank = coordinates.tensor,
                          .tensor_parallel_size = shape.tensor,
-                         .data_parallel_rank = coordinates.context + shape.context * coordinates.data,
-                         .data_parallel_size = shape.data * shape.context,
+                         .data_parallel_rank = (coordinates.context + shape.context * coordinates.data) % instance,
+                         .data_parallel_size = instance,
                          .distributed_optimizer = shards_optimizer(args),
                          .first_pipeline_stage = coordinates.pipeline == 0};
   if (args.use_megatron_fsdp || args.use_torch_fsdp2) {
@@ -68,10 +72,13 @@ DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, 
     if (param.name() == kWordEmbeddingName && tied_across_stages_) tied_bucket_ = param.placement->bucket;
   }
   unready_.assign(plan.buckets().size(), 0);
-  GPT_CHECK_EQ(plan.config().data_parallel_size, grid.data_context().size())
-      << "shard plan for another data-parallel size";
-  GPT_CHECK_EQ(plan.config().data_parallel_rank, grid.data_context().rank())
-      << "shard plan of another data-parallel rank";
+  // The distributed optimizer shards over this rank's instance (the whole data x context group
+  // with one instance, and always without the distributed optimizer).
+  Communicator& shard_group = distributed_optimizer_ ? grid.optimizer_instance() : grid.data_context();
+  GPT_CHECK_EQ(plan.config().data_parallel_size, shard_group.size()) << "shard plan for another data-parallel size";
+  GPT_CHECK_EQ(plan.config().data_parallel_rank, shard_group.rank()) << "shard plan of another data-parallel rank";
+  GPT_CHECK(grid.across_optimizer_instances().size() == 1 || !(plan.sharded_gradients() || plan.sharded_parameters()))
+      << "distributed-optimizer instances with ZeRO-2/3 (hybrid sharding) are refused by the arguments";
   if (plan.sharded_gradients()) {
     const size_t before = arena.used_bytes();
     auto point_grads = [&params](int bucket, const Tensor& buffer) { params.set_bucket_grads(bucket, buffer); };
@@ -80,8 +87,9 @@ DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, 
     gradient_buffer_bytes_ = static_cast<int64_t>(arena.used_bytes() - before);
   } else {
     grads_ = std::make_unique<GradientSync>(
-        grid.data_context(), params.flat_grads(), plan.bucket_shards(),
-        distributed_optimizer_ ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce, arena);
+        shard_group, params.flat_grads(), plan.bucket_shards(),
+        distributed_optimizer_ ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce, arena,
+        &grid.across_optimizer_instances());
   }
   if (plan.sharded_parameters()) {
     const size_t before = arena.used_bytes();
@@ -90,7 +98,7 @@ DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, 
                                           config.parameter_buffers, point_values, arena);
     parameter_buffer_bytes_ = static_cast<int64_t>(arena.used_bytes() - before);
   } else if (distributed_optimizer_) {
-    gather_ = std::make_unique<ParamGather>(grid.data_context(), params.flat_values(), plan.bucket_shards(), arena);
+    gather_ = std::make_unique<ParamGather>(shard_group, params.flat_values(), plan.bucket_shards(), arena);
   }
   int64_t sequence_parallel_elements = 0;
   for (const Param& param : params.params()) {
@@ -215,7 +223,7 @@ double DataParallel::finish_gradients(Context& ctx) {
 
 void DataParallel::after_step(Context& ctx) {
   if (units_) units_->invalidate(ctx);  // the next use gathers the updated shards
-  if (!gather_ || grid_.data_context().size() == 1) return;
+  if (!gather_ || grid_.optimizer_instance().size() == 1) return;
   gather_->start(ctx);
   if (!overlap_param_gather_) gather_->wait_all(ctx);
 }

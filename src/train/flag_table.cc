@@ -164,6 +164,13 @@ constexpr FlagRow kRows[] = {
     row("--ddp-bucket-size", &A::ddp_bucket_size,
         "Elements per gradient bucket with --overlap-grad-reduce (default max(4e7, 1e6 x DP))")
         .shown(kNoneIfZero),
+    row("--num-distributed-optimizer-instances", &A::num_distributed_optimizer_instances,
+        "With --use-distributed-optimizer: split the data-parallel (x context-parallel) group into this many "
+        "instances of consecutive ranks, each holding a full copy of the optimizer state sharded over its own "
+        "ranks; gradients reduce-scattered inside an instance, then all-reduced across instances")
+        .megatron(kRefusedAtValues,
+                  "with --use-distributed-optimizer; with --use-megatron-fsdp or --use-torch-fsdp2 (Megatron-FSDP's "
+                  "hybrid sharding, HSDP) refused: this program does not build hybrid sharding"),
     row("--use-megatron-fsdp", &A::use_megatron_fsdp,
         "Megatron-FSDP: shard data-parallel state at --data-parallel-sharding-strategy's level, reduced and "
         "gathered per communication unit (a layer, the embedding, the output layer)"),

@@ -175,7 +175,8 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
                         .pipeline = static_cast<int>(args.pipeline_model_parallel_size),
                         .data = static_cast<int>(data_parallel_size(args, mpi.world_size())),
                         .context = static_cast<int>(args.context_parallel_size),
-                        .order = args.use_tp_pp_dp_mapping ? RankOrder::kTpCpPpDp : RankOrder::kTpCpDpPp};
+                        .order = args.use_tp_pp_dp_mapping ? RankOrder::kTpCpPpDp : RankOrder::kTpCpDpPp,
+                        .optimizer_instances = static_cast<int>(args.num_distributed_optimizer_instances)};
   std::unique_ptr<ProcessGrid> grid =
       mpi.active() ? build_mpi_grid(shape, args.distributed_timeout_minutes * 60.0) : ProcessGrid::single();
   if (options.print_layout && grid->world_rank() == 0) {

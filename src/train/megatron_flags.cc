@@ -14,8 +14,6 @@ constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
     {"--hierarchical-context-parallel-sizes",
      "only used by --cp-comm-type a2a+p2p, which this program does not build (p2p and a2a are built)"},
     {"--num-experts", "this program has no mixture-of-experts models"},
-    {"--num-distributed-optimizer-instances",
-     "this program has no hybrid sharding (HSDP): the optimizer state is sharded over the whole data-parallel group"},
     {"--outer-dp-sharding-strategy",
      "this program has no hybrid sharding (HSDP): --use-megatron-fsdp shards over the whole data-parallel group"},
     {"--use-legacy-models", "the model is Megatron-Core's GPT; this program has no legacy model"},

@@ -56,6 +56,9 @@ std::string layout_flags(const Arguments& a, int64_t world_size, int64_t padded_
   if (a.bf16) text += ", --bf16";
   if (a.fp16) text += ", --fp16";
   if (a.use_distributed_optimizer) text += ", --use-distributed-optimizer";
+  if (a.num_distributed_optimizer_instances > 1) {
+    absl::StrAppend(&text, ", --num-distributed-optimizer-instances ", a.num_distributed_optimizer_instances);
+  }
   if (a.use_megatron_fsdp) {
     text += ", --use-megatron-fsdp --data-parallel-sharding-strategy " + a.data_parallel_sharding_strategy;
   }
@@ -98,7 +101,8 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
   const std::vector<ParamSpec> specs = build_param_specs(config);
   const GridShape shape{.tensor = static_cast<int>(tp), .pipeline = static_cast<int>(pp),
                         .data = static_cast<int>(data_parallel_size(a, world_size)),
-                        .context = static_cast<int>(a.context_parallel_size)};
+                        .context = static_cast<int>(a.context_parallel_size),
+                        .optimizer_instances = static_cast<int>(a.num_distributed_optimizer_instances)};
   const bool sequence_parallel = a.sequence_parallel && tp > 1;
   const LayerShapes shapes =
       LayerShapes::make(config, tp, 0, sequence_parallel, a.micro_batch_size, a.context_parallel_size);
@@ -243,8 +247,8 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
       Bytes(3) * pp * m * v * static_cast<int64_t>(sizeof(pipeline::Step) + sizeof(pipeline::Instruction));
 
   auto stage_plan = [&](const Bytes& elements, const Bytes& activations) -> absl::StatusOr<MemoryPlan> {
-    // ZeRO shards over the data x context group.
-    const int64_t shards = dp * cp;
+    // ZeRO shards over the data x context group, or over one distributed-optimizer instance of it.
+    const int64_t shards = optimizer_instance_size(a, dp * cp);
     const Bytes owned = shards_optimizer(a) ? Bytes(elements.value() ? (*elements.value() + shards - 1) / shards : 0)
                                             : elements;
     const Bytes parameters = Bytes(t) * (zero_level(a) >= ZeroLevel::kParameters ? owned : elements);

@@ -83,7 +83,33 @@ absl::Status validate_megatron_fsdp_dtypes(const Arguments& a) {
   return absl::OkStatus();
 }
 
+// Megatron's partial distributed optimizer (DistributedDataParallel: "Partial DistOpt cannot be
+// used without DistOpt"). Under Megatron-FSDP the same flag asks for hybrid sharding (HSDP), which
+// this program does not build. The divisibility of DP x CP is checked with the world size.
+absl::Status validate_optimizer_instances(const Arguments& a) {
+  const int64_t n = a.num_distributed_optimizer_instances;
+  if (n < 1) return invalid(absl::StrCat("--num-distributed-optimizer-instances must be at least 1 (got ", n, ")"));
+  if (n == 1) return absl::OkStatus();
+  if (a.use_megatron_fsdp || a.use_torch_fsdp2) {
+    return invalid(absl::StrCat("--num-distributed-optimizer-instances ", n, " with ",
+                                a.use_megatron_fsdp ? "--use-megatron-fsdp" : "--use-torch-fsdp2",
+                                " asks for hybrid sharding (HSDP), which this program does not build; use "
+                                "--use-distributed-optimizer for instances of ZeRO-1"));
+  }
+  if (!a.use_distributed_optimizer) {
+    return invalid(absl::StrCat("--num-distributed-optimizer-instances ", n,
+                                " needs --use-distributed-optimizer (Megatron: partial DistOpt cannot be used "
+                                "without DistOpt)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+int64_t optimizer_instance_size(const Arguments& a, int64_t data_context_size) {
+  const int64_t n = shards_optimizer(a) ? a.num_distributed_optimizer_instances : 1;
+  return data_context_size / n;
+}
 
 ZeroLevel zero_level(const Arguments& a) {
   if (a.use_torch_fsdp2) return ZeroLevel::kParameters;
@@ -102,6 +128,7 @@ double offload_fraction(const Arguments& a) { return a.optimizer_cpu_offload ? a
 absl::Status validate_sharding_arguments(const Arguments& a) {
   GPT_RETURN_IF_ERROR(validate_offload_arguments(a));
   GPT_RETURN_IF_ERROR(validate_torch_fsdp2_arguments(a));
+  GPT_RETURN_IF_ERROR(validate_optimizer_instances(a));
   const std::string& s = a.data_parallel_sharding_strategy;
   if (s != "no_shard" && s != "optim" && s != "optim_grads" && s != "optim_grads_params") {
     return invalid(absl::StrCat("--data-parallel-sharding-strategy must be no_shard, optim, optim_grads or "

@@ -21,6 +21,10 @@ ZeroLevel zero_level(const Arguments& args);
 // ZeRO-1 and above: the optimizer updates this rank's shard of every bucket, and the updated
 // shards are all-gathered after the step.
 bool shards_optimizer(const Arguments& args);
+// The ranks of one distributed-optimizer instance (Megatron's intra_partial_data_parallel_group_with_cp):
+// the data x context group of `data_context_size` ranks over --num-distributed-optimizer-instances
+// (which the world check has made divide it); the whole group without a distributed optimizer.
+int64_t optimizer_instance_size(const Arguments& args, int64_t data_context_size);
 // The fraction of the optimizer state in host memory: --optimizer-offload-fraction with
 // --optimizer-cpu-offload, else 0.
 double offload_fraction(const Arguments& args);

@@ -278,9 +278,10 @@ std::vector<PhaseTiming> Trainer::phase_timings(int64_t iterations, bool reset) 
 }
 
 std::vector<Communicator*> Trainer::norm_groups() {
-  // With sharded gradients each data-parallel rank holds the sums of its shards only.
+  // With sharded gradients each data-parallel rank holds the sums of its shards only; each
+  // distributed-optimizer instance holds every shard once (and every instance the same sums).
   std::vector<Communicator*> groups = {&grid_.model_parallel()};
-  if (data_parallel_->distributed_optimizer()) groups.push_back(&grid_.data_context());
+  if (data_parallel_->distributed_optimizer()) groups.push_back(&grid_.optimizer_instance());
   return groups;
 }
 

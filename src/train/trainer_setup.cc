@@ -285,7 +285,7 @@ MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chu
   int64_t elements = 0;
   for (const Param& param : params_->params()) elements += param.numel();
   const double owned = data_parallel_->distributed_optimizer()
-                           ? static_cast<double>(elements) / static_cast<double>(grid_.data_context().size())
+                           ? static_cast<double>(elements) / static_cast<double>(grid_.optimizer_instance().size())
                            : static_cast<double>(elements);
   const bool separate_master = optimizer_->has_separate_master();
   // ZeRO-2/3: the shards (1/DP) in theory; allocated also the working buffers of the units in flight.

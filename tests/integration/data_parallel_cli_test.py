@@ -30,6 +30,12 @@ ROW = re.compile(r"^\s+(gradients \(FP32\)|optimizer moments \(FP32\))\s+([\d.]+
 
 BAD = [
     (["--overlap-param-gather"], "--overlap-param-gather needs --use-distributed-optimizer"),
+    (["--num-distributed-optimizer-instances", "2"],
+     "--num-distributed-optimizer-instances 2 needs --use-distributed-optimizer"),
+    (["--use-distributed-optimizer", "--num-distributed-optimizer-instances", "3"],
+     "data-parallel size (4) must be divisible by --num-distributed-optimizer-instances (3)"),
+    (["--use-megatron-fsdp", "--num-distributed-optimizer-instances", "2"],
+     "--num-distributed-optimizer-instances 2 with --use-megatron-fsdp asks for hybrid sharding (HSDP)"),
     (["--global-batch-size", "12"], "--global-batch-size (12) must be divisible by --micro-batch-size (2) x "
                                     "data-parallel size (4)"),
     (["--ddp-bucket-size", "-5"], "--ddp-bucket-size must be a positive integer"),

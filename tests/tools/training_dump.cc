@@ -46,7 +46,8 @@ std::vector<int64_t> shape_of(const Tensor& t) {
 
 // With the distributed optimizer each data-parallel rank holds the reduced gradient of its shards
 // only, and under ZeRO-3 the values of its shards only: the whole is the sum over the group (data x
-// context) of every rank's shards (zero elsewhere). Host copies, so the MPI group takes them as
+// context; with several distributed-optimizer instances, this rank's instance, which holds each
+// shard once) of every rank's shards (zero elsewhere). Host copies, so the MPI group takes them as
 // they are (the dumps run on the CPU backend).
 std::vector<float> whole_from_shards(Trainer& trainer, ProcessGrid& grid, bool gradients) {
   const int64_t elements = trainer.params().plan().flat_elements();
@@ -56,7 +57,7 @@ std::vector<float> whole_from_shards(Trainer& trainer, ProcessGrid& grid, bool g
     const std::vector<float> mine = to_float32(trainer.context(), part);
     std::copy(mine.begin(), mine.end(), whole.begin() + range.begin);
   }
-  grid.data_context().all_reduce(trainer.context(),
+  grid.optimizer_instance().all_reduce(trainer.context(),
                                  Tensor(whole.data(), DType::kFloat32, Shape({elements}), Device::kCpu), ReduceOp::kSum);
   return whole;
 }

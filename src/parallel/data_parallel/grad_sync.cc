@@ -47,15 +47,18 @@ void check_bucket_shards(std::span<const BucketShard> buckets, const Communicato
 }
 
 GradientSync::GradientSync(Communicator& data_parallel, Tensor flat_grads, std::vector<BucketShard> buckets,
-                           GradientReduction reduction, Arena& arena)
+                           GradientReduction reduction, Arena& arena, Communicator* across_instances)
     : group_(data_parallel),
+      across_(across_instances && across_instances->size() > 1 ? across_instances : nullptr),
       flat_grads_(std::move(flat_grads)),
       buckets_(std::move(buckets)),
       reduction_(reduction),
       handles_(buckets_.size()),
+      across_handles_(buckets_.size()),
       started_(buckets_.size(), false) {
   GPT_CHECK(flat_grads_.dtype() == DType::kFloat32) << "gradients are float32";
   const bool sharded = reduction_ == GradientReduction::kReduceScatter;
+  GPT_CHECK(across_ == nullptr || sharded) << "distributed-optimizer instances need the reduce-scatter";
   check_bucket_shards(buckets_, group_, flat_grads_.numel(), sharded && group_.size() > 1);
   for (const BucketShard& b : buckets_) {
     if (sharded && group_.size() > 1) scattered_.push_back(arena.allocate(DType::kFloat32, {b.shard.size()}));
@@ -70,11 +73,21 @@ std::vector<Range> GradientSync::shards() const {
   return all;
 }
 
+Tensor GradientSync::reduced(int bucket) const {
+  if (group_.size() > 1) return scattered_[static_cast<size_t>(bucket)];
+  const Range s = shard(bucket);
+  return flat_grads_.flat_range(s.begin, s.size());
+}
+
 void GradientSync::start(Context& ctx, int bucket) {
   const size_t b = static_cast<size_t>(bucket);
   if (started_[b]) return;
   started_[b] = true;
-  if (group_.size() == 1) return;
+  if (group_.size() == 1) {
+    // Instances of one rank each: the whole bucket is the shard, all-reduced across them at once.
+    if (across_) across_handles_[b] = across_->start_all_reduce(ctx, reduced(bucket), ReduceOp::kSum);
+    return;
+  }
   const Range& bucket_range = buckets_[b].bucket;
   const Tensor grads = flat_grads_.flat_range(bucket_range.begin, bucket_range.size());
   handles_[b] = reduction_ == GradientReduction::kAllReduce
@@ -84,13 +97,23 @@ void GradientSync::start(Context& ctx, int bucket) {
 
 void GradientSync::progress() {
   for (CollectiveHandle& handle : handles_) handle.progress();
+  for (CollectiveHandle& handle : across_handles_) handle.progress();
 }
 
 double GradientSync::finish(Context& ctx) {
   for (int b = 0; b < num_buckets(); ++b) start(ctx, b);
   const auto waiting = std::chrono::steady_clock::now();
+  if (across_ && group_.size() > 1) {
+    // Each instance's reduce-scatter sums its ranks' gradients; the all-reduce of the shard across
+    // instances adds the other instances' sums (Megatron's order: reduce-scatter, then all-reduce).
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      handles_[b].wait(ctx);
+      across_handles_[b] = across_->start_all_reduce(ctx, reduced(static_cast<int>(b)), ReduceOp::kSum);
+    }
+  }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     handles_[b].wait(ctx);
+    across_handles_[b].wait(ctx);
     if (reduction_ == GradientReduction::kReduceScatter && group_.size() > 1) {
       const Range s = shard(static_cast<int>(b));
       ops::copy(ctx, flat_grads_.flat_range(s.begin, s.size()), scattered_[b]);

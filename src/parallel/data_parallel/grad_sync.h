@@ -4,6 +4,9 @@
 // parts of every bucket (the rest of the buffer keeps this rank's partial gradients). A bucket's
 // reduction may start while backward still runs (--overlap-grad-reduce): start() as soon as its
 // last gradient is final, progress() between layers, finish() before the optimizer step.
+// With several distributed-optimizer instances (Megatron's partial distributed optimizer) the
+// reduce-scatter runs over this rank's instance and its result, a shard every instance holds, is
+// then all-reduced over the ranks holding the same shard in the other instances.
 #pragma once
 
 #include <cstdint>
@@ -34,9 +37,10 @@ class GradientSync {
   // `buckets`: disjoint ranges of `flat_grads` and this rank's shard of each, as the shard plan
   // (model/shard_plan.h) cut them; with kReduceScatter the shard must be the part a reduce-scatter
   // leaves on this rank (the rank-th of the group's equal parts), else the whole bucket. Scratch for
-  // reduce-scatter results comes from `arena`.
+  // reduce-scatter results comes from `arena`. `across_instances` (kReduceScatter only; null or a
+  // group of one without instances): the ranks holding this rank's shards in the other instances.
   GradientSync(Communicator& data_parallel, Tensor flat_grads, std::vector<BucketShard> buckets,
-               GradientReduction reduction, Arena& arena);
+               GradientReduction reduction, Arena& arena, Communicator* across_instances = nullptr);
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   GradientReduction reduction() const { return reduction_; }
@@ -49,17 +53,24 @@ class GradientSync {
   void start(Context& ctx, int bucket);
   // Lets started reductions advance (MPI moves data only inside MPI calls).
   void progress();
-  // Starts the buckets not started yet, waits for all, and leaves the sums in the shards. Returns
+  // Starts the buckets not started yet, waits for all (a bucket's all-reduce across instances
+  // starts as soon as its reduce-scatter is done), and leaves the sums in the shards. Returns
   // the seconds the host spent waiting (the reduction time not hidden behind other work).
   double finish(Context& ctx);
 
  private:
+  // This rank's reduced shard of bucket b: the reduce-scatter's result, or the bucket itself when
+  // the group is one rank.
+  Tensor reduced(int bucket) const;
+
   Communicator& group_;
+  Communicator* across_;  // null unless there are several distributed-optimizer instances
   Tensor flat_grads_;
   std::vector<BucketShard> buckets_;
   GradientReduction reduction_;
   std::vector<Tensor> scattered_;  // [bucket] this rank's reduce-scatter result, copied back into its shard
-  std::vector<CollectiveHandle> handles_;
+  std::vector<CollectiveHandle> handles_;         // [bucket] the reduction over the group
+  std::vector<CollectiveHandle> across_handles_;  // [bucket] the all-reduce across instances
   std::vector<bool> started_;
 };
 

@@ -2,9 +2,11 @@
 // "tp-cp-ep-pp-dp", --use-tp-pp-dp-mapping) against an independent reimplementation of Megatron's
 // RankGenerator (megatron/core/parallel_state.py: generate_masked_orthogonal_rank_groups over the
 // order's sizes, the group's kinds masked), for several layouts; then, under mpirun -np 8, the MPI
-// communicators the grid builds hold exactly those ranks, in that order.
+// communicators the grid builds hold exactly those ranks, in that order. The same for the groups of
+// --num-distributed-optimizer-instances against Megatron's construction of them.
 #include <mpi.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -122,6 +124,76 @@ TEST(RankOrder, MegatronsDocstringExample) {
   EXPECT_EQ(grid_groups(usual, GridGroup::kData), (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
 }
 
+// Megatron's partial distributed optimizer (parallel_state.py): instance i is the slice
+// [i x size, (i + 1) x size) of each dp-cp group's rank list (_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP);
+// the group across instances is create_hierarchical_groups' level 1 of [size, N] over each expert
+// data-parallel group (RankGenerator with ep 1, cp 1 and dp = DP x CP, token "dp"): einops
+// "(l s u) -> (l u) s" with u = size, s = N, l = 1, i.e. the members at the same index of every
+// slice. (Megatron asserts that the two data-parallel sizes agree unless the order ends in pp or
+// PP = 1; those layouts are left out of the second comparison.)
+struct InstanceGroups {
+  std::vector<std::vector<int>> instances, across;
+};
+bool megatron_accepts(const GridShape& shape) {
+  return shape.order == RankOrder::kTpCpDpPp || shape.pipeline == 1 || shape.context == 1;
+}
+InstanceGroups megatron_instance_groups(const GridShape& shape) {
+  InstanceGroups result;
+  const int n = shape.optimizer_instances, size = shape.data * shape.context / n;
+  for (const std::vector<int>& ranks : rank_generator(shape, "dp-cp")) {
+    for (int i = 0; i < n; ++i) result.instances.emplace_back(ranks.begin() + i * size, ranks.begin() + (i + 1) * size);
+  }
+  GridShape expert = shape;
+  expert.data = shape.data * shape.context;
+  expert.context = 1;
+  for (const std::vector<int>& ranks : rank_generator(expert, "dp")) {
+    for (int u = 0; u < size; ++u) {
+      std::vector<int> group;
+      for (int s = 0; s < n; ++s) group.push_back(ranks[static_cast<size_t>(s * size + u)]);
+      result.across.push_back(group);
+    }
+  }
+  // grid_groups lists groups in the order of their lowest member.
+  std::sort(result.instances.begin(), result.instances.end());
+  std::sort(result.across.begin(), result.across.end());
+  return result;
+}
+
+// Every layout of eight ranks with each instance count that divides its DP x CP.
+std::vector<GridShape> layouts_with_instances() {
+  std::vector<GridShape> layouts;
+  for (GridShape shape : layouts_of_eight()) {
+    for (int n = 2; n <= shape.data * shape.context; ++n) {
+      if (shape.data * shape.context % n != 0) continue;
+      shape.optimizer_instances = n;
+      layouts.push_back(shape);
+    }
+  }
+  return layouts;
+}
+
+TEST(RankOrder, OptimizerInstancesEqualMegatrons) {
+  std::vector<GridShape> layouts = layouts_with_instances();
+  layouts.push_back({.tensor = 2, .pipeline = 3, .data = 4, .optimizer_instances = 2});
+  layouts.push_back({.tensor = 3, .pipeline = 2, .data = 6, .context = 2, .optimizer_instances = 3});
+  for (const GridShape& shape : layouts) {
+    const InstanceGroups expected = megatron_instance_groups(shape);
+    EXPECT_EQ(grid_groups(shape, GridGroup::kOptimizerInstance), expected.instances)
+        << name_of(shape) << ", " << shape.optimizer_instances << " instances";
+    if (!megatron_accepts(shape)) continue;
+    EXPECT_EQ(grid_groups(shape, GridGroup::kAcrossOptimizerInstances), expected.across)
+        << name_of(shape) << ", " << shape.optimizer_instances << " instances";
+  }
+  // TP 2 x DP 4 in 2 instances (default order: rank = tp + 2 dp): instances of consecutive
+  // data-parallel ranks, the group across them strided.
+  const GridShape shape{.tensor = 2, .data = 4, .optimizer_instances = 2};
+  EXPECT_EQ(grid_groups(shape, GridGroup::kOptimizerInstance),
+            (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(grid_groups(shape, GridGroup::kAcrossOptimizerInstances),
+            (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(optimizer_instance_size(shape), 2);
+}
+
 // Under mpirun -np 8: each communicator of each layout holds the ranks grid_groups lists, in order.
 TEST(RankOrder, MpiCommunicatorsHoldTheGroups) {
   int world_size = 1, world_rank = 0;
@@ -129,7 +201,9 @@ TEST(RankOrder, MpiCommunicatorsHoldTheGroups) {
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   ASSERT_EQ(world_size, 8) << "run with mpirun -np 8";
   Context ctx = Context::cpu(1);
-  for (const GridShape& shape : layouts_of_eight()) {
+  std::vector<GridShape> layouts = layouts_of_eight();
+  for (const GridShape& shape : layouts_with_instances()) layouts.push_back(shape);
+  for (const GridShape& shape : layouts) {
     std::unique_ptr<ProcessGrid> grid = build_mpi_grid(shape, /*timeout_seconds=*/120.0);
     ASSERT_EQ(grid->world_rank(), world_rank);
     std::vector<std::pair<GridGroup, Communicator*>> groups = {{GridGroup::kTensor, &grid->tensor()},
@@ -152,6 +226,10 @@ TEST(RankOrder, MpiCommunicatorsHoldTheGroups) {
         }
       }
       EXPECT_EQ(members, expected) << name_of(shape) << ", " << communicator->name() << " group of rank " << world_rank;
+    }
+    if (shape.optimizer_instances > 1) {
+      groups.push_back({GridGroup::kOptimizerInstance, &grid->optimizer_instance()});
+      groups.push_back({GridGroup::kAcrossOptimizerInstances, &grid->across_optimizer_instances()});
     }
     // The embedding group: the first and last stage of this rank's pipeline group.
     const GridCoordinates c = grid->coordinates();

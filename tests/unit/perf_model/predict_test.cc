@@ -98,6 +98,26 @@ TEST(PerfModelMemory, ZeroTwoShardsGradientsAndReducesEveryMicrobatch) {
   EXPECT_NEAR(four.dp_comm_time - two.dp_comm_time, 2 * reduce_scatter, 1e-12);
 }
 
+TEST(PerfModelMemory, OptimizerInstancesShardOverTheInstanceAndAllReduceAcross) {
+  // DP 4, BF16 (2-byte gradients and parameters, B bytes of each): N instances of 4 / N ranks hold
+  // 6 + 12 / (4 / N) bytes per parameter. On one node without latency a ring sends the same: one
+  // instance reduce-scatters and gathers over 4 (3/4 B + 3/4 B); 2 instances over 2 (1/2 B + 1/2 B)
+  // plus the all-reduce of the half-size shard across 2 (2 x 1/2 x B / 2); 4 instances of one rank
+  // only all-reduce across 4 (2 x 3/4 B).
+  const std::string flags = kTiny + "--global-batch-size 4 --use-distributed-optimizer ";
+  const Prediction one = predicted(flags, 4);
+  const double elements = one.memory.parameters / 2;
+  for (int n : {2, 4}) {
+    SCOPED_TRACE(testing::Message() << n << " instances");
+    const std::string instances = flags + "--num-distributed-optimizer-instances " + std::to_string(n);
+    const MemoryEstimate m = *estimate_memory(layout(instances, 4), 4);
+    EXPECT_EQ(m.parameters + m.gradients + m.optimizer_state, (6 + 12.0 / (4 / n)) * elements);
+    const Prediction p = predicted(instances, 4);
+    EXPECT_GT(p.dp_comm_time, 0);
+    EXPECT_NEAR(p.dp_comm_time, one.dp_comm_time, 1e-9 * one.dp_comm_time);
+  }
+}
+
 const std::string kMedium =
     "--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --max-position-embeddings 1024 "
     "--vocab-size 512 --micro-batch-size 1 --bf16 ";
