@@ -113,11 +113,18 @@ void DataParallel::attach(std::span<GptModel* const> chunks) {
   expected_reports_.clear();
   writers_.assign(params_.plan().buckets().size(), 0);
   written_.assign(writers_.size(), 0);
-  neighbours_.clear();
+  links_.clear();
   for (GptModel* chunk : chunks) {
     const std::vector<ParamGroup>& groups = chunk->parameter_groups();
     for (size_t i = 0; i < groups.size(); ++i) {
-      neighbours_[&groups[i]] = {i > 0 ? &groups[i - 1] : nullptr, i + 1 < groups.size() ? &groups[i + 1] : nullptr};
+      GroupLinks& links = links_[&groups[i]];
+      links.neighbours = {i > 0 ? &groups[i - 1] : nullptr, i + 1 < groups.size() ? &groups[i + 1] : nullptr};
+      for (const Param* param : groups[i].params) {
+        const int bucket = param->placement->bucket;
+        if (std::find(links.buckets.begin(), links.buckets.end(), bucket) == links.buckets.end()) {
+          links.buckets.push_back(bucket);
+        }
+      }
     }
     for (const ParamGroup& group : chunk->parameter_groups()) {
       for (const Param* param : group.params) ++expected_reports_[param];
@@ -133,15 +140,6 @@ void DataParallel::attach(std::span<GptModel* const> chunks) {
 std::vector<Range> DataParallel::owned() const {
   if (!distributed_optimizer_) return {};
   return params_.plan().owned();
-}
-
-std::vector<int> DataParallel::buckets_of(const ParamGroup& group) const {
-  std::vector<int> buckets;
-  for (const Param* param : group.params) {
-    const int bucket = param->placement->bucket;
-    if (std::find(buckets.begin(), buckets.end(), bucket) == buckets.end()) buckets.push_back(bucket);
-  }
-  return buckets;
 }
 
 void DataParallel::start_iteration(Context& ctx) {
@@ -271,7 +269,7 @@ void DataParallel::tied_embedding_sum_of_shards(Context& ctx) {
 void DataParallel::before_use(Context& ctx, const ParamGroup& group, ParamUse use, int slot) {
   if (units_) {
     for (int bucket : buckets_of(group)) units_->acquire(ctx, bucket);
-    const ParamGroup* next = neighbours_.at(&group)[use == ParamUse::kBackward ? 0 : 1];
+    const ParamGroup* next = links_.at(&group).neighbours[use == ParamUse::kBackward ? 0 : 1];
     if (overlap_param_gather_ && next) {
       for (int bucket : buckets_of(*next)) units_->prefetch(ctx, bucket);
     }

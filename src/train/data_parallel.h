@@ -108,8 +108,9 @@ class DataParallel final : public ParamObserver {
   // embedding's own bucket is the same on both stages).
   void sequence_parallel_sum_of_shards(Context& ctx);
   void tied_embedding_sum_of_shards(Context& ctx);
-  // The buckets holding the group's parameters, each once.
-  std::vector<int> buckets_of(const ParamGroup& group) const;
+  // The buckets holding the group's parameters, each once (listed by attach: the hooks run per
+  // layer and microbatch and allocate nothing).
+  const std::vector<int>& buckets_of(const ParamGroup& group) const { return links_.at(&group).buckets; }
 
   ProcessGrid& grid_;
   ParamStore& params_;
@@ -120,8 +121,12 @@ class DataParallel final : public ParamObserver {
   std::unique_ptr<ParamGather> gather_;
   std::unique_ptr<GradientShards> shards_;  // ZeRO-2 and 3
   std::unique_ptr<ParamUnits> units_;       // ZeRO-3
-  // ZeRO-3 prefetch: each group's neighbours in its chunk, [0] the one before, [1] the one after.
-  std::map<const ParamGroup*, std::array<const ParamGroup*, 2>> neighbours_;
+  struct GroupLinks {
+    // ZeRO-3 prefetch: the group's neighbours in its chunk, [0] the one before, [1] the one after.
+    std::array<const ParamGroup*, 2> neighbours;
+    std::vector<int> buckets;  // see buckets_of
+  };
+  std::map<const ParamGroup*, GroupLinks> links_;
   std::vector<int> writers_;                // [bucket] groups writing its gradients per microbatch (ZeRO-2)
   std::vector<int> written_;                // [bucket] of those, the ones done in this round
   int64_t gradient_buffer_bytes_ = 0;
