@@ -26,6 +26,7 @@
 #include "train/pipeline_split.h"
 #include "train/recompute_arguments.h"
 #include "train/rerun_arguments.h"
+#include "train/expert_arguments.h"
 #include "train/schedule_arguments.h"
 #include "train/sharding_arguments.h"
 
@@ -583,6 +584,7 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
                                     : ""));
   }
   const int64_t dp = world_size / model_parallel;
+  GPT_RETURN_IF_ERROR(check_expert_groups(a, world_size, dp));
   // Megatron's parallel_state: "Data parallel size should be divisible by partial DistOpt shard factor".
   if (a.num_distributed_optimizer_instances > 1 &&
       (dp * a.context_parallel_size) % a.num_distributed_optimizer_instances != 0) {

@@ -76,6 +76,10 @@ struct Arguments {
   // Megatron's other rank order, "tp-cp-ep-pp-dp" (parallel/process_grid.h): the pipeline stages of
   // one replica on neighbouring ranks instead of its data-parallel replicas.
   bool use_tp_pp_dp_mapping = false;
+  // Megatron's size of the expert layers' tensor-parallel groups (0: --tensor-model-parallel-size).
+  // This program's models have no expert layers, so as in Megatron for a dense model no parameter
+  // uses those groups: the value is only checked as Megatron's parallel_state checks it.
+  int64_t expert_tensor_parallel_size = 0;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;

@@ -26,7 +26,6 @@ constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
     {"--export-kd-cfg", "this program has no knowledge-distillation export (ModelOpt)"},
     {"--export-kd-teacher-load", "this program has no knowledge-distillation export (ModelOpt)"},
     {"--export-te-mcore-model", "this program has no ModelOpt export; ckpt_tool export writes safetensors"},
-    {"--expert-tensor-parallel-size", "this program has no mixture-of-experts models"},
     {"--fim-data", "this program has no fill-in-the-middle data transformation"},
     {"--fim-rate", "this program has no fill-in-the-middle data transformation"},
     {"--fim-spm-rate", "this program has no fill-in-the-middle data transformation"},

@@ -477,6 +477,19 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
             "--num-distributed-optimizer-instances", "3"),
        "data-parallel size (2) x --context-parallel-size (2) must be divisible by --num-distributed-optimizer-instances (3)",
        4},
+      // --expert-tensor-parallel-size: Megatron's expert grid checks (no expert layers here).
+      {with(base_flags(), "--expert-tensor-parallel-size", "0"), "--expert-tensor-parallel-size must be at least 1 (got 0)"},
+      {with(with(base_flags(), "--expert-tensor-parallel-size", "3"), "--pipeline-model-parallel-size", "2"),
+       "world size (4) must be divisible by --expert-tensor-parallel-size (3) x --pipeline-model-parallel-size (2), as "
+       "Megatron's expert grid",
+       4},
+      {with(with(with(with(base_flags(), "--expert-tensor-parallel-size", "1"), "--pipeline-model-parallel-size", "2"),
+                 "--use-tp-pp-dp-mapping", ""),
+            "--tensor-model-parallel-size", "2"),
+       "--expert-tensor-parallel-size 1 with --use-tp-pp-dp-mapping and --pipeline-model-parallel-size 2: the expert "
+       "data-parallel size (4) must equal the data-parallel size (2), as Megatron requires without the pipeline-last "
+       "rank order",
+       8},
       {with(base_flags(), "--attention-backend", "fused"), "--attention-backend fused needs --bf16"},
       // Activation recompute (Megatron's rules; a method or count alone is refused, not ignored).
       {with(base_flags(), "--recompute-granularity", "partial"), "--recompute-granularity must be full or selective (got partial)"},
@@ -818,6 +831,32 @@ TEST(Arguments, MicrobatchGroupsOfTheInterleavedSchedule) {
                           "--microbatch-group-size-per-virtual-pipeline-stage", "3"),
                      2),
             "");
+}
+
+TEST(Arguments, ExpertTensorParallelSizeIsCheckedAsMegatronsExpertGridAndNoted) {
+  // Megatron's dense test configuration: TP 2 x PP 2 x CP 2 with the other rank order and expert
+  // TP 4 on 8 ranks (expert data-parallel 1 = data-parallel 1).
+  const std::vector<std::string> flags =
+      with(with(with(with(with(with(base_flags(), "--tensor-model-parallel-size", "2"), "--pipeline-model-parallel-size",
+                               "2"),
+                          "--context-parallel-size", "2"),
+                     "--use-tp-pp-dp-mapping", ""),
+                "--expert-tensor-parallel-size", "4"),
+           "--sequence-parallel", "");
+  absl::StatusOr<Arguments> parsed = parse_arguments(flags);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(validate_arguments(*parsed).message(), "");
+  ASSERT_EQ(validate_for_world(*parsed, 8).message(), "");
+  EXPECT_EQ(parsed->expert_tensor_parallel_size, 4);
+  ASSERT_FALSE(parsed->notes.empty());
+  EXPECT_NE(parsed->notes.back().find("--expert-tensor-parallel-size 4: this model has no expert"), std::string::npos)
+      << parsed->notes.back();
+  // Equal to TP (Megatron's default): nothing to note.
+  absl::StatusOr<Arguments> same = parse_arguments(with(base_flags(), "--expert-tensor-parallel-size", "1"));
+  ASSERT_TRUE(same.ok());
+  ASSERT_TRUE(validate_arguments(*same).ok());
+  ASSERT_TRUE(validate_for_world(*same, 2).ok());
+  EXPECT_TRUE(same->notes.empty());
 }
 
 }  // namespace
