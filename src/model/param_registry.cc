@@ -43,6 +43,29 @@ void add_norm(std::vector<ParamSpec>& specs, const ModelConfig& c, const std::st
   }
 }
 
+// --qk-layernorm: the query and key norms of a layer, each over the d = kv_channels dims of a head
+// (weight, and bias with LayerNorm), replicated across TP, their gradients summed over TP since
+// each rank normalizes only its own heads. Weight decay only with --apply-wd-to-qk-layernorm
+// (Megatron's rule, which then decays their biases as well).
+void add_qk_norms(std::vector<ParamSpec>& specs, const ModelConfig& c, const std::string& attention_prefix,
+                  int64_t layer) {
+  const ParamInit weight_init = c.layernorm_zero_centered_gamma ? ParamInit::kZeros : ParamInit::kOnes;
+  for (const char* norm : {".q_layernorm", ".k_layernorm"}) {
+    const std::string prefix = attention_prefix + norm;
+    specs.push_back(make(prefix + ".weight", {c.kv_channels}, TensorSplit::kReplicated, weight_init, 0,
+                         ParamSection::kLayer, layer));
+    if (c.has_layernorm_bias()) {
+      specs.push_back(make(prefix + ".bias", {c.kv_channels}, TensorSplit::kReplicated, ParamInit::kZeros, 0,
+                           ParamSection::kLayer, layer));
+    }
+  }
+  for (auto spec = specs.end() - (c.has_layernorm_bias() ? 4 : 2); spec != specs.end(); ++spec) {
+    spec->weight_decay = c.apply_wd_to_qk_layernorm;
+    spec->sequence_parallel_grad = false;
+    spec->tensor_parallel_grad = true;
+  }
+}
+
 }  // namespace
 
 std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
@@ -73,6 +96,7 @@ std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
       specs.push_back(make(prefix + ".self_attention.linear_qkv.bias", {c.qkv_size()}, TensorSplit::kRows,
                            ParamInit::kZeros, 0, section, layer));
     }
+    if (c.qk_layernorm) add_qk_norms(specs, c, prefix + ".self_attention", layer);
     specs.push_back(make(prefix + ".self_attention.linear_proj.weight", {h, projection}, TensorSplit::kColumns,
                          ParamInit::kNormal, scaled_std, section, layer));
     if (bias) {

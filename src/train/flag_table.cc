@@ -93,6 +93,10 @@ constexpr FlagRow kRows[] = {
         .dest("layernorm_zero_centered_gamma"),
     row("--squared-relu", &A::squared_relu,
         "MLP activation relu(x)^2 instead of GeLU (refused with --swiglu, as Megatron's assertion)"),
+    row("--qk-layernorm", &A::qk_layernorm,
+        "Each query and key head normalized over its kv_channels dims before RoPE by the model's "
+        "--normalization (Megatron's q_layernorm / k_layernorm: one weight, and LayerNorm bias, for the "
+        "queries and one for the keys per layer, shared by the heads, their gradients summed over TP)"),
     // Parallelism.
     row("--tensor-model-parallel-size", &A::tensor_model_parallel_size, "Tensor-parallel size"),
     row("--pipeline-model-parallel-size", &A::pipeline_model_parallel_size, "Pipeline-parallel size"),
@@ -257,6 +261,9 @@ constexpr FlagRow kRows[] = {
         "Warmup as a fraction of the decay iterations or samples (fractional samples kept, as Megatron)")
         .shown(kNoneIfNegative),
     row("--weight-decay", &A::weight_decay, "AdamW weight decay"),
+    row("--apply-wd-to-qk-layernorm", &A::apply_wd_to_qk_layernorm,
+        "Weight decay on --qk-layernorm's weights and biases too (by default, as every 1-D parameter and "
+        "bias, they take none); without --qk-layernorm it changes nothing, as Megatron"),
     row("--clip-grad", &A::clip_grad, "Clip gradients to this global L2 norm (0: off)"),
     row("--adam-beta1", &A::adam_beta1, "Adam beta1"),
     row("--adam-beta2", &A::adam_beta2, "Adam beta2"),
