@@ -180,6 +180,7 @@ struct Arguments {
   bool overlap_param_gather_with_optimizer_step = false;  // needs the distributed optimizer and --overlap-param-gather
   bool disable_gloo_process_groups = false;    // no Gloo groups exist here
   int64_t check_weight_hash_across_dp_replicas_interval = 0;  // 0: never (train/replica_check.h)
+  bool test_mode = false;  // Megatron's real-time tests: the q/k norms equal on every rank (train/qk_layernorm_check.h)
   int64_t empty_unused_memory_level = 0;
   bool no_check_for_nan_in_loss_and_grad = false;  // refused: no check here stops a run
   bool calculate_per_token_loss = false;

@@ -434,6 +434,11 @@ constexpr FlagRow kRows[] = {
         "Every N iterations, check that the data-parallel replicas hold the same parameters (a hash of each "
         "rank's parameters); replicas that differ stop the run, naming the ranks")
         .shown(kNoneIfZero),
+    row("--test-mode", &A::test_mode,
+        "Megatron's real-time tests: with --qk-layernorm, before the first iteration and after each, every "
+        "tensor-, data- and context-parallel rank of a pipeline stage must hold the same q_layernorm / "
+        "k_layernorm parameters (a hash of them), or the run stops naming the ranks (Megatron's "
+        "run_realtime_tests); without --qk-layernorm it checks nothing, as Megatron"),
     row("--disable-gloo-process-groups", &A::disable_gloo_process_groups,
         "Accepted: this program creates no Gloo process groups (its host-side agreements run on MPI)")
         .megatron(kImplementation),
