@@ -1,6 +1,7 @@
 #include "model/param_registry.h"
 
 #include <cmath>
+#include <utility>
 
 #include "core/check.h"
 #include "core/philox.h"
@@ -50,19 +51,16 @@ void add_norm(std::vector<ParamSpec>& specs, const ModelConfig& c, const std::st
 void add_qk_norms(std::vector<ParamSpec>& specs, const ModelConfig& c, const std::string& attention_prefix,
                   int64_t layer) {
   const ParamInit weight_init = c.layernorm_zero_centered_gamma ? ParamInit::kZeros : ParamInit::kOnes;
+  auto add = [&](const std::string& name, ParamInit init) {
+    ParamSpec spec = make(name, {c.kv_channels}, TensorSplit::kReplicated, init, 0, ParamSection::kLayer, layer);
+    spec.weight_decay = c.apply_wd_to_qk_layernorm;
+    spec.sequence_parallel_grad = false;  // summed over TP in every layout instead
+    spec.tensor_parallel_grad = true;
+    specs.push_back(std::move(spec));
+  };
   for (const char* norm : {".q_layernorm", ".k_layernorm"}) {
-    const std::string prefix = attention_prefix + norm;
-    specs.push_back(make(prefix + ".weight", {c.kv_channels}, TensorSplit::kReplicated, weight_init, 0,
-                         ParamSection::kLayer, layer));
-    if (c.has_layernorm_bias()) {
-      specs.push_back(make(prefix + ".bias", {c.kv_channels}, TensorSplit::kReplicated, ParamInit::kZeros, 0,
-                           ParamSection::kLayer, layer));
-    }
-  }
-  for (auto spec = specs.end() - (c.has_layernorm_bias() ? 4 : 2); spec != specs.end(); ++spec) {
-    spec->weight_decay = c.apply_wd_to_qk_layernorm;
-    spec->sequence_parallel_grad = false;
-    spec->tensor_parallel_grad = true;
+    add(attention_prefix + norm + ".weight", weight_init);
+    if (c.has_layernorm_bias()) add(attention_prefix + norm + ".bias", ParamInit::kZeros);
   }
 }
 
