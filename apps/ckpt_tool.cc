@@ -126,11 +126,12 @@ absl::StatusOr<ModelShape> model_shape(const CheckpointReader& reader, std::opti
   };
   // Hugging Face's GPT-2 layout has none of the Llama-style options; this single-file export copies
   // tensors as stored, so zero-centred norm weights (--apply-layernorm-1p) are refused here (the
-  // --output-dir export adds their 1), and GPT-2 has no squared-ReLU MLP.
+  // --output-dir export adds their 1), and GPT-2 has no squared-ReLU MLP and no per-head query/key
+  // norms (--qk-layernorm).
   const std::pair<const char*, const char*> gpt2_values[] = {
       {"--normalization", "LayerNorm"}, {"--position-embedding-type", "learned_absolute"}, {"--swiglu", "false"},
       {"--group-query-attention", "false"}, {"--disable-bias-linear", "false"}, {"--apply-layernorm-1p", "false"},
-      {"--squared-relu", "false"}};
+      {"--squared-relu", "false"}, {"--qk-layernorm", "false"}};
   for (const auto& [flag, want] : gpt2_values) {
     if (args.count(flag) && args.at(flag) != want) {
       return absl::FailedPreconditionError(absl::StrCat("the export writes Hugging Face's GPT-2 layout, which needs ",

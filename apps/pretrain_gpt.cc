@@ -3,6 +3,7 @@
 // (train/checkpointing.h).
 #include "train/checkpointing.h"
 #include "train/launcher.h"
+#include "train/qk_layernorm_check.h"
 #include "train/replica_check.h"
 #include "train/rerun_check.h"
 #include "train/trainer.h"
@@ -14,9 +15,12 @@ int main(int argc, char** argv) {
     gpt::Checkpointer checkpointer(args, grid);
     GPT_RETURN_IF_ERROR(checkpointer.start(*trainer));
     gpt::TrainingSampler sampler(args, grid);
+    // --test-mode: the state the first forward reads, then after each iteration the next one's.
+    GPT_RETURN_IF_ERROR(gpt::check_qk_layernorm_replicas(*trainer, grid, args));
     const absl::Status trained = trainer->run([&]() -> absl::StatusOr<bool> {
       GPT_RETURN_IF_ERROR(sampler.after_iteration(*trainer));
       GPT_RETURN_IF_ERROR(gpt::check_replica_weights(*trainer, grid, args.check_weight_hash_across_dp_replicas_interval));
+      GPT_RETURN_IF_ERROR(gpt::check_qk_layernorm_replicas(*trainer, grid, args));
       return checkpointer.after_iteration(*trainer);
     });
     // The rerun check's exit (train/rerun_check.h): save the state before the iteration, then exit

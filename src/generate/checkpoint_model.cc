@@ -139,6 +139,7 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
   c.squared_relu = argument_true(args, "--squared-relu");
   c.exact_gelu = !c.swiglu && !c.squared_relu && (!c.add_bias_linear || argument_true(args, "--no-bias-gelu-fusion"));
   c.layernorm_zero_centered_gamma = argument_true(args, "--apply-layernorm-1p");
+  c.qk_layernorm = argument_true(args, "--qk-layernorm");
   c.dtype = DType::kFloat32;
   if (vocab_override) {
     c.vocab_size = *vocab_override;

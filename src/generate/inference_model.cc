@@ -177,6 +177,28 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
     norm(p + "input_layernorm", ln, x);
     ops::matmul(ctx_, qkv, ln, weight(p + "self_attention.linear_qkv.weight", {qkv_size, h}),
                 {.transpose_b = true, .bias = bias(p + "self_attention.linear_qkv.bias", qkv_size)});
+    if (c.qk_layernorm) {
+      // --qk-layernorm (model/transformer_layer.cc's qk_norm_forward): every query head and every
+      // key head of the n rows normalized over its d dims before RoPE, each copied out of qkv
+      // [n groups_l, (q + 2) d] into rows of d, normalized in place and copied back.
+      const Tensor packed = qkv.view({n * groups, (q + 2) * d});
+      const Tensor heads_rows = scratch(qk_rows_, {n * heads, d});
+      const Tensor head_mean = scratch(qk_mean_, {n * heads}), head_rstd = scratch(qk_rstd_, {n * heads});
+      auto head_norm = [&](const std::string& name, int64_t head_rows, int64_t column, int64_t columns) {
+        const Tensor rows_of_d = heads_rows.flat_range(0, head_rows * d).view({head_rows, d});
+        const Tensor mean_rows = head_mean.flat_range(0, head_rows), rstd_rows = head_rstd.flat_range(0, head_rows);
+        ops::copy_columns(ctx_, rows_of_d.view({n * groups, columns}), 0, packed, column, columns, false);
+        if (rms) {
+          ops::rmsnorm_forward(ctx_, rows_of_d, rstd_rows, rows_of_d, weight(name + ".weight", {d}), eps, gamma_offset);
+        } else {
+          ops::layernorm_forward(ctx_, rows_of_d, mean_rows, rstd_rows, rows_of_d, weight(name + ".weight", {d}),
+                                 weight(name + ".bias", {d}), eps, gamma_offset);
+        }
+        ops::copy_columns(ctx_, packed, column, rows_of_d.view({n * groups, columns}), 0, columns, false);
+      };
+      head_norm(p + "self_attention.q_layernorm", n * heads, 0, q * d);
+      head_norm(p + "self_attention.k_layernorm", n * groups, q * d, d);
+    }
     // Attention, one segment (sequence) at a time.
     int64_t first = 0;
     for (const Segment& segment : segments) {

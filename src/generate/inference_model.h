@@ -85,6 +85,7 @@ class InferenceModel {
   std::unique_ptr<AttentionCore> full_core_;                      // LocalAttention
   // Scratch on the context's device, grown to the largest batch seen.
   Buffer x_, ln_, mean_, rstd_, qkv_, attention_, proj_, residual_, fc1_, act_, mlp_, lse_, last_, logits_;
+  Buffer qk_rows_, qk_mean_, qk_rstd_;  // --qk-layernorm: the query (then key) heads as rows of d
   // Host scratch: the embedding rows, a segment's staged qkv and attention output, the logits.
   std::vector<float> embedded_, qkv_host_, attention_host_, lse_host_, local_logits_, gathered_logits_;
 };

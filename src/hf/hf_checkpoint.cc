@@ -420,12 +420,18 @@ absl::StatusOr<HfFamily> hf_family(const ModelConfig& c) {
     if (c.query_groups() != c.num_attention_heads) problems.push_back("grouped-query attention");
     if (c.attention_projection_size() != c.hidden_size) problems.push_back("heads x kv_channels != hidden size");
     if (c.squared_relu) problems.push_back("squared-ReLU activation (--squared-relu)");
+    if (c.qk_layernorm) problems.push_back("per-head query and key norms (--qk-layernorm)");
     if (problems.empty()) return HfFamily::kGpt2;
     return absl::FailedPreconditionError(absl::StrCat("Hugging Face's GPT-2 has no ", absl::StrJoin(problems, ", ")));
   }
   if (c.position_embedding == PositionEmbedding::kRope && !layernorm && c.swiglu) {
     if (c.rotary_dim != c.kv_channels) {
       return absl::FailedPreconditionError("LlamaForCausalLM rotates every head dimension (--rotary-percent 1)");
+    }
+    if (c.qk_layernorm) {
+      return absl::FailedPreconditionError(
+          "LlamaForCausalLM has no per-head query and key norms (--qk-layernorm); this program exports none of the "
+          "architectures that have them (Qwen3, OLMo2)");
     }
     return HfFamily::kLlama;
   }

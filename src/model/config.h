@@ -60,6 +60,14 @@ struct ModelConfig {
   // --apply-layernorm-1p: every norm (LayerNorm or RMSNorm) scales by 1 + weight, its weight stored
   // and initialised zero-centred (Megatron's layernorm_zero_centered_gamma).
   bool layernorm_zero_centered_gamma = false;
+  // --qk-layernorm: after the QKV projection and before RoPE, every query head and every key head
+  // ([s, b, heads, d] and [s, b, groups, d]) normalized over its d dims by the model's norm (same
+  // epsilon, zero-centred with --apply-layernorm-1p), one weight (and LayerNorm bias) of d for the
+  // queries and one for the keys per layer, shared by all heads (Megatron's q_layernorm / k_layernorm).
+  bool qk_layernorm = false;
+  // --apply-wd-to-qk-layernorm: those norms' weights and biases take weight decay (Megatron's rule:
+  // 1-D parameters and biases decay only when their name holds "q_layernorm." or "k_layernorm.").
+  bool apply_wd_to_qk_layernorm = false;
   bool swiglu = false;              // gated SiLU MLP: fc1 [2 ffn, h] = [gate; up]
   bool add_bias_linear = true;      // false: --disable-bias-linear
   // Without swiglu: the exact erf GeLU (Megatron's F.gelu when its bias-GeLU fusion is off, i.e.

@@ -13,6 +13,14 @@ void for_each_tensor(LayerActivations& a, const LayerShapes& s, DType t, Activat
     visit(a.ln1_mean, DType::kFloat32, Shape{local_rows});
     visit(a.ln1_rstd, DType::kFloat32, Shape{local_rows});
     visit(a.qkv, t, Shape{s.rows(), s.local_qkv()});
+    if (s.qk_layernorm) {
+      visit(a.q_pre, t, Shape{s.query_head_rows(), s.head_dim});
+      visit(a.q_mean, DType::kFloat32, Shape{s.query_head_rows()});
+      visit(a.q_rstd, DType::kFloat32, Shape{s.query_head_rows()});
+      visit(a.k_pre, t, Shape{s.key_head_rows(), s.head_dim});
+      visit(a.k_mean, DType::kFloat32, Shape{s.key_head_rows()});
+      visit(a.k_rstd, DType::kFloat32, Shape{s.key_head_rows()});
+    }
     visit(a.residual, t, Shape{s.local_sequence, s.batch, s.hidden});
     visit(a.ln2, t, Shape{s.local_sequence, s.batch, s.hidden});
     visit(a.ln2_mean, DType::kFloat32, Shape{local_rows});

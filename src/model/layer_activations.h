@@ -18,6 +18,10 @@ struct LayerActivations {
   Tensor input;                       // [s_l, b, h] view of the previous layer's output (not allocated)
   Tensor ln1, ln1_mean, ln1_rstd;     // [s_l, b, h], [s_l b], [s_l b] (float32 statistics)
   Tensor qkv;                         // [s b, qkv_l]  ([s, b, groups_l, (q_per_group + 2) d] for attention)
+  // --qk-layernorm: the query and key heads before their norms, [s b heads_l, d] and
+  // [s b groups_l, d], and the norms' float32 statistics per head row.
+  Tensor q_pre, q_mean, q_rstd;
+  Tensor k_pre, k_mean, k_rstd;
   Tensor attention;                   // [s b, heads_l d]     } the attention core
   Tensor lse;                         // [b, heads_l, s]      } (float32 log-sum-exp)
   Tensor residual;                    // [s_l, b, h]  x + attention block

@@ -54,6 +54,7 @@ LayerShapes LayerShapes::make(const ModelConfig& c, int64_t tp_size, int64_t tp_
   s.head_dim = c.kv_channels;
   s.local_ffn = c.ffn_hidden_size / tp_size;
   s.local_fc1 = c.fc1_size() / tp_size;
+  s.qk_layernorm = c.qk_layernorm;
   s.local_vocab = c.padded_vocab_size / tp_size;
   s.vocab_start = tp_rank * s.local_vocab;
   const int64_t valid = c.vocab_size - s.vocab_start;

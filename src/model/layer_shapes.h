@@ -45,6 +45,7 @@ struct LayerShapes {
   int64_t local_vocab = 0;       // padded vocab / tp
   int64_t vocab_start = 0;       // first vocabulary id of this rank's shard
   int64_t vocab_valid = 0;       // real (unpadded) ids in this rank's shard
+  bool qk_layernorm = false;     // queries and keys normalized per head (their inputs stashed)
 
   int64_t rows() const { return sequence * batch; }              // full-sequence rows (of this CP rank)
   int64_t local_rows() const { return local_sequence * batch; }  // residual-stream rows
@@ -52,6 +53,9 @@ struct LayerShapes {
   // linear_qkv's output per rank: each local group's query heads, its key and its value head.
   int64_t local_qkv() const { return (local_heads + 2 * local_groups) * head_dim; }
   int64_t queries_per_group() const { return local_heads / local_groups; }
+  // --qk-layernorm's rows of d: every query head and every key head of this rank's rows.
+  int64_t query_head_rows() const { return rows() * local_heads; }
+  int64_t key_head_rows() const { return rows() * local_groups; }
 
   // Global positions of this rank's rows [first, first + count) of its s (context_segments).
   std::vector<SequenceSegment> segments(int64_t first, int64_t count) const {

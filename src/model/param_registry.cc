@@ -1,6 +1,7 @@
 #include "model/param_registry.h"
 
 #include <cmath>
+#include <utility>
 
 #include "core/check.h"
 #include "core/philox.h"
@@ -43,6 +44,26 @@ void add_norm(std::vector<ParamSpec>& specs, const ModelConfig& c, const std::st
   }
 }
 
+// --qk-layernorm: the query and key norms of a layer, each over the d = kv_channels dims of a head
+// (weight, and bias with LayerNorm), replicated across TP, their gradients summed over TP since
+// each rank normalizes only its own heads. Weight decay only with --apply-wd-to-qk-layernorm
+// (Megatron's rule, which then decays their biases as well).
+void add_qk_norms(std::vector<ParamSpec>& specs, const ModelConfig& c, const std::string& attention_prefix,
+                  int64_t layer) {
+  const ParamInit weight_init = c.layernorm_zero_centered_gamma ? ParamInit::kZeros : ParamInit::kOnes;
+  auto add = [&](const std::string& name, ParamInit init) {
+    ParamSpec spec = make(name, {c.kv_channels}, TensorSplit::kReplicated, init, 0, ParamSection::kLayer, layer);
+    spec.weight_decay = c.apply_wd_to_qk_layernorm;
+    spec.sequence_parallel_grad = false;  // summed over TP in every layout instead
+    spec.tensor_parallel_grad = true;
+    specs.push_back(std::move(spec));
+  };
+  for (const char* norm : {".q_layernorm", ".k_layernorm"}) {
+    add(attention_prefix + norm + ".weight", weight_init);
+    if (c.has_layernorm_bias()) add(attention_prefix + norm + ".bias", ParamInit::kZeros);
+  }
+}
+
 }  // namespace
 
 std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
@@ -73,6 +94,7 @@ std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
       specs.push_back(make(prefix + ".self_attention.linear_qkv.bias", {c.qkv_size()}, TensorSplit::kRows,
                            ParamInit::kZeros, 0, section, layer));
     }
+    if (c.qk_layernorm) add_qk_norms(specs, c, prefix + ".self_attention", layer);
     specs.push_back(make(prefix + ".self_attention.linear_proj.weight", {h, projection}, TensorSplit::kColumns,
                          ParamInit::kNormal, scaled_std, section, layer));
     if (bias) {

@@ -45,6 +45,10 @@ struct ParamSpec {
   // Replicated across TP but fed by rows of the sequence-split stream under sequence parallelism:
   // its gradient must be all-reduced over TP in that case (LayerNorm, row-parallel bias, positions).
   bool sequence_parallel_grad = false;
+  // Replicated across TP but fed by only this rank's heads in every layout (--qk-layernorm's
+  // q_layernorm / k_layernorm): its gradient is all-reduced over TP whenever TP > 1, as Megatron's
+  // finalize_model_grads does for "q_layernorm" / "k_layernorm" parameters.
+  bool tensor_parallel_grad = false;
 
   int64_t global_numel() const;
 };

@@ -49,6 +49,12 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
       positions_(positions),
       norm1_(config, params, layer_prefix(layer) + "input_layernorm"),
       norm2_(config, params, layer_prefix(layer) + "pre_mlp_layernorm"),
+      q_norm_(config.qk_layernorm ? std::optional<Norm>(std::in_place, config, params,
+                                                        layer_prefix(layer) + "self_attention.q_layernorm")
+                                  : std::nullopt),
+      k_norm_(config.qk_layernorm ? std::optional<Norm>(std::in_place, config, params,
+                                                        layer_prefix(layer) + "self_attention.k_layernorm")
+                                  : std::nullopt),
       qkv_(linear(config, params, tp, s, layer, "self_attention.linear_qkv", LinearKind::kColumnParallel,
                   deferral_depth, arena, fp8, 0, context.group)),
       proj_(linear(config, params, tp, s, layer, "self_attention.linear_proj", LinearKind::kRowParallel,
@@ -138,6 +144,39 @@ void TransformerLayer::hidden_dropout_backward(Context& ctx, int slot, ops::Drop
   }
 }
 
+// qkv [s b, qkv_l] seen as [s b groups_l, (q_per_group + 2) d]: a group's query heads are its
+// first q_per_group d columns, its key head the next d. Each is copied out into rows of d, the norm
+// runs over those rows (ws_.projection [s b, heads_l d] holds the result: it is free until the
+// attention backward's output gradient), and the result copied back.
+void TransformerLayer::qk_norm_forward(Context& ctx, LayerActivations& a) const {
+  const LayerShapes& s = shapes_;
+  const int64_t d = s.head_dim, query_columns = s.queries_per_group() * d;
+  const Tensor groups = a.qkv.view({s.rows() * s.local_groups, (s.queries_per_group() + 2) * d});
+  const Tensor normalized_queries = ws_.projection.view({s.query_head_rows(), d});
+  ops::copy_columns(ctx, a.q_pre.view({groups.rows(), query_columns}), 0, groups, 0, query_columns, false);
+  q_norm_->forward(ctx, normalized_queries, a.q_mean, a.q_rstd, a.q_pre);
+  ops::copy_columns(ctx, groups, 0, normalized_queries.view({groups.rows(), query_columns}), 0, query_columns, false);
+  const Tensor normalized_keys = ws_.projection.flat_range(0, s.key_head_rows() * d).view({s.key_head_rows(), d});
+  ops::copy_columns(ctx, a.k_pre, 0, groups, query_columns, d, false);
+  k_norm_->forward(ctx, normalized_keys, a.k_mean, a.k_rstd, a.k_pre);
+  ops::copy_columns(ctx, groups, query_columns, normalized_keys, 0, d, false);
+}
+
+void TransformerLayer::qk_norm_backward(Context& ctx, const Tensor& dqkv, const LayerActivations& st) const {
+  // The same copies as forward; each norm's backward runs in place (dx may alias dy).
+  const LayerShapes& s = shapes_;
+  const int64_t d = s.head_dim, query_columns = s.queries_per_group() * d;
+  const Tensor groups = dqkv.view({s.rows() * s.local_groups, (s.queries_per_group() + 2) * d});
+  const Tensor queries = ws_.projection.view({s.query_head_rows(), d});
+  ops::copy_columns(ctx, queries.view({groups.rows(), query_columns}), 0, groups, 0, query_columns, false);
+  q_norm_->backward(ctx, queries, queries, st.q_pre, st.q_mean, st.q_rstd);
+  ops::copy_columns(ctx, groups, 0, queries.view({groups.rows(), query_columns}), 0, query_columns, false);
+  const Tensor keys = ws_.projection.flat_range(0, s.key_head_rows() * d).view({s.key_head_rows(), d});
+  ops::copy_columns(ctx, keys, 0, groups, query_columns, d, false);
+  k_norm_->backward(ctx, keys, keys, st.k_pre, st.k_mean, st.k_rstd);
+  ops::copy_columns(ctx, groups, query_columns, keys, 0, d, false);
+}
+
 void TransformerLayer::rope(Context& ctx, const Tensor& qkv, bool forward) const {
   // Each run of consecutive global positions rotated at its own (context parallelism's chunks).
   const Tensor groups = groups_view(qkv);
@@ -190,6 +229,7 @@ void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, Laye
   // Under sequence parallelism ln1 is gathered into full_a (free until proj's partial sums):
   // backward gathers it again rather than keep [s, b, h] per microbatch (Megatron's choice).
   qkv_.forward_column(ctx, a.qkv, a.ln1, ws_.full_a);  // [s b, qkv_l]
+  if (config_.qk_layernorm) qk_norm_forward(ctx, a);
   if (config_.position_embedding == PositionEmbedding::kRope) {
     // Rotated in place: the stash keeps the rotated q and k that attention's backward reads.
     rope(ctx, a.qkv, /*forward=*/true);
@@ -287,6 +327,7 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
   if (config_.position_embedding == PositionEmbedding::kRope) {
     rope(ctx, ws_.qkv, /*forward=*/false);
   }
+  if (config_.qk_layernorm) qk_norm_backward(ctx, ws_.qkv, st);
   const Tensor d_ln1 = qkv_.backward_input_column(ctx, ws_.qkv, st.ln1, ws_.full_a, ws_.full_b, ws_.local_a, timing);
   norm1_.backward(ctx, grad_input, d_ln1, st.input, st.ln1_mean, st.ln1_rstd);
   ops::residual_add(ctx, grad_input, grad_input, d_residual, Tensor());

@@ -2,6 +2,8 @@
 //
 //   a = N1(x);  x2 = x + D(proj(attn(rope(qkv(a)))));  b = N2(x2);  y = x2 + D(fc2(act(fc1(b))))
 //
+// (with --qk-layernorm, rope(Nq(q), Nk(k), v): each query and key head normalized over its d dims
+// between the split of qkv into heads and RoPE, as Megatron's q_layernorm / k_layernorm),
 // N is LayerNorm or RMSNorm, rope is applied only with rotary position embeddings, act is GeLU or
 // SwiGLU, D is hidden dropout (with the projection's bias inside it, as Megatron's
 // bias-dropout-add), and attention may group its query heads over shared key/value heads (GQA) and
@@ -25,6 +27,7 @@
 // --deterministic-mode, with or without recompute (identical with it, rounding-level without).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "model/attention_core.h"
@@ -92,6 +95,12 @@ class TransformerLayer {
                               const Tensor& bias) const;
   void hidden_dropout_backward(Context& ctx, int slot, ops::DropoutSite site, const Tensor& dx,
                                const Tensor& dy) const;
+  // --qk-layernorm, forward: every query and key head of qkv [s b, qkv_l] normalized in place over
+  // its d dims; the heads before the norms and the norms' statistics go to `a`.
+  void qk_norm_forward(Context& ctx, LayerActivations& a) const;
+  // Backward, in place on dqkv [s b, qkv_l]: the query and key parts become the gradients of the
+  // heads before the norms; the norms' parameter gradients accumulate.
+  void qk_norm_backward(Context& ctx, const Tensor& dqkv, const LayerActivations& st) const;
   // RoPE over qkv [s b, qkv_l] at the global positions of this rank's rows.
   void rope(Context& ctx, const Tensor& qkv, bool forward) const;
   Tensor residual_rows(const Tensor& x) const;  // [s_l, b, h] view
@@ -111,6 +120,7 @@ class TransformerLayer {
   int recomputed_slot_ = -1;            // full recompute: whose activations the shared set holds
   const std::vector<MicrobatchPosition>& positions_;
   Norm norm1_, norm2_;
+  std::optional<Norm> q_norm_, k_norm_;  // --qk-layernorm only
   // Biases are absent with --disable-bias-linear.
   Linear qkv_, proj_, fc1_, fc2_;
   std::unique_ptr<AttentionCore> attention_;

@@ -44,6 +44,7 @@ struct Arguments {
   bool disable_bias_linear = false;     // no biases in the four linear layers
   bool apply_layernorm_1p = false;      // norms scale by 1 + weight, the weight zero-centred
   bool squared_relu = false;            // MLP activation relu(x)^2 (not with --swiglu)
+  bool qk_layernorm = false;            // each query and key head normalized before RoPE
 
   // Parallelism.
   int64_t tensor_model_parallel_size = 1;
@@ -128,6 +129,7 @@ struct Arguments {
   int64_t lr_warmup_iters = 0;
   double lr_warmup_fraction = -1.0;     // < 0: not given
   double weight_decay = 0.01;
+  bool apply_wd_to_qk_layernorm = false;  // --qk-layernorm's weights and biases take weight decay
   double clip_grad = 1.0;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
@@ -185,6 +187,7 @@ struct Arguments {
   bool overlap_param_gather_with_optimizer_step = false;  // needs the distributed optimizer and --overlap-param-gather
   bool disable_gloo_process_groups = false;    // no Gloo groups exist here
   int64_t check_weight_hash_across_dp_replicas_interval = 0;  // 0: never (train/replica_check.h)
+  bool test_mode = false;  // Megatron's real-time tests: the q/k norms equal on every rank (train/qk_layernorm_check.h)
   int64_t empty_unused_memory_level = 0;
   bool no_check_for_nan_in_loss_and_grad = false;  // refused: no check here stops a run
   bool calculate_per_token_loss = false;

@@ -16,6 +16,14 @@ bool tied_across_stages(const Arguments& args) {
          pipeline::schedule_placement(pipeline_schedule_kind(args)) == pipeline::Placement::kLoop;
 }
 
+// Replicated parameters whose gradient each TP rank computes from part of the work, summed over
+// TP before the data-parallel reduction: those fed by the sequence-split stream under sequence
+// parallelism, and --qk-layernorm's norms (each rank normalizes only its heads) in every layout.
+bool summed_over_tensor_parallel(const ParamSpec& spec, const TensorParallel& tp) {
+  if (tp.size() == 1) return false;
+  return spec.tensor_parallel_grad || (tp.sequence_parallel() && spec.sequence_parallel_grad);
+}
+
 }  // namespace
 
 ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& shape,
@@ -100,13 +108,11 @@ DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, 
   } else if (distributed_optimizer_) {
     gather_ = std::make_unique<ParamGather>(shard_group, params.flat_values(), plan.bucket_shards(), arena);
   }
-  int64_t sequence_parallel_elements = 0;
+  int64_t tensor_parallel_sum_elements = 0;
   for (const Param& param : params.params()) {
-    if (param.spec->sequence_parallel_grad) sequence_parallel_elements += param.numel();
+    if (summed_over_tensor_parallel(*param.spec, tp)) tensor_parallel_sum_elements += param.numel();
   }
-  if (tp.sequence_parallel() && sequence_parallel_elements > 0) {
-    staging_ = arena.allocate(DType::kFloat32, {sequence_parallel_elements});
-  }
+  if (tensor_parallel_sum_elements > 0) staging_ = arena.allocate(DType::kFloat32, {tensor_parallel_sum_elements});
 }
 
 void DataParallel::attach(std::span<GptModel* const> chunks) {
@@ -153,11 +159,10 @@ void DataParallel::start_iteration(Context& ctx) {
 }
 
 void DataParallel::reduce_sequence_parallel(Context& ctx, std::span<Param* const> params) {
-  if (!tp_.sequence_parallel()) return;
   std::vector<Param*> pending;
   int64_t elements = 0;
   for (Param* param : params) {
-    if (!param->spec->sequence_parallel_grad || sequence_reduced_[param]) continue;
+    if (!summed_over_tensor_parallel(*param->spec, tp_) || sequence_reduced_[param]) continue;
     sequence_reduced_[param] = true;
     pending.push_back(param);
     elements += param->numel();
@@ -231,11 +236,10 @@ void DataParallel::settle(Context& ctx) {
 }
 
 void DataParallel::sequence_parallel_sum_of_shards(Context& ctx) {
-  if (!tp_.sequence_parallel()) return;
   std::vector<Range> pieces;
   int64_t elements = 0;
   for (const Param& param : params_.params()) {
-    if (!param.spec->sequence_parallel_grad) continue;
+    if (!summed_over_tensor_parallel(*param.spec, tp_)) continue;
     for (const Range& shard : params_.plan().owned()) {
       const Range mine = params_.range_of(param).intersect(shard);
       if (mine.empty()) continue;

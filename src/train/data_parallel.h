@@ -99,8 +99,9 @@ class DataParallel final : public ParamObserver {
   void gradients_ready(Context& ctx, const ParamGroup& group, int slot, bool last_of_step) override;
 
  private:
-  // Sums the gradients of `params` that are replicated under sequence parallelism over TP, in one
-  // all-reduce through a staging buffer; each parameter once per iteration.
+  // Sums the gradients of `params` that are replicated under sequence parallelism (and, in every
+  // layout, --qk-layernorm's norms) over TP, in one all-reduce through a staging buffer; each
+  // parameter once per iteration.
   void reduce_sequence_parallel(Context& ctx, std::span<Param* const> params);
   void tied_embedding_sum(Context& ctx);
   // ZeRO-2: the same two sums over this rank's gradient shards (sums commute with the
@@ -137,7 +138,7 @@ class DataParallel final : public ParamObserver {
   std::map<const Param*, bool> sequence_reduced_;
   int tied_bucket_ = -1;
   bool tied_summed_ = false;
-  Tensor staging_;  // float32, for coalesced sequence-parallel all-reduces
+  Tensor staging_;  // float32, for the coalesced all-reduces over TP (reduce_sequence_parallel)
 };
 
 }  // namespace gpt

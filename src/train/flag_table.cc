@@ -93,6 +93,10 @@ constexpr FlagRow kRows[] = {
         .dest("layernorm_zero_centered_gamma"),
     row("--squared-relu", &A::squared_relu,
         "MLP activation relu(x)^2 instead of GeLU (refused with --swiglu, as Megatron's assertion)"),
+    row("--qk-layernorm", &A::qk_layernorm,
+        "Each query and key head normalized over its kv_channels dims before RoPE by the model's "
+        "--normalization (Megatron's q_layernorm / k_layernorm: one weight, and LayerNorm bias, for the "
+        "queries and one for the keys per layer, shared by the heads, their gradients summed over TP)"),
     // Parallelism.
     row("--tensor-model-parallel-size", &A::tensor_model_parallel_size, "Tensor-parallel size"),
     row("--pipeline-model-parallel-size", &A::pipeline_model_parallel_size, "Pipeline-parallel size"),
@@ -271,6 +275,9 @@ constexpr FlagRow kRows[] = {
         "Warmup as a fraction of the decay iterations or samples (fractional samples kept, as Megatron)")
         .shown(kNoneIfNegative),
     row("--weight-decay", &A::weight_decay, "AdamW weight decay"),
+    row("--apply-wd-to-qk-layernorm", &A::apply_wd_to_qk_layernorm,
+        "Weight decay on --qk-layernorm's weights and biases too (by default, as every 1-D parameter and "
+        "bias, they take none); without --qk-layernorm it changes nothing, as Megatron"),
     row("--clip-grad", &A::clip_grad, "Clip gradients to this global L2 norm (0: off)"),
     row("--adam-beta1", &A::adam_beta1, "Adam beta1"),
     row("--adam-beta2", &A::adam_beta2, "Adam beta2"),
@@ -441,6 +448,11 @@ constexpr FlagRow kRows[] = {
         "Every N iterations, check that the data-parallel replicas hold the same parameters (a hash of each "
         "rank's parameters); replicas that differ stop the run, naming the ranks")
         .shown(kNoneIfZero),
+    row("--test-mode", &A::test_mode,
+        "Megatron's real-time tests: with --qk-layernorm, before the first iteration and after each, every "
+        "tensor-, data- and context-parallel rank of a pipeline stage must hold the same q_layernorm / "
+        "k_layernorm parameters (a hash of them), or the run stops naming the ranks (Megatron's "
+        "run_realtime_tests); without --qk-layernorm it checks nothing, as Megatron"),
     row("--disable-gloo-process-groups", &A::disable_gloo_process_groups,
         "Accepted: this program creates no Gloo process groups (its host-side agreements run on MPI)")
         .megatron(kImplementation),

@@ -20,7 +20,6 @@ constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
     {"--use-nccl-ub", "this program registers no NCCL user buffers: its collectives use the arena's memory"},
     {"--wandb-project", "this program has no Weights & Biases logging; --metrics-file writes JSON lines"},
     // Issue 32: the other families Megatron's GPT test configurations use.
-    {"--apply-wd-to-qk-layernorm", "only meaningful with --qk-layernorm, which this program does not build yet"},
     {"--attention-output-gate", "this program has no gated attention output (Qwen3-Next style)"},
     {"--experimental-attention-variant", "this program has no linear or gated-delta attention layers; every layer is softmax attention"},
     {"--export-kd-cfg", "this program has no knowledge-distillation export (ModelOpt)"},
@@ -47,9 +46,6 @@ constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
     {"--mup-base-hidden-size", "this program has no muP parametrization (its initialization and learning rate are Megatron's standard ones)"},
     {"--q-lora-rank", "this program has no multi-latent attention (DeepSeek's MLA); its attention is multi-head or grouped-query"},
     {"--qk-head-dim", "this program has no multi-latent attention (DeepSeek's MLA); its attention is multi-head or grouped-query"},
-    {"--qk-layernorm",
-     "this program does not normalize each query and key head yet (Megatron's q_layernorm / k_layernorm between "
-     "the QKV projection and RoPE)"},
     {"--qk-pos-emb-head-dim", "this program has no multi-latent attention (DeepSeek's MLA); its attention is multi-head or grouped-query"},
     {"--tp-comm-overlap", "this program does not overlap tensor-parallel communication with GEMMs (Transformer Engine's userbuffers)"},
     {"--tp-comm-overlap-cfg", "this program does not overlap tensor-parallel communication with GEMMs (Transformer Engine's userbuffers)"},

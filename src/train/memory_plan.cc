@@ -187,7 +187,9 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const int64_t norm_params = model.has_layernorm_bias() ? 2 * h : h;
   const Bytes layer_weights = (local_qkv + local_projection + local_fc1 + local_ffn) * h;
   const Bytes layer_biases = a.disable_bias_linear ? Bytes(0) : local_qkv + local_fc1 + Bytes(2) * h;
-  const Bytes layer_params = Bytes(2) * norm_params + layer_weights + layer_biases;
+  // --qk-layernorm: a query and a key norm of kv_channels each.
+  const Bytes qk_norm_params = model.qk_layernorm ? Bytes(2) * (norm_params / h) * a.kv_channels : Bytes(0);
+  const Bytes layer_params = Bytes(2) * norm_params + layer_weights + layer_biases + qk_norm_params;
   const int64_t positions =
       model.position_embedding == PositionEmbedding::kLearnedAbsolute ? a.max_position_embeddings : 0;
   const Bytes embeddings = (Bytes(local_vocab) + positions) * h;
@@ -204,9 +206,12 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   // r = s b, local rows r_l = s_l b.
   const Bytes rows = Bytes(s) * b, local_rows = Bytes(local_sequence) * b;
   const Bytes lse = Bytes(4) * b * local_heads * s;
+  // --qk-layernorm adds the query and key heads before their norms and two float32 statistics per head.
+  const Bytes head_rows = model.qk_layernorm ? rows * (local_heads + local_groups) : Bytes(0);
   const Bytes full_layer = Bytes(t) * (Bytes(4) * local_rows * h + rows * (local_qkv + local_projection) +
-                                       rows * (local_fc1 + local_ffn) + (split_sequence ? Bytes(2) * rows * h : Bytes(0))) +
-                           Bytes(16) * local_rows + lse;
+                                       rows * (local_fc1 + local_ffn) + (split_sequence ? Bytes(2) * rows * h : Bytes(0)) +
+                                       head_rows * a.kv_channels) +
+                           Bytes(16) * local_rows + Bytes(8) * head_rows + lse;
   Bytes layer_stash = full_layer;
   Bytes recompute_buffers = 0;
   if (model.recompute.granularity == RecomputeGranularity::kSelective) {

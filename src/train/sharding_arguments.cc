@@ -53,6 +53,9 @@ absl::Status validate_torch_fsdp2_arguments(const Arguments& a) {
       {a.check_weight_hash_across_dp_replicas_interval > 0,
        "--check-weight-hash-across-dp-replicas-interval compares the parameters of data-parallel replicas; under "
        "--use-torch-fsdp2 each data-parallel rank holds another shard of them"},
+      {a.test_mode && a.qk_layernorm,
+       "--test-mode compares the q/k layernorm parameters every rank holds; under --use-torch-fsdp2 each "
+       "data-parallel rank holds another shard of them"},
   };
   for (const auto& [broken, message] : rules) {
     if (broken) return invalid(message);
@@ -147,6 +150,11 @@ absl::Status validate_sharding_arguments(const Arguments& a) {
       }
     }
     return absl::OkStatus();
+  }
+  if (s == "optim_grads_params" && a.test_mode && a.qk_layernorm) {
+    return invalid("--test-mode compares the q/k layernorm parameters every rank holds; under "
+                   "--data-parallel-sharding-strategy optim_grads_params each data-parallel rank holds another shard "
+                   "of them");
   }
   if (s == "optim_grads_params" && a.check_weight_hash_across_dp_replicas_interval > 0) {
     return invalid("--check-weight-hash-across-dp-replicas-interval compares the parameters of data-parallel "

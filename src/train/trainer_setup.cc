@@ -82,6 +82,8 @@ void set_model_kinds(const Arguments& a, ModelConfig& c) {
   c.exact_gelu = !a.swiglu && !a.squared_relu && (a.disable_bias_linear || a.no_bias_gelu_fusion);
   c.squared_relu = a.squared_relu;
   c.layernorm_zero_centered_gamma = a.apply_layernorm_1p;
+  c.qk_layernorm = a.qk_layernorm;
+  c.apply_wd_to_qk_layernorm = a.apply_wd_to_qk_layernorm;
   c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
   c.dtype = a.bf16 ? DType::kBFloat16 : a.fp16 ? DType::kFloat16 : DType::kFloat32;
   c.fp8 = fp8_config_from(a);

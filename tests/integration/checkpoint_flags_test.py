@@ -18,7 +18,11 @@ CPU backend, one rank and under mpirun:
 - --check-weight-hash-across-dp-replicas-interval 2 under TP2 x DP2 with the distributed optimizer:
   the replicas agree and all 4 iterations run; with one rank's parameter copy corrupted
   (GPT_CHECKPOINT_FAULT=replica-weights:3:corrupt) the run stops at iteration 2 with one error line
-  naming world rank 3 and its data-parallel rank 0 (rank 1).
+  naming world rank 3 and its data-parallel rank 0 (rank 1);
+- --test-mode with --qk-layernorm under TP2 x DP2 (Megatron's real-time test of the q/k norms): the
+  ranks agree and all 4 iterations run; with one rank's q/k norms corrupted
+  (GPT_CHECKPOINT_FAULT=qk-layernorm:3:corrupt) the run stops before the first iteration with one
+  error line naming world rank 3 against rank 0; without --qk-layernorm it checks nothing and runs.
 """
 import argparse
 import os
@@ -185,6 +189,23 @@ def replica_check(runner, checks):
     print(f"  a drifted replica: exit {status}, {errors[0] if errors else 'no error line'}")
 
 
+def test_mode_check(runner, checks):
+    flags = BASE + ["--lr", "1e-3", "--train-iters", "4", "--test-mode", "--tensor-model-parallel-size", "2",
+                    "--use-distributed-optimizer"]
+    status, out, err = runner.run("test_mode_agree", 4, flags + ["--qk-layernorm"])
+    checks.expect(status == 0 and sorted(losses(out)) == [1, 2, 3, 4], f"--test-mode: exit {status} {err[-400:]}")
+    status, out, err = runner.run("test_mode_drift", 4, flags + ["--qk-layernorm"],
+                                  env={"GPT_CHECKPOINT_FAULT": "qk-layernorm:3:corrupt"})
+    errors = error_lines(out, err)
+    checks.expect(status not in (0, None) and len(errors) == 1 and "iteration 0:" in errors[0]
+                  and "--test-mode" in errors[0] and "ranks 3 (against 0)" in errors[0] and not losses(out),
+                  f"--test-mode drift: exit {status}, errors {errors}, logged {sorted(losses(out))}")
+    print(f"  --test-mode, a rank's q/k norms drifted: exit {status}, {errors[0] if errors else 'no error line'}")
+    status, out, err = runner.run("test_mode_without_qk", 4, flags, env={"GPT_CHECKPOINT_FAULT": "qk-layernorm:3:corrupt"})
+    checks.expect(status == 0 and sorted(losses(out)) == [1, 2, 3, 4],
+                  f"--test-mode without --qk-layernorm: exit {status} {err[-400:]}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--binary", required=True)
@@ -199,6 +220,7 @@ def main():
     retain_checks(runner, checks, args.work_dir)
     parallel_save_checks(runner, checks, args.work_dir)
     replica_check(runner, checks)
+    test_mode_check(runner, checks)
     return harness.finish(checks.failures)
 
 

@@ -13,7 +13,10 @@ CPU backend, alone and under mpirun. Every check compares numbers with an indepe
     loaded under TP1xPP1xDP1, TP4xPP1xDP2, TP1xPP4xDP2, TP2xPP1xDP1 (no ZeRO) and PP2xDP2 in ZB-V's V
     placement (rank 0 holds the first and the last layer, the embedding and the loss): the losses of the
     three iterations after loading equal the saving layout's uninterrupted run (1e-5 relative), and
-    the resharded job's next checkpoint holds the uninterrupted run's optimizer moments.
+    the resharded job's next checkpoint holds the uninterrupted run's optimizer moments. A
+    --qk-layernorm checkpoint (TP=2 x DP=2, ZeRO-1) holds Megatron-Core's q_layernorm / k_layernorm
+    tensors of kv_channels, resumes under TP1 and TP4 with the uninterrupted run's losses and state,
+    and is refused, naming the flag, by a run without --qk-layernorm.
 --part faults: a rank SIGKILLed after writing its shard, rank 0 before the rename and before the
     tracker update: the job dies (no hang), the tracker and the previous checkpoint survive, the
     next run resumes from it and trains bit-exactly, leaving no temporary directory; a bit-flipped
@@ -474,6 +477,55 @@ def part_reshard(runner, checks, work):
         checks.expect(len(dropped) > 0, "reshard control: moments restarted from zero pass the comparison")
         print(f"  control: the same load with --no-load-optim differs from the reference in {len(dropped)} moment "
               f"tensors (the comparison detects dropped optimizer state)")
+    reshard_qk_layernorm(runner, checks, work)
+
+
+# RoPE: without it the key norm's bias has an exactly-zero gradient, on whose rounding noise Adam takes
+# steps of the learning rate's size that differ between layouts (see the oracle).
+QK = "--qk-layernorm --apply-wd-to-qk-layernorm --kv-channels 8 --position-embedding-type rope".split()
+
+
+def reshard_qk_layernorm(runner, checks, work):
+    """--qk-layernorm's norms (replicated across TP, summed over it) through a checkpoint: saved at
+    TP2 x DP2 with ZeRO-1, resumed at TP1 and at TP4, each against the uninterrupted run."""
+    source = os.path.join(work, "qk_source")
+    shutil.rmtree(source, ignore_errors=True)
+    layout = "--tensor-model-parallel-size 2 --use-distributed-optimizer".split()
+    status, out, err = runner.run("qk_source", 4, BASE + QK + layout + [
+        "--train-iters", "20", "--save", source, "--save-interval", "10", "--exit-interval", "13"])
+    if not checks.expect(status == 0 and tracker(source) == "13", f"qk-layernorm source run exit {status}: "
+                                                                  f"{err[-600:]}"):
+        return
+    reference = losses(out)
+    reference13 = state_tensors(iteration_dir(source, 13))
+    assert QK[:2] == ["--qk-layernorm", "--apply-wd-to-qk-layernorm"]  # the run without them keeps the rest
+    names = [f"model/decoder.layers.{layer}.self_attention.{norm}_layernorm.{part}"
+             for layer in range(4) for norm in ("q", "k") for part in ("weight", "bias")]
+    missing = [n for n in names if n not in reference13 or reference13[n].shape != (8,)]
+    checks.expect(not missing, f"qk-layernorm checkpoint: tensors missing or not of kv_channels 8: {missing[:4]}")
+    for name, ranks, flags in (("TP1", 1, []), ("TP4", 4, ["--tensor-model-parallel-size", "4"])):
+        save = os.path.join(work, f"qk_{name}")
+        shutil.rmtree(save, ignore_errors=True)
+        status, out, err = runner.run(f"qk_{name}", ranks, BASE + QK + flags + [
+            "--load", source, "--ckpt-step", "10", "--train-iters", "20", "--exit-interval", "13", "--save", save])
+        if not checks.expect(status == 0 and tracker(save) == "13", f"qk-layernorm to {name}: exit {status}: "
+                                                                    f"{err[-600:]}"):
+            continue
+        ours = losses(out)
+        worst = max(abs(float(ours.get(i, "nan")) - float(reference[i])) / float(reference[i]) for i in (11, 12, 13))
+        checks.expect(worst <= 1e-5, f"qk-layernorm to {name}: losses 11..13 {[ours.get(i) for i in (11, 12, 13)]} "
+                                     f"vs {[reference[i] for i in (11, 12, 13)]}")
+        saved = state_tensors(iteration_dir(save, 13))
+        bad, worst_state = close_tensors(saved, reference13)
+        checks.expect(set(saved) == set(reference13) and not bad,
+                      f"qk-layernorm to {name}: checkpoint at 13 differs from the uninterrupted run's: {bad[:4]}")
+        print(f"  --qk-layernorm TP2xDP2 ZeRO-1 -> {name}: losses 11..13 max relative {worst:.1e}, checkpoint at 13 "
+              f"max |difference| / max|value| {worst_state:.1e} over {len(saved)} tensors")
+    status, out, err = runner.run("qk_without_flag", 1, BASE + QK[2:] + ["--load", source,
+                                                               "--train-iters", "20", "--exit-interval", "14"])
+    errors = error_lines(out, err)
+    checks.expect(status not in (0, None) and any("--qk-layernorm" in line for line in errors),
+                  f"a --qk-layernorm checkpoint loaded without the flag: exit {status}, errors {errors[:2]}")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
   * both model families (GPT-2: learned positions, LayerNorm, GeLU, tied; Llama-style: RoPE,
     RMSNorm, SwiGLU, GQA 8 heads / 2 groups, no biases, untied), trained a few iterations, the
     Llama one saved under TP=2 (mpirun) so that generate reassembles a sharded layout; a
-    Nemotron-style one (--apply-layernorm-1p, --squared-relu, half-rotated RoPE) under TP=2;
+    Nemotron-style one (--apply-layernorm-1p, --squared-relu, half-rotated RoPE) under TP=2; one with
+    --qk-layernorm (LayerNorm over each query and key head before RoPE, GQA) under TP=2;
   * cached vs uncached: with --check-uncached every step's logits (prefill and each decode step,
     three prompts of different lengths in one batch) are compared with a forward of the whole
     sequence through the training path's attention core: relative difference <= 1e-5 (FP32);
@@ -51,6 +52,11 @@ FAMILIES = {
     "nemotron": (2, ["--num-attention-heads", "4", "--apply-layernorm-1p", "--squared-relu", "--disable-bias-linear",
                      "--untie-embeddings-and-output-weights", "--position-embedding-type", "rope",
                      "--rotary-percent", "0.5", "--tensor-model-parallel-size", "2"]),
+    # Megatron's --qk-layernorm: each query and key head normalized before RoPE (zero-centred
+    # LayerNorm weights and biases over kv_channels, GQA 8 heads / 2 groups), under TP=2.
+    "qk_layernorm": (2, ["--num-attention-heads", "8", "--group-query-attention", "--num-query-groups", "2",
+                         "--position-embedding-type", "rope", "--qk-layernorm", "--apply-layernorm-1p",
+                         "--tensor-model-parallel-size", "2"]),
 }
 PROMPTS = ["3 14 15 92 65", "7", "100 101 102 103 104 105 106 107 108 109 110 111"]
 NEW_TOKENS = 16

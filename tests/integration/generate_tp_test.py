@@ -3,7 +3,8 @@
 
   * both model families, saved under other layouts than they are read in (GPT-2 under PP=2 with an
     odd vocabulary of 201 unpadded rows, so that the vocabulary-parallel tables end in zero rows; the
-    Llama-style one, GQA 8 heads / 2 groups, SwiGLU, untied, under TP=2), generated with mpirun at
+    Llama-style one, GQA 8 heads / 2 groups, SwiGLU, untied, under TP=2; one with --qk-layernorm
+    under PP=2), generated with mpirun at
     TP=2 (and TP=4 for GPT-2's 4 heads) and on one rank, three prompts of different lengths in one
     batch, 16 new tokens each;
   * greedy and sampled (temperature, top-k, top-p, a seed): the same token ids as one rank, and
@@ -41,6 +42,11 @@ FAMILIES = {
                        "--swiglu", "--group-query-attention", "--num-query-groups", "2", "--disable-bias-linear",
                        "--untie-embeddings-and-output-weights", "--rotary-base", "500",
                        "--tensor-model-parallel-size", "2"], [2]),
+    # --qk-layernorm (LayerNorm over each query and key head, replicated on every TP rank), saved
+    # under PP=2 and generated at TP=2.
+    "qk_layernorm": (200, 2, ["--num-attention-heads", "8", "--group-query-attention", "--num-query-groups", "2",
+                              "--position-embedding-type", "rope", "--qk-layernorm",
+                              "--pipeline-model-parallel-size", "2"], [2]),
 }
 PROMPTS = ["3 14 15 92 65", "7", "100 101 102 103 104 105 106 107 108 109 110 111"]
 NEW_TOKENS = 16

@@ -479,6 +479,23 @@ def main():
     print(f"export of a RoPE + LayerNorm + GeLU model: exit {result.returncode}: {result.stderr.strip()}")
     if result.returncode != 1 or os.path.exists(work("mixed_hf")) or os.path.exists(work("mixed_hf.tmp")):
         failures.append("export of a model without a Hugging Face architecture was not refused cleanly")
+    # --qk-layernorm: neither GPT-2 nor LlamaForCausalLM has per-head query/key norms; both exports
+    # refuse naming the flag (the directory export and GPT-2's single file).
+    llama_qk = ["--num-attention-heads", "8", "--position-embedding-type", "rope", "--normalization", "RMSNorm",
+                "--swiglu", "--group-query-attention", "--num-query-groups", "2", "--disable-bias-linear",
+                "--qk-layernorm"]
+    for name, extra, export in (("llama_qk", llama_qk, ["--output-dir", work("llama_qk_hf")]),
+                                ("gpt2_qk", ["--num-attention-heads", "4", "--qk-layernorm"],
+                                 ["--output", work("gpt2_qk.safetensors")])):
+        save = work(name)
+        trained_qk = run([args.pretrain] + common + extra + ["--train-iters", "1", "--save", save])
+        result = run([args.ckpt_tool, "export", save] + export)
+        lines = result.stderr.strip().splitlines()
+        print(f"export of a --qk-layernorm model ({name}): exit {result.returncode}: {lines[0] if lines else ''}")
+        if (trained_qk.returncode != 0 or result.returncode != 1 or len(lines) != 1 or "--qk-layernorm" not in lines[0]
+                or os.path.exists(export[1])):
+            failures.append(f"export of a --qk-layernorm model ({name}) was not refused naming the flag: "
+                            f"{trained_qk.stderr[-200:]} {result.stderr.strip()}")
     return harness.finish(failures)
 
 

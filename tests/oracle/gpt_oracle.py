@@ -12,7 +12,8 @@ definitions, sharing no code with the project) and checks:
   * (FP32) the parameters after those steps.
 The model options: learned absolute positions or RoPE (non-interleaved, partial with
 --rotary-percent), LayerNorm or RMSNorm, GeLU or SwiGLU, grouped-query attention, linear biases or
-none, zero-centred norm weights (--apply-layernorm-1p), the squared-ReLU MLP, the word embedding and
+none, zero-centred norm weights (--apply-layernorm-1p), each query and key head normalized before RoPE
+(--qk-layernorm, with or without weight decay on those norms: --apply-wd-to-qk-layernorm), the squared-ReLU MLP, the word embedding and
 output layer on their own learning rate (--decoupled-lr), tied or untied output layer, and hidden / attention dropout with the project's
 layout-independent masks (dropout_masks.py: iteration k + 1's masks for step k, each microbatch's
 global sample indices).
@@ -86,6 +87,14 @@ VARIANTS = {
                                          1e-5, True),
     # Zero-centred RMSNorm weights (Transformer Engine's zero_centered_gamma) in BF16.
     "llama_1p_bf16": (LLAMA_FLAGS + ["--apply-layernorm-1p", "--bf16"], 2e-2, False),
+    # Megatron's q_layernorm / k_layernorm (--qk-layernorm): RMSNorm over each of the 8 query heads
+    # and each of the 2 key heads (GQA) before RoPE; the norms take no weight decay.
+    "llama_qk_layernorm_fp32": (LLAMA_FLAGS + ["--qk-layernorm", "--rotary-percent", "0.5"], 1e-5, True),
+    # LayerNorm (weight and bias) over each head of kv_channels 8 (h / heads is 16), with weight
+    # decay on the q/k norms' weights and biases (--apply-wd-to-qk-layernorm), the other norms and
+    # biases without; then zero-centred q/k norm weights (--apply-layernorm-1p) in BF16.
+    "qk_layernorm_wd_fp32": (["--qk-layernorm", "--apply-wd-to-qk-layernorm", "--kv-channels", "8"], 1e-5, True),
+    "qk_layernorm_1p_bf16": (["--qk-layernorm", "--apply-layernorm-1p", "--bf16"], 2e-2, False),
 }
 STEPS = 10
 
@@ -215,6 +224,12 @@ def expected_shapes(cfg):
         pre = f"decoder.layers.{layer}."
         norm(pre + "input_layernorm")
         linear(pre + "self_attention.linear_qkv", (heads + 2 * groups) * d, h)
+        if cfg["qk_layernorm"]:  # Megatron's TENorm(hidden_size=kv_channels) for each
+            shapes[pre + "self_attention.q_layernorm.weight"] = (d,)
+            shapes[pre + "self_attention.k_layernorm.weight"] = (d,)
+            if norm_bias:
+                shapes[pre + "self_attention.q_layernorm.bias"] = (d,)
+                shapes[pre + "self_attention.k_layernorm.bias"] = (d,)
         linear(pre + "self_attention.linear_proj", h, heads * d)
         norm(pre + "pre_mlp_layernorm")
         linear(pre + "mlp.linear_fc1", fc1, h)
@@ -269,6 +284,11 @@ class Gpt:
             qkv = self.linear(a, pre + "self_attention.linear_qkv").view(s, b, groups, per_group + 2, d)
             q = qkv[:, :, :, :per_group, :].reshape(s, b, heads, d)  # head g * per_group + j
             k, v = qkv[:, :, :, per_group, :], qkv[:, :, :, per_group + 1, :]  # [s, b, groups, d]
+            if c["qk_layernorm"]:
+                # Megatron's get_query_key_value_tensors: q_layernorm and k_layernorm over the last
+                # (head) dim, after the split into heads and before RoPE.
+                q = self.norm(q, pre + "self_attention.q_layernorm")
+                k = self.norm(k, pre + "self_attention.k_layernorm")
             if c["position_embedding_type"] == "rope":
                 q = rotary(q, c["rotary_dim"], c["rotary_base"], c.get("rotary_interleaved", False))
                 k = rotary(k, c["rotary_dim"], c["rotary_base"], c.get("rotary_interleaved", False))
@@ -356,6 +376,8 @@ def read_config(f):
     cfg["rotary_interleaved"] = bool(cfg.get("rotary_interleaved", 0))
     cfg["squared_relu"] = bool(cfg.get("squared_relu", 0))
     cfg["apply_layernorm_1p"] = bool(cfg.get("apply_layernorm_1p", 0))
+    cfg["qk_layernorm"] = bool(cfg.get("qk_layernorm", 0))
+    cfg["apply_wd_to_qk_layernorm"] = bool(cfg.get("apply_wd_to_qk_layernorm", 0))
     for key in ("decoupled_lr", "decoupled_min_lr"):  # negative: not given (None in Megatron)
         cfg[key] = cfg[key] if cfg.get(key, -1.0) >= 0 else None
     return cfg
@@ -407,6 +429,8 @@ def resolve_from_flags(flags):
              or flag_value(flags, "--no-bias-gelu-fusion", False) is True),
         "squared_relu": squared,
         "apply_layernorm_1p": flag_value(flags, "--apply-layernorm-1p", False) is True,
+        "qk_layernorm": flag_value(flags, "--qk-layernorm", False) is True,
+        "apply_wd_to_qk_layernorm": flag_value(flags, "--apply-wd-to-qk-layernorm", False) is True,
         "decoupled_lr": optional_float(flag_value(flags, "--decoupled-lr")),
         "decoupled_min_lr": optional_float(flag_value(flags, "--decoupled-min-lr")),
         "untied": flag_value(flags, "--untie-embeddings-and-output-weights", False) is True,
@@ -513,8 +537,15 @@ def main():
             failures.append(f"initial {name}: not all {norm_start} (--apply-layernorm-1p {cfg['apply_layernorm_1p']})")
     training_dropout = cfg["hidden_dropout"] > 0 or cfg["attention_dropout"] > 0
     # Without RoPE the key bias adds the same q.b_k to every score of a row, which softmax ignores;
-    # with RoPE it is rotated by each key's position first, and its gradient is not zero.
-    key_bias_is_inert = cfg["position_embedding_type"] != "rope"
+    # with RoPE it is rotated by each key's position first, and its gradient is not zero. With
+    # --qk-layernorm the QKV bias's key part passes through the key norm (not inert), and the key
+    # norm's own bias is the one added to every key alike.
+    no_rope = cfg["position_embedding_type"] != "rope"
+    key_bias_is_inert = no_rope and not cfg["qk_layernorm"]
+    key_norm_bias_is_inert = no_rope and cfg["qk_layernorm"]
+
+    def inert_key_norm_bias(name):
+        return key_norm_bias_is_inert and name.endswith("k_layernorm.bias")
 
     params = {name: value.clone().requires_grad_(True) for name, value in initial.items()}
     model = Gpt(params, cfg, fp8_state(flags))
@@ -545,6 +576,12 @@ def main():
             failures.append(f"FP8 gradients are not nearer the FP8 reference ({to_fp8:.3e}) than the plain one "
                             f"({to_plain:.3e}) by a factor of 10")
     for name in names:
+        if inert_key_norm_bias(name):
+            # Its exact gradient is zero: ours must be rounding noise next to the query norm's bias.
+            query_bias = name.replace("k_layernorm", "q_layernorm")
+            check(f"grad {name} is zero (relative to {query_bias}'s)",
+                  np.abs(ours_grads[name]).max() / np.abs(ours_grads[query_bias]).max(), tolerance)
+            continue
         check(f"grad {name}", relative_error(ours_grads[name], params[name].grad.numpy()), tolerance)
         if name.endswith("linear_qkv.bias") and key_bias_is_inert:
             key_part = np.abs(ours_grads[name][key_bias_mask(cfg)]).max()
@@ -560,13 +597,21 @@ def main():
     # 3. Training steps with Megatron's schedule, weight-decay groups and clipping.
     params = {name: value.clone().requires_grad_(True) for name, value in initial.items()}
     model = Gpt(params, cfg, fp8_state(flags))
-    # Megatron's param groups: weight decay on matrices only; with --decoupled-lr the word embedding
+    # Megatron's param groups: weight decay on matrices only (biases and 1-D parameters without),
+    # except that --apply-wd-to-qk-layernorm decays the q/k norms' weights and biases too
+    # (megatron/core/optimizer get_standard_config_overrides); with --decoupled-lr the word embedding
     # and output_layer.weight on their own max / min learning rate (not the position embedding).
     decoupled = decoupled_rates(cfg)
+
+    def decays(name, param):
+        qk_norm = "q_layernorm." in name or "k_layernorm." in name
+        no_decay = (param.dim() == 1 or name.endswith(".bias")) and not (cfg["apply_wd_to_qk_layernorm"] and qk_norm)
+        return not no_decay
+
     groups = []
     for own_rate in (False, True):
         for with_decay in (True, False):
-            members = [p for n, p in params.items() if (p.dim() > 1) == with_decay
+            members = [p for n, p in params.items() if decays(n, p) == with_decay
                        and (decoupled is not None and n in EMBEDDING_OR_OUTPUT) == own_rate]
             if members:
                 groups.append({"params": members, "weight_decay": cfg["weight_decay"] if with_decay else 0.0,
@@ -601,6 +646,8 @@ def main():
     if compare_final:
         for name in names:
             ours, ref = ours_final[name], params[name].detach().numpy()
+            if inert_key_norm_bias(name):
+                continue  # Adam's steps on rounding noise, as the key bias below; its gradient is checked above
             if name.endswith("linear_qkv.bias"):
                 # Without RoPE the key bias adds q.b_k to a whole score row, which softmax ignores:
                 # its exact gradient is zero, so both sides feed Adam pure rounding noise, which

@@ -117,6 +117,8 @@ absl::Status write_attributes(Hdf5File& file, const Arguments& args, const Model
       {"swiglu", config.swiglu ? 1 : 0}, {"disable_bias_linear", args.disable_bias_linear ? 1 : 0},
       {"exact_gelu", config.exact_gelu ? 1 : 0}, {"squared_relu", config.squared_relu ? 1 : 0},
       {"apply_layernorm_1p", config.layernorm_zero_centered_gamma ? 1 : 0},
+      {"qk_layernorm", config.qk_layernorm ? 1 : 0},
+      {"apply_wd_to_qk_layernorm", config.apply_wd_to_qk_layernorm ? 1 : 0},
       {"seed", args.seed}};
   for (const auto& [name, value] : ints) GPT_RETURN_IF_ERROR(file.set_attribute(name, value));
   const std::pair<const char*, double> doubles[] = {

@@ -14,9 +14,12 @@
 namespace gpt {
 namespace {
 
-ModelConfig config_with(bool llama, DType dtype, RecomputeConfig recompute) {
+enum class Family { kGpt, kLlama, kLlamaQkNorm };  // kLlamaQkNorm: with --qk-layernorm's stash
+
+ModelConfig config_with(Family family, DType dtype, RecomputeConfig recompute) {
   ModelConfig c = testing_support::tiny_model(4, /*sequence=*/8, /*pad_tp=*/2);
-  if (llama) c = testing_support::llama_style(c);
+  if (family != Family::kGpt) c = testing_support::llama_style(c);
+  c.qk_layernorm = family == Family::kLlamaQkNorm;
   c.dtype = dtype;
   c.recompute = recompute;
   return c;
@@ -33,19 +36,19 @@ TEST(ChunkMemory, PlanEqualsTheAllocationItemByItem) {
   const ChunkLayout layouts[] = {{0, 4, true, true, true}, {0, 2, true, false, true}, {1, 2, false, false, true},
                                  {2, 2, false, true, true}};
   int cases = 0;
-  for (bool llama : {false, true}) {
+  for (Family family : {Family::kGpt, Family::kLlama, Family::kLlamaQkNorm}) {
     for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
       for (const RecomputeConfig& recompute : modes) {
         for (int tp : {1, 2}) {
           for (const ChunkLayout& layout : layouts) {
             for (int slots : {1, 3}) {
               for (int depth : {0, 2}) {
-                SCOPED_TRACE(testing::Message() << (llama ? "llama" : "gpt") << " dtype " << static_cast<int>(dtype)
+                SCOPED_TRACE(testing::Message() << "family " << static_cast<int>(family) << " dtype " << static_cast<int>(dtype)
                                                 << " recompute " << static_cast<int>(recompute.granularity) << "/"
                                                 << recompute.num_layers << " tp " << tp << " layers ["
                                                 << layout.first_layer << ", +" << layout.num_layers << ") slots "
                                                 << slots << " leases " << depth);
-                const ModelConfig config = config_with(llama, dtype, recompute);
+                const ModelConfig config = config_with(family, dtype, recompute);
                 const std::vector<ParamSpec> specs = build_param_specs(config);
                 Arena param_arena(Device::kCpu, "params");
                 ParamStore params(chunk_param_specs(specs, layout), 1 % tp, tp, dtype, param_arena);
@@ -101,7 +104,7 @@ TEST(ChunkMemory, PlanEqualsTheAllocationItemByItem) {
       }
     }
   }
-  EXPECT_EQ(cases, 2 * 2 * 4 * 2 * 4 * 2 * 2);
+  EXPECT_EQ(cases, 3 * 2 * 4 * 2 * 4 * 2 * 2);
 }
 
 }  // namespace

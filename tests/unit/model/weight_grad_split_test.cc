@@ -27,11 +27,14 @@ constexpr int64_t kLayers = 4;
 constexpr int64_t kBatch = 2;
 constexpr int kMicrobatches = 2;
 
-enum class Family { kGpt, kLlama };
+// kLlamaQkNorm: Llama-style with --qk-layernorm (its norms' backward rewrites qkv's gradient in place
+// before linear_qkv's deferred weight gradient copies it).
+enum class Family { kGpt, kLlama, kLlamaQkNorm };
 
 ModelConfig config_with(Family family, RecomputeConfig recompute, DType dtype) {
   ModelConfig c = testing_support::tiny_model(kLayers);
-  if (family == Family::kLlama) c = testing_support::llama_style(c);
+  if (family != Family::kGpt) c = testing_support::llama_style(c);
+  c.qk_layernorm = family == Family::kLlamaQkNorm;
   c.dtype = dtype;
   c.recompute = recompute;
   c.hidden_dropout = 0.1f;
@@ -163,10 +166,12 @@ TEST_P(WeightGradSplit, IsBitwiseTheFusedBackward) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, WeightGradSplit,
-    ::testing::Combine(::testing::Values(DType::kFloat32, DType::kBFloat16), ::testing::Values(Family::kGpt, Family::kLlama)),
+    ::testing::Combine(::testing::Values(DType::kFloat32, DType::kBFloat16), ::testing::Values(Family::kGpt, Family::kLlama, Family::kLlamaQkNorm)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param) == DType::kFloat32 ? "fp32" : "bf16") +
-             (std::get<1>(info.param) == Family::kGpt ? "_gpt" : "_llama");
+             (std::get<1>(info.param) == Family::kGpt     ? "_gpt"
+              : std::get<1>(info.param) == Family::kLlama ? "_llama"
+                                                          : "_llama_qk_layernorm");
     });
 
 // Out of order is a broken invariant, not a wrong number: a second deferred backward with the

@@ -259,7 +259,11 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
        "--decoupled-min-lr (0.0002) must be between 0 and --decoupled-lr (0.0001)"},
       {with(with(base_flags(), "--min-lr", "5e-5"), "--decoupled-lr", "1e-5"),
        "--min-lr (5e-05), the embedding and output layer's minimum without --decoupled-min-lr, must not exceed"},
-      {with(base_flags(), "--qk-layernorm", ""), "--qk-layernorm (a Megatron-LM flag) is not supported"},
+      {with(base_flags(), "--attention-output-gate", ""), "--attention-output-gate (a Megatron-LM flag) is not supported"},
+      {with(with(with(with(base_flags(), "--qk-layernorm", ""), "--test-mode", ""), "--use-megatron-fsdp", ""),
+            "--data-parallel-sharding-strategy", "optim_grads_params"),
+       "--test-mode compares the q/k layernorm parameters every rank holds; under --data-parallel-sharding-strategy "
+       "optim_grads_params"},
       {with(base_flags(), "--loss-scale", "128"), "--loss-scale needs --fp16 or --bf16"},
       {with(with(base_flags(), "--fp16", ""), "--loss-scale", "0"), "--loss-scale must be positive and finite"},
       {with(with(base_flags(), "--fp16", ""), "--loss-scale", "-4"), "--loss-scale must be positive and finite"},

@@ -1,0 +1,56 @@
+#include "train/qk_layernorm_check.h"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/philox.h"
+#include "core/stream_copy.h"
+#include "parallel/comm/world_agreement.h"
+#include "train/fault_injection.h"
+
+namespace gpt {
+namespace {
+
+bool is_qk_norm(const std::string& name) {
+  return name.find(".q_layernorm.") != std::string::npos || name.find(".k_layernorm.") != std::string::npos;
+}
+
+}  // namespace
+
+absl::Status check_qk_layernorm_replicas(Trainer& trainer, const ProcessGrid& grid, const Arguments& args) {
+  if (!args.test_mode || !args.qk_layernorm) return absl::OkStatus();
+  trainer.synchronize_parameters();
+  // The values of this rank's q/k norms in the store's order (the same layers, so the same order,
+  // on every rank of a pipeline stage). ZeRO-3 is refused with --test-mode (validate_arguments):
+  // every rank holds every value it uses.
+  std::vector<char> host;
+  for (const Param& param : trainer.params().params()) {
+    if (!is_qk_norm(param.name())) continue;
+    const size_t offset = host.size();
+    host.resize(offset + param.value.bytes());
+    copy_to_host(trainer.context(), host.data() + offset, param.value);
+  }
+  if (corruption_requested("qk-layernorm", grid.world_rank()) && !host.empty()) host[0] ^= 1;  // the tests' drift
+  const uint64_t digest = fnv1a_64(std::string_view(host.data(), host.size()));
+  const std::vector<uint64_t> digests = world::all_gather(digest, "q/k layernorm parameters across ranks (--test-mode)");
+  // Each rank against the tensor-, data- and context-parallel rank 0 of its pipeline stage.
+  std::vector<std::string> differing;
+  for (int rank = 0; rank < static_cast<int>(digests.size()); ++rank) {
+    GridCoordinates reference = grid_coordinates(grid.shape(), rank);
+    reference.tensor = reference.data = reference.context = 0;
+    const int reference_rank = grid_rank(grid.shape(), reference);
+    if (digests[static_cast<size_t>(rank)] != digests[static_cast<size_t>(reference_rank)]) {
+      differing.push_back(absl::StrCat(rank, " (against ", reference_rank, ")"));
+    }
+  }
+  if (differing.empty()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      "iteration ", trainer.iteration(),
+      ": --test-mode: the q_layernorm / k_layernorm parameters differ between the tensor- and data-parallel ranks "
+      "of a pipeline stage: world ranks ", absl::StrJoin(differing, ", ")));
+}
+
+}  // namespace gpt
