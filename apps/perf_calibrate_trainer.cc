@@ -43,7 +43,8 @@ std::vector<std::string> probe_flags(const ProbeModel& m, const Probe& p, int wo
       absl::StrCat(m.hidden), "--num-attention-heads", absl::StrCat(m.heads), "--seq-length", absl::StrCat(m.seq),
       "--max-position-embeddings", absl::StrCat(m.seq), "--micro-batch-size", absl::StrCat(m.micro_batch),
       "--global-batch-size", absl::StrCat(m.micro_batch * p.microbatches * data), "--vocab-size",
-      absl::StrCat(m.vocab), "--tensor-model-parallel-size", absl::StrCat(p.tensor), "--train-iters", "1000000",
+      absl::StrCat(m.vocab), "--tensor-model-parallel-size", absl::StrCat(p.tensor), "--train-iters",
+      absl::StrCat(m.warmup_steps + m.timed_steps),
       "--lr", "1e-4", "--mock-data"};
   if (m.bf16) flags.push_back("--bf16");
   if (p.zero2) {
