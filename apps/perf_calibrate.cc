@@ -377,8 +377,8 @@ int run(const Options& o, const MpiRuntime& mpi) {
     absl::StatusOr<std::vector<perf::OverheadSample>> probes =
         priced.ok() ? time_trainer_probes({.hidden = o.hidden, .heads = o.heads, .seq = o.seq,
                                            .micro_batch = o.micro_batch, .vocab = o.vocab, .bf16 = o.bf16,
-                                           .gpu = gpu, .warmup_steps = o.reduced ? 2 : 3,
-                                           .timed_steps = o.reduced ? 5 : 15},
+                                           .gpu = gpu, .passes = o.reduced ? 1 : 3, .warmup_steps = 2,
+                                           .timed_steps = o.reduced ? 4 : 6},
                                           mpi.world_size(), *priced)
                     : absl::StatusOr<std::vector<perf::OverheadSample>>(priced.status());
     if (!probes.ok()) {

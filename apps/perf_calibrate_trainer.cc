@@ -59,37 +59,51 @@ double slowest_rank(double value) {
   return result;
 }
 
+// The steps of one run of `probe` after its warm-up, each timed as pretrain_gpt's log line times an
+// iteration (train/trainer.cc: the step, then a wait for the device).
+absl::Status time_steps(const ProbeModel& model, const Arguments& args, const Probe& probe, int world_size,
+                        std::vector<double>& steps) {
+  const GridShape shape{.tensor = static_cast<int>(probe.tensor), .data = world_size / static_cast<int>(probe.tensor)};
+  std::unique_ptr<ProcessGrid> grid = build_mpi_grid(shape, 300.0);
+  GPT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::create(args, *grid));
+  for (int s = 0; s < model.warmup_steps + model.timed_steps; ++s) {
+    Stopwatch step;
+    trainer->train_step();
+    trainer->context().synchronize();
+    if (s >= model.warmup_steps) steps.push_back(step.elapsed_seconds());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<perf::OverheadSample>> time_trainer_probes(const ProbeModel& model, int world_size,
                                                                        const perf::Cluster& priced) {
+  const std::vector<Probe> list = probes(model, world_size);
+  std::vector<Arguments> arguments;
   std::vector<perf::OverheadSample> samples;
-  for (const Probe& probe : probes(model, world_size)) {
+  for (const Probe& probe : list) {
     GPT_ASSIGN_OR_RETURN(Arguments parsed, perf::parse_model_flags(probe_flags(model, probe, world_size)));
     GPT_ASSIGN_OR_RETURN(Arguments args, perf::validate_layout(parsed, world_size));
     GPT_RETURN_IF_ERROR(resolve_device(args));
     GPT_ASSIGN_OR_RETURN(const perf::Prediction predicted, perf::predict(args, world_size, priced));
-    const GridShape shape{.tensor = static_cast<int>(probe.tensor), .data = world_size / static_cast<int>(probe.tensor)};
-    std::unique_ptr<ProcessGrid> grid = build_mpi_grid(shape, 300.0);
-    GPT_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::create(args, *grid));
-    // Each step timed as pretrain_gpt's log line times it (train/trainer.cc: the step, then a wait
-    // for the device).
-    std::vector<double> steps;
-    for (int s = 0; s < model.warmup_steps + model.timed_steps; ++s) {
-      Stopwatch step;
-      trainer->train_step();
-      trainer->context().synchronize();
-      if (s >= model.warmup_steps) steps.push_back(step.elapsed_seconds());
-    }
-    std::sort(steps.begin(), steps.end());
+    arguments.push_back(args);
     samples.push_back({.name = probe.name,
-                       .measured_s = slowest_rank(steps[steps.size() / 2]),
                        .predicted_s = predicted.iteration_time,
                        .ops = predicted.op_calls,
                        .passes = predicted.pass_calls,
                        .collectives = predicted.collective_calls});
-    trainer.reset();
-    grid.reset();
+  }
+  std::vector<std::vector<double>> steps(list.size());
+  for (int pass = 0; pass < std::max(1, model.passes); ++pass) {
+    for (size_t k = 0; k < list.size(); ++k) {
+      const size_t i = pass % 2 == 0 ? k : list.size() - 1 - k;
+      GPT_RETURN_IF_ERROR(time_steps(model, arguments[i], list[i], world_size, steps[i]));
+    }
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::sort(steps[i].begin(), steps[i].end());
+    samples[i].measured_s = slowest_rank(steps[i][steps[i].size() / 2]);
   }
   return samples;
 }

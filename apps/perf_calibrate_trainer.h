@@ -18,11 +18,13 @@ struct ProbeModel {
   // microbatches and layout.
   int64_t hidden = 128, heads = 4, seq = 64, micro_batch = 2, vocab = 1024;
   bool bf16 = false, gpu = false;
-  int warmup_steps = 3, timed_steps = 15;
+  // Each probe runs `passes` times, the passes alternating the probes' order (as the sweep's trials
+  // do), so that a busy moment of a shared machine is spread over all probes rather than one.
+  int passes = 3, warmup_steps = 2, timed_steps = 5;
 };
 
 // Collective over the world: every rank runs every probe. Each sample's measured_s is the slowest
-// rank's median step; predicted_s and the counts come from perf::predict with `priced` (whose
+// rank's median over all passes' timed steps; predicted_s and the counts come from perf::predict with `priced` (whose
 // overhead terms must be 0).
 absl::StatusOr<std::vector<perf::OverheadSample>> time_trainer_probes(const ProbeModel& model, int world_size,
                                                                        const perf::Cluster& priced);
