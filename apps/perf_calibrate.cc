@@ -34,14 +34,16 @@
 #include "kernels/ops.h"
 #include "parallel/comm/mpi_communicator.h"
 #include "parallel/comm/mpi_runtime.h"
+#include "perf_calibrate_trainer.h"
 #include "perf_model/calibration.h"
+#include "perf_model/cluster.h"
 
 namespace gpt {
 namespace {
 
 struct Options {
   std::string out, json, name = "measured", device = "cpu";
-  bool reduced = false, bf16 = false;
+  bool reduced = false, bf16 = false, no_trainer_probes = false;
   double peak_tflops = 0, memory_gib = 0;
   int repeats = 5;
   // The model whose GEMM shapes are timed (defaults: docs/SCALING.md's CPU sweep model).
@@ -289,7 +291,21 @@ std::string json_text(const perf::CalibrationResult& r, const perf::LatencyBandw
                                                  "\"rms_relative_error\": %.4g}, ",
                                                  link.latency_s * 1e6, link.bandwidth_Bps / 1e9,
                                                  link.rms_relative_error),
-                                 "\"gemm_efficiency\": [");
+                                 absl::StrFormat("\"host_overhead\": {\"per_op_us\": %.6g, \"per_pass_us\": %.6g, "
+                                                 "\"per_collective_us\": %.6g, \"per_iteration_ms\": %.6g, "
+                                                 "\"rms_relative_error\": %.4g, \"rms_relative_error_before\": %.4g}, ",
+                                                 r.overhead.per_op_s * 1e6, r.overhead.per_pass_s * 1e6,
+                                                 r.overhead.per_collective_s * 1e6, r.overhead.per_iteration_s * 1e3,
+                                                 r.overhead.rms_relative_error, r.overhead.rms_relative_error_before),
+                                 "\"trainer_probes\": [");
+  for (size_t i = 0; i < r.probes.size(); ++i) {
+    const perf::OverheadSample& p = r.probes[i];
+    absl::StrAppend(&out, i ? ", " : "",
+                    absl::StrFormat("{\"name\": \"%s\", \"measured_s\": %.6g, \"predicted_s\": %.6g, \"ops\": %.0f, "
+                                    "\"passes\": %.0f, \"collectives\": %.0f}",
+                                    p.name, p.measured_s, p.predicted_s, p.ops, p.passes, p.collectives));
+  }
+  absl::StrAppend(&out, "],\n \"gemm_efficiency\": [");
   const auto curve = perf::gemm_efficiency_curve(r.gemms, r.peak_flops);
   for (size_t i = 0; i < curve.size(); ++i) {
     absl::StrAppend(&out, i ? ", " : "", absl::StrFormat("[%.6g, %.6g]", curve[i].first, curve[i].second));
@@ -347,14 +363,35 @@ int run(const Options& o, const MpiRuntime& mpi) {
   time_host(ctx, o, threads, result);
   time_op_overhead(ctx, o, dtype, result);
   time_collectives(ctx, o, mpi.world_rank(), mpi.world_size(), result.collectives);
-  if (mpi.world_rank() != 0) return 0;
 
+  // Every rank holds the same (slowest-rank) figures, so the same file.
   std::string error;
-  const std::string text = perf::cluster_file_text(result, &error);
+  std::string text = perf::cluster_file_text(result, &error);
   if (text.empty()) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
+    if (mpi.world_rank() == 0) std::fprintf(stderr, "error: %s\n", error.c_str());
     return 1;
   }
+  if (!o.no_trainer_probes) {
+    // The trainer's own steps against the model priced by the microbenchmarks alone (overheads 0).
+    absl::StatusOr<perf::Cluster> priced = perf::parse_cluster(text, "the microbenchmarks");
+    absl::StatusOr<std::vector<perf::OverheadSample>> probes =
+        priced.ok() ? time_trainer_probes({.hidden = o.hidden, .heads = o.heads, .seq = o.seq,
+                                           .micro_batch = o.micro_batch, .vocab = o.vocab, .bf16 = o.bf16,
+                                           .gpu = gpu, .passes = o.reduced ? 1 : 3, .warmup_steps = 2,
+                                           .timed_steps = o.reduced ? 4 : 6},
+                                          mpi.world_size(), *priced)
+                    : absl::StatusOr<std::vector<perf::OverheadSample>>(priced.status());
+    if (!probes.ok()) {
+      if (mpi.world_rank() == 0) {
+        std::fprintf(stderr, "error: trainer probes: %s\n", std::string(probes.status().message()).c_str());
+      }
+      return 1;
+    }
+    result.probes = *probes;
+    result.overhead = perf::fit_overheads(result.probes);
+    text = perf::cluster_file_text(result, &error);
+  }
+  if (mpi.world_rank() != 0) return 0;
   const auto write = [](const std::string& path, const std::string& content) {
     std::ofstream file(path);
     file << content;
@@ -382,6 +419,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cpu or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_flag("--bf16", o.bf16, "time GEMMs and attention in BF16 (FP32 otherwise)");
   app.add_flag("--reduced", o.reduced, "a small set (CI): smaller squares, collectives up to 1 MiB");
+  app.add_flag("--no-trainer-probes", o.no_trainer_probes,
+               "skip the trainer runs that fit the host-overhead terms (they are then written 0)");
   app.add_option("--repeats", o.repeats, "timed calls per measurement (the median is kept)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--peak-tflops", o.peak_tflops, "the datasheet peak (default: the best GEMM measured)")

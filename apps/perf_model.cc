@@ -54,12 +54,15 @@ int main(int argc, char** argv) {
   app.add_option("--implementation", implementation,
                  "whose implementation choices to model: trainer (pretrain_gpt's memory plan; under sequence "
                  "parallelism the gathered LayerNorm outputs are kept, so backward does not gather them again) or "
-                 "megatron (Megatron-LM's activation stash and its re-gather, to predict published Megatron runs)")
-      ->check(CLI::IsMember({"trainer", "megatron"}));
+                 "megatron (Megatron-LM's activation stash and its re-gather, to predict published Megatron runs) or "
+                 "deepspeed (Megatron's model under DeepSpeed's 2021 ZeRO-3: a collective per parameter tensor, "
+                 "re-gathers beyond stage3_max_reuse_distance, prefetch within stage3_max_live_parameters)")
+      ->check(CLI::IsMember({"trainer", "megatron", "deepspeed"}));
   app.allow_extras();
   if (std::optional<int> exit_code = gpt::parse_command_line(app, argc, argv)) return *exit_code;
 
   if (implementation == "megatron") options.implementation = gpt::perf::Implementation::kMegatron;
+  if (implementation == "deepspeed") options.implementation = gpt::perf::Implementation::kDeepSpeed;
 
   absl::StatusOr<gpt::perf::Cluster> cluster = gpt::perf::load_cluster(cluster_name, argv[0]);
   if (!cluster.ok()) return fail(cluster.status());

@@ -4,8 +4,10 @@
     scripts/perf_cpu_validation.py [--build build-cpu] [--ranks N] [--trials 5] [--dry-run]
     scripts/perf_cpu_validation.py --reuse-sweep sweep.csv --cite "..."   (steps 4-5 only)
 
-1. perf_calibrate under mpirun with one rank per core (--ranks, default: the cores), the full set,
-   written to configs/clusters/cpu-measured.conf (with a header saying when and at what load);
+1. perf_calibrate under mpirun with one rank per core (--ranks, default: the cores), the full set
+   (its microbenchmarks, and its trainer probes, which fit the host-overhead terms from trainer runs
+   that are not layouts of the sweep), written to configs/clusters/cpu-measured.conf (with a header
+   saying when and at what load);
 2. perf_model --search on those ranks with that file: its best layout joins the sweep when the
    sweep can run it (scaling_sweep.py's layout names);
 3. scripts/scaling_sweep.py over at least 12 layouts of the sweep model (docs/SCALING.md) on the

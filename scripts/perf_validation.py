@@ -208,6 +208,12 @@ def evaluate_group(name, rows):
     return result
 
 
+def implementation_of(row, accounting):
+    """perf_model --implementation for a row: DeepSpeed's ZeRO-3 rows (code deepspeed) with
+    DeepSpeed's 2021 ZeRO-3 on Megatron's model code; the others with the file's accounting."""
+    return "deepspeed" if (row.get("code") or "") == "deepspeed" else accounting
+
+
 def run(binary, paths):
     sources, groups = [], []
     for path in paths:
@@ -223,7 +229,8 @@ def run(binary, paths):
             (i, mbs) for i, row in enumerate(rows) if "micro_batch" in (row.get("assumed") or "")
             for mbs in (1, 2, 4, 8)]
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            results = dict(zip(jobs, pool.map(lambda job: predict(binary, rows[job[0]], job[1], accounting), jobs)))
+            results = dict(zip(jobs, pool.map(lambda job: predict(binary, rows[job[0]], job[1], implementation_of(
+                rows[job[0]], accounting)), jobs)))
         for i, row in enumerate(rows):
             row["measured_s"] = measured_seconds(row)
             prediction, error = results[(i, None)]

@@ -23,6 +23,30 @@ double median(std::vector<double> values) {
   return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
 }
 
+// The four host-overhead keys: fitted to the trainer probes when there are some, else 0.
+std::string overhead_lines(const CalibrationResult& r) {
+  const std::string kernel_alone =
+      r.op_overhead_s > 0 ? absl::StrFormat("; gelu_forward on [1, 64] alone: %.3g us", r.op_overhead_s * 1e6) : "";
+  if (r.probes.empty()) {
+    return absl::StrCat("kernel_overhead_us = 0   # NOT measured (no trainer probes)", kernel_alone, "\n",
+                        "microbatch_overhead_us = 0   # NOT measured\n", "collective_overhead_us = 0   # NOT measured\n",
+                        "iteration_overhead_ms = 0   # NOT measured\n");
+  }
+  const OverheadFit& f = r.overhead;
+  std::string out = absl::StrFormat(
+      "# Host overhead: fitted to %d trainer probe runs (listed at the end: train_step timed against the\n"
+      "# model priced by the microbenchmarks above alone); rms error %.1f%% after, %.1f%% before (mean %+.1f%%).\n",
+      f.samples, 100 * f.rms_relative_error, 100 * f.rms_relative_error_before, 100 * f.mean_relative_residual_before);
+  absl::StrAppend(&out,
+                  absl::StrFormat("kernel_overhead_us = %.4g   # per op, fitted%s\n", f.per_op_s * 1e6, kernel_alone),
+                  absl::StrFormat("microbatch_overhead_us = %.4g   # per chunk pass (a microbatch's forward or backward), fitted\n",
+                                  f.per_pass_s * 1e6),
+                  absl::StrFormat("collective_overhead_us = %.4g   # per communication call, fitted\n",
+                                  f.per_collective_s * 1e6),
+                  absl::StrFormat("iteration_overhead_ms = %.4g   # per iteration, fitted\n", f.per_iteration_s * 1e3));
+  return out;
+}
+
 }  // namespace
 
 LatencyBandwidth fit_ring_collectives(const std::vector<CollectiveSample>& samples) {
@@ -132,11 +156,7 @@ std::string cluster_file_text(const CalibrationResult& r, std::string* error) {
                                   std::min(1.0, r.attention_forward_efficiency), r.attention_shape),
                   absl::StrFormat("attention_backward_efficiency = %.3f   # same shape, 2.5x the forward's FLOPs\n",
                                   std::min(1.0, r.attention_backward_efficiency)),
-                  r.op_overhead_s > 0
-                      ? absl::StrFormat("kernel_overhead_us = %.4g   # per op: gelu_forward on [1, 64]\n",
-                                        r.op_overhead_s * 1e6)
-                      : std::string("kernel_overhead_us = 0   # NOT measured\n"),
-                  "iteration_overhead_ms = 0   # NOT measured\n",
+                  overhead_lines(r),
                   "tp_comm_overlap_fraction = 0   # NOT measured: this trainer does not overlap TP communication\n",
                   "dp_comm_overlap_fraction = 0   # NOT measured\n", "#\n# GEMMs (m x n x k, ms, TFLOP/s):\n");
   for (const GemmSample& g : r.gemms) {
@@ -146,6 +166,18 @@ std::string cluster_file_text(const CalibrationResult& r, std::string* error) {
   absl::StrAppend(&out, "# Memory-bound ops (GB/s of the bytes the model charges):\n");
   for (const auto& [op, bandwidth] : r.memory_kernels) {
     absl::StrAppend(&out, absl::StrFormat("#   %-20s %8.3f\n", op, bandwidth / 1e9));
+  }
+  if (!r.probes.empty()) {
+    absl::StrAppend(&out, "# Trainer probes (ms per iteration: measured, predicted without overhead, with the fitted terms;\n"
+                          "# per iteration: ops, chunk passes, communication calls):\n");
+    const OverheadFit& f = r.overhead;
+    for (const OverheadSample& p : r.probes) {
+      const double fitted = p.predicted_s + f.per_op_s * p.ops + f.per_pass_s * p.passes +
+                            f.per_collective_s * p.collectives + f.per_iteration_s;
+      absl::StrAppend(&out, absl::StrFormat("#   %-34s %8.2f %8.2f %8.2f   %6.0f %4.0f %5.0f\n", p.name,
+                                            p.measured_s * 1e3, p.predicted_s * 1e3, fitted * 1e3, p.ops, p.passes,
+                                            p.collectives));
+    }
   }
   absl::StrAppend(&out, "# Collectives (op, ranks, bytes, us, algorithm bandwidth GB/s):\n");
   for (const CollectiveSample& c : r.collectives) {

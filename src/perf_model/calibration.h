@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "perf_model/overhead_fit.h"
+
 namespace gpt::perf {
 
 // One timed GEMM: out[m, n] = a[m, k] @ b[k, n] (2 m n k FLOPs), median seconds per call.
@@ -66,8 +68,13 @@ struct CalibrationResult {
   // Optimizer offload: the trainer's AdamW on the host (bytes it charges per second, per rank with
   // every rank stepping) and the device's link to host memory (bytes/s per direction).
   double host_adamw_Bps = 0;
-  // What an op costs beyond its work: the trainer's gelu_forward on a [1, 64] tensor, per call.
+  // What an op costs beyond its work: the trainer's gelu_forward on a [1, 64] tensor, per call
+  // (the kernel alone; a comment of the file).
   double op_overhead_s = 0;
+  // The trainer's probe runs and the host-overhead terms fitted to them (overhead_fit.h); without
+  // probes every overhead key is written 0, marked NOT measured.
+  std::vector<OverheadSample> probes;
+  OverheadFit overhead;
   double host_link_Bps = 0;
   std::string host_link_note;
   std::vector<GemmSample> gemms;

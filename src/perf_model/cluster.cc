@@ -50,6 +50,8 @@ const Key kKeys[] = {
     {"attention_forward_efficiency", true, Range::kFraction, 1, &Cluster::attention_forward_efficiency},
     {"attention_backward_efficiency", true, Range::kFraction, 1, &Cluster::attention_backward_efficiency},
     {"kernel_overhead_us", false, Range::kNonNegative, 1e-6, &Cluster::kernel_overhead},
+    {"microbatch_overhead_us", false, Range::kNonNegative, 1e-6, &Cluster::microbatch_overhead},
+    {"collective_overhead_us", false, Range::kNonNegative, 1e-6, &Cluster::collective_overhead},
     {"iteration_overhead_ms", false, Range::kNonNegative, 1e-3, &Cluster::iteration_overhead},
     {"tp_comm_overlap_fraction", false, Range::kNonNegative, 1, &Cluster::tp_comm_overlap_fraction},
     {"dp_comm_overlap_fraction", false, Range::kNonNegative, 1, &Cluster::dp_comm_overlap_fraction},

@@ -50,7 +50,10 @@ struct Cluster {
   std::vector<std::pair<double, double>> gemm_efficiency;  // (flops, fraction of peak), ascending
   double attention_forward_efficiency = 0;   // of peak, on the causal attention's executed FLOPs
   double attention_backward_efficiency = 0;
+  // The host's work beyond the kernels (overhead_fit.h; perf_calibrate fits them from trainer runs).
   double kernel_overhead = 0;                // s per op launched (layer_ops.h's list, forward and backward)
+  double microbatch_overhead = 0;            // s per chunk pass (one microbatch's forward, or its backward)
+  double collective_overhead = 0;            // s per communication call (TP, CP, DP, the step's scalar ones)
   double iteration_overhead = 0;             // s per iteration (data, logging, host work)
 
   // Overlap calibration: the share of a communication hidden behind compute when the run asks for

@@ -25,6 +25,19 @@ double tp_exposed(const RankShape& shape, const Cluster& cluster) {
   return shape.tp_comm_overlap ? 1.0 - cluster.tp_comm_overlap_fraction : 1.0;
 }
 
+// The host's work for `ops` ops of which `collectives` are communication calls.
+void charge_calls(PassCost& cost, double ops, double collectives, const Cluster& cluster, double stretch) {
+  cost.op_calls = ops;
+  cost.collective_calls = collectives;
+  cost.overhead = (ops * cluster.kernel_overhead + collectives * cluster.collective_overhead) * stretch;
+}
+
+double collective_ops(const std::vector<Op>& ops) {
+  return static_cast<double>(std::count_if(ops.begin(), ops.end(), [](const Op& op) {
+    return op.kind == OpKind::kAllReduce || op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter;
+  }));
+}
+
 }  // namespace
 
 double gemm_time(double m, double n, double k, const Cluster& cluster) {
@@ -74,10 +87,9 @@ LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster
   LayerCost cost;
   PassCost& f = cost.forward;
   f = price_ops(ops.forward, shape, cluster);
-  f.overhead = static_cast<double>(ops.forward.size()) * cluster.kernel_overhead * shape.compute_stretch;
+  double forward_calls = collective_ops(ops.forward), backward_calls = collective_ops(ops.backward);
   PassCost& g = cost.backward;
   g = price_ops(ops.backward, shape, cluster);
-  g.overhead = static_cast<double>(ops.backward.size()) * cluster.kernel_overhead * shape.compute_stretch;
   for (const Op& op : ops.backward) {
     if (op.weight_gradient) cost.weight_gradient_gemm += gemm_time(op.m, op.n, op.k, cluster) * shape.compute_stretch;
   }
@@ -96,6 +108,7 @@ LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster
       const double qkv_bytes = rows * qkv * t, out_bytes = rows * projection * t;
       f.cp_comm = all_to_all_time(cp_ranks, qkv_bytes, cp_link) + all_to_all_time(cp_ranks, out_bytes, cp_link);
       g.cp_comm = 2 * all_to_all_time(cp_ranks, qkv_bytes, cp_link) + 2 * all_to_all_time(cp_ranks, out_bytes, cp_link);
+      forward_calls += 2, backward_calls += 4;
     } else {
       // CP - 1 hops of the K/V block [s, b, 2 groups_l d], each hidden behind one block's attention
       // (1 / CP of the rank's); backward sends dK/dV after each block (CP hops, not overlapped).
@@ -103,8 +116,11 @@ LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster
       const double hop = p2p_time(kv_bytes, cp_link);
       f.cp_comm = (cp - 1) * std::max(0.0, hop - f.attention / cp);
       g.cp_comm = (cp - 1) * std::max(0.0, hop - g.attention / cp) + cp * hop;
+      forward_calls += cp - 1, backward_calls += 2 * cp - 1;
     }
   }
+  charge_calls(f, static_cast<double>(ops.forward.size()), forward_calls, cluster, shape.compute_stretch);
+  charge_calls(g, static_cast<double>(ops.backward.size()), backward_calls, cluster, shape.compute_stretch);
   cost.recompute_full = f.total();
   cost.recompute_selective = f.attention + f.cp_comm;
   return cost;
@@ -121,7 +137,7 @@ PassCost embedding_forward(const ModelConfig& c, const RankShape& shape, const C
   cost.tp_comm = tp_exposed(shape, cluster) * (shape.sequence_parallel
                                                    ? reduce_scatter_time(tp, activation, shape.tensor_link)
                                                    : all_reduce_time(tp, activation, shape.tensor_link));
-  cost.overhead = 1 * cluster.kernel_overhead * shape.compute_stretch;
+  charge_calls(cost, 1, shape.tensor_parallel > 1 ? 1.0 : 0.0, cluster, shape.compute_stretch);
   return cost;
 }
 
@@ -135,7 +151,7 @@ PassCost embedding_backward(const ModelConfig& c, const RankShape& shape, const 
     cost.tp_comm = tp_exposed(shape, cluster) *
                    all_gather_time(static_cast<int>(shape.tensor_parallel), activation, shape.tensor_link);
   }
-  cost.overhead = 1 * cluster.kernel_overhead * shape.compute_stretch;
+  charge_calls(cost, 1, shape.sequence_parallel ? 1.0 : 0.0, cluster, shape.compute_stretch);
   return cost;
 }
 
@@ -167,7 +183,7 @@ PassCost head_forward(const ModelConfig& c, const RankShape& shape, const Cluste
   cost.tp_comm = tp_exposed(shape, cluster) *
                  ((shape.sequence_parallel ? all_gather_time(tp, activation, shape.tensor_link) : 0.0) +
                   3 * all_reduce_time(tp, rows * 4.0, shape.tensor_link));
-  cost.overhead = 3 * cluster.kernel_overhead * shape.compute_stretch;
+  charge_calls(cost, 3, tp > 1 ? (shape.sequence_parallel ? 4.0 : 3.0) : 0.0, cluster, shape.compute_stretch);
   return cost;
 }
 
@@ -181,7 +197,7 @@ PassCost head_backward(const ModelConfig& c, const RankShape& shape, const Clust
   cost.tp_comm = tp_exposed(shape, cluster) * (shape.sequence_parallel
                                                    ? reduce_scatter_time(tp, activation, shape.tensor_link)
                                                    : all_reduce_time(tp, activation, shape.tensor_link));
-  cost.overhead = 4 * cluster.kernel_overhead * shape.compute_stretch;
+  charge_calls(cost, 4, tp > 1 ? 1.0 : 0.0, cluster, shape.compute_stretch);
   return cost;
 }
 

@@ -17,7 +17,8 @@
 //                --tp-comm-overlap
 //   overhead     kernel_overhead per op of the list (each forward and backward op, TP collectives
 //                included), and per op of the embedding (1 forward, 1 backward) and the head (final
-//                norm, LM head GEMM, cross-entropy: 3 forward; 4 backward)
+//                norm, LM head GEMM, cross-entropy: 3 forward; 4 backward); collective_overhead per
+//                communication call among them (TP collectives, CP hops or all-to-alls)
 // Recompute: full adds the layer's forward to its backward, selective the attention core's.
 #pragma once
 
@@ -33,6 +34,8 @@ struct PassCost {
   double cp_comm = 0;  // exposed context-parallel traffic (ring K/V blocks, or the all-to-alls)
   double dp_comm = 0;  // exposed ZeRO-3 traffic of the unit (data_parallel_cost.h)
   double total() const { return gemm + attention + elementwise + tp_comm + overhead + cp_comm + dp_comm; }
+  // What `overhead` was charged for (overhead_fit.h): ops, and communication calls among them.
+  double op_calls = 0, collective_calls = 0;
 };
 
 struct LayerCost {

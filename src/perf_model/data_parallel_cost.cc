@@ -28,6 +28,45 @@ UnitSharding unit_sharding(double elements, double forward_compute, double backw
   return unit;
 }
 
+UnitSharding deepspeed_unit_sharding(const std::vector<double>& tensors, double forward_compute,
+                                     double backward_compute, bool recomputed, const UnitShardingInput& in,
+                                     double& forward_calls, double& backward_calls,
+                                     const DeepSpeedZero3Defaults& defaults) {
+  UnitSharding unit;
+  forward_calls = backward_calls = 0;
+  if (in.data_ranks <= 1 || tensors.empty()) return unit;
+  double gather = 0, regather = 0, reduce = 0, gathered_elements = 0;
+  double later = 0;  // elements after the tensor in forward order
+  for (size_t i = tensors.size(); i-- > 0;) {
+    const double elements = tensors[i];
+    reduce += reduce_scatter_time(in.data_ranks, elements * in.gradient_bytes, in.data_link);
+    backward_calls += 1;
+    if (elements >= defaults.persistence_threshold) {
+      const double one = all_gather_time(in.data_ranks, elements * in.parameter_bytes, in.data_link);
+      gather += one;
+      gathered_elements += elements;
+      forward_calls += 1;
+      if (recomputed && 2 * later > defaults.max_reuse_distance) {
+        regather += one;
+        backward_calls += 1;
+      }
+    }
+    later += elements;
+  }
+  // Backward: the recompute's gathers (or, without recompute, the backward's), then the re-gathers.
+  backward_calls += forward_calls;
+  const double backward_gather = gather + regather;
+  unit.traffic = gather + backward_gather + reduce;
+  const bool prefetched = in.overlap_param_gather && 2 * gathered_elements <= defaults.max_live_parameters;
+  unit.forward_exposed = prefetched ? exposed_behind(gather, forward_compute, in.hidden_fraction) : gather;
+  unit.first_unit_wait = gather - unit.forward_exposed;
+  const double hidden_part = (prefetched ? backward_gather : 0.0) + (in.overlap_grad_reduce ? reduce : 0.0);
+  const double exposed_part = (prefetched ? 0.0 : backward_gather) + (in.overlap_grad_reduce ? 0.0 : reduce);
+  unit.backward_exposed =
+      exposed_part + (hidden_part > 0 ? exposed_behind(hidden_part, backward_compute, in.hidden_fraction) : 0.0);
+  return unit;
+}
+
 absl::StatusOr<OptimizerStep> optimizer_step(const OptimizerStepInput& in, const Cluster& cluster) {
   OptimizerStep step;
   const double offloaded = in.owned_parameters * in.offload_fraction;

@@ -26,6 +26,8 @@
 // (the slowest of the three) next to the device's part (the larger of the two).
 #pragma once
 
+#include <vector>
+
 #include "perf_model/cluster.h"
 #include "perf_model/collectives.h"
 #include "perf_model/compute_cost.h"
@@ -54,6 +56,35 @@ struct UnitSharding {
 };
 UnitSharding unit_sharding(double elements, double forward_compute, double backward_compute,
                            const UnitShardingInput& input);
+
+// DeepSpeed's ZeRO-3 as released in April 2021 (v0.3.15: deepspeed/runtime/zero/stage3.py and
+// partition_parameters.py), which Narayanan et al. 2021 compared with. Where its code differs from
+// a unit-wise gather (and from this trainer):
+//   - one NCCL all-gather per parameter tensor of a sub-module (_allgather_param, one
+//     torch.distributed.all_gather each) and one reduce-scatter per parameter's gradient
+//     (_reduce_scatter_gradient): a unit pays the collective latency once per tensor;
+//   - tensors under stage3_param_persistence_threshold (default 1e5 elements: norms, biases) stay
+//     whole on every rank and are never gathered (their gradients are still reduce-scattered);
+//   - a fetch is waited for at once (fetch_sub_module: _synchronize_communication); the next
+//     sub-modules are prefetched only while no gather is in flight and fewer than
+//     stage3_max_live_parameters (default 1e9) elements are gathered: modelled as the unit's
+//     prefetch when the unit and the next one (2 x its gathered elements) fit under it, else none;
+//   - after a use a tensor is released unless it is used again within stage3_max_reuse_distance
+//     (default 1e9) elements of other parameters: with activation checkpointing a tensor is used in
+//     the recomputed forward and again in backward with every later tensor of the layer used twice
+//     in between (2 x the elements after it in forward order), so the layer's early, large tensors
+//     are gathered a third time.
+struct DeepSpeedZero3Defaults {
+  double persistence_threshold = 1e5;  // stage3_param_persistence_threshold
+  double max_live_parameters = 1e9;    // stage3_max_live_parameters
+  double max_reuse_distance = 1e9;     // stage3_max_reuse_distance
+};
+// One unit given as its parameter tensors (elements each, forward order), recomputed or not.
+// The counts of collective calls go to `forward_calls` / `backward_calls`.
+UnitSharding deepspeed_unit_sharding(const std::vector<double>& tensors, double forward_compute,
+                                     double backward_compute, bool recomputed, const UnitShardingInput& input,
+                                     double& forward_calls, double& backward_calls,
+                                     const DeepSpeedZero3Defaults& defaults = {});
 
 struct OptimizerStepInput {
   double owned_parameters = 0;    // this rank's

@@ -101,4 +101,21 @@ double layer_parameter_elements(const ModelConfig& c, const LayerOps& ops) {
   return elements + 2.0 * static_cast<double>(c.hidden_size) * (c.has_layernorm_bias() ? 2 : 1);
 }
 
+std::vector<double> layer_parameter_tensors(const ModelConfig& c, const LayerOps& ops) {
+  std::vector<double> tensors;
+  const auto norm = [&] {
+    tensors.push_back(static_cast<double>(c.hidden_size));
+    if (c.has_layernorm_bias()) tensors.push_back(static_cast<double>(c.hidden_size));
+  };
+  int gemm = 0;
+  for (const Op& op : ops.forward) {
+    if (op.kind != OpKind::kGemm) continue;
+    if (gemm == 0 || gemm == 2) norm();  // before linear_qkv and linear_fc1
+    tensors.push_back(op.n * op.k);
+    if (c.add_bias_linear) tensors.push_back(op.n);
+    ++gemm;
+  }
+  return tensors;
+}
+
 }  // namespace gpt::perf

@@ -77,5 +77,8 @@ LayerOps transformer_layer_ops(const ModelConfig& config, const LayerShapes& sha
 // The layer's parameters on this rank: the forward GEMMs' weights (n x k each), their biases and
 // the two norms' weights (and biases with LayerNorm); ZeRO-3 gathers this many per layer.
 double layer_parameter_elements(const ModelConfig& config, const LayerOps& ops);
+// The same parameters as tensors, in the order the layer's forward uses them: norm1's weight (and
+// bias), the QKV weight and bias, the projection's, norm2's, fc1's, fc2's (this rank's TP shards).
+std::vector<double> layer_parameter_tensors(const ModelConfig& config, const LayerOps& ops);
 
 }  // namespace gpt::perf

@@ -51,6 +51,25 @@ Link pair_link(const Cluster& cluster, int64_t stride) {
   return {cluster.inter_node_bandwidth * cluster.inter_node_efficiency, cluster.inter_node_latency, true};
 }
 
+// The data-parallel buckets of a rank holding `parameters` in `units` units (layers, embedding,
+// output layer), as the trainer's shard plan lays them out (train/data_parallel.cc): with
+// --use-megatron-fsdp each unit is a bucket, consecutive ones merged up to
+// --suggested-communication-unit-size; otherwise one bucket, or Megatron's --ddp-bucket-size ones
+// with --overlap-grad-reduce; the tied word embedding alone when it spans pipeline stages.
+double data_parallel_buckets(const Arguments& a, double parameters, double units, int64_t data_ranks,
+                             bool tied_across_stages) {
+  double buckets = 1;
+  if (a.use_megatron_fsdp || a.use_torch_fsdp2) {
+    const double size = a.use_torch_fsdp2 ? 0.0 : static_cast<double>(a.suggested_communication_unit_size);
+    buckets = size > 0 ? std::clamp(std::ceil(parameters / size), 1.0, units) : units;
+  } else if (a.overlap_grad_reduce) {
+    const double size = a.ddp_bucket_size > 0 ? static_cast<double>(a.ddp_bucket_size)
+                                              : std::max(4e7, 1e6 * static_cast<double>(data_ranks));
+    buckets = std::max(1.0, std::ceil(parameters / size));
+  }
+  return buckets + (tied_across_stages ? 1.0 : 0.0);
+}
+
 }  // namespace
 
 absl::StatusOr<Arguments> parse_model_flags(std::vector<std::string> flags) {
@@ -81,7 +100,7 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world
   memory.parameters = static_cast<double>(plan.parameters);
   memory.gradients = static_cast<double>(plan.gradients);
   memory.optimizer_state = static_cast<double>(plan.optimizer_state);
-  if (activations == Implementation::kMegatron) {
+  if (activations != Implementation::kTrainer) {  // Megatron's model code (also under DeepSpeed)
     memory.activations = megatron_activation_bytes(a, world_size);
     return memory;
   }
@@ -139,7 +158,7 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   shape.context_parallel = p.context;
   shape.context_all_to_all = all_to_all;
   shape.context_link = group_link(cluster, static_cast<int>(p.tensor), static_cast<int>(p.context));
-  shape.regather_sequence_parallel_input = options.implementation == Implementation::kMegatron;
+  shape.regather_sequence_parallel_input = options.implementation != Implementation::kTrainer;
   // The costs of one rank: S / CP rows of each sequence (model FLOPs stay the whole model's).
   ModelConfig local_config = config;
   local_config.seq_length = config.seq_length / p.context;
@@ -157,6 +176,10 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   const double chunk_recompute =
       recomputed * p.layer.recompute_full + selective * static_cast<double>(chunk_layers) * p.layer.recompute_selective;
 
+  const auto add_calls = [&](PassCost& pass, double calls) {
+    pass.collective_calls += calls;
+    pass.overhead += calls * cluster.collective_overhead * shape.compute_stretch;
+  };
   // Gradients are reduced (and ZeRO shards laid out) over the data x context group.
   const double element = a.bf16 || a.fp16 ? 2.0 : 4.0;
   const double gradient_element = a.bf16 && !a.accumulate_allreduce_grads_in_fp32 ? 2.0 : 4.0;
@@ -171,31 +194,51 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
                                      .overlap_param_gather = a.overlap_param_gather,
                                      .overlap_grad_reduce = a.overlap_grad_reduce,
                                      .hidden_fraction = cluster.dp_comm_overlap_fraction};
-    const double layer_elements = layer_parameter_elements(local_config, layer_ops(local_config, shape));
-    const UnitSharding layer = unit_sharding(layer_elements, p.layer.forward.total(),
-                                             p.layer.backward.total() + chunk_recompute / chunk_layers, sharding);
-    p.layer.forward.dp_comm = layer.forward_exposed;
-    p.layer.backward.dp_comm = layer.backward_exposed;
+    // A unit: this trainer's (or Megatron-FSDP's) one gather of the whole unit, or DeepSpeed's
+    // 2021 ZeRO-3 per tensor (deepspeed_unit_sharding). Its exposed parts go into its passes.
+    const bool deepspeed = options.implementation == Implementation::kDeepSpeed;
+    const auto shard = [&](const std::vector<double>& tensors, PassCost& forward, PassCost& backward,
+                           double backward_compute, bool recomputed) {
+      double forward_calls = 1, backward_calls = 2, elements = 0;
+      for (double t : tensors) elements += t;
+      const UnitSharding unit =
+          deepspeed ? deepspeed_unit_sharding(tensors, forward.total(), backward_compute, recomputed, sharding,
+                                              forward_calls, backward_calls)
+                    : unit_sharding(elements, forward.total(), backward_compute, sharding);
+      forward.dp_comm = unit.forward_exposed;
+      backward.dp_comm = unit.backward_exposed;
+      add_calls(forward, forward_calls);
+      add_calls(backward, backward_calls);
+      return unit;
+    };
+    const std::vector<double> layer_tensors = layer_parameter_tensors(local_config, layer_ops(local_config, shape));
+    const UnitSharding layer = shard(layer_tensors, p.layer.forward, p.layer.backward,
+                                     p.layer.backward.total() + chunk_recompute / chunk_layers, recomputed > 0);
     chunk_first_wait = layer.first_unit_wait;
     const double h = static_cast<double>(config.hidden_size), vocab = static_cast<double>(config.padded_vocab_size);
     const double tp = static_cast<double>(p.tensor);
-    const double positions =
-        config.position_embedding == PositionEmbedding::kLearnedAbsolute ? static_cast<double>(config.max_position_embeddings) : 0.0;
-    const UnitSharding embedding = unit_sharding((vocab / tp + positions) * h, embed_f.total(), embed_b.total(), sharding);
-    embed_f.dp_comm = embedding.forward_exposed + embedding.first_unit_wait;
-    embed_b.dp_comm = embedding.backward_exposed;
+    std::vector<double> embedding_tensors = {vocab / tp * h};
+    if (config.position_embedding == PositionEmbedding::kLearnedAbsolute) {
+      embedding_tensors.push_back(static_cast<double>(config.max_position_embeddings) * h);
+    }
+    const UnitSharding embedding = shard(embedding_tensors, embed_f, embed_b, embed_b.total(), false);
+    embed_f.dp_comm += embedding.first_unit_wait;
     const bool separate_head = config.untie_embeddings_and_output_weights || p.pipeline > 1;
-    const UnitSharding head = unit_sharding((separate_head ? vocab / tp * h : 0.0) + 2 * h, head_f.total(),
-                                            head_b.total(), sharding);
-    head_f.dp_comm = head.forward_exposed;
-    head_b.dp_comm = head.backward_exposed;
+    std::vector<double> head_tensors = {h, h};  // the final norm
+    if (separate_head) head_tensors.push_back(vocab / tp * h);
+    const UnitSharding head = shard(head_tensors, head_f, head_b, head_b.total(), false);
     // The traffic of every unit of the rank, per iteration.
     const double rank_chunks = static_cast<double>(p.virtual_stages);
     p.zero3_traffic_time = static_cast<double>(p.microbatches) *
                            (rank_chunks * static_cast<double>(chunk_layers) * layer.traffic + embedding.traffic + head.traffic);
   }
-  const double chunk_forward = static_cast<double>(chunk_layers) * p.layer.forward.total() + chunk_first_wait;
-  const double chunk_backward = static_cast<double>(chunk_layers) * p.layer.backward.total() + chunk_recompute;
+  // The host's work per chunk pass (a microbatch's forward, or its backward: the schedule's step,
+  // the data feed, the stage's set-up), besides its ops'.
+  const double pass_overhead = cluster.microbatch_overhead * shape.compute_stretch;
+  const double chunk_forward =
+      static_cast<double>(chunk_layers) * p.layer.forward.total() + chunk_first_wait + pass_overhead;
+  const double chunk_backward =
+      static_cast<double>(chunk_layers) * p.layer.backward.total() + chunk_recompute + pass_overhead;
 
   // Pipeline: per (rank, chunk) costs through the trainer's schedule.
   const double activation_bytes = static_cast<double>(local_config.seq_length * p.micro_batch * config.hidden_size) *
@@ -253,27 +296,38 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
     parameters = static_cast<double>(plan.parameters) / element;
   }
   const double hidden = cluster.dp_comm_overlap_fraction;
-  double gradient_sync = 0, parameter_gather = 0;
+  double gradient_sync = 0, parameter_gather = 0, dp_calls = 0;
+  // Each bucket is its own collective (its own latency and call), of its share of the parameters.
+  const bool tied_across_stages = pp > 1 && !config.untie_embeddings_and_output_weights &&
+                                  pipeline::schedule_placement(kind) == pipeline::Placement::kLoop;
+  const double rank_units = static_cast<double>(chunk_layers * p.virtual_stages) + 2.0 / static_cast<double>(pp);
+  const double buckets = dp > 1 ? data_parallel_buckets(a, parameters, std::max(1.0, std::round(rank_units)), dp,
+                                                        tied_across_stages)
+                                : 0.0;
   if (level == ZeroLevel::kParameters) {
     // Inside the pipeline (above): nothing per iteration; the next forward gathers the updated shards.
     p.dp_comm_time = p.zero3_traffic_time;
-  } else if (level >= ZeroLevel::kOptimizer) {
+  } else if (level >= ZeroLevel::kOptimizer && dp > 1) {
     // ZeRO-2 reduce-scatters every microbatch's gradients (no full-size accumulator). With
     // --num-distributed-optimizer-instances N (ZeRO-1 only) the reduce-scatter and the gather run
     // inside an instance of dp / N consecutive ranks, and each reduced shard is all-reduced across
     // the N instances (ranks dp / N apart).
+    const double reductions = level >= ZeroLevel::kGradients ? static_cast<double>(p.microbatches) : 1.0;
     const int instance = static_cast<int>(optimizer_instance_size(a, dp));
     const int instances = dp / instance;
     const Link instance_link = group_link(cluster, static_cast<int>(p.tensor), instance);
-    gradient_sync = reduce_scatter_time(instance, parameters * gradient_element, instance_link) *
-                    (level >= ZeroLevel::kGradients ? static_cast<double>(p.microbatches) : 1.0);
+    gradient_sync =
+        reductions * buckets * reduce_scatter_time(instance, parameters * gradient_element / buckets, instance_link);
+    parameter_gather = buckets * all_gather_time(instance, parameters * element / buckets, instance_link);
+    dp_calls = (reductions + 1) * buckets;
     if (instances > 1) {
-      gradient_sync += all_reduce_time(instances, parameters * gradient_element / instance,
-                                       group_link(cluster, static_cast<int>(p.tensor) * instance, instances));
+      gradient_sync += buckets * all_reduce_time(instances, parameters * gradient_element / instance / buckets,
+                                                 group_link(cluster, static_cast<int>(p.tensor) * instance, instances));
+      dp_calls += buckets;
     }
-    parameter_gather = all_gather_time(instance, parameters * element, instance_link);
-  } else {
-    gradient_sync = all_reduce_time(dp, parameters * gradient_element, data_link);
+  } else if (dp > 1) {
+    gradient_sync = buckets * all_reduce_time(dp, parameters * gradient_element / buckets, data_link);
+    dp_calls = buckets;
   }
   if (level != ZeroLevel::kParameters) p.dp_comm_time = gradient_sync + parameter_gather;
   p.dp_exposed_time = gradient_sync * (a.overlap_grad_reduce ? 1 - hidden : 1) +
@@ -297,8 +351,37 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   p.offload_copy_time = step.device_to_host + step.host_to_device;
   p.host_optimizer_time = step.host;
   p.offload_fraction = offload_fraction(a);
-  p.overhead_time = cluster.iteration_overhead;
-  p.iteration_time = p.pipeline_time + p.dp_exposed_time + p.embedding_sync_time + p.optimizer_time + p.overhead_time;
+  // The step's scalar all-reduces (train/trainer.cc): the loss over data x context, the gradient
+  // norm over the model-parallel group (and data x context when the optimizer is sharded), and
+  // the finite check over the pipeline.
+  const Link model_link = pp > 1 ? pipe_link : shape.tensor_link;
+  const int model_ranks = static_cast<int>(p.tensor * p.pipeline);
+  double scalar_calls = 0;
+  const auto scalar_all_reduce = [&](int ranks, const Link& link) {
+    if (ranks <= 1) return;
+    p.scalar_comm_time += all_reduce_time(ranks, 8.0, link);
+    scalar_calls += 1;
+  };
+  scalar_all_reduce(dp, data_link);
+  scalar_all_reduce(model_ranks, model_link);
+  if (shards_optimizer(a)) scalar_all_reduce(dp, data_link);
+  scalar_all_reduce(pp, pipe_link);
+  p.overhead_time = cluster.iteration_overhead + (dp_calls + scalar_calls) * cluster.collective_overhead * shape.compute_stretch;
+  p.iteration_time = p.pipeline_time + p.dp_exposed_time + p.embedding_sync_time + p.scalar_comm_time +
+                     p.optimizer_time + p.overhead_time;
+
+  // What the overhead terms were charged for, per iteration on a rank (the embedding's and the
+  // output layer's shared over the stages): overhead_fit.h's features.
+  const double recomputed_share = recomputed / static_cast<double>(std::max<int64_t>(chunk_layers, 1));
+  const double per_layer_ops = p.layer.forward.op_calls * (1 + recomputed_share) + p.layer.backward.op_calls;
+  const double layer_collectives =
+      p.layer.forward.collective_calls * (1 + recomputed_share) + p.layer.backward.collective_calls;
+  const double ends_ops = embed_f.op_calls + embed_b.op_calls + head_f.op_calls + head_b.op_calls;
+  const double ends_collectives =
+      embed_f.collective_calls + embed_b.collective_calls + head_f.collective_calls + head_b.collective_calls;
+  p.op_calls = m * (rank_layers * per_layer_ops + ends_ops / pp);
+  p.pass_calls = 2.0 * m * p.virtual_stages;
+  p.collective_calls = m * (rank_layers * layer_collectives + ends_collectives / pp) + dp_calls + scalar_calls;
 
   p.model_flops = model_flops_per_iteration(config, a.global_batch_size);
   p.tflops_per_gpu = p.model_flops / p.iteration_time / static_cast<double>(world_size) / 1e12;

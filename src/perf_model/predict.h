@@ -19,8 +19,12 @@
 //                parameters' dtype (Megatron's default) unless --accumulate-allreduce-grads-in-fp32.
 //                With PP > 1 and tied embeddings, the embedding gradient's all-reduce between the
 //                first and last stages.
+//                Each DP bucket is one collective (its latency and its host call); ZeRO-2 reduces
+//                every bucket of every microbatch.
+//   + scalars    the step's small all-reduces: the loss, the gradient norm, the finite check
 //   + optimizer  AdamW, memory-bound over the rank's owned parameters
-//   + the cluster's fixed iteration overhead.
+//   + overhead   the host's work beyond the kernels (overhead_fit.h): per op, per chunk pass, per
+//                communication call (inside the passes) and per iteration.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +43,10 @@ namespace gpt::perf {
 // train/memory_plan.h; under sequence parallelism it keeps the gathered LayerNorm outputs, so its
 // backward gathers nothing again) or Megatron-LM's (megatron_memory.h's stash, and backward
 // all-gathers the sequence-parallel LayerNorm outputs again for the weight gradients), to predict
-// published Megatron runs.
-enum class Implementation { kTrainer, kMegatron };
+// published Megatron runs. DeepSpeed's: Megatron's model code (its stash and re-gather) under
+// DeepSpeed's 2021 ZeRO-3 (data_parallel_cost.h: deepspeed_unit_sharding), to predict the ZeRO-3
+// runs Narayanan et al. 2021 compared with.
+enum class Implementation { kTrainer, kMegatron, kDeepSpeed };
 
 // Megatron flags this trainer does not have but the model honours, and the model's own choices.
 struct RunOptions {
@@ -80,11 +86,15 @@ struct Prediction {
   double zero3_traffic_time = 0;  // ZeRO-3: the units' gathers and reduce-scatters, all of it
   double zero3_exposed_time = 0;  // ZeRO-3: the part of it not hidden, inside pipeline_time (a chunk's busiest rank)
   double embedding_sync_time = 0;
+  double scalar_comm_time = 0;   // the step's scalar all-reduces (loss, gradient norm, finite check)
   double optimizer_time = 0;
   double offload_fraction = 0;     // of the owned optimizer state, stepped on the host
   double offload_copy_time = 0;    // device-to-host gradients and host-to-device parameters
   double host_optimizer_time = 0;  // the host's AdamW
-  double overhead_time = 0;
+  double overhead_time = 0;      // the cluster's per-iteration overhead and the host's per DP / scalar call
+  // Per iteration on a rank, what the host-overhead terms are charged for (overhead_fit.h): ops,
+  // chunk passes (a microbatch's forward or backward) and communication calls.
+  double op_calls = 0, pass_calls = 0, collective_calls = 0;
 
   // Per layer and microbatch.
   LayerCost layer;

@@ -36,6 +36,7 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
       .add("dp_comm_total", p.dp_comm_time)
       .add("dp_comm_exposed", p.dp_exposed_time)
       .add("embedding_grad_sync", p.embedding_sync_time)
+      .add("scalar_all_reduces", p.scalar_comm_time)
       .add("optimizer", p.optimizer_time)
       .add("overhead", p.overhead_time);
   if (p.context > 1) time.add("cp_comm_exposed", p.cp_comm_time);
@@ -78,6 +79,9 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
       .add("time_breakdown_s", time)
       .add("layer_microbatch_s", layer)
       .add("memory_breakdown_gib", memory);
+  JsonObject calls;
+  calls.add("ops", p.op_calls).add("passes", p.pass_calls).add("communication", p.collective_calls);
+  top.add("host_calls_per_iteration", calls);
   return top;
 }
 
@@ -132,7 +136,11 @@ std::string text_report(const Prediction& p, const Cluster& cluster) {
     absl::StrAppendFormat(&out, "    offloaded %.2g: copies %.4f, host AdamW %.4f\n", p.offload_fraction,
                           p.offload_copy_time, p.host_optimizer_time);
   }
-  absl::StrAppendFormat(&out, "  fixed overhead                %9.4f\n", p.overhead_time);
+  absl::StrAppendFormat(&out, "  scalar all-reduces            %9.4f  (loss, gradient norm, finite check)\n",
+                        p.scalar_comm_time);
+  absl::StrAppendFormat(&out, "  host overhead per iteration   %9.4f  (and inside the passes: %.0f ops, %.0f passes, "
+                        "%.0f communication calls per iteration)\n",
+                        p.overhead_time, p.op_calls, p.pass_calls, p.collective_calls);
   absl::StrAppendFormat(&out, "\nOne layer, one microbatch\n");
   out += pass_text("forward", p.layer.forward);
   out += pass_text("backward", p.layer.backward);

@@ -2,7 +2,8 @@
 """perf_calibrate as CI runs it: the reduced set under mpirun with 2 ranks writes a cluster file
 that perf_model reads and predicts with, and JSON whose figures are sane (every time and bandwidth
 positive, the GEMM efficiency curve non-decreasing and within (0, 1], the ring fit's latency >= 0);
-one rank alone (no collective to time) is one "error:" line and exit 1. No timing is asserted."""
+the trainer probes ran and the host-overhead terms fitted to them are non-negative; one rank alone
+(no collective to time) is one "error:" line and exit 1. No timing is asserted."""
 import argparse
 import json
 import os
@@ -45,6 +46,23 @@ def main():
             check(len({c["bytes"] for c in m["collectives"]}) >= 3, "collectives at several sizes")
             check(0 < m["attention_forward_efficiency"] and 0 < m["attention_backward_efficiency"], "attention timed")
             check(m["host_adamw_GBps"] > 0 and m["host_link_bandwidth_GBps"] > 0, "host AdamW and host link measured")
+            # The trainer probes: every one ran (a positive step time), was predicted, and the fitted
+            # host-overhead terms are non-negative and no worse a fit than none.
+            probes = m["trainer_probes"]
+            check(len(probes) >= 5, f"trainer probes ran: {probes}")
+            check(all(p["measured_s"] > 0 and p["predicted_s"] > 0 and p["ops"] > 0 and p["passes"] > 0
+                      for p in probes), f"probe times and counts positive: {probes}")
+            check(any(p["collectives"] > 2 * min(q["collectives"] for q in probes) for p in probes),
+                  "the probes differ in communication calls (ZeRO-2, TP)")
+            fit = m["host_overhead"]
+            check(all(fit[k] >= 0 for k in ("per_op_us", "per_pass_us", "per_collective_us", "per_iteration_ms")),
+                  f"overhead terms non-negative: {fit}")
+            check(fit["rms_relative_error"] <= fit["rms_relative_error_before"] + 1e-12, f"the fit helps: {fit}")
+            with open(conf) as f:
+                text = f.read()
+            check(all(f"\n{key} = " in text for key in ("kernel_overhead_us", "microbatch_overhead_us",
+                                                        "collective_overhead_us", "iteration_overhead_ms")),
+                  "the file carries the four overhead keys")
             predicted = subprocess.run([args.perf_model, "--cluster", conf, "--world-size", "2", "--json",
                                         "--num-layers", "4", "--hidden-size", "128", "--num-attention-heads", "4",
                                         "--seq-length", "64", "--max-position-embeddings", "64", "--vocab-size",
