@@ -52,9 +52,8 @@ int main(int argc, char** argv) {
                "them one after another)");
   std::string implementation = "trainer";
   app.add_option("--implementation", implementation,
-                 "whose implementation choices to model: trainer (pretrain_gpt's memory plan; under sequence "
-                 "parallelism the gathered LayerNorm outputs are kept, so backward does not gather them again) or "
-                 "megatron (Megatron-LM's activation stash and its re-gather, to predict published Megatron runs) or "
+                 "whose implementation choices to model: trainer (pretrain_gpt's memory plan) or "
+                 "megatron (Megatron-LM's activation stash, to predict published Megatron runs) or "
                  "deepspeed (Megatron's model under DeepSpeed's 2021 ZeRO-3: a collective per parameter tensor, "
                  "re-gathers beyond stage3_max_reuse_distance, prefetch within stage3_max_live_parameters)")
       ->check(CLI::IsMember({"trainer", "megatron", "deepspeed"}));

@@ -57,7 +57,7 @@ struct RankShape {
   int64_t context_parallel = 1;
   bool context_all_to_all = false;  // --cp-comm-type a2a (else the p2p ring)
   Link context_link;                // the CP group's link
-  // Megatron's SP backward gathers the local LayerNorm outputs again (Implementation::kMegatron).
+  // SP backward gathers the local LayerNorm outputs again (this trainer and Megatron do).
   bool regather_sequence_parallel_input = false;
 };
 

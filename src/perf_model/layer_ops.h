@@ -25,8 +25,9 @@
 // backward (read the gradient and the input, write the gradient: 3 t r_l h), the residual adds
 // (3 t r_l h), the activation's backward (read the gradient and fc1's output, write the gradient:
 // t r (ffn_l + 2 fc1_l)), dropout's backward ((2 t + 1) r_l h), rope's backward and the attention
-// core's backward. Megatron (`regather_sequence_parallel_input`) keeps only the local LayerNorm
-// outputs under SP and all-gathers them again before the weight gradients: two more all-gathers.
+// core's backward. With `regather_sequence_parallel_input` (this trainer and Megatron) only the local
+// LayerNorm outputs are kept under SP and all-gathered again before the weight gradients: two more
+// all-gathers.
 #pragma once
 
 #include <string>

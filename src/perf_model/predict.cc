@@ -158,7 +158,8 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   shape.context_parallel = p.context;
   shape.context_all_to_all = all_to_all;
   shape.context_link = group_link(cluster, static_cast<int>(p.tensor), static_cast<int>(p.context));
-  shape.regather_sequence_parallel_input = options.implementation != Implementation::kTrainer;
+  // This trainer and Megatron both gather the sequence-parallel norm outputs again in backward.
+  shape.regather_sequence_parallel_input = true;
   // The costs of one rank: S / CP rows of each sequence (model FLOPs stay the whole model's).
   ModelConfig local_config = config;
   local_config.seq_length = config.seq_length / p.context;

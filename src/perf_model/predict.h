@@ -39,11 +39,10 @@
 
 namespace gpt::perf {
 
-// Whose implementation choices are modelled where the two differ: this trainer's (its memory plan,
-// train/memory_plan.h; under sequence parallelism it keeps the gathered LayerNorm outputs, so its
-// backward gathers nothing again) or Megatron-LM's (megatron_memory.h's stash, and backward
-// all-gathers the sequence-parallel LayerNorm outputs again for the weight gradients), to predict
-// published Megatron runs. DeepSpeed's: Megatron's model code (its stash and re-gather) under
+// Whose implementation choices are modelled where they differ: this trainer's (its memory plan,
+// train/memory_plan.h) or Megatron-LM's (megatron_memory.h's stash), to predict published Megatron
+// runs; both all-gather the sequence-parallel LayerNorm outputs again in backward for the weight
+// gradients. DeepSpeed's: Megatron's model code (its stash and re-gather) under
 // DeepSpeed's 2021 ZeRO-3 (data_parallel_cost.h: deepspeed_unit_sharding), to predict the ZeRO-3
 // runs Narayanan et al. 2021 compared with.
 enum class Implementation { kTrainer, kMegatron, kDeepSpeed };
