@@ -1,15 +1,13 @@
 #include "train/qk_layernorm_check.h"
 
 #include <string>
-#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/philox.h"
 #include "core/stream_copy.h"
-#include "parallel/comm/world_agreement.h"
-#include "train/fault_injection.h"
+#include "train/replica_check.h"
 
 namespace gpt {
 namespace {
@@ -33,19 +31,10 @@ absl::Status check_qk_layernorm_replicas(Trainer& trainer, const ProcessGrid& gr
     host.resize(offset + param.value.bytes());
     copy_to_host(trainer.context(), host.data() + offset, param.value);
   }
-  if (corruption_requested("qk-layernorm", grid.world_rank()) && !host.empty()) host[0] ^= 1;  // the tests' drift
-  const uint64_t digest = fnv1a_64(std::string_view(host.data(), host.size()));
-  const std::vector<uint64_t> digests = world::all_gather(digest, "q/k layernorm parameters across ranks (--test-mode)");
   // Each rank against the tensor-, data- and context-parallel rank 0 of its pipeline stage.
-  std::vector<std::string> differing;
-  for (int rank = 0; rank < static_cast<int>(digests.size()); ++rank) {
-    GridCoordinates reference = grid_coordinates(grid.shape(), rank);
-    reference.tensor = reference.data = reference.context = 0;
-    const int reference_rank = grid_rank(grid.shape(), reference);
-    if (digests[static_cast<size_t>(rank)] != digests[static_cast<size_t>(reference_rank)]) {
-      differing.push_back(absl::StrCat(rank, " (against ", reference_rank, ")"));
-    }
-  }
+  const std::vector<std::string> differing = ranks_differing_from_reference(
+      grid, std::move(host), "qk-layernorm", "q/k layernorm parameters across ranks (--test-mode)",
+      [](GridCoordinates& c) { c.tensor = c.data = c.context = 0; });
   if (differing.empty()) return absl::OkStatus();
   return absl::DataLossError(absl::StrCat(
       "iteration ", trainer.iteration(),

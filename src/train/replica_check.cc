@@ -1,6 +1,7 @@
 #include "train/replica_check.h"
 
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -12,25 +13,35 @@
 
 namespace gpt {
 
+std::vector<std::string> ranks_differing_from_reference(const ProcessGrid& grid, std::vector<char> bytes,
+                                                        const char* corruption, const char* what,
+                                                        const std::function<void(GridCoordinates&)>& to_reference) {
+  if (corruption_requested(corruption, grid.world_rank()) && !bytes.empty()) bytes[0] ^= 1;  // the tests' drift
+  const uint64_t digest = fnv1a_64(std::string_view(bytes.data(), bytes.size()));
+  const std::vector<uint64_t> digests = world::all_gather(digest, what);
+  std::vector<std::string> differing;
+  for (int rank = 0; rank < static_cast<int>(digests.size()); ++rank) {
+    GridCoordinates reference = grid_coordinates(grid.shape(), rank);
+    to_reference(reference);
+    const int reference_rank = grid_rank(grid.shape(), reference);
+    if (digests[static_cast<size_t>(rank)] != digests[static_cast<size_t>(reference_rank)]) {
+      differing.push_back(absl::StrCat(rank, " (against ", reference_rank, ")"));
+    }
+  }
+  return differing;
+}
+
 absl::Status check_replica_weights(Trainer& trainer, const ProcessGrid& grid, int64_t interval) {
   if (interval <= 0 || trainer.iteration() % interval != 0) return absl::OkStatus();
   trainer.synchronize_parameters();
   const Tensor& values = trainer.params().flat_values();
   std::vector<char> host(values.bytes());
   copy_to_host(trainer.context(), host.data(), values);
-  if (corruption_requested("replica-weights", grid.world_rank()) && !host.empty()) host[0] ^= 1;  // the tests' drift
-  const uint64_t digest = fnv1a_64(std::string_view(host.data(), host.size()));
-  const std::vector<uint64_t> digests = world::all_gather(digest, "weight hashes across data-parallel replicas");
   // Each rank against the data-parallel rank 0 of its (tensor, pipeline) coordinates.
-  std::vector<std::string> differing;
-  for (int rank = 0; rank < static_cast<int>(digests.size()); ++rank) {
-    GridCoordinates reference = grid_coordinates(grid.shape(), rank);
-    reference.data = 0;
-    const int reference_rank = grid_rank(grid.shape(), reference);
-    if (digests[static_cast<size_t>(rank)] != digests[static_cast<size_t>(reference_rank)]) {
-      differing.push_back(absl::StrCat(rank, " (against ", reference_rank, ")"));
-    }
-  }
+  const std::vector<std::string> differing =
+      ranks_differing_from_reference(grid, std::move(host), "replica-weights",
+                                     "weight hashes across data-parallel replicas",
+                                     [](GridCoordinates& c) { c.data = 0; });
   if (differing.empty()) return absl::OkStatus();
   return absl::DataLossError(absl::StrCat(
       "iteration ", trainer.iteration(),

@@ -224,7 +224,7 @@ def expected_shapes(cfg):
         pre = f"decoder.layers.{layer}."
         norm(pre + "input_layernorm")
         linear(pre + "self_attention.linear_qkv", (heads + 2 * groups) * d, h)
-        if cfg["qk_layernorm"]:  # Megatron's TENorm(hidden_size=kv_channels) for each
+        if cfg.get("qk_layernorm", False):  # Megatron's TENorm(hidden_size=kv_channels) for each
             shapes[pre + "self_attention.q_layernorm.weight"] = (d,)
             shapes[pre + "self_attention.k_layernorm.weight"] = (d,)
             if norm_bias:
@@ -284,7 +284,7 @@ class Gpt:
             qkv = self.linear(a, pre + "self_attention.linear_qkv").view(s, b, groups, per_group + 2, d)
             q = qkv[:, :, :, :per_group, :].reshape(s, b, heads, d)  # head g * per_group + j
             k, v = qkv[:, :, :, per_group, :], qkv[:, :, :, per_group + 1, :]  # [s, b, groups, d]
-            if c["qk_layernorm"]:
+            if c.get("qk_layernorm", False):
                 # Megatron's get_query_key_value_tensors: q_layernorm and k_layernorm over the last
                 # (head) dim, after the split into heads and before RoPE.
                 q = self.norm(q, pre + "self_attention.q_layernorm")

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "unit/perf_model/perf_model_fixtures.h"
 #include "perf_model/predict.h"
 #include "perf_model/search.h"
 
@@ -15,19 +16,8 @@ namespace gpt::perf {
 namespace {
 
 Cluster ideal_cluster() {
-  Cluster c;
-  c.name = "ideal";
-  c.gpus_per_node = 8;
-  c.compute_slots_per_node = 8;
-  c.peak_flops = 100e12;
-  c.memory_bytes = 80.0 * (1 << 30);
-  c.memory_bandwidth = 2e12;
-  c.intra_node_bandwidth = 200e9;
-  c.inter_node_bandwidth = 25e9;
+  Cluster c = ideal_cluster_base();
   c.intra_node_latency = 5e-6;
-  c.gemm_efficiency = {{1e9, 0.5}};
-  c.attention_forward_efficiency = 0.5;
-  c.attention_backward_efficiency = 0.5;
   c.dp_comm_overlap_fraction = 0.9;
   c.host_link_bandwidth = 25e9;
   c.host_adamw_bandwidth = 20e9;
@@ -36,14 +26,7 @@ Cluster ideal_cluster() {
 
 Prediction predicted(const std::string& flags, int64_t world, const Cluster& cluster = ideal_cluster(),
                      RunOptions options = {}) {
-  std::vector<std::string> argv = absl::StrSplit(flags, ' ', absl::SkipEmpty());
-  absl::StatusOr<Arguments> parsed = parse_model_flags(argv);
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  absl::StatusOr<Arguments> valid = validate_layout(*parsed, world);
-  EXPECT_TRUE(valid.ok()) << valid.status();
-  absl::StatusOr<Prediction> p = predict(*valid, world, cluster, options);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return *p;
+  return predict_layout(flags, world, cluster, options);
 }
 
 const std::string kModel =

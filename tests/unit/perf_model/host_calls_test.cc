@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "unit/perf_model/perf_model_fixtures.h"
 #include "perf_model/data_parallel_cost.h"
 #include "perf_model/predict.h"
 
@@ -14,31 +15,14 @@ namespace gpt::perf {
 namespace {
 
 Cluster small_cluster() {
-  Cluster c;
+  Cluster c = ideal_cluster_base();
   c.name = "small";
-  c.gpus_per_node = 8;
-  c.compute_slots_per_node = 8;
-  c.peak_flops = 100e12;
-  c.memory_bytes = 80.0 * (1 << 30);
-  c.memory_bandwidth = 2e12;
-  c.intra_node_bandwidth = 200e9;
-  c.inter_node_bandwidth = 25e9;
   c.intra_node_latency = 5e-6;
-  c.gemm_efficiency = {{1e9, 0.5}};
-  c.attention_forward_efficiency = 0.5;
-  c.attention_backward_efficiency = 0.5;
   return c;
 }
 
 Prediction predicted(const std::string& flags, int64_t world, const Cluster& cluster, RunOptions options = {}) {
-  std::vector<std::string> argv = absl::StrSplit(flags, ' ', absl::SkipEmpty());
-  absl::StatusOr<Arguments> parsed = parse_model_flags(argv);
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  absl::StatusOr<Arguments> valid = validate_layout(*parsed, world);
-  EXPECT_TRUE(valid.ok()) << valid.status();
-  absl::StatusOr<Prediction> p = predict(*valid, world, cluster, options);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return *p;
+  return predict_layout(flags, world, cluster, options);
 }
 
 const std::string kModel =

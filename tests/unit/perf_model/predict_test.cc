@@ -9,41 +9,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "unit/perf_model/perf_model_fixtures.h"
 
 namespace gpt::perf {
 namespace {
 
-// An idealised cluster: every efficiency 1, one GEMM rate, no latency.
-Cluster ideal_cluster() {
-  Cluster c;
-  c.name = "ideal";
-  c.gpus_per_node = 8;
-  c.compute_slots_per_node = 8;
-  c.peak_flops = 100e12;
-  c.memory_bytes = 80.0 * (1 << 30);
-  c.memory_bandwidth = 2e12;
-  c.intra_node_bandwidth = 200e9;
-  c.inter_node_bandwidth = 25e9;
-  c.gemm_efficiency = {{1e9, 0.5}};
-  c.attention_forward_efficiency = 0.5;
-  c.attention_backward_efficiency = 0.5;
-  return c;
-}
+// An idealised cluster: one GEMM rate, no latency.
+Cluster ideal_cluster() { return ideal_cluster_base(); }
 
-Arguments layout(const std::string& flags, int64_t world) {
-  std::vector<std::string> argv = absl::StrSplit(flags, ' ', absl::SkipEmpty());
-  absl::StatusOr<Arguments> parsed = parse_model_flags(argv);
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  absl::StatusOr<Arguments> validated = validate_layout(*parsed, world);
-  EXPECT_TRUE(validated.ok()) << validated.status();
-  return *validated;
-}
+Arguments layout(const std::string& flags, int64_t world) { return checked_layout(flags, world); }
 
 Prediction predicted(const std::string& flags, int64_t world, const Cluster& cluster = ideal_cluster(),
                      RunOptions options = {}) {
-  absl::StatusOr<Prediction> p = predict(layout(flags, world), world, cluster, options);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return *p;
+  return predict_layout(flags, world, cluster, options);
 }
 
 // Two layers, h 64, 4 heads, s 32, ffn 256, vocabulary 128, BF16.

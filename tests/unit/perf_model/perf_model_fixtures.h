@@ -1,0 +1,48 @@
+// What the performance model's unit tests share: an idealised cluster (8 GPUs a node, one GEMM
+// efficiency, no latency unless a test sets one) and a layout predicted from a command line.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "perf_model/predict.h"
+
+namespace gpt::perf {
+
+inline Cluster ideal_cluster_base() {
+  Cluster c;
+  c.name = "ideal";
+  c.gpus_per_node = 8;
+  c.compute_slots_per_node = 8;
+  c.peak_flops = 100e12;
+  c.memory_bytes = 80.0 * (1 << 30);
+  c.memory_bandwidth = 2e12;
+  c.intra_node_bandwidth = 200e9;
+  c.inter_node_bandwidth = 25e9;
+  c.gemm_efficiency = {{1e9, 0.5}};
+  c.attention_forward_efficiency = 0.5;
+  c.attention_backward_efficiency = 0.5;
+  return c;
+}
+
+// The layout pretrain_gpt's checks make of `flags` on `world` ranks (a failed check fails the test).
+inline Arguments checked_layout(const std::string& flags, int64_t world) {
+  std::vector<std::string> argv = absl::StrSplit(flags, ' ', absl::SkipEmpty());
+  absl::StatusOr<Arguments> parsed = parse_model_flags(argv);
+  EXPECT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<Arguments> validated = validate_layout(*parsed, world);
+  EXPECT_TRUE(validated.ok()) << validated.status();
+  return *validated;
+}
+
+inline Prediction predict_layout(const std::string& flags, int64_t world, const Cluster& cluster,
+                                 RunOptions options = {}) {
+  absl::StatusOr<Prediction> p = predict(checked_layout(flags, world), world, cluster, options);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *p;
+}
+
+}  // namespace gpt::perf
