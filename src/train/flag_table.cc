@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "train/context_parallel_arguments.h"
 #include "train/flag_agreement_order.h"
 #include "train/metrics_file.h"
 #include "train/numeric_flags.h"
@@ -38,6 +39,13 @@ PyValue lr_decay_iters_value(const Arguments& a) {
 PyValue rampup_value(const Arguments& a) {
   if (a.rampup_batch_size.empty()) return PyValue();
   return absl::StrCat("[", absl::StrJoin(a.rampup_batch_size, ", "), "]");
+}
+// Megatron's --hierarchical-context-parallel-sizes is a list of ints (nargs '+', type int): [2, 2].
+PyValue hierarchical_sizes_value(const Arguments& a) {
+  if (a.hierarchical_context_parallel_sizes.empty()) return PyValue();
+  const absl::StatusOr<std::vector<int64_t>> sizes = hierarchical_context_parallel_sizes(a);
+  if (!sizes.ok()) return a.hierarchical_context_parallel_sizes;  // as given (validation refuses it)
+  return absl::StrCat("[", absl::StrJoin(*sizes, ", "), "]");
 }
 // Megatron's --attention-backend is an enum, printed with its class name.
 PyValue attention_backend_value(const Arguments& a) { return absl::StrCat("AttnBackend.", a.attention_backend); }
@@ -164,7 +172,7 @@ constexpr FlagRow kRows[] = {
         "--context-parallel-size): A consecutive context ranks exchange heads by all-to-all, the P ranks at one "
         "place of those groups form the ring (Megatron's hierarchical groups); written 2 2, [2 2] or 2,2")
         .takes(Nargs::kOneOrMore)
-        .shown(kNoneIfEmpty)
+        .shown(hierarchical_sizes_value)
         .megatron(kRefusedAtValues, "two levels, as Transformer Engine's a2a+p2p uses; other counts are refused"),
     row("--use-tp-pp-dp-mapping", &A::use_tp_pp_dp_mapping,
         "Rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp: rank = tp + TP (cp + CP (pp + PP dp)), so a "
