@@ -18,6 +18,9 @@ std::unique_ptr<AttentionCore> make_attention_core(const LayerShapes& shapes, co
       return std::make_unique<RingAttention>(shapes, *context.group, workspace, scale);
     case ContextCommType::kAllToAll:
       return std::make_unique<AllToAllAttention>(shapes, *context.group, workspace, scale);
+    case ContextCommType::kAllToAllRing:
+      GPT_CHECK(context.inner != nullptr && context.outer != nullptr) << "a2a+p2p without its two context levels";
+      return std::make_unique<AllToAllAttention>(shapes, *context.inner, workspace, scale, context.outer);
   }
   GPT_FATAL() << "unknown context-parallel communication type";
 }

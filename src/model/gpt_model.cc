@@ -3,11 +3,23 @@
 #include "core/stream_copy.h"
 
 namespace gpt {
+namespace {
+
+// This rank's shapes, with a2a+p2p's level-0 size when a layer uses it (its workspace then holds
+// the ring's blocks).
+LayerShapes model_shapes(const ModelConfig& config, const TensorParallel& tp, int64_t micro_batch,
+                         const ContextParallel& context) {
+  LayerShapes shapes = LayerShapes::make(config, tp, micro_batch, context.size(), context.rank());
+  shapes.context_inner = context.inner_size();
+  return shapes;
+}
+
+}  // namespace
 
 GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
                    int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth,
                    const ContextParallel& context, Fp8Scaling* fp8)
-    : shapes_(LayerShapes::make(config, tp, micro_batch, context.size(), context.rank())),
+    : shapes_(model_shapes(config, tp, micro_batch, context)),
       layout_(layout),
       recompute_plan_(plan_recompute(config.recompute, layout.num_layers)),
       activation_memory_(gpt::activation_memory(config, shapes_, layout.num_layers)) {

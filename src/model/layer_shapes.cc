@@ -80,6 +80,9 @@ void for_each_buffer(LayerWorkspace& w, const LayerShapes& s, Visit&& visit) {
     for (Tensor& buffer : w.context_qkv) visit(buffer, Shape{s.rows(), s.local_qkv()});
     for (Tensor& buffer : w.context_out) visit(buffer, Shape{s.rows(), s.local_projection()});
   }
+  if (s.context_size > 1 && s.context_inner > 0) {
+    for (Tensor& buffer : w.context_kv) visit(buffer, Shape{s.rows(), s.local_groups * 2 * s.head_dim});
+  }
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ struct LayerShapes {
   int64_t global_sequence = 0;   // S, the whole sequence
   int64_t context_size = 1;      // CP
   int64_t context_rank = 0;
+  int64_t context_inner = 0;     // a2a+p2p's level-0 (all-to-all) size when a layer uses it, else 0
   int64_t batch = 0;             // b (micro batch)
   int64_t hidden = 0;            // h
   int64_t local_heads = 0;       // heads / tp
@@ -87,6 +88,9 @@ struct LayerWorkspace {
   // gradients in flight, the all-to-all's staging and its head-split qkv, output and gradients.
   Tensor context_qkv[4];  // [s b, qkv_l] each
   Tensor context_out[2];  // [s b, heads_l d] each
+  // a2a+p2p (context_inner > 0) only: the level-1 ring's K/V blocks and their gradients in flight,
+  // beside the all-to-all's buffers above.
+  Tensor context_kv[4];   // [s b, groups_l 2d] each
 
   LayerWorkspace() = default;  // no buffers
   LayerWorkspace(const LayerShapes& shapes, DType dtype, Arena& arena);

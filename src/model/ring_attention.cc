@@ -6,14 +6,24 @@ namespace gpt {
 
 RingAttention::RingAttention(const LayerShapes& shapes, Communicator& group, const LayerWorkspace& workspace,
                              float scale)
-    : shapes_(shapes), group_(group), workspace_(workspace), scale_(scale) {
+    : RingAttention(shapes, group,
+                    {workspace.context_qkv[0], workspace.context_qkv[1], workspace.context_qkv[2],
+                     workspace.context_qkv[3]},
+                    scale) {}
+
+RingAttention::RingAttention(const LayerShapes& shapes, Communicator& group, const std::array<Tensor, 4>& scratch,
+                             float scale)
+    : shapes_(shapes), group_(group), scratch_(scratch), scale_(scale) {
   GPT_CHECK_EQ(group.size(), shapes.context_size) << "ring attention group";
-  GPT_CHECK(workspace.context_qkv[3].defined()) << "ring attention without context-parallel scratch";
+  for (const Tensor& buffer : scratch_) {
+    GPT_CHECK(buffer.defined() && buffer.numel() >= shapes.rows() * shapes.local_groups * 2 * shapes.head_dim)
+        << "ring attention without context-parallel scratch";
+  }
 }
 
 Tensor RingAttention::kv_buffer(int index) const {
   const int64_t kv_elements = shapes_.rows() * shapes_.local_groups * 2 * shapes_.head_dim;
-  return workspace_.context_qkv[index].flat_range(0, kv_elements).view(
+  return scratch_[static_cast<size_t>(index)].flat_range(0, kv_elements).view(
       {shapes_.sequence, shapes_.batch, shapes_.local_groups, 2 * shapes_.head_dim});
 }
 
@@ -84,10 +94,13 @@ void RingAttention::backward_input(Context& ctx, const Tensor& grad_qkv, const T
     }
     shift.wait(ctx);
     // After the last step the gradient goes one more hop: to the block's owner (this rank's own
-    // block's gradient arrives from the previous rank).
-    start_shift(ctx, grad_current, grad_next).wait(ctx);
+    // block's gradient arrives from the previous rank). A ring of one (a2a+p2p's level 1 of size 1)
+    // keeps its own.
+    if (size > 1) {
+      start_shift(ctx, grad_current, grad_next).wait(ctx);
+      std::swap(grad_current, grad_next);
+    }
     std::swap(current, next);
-    std::swap(grad_current, grad_next);
   }
   ops::copy_columns(ctx, grad_qkv.view({grad_qkv.rows(), width}), width - kv_width, grad_current, 0, kv_width, true);
 }

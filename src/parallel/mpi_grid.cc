@@ -58,10 +58,22 @@ std::unique_ptr<ProcessGrid> build_mpi_grid(const GridShape& shape, double timeo
     across_optimizer_instances = split(place % size + size * position, place / size, "across-optimizer-instances",
                                        timeout_seconds);
   }
+  std::unique_ptr<Communicator> context_inner, context_outer;
+  if (shape.context_inner > 0) {
+    // a2a+p2p's levels of the context group (same tp, dp, pp): level 0 holds the context ranks of
+    // one cp / A, ordered by cp % A; level 1 those of one cp % A, ordered by cp / A.
+    const int inner = shape.context_inner, outer = shape.context / inner;
+    const int position = c.tensor + shape.tensor * (c.data + shape.data * c.pipeline);
+    context_inner = split(c.context / inner + outer * position, c.context % inner, "context-parallel-a2a",
+                          timeout_seconds);
+    context_outer = split(c.context % inner + inner * position, c.context / inner, "context-parallel-p2p",
+                          timeout_seconds);
+  }
   return std::make_unique<ProcessGrid>(shape, world_rank, std::move(world), std::move(tensor), std::move(data),
                                        std::move(pipeline), std::move(embedding), std::move(model_parallel),
                                        std::move(context), std::move(data_context), std::move(optimizer_instance),
-                                       std::move(across_optimizer_instances));
+                                       std::move(across_optimizer_instances), std::move(context_inner),
+                                       std::move(context_outer));
 }
 
 }  // namespace gpt

@@ -6,7 +6,7 @@ namespace gpt {
 void ProcessGrid::adopt_nccl(Context& ctx, double timeout_seconds) {
   for (std::unique_ptr<Communicator>* group :
        {&world_, &tensor_, &data_, &pipeline_, &embedding_, &model_parallel_, &context_, &data_context_,
-        &optimizer_instance_, &across_optimizer_instances_}) {
+        &optimizer_instance_, &across_optimizer_instances_, &context_inner_, &context_outer_}) {
     if (*group == nullptr || (*group)->size() == 1) continue;
     auto nccl = std::make_unique<NcclCommunicator>(ctx, **group, (*group)->name(), timeout_seconds);
     bootstrap_.push_back(std::move(*group));

@@ -37,6 +37,13 @@ const char* rank_order_name(RankOrder order) {
 
 namespace {
 
+// The level-0 size of the context group's two levels (the whole group when it has none).
+int context_inner_size(const GridShape& shape) {
+  const int inner = shape.context_inner > 0 ? shape.context_inner : shape.context;
+  GPT_CHECK(shape.context % inner == 0) << "context-parallel level 0 of " << inner << " ranks in CP " << shape.context;
+  return inner;
+}
+
 // A rank's place in its data x context group (Megatron's dp-cp group lists its members so).
 int data_context_place(const GridShape& shape, const GridCoordinates& c) { return c.context + shape.context * c.data; }
 
@@ -55,6 +62,10 @@ bool same_group(GridGroup kind, const GridShape& shape, const GridCoordinates& a
     case GridGroup::kModelParallel: return cp && dp;
     case GridGroup::kOptimizerInstance: return tp && pp && place_a / instance_size == place_b / instance_size;
     case GridGroup::kAcrossOptimizerInstances: return tp && pp && place_a % instance_size == place_b % instance_size;
+    case GridGroup::kContextInner:
+      return tp && dp && pp && a.context / context_inner_size(shape) == b.context / context_inner_size(shape);
+    case GridGroup::kContextOuter:
+      return tp && dp && pp && a.context % context_inner_size(shape) == b.context % context_inner_size(shape);
   }
   return false;
 }
@@ -70,6 +81,8 @@ int place_in_group(GridGroup kind, const GridShape& shape, const GridCoordinates
     case GridGroup::kModelParallel: return c.tensor + shape.tensor * c.pipeline;
     case GridGroup::kOptimizerInstance: return data_context_place(shape, c) % optimizer_instance_size(shape);
     case GridGroup::kAcrossOptimizerInstances: return data_context_place(shape, c) / optimizer_instance_size(shape);
+    case GridGroup::kContextInner: return c.context % context_inner_size(shape);
+    case GridGroup::kContextOuter: return c.context / context_inner_size(shape);
   }
   return 0;
 }
@@ -117,7 +130,8 @@ ProcessGrid::ProcessGrid(GridShape shape, int world_rank, std::unique_ptr<Commun
                          std::unique_ptr<Communicator> model_parallel, std::unique_ptr<Communicator> context,
                          std::unique_ptr<Communicator> data_context,
                          std::unique_ptr<Communicator> optimizer_instance,
-                         std::unique_ptr<Communicator> across_optimizer_instances)
+                         std::unique_ptr<Communicator> across_optimizer_instances,
+                         std::unique_ptr<Communicator> context_inner, std::unique_ptr<Communicator> context_outer)
     : shape_(shape),
       world_rank_(world_rank),
       coordinates_(grid_coordinates(shape, world_rank)),
@@ -132,7 +146,9 @@ ProcessGrid::ProcessGrid(GridShape shape, int world_rank, std::unique_ptr<Commun
       optimizer_instance_(std::move(optimizer_instance)),
       across_optimizer_instances_(across_optimizer_instances
                                       ? std::move(across_optimizer_instances)
-                                      : std::make_unique<SelfCommunicator>("across-optimizer-instances")) {
+                                      : std::make_unique<SelfCommunicator>("across-optimizer-instances")),
+      context_inner_(std::move(context_inner)),
+      context_outer_(std::move(context_outer)) {
   GPT_CHECK_EQ(world_->size(), shape.world()) << "world communicator size";
   GPT_CHECK_EQ(tensor_->size(), shape.tensor);
   GPT_CHECK_EQ(data_->size(), shape.data);
@@ -143,6 +159,12 @@ ProcessGrid::ProcessGrid(GridShape shape, int world_rank, std::unique_ptr<Commun
   const int instance_size = optimizer_instance_size(shape);
   GPT_CHECK_EQ(this->optimizer_instance().size(), instance_size) << "distributed-optimizer instance group";
   GPT_CHECK_EQ(across_optimizer_instances_->size(), shape.optimizer_instances) << "group across optimizer instances";
+  GPT_CHECK((context_inner_ != nullptr) == (shape.context_inner > 0) && (context_outer_ != nullptr) == (shape.context_inner > 0))
+      << "a2a+p2p's context levels without their groups";
+  if (context_inner_) {
+    GPT_CHECK_EQ(context_inner_->size(), shape.context_inner) << "context-parallel level 0 (all-to-all)";
+    GPT_CHECK_EQ(context_outer_->size(), shape.context / shape.context_inner) << "context-parallel level 1 (ring)";
+  }
 }
 
 std::string ProcessGrid::describe() const {
@@ -165,6 +187,10 @@ std::string ProcessGrid::describe() const {
   list_groups("tensor-parallel", GridGroup::kTensor);
   if (shape_.context > 1) list_groups("context-parallel", GridGroup::kContext);
   list_groups("data-parallel", GridGroup::kData);
+  if (shape_.context_inner > 0) {
+    list_groups("context-parallel level 0 (a2a)", GridGroup::kContextInner);
+    list_groups("context-parallel level 1 (p2p)", GridGroup::kContextOuter);
+  }
   if (shape_.context > 1) list_groups("data-context-parallel", GridGroup::kDataContext);
   list_groups("pipeline-parallel", GridGroup::kPipeline);
   list_groups("model-parallel", GridGroup::kModelParallel);

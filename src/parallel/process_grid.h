@@ -10,6 +10,9 @@
 // intra_partial_data_parallel_group_with_cp), and the members at the same place of every instance
 // form the group across instances (its inter_distributed_optimizer_instance_group: Megatron's
 // create_hierarchical_groups over [DP x CP / N, N]).
+// With --hierarchical-context-parallel-sizes [A, P] (--cp-comm-type a2a+p2p) the context group is
+// cut the same way (Megatron's create_hierarchical_groups over [A, P]): level 0 (the all-to-all)
+// are A consecutive context ranks, level 1 (the ring) the P ranks at the same place in each of them.
 #pragma once
 
 #include <memory>
@@ -33,6 +36,7 @@ struct GridShape {
   int context = 1;
   RankOrder order = RankOrder::kTpCpDpPp;
   int optimizer_instances = 1;  // distributed-optimizer instances; divides data x context
+  int context_inner = 0;        // a2a+p2p's level-0 (all-to-all) size, dividing context; 0: no levels
   int world() const { return tensor * context * pipeline * data; }
 };
 
@@ -64,6 +68,8 @@ enum class GridGroup {
   kModelParallel,
   kOptimizerInstance,         // the data x context members of one distributed-optimizer instance
   kAcrossOptimizerInstances,  // one member of each instance, at the same place in it
+  kContextInner,              // a2a+p2p level 0: context_inner consecutive context ranks
+  kContextOuter,              // a2a+p2p level 1: the context ranks at one place of every level-0 group
 };
 // The members of one distributed-optimizer instance: data x context / instances.
 int optimizer_instance_size(const GridShape& shape);
@@ -80,7 +86,9 @@ class ProcessGrid {
               std::unique_ptr<Communicator> model_parallel, std::unique_ptr<Communicator> context = nullptr,
               std::unique_ptr<Communicator> data_context = nullptr,
               std::unique_ptr<Communicator> optimizer_instance = nullptr,
-              std::unique_ptr<Communicator> across_optimizer_instances = nullptr);
+              std::unique_ptr<Communicator> across_optimizer_instances = nullptr,
+              std::unique_ptr<Communicator> context_inner = nullptr,
+              std::unique_ptr<Communicator> context_outer = nullptr);
 
   const GridShape& shape() const { return shape_; }
   int world_rank() const { return world_rank_; }
@@ -96,6 +104,12 @@ class ProcessGrid {
   Communicator& data() const { return *data_; }
   // The ranks that hold the other pieces of this rank's sequences (same tp, dp, pp).
   Communicator& context() const { return *context_; }
+  // --cp-comm-type a2a+p2p's two levels of the context group (shape().context_inner > 0 only): the
+  // all-to-all over context_inner() (context rank % A), then the ring over context_outer() (its
+  // rank: context rank / A).
+  Communicator& context_inner() const { return *context_inner_; }
+  Communicator& context_outer() const { return *context_outer_; }
+  bool has_context_levels() const { return context_inner_ != nullptr; }
   // Data x context ranks of one (tp, pp) position: gradients are reduced (and ZeRO shards
   // distributed) over this group; the data-parallel group itself when CP = 1.
   Communicator& data_context() const { return data_context_ ? *data_context_ : *data_; }
@@ -129,6 +143,7 @@ class ProcessGrid {
   std::unique_ptr<Communicator> data_context_;  // null when CP = 1 (data_ is that group)
   std::unique_ptr<Communicator> optimizer_instance_;  // null with one instance (data_context() is that group)
   std::unique_ptr<Communicator> across_optimizer_instances_;
+  std::unique_ptr<Communicator> context_inner_, context_outer_;  // null without a2a+p2p's levels
   std::vector<std::unique_ptr<Communicator>> bootstrap_;  // MPI groups replaced by NCCL ones
 };
 

@@ -127,6 +127,11 @@ namespace {
 
 absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_size, const Cluster& cluster,
                                             const RunOptions& options) {
+  if (std::find(a.cp_comm_type.begin(), a.cp_comm_type.end(), "a2a+p2p") != a.cp_comm_type.end()) {
+    return absl::InvalidArgumentError(
+        "perf_model does not model --cp-comm-type a2a+p2p (the all-to-all over one level and the ring over the "
+        "other): predict the layout with p2p or a2a");
+  }
   const ModelConfig config = model_config_from(a);
   Prediction p;
   p.world = world_size;

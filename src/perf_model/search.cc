@@ -65,6 +65,9 @@ Arguments with_layout(const Arguments& base, const Candidate& c) {
   a.recompute_num_layers = c.recompute == 2 ? 1 : 0;
   a.context_parallel_size = c.cp;
   a.cp_comm_type = {c.all_to_all ? "a2a" : "p2p"};
+  // The search tries p2p and a2a: a2a+p2p's levels (for the given CP) do not carry over.
+  a.hierarchical_context_parallel_sizes.clear();
+  a.given.erase("--hierarchical-context-parallel-sizes");
   if (c.cp > 1) {
     set("--context-parallel-size");
     set("--cp-comm-type");

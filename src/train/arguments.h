@@ -74,6 +74,10 @@ struct Arguments {
   // every layer or one per layer.
   int64_t context_parallel_size = 1;
   std::vector<std::string> cp_comm_type = {"p2p"};
+  // --cp-comm-type a2a+p2p's two levels [A, P] of the context group (A x P = CP; Megatron's
+  // --hierarchical-context-parallel-sizes, nargs '+' of int; "2 2", "[2 2]" and "2,2" all read as
+  // [2, 2]: context_parallel_arguments.h parses them). Empty: no levels.
+  std::vector<std::string> hierarchical_context_parallel_sizes;
   // Megatron's other rank order, "tp-cp-ep-pp-dp" (parallel/process_grid.h): the pipeline stages of
   // one replica on neighbouring ranks instead of its data-parallel replicas.
   bool use_tp_pp_dp_mapping = false;

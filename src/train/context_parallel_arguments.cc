@@ -2,14 +2,47 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace gpt {
 namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
+bool has_type(const Arguments& a, const std::string& type) {
+  return std::find(a.cp_comm_type.begin(), a.cp_comm_type.end(), type) != a.cp_comm_type.end();
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<int64_t>> hierarchical_context_parallel_sizes(const Arguments& a) {
+  std::vector<int64_t> sizes;
+  for (const std::string& value : a.hierarchical_context_parallel_sizes) {
+    for (absl::string_view token : absl::StrSplit(value, absl::ByAnyChar(" ,[]"), absl::SkipEmpty())) {
+      int64_t size = 0;
+      if (!absl::SimpleAtoi(token, &size) || size < 1) {
+        return invalid(absl::StrCat("--hierarchical-context-parallel-sizes takes positive integers (got '", value,
+                                    "')"));
+      }
+      sizes.push_back(size);
+    }
+  }
+  if (!a.hierarchical_context_parallel_sizes.empty() && sizes.empty()) {
+    return invalid("--hierarchical-context-parallel-sizes needs at least one size");
+  }
+  return sizes;
+}
+
+int64_t context_inner_size(const Arguments& a) {
+  const absl::StatusOr<std::vector<int64_t>> sizes = hierarchical_context_parallel_sizes(a);
+  if (!sizes.ok() || sizes->size() != 2 || a.context_parallel_size == 1) return 0;
+  return sizes->front();
+}
+
+bool uses_all_to_all_ring(const Arguments& a) { return has_type(a, "a2a+p2p"); }
 
 // Context parallelism (--context-parallel-size, --cp-comm-type): what the split and the attention
 // cores need, each refusal naming the flags.
@@ -18,14 +51,34 @@ absl::Status validate_context_parallel_arguments(const Arguments& a) {
   if (cp < 1) return invalid(absl::StrCat("--context-parallel-size must be at least 1 (got ", cp, ")"));
   if (a.cp_comm_type.empty()) return invalid("--cp-comm-type needs a value: p2p or a2a");
   for (const std::string& type : a.cp_comm_type) {
-    if (type == "allgather" || type == "a2a+p2p") {
-      return invalid(absl::StrCat("--cp-comm-type ", type,
-                                  " is not built in this program: use p2p (ring attention) or a2a (all-to-all over "
-                                  "heads)"));
+    if (type == "allgather") {
+      return invalid("--cp-comm-type allgather is not built in this program: use p2p (ring attention), a2a "
+                     "(all-to-all over heads) or a2a+p2p");
     }
-    if (type != "p2p" && type != "a2a") {
-      return invalid(absl::StrCat("--cp-comm-type must be p2p or a2a (got ", type, ")"));
+    if (type != "p2p" && type != "a2a" && type != "a2a+p2p") {
+      return invalid(absl::StrCat("--cp-comm-type must be p2p, a2a or a2a+p2p (got ", type, ")"));
     }
+  }
+  // Megatron (arguments.py): the sizes multiply to CP, and a2a+p2p needs them.
+  const absl::StatusOr<std::vector<int64_t>> sizes = hierarchical_context_parallel_sizes(a);
+  if (!sizes.ok()) return sizes.status();
+  if (!sizes->empty()) {
+    int64_t product = 1;
+    for (int64_t size : *sizes) product *= size;
+    if (product != cp) {
+      return invalid(absl::StrCat("--hierarchical-context-parallel-sizes (", absl::StrJoin(*sizes, " x "), " = ",
+                                  product, ") must multiply to --context-parallel-size (", cp, ")"));
+    }
+    if (sizes->size() != 2) {
+      return invalid(absl::StrCat("--hierarchical-context-parallel-sizes takes two levels (the all-to-all's and the "
+                                  "ring's, as --cp-comm-type a2a+p2p uses them), got ",
+                                  sizes->size()));
+    }
+  }
+  const bool two_level = has_type(a, "a2a+p2p");
+  if (two_level && sizes->empty()) {
+    return invalid("--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes (its all-to-all and ring "
+                   "levels)");
   }
   if (a.cp_comm_type.size() != 1 && static_cast<int64_t>(a.cp_comm_type.size()) != a.num_layers) {
     return invalid(absl::StrCat("--cp-comm-type takes one value for every layer or one per layer: ",
@@ -41,19 +94,29 @@ absl::Status validate_context_parallel_arguments(const Arguments& a) {
                                 ") must be divisible by --tensor-model-parallel-size (", tp,
                                 ") with --sequence-parallel"));
   }
-  const bool all_to_all =
-      std::find(a.cp_comm_type.begin(), a.cp_comm_type.end(), "a2a") != a.cp_comm_type.end();
+  const bool all_to_all = has_type(a, "a2a");
   const int64_t groups = a.group_query_attention ? a.num_query_groups : a.num_attention_heads;
+  if (two_level) {
+    const int64_t inner = sizes->front();
+    if (groups % tp != 0 || (groups / tp) % inner != 0 || (a.num_attention_heads / tp) % inner != 0) {
+      return invalid(absl::StrCat("--cp-comm-type a2a+p2p needs the attention heads (", a.num_attention_heads,
+                                  ") and key/value groups (", groups,
+                                  ") of each tensor-parallel rank divisible by the first of "
+                                  "--hierarchical-context-parallel-sizes (",
+                                  inner, "): each rank of an all-to-all group attends to 1 / ", inner, " of them"));
+    }
+  }
   if (all_to_all && (groups % tp != 0 || (groups / tp) % cp != 0 || (a.num_attention_heads / tp) % cp != 0)) {
     return invalid(absl::StrCat("--cp-comm-type a2a needs the attention heads (", a.num_attention_heads,
                                 ") and key/value groups (", groups,
                                 ") of each tensor-parallel rank divisible by --context-parallel-size (", cp,
                                 "): each context-parallel rank attends to 1 / CP of them"));
   }
-  if (a.attention_backend == "fused" &&
-      std::find(a.cp_comm_type.begin(), a.cp_comm_type.end(), "p2p") != a.cp_comm_type.end()) {
-    return invalid("--cp-comm-type p2p runs each block with the exact attention kernels (this program's fused "
-                   "attention has no per-block form yet): use --attention-backend auto or --cp-comm-type a2a");
+  if (a.attention_backend == "fused" && (has_type(a, "p2p") || two_level)) {
+    return invalid(absl::StrCat("--cp-comm-type ", has_type(a, "p2p") ? "p2p" : "a2a+p2p",
+                                " runs each ring block with the exact attention kernels (this program's fused "
+                                "attention has no per-block form yet): use --attention-backend auto or "
+                                "--cp-comm-type a2a"));
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "train/context_parallel_arguments.h"
 #include "train/flag_agreement_order.h"
 #include "train/metrics_file.h"
 #include "train/numeric_flags.h"
@@ -38,6 +39,13 @@ PyValue lr_decay_iters_value(const Arguments& a) {
 PyValue rampup_value(const Arguments& a) {
   if (a.rampup_batch_size.empty()) return PyValue();
   return absl::StrCat("[", absl::StrJoin(a.rampup_batch_size, ", "), "]");
+}
+// Megatron's --hierarchical-context-parallel-sizes is a list of ints (nargs '+', type int): [2, 2].
+PyValue hierarchical_sizes_value(const Arguments& a) {
+  if (a.hierarchical_context_parallel_sizes.empty()) return PyValue();
+  const absl::StatusOr<std::vector<int64_t>> sizes = hierarchical_context_parallel_sizes(a);
+  if (!sizes.ok()) return a.hierarchical_context_parallel_sizes;  // as given (validation refuses it)
+  return absl::StrCat("[", absl::StrJoin(*sizes, ", "), "]");
 }
 // Megatron's --attention-backend is an enum, printed with its class name.
 PyValue attention_backend_value(const Arguments& a) { return absl::StrCat("AttnBackend.", a.attention_backend); }
@@ -153,11 +161,19 @@ constexpr FlagRow kRows[] = {
         "holding chunks r and 2 CP - 1 - r)"),
     // Each occurrence replaces the list (argparse's nargs='+').
     row("--cp-comm-type", &A::cp_comm_type,
-        "How attention crosses the context-parallel ranks: p2p (ring, K/V blocks passed around) or a2a "
-        "(all-to-all over heads); one value for every layer or one per layer")
+        "How attention crosses the context-parallel ranks: p2p (ring, K/V blocks passed around), a2a "
+        "(all-to-all over heads) or a2a+p2p (all-to-all over level 0 of --hierarchical-context-parallel-sizes, "
+        "then the ring over level 1); one value for every layer or one per layer")
         .takes(Nargs::kOneOrMore)
-        .megatron(kRefusedAtValues,
-                  "p2p and a2a; allgather and a2a+p2p (with --hierarchical-context-parallel-sizes) are refused"),
+        .megatron(kRefusedAtValues, "p2p, a2a and a2a+p2p; allgather is refused"),
+    // Each occurrence replaces the list (argparse's nargs='+').
+    row("--hierarchical-context-parallel-sizes", &A::hierarchical_context_parallel_sizes,
+        "The two levels [A, P] of the context-parallel group for --cp-comm-type a2a+p2p (A x P = "
+        "--context-parallel-size): A consecutive context ranks exchange heads by all-to-all, the P ranks at one "
+        "place of those groups form the ring (Megatron's hierarchical groups); written 2 2, [2 2] or 2,2")
+        .takes(Nargs::kOneOrMore)
+        .shown(hierarchical_sizes_value)
+        .megatron(kRefusedAtValues, "two levels, as Transformer Engine's a2a+p2p uses; other counts are refused"),
     row("--use-tp-pp-dp-mapping", &A::use_tp_pp_dp_mapping,
         "Rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp: rank = tp + TP (cp + CP (pp + PP dp)), so a "
         "replica's pipeline stages are neighbouring ranks (changes which ranks talk, never the numbers)"),

@@ -13,6 +13,7 @@
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/comm/world_agreement.h"
 #include "parallel/mpi_grid.h"
+#include "train/context_parallel_arguments.h"
 #include "train/exit_signal.h"
 #include "train/fault_injection.h"
 #include "train/memory_plan.h"
@@ -176,7 +177,8 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
                         .data = static_cast<int>(data_parallel_size(args, mpi.world_size())),
                         .context = static_cast<int>(args.context_parallel_size),
                         .order = args.use_tp_pp_dp_mapping ? RankOrder::kTpCpPpDp : RankOrder::kTpCpDpPp,
-                        .optimizer_instances = static_cast<int>(args.num_distributed_optimizer_instances)};
+                        .optimizer_instances = static_cast<int>(args.num_distributed_optimizer_instances),
+                        .context_inner = static_cast<int>(context_inner_size(args))};
   std::unique_ptr<ProcessGrid> grid =
       mpi.active() ? build_mpi_grid(shape, args.distributed_timeout_minutes * 60.0) : ProcessGrid::single();
   if (options.print_layout && grid->world_rank() == 0) {

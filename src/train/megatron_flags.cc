@@ -11,8 +11,6 @@ using enum FlagStatus;
 // Megatron flags refused before parsing, with the reason (docs/MEGATRON_FLAGS.md shows it).
 constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
     {"--expert-model-parallel-size", "this program has no mixture-of-experts models"},
-    {"--hierarchical-context-parallel-sizes",
-     "only used by --cp-comm-type a2a+p2p, which this program does not build (p2p and a2a are built)"},
     {"--num-experts", "this program has no mixture-of-experts models"},
     {"--outer-dp-sharding-strategy",
      "this program has no hybrid sharding (HSDP): --use-megatron-fsdp shards over the whole data-parallel group"},

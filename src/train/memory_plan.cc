@@ -12,6 +12,7 @@
 #include "model/gpt_model.h"
 #include "optim/adamw.h"
 #include "parallel/pipeline/executor.h"
+#include "train/context_parallel_arguments.h"
 #include "train/data_parallel.h"
 #include "train/pipeline_split.h"
 #include "train/sharding_arguments.h"
@@ -104,8 +105,9 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
                         .context = static_cast<int>(a.context_parallel_size),
                         .optimizer_instances = static_cast<int>(a.num_distributed_optimizer_instances)};
   const bool sequence_parallel = a.sequence_parallel && tp > 1;
-  const LayerShapes shapes =
+  LayerShapes shapes =
       LayerShapes::make(config, tp, 0, sequence_parallel, a.micro_batch_size, a.context_parallel_size);
+  if (uses_all_to_all_ring(a)) shapes.context_inner = context_inner_size(a);
   std::optional<RankMemory> worst;
   for (int stage = 0; stage < pp; ++stage) {
     const GridCoordinates coordinates{.tensor = 0, .pipeline = stage, .data = 0};

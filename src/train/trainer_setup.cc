@@ -40,7 +40,13 @@ ContextParallel context_parallel_from(const Arguments& args, ProcessGrid& grid) 
   if (grid.shape().context == 1) return context;
   context.group = &grid.context();
   for (const std::string& type : args.cp_comm_type) {
-    context.comm_types.push_back(type == "a2a" ? ContextCommType::kAllToAll : ContextCommType::kRing);
+    context.comm_types.push_back(type == "a2a"       ? ContextCommType::kAllToAll
+                                 : type == "a2a+p2p" ? ContextCommType::kAllToAllRing
+                                                     : ContextCommType::kRing);
+  }
+  if (grid.has_context_levels()) {
+    context.inner = &grid.context_inner();
+    context.outer = &grid.context_outer();
   }
   return context;
 }

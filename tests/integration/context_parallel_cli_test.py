@@ -40,8 +40,10 @@ BAD = [
      "--context-parallel-size (3)"),
     (["--context-parallel-size", "2", "--cp-comm-type", "allgather"],
      "--cp-comm-type allgather is not built in this program"),
-    (["--context-parallel-size", "2", "--hierarchical-context-parallel-sizes", "2"],
-     "--hierarchical-context-parallel-sizes"),
+    (["--context-parallel-size", "2", "--hierarchical-context-parallel-sizes", "2 2"],
+     "--hierarchical-context-parallel-sizes (2 x 2 = 4) must multiply to --context-parallel-size (2)"),
+    (["--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p"],
+     "--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes"),
 ]
 
 

@@ -106,7 +106,7 @@ PARALLEL_FLAGS_WITH_VALUE = {"--tensor-model-parallel-size", "--pipeline-model-p
                              "--suggested-communication-unit-size", "--optimizer-offload-fraction",
                              "--context-parallel-size", "--cp-comm-type", "--decoder-first-pipeline-num-layers",
                              "--decoder-last-pipeline-num-layers", "--microbatch-group-size-per-virtual-pipeline-stage",
-                             "--num-distributed-optimizer-instances"}
+                             "--num-distributed-optimizer-instances", "--hierarchical-context-parallel-sizes"}
 PARALLEL_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
                      "--overlap-param-gather", "--use-megatron-fsdp", "--fsdp-double-buffer",
                      "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d",

@@ -3,7 +3,8 @@
 // RankGenerator (megatron/core/parallel_state.py: generate_masked_orthogonal_rank_groups over the
 // order's sizes, the group's kinds masked), for several layouts; then, under mpirun -np 8, the MPI
 // communicators the grid builds hold exactly those ranks, in that order. The same for the groups of
-// --num-distributed-optimizer-instances against Megatron's construction of them.
+// --num-distributed-optimizer-instances against Megatron's construction of them, and for the two
+// levels of the context group of --hierarchical-context-parallel-sizes (--cp-comm-type a2a+p2p).
 #include <mpi.h>
 
 #include <algorithm>
@@ -194,6 +195,73 @@ TEST(RankOrder, OptimizerInstancesEqualMegatrons) {
   EXPECT_EQ(optimizer_instance_size(shape), 2);
 }
 
+// Megatron's create_hierarchical_parallel_groups(rank, ranks, group_size, sizes) over each context
+// group's rank list (RankGenerator's "cp"), transcribed: level l's groups take `sizes[l]` members
+// at stride `processed` (the product of the earlier levels' sizes) within blocks of `accumulated`.
+std::vector<std::vector<std::vector<int>>> megatron_hierarchical_context_groups(const GridShape& shape,
+                                                                                const std::vector<int>& sizes) {
+  std::vector<std::vector<std::vector<int>>> levels(sizes.size());
+  for (const std::vector<int>& ranks : rank_generator(shape, "cp")) {
+    const int group_size = static_cast<int>(ranks.size());
+    int accumulated = 1, processed = 1;
+    for (size_t level = 0; level < sizes.size(); ++level) {
+      accumulated *= sizes[level];
+      for (int k = 0; k < group_size / accumulated; ++k) {
+        for (int j = 0; j < processed; ++j) {
+          std::vector<int> group;
+          for (int i = 0; i < sizes[level]; ++i) group.push_back(ranks[static_cast<size_t>(j + i * processed + k * accumulated)]);
+          levels[level].push_back(group);
+        }
+      }
+      processed *= sizes[level];
+    }
+  }
+  for (auto& groups : levels) std::sort(groups.begin(), groups.end());  // grid_groups' order
+  return levels;
+}
+
+// Layouts of eight ranks with CP 4 or 8 and every two-level split of it.
+std::vector<GridShape> layouts_with_context_levels() {
+  std::vector<GridShape> layouts;
+  for (int tp : {1, 2}) {
+    for (int cp : {4, 8}) {
+      if (tp * cp > 8) continue;
+      for (int pp : {1, 2}) {
+        if (8 % (tp * cp * pp) != 0) continue;
+        for (RankOrder order : {RankOrder::kTpCpDpPp, RankOrder::kTpCpPpDp}) {
+          for (int inner = 1; inner <= cp; inner *= 2) {
+            layouts.push_back(GridShape{.tensor = tp, .pipeline = pp, .data = 8 / (tp * cp * pp), .context = cp,
+                                        .order = order, .context_inner = inner});
+          }
+        }
+      }
+    }
+  }
+  return layouts;
+}
+
+TEST(RankOrder, ContextLevelsEqualMegatrons) {
+  std::vector<GridShape> layouts = layouts_with_context_levels();
+  layouts.push_back({.tensor = 3, .pipeline = 2, .data = 2, .context = 6, .context_inner = 3});
+  layouts.push_back({.tensor = 2, .pipeline = 1, .data = 2, .context = 6, .order = RankOrder::kTpCpPpDp,
+                     .context_inner = 2});
+  for (const GridShape& shape : layouts) {
+    const auto expected = megatron_hierarchical_context_groups(shape, {shape.context_inner, shape.context / shape.context_inner});
+    EXPECT_EQ(grid_groups(shape, GridGroup::kContextInner), expected[0]) << name_of(shape) << ", level 0 of " << shape.context_inner;
+    EXPECT_EQ(grid_groups(shape, GridGroup::kContextOuter), expected[1]) << name_of(shape) << ", level 1";
+  }
+  // As Megatron's docstring draws its first two levels: CP 4 as [2, 2] is [0,1] [2,3] for the
+  // all-to-all and [0,2] [1,3] for the ring; with TP 2 the context ranks of one tp are even or odd.
+  const GridShape cp4{.context = 4, .context_inner = 2};
+  EXPECT_EQ(grid_groups(cp4, GridGroup::kContextInner), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(grid_groups(cp4, GridGroup::kContextOuter), (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  const GridShape tp2_cp4{.tensor = 2, .context = 4, .context_inner = 2};
+  EXPECT_EQ(grid_groups(tp2_cp4, GridGroup::kContextInner),
+            (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(grid_groups(tp2_cp4, GridGroup::kContextOuter),
+            (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+}
+
 // Under mpirun -np 8: each communicator of each layout holds the ranks grid_groups lists, in order.
 TEST(RankOrder, MpiCommunicatorsHoldTheGroups) {
   int world_size = 1, world_rank = 0;
@@ -203,6 +271,7 @@ TEST(RankOrder, MpiCommunicatorsHoldTheGroups) {
   Context ctx = Context::cpu(1);
   std::vector<GridShape> layouts = layouts_of_eight();
   for (const GridShape& shape : layouts_with_instances()) layouts.push_back(shape);
+  for (const GridShape& shape : layouts_with_context_levels()) layouts.push_back(shape);
   for (const GridShape& shape : layouts) {
     std::unique_ptr<ProcessGrid> grid = build_mpi_grid(shape, /*timeout_seconds=*/120.0);
     ASSERT_EQ(grid->world_rank(), world_rank);
@@ -213,6 +282,10 @@ TEST(RankOrder, MpiCommunicatorsHoldTheGroups) {
     if (shape.context > 1) {
       groups.push_back({GridGroup::kContext, &grid->context()});
       groups.push_back({GridGroup::kDataContext, &grid->data_context()});
+    }
+    if (shape.context_inner > 0) {
+      groups.push_back({GridGroup::kContextInner, &grid->context_inner()});
+      groups.push_back({GridGroup::kContextOuter, &grid->context_outer()});
     }
     for (const auto& [kind, communicator] : groups) {
       std::vector<int> members(static_cast<size_t>(communicator->size()));

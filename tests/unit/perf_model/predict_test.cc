@@ -182,5 +182,17 @@ TEST(PerfModelContext, SplitsTheSequenceAndAddsItsTraffic) {
   EXPECT_DOUBLE_EQ(ring.model_flops, dp.model_flops);
 }
 
+TEST(PerfModelContext, RefusesTheTwoLevelAllToAllRing) {
+  // --cp-comm-type a2a+p2p trains (the arguments accept it) but is not modelled: refused with the reason.
+  const std::string model =
+      "--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 32768 "
+      "--max-position-embeddings 32768 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 1 --bf16 "
+      "--context-parallel-size 4 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 2";
+  const absl::StatusOr<Prediction> p = predict(layout(model, 4), 4, ideal_cluster(), {});
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("perf_model does not model --cp-comm-type a2a+p2p"), std::string::npos)
+      << p.status();
+}
+
 }  // namespace
 }  // namespace gpt::perf

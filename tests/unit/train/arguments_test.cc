@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "train/argument_table.h"
 #include "train/arguments.h"
+#include "train/context_parallel_arguments.h"
 #include "train/schedule_arguments.h"
 
 namespace gpt {
@@ -495,6 +496,25 @@ TEST(Arguments, EveryBadInputNamesTheFlag) {
        "rank order",
        8},
       {with(base_flags(), "--attention-backend", "fused"), "--attention-backend fused needs --bf16"},
+      // --cp-comm-type a2a+p2p and --hierarchical-context-parallel-sizes: Megatron's rules (the sizes
+      // multiply to CP; a2a+p2p needs them), Transformer Engine's two levels, and the heads over level 0.
+      {with(with(base_flags(), "--context-parallel-size", "4"), "--cp-comm-type", "a2a+p2p"),
+       "--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes (its all-to-all and ring levels)"},
+      {with(with(with(base_flags(), "--context-parallel-size", "4"), "--cp-comm-type", "a2a+p2p"),
+            "--hierarchical-context-parallel-sizes", "2 4"),
+       "--hierarchical-context-parallel-sizes (2 x 4 = 8) must multiply to --context-parallel-size (4)"},
+      {with(with(base_flags(), "--context-parallel-size", "4"), "--hierarchical-context-parallel-sizes", "[2 2]x"),
+       "--hierarchical-context-parallel-sizes takes positive integers (got '[2 2]x')"},
+      {with(with(with(with(base_flags(), "--context-parallel-size", "8"), "--seq-length", "64"),
+                 "--max-position-embeddings", "64"),
+            "--hierarchical-context-parallel-sizes", "2 2 2"),
+       "--hierarchical-context-parallel-sizes takes two levels (the all-to-all's and the ring's, as --cp-comm-type "
+       "a2a+p2p uses them), got 3"},
+      {with(with(with(with(base_flags(), "--context-parallel-size", "4"), "--cp-comm-type", "a2a+p2p"),
+                 "--hierarchical-context-parallel-sizes", "4,1"),
+            "--num-attention-heads", "2"),
+       "--cp-comm-type a2a+p2p needs the attention heads (2) and key/value groups (2) of each tensor-parallel rank "
+       "divisible by the first of --hierarchical-context-parallel-sizes (4)"},
       // Activation recompute (Megatron's rules; a method or count alone is refused, not ignored).
       {with(base_flags(), "--recompute-granularity", "partial"), "--recompute-granularity must be full or selective (got partial)"},
       {with(base_flags(), "--recompute-granularity", "full"), "--recompute-granularity full needs --recompute-method uniform or block"},
@@ -835,6 +855,36 @@ TEST(Arguments, MicrobatchGroupsOfTheInterleavedSchedule) {
                           "--microbatch-group-size-per-virtual-pipeline-stage", "3"),
                      2),
             "");
+}
+
+TEST(Arguments, HierarchicalContextParallelSizesReadMegatronsForms) {
+  // Megatron's GPT configurations write the sizes as "2 2" and "[2 2]"; argparse's nargs '+' gives 2 2.
+  for (const std::vector<std::string>& sizes :
+       {std::vector<std::string>{"2 2"}, {"[2 2]"}, {"2", "2"}, {"[2,", "2]"}, {"2,2"}}) {
+    std::vector<std::string> flags =
+        with(with(with(base_flags(), "--context-parallel-size", "4"), "--cp-comm-type", "a2a+p2p"),
+             "--attention-backend", "flash");
+    flags.push_back("--hierarchical-context-parallel-sizes");
+    flags.insert(flags.end(), sizes.begin(), sizes.end());
+    absl::StatusOr<Arguments> parsed = parse_arguments(flags);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    ASSERT_EQ(validate_arguments(*parsed).message(), "") << sizes.front();
+    const absl::StatusOr<std::vector<int64_t>> levels = hierarchical_context_parallel_sizes(*parsed);
+    ASSERT_TRUE(levels.ok());
+    EXPECT_EQ(*levels, (std::vector<int64_t>{2, 2})) << sizes.front();
+    EXPECT_EQ(context_inner_size(*parsed), 2);
+    EXPECT_TRUE(uses_all_to_all_ring(*parsed));
+  }
+  // The fused attention backend has no per-block form for the ring.
+  absl::StatusOr<Arguments> fused = parse_arguments(
+      with(with(with(with(with(base_flags(), "--context-parallel-size", "4"), "--cp-comm-type", "a2a+p2p"),
+                     "--hierarchical-context-parallel-sizes", "2 2"),
+                "--attention-backend", "fused"),
+           "--bf16", ""));
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_NE(validate_arguments(*fused).message().find("--cp-comm-type a2a+p2p runs each ring block with the exact"),
+            std::string::npos)
+      << validate_arguments(*fused).message();
 }
 
 TEST(Arguments, ExpertTensorParallelSizeIsCheckedAsMegatronsExpertGridAndNoted) {

@@ -239,6 +239,25 @@ TEST(MemoryPlan, ContextParallelSplitsTheActivations) {
   EXPECT_LT(four_zero->optimizer_state, four->optimizer_state / 3);  // shards over DP 1 x CP 4
 }
 
+TEST(MemoryPlan, AllToAllRingAddsTheRingsBlocks) {
+  // a2a+p2p [2, 2] at CP 4: the chunk's workspace holds, beside a2a's buffers, the level-1 ring's
+  // four K/V blocks: [s b, groups_l 2d] each, s = 1024 / 4 rows, b = 2, 4 groups of d = 16 (FP32).
+  const std::vector<std::string> cp4 =
+      with(with(with(with(base_flags(), "--seq-length", "1024"), "--max-position-embeddings", "1024"),
+                "--global-batch-size", "2"),
+           "--context-parallel-size", "4");
+  absl::StatusOr<MemoryPlan> a2a = plan_of(with(cp4, "--cp-comm-type", "a2a"), 4);
+  absl::StatusOr<MemoryPlan> levels =
+      plan_of(with(with(cp4, "--cp-comm-type", "a2a+p2p"), "--hierarchical-context-parallel-sizes", "2 2"), 4);
+  ASSERT_TRUE(a2a.ok()) << a2a.status();
+  ASSERT_TRUE(levels.ok()) << levels.status();
+  ASSERT_TRUE(a2a->allocated.has_value() && levels->allocated.has_value());
+  const int64_t block_bytes = Arena::aligned_bytes(DType::kFloat32, Shape{256 * 2, 4 * 2 * 16});
+  EXPECT_EQ(block_bytes, 256 * 2 * 4 * 2 * 16 * 4);
+  EXPECT_EQ(levels->allocated->activations - a2a->allocated->activations, 4 * block_bytes);
+  EXPECT_EQ(levels->activations, a2a->activations);  // the closed form's stash is the same
+}
+
 TEST(MemoryPlan, ActivationsAreAtLeastTheModelsStash) {
   for (const std::vector<std::string>& flags :
        {base_flags(), with(base_flags(), "--recompute-activations", ""), with(base_flags(), "--bf16", "")}) {
