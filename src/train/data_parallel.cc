@@ -108,11 +108,21 @@ DataParallel::DataParallel(const DataParallelConfig& config, ProcessGrid& grid, 
   } else if (distributed_optimizer_) {
     gather_ = std::make_unique<ParamGather>(shard_group, params.flat_values(), plan.bucket_shards(), arena);
   }
+  // The parameters summed over TP, and (ZeRO-2/3) their pieces in this rank's gradient shards:
+  // fixed by the plan, so listed once rather than at every step.
   int64_t tensor_parallel_sum_elements = 0;
-  for (const Param& param : params.params()) {
-    if (summed_over_tensor_parallel(*param.spec, tp)) tensor_parallel_sum_elements += param.numel();
+  for (Param& param : params.params()) {
+    if (!summed_over_tensor_parallel(*param.spec, tp)) continue;
+    tensor_parallel_summed_.push_back(&param);
+    tensor_parallel_sum_elements += param.numel();
+    for (const Range& shard : plan.owned()) {
+      const Range mine = params.range_of(param).intersect(shard);
+      if (!mine.empty()) tensor_parallel_pieces_.push_back(mine);
+    }
   }
   if (tensor_parallel_sum_elements > 0) staging_ = arena.allocate(DType::kFloat32, {tensor_parallel_sum_elements});
+  tensor_parallel_reduced_.assign(params.params().size(), 0);
+  tensor_parallel_pending_.reserve(tensor_parallel_summed_.size());
 }
 
 void DataParallel::attach(std::span<GptModel* const> chunks) {
@@ -152,18 +162,22 @@ void DataParallel::start_iteration(Context& ctx) {
   if (units_) units_->invalidate(ctx);  // parameters may have been loaded since the last use
   std::fill(written_.begin(), written_.end(), 0);
   reports_.clear();
-  sequence_reduced_.clear();
+  std::fill(tensor_parallel_reduced_.begin(), tensor_parallel_reduced_.end(), 0);
   tied_summed_ = false;
   std::fill(unready_.begin(), unready_.end(), 0);
   for (const auto& [param, bucket] : bucket_of_) ++unready_[static_cast<size_t>(bucket)];
 }
 
 void DataParallel::reduce_sequence_parallel(Context& ctx, std::span<Param* const> params) {
-  std::vector<Param*> pending;
+  std::vector<Param*>& pending = tensor_parallel_pending_;  // capacity kept: no allocation per call
+  pending.clear();
   int64_t elements = 0;
   for (Param* param : params) {
-    if (!summed_over_tensor_parallel(*param->spec, tp_) || sequence_reduced_[param]) continue;
-    sequence_reduced_[param] = true;
+    if (!summed_over_tensor_parallel(*param->spec, tp_)) continue;
+    const size_t index = static_cast<size_t>(param - params_.params().data());
+    GPT_CHECK_LT(index, tensor_parallel_reduced_.size()) << param->name() << " is not a parameter of this store";
+    if (tensor_parallel_reduced_[index]) continue;
+    tensor_parallel_reduced_[index] = 1;
     pending.push_back(param);
     elements += param->numel();
   }
@@ -217,9 +231,7 @@ double DataParallel::finish_gradients(Context& ctx) {
     tied_embedding_sum_of_shards(ctx);
     return waited;
   }
-  std::vector<Param*> all;
-  for (Param& param : params_.params()) all.push_back(&param);
-  reduce_sequence_parallel(ctx, all);
+  reduce_sequence_parallel(ctx, tensor_parallel_summed_);
   tied_embedding_sum(ctx);
   return grads_->finish(ctx);
 }
@@ -236,17 +248,9 @@ void DataParallel::settle(Context& ctx) {
 }
 
 void DataParallel::sequence_parallel_sum_of_shards(Context& ctx) {
-  std::vector<Range> pieces;
+  const std::vector<Range>& pieces = tensor_parallel_pieces_;
   int64_t elements = 0;
-  for (const Param& param : params_.params()) {
-    if (!summed_over_tensor_parallel(*param.spec, tp_)) continue;
-    for (const Range& shard : params_.plan().owned()) {
-      const Range mine = params_.range_of(param).intersect(shard);
-      if (mine.empty()) continue;
-      pieces.push_back(mine);
-      elements += mine.size();
-    }
-  }
+  for (const Range& piece : pieces) elements += piece.size();
   if (elements == 0) return;
   int64_t offset = 0;
   for (const Range& piece : pieces) {

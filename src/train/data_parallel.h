@@ -135,7 +135,13 @@ class DataParallel final : public ParamObserver {
   std::map<const Param*, int> bucket_of_;
   std::map<const Param*, int> expected_reports_, reports_;
   std::vector<int> unready_;  // [bucket] parameters whose gradient is not final yet
-  std::map<const Param*, bool> sequence_reduced_;
+  // The parameters summed over TP (summed_over_tensor_parallel), in flat order; ZeRO-2/3: their
+  // pieces in this rank's gradient shards; [parameter index] summed this iteration; the scratch
+  // list of one call.
+  std::vector<Param*> tensor_parallel_summed_;
+  std::vector<Range> tensor_parallel_pieces_;
+  std::vector<char> tensor_parallel_reduced_;
+  std::vector<Param*> tensor_parallel_pending_;
   int tied_bucket_ = -1;
   bool tied_summed_ = false;
   Tensor staging_;  // float32, for the coalesced all-reduces over TP (reduce_sequence_parallel)
