@@ -63,8 +63,7 @@ double data_parallel_buckets(const Arguments& a, double parameters, double units
     const double size = a.use_torch_fsdp2 ? 0.0 : static_cast<double>(a.suggested_communication_unit_size);
     buckets = size > 0 ? std::clamp(std::ceil(parameters / size), 1.0, units) : units;
   } else if (a.overlap_grad_reduce) {
-    const double size = a.ddp_bucket_size > 0 ? static_cast<double>(a.ddp_bucket_size)
-                                              : std::max(4e7, 1e6 * static_cast<double>(data_ranks));
+    const double size = static_cast<double>(ddp_bucket_elements(a, data_ranks));
     buckets = std::max(1.0, std::ceil(parameters / size));
   }
   return buckets + (tied_across_stages ? 1.0 : 0.0);

@@ -48,8 +48,7 @@ ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& s
     config.shard_gradients = zero_level(args) >= ZeroLevel::kGradients;
     config.shard_parameters = zero_level(args) >= ZeroLevel::kParameters;
   } else if (args.overlap_grad_reduce && coordinates.pipeline == 0) {
-    config.bucket_size = args.ddp_bucket_size > 0 ? args.ddp_bucket_size
-                                                  : std::max<int64_t>(40000000, int64_t{1000000} * shape.data * shape.context);
+    config.bucket_size = ddp_bucket_elements(args, int64_t{shape.data} * shape.context);
   }
   if (tied_across_stages(args)) config.own_bucket.push_back(kWordEmbeddingName);
   return config;

@@ -1,5 +1,7 @@
 #include "train/sharding_arguments.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace gpt {
@@ -108,6 +110,10 @@ absl::Status validate_optimizer_instances(const Arguments& a) {
 }
 
 }  // namespace
+
+int64_t ddp_bucket_elements(const Arguments& a, int64_t data_context_size) {
+  return a.ddp_bucket_size > 0 ? a.ddp_bucket_size : std::max<int64_t>(40000000, int64_t{1000000} * data_context_size);
+}
 
 int64_t optimizer_instance_size(const Arguments& a, int64_t data_context_size) {
   const int64_t n = shards_optimizer(a) ? a.num_distributed_optimizer_instances : 1;

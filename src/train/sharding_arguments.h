@@ -25,6 +25,9 @@ bool shards_optimizer(const Arguments& args);
 // the data x context group of `data_context_size` ranks over --num-distributed-optimizer-instances
 // (which the world check has made divide it); the whole group without a distributed optimizer.
 int64_t optimizer_instance_size(const Arguments& args, int64_t data_context_size);
+// Megatron's gradient bucket with --overlap-grad-reduce: --ddp-bucket-size elements, by default
+// max(4e7, 1e6 x the data x context ranks).
+int64_t ddp_bucket_elements(const Arguments& args, int64_t data_context_size);
 // The fraction of the optimizer state in host memory: --optimizer-offload-fraction with
 // --optimizer-cpu-offload, else 0.
 double offload_fraction(const Arguments& args);

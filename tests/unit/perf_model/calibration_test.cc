@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "perf_model/cluster.h"
+#include "unit/perf_model/perf_model_fixtures.h"
 
 namespace gpt::perf {
 namespace {
@@ -66,18 +67,7 @@ TEST(Calibration, GemmCurveIsMedianPerDecadeNonDecreasingAndCapped) {
 }
 
 CalibrationResult measured() {
-  CalibrationResult r;
-  r.name = "test-machine";
-  r.device = "cpu: test";
-  r.gpus_per_node = 64;
-  r.compute_slots_per_node = 2;
-  r.peak_flops = 0.2e12;
-  r.peak_measured = true;
-  r.memory_gib = 16;
-  r.memory_bandwidth_Bps = 10e9;
-  r.gemms = {{"square 256", 256, 256, 256, 2.0 * 256 * 256 * 256 / 0.1e12}};
-  r.attention_forward_efficiency = 0.2;
-  r.attention_backward_efficiency = 0.25;
+  CalibrationResult r = test_calibration();
   r.collectives = ring_samples(100e-6, 3e9);
   return r;
 }

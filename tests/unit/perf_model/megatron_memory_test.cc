@@ -1,7 +1,7 @@
 // Megatron's activation accounting against Korthikanti et al. 2022's closed forms (section 4:
 // 34 s b h / t per layer with sequence parallelism and selective recompute, s b h (10 + 24 / t)
 // without SP; the interleaved first stage's L (1 + (p - 1) / (p v)) layers), and against this
-// trainer's plan, which keeps the gathered LayerNorm outputs under SP.
+// trainer's plan, which counts every activation allocation (stashes, workspace, pipeline buffers).
 #include "perf_model/megatron_memory.h"
 
 #include <gtest/gtest.h>
@@ -11,18 +11,12 @@
 
 #include "absl/strings/str_split.h"
 #include "perf_model/predict.h"
+#include "unit/perf_model/perf_model_fixtures.h"
 
 namespace gpt::perf {
 namespace {
 
-Arguments layout(const std::string& flags, int64_t world) {
-  std::vector<std::string> argv = absl::StrSplit(flags, ' ', absl::SkipEmpty());
-  absl::StatusOr<Arguments> parsed = parse_model_flags(argv);
-  EXPECT_TRUE(parsed.ok()) << parsed.status();
-  absl::StatusOr<Arguments> validated = validate_layout(*parsed, world);
-  EXPECT_TRUE(validated.ok()) << validated.status();
-  return *validated;
-}
+Arguments layout(const std::string& flags, int64_t world) { return checked_layout(flags, world); }
 
 // GPT with GeLU (ffn 4h), no GQA, BF16, dropout 0.1 (Megatron's default, which has masks).
 constexpr double s = 256, b = 2, h = 512, heads = 8;
@@ -54,7 +48,8 @@ TEST(MegatronMemory, InterleavedFirstStageHoldsOnePlusPMinusOneOverPvOfTheLayers
 }
 
 TEST(MegatronMemory, SmallerThanTheTrainersPlanUnderSequenceParallelism) {
-  // The trainer keeps both gathered LayerNorm outputs [s, b, h]: ~1.8x Megatron's stash at TP 8.
+  // Megatron's closed form counts the stash; the trainer's plan is its allocation: its own split
+  // SP stash (model/layer_activations) plus the chunk's workspace and the pipeline's buffers.
   const std::string flags = kModel + "--global-batch-size 2 --tensor-model-parallel-size 8 --sequence-parallel "
                                      "--recompute-granularity selective";
   const Arguments a = layout(flags, 8);

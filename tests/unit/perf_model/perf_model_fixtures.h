@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "perf_model/calibration.h"
 #include "perf_model/predict.h"
 
 namespace gpt::perf {
@@ -26,6 +27,24 @@ inline Cluster ideal_cluster_base() {
   c.attention_forward_efficiency = 0.5;
   c.attention_backward_efficiency = 0.5;
   return c;
+}
+
+// A calibration of a 2-core test machine without collectives (each test adds its own samples):
+// one square GEMM at half the 0.2 TFLOP/s peak.
+inline CalibrationResult test_calibration() {
+  CalibrationResult r;
+  r.name = "test-machine";
+  r.device = "cpu: test";
+  r.gpus_per_node = 64;
+  r.compute_slots_per_node = 2;
+  r.peak_flops = 0.2e12;
+  r.peak_measured = true;
+  r.memory_gib = 16;
+  r.memory_bandwidth_Bps = 10e9;
+  r.gemms = {{"square 256", 256, 256, 256, 2.0 * 256 * 256 * 256 / 0.1e12}};
+  r.attention_forward_efficiency = 0.2;
+  r.attention_backward_efficiency = 0.25;
+  return r;
 }
 
 // The layout pretrain_gpt's checks make of `flags` on `world` ranks (a failed check fails the test).
