@@ -3,11 +3,11 @@
 // (train/checkpointing.h).
 #include "train/checkpointing.h"
 #include "train/launcher.h"
-#include "train/qk_layernorm_check.h"
-#include "train/replica_check.h"
-#include "train/rerun_check.h"
+#include "train/resilience/qk_layernorm_check.h"
+#include "train/resilience/replica_check.h"
+#include "train/resilience/rerun_check.h"
 #include "train/trainer.h"
-#include "train/training_sample.h"
+#include "train/report/training_sample.h"
 
 int main(int argc, char** argv) {
   return gpt::launch(argc, argv, {}, [](const gpt::Arguments& args, gpt::ProcessGrid& grid, const auto&) -> absl::Status {
@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
       GPT_RETURN_IF_ERROR(gpt::check_qk_layernorm_replicas(*trainer, grid, args));
       return checkpointer.after_iteration(*trainer);
     });
-    // The rerun check's exit (train/rerun_check.h): save the state before the iteration, then exit
+    // The rerun check's exit (train/resilience/rerun_check.h): save the state before the iteration, then exit
     // with Megatron's code.
     if (gpt::requested_exit_saves(trained)) GPT_RETURN_IF_ERROR(checkpointer.finish(*trainer));
     GPT_RETURN_IF_ERROR(trained);

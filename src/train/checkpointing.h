@@ -24,7 +24,7 @@
 #include "core/timer.h"
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
-#include "train/save_directory_lock.h"
+#include "train/resilience/save_directory_lock.h"
 #include "train/trainer.h"
 
 namespace gpt {
@@ -38,7 +38,7 @@ class Checkpointer {
   Checkpointer& operator=(const Checkpointer&) = delete;
 
   // Before training (collective): with --save, rank 0 takes the save directory's lock
-  // (train/save_directory_lock.h); then load(); then, with --save, a run that loaded nothing from
+  // (train/resilience/save_directory_lock.h); then load(); then, with --save, a run that loaded nothing from
   // the save directory refuses to save into one that holds checkpoints (another run's: its saves
   // would replace or interleave with them) unless --allow-other-run-checkpoints.
   absl::Status start(Trainer& trainer);

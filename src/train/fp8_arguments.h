@@ -12,7 +12,4 @@ namespace gpt {
 
 absl::Status validate_fp8(const Arguments& args);
 
-// The FP8 configuration of validated arguments (disabled without --fp8-format).
-Fp8Config fp8_config_from(const Arguments& args);
-
 }  // namespace gpt

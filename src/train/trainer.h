@@ -7,6 +7,8 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/arena.h"
@@ -21,18 +23,18 @@
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
 #include "train/batch_size_schedule.h"
-#include "train/rerun_check.h"
+#include "train/resilience/rerun_check.h"
 #include "train/checkpoint_records.h"
 #include "train/data_parallel.h"
 #include "train/forward_backward.h"
 #include "train/loss_scaling.h"
 #include "train/memory_plan.h"
-#include "train/memory_report.h"
-#include "train/metrics_file.h"
+#include "train/report/memory_report.h"
+#include "train/report/metrics_file.h"
 #include "core/timer.h"
 #include "train/microbatch_feed.h"
 #include "train/model_stage.h"
-#include "train/pipeline_timeline.h"
+#include "train/report/pipeline_timeline.h"
 #include "train/scheduler_position.h"
 
 namespace gpt {
@@ -45,7 +47,7 @@ struct StepResult {
   // The loss scaler found a non-finite gradient (every rank alike): the update is skipped before
   // any norm is computed (grad_norm is NaN; Megatron's log line then has no grad norm field).
   bool overflow = false;
-  int exit_code = 0;           // non-zero: the rerun check ends the run before the update (train/rerun_check.h)
+  int exit_code = 0;           // non-zero: the rerun check ends the run before the update (train/resilience/rerun_check.h)
   std::string exit_reason;
   bool exit_saves = true;      // save the state before the iteration first
 };
@@ -53,13 +55,6 @@ struct StepResult {
 // Turns --device auto into cpu or cuda (the GPU when the CUDA backend is built and one is visible);
 // an explicit --device cuda without a GPU is an error.
 absl::Status resolve_device(Arguments& args);
-
-// Model configuration from validated arguments (vocabulary padded for their TP size).
-ModelConfig model_config_from(const Arguments& args);
-// The model's kinds alone (family options, normalization, positions, recompute, dtype): where the
-// enum-valued flags' strings are read, once, for the trainer and the planners. No sizes, so it is
-// safe on arguments whose sizes overflow.
-void set_model_kinds(const Arguments& args, ModelConfig& config);
 
 class Trainer {
  public:
@@ -147,6 +142,29 @@ class Trainer {
   double read_and_reduce_loss(int64_t microbatches);
   void print_evaluation(const std::string& where, double loss) const;
 
+  // run()'s parts (trainer_run.cc). RunReports: the files run() writes (opened before the first
+  // iteration) and the statistics of the current log interval.
+  struct RunReports;
+  absl::Status open_reports(RunReports& reports);
+  // train_step timed, checked (the rerun check's exit, non-finite loss or gradient norm) and
+  // counted into the interval.
+  absl::StatusOr<StepResult> timed_step(RunReports& reports);
+  // The iteration's diagnostics (--log-params-norm, --log-num-zeros-in-grad), TensorBoard's
+  // iteration scalars, and at an interval's end or the run's first iteration the log line.
+  void report_iteration(const StepResult& step, RunReports& reports);
+  // The collectives around a log line (stragglers, the rerun check's statistics, timers, the
+  // measured timeline), then the line itself on the logging rank; an interval's end starts the next.
+  void log_interval(const IterationLog& log, double seconds_per_iteration, double flops_per_iteration,
+                    bool interval_end, RunReports& reports);
+  // The logging rank's log line, timers, TensorBoard and --metrics-file records, first memory report.
+  void print_log_line(const IterationLog& log, double seconds_per_iteration, const std::vector<PhaseTiming>& timers,
+                      const std::optional<MeasuredTimeline>& timeline, RunReports& reports);
+  // An evaluation of `split` printed and recorded: every --eval-interval iterations, or `final`ly
+  // (verbose) after the last iteration.
+  void evaluate_and_report(Split split, bool final, RunReports& reports);
+  // After the last iteration: the parameter gathers' summary and the per-op profile.
+  void report_run_end(const RunReports& reports);
+
   Arguments args_;
   ProcessGrid& grid_;
   Context ctx_;
@@ -174,7 +192,7 @@ class Trainer {
   bool timing_ = false;
   // The phases are timed (each ends with a wait for the device) for the timers or --log-straggler.
   bool phase_clock_ = false;
-  // --rerun-mode / --check-for-spiky-loss (train/rerun_check.h); nullptr without them.
+  // --rerun-mode / --check-for-spiky-loss (train/resilience/rerun_check.h); nullptr without them.
   std::unique_ptr<RerunCheck> rerun_;
 
   // Ends a phase started at `since`: adds its seconds to `total` and restarts the clock.
@@ -206,7 +224,7 @@ class Trainer {
   // The scheduler's samples as the iterations so far imply them: updates x the batch with a
   // constant batch, the consumed samples with a changing one (a checkpoint's record replaces it).
   int64_t scheduler_samples_implied() const;
-  // GPT_GRADIENT_FAULT (train/fault_injection.h): an infinite gradient on this rank now.
+  // GPT_GRADIENT_FAULT (train/resilience/fault_injection.h): an infinite gradient on this rank now.
   void maybe_inject_gradient_fault();
   std::shared_ptr<const SampleSource> train_data_, valid_data_, test_data_;
   LrScheduleConfig schedule_;

@@ -1,4 +1,4 @@
-#include "train/replica_check.h"
+#include "train/resilience/replica_check.h"
 
 #include <string_view>
 #include <utility>
@@ -9,7 +9,7 @@
 #include "core/philox.h"
 #include "core/stream_copy.h"
 #include "parallel/comm/world_agreement.h"
-#include "train/fault_injection.h"
+#include "train/resilience/fault_injection.h"
 
 namespace gpt {
 

@@ -1,4 +1,4 @@
-#include "train/training_sample.h"
+#include "train/report/training_sample.h"
 
 #include <cstdio>
 #include <cstring>

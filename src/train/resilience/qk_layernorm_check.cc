@@ -1,4 +1,4 @@
-#include "train/qk_layernorm_check.h"
+#include "train/resilience/qk_layernorm_check.h"
 
 #include <string>
 #include <utility>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/stream_copy.h"
-#include "train/replica_check.h"
+#include "train/resilience/replica_check.h"
 
 namespace gpt {
 namespace {
