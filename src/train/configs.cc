@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/cuda_runtime.h"
+#include "core/memory.h"
 #include "train/model_arguments.h"
 #include "train/pipeline_split.h"
 #include "train/sharding_arguments.h"
@@ -56,6 +58,16 @@ ContextCommType context_comm_type_from(const std::string& type) {  // one entry 
 }
 
 }  // namespace
+
+absl::Status resolve_device(Arguments& args) {
+  const bool gpu_available = cuda_backend_built() && cuda::device_count() > 0;
+  if (args.device == "cuda" && !gpu_available) {
+    return absl::InvalidArgumentError(cuda_backend_built() ? "--device cuda: no GPU is visible"
+                                                           : "--device cuda: this build has no CUDA backend");
+  }
+  if (args.device == "auto") args.device = gpu_available ? "cuda" : "cpu";
+  return absl::OkStatus();
+}
 
 void set_model_kinds(const Arguments& a, ModelConfig& c) {
   // Validated arguments (validate_model_family and validate_arguments): num_query_groups resolved,

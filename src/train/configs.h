@@ -21,6 +21,10 @@
 
 namespace gpt {
 
+// Turns --device auto into cpu or cuda (the GPU when the CUDA backend is built and one is visible);
+// an explicit --device cuda without a GPU is an error.
+absl::Status resolve_device(Arguments& args);
+
 // Model configuration from validated arguments (vocabulary padded for their TP size).
 ModelConfig model_config_from(const Arguments& args);
 // The model's kinds alone (family options, normalization, positions, recompute, dtype, FP8): where

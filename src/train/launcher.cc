@@ -21,7 +21,7 @@
 #include "train/schedule_choice.h"
 #include "train/rank_agreement.h"
 #include "train/resilience/rerun_check.h"
-#include "train/trainer.h"
+#include "train/configs.h"
 
 namespace gpt {
 namespace {
@@ -58,7 +58,7 @@ int agree_and_report(const MpiRuntime& mpi, const absl::Status& status) {
 }
 
 // The most ranks of the job that use one GPU (1: every rank has its own). Compares the UUIDs of
-// the GPUs the node's ranks will take (trainer.cc's make_context takes the same one), so it is
+// the GPUs the node's ranks will take (trainer_setup.cc's make_context takes the same one), so it is
 // right whether the launcher shows every rank all of the node's GPUs or, through
 // CUDA_VISIBLE_DEVICES, only its own. Collective over the world: every rank calls it.
 int most_ranks_per_gpu(const MpiRuntime& mpi, const Arguments& args) {

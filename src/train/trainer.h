@@ -36,6 +36,7 @@
 #include "train/model_stage.h"
 #include "train/report/pipeline_timeline.h"
 #include "train/scheduler_position.h"
+#include "train/training_state.h"
 
 namespace gpt {
 
@@ -52,11 +53,9 @@ struct StepResult {
   bool exit_saves = true;      // save the state before the iteration first
 };
 
-// Turns --device auto into cpu or cuda (the GPU when the CUDA backend is built and one is visible);
-// an explicit --device cuda without a GPU is an error.
-absl::Status resolve_device(Arguments& args);
-
-class Trainer {
+// The trainer is the run's progress (train/training_state.h) for the checkpointer; it hands out
+// the parts that the code around the loop reads (rank_parameters, checkpointed_state).
+class Trainer final : public TrainingProgress {
  public:
   // `args` must have passed validate_arguments and validate_for_world.
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const Arguments& args, ProcessGrid& grid);
@@ -78,14 +77,10 @@ class Trainer {
   // Megatron's "Evaluating on ... samples" and "Evaluating iter i/N" lines (rank 0).
   double evaluate(Split split, bool verbose = false);
 
-  // Where the data stands: samples consumed from the train and validation splits. Setting it
-  // (after a restart) makes the next samples exactly those an uninterrupted run would read.
-  struct DataPosition {
-    int64_t consumed_train_samples = 0;
-    int64_t consumed_valid_samples = 0;
-  };
-  DataPosition data_position() const { return {consumed_samples_, consumed_valid_samples_}; }
-  void set_data_position(const DataPosition& position, int64_t iteration);
+  // Where the data stands (train/training_state.h).
+  using DataPosition = gpt::DataPosition;
+  DataPosition data_position() const override { return {consumed_samples_, consumed_valid_samples_}; }
+  void set_data_position(const DataPosition& position, int64_t iteration) override;
   // The last microbatch this rank loaded into the model (token ids [b, s]).
   const Microbatch& current_microbatch() const { return feed_->last(); }
   // All iterations up to --train-iters, with logging. `after_iteration` (collective; checkpoints
@@ -101,6 +96,10 @@ class Trainer {
   // Waits for parameter all-gathers still in flight (--overlap-param-gather leaves them to the next
   // forward): call before reading the parameters outside training (a dump, a checkpoint).
   void synchronize_parameters() { data_parallel_->settle(ctx_); }
+  // This rank's parameters for the checks and samples after an iteration, and what a checkpoint
+  // saves and restores (train/training_state.h); valid while the trainer lives.
+  RankParameters rank_parameters();
+  CheckpointedState checkpointed_state();
 
   Context& context() { return ctx_; }
   const ModelConfig& config() const { return config_; }
@@ -113,14 +112,17 @@ class Trainer {
   const LossScaling* loss_scaling() const { return loss_scaling_.get(); }
   // The learning-rate schedule (in samples) and weight decay of the updates from now on: a resumed
   // run's (train/scheduler_resume.h).
-  void set_scheduler(const LrScheduleConfig& schedule, const LrScheduleConfig& decoupled_schedule, double weight_decay);
+  void set_scheduler(const LrScheduleConfig& schedule, const LrScheduleConfig& decoupled_schedule,
+                     double weight_decay) override;
   const LrScheduleConfig& schedule() const { return schedule_; }
-  int64_t iteration() const { return iteration_; }
+  int64_t iteration() const override { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
   // The global batch size of the last iteration trained (before the first: of the next one), and
   // whether the next iteration's differs (Megatron then saves a checkpoint first).
   int64_t global_batch_size() const { return global_batch_size_; }
-  bool batch_size_changes_next() const { return batches_.batch_size_at(consumed_samples_) != global_batch_size_; }
+  bool batch_size_changes_next() const override {
+    return batches_.batch_size_at(consumed_samples_) != global_batch_size_;
+  }
   // Total parameters of the global model and the count this rank holds.
   int64_t parameters_on_rank() const;
   // The parts of the run whose non-tensor state checkpoints keep as records (train/checkpoint_records.h),

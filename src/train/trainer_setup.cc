@@ -44,16 +44,6 @@ Context make_context(const Arguments& args) {
 }
 }  // namespace
 
-absl::Status resolve_device(Arguments& args) {
-  const bool gpu_available = cuda_backend_built() && cuda::device_count() > 0;
-  if (args.device == "cuda" && !gpu_available) {
-    return absl::InvalidArgumentError(cuda_backend_built() ? "--device cuda: no GPU is visible"
-                                                           : "--device cuda: this build has no CUDA backend");
-  }
-  if (args.device == "auto") args.device = gpu_available ? "cuda" : "cpu";
-  return absl::OkStatus();
-}
-
 Trainer::Trainer(const Arguments& args, ProcessGrid& grid)
     : args_(args),
       grid_(grid),
@@ -199,6 +189,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->add_checkpoint_records(t->scheduler_position_.get());
   t->begin_batch();
   return t;
+}
+
+RankParameters Trainer::rank_parameters() {
+  return {.ctx = ctx_,
+          .params = *params_,
+          .config = config_,
+          .num_chunks = num_chunks(),
+          .settle = [this] { synchronize_parameters(); }};
+}
+
+CheckpointedState Trainer::checkpointed_state() {
+  return {.parameters = rank_parameters(), .optimizer = *optimizer_, .progress = *this, .records = record_owners_};
 }
 
 int64_t Trainer::parameters_on_rank() const {
