@@ -45,10 +45,19 @@ Fp8Recipe fp8_recipe_from(const std::string& recipe) {  // --fp8-recipe
   return recipe == "tensorwise" ? Fp8Recipe::kTensorwise : Fp8Recipe::kDelayed;
 }
 
+// --fp8-amax-compute-algo: the largest amax of the history (max) or the most recent one.
+bool amax_history_max_from(const std::string& algorithm) { return algorithm == "max"; }
+
 LrDecayStyle lr_decay_style_from(const std::string& style) {  // --lr-decay-style
   return style == "constant" ? LrDecayStyle::kConstant
          : style == "cosine" ? LrDecayStyle::kCosine
                              : LrDecayStyle::kLinear;
+}
+
+// --attention-backend: cuDNN's fused attention where it applies (auto, flash, fused), or always the
+// exact reference kernel (unfused, local).
+bool fused_attention_from(const std::string& backend) {
+  return backend == "auto" || backend == "flash" || backend == "fused";
 }
 
 ContextCommType context_comm_type_from(const std::string& type) {  // one entry of --cp-comm-type
@@ -126,7 +135,7 @@ Fp8Config fp8_config_from(const Arguments& a) {
   c.recipe = fp8_recipe_from(a.fp8_recipe);
   c.margin = static_cast<int>(a.fp8_margin);
   c.amax_history_len = static_cast<int>(a.fp8_amax_history_len);
-  c.amax_history_max = a.fp8_amax_compute_algo == "max";
+  c.amax_history_max = amax_history_max_from(a.fp8_amax_compute_algo);
   c.weight_gradient = !a.no_fp8_wgrad;
   return c;
 }
@@ -164,9 +173,7 @@ AdamWConfig adamw_config_from(const Arguments& a) {
 }
 
 KernelOptions kernel_options_from(const Arguments& a) {
-  return {.deterministic = a.deterministic_mode,
-          .fused_attention = a.attention_backend == "auto" || a.attention_backend == "flash" ||
-                             a.attention_backend == "fused"};
+  return {.deterministic = a.deterministic_mode, .fused_attention = fused_attention_from(a.attention_backend)};
 }
 
 PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates,

@@ -48,7 +48,8 @@ struct StepResult {
   // The loss scaler found a non-finite gradient (every rank alike): the update is skipped before
   // any norm is computed (grad_norm is NaN; Megatron's log line then has no grad norm field).
   bool overflow = false;
-  int exit_code = 0;           // non-zero: the rerun check ends the run before the update (train/resilience/rerun_check.h)
+  // Non-zero: the rerun check ends the run before the update (train/resilience/rerun_check.h).
+  int exit_code = 0;
   std::string exit_reason;
   bool exit_saves = true;      // save the state before the iteration first
 };

@@ -137,7 +137,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   for (auto& chunk : t->chunks_) chunks.push_back(chunk.get());
   t->data_parallel_->attach(chunks);
   const size_t optimizer_begin = t->arena_.used_bytes();
-  t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adamw_config_from(args), t->arena_, t->data_parallel_->owned());
+  t->optimizer_ =
+      std::make_unique<AdamW>(t->ctx_, *t->params_, adamw_config_from(args), t->arena_, t->data_parallel_->owned());
   // The memory plan is the memory allocated, item by item, on every rank of every layout.
   const RankMemory planned =
       rank_memory(t->params_->plan(), t->config_, t->chunks_.front()->shapes(), t->tensor_parallel_->sequence_parallel(),
