@@ -1,5 +1,5 @@
 // The learning-rate schedule's flags: Megatron's rules on the run's length and the schedule's
-// units, and the schedule in samples they give (optim/lr_schedule.h).
+// units (the schedule in samples they give: lr_schedule_config, train/configs.h).
 #pragma once
 
 #include "core/status.h"
