@@ -6,28 +6,16 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "core/cuda_runtime.h"
 #include "core/logging.h"
-#include "core/memory.h"
 #include "core/stream_copy.h"
 #include "core/timer.h"
-#include "kernels/op_profile.h"
 #include "kernels/ops.h"
 #include "optim/grad_clip.h"
 #include "optim/log_norms.h"
 #include "parallel/comm/mpi_runtime.h"
-#include "train/argument_table.h"
-#include "train/batch_size_arguments.h"
-#include "train/data_setup.h"
-#include "train/resilience/fault_injection.h"
-#include "train/report/flops.h"
-#include "train/report/log_line.h"
-#include "train/report/memory_report.h"
-#include "train/sharding_arguments.h"
-#include "train/report/metrics_file.h"
 #include "train/rank_agreement.h"
-#include "train/report/straggler_report.h"
-#include "train/report/tensorboard_log.h"
+#include "train/report/log_line.h"
+#include "train/resilience/fault_injection.h"
 
 namespace gpt {
 

@@ -2,6 +2,8 @@
 // reports opened before the first iteration, one timed iteration and its interval's statistics,
 // the iteration's diagnostics and Megatron's log line with the files that follow it
 // (train/report/), the evaluations, and the summaries after the last iteration.
+#include "train/trainer.h"
+
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -19,7 +21,6 @@
 #include "train/report/metrics_file.h"
 #include "train/report/straggler_report.h"
 #include "train/report/tensorboard_log.h"
-#include "train/trainer.h"
 
 namespace gpt {
 namespace {
@@ -64,7 +65,9 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
   while (iteration_ < args_.train_iters) {
     GPT_ASSIGN_OR_RETURN(const StepResult step, timed_step(reports));
     report_iteration(step, reports);
-    if (valid_data_ && iteration_ % args_.eval_interval == 0) evaluate_and_report(Split::kValid, false, reports);
+    if (valid_data_ && iteration_ % args_.eval_interval == 0) {
+      evaluate_and_report(Split::kValid, /*final=*/false, reports);
+    }
     if (after_iteration) {
       GPT_ASSIGN_OR_RETURN(const bool stop, after_iteration());
       if (stop) return absl::OkStatus();
