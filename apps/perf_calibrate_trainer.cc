@@ -9,6 +9,7 @@
 #include "core/timer.h"
 #include "parallel/mpi_grid.h"
 #include "perf_model/predict.h"
+#include "train/configs.h"
 #include "train/trainer.h"
 
 namespace gpt {

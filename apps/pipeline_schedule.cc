@@ -30,7 +30,7 @@
 #include "parallel/pipeline/gantt_svg.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/simulator.h"
-#include "train/pipeline_timeline.h"
+#include "train/report/pipeline_timeline.h"
 #include "train/schedule_choice.h"
 
 namespace gpt::pipeline {
@@ -143,7 +143,7 @@ absl::Status check_costs(const Options& o) {
   return absl::OkStatus();
 }
 
-// --metrics-file: the last measured pipeline timeline of a pretrain_gpt run (train/pipeline_timeline.h)
+// --metrics-file: the last measured pipeline timeline of a pretrain_gpt run (train/report/pipeline_timeline.h)
 // against the simulation of the same schedule with the costs measured in it (per virtual stage, the
 // mean F, B and W), and every schedule of the layout simulated with those costs; --svg draws the
 // measured timeline.

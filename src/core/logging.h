@@ -1,5 +1,5 @@
 // Rank-prefixed diagnostics on stderr. The training log lines (Megatron's format) are not
-// diagnostics: they go to stdout without a prefix, through train/log_line.h.
+// diagnostics: they go to stdout without a prefix, through train/report/log_line.h.
 #pragma once
 
 #include <sstream>

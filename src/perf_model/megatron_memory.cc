@@ -5,7 +5,7 @@
 #include "core/dtype.h"
 #include "model/recompute_plan.h"
 #include "parallel/pipeline/schedule.h"
-#include "train/trainer.h"
+#include "train/configs.h"
 
 namespace gpt::perf {
 namespace {

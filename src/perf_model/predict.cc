@@ -15,10 +15,10 @@
 #include "perf_model/collectives.h"
 #include "perf_model/data_parallel_cost.h"
 #include "perf_model/megatron_memory.h"
-#include "train/flops.h"
+#include "train/report/flops.h"
 #include "train/memory_plan.h"
 #include "train/sharding_arguments.h"
-#include "train/trainer.h"
+#include "train/configs.h"
 
 namespace gpt::perf {
 namespace {

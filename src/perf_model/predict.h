@@ -1,6 +1,6 @@
 // The performance model: for validated pretrain_gpt arguments, a world size and a cluster, the
 // time of one training iteration and where it goes, the throughput (model FLOPs, Megatron's
-// formula from train/flops.h), and the memory of the largest rank (train/memory_plan.h).
+// formula from train/report/flops.h), and the memory of the largest rank (train/memory_plan.h).
 //
 // One iteration is
 //   pipeline     the schedule the trainer runs (--pipeline-schedule, Megatron's by default; with auto the

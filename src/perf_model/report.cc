@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "train/metrics_file.h"
+#include "train/report/metrics_file.h"
 
 namespace gpt::perf {
 namespace {

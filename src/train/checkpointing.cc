@@ -18,8 +18,8 @@
 #include "core/philox.h"
 #include "model/param_registry.h"
 #include "parallel/comm/world_agreement.h"
-#include "train/exit_signal.h"
-#include "train/fault_injection.h"
+#include "train/resilience/exit_signal.h"
+#include "train/resilience/fault_injection.h"
 #include "train/rank_agreement.h"
 #include "train/sharding_arguments.h"
 #include "train/scheduler_resume.h"
@@ -65,10 +65,10 @@ bool writes_piece(const ShardedTensor& piece, const ProcessGrid& grid, bool full
   return static_cast<int>(hash % static_cast<uint64_t>(replicas.size())) == replicas.rank();
 }
 
-std::vector<ShardedTensor> state_pieces(Trainer& trainer, const Arguments& args, bool with_optimizer) {
-  std::vector<ShardedTensor> pieces = trainer.params().sharded_tensors();
+std::vector<ShardedTensor> state_pieces(const CheckpointedState& state, const Arguments& args, bool with_optimizer) {
+  std::vector<ShardedTensor> pieces = state.parameters.params.sharded_tensors();
   if (with_optimizer) {
-    std::vector<ShardedTensor> optimizer = trainer.optimizer().sharded_tensors(shards_optimizer(args));
+    std::vector<ShardedTensor> optimizer = state.optimizer.sharded_tensors(shards_optimizer(args));
     pieces.insert(pieces.end(), std::make_move_iterator(optimizer.begin()), std::make_move_iterator(optimizer.end()));
   }
   return pieces;
@@ -153,10 +153,10 @@ Checkpointer::~Checkpointer() {
   if (writer_.joinable()) writer_.join();
 }
 
-absl::Status Checkpointer::save(Trainer& trainer) {
+absl::Status Checkpointer::save(const CheckpointedState& state) {
   GPT_RETURN_IF_ERROR(finalize_pending(/*wait=*/true));
   Stopwatch blocked;
-  const int64_t iteration = trainer.iteration();
+  const int64_t iteration = state.progress.iteration();
   // What start() could not foresee (an exit by signal or duration at that iteration).
   absl::Status refused;
   if (grid_.world_rank() == 0 && iteration == protected_iteration()) {
@@ -166,13 +166,13 @@ absl::Status Checkpointer::save(Trainer& trainer) {
   }
   GPT_RETURN_IF_ERROR(agree_on_setup(refused, "checkpoint save"));
   print_rank0(grid_, absl::StrFormat("saving checkpoint at iteration %7d to %s in hdf5 format", iteration, args_.save));
-  trainer.synchronize_parameters();
-  trainer.context().synchronize();
+  state.parameters.settle();
+  state.parameters.ctx.synchronize();
 
   // The host copy of what this rank writes.
   auto pieces = std::make_shared<std::vector<HostPiece>>();
   double bytes = 0;
-  for (ShardedTensor& piece : state_pieces(trainer, args_, !args_.no_save_optim)) {
+  for (ShardedTensor& piece : state_pieces(state, args_, !args_.no_save_optim)) {
     if (!writes_piece(piece, grid_, !args_.no_ckpt_fully_parallel_save)) continue;
     HostPiece host;
     host.dtype = piece.data.dtype();
@@ -191,16 +191,16 @@ absl::Status Checkpointer::save(Trainer& trainer) {
   pending.bytes = bytes;
   CheckpointMetadata& m = pending.metadata;
   m.iteration = iteration;
-  m.consumed_train_samples = trainer.data_position().consumed_train_samples;
-  m.consumed_valid_samples = trainer.data_position().consumed_valid_samples;
-  m.optimizer_steps = args_.no_save_optim ? 0 : trainer.optimizer().steps_taken();
+  m.consumed_train_samples = state.progress.data_position().consumed_train_samples;
+  m.consumed_valid_samples = state.progress.data_position().consumed_valid_samples;
+  m.optimizer_steps = args_.no_save_optim ? 0 : state.optimizer.steps_taken();
   m.seed = args_.seed;
   m.tensor_parallel = grid_.shape().tensor;
   m.pipeline_parallel = grid_.shape().pipeline;
   m.data_parallel = grid_.shape().data;
-  m.virtual_stages = trainer.num_chunks();
-  m.params_dtype = std::string(dtype_name(trainer.params().dtype()));
-  for (const CheckpointRecords* owner : trainer.checkpoint_records()) owner->save_records(m.records);
+  m.virtual_stages = state.parameters.num_chunks;
+  m.params_dtype = std::string(dtype_name(state.parameters.params.dtype()));
+  for (const CheckpointRecords* owner : state.records) owner->save_records(m.records);
   m.distributed_optimizer = shards_optimizer(args_);
   m.arguments = canonical_arguments(args_);
 
@@ -321,14 +321,14 @@ absl::Status Checkpointer::commit(const PendingSave& pending) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> Checkpointer::after_iteration(Trainer& trainer) {
-  const int64_t iteration = trainer.iteration();
+absl::StatusOr<bool> Checkpointer::after_iteration(const CheckpointedState& state) {
+  const int64_t iteration = state.progress.iteration();
   bool saved = false;
   // Megatron's train loop saves a checkpoint (with --save) before an iteration whose number of
   // microbatches differs from the previous one's (a ramp-up or step schedule's change).
-  const bool batch_changes = iteration < args_.train_iters && trainer.batch_size_changes_next();
+  const bool batch_changes = iteration < args_.train_iters && state.progress.batch_size_changes_next();
   if (!args_.save.empty() && ((args_.save_interval > 0 && iteration % args_.save_interval == 0) || batch_changes)) {
-    GPT_RETURN_IF_ERROR(save(trainer));
+    GPT_RETURN_IF_ERROR(save(state));
     saved = true;
   } else {
     GPT_RETURN_IF_ERROR(finalize_pending(/*wait=*/false));
@@ -344,20 +344,20 @@ absl::StatusOr<bool> Checkpointer::after_iteration(Trainer& trainer) {
     reason = absl::StrCat("exiting program at iteration ", iteration);
   }
   if (reason.empty()) return false;
-  if (!args_.save.empty() && !saved) GPT_RETURN_IF_ERROR(save(trainer));
+  if (!args_.save.empty() && !saved) GPT_RETURN_IF_ERROR(save(state));
   GPT_RETURN_IF_ERROR(finalize_pending(/*wait=*/true));
   print_rank0(grid_, reason);
   return true;
 }
 
-absl::Status Checkpointer::finish(Trainer& trainer) {
-  if (!args_.save.empty() && trainer.iteration() != last_saved_iteration_ && trainer.iteration() > 0) {
-    GPT_RETURN_IF_ERROR(save(trainer));
+absl::Status Checkpointer::finish(const CheckpointedState& state) {
+  if (!args_.save.empty() && state.progress.iteration() != last_saved_iteration_ && state.progress.iteration() > 0) {
+    GPT_RETURN_IF_ERROR(save(state));
   }
   return finalize_pending(/*wait=*/true);
 }
 
-absl::Status Checkpointer::start(Trainer& trainer) {
+absl::Status Checkpointer::start(const CheckpointedState& state) {
   if (!args_.save.empty()) {
     absl::Status status;
     if (grid_.world_rank() == 0) {
@@ -375,7 +375,7 @@ absl::Status Checkpointer::start(Trainer& trainer) {
     }
     GPT_RETURN_IF_ERROR(agree_on_setup(status, "save directory lock"));
   }
-  GPT_RETURN_IF_ERROR(load(trainer));
+  GPT_RETURN_IF_ERROR(load(state));
   if (args_.save.empty()) return absl::OkStatus();
   return agree_on_setup(grid_.world_rank() == 0 ? check_save_directory() : absl::OkStatus(), "save directory check");
 }
@@ -416,7 +416,7 @@ absl::Status Checkpointer::check_save_directory() const {
       ", save elsewhere, or pass --allow-other-run-checkpoints"));
 }
 
-absl::Status Checkpointer::load(Trainer& trainer) {
+absl::Status Checkpointer::load(const CheckpointedState& state) {
   if (args_.load.empty()) return absl::OkStatus();
   int64_t iteration = args_.ckpt_step;
   if (iteration < 0) {
@@ -440,7 +440,7 @@ absl::Status Checkpointer::load(Trainer& trainer) {
     const std::string directory = absl::StrCat(args_.load, "/", iteration_directory_name(candidates[c]));
     print_rank0(grid_, absl::StrCat(" loading checkpoint from ", args_.load, " at iteration ", candidates[c]));
     Stopwatch load_time;
-    absl::Status status = load_from(trainer, directory);
+    absl::Status status = load_from(state, directory);
     // Every rank reads its own slices: one rank's damaged shard is everyone's failure.
     const bool mine = !status.ok();
     maybe_inject_fault("load", grid_.world_rank());
@@ -452,9 +452,9 @@ absl::Status Checkpointer::load(Trainer& trainer) {
       print_rank0(grid_, absl::StrFormat("  successfully loaded checkpoint from %s [ t %d, p %d, dp %d ] at iteration %d "
                                          "[ %.1f MB in %.2f s ]",
                                          args_.load, grid_.shape().tensor, grid_.shape().pipeline, grid_.shape().data,
-                                         trainer.iteration(), static_cast<double>(bytes) / 1048576.0,
+                                         state.progress.iteration(), static_cast<double>(bytes) / 1048576.0,
                                          static_cast<double>(load_ms) / 1e3));
-      last_saved_iteration_ = trainer.iteration();
+      last_saved_iteration_ = state.progress.iteration();
       loaded_iteration_ = candidates[c];
       return absl::OkStatus();
     }
@@ -467,7 +467,7 @@ absl::Status Checkpointer::load(Trainer& trainer) {
   return absl::OkStatus();
 }
 
-absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& directory) {
+absl::Status Checkpointer::load_from(const CheckpointedState& state, const std::string& directory) {
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::open(directory));
   const CheckpointMetadata& m = reader->metadata();
   if (m.legacy) {
@@ -486,9 +486,9 @@ absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& direct
     // Megatron restores its OptimizerParamScheduler with the optimizer: the schedule to continue.
     GPT_ASSIGN_OR_RETURN(const SchedulerSettings scheduler,
                          resumed_scheduler_settings(m.arguments, args_, directory));
-    trainer.set_scheduler(scheduler.schedule, scheduler.decoupled_schedule, scheduler.weight_decay);
+    state.progress.set_scheduler(scheduler.schedule, scheduler.decoupled_schedule, scheduler.weight_decay);
   }
-  std::vector<ShardedTensor> pieces = state_pieces(trainer, args_, load_optimizer);
+  std::vector<ShardedTensor> pieces = state_pieces(state, args_, load_optimizer);
 
   // Keys this rank wants that the checkpoint lacks (master weights may come from the parameters).
   std::set<std::string> missing;
@@ -498,7 +498,7 @@ absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& direct
   }
   // Keys of the checkpoint that belong to no parameter of this model (any rank's).
   std::set<std::string> names;
-  for (const ParamSpec& spec : build_param_specs(trainer.config())) names.insert(spec.name);
+  for (const ParamSpec& spec : build_param_specs(state.parameters.config)) names.insert(spec.name);
   std::vector<std::string> unexpected;
   for (const std::string& key : reader->keys()) {
     const std::string name = key.substr(key.find_last_of('/') + 1);
@@ -531,7 +531,7 @@ absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& direct
 
   // In FP32 the parameters are the master weights: take them from the optimizer's copy when the
   // checkpoint has one (a BF16 run's), which holds every bit.
-  if (load_optimizer && !trainer.optimizer().has_separate_master()) {
+  if (load_optimizer && !state.optimizer.has_separate_master()) {
     for (ShardedTensor& piece : pieces) {
       if (piece.key.rfind("model/", 0) != 0) continue;
       const std::string master = "optimizer/master/" + piece.key.substr(6);
@@ -543,14 +543,14 @@ absl::Status Checkpointer::load_from(Trainer& trainer, const std::string& direct
   for (const ShardedTensor& piece : pieces) {
     if (!missing.count(piece.key)) loaded_bytes_ += static_cast<int64_t>(piece.data.bytes());
   }
-  trainer.context().synchronize();
-  if (!load_optimizer) trainer.optimizer().reset_from_params(trainer.context());
+  state.parameters.ctx.synchronize();
+  if (!load_optimizer) state.optimizer.reset_from_params(state.parameters.ctx);
   if (args_.finetune) {
-    trainer.set_data_position({}, 0);
+    state.progress.set_data_position({}, 0);
   } else {
-    trainer.set_data_position({m.consumed_train_samples, m.consumed_valid_samples}, m.iteration);
-    if (load_optimizer) trainer.optimizer().set_steps_taken(m.optimizer_steps);
-    for (CheckpointRecords* owner : trainer.checkpoint_records()) {
+    state.progress.set_data_position({m.consumed_train_samples, m.consumed_valid_samples}, m.iteration);
+    if (load_optimizer) state.optimizer.set_steps_taken(m.optimizer_steps);
+    for (CheckpointRecords* owner : state.records) {
       const absl::Status restored = owner->load_records(m.records);
       if (!restored.ok()) {
         return absl::Status(restored.code(), absl::StrCat(directory, ": ", restored.message()));

@@ -1,5 +1,6 @@
-// Saving and loading the trainer's state: the collective protocol around the files of
-// checkpoint/checkpoint_files.h (docs/CHECKPOINTS.md).
+// Saving and loading a run's state (train/training_state.h: parameters, optimizer state, progress,
+// records): the collective protocol around the files of checkpoint/checkpoint_files.h
+// (docs/CHECKPOINTS.md).
 //
 // Save: every rank copies the pieces it writes to host memory (parameters spread over the
 // data-parallel replicas, each ZeRO owner its optimizer shard, tensor-parallel duplicates and the
@@ -24,8 +25,8 @@
 #include "core/timer.h"
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
-#include "train/save_directory_lock.h"
-#include "train/trainer.h"
+#include "train/resilience/save_directory_lock.h"
+#include "train/training_state.h"
 
 namespace gpt {
 
@@ -38,23 +39,23 @@ class Checkpointer {
   Checkpointer& operator=(const Checkpointer&) = delete;
 
   // Before training (collective): with --save, rank 0 takes the save directory's lock
-  // (train/save_directory_lock.h); then load(); then, with --save, a run that loaded nothing from
+  // (train/resilience/save_directory_lock.h); then load(); then, with --save, a run that loaded nothing from
   // the save directory refuses to save into one that holds checkpoints (another run's: its saves
   // would replace or interleave with them) unless --allow-other-run-checkpoints.
-  absl::Status start(Trainer& trainer);
-  // --load (collective): restores the trainer's parameters, optimizer state, iteration and data
+  absl::Status start(const CheckpointedState& state);
+  // --load (collective): restores the run's parameters, optimizer state, iteration and data
   // position from the tracker's checkpoint (or --ckpt-step's). Without a tracker it warns and the
   // run starts from scratch, as Megatron does.
-  absl::Status load(Trainer& trainer);
+  absl::Status load(const CheckpointedState& state);
   // After every iteration (collective): saves at --save-interval, commits a finished asynchronous
   // save, and checks --exit-signal-handler, --exit-duration-in-mins and --exit-interval (saving
   // before an exit). Returns true when training must stop.
-  absl::StatusOr<bool> after_iteration(Trainer& trainer);
+  absl::StatusOr<bool> after_iteration(const CheckpointedState& state);
   // The end of training (collective): saves unless this iteration is saved already, and waits for
   // an asynchronous save to be committed.
-  absl::Status finish(Trainer& trainer);
-  // Saves the trainer's state at its current iteration (collective).
-  absl::Status save(Trainer& trainer);
+  absl::Status finish(const CheckpointedState& state);
+  // Saves the run's state at its current iteration (collective).
+  absl::Status save(const CheckpointedState& state);
 
  private:
   struct PendingSave {
@@ -70,7 +71,7 @@ class Checkpointer {
   absl::Status finalize_pending(bool wait);
   // Rank 0: index, rename, tracker, pruning.
   absl::Status commit(const PendingSave& pending);
-  absl::Status load_from(Trainer& trainer, const std::string& directory);
+  absl::Status load_from(const CheckpointedState& state, const std::string& directory);
 
   // Rank 0: whether the save directory may take this run's checkpoints (see start()).
   absl::Status check_save_directory() const;

@@ -11,7 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "train/context_parallel_arguments.h"
 #include "train/flag_agreement_order.h"
-#include "train/metrics_file.h"
+#include "train/report/metrics_file.h"
 #include "train/numeric_flags.h"
 
 namespace gpt {

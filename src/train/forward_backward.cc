@@ -18,36 +18,6 @@ pipeline::Schedule checked(absl::StatusOr<pipeline::Schedule> schedule) {
 
 }  // namespace
 
-PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates,
-                               int64_t microbatches) {
-  PipelineLayout layout;
-  layout.pipeline_size = shape.pipeline;
-  layout.pipeline_rank = coordinates.pipeline;
-  layout.virtual_size = virtual_pipeline_size(args);
-  layout.microbatches = microbatches;
-  // Only the interleaved order groups microbatches; there the group is validated to be at most the
-  // number of microbatches (an int). Without model chunks any value is accepted and unused.
-  if (layout.virtual_size > 1) layout.microbatch_group = static_cast<int>(args.microbatch_group_size_per_vp_stage);
-  layout.schedule = pipeline_schedule_kind(args);
-  layout.placement = pipeline::schedule_placement(layout.schedule);
-  const int64_t stages = static_cast<int64_t>(layout.pipeline_size) * layout.virtual_size;
-  // Virtual stage k holds layers [first[k], first[k] + layers[k]): the stages in order, each its
-  // share of the split (train/pipeline_split.h).
-  const std::vector<int64_t> layers = virtual_stage_layers(args);
-  GPT_CHECK_EQ(static_cast<int64_t>(layers.size()), stages) << "layers per virtual stage";
-  std::vector<int64_t> first(layers.size(), 0);
-  for (size_t k = 1; k < layers.size(); ++k) first[k] = first[k - 1] + layers[k - 1];
-  for (int c = 0; c < layout.virtual_size; ++c) {
-    const int64_t stage = layout.stages().stage(c);
-    layout.chunks.push_back({.first_layer = first[static_cast<size_t>(stage)],
-                             .num_layers = layers[static_cast<size_t>(stage)],
-                             .has_embedding = stage == 0,
-                             .has_output = stage == stages - 1,
-                             .tied_head = !args.untie_embeddings_and_output_weights});
-  }
-  return layout;
-}
-
 bool PipelineLayout::holds_embedding() const {
   return std::any_of(chunks.begin(), chunks.end(), [](const ChunkLayout& c) { return c.has_embedding; });
 }

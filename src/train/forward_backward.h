@@ -38,9 +38,7 @@ struct PipelineLayout {
   bool holds_embedding() const;  // the first virtual stage is one of this rank's chunks
   bool holds_output() const;     // the last one (the loss) is
 };
-// From validated arguments (validate_for_world has checked the divisibility rules).
-PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates,
-                               int64_t microbatches);
+// From validated arguments: pipeline_layout (train/configs.h).
 // The parameters of this rank's chunks, each name once.
 std::vector<ParamSpec> rank_param_specs(const std::vector<ParamSpec>& all, const PipelineLayout& layout);
 

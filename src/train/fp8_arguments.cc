@@ -55,18 +55,4 @@ absl::Status validate_fp8(const Arguments& a) {
   return absl::OkStatus();
 }
 
-Fp8Config fp8_config_from(const Arguments& a) {
-  Fp8Config c;
-  if (a.fp8_format.empty()) return c;
-  c.enabled = true;
-  c.forward_format = Fp8Format::kE4M3;
-  c.backward_format = a.fp8_format == "hybrid" ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
-  c.recipe = a.fp8_recipe == "tensorwise" ? Fp8Recipe::kTensorwise : Fp8Recipe::kDelayed;
-  c.margin = static_cast<int>(a.fp8_margin);
-  c.amax_history_len = static_cast<int>(a.fp8_amax_history_len);
-  c.amax_history_max = a.fp8_amax_compute_algo == "max";
-  c.weight_gradient = !a.no_fp8_wgrad;
-  return c;
-}
-
 }  // namespace gpt

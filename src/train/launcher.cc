@@ -14,14 +14,14 @@
 #include "parallel/comm/world_agreement.h"
 #include "parallel/mpi_grid.h"
 #include "train/context_parallel_arguments.h"
-#include "train/exit_signal.h"
-#include "train/fault_injection.h"
+#include "train/resilience/exit_signal.h"
+#include "train/resilience/fault_injection.h"
 #include "train/memory_plan.h"
-#include "train/pipeline_timeline.h"
+#include "train/report/pipeline_timeline.h"
 #include "train/schedule_choice.h"
 #include "train/rank_agreement.h"
-#include "train/rerun_check.h"
-#include "train/trainer.h"
+#include "train/resilience/rerun_check.h"
+#include "train/configs.h"
 
 namespace gpt {
 namespace {
@@ -31,7 +31,7 @@ namespace {
 // see agree_on_setup), prefixed with its rank unless every rank failed the same way.
 int agree_and_report(const MpiRuntime& mpi, const absl::Status& status) {
   const int size = mpi.world_size(), rank = mpi.world_rank();
-  // An exit the run asked for (train/rerun_check.h), decided by all ranks together: no error line.
+  // An exit the run asked for (train/resilience/rerun_check.h), decided by all ranks together: no error line.
   if (const std::optional<int> code = requested_exit_code(status)) {
     if (rank == 0) {
       std::printf("%s\n", std::string(status.message()).c_str());
@@ -58,7 +58,7 @@ int agree_and_report(const MpiRuntime& mpi, const absl::Status& status) {
 }
 
 // The most ranks of the job that use one GPU (1: every rank has its own). Compares the UUIDs of
-// the GPUs the node's ranks will take (trainer.cc's make_context takes the same one), so it is
+// the GPUs the node's ranks will take (trainer_setup.cc's make_context takes the same one), so it is
 // right whether the launcher shows every rank all of the node's GPUs or, through
 // CUDA_VISIBLE_DEVICES, only its own. Collective over the world: every rank calls it.
 int most_ranks_per_gpu(const MpiRuntime& mpi, const Arguments& args) {

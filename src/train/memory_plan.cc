@@ -17,7 +17,7 @@
 #include "train/pipeline_split.h"
 #include "train/sharding_arguments.h"
 #include "parallel/data_parallel/grad_shards.h"
-#include "train/trainer.h"
+#include "train/configs.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/pipeline/schedule.h"
 

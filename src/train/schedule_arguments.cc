@@ -39,30 +39,6 @@ absl::Status validate_schedule_arguments(Arguments& a) {
   return absl::OkStatus();
 }
 
-LrScheduleConfig lr_schedule_config(const Arguments& a) {
-  LrScheduleConfig c;
-  c.max_lr = a.lr;
-  c.min_lr = a.min_lr;
-  const bool by_samples = a.train_samples > 0;
-  c.decay_steps = by_samples ? (a.lr_decay_samples > 0 ? a.lr_decay_samples : a.train_samples)
-                             : a.lr_decay_iters * a.global_batch_size;
-  const int64_t warmup = by_samples ? a.lr_warmup_samples : a.lr_warmup_iters * a.global_batch_size;
-  c.warmup_steps = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * static_cast<double>(c.decay_steps)
-                                               : static_cast<double>(warmup);
-  c.style = a.lr_decay_style == "constant" ? LrDecayStyle::kConstant
-            : a.lr_decay_style == "cosine" ? LrDecayStyle::kCosine
-                                           : LrDecayStyle::kLinear;
-  return c;
-}
-
-LrScheduleConfig decoupled_lr_schedule_config(const Arguments& a) {
-  LrScheduleConfig c = lr_schedule_config(a);
-  if (a.decoupled_lr >= 0.0) {
-    c.max_lr = a.decoupled_lr;
-    if (a.decoupled_min_lr >= 0.0) c.min_lr = a.decoupled_min_lr;
-  }
-  return c;
-}
 
 
 }  // namespace gpt

@@ -8,7 +8,7 @@
 #include "model/recompute_plan.h"
 #include "train/pipeline_split.h"
 #include "train/sharding_arguments.h"
-#include "train/trainer.h"
+#include "train/configs.h"
 
 namespace gpt {
 

@@ -2,7 +2,7 @@
 // rank; interleaved or ZB-V with two; interleaved with more) that the simulator finds fastest
 // among those whose memory plan fits, from per-virtual-stage costs of the forward (F), the
 // input-gradient backward (B) and the weight-gradient backward (W) of one microbatch:
-//   - FLOP counts (stage_costs_from_flops): Megatron's formula (train/flops.h) split per pass. A
+//   - FLOP counts (stage_costs_from_flops): Megatron's formula (train/report/flops.h) split per pass. A
 //     layer's F is 4 b s h^2 [(1 + groups/heads + s/h)(heads d / h) + g ffn / h]; its W the weight
 //     GEMMs' part, 4 b s h^2 [(1 + groups/heads)(heads d / h) + g ffn / h]; B = 2 F - W (plus the
 //     recomputed forward: a fully recomputed layer's F, selective recompute's attention core). The

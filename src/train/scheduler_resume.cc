@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_files.h"
+#include "train/configs.h"
 #include "train/flag_table.h"
 #include "train/schedule_arguments.h"
 

@@ -17,7 +17,7 @@
 namespace gpt {
 
 struct SchedulerSettings {
-  LrScheduleConfig schedule;  // in samples (train/arguments.h, lr_schedule_config)
+  LrScheduleConfig schedule;  // in samples (train/configs.h, lr_schedule_config)
   LrScheduleConfig decoupled_schedule;  // the word embedding and output layer's (--decoupled-lr)
   double weight_decay = 0.0;
 };

@@ -7,6 +7,8 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/arena.h"
@@ -21,19 +23,20 @@
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
 #include "train/batch_size_schedule.h"
-#include "train/rerun_check.h"
+#include "train/resilience/rerun_check.h"
 #include "train/checkpoint_records.h"
 #include "train/data_parallel.h"
 #include "train/forward_backward.h"
 #include "train/loss_scaling.h"
 #include "train/memory_plan.h"
-#include "train/memory_report.h"
-#include "train/metrics_file.h"
+#include "train/report/memory_report.h"
+#include "train/report/metrics_file.h"
 #include "core/timer.h"
 #include "train/microbatch_feed.h"
 #include "train/model_stage.h"
-#include "train/pipeline_timeline.h"
+#include "train/report/pipeline_timeline.h"
 #include "train/scheduler_position.h"
+#include "train/training_state.h"
 
 namespace gpt {
 
@@ -45,23 +48,15 @@ struct StepResult {
   // The loss scaler found a non-finite gradient (every rank alike): the update is skipped before
   // any norm is computed (grad_norm is NaN; Megatron's log line then has no grad norm field).
   bool overflow = false;
-  int exit_code = 0;           // non-zero: the rerun check ends the run before the update (train/rerun_check.h)
+  // Non-zero: the rerun check ends the run before the update (train/resilience/rerun_check.h).
+  int exit_code = 0;
   std::string exit_reason;
   bool exit_saves = true;      // save the state before the iteration first
 };
 
-// Turns --device auto into cpu or cuda (the GPU when the CUDA backend is built and one is visible);
-// an explicit --device cuda without a GPU is an error.
-absl::Status resolve_device(Arguments& args);
-
-// Model configuration from validated arguments (vocabulary padded for their TP size).
-ModelConfig model_config_from(const Arguments& args);
-// The model's kinds alone (family options, normalization, positions, recompute, dtype): where the
-// enum-valued flags' strings are read, once, for the trainer and the planners. No sizes, so it is
-// safe on arguments whose sizes overflow.
-void set_model_kinds(const Arguments& args, ModelConfig& config);
-
-class Trainer {
+// The trainer is the run's progress (train/training_state.h) for the checkpointer; it hands out
+// the parts that the code around the loop reads (rank_parameters, checkpointed_state).
+class Trainer final : public TrainingProgress {
  public:
   // `args` must have passed validate_arguments and validate_for_world.
   static absl::StatusOr<std::unique_ptr<Trainer>> create(const Arguments& args, ProcessGrid& grid);
@@ -83,14 +78,10 @@ class Trainer {
   // Megatron's "Evaluating on ... samples" and "Evaluating iter i/N" lines (rank 0).
   double evaluate(Split split, bool verbose = false);
 
-  // Where the data stands: samples consumed from the train and validation splits. Setting it
-  // (after a restart) makes the next samples exactly those an uninterrupted run would read.
-  struct DataPosition {
-    int64_t consumed_train_samples = 0;
-    int64_t consumed_valid_samples = 0;
-  };
-  DataPosition data_position() const { return {consumed_samples_, consumed_valid_samples_}; }
-  void set_data_position(const DataPosition& position, int64_t iteration);
+  // Where the data stands (train/training_state.h).
+  using DataPosition = gpt::DataPosition;
+  DataPosition data_position() const override { return {consumed_samples_, consumed_valid_samples_}; }
+  void set_data_position(const DataPosition& position, int64_t iteration) override;
   // The last microbatch this rank loaded into the model (token ids [b, s]).
   const Microbatch& current_microbatch() const { return feed_->last(); }
   // All iterations up to --train-iters, with logging. `after_iteration` (collective; checkpoints
@@ -106,6 +97,10 @@ class Trainer {
   // Waits for parameter all-gathers still in flight (--overlap-param-gather leaves them to the next
   // forward): call before reading the parameters outside training (a dump, a checkpoint).
   void synchronize_parameters() { data_parallel_->settle(ctx_); }
+  // This rank's parameters for the checks and samples after an iteration, and what a checkpoint
+  // saves and restores (train/training_state.h); valid while the trainer lives.
+  RankParameters rank_parameters();
+  CheckpointedState checkpointed_state();
 
   Context& context() { return ctx_; }
   const ModelConfig& config() const { return config_; }
@@ -118,14 +113,17 @@ class Trainer {
   const LossScaling* loss_scaling() const { return loss_scaling_.get(); }
   // The learning-rate schedule (in samples) and weight decay of the updates from now on: a resumed
   // run's (train/scheduler_resume.h).
-  void set_scheduler(const LrScheduleConfig& schedule, const LrScheduleConfig& decoupled_schedule, double weight_decay);
+  void set_scheduler(const LrScheduleConfig& schedule, const LrScheduleConfig& decoupled_schedule,
+                     double weight_decay) override;
   const LrScheduleConfig& schedule() const { return schedule_; }
-  int64_t iteration() const { return iteration_; }
+  int64_t iteration() const override { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
   // The global batch size of the last iteration trained (before the first: of the next one), and
   // whether the next iteration's differs (Megatron then saves a checkpoint first).
   int64_t global_batch_size() const { return global_batch_size_; }
-  bool batch_size_changes_next() const { return batches_.batch_size_at(consumed_samples_) != global_batch_size_; }
+  bool batch_size_changes_next() const override {
+    return batches_.batch_size_at(consumed_samples_) != global_batch_size_;
+  }
   // Total parameters of the global model and the count this rank holds.
   int64_t parameters_on_rank() const;
   // The parts of the run whose non-tensor state checkpoints keep as records (train/checkpoint_records.h),
@@ -146,6 +144,29 @@ class Trainer {
   // The same after summing loss_sum_ over the data-parallel group.
   double read_and_reduce_loss(int64_t microbatches);
   void print_evaluation(const std::string& where, double loss) const;
+
+  // run()'s parts (trainer_run.cc). RunReports: the files run() writes (opened before the first
+  // iteration) and the statistics of the current log interval.
+  struct RunReports;
+  absl::Status open_reports(RunReports& reports);
+  // train_step timed, checked (the rerun check's exit, non-finite loss or gradient norm) and
+  // counted into the interval.
+  absl::StatusOr<StepResult> timed_step(RunReports& reports);
+  // The iteration's diagnostics (--log-params-norm, --log-num-zeros-in-grad), TensorBoard's
+  // iteration scalars, and at an interval's end or the run's first iteration the log line.
+  void report_iteration(const StepResult& step, RunReports& reports);
+  // The collectives around a log line (stragglers, the rerun check's statistics, timers, the
+  // measured timeline), then the line itself on the logging rank; an interval's end starts the next.
+  void log_interval(const IterationLog& log, double seconds_per_iteration, double flops_per_iteration,
+                    bool interval_end, RunReports& reports);
+  // The logging rank's log line, timers, TensorBoard and --metrics-file records, first memory report.
+  void print_log_line(const IterationLog& log, double seconds_per_iteration, const std::vector<PhaseTiming>& timers,
+                      const std::optional<MeasuredTimeline>& timeline, RunReports& reports);
+  // An evaluation of `split` printed and recorded: every --eval-interval iterations, or `final`ly
+  // (verbose) after the last iteration.
+  void evaluate_and_report(Split split, bool final, RunReports& reports);
+  // After the last iteration: the parameter gathers' summary and the per-op profile.
+  void report_run_end(const RunReports& reports);
 
   Arguments args_;
   ProcessGrid& grid_;
@@ -174,7 +195,7 @@ class Trainer {
   bool timing_ = false;
   // The phases are timed (each ends with a wait for the device) for the timers or --log-straggler.
   bool phase_clock_ = false;
-  // --rerun-mode / --check-for-spiky-loss (train/rerun_check.h); nullptr without them.
+  // --rerun-mode / --check-for-spiky-loss (train/resilience/rerun_check.h); nullptr without them.
   std::unique_ptr<RerunCheck> rerun_;
 
   // Ends a phase started at `since`: adds its seconds to `total` and restarts the clock.
@@ -206,7 +227,7 @@ class Trainer {
   // The scheduler's samples as the iterations so far imply them: updates x the batch with a
   // constant batch, the consumed samples with a changing one (a checkpoint's record replaces it).
   int64_t scheduler_samples_implied() const;
-  // GPT_GRADIENT_FAULT (train/fault_injection.h): an infinite gradient on this rank now.
+  // GPT_GRADIENT_FAULT (train/resilience/fault_injection.h): an infinite gradient on this rank now.
   void maybe_inject_gradient_fault();
   std::shared_ptr<const SampleSource> train_data_, valid_data_, test_data_;
   LrScheduleConfig schedule_;

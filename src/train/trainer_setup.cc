@@ -1,6 +1,6 @@
-// Trainer's set-up (train/trainer.h): the model configuration from the flags, the rank's
-// chunks, parameters, data-parallel state and optimizer built and checked against the memory plan,
-// and the memory figures the start-up report prints.
+// Trainer's set-up (train/trainer.h): the rank's chunks, parameters, data-parallel state and
+// optimizer, configured from the flags by train/configs.h, built and checked against the memory
+// plan, and the memory figures the start-up report prints.
 #include "train/trainer.h"
 
 #include <cmath>
@@ -16,40 +16,18 @@
 #include "kernels/attention_backend.h"
 #include "kernels/ops.h"
 #include "parallel/comm/mpi_runtime.h"
-#include "train/argument_table.h"
 #include "train/batch_size_arguments.h"
+#include "train/configs.h"
 #include "train/data_setup.h"
-#include "train/fault_injection.h"
-#include "train/fp8_arguments.h"
+#include "train/resilience/fault_injection.h"
 #include "train/fp8_records.h"
-#include "train/flops.h"
 #include "train/memory_plan.h"
-#include "train/memory_report.h"
+#include "train/report/memory_report.h"
 #include "train/sharding_arguments.h"
-#include "train/model_arguments.h"
-#include "train/rank_agreement.h"
-#include "train/schedule_arguments.h"
 #include "model/activation_memory.h"
 
 namespace gpt {
 namespace {
-
-// The context-parallel group and each layer's --cp-comm-type (none when CP = 1).
-ContextParallel context_parallel_from(const Arguments& args, ProcessGrid& grid) {
-  ContextParallel context;
-  if (grid.shape().context == 1) return context;
-  context.group = &grid.context();
-  for (const std::string& type : args.cp_comm_type) {
-    context.comm_types.push_back(type == "a2a"       ? ContextCommType::kAllToAll
-                                 : type == "a2a+p2p" ? ContextCommType::kAllToAllRing
-                                                     : ContextCommType::kRing);
-  }
-  if (grid.has_context_levels()) {
-    context.inner = &grid.context_inner();
-    context.outer = &grid.context_outer();
-  }
-  return context;
-}
 
 // The CPU backend with the node's cores shared among its ranks (BLAS threads), or the GPU of this
 // rank's node-local index among the visible ones (several ranks may share one GPU with the MPI
@@ -59,71 +37,7 @@ Context make_context(const Arguments& args) {
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   return Context::cpu(std::max(1, cores / local_world_size()));
 }
-
-// Megatron's "(min, max) time across ranks" lines.
 }  // namespace
-
-absl::Status resolve_device(Arguments& args) {
-  const bool gpu_available = cuda_backend_built() && cuda::device_count() > 0;
-  if (args.device == "cuda" && !gpu_available) {
-    return absl::InvalidArgumentError(cuda_backend_built() ? "--device cuda: no GPU is visible"
-                                                           : "--device cuda: this build has no CUDA backend");
-  }
-  if (args.device == "auto") args.device = gpu_available ? "cuda" : "cpu";
-  return absl::OkStatus();
-}
-
-void set_model_kinds(const Arguments& a, ModelConfig& c) {
-  // Validated arguments (validate_model_family and validate_arguments): num_query_groups resolved,
-  // names known, recompute granularity and method "" or one of Megatron's names.
-  c.num_query_groups = a.num_query_groups;
-  c.position_embedding = a.position_embedding_type == "rope"   ? PositionEmbedding::kRope
-                         : a.position_embedding_type == "none" ? PositionEmbedding::kNone
-                                                               : PositionEmbedding::kLearnedAbsolute;
-  c.normalization = a.normalization == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
-  c.swiglu = a.swiglu;
-  c.add_bias_linear = !a.disable_bias_linear;
-  // Megatron's validate_args turns bias_gelu_fusion off without linear biases; unfused, its MLP
-  // applies F.gelu, the exact GeLU.
-  c.exact_gelu = !a.swiglu && !a.squared_relu && (a.disable_bias_linear || a.no_bias_gelu_fusion);
-  c.squared_relu = a.squared_relu;
-  c.layernorm_zero_centered_gamma = a.apply_layernorm_1p;
-  c.qk_layernorm = a.qk_layernorm;
-  c.apply_wd_to_qk_layernorm = a.apply_wd_to_qk_layernorm;
-  c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
-  c.dtype = a.bf16 ? DType::kBFloat16 : a.fp16 ? DType::kFloat16 : DType::kFloat32;
-  c.fp8 = fp8_config_from(a);
-  c.recompute.granularity = a.recompute_granularity == "full"        ? RecomputeGranularity::kFull
-                            : a.recompute_granularity == "selective" ? RecomputeGranularity::kSelective
-                                                                     : RecomputeGranularity::kNone;
-  if (c.recompute.granularity == RecomputeGranularity::kFull) {
-    c.recompute.method = a.recompute_method == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
-    c.recompute.num_layers = a.recompute_num_layers;
-  }
-}
-
-ModelConfig model_config_from(const Arguments& a) {
-  ModelConfig c;
-  c.num_layers = a.num_layers;
-  c.hidden_size = a.hidden_size;
-  c.ffn_hidden_size = a.ffn_hidden_size;
-  c.num_attention_heads = a.num_attention_heads;
-  c.kv_channels = a.kv_channels;
-  c.seq_length = a.seq_length;
-  c.max_position_embeddings = a.max_position_embeddings;
-  c.vocab_size = a.vocab_size;
-  c.padded_vocab_size = padded_vocab_size(a.vocab_size, a.make_vocab_size_divisible_by, a.tensor_model_parallel_size);
-  c.layernorm_epsilon = static_cast<float>(a.norm_epsilon);
-  c.init_method_std = static_cast<float>(a.init_method_std);
-  set_model_kinds(a, c);
-  c.rotary_dim = c.position_embedding == PositionEmbedding::kRope ? rotary_dimensions(a) : 0;
-  c.rotary_base = static_cast<float>(a.rotary_base);
-  c.rotary_interleaved = a.rotary_interleaved;
-  c.hidden_dropout = static_cast<float>(a.hidden_dropout);
-  c.attention_dropout = static_cast<float>(a.attention_dropout);
-  c.seed = a.seed;
-  return c;
-}
 
 Trainer::Trainer(const Arguments& args, ProcessGrid& grid)
     : args_(args),
@@ -161,9 +75,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   GPT_ASSIGN_OR_RETURN(DataSources data, build_data_sources(args));
   args.vocab_size = data.vocab_size;
   std::unique_ptr<Trainer> t(new Trainer(args, grid));
-  t->ctx_.set_options({.deterministic = args.deterministic_mode,
-                       .fused_attention = args.attention_backend == "auto" || args.attention_backend == "flash" ||
-                                          args.attention_backend == "fused"});
+  t->ctx_.set_options(kernel_options_from(args));
   t->train_data_ = data.train;
   t->valid_data_ = data.valid;
   t->test_data_ = data.test;
@@ -219,11 +131,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   std::vector<GptModel*> chunks;
   for (auto& chunk : t->chunks_) chunks.push_back(chunk.get());
   t->data_parallel_->attach(chunks);
-  const AdamWConfig adam{static_cast<float>(args.adam_beta1), static_cast<float>(args.adam_beta2),
-                         static_cast<float>(args.adam_eps), static_cast<float>(args.weight_decay),
-                         offload_fraction(args), args.overlap_cpu_optimizer_d2h_h2d};
   const size_t optimizer_begin = t->arena_.used_bytes();
-  t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adam, t->arena_, t->data_parallel_->owned());
+  t->optimizer_ =
+      std::make_unique<AdamW>(t->ctx_, *t->params_, adamw_config_from(args), t->arena_, t->data_parallel_->owned());
   // The memory plan is the memory allocated, item by item, on every rank of every layout.
   const RankMemory planned =
       rank_memory(t->params_->plan(), t->config_, t->chunks_.front()->shapes(), t->tensor_parallel_->sequence_parallel(),
@@ -275,6 +185,18 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->add_checkpoint_records(t->scheduler_position_.get());
   t->begin_batch();
   return t;
+}
+
+RankParameters Trainer::rank_parameters() {
+  return {.ctx = ctx_,
+          .params = *params_,
+          .config = config_,
+          .num_chunks = num_chunks(),
+          .settle = [this] { synchronize_parameters(); }};
+}
+
+CheckpointedState Trainer::checkpointed_state() {
+  return {.parameters = rank_parameters(), .optimizer = *optimizer_, .progress = *this, .records = record_owners_};
 }
 
 int64_t Trainer::parameters_on_rank() const {

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The measured pipeline timeline (train/pipeline_timeline.h) as a user gets it, under mpirun on the
+"""The measured pipeline timeline (train/report/pipeline_timeline.h) as a user gets it, under mpirun on the
 CPU backend: a ZB-V run at PP=4 with --timing-log-level 2 and --metrics-file writes one
 pipeline_timeline record per log line, whose passes are each (chunk, microbatch)'s F and backward
 (fused, or B and W) once per rank, in order and without overlap; pipeline_schedule --metrics-file

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Megatron's rerun checks (--rerun-mode, --check-for-spiky-loss; train/rerun_check.h) under mpirun
+"""Megatron's rerun checks (--rerun-mode, --check-for-spiky-loss; train/resilience/rerun_check.h) under mpirun
 -np 2 (DP=2), with a fault injected on rank 1 in iteration 5 (GPT_RERUN_FAULT):
 
 1. transient (NaN in the first run only): the rerun is clean, the job exits 17 (Megatron's

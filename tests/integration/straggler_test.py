@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""--log-straggler (train/straggler_report.h): a DP=4 job under mpirun with one rank slowed by
+"""--log-straggler (train/report/straggler_report.h): a DP=4 job under mpirun with one rank slowed by
 GPT_INJECT_DELAY (500 ms in each iteration's forward-backward, far above the tiny model's compute)
 names that rank, with this host as its node, as the slowest by compute time and the lowest by
 throughput in every report, first in the Bottom list of --straggler-minmax-count 2 and in no Top

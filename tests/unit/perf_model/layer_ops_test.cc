@@ -1,5 +1,5 @@
 // The layer's op list (perf_model/layer_ops.h) against the model's own FLOP count and options: its
-// GEMMs are the layer's share of Megatron's model FLOPs (train/flops.h), and each option the trainer
+// GEMMs are the layer's share of Megatron's model FLOPs (train/report/flops.h), and each option the trainer
 // runs (rope, SwiGLU, dropout, SP) appears as its ops.
 #include "perf_model/layer_ops.h"
 
@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "perf_model/compute_cost.h"
-#include "train/flops.h"
+#include "train/report/flops.h"
 
 namespace gpt::perf {
 namespace {

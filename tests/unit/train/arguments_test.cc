@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "train/argument_table.h"
 #include "train/arguments.h"
+#include "train/configs.h"
 #include "train/context_parallel_arguments.h"
 #include "train/schedule_arguments.h"
 

@@ -7,7 +7,7 @@
 
 #include "core/crc32c.h"
 #include "gtest/gtest.h"
-#include "train/tensorboard/event_file_writer.h"
+#include "train/report/tensorboard/event_file_writer.h"
 
 namespace gpt {
 namespace {

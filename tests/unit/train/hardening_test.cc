@@ -11,6 +11,7 @@
 #include "model/activation_memory.h"
 #include "support/trainer_support.h"
 #include "train/arguments.h"
+#include "train/configs.h"
 #include "train/memory_plan.h"
 #include "train/trainer.h"
 

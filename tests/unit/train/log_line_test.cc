@@ -1,6 +1,6 @@
 #include "gtest/gtest.h"
-#include "train/flops.h"
-#include "train/log_line.h"
+#include "train/report/flops.h"
+#include "train/report/log_line.h"
 
 namespace gpt {
 namespace {

@@ -1,6 +1,6 @@
-// --metrics-file's JSON formatting (train/metrics_file.h): escaping, non-finite numbers as null,
+// --metrics-file's JSON formatting (train/report/metrics_file.h): escaping, non-finite numbers as null,
 // exact round-tripping numbers, the records' fields, truncate/append and the open error.
-#include "train/metrics_file.h"
+#include "train/report/metrics_file.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "train/arguments.h"
+#include "train/configs.h"
 #include "train/forward_backward.h"
 #include "train/memory_plan.h"
 #include "train/pipeline_split.h"

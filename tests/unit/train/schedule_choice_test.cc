@@ -8,9 +8,9 @@
 #include "gtest/gtest.h"
 #include "model/config.h"
 #include "train/arguments.h"
-#include "train/flops.h"
+#include "train/report/flops.h"
 #include "train/schedule_choice.h"
-#include "train/trainer.h"
+#include "train/configs.h"
 
 namespace gpt {
 namespace {

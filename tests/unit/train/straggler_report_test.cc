@@ -1,5 +1,5 @@
-// --log-straggler's report (train/straggler_report.h) against hand-computed lines.
-#include "train/straggler_report.h"
+// --log-straggler's report (train/report/straggler_report.h) against hand-computed lines.
+#include "train/report/straggler_report.h"
 
 #include <gtest/gtest.h>
 

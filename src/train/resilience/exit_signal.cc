@@ -1,4 +1,4 @@
-#include "train/exit_signal.h"
+#include "train/resilience/exit_signal.h"
 
 #include <atomic>
 #include <csignal>

@@ -1,4 +1,4 @@
-#include "train/log_line.h"
+#include "train/report/log_line.h"
 
 #include <cmath>
 #include <ctime>

@@ -1,4 +1,4 @@
-#include "train/save_directory_lock.h"
+#include "train/resilience/save_directory_lock.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "train/flops.h"
+#include "train/report/flops.h"
 
 namespace gpt {
 

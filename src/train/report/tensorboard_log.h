@@ -24,8 +24,8 @@
 
 #include "absl/status/statusor.h"
 #include "train/arguments.h"
-#include "train/metrics_file.h"
-#include "train/tensorboard/event_file_writer.h"
+#include "train/report/metrics_file.h"
+#include "train/report/tensorboard/event_file_writer.h"
 
 namespace gpt {
 

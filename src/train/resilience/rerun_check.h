@@ -24,7 +24,7 @@
 // deterministic). The first iteration of a run is not validated (Megatron's rule).
 //
 // --error-injection-rate / --error-injection-type: Megatron's injected rejections and the
-// comparisons they dictate (train/rerun_error_injector.h); the injection waiting for the second
+// comparisons they dictate (train/resilience/rerun_error_injector.h); the injection waiting for the second
 // stage is a checkpoint record (rerun/injected).
 //
 // Test hook: GPT_RERUN_FAULT=<iteration>:<world rank>[:persistent|:spike] makes that rank's local
@@ -42,7 +42,7 @@
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
 #include "train/checkpoint_records.h"
-#include "train/rerun_error_injector.h"
+#include "train/resilience/rerun_error_injector.h"
 
 namespace gpt {
 

@@ -1,4 +1,4 @@
-#include "train/rerun_check.h"
+#include "train/resilience/rerun_check.h"
 
 #include <bit>
 #include <cmath>
@@ -15,7 +15,7 @@
 #include "core/check.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/comm/world_agreement.h"
-#include "train/straggler_report.h"
+#include "train/report/straggler_report.h"
 
 namespace gpt {
 namespace {

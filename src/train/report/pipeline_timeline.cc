@@ -1,4 +1,4 @@
-#include "train/pipeline_timeline.h"
+#include "train/report/pipeline_timeline.h"
 
 #include <algorithm>
 #include <cctype>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
 #include "core/stream_copy.h"
-#include "train/metrics_file.h"
+#include "train/report/metrics_file.h"
 
 namespace gpt {
 namespace {

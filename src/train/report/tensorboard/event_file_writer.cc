@@ -1,4 +1,4 @@
-#include "train/tensorboard/event_file_writer.h"
+#include "train/report/tensorboard/event_file_writer.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/crc32c.h"
-#include "train/tensorboard/event.pb.h"
+#include "train/report/tensorboard/event.pb.h"
 
 namespace gpt::tensorboard {
 

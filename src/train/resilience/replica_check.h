@@ -12,13 +12,14 @@
 
 #include "core/status.h"
 #include "parallel/process_grid.h"
-#include "train/trainer.h"
+#include "train/training_state.h"
 
 namespace gpt {
 
-// Collective over the world (every rank calls it after the same iteration). OK where the interval
-// is 0 or the iteration is not a multiple of it.
-absl::Status check_replica_weights(Trainer& trainer, const ProcessGrid& grid, int64_t interval);
+// Collective over the world (every rank calls it after the same `iteration`, with its parameters).
+// OK where the interval is 0 or the iteration is not a multiple of it.
+absl::Status check_replica_weights(const RankParameters& parameters, int64_t iteration, const ProcessGrid& grid,
+                                   int64_t interval);
 
 // The check behind it (and --test-mode's): every rank hashes `bytes` (FNV-1a; the fault-injection
 // tag `corruption` flips a bit first, for the tests), the hashes are all-gathered over the world

@@ -10,12 +10,15 @@
 
 #include "core/status.h"
 #include "parallel/process_grid.h"
-#include "train/trainer.h"
+#include "train/arguments.h"
+#include "train/training_state.h"
 
 namespace gpt {
 
-// Collective over the world (every rank calls it at the same point). OK without --test-mode or
-// --qk-layernorm; otherwise an error naming the iteration and the ranks that differ.
-absl::Status check_qk_layernorm_replicas(Trainer& trainer, const ProcessGrid& grid, const Arguments& args);
+// Collective over the world (every rank calls it at the same point: its parameters after
+// `iteration`). OK without --test-mode or --qk-layernorm; otherwise an error naming the iteration
+// and the ranks that differ.
+absl::Status check_qk_layernorm_replicas(const RankParameters& parameters, int64_t iteration, const ProcessGrid& grid,
+                                         const Arguments& args);
 
 }  // namespace gpt

@@ -1,4 +1,4 @@
-#include "train/rerun_error_injector.h"
+#include "train/resilience/rerun_error_injector.h"
 
 #include <cstdio>
 

@@ -1,4 +1,4 @@
-#include "train/fault_injection.h"
+#include "train/resilience/fault_injection.h"
 
 #include <chrono>
 #include <csignal>

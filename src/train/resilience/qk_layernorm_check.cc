@@ -1,4 +1,4 @@
-#include "train/qk_layernorm_check.h"
+#include "train/resilience/qk_layernorm_check.h"
 
 #include <string>
 #include <utility>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/stream_copy.h"
-#include "train/replica_check.h"
+#include "train/resilience/replica_check.h"
 
 namespace gpt {
 namespace {
@@ -18,18 +18,19 @@ bool is_qk_norm(const std::string& name) {
 
 }  // namespace
 
-absl::Status check_qk_layernorm_replicas(Trainer& trainer, const ProcessGrid& grid, const Arguments& args) {
+absl::Status check_qk_layernorm_replicas(const RankParameters& parameters, int64_t iteration, const ProcessGrid& grid,
+                                         const Arguments& args) {
   if (!args.test_mode || !args.qk_layernorm) return absl::OkStatus();
-  trainer.synchronize_parameters();
+  parameters.settle();
   // The values of this rank's q/k norms in the store's order (the same layers, so the same order,
   // on every rank of a pipeline stage). ZeRO-3 is refused with --test-mode (validate_arguments):
   // every rank holds every value it uses.
   std::vector<char> host;
-  for (const Param& param : trainer.params().params()) {
+  for (const Param& param : parameters.params.params()) {
     if (!is_qk_norm(param.name())) continue;
     const size_t offset = host.size();
     host.resize(offset + param.value.bytes());
-    copy_to_host(trainer.context(), host.data() + offset, param.value);
+    copy_to_host(parameters.ctx, host.data() + offset, param.value);
   }
   // Each rank against the tensor-, data- and context-parallel rank 0 of its pipeline stage.
   const std::vector<std::string> differing = ranks_differing_from_reference(
@@ -37,7 +38,7 @@ absl::Status check_qk_layernorm_replicas(Trainer& trainer, const ProcessGrid& gr
       [](GridCoordinates& c) { c.tensor = c.data = c.context = 0; });
   if (differing.empty()) return absl::OkStatus();
   return absl::DataLossError(absl::StrCat(
-      "iteration ", trainer.iteration(),
+      "iteration ", iteration,
       ": --test-mode: the q_layernorm / k_layernorm parameters differ between the tensor- and data-parallel ranks "
       "of a pipeline stage: world ranks ", absl::StrJoin(differing, ", ")));
 }

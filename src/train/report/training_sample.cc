@@ -1,4 +1,4 @@
-#include "train/training_sample.h"
+#include "train/report/training_sample.h"
 
 #include <cstdio>
 #include <cstring>
@@ -17,7 +17,6 @@
 #include "model/param_registry.h"
 #include "parallel/comm/world_agreement.h"
 #include "parallel/process_grid.h"
-#include "train/trainer.h"
 
 namespace gpt {
 namespace {
@@ -92,23 +91,23 @@ void place_pieces(const std::string& blob, std::map<std::string, std::vector<flo
 
 TrainingSampler::TrainingSampler(const Arguments& args, const ProcessGrid& grid) : args_(args), grid_(grid) {}
 
-absl::Status TrainingSampler::after_iteration(Trainer& trainer) {
-  if (args_.sample_interval <= 0 || trainer.iteration() % args_.sample_interval != 0) return absl::OkStatus();
+absl::Status TrainingSampler::after_iteration(const RankParameters& parameters, int64_t iteration) {
+  if (args_.sample_interval <= 0 || iteration % args_.sample_interval != 0) return absl::OkStatus();
   // Sampled on world rank 0, printed by the logging rank (the last); a failure there (a bad
   // --sample-prompt) reaches every rank, which all stop with it.
-  const absl::StatusOr<std::string> sampled = sample(trainer);
+  const absl::StatusOr<std::string> sampled = sample(parameters, iteration);
   std::string message = sampled.ok() ? absl::StrCat("+", *sampled) : absl::StrCat("-", sampled.status().message());
   world::broadcast_from_rank0(message, "training sample text");
   if (message.empty() || message[0] == '-') return absl::InvalidArgumentError(message.substr(message.empty() ? 0 : 1));
   const std::string text = message.substr(1);
   if (grid_.is_logging_rank()) {
-    std::printf("sample at iteration %lld: %s\n", static_cast<long long>(trainer.iteration()), text.c_str());
+    std::printf("sample at iteration %lld: %s\n", static_cast<long long>(iteration), text.c_str());
     std::fflush(stdout);
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> TrainingSampler::sample(Trainer& trainer) {
+absl::StatusOr<std::string> TrainingSampler::sample(const RankParameters& parameters, int64_t iteration) {
   const bool sampling = world::rank() == 0;  // gathers the parameters and samples
   if (sampling && !tokenizer_ && uses_text_tokenizer(args_)) {
     GPT_ASSIGN_OR_RETURN(tokenizer_, load_text_tokenizer({.type = args_.tokenizer_type.empty() ? "GPT2BPETokenizer" : args_.tokenizer_type,
@@ -119,10 +118,10 @@ absl::StatusOr<std::string> TrainingSampler::sample(Trainer& trainer) {
   // This rank's share: the parameter pieces a checkpoint would take from it (every element once;
   // data-parallel replicas, and the context-parallel ranks that hold the same parameters, send only
   // from rank 0 of their data x context group).
-  trainer.synchronize_parameters();
-  trainer.context().synchronize();
+  parameters.settle();
+  parameters.ctx.synchronize();
   std::string mine;
-  for (const ShardedTensor& piece : trainer.params().sharded_tensors()) {
+  for (const ShardedTensor& piece : parameters.params.sharded_tensors()) {
     if (piece.replica_id != 0) continue;
     if (piece.replicated_over_data_parallel && grid_.data_context().rank() != 0) continue;
     append_piece(mine, piece);
@@ -135,7 +134,7 @@ absl::StatusOr<std::string> TrainingSampler::sample(Trainer& trainer) {
 
   std::map<std::string, std::vector<float>> params;
   place_pieces(all, params);
-  ModelConfig config = trainer.config();
+  ModelConfig config = parameters.config;
   config.dtype = DType::kFloat32;
   config.hidden_dropout = config.attention_dropout = 0.0f;
   // The prompt: text with a text tokenizer, token ids otherwise; empty: the end-of-document token.
@@ -163,7 +162,7 @@ absl::StatusOr<std::string> TrainingSampler::sample(Trainer& trainer) {
   InferenceModel model(config, params, ctx, 1, capacity);
   // A draw per (seed, iteration): the same text for the same weights in any layout.
   Sampler sampler({.temperature = 1.0f, .seed = static_cast<uint64_t>(args_.seed) * 1000003u +
-                                                 static_cast<uint64_t>(trainer.iteration())});
+                                                 static_cast<uint64_t>(iteration)});
   std::vector<float> logits;
   std::vector<int32_t> generated;
   std::vector<int32_t> fed = prompt;

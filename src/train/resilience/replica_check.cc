@@ -1,4 +1,4 @@
-#include "train/replica_check.h"
+#include "train/resilience/replica_check.h"
 
 #include <string_view>
 #include <utility>
@@ -9,7 +9,7 @@
 #include "core/philox.h"
 #include "core/stream_copy.h"
 #include "parallel/comm/world_agreement.h"
-#include "train/fault_injection.h"
+#include "train/resilience/fault_injection.h"
 
 namespace gpt {
 
@@ -31,12 +31,13 @@ std::vector<std::string> ranks_differing_from_reference(const ProcessGrid& grid,
   return differing;
 }
 
-absl::Status check_replica_weights(Trainer& trainer, const ProcessGrid& grid, int64_t interval) {
-  if (interval <= 0 || trainer.iteration() % interval != 0) return absl::OkStatus();
-  trainer.synchronize_parameters();
-  const Tensor& values = trainer.params().flat_values();
+absl::Status check_replica_weights(const RankParameters& parameters, int64_t iteration, const ProcessGrid& grid,
+                                   int64_t interval) {
+  if (interval <= 0 || iteration % interval != 0) return absl::OkStatus();
+  parameters.settle();
+  const Tensor& values = parameters.params.flat_values();
   std::vector<char> host(values.bytes());
-  copy_to_host(trainer.context(), host.data(), values);
+  copy_to_host(parameters.ctx, host.data(), values);
   // Each rank against the data-parallel rank 0 of its (tensor, pipeline) coordinates.
   const std::vector<std::string> differing =
       ranks_differing_from_reference(grid, std::move(host), "replica-weights",
@@ -44,7 +45,7 @@ absl::Status check_replica_weights(Trainer& trainer, const ProcessGrid& grid, in
                                      [](GridCoordinates& c) { c.data = 0; });
   if (differing.empty()) return absl::OkStatus();
   return absl::DataLossError(absl::StrCat(
-      "iteration ", trainer.iteration(),
+      "iteration ", iteration,
       ": the parameters of data-parallel replicas differ (--check-weight-hash-across-dp-replicas-interval): world "
       "ranks ", absl::StrJoin(differing, ", "), " hold other values than their data-parallel rank 0"));
 }

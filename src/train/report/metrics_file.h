@@ -2,9 +2,10 @@
 // rank that prints the log line. One record per training log line, carrying every field of the
 // line, tokens per second, the layout, the per-phase timers (with --timing-log-level >= 1) and
 // memory; one record per evaluation the trainer prints; with --timing-log-level 2 and pipeline
-// parallelism, one pipeline timeline per log line (train/pipeline_timeline.h). Records are flushed as they are written,
-// so a killed job keeps what it logged. A run that starts at iteration 0 truncates the file; a
-// resumed run (--load of a checkpoint past iteration 0) appends to it.
+// parallelism, one pipeline timeline per log line (train/report/pipeline_timeline.h). Records are
+// flushed as they are written, so a killed job keeps what it logged. A run that starts at
+// iteration 0 truncates the file; a resumed run (--load of a checkpoint past iteration 0) appends
+// to it.
 //
 // Non-finite numbers (a nan loss, an inf gradient norm) are written as null, so that every line
 // is valid JSON (RFC 8259 has no nan or inf).
@@ -19,7 +20,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "train/log_line.h"
+#include "train/report/log_line.h"
 
 namespace gpt {
 

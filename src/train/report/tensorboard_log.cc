@@ -1,4 +1,4 @@
-#include "train/tensorboard_log.h"
+#include "train/report/tensorboard_log.h"
 
 #include <algorithm>
 #include <cmath>

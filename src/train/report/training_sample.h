@@ -13,19 +13,20 @@
 #include "core/status.h"
 #include "data/text_tokenizer.h"
 #include "train/arguments.h"
+#include "train/training_state.h"
 
 namespace gpt {
 
 class ProcessGrid;
-class Trainer;
 
 class TrainingSampler {
  public:
   TrainingSampler(const Arguments& args, const ProcessGrid& grid);
-  // After each iteration: at multiples of --sample-interval, the sample (collective).
-  absl::Status after_iteration(Trainer& trainer);
+  // After each iteration (`iteration`, the one just trained): at multiples of --sample-interval,
+  // the sample of the rank's `parameters` (collective).
+  absl::Status after_iteration(const RankParameters& parameters, int64_t iteration);
   // The continuation's text (or ids) for the current weights, on the logging rank; empty elsewhere.
-  absl::StatusOr<std::string> sample(Trainer& trainer);
+  absl::StatusOr<std::string> sample(const RankParameters& parameters, int64_t iteration);
 
  private:
   const Arguments& args_;

@@ -1,4 +1,4 @@
-#include "train/memory_report.h"
+#include "train/report/memory_report.h"
 
 #include <cstdio>
 

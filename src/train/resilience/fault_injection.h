@@ -27,7 +27,7 @@ bool gradient_fault_at(int64_t iteration, int world_rank);
 
 // GPT_CHECKPOINT_FAULT=<point>:<world rank>:corrupt asks that rank to corrupt what it holds at that
 // point instead of dying (point replica-weights: one bit of its parameter copy before the replicas
-// compare hashes, train/replica_check.h). True when this rank is asked to.
+// compare hashes, train/resilience/replica_check.h). True when this rank is asked to.
 bool corruption_requested(const char* point, int world_rank);
 
 }  // namespace gpt

@@ -1,4 +1,4 @@
-#include "train/straggler_report.h"
+#include "train/report/straggler_report.h"
 
 #include <unistd.h>
 
@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "core/check.h"
 #include "parallel/comm/world_agreement.h"
-#include "train/log_line.h"
+#include "train/report/log_line.h"
 
 namespace gpt {
 namespace {

@@ -1,4 +1,4 @@
-#include "train/metrics_file.h"
+#include "train/report/metrics_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>

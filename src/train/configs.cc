@@ -1,0 +1,221 @@
+#include "train/configs.h"
+
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/cuda_runtime.h"
+#include "core/memory.h"
+#include "train/model_arguments.h"
+#include "train/pipeline_split.h"
+#include "train/sharding_arguments.h"
+
+namespace gpt {
+namespace {
+
+// The enum-valued flags, each read in one place. Validation has accepted only the names below;
+// another name is refused there, so the last choice of each is its remaining name.
+
+PositionEmbedding position_embedding_from(const std::string& type) {  // --position-embedding-type
+  return type == "rope"   ? PositionEmbedding::kRope
+         : type == "none" ? PositionEmbedding::kNone
+                          : PositionEmbedding::kLearnedAbsolute;
+}
+
+Normalization normalization_from(const std::string& name) {  // --normalization
+  return name == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
+}
+
+RecomputeGranularity recompute_granularity_from(const std::string& granularity) {  // --recompute-granularity
+  return granularity == "full"        ? RecomputeGranularity::kFull
+         : granularity == "selective" ? RecomputeGranularity::kSelective
+                                      : RecomputeGranularity::kNone;
+}
+
+RecomputeMethod recompute_method_from(const std::string& method) {  // --recompute-method
+  return method == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
+}
+
+// --fp8-format: the format of the backward's gradients (the forward's is always E4M3).
+Fp8Format fp8_backward_format_from(const std::string& format) {
+  return format == "hybrid" ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+}
+
+Fp8Recipe fp8_recipe_from(const std::string& recipe) {  // --fp8-recipe
+  return recipe == "tensorwise" ? Fp8Recipe::kTensorwise : Fp8Recipe::kDelayed;
+}
+
+// --fp8-amax-compute-algo: the largest amax of the history (max) or the most recent one.
+bool amax_history_max_from(const std::string& algorithm) { return algorithm == "max"; }
+
+LrDecayStyle lr_decay_style_from(const std::string& style) {  // --lr-decay-style
+  return style == "constant" ? LrDecayStyle::kConstant
+         : style == "cosine" ? LrDecayStyle::kCosine
+                             : LrDecayStyle::kLinear;
+}
+
+// --attention-backend: cuDNN's fused attention where it applies (auto, flash, fused), or always the
+// exact reference kernel (unfused, local).
+bool fused_attention_from(const std::string& backend) {
+  return backend == "auto" || backend == "flash" || backend == "fused";
+}
+
+ContextCommType context_comm_type_from(const std::string& type) {  // one entry of --cp-comm-type
+  return type == "a2a"       ? ContextCommType::kAllToAll
+         : type == "a2a+p2p" ? ContextCommType::kAllToAllRing
+                             : ContextCommType::kRing;
+}
+
+}  // namespace
+
+absl::Status resolve_device(Arguments& args) {
+  const bool gpu_available = cuda_backend_built() && cuda::device_count() > 0;
+  if (args.device == "cuda" && !gpu_available) {
+    return absl::InvalidArgumentError(cuda_backend_built() ? "--device cuda: no GPU is visible"
+                                                           : "--device cuda: this build has no CUDA backend");
+  }
+  if (args.device == "auto") args.device = gpu_available ? "cuda" : "cpu";
+  return absl::OkStatus();
+}
+
+void set_model_kinds(const Arguments& a, ModelConfig& c) {
+  // Validated arguments (validate_model_family and validate_arguments): num_query_groups resolved,
+  // names known, recompute granularity and method "" or one of Megatron's names.
+  c.num_query_groups = a.num_query_groups;
+  c.position_embedding = position_embedding_from(a.position_embedding_type);
+  c.normalization = normalization_from(a.normalization);
+  c.swiglu = a.swiglu;
+  c.add_bias_linear = !a.disable_bias_linear;
+  // Megatron's validate_args turns bias_gelu_fusion off without linear biases; unfused, its MLP
+  // applies F.gelu, the exact GeLU.
+  c.exact_gelu = !a.swiglu && !a.squared_relu && (a.disable_bias_linear || a.no_bias_gelu_fusion);
+  c.squared_relu = a.squared_relu;
+  c.layernorm_zero_centered_gamma = a.apply_layernorm_1p;
+  c.qk_layernorm = a.qk_layernorm;
+  c.apply_wd_to_qk_layernorm = a.apply_wd_to_qk_layernorm;
+  c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
+  c.dtype = a.bf16 ? DType::kBFloat16 : a.fp16 ? DType::kFloat16 : DType::kFloat32;
+  c.fp8 = fp8_config_from(a);
+  c.recompute.granularity = recompute_granularity_from(a.recompute_granularity);
+  if (c.recompute.granularity == RecomputeGranularity::kFull) {
+    c.recompute.method = recompute_method_from(a.recompute_method);
+    c.recompute.num_layers = a.recompute_num_layers;
+  }
+}
+
+ModelConfig model_config_from(const Arguments& a) {
+  ModelConfig c;
+  c.num_layers = a.num_layers;
+  c.hidden_size = a.hidden_size;
+  c.ffn_hidden_size = a.ffn_hidden_size;
+  c.num_attention_heads = a.num_attention_heads;
+  c.kv_channels = a.kv_channels;
+  c.seq_length = a.seq_length;
+  c.max_position_embeddings = a.max_position_embeddings;
+  c.vocab_size = a.vocab_size;
+  c.padded_vocab_size = padded_vocab_size(a.vocab_size, a.make_vocab_size_divisible_by, a.tensor_model_parallel_size);
+  c.layernorm_epsilon = static_cast<float>(a.norm_epsilon);
+  c.init_method_std = static_cast<float>(a.init_method_std);
+  set_model_kinds(a, c);
+  c.rotary_dim = c.position_embedding == PositionEmbedding::kRope ? rotary_dimensions(a) : 0;
+  c.rotary_base = static_cast<float>(a.rotary_base);
+  c.rotary_interleaved = a.rotary_interleaved;
+  c.hidden_dropout = static_cast<float>(a.hidden_dropout);
+  c.attention_dropout = static_cast<float>(a.attention_dropout);
+  c.seed = a.seed;
+  return c;
+}
+
+Fp8Config fp8_config_from(const Arguments& a) {
+  Fp8Config c;
+  if (a.fp8_format.empty()) return c;
+  c.enabled = true;
+  c.forward_format = Fp8Format::kE4M3;
+  c.backward_format = fp8_backward_format_from(a.fp8_format);
+  c.recipe = fp8_recipe_from(a.fp8_recipe);
+  c.margin = static_cast<int>(a.fp8_margin);
+  c.amax_history_len = static_cast<int>(a.fp8_amax_history_len);
+  c.amax_history_max = amax_history_max_from(a.fp8_amax_compute_algo);
+  c.weight_gradient = !a.no_fp8_wgrad;
+  return c;
+}
+
+LrScheduleConfig lr_schedule_config(const Arguments& a) {
+  LrScheduleConfig c;
+  c.max_lr = a.lr;
+  c.min_lr = a.min_lr;
+  const bool by_samples = a.train_samples > 0;
+  c.decay_steps = by_samples ? (a.lr_decay_samples > 0 ? a.lr_decay_samples : a.train_samples)
+                             : a.lr_decay_iters * a.global_batch_size;
+  const int64_t warmup = by_samples ? a.lr_warmup_samples : a.lr_warmup_iters * a.global_batch_size;
+  c.warmup_steps = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * static_cast<double>(c.decay_steps)
+                                               : static_cast<double>(warmup);
+  c.style = lr_decay_style_from(a.lr_decay_style);
+  return c;
+}
+
+LrScheduleConfig decoupled_lr_schedule_config(const Arguments& a) {
+  LrScheduleConfig c = lr_schedule_config(a);
+  if (a.decoupled_lr >= 0.0) {
+    c.max_lr = a.decoupled_lr;
+    if (a.decoupled_min_lr >= 0.0) c.min_lr = a.decoupled_min_lr;
+  }
+  return c;
+}
+
+AdamWConfig adamw_config_from(const Arguments& a) {
+  return AdamWConfig{.beta1 = static_cast<float>(a.adam_beta1),
+                     .beta2 = static_cast<float>(a.adam_beta2),
+                     .epsilon = static_cast<float>(a.adam_eps),
+                     .weight_decay = static_cast<float>(a.weight_decay),
+                     .offload_fraction = offload_fraction(a),
+                     .overlap_host_copies = a.overlap_cpu_optimizer_d2h_h2d};
+}
+
+KernelOptions kernel_options_from(const Arguments& a) {
+  return {.deterministic = a.deterministic_mode, .fused_attention = fused_attention_from(a.attention_backend)};
+}
+
+PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates,
+                               int64_t microbatches) {
+  PipelineLayout layout;
+  layout.pipeline_size = shape.pipeline;
+  layout.pipeline_rank = coordinates.pipeline;
+  layout.virtual_size = virtual_pipeline_size(args);
+  layout.microbatches = microbatches;
+  // Only the interleaved order groups microbatches; there the group is validated to be at most the
+  // number of microbatches (an int). Without model chunks any value is accepted and unused.
+  if (layout.virtual_size > 1) layout.microbatch_group = static_cast<int>(args.microbatch_group_size_per_vp_stage);
+  layout.schedule = pipeline_schedule_kind(args);
+  layout.placement = pipeline::schedule_placement(layout.schedule);
+  const int64_t stages = static_cast<int64_t>(layout.pipeline_size) * layout.virtual_size;
+  // Virtual stage k holds layers [first[k], first[k] + layers[k]): the stages in order, each its
+  // share of the split (train/pipeline_split.h).
+  const std::vector<int64_t> layers = virtual_stage_layers(args);
+  GPT_CHECK_EQ(static_cast<int64_t>(layers.size()), stages) << "layers per virtual stage";
+  std::vector<int64_t> first(layers.size(), 0);
+  for (size_t k = 1; k < layers.size(); ++k) first[k] = first[k - 1] + layers[k - 1];
+  for (int c = 0; c < layout.virtual_size; ++c) {
+    const int64_t stage = layout.stages().stage(c);
+    layout.chunks.push_back({.first_layer = first[static_cast<size_t>(stage)],
+                             .num_layers = layers[static_cast<size_t>(stage)],
+                             .has_embedding = stage == 0,
+                             .has_output = stage == stages - 1,
+                             .tied_head = !args.untie_embeddings_and_output_weights});
+  }
+  return layout;
+}
+
+ContextParallel context_parallel_from(const Arguments& args, ProcessGrid& grid) {
+  ContextParallel context;
+  if (grid.shape().context == 1) return context;
+  context.group = &grid.context();
+  for (const std::string& type : args.cp_comm_type) context.comm_types.push_back(context_comm_type_from(type));
+  if (grid.has_context_levels()) {
+    context.inner = &grid.context_inner();
+    context.outer = &grid.context_outer();
+  }
+  return context;
+}
+
+}  // namespace gpt
