@@ -533,8 +533,9 @@ absl::Status Trainer::run(const std::function<absl::StatusOr<bool>()>& after_ite
       if (stop) return absl::OkStatus();
     }
   }
-  if (logging && iteration_ > first_iteration && data_parallel_->parameter_units()) {
-    std::printf("%s\n", data_parallel_->gather_summary(iteration_ - first_iteration).c_str());
+  const std::string gathers = logging ? data_parallel_->gather_summary(iteration_ - first_iteration) : std::string();
+  if (!gathers.empty()) {
+    std::printf("%s\n", gathers.c_str());
     std::fflush(stdout);
   }
   if (logging && profiled_iterations > 0) {
