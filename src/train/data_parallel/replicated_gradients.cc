@@ -26,9 +26,9 @@ ReplicatedGradients::ReplicatedGradients(const DataParallelConfig& config, Proce
           params.plan().bucket_shards(),
           distributed_optimizer() ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce, arena,
           &grid.across_optimizer_instances())),
-      gather_(distributed_optimizer()
-                  ? std::make_unique<UpdatedShardGather>(grid.optimizer_instance(), params, overlap_param_gather_, arena)
-                  : nullptr),
+      gather_(distributed_optimizer() ? std::make_unique<UpdatedShardGather>(grid.optimizer_instance(), params,
+                                                                             overlap_param_gather_, arena)
+                                      : nullptr),
       tensor_parallel_(tp, params, whole_parameters(params, tp), arena),
       tied_(grid, params, config.tied_across_stages, /*in_shards=*/false) {
   if (config.tied_across_stages) {
