@@ -13,11 +13,12 @@
 #include "optim/adamw.h"
 #include "parallel/pipeline/executor.h"
 #include "train/context_parallel_arguments.h"
-#include "train/data_parallel.h"
+#include "train/data_parallel/config_from_arguments.h"
 #include "train/pipeline_split.h"
 #include "train/sharding_arguments.h"
 #include "parallel/data_parallel/grad_shards.h"
 #include "train/configs.h"
+#include "parallel/data_parallel/param_units.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/pipeline/schedule.h"
 

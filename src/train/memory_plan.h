@@ -38,7 +38,7 @@
 #include "core/status.h"
 #include "model/shard_plan.h"
 #include "train/arguments.h"
-#include "train/data_parallel.h"
+#include "train/data_parallel/config.h"
 #include "train/forward_backward.h"
 
 namespace gpt {

@@ -25,7 +25,7 @@
 #include "train/batch_size_schedule.h"
 #include "train/resilience/rerun_check.h"
 #include "train/checkpoint_records.h"
-#include "train/data_parallel.h"
+#include "train/data_parallel/strategy.h"
 #include "train/forward_backward.h"
 #include "train/loss_scaling.h"
 #include "train/memory_plan.h"

@@ -279,8 +279,10 @@ void Trainer::evaluate_and_report(Split split, bool final, RunReports& r) {
 }
 
 void Trainer::report_run_end(const RunReports& r) {
-  if (r.logging && iteration_ > r.first_iteration && data_parallel_->parameter_units()) {
-    std::printf("%s\n", data_parallel_->gather_summary(iteration_ - r.first_iteration).c_str());
+  const std::string gathers =
+      r.logging ? data_parallel_->gather_summary(iteration_ - r.first_iteration) : std::string();
+  if (!gathers.empty()) {
+    std::printf("%s\n", gathers.c_str());
     std::fflush(stdout);
   }
   if (r.logging && r.profiled_iterations > 0) {

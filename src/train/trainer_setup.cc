@@ -18,6 +18,8 @@
 #include "parallel/comm/mpi_runtime.h"
 #include "train/batch_size_arguments.h"
 #include "train/configs.h"
+#include "train/data_parallel/config_from_arguments.h"
+#include "train/data_parallel/make_data_parallel.h"
 #include "train/data_setup.h"
 #include "train/resilience/fault_injection.h"
 #include "train/fp8_records.h"
@@ -126,14 +128,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   }
   t->forward_backward_->attach(std::move(stages), t->arena_);
   const size_t chunks_end = t->arena_.used_bytes();
-  t->data_parallel_ = std::make_unique<DataParallel>(data_parallel_config_from(args), grid, *t->params_,
-                                                     *t->tensor_parallel_, t->arena_);
+  t->data_parallel_ = make_data_parallel(data_parallel_config_from(args), grid, *t->params_, *t->tensor_parallel_,
+                                         t->arena_);
   std::vector<GptModel*> chunks;
   for (auto& chunk : t->chunks_) chunks.push_back(chunk.get());
   t->data_parallel_->attach(chunks);
   const size_t optimizer_begin = t->arena_.used_bytes();
-  t->optimizer_ =
-      std::make_unique<AdamW>(t->ctx_, *t->params_, adamw_config_from(args), t->arena_, t->data_parallel_->owned());
+  t->optimizer_ = std::make_unique<AdamW>(t->ctx_, *t->params_, adamw_config_from(args), t->arena_,
+                                          t->params_->plan().owned());
   // The memory plan is the memory allocated, item by item, on every rank of every layout.
   const RankMemory planned =
       rank_memory(t->params_->plan(), t->config_, t->chunks_.front()->shapes(), t->tensor_parallel_->sequence_parallel(),
