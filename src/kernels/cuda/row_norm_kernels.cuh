@@ -16,8 +16,8 @@
 //   xhat(x, mean, rstd), scale(xhat, w, b)                            the normalized value, y
 //   add_sums(sums, dxhat, xhat), means(sums, h) -> Means,
 //   dx(rstd, dxhat, xhat, means)                                      backward
-// Each returns the expression its kernel wrote before the two were shared, so the arithmetic (and
-// its accumulation order) is unchanged.
+// Each is a whole FP32 expression at its place in the kernels, which add nothing around it: a
+// statistic's arithmetic and accumulation order are its policy's alone.
 #pragma once
 
 #include "kernels/cuda/column_reduction.cuh"
