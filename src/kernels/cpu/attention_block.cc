@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/copy_columns_check.h"
 #include "kernels/cpu/attention_tasks.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -272,11 +273,8 @@ void attention_block_backward(Context& ctx, const Tensor& dqkv, const Tensor& dk
 
 void copy_columns(Context& ctx, const Tensor& out, int64_t out_column, const Tensor& in, int64_t in_column,
                   int64_t columns, bool accumulate) {
+  check_copy_columns(out, out_column, in, in_column, columns);
   const Tensor a = out.as_matrix(), b = in.as_matrix();
-  GPT_CHECK(a.rows() == b.rows() && a.dtype() == b.dtype() && out_column >= 0 && in_column >= 0 && columns >= 0 &&
-            out_column + columns <= a.cols() && in_column + columns <= b.cols())
-      << "copy_columns: " << columns << " columns from " << in_column << " of " << in.to_string() << " to "
-      << out_column << " of " << out.to_string();
   dispatch_float_type(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* dst = a.data_as<T>();
