@@ -1,40 +1,17 @@
 #include "core/phase_timer.h"
 
-#include <chrono>
-#include <mutex>
-#include <vector>
-
-#include "core/device_intervals.h"
-
 namespace gpt::phase_timer {
 namespace {
 
-// GPU intervals stay pending (recorded, not read) until take().
-struct Timers {
-  std::mutex mutex;
-  bool on = false;
+struct PhaseTable {
   std::array<double, kPhases> ms{};
-  DeviceIntervals intervals;
-  struct Pending {
-    Phase phase;
-    int slot;
-  };
-  std::vector<Pending> pending;
-
-  void harvest() {
-    for (const Pending& p : pending) ms[static_cast<size_t>(p.phase)] += intervals.take_ms(p.slot);
-    pending.clear();
-  }
+  void add(Phase phase, double interval_ms) { ms[static_cast<size_t>(phase)] += interval_ms; }
 };
+using Timers = ScopeTimes<Phase, PhaseTable>;
 
 Timers& timers() {
   static Timers* t = new Timers();  // never destroyed: events may outlive static destruction order
   return *t;
-}
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace
@@ -52,46 +29,27 @@ const char* name(Phase phase) {
   return "?";
 }
 
-bool enabled() { return timers().on; }
+bool enabled() { return timers().enabled(); }
 
-void set_enabled(bool on) {
-  std::lock_guard<std::mutex> lock(timers().mutex);
-  timers().on = on;
-}
+void set_enabled(bool on) { timers().set_enabled(on); }
 
 Scope::Scope(Context& ctx, Phase phase) {
   if (!enabled()) return;
   ctx_ = &ctx;
   phase_ = phase;
-  if (ctx.device() == Device::kCuda) {
-    Timers& t = timers();
-    std::lock_guard<std::mutex> lock(t.mutex);
-    if (t.pending.size() >= 4096) t.harvest();  // bounds the event pool
-    slot_ = t.intervals.start(ctx);
-  } else {
-    start_ns_ = now_ns();
-  }
+  mark_ = timers().start(ctx);
 }
 
 Scope::~Scope() {
-  if (ctx_ == nullptr) return;
-  Timers& t = timers();
-  std::lock_guard<std::mutex> lock(t.mutex);
-  if (slot_ >= 0) {
-    t.intervals.stop(*ctx_, slot_);
-    t.pending.push_back({phase_, slot_});
-  } else {
-    t.ms[static_cast<size_t>(phase_)] += static_cast<double>(now_ns() - start_ns_) / 1e6;
-  }
+  if (ctx_ != nullptr) timers().stop(*ctx_, mark_, phase_);
 }
 
 std::array<double, kPhases> take() {
-  Timers& t = timers();
-  std::lock_guard<std::mutex> lock(t.mutex);
-  t.harvest();
-  const std::array<double, kPhases> out = t.ms;
-  t.ms = {};
-  return out;
+  return timers().with_table([](PhaseTable& table) {
+    const std::array<double, kPhases> out = table.ms;
+    table.ms = {};
+    return out;
+  });
 }
 
 }  // namespace gpt::phase_timer

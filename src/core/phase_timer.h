@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "core/context.h"
+#include "core/scope_times.h"
 
 namespace gpt::phase_timer {
 
@@ -46,8 +47,7 @@ class Scope {
  private:
   Context* ctx_ = nullptr;
   Phase phase_ = Phase::kCount;
-  int slot_ = -1;         // event pair (GPU)
-  int64_t start_ns_ = 0;  // wall clock (CPU)
+  ScopeMark mark_;
 };
 
 // Milliseconds per phase since the last take() (waits for the recorded GPU work), and forgets them.

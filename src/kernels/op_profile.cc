@@ -1,15 +1,13 @@
 #include "kernels/op_profile.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <mutex>
 #include <string_view>
 #include <vector>
 
-#include "core/device_intervals.h"
+#include "core/scope_times.h"
 
 namespace gpt::op_profile {
 namespace {
@@ -19,47 +17,29 @@ struct Totals {
   double ms = 0.0;
 };
 
-// GPU intervals stay pending (recorded, not read) until the next harvest, which happens when
-// many are pending and at report().
-struct Profile {
-  std::mutex mutex;
-  bool on = false;
+struct OpTable {
   std::map<std::string_view, Totals> totals;
-  DeviceIntervals intervals;
-  struct Pending {
-    const char* op;
-    int slot;
-  };
-  std::vector<Pending> pending;
-
-  void harvest() {
-    for (const Pending& p : pending) {
-      Totals& t = totals[p.op];
-      ++t.calls;
-      t.ms += intervals.take_ms(p.slot);
-    }
-    pending.clear();
+  void add(const char* op, double interval_ms) {
+    Totals& t = totals[op];
+    ++t.calls;
+    t.ms += interval_ms;
   }
 };
+using Profile = ScopeTimes<const char*, OpTable>;
 
 Profile& profile() {
   static Profile* p = [] {
     auto* created = new Profile();  // never destroyed: events may outlive static destruction order
     const char* env = std::getenv("GPT_OP_PROFILE");
-    created->on = env != nullptr && std::string_view(env) == "1";
+    created->set_enabled(env != nullptr && std::string_view(env) == "1");
     return created;
   }();
   return *p;
 }
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
-bool enabled() { return profile().on; }
+bool enabled() { return profile().enabled(); }
 
 int64_t from_iteration() {
   static const int64_t from = [] {
@@ -69,51 +49,27 @@ int64_t from_iteration() {
   return from;
 }
 
-void set_enabled(bool on) {
-  std::lock_guard<std::mutex> lock(profile().mutex);
-  profile().on = on;
-}
+void set_enabled(bool on) { profile().set_enabled(on); }
 
 Scope::Scope(Context& ctx, const char* op) {
   if (!enabled()) return;
   ctx_ = &ctx;
   op_ = op;
-  if (ctx.device() == Device::kCuda) {
-    Profile& p = profile();
-    std::lock_guard<std::mutex> lock(p.mutex);
-    if (p.pending.size() >= 4096) p.harvest();  // bounds the event pool
-    slot_ = p.intervals.start(ctx);
-  } else {
-    start_ns_ = now_ns();
-  }
+  mark_ = profile().start(ctx);
 }
 
 Scope::~Scope() {
-  if (ctx_ == nullptr) return;
-  Profile& p = profile();
-  std::lock_guard<std::mutex> lock(p.mutex);
-  if (slot_ >= 0) {
-    p.intervals.stop(*ctx_, slot_);
-    p.pending.push_back({op_, slot_});
-  } else {
-    Totals& t = p.totals[op_];
-    ++t.calls;
-    t.ms += static_cast<double>(now_ns() - start_ns_) / 1e6;
-  }
+  if (ctx_ != nullptr) profile().stop(*ctx_, mark_, op_);
 }
 
 void reset() {
-  Profile& p = profile();
-  std::lock_guard<std::mutex> lock(p.mutex);
-  p.harvest();
-  p.totals.clear();
+  profile().with_table([](OpTable& table) { table.totals.clear(); });
 }
 
 std::string report(int64_t iterations, double step_ms) {
-  Profile& p = profile();
-  std::lock_guard<std::mutex> lock(p.mutex);
-  p.harvest();
-  std::vector<std::pair<std::string_view, Totals>> rows(p.totals.begin(), p.totals.end());
+  std::vector<std::pair<std::string_view, Totals>> rows = profile().with_table([](const OpTable& table) {
+    return std::vector<std::pair<std::string_view, Totals>>(table.totals.begin(), table.totals.end());
+  });
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
   const double n = static_cast<double>(std::max<int64_t>(1, iterations));
   std::string out = "| op | calls / iteration | ms / iteration | share of step |\n|---|---|---|---|\n";

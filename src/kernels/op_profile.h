@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/context.h"
+#include "core/scope_times.h"
 
 namespace gpt::op_profile {
 
@@ -30,8 +31,7 @@ class Scope {
  private:
   Context* ctx_ = nullptr;
   const char* op_ = nullptr;
-  int slot_ = -1;          // event pair (GPU)
-  int64_t start_ns_ = 0;   // wall clock (CPU)
+  ScopeMark mark_;
 };
 
 // Forgets what was recorded so far (call after warm-up iterations).

@@ -13,9 +13,10 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/attention_tasks.h"
+#include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/dropout_words.h"
-#include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/element.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
@@ -128,19 +129,6 @@ void probabilities_from_lse(const AttentionShape& sh, const float* q, const floa
   causal_exp_rows(p, sh.s, lse);
 }
 
-// FP32 scratch of the calling thread, grown once to the largest size asked for (the pool's threads
-// each have their own; Context::cpu_scratch is the caller's alone).
-float* thread_scratch(size_t count) {
-  thread_local std::vector<float> scratch;
-  if (scratch.size() < count) scratch.resize(count);
-  return scratch.data();
-}
-
-void check_dropout(const ops::DropoutMask& dropout) {
-  GPT_CHECK(dropout.probability >= 0.0f && dropout.probability < 1.0f)
-      << "attention dropout probability must be in [0, 1), got " << dropout.probability;
-}
-
 }  // namespace
 
 void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv, float scale,
@@ -149,7 +137,7 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const
   GPT_CHECK(out.dtype() == qkv.dtype()) << "attention output dtype";
   GPT_CHECK(lse.numel() == sh.b * sh.heads * sh.s && lse.dtype() == DType::kFloat32)
       << "attention lse must be [b, heads, s] float32, got " << lse.to_string();
-  check_dropout(dropout);
+  check_attention_dropout(dropout);
   const int s = static_cast<int>(sh.s), d = static_cast<int>(sh.d);
   const int64_t sd = sh.s * sh.d, square = sh.s * sh.s;
   use_blas_threads(1);  // small per-head GEMMs: one BLAS thread each, (batch, group) over the pool
@@ -165,26 +153,25 @@ void attention_forward(Context& ctx, const Tensor& out, const Tensor& lse, const
       float* o = v + sd;
       float* scores = o + sd;
       float* keep = scores + square;
-      for (int64_t task = first; task < last; ++task) {
-        const int64_t batch = task / sh.groups, group = task % sh.groups;
+      const auto gather_group = [&](int64_t batch, int64_t group) {
         gather_part(sh, in, batch, group, sh.q, k);
         gather_part(sh, in, batch, group, sh.q + 1, v);
-        for (int64_t member = 0; member < sh.q; ++member) {
-          const int64_t head = group * sh.q + member;
-          gather_part(sh, in, batch, group, member, q);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, scale, q, d, k, d, 0.0f, scores, s);
-          float* row_lse = lse.data_as<float>() + (batch * sh.heads + head) * sh.s;
-          causal_softmax_rows(scores, sh.s, row_lse);
-          if (dropout.enabled()) {
-            dropout_scales(sh, dropout, batch, head, keep);
-            for (int64_t e = 0; e < square; ++e) scores[e] *= keep[e];
-          }
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, 1.0f, scores, s, v, d, 0.0f, o, d);
-          for (int64_t t = 0; t < sh.s; ++t) {
-            for (int64_t j = 0; j < sh.d; ++j) store(result, out_index(sh, t, batch, head, j), o[t * sh.d + j]);
-          }
+      };
+      const auto run_head = [&](int64_t batch, int64_t group, int64_t member, int64_t head) {
+        gather_part(sh, in, batch, group, member, q);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, scale, q, d, k, d, 0.0f, scores, s);
+        float* row_lse = lse.data_as<float>() + (batch * sh.heads + head) * sh.s;
+        causal_softmax_rows(scores, sh.s, row_lse);
+        if (dropout.enabled()) {
+          dropout_scales(sh, dropout, batch, head, keep);
+          for (int64_t e = 0; e < square; ++e) scores[e] *= keep[e];
         }
-      }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, 1.0f, scores, s, v, d, 0.0f, o, d);
+        for (int64_t t = 0; t < sh.s; ++t) {
+          for (int64_t j = 0; j < sh.d; ++j) store(result, out_index(sh, t, batch, head, j), o[t * sh.d + j]);
+        }
+      };
+      for_each_group_task(first, last, sh.groups, sh.q, gather_group, run_head);
     });
   });
 }
@@ -195,7 +182,7 @@ void attention_backward(Context& ctx, const Tensor& dqkv, const Tensor& dout, co
   GPT_CHECK(dqkv.numel() == qkv.numel() && dqkv.dtype() == qkv.dtype()) << "attention dqkv";
   GPT_CHECK(dout.numel() == out.numel()) << "attention dout";
   GPT_CHECK(lse.numel() == sh.b * sh.heads * sh.s) << "attention lse must be [b, heads, s]";
-  check_dropout(dropout);
+  check_attention_dropout(dropout);
   const int s = static_cast<int>(sh.s), d = static_cast<int>(sh.d);
   const int64_t sd = sh.s * sh.d, square = sh.s * sh.s;
   use_blas_threads(1);  // as in forward
@@ -219,54 +206,40 @@ void attention_backward(Context& ctx, const Tensor& dqkv, const Tensor& dout, co
       float* p = row_dot + sh.s;
       float* dp = p + square;
       float* keep = dp + square;  // with dropout: keep_ij / (1 - probability)
-      for (int64_t task = first; task < last; ++task) {
-        const int64_t batch = task / sh.groups, group = task % sh.groups;
+      const auto gather_group = [&](int64_t batch, int64_t group) {
         gather_part(sh, in, batch, group, sh.q, k);
         gather_part(sh, in, batch, group, sh.q + 1, v);
-        for (int64_t member = 0; member < sh.q; ++member) {
-          const int64_t head = group * sh.q + member;
-          gather_part(sh, in, batch, group, member, q);
-          for (int64_t t = 0; t < sh.s; ++t) {
-            double dot = 0.0;
-            for (int64_t j = 0; j < sh.d; ++j) {
-              const int64_t index = out_index(sh, t, batch, head, j);
-              grad_o[t * sh.d + j] = load(go, index);
-              dot += static_cast<double>(grad_o[t * sh.d + j]) * load(o, index);
-            }
-            row_dot[t] = static_cast<float>(dot);
+      };
+      const auto run_head = [&](int64_t batch, int64_t group, int64_t member, int64_t head) {
+        gather_part(sh, in, batch, group, member, q);
+        for (int64_t t = 0; t < sh.s; ++t) {
+          double dot = 0.0;
+          for (int64_t j = 0; j < sh.d; ++j) {
+            const int64_t index = out_index(sh, t, batch, head, j);
+            grad_o[t * sh.d + j] = load(go, index);
+            dot += static_cast<double>(grad_o[t * sh.d + j]) * load(o, index);
           }
-          const float* row_lse = lse.data_as<float>() + (batch * sh.heads + head) * sh.s;
-          probabilities_from_lse(sh, q, k, row_lse, scale, p);
-          // With M = keep / (1 - p) (all ones without dropout), summed over the group's heads:
-          // dV += (P M)^T dO;  dPd = dO V^T;  dP = dPd M;  dS = P (dP - D);  dQ = scale dS K;
-          // dK += scale dS^T Q  (products elementwise except the matmuls).
-          const float beta = member == 0 ? 0.0f : 1.0f;
-          if (dropout.enabled()) {
-            dropout_scales(sh, dropout, batch, head, keep);
-            for (int64_t e = 0; e < square; ++e) dp[e] = p[e] * keep[e];  // the dropped P, briefly
-          }
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s, d, s, 1.0f, dropout.enabled() ? dp : p, s, grad_o,
-                      d, beta, dv, d);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d, 1.0f, grad_o, d, v, d, 0.0f, dp, s);
-          if (dropout.enabled()) {
-            for (int64_t e = 0; e < square; ++e) dp[e] *= keep[e];
-          }
-          for (int64_t i = 0; i < sh.s; ++i) {
-            for (int64_t j = 0; j < sh.s; ++j) dp[i * sh.s + j] = p[i * sh.s + j] * (dp[i * sh.s + j] - row_dot[i]);
-          }
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d, s, scale, dp, s, k, d, 0.0f, dq, d);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s, d, s, scale, dp, s, q, d, beta, dk, d);
-          for (int64_t t = 0; t < sh.s; ++t) {
-            for (int64_t j = 0; j < sh.d; ++j) store(result, qkv_index(sh, t, batch, group, member, j), dq[t * sh.d + j]);
-          }
+          row_dot[t] = static_cast<float>(dot);
         }
+        const float* row_lse = lse.data_as<float>() + (batch * sh.heads + head) * sh.s;
+        probabilities_from_lse(sh, q, k, row_lse, scale, p);
+        if (dropout.enabled()) dropout_scales(sh, dropout, batch, head, keep);
+        // The group's dK and dV sum over its heads: the first head sets them (beta 0).
+        head_backward(s, s, d, scale, member == 0 ? 0.0f : 1.0f, q, k, v, grad_o, row_dot, p,
+                      dropout.enabled() ? keep : nullptr, dp, dq, dk, dv);
+        for (int64_t t = 0; t < sh.s; ++t) {
+          for (int64_t j = 0; j < sh.d; ++j) store(result, qkv_index(sh, t, batch, group, member, j), dq[t * sh.d + j]);
+        }
+      };
+      const auto scatter_group = [&](int64_t batch, int64_t group) {
         for (int64_t t = 0; t < sh.s; ++t) {
           for (int64_t j = 0; j < sh.d; ++j) {
             store(result, qkv_index(sh, t, batch, group, sh.q, j), dk[t * sh.d + j]);
             store(result, qkv_index(sh, t, batch, group, sh.q + 1, j), dv[t * sh.d + j]);
           }
         }
-      }
+      };
+      for_each_group_task(first, last, sh.groups, sh.q, gather_group, run_head, scatter_group);
     });
   });
 }

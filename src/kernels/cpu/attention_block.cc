@@ -13,6 +13,8 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/copy_columns_check.h"
+#include "kernels/cpu/attention_tasks.h"
 #include "kernels/cpu/blas_threads.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/dropout_words.h"
@@ -100,24 +102,13 @@ void block_dropout_scales(const BlockShape& sh, const ops::DropoutMask& mask, co
   }
 }
 
-float* thread_scratch(size_t count) {
-  thread_local std::vector<float> scratch;
-  if (scratch.size() < count) scratch.resize(count);
-  return scratch.data();
-}
-
-void check_block_dropout(const ops::DropoutMask& dropout) {
-  GPT_CHECK(dropout.probability >= 0.0f && dropout.probability < 1.0f)
-      << "attention dropout probability must be in [0, 1), got " << dropout.probability;
-}
-
 }  // namespace
 
 void attention_block_forward(Context& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv, const Tensor& kv,
                              float scale, const ops::AttentionBlock& block, const ops::DropoutMask& dropout) {
   const BlockShape sh = block_shape(qkv, kv, out, lse, block);
   GPT_CHECK(out.dtype() == qkv.dtype()) << "attention block output dtype";
-  check_block_dropout(dropout);
+  check_attention_dropout(dropout);
   const int64_t nq = block.query_rows, nk = block.key_rows;
   if (nq == 0) return;
   const int m = static_cast<int>(nq), n = static_cast<int>(nk), d = static_cast<int>(sh.d);
@@ -137,64 +128,63 @@ void attention_block_forward(Context& ctx, const Tensor& out, const Tensor& lse,
       float* scores = v + nk * sh.d;
       float* block_lse = scores + nq * nk;
       float* keep = block_lse + nq;
-      for (int64_t task = first; task < last; ++task) {
-        const int64_t batch = task / sh.groups, group = task % sh.groups;
+      const auto gather_group = [&](int64_t batch, int64_t group) {
         gather_kv(sh, keys_values, block, batch, group, 0, k);
         gather_kv(sh, keys_values, block, batch, group, 1, v);
-        for (int64_t member = 0; member < sh.q; ++member) {
-          const int64_t head = group * sh.q + member;
-          gather_queries(sh, in, block, batch, group, member, q);
-          if (nk > 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, d, scale, q, d, k, d, 0.0f, scores, n);
-          // Softmax within the block over the visible keys (0 elsewhere), its log-sum-exp kept.
-          for (int64_t i = 0; i < nq; ++i) {
-            float* row = scores + i * nk;
-            const int64_t visible = visible_keys(block, i);
-            float row_max = kMinusInfinity;
-            for (int64_t j = 0; j < visible; ++j) row_max = std::max(row_max, row[j]);
-            double total = 0.0;
-            for (int64_t j = 0; j < visible; ++j) {
-              row[j] = std::exp(row[j] - row_max);
-              total += row[j];
-            }
-            const float inverse = visible > 0 ? static_cast<float>(1.0 / total) : 0.0f;
-            for (int64_t j = 0; j < visible; ++j) row[j] *= inverse;
-            for (int64_t j = visible; j < nk; ++j) row[j] = 0.0f;
-            block_lse[i] = visible > 0 ? row_max + static_cast<float>(std::log(total)) : kMinusInfinity;
+      };
+      const auto run_head = [&](int64_t batch, int64_t group, int64_t member, int64_t head) {
+        gather_queries(sh, in, block, batch, group, member, q);
+        if (nk > 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, d, scale, q, d, k, d, 0.0f, scores, n);
+        // Softmax within the block over the visible keys (0 elsewhere), its log-sum-exp kept.
+        for (int64_t i = 0; i < nq; ++i) {
+          float* row = scores + i * nk;
+          const int64_t visible = visible_keys(block, i);
+          float row_max = kMinusInfinity;
+          for (int64_t j = 0; j < visible; ++j) row_max = std::max(row_max, row[j]);
+          double total = 0.0;
+          for (int64_t j = 0; j < visible; ++j) {
+            row[j] = std::exp(row[j] - row_max);
+            total += row[j];
           }
-          if (dropout.enabled()) {
-            block_dropout_scales(sh, dropout, block, batch, head, keep);
-            for (int64_t e = 0; e < nq * nk; ++e) scores[e] *= keep[e];
-          }
-          if (nk > 0) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d, n, 1.0f, scores, n, v, d, 0.0f, o, d);
-          } else {
-            std::fill(o, o + nq * sh.d, 0.0f);
-          }
-          // Merge into the running output: weights exp(lse_old - L) and exp(L_b - L).
-          for (int64_t i = 0; i < nq; ++i) {
-            const int64_t t = block.query_row + i;
-            float& row_lse = lse_data[(batch * sh.heads + head) * sh.s + t];
-            T* out_row = result + ((t * sh.b + batch) * sh.heads + head) * sh.d;
-            const float lb = block_lse[i];
-            if (!block.accumulate) {
-              row_lse = lb;
-              for (int64_t j = 0; j < sh.d; ++j) store(out_row, j, o[i * sh.d + j]);
-              continue;
-            }
-            if (lb == kMinusInfinity) continue;
-            const float old = row_lse;
-            const float merged = old == kMinusInfinity
-                                     ? lb
-                                     : std::max(old, lb) + std::log1p(std::exp(-std::fabs(old - lb)));
-            const float old_weight = old == kMinusInfinity ? 0.0f : std::exp(old - merged);
-            const float block_weight = std::exp(lb - merged);
-            for (int64_t j = 0; j < sh.d; ++j) {
-              store(out_row, j, load(out_row, j) * old_weight + o[i * sh.d + j] * block_weight);
-            }
-            row_lse = merged;
-          }
+          const float inverse = visible > 0 ? static_cast<float>(1.0 / total) : 0.0f;
+          for (int64_t j = 0; j < visible; ++j) row[j] *= inverse;
+          for (int64_t j = visible; j < nk; ++j) row[j] = 0.0f;
+          block_lse[i] = visible > 0 ? row_max + static_cast<float>(std::log(total)) : kMinusInfinity;
         }
-      }
+        if (dropout.enabled()) {
+          block_dropout_scales(sh, dropout, block, batch, head, keep);
+          for (int64_t e = 0; e < nq * nk; ++e) scores[e] *= keep[e];
+        }
+        if (nk > 0) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d, n, 1.0f, scores, n, v, d, 0.0f, o, d);
+        } else {
+          std::fill(o, o + nq * sh.d, 0.0f);
+        }
+        // Merge into the running output: weights exp(lse_old - L) and exp(L_b - L).
+        for (int64_t i = 0; i < nq; ++i) {
+          const int64_t t = block.query_row + i;
+          float& row_lse = lse_data[(batch * sh.heads + head) * sh.s + t];
+          T* out_row = result + ((t * sh.b + batch) * sh.heads + head) * sh.d;
+          const float lb = block_lse[i];
+          if (!block.accumulate) {
+            row_lse = lb;
+            for (int64_t j = 0; j < sh.d; ++j) store(out_row, j, o[i * sh.d + j]);
+            continue;
+          }
+          if (lb == kMinusInfinity) continue;
+          const float old = row_lse;
+          const float merged = old == kMinusInfinity
+                                   ? lb
+                                   : std::max(old, lb) + std::log1p(std::exp(-std::fabs(old - lb)));
+          const float old_weight = old == kMinusInfinity ? 0.0f : std::exp(old - merged);
+          const float block_weight = std::exp(lb - merged);
+          for (int64_t j = 0; j < sh.d; ++j) {
+            store(out_row, j, load(out_row, j) * old_weight + o[i * sh.d + j] * block_weight);
+          }
+          row_lse = merged;
+        }
+      };
+      for_each_group_task(first, last, sh.groups, sh.q, gather_group, run_head);
     });
   });
 }
@@ -206,7 +196,7 @@ void attention_block_backward(Context& ctx, const Tensor& dqkv, const Tensor& dk
   GPT_CHECK(dqkv.numel() == qkv.numel() && dqkv.dtype() == qkv.dtype()) << "attention block dqkv";
   GPT_CHECK(dkv.numel() == kv.numel() && dkv.dtype() == kv.dtype()) << "attention block dkv";
   GPT_CHECK(dout.numel() == out.numel() && dout.dtype() == out.dtype()) << "attention block dout";
-  check_block_dropout(dropout);
+  check_attention_dropout(dropout);
   const int64_t nq = block.query_rows, nk = block.key_rows;
   if (nq == 0 || nk == 0) return;
   const int m = static_cast<int>(nq), n = static_cast<int>(nk), d = static_cast<int>(sh.d);
@@ -233,54 +223,40 @@ void attention_block_backward(Context& ctx, const Tensor& dqkv, const Tensor& dk
       float* p = dv + nk * sh.d;
       float* dp = p + nq * nk;
       float* keep = dp + nq * nk;
-      for (int64_t task = first; task < last; ++task) {
-        const int64_t batch = task / sh.groups, group = task % sh.groups;
+      const auto gather_group = [&](int64_t batch, int64_t group) {
         gather_kv(sh, keys_values, block, batch, group, 0, k);
         gather_kv(sh, keys_values, block, batch, group, 1, v);
-        for (int64_t member = 0; member < sh.q; ++member) {
-          const int64_t head = group * sh.q + member;
-          gather_queries(sh, in, block, batch, group, member, q);
-          for (int64_t i = 0; i < nq; ++i) {
-            const int64_t index = (((block.query_row + i) * sh.b + batch) * sh.heads + head) * sh.d;
-            double dot = 0.0;
-            for (int64_t j = 0; j < sh.d; ++j) {
-              grad_o[i * sh.d + j] = load(go, index + j);
-              dot += static_cast<double>(grad_o[i * sh.d + j]) * load(o, index + j);
-            }
-            row_dot[i] = static_cast<float>(dot);
+      };
+      const auto run_head = [&](int64_t batch, int64_t group, int64_t member, int64_t head) {
+        gather_queries(sh, in, block, batch, group, member, q);
+        for (int64_t i = 0; i < nq; ++i) {
+          const int64_t index = (((block.query_row + i) * sh.b + batch) * sh.heads + head) * sh.d;
+          double dot = 0.0;
+          for (int64_t j = 0; j < sh.d; ++j) {
+            grad_o[i * sh.d + j] = load(go, index + j);
+            dot += static_cast<double>(grad_o[i * sh.d + j]) * load(o, index + j);
           }
-          // P = exp(scale q k^T - lse) on visible keys, 0 elsewhere.
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, d, scale, q, d, k, d, 0.0f, p, n);
-          for (int64_t i = 0; i < nq; ++i) {
-            const float row_lse = lse_data[(batch * sh.heads + head) * sh.s + block.query_row + i];
-            const int64_t visible = visible_keys(block, i);
-            for (int64_t j = 0; j < visible; ++j) p[i * nk + j] = std::exp(p[i * nk + j] - row_lse);
-            for (int64_t j = visible; j < nk; ++j) p[i * nk + j] = 0.0f;
-          }
-          // As attention_backward: dV += (P M)^T dO; dP = (dO V^T) M; dS = P (dP - D); dQ = scale dS K;
-          // dK += scale dS^T Q.
-          const float beta = member == 0 ? 0.0f : 1.0f;
-          if (dropout.enabled()) {
-            block_dropout_scales(sh, dropout, block, batch, head, keep);
-            for (int64_t e = 0; e < nq * nk; ++e) dp[e] = p[e] * keep[e];
-          }
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d, m, 1.0f, dropout.enabled() ? dp : p, n, grad_o, d,
-                      beta, dv, d);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, d, 1.0f, grad_o, d, v, d, 0.0f, dp, n);
-          if (dropout.enabled()) {
-            for (int64_t e = 0; e < nq * nk; ++e) dp[e] *= keep[e];
-          }
-          for (int64_t i = 0; i < nq; ++i) {
-            for (int64_t j = 0; j < nk; ++j) dp[i * nk + j] = p[i * nk + j] * (dp[i * nk + j] - row_dot[i]);
-          }
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d, n, scale, dp, n, k, d, 0.0f, dq, d);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d, m, scale, dp, n, q, d, beta, dk, d);
-          for (int64_t i = 0; i < nq; ++i) {
-            T* row = grad_qkv + (((block.query_row + i) * sh.b + batch) * sh.groups + group) * (sh.q + 2) * sh.d +
-                     member * sh.d;
-            for (int64_t j = 0; j < sh.d; ++j) store(row, j, load(row, j) + dq[i * sh.d + j]);
-          }
+          row_dot[i] = static_cast<float>(dot);
         }
+        // P = exp(scale q k^T - lse) on visible keys, 0 elsewhere.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, d, scale, q, d, k, d, 0.0f, p, n);
+        for (int64_t i = 0; i < nq; ++i) {
+          const float row_lse = lse_data[(batch * sh.heads + head) * sh.s + block.query_row + i];
+          const int64_t visible = visible_keys(block, i);
+          for (int64_t j = 0; j < visible; ++j) p[i * nk + j] = std::exp(p[i * nk + j] - row_lse);
+          for (int64_t j = visible; j < nk; ++j) p[i * nk + j] = 0.0f;
+        }
+        if (dropout.enabled()) block_dropout_scales(sh, dropout, block, batch, head, keep);
+        // The group's dK and dV sum over its heads: the first head sets them (beta 0).
+        head_backward(m, n, d, scale, member == 0 ? 0.0f : 1.0f, q, k, v, grad_o, row_dot, p,
+                      dropout.enabled() ? keep : nullptr, dp, dq, dk, dv);
+        for (int64_t i = 0; i < nq; ++i) {
+          T* row = grad_qkv + (((block.query_row + i) * sh.b + batch) * sh.groups + group) * (sh.q + 2) * sh.d +
+                   member * sh.d;
+          for (int64_t j = 0; j < sh.d; ++j) store(row, j, load(row, j) + dq[i * sh.d + j]);
+        }
+      };
+      const auto scatter_group = [&](int64_t batch, int64_t group) {
         for (int64_t i = 0; i < nk; ++i) {
           T* row = grad_kv + (((block.key_row + i) * sh.b + batch) * sh.groups + group) * sh.kv_width + sh.kv_width -
                    2 * sh.d;
@@ -289,18 +265,16 @@ void attention_block_backward(Context& ctx, const Tensor& dqkv, const Tensor& dk
             store(row, sh.d + j, load(row, sh.d + j) + dv[i * sh.d + j]);
           }
         }
-      }
+      };
+      for_each_group_task(first, last, sh.groups, sh.q, gather_group, run_head, scatter_group);
     });
   });
 }
 
 void copy_columns(Context& ctx, const Tensor& out, int64_t out_column, const Tensor& in, int64_t in_column,
                   int64_t columns, bool accumulate) {
+  check_copy_columns(out, out_column, in, in_column, columns);
   const Tensor a = out.as_matrix(), b = in.as_matrix();
-  GPT_CHECK(a.rows() == b.rows() && a.dtype() == b.dtype() && out_column >= 0 && in_column >= 0 && columns >= 0 &&
-            out_column + columns <= a.cols() && in_column + columns <= b.cols())
-      << "copy_columns: " << columns << " columns from " << in_column << " of " << in.to_string() << " to "
-      << out_column << " of " << out.to_string();
   dispatch_float_type(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* dst = a.data_as<T>();

@@ -10,6 +10,7 @@
 #include "kernels/cpu/element.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/scalar_activations.h"
 
 namespace gpt::cpu {
 namespace {
@@ -187,21 +188,7 @@ void activation_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const
 
 }  // namespace
 
-void gelu_exact_forward(Context& ctx, const Tensor& y, const Tensor& x) {
-  activation_forward<ExactGelu>(ctx, y, x, "gelu_exact");
-}
-
-void gelu_exact_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  activation_backward<ExactGelu>(ctx, dx, dy, x, "gelu_exact");
-}
-
-void squared_relu_forward(Context& ctx, const Tensor& y, const Tensor& x) {
-  activation_forward<SquaredRelu>(ctx, y, x, "squared_relu");
-}
-
-void squared_relu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  activation_backward<SquaredRelu>(ctx, dx, dy, x, "squared_relu");
-}
+GPT_SCALAR_ACTIVATIONS(GPT_DEFINE_SCALAR_ACTIVATION)
 
 void sum_of_squares(Context& ctx, const Tensor& out, const Tensor& x) {
   const float* in = x.data_as<float>();

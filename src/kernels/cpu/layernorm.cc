@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/element.h"
+#include "kernels/cpu/norm_rows.h"
 
 namespace gpt::cpu {
 namespace {
@@ -33,22 +34,26 @@ void check_layernorm_shapes(const Tensor& y, const Tensor& mean, const Tensor& r
   GPT_CHECK(mean.numel() == x.rows() && rstd.numel() == x.rows()) << "LayerNorm statistics length";
 }
 
+// y = LayerNorm(x), or of x + delta + delta_bias (stored to residual) when delta is defined.
+void forward(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& residual, const Tensor& x,
+             const Tensor& delta, const Tensor& delta_bias, const Tensor& weight, const Tensor& bias, float epsilon,
+             float weight_offset) {
+  const int64_t h = x.cols();
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for_each_norm_input_row<T>(x, residual, delta, delta_bias, [&](const float* row, int64_t r) {
+      normalize_row(row, h, weight.data_as<T>(), bias.data_as<T>(), epsilon, weight_offset, y.data_as<T>() + r * h,
+                    mean.data_as<float>() + r, rstd.data_as<float>() + r);
+    });
+  });
+}
+
 }  // namespace
 
 void layernorm_forward(Context& ctx, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                        const Tensor& weight, const Tensor& bias, float epsilon, float weight_offset) {
   check_layernorm_shapes(y, mean, rstd, x, weight, bias);
-  const int64_t rows = x.rows(), h = x.cols();
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = x.data_as<T>();
-    std::vector<float> row(static_cast<size_t>(h));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < h; ++j) row[j] = load(in, r * h + j);
-      normalize_row(row.data(), h, weight.data_as<T>(), bias.data_as<T>(), epsilon, weight_offset, y.data_as<T>() + r * h,
-                    mean.data_as<float>() + r, rstd.data_as<float>() + r);
-    }
-  });
+  forward(y, mean, rstd, Tensor(), x, Tensor(), Tensor(), weight, bias, epsilon, weight_offset);
 }
 
 void residual_layernorm_forward(Context& ctx, const Tensor& residual, const Tensor& y, const Tensor& mean,
@@ -57,24 +62,7 @@ void residual_layernorm_forward(Context& ctx, const Tensor& residual, const Tens
                                 float epsilon, float weight_offset) {
   check_layernorm_shapes(y, mean, rstd, x, weight, bias);
   GPT_CHECK(residual.numel() == x.numel() && delta.numel() == x.numel()) << "residual shapes";
-  const int64_t rows = x.rows(), h = x.cols();
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = x.data_as<T>();
-    const T* d = delta.data_as<T>();
-    const T* db = optional_data<T>(delta_bias);
-    T* res = residual.data_as<T>();
-    std::vector<float> row(static_cast<size_t>(h));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < h; ++j) {
-        const float sum = load(in, r * h + j) + load(d, r * h + j) + (db ? load(db, j) : 0.0f);
-        store(res, r * h + j, sum);
-        row[j] = load(res, r * h + j);  // normalize what is stored, as backward will see it
-      }
-      normalize_row(row.data(), h, weight.data_as<T>(), bias.data_as<T>(), epsilon, weight_offset, y.data_as<T>() + r * h,
-                    mean.data_as<float>() + r, rstd.data_as<float>() + r);
-    }
-  });
+  forward(y, mean, rstd, residual, x, delta, delta_bias, weight, bias, epsilon, weight_offset);
 }
 
 void layernorm_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,

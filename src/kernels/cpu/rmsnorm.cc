@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/element.h"
+#include "kernels/cpu/norm_rows.h"
 
 namespace gpt::cpu {
 namespace {
@@ -26,22 +27,24 @@ void check_rmsnorm_shapes(const Tensor& y, const Tensor& rstd, const Tensor& x, 
   GPT_CHECK(rstd.numel() == x.rows() && rstd.dtype() == DType::kFloat32) << "RMSNorm statistics " << rstd.to_string();
 }
 
+// y = RMSNorm(x), or of x + delta + delta_bias (stored to residual) when delta is defined.
+void forward(const Tensor& y, const Tensor& rstd, const Tensor& residual, const Tensor& x, const Tensor& delta,
+             const Tensor& delta_bias, const Tensor& weight, float epsilon, float weight_offset) {
+  const int64_t h = x.cols();
+  dispatch_float_type(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for_each_norm_input_row<T>(x, residual, delta, delta_bias, [&](const float* row, int64_t r) {
+      normalize_row(row, h, weight.data_as<T>(), epsilon, weight_offset, y.data_as<T>() + r * h, rstd.data_as<float>() + r);
+    });
+  });
+}
+
 }  // namespace
 
 void rmsnorm_forward(Context& ctx, const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& weight,
                      float epsilon, float weight_offset) {
   check_rmsnorm_shapes(y, rstd, x, weight);
-  const int64_t rows = x.rows(), h = x.cols();
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = x.data_as<T>();
-    std::vector<float> row(static_cast<size_t>(h));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < h; ++j) row[j] = load(in, r * h + j);
-      normalize_row(row.data(), h, weight.data_as<T>(), epsilon, weight_offset, y.data_as<T>() + r * h,
-                    rstd.data_as<float>() + r);
-    }
-  });
+  forward(y, rstd, Tensor(), x, Tensor(), Tensor(), weight, epsilon, weight_offset);
 }
 
 void residual_rmsnorm_forward(Context& ctx, const Tensor& residual, const Tensor& y, const Tensor& rstd,
@@ -52,24 +55,7 @@ void residual_rmsnorm_forward(Context& ctx, const Tensor& residual, const Tensor
             delta.dtype() == x.dtype())
       << "residual shapes";
   GPT_CHECK(!delta_bias.defined() || delta_bias.numel() == x.cols()) << "RMSNorm residual bias " << delta_bias.to_string();
-  const int64_t rows = x.rows(), h = x.cols();
-  dispatch_float_type(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* in = x.data_as<T>();
-    const T* d = delta.data_as<T>();
-    const T* db = optional_data<T>(delta_bias);
-    T* res = residual.data_as<T>();
-    std::vector<float> row(static_cast<size_t>(h));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t j = 0; j < h; ++j) {
-        const float sum = load(in, r * h + j) + load(d, r * h + j) + (db ? load(db, j) : 0.0f);
-        store(res, r * h + j, sum);
-        row[j] = load(res, r * h + j);  // normalize what is stored, as backward will see it
-      }
-      normalize_row(row.data(), h, weight.data_as<T>(), epsilon, weight_offset, y.data_as<T>() + r * h,
-                    rstd.data_as<float>() + r);
-    }
-  });
+  forward(y, rstd, residual, x, delta, delta_bias, weight, epsilon, weight_offset);
 }
 
 void rmsnorm_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, const Tensor& dy, const Tensor& x,

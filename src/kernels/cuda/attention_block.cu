@@ -8,6 +8,7 @@
 // with its statistics, which this build does not wire yet).
 #include <limits>
 
+#include "kernels/copy_columns_check.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -17,6 +18,25 @@ using namespace gpt::cuda_kernels;
 
 constexpr int kThreads = 128;
 constexpr int kMaxHeadDim = 256;
+
+// The items [0, items) of this thread, grid-stride: `for (const int64_t item : GridStride{items})`,
+// so that any grid covers every item once.
+struct GridStride {
+  int64_t items;
+  struct Iterator {
+    int64_t item, stride;
+    __device__ int64_t operator*() const { return item; }
+    __device__ Iterator& operator++() {
+      item += stride;
+      return *this;
+    }
+    __device__ bool operator!=(int64_t end) const { return item < end; }
+  };
+  __device__ Iterator begin() const {
+    return {blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, static_cast<int64_t>(gridDim.x) * blockDim.x};
+  }
+  __device__ int64_t end() const { return items; }
+};
 
 struct BlockGeometry {
   int64_t s, b, groups, q, d, heads, kv_width;
@@ -33,6 +53,14 @@ struct BlockGeometry {
   }
   __device__ int64_t lse(int64_t i, int64_t batch, int64_t head) const {
     return (batch * heads + head) * s + block.query_row + i;
+  }
+  // Item `item` of the kernels with one thread per (query row i, head, batch), and the head's group.
+  struct QueryItem {
+    int64_t i, head, batch, group;
+  };
+  __device__ QueryItem query_item(int64_t item) const {
+    const int64_t head = (item / b) % heads;
+    return {item / (heads * b), head, item % b, head / q};
   }
   __device__ int64_t visible(int64_t i) const {
     const int64_t v = block.query_position + i - block.key_position + 1;
@@ -66,10 +94,9 @@ template <typename T>
 __global__ void block_forward_kernel(T* out, float* lse, const T* qkv, const T* kv, BlockGeometry g, float scale,
                                      BlockDropout dropout) {
   const int64_t items = g.block.query_rows * g.heads * g.b;
-  for (int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; item < items;
-       item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = item / (g.heads * g.b), head = (item / g.b) % g.heads, batch = item % g.b;
-    const int64_t group = head / g.q, visible = g.visible(i);
+  for (const int64_t item : GridStride{items}) {
+    const auto [i, head, batch, group] = g.query_item(item);
+    const int64_t visible = g.visible(i);
     const T* query = qkv + g.query(i, batch, head);
     float acc[kMaxHeadDim];
     for (int64_t c = 0; c < g.d; ++c) acc[c] = 0.0f;
@@ -116,10 +143,9 @@ template <typename T>
 __global__ void block_dq_kernel(T* dqkv, const T* dout, const T* qkv, const T* kv, const T* out, const float* lse,
                                 BlockGeometry g, float scale, BlockDropout dropout) {
   const int64_t items = g.block.query_rows * g.heads * g.b;
-  for (int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; item < items;
-       item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t i = item / (g.heads * g.b), head = (item / g.b) % g.heads, batch = item % g.b;
-    const int64_t group = head / g.q, visible = g.visible(i);
+  for (const int64_t item : GridStride{items}) {
+    const auto [i, head, batch, group] = g.query_item(item);
+    const int64_t visible = g.visible(i);
     const T* query = qkv + g.query(i, batch, head);
     const T* grad_out = dout + g.out(i, batch, head);
     const float D = row_dot(dout, out, g, i, batch, head), row_lse = lse[g.lse(i, batch, head)];
@@ -142,8 +168,7 @@ template <typename T>
 __global__ void block_dkv_kernel(T* dkv, const T* dout, const T* qkv, const T* kv, const T* out, const float* lse,
                                  BlockGeometry g, float scale, BlockDropout dropout) {
   const int64_t items = g.block.key_rows * g.groups * g.b;
-  for (int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; item < items;
-       item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (const int64_t item : GridStride{items}) {
     const int64_t j = item / (g.groups * g.b), group = (item / g.b) % g.groups, batch = item % g.b;
     const T* key = kv + g.kv(j, batch, group, 0);
     const T* value = kv + g.kv(j, batch, group, 1);
@@ -207,8 +232,7 @@ template <typename T>
 __global__ void copy_columns_kernel(T* out, int64_t out_cols, int64_t out_column, const T* in, int64_t in_cols,
                                     int64_t in_column, int64_t rows, int64_t columns) {
   const int64_t items = rows * columns;
-  for (int64_t item = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; item < items;
-       item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (const int64_t item : GridStride{items}) {
     const int64_t r = item / columns, c = item % columns;
     T& to = out[r * out_cols + out_column + c];
     to = from_float<T>(to_float(to) + to_float(in[r * in_cols + in_column + c]));
@@ -255,11 +279,8 @@ void attention_block_backward(Context& ctx, const Tensor& dqkv, const Tensor& dk
 
 void copy_columns(Context& ctx, const Tensor& out, int64_t out_column, const Tensor& in, int64_t in_column,
                   int64_t columns, bool accumulate) {
+  check_copy_columns(out, out_column, in, in_column, columns);
   const Tensor a = out.as_matrix(), b = in.as_matrix();
-  GPT_CHECK(a.rows() == b.rows() && a.dtype() == b.dtype() && out_column >= 0 && in_column >= 0 && columns >= 0 &&
-            out_column + columns <= a.cols() && in_column + columns <= b.cols())
-      << "copy_columns: " << columns << " columns from " << in_column << " of " << in.to_string() << " to "
-      << out_column << " of " << out.to_string();
   if (a.rows() == 0 || columns == 0) return;
   const size_t element = dtype_size(a.dtype());
   if (!accumulate) {

@@ -5,6 +5,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/vector_io.cuh"
+#include "kernels/scalar_activations.h"
 
 namespace gpt::cuda_ops {
 namespace {
@@ -297,27 +298,9 @@ void activation_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const
 
 }  // namespace
 
-void gelu_forward(Context& ctx, const Tensor& y, const Tensor& x) { activation_forward<TanhGelu>(ctx, y, x, "gelu"); }
-
-void gelu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  activation_backward<TanhGelu>(ctx, dx, dy, x, "gelu");
-}
-
-void gelu_exact_forward(Context& ctx, const Tensor& y, const Tensor& x) {
-  activation_forward<ExactGelu>(ctx, y, x, "gelu_exact");
-}
-
-void gelu_exact_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  activation_backward<ExactGelu>(ctx, dx, dy, x, "gelu_exact");
-}
-
-void squared_relu_forward(Context& ctx, const Tensor& y, const Tensor& x) {
-  activation_forward<SquaredRelu>(ctx, y, x, "squared_relu");
-}
-
-void squared_relu_backward(Context& ctx, const Tensor& dx, const Tensor& dy, const Tensor& x) {
-  activation_backward<SquaredRelu>(ctx, dx, dy, x, "squared_relu");
-}
+// The tanh GeLU is a scalar activation here too (the CPU backend has vectorized paths for it).
+GPT_DEFINE_SCALAR_ACTIVATION(gelu, TanhGelu)
+GPT_SCALAR_ACTIVATIONS(GPT_DEFINE_SCALAR_ACTIVATION)
 
 void cast(Context& ctx, const Tensor& out, const Tensor& in) {
   GPT_CHECK_EQ(out.numel(), in.numel()) << "cast sizes";

@@ -1,253 +1,59 @@
 // RMSNorm forward (optionally fused with the residual add before it) and backward, FP32
-// statistics, organized as layernorm.cu: a group of kGroup threads owns a row and keeps it in
-// registers (kPacks packs of 16 bytes per thread), so forward reads x (and delta) once and writes y
-// (and the residual) once, and backward reads dy and x once and writes dx once while accumulating
-// the weight gradient of its rows; the per-block partials are added in a fixed order afterwards
-// (deterministic, no atomics). Rows too long for registers take a multi-pass path. The row
-// machinery is row_norm.cuh, shared with layernorm.cu.
-#include "kernels/cuda/column_reduction.cuh"
+// statistics: the mean square, no mean subtraction and no bias (Megatron's RMSNorm). The kernels
+// and launchers are row_norm_kernels.cuh, shared with layernorm.cu; this file states RMSNorm's
+// statistic.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/row_norm.cuh"
-#include "kernels/cuda/vector_io.cuh"
+#include "kernels/cuda/row_norm_kernels.cuh"
 
 namespace gpt::cuda_ops {
 namespace {
 using namespace gpt::cuda_kernels;
 
-template <typename T>
-struct ForwardArgs {
-  T* y;
-  float* rstd;
-  T* residual;  // written when delta is given
-  const T* x;
-  const T* delta;       // optional
-  const T* delta_bias;  // optional, [h]
-  const T* weight;
-  int64_t rows, h;
-  float epsilon;
-  bool vector;
-  float weight_offset;  // added to the weight as read: 1 for a zero-centred weight
-};
+// xhat = x * rstd, y = xhat * weight; backward's one sum is dxhat * xhat,
+// dx = rstd * (dxhat - xhat * mean(dxhat * xhat)).
+struct RmsNormStatistic {
+  static constexpr bool kCentered = false;
+  static constexpr int kSums = 1;
+  static constexpr const char* kScratch = "rmsnorm_backward";
 
-// y = x * rstd * weight where x = a + delta + delta_bias when delta is given (then also written to
-// residual, rounded to T: the statistics are those of the stored residual, which backward reads).
-// Outputs may alias inputs: each element is read and then written by the same thread.
-template <typename T, int kGroup, int kPacks>
-__global__ void __launch_bounds__(kThreadsPerBlock<kGroup, kForwardBlock>) rmsnorm_forward_kernel(ForwardArgs<T> a) {
-  constexpr int W = kPackSize<T>;
-  constexpr int R = kRowsPerBlock<kGroup, kForwardBlock>;
-  __shared__ float scratch[R * (kGroup / 32)];
-  const int64_t h = a.h;
-  for (int64_t first = blockIdx.x * static_cast<int64_t>(R); first < a.rows; first += static_cast<int64_t>(gridDim.x) * R) {
-    const int64_t row = first + threadIdx.y;
-    const bool active = row < a.rows;
-    float v[kPacks][W];
+  // One sum over the row group: the squares (0 past the row end).
+  template <int kGroup, int kPacks, int W>
+  static __device__ __forceinline__ RowStatistics of_packs(const float (&v)[kPacks][W], bool /*active*/, int64_t h,
+                                                           float epsilon, float* scratch) {
     float squares = 0.0f;
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
-      const int64_t col = pack_column<kGroup, W>(p);
-      if (!active) {
 #pragma unroll
-        for (int k = 0; k < W; ++k) v[p][k] = 0.0f;
-        continue;
-      }
-      load_pack<W>(a.x + row * h, col, h, a.vector, v[p]);
-      if (a.delta) {
-        float d[W], b[W];
-        load_pack<W>(a.delta + row * h, col, h, a.vector, d);
-        if (a.delta_bias) {
-          load_pack<W>(a.delta_bias, col, h, a.vector, b);
-        } else {
-#pragma unroll
-          for (int k = 0; k < W; ++k) b[k] = 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < W; ++k) v[p][k] = to_float(from_float<T>(v[p][k] + d[k] + b[k]));
-        store_pack<W>(a.residual + row * h, col, h, a.vector, v[p]);
-      }
-#pragma unroll
-      for (int k = 0; k < W; ++k) squares += v[p][k] * v[p][k];  // 0 past the row end
+      for (int k = 0; k < W; ++k) squares += v[p][k] * v[p][k];
     }
     squares = group_sum<kGroup>(squares, scratch);
-    const float rstd = rsqrtf(squares / static_cast<float>(h) + a.epsilon);
-    if (!active) continue;
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      const int64_t col = pack_column<kGroup, W>(p);
-      if (col >= h) break;
-      float w[W], out[W];
-      load_pack<W>(a.weight, col, h, a.vector, w);
-#pragma unroll
-      for (int k = 0; k < W; ++k) w[k] += a.weight_offset;
-#pragma unroll
-      for (int k = 0; k < W; ++k) out[k] = v[p][k] * rstd * w[k];
-      store_pack<W>(a.y + row * h, col, h, a.vector, out);
-    }
-    if (threadIdx.x == 0) a.rstd[row] = rstd;
+    return {0.0f, rsqrtf(squares / static_cast<float>(h) + epsilon)};
   }
-}
 
-// Rows too long for the registers: one block per row (grid-stride), two passes over the row.
-template <typename T>
-__global__ void rmsnorm_forward_multipass_kernel(ForwardArgs<T> a) {
-  const int64_t h = a.h;
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
-    const T* x_row = a.x + row * h;
-    float squares = 0.0f;
-    for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-      float v = to_float(x_row[j]);
-      if (a.delta) {
-        v = to_float(from_float<T>(v + to_float(a.delta[row * h + j]) + (a.delta_bias ? to_float(a.delta_bias[j]) : 0.0f)));
-        a.residual[row * h + j] = from_float<T>(v);
-      }
-      squares += v * v;
-    }
-    const float rstd = rsqrtf(block_sum(squares) / static_cast<float>(h) + a.epsilon);  // its barriers publish the residual
-    const T* source = a.delta ? a.residual + row * h : x_row;
-    for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-      a.y[row * h + j] = from_float<T>(to_float(source[j]) * rstd * (to_float(a.weight[j]) + a.weight_offset));
-    }
-    if (threadIdx.x == 0) a.rstd[row] = rstd;
+  // Multi-pass: the first pass sums the squares, which is all the statistic needs.
+  static __device__ __forceinline__ void add_first_pass(float& squares, float v) { squares += v * v; }
+  template <typename T>
+  static __device__ __forceinline__ RowStatistics of_row(float squares, const T* /*source*/, int64_t h, float epsilon) {
+    return {0.0f, rsqrtf(block_sum(squares) / static_cast<float>(h) + epsilon)};
   }
-}
 
-template <typename T>
-struct BackwardArgs {
-  T* dx;
-  float* partials;  // [gridDim.x, h]: each block's dweight sums
-  const T* dy;
-  const T* x;
-  const float* rstd;
-  const T* weight;
-  int64_t rows, h;
-  bool accumulate;
-  bool vector;
-  float weight_offset;  // added to the weight as read: 1 for a zero-centred weight
-};
-
-// dx = rstd * (dxhat - xhat * mean(dxhat * xhat)) with xhat = x * rstd, dxhat = dy * weight (+=
-// when accumulating). Each thread also sums dy * xhat over its rows for its columns; the groups of a
-// block then add theirs in order into shared memory, and the block writes one partial row. dx may
-// alias dy: both are read into registers before dx is written.
-template <typename T, int kGroup, int kPacks>
-__global__ void __launch_bounds__(kThreadsPerBlock<kGroup, kBackwardBlock>) rmsnorm_backward_kernel(BackwardArgs<T> a) {
-  constexpr int W = kPackSize<T>;
-  constexpr int R = kRowsPerBlock<kGroup, kBackwardBlock>;
-  extern __shared__ float column_sums[];  // [h], only when R > 1
-  __shared__ float scratch[R * (kGroup / 32)];
-  const int64_t h = a.h;
-  float dweight[kPacks][W] = {};
-  for (int64_t first = blockIdx.x * static_cast<int64_t>(R); first < a.rows; first += static_cast<int64_t>(gridDim.x) * R) {
-    const int64_t row = first + threadIdx.y;
-    const bool active = row < a.rows;
-    const float rs = active ? a.rstd[row] : 0.0f;
-    float xhat[kPacks][W], dxhat[kPacks][W];
-    float sum = 0.0f;  // dxhat * xhat
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      const int64_t col = pack_column<kGroup, W>(p);
-      float x[W], g[W], w[W];
-      if (active) {
-        load_pack<W>(a.x + row * h, col, h, a.vector, x);
-        load_pack<W>(a.dy + row * h, col, h, a.vector, g);  // 0 past the row end: no contribution
-        load_pack<W>(a.weight, col, h, a.vector, w);
-#pragma unroll
-        for (int k = 0; k < W; ++k) w[k] += a.weight_offset;
-      } else {
-#pragma unroll
-        for (int k = 0; k < W; ++k) x[k] = g[k] = w[k] = 0.0f;
-      }
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        xhat[p][k] = x[k] * rs;
-        dxhat[p][k] = g[k] * w[k];
-        sum += dxhat[p][k] * xhat[p][k];
-        dweight[p][k] += g[k] * xhat[p][k];
-      }
-    }
-    sum = group_sum<kGroup>(sum, scratch);
-    const float mean_dxhat_xhat = sum / static_cast<float>(h);
-    if (!active) continue;
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      const int64_t col = pack_column<kGroup, W>(p);
-      if (col >= h) break;
-      float value[W], previous[W];
-      if (a.accumulate) load_pack<W>(a.dx + row * h, col, h, a.vector, previous);
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        value[k] = rs * (dxhat[p][k] - xhat[p][k] * mean_dxhat_xhat);
-        if (a.accumulate) value[k] += previous[k];
-      }
-      store_pack<W>(a.dx + row * h, col, h, a.vector, value);
-    }
+  static __device__ __forceinline__ float xhat(float x, float /*mean*/, float rstd) { return x * rstd; }
+  static __device__ __forceinline__ float scale(float xhat, float w, float /*b*/) { return xhat * w; }
+  static __device__ __forceinline__ void add_sums(float (&sums)[kSums], float dxhat, float xhat) {
+    sums[0] += dxhat * xhat;
   }
-  // This block's partial column sums, groups added in order of threadIdx.y.
-  float* partial = a.partials + blockIdx.x * h;
-  if constexpr (R == 1) {
-#pragma unroll
-    for (int p = 0; p < kPacks; ++p) {
-      const int64_t col = pack_column<kGroup, W>(p);
-#pragma unroll
-      for (int k = 0; k < W; ++k) {
-        if (col + k < h) partial[col + k] = dweight[p][k];
-      }
-    }
-  } else {
-    for (int group = 0; group < R; ++group) {
-      if (threadIdx.y == group) {
-#pragma unroll
-        for (int p = 0; p < kPacks; ++p) {
-          const int64_t col = pack_column<kGroup, W>(p);
-#pragma unroll
-          for (int k = 0; k < W; ++k) {
-            if (col + k < h) column_sums[col + k] = group == 0 ? dweight[p][k] : column_sums[col + k] + dweight[p][k];
-          }
-        }
-      }
-      __syncthreads();
-    }
-    const int thread = threadIdx.y * kGroup + threadIdx.x;
-    for (int64_t c = thread; c < h; c += kThreadsPerBlock<kGroup, kBackwardBlock>) partial[c] = column_sums[c];
+  struct Means {
+    float dxhat_xhat;
+  };
+  static __device__ __forceinline__ Means means(const float (&sums)[kSums], int64_t h) {
+    return {sums[0] / static_cast<float>(h)};
   }
-}
-
-// Rows too long for the registers: dx by one block per row (grid-stride), two passes; the weight
-// gradient by the generic column reduction.
-template <typename T>
-__global__ void rmsnorm_backward_dx_multipass_kernel(BackwardArgs<T> a) {
-  const int64_t h = a.h;
-  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
-    const float rs = a.rstd[row];
-    float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-      const float xhat = to_float(a.x[row * h + j]) * rs;
-      const float dxhat = to_float(a.dy[row * h + j]) * (to_float(a.weight[j]) + a.weight_offset);
-      sum += dxhat * xhat;
-    }
-    const float mean_dxhat_xhat = block_sum(sum) / static_cast<float>(h);
-    for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
-      const float xhat = to_float(a.x[row * h + j]) * rs;
-      const float dxhat = to_float(a.dy[row * h + j]) * (to_float(a.weight[j]) + a.weight_offset);
-      float value = rs * (dxhat - xhat * mean_dxhat_xhat);
-      if (a.accumulate) value += to_float(a.dx[row * h + j]);
-      a.dx[row * h + j] = from_float<T>(value);
-    }
-  }
-}
-
-template <typename T>
-struct WeightGradValue {  // dy * xhat
-  const T* dy;
-  const T* x;
-  const float* rstd;
-  int64_t h;
-  __device__ float operator()(int64_t row, int64_t col) const {
-    return to_float(dy[row * h + col]) * (to_float(x[row * h + col]) * rstd[row]);
+  static __device__ __forceinline__ float dx(float rstd, float dxhat, float xhat, const Means& means) {
+    return rstd * (dxhat - xhat * means.dxhat_xhat);
   }
 };
-
 
 void check_rmsnorm_shapes(const Tensor& y, const Tensor& rstd, const Tensor& x, const Tensor& weight) {
   GPT_CHECK(y.numel() == x.numel() && weight.numel() == x.cols() && rstd.numel() == x.rows() &&
@@ -264,49 +70,10 @@ void launch_forward(Context& ctx, const Tensor& y, const Tensor& rstd, const Ten
   check_rmsnorm_shapes(y, rstd, x, weight);
   GPT_CHECK(!delta_bias.defined() || delta_bias.numel() == h) << "RMSNorm residual bias " << delta_bias.to_string();
   if (rows == 0 || h == 0) return;
-  ForwardArgs<T> a{device_data<T>(y), rstd.data_as<float>(), optional_device_data<T>(residual), device_data<T>(x),
-                   optional_device_data<T>(delta), optional_device_data<T>(delta_bias), device_data<T>(weight),
-                   rows, h, epsilon, false, weight_offset};
-  a.vector = rows_vectorizable(h, kPackSize<T>, {a.y, a.residual, a.x, a.delta, a.delta_bias, a.weight});
-  const bool in_registers = with_row_config<T, 512>(h, [&](auto group, auto packs) {
-    constexpr int kGroup = decltype(group)::value, kPacks = decltype(packs)::value;
-    constexpr int R = kRowsPerBlock<kGroup, kForwardBlock>;
-    auto* kernel = rmsnorm_forward_kernel<T, kGroup, kPacks>;
-    const unsigned int grid = occupancy_grid(ctx, kernel, kThreadsPerBlock<kGroup, kForwardBlock>, 0, (rows + R - 1) / R);
-    kernel<<<grid, dim3(kGroup, R), 0, stream_of(ctx)>>>(a);
-  });
-  if (!in_registers) {
-    const unsigned int grid = occupancy_grid(ctx, rmsnorm_forward_multipass_kernel<T>, kMultipassThreads, 0, rows);
-    rmsnorm_forward_multipass_kernel<T><<<grid, kMultipassThreads, 0, stream_of(ctx)>>>(a);
-  }
-  GPT_CUDA_CHECK_LAUNCH();
-}
-
-template <typename T>
-void launch_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, const Tensor& dy, const Tensor& x,
-                     const Tensor& rstd, const Tensor& weight, bool accumulate, float weight_offset) {
-  const int64_t rows = x.rows(), h = x.cols();
-  BackwardArgs<T> a{device_data<T>(dx), nullptr, device_data<T>(dy), device_data<T>(x), rstd.data_as<float>(),
-                    device_data<T>(weight), rows, h, accumulate, false, weight_offset};
-  a.vector = rows_vectorizable(h, kPackSize<T>, {a.dx, a.dy, a.x, a.weight});
-  const bool in_registers = with_row_config<T, 256>(h, [&](auto group, auto packs) {
-    constexpr int kGroup = decltype(group)::value, kPacks = decltype(packs)::value;
-    constexpr int R = kRowsPerBlock<kGroup, kBackwardBlock>;
-    auto* kernel = rmsnorm_backward_kernel<T, kGroup, kPacks>;
-    const size_t smem = R > 1 ? static_cast<size_t>(h) * sizeof(float) : 0;
-    const unsigned int grid = occupancy_grid(ctx, kernel, kThreadsPerBlock<kGroup, kBackwardBlock>, smem, (rows + R - 1) / R);
-    a.partials = static_cast<float*>(ctx.cuda().scratch(grid * static_cast<size_t>(h) * sizeof(float), "rmsnorm_backward"));
-    kernel<<<grid, dim3(kGroup, R), smem, stream_of(ctx)>>>(a);
-    GPT_CUDA_CHECK_LAUNCH();
-    sum_partial_rows_into(ctx, a.partials, grid, h, h, dweight.data_as<float>());
-  });
-  if (in_registers) return;
-  // The column sums first: they read dy, which dx may overwrite.
-  auto* partials = static_cast<float*>(ctx.cuda().scratch(kRowChunks * h * sizeof(float), "rmsnorm_backward"));
-  column_sums_into(ctx, WeightGradValue<T>{a.dy, a.x, a.rstd, h}, rows, h, dweight.data_as<float>(), partials);
-  const unsigned int grid = occupancy_grid(ctx, rmsnorm_backward_dx_multipass_kernel<T>, kMultipassThreads, 0, rows);
-  rmsnorm_backward_dx_multipass_kernel<T><<<grid, kMultipassThreads, 0, stream_of(ctx)>>>(a);
-  GPT_CUDA_CHECK_LAUNCH();
+  launch_row_norm_forward<RmsNormStatistic>(
+      ctx, RowNormForward<T>{device_data<T>(y), nullptr, rstd.data_as<float>(), optional_device_data<T>(residual),
+                             device_data<T>(x), optional_device_data<T>(delta), optional_device_data<T>(delta_bias),
+                             device_data<T>(weight), nullptr, rows, h, epsilon, false, weight_offset});
 }
 
 }  // namespace
@@ -335,7 +102,11 @@ void rmsnorm_backward(Context& ctx, const Tensor& dx, const Tensor& dweight, con
       << "RMSNorm backward shapes";
   if (rows == 0 || h == 0) return;
   dispatch_float_type(x.dtype(), [&](auto tag) {
-    launch_backward<decltype(tag)>(ctx, dx, dweight, dy, x, rstd, weight, accumulate_dx, weight_offset);
+    using T = decltype(tag);
+    launch_row_norm_backward<RmsNormStatistic>(
+        ctx, RowNormBackward<T>{device_data<T>(dx), nullptr, device_data<T>(dy), device_data<T>(x), nullptr,
+                                rstd.data_as<float>(), device_data<T>(weight), rows, h, accumulate_dx, false, weight_offset},
+        dweight.data_as<float>(), nullptr);
   });
 }
 

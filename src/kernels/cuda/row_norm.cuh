@@ -1,7 +1,8 @@
-// The row machinery LayerNorm and RMSNorm share (layernorm.cu, rmsnorm.cu): a group of kGroup
-// threads owns a row of h elements and keeps it in registers as kPacks packs of 16 bytes per
-// thread; block shapes, the sum over a row group, pack loads and stores, and the choice of row
-// configuration for h. Rows too long for registers use the multi-pass kernels (kMultipassThreads).
+// The row machinery of the row-normalization kernels (row_norm_kernels.cuh, for LayerNorm and
+// RMSNorm): a group of kGroup threads owns a row of h elements and keeps it in registers as kPacks
+// packs of 16 bytes per thread; block shapes, the sum over a row group, pack loads and stores, and
+// the choice of row configuration for h. Rows too long for registers use the multi-pass kernels
+// (kMultipassThreads).
 #pragma once
 
 #include "kernels/cuda/common.cuh"
