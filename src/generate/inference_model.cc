@@ -4,30 +4,17 @@
 #include <cmath>
 
 #include "kernels/ops.h"
+#include "model/attention_block.h"
+#include "model/mlp_block.h"
 #include "model/param_registry.h"
 
 namespace gpt {
 
 void rope_at_position(float* qkv_row, int64_t groups, int64_t queries_per_group, int64_t head_dim,
                       int64_t rotary_dim, float base, int64_t position, bool interleaved) {
-  const int64_t half = rotary_dim / 2, width = (queries_per_group + 2) * head_dim;
-  const int64_t pair_step = interleaved ? 2 : 1, second = interleaved ? 1 : half;  // as kernels/cpu/rope.cc
-  for (int64_t j = 0; j < half; ++j) {
-    // As kernels/cpu/rope.cc: inv_freq and the angle in FP32, cosine and sine in double.
-    const float inv_freq = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(rotary_dim));
-    const float angle = static_cast<float>(position) * inv_freq;
-    const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
-    const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t head = 0; head <= queries_per_group; ++head) {  // the queries and the key
-        float* x = qkv_row + g * width + head * head_dim;
-        const int64_t i1 = j * pair_step, i2 = second + j * pair_step;
-        const float x1 = x[i1], x2 = x[i2];
-        x[i1] = x1 * c - x2 * s;
-        x[i2] = x2 * c + x1 * s;
-      }
-    }
-  }
+  Context host = Context::cpu(1);
+  const Tensor row(qkv_row, DType::kFloat32, Shape{1, 1, groups, (queries_per_group + 2) * head_dim}, Device::kCpu);
+  ops::rope_forward(host, row, head_dim, rotary_dim, base, position, interleaved);
 }
 
 InferenceModel::InferenceModel(const ModelConfig& config, const std::map<std::string, std::vector<float>>& params,
@@ -178,26 +165,26 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
     ops::matmul(ctx_, qkv, ln, weight(p + "self_attention.linear_qkv.weight", {qkv_size, h}),
                 {.transpose_b = true, .bias = bias(p + "self_attention.linear_qkv.bias", qkv_size)});
     if (c.qk_layernorm) {
-      // --qk-layernorm (model/transformer_layer.cc's qk_norm_forward): every query head and every
-      // key head of the n rows normalized over its d dims before RoPE, each copied out of qkv
-      // [n groups_l, (q + 2) d] into rows of d, normalized in place and copied back.
-      const Tensor packed = qkv.view({n * groups, (q + 2) * d});
+      // --qk-layernorm (model/attention_block.h's apply_to_qk_heads, as training): every query head
+      // and every key head of the n rows normalized in place over its d dims before RoPE.
       const Tensor heads_rows = scratch(qk_rows_, {n * heads, d});
       const Tensor head_mean = scratch(qk_mean_, {n * heads}), head_rstd = scratch(qk_rstd_, {n * heads});
-      auto head_norm = [&](const std::string& name, int64_t head_rows, int64_t column, int64_t columns) {
-        const Tensor rows_of_d = heads_rows.flat_range(0, head_rows * d).view({head_rows, d});
-        const Tensor mean_rows = head_mean.flat_range(0, head_rows), rstd_rows = head_rstd.flat_range(0, head_rows);
-        ops::copy_columns(ctx_, rows_of_d.view({n * groups, columns}), 0, packed, column, columns, false);
-        if (rms) {
-          ops::rmsnorm_forward(ctx_, rows_of_d, rstd_rows, rows_of_d, weight(name + ".weight", {d}), eps, gamma_offset);
-        } else {
-          ops::layernorm_forward(ctx_, rows_of_d, mean_rows, rstd_rows, rows_of_d, weight(name + ".weight", {d}),
-                                 weight(name + ".bias", {d}), eps, gamma_offset);
-        }
-        ops::copy_columns(ctx_, packed, column, rows_of_d.view({n * groups, columns}), 0, columns, false);
-      };
-      head_norm(p + "self_attention.q_layernorm", n * heads, 0, q * d);
-      head_norm(p + "self_attention.k_layernorm", n * groups, q * d, d);
+      const Tensor keys = heads_rows.flat_range(0, n * groups * d).view({n * groups, d});
+      apply_to_qk_heads(ctx_, qkv.view({n * groups, (q + 2) * d}), q, d, heads_rows, heads_rows, keys, keys,
+                        [&](bool key, const Tensor& y, const Tensor& x) {
+                          const std::string name =
+                              p + (key ? "self_attention.k_layernorm" : "self_attention.q_layernorm");
+                          const int64_t head_rows = x.rows();
+                          const Tensor mean_rows = head_mean.flat_range(0, head_rows);
+                          const Tensor rstd_rows = head_rstd.flat_range(0, head_rows);
+                          if (rms) {
+                            ops::rmsnorm_forward(ctx_, y, rstd_rows, x, weight(name + ".weight", {d}), eps,
+                                                 gamma_offset);
+                          } else {
+                            ops::layernorm_forward(ctx_, y, mean_rows, rstd_rows, x, weight(name + ".weight", {d}),
+                                                   weight(name + ".bias", {d}), eps, gamma_offset);
+                          }
+                        });
     }
     // Attention, one segment (sequence) at a time.
     int64_t first = 0;
@@ -215,17 +202,17 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
           out_host = host(attention_host_, {s, projection}).data_as<float>();
           copy_bytes(Device::kCpu, qkv_host, device, qkv_rows, static_cast<size_t>(s * qkv_size) * sizeof(float));
         }
+        // The segment's rows hold consecutive positions from its first row's: RoPE's offset.
+        const Tensor qkv_segment(qkv_host, DType::kFloat32, Shape{s, 1, groups, (q + 2) * d}, Device::kCpu);
         if (rope) {
-          for (int64_t t = 0; t < s; ++t) {
-            rope_at_position(qkv_host + t * qkv_size, groups, q, d, c.rotary_dim, c.rotary_base, rows[first + t].position,
-                             c.rotary_interleaved);
-          }
+          ops::rope_forward(host_ctx_, qkv_segment, d, c.rotary_dim, c.rotary_base, rows[first].position,
+                            c.rotary_interleaved);
         }
         KvCacheAttention& core = *cached_cores_[static_cast<size_t>(layer)];
         core.select(segment.sequence);
         core.forward(host_ctx_, Tensor(out_host, DType::kFloat32, Shape{s, 1, heads, d}, Device::kCpu),
                      host(lse_host_, {1, heads, s}),
-                     Tensor(qkv_host, DType::kFloat32, Shape{s, 1, groups, (q + 2) * d}, Device::kCpu), ops::DropoutMask{});
+                     qkv_segment, ops::DropoutMask{});
         if (!on_host) {
           copy_bytes(device, out_rows, Device::kCpu, out_host, static_cast<size_t>(s * projection) * sizeof(float));
         }
@@ -252,18 +239,10 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
     }
     const Tensor fc1_weight = weight(p + "mlp.linear_fc1.weight", {fc1_size, h});
     const Tensor fc1_bias = bias(p + "mlp.linear_fc1.bias", fc1_size);
-    if (c.swiglu) {
-      ops::matmul(ctx_, fc1, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias});
-      ops::swiglu_forward(ctx_, act, fc1);
-    } else if (c.exact_gelu) {
-      ops::matmul(ctx_, fc1, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias});
-      ops::gelu_exact_forward(ctx_, act, fc1);
-    } else if (c.squared_relu) {
-      ops::matmul(ctx_, fc1, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias});
-      ops::squared_relu_forward(ctx_, act, fc1);
-    } else {
-      ops::matmul(ctx_, act, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias, .pre_gelu = fc1});
-    }
+    // fc1 and the activation: the MLP block's op sequence (model/mlp_block.h) on this GEMM.
+    mlp_up_forward(ctx_, mlp_activation(c), fc1, act, [&](const Tensor& out, const Tensor& pre_gelu) {
+      ops::matmul(ctx_, out, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias, .pre_gelu = pre_gelu});
+    });
     ops::matmul(ctx_, mlp, act, weight(p + "mlp.linear_fc2.weight", {h, ffn}), {.transpose_b = true});
     reduce(mlp);
     ops::residual_add(ctx_, x, residual, mlp, bias(p + "mlp.linear_fc2.bias", h));

@@ -2,10 +2,16 @@
 // activations; model/transformer_layer.h's order), FP32 on the host, without stashes, dropout or
 // backward, over a ragged batch: each segment is some new tokens of one sequence, all segments'
 // rows going through the linears together and each segment through the attention core alone.
+// The blocks' op sequences are shared where generation runs them: the MLP block's fc1 and
+// activation (model/mlp_block.h's mlp_up_forward), the q/k norms' per-head step
+// (model/attention_block.h's apply_to_qk_heads), and RoPE is the op set's (one implementation).
+// The norms, the GEMMs of qkv, proj and fc2, and the residual adds are still written here: the
+// blocks are built on ParamStore, Linear and one LayerShapes per chunk, generation on FP32
+// checkpoint tensors and a row count that changes with each call.
 //
 //   forward_cached: every segment's tokens appended to its sequence's KV cache at positions
-//     length .. length + s - 1 (RoPE angles and learned positions continue there); the attention
-//     core is KvCacheAttention. Prefill is one call with whole prompts, decoding one call per step
+//     length .. length + s - 1 (RoPE angles and learned positions continue there: the op from the
+//     segment's first position); the attention core is KvCacheAttention. Prefill is one call with whole prompts, decoding one call per step
 //     with one token per live sequence.
 //   tensor parallelism (a `tensor_group` of more than one rank): each rank holds its slice
 //     (generate/tensor_slice.h); the word embedding is looked up vocabulary-parallel and summed
@@ -91,7 +97,7 @@ class InferenceModel {
 };
 
 // Rotates the query and key heads of one token's packed qkv row [groups, (q + 2) d] by RoPE at
-// `position` (the op set's rope_forward arithmetic for an absolute position).
+// `position`: the op set's rope_forward on the host, on that one row.
 void rope_at_position(float* qkv_row, int64_t groups, int64_t queries_per_group, int64_t head_dim,
                       int64_t rotary_dim, float base, int64_t position, bool interleaved);
 

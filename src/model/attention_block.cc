@@ -40,39 +40,42 @@ Tensor AttentionBlock::groups_view(const Tensor& matrix) const {
                       (shapes_.queries_per_group() + 2) * shapes_.head_dim});
 }
 
-// qkv [s b, qkv_l] seen as [s b groups_l, (q_per_group + 2) d]: a group's query heads are its
-// first q_per_group d columns, its key head the next d. Each is copied out into rows of d, the norm
-// runs over those rows (in ws_.projection [s b, heads_l d]: free until the core's output gradient
-// in backward), and the result copied back.
+// qkv [s b, qkv_l] seen as [s b groups_l, (q_per_group + 2) d] (apply_to_qk_heads); the norms
+// read the heads stashed in q_pre / k_pre and write into ws_.projection [s b, heads_l d], free until
+// the core's output gradient in backward.
 void AttentionBlock::qk_norm_forward(Context& ctx, const AttentionActivations& a) const {
   const LayerShapes& s = shapes_;
-  const int64_t d = s.head_dim, query_columns = s.queries_per_group() * d;
+  const int64_t d = s.head_dim;
   const Borrow scratch(ws_.projection, "attention block: q/k norms' rows");
-  const Tensor groups = a.qkv.view({s.rows() * s.local_groups, (s.queries_per_group() + 2) * d});
-  const Tensor normalized_queries = scratch->view({s.query_head_rows(), d});
-  ops::copy_columns(ctx, a.q_pre.view({groups.rows(), query_columns}), 0, groups, 0, query_columns, false);
-  q_norm_->forward(ctx, normalized_queries, a.q_mean, a.q_rstd, a.q_pre);
-  ops::copy_columns(ctx, groups, 0, normalized_queries.view({groups.rows(), query_columns}), 0, query_columns, false);
-  const Tensor normalized_keys = scratch->flat_range(0, s.key_head_rows() * d).view({s.key_head_rows(), d});
-  ops::copy_columns(ctx, a.k_pre, 0, groups, query_columns, d, false);
-  k_norm_->forward(ctx, normalized_keys, a.k_mean, a.k_rstd, a.k_pre);
-  ops::copy_columns(ctx, groups, query_columns, normalized_keys, 0, d, false);
+  const Tensor queries = scratch->view({s.query_head_rows(), d});
+  const Tensor keys = scratch->flat_range(0, s.key_head_rows() * d).view({s.key_head_rows(), d});
+  apply_to_qk_heads(ctx, a.qkv.view({s.rows() * s.local_groups, (s.queries_per_group() + 2) * d}),
+                    s.queries_per_group(), d, a.q_pre, queries, a.k_pre, keys,
+                    [&](bool key, const Tensor& y, const Tensor& x) {
+                      if (key) {
+                        k_norm_->forward(ctx, y, a.k_mean, a.k_rstd, x);
+                      } else {
+                        q_norm_->forward(ctx, y, a.q_mean, a.q_rstd, x);
+                      }
+                    });
 }
 
 void AttentionBlock::qk_norm_backward(Context& ctx, const Tensor& dqkv, const AttentionActivations& a) const {
   // The same copies as forward; each norm's backward runs in place (dx may alias dy).
   const LayerShapes& s = shapes_;
-  const int64_t d = s.head_dim, query_columns = s.queries_per_group() * d;
+  const int64_t d = s.head_dim;
   const Borrow scratch(ws_.projection, "attention block: q/k norms' row gradients");
-  const Tensor groups = dqkv.view({s.rows() * s.local_groups, (s.queries_per_group() + 2) * d});
   const Tensor queries = scratch->view({s.query_head_rows(), d});
-  ops::copy_columns(ctx, queries.view({groups.rows(), query_columns}), 0, groups, 0, query_columns, false);
-  q_norm_->backward(ctx, queries, queries, a.q_pre, a.q_mean, a.q_rstd);
-  ops::copy_columns(ctx, groups, 0, queries.view({groups.rows(), query_columns}), 0, query_columns, false);
   const Tensor keys = scratch->flat_range(0, s.key_head_rows() * d).view({s.key_head_rows(), d});
-  ops::copy_columns(ctx, keys, 0, groups, query_columns, d, false);
-  k_norm_->backward(ctx, keys, keys, a.k_pre, a.k_mean, a.k_rstd);
-  ops::copy_columns(ctx, groups, query_columns, keys, 0, d, false);
+  apply_to_qk_heads(ctx, dqkv.view({s.rows() * s.local_groups, (s.queries_per_group() + 2) * d}),
+                    s.queries_per_group(), d, queries, queries, keys, keys,
+                    [&](bool key, const Tensor& dx, const Tensor& dy) {
+                      if (key) {
+                        k_norm_->backward(ctx, dx, dy, a.k_pre, a.k_mean, a.k_rstd);
+                      } else {
+                        q_norm_->backward(ctx, dx, dy, a.q_pre, a.q_mean, a.q_rstd);
+                      }
+                    });
 }
 
 void AttentionBlock::rope(Context& ctx, const Tensor& qkv, bool forward) const {

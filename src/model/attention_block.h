@@ -43,6 +43,24 @@ struct AttentionActivations {
   static void for_each_core_output(AttentionActivations& a, const LayerShapes& s, DType t, Visit&& visit);
 };
 
+// --qk-layernorm's per-head step over qkv seen as `packed` [rows groups_l, (q + 2) d], the one op
+// sequence of forward, backward and generation: each group's q query heads, then its key head, are
+// copied out into rows of d (q_in [rows heads_l, d], k_in [rows groups_l, d]), `norm(key, y, x)`
+// runs over those rows into q_out / k_out (which may be q_in / k_in: in place), and the result is
+// copied back.
+template <typename HeadNorm>
+void apply_to_qk_heads(Context& ctx, const Tensor& packed, int64_t queries_per_group, int64_t head_dim,
+                       const Tensor& q_in, const Tensor& q_out, const Tensor& k_in, const Tensor& k_out,
+                       HeadNorm&& norm) {
+  const int64_t rows = packed.rows(), query_columns = queries_per_group * head_dim;
+  ops::copy_columns(ctx, q_in.view({rows, query_columns}), 0, packed, 0, query_columns, false);
+  norm(/*key=*/false, q_out, q_in);
+  ops::copy_columns(ctx, packed, 0, q_out.view({rows, query_columns}), 0, query_columns, false);
+  ops::copy_columns(ctx, k_in, 0, packed, query_columns, head_dim, false);
+  norm(/*key=*/true, k_out, k_in);
+  ops::copy_columns(ctx, packed, query_columns, k_out, 0, head_dim, false);
+}
+
 class AttentionBlock {
  public:
   explicit AttentionBlock(const BlockBuild& build);

@@ -5,7 +5,7 @@
 #include <vector>
 
 namespace gpt {
-#ifndef NDEBUG
+#ifdef GPT_WORKSPACE_BORROWS_CHECKED
 namespace {
 
 struct Held {
