@@ -1,4 +1,4 @@
-// One pre-norm transformer block with tensor-parallel attention and MLP:
+// One pre-norm transformer layer with tensor-parallel attention and MLP:
 //
 //   a = N1(x);  x2 = x + D(proj(attn(rope(qkv(a)))));  b = N2(x2);  y = x2 + D(fc2(act(fc1(b))))
 //
