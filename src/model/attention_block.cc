@@ -103,12 +103,12 @@ BlockOutput AttentionBlock::forward(Context& ctx, int slot, const AttentionActiv
   if (config_.qk_layernorm) qk_norm_forward(ctx, a);
   // Rotated in place: the stash keeps the rotated q and k that the core's backward reads.
   if (config_.position_embedding == PositionEmbedding::kRope) rope(ctx, a.qkv, /*forward=*/true);
-  recompute_core(ctx, slot, a);
+  core_forward(ctx, slot, a);
   const Tensor out = proj_.forward_row(ctx, ws_.full_a, a.attention, ws_.local_a);  // [s_l, b, h]
   return dropout_.forward(ctx, slot, ops::DropoutSite::kAttentionOutput, out, proj_.bias());
 }
 
-void AttentionBlock::recompute_core(Context& ctx, int slot, const AttentionActivations& a) const {
+void AttentionBlock::core_forward(Context& ctx, int slot, const AttentionActivations& a) const {
   core_->forward(ctx, heads_view(a.attention), a.lse, groups_view(a.qkv),
                  dropout_.mask(slot, ops::DropoutSite::kAttentionProbabilities));
 }

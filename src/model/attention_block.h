@@ -67,8 +67,9 @@ class AttentionBlock {
 
   // input [s_l, b, h] (the first norm's output) -> the block's output, its activations in `a`.
   BlockOutput forward(Context& ctx, int slot, const AttentionActivations& a, const Tensor& input);
-  // The attention core alone from a's (rotated) qkv into a.attention and a.lse: selective recompute.
-  void recompute_core(Context& ctx, int slot, const AttentionActivations& a) const;
+  // The attention core alone, from a's (rotated) qkv into a.attention and a.lse: inside forward,
+  // and again in backward under selective recompute.
+  void core_forward(Context& ctx, int slot, const AttentionActivations& a) const;
   // grad_output [s_l, b, h] (the gradient of the block's output) -> the gradient of its input
   // [s_l, b, h], in the workspace (local_a under sequence parallelism, else full_a), read at once
   // by the caller. `input`: what forward was given. The linears' weight gradients run inside it or

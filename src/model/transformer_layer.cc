@@ -112,7 +112,7 @@ Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_out
   if (recompute_.stashing == LayerStashing::kAllButAttentionCore) {
     // Selective recompute: the core's output and lse, into the chunk's shared buffers, from the
     // stashed (rotated) qkv; proj's weight gradient and the core's backward read them.
-    attention_.recompute_core(ctx, slot, st.attention);
+    attention_.core_forward(ctx, slot, st.attention);
   }
   const Tensor d_ln1 = attention_.backward_input(ctx, slot, st.attention, st.ln1, *d_residual, timing);
   norm1_.backward(ctx, grad_input, d_ln1, st.input, st.ln1_mean, st.ln1_rstd);
