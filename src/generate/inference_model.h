@@ -68,7 +68,29 @@ class InferenceModel {
     int32_t token;
     int64_t position;
   };
+  // This rank's widths (the whole model's with one rank).
+  struct Widths {
+    int64_t h, d, heads, groups, q;           // hidden, head dim, heads_l, groups_l, queries per group
+    int64_t qkv, projection, ffn, fc1;        // qkv_l, heads_l d, ffn_l, fc1_l
+    int64_t vocab, vocab_local, vocab_first;  // padded vocabulary, this rank's rows of it, its first id
+  };
+  static Widths widths(const ModelConfig& config, const TensorSlice& slice);
   void run(std::span<const Segment> segments, bool cached, std::vector<float>& logits);
+  // The segments' rows in order, each with its absolute position.
+  std::vector<Row> rows_of(std::span<const Segment> segments, bool cached) const;
+  // x [n, h] = the rows' embeddings.
+  void embed(const std::vector<Row>& rows, const Tensor& x);
+  // One layer on x [n, h], in place.
+  void layer_forward(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows, bool cached,
+                     const Tensor& x);
+  // qkv [n, qkv_l] -> attention [n, heads_l d], one segment at a time (RoPE first).
+  void attend(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows, bool cached,
+              const Tensor& qkv, const Tensor& attention);
+  // Logits [segments, padded_vocab] of each segment's last row of x [n, h].
+  void head(std::span<const Segment> segments, const Tensor& x, std::vector<float>& logits);
+  // The norm `name` (LayerNorm or RMSNorm as configured) over rows of `width`: y = norm(x).
+  void norm(const std::string& name, int64_t width, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+            const Tensor& x);
   // Sums a row-parallel GEMM's partial result over the tensor-parallel group (in place).
   void reduce(const Tensor& partial);
   const float* param(const std::string& name) const;
@@ -82,6 +104,7 @@ class InferenceModel {
   ModelConfig config_;
   Communicator* tensor_group_;
   TensorSlice slice_;
+  Widths w_;
   const std::map<std::string, std::vector<float>>& params_;
   Context& ctx_;
   Context host_ctx_;  // the KV cache's attention and host-side collectives
