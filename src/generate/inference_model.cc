@@ -171,7 +171,9 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
   embed(rows, x);
   for (int64_t layer = 0; layer < config_.num_layers; ++layer) layer_forward(layer, segments, rows, cached, x);
   if (cached) {
-    for (const Segment& segment : segments) cache_.advance(segment.sequence, static_cast<int64_t>(segment.tokens.size()));
+    for (const Segment& segment : segments) {
+      cache_.advance(segment.sequence, static_cast<int64_t>(segment.tokens.size()));
+    }
   }
   head(segments, x, logits);
 }

@@ -11,8 +11,8 @@
 //
 //   forward_cached: every segment's tokens appended to its sequence's KV cache at positions
 //     length .. length + s - 1 (RoPE angles and learned positions continue there: the op from the
-//     segment's first position); the attention core is KvCacheAttention. Prefill is one call with whole prompts, decoding one call per step
-//     with one token per live sequence.
+//     segment's first position); the attention core is KvCacheAttention. Prefill is one call with
+//     whole prompts, decoding one call per step with one token per live sequence.
 //   tensor parallelism (a `tensor_group` of more than one rank): each rank holds its slice
 //     (generate/tensor_slice.h); the word embedding is looked up vocabulary-parallel and summed
 //     over the group, linear_qkv and linear_fc1 are column-parallel (the attention runs on the
