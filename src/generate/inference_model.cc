@@ -4,30 +4,37 @@
 #include <cmath>
 
 #include "kernels/ops.h"
+#include "model/attention_block.h"
+#include "model/mlp_block.h"
 #include "model/param_registry.h"
 
 namespace gpt {
+namespace {
+// --apply-layernorm-1p: the norms scale by 1 + weight (the checkpoint stores the zero-centred weight).
+float gamma_offset(const ModelConfig& c) { return c.layernorm_zero_centered_gamma ? 1.0f : 0.0f; }
+}  // namespace
+
+InferenceModel::Widths InferenceModel::widths(const ModelConfig& c, const TensorSlice& slice) {
+  const int64_t tp = slice.size, vocab_local = vocab_rows_per_rank(c.padded_vocab_size, static_cast<int>(tp));
+  return {.h = c.hidden_size,
+          .d = c.kv_channels,
+          .heads = c.num_attention_heads / tp,
+          .groups = c.query_groups() / tp,
+          .q = c.queries_per_group(),
+          .qkv = c.qkv_size() / tp,
+          .projection = c.num_attention_heads / tp * c.kv_channels,
+          .ffn = c.ffn_hidden_size / tp,
+          .fc1 = c.fc1_size() / tp,
+          .vocab = c.padded_vocab_size,
+          .vocab_local = vocab_local,
+          .vocab_first = slice.rank * vocab_local};
+}
 
 void rope_at_position(float* qkv_row, int64_t groups, int64_t queries_per_group, int64_t head_dim,
                       int64_t rotary_dim, float base, int64_t position, bool interleaved) {
-  const int64_t half = rotary_dim / 2, width = (queries_per_group + 2) * head_dim;
-  const int64_t pair_step = interleaved ? 2 : 1, second = interleaved ? 1 : half;  // as kernels/cpu/rope.cc
-  for (int64_t j = 0; j < half; ++j) {
-    // As kernels/cpu/rope.cc: inv_freq and the angle in FP32, cosine and sine in double.
-    const float inv_freq = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(rotary_dim));
-    const float angle = static_cast<float>(position) * inv_freq;
-    const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
-    const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
-    for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t head = 0; head <= queries_per_group; ++head) {  // the queries and the key
-        float* x = qkv_row + g * width + head * head_dim;
-        const int64_t i1 = j * pair_step, i2 = second + j * pair_step;
-        const float x1 = x[i1], x2 = x[i2];
-        x[i1] = x1 * c - x2 * s;
-        x[i2] = x2 * c + x1 * s;
-      }
-    }
-  }
+  Context host = Context::cpu(1);
+  const Tensor row(qkv_row, DType::kFloat32, Shape{1, 1, groups, (queries_per_group + 2) * head_dim}, Device::kCpu);
+  ops::rope_forward(host, row, head_dim, rotary_dim, base, position, interleaved);
 }
 
 InferenceModel::InferenceModel(const ModelConfig& config, const std::map<std::string, std::vector<float>>& params,
@@ -35,6 +42,7 @@ InferenceModel::InferenceModel(const ModelConfig& config, const std::map<std::st
     : config_(config),
       tensor_group_(tensor_group),
       slice_{.rank = tensor_group ? tensor_group->rank() : 0, .size = tensor_group ? tensor_group->size() : 1},
+      w_(widths(config, slice_)),
       params_(params),
       ctx_(ctx),
       host_ctx_(ctx.device() == Device::kCpu ? ctx : Context::cpu(std::max(1, ctx.cpu_threads()))),
@@ -103,23 +111,18 @@ void InferenceModel::forward_full(std::span<const int32_t> tokens, std::vector<f
   run(std::span<const Segment>(&segment, 1), false, logits);
 }
 
-void InferenceModel::run(std::span<const Segment> segments, bool cached, std::vector<float>& logits) {
+void InferenceModel::norm(const std::string& name, int64_t width, const Tensor& y, const Tensor& mean,
+                          const Tensor& rstd, const Tensor& x) {
   const ModelConfig& c = config_;
-  // This rank's widths (the whole model with one rank): heads_l, groups_l, ffn_l, vocab_l rows.
-  const int64_t tp = slice_.size;
-  const int64_t h = c.hidden_size, d = c.kv_channels, heads = c.num_attention_heads / tp, groups = c.query_groups() / tp;
-  const int64_t q = c.queries_per_group(), qkv_size = c.qkv_size() / tp, projection = heads * d;
-  const int64_t ffn = c.ffn_hidden_size / tp, fc1_size = c.fc1_size() / tp, vocab = c.padded_vocab_size;
-  const int64_t vocab_local = vocab_rows_per_rank(vocab, static_cast<int>(tp)), vocab_first = slice_.rank * vocab_local;
-  const float eps = c.layernorm_epsilon;
-  const bool rms = c.normalization == Normalization::kRMSNorm;
-  // --apply-layernorm-1p: the norms scale by 1 + weight (the checkpoint stores the zero-centred weight).
-  const float gamma_offset = c.layernorm_zero_centered_gamma ? 1.0f : 0.0f;
-  const bool rope = c.position_embedding == PositionEmbedding::kRope;
-  const Device device = ctx_.device();
-  const bool on_host = device == Device::kCpu;
+  if (c.normalization == Normalization::kRMSNorm) {
+    ops::rmsnorm_forward(ctx_, y, rstd, x, weight(name + ".weight", {width}), c.layernorm_epsilon, gamma_offset(c));
+  } else {
+    ops::layernorm_forward(ctx_, y, mean, rstd, x, weight(name + ".weight", {width}), weight(name + ".bias", {width}),
+                           c.layernorm_epsilon, gamma_offset(c));
+  }
+}
 
-  // Rows in segment order, each with its absolute position.
+std::vector<InferenceModel::Row> InferenceModel::rows_of(std::span<const Segment> segments, bool cached) const {
   std::vector<Row> rows;
   for (const Segment& segment : segments) {
     GPT_CHECK(!segment.tokens.empty()) << "an empty segment";
@@ -127,172 +130,170 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
     GPT_CHECK(!cached || start + static_cast<int64_t>(segment.tokens.size()) <= cache_.capacity())
         << "sequence " << segment.sequence << " exceeds its KV cache";
     for (size_t t = 0; t < segment.tokens.size(); ++t) {
-      GPT_CHECK(segment.tokens[t] >= 0 && segment.tokens[t] < vocab) << "token id " << segment.tokens[t];
+      GPT_CHECK(segment.tokens[t] >= 0 && segment.tokens[t] < w_.vocab) << "token id " << segment.tokens[t];
       rows.push_back({segment.tokens[t], start + static_cast<int64_t>(t)});
     }
   }
-  const auto n = static_cast<int64_t>(rows.size());
+  return rows;
+}
 
-  // Embedding on the host: word row (vocabulary-parallel: the rank holding the row contributes it,
-  // the others zeros, summed exactly over the group) + learned position row, FP32; then onto the
-  // device (a copy within the host on the CPU).
-  Tensor x = scratch(x_, {n, h});
-  {
-    const Tensor embedded = host(embedded_, {n, h});
-    const float* wte = param(kWordEmbeddingName);
-    float* out = embedded.data_as<float>();
+// On the host: word row (vocabulary-parallel: the rank holding the row contributes it, the others
+// zeros, summed exactly over the group) + learned position row, FP32; then onto the device (a copy
+// within the host on the CPU).
+void InferenceModel::embed(const std::vector<Row>& rows, const Tensor& x) {
+  const int64_t n = static_cast<int64_t>(rows.size()), h = w_.h;
+  const Tensor embedded = host(embedded_, {n, h});
+  const float* wte = param(kWordEmbeddingName);
+  float* out = embedded.data_as<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t local_row = rows[r].token - w_.vocab_first;
+    if (local_row >= 0 && local_row < w_.vocab_local) {
+      std::copy(wte + local_row * h, wte + (local_row + 1) * h, out + r * h);
+    } else {
+      std::fill(out + r * h, out + (r + 1) * h, 0.0f);
+    }
+  }
+  reduce(embedded);
+  if (config_.position_embedding == PositionEmbedding::kLearnedAbsolute) {
+    const float* wpe = param("embedding.position_embeddings.weight");
     for (int64_t r = 0; r < n; ++r) {
-      const int64_t local_row = rows[r].token - vocab_first;
-      if (local_row >= 0 && local_row < vocab_local) {
-        std::copy(wte + local_row * h, wte + (local_row + 1) * h, out + r * h);
-      } else {
-        std::fill(out + r * h, out + (r + 1) * h, 0.0f);
-      }
+      GPT_CHECK(rows[r].position < config_.max_position_embeddings) << "position " << rows[r].position
+                                                                    << " beyond the position table";
+      for (int64_t i = 0; i < h; ++i) out[r * h + i] += wpe[rows[r].position * h + i];
     }
-    reduce(embedded);
-    if (c.position_embedding == PositionEmbedding::kLearnedAbsolute) {
-      const float* wpe = param("embedding.position_embeddings.weight");
-      for (int64_t r = 0; r < n; ++r) {
-        GPT_CHECK(rows[r].position < c.max_position_embeddings) << "position " << rows[r].position
-                                                                << " beyond the position table";
-        for (int64_t i = 0; i < h; ++i) out[r * h + i] += wpe[rows[r].position * h + i];
-      }
-    }
-    copy_tensor(x, embedded);
   }
-  Tensor ln = scratch(ln_, {n, h}), mean = scratch(mean_, {n}), rstd = scratch(rstd_, {n});
-  Tensor qkv = scratch(qkv_, {n, qkv_size}), attention = scratch(attention_, {n, projection});
-  Tensor proj = scratch(proj_, {n, h}), residual = scratch(residual_, {n, h});
-  Tensor fc1 = scratch(fc1_, {n, fc1_size}), act = scratch(act_, {n, ffn}), mlp = scratch(mlp_, {n, h});
-  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
-    const std::string p = "decoder.layers." + std::to_string(layer) + ".";
-    auto norm = [&](const std::string& name, const Tensor& y, const Tensor& input) {
-      if (rms) {
-        ops::rmsnorm_forward(ctx_, y, rstd, input, weight(name + ".weight", {h}), eps, gamma_offset);
-      } else {
-        ops::layernorm_forward(ctx_, y, mean, rstd, input, weight(name + ".weight", {h}), weight(name + ".bias", {h}), eps,
-                               gamma_offset);
-      }
-    };
-    norm(p + "input_layernorm", ln, x);
-    ops::matmul(ctx_, qkv, ln, weight(p + "self_attention.linear_qkv.weight", {qkv_size, h}),
-                {.transpose_b = true, .bias = bias(p + "self_attention.linear_qkv.bias", qkv_size)});
-    if (c.qk_layernorm) {
-      // --qk-layernorm (model/transformer_layer.cc's qk_norm_forward): every query head and every
-      // key head of the n rows normalized over its d dims before RoPE, each copied out of qkv
-      // [n groups_l, (q + 2) d] into rows of d, normalized in place and copied back.
-      const Tensor packed = qkv.view({n * groups, (q + 2) * d});
-      const Tensor heads_rows = scratch(qk_rows_, {n * heads, d});
-      const Tensor head_mean = scratch(qk_mean_, {n * heads}), head_rstd = scratch(qk_rstd_, {n * heads});
-      auto head_norm = [&](const std::string& name, int64_t head_rows, int64_t column, int64_t columns) {
-        const Tensor rows_of_d = heads_rows.flat_range(0, head_rows * d).view({head_rows, d});
-        const Tensor mean_rows = head_mean.flat_range(0, head_rows), rstd_rows = head_rstd.flat_range(0, head_rows);
-        ops::copy_columns(ctx_, rows_of_d.view({n * groups, columns}), 0, packed, column, columns, false);
-        if (rms) {
-          ops::rmsnorm_forward(ctx_, rows_of_d, rstd_rows, rows_of_d, weight(name + ".weight", {d}), eps, gamma_offset);
-        } else {
-          ops::layernorm_forward(ctx_, rows_of_d, mean_rows, rstd_rows, rows_of_d, weight(name + ".weight", {d}),
-                                 weight(name + ".bias", {d}), eps, gamma_offset);
-        }
-        ops::copy_columns(ctx_, packed, column, rows_of_d.view({n * groups, columns}), 0, columns, false);
-      };
-      head_norm(p + "self_attention.q_layernorm", n * heads, 0, q * d);
-      head_norm(p + "self_attention.k_layernorm", n * groups, q * d, d);
-    }
-    // Attention, one segment (sequence) at a time.
-    int64_t first = 0;
-    for (const Segment& segment : segments) {
-      const auto s = static_cast<int64_t>(segment.tokens.size());
-      float* qkv_rows = qkv.data_as<float>() + first * qkv_size;
-      float* out_rows = attention.data_as<float>() + first * projection;
-      if (cached) {
-        // On the host: the segment's qkv rows (staged from a GPU), RoPE at the absolute positions,
-        // the KV cache's attention, its output rows (staged back).
-        float* qkv_host = qkv_rows;
-        float* out_host = out_rows;
-        if (!on_host) {
-          qkv_host = host(qkv_host_, {s, qkv_size}).data_as<float>();
-          out_host = host(attention_host_, {s, projection}).data_as<float>();
-          copy_bytes(Device::kCpu, qkv_host, device, qkv_rows, static_cast<size_t>(s * qkv_size) * sizeof(float));
-        }
-        if (rope) {
-          for (int64_t t = 0; t < s; ++t) {
-            rope_at_position(qkv_host + t * qkv_size, groups, q, d, c.rotary_dim, c.rotary_base, rows[first + t].position,
-                             c.rotary_interleaved);
-          }
-        }
-        KvCacheAttention& core = *cached_cores_[static_cast<size_t>(layer)];
-        core.select(segment.sequence);
-        core.forward(host_ctx_, Tensor(out_host, DType::kFloat32, Shape{s, 1, heads, d}, Device::kCpu),
-                     host(lse_host_, {1, heads, s}),
-                     Tensor(qkv_host, DType::kFloat32, Shape{s, 1, groups, (q + 2) * d}, Device::kCpu), ops::DropoutMask{});
-        if (!on_host) {
-          copy_bytes(device, out_rows, Device::kCpu, out_host, static_cast<size_t>(s * projection) * sizeof(float));
-        }
-      } else {
-        // The training path's RoPE op and attention core, on the device.
-        const Tensor qkv_view(qkv_rows, DType::kFloat32, Shape{s, 1, groups, (q + 2) * d}, device);
-        const Tensor out_view(out_rows, DType::kFloat32, Shape{s, 1, heads, d}, device);
-        if (rope) ops::rope_forward(ctx_, qkv_view, d, c.rotary_dim, c.rotary_base, 0, c.rotary_interleaved);
-        full_core_->forward(ctx_, out_view, scratch(lse_, {1, heads, s}), qkv_view, ops::DropoutMask{});
-      }
-      first += s;
-    }
-    ops::matmul(ctx_, proj, attention, weight(p + "self_attention.linear_proj.weight", {h, projection}),
-                {.transpose_b = true});
-    reduce(proj);
-    const Tensor proj_bias = bias(p + "self_attention.linear_proj.bias", h);
-    if (rms) {
-      ops::residual_rmsnorm_forward(ctx_, residual, ln, rstd, x, proj, proj_bias,
-                                    weight(p + "pre_mlp_layernorm.weight", {h}), eps, gamma_offset);
-    } else {
-      ops::residual_layernorm_forward(ctx_, residual, ln, mean, rstd, x, proj, proj_bias,
-                                      weight(p + "pre_mlp_layernorm.weight", {h}),
-                                      weight(p + "pre_mlp_layernorm.bias", {h}), eps, gamma_offset);
-    }
-    const Tensor fc1_weight = weight(p + "mlp.linear_fc1.weight", {fc1_size, h});
-    const Tensor fc1_bias = bias(p + "mlp.linear_fc1.bias", fc1_size);
-    if (c.swiglu) {
-      ops::matmul(ctx_, fc1, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias});
-      ops::swiglu_forward(ctx_, act, fc1);
-    } else if (c.exact_gelu) {
-      ops::matmul(ctx_, fc1, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias});
-      ops::gelu_exact_forward(ctx_, act, fc1);
-    } else if (c.squared_relu) {
-      ops::matmul(ctx_, fc1, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias});
-      ops::squared_relu_forward(ctx_, act, fc1);
-    } else {
-      ops::matmul(ctx_, act, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias, .pre_gelu = fc1});
-    }
-    ops::matmul(ctx_, mlp, act, weight(p + "mlp.linear_fc2.weight", {h, ffn}), {.transpose_b = true});
-    reduce(mlp);
-    ops::residual_add(ctx_, x, residual, mlp, bias(p + "mlp.linear_fc2.bias", h));
-  }
+  copy_tensor(x, embedded);
+}
+
+void InferenceModel::run(std::span<const Segment> segments, bool cached, std::vector<float>& logits) {
+  const std::vector<Row> rows = rows_of(segments, cached);
+  const Tensor x = scratch(x_, {static_cast<int64_t>(rows.size()), w_.h});
+  embed(rows, x);
+  for (int64_t layer = 0; layer < config_.num_layers; ++layer) layer_forward(layer, segments, rows, cached, x);
   if (cached) {
-    for (const Segment& segment : segments) cache_.advance(segment.sequence, static_cast<int64_t>(segment.tokens.size()));
-  }
-  // The final norm and the LM head on each segment's last row only.
-  const auto m = static_cast<int64_t>(segments.size());
-  Tensor last = scratch(last_, {m, h});
-  {
-    int64_t end = 0;
-    for (int64_t i = 0; i < m; ++i) {
-      end += static_cast<int64_t>(segments[static_cast<size_t>(i)].tokens.size());
-      copy_bytes(device, last.data_as<float>() + i * h, device, x.data_as<float>() + (end - 1) * h,
-                 static_cast<size_t>(h) * sizeof(float));
+    for (const Segment& segment : segments) {
+      cache_.advance(segment.sequence, static_cast<int64_t>(segment.tokens.size()));
     }
   }
-  Tensor final_ln = scratch(ln_, {m, h});
-  Tensor final_mean = scratch(mean_, {m}), final_rstd = scratch(rstd_, {m});
-  if (rms) {
-    ops::rmsnorm_forward(ctx_, final_ln, final_rstd, last, weight("decoder.final_layernorm.weight", {h}), eps,
-                         gamma_offset);
-  } else {
-    ops::layernorm_forward(ctx_, final_ln, final_mean, final_rstd, last, weight("decoder.final_layernorm.weight", {h}),
-                           weight("decoder.final_layernorm.bias", {h}), eps, gamma_offset);
+  head(segments, x, logits);
+}
+
+// The layer's op sequence (model/transformer_layer.h) on the n rows; the scratch keeps its size
+// across the layers.
+void InferenceModel::layer_forward(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows,
+                                   bool cached, const Tensor& x) {
+  const Widths& w = w_;
+  const int64_t n = static_cast<int64_t>(rows.size()), h = w.h, d = w.d;
+  const Tensor ln = scratch(ln_, {n, h}), mean = scratch(mean_, {n}), rstd = scratch(rstd_, {n});
+  const Tensor qkv = scratch(qkv_, {n, w.qkv}), attention = scratch(attention_, {n, w.projection});
+  const Tensor proj = scratch(proj_, {n, h}), residual = scratch(residual_, {n, h});
+  const Tensor fc1 = scratch(fc1_, {n, w.fc1}), act = scratch(act_, {n, w.ffn}), mlp = scratch(mlp_, {n, h});
+  const std::string p = "decoder.layers." + std::to_string(layer) + ".";
+  norm(p + "input_layernorm", h, ln, mean, rstd, x);
+  ops::matmul(ctx_, qkv, ln, weight(p + "self_attention.linear_qkv.weight", {w.qkv, h}),
+              {.transpose_b = true, .bias = bias(p + "self_attention.linear_qkv.bias", w.qkv)});
+  if (config_.qk_layernorm) {
+    // --qk-layernorm (model/attention_block.h's apply_to_qk_heads, as training): every query head
+    // and every key head of the n rows normalized in place over its d dims before RoPE.
+    const Tensor heads_rows = scratch(qk_rows_, {n * w.heads, d});
+    const Tensor head_mean = scratch(qk_mean_, {n * w.heads}), head_rstd = scratch(qk_rstd_, {n * w.heads});
+    const Tensor keys = heads_rows.flat_range(0, n * w.groups * d).view({n * w.groups, d});
+    apply_to_qk_heads(ctx_, qkv.view({n * w.groups, (w.q + 2) * d}), w.q, d, heads_rows, heads_rows, keys, keys,
+                      [&](bool key, const Tensor& y, const Tensor& rows_of_d) {
+                        const int64_t head_rows = rows_of_d.rows();
+                        norm(p + (key ? "self_attention.k_layernorm" : "self_attention.q_layernorm"), d, y,
+                             head_mean.flat_range(0, head_rows), head_rstd.flat_range(0, head_rows), rows_of_d);
+                      });
   }
+  attend(layer, segments, rows, cached, qkv, attention);
+  ops::matmul(ctx_, proj, attention, weight(p + "self_attention.linear_proj.weight", {h, w.projection}),
+              {.transpose_b = true});
+  reduce(proj);
+  const Tensor proj_bias = bias(p + "self_attention.linear_proj.bias", h);
+  const float eps = config_.layernorm_epsilon;
+  if (config_.normalization == Normalization::kRMSNorm) {
+    ops::residual_rmsnorm_forward(ctx_, residual, ln, rstd, x, proj, proj_bias,
+                                  weight(p + "pre_mlp_layernorm.weight", {h}), eps, gamma_offset(config_));
+  } else {
+    ops::residual_layernorm_forward(ctx_, residual, ln, mean, rstd, x, proj, proj_bias,
+                                    weight(p + "pre_mlp_layernorm.weight", {h}),
+                                    weight(p + "pre_mlp_layernorm.bias", {h}), eps, gamma_offset(config_));
+  }
+  const Tensor fc1_weight = weight(p + "mlp.linear_fc1.weight", {w.fc1, h});
+  const Tensor fc1_bias = bias(p + "mlp.linear_fc1.bias", w.fc1);
+  // fc1 and the activation: the MLP block's op sequence (model/mlp_block.h) on this GEMM.
+  mlp_up_forward(ctx_, mlp_activation(config_), fc1, act, [&](const Tensor& out, const Tensor& pre_gelu) {
+    ops::matmul(ctx_, out, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias, .pre_gelu = pre_gelu});
+  });
+  ops::matmul(ctx_, mlp, act, weight(p + "mlp.linear_fc2.weight", {h, w.ffn}), {.transpose_b = true});
+  reduce(mlp);
+  ops::residual_add(ctx_, x, residual, mlp, bias(p + "mlp.linear_fc2.bias", h));
+}
+
+void InferenceModel::attend(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows,
+                            bool cached, const Tensor& qkv, const Tensor& attention) {
+  const ModelConfig& c = config_;
+  const Widths& w = w_;
+  const bool rope = c.position_embedding == PositionEmbedding::kRope;
+  const Device device = ctx_.device();
+  const bool on_host = device == Device::kCpu;
+  int64_t first = 0;
+  for (const Segment& segment : segments) {
+    const auto s = static_cast<int64_t>(segment.tokens.size());
+    float* qkv_rows = qkv.data_as<float>() + first * w.qkv;
+    float* out_rows = attention.data_as<float>() + first * w.projection;
+    if (cached) {
+      // On the host: the segment's qkv rows (staged from a GPU), RoPE at the absolute positions,
+      // the KV cache's attention, its output rows (staged back).
+      float* qkv_host = qkv_rows;
+      float* out_host = out_rows;
+      if (!on_host) {
+        qkv_host = host(qkv_host_, {s, w.qkv}).data_as<float>();
+        out_host = host(attention_host_, {s, w.projection}).data_as<float>();
+        copy_bytes(Device::kCpu, qkv_host, device, qkv_rows, static_cast<size_t>(s * w.qkv) * sizeof(float));
+      }
+      // The segment's rows hold consecutive positions from its first row's: RoPE's offset.
+      const Tensor qkv_segment(qkv_host, DType::kFloat32, Shape{s, 1, w.groups, (w.q + 2) * w.d}, Device::kCpu);
+      if (rope) {
+        ops::rope_forward(host_ctx_, qkv_segment, w.d, c.rotary_dim, c.rotary_base, rows[first].position,
+                          c.rotary_interleaved);
+      }
+      KvCacheAttention& core = *cached_cores_[static_cast<size_t>(layer)];
+      core.select(segment.sequence);
+      core.forward(host_ctx_, Tensor(out_host, DType::kFloat32, Shape{s, 1, w.heads, w.d}, Device::kCpu),
+                   host(lse_host_, {1, w.heads, s}), qkv_segment, ops::DropoutMask{});
+      if (!on_host) {
+        copy_bytes(device, out_rows, Device::kCpu, out_host, static_cast<size_t>(s * w.projection) * sizeof(float));
+      }
+    } else {
+      // The training path's RoPE op and attention core, on the device.
+      const Tensor qkv_view(qkv_rows, DType::kFloat32, Shape{s, 1, w.groups, (w.q + 2) * w.d}, device);
+      const Tensor out_view(out_rows, DType::kFloat32, Shape{s, 1, w.heads, w.d}, device);
+      if (rope) ops::rope_forward(ctx_, qkv_view, w.d, c.rotary_dim, c.rotary_base, 0, c.rotary_interleaved);
+      full_core_->forward(ctx_, out_view, scratch(lse_, {1, w.heads, s}), qkv_view, ops::DropoutMask{});
+    }
+    first += s;
+  }
+}
+
+// The final norm and the LM head on each segment's last row only.
+void InferenceModel::head(std::span<const Segment> segments, const Tensor& x, std::vector<float>& logits) {
+  const Widths& w = w_;
+  const int64_t h = w.h, tp = slice_.size, vocab = w.vocab, vocab_local = w.vocab_local;
+  const Device device = ctx_.device();
+  const bool on_host = device == Device::kCpu;
+  const auto m = static_cast<int64_t>(segments.size());
+  const Tensor last = scratch(last_, {m, h});
+  int64_t end = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    end += static_cast<int64_t>(segments[static_cast<size_t>(i)].tokens.size());
+    copy_bytes(device, last.data_as<float>() + i * h, device, x.data_as<float>() + (end - 1) * h,
+               static_cast<size_t>(h) * sizeof(float));
+  }
+  const Tensor final_ln = scratch(ln_, {m, h});
+  norm("decoder.final_layernorm", h, final_ln, scratch(mean_, {m}), scratch(rstd_, {m}), last);
   logits.resize(static_cast<size_t>(m * vocab));
-  const std::string head = c.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName;
+  const std::string head = config_.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName;
   // This rank's logits [m, vocab_l] (all of them with one rank), on the host.
   const Tensor local_host = tp == 1 ? Tensor(logits.data(), DType::kFloat32, Shape{m, vocab}, Device::kCpu)
                                     : host(local_logits_, {m, vocab_local});

@@ -2,11 +2,17 @@
 // activations; model/transformer_layer.h's order), FP32 on the host, without stashes, dropout or
 // backward, over a ragged batch: each segment is some new tokens of one sequence, all segments'
 // rows going through the linears together and each segment through the attention core alone.
+// The blocks' op sequences are shared where generation runs them: the MLP block's fc1 and
+// activation (model/mlp_block.h's mlp_up_forward), the q/k norms' per-head step
+// (model/attention_block.h's apply_to_qk_heads), and RoPE is the op set's (one implementation).
+// The norms, the GEMMs of qkv, proj and fc2, and the residual adds are still written here: the
+// blocks are built on ParamStore, Linear and one LayerShapes per chunk, generation on FP32
+// checkpoint tensors and a row count that changes with each call.
 //
 //   forward_cached: every segment's tokens appended to its sequence's KV cache at positions
-//     length .. length + s - 1 (RoPE angles and learned positions continue there); the attention
-//     core is KvCacheAttention. Prefill is one call with whole prompts, decoding one call per step
-//     with one token per live sequence.
+//     length .. length + s - 1 (RoPE angles and learned positions continue there: the op from the
+//     segment's first position); the attention core is KvCacheAttention. Prefill is one call with
+//     whole prompts, decoding one call per step with one token per live sequence.
 //   tensor parallelism (a `tensor_group` of more than one rank): each rank holds its slice
 //     (generate/tensor_slice.h); the word embedding is looked up vocabulary-parallel and summed
 //     over the group, linear_qkv and linear_fc1 are column-parallel (the attention runs on the
@@ -62,7 +68,29 @@ class InferenceModel {
     int32_t token;
     int64_t position;
   };
+  // This rank's widths (the whole model's with one rank).
+  struct Widths {
+    int64_t h, d, heads, groups, q;           // hidden, head dim, heads_l, groups_l, queries per group
+    int64_t qkv, projection, ffn, fc1;        // qkv_l, heads_l d, ffn_l, fc1_l
+    int64_t vocab, vocab_local, vocab_first;  // padded vocabulary, this rank's rows of it, its first id
+  };
+  static Widths widths(const ModelConfig& config, const TensorSlice& slice);
   void run(std::span<const Segment> segments, bool cached, std::vector<float>& logits);
+  // The segments' rows in order, each with its absolute position.
+  std::vector<Row> rows_of(std::span<const Segment> segments, bool cached) const;
+  // x [n, h] = the rows' embeddings.
+  void embed(const std::vector<Row>& rows, const Tensor& x);
+  // One layer on x [n, h], in place.
+  void layer_forward(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows, bool cached,
+                     const Tensor& x);
+  // qkv [n, qkv_l] -> attention [n, heads_l d], one segment at a time (RoPE first).
+  void attend(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows, bool cached,
+              const Tensor& qkv, const Tensor& attention);
+  // Logits [segments, padded_vocab] of each segment's last row of x [n, h].
+  void head(std::span<const Segment> segments, const Tensor& x, std::vector<float>& logits);
+  // The norm `name` (LayerNorm or RMSNorm as configured) over rows of `width`: y = norm(x).
+  void norm(const std::string& name, int64_t width, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+            const Tensor& x);
   // Sums a row-parallel GEMM's partial result over the tensor-parallel group (in place).
   void reduce(const Tensor& partial);
   const float* param(const std::string& name) const;
@@ -76,6 +104,7 @@ class InferenceModel {
   ModelConfig config_;
   Communicator* tensor_group_;
   TensorSlice slice_;
+  Widths w_;
   const std::map<std::string, std::vector<float>>& params_;
   Context& ctx_;
   Context host_ctx_;  // the KV cache's attention and host-side collectives
@@ -91,7 +120,7 @@ class InferenceModel {
 };
 
 // Rotates the query and key heads of one token's packed qkv row [groups, (q + 2) d] by RoPE at
-// `position` (the op set's rope_forward arithmetic for an absolute position).
+// `position`: the op set's rope_forward on the host, on that one row.
 void rope_at_position(float* qkv_row, int64_t groups, int64_t queries_per_group, int64_t head_dim,
                       int64_t rotary_dim, float base, int64_t position, bool interleaved);
 

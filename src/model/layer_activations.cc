@@ -12,26 +12,14 @@ void for_each_tensor(LayerActivations& a, const LayerShapes& s, DType t, Activat
     visit(a.ln1, t, Shape{s.local_sequence, s.batch, s.hidden});
     visit(a.ln1_mean, DType::kFloat32, Shape{local_rows});
     visit(a.ln1_rstd, DType::kFloat32, Shape{local_rows});
-    visit(a.qkv, t, Shape{s.rows(), s.local_qkv()});
-    if (s.qk_layernorm) {
-      visit(a.q_pre, t, Shape{s.query_head_rows(), s.head_dim});
-      visit(a.q_mean, DType::kFloat32, Shape{s.query_head_rows()});
-      visit(a.q_rstd, DType::kFloat32, Shape{s.query_head_rows()});
-      visit(a.k_pre, t, Shape{s.key_head_rows(), s.head_dim});
-      visit(a.k_mean, DType::kFloat32, Shape{s.key_head_rows()});
-      visit(a.k_rstd, DType::kFloat32, Shape{s.key_head_rows()});
-    }
+    AttentionActivations::for_each_stashed(a.attention, s, t, visit);
     visit(a.residual, t, Shape{s.local_sequence, s.batch, s.hidden});
     visit(a.ln2, t, Shape{s.local_sequence, s.batch, s.hidden});
     visit(a.ln2_mean, DType::kFloat32, Shape{local_rows});
     visit(a.ln2_rstd, DType::kFloat32, Shape{local_rows});
-    visit(a.fc1_pre, t, Shape{s.sequence, s.batch, s.local_fc1});
-    visit(a.fc1_act, t, Shape{s.sequence, s.batch, s.local_ffn});
+    MlpActivations::for_each_stashed(a.mlp, s, t, visit);
   }
-  if (parts.attention_core) {
-    visit(a.attention, t, Shape{s.rows(), s.local_projection()});
-    visit(a.lse, DType::kFloat32, Shape{s.batch, s.local_heads, s.sequence});
-  }
+  if (parts.attention_core) AttentionActivations::for_each_core_output(a.attention, s, t, visit);
   if (parts.output) visit(a.output, t, Shape{s.local_sequence, s.batch, s.hidden});
 }
 
@@ -84,8 +72,8 @@ RecomputeBuffers::RecomputeBuffers(const RecomputePlan& plan, const LayerShapes&
   if (plan.shared_attention_core()) {
     const LayerActivations core =
         allocate_layer_activations(shapes, dtype, {.main = false, .attention_core = true, .output = false}, arena);
-    attention = core.attention;
-    lse = core.lse;
+    attention = core.attention.attention;
+    lse = core.attention.lse;
   }
 }
 

@@ -2,38 +2,36 @@
 // chunk's recomputing layers share. Which tensors of a set exist depends on the recompute plan:
 // a per-slot set holds what must survive until backward, a shared set what recompute rebuilds
 // right before it. The tensors of a set are listed once (layer_activations.cc) for both their
-// allocation and their byte count, so the memory report is the memory allocated.
+// allocation and their byte count, so the memory report is the memory allocated; each block lists
+// its own part (AttentionActivations, MlpActivations).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/arena.h"
+#include "model/attention_block.h"
 #include "model/layer_shapes.h"
+#include "model/mlp_block.h"
 #include "model/recompute_plan.h"
 
 namespace gpt {
 
+// The layer's own tensors (the norms' inputs and outputs, the residual stream) and its blocks'.
 struct LayerActivations {
-  Tensor input;                       // [s_l, b, h] view of the previous layer's output (not allocated)
-  Tensor ln1, ln1_mean, ln1_rstd;     // [s_l, b, h], [s_l b], [s_l b] (float32 statistics)
-  Tensor qkv;                         // [s b, qkv_l]  ([s, b, groups_l, (q_per_group + 2) d] for attention)
-  // --qk-layernorm: the query and key heads before their norms, [s b heads_l, d] and
-  // [s b groups_l, d], and the norms' float32 statistics per head row.
-  Tensor q_pre, q_mean, q_rstd;
-  Tensor k_pre, k_mean, k_rstd;
-  Tensor attention;                   // [s b, heads_l d]     } the attention core
-  Tensor lse;                         // [b, heads_l, s]      } (float32 log-sum-exp)
-  Tensor residual;                    // [s_l, b, h]  x + attention block
+  Tensor input;                    // [s_l, b, h] view of the previous layer's output (not allocated)
+  Tensor ln1, ln1_mean, ln1_rstd;  // [s_l, b, h], [s_l b], [s_l b] (float32 statistics)
+  AttentionActivations attention;  // model/attention_block.h
+  Tensor residual;                 // [s_l, b, h]  x + attention block
   Tensor ln2, ln2_mean, ln2_rstd;
-  Tensor fc1_pre, fc1_act;            // [s, b, fc1_l] (2 ffn_l with SwiGLU: [gate | up]), [s, b, ffn_l]
-  Tensor output;                      // [s_l, b, h]
+  MlpActivations mlp;              // model/mlp_block.h
+  Tensor output;                   // [s_l, b, h]
 };
 
 // Which tensors of a set to allocate.
 struct ActivationParts {
-  bool main = true;            // everything but the attention core and the output
-  bool attention_core = true;  // attention and lse
+  bool main = true;            // everything but the attention core's output and the layer's output
+  bool attention_core = true;  // the attention core's output and lse
   bool output = true;
 
   static ActivationParts none() { return {false, false, false}; }

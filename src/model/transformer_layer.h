@@ -1,4 +1,4 @@
-// One pre-norm transformer block with tensor-parallel attention and MLP:
+// One pre-norm transformer layer with tensor-parallel attention and MLP:
 //
 //   a = N1(x);  x2 = x + D(proj(attn(rope(qkv(a)))));  b = N2(x2);  y = x2 + D(fc2(act(fc1(b))))
 //
@@ -12,12 +12,15 @@
 // once, after the reduction). Dropout masks depend only on global coordinates
 // (kernels/dropout_mask.h), so every layout drops the same elements and backward regenerates them.
 //
-// The layer is a sequence of modules: Norm, Linear (model/linear.h: qkv and fc1 column-parallel,
-// proj and fc2 row-parallel), the AttentionCore (model/attention_core.h), the activation and the
-// dropouts (ops). Backward is the modules' input-gradient passes in reverse; each Linear's weight
-// gradient runs inside its input-gradient pass (WeightGradTiming::kWithInputGrad, the fused order)
-// or later, in backward_weight (kDeferred); both give bitwise the same gradients. The norms'
-// parameter gradients come out of their fused backward kernels, in the input-gradient pass.
+// The layer is two blocks with the norms and residual adds between them: the AttentionBlock
+// (model/attention_block.h: qkv, the q/k norms, RoPE, the AttentionCore, proj and its dropout) and
+// a FeedForwardBlock (model/mlp_block.h: the dense MlpBlock, fc1, the activation, fc2 and its
+// dropout), each owning its modules and its part of the activation list. The layer owns N1, N2
+// and the residual stream, so the attention block's output (and bias) fuses into N2. Backward is
+// the blocks' input-gradient passes in reverse; each Linear's weight gradient runs inside its
+// input-gradient pass (WeightGradTiming::kWithInputGrad, the fused order) or later, in
+// backward_weight (kDeferred); both give bitwise the same gradients. The norms' parameter
+// gradients come out of their fused backward kernels, in the input-gradient pass.
 //
 // Activation recompute (LayerRecompute, from the chunk's plan) changes only where activations
 // live, never the arithmetic: the recomputed tensors come from the same ops on the same inputs,
@@ -27,14 +30,14 @@
 // --deterministic-mode, with or without recompute (identical with it, rounding-level without).
 #pragma once
 
-#include <optional>
+#include <memory>
 #include <vector>
 
-#include "model/attention_core.h"
+#include "model/attention_block.h"
 #include "model/context_parallel.h"
 #include "model/layer_activations.h"
-#include "model/linear.h"
 #include "model/microbatch_position.h"
+#include "model/mlp_block.h"
 #include "model/norm.h"
 #include "model/param_store.h"
 
@@ -66,7 +69,8 @@ class TransformerLayer {
   // first. The linears' weight gradients run inside it, or wait for backward_weight (kDeferred).
   Tensor backward(Context& ctx, int slot, const Tensor& grad_output, const Tensor& grad_input,
                   WeightGradTiming timing = WeightGradTiming::kWithInputGrad);
-  // The weight-gradient pass of the oldest deferred backward: the four linears' weights and biases.
+  // The weight-gradient pass of the oldest deferred backward: the four linears' weights and biases
+  // (the MLP block's, then the attention block's).
   void backward_weight(Context& ctx);
   // Everything the constructor takes from its arena: the stash slots' activations and the leases.
   static int64_t bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
@@ -80,50 +84,20 @@ class TransformerLayer {
 
  private:
   bool recomputes_full() const { return recompute_.stashing == LayerStashing::kGroupInput; }
-  // Attention block and the MLP up to its activation: every activation backward reads, into `a`.
+  // N1, the attention block, N2 and the MLP block up to its activation: every activation backward
+  // reads, into `a`.
   void forward_until_mlp_activation(Context& ctx, int slot, LayerActivations& a, const Tensor& input);
-  // fc2, its reduction, bias, dropout and residual: output [s_l, b, h] from `a`.
+  // The MLP block's output and the residual add: output [s_l, b, h] from `a`.
   void forward_mlp_output(Context& ctx, int slot, const LayerActivations& a, const Tensor& output);
-  // The attention core on the slot's qkv [s b, qkv_l] into attention [s b, heads_l d] and lse.
-  void attention_forward(Context& ctx, int slot, const LayerActivations& a, const Tensor& attention,
-                         const Tensor& lse) const;
-  // The slot's mask of one dropout site.
-  ops::DropoutMask mask(int slot, ops::DropoutSite site) const;
-  // Hidden dropout of [s_l, b, h] activations, each run of consecutive global tokens keyed by its
-  // own first token (layer_shapes.h's segments: context parallelism's chunks, SP's shard).
-  void hidden_dropout_forward(Context& ctx, int slot, ops::DropoutSite site, const Tensor& out, const Tensor& x,
-                              const Tensor& bias) const;
-  void hidden_dropout_backward(Context& ctx, int slot, ops::DropoutSite site, const Tensor& dx,
-                               const Tensor& dy) const;
-  // --qk-layernorm, forward: every query and key head of qkv [s b, qkv_l] normalized in place over
-  // its d dims; the heads before the norms and the norms' statistics go to `a`.
-  void qk_norm_forward(Context& ctx, LayerActivations& a) const;
-  // Backward, in place on dqkv [s b, qkv_l]: the query and key parts become the gradients of the
-  // heads before the norms; the norms' parameter gradients accumulate.
-  void qk_norm_backward(Context& ctx, const Tensor& dqkv, const LayerActivations& st) const;
-  // RoPE over qkv [s b, qkv_l] at the global positions of this rank's rows.
-  void rope(Context& ctx, const Tensor& qkv, bool forward) const;
-  Tensor residual_rows(const Tensor& x) const;  // [s_l, b, h] view
-  // [s b, heads_l d] seen as [s, b, heads_l, d] and [s b, qkv_l] as [s, b, groups_l, (q + 2) d],
-  // the attention op's layouts.
-  Tensor heads_view(const Tensor& matrix) const;
-  Tensor groups_view(const Tensor& matrix) const;
 
-  const ModelConfig& config_;
-  int64_t layer_;
-  const TensorParallel& tp_;
-  LayerShapes shapes_;
   LayerWorkspace& ws_;
   LayerRecompute recompute_;
   bool ends_group_;                     // full recompute: the group's last layer (output stashed)
   LayerActivations* shared_ = nullptr;  // full recompute: the group position's shared set
   int recomputed_slot_ = -1;            // full recompute: whose activations the shared set holds
-  const std::vector<MicrobatchPosition>& positions_;
   Norm norm1_, norm2_;
-  std::optional<Norm> q_norm_, k_norm_;  // --qk-layernorm only
-  // Biases are absent with --disable-bias-linear.
-  Linear qkv_, proj_, fc1_, fc2_;
-  std::unique_ptr<AttentionCore> attention_;
+  AttentionBlock attention_;
+  std::unique_ptr<FeedForwardBlock> mlp_;
   // Per in-flight microbatch: what recompute_ says to keep (the rest are views of shared buffers).
   std::vector<LayerActivations> stash_;
 };
