@@ -14,6 +14,7 @@
 #include "parallel/pipeline/executor.h"
 #include "train/context_parallel_arguments.h"
 #include "train/data_parallel.h"
+#include "train/memory_items.h"
 #include "train/pipeline_split.h"
 #include "train/sharding_arguments.h"
 #include "parallel/data_parallel/grad_shards.h"
@@ -24,24 +25,7 @@
 namespace gpt {
 namespace {
 
-// An int64 that stays "overflowed" once any step overflows: the plan's sums of products read as
-// the formulas in the header, and one check at the end says whether the figure is real.
-class Bytes {
- public:
-  Bytes(int64_t value) : value_(value), ok_(true) {}  // NOLINT: implicit, so that formulas read naturally
-  Bytes(std::optional<int64_t> value) : value_(value.value_or(0)), ok_(value.has_value()) {}  // NOLINT
-  friend Bytes operator+(Bytes a, Bytes b) {
-    return a.ok_ && b.ok_ ? Bytes(checked_add(a.value_, b.value_)) : Bytes(std::nullopt);
-  }
-  friend Bytes operator*(Bytes a, Bytes b) {
-    return a.ok_ && b.ok_ ? Bytes(checked_multiply(a.value_, b.value_)) : Bytes(std::nullopt);
-  }
-  std::optional<int64_t> value() const { return ok_ ? std::optional<int64_t>(value_) : std::nullopt; }
-
- private:
-  int64_t value_;
-  bool ok_;
-};
+using Bytes = CheckedBytes;
 
 // The flags that size a rank's memory, for messages.
 std::string layout_flags(const Arguments& a, int64_t world_size, int64_t padded_vocab) {
@@ -88,22 +72,60 @@ int64_t physical_memory_bytes() {
 constexpr int64_t kExactPlanMaxLayers = 4096;
 constexpr int64_t kExactPlanMaxScheduleSteps = 1 << 16;
 
+}  // namespace
+
+StateLayout state_layout(const Arguments& a) {
+  return StateLayout{.parameter_bytes = a.bf16 || a.fp16 ? 2 : 4,
+                     .sharded_parameters = zero_level(a) >= ZeroLevel::kParameters,
+                     .sharded_gradients = zero_level(a) >= ZeroLevel::kGradients,
+                     .separate_master = a.bf16 || a.fp16};
+}
+
+namespace {
+
+// The grid of validated arguments.
+GridShape grid_shape_of(const Arguments& a, int64_t world_size) {
+  return GridShape{.tensor = static_cast<int>(a.tensor_model_parallel_size),
+                   .pipeline = static_cast<int>(a.pipeline_model_parallel_size),
+                   .data = static_cast<int>(data_parallel_size(a, world_size)),
+                   .context = static_cast<int>(a.context_parallel_size),
+                   .optimizer_instances = static_cast<int>(a.num_distributed_optimizer_instances)};
+}
+
+bool schedule_small_enough(const Arguments& a, int64_t world_size) {
+  const int64_t pp = a.pipeline_model_parallel_size, v = virtual_pipeline_size(a);
+  return pp * v * std::max<int64_t>(num_microbatches(a, world_size), 1) <= kExactPlanMaxScheduleSteps;
+}
+
+// The microbatches each chunk of pipeline stage `stage` holds at once: its stash slots as the
+// trainer's ForwardBackward counts them from the schedule (the interleaved schedule's warm-up
+// included). For a schedule too long to build, the least any schedule holds: min(m, PP) on the
+// first stage's first chunk (1F1B's warm-up + 1; ZB-H1: on every stage), one elsewhere.
+std::vector<int64_t> stage_stash_slots(const Arguments& a, int64_t world_size, int stage) {
+  const int64_t pp = a.pipeline_model_parallel_size, v = virtual_pipeline_size(a);
+  const int64_t m = std::max<int64_t>(1, num_microbatches(a, world_size));
+  if (schedule_small_enough(a, world_size)) {
+    const PipelineLayout pipeline =
+        pipeline_layout(a, grid_shape_of(a, world_size), GridCoordinates{.tensor = 0, .pipeline = stage, .data = 0}, m);
+    const ForwardBackward schedules(pipeline);
+    return std::vector<int64_t>(schedules.stash_slots().begin(), schedules.stash_slots().end());
+  }
+  std::vector<int64_t> slots(static_cast<size_t>(v), 1);
+  if (stage == 0 || pipeline_schedule_kind(a) == pipeline::ScheduleKind::kZeroBubbleH1) slots[0] = std::min(m, pp);
+  return slots;
+}
+
 // rank_memory of the first rank (TP and DP rank 0: the others hold as much) of every pipeline
 // stage, the largest; nullopt when the layout is too large to enumerate.
 std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_size, int64_t vocab_size) {
   const int64_t tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
-  const int64_t v = virtual_pipeline_size(a), m = num_microbatches(a, world_size);
-  if (a.num_layers > kExactPlanMaxLayers || pp * v * std::max<int64_t>(m, 1) > kExactPlanMaxScheduleSteps) {
-    return std::nullopt;
-  }
+  const int64_t m = num_microbatches(a, world_size);
+  if (a.num_layers > kExactPlanMaxLayers || !schedule_small_enough(a, world_size)) return std::nullopt;
   Arguments sized = a;
   sized.vocab_size = vocab_size;
   const ModelConfig config = model_config_from(sized);
   const std::vector<ParamSpec> specs = build_param_specs(config);
-  const GridShape shape{.tensor = static_cast<int>(tp), .pipeline = static_cast<int>(pp),
-                        .data = static_cast<int>(data_parallel_size(a, world_size)),
-                        .context = static_cast<int>(a.context_parallel_size),
-                        .optimizer_instances = static_cast<int>(a.num_distributed_optimizer_instances)};
+  const GridShape shape = grid_shape_of(a, world_size);
   const bool sequence_parallel = a.sequence_parallel && tp > 1;
   LayerShapes shapes =
       LayerShapes::make(config, tp, 0, sequence_parallel, a.micro_batch_size, a.context_parallel_size);
@@ -228,18 +250,21 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
                                       rows * (local_qkv + local_projection) + rows * local_ffn +
                                       (a.swiglu ? rows * local_fc1 : Bytes(0)) +
                                       (cp > 1 ? rows * (Bytes(4) * local_qkv + Bytes(2) * local_projection) : Bytes(0)));
-  // Microbatches in flight: on the first stage at least min(m, PP) for its first chunk (1F1B's
-  // warm-up), one for every other chunk and on the last stage (min(m, PP) with ZB-H1).
-  const int64_t first_slots = std::min(m, pp);
+  // Microbatches in flight: each chunk's stash slots from the schedule (stage_stash_slots); the
+  // first stage's chunks of chunk_layers each, the last stage's layers at its fewest slots (ZB-H1
+  // keeps min(m, PP) on every stage until the deferred weight gradients run; their leases come on
+  // top and are counted by the exact plan).
+  const std::vector<int64_t> first_slots = stage_stash_slots(a, world_size, 0);
+  const std::vector<int64_t> last_slots = stage_stash_slots(a, world_size, static_cast<int>(pp - 1));
+  Bytes first_slot_count = 0;
+  for (int64_t slots : first_slots) first_slot_count = first_slot_count + slots;
+  const int64_t last_slot_count = *std::min_element(last_slots.begin(), last_slots.end());
   const Bytes chunk_fixed = Bytes(v) * (workspace + recompute_buffers);
   const Bytes logits = Bytes(t) * rows * local_vocab;
   const Bytes first_activations =
-      Bytes(chunk_layers) * layer_stash * (Bytes(first_slots) + (v - 1)) + chunk_fixed + (head_first ? logits : Bytes(0));
-  // ZB-H1 holds min(m, PP) on every stage (each keeps its slots until the deferred weight
-  // gradients run; their leases come on top and are counted by the exact plan).
-  const int64_t last_slots = pipeline_schedule_kind(a) == pipeline::ScheduleKind::kZeroBubbleH1 ? first_slots : 1;
+      Bytes(chunk_layers) * layer_stash * first_slot_count + chunk_fixed + (head_first ? logits : Bytes(0));
   const Bytes last_activations =
-      Bytes(stage_layers) * layer_stash * Bytes(last_slots) + chunk_fixed + (head_first ? Bytes(0) : logits);
+      Bytes(stage_layers) * layer_stash * last_slot_count + chunk_fixed + (head_first ? Bytes(0) : logits);
 
   // Host: dataset indices (sample index [samples + 1, 2] and shuffle index, int64) and the
   // schedules (every rank's steps of the training and evaluation schedules).
@@ -258,12 +283,11 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
     const int64_t shards = optimizer_instance_size(a, dp * cp);
     const Bytes owned = shards_optimizer(a) ? Bytes(elements.value() ? (*elements.value() + shards - 1) / shards : 0)
                                             : elements;
-    const Bytes parameters = Bytes(t) * (zero_level(a) >= ZeroLevel::kParameters ? owned : elements);
-    const Bytes gradients = Bytes(4) * (zero_level(a) >= ZeroLevel::kGradients ? owned : elements);
     // Offloaded optimizer state lives in host memory (the exact plan counts it there).
     const Bytes device_owned =
         owned.value() ? Bytes(*owned.value() - AdamW::offloaded_elements(*owned.value(), offload_fraction(a))) : owned;
-    const Bytes optimizer = Bytes(a.bf16 || a.fp16 ? 12 : 8) * device_owned;
+    const StateMemory<Bytes> state = state_memory<Bytes>(state_layout(a), elements, owned, device_owned, Bytes(0));
+    const Bytes parameters = state.parameters, gradients = state.gradients, optimizer = state.optimizer_state();
     const Bytes host = index_bytes + schedule_bytes;
     if (!elements.value()) return overflow("parameters", a, world_size, padded_vocab);
     if (!parameters.value() || !gradients.value() || !optimizer.value()) {
@@ -296,6 +320,34 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   return worst;
 }
 
+namespace {
+
+// DataParallel's buffers besides ZeRO-2/3's working ones (train/data_parallel.cc): GradientSync's
+// reduce-scatter outputs and ParamGather's staging, one shard per bucket, when the distributed
+// optimizer shards over more than one rank and the gradients or values are not sharded themselves;
+// the FP32 staging of the parameters whose gradients are summed over TP.
+int64_t data_parallel_buffer_bytes(const ShardPlan& plan, DType dtype, bool sequence_parallel) {
+  const ShardPlanConfig& c = plan.config();
+  int64_t bytes = 0;
+  if (c.distributed_optimizer && c.data_parallel_size > 1) {
+    for (const BucketShard& b : plan.bucket_shards()) {
+      if (!plan.sharded_gradients()) bytes += Arena::aligned_bytes(DType::kFloat32, Shape{b.shard.size()});
+      if (!plan.sharded_parameters()) bytes += Arena::aligned_bytes(dtype, Shape{b.shard.size()});
+    }
+  }
+  int64_t summed_over_tensor_parallel = 0;
+  for (const ParamPlacement& param : plan.params()) {
+    const bool summed = param.spec->tensor_parallel_grad || (sequence_parallel && param.spec->sequence_parallel_grad);
+    if (c.tensor_parallel_size > 1 && summed) summed_over_tensor_parallel += param.numel();
+  }
+  if (summed_over_tensor_parallel > 0) {
+    bytes += Arena::aligned_bytes(DType::kFloat32, Shape{summed_over_tensor_parallel});
+  }
+  return bytes;
+}
+
+}  // namespace
+
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
                        bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
                        std::span<const int> deferral_depths, const DataParallelConfig& data_parallel,
@@ -312,6 +364,7 @@ RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const L
   if (plan.sharded_parameters()) {
     m.parameters += ParamUnits::bytes(plan.bucket_shards(), config.dtype, data_parallel.parameter_buffers);
   }
+  m.data_parallel_buffers = data_parallel_buffer_bytes(plan, config.dtype, sequence_parallel);
   m.optimizer_state = AdamW::bytes(owned, config.dtype, offload_fraction);
   m.host_optimizer_state = AdamW::host_bytes(owned, config.dtype, offload_fraction);
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
@@ -346,7 +399,10 @@ absl::Status check_memory_plan(const MemoryPlan& plan, const Arguments& args, co
   const std::string model_items =
       absl::StrCat("parameters ", format_bytes(items.parameters), ", gradients ", format_bytes(items.gradients),
                    ", optimizer state ", format_bytes(items.optimizer_state), ", activations ",
-                   format_bytes(items.activations));
+                   format_bytes(items.activations),
+                   items.data_parallel_buffers > 0
+                       ? absl::StrCat(", data-parallel buffers ", format_bytes(items.data_parallel_buffers))
+                       : std::string());
   std::string host_items = absl::StrCat("data indices and pipeline schedules ", format_bytes(plan.data_indices));
   if (items.host_optimizer_state > 0) {
     absl::StrAppend(&host_items, ", offloaded optimizer state ", format_bytes(items.host_optimizer_state));

@@ -40,6 +40,7 @@
 #include "train/arguments.h"
 #include "train/data_parallel.h"
 #include "train/forward_backward.h"
+#include "train/memory_items.h"
 
 namespace gpt {
 
@@ -52,10 +53,14 @@ struct RankMemory {
   int64_t gradients = 0;        // flat FP32 gradients; ZeRO-2: their shards and the working buffers
   int64_t optimizer_state = 0;  // moments and (BF16) master weights of the owned ranges
   int64_t activations = 0;      // the chunks (stashes, workspaces, logits, leases) and receive buffers
+  // DataParallel's own buffers: with the distributed optimizer (ZeRO-1) over several ranks, each
+  // bucket's reduce-scattered FP32 shard and the copy of its owned values the gather reads; the FP32
+  // staging of the gradients summed over TP (sequence parallelism, q/k norms).
+  int64_t data_parallel_buffers = 0;
   // Host memory: the offloaded optimizer state and its staging (--optimizer-cpu-offload); not in
   // total(), which is what lives with the model (device memory on the GPU).
   int64_t host_optimizer_state = 0;
-  int64_t total() const { return parameters + gradients + optimizer_state + activations; }
+  int64_t total() const { return parameters + gradients + optimizer_state + activations + data_parallel_buffers; }
   bool operator==(const RankMemory&) const = default;
 };
 
@@ -87,6 +92,9 @@ RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const L
                        bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
                        std::span<const int> deferral_depths = {}, const DataParallelConfig& data_parallel = {},
                        double offload_fraction = 0.0);
+
+// How a rank of validated arguments holds its model state (memory_items.h).
+StateLayout state_layout(const Arguments& args);
 
 // The plan for validated arguments (validate_arguments and validate_for_world) with the
 // tokenizer's unpadded vocabulary. An error where a figure does not fit in int64, naming the flags.

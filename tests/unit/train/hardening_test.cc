@@ -211,6 +211,7 @@ TEST(MemoryPlan, ExactPlanIsTheTrainersAllocation) {
     EXPECT_EQ(plan->allocated->gradients, allocated.gradients);
     EXPECT_EQ(plan->allocated->optimizer_state, allocated.optimizer_state);
     EXPECT_EQ(plan->allocated->activations, allocated.activations);
+    EXPECT_EQ(plan->allocated->data_parallel_buffers, allocated.data_parallel_buffers);
     // The closed form stays a lower bound of it.
     EXPECT_LE(plan->parameters, allocated.parameters);
     EXPECT_LE(plan->activations, allocated.activations);
