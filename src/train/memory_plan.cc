@@ -233,7 +233,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   // --qk-layernorm adds the query and key heads before their norms and two float32 statistics per head.
   const Bytes head_rows = model.qk_layernorm ? rows * (local_heads + local_groups) : Bytes(0);
   const Bytes full_layer = Bytes(t) * (Bytes(4) * local_rows * h + rows * (local_qkv + local_projection) +
-                                       rows * (local_fc1 + local_ffn) + (split_sequence ? Bytes(2) * rows * h : Bytes(0)) +
+                                       rows * (local_fc1 + local_ffn) +
                                        head_rows * a.kv_channels) +
                            Bytes(16) * local_rows + Bytes(8) * head_rows + lse;
   Bytes layer_stash = full_layer;
