@@ -5,8 +5,10 @@
 // (--make-vocab-size-divisible-by 2^62), or grows memory for minutes (--num-layers 100000000).
 //
 // Two levels. The closed form below gives lower bounds of what the trainer allocates (no alignment,
-// bucket padding, workspaces; stash slots as few as the schedule can use) in O(1) with checked
-// arithmetic, so that a huge layout is refused at once and certainly rightly. A layout it lets
+// bucket padding, workspaces; each chunk's stash slots from the trainer's schedule when it can be
+// built, else as few as any schedule uses) with checked arithmetic, so that a huge layout is refused
+// at once and certainly rightly. The model state's bytes are stated once (memory_items.h) for it and
+// the start-up report's theoretical column. A layout it lets
 // through that is small enough to enumerate (MemoryPlan::allocated) is then planned exactly:
 // rank_memory over the stage's shard plan, chunk memory (GptModel::memory) and receive buffers,
 // the same figures the trainer's arena gives (checked at start-up on every rank). Per rank, for the worst
@@ -23,7 +25,8 @@
 //                   elements / DP with --use-distributed-optimizer; less the offloaded fraction
 //                   (--optimizer-cpu-offload: host memory)
 //   activations     the layers' stash per microbatch in flight (model/activation_memory.h's
-//                   formula), the chunks' shared workspaces, and the logits [s b, vocab / tp]
+//                   formula) times each chunk's stash slots, the chunks' shared workspaces, and the
+//                   logits [s b, vocab / tp]
 //   data indices    host: 24 bytes per sample (sample and shuffle indices) of every split, for
 //                   --data-path datasets; plus the pipeline schedules (every rank's steps)
 // On the GPU the first four live in device memory and the rest on the host; on the CPU backend
