@@ -10,6 +10,7 @@
 #include "core/checked_math.h"
 #include "core/cuda_runtime.h"
 #include "model/gpt_model.h"
+#include "model/param_registry.h"
 #include "optim/adamw.h"
 #include "parallel/pipeline/executor.h"
 #include "train/context_parallel_arguments.h"
@@ -115,6 +116,46 @@ std::vector<int64_t> stage_stash_slots(const Arguments& a, int64_t world_size, i
   return slots;
 }
 
+// One TP rank's parameter elements of a layer, of the embeddings and of the final norm and untied
+// head, summed over the list the model allocates by (build_param_specs, of the layout's model with
+// one layer), and of the word embedding alone (a stage without the embedding holds it again as the
+// tied head). Overflowed where a tensor's size does not fit in int64.
+struct SectionElements {
+  Bytes layer = 0, embedding = 0, final = 0, word_embedding = 0;
+};
+
+SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
+  ModelConfig c;
+  set_model_kinds(a, c);
+  c.num_layers = 1;
+  c.hidden_size = a.hidden_size;
+  c.ffn_hidden_size = a.ffn_hidden_size;
+  c.num_attention_heads = a.num_attention_heads;
+  c.kv_channels = a.kv_channels;
+  c.max_position_embeddings = a.max_position_embeddings;
+  c.padded_vocab_size = padded_vocab;
+  // Every tensor of the list is [rows, h] or smaller, its rows a product of two flags at most:
+  // checked here before the list computes them in int64.
+  const Bytes largest = Bytes(c.num_attention_heads + 2 * c.query_groups()) * c.kv_channels * c.hidden_size +
+                        Bytes(2) * c.ffn_hidden_size * c.hidden_size + Bytes(padded_vocab) * c.hidden_size +
+                        Bytes(c.max_position_embeddings) * c.hidden_size;
+  if (!largest.value()) {
+    const Bytes overflowed(std::nullopt);
+    return SectionElements{overflowed, overflowed, overflowed, overflowed};
+  }
+  const int64_t tp = a.tensor_model_parallel_size;
+  SectionElements elements;
+  for (const ParamSpec& spec : build_param_specs(c)) {
+    const int64_t local = spec.split == TensorSplit::kReplicated ? spec.global_numel() : spec.global_numel() / tp;
+    Bytes& section = spec.section == ParamSection::kLayer       ? elements.layer
+                     : spec.section == ParamSection::kEmbedding ? elements.embedding
+                                                                : elements.final;
+    section = section + local;
+    if (spec.name == kWordEmbeddingName) elements.word_embedding = local;
+  }
+  return elements;
+}
+
 // rank_memory of the first rank (TP and DP rank 0: the others hold as much) of every pipeline
 // stage, the largest; nullopt when the layout is too large to enumerate.
 std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_size, int64_t vocab_size) {
@@ -204,23 +245,17 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
     stage_layers = layers.back() - loss - (pp == 1 ? embedding : 0);
   }
 
-  // Parameters: a layer, the first stage's embeddings, the last stage's LayerNorm and head.
-  // The model's kinds as the trainer reads them (set_model_kinds; no sizes, which may overflow here).
-  ModelConfig model;
+  // Parameters: a layer, the first stage's embeddings, the last stage's norm and head, from the
+  // list the model allocates by (section_elements).
+  ModelConfig model;  // the model's kinds as the trainer reads them (no sizes, which may overflow here)
   set_model_kinds(a, model);
-  const int64_t norm_params = model.has_layernorm_bias() ? 2 * h : h;
-  const Bytes layer_weights = (local_qkv + local_projection + local_fc1 + local_ffn) * h;
-  const Bytes layer_biases = a.disable_bias_linear ? Bytes(0) : local_qkv + local_fc1 + Bytes(2) * h;
-  // --qk-layernorm: a query and a key norm of kv_channels each.
-  const Bytes qk_norm_params = model.qk_layernorm ? Bytes(2) * (norm_params / h) * a.kv_channels : Bytes(0);
-  const Bytes layer_params = Bytes(2) * norm_params + layer_weights + layer_biases + qk_norm_params;
-  const int64_t positions =
-      model.position_embedding == PositionEmbedding::kLearnedAbsolute ? a.max_position_embeddings : 0;
-  const Bytes embeddings = (Bytes(local_vocab) + positions) * h;
-  // ZB-V's V puts the head (and the loss) on the first stage, beside the embedding.
+  const SectionElements elements = section_elements(a, padded_vocab);
+  const Bytes layer_params = elements.layer, embeddings = elements.embedding;
+  // ZB-V's V puts the head (and the loss) on the first stage, beside the embedding; elsewhere a tied
+  // head is a second copy of the word embedding.
   const bool head_first = pp == 1 || pipeline_schedule_kind(a) == pipeline::ScheduleKind::kZeroBubbleV;
-  const bool separate_head = a.untie_embeddings_and_output_weights || !head_first;
-  const Bytes head = Bytes(norm_params) + (separate_head ? Bytes(local_vocab) * h : Bytes(0));
+  const bool tied_copy = !a.untie_embeddings_and_output_weights && !head_first;
+  const Bytes head = elements.final + (tied_copy ? elements.word_embedding : Bytes(0));
   const Bytes layers_params = Bytes(stage_layers) * layer_params;
   const Bytes first_layers_params = Bytes(first_stage_layers) * layer_params;
   const Bytes first_elements = head_first ? first_layers_params + embeddings + head : first_layers_params + embeddings;
