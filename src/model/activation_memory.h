@@ -6,7 +6,8 @@
 //
 // Per layer and microbatch in flight, with t bytes per element (2 for BF16), rows r = s b, local
 // rows r_l = s_l b, p = heads_l d, f = ffn_l:
-//   no recompute: t (4 r_l h + 4 r p + 2 r f [+ 2 r h under sequence parallelism]) + 16 r_l + 4 b heads_l s
+//   no recompute: t (4 r_l h + 4 r p + 2 r f) + 16 r_l + 4 b heads_l s (sequence parallelism stashes
+//                 only the residual stream's r_l rows: backward gathers them again)
 //   selective:    the same less the attention output and lse: t r p + 4 b heads_l s
 //   full:         t r_l h on a group's last layer (the next group's input), nothing on the others
 // plus, once per chunk, the shared buffers: one attention output and lse (selective), or one

@@ -7,7 +7,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "model/activation_memory.h"
 #include "model/recompute_plan.h"
 #include "parallel/pipeline/schedule.h"
 #include "train/schedule_choice.h"
@@ -95,30 +94,22 @@ absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size) {
 absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world_size,
                                                Implementation activations) {
   GPT_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(a, world_size, vocabulary_before_data(a)));
+  // What the trainer allocates on its largest rank (the plan checked against the allocation at
+  // every start, the schedule's stash slots included); the closed form's lower bounds for a layout
+  // too large to enumerate.
+  const RankMemory items = plan.allocated.value_or(RankMemory{.parameters = plan.parameters,
+                                                                .gradients = plan.gradients,
+                                                                .optimizer_state = plan.optimizer_state,
+                                                                .activations = plan.activations});
   MemoryEstimate memory;
-  memory.parameters = static_cast<double>(plan.parameters);
-  memory.gradients = static_cast<double>(plan.gradients);
-  memory.optimizer_state = static_cast<double>(plan.optimizer_state);
-  if (activations != Implementation::kTrainer) {  // Megatron's model code (also under DeepSpeed)
-    memory.activations = megatron_activation_bytes(a, world_size);
-    return memory;
-  }
-  memory.activations = static_cast<double>(plan.activations);
-  const int64_t pp = a.pipeline_model_parallel_size;
-  const int v = virtual_pipeline_size(a);
-  if (pp > 1 && v > 1 && pipeline_schedule_kind(a) == pipeline::ScheduleKind::kInterleaved) {
-    // The plan counts min(m, p) + v - 1 chunk stashes on the first stage; the interleaved schedule
-    // holds up to its warm-up + 1.
-    const int64_t m = num_microbatches(a, world_size);
-    const int64_t peak = pipeline::expected_peak_live(pipeline::ScheduleKind::kInterleaved, static_cast<int>(pp), v,
-                                                      static_cast<int>(m), 0);
-    const int64_t counted = std::min(m, pp) + v - 1;
-    const ActivationMemory chunk =
-        activation_memory(model_config_from(a), a.tensor_model_parallel_size, a.sequence_parallel, a.micro_batch_size,
-                          a.num_layers / (pp * v), a.context_parallel_size);
-    memory.activations += static_cast<double>(std::max<int64_t>(0, peak - counted)) *
-                          static_cast<double>(chunk.stash_bytes());
-  }
+  memory.stage_parameters = static_cast<double>(plan.parameters) / (a.bf16 || a.fp16 ? 2.0 : 4.0);
+  memory.parameters = static_cast<double>(items.parameters);
+  memory.gradients = static_cast<double>(items.gradients);
+  memory.optimizer_state = static_cast<double>(items.optimizer_state);
+  memory.data_parallel_buffers = static_cast<double>(items.data_parallel_buffers);
+  memory.activations = activations == Implementation::kTrainer
+                           ? static_cast<double>(items.activations)
+                           : megatron_activation_bytes(a, world_size);  // Megatron's model code (also under DeepSpeed)
   return memory;
 }
 
@@ -293,7 +284,7 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   p.memory_available = cluster.memory_bytes - cluster.memory_reserved_bytes;
   p.fits = p.memory.total() <= p.memory_available;
   // The largest stage's parameters, unsharded (ZeRO-3's plan holds a shard: plan a ZeRO-2 copy).
-  double parameters = p.memory.parameters / element;
+  double parameters = p.memory.stage_parameters;
   if (level == ZeroLevel::kParameters) {
     Arguments unsharded = a;
     unsharded.data_parallel_sharding_strategy = "optim_grads";

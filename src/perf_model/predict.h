@@ -56,7 +56,12 @@ struct RunOptions {
 
 struct MemoryEstimate {
   double parameters = 0, gradients = 0, optimizer_state = 0, activations = 0;  // bytes, largest rank
-  double total() const { return parameters + gradients + optimizer_state + activations; }
+  // The parameter elements the largest stage holds (the plan's closed form; ZeRO-3: its shard), what
+  // its data-parallel traffic moves.
+  double stage_parameters = 0;
+  // The data-parallel reduce-scatter outputs, gather staging and TP-sum staging (RankMemory's).
+  double data_parallel_buffers = 0;
+  double total() const { return parameters + gradients + optimizer_state + activations + data_parallel_buffers; }
 };
 
 struct Prediction {
@@ -115,10 +120,10 @@ absl::StatusOr<Arguments> parse_model_flags(std::vector<std::string> flags);
 // validate_arguments and validate_for_world on a copy: every error names its flag.
 absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size);
 
-// The memory of the largest rank: the memory plan's parameters, gradients and optimizer state,
-// and activations with the schedule's peak number of microbatches in flight on the first stage
-// (p + (p - 1) / v microbatches' worth with interleaving; the plan counts a lower bound).
-// With Implementation::kMegatron the activations are Megatron's (megatron_memory.h).
+// The memory of the largest rank: what the memory plan says the trainer allocates there
+// (train/memory_plan.h: its exact items, with the schedule's stash slots per chunk; for a layout
+// too large to enumerate, its closed form's lower bounds). With Implementation::kMegatron or
+// kDeepSpeed the activations are Megatron's (megatron_memory.h).
 absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& validated, int64_t world_size,
                                                Implementation activations = Implementation::kTrainer);
 

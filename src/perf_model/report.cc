@@ -65,6 +65,7 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
       .add("gradients", p.memory.gradients / kGiB)
       .add("optimizer_state", p.memory.optimizer_state / kGiB)
       .add("activations", p.memory.activations / kGiB)
+      .add("data_parallel_buffers", p.memory.data_parallel_buffers / kGiB)
       .add("available", p.memory_available / kGiB);
   JsonObject top;
   top.add("cluster", cluster.name)

@@ -10,10 +10,12 @@
 #include "core/checked_math.h"
 #include "core/cuda_runtime.h"
 #include "model/gpt_model.h"
+#include "model/param_registry.h"
 #include "optim/adamw.h"
 #include "parallel/pipeline/executor.h"
 #include "train/context_parallel_arguments.h"
 #include "train/data_parallel/config_from_arguments.h"
+#include "train/memory_items.h"
 #include "train/pipeline_split.h"
 #include "train/sharding_arguments.h"
 #include "parallel/data_parallel/grad_shards.h"
@@ -25,24 +27,7 @@
 namespace gpt {
 namespace {
 
-// An int64 that stays "overflowed" once any step overflows: the plan's sums of products read as
-// the formulas in the header, and one check at the end says whether the figure is real.
-class Bytes {
- public:
-  Bytes(int64_t value) : value_(value), ok_(true) {}  // NOLINT: implicit, so that formulas read naturally
-  Bytes(std::optional<int64_t> value) : value_(value.value_or(0)), ok_(value.has_value()) {}  // NOLINT
-  friend Bytes operator+(Bytes a, Bytes b) {
-    return a.ok_ && b.ok_ ? Bytes(checked_add(a.value_, b.value_)) : Bytes(std::nullopt);
-  }
-  friend Bytes operator*(Bytes a, Bytes b) {
-    return a.ok_ && b.ok_ ? Bytes(checked_multiply(a.value_, b.value_)) : Bytes(std::nullopt);
-  }
-  std::optional<int64_t> value() const { return ok_ ? std::optional<int64_t>(value_) : std::nullopt; }
-
- private:
-  int64_t value_;
-  bool ok_;
-};
+using Bytes = CheckedBytes;
 
 // The flags that size a rank's memory, for messages.
 std::string layout_flags(const Arguments& a, int64_t world_size, int64_t padded_vocab) {
@@ -89,22 +74,100 @@ int64_t physical_memory_bytes() {
 constexpr int64_t kExactPlanMaxLayers = 4096;
 constexpr int64_t kExactPlanMaxScheduleSteps = 1 << 16;
 
+}  // namespace
+
+StateLayout state_layout(const Arguments& a) {
+  return StateLayout{.parameter_bytes = a.bf16 || a.fp16 ? 2 : 4,
+                     .sharded_parameters = zero_level(a) >= ZeroLevel::kParameters,
+                     .sharded_gradients = zero_level(a) >= ZeroLevel::kGradients,
+                     .separate_master = a.bf16 || a.fp16};
+}
+
+namespace {
+
+// The grid of validated arguments.
+GridShape grid_shape_of(const Arguments& a, int64_t world_size) {
+  return GridShape{.tensor = static_cast<int>(a.tensor_model_parallel_size),
+                   .pipeline = static_cast<int>(a.pipeline_model_parallel_size),
+                   .data = static_cast<int>(data_parallel_size(a, world_size)),
+                   .context = static_cast<int>(a.context_parallel_size),
+                   .optimizer_instances = static_cast<int>(a.num_distributed_optimizer_instances)};
+}
+
+bool schedule_small_enough(const Arguments& a, int64_t world_size) {
+  const int64_t pp = a.pipeline_model_parallel_size, v = virtual_pipeline_size(a);
+  return pp * v * std::max<int64_t>(num_microbatches(a, world_size), 1) <= kExactPlanMaxScheduleSteps;
+}
+
+// The microbatches each chunk of pipeline stage `stage` holds at once: its stash slots as the
+// trainer's ForwardBackward counts them from the schedule (the interleaved schedule's warm-up
+// included). For a schedule too long to build, the least any schedule holds: min(m, PP) on the
+// first stage's first chunk (1F1B's warm-up + 1; ZB-H1: on every stage), one elsewhere.
+std::vector<int64_t> stage_stash_slots(const Arguments& a, int64_t world_size, int stage) {
+  const int64_t pp = a.pipeline_model_parallel_size, v = virtual_pipeline_size(a);
+  const int64_t m = std::max<int64_t>(1, num_microbatches(a, world_size));
+  if (schedule_small_enough(a, world_size)) {
+    const PipelineLayout pipeline =
+        pipeline_layout(a, grid_shape_of(a, world_size), GridCoordinates{.tensor = 0, .pipeline = stage, .data = 0}, m);
+    const ForwardBackward schedules(pipeline);
+    return std::vector<int64_t>(schedules.stash_slots().begin(), schedules.stash_slots().end());
+  }
+  std::vector<int64_t> slots(static_cast<size_t>(v), 1);
+  if (stage == 0 || pipeline_schedule_kind(a) == pipeline::ScheduleKind::kZeroBubbleH1) slots[0] = std::min(m, pp);
+  return slots;
+}
+
+// One TP rank's parameter elements of a layer, of the embeddings and of the final norm and untied
+// head, summed over the list the model allocates by (build_param_specs, of the layout's model with
+// one layer), and of the word embedding alone (a stage without the embedding holds it again as the
+// tied head). Overflowed where a tensor's size does not fit in int64.
+struct SectionElements {
+  Bytes layer = 0, embedding = 0, final = 0, word_embedding = 0;
+};
+
+SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
+  ModelConfig c;
+  set_model_kinds(a, c);
+  c.num_layers = 1;
+  c.hidden_size = a.hidden_size;
+  c.ffn_hidden_size = a.ffn_hidden_size;
+  c.num_attention_heads = a.num_attention_heads;
+  c.kv_channels = a.kv_channels;
+  c.max_position_embeddings = a.max_position_embeddings;
+  c.padded_vocab_size = padded_vocab;
+  // Every tensor of the list is [rows, h] or smaller, its rows a product of two flags at most:
+  // checked here before the list computes them in int64.
+  const Bytes largest = Bytes(c.num_attention_heads + 2 * c.query_groups()) * c.kv_channels * c.hidden_size +
+                        Bytes(2) * c.ffn_hidden_size * c.hidden_size + Bytes(padded_vocab) * c.hidden_size +
+                        Bytes(c.max_position_embeddings) * c.hidden_size;
+  if (!largest.value()) {
+    const Bytes overflowed(std::nullopt);
+    return SectionElements{overflowed, overflowed, overflowed, overflowed};
+  }
+  const int64_t tp = a.tensor_model_parallel_size;
+  SectionElements elements;
+  for (const ParamSpec& spec : build_param_specs(c)) {
+    const int64_t local = spec.split == TensorSplit::kReplicated ? spec.global_numel() : spec.global_numel() / tp;
+    Bytes& section = spec.section == ParamSection::kLayer       ? elements.layer
+                     : spec.section == ParamSection::kEmbedding ? elements.embedding
+                                                                : elements.final;
+    section = section + local;
+    if (spec.name == kWordEmbeddingName) elements.word_embedding = local;
+  }
+  return elements;
+}
+
 // rank_memory of the first rank (TP and DP rank 0: the others hold as much) of every pipeline
 // stage, the largest; nullopt when the layout is too large to enumerate.
 std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_size, int64_t vocab_size) {
   const int64_t tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
-  const int64_t v = virtual_pipeline_size(a), m = num_microbatches(a, world_size);
-  if (a.num_layers > kExactPlanMaxLayers || pp * v * std::max<int64_t>(m, 1) > kExactPlanMaxScheduleSteps) {
-    return std::nullopt;
-  }
+  const int64_t m = num_microbatches(a, world_size);
+  if (a.num_layers > kExactPlanMaxLayers || !schedule_small_enough(a, world_size)) return std::nullopt;
   Arguments sized = a;
   sized.vocab_size = vocab_size;
   const ModelConfig config = model_config_from(sized);
   const std::vector<ParamSpec> specs = build_param_specs(config);
-  const GridShape shape{.tensor = static_cast<int>(tp), .pipeline = static_cast<int>(pp),
-                        .data = static_cast<int>(data_parallel_size(a, world_size)),
-                        .context = static_cast<int>(a.context_parallel_size),
-                        .optimizer_instances = static_cast<int>(a.num_distributed_optimizer_instances)};
+  const GridShape shape = grid_shape_of(a, world_size);
   const bool sequence_parallel = a.sequence_parallel && tp > 1;
   LayerShapes shapes =
       LayerShapes::make(config, tp, 0, sequence_parallel, a.micro_batch_size, a.context_parallel_size);
@@ -183,23 +246,17 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
     stage_layers = layers.back() - loss - (pp == 1 ? embedding : 0);
   }
 
-  // Parameters: a layer, the first stage's embeddings, the last stage's LayerNorm and head.
-  // The model's kinds as the trainer reads them (set_model_kinds; no sizes, which may overflow here).
-  ModelConfig model;
+  // Parameters: a layer, the first stage's embeddings, the last stage's norm and head, from the
+  // list the model allocates by (section_elements).
+  ModelConfig model;  // the model's kinds as the trainer reads them (no sizes, which may overflow here)
   set_model_kinds(a, model);
-  const int64_t norm_params = model.has_layernorm_bias() ? 2 * h : h;
-  const Bytes layer_weights = (local_qkv + local_projection + local_fc1 + local_ffn) * h;
-  const Bytes layer_biases = a.disable_bias_linear ? Bytes(0) : local_qkv + local_fc1 + Bytes(2) * h;
-  // --qk-layernorm: a query and a key norm of kv_channels each.
-  const Bytes qk_norm_params = model.qk_layernorm ? Bytes(2) * (norm_params / h) * a.kv_channels : Bytes(0);
-  const Bytes layer_params = Bytes(2) * norm_params + layer_weights + layer_biases + qk_norm_params;
-  const int64_t positions =
-      model.position_embedding == PositionEmbedding::kLearnedAbsolute ? a.max_position_embeddings : 0;
-  const Bytes embeddings = (Bytes(local_vocab) + positions) * h;
-  // ZB-V's V puts the head (and the loss) on the first stage, beside the embedding.
+  const SectionElements elements = section_elements(a, padded_vocab);
+  const Bytes layer_params = elements.layer, embeddings = elements.embedding;
+  // ZB-V's V puts the head (and the loss) on the first stage, beside the embedding; elsewhere a tied
+  // head is a second copy of the word embedding.
   const bool head_first = pp == 1 || pipeline_schedule_kind(a) == pipeline::ScheduleKind::kZeroBubbleV;
-  const bool separate_head = a.untie_embeddings_and_output_weights || !head_first;
-  const Bytes head = Bytes(norm_params) + (separate_head ? Bytes(local_vocab) * h : Bytes(0));
+  const bool tied_copy = !a.untie_embeddings_and_output_weights && !head_first;
+  const Bytes head = elements.final + (tied_copy ? elements.word_embedding : Bytes(0));
   const Bytes layers_params = Bytes(stage_layers) * layer_params;
   const Bytes first_layers_params = Bytes(first_stage_layers) * layer_params;
   const Bytes first_elements = head_first ? first_layers_params + embeddings + head : first_layers_params + embeddings;
@@ -212,7 +269,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   // --qk-layernorm adds the query and key heads before their norms and two float32 statistics per head.
   const Bytes head_rows = model.qk_layernorm ? rows * (local_heads + local_groups) : Bytes(0);
   const Bytes full_layer = Bytes(t) * (Bytes(4) * local_rows * h + rows * (local_qkv + local_projection) +
-                                       rows * (local_fc1 + local_ffn) + (split_sequence ? Bytes(2) * rows * h : Bytes(0)) +
+                                       rows * (local_fc1 + local_ffn) +
                                        head_rows * a.kv_channels) +
                            Bytes(16) * local_rows + Bytes(8) * head_rows + lse;
   Bytes layer_stash = full_layer;
@@ -229,18 +286,21 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
                                       rows * (local_qkv + local_projection) + rows * local_ffn +
                                       (a.swiglu ? rows * local_fc1 : Bytes(0)) +
                                       (cp > 1 ? rows * (Bytes(4) * local_qkv + Bytes(2) * local_projection) : Bytes(0)));
-  // Microbatches in flight: on the first stage at least min(m, PP) for its first chunk (1F1B's
-  // warm-up), one for every other chunk and on the last stage (min(m, PP) with ZB-H1).
-  const int64_t first_slots = std::min(m, pp);
+  // Microbatches in flight: each chunk's stash slots from the schedule (stage_stash_slots); the
+  // first stage's chunks of chunk_layers each, the last stage's layers at its fewest slots (ZB-H1
+  // keeps min(m, PP) on every stage until the deferred weight gradients run; their leases come on
+  // top and are counted by the exact plan).
+  const std::vector<int64_t> first_slots = stage_stash_slots(a, world_size, 0);
+  const std::vector<int64_t> last_slots = stage_stash_slots(a, world_size, static_cast<int>(pp - 1));
+  Bytes first_slot_count = 0;
+  for (int64_t slots : first_slots) first_slot_count = first_slot_count + slots;
+  const int64_t last_slot_count = *std::min_element(last_slots.begin(), last_slots.end());
   const Bytes chunk_fixed = Bytes(v) * (workspace + recompute_buffers);
   const Bytes logits = Bytes(t) * rows * local_vocab;
   const Bytes first_activations =
-      Bytes(chunk_layers) * layer_stash * (Bytes(first_slots) + (v - 1)) + chunk_fixed + (head_first ? logits : Bytes(0));
-  // ZB-H1 holds min(m, PP) on every stage (each keeps its slots until the deferred weight
-  // gradients run; their leases come on top and are counted by the exact plan).
-  const int64_t last_slots = pipeline_schedule_kind(a) == pipeline::ScheduleKind::kZeroBubbleH1 ? first_slots : 1;
+      Bytes(chunk_layers) * layer_stash * first_slot_count + chunk_fixed + (head_first ? logits : Bytes(0));
   const Bytes last_activations =
-      Bytes(stage_layers) * layer_stash * Bytes(last_slots) + chunk_fixed + (head_first ? Bytes(0) : logits);
+      Bytes(stage_layers) * layer_stash * last_slot_count + chunk_fixed + (head_first ? Bytes(0) : logits);
 
   // Host: dataset indices (sample index [samples + 1, 2] and shuffle index, int64) and the
   // schedules (every rank's steps of the training and evaluation schedules).
@@ -259,12 +319,11 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
     const int64_t shards = optimizer_instance_size(a, dp * cp);
     const Bytes owned = shards_optimizer(a) ? Bytes(elements.value() ? (*elements.value() + shards - 1) / shards : 0)
                                             : elements;
-    const Bytes parameters = Bytes(t) * (zero_level(a) >= ZeroLevel::kParameters ? owned : elements);
-    const Bytes gradients = Bytes(4) * (zero_level(a) >= ZeroLevel::kGradients ? owned : elements);
     // Offloaded optimizer state lives in host memory (the exact plan counts it there).
     const Bytes device_owned =
         owned.value() ? Bytes(*owned.value() - AdamW::offloaded_elements(*owned.value(), offload_fraction(a))) : owned;
-    const Bytes optimizer = Bytes(a.bf16 || a.fp16 ? 12 : 8) * device_owned;
+    const StateMemory<Bytes> state = state_memory<Bytes>(state_layout(a), elements, owned, device_owned, Bytes(0));
+    const Bytes parameters = state.parameters, gradients = state.gradients, optimizer = state.optimizer_state();
     const Bytes host = index_bytes + schedule_bytes;
     if (!elements.value()) return overflow("parameters", a, world_size, padded_vocab);
     if (!parameters.value() || !gradients.value() || !optimizer.value()) {
@@ -297,6 +356,34 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   return worst;
 }
 
+namespace {
+
+// DataParallel's buffers besides ZeRO-2/3's working ones (train/data_parallel.cc): GradientSync's
+// reduce-scatter outputs and ParamGather's staging, one shard per bucket, when the distributed
+// optimizer shards over more than one rank and the gradients or values are not sharded themselves;
+// the FP32 staging of the parameters whose gradients are summed over TP.
+int64_t data_parallel_buffer_bytes(const ShardPlan& plan, DType dtype, bool sequence_parallel) {
+  const ShardPlanConfig& c = plan.config();
+  int64_t bytes = 0;
+  if (c.distributed_optimizer && c.data_parallel_size > 1) {
+    for (const BucketShard& b : plan.bucket_shards()) {
+      if (!plan.sharded_gradients()) bytes += Arena::aligned_bytes(DType::kFloat32, Shape{b.shard.size()});
+      if (!plan.sharded_parameters()) bytes += Arena::aligned_bytes(dtype, Shape{b.shard.size()});
+    }
+  }
+  int64_t summed_over_tensor_parallel = 0;
+  for (const ParamPlacement& param : plan.params()) {
+    const bool summed = param.spec->tensor_parallel_grad || (sequence_parallel && param.spec->sequence_parallel_grad);
+    if (c.tensor_parallel_size > 1 && summed) summed_over_tensor_parallel += param.numel();
+  }
+  if (summed_over_tensor_parallel > 0) {
+    bytes += Arena::aligned_bytes(DType::kFloat32, Shape{summed_over_tensor_parallel});
+  }
+  return bytes;
+}
+
+}  // namespace
+
 RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const LayerShapes& shapes,
                        bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
                        std::span<const int> deferral_depths, const DataParallelConfig& data_parallel,
@@ -313,6 +400,7 @@ RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const L
   if (plan.sharded_parameters()) {
     m.parameters += ParamUnits::bytes(plan.bucket_shards(), config.dtype, data_parallel.parameter_buffers);
   }
+  m.data_parallel_buffers = data_parallel_buffer_bytes(plan, config.dtype, sequence_parallel);
   m.optimizer_state = AdamW::bytes(owned, config.dtype, offload_fraction);
   m.host_optimizer_state = AdamW::host_bytes(owned, config.dtype, offload_fraction);
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
@@ -347,7 +435,10 @@ absl::Status check_memory_plan(const MemoryPlan& plan, const Arguments& args, co
   const std::string model_items =
       absl::StrCat("parameters ", format_bytes(items.parameters), ", gradients ", format_bytes(items.gradients),
                    ", optimizer state ", format_bytes(items.optimizer_state), ", activations ",
-                   format_bytes(items.activations));
+                   format_bytes(items.activations),
+                   items.data_parallel_buffers > 0
+                       ? absl::StrCat(", data-parallel buffers ", format_bytes(items.data_parallel_buffers))
+                       : std::string());
   std::string host_items = absl::StrCat("data indices and pipeline schedules ", format_bytes(plan.data_indices));
   if (items.host_optimizer_state > 0) {
     absl::StrAppend(&host_items, ", offloaded optimizer state ", format_bytes(items.host_optimizer_state));

@@ -5,8 +5,10 @@
 // (--make-vocab-size-divisible-by 2^62), or grows memory for minutes (--num-layers 100000000).
 //
 // Two levels. The closed form below gives lower bounds of what the trainer allocates (no alignment,
-// bucket padding, workspaces; stash slots as few as the schedule can use) in O(1) with checked
-// arithmetic, so that a huge layout is refused at once and certainly rightly. A layout it lets
+// bucket padding, workspaces; each chunk's stash slots from the trainer's schedule when it can be
+// built, else as few as any schedule uses) with checked arithmetic, so that a huge layout is refused
+// at once and certainly rightly. The model state's bytes are stated once (memory_items.h) for it and
+// the start-up report's theoretical column. A layout it lets
 // through that is small enough to enumerate (MemoryPlan::allocated) is then planned exactly:
 // rank_memory over the stage's shard plan, chunk memory (GptModel::memory) and receive buffers,
 // the same figures the trainer's arena gives (checked at start-up on every rank). Per rank, for the worst
@@ -23,7 +25,8 @@
 //                   elements / DP with --use-distributed-optimizer; less the offloaded fraction
 //                   (--optimizer-cpu-offload: host memory)
 //   activations     the layers' stash per microbatch in flight (model/activation_memory.h's
-//                   formula), the chunks' shared workspaces, and the logits [s b, vocab / tp]
+//                   formula) times each chunk's stash slots, the chunks' shared workspaces, and the
+//                   logits [s b, vocab / tp]
 //   data indices    host: 24 bytes per sample (sample and shuffle indices) of every split, for
 //                   --data-path datasets; plus the pipeline schedules (every rank's steps)
 // On the GPU the first four live in device memory and the rest on the host; on the CPU backend
@@ -40,6 +43,7 @@
 #include "train/arguments.h"
 #include "train/data_parallel/config.h"
 #include "train/forward_backward.h"
+#include "train/memory_items.h"
 
 namespace gpt {
 
@@ -52,10 +56,14 @@ struct RankMemory {
   int64_t gradients = 0;        // flat FP32 gradients; ZeRO-2: their shards and the working buffers
   int64_t optimizer_state = 0;  // moments and (BF16) master weights of the owned ranges
   int64_t activations = 0;      // the chunks (stashes, workspaces, logits, leases) and receive buffers
+  // DataParallel's own buffers: with the distributed optimizer (ZeRO-1) over several ranks, each
+  // bucket's reduce-scattered FP32 shard and the copy of its owned values the gather reads; the FP32
+  // staging of the gradients summed over TP (sequence parallelism, q/k norms).
+  int64_t data_parallel_buffers = 0;
   // Host memory: the offloaded optimizer state and its staging (--optimizer-cpu-offload); not in
   // total(), which is what lives with the model (device memory on the GPU).
   int64_t host_optimizer_state = 0;
-  int64_t total() const { return parameters + gradients + optimizer_state + activations; }
+  int64_t total() const { return parameters + gradients + optimizer_state + activations + data_parallel_buffers; }
   bool operator==(const RankMemory&) const = default;
 };
 
@@ -87,6 +95,9 @@ RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const L
                        bool sequence_parallel, const PipelineLayout& pipeline, std::span<const int> stash_slots,
                        std::span<const int> deferral_depths = {}, const DataParallelConfig& data_parallel = {},
                        double offload_fraction = 0.0);
+
+// How a rank of validated arguments holds its model state (memory_items.h).
+StateLayout state_layout(const Arguments& args);
 
 // The plan for validated arguments (validate_arguments and validate_for_world) with the
 // tokenizer's unpadded vocabulary. An error where a figure does not fit in int64, naming the flags.

@@ -150,11 +150,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
                    .gradients = gradient_bytes + t->data_parallel_->gradient_buffer_bytes(),
                    .optimizer_state = static_cast<int64_t>(t->arena_.used_bytes() - optimizer_begin),
                    .activations = static_cast<int64_t>(chunks_end - chunks_begin),
+                   .data_parallel_buffers = static_cast<int64_t>(optimizer_begin - chunks_end) -
+                                            t->data_parallel_->gradient_buffer_bytes() -
+                                            t->data_parallel_->parameter_buffer_bytes(),
                    .host_optimizer_state = t->optimizer_->host_bytes_allocated()};
   GPT_CHECK_EQ(planned.parameters, t->allocated_.parameters) << "memory plan of the parameters";
   GPT_CHECK_EQ(planned.gradients, t->allocated_.gradients) << "memory plan of the gradients";
   GPT_CHECK_EQ(planned.activations, t->allocated_.activations) << "memory plan of the chunks";
   GPT_CHECK_EQ(planned.optimizer_state, t->allocated_.optimizer_state) << "memory plan of the optimizer state";
+  GPT_CHECK_EQ(planned.data_parallel_buffers, t->allocated_.data_parallel_buffers)
+      << "memory plan of the data-parallel buffers";
   GPT_CHECK_EQ(planned.host_optimizer_state, t->allocated_.host_optimizer_state)
       << "memory plan of the offloaded optimizer state";
   t->loss_sum_ = t->arena_.allocate_zeroed(DType::kFloat32, {1});
@@ -220,26 +225,28 @@ MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chu
                            ? static_cast<double>(elements) / static_cast<double>(grid_.optimizer_instance().size())
                            : static_cast<double>(elements);
   const bool separate_master = optimizer_->has_separate_master();
-  // ZeRO-2/3: the shards (1/DP) in theory; allocated also the working buffers of the units in flight.
-  f.theoretical[MemoryFigures::kParameters] =
-      (params_->sharded_parameters() ? owned : static_cast<double>(elements)) * dtype_size(config_.dtype);
+  // In theory the memory plan's items (memory_items.h) of this rank's elements: ZeRO-2/3 hold the
+  // shards (1/DP); offloaded, the first fraction of the owned elements' state is in host memory.
+  const StateLayout layout{.parameter_bytes = static_cast<int64_t>(dtype_size(config_.dtype)),
+                           .sharded_parameters = params_->sharded_parameters(),
+                           .sharded_gradients = params_->sharded_gradients(),
+                           .separate_master = separate_master};
+  const double offloaded = offload_fraction(args_);
+  const StateMemory<double> ideal = state_memory<double>(layout, static_cast<double>(elements), owned,
+                                                         owned * (1.0 - offloaded), owned * offloaded);
+  f.theoretical[MemoryFigures::kParameters] = ideal.parameters;
+  f.theoretical[MemoryFigures::kGradients] = ideal.gradients;
+  f.theoretical[MemoryFigures::kMasterWeights] = ideal.master_weights;
+  f.theoretical[MemoryFigures::kMoments] = ideal.moments;
+  f.theoretical[MemoryFigures::kHostOptimizer] = ideal.host_optimizer;
+  // Allocated: also the working buffers of the units in flight (ZeRO-2/3), as the arena gave them.
   f.allocated[MemoryFigures::kParameters] =
       static_cast<double>(params_->value_storage().bytes() + data_parallel_->parameter_buffer_bytes());
-  f.theoretical[MemoryFigures::kGradients] =
-      (params_->sharded_gradients() ? owned : static_cast<double>(elements)) * 4.0;
   f.allocated[MemoryFigures::kGradients] =
       static_cast<double>(params_->gradient_storage().bytes() + data_parallel_->gradient_buffer_bytes());
-  f.theoretical[MemoryFigures::kMasterWeights] = separate_master ? owned * 4.0 : 0.0;
-  f.allocated[MemoryFigures::kMasterWeights] =
-      separate_master ? static_cast<double>(optimizer_->owned_elements()) * 4.0 : 0.0;
-  // Offloaded: the first fraction of the owned elements' state (and its staging) in host memory.
-  const double device_share = 1.0 - offload_fraction(args_);
   const double device_elements = static_cast<double>(optimizer_->owned_elements() - optimizer_->host_elements());
-  f.theoretical[MemoryFigures::kMasterWeights] *= device_share;
   f.allocated[MemoryFigures::kMasterWeights] = separate_master ? device_elements * 4.0 : 0.0;
-  f.theoretical[MemoryFigures::kMoments] = 2.0 * owned * 4.0 * device_share;
   f.allocated[MemoryFigures::kMoments] = 2.0 * device_elements * 4.0;
-  f.theoretical[MemoryFigures::kHostOptimizer] = owned * (separate_master ? 12.0 : 8.0) * offload_fraction(args_);
   f.allocated[MemoryFigures::kHostOptimizer] = static_cast<double>(optimizer_->host_bytes_allocated());
   const std::vector<int>& slots = forward_backward_->stash_slots();
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {

@@ -57,7 +57,10 @@ TEST(MegatronMemory, SmallerThanTheTrainersPlanUnderSequenceParallelism) {
   const MemoryEstimate megatron = *estimate_memory(a, 8, Implementation::kMegatron);
   EXPECT_EQ(megatron.parameters, trainer.parameters);
   EXPECT_EQ(megatron.optimizer_state, trainer.optimizer_state);
-  EXPECT_LT(megatron.activations, 0.75 * trainer.activations);
+  // 0.93 of the allocation (the trainer's split stash per layer is smaller than Megatron's 34 s b h / t;
+  // its workspace and receive buffers make up the rest). The closed form it was once compared with
+  // counted a gathered SP stash the layers do not keep.
+  EXPECT_LT(megatron.activations, trainer.activations);
 }
 
 TEST(MegatronMemory, FullRecomputeKeepsOneInputPerLayerAndRebuildsOne) {

@@ -38,14 +38,19 @@ def main():
         for key in ("iteration_time_s", "tflops_per_gpu", "mfu", "memory_gib_per_gpu", "time_breakdown_s",
                     "memory_breakdown_gib", "layout"):
             check(key in data, f"--json lacks {key}")
-    # --implementation megatron: Megatron's smaller SP stash; the same SP re-gather in backward.
+    # --implementation megatron: Megatron's activations (its stash count), the trainer's allocation for
+    # the rest; the same SP re-gather in backward. (The trainer's SP stash is split as Megatron's; its
+    # allocation here, 0.93 GiB, is below Megatron's 1.17 GiB count with dropout masks. The 1.68 GiB
+    # this was once compared with was the closed form's, which counted a gathered SP stash.)
     sp = good[:] + ["--tensor-model-parallel-size", "8", "--sequence-parallel"]
     trainer, megatron = run(binary, sp + ["--json"]), run(binary, sp + ["--json", "--implementation", "megatron"])
     check(trainer.returncode == 0 and megatron.returncode == 0, f"--implementation: {megatron.stderr}")
     if trainer.returncode == 0 and megatron.returncode == 0:
         t, m = json.loads(trainer.stdout), json.loads(megatron.stdout)
-        check(m["memory_breakdown_gib"]["activations"] < t["memory_breakdown_gib"]["activations"],
-              "Megatron's SP stash is smaller than the trainer's")
+        mm, tm = m["memory_breakdown_gib"], t["memory_breakdown_gib"]
+        check(mm["activations"] != tm["activations"] and
+              all(mm[k] == tm[k] for k in ("parameters", "gradients", "optimizer_state")),
+              "--implementation megatron changes the activations only")
         # Both gather the SP LayerNorm outputs again in backward (model/linear.h).
         check(m["layer_microbatch_s"]["backward"]["tp_comm"] == t["layer_microbatch_s"]["backward"]["tp_comm"],
               "the trainer's SP backward gathers its input again, as Megatron's")

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "perf_model/calibration.h"
 #include "perf_model/predict.h"
+#include "train/memory_plan.h"
 
 namespace gpt::perf {
 
@@ -55,6 +56,20 @@ inline Arguments checked_layout(const std::string& flags, int64_t world) {
   absl::StatusOr<Arguments> validated = validate_layout(*parsed, world);
   EXPECT_TRUE(validated.ok()) << validated.status();
   return *validated;
+}
+
+// The memory plan's closed form for a layout (train/memory_plan.h: the lower bounds without
+// alignment, padding or working buffers that the hand-computed figures restate); estimate_memory
+// gives the exact plan, what the trainer allocates.
+inline MemoryEstimate closed_form_memory(const Arguments& a, int64_t world) {
+  absl::StatusOr<MemoryPlan> plan = plan_memory(a, world, vocabulary_before_data(a));
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  MemoryEstimate m;
+  m.parameters = static_cast<double>(plan->parameters);
+  m.gradients = static_cast<double>(plan->gradients);
+  m.optimizer_state = static_cast<double>(plan->optimizer_state);
+  m.activations = static_cast<double>(plan->activations);
+  return m;
 }
 
 inline Prediction predict_layout(const std::string& flags, int64_t world, const Cluster& cluster,

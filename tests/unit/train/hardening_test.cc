@@ -161,6 +161,30 @@ TEST(MemoryPlan, ZeroBubbleCostsTheLaterStagesMore) {
   EXPECT_LE(zero_bubble->activations, zero_bubble->allocated->activations);
 }
 
+// The closed form bounds the exact plan from below under sequence parallelism (each layer's stash
+// holds its sequence-split rows) and under the interleaved schedule, whose stash slots it takes
+// from the schedule (its warm-up: more than min(m, PP) + v - 1 on the first stage).
+TEST(MemoryPlan, ClosedFormBoundsSequenceParallelAndInterleavedLayouts) {
+  const std::vector<std::string> tp2 = with(with(base_flags(), "--tensor-model-parallel-size", "2"), "--sequence-parallel", "");
+  const std::vector<std::string> interleaved =
+      with(with(with(with(base_flags(), "--num-layers", "8"), "--pipeline-model-parallel-size", "2"),
+                "--global-batch-size", "16"),
+           "--num-virtual-stages-per-pipeline-rank", "2");
+  for (const std::vector<std::string>& flags :
+       {tp2, with(tp2, "--recompute-activations", ""),
+        with(with(with(tp2, "--recompute-granularity", "full"), "--recompute-method", "uniform"),
+             "--recompute-num-layers", "1"),
+        interleaved}) {
+    SCOPED_TRACE(absl::StrJoin(flags, " "));
+    absl::StatusOr<MemoryPlan> plan = plan_of(flags, 2);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(plan->allocated.has_value());
+    EXPECT_LE(plan->activations, plan->allocated->activations);
+    const int64_t closed = plan->parameters + plan->gradients + plan->optimizer_state + plan->activations;
+    EXPECT_LE(closed, plan->allocated->total());
+  }
+}
+
 // ZB-V puts the embedding, the tied head and the logits on the first stage (one word embedding, no
 // copy on the last stage): the closed form bounds the exact plan from below with them there, and
 // the exact plan is what the trainer allocates on each stage (it checks that at start-up).
@@ -212,6 +236,7 @@ TEST(MemoryPlan, ExactPlanIsTheTrainersAllocation) {
     EXPECT_EQ(plan->allocated->gradients, allocated.gradients);
     EXPECT_EQ(plan->allocated->optimizer_state, allocated.optimizer_state);
     EXPECT_EQ(plan->allocated->activations, allocated.activations);
+    EXPECT_EQ(plan->allocated->data_parallel_buffers, allocated.data_parallel_buffers);
     // The closed form stays a lower bound of it.
     EXPECT_LE(plan->parameters, allocated.parameters);
     EXPECT_LE(plan->activations, allocated.activations);

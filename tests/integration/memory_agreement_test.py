@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""Memory stated once (issue 39): perf_model's memory per rank is what pretrain_gpt allocates. For
+five layouts of a tiny BF16 model -- one rank, TP2 + SP with full recompute, PP2 x DP2 with the
+distributed optimizer, PP2 interleaved (2 virtual stages per rank) and ZeRO-3 over DP2 -- the
+largest "all allocations" of pretrain_gpt's start-up memory report (MB = MiB per rank, the first,
+middle and last stage's) and perf_model's memory per GPU (its JSON's memory_gib_per_gpu) agree
+within 1%. Both read the memory plan (train/memory_plan.h): what perf_model prints is the plan the
+trainer checks its arena against at every start; the report's total also holds the trainer's few
+scalars and its gather buffer.
+
+  memory_agreement_test.py --binary build-cpu/bin/pretrain_gpt --perf-model build-cpu/bin/perf_model \
+      --mpirun mpirun
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+MODEL = ["--mock-data", "--vocab-size", "250", "--num-layers", "4", "--hidden-size", "64",
+         "--num-attention-heads", "4", "--seq-length", "32", "--max-position-embeddings", "32",
+         "--micro-batch-size", "2", "--global-batch-size", "8", "--lr", "1e-3", "--bf16"]
+RUN = ["--device", "cpu", "--train-iters", "1", "--eval-iters", "0", "--log-interval", "1"]
+LAYOUTS = [  # (name, ranks, flags)
+    ("one rank", 1, []),
+    ("TP2 + SP, full recompute", 2, ["--tensor-model-parallel-size", "2", "--sequence-parallel",
+                                      "--recompute-granularity", "full", "--recompute-method", "uniform",
+                                      "--recompute-num-layers", "1"]),
+    ("PP2 x DP2, distributed optimizer", 4, ["--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"]),
+    ("PP2 interleaved", 2, ["--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2"]),
+    ("ZeRO-3 DP2", 2, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]),
+]
+ALL_ALLOCATIONS = re.compile(r"^\s+all allocations\s+([\d.]+)", re.MULTILINE)
+TOLERANCE = 0.01
+
+
+def allocated_mib(binary, mpirun, ranks, flags, work):
+    """The largest "all allocations" (MiB) of the memory report's stages."""
+    command = ([binary] if ranks == 1 else mpirun + ["-np", str(ranks), binary]) + MODEL + RUN + flags
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=work)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: exit {done.returncode}: {done.stderr[-1500:]}")
+    totals = [float(x) for x in ALL_ALLOCATIONS.findall(done.stdout)]
+    if not totals:
+        raise RuntimeError(f"no memory report in the output of {' '.join(command)}")
+    return max(totals)
+
+
+def predicted_mib(perf_model, ranks, flags):
+    command = [perf_model, "--cluster", "cpu", "--world-size", str(ranks), "--json"] + MODEL + flags
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: exit {done.returncode}: {done.stderr[-1500:]}")
+    return json.loads(done.stdout)["memory_gib_per_gpu"] * 1024.0
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--binary", required=True)
+    parser.add_argument("--perf-model", required=True)
+    parser.add_argument("--mpirun", required=True)
+    args = parser.parse_args()
+    mpirun = [args.mpirun, "--oversubscribe", "--bind-to", "none"]
+    failures = []
+    with tempfile.TemporaryDirectory() as work:
+        for name, ranks, flags in LAYOUTS:
+            try:
+                allocated = allocated_mib(args.binary, mpirun, ranks, flags, work)
+                predicted = predicted_mib(args.perf_model, ranks, flags)
+            except RuntimeError as error:
+                failures.append(f"{name}: {error}")
+                continue
+            apart = abs(predicted - allocated) / allocated
+            print(f"{name}: perf_model {predicted:.4f} MB, pretrain_gpt all allocations {allocated:.2f} MB "
+                  f"({100 * apart:.2f}% apart)")
+            if apart > TOLERANCE:
+                failures.append(f"{name}: perf_model's {predicted:.4f} MB per rank is {100 * apart:.2f}% from "
+                                f"pretrain_gpt's {allocated:.2f} MB (more than {100 * TOLERANCE:.0f}%)")
+    return harness.finish(failures, f"{len(LAYOUTS)} layouts within {100 * TOLERANCE:.0f}%")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
