@@ -51,7 +51,7 @@ Link pair_link(const Cluster& cluster, int64_t stride) {
 }
 
 // The data-parallel buckets of a rank holding `parameters` in `units` units (layers, embedding,
-// output layer), as the trainer's shard plan lays them out (train/data_parallel/config_from_arguments.cc): with
+// output layer), as the trainer's shard plan lays them out (train/configs.cc): with
 // --use-megatron-fsdp each unit is a bucket, consecutive ones merged up to
 // --suggested-communication-unit-size; otherwise one bucket, or Megatron's --ddp-bucket-size ones
 // with --overlap-grad-reduce; the tied word embedding alone when it spans pipeline stages.

@@ -18,7 +18,6 @@
 #include "parallel/comm/mpi_runtime.h"
 #include "train/batch_size_arguments.h"
 #include "train/configs.h"
-#include "train/data_parallel/config_from_arguments.h"
 #include "train/data_parallel/make_data_parallel.h"
 #include "train/data_setup.h"
 #include "train/resilience/fault_injection.h"

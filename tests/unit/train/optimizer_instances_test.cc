@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "train/arguments.h"
-#include "train/data_parallel/config_from_arguments.h"
+#include "train/configs.h"
 #include "train/memory_plan.h"
 
 namespace gpt {
