@@ -17,6 +17,7 @@
 #include "train/batch_size_arguments.h"
 #include "train/checkpoint_arguments.h"
 #include "train/context_parallel_arguments.h"
+#include "train/flag_enums.h"
 #include "train/flag_table.h"
 #include "train/megatron_flags.h"
 #include "train/fp8_arguments.h"
@@ -101,19 +102,228 @@ absl::Status validate_implementation_flags(const Arguments& a) {
     return invalid(absl::StrCat("--transformer-impl must be local or transformer_engine (got ", a.transformer_impl,
                                 ")"));
   }
-  if (a.manual_gc_interval < 0) {
-    return invalid(absl::StrCat("--manual-gc-interval must be >= 0 (got ", a.manual_gc_interval, ")"));
-  }
-  if (a.empty_unused_memory_level < 0 || a.empty_unused_memory_level > 2) {
-    return invalid(absl::StrCat("--empty-unused-memory-level must be 0, 1 or 2 (got ", a.empty_unused_memory_level,
-                                ")"));
-  }
-  if (a.use_flash_attn && (a.attention_backend == "local" || a.attention_backend == "unfused")) {
+  const AttentionBackend backend = attention_backend(a);
+  if (a.use_flash_attn && (backend == AttentionBackend::kLocal || backend == AttentionBackend::kUnfused)) {
     return invalid(absl::StrCat("--use-flash-attn asks for flash attention, which --attention-backend ",
                                 a.attention_backend, " turns off: give one of them"));
   }
   GPT_RETURN_IF_ERROR(validate_batch_size_flags(a));
   return absl::OkStatus();
+}
+
+// The run's length: in iterations or in samples (Megatron's two ways), exactly one; and --lr.
+absl::Status validate_run_length(const Arguments& a) {
+  const bool by_samples = a.was_given("--train-samples");
+  if (by_samples == a.was_given("--train-iters")) {
+    return invalid(by_samples ? "--train-iters and --train-samples cannot both be given (iteration-based or "
+                                "sample-based training)"
+                              : "missing required flag --train-iters (or --train-samples)");
+  }
+  GPT_RETURN_IF_ERROR(by_samples ? require_positive("--train-samples", a.train_samples)
+                                 : require_positive("--train-iters", a.train_iters));
+  if (!a.was_given("--lr")) return invalid("missing required flag --lr");
+  return absl::OkStatus();
+}
+
+// Logging, the vocabulary's padding and the collective timeout.
+absl::Status validate_run_flags(const Arguments& a) {
+  // The vocabulary is known here with NullTokenizer (ids [0, N) plus eod N) and --mock-data's
+  // --vocab-size; with a vocab file it is checked again once read (the memory plan), here only the
+  // multiple.
+  const std::optional<int64_t> known_vocab = a.tokenizer_type == "NullTokenizer" ? checked_add(a.vocab_size, 1)
+                                             : a.tokenizer_type.empty()           ? std::optional<int64_t>(a.vocab_size)
+                                                                                  : std::optional<int64_t>(1);
+  if (!known_vocab) return invalid(absl::StrCat("--vocab-size (", a.vocab_size, ") is too large"));
+  GPT_RETURN_IF_ERROR(checked_padded_vocab_size(a, *known_vocab).status());
+  if (a.was_given("--tensorboard-dir") && a.tensorboard_dir.empty()) {
+    return invalid("--tensorboard-dir needs a directory (got an empty one)");
+  }
+  if (a.was_given("--metrics-file") && a.metrics_file.empty()) {
+    return invalid("--metrics-file needs a path (got an empty one)");
+  }
+  if (!(a.distributed_timeout_minutes > 0.0) || a.distributed_timeout_minutes > kMaxTimeoutMinutes) {
+    return invalid(absl::StrCat("--distributed-timeout-minutes must be positive and at most ", kMaxTimeoutMinutes,
+                                " (got ", a.distributed_timeout_minutes, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// The model's shape: the defaults resolve_defaults could not fill, and the sizes' products.
+absl::Status validate_model_shape(const Arguments& a) {
+  if (a.ffn_hidden_size == 0 && a.swiglu) {
+    if (!checked_multiply(8, a.hidden_size)) {
+      return invalid(absl::StrCat("--hidden-size (", a.hidden_size,
+                                  ") is too large: the default --ffn-hidden-size with --swiglu overflows"));
+    }
+    return invalid(absl::StrCat("--swiglu: the default --ffn-hidden-size (int(8 x --hidden-size / 3 / 64) x 64) is 0 "
+                                "for --hidden-size ", a.hidden_size, ": give --ffn-hidden-size"));
+  }
+  if (a.ffn_hidden_size == 0) {
+    return invalid(absl::StrCat("--hidden-size (", a.hidden_size,
+                                ") is too large: the default --ffn-hidden-size (4 x --hidden-size) overflows a "
+                                "64-bit integer"));
+  }
+  if (a.kv_channels == 0) {
+    return invalid(absl::StrCat("--hidden-size (", a.hidden_size, ") must be divisible by --num-attention-heads (",
+                                a.num_attention_heads, ")"));
+  }
+  if (!checked_product(3, a.num_attention_heads, a.kv_channels)) {
+    return invalid(absl::StrCat("--num-attention-heads (", a.num_attention_heads, ") x --kv-channels (", a.kv_channels,
+                                ") is too large: the QKV projection's size overflows a 64-bit integer"));
+  }
+  if (a.seq_length > a.max_position_embeddings) {
+    return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must not exceed --max-position-embeddings (",
+                                a.max_position_embeddings, ")"));
+  }
+  GPT_RETURN_IF_ERROR(validate_model_family(a));
+  GPT_RETURN_IF_ERROR(validate_fp8(a));
+  GPT_RETURN_IF_ERROR(require_fp32("--init-method-std", a.init_method_std, /*positive=*/true));
+  GPT_RETURN_IF_ERROR(require_fp32("--norm-epsilon", a.norm_epsilon, /*positive=*/true));
+  return absl::OkStatus();
+}
+
+// Megatron flags that go together.
+absl::Status validate_flag_pairs(const Arguments& a) {
+  if (a.check_weight_hash_across_dp_replicas_interval < 0) {
+    return invalid(absl::StrCat("--check-weight-hash-across-dp-replicas-interval must be > 0 (got ",
+                                a.check_weight_hash_across_dp_replicas_interval, ")"));
+  }
+  if (a.was_given("--wgrad-deferral-limit") && !a.defer_embedding_wgrad_compute) {
+    return invalid("--wgrad-deferral-limit needs --defer-embedding-wgrad-compute");
+  }
+  if (a.overlap_param_gather_with_optimizer_step && (!a.use_distributed_optimizer || !a.overlap_param_gather)) {
+    return invalid("--overlap-param-gather-with-optimizer-step needs --use-distributed-optimizer and "
+                   "--overlap-param-gather (as in Megatron)");
+  }
+  return absl::OkStatus();
+}
+
+// The learning rates, in FP32 in the optimizer; the embedding and output layer's own rates.
+absl::Status validate_learning_rates(const Arguments& a) {
+  GPT_RETURN_IF_ERROR(require_fp32("--lr", a.lr, /*positive=*/false));
+  if (!(a.min_lr >= 0.0) || a.min_lr > a.lr) {
+    return invalid(absl::StrCat("--min-lr (", a.min_lr, ") must be between 0 and --lr (", a.lr, ")"));
+  }
+  // -1 (the default) means "not given", as None in Megatron.
+  if (a.was_given("--decoupled-lr")) {
+    if (!(a.decoupled_lr >= 0.0)) return invalid(absl::StrCat("--decoupled-lr must be >= 0 (got ", a.decoupled_lr, ")"));
+    GPT_RETURN_IF_ERROR(require_fp32("--decoupled-lr", a.decoupled_lr, /*positive=*/false));
+  }
+  if (a.was_given("--decoupled-min-lr")) {
+    if (!a.was_given("--decoupled-lr")) {
+      return invalid("--decoupled-min-lr applies only with --decoupled-lr (Megatron ignores it without: the embedding "
+                     "and output layer then follow --lr and --min-lr)");
+    }
+    if (!(a.decoupled_min_lr >= 0.0) || a.decoupled_min_lr > a.decoupled_lr) {
+      return invalid(absl::StrCat("--decoupled-min-lr (", a.decoupled_min_lr, ") must be between 0 and --decoupled-lr (",
+                                  a.decoupled_lr, ")"));
+    }
+    GPT_RETURN_IF_ERROR(require_fp32("--decoupled-min-lr", a.decoupled_min_lr, /*positive=*/false));
+  } else if (a.was_given("--decoupled-lr") && a.min_lr > a.decoupled_lr) {
+    return invalid(absl::StrCat("--min-lr (", a.min_lr, "), the embedding and output layer's minimum without "
+                                "--decoupled-min-lr, must not exceed --decoupled-lr (", a.decoupled_lr, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// The schedule's warmup and decay, and the optimizer's hyperparameters.
+absl::Status validate_optimizer_flags(const Arguments& a) {
+  GPT_RETURN_IF_ERROR(validate_learning_rates(a));
+  // The default -1 means "not given"; a negative value typed by the user is an error, not that.
+  if (a.was_given("--lr-warmup-fraction") && !(a.lr_warmup_fraction >= 0.0)) {
+    return invalid(absl::StrCat("--lr-warmup-fraction must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
+  }
+  if (a.lr_warmup_fraction > 1.0) {
+    return invalid(absl::StrCat("--lr-warmup-fraction must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
+  }
+  GPT_RETURN_IF_ERROR(validate_schedule_arguments(a));
+  const bool decays = lr_decay_style(a) != LrDecayStyle::kConstant;
+  if (a.was_given("--train-samples")) {
+    const double warmup_samples = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_samples
+                                                              : static_cast<double>(a.lr_warmup_samples);
+    if (decays && warmup_samples >= static_cast<double>(a.lr_decay_samples)) {
+      return invalid(absl::StrCat("learning-rate warmup (", warmup_samples,
+                                  " samples) must be shorter than --lr-decay-samples (", a.lr_decay_samples,
+                                  a.was_given("--lr-decay-samples") ? "" : ", the default: --train-samples", ")"));
+    }
+  } else {
+    if (a.lr_warmup_fraction >= 0.0 && a.lr_warmup_iters != 0) {
+      return invalid("--lr-warmup-fraction and --lr-warmup-iters cannot both be given");
+    }
+    const double warmup_iters = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_iters
+                                                             : static_cast<double>(a.lr_warmup_iters);
+    if (decays && warmup_iters >= static_cast<double>(a.lr_decay_iters)) {
+      return invalid(absl::StrCat("learning-rate warmup (", warmup_iters,
+                                  " iterations) must be shorter than --lr-decay-iters (", a.lr_decay_iters, ")"));
+    }
+  }
+  GPT_RETURN_IF_ERROR(require_fp32("--weight-decay", a.weight_decay, /*positive=*/false));
+  // The betas are FP32 in the optimizer: 1 - 1e-10 would round to 1 there and divide by zero in
+  // the bias correction.
+  if (!(a.adam_beta1 >= 0.0 && static_cast<float>(a.adam_beta1) < 1.0f)) {
+    return invalid(absl::StrCat("--adam-beta1 must be in [0, 1) (in FP32; got ", a.adam_beta1, ")"));
+  }
+  if (!(a.adam_beta2 >= 0.0 && static_cast<float>(a.adam_beta2) < 1.0f)) {
+    return invalid(absl::StrCat("--adam-beta2 must be in [0, 1) (in FP32; got ", a.adam_beta2, ")"));
+  }
+  GPT_RETURN_IF_ERROR(require_fp32("--adam-eps", a.adam_eps, /*positive=*/true));
+  return absl::OkStatus();
+}
+
+// --attention-backend fused: cuDNN's fused attention, which takes only some models.
+absl::Status validate_fused_attention(const Arguments& a) {
+  if (attention_backend(a) != AttentionBackend::kFused) return absl::OkStatus();
+  if (!a.bf16 && !a.fp16) {
+    return invalid("--attention-backend fused needs --bf16 or --fp16 (cuDNN's fused attention is 16-bit only)");
+  }
+  if (a.kv_channels % 8 != 0 || a.kv_channels > 128) {
+    return invalid(absl::StrCat("--attention-backend fused needs a head dimension (--kv-channels) that is a multiple "
+                                "of 8 and at most 128 (got ", a.kv_channels, ")"));
+  }
+  if (a.attention_dropout > 0.0) {
+    return invalid("--attention-backend fused cannot apply --attention-dropout (cuDNN draws its own masks, which "
+                   "differ from this program's layout-independent ones): use --attention-dropout 0 or "
+                   "--attention-backend auto");
+  }
+  if (a.num_query_groups != a.num_attention_heads) {
+    return invalid("--attention-backend fused does not take grouped-query attention in this program yet (cuDNN's "
+                   "fused attention runs only with one key/value head per query head): use --attention-backend "
+                   "auto, which runs the exact attention kernels");
+  }
+  return absl::OkStatus();
+}
+
+// Data, tensor, context and sequence parallelism: the rules that do not need the world size.
+absl::Status validate_parallel_flags(const Arguments& a) {
+  // Data parallelism: Megatron's rules.
+  GPT_RETURN_IF_ERROR(validate_sharding_arguments(a));
+  if (a.overlap_param_gather && !shards_optimizer(a)) {
+    return invalid("--overlap-param-gather needs --use-distributed-optimizer (it overlaps the distributed "
+                   "optimizer's parameter all-gather)");
+  }
+  // gloo became mpi in resolve_defaults.
+  if (a.distributed_backend != "" && a.distributed_backend != "nccl" && a.distributed_backend != "mpi") {
+    return invalid(absl::StrCat("--distributed-backend must be nccl, mpi or gloo (got ", a.distributed_backend, ")"));
+  }
+  const int64_t tp = a.tensor_model_parallel_size;
+  if (a.num_attention_heads % tp != 0) {
+    return invalid(absl::StrCat("--num-attention-heads (", a.num_attention_heads,
+                                ") must be divisible by --tensor-model-parallel-size (", tp, ")"));
+  }
+  if (a.hidden_size % tp != 0) {
+    return invalid(absl::StrCat("--hidden-size (", a.hidden_size, ") must be divisible by --tensor-model-parallel-size (",
+                                tp, ")"));
+  }
+  if (a.ffn_hidden_size % tp != 0) {
+    return invalid(absl::StrCat("--ffn-hidden-size (", a.ffn_hidden_size,
+                                ") must be divisible by --tensor-model-parallel-size (", tp, ")"));
+  }
+  GPT_RETURN_IF_ERROR(validate_context_parallel_arguments(a));
+  if (a.sequence_parallel && a.seq_length % tp != 0) {
+    return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must be divisible by --tensor-model-parallel-size (",
+                                tp, ") with --sequence-parallel"));
+  }
+  return validate_fused_attention(a);
 }
 
 }  // namespace
@@ -151,7 +361,7 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   return a;
 }
 
-absl::Status validate_data_arguments(Arguments& a) {
+absl::Status validate_data_arguments(const Arguments& a) {
   if (a.mock_data == !a.data_path.empty()) {
     return invalid(a.mock_data ? "--mock-data and --data-path cannot both be given"
                                : "no training data: pass --data-path (a Megatron dataset prefix) or --mock-data");
@@ -172,8 +382,7 @@ absl::Status validate_data_arguments(Arguments& a) {
   // The tokenizer: GPT-2 BPE files, a SentencePiece or Hugging Face --tokenizer-model, or
   // NullTokenizer with --vocab-size N (Megatron's: ids [0, N) plus the end-of-document id N).
   // --mock-data takes any, as in Megatron, or --vocab-size alone (this program's shorthand: a
-  // vocabulary of exactly N).
-  if (a.tokenizer_type.empty() && !a.vocab_file.empty()) a.tokenizer_type = "GPT2BPETokenizer";
+  // vocabulary of exactly N). GPT-2 BPE files without a type: GPT2BPETokenizer (resolve_defaults).
   // Files a tokenizer type does not read are refused rather than ignored.
   const bool reads_model = a.tokenizer_type == "SentencePieceTokenizer" ||
                            a.tokenizer_type == "GPTSentencePieceTokenizer" || a.tokenizer_type == "HuggingFaceTokenizer";
@@ -213,307 +422,28 @@ absl::Status validate_data_arguments(Arguments& a) {
   return absl::OkStatus();
 }
 
-absl::Status validate_arguments(Arguments& a) {
-  // Required flags.
-  const std::pair<const char*, int64_t> required[] = {
-      {"--num-layers", a.num_layers},         {"--hidden-size", a.hidden_size},
-      {"--num-attention-heads", a.num_attention_heads}, {"--seq-length", a.seq_length},
-      {"--max-position-embeddings", a.max_position_embeddings}, {"--micro-batch-size", a.micro_batch_size}};
-  for (const auto& [flag, value] : required) {
-    if (!a.was_given(flag)) return invalid(absl::StrCat("missing required flag ", flag));
-    GPT_RETURN_IF_ERROR(require_positive(flag, value));
-  }
+absl::Status validate_arguments(const Arguments& a) {
+  GPT_RETURN_IF_ERROR(check_required_flags(a));
   GPT_RETURN_IF_ERROR(validate_schedule_flags(a));
-  // ZB-V is two model chunks per pipeline rank by definition (this program's schedule; Megatron
-  // has none by that name): without a virtual-stage flag it gets two.
-  if (a.pipeline_schedule == "zb-v" && a.pipeline_model_parallel_size > 1 &&
-      !a.was_given("--num-layers-per-virtual-pipeline-stage") &&
-      !a.was_given("--num-virtual-stages-per-pipeline-rank")) {
-    a.num_virtual_stages_per_pipeline_rank = 2;
-    a.given.insert("--num-virtual-stages-per-pipeline-rank");
-  }
   GPT_RETURN_IF_ERROR(validate_rerun_arguments(a));
-  // The run's length: in iterations or in samples (Megatron's two ways), exactly one.
-  const bool by_samples = a.was_given("--train-samples");
-  if (by_samples == a.was_given("--train-iters")) {
-    return invalid(by_samples ? "--train-iters and --train-samples cannot both be given (iteration-based or "
-                                "sample-based training)"
-                              : "missing required flag --train-iters (or --train-samples)");
-  }
-  GPT_RETURN_IF_ERROR(by_samples ? require_positive("--train-samples", a.train_samples)
-                                 : require_positive("--train-iters", a.train_iters));
-  if (!a.was_given("--lr")) return invalid("missing required flag --lr");
+  GPT_RETURN_IF_ERROR(validate_run_length(a));
   GPT_RETURN_IF_ERROR(validate_data_arguments(a));
   GPT_RETURN_IF_ERROR(validate_checkpoint_arguments(a));
-
-  // Sizes.
-  const std::pair<const char*, int64_t> positive[] = {
-      {"--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by},
-      {"--tensor-model-parallel-size", a.tensor_model_parallel_size},
-      {"--pipeline-model-parallel-size", a.pipeline_model_parallel_size},
-      {"--log-interval", a.log_interval},
-      {"--eval-interval", a.eval_interval},
-      {"--straggler-minmax-count", a.straggler_minmax_count}};
-  for (const auto& [flag, value] : positive) GPT_RETURN_IF_ERROR(require_positive(flag, value));
-  const std::pair<const char*, int64_t> positive_if_given[] = {
-      {"--ffn-hidden-size", a.ffn_hidden_size},   {"--kv-channels", a.kv_channels},
-      {"--global-batch-size", a.global_batch_size}, {"--lr-decay-iters", a.lr_decay_iters},
-      {"--lr-decay-samples", a.lr_decay_samples},
-      {"--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage},
-      {"--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank},
-      {"--microbatch-group-size-per-virtual-pipeline-stage", a.microbatch_group_size_per_vp_stage},
-      {"--ddp-bucket-size", a.ddp_bucket_size}};
-  for (const auto& [flag, value] : positive_if_given) {
-    if (a.was_given(flag)) GPT_RETURN_IF_ERROR(require_positive(flag, value));
-  }
-  if (a.eval_iters < 0) return invalid(absl::StrCat("--eval-iters must be >= 0 (got ", a.eval_iters, ")"));
-  if (a.sample_interval < 0) {
-    return invalid(absl::StrCat("--sample-interval must be >= 0 (got ", a.sample_interval, ")"));
-  }
-  // The vocabulary is known here with NullTokenizer (ids [0, N) plus eod N) and --mock-data's
-  // --vocab-size; with a vocab file it is checked again once read (the memory plan), here only the
-  // multiple.
-  const std::optional<int64_t> known_vocab = a.tokenizer_type == "NullTokenizer" ? checked_add(a.vocab_size, 1)
-                                             : a.tokenizer_type.empty()           ? std::optional<int64_t>(a.vocab_size)
-                                                                                  : std::optional<int64_t>(1);
-  if (!known_vocab) return invalid(absl::StrCat("--vocab-size (", a.vocab_size, ") is too large"));
-  GPT_RETURN_IF_ERROR(checked_padded_vocab_size(a, *known_vocab).status());
-  if (a.timing_log_level < 0 || a.timing_log_level > 2) {
-    return invalid(absl::StrCat("--timing-log-level must be 0, 1 or 2 (got ", a.timing_log_level, ")"));
-  }
-  if (a.was_given("--tensorboard-dir") && a.tensorboard_dir.empty()) {
-    return invalid("--tensorboard-dir needs a directory (got an empty one)");
-  }
-  GPT_RETURN_IF_ERROR(require_positive("--tensorboard-log-interval", a.tensorboard_log_interval));
-  GPT_RETURN_IF_ERROR(require_positive("--tensorboard-queue-size", a.tensorboard_queue_size));
-  if (a.was_given("--metrics-file") && a.metrics_file.empty()) {
-    return invalid("--metrics-file needs a path (got an empty one)");
-  }
-  if (a.lr_warmup_iters < 0) return invalid(absl::StrCat("--lr-warmup-iters must be >= 0 (got ", a.lr_warmup_iters, ")"));
-  if (a.lr_warmup_samples < 0) {
-    return invalid(absl::StrCat("--lr-warmup-samples must be >= 0 (got ", a.lr_warmup_samples, ")"));
-  }
-
-  if (!(a.distributed_timeout_minutes > 0.0) || a.distributed_timeout_minutes > kMaxTimeoutMinutes) {
-    return invalid(absl::StrCat("--distributed-timeout-minutes must be positive and at most ", kMaxTimeoutMinutes,
-                                " (got ", a.distributed_timeout_minutes, ")"));
-  }
-
-  // Model shape.
-  if (a.ffn_hidden_size == 0 && a.swiglu) {
-    // Megatron: int((4 * h * 2 / 3) / 64) * 64 (the gated MLP's parameters close to a 4h MLP's),
-    // which is floor(8h / 192) * 64 in integers.
-    const std::optional<int64_t> eight_h = checked_multiply(8, a.hidden_size);
-    if (!eight_h) {
-      return invalid(absl::StrCat("--hidden-size (", a.hidden_size,
-                                  ") is too large: the default --ffn-hidden-size with --swiglu overflows"));
-    }
-    a.ffn_hidden_size = *eight_h / 192 * 64;
-    if (a.ffn_hidden_size <= 0) {
-      return invalid(absl::StrCat("--swiglu: the default --ffn-hidden-size (int(8 x --hidden-size / 3 / 64) x 64) is 0 "
-                                  "for --hidden-size ", a.hidden_size, ": give --ffn-hidden-size"));
-    }
-  }
-  if (a.ffn_hidden_size == 0) {
-    const std::optional<int64_t> ffn = checked_multiply(4, a.hidden_size);
-    if (!ffn) {
-      return invalid(absl::StrCat("--hidden-size (", a.hidden_size,
-                                  ") is too large: the default --ffn-hidden-size (4 x --hidden-size) overflows a "
-                                  "64-bit integer"));
-    }
-    a.ffn_hidden_size = *ffn;
-  }
-  if (a.kv_channels == 0) {
-    if (a.hidden_size % a.num_attention_heads != 0) {
-      return invalid(absl::StrCat("--hidden-size (", a.hidden_size, ") must be divisible by --num-attention-heads (",
-                                  a.num_attention_heads, ")"));
-    }
-    a.kv_channels = a.hidden_size / a.num_attention_heads;
-  }
-  if (!checked_product(3, a.num_attention_heads, a.kv_channels)) {
-    return invalid(absl::StrCat("--num-attention-heads (", a.num_attention_heads, ") x --kv-channels (", a.kv_channels,
-                                ") is too large: the QKV projection's size overflows a 64-bit integer"));
-  }
-  if (a.seq_length > a.max_position_embeddings) {
-    return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must not exceed --max-position-embeddings (",
-                                a.max_position_embeddings, ")"));
-  }
-  GPT_RETURN_IF_ERROR(validate_model_family(a));
-  GPT_RETURN_IF_ERROR(validate_fp8(a));
-  if (!(a.init_method_std > 0.0)) return invalid(absl::StrCat("--init-method-std must be positive (got ", a.init_method_std, ")"));
-  GPT_RETURN_IF_ERROR(require_fp32("--init-method-std", a.init_method_std, /*positive=*/true));
-  if (!(a.norm_epsilon > 0.0)) return invalid(absl::StrCat("--norm-epsilon must be positive (got ", a.norm_epsilon, ")"));
-  GPT_RETURN_IF_ERROR(require_fp32("--norm-epsilon", a.norm_epsilon, /*positive=*/true));
-
-  // Precision.
+  // Each flag's own constraint (positive, >= 0, a range, one of a set), declared on its row.
+  GPT_RETURN_IF_ERROR(check_flag_constraints(a));
+  GPT_RETURN_IF_ERROR(validate_run_flags(a));
+  GPT_RETURN_IF_ERROR(validate_model_shape(a));
   GPT_RETURN_IF_ERROR(validate_loss_scaling(a));
-
-  // Attention implementation.
-  if (a.attention_backend == "flash") {
-    // Megatron's FlashAttention library computes exact attention; so does auto here, with cuDNN's
-    // fused flash attention where it applies.
-    a.notes.push_back("--attention-backend flash: runs what auto does here (exact attention: cuDNN's fused flash "
-                      "attention on the GPU where it applies, the reference kernel elsewhere)");
-  }
-  if (a.attention_backend != "auto" && a.attention_backend != "flash" && a.attention_backend != "fused" &&
-      a.attention_backend != "local" && a.attention_backend != "unfused") {
-    return invalid(absl::StrCat("--attention-backend must be auto, flash, fused, local or unfused (got ",
-                                a.attention_backend, ")"));
-  }
-  if (a.cross_entropy_fusion_impl != "native" && a.cross_entropy_fusion_impl != "te") {
-    return invalid(absl::StrCat("--cross-entropy-fusion-impl must be native or te (got ", a.cross_entropy_fusion_impl,
-                                ")"));
-  }
-  if (a.num_workers < 0) return invalid(absl::StrCat("--num-workers must be >= 0 (got ", a.num_workers, ")"));
-  if (a.check_weight_hash_across_dp_replicas_interval < 0) {
-    return invalid(absl::StrCat("--check-weight-hash-across-dp-replicas-interval must be > 0 (got ",
-                                a.check_weight_hash_across_dp_replicas_interval, ")"));
-  }
-  if (a.wgrad_deferral_limit < 0) {
-    return invalid(absl::StrCat("--wgrad-deferral-limit must be >= 0 (got ", a.wgrad_deferral_limit, ")"));
-  }
-  if (a.was_given("--wgrad-deferral-limit") && !a.defer_embedding_wgrad_compute) {
-    return invalid("--wgrad-deferral-limit needs --defer-embedding-wgrad-compute");
-  }
-  if (a.overlap_param_gather_with_optimizer_step && (!a.use_distributed_optimizer || !a.overlap_param_gather)) {
-    return invalid("--overlap-param-gather-with-optimizer-step needs --use-distributed-optimizer and "
-                   "--overlap-param-gather (as in Megatron)");
-  }
-
+  GPT_RETURN_IF_ERROR(validate_flag_pairs(a));
   GPT_RETURN_IF_ERROR(validate_recompute_arguments(a));
   GPT_RETURN_IF_ERROR(validate_implementation_flags(a));
+  GPT_RETURN_IF_ERROR(validate_optimizer_flags(a));
+  return validate_parallel_flags(a);
+}
 
-  // Optimizer and schedule.
-  if (!(a.lr >= 0.0)) return invalid(absl::StrCat("--lr must be >= 0 (got ", a.lr, ")"));
-  GPT_RETURN_IF_ERROR(require_fp32("--lr", a.lr, /*positive=*/false));
-  if (!(a.min_lr >= 0.0) || a.min_lr > a.lr) {
-    return invalid(absl::StrCat("--min-lr (", a.min_lr, ") must be between 0 and --lr (", a.lr, ")"));
-  }
-  // The embedding and output layer's own rates; -1 (the default) means "not given", as None in Megatron.
-  if (a.was_given("--decoupled-lr")) {
-    if (!(a.decoupled_lr >= 0.0)) return invalid(absl::StrCat("--decoupled-lr must be >= 0 (got ", a.decoupled_lr, ")"));
-    GPT_RETURN_IF_ERROR(require_fp32("--decoupled-lr", a.decoupled_lr, /*positive=*/false));
-  }
-  if (a.was_given("--decoupled-min-lr")) {
-    if (!a.was_given("--decoupled-lr")) {
-      return invalid("--decoupled-min-lr applies only with --decoupled-lr (Megatron ignores it without: the embedding "
-                     "and output layer then follow --lr and --min-lr)");
-    }
-    if (!(a.decoupled_min_lr >= 0.0) || a.decoupled_min_lr > a.decoupled_lr) {
-      return invalid(absl::StrCat("--decoupled-min-lr (", a.decoupled_min_lr, ") must be between 0 and --decoupled-lr (",
-                                  a.decoupled_lr, ")"));
-    }
-    GPT_RETURN_IF_ERROR(require_fp32("--decoupled-min-lr", a.decoupled_min_lr, /*positive=*/false));
-  } else if (a.was_given("--decoupled-lr") && a.min_lr > a.decoupled_lr) {
-    return invalid(absl::StrCat("--min-lr (", a.min_lr, "), the embedding and output layer's minimum without "
-                                "--decoupled-min-lr, must not exceed --decoupled-lr (", a.decoupled_lr, ")"));
-  }
-  if (a.lr_decay_style != "constant" && a.lr_decay_style != "linear" && a.lr_decay_style != "cosine") {
-    return invalid(absl::StrCat("--lr-decay-style must be constant, linear or cosine (got ", a.lr_decay_style, ")"));
-  }
-  // The default -1 means "not given"; a negative value typed by the user is an error, not that.
-  if (a.was_given("--lr-warmup-fraction") && !(a.lr_warmup_fraction >= 0.0)) {
-    return invalid(absl::StrCat("--lr-warmup-fraction must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
-  }
-  if (a.lr_warmup_fraction > 1.0) {
-    return invalid(absl::StrCat("--lr-warmup-fraction must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
-  }
-  GPT_RETURN_IF_ERROR(validate_schedule_arguments(a));
-  if (by_samples) {
-    const double warmup_samples = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_samples
-                                                              : static_cast<double>(a.lr_warmup_samples);
-    if (a.lr_decay_style != "constant" && warmup_samples >= static_cast<double>(a.lr_decay_samples)) {
-      return invalid(absl::StrCat("learning-rate warmup (", warmup_samples,
-                                  " samples) must be shorter than --lr-decay-samples (", a.lr_decay_samples,
-                                  a.was_given("--lr-decay-samples") ? "" : ", the default: --train-samples", ")"));
-    }
-  } else {
-    if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
-    if (a.lr_warmup_fraction >= 0.0 && a.lr_warmup_iters != 0) {
-      return invalid("--lr-warmup-fraction and --lr-warmup-iters cannot both be given");
-    }
-    const double warmup_iters = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_iters
-                                                             : static_cast<double>(a.lr_warmup_iters);
-    if (a.lr_decay_style != "constant" && warmup_iters >= static_cast<double>(a.lr_decay_iters)) {
-      return invalid(absl::StrCat("learning-rate warmup (", warmup_iters,
-                                  " iterations) must be shorter than --lr-decay-iters (", a.lr_decay_iters, ")"));
-    }
-  }
-  if (!(a.weight_decay >= 0.0)) return invalid(absl::StrCat("--weight-decay must be >= 0 (got ", a.weight_decay, ")"));
-  GPT_RETURN_IF_ERROR(require_fp32("--weight-decay", a.weight_decay, /*positive=*/false));
-  if (!(a.clip_grad >= 0.0)) return invalid(absl::StrCat("--clip-grad must be >= 0 (got ", a.clip_grad, ")"));
-  // The betas are FP32 in the optimizer: 1 - 1e-10 would round to 1 there and divide by zero in
-  // the bias correction.
-  if (!(a.adam_beta1 >= 0.0 && static_cast<float>(a.adam_beta1) < 1.0f)) {
-    return invalid(absl::StrCat("--adam-beta1 must be in [0, 1) (in FP32; got ", a.adam_beta1, ")"));
-  }
-  if (!(a.adam_beta2 >= 0.0 && static_cast<float>(a.adam_beta2) < 1.0f)) {
-    return invalid(absl::StrCat("--adam-beta2 must be in [0, 1) (in FP32; got ", a.adam_beta2, ")"));
-  }
-  if (!(a.adam_eps > 0.0)) return invalid(absl::StrCat("--adam-eps must be positive (got ", a.adam_eps, ")"));
-  GPT_RETURN_IF_ERROR(require_fp32("--adam-eps", a.adam_eps, /*positive=*/true));
-  if (a.seed < 0) return invalid(absl::StrCat("--seed must be >= 0 (got ", a.seed, ")"));
-
-  if (a.device != "auto" && a.device != "cpu" && a.device != "cuda") {
-    return invalid(absl::StrCat("--device must be auto, cpu or cuda (got ", a.device, ")"));
-  }
-
-  // Data parallelism: Megatron's rules.
-  GPT_RETURN_IF_ERROR(validate_sharding_arguments(a));
-  if (a.overlap_param_gather && !shards_optimizer(a)) {
-    return invalid("--overlap-param-gather needs --use-distributed-optimizer (it overlaps the distributed "
-                   "optimizer's parameter all-gather)");
-  }
-
-  // Parallel flags that do not need the world size.
-  if (a.distributed_backend == "gloo") {
-    // Megatron's CPU backend. This program's collectives on host memory are MPI's (the launcher
-    // needs MPI anyway), so a Megatron CPU launch runs unchanged on them; said once, not silently.
-    a.distributed_backend = "mpi";
-    a.notes.push_back("--distributed-backend gloo: this program has no Gloo backend; its MPI communicator runs the "
-                      "same collectives");
-  }
-  if (a.distributed_backend != "" && a.distributed_backend != "nccl" && a.distributed_backend != "mpi") {
-    return invalid(absl::StrCat("--distributed-backend must be nccl, mpi or gloo (got ", a.distributed_backend, ")"));
-  }
-  const int64_t tp = a.tensor_model_parallel_size;
-  if (a.num_attention_heads % tp != 0) {
-    return invalid(absl::StrCat("--num-attention-heads (", a.num_attention_heads,
-                                ") must be divisible by --tensor-model-parallel-size (", tp, ")"));
-  }
-  if (a.hidden_size % tp != 0) {
-    return invalid(absl::StrCat("--hidden-size (", a.hidden_size, ") must be divisible by --tensor-model-parallel-size (",
-                                tp, ")"));
-  }
-  if (a.ffn_hidden_size % tp != 0) {
-    return invalid(absl::StrCat("--ffn-hidden-size (", a.ffn_hidden_size,
-                                ") must be divisible by --tensor-model-parallel-size (", tp, ")"));
-  }
-  GPT_RETURN_IF_ERROR(validate_context_parallel_arguments(a));
-  if (a.sequence_parallel && a.seq_length % tp != 0) {
-    return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must be divisible by --tensor-model-parallel-size (",
-                                tp, ") with --sequence-parallel"));
-  }
-  if (a.attention_backend == "fused") {
-    if (!a.bf16 && !a.fp16) {
-      return invalid("--attention-backend fused needs --bf16 or --fp16 (cuDNN's fused attention is 16-bit only)");
-    }
-    if (a.kv_channels % 8 != 0 || a.kv_channels > 128) {
-      return invalid(absl::StrCat("--attention-backend fused needs a head dimension (--kv-channels) that is a multiple "
-                                  "of 8 and at most 128 (got ", a.kv_channels, ")"));
-    }
-    if (a.attention_dropout > 0.0) {
-      return invalid("--attention-backend fused cannot apply --attention-dropout (cuDNN draws its own masks, which "
-                     "differ from this program's layout-independent ones): use --attention-dropout 0 or "
-                     "--attention-backend auto");
-    }
-    if (a.num_query_groups != a.num_attention_heads) {
-      return invalid("--attention-backend fused does not take grouped-query attention in this program yet (cuDNN's "
-                     "fused attention runs only with one key/value head per query head): use --attention-backend "
-                     "auto, which runs the exact attention kernels");
-    }
-  }
-  return absl::OkStatus();
+absl::Status prepare_arguments(Arguments& a) {
+  resolve_defaults(a);
+  return validate_arguments(a);
 }
 
 absl::StatusOr<int64_t> checked_padded_vocab_size(const Arguments& a, int64_t vocab_size) {
@@ -668,7 +598,7 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
     const std::vector<int64_t> rank_layers = pipeline_rank_layers(a);
     chunk_layers = *std::max_element(rank_layers.begin(), rank_layers.end()) / virtual_pipeline_size(a);
   }
-  if (a.recompute_granularity == "full" && a.recompute_num_layers > chunk_layers) {
+  if (recompute_granularity(a) == RecomputeGranularity::kFull && a.recompute_num_layers > chunk_layers) {
     return invalid(absl::StrCat("--recompute-num-layers (", a.recompute_num_layers, ") must be between 1 and the layers ",
                                 layers_per_virtual_stage > 0 ? "per virtual pipeline stage" : "per pipeline stage",
                                 " (", chunk_layers, ")"));

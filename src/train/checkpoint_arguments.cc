@@ -4,7 +4,7 @@
 
 namespace gpt {
 
-absl::Status validate_checkpoint_arguments(Arguments& a) {
+absl::Status validate_checkpoint_arguments(const Arguments& a) {
   auto invalid = [](const std::string& message) { return absl::InvalidArgumentError(message); };
   // Megatron's formats each ask for what this program's one format gives: torch_dist and
   // fsdp_dtensor a sharded checkpoint that loads into another parallel layout, torch_dcp PyTorch's
@@ -13,12 +13,6 @@ absl::Status validate_checkpoint_arguments(Arguments& a) {
       a.ckpt_format != "torch_dcp" && a.ckpt_format != "fsdp_dtensor") {
     return invalid(absl::StrCat("--ckpt-format ", a.ckpt_format,
                                 " is not one of torch_dist, torch, torch_dcp, fsdp_dtensor (Megatron's) or hdf5"));
-  }
-  if (a.was_given("--ckpt-format") && a.ckpt_format != "hdf5" && (!a.save.empty() || !a.load.empty())) {
-    a.notes.push_back(absl::StrCat("--ckpt-format ", a.ckpt_format,
-                                   ": checkpoints are written and read in this program's sharded HDF5 format (sharded "
-                                   "by tensor slice, loadable into any parallel layout, written asynchronously with "
-                                   "--async-save; docs/CHECKPOINTS.md), not PyTorch files"));
   }
   if (a.async_strategy != "nvrx" && a.async_strategy != "mcore") {
     return invalid(absl::StrCat("--async-strategy must be nvrx or mcore (got ", a.async_strategy, ")"));

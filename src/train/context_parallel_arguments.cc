@@ -6,15 +6,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "train/flag_enums.h"
 
 namespace gpt {
 namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-bool has_type(const Arguments& a, const std::string& type) {
-  return std::find(a.cp_comm_type.begin(), a.cp_comm_type.end(), type) != a.cp_comm_type.end();
-}
+bool has_type(const Arguments& a, ContextCommType type) { return uses_cp_comm_type(a, type); }
 
 }  // namespace
 
@@ -42,7 +41,7 @@ int64_t context_inner_size(const Arguments& a) {
   return sizes->front();
 }
 
-bool uses_all_to_all_ring(const Arguments& a) { return has_type(a, "a2a+p2p"); }
+bool uses_all_to_all_ring(const Arguments& a) { return has_type(a, ContextCommType::kAllToAllRing); }
 
 // Context parallelism (--context-parallel-size, --cp-comm-type): what the split and the attention
 // cores need, each refusal naming the flags.
@@ -55,8 +54,9 @@ absl::Status validate_context_parallel_arguments(const Arguments& a) {
       return invalid("--cp-comm-type allgather is not built in this program: use p2p (ring attention), a2a "
                      "(all-to-all over heads) or a2a+p2p");
     }
-    if (type != "p2p" && type != "a2a" && type != "a2a+p2p") {
-      return invalid(absl::StrCat("--cp-comm-type must be p2p, a2a or a2a+p2p (got ", type, ")"));
+    if (!parse_flag_enum<ContextCommType>(type)) {
+      return invalid(absl::StrCat("--cp-comm-type must be ", names_for_message(flag_enum_names<ContextCommType>()),
+                                  " (got ", type, ")"));
     }
   }
   // Megatron (arguments.py): the sizes multiply to CP, and a2a+p2p needs them.
@@ -75,7 +75,7 @@ absl::Status validate_context_parallel_arguments(const Arguments& a) {
                                   sizes->size()));
     }
   }
-  const bool two_level = has_type(a, "a2a+p2p");
+  const bool two_level = has_type(a, ContextCommType::kAllToAllRing);
   if (two_level && sizes->empty()) {
     return invalid("--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes (its all-to-all and ring "
                    "levels)");
@@ -94,7 +94,7 @@ absl::Status validate_context_parallel_arguments(const Arguments& a) {
                                 ") must be divisible by --tensor-model-parallel-size (", tp,
                                 ") with --sequence-parallel"));
   }
-  const bool all_to_all = has_type(a, "a2a");
+  const bool all_to_all = has_type(a, ContextCommType::kAllToAll);
   const int64_t groups = a.group_query_attention ? a.num_query_groups : a.num_attention_heads;
   if (two_level) {
     const int64_t inner = sizes->front();
@@ -112,8 +112,10 @@ absl::Status validate_context_parallel_arguments(const Arguments& a) {
                                 ") of each tensor-parallel rank divisible by --context-parallel-size (", cp,
                                 "): each context-parallel rank attends to 1 / CP of them"));
   }
-  if (a.attention_backend == "fused" && (has_type(a, "p2p") || two_level)) {
-    return invalid(absl::StrCat("--cp-comm-type ", has_type(a, "p2p") ? "p2p" : "a2a+p2p",
+  if (attention_backend(a) == AttentionBackend::kFused && (has_type(a, ContextCommType::kRing) || two_level)) {
+    const ContextCommType ring = has_type(a, ContextCommType::kRing) ? ContextCommType::kRing
+                                                                     : ContextCommType::kAllToAllRing;
+    return invalid(absl::StrCat("--cp-comm-type ", std::string(enum_name(ring)),
                                 " runs each ring block with the exact attention kernels (this program's fused "
                                 "attention has no per-block form yet): use --attention-backend auto or "
                                 "--cp-comm-type a2a"));

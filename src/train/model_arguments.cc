@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "train/flag_enums.h"
 
 namespace gpt {
 namespace {
@@ -22,7 +23,7 @@ int64_t rotary_dimensions(const Arguments& a) {
   return static_cast<int64_t>(static_cast<double>(a.kv_channels) * a.rotary_percent);
 }
 
-absl::Status validate_model_family(Arguments& a) {
+absl::Status validate_model_family(const Arguments& a) {
   GPT_RETURN_IF_ERROR(validate_dropout("--hidden-dropout", a.hidden_dropout));
   GPT_RETURN_IF_ERROR(validate_dropout("--attention-dropout", a.attention_dropout));
 
@@ -32,11 +33,13 @@ absl::Status validate_model_family(Arguments& a) {
     return invalid(absl::StrCat("--position-embedding-type ", type,
                                 " is not available in this program (learned_absolute, rope or none)"));
   }
-  if (type != "learned_absolute" && type != "rope" && type != "none") {
-    return invalid(absl::StrCat("--position-embedding-type must be learned_absolute, rope or none (got ", type, ")"));
+  if (!parse_flag_enum<PositionEmbedding>(type)) {
+    return invalid(absl::StrCat("--position-embedding-type must be ",
+                                names_for_message(flag_enum_names<PositionEmbedding>()), " (got ", type, ")"));
   }
-  if (a.no_position_embedding && type == "learned_absolute") a.position_embedding_type = "none";
-  if (a.position_embedding_type != "rope") {
+  // --no-position-embedding made learned_absolute none in resolve_defaults.
+  const bool rope = position_embedding(a) == PositionEmbedding::kRope;
+  if (!rope) {
     for (const char* flag : {"--rotary-percent", "--rotary-base"}) {
       if (a.was_given(flag)) {
         return invalid(absl::StrCat(flag, " applies only with --position-embedding-type rope (got ",
@@ -56,13 +59,11 @@ absl::Status validate_model_family(Arguments& a) {
       return invalid(absl::StrCat("--rotary-base must be greater than 1 and within FP32 (got ", a.rotary_base, ")"));
     }
   }
-  if (a.rotary_interleaved && a.position_embedding_type != "rope") {
+  if (a.rotary_interleaved && !rope) {
     return invalid("--rotary-interleaved needs --position-embedding-type rope (it says how RoPE pairs dimensions)");
   }
 
-  if (a.normalization != "LayerNorm" && a.normalization != "RMSNorm") {
-    return invalid(absl::StrCat("--normalization must be LayerNorm or RMSNorm (got ", a.normalization, ")"));
-  }
+  // --normalization: one of its names (the row's constraint).
 
   // Squared ReLU (Megatron's core_transformer_config_from_args asserts it is not combined with
   // --swiglu; its TransformerConfig refuses a fused bias-activation with it, which is on by default
@@ -80,7 +81,6 @@ absl::Status validate_model_family(Arguments& a) {
       return invalid("--num-query-groups needs --group-query-attention (without it every head has its own key and "
                      "value)");
     }
-    a.num_query_groups = a.num_attention_heads;
   } else {
     if (a.num_query_groups < 1) {
       return invalid(absl::StrCat("--num-query-groups must be a positive integer (got ", a.num_query_groups, ")"));

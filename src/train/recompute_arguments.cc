@@ -1,6 +1,7 @@
 #include "train/recompute_arguments.h"
 
 #include "absl/strings/str_cat.h"
+#include "train/flag_enums.h"
 
 namespace gpt {
 namespace {
@@ -12,31 +13,28 @@ absl::Status invalid(const std::string& message) { return absl::InvalidArgumentE
 // Megatron's rules (transformer_config.py __post_init__, arguments.py validate_args), except that
 // a method or count without full recompute is refused where Megatron would silently ignore it.
 // The count's upper bound needs the pipeline layout: validate_for_world.
-absl::Status validate_recompute_arguments(Arguments& a) {
-  if (a.recompute_activations) {
-    if (a.recompute_granularity == "full") {
-      return invalid("--recompute-activations (selective recompute) and --recompute-granularity full cannot both be "
-                     "given");
-    }
-    a.recompute_granularity = "selective";
+absl::Status validate_recompute_arguments(const Arguments& a) {
+  // --recompute-activations became --recompute-granularity selective in resolve_defaults, except
+  // with full.
+  const RecomputeGranularity granularity = recompute_granularity(a);
+  if (a.recompute_activations && granularity == RecomputeGranularity::kFull) {
+    return invalid("--recompute-activations (selective recompute) and --recompute-granularity full cannot both be "
+                   "given");
   }
-  const std::string& granularity = a.recompute_granularity;
   const bool method_given = a.was_given("--recompute-method");
   const bool count_given = a.was_given("--recompute-num-layers");
-  if (!granularity.empty() && granularity != "full" && granularity != "selective") {
-    return invalid(absl::StrCat("--recompute-granularity must be full or selective (got ", granularity, ")"));
-  }
-  if (method_given && a.recompute_method != "uniform" && a.recompute_method != "block") {
+  const std::optional<RecomputeMethod> method = parse_flag_enum<RecomputeMethod>(a.recompute_method);
+  if (method_given && (!method || *method == RecomputeMethod::kNone)) {
     return invalid(absl::StrCat("--recompute-method must be uniform or block (got ", a.recompute_method, ")"));
   }
-  if (granularity.empty()) {
+  if (granularity == RecomputeGranularity::kNone) {
     if (method_given || count_given) {
       return invalid("--recompute-method and --recompute-num-layers need --recompute-granularity full (without it "
                      "nothing is recomputed)");
     }
     return absl::OkStatus();
   }
-  if (granularity == "selective") {
+  if (granularity == RecomputeGranularity::kSelective) {
     if (method_given) {
       return invalid("--recompute-method is not supported with --recompute-granularity selective (selective "
                      "recomputes the attention core of every layer)");

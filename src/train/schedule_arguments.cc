@@ -1,6 +1,7 @@
 #include "train/schedule_arguments.h"
 
 #include "absl/strings/str_cat.h"
+#include "train/flag_enums.h"
 
 namespace gpt {
 namespace {
@@ -12,7 +13,7 @@ absl::Status invalid(const std::string& message) { return absl::InvalidArgumentE
 // Megatron's rules on the run's length and the schedule's units (arguments.py validate_args):
 // --train-iters with iteration-based schedule flags, or --train-samples with sample-based ones. A
 // warmup of 0 in the other unit is allowed, as there.
-absl::Status validate_schedule_arguments(Arguments& a) {
+absl::Status validate_schedule_arguments(const Arguments& a) {
   if (a.was_given("--train-samples")) {
     if (a.was_given("--lr-decay-iters")) {
       return invalid("--lr-decay-iters cannot be given with --train-samples (sample-based training): use "
@@ -25,7 +26,6 @@ absl::Status validate_schedule_arguments(Arguments& a) {
     if (a.lr_warmup_fraction >= 0.0 && a.lr_warmup_samples != 0) {
       return invalid("--lr-warmup-fraction and --lr-warmup-samples cannot both be given");
     }
-    if (!a.was_given("--lr-decay-samples")) a.lr_decay_samples = a.train_samples;
     return absl::OkStatus();
   }
   if (a.was_given("--lr-decay-samples")) {
@@ -49,9 +49,7 @@ LrScheduleConfig lr_schedule_config(const Arguments& a) {
   const int64_t warmup = by_samples ? a.lr_warmup_samples : a.lr_warmup_iters * a.global_batch_size;
   c.warmup_steps = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * static_cast<double>(c.decay_steps)
                                                : static_cast<double>(warmup);
-  c.style = a.lr_decay_style == "constant" ? LrDecayStyle::kConstant
-            : a.lr_decay_style == "cosine" ? LrDecayStyle::kCosine
-                                           : LrDecayStyle::kLinear;
+  c.style = lr_decay_style(a);
   return c;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "train/flag_enums.h"
 
 namespace gpt {
 namespace {
@@ -123,10 +124,12 @@ int64_t optimizer_instance_size(const Arguments& a, int64_t data_context_size) {
 ZeroLevel zero_level(const Arguments& a) {
   if (a.use_torch_fsdp2) return ZeroLevel::kParameters;
   if (!a.use_megatron_fsdp) return a.use_distributed_optimizer ? ZeroLevel::kOptimizer : ZeroLevel::kNone;
-  const std::string& s = a.data_parallel_sharding_strategy;
-  if (s == "no_shard") return ZeroLevel::kNone;
-  if (s == "optim") return ZeroLevel::kOptimizer;
-  if (s == "optim_grads") return ZeroLevel::kGradients;
+  switch (parse_flag_enum<ShardingStrategy>(a.data_parallel_sharding_strategy).value_or(ShardingStrategy::kOptimGradsParams)) {
+    case ShardingStrategy::kNoShard: return ZeroLevel::kNone;
+    case ShardingStrategy::kOptim: return ZeroLevel::kOptimizer;
+    case ShardingStrategy::kOptimGrads: return ZeroLevel::kGradients;
+    case ShardingStrategy::kOptimGradsParams: break;
+  }
   return ZeroLevel::kParameters;
 }
 
@@ -138,11 +141,13 @@ absl::Status validate_sharding_arguments(const Arguments& a) {
   GPT_RETURN_IF_ERROR(validate_offload_arguments(a));
   GPT_RETURN_IF_ERROR(validate_torch_fsdp2_arguments(a));
   GPT_RETURN_IF_ERROR(validate_optimizer_instances(a));
-  const std::string& s = a.data_parallel_sharding_strategy;
-  if (s != "no_shard" && s != "optim" && s != "optim_grads" && s != "optim_grads_params") {
-    return invalid(absl::StrCat("--data-parallel-sharding-strategy must be no_shard, optim, optim_grads or "
-                                "optim_grads_params (got '", s, "')"));
+  const std::optional<ShardingStrategy> strategy = parse_flag_enum<ShardingStrategy>(a.data_parallel_sharding_strategy);
+  if (!strategy) {
+    return invalid(absl::StrCat("--data-parallel-sharding-strategy must be ",
+                                names_for_message(flag_enum_names<ShardingStrategy>()), " (got '",
+                                a.data_parallel_sharding_strategy, "')"));
   }
+  const ShardingStrategy s = *strategy;
   GPT_RETURN_IF_ERROR(validate_megatron_fsdp_dtypes(a));
   if (!a.use_megatron_fsdp) {
     // Megatron reads these only under Megatron-FSDP; accepting them alone would train otherwise
@@ -157,17 +162,17 @@ absl::Status validate_sharding_arguments(const Arguments& a) {
     }
     return absl::OkStatus();
   }
-  if (s == "optim_grads_params" && a.test_mode && a.qk_layernorm) {
+  if (s == ShardingStrategy::kOptimGradsParams && a.test_mode && a.qk_layernorm) {
     return invalid("--test-mode compares the q/k layernorm parameters every rank holds; under "
                    "--data-parallel-sharding-strategy optim_grads_params each data-parallel rank holds another shard "
                    "of them");
   }
-  if (s == "optim_grads_params" && a.check_weight_hash_across_dp_replicas_interval > 0) {
+  if (s == ShardingStrategy::kOptimGradsParams && a.check_weight_hash_across_dp_replicas_interval > 0) {
     return invalid("--check-weight-hash-across-dp-replicas-interval compares the parameters of data-parallel "
                    "replicas; under --data-parallel-sharding-strategy optim_grads_params each data-parallel rank "
                    "holds another shard of them, so there are no replicas to compare");
   }
-  if (a.use_distributed_optimizer && s == "no_shard") {
+  if (a.use_distributed_optimizer && s == ShardingStrategy::kNoShard) {
     return invalid("--use-distributed-optimizer shards the optimizer state, --data-parallel-sharding-strategy "
                    "no_shard does not: name one level (optim is ZeRO-1)");
   }
@@ -179,14 +184,14 @@ absl::Status validate_sharding_arguments(const Arguments& a) {
     return invalid(absl::StrCat("--suggested-communication-unit-size must be positive (got ",
                                 a.suggested_communication_unit_size, ")"));
   }
-  if (a.overlap_param_gather && s == "no_shard") {
+  if (a.overlap_param_gather && s == ShardingStrategy::kNoShard) {
     return invalid("--overlap-param-gather overlaps the sharded optimizer's parameter all-gather; "
                    "--data-parallel-sharding-strategy no_shard has none (use optim, optim_grads or optim_grads_params)");
   }
-  if ((s == "optim_grads" || s == "optim_grads_params") &&
+  if ((s == ShardingStrategy::kOptimGrads || s == ShardingStrategy::kOptimGradsParams) &&
       (a.pipeline_schedule == "zb-h1" || a.pipeline_schedule == "zb-v")) {
     return invalid(absl::StrCat(
-        "--data-parallel-sharding-strategy ", s, " cannot run --pipeline-schedule ", a.pipeline_schedule,
+        "--data-parallel-sharding-strategy ", a.data_parallel_sharding_strategy, " cannot run --pipeline-schedule ", a.pipeline_schedule,
         ": zero-bubble schedules defer the weight gradients of up to PP microbatches, so every unit's full-size "
         "gradient buffer would stay live (what ZeRO-2 and ZeRO-3 exist to avoid); use 1f1b or interleaved (auto "
         "chooses among those)"));

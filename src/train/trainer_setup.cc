@@ -20,6 +20,7 @@
 #include "train/batch_size_arguments.h"
 #include "train/data_setup.h"
 #include "train/fault_injection.h"
+#include "train/flag_enums.h"
 #include "train/fp8_arguments.h"
 #include "train/fp8_records.h"
 #include "train/flops.h"
@@ -39,11 +40,7 @@ ContextParallel context_parallel_from(const Arguments& args, ProcessGrid& grid) 
   ContextParallel context;
   if (grid.shape().context == 1) return context;
   context.group = &grid.context();
-  for (const std::string& type : args.cp_comm_type) {
-    context.comm_types.push_back(type == "a2a"       ? ContextCommType::kAllToAll
-                                 : type == "a2a+p2p" ? ContextCommType::kAllToAllRing
-                                                     : ContextCommType::kRing);
-  }
+  context.comm_types = cp_comm_types(args);
   if (grid.has_context_levels()) {
     context.inner = &grid.context_inner();
     context.outer = &grid.context_outer();

@@ -1,0 +1,97 @@
+// The string-valued flags that take one of a set of names, each as a C++ enum and its names, once:
+// the names are what the flag table's "one of" constraint accepts (train/flag_table.h), what the
+// accessors below turn into enums for the rest of the program, and what messages and the perf
+// model print. A name table lists the names in the enum's order ("" where the flag's default
+// means "none").
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/config.h"
+#include "model/context_parallel.h"
+#include "optim/lr_schedule.h"
+#include "train/arguments.h"
+
+namespace gpt {
+
+// --attention-backend (Megatron's AttnBackend): auto / flash: exact attention (cuDNN's fused
+// flash attention where it applies); fused: cuDNN's fused attention only; local / unfused: the
+// reference kernel.
+enum class AttentionBackend { kAuto, kFlash, kFused, kLocal, kUnfused };
+// --data-parallel-sharding-strategy (Megatron-FSDP's ZeRO level, train/sharding_arguments.h).
+enum class ShardingStrategy { kNoShard, kOptim, kOptimGrads, kOptimGradsParams };
+
+// The names of an enum's values, in its order.
+template <typename E>
+struct FlagEnumNames;
+template <>
+struct FlagEnumNames<ContextCommType> {  // --cp-comm-type
+  static constexpr std::string_view kNames[] = {"p2p", "a2a", "a2a+p2p"};
+};
+template <>
+struct FlagEnumNames<PositionEmbedding> {  // --position-embedding-type
+  static constexpr std::string_view kNames[] = {"learned_absolute", "rope", "none"};
+};
+template <>
+struct FlagEnumNames<Normalization> {  // --normalization
+  static constexpr std::string_view kNames[] = {"LayerNorm", "RMSNorm"};
+};
+template <>
+struct FlagEnumNames<RecomputeGranularity> {  // --recompute-granularity ("": none)
+  static constexpr std::string_view kNames[] = {"", "full", "selective"};
+};
+template <>
+struct FlagEnumNames<RecomputeMethod> {  // --recompute-method ("": none)
+  static constexpr std::string_view kNames[] = {"", "uniform", "block"};
+};
+template <>
+struct FlagEnumNames<AttentionBackend> {  // --attention-backend
+  static constexpr std::string_view kNames[] = {"auto", "flash", "fused", "local", "unfused"};
+};
+template <>
+struct FlagEnumNames<ShardingStrategy> {  // --data-parallel-sharding-strategy
+  static constexpr std::string_view kNames[] = {"no_shard", "optim", "optim_grads", "optim_grads_params"};
+};
+template <>
+struct FlagEnumNames<LrDecayStyle> {  // --lr-decay-style
+  static constexpr std::string_view kNames[] = {"constant", "linear", "cosine"};
+};
+
+template <typename E>
+constexpr std::span<const std::string_view> flag_enum_names() {
+  return FlagEnumNames<E>::kNames;
+}
+template <typename E>
+constexpr std::string_view enum_name(E value) {
+  return FlagEnumNames<E>::kNames[static_cast<size_t>(value)];
+}
+// The value named `text`, or nullopt.
+template <typename E>
+constexpr std::optional<E> parse_flag_enum(std::string_view text) {
+  const std::span<const std::string_view> names = flag_enum_names<E>();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == text) return static_cast<E>(i);
+  }
+  return std::nullopt;
+}
+// The names as a message lists them: "a, b or c" (the empty name left out).
+std::string names_for_message(std::span<const std::string_view> names);
+
+// The flags' values as enums. For validated arguments (each flag's constraint passed): an
+// unknown name is an invariant failure.
+std::vector<ContextCommType> cp_comm_types(const Arguments& args);
+bool uses_cp_comm_type(const Arguments& args, ContextCommType type);
+PositionEmbedding position_embedding(const Arguments& args);
+Normalization normalization(const Arguments& args);
+RecomputeGranularity recompute_granularity(const Arguments& args);
+RecomputeMethod recompute_method(const Arguments& args);
+AttentionBackend attention_backend(const Arguments& args);
+ShardingStrategy sharding_strategy(const Arguments& args);
+LrDecayStyle lr_decay_style(const Arguments& args);
+
+}  // namespace gpt
