@@ -23,12 +23,14 @@ void add_note(Arguments& a, std::string note) {
 // --ffn-hidden-size: Megatron's int((4 * h * 2 / 3) / 64) * 64 with --swiglu (the gated MLP's
 // parameters close to a 4h MLP's), which is floor(8h / 192) * 64 in integers; else 4h.
 void resolve_model_shape(Arguments& a) {
-  if (a.ffn_hidden_size == 0 && a.hidden_size > 0) {
+  // A size given as 0 stays 0 for validation to refuse.
+  if (a.ffn_hidden_size == 0 && !flag_given(a, &A::ffn_hidden_size) && a.hidden_size > 0) {
     const std::optional<int64_t> product = checked_multiply(a.swiglu ? 8 : 4, a.hidden_size);
     const int64_t ffn = !product ? 0 : a.swiglu ? *product / 192 * 64 : *product;
     if (ffn > 0) a.ffn_hidden_size = ffn;
   }
-  if (a.kv_channels == 0 && a.num_attention_heads > 0 && a.hidden_size % a.num_attention_heads == 0) {
+  if (a.kv_channels == 0 && !flag_given(a, &A::kv_channels) && a.num_attention_heads > 0 &&
+      a.hidden_size % a.num_attention_heads == 0) {
     a.kv_channels = a.hidden_size / a.num_attention_heads;
   }
   // --no-position-embedding: Megatron's older spelling of "no learned position embedding".
@@ -62,7 +64,7 @@ void resolve_defaults(Arguments& a) {
   // The learning-rate schedule decays over the run unless told otherwise.
   if (flag_given(a, &A::train_samples)) {
     if (!flag_given(a, &A::lr_decay_samples)) a.lr_decay_samples = a.train_samples;
-  } else if (a.lr_decay_iters == 0) {
+  } else if (a.lr_decay_iters == 0 && !flag_given(a, &A::lr_decay_iters)) {
     a.lr_decay_iters = a.train_iters;
   }
   // Megatron's flags whose value this program carries out otherwise, said once at start-up.

@@ -7,7 +7,7 @@
 // flag: a field in Arguments (train/arguments.h) and a row in one of train/flag_rows_*.cc (its
 // argument group; train/flag_rows.h); checks that involve other flags in validate_arguments. A unit
 // test fails when an Arguments field is in no row. Messages name a flag by its row:
-// flag_name(&Arguments::save_interval) is "--save-interval".
+// flag_name(&Arguments::save_interval) is the flag of the save_interval row, --save-interval.
 #pragma once
 
 #include <cstdint>
@@ -167,7 +167,7 @@ constexpr bool constraint_fits(const FlagRow& r) {
 std::span<const FlagRow> flag_rows();
 const FlagRow* find_flag_row(std::string_view flag);
 // The row of an Arguments field (every field but `given` and `notes` has one), and its flag:
-// flag_name(&Arguments::save_interval) is "--save-interval".
+// flag_name(&Arguments::save_interval) is the flag of the save_interval row, --save-interval.
 const FlagRow& flag_row(ArgumentField field);
 absl::string_view flag_name(ArgumentField field);  // absl's, for absl::StrCat
 // Whether the field's flag appeared on the command line.
