@@ -85,8 +85,9 @@ void resolve_defaults(Arguments& a) {
     // Megatron's CPU backend. This program's collectives on host memory are MPI's (the launcher
     // needs MPI anyway), so a Megatron CPU launch runs unchanged on them; said once, not silently.
     a.distributed_backend = "mpi";
-    add_note(a, absl::StrCat(flag_name(&A::distributed_backend),
-                             " gloo: this program has no Gloo backend; its MPI communicator runs the same collectives"));
+    add_note(a,
+             absl::StrCat(flag_name(&A::distributed_backend),
+                          " gloo: this program has no Gloo backend; its MPI communicator runs the same collectives"));
   }
 }
 

@@ -1,8 +1,8 @@
 // pretrain_gpt's command line, with Megatron-LM's flag names, meanings and defaults
 // (megatron/training/arguments.py). Parsing and validation happen before anything is allocated;
 // every problem is an absl::Status whose message names the flag.
-// Each field but `given` and `notes` is one flag's, declared once in train/flag_table.cc (its
-// name, help, Megatron dest and status); a field without a row fails flag_table_test.
+// Each field but `given` and `notes` is one flag's, declared once in a flag table row (train/flag_rows_*.cc:
+// name, help, Megatron dest and status, constraint); a field without a row fails flag_table_test.
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,7 @@
 namespace gpt {
 
 using A = Arguments;  // rows are named by field: flag_name(&A::save_interval)
+
 namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }

@@ -31,7 +31,9 @@ std::string names_for_message(std::span<const std::string_view> names) {
 
 std::vector<ContextCommType> cp_comm_types(const Arguments& a) {
   std::vector<ContextCommType> types;
-  for (const std::string& type : a.cp_comm_type) types.push_back(checked_enum<ContextCommType>(type, &Arguments::cp_comm_type));
+  for (const std::string& type : a.cp_comm_type) {
+    types.push_back(checked_enum<ContextCommType>(type, &Arguments::cp_comm_type));
+  }
   return types;
 }
 
@@ -60,6 +62,7 @@ AttentionBackend attention_backend(const Arguments& a) {
 ShardingStrategy sharding_strategy(const Arguments& a) {
   return checked_enum<ShardingStrategy>(a.data_parallel_sharding_strategy, &Arguments::data_parallel_sharding_strategy);
 }
+RerunMode rerun_mode(const Arguments& a) { return checked_enum<RerunMode>(a.rerun_mode, &Arguments::rerun_mode); }
 LrDecayStyle lr_decay_style(const Arguments& a) {
   return checked_enum<LrDecayStyle>(a.lr_decay_style, &Arguments::lr_decay_style);
 }

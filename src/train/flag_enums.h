@@ -26,6 +26,15 @@ enum class AttentionBackend { kAuto, kFlash, kFused, kLocal, kUnfused };
 // --data-parallel-sharding-strategy (Megatron-FSDP's ZeRO level, train/sharding_arguments.h).
 enum class ShardingStrategy { kNoShard, kOptim, kOptimGrads, kOptimGradsParams };
 
+// --rerun-mode (Megatron's RerunMode; train/rerun_check.h).
+enum class RerunMode { kDisabled, kValidateResults, kReportStats };
+// --error-injection-type (Megatron's RerunDiagnostic; train/rerun_error_injector.h).
+enum class ErrorInjectionType { kCorrectResult, kTransientError, kPersistentError };
+// --fp8-format ("": no FP8): e4m3 for every operand, or hybrid (E5M2 output gradients).
+enum class Fp8FormatChoice { kNone, kE4M3, kHybrid };
+// --fp8-amax-compute-algo: the delayed recipe's scale from the newest amax or the history's largest.
+enum class AmaxComputeAlgo { kMostRecent, kMax };
+
 // The names of an enum's values, in its order.
 template <typename E>
 struct FlagEnumNames;
@@ -62,6 +71,27 @@ struct FlagEnumNames<LrDecayStyle> {  // --lr-decay-style
   static constexpr std::string_view kNames[] = {"constant", "linear", "cosine"};
 };
 
+template <>
+struct FlagEnumNames<RerunMode> {  // --rerun-mode
+  static constexpr std::string_view kNames[] = {"disabled", "validate_results", "report_stats"};
+};
+template <>
+struct FlagEnumNames<ErrorInjectionType> {  // --error-injection-type
+  static constexpr std::string_view kNames[] = {"correct_result", "transient_error", "persistent_error"};
+};
+template <>
+struct FlagEnumNames<Fp8FormatChoice> {  // --fp8-format ("": none)
+  static constexpr std::string_view kNames[] = {"", "e4m3", "hybrid"};
+};
+template <>
+struct FlagEnumNames<Fp8Recipe> {  // --fp8-recipe (model/fp8_scaling.h)
+  static constexpr std::string_view kNames[] = {"tensorwise", "delayed"};
+};
+template <>
+struct FlagEnumNames<AmaxComputeAlgo> {  // --fp8-amax-compute-algo
+  static constexpr std::string_view kNames[] = {"most_recent", "max"};
+};
+
 template <typename E>
 constexpr std::span<const std::string_view> flag_enum_names() {
   return FlagEnumNames<E>::kNames;
@@ -93,5 +123,6 @@ RecomputeMethod recompute_method(const Arguments& args);
 AttentionBackend attention_backend(const Arguments& args);
 ShardingStrategy sharding_strategy(const Arguments& args);
 LrDecayStyle lr_decay_style(const Arguments& args);
+RerunMode rerun_mode(const Arguments& args);
 
 }  // namespace gpt

@@ -52,7 +52,8 @@ constexpr FlagRow kRows[] = {
     row("--log-num-zeros-in-grad", &A::log_num_zeros_in_grad, "Log the number of zero gradient elements"),
     row("--rerun-mode", &A::rerun_mode,
         "disabled, validate_results (a NaN, Inf or, with --check-for-spiky-loss, spiky local loss reruns the "
-        "iteration: not reproduced, exit 17 (resume from the last checkpoint); reproduced, report the samples, save and exit 16 for a rerun "
+        "iteration: not reproduced, exit 17 (resume from the last checkpoint); reproduced, report the samples, save "
+        "and exit 16 for a rerun "
         "on another node, or skip the update under --no-check-for-nan-in-loss-and-grad) or report_stats (rerun "
         "every iteration, report the difference); default disabled (Megatron's: validate_results)")
         .megatron(kImplementation,
@@ -81,7 +82,8 @@ constexpr FlagRow kRows[] = {
                   "Megatron's MnRtt/MxRtt/MnEtpt/MxEtpt fields and its Bottom/Top lines, each rank with its node; "
                   "no GPU power, temperature, utilization or clock fields, no data-loading time (DRtt)"),
     row("--straggler-minmax-count", &A::straggler_minmax_count,
-        "With --log-straggler: also list this many ranks with the lowest and the highest throughput").positive(),
+        "With --log-straggler: also list this many ranks with the lowest and the highest throughput")
+        .positive(),
     row("--save", &A::save, "Directory for checkpoints").shown(kNoneIfEmpty),
     row("--save-interval", &A::save_interval, "Iterations between checkpoints").shown(kNoneIfZero),
     row("--load", &A::load, "Directory to resume from (its latest_checkpointed_iteration.txt)").shown(kNoneIfEmpty),
@@ -167,7 +169,8 @@ constexpr FlagRow kRows[] = {
     row("--timing-log-level", &A::timing_log_level,
         "0: none; 1: per-phase times after each log line, (min, max) over ranks (forward-backward, "
         "all-grads-sync, optimizer); 2: also forward-compute, backward-compute, batch-generator, "
-        "pipeline-send-recv, tp-comm, params-all-gather (device time from CUDA events on the GPU)").in_range(0, 2),
+        "pipeline-send-recv, tp-comm, params-all-gather (device time from CUDA events on the GPU)")
+        .in_range(0, 2),
     row("--metrics-file", &A::metrics_file,
         "One JSON object per log line and evaluation (JSON Lines; truncated when the run starts at "
         "iteration 0, appended to when it resumes; not a Megatron flag)")
@@ -175,7 +178,8 @@ constexpr FlagRow kRows[] = {
         .megatron(kOwn),
     row("--sample-interval", &A::sample_interval,
         "Every N iterations the logging rank prints a sample continuation of --sample-prompt with the current "
-        "weights (0: never; not a Megatron flag)").non_negative()
+        "weights (0: never; not a Megatron flag)")
+        .non_negative()
         .shown(kNoneIfZero)
         .megatron(kOwn),
     row("--sample-prompt", &A::sample_prompt,
@@ -186,10 +190,12 @@ constexpr FlagRow kRows[] = {
     row("--tensorboard-dir", &A::tensorboard_dir,
         "Write TensorBoard event files here (the logging rank; Megatron's tags)")
         .shown(kNoneIfEmpty),
-    row("--tensorboard-log-interval", &A::tensorboard_log_interval, "Iterations between TensorBoard scalars").positive(),
+    row("--tensorboard-log-interval", &A::tensorboard_log_interval, "Iterations between TensorBoard scalars")
+        .positive(),
     row("--tensorboard-queue-size", &A::tensorboard_queue_size,
         "Accepted (> 0): events are written to the file as they come and flushed at each log line, "
-        "so there is no queue to size").positive()
+        "so there is no queue to size")
+        .positive()
         .megatron(kImplementation),
     row("--log-timers-to-tensorboard", &A::log_timers_to_tensorboard,
         "iteration-time, throughput (with --log-throughput) and the phase timers at each log line"),
@@ -204,7 +210,8 @@ constexpr FlagRow kRows[] = {
     row("--no-log-loss-scale-to-tensorboard", &A::no_log_loss_scale_to_tensorboard, "No loss-scale scalars")
         .negated("log_loss_scale_to_tensorboard"),
 };
-static_assert(rows_are_consistent(kRows), "train/flag_rows_data.cc: a flag or field twice, a rule on a field of another type, "
+static_assert(rows_are_consistent(kRows),
+              "train/flag_rows_data.cc: a flag or field twice, a rule on a field of another type, "
               "a list without its Nargs, or a refusal without a reason");
 
 }  // namespace

@@ -27,13 +27,18 @@ constexpr FlagRow kRows[] = {
     // Model.
     row("--num-layers", &A::num_layers, "Number of transformer layers").required().positive(),
     row("--hidden-size", &A::hidden_size, "Transformer hidden size").required().positive(),
-    row("--ffn-hidden-size", &A::ffn_hidden_size, "MLP hidden size (default 4 * hidden size)").positive_if_given().shown(kNoneIfZero),
+    row("--ffn-hidden-size", &A::ffn_hidden_size, "MLP hidden size (default 4 * hidden size)")
+        .positive_if_given()
+        .shown(kNoneIfZero),
     row("--num-attention-heads", &A::num_attention_heads, "Number of attention heads").required().positive(),
-    row("--kv-channels", &A::kv_channels, "Head dimension (default hidden size / heads)").positive_if_given().shown(kNoneIfZero),
+    row("--kv-channels", &A::kv_channels, "Head dimension (default hidden size / heads)")
+        .positive_if_given()
+        .shown(kNoneIfZero),
     row("--seq-length", &A::seq_length, "Sequence length").required().positive(),
     row("--max-position-embeddings", &A::max_position_embeddings, "Learned position embeddings").required().positive(),
     row("--make-vocab-size-divisible-by", &A::make_vocab_size_divisible_by,
-        "Pad the vocabulary to a multiple of this times TP").positive(),
+        "Pad the vocabulary to a multiple of this times TP")
+        .positive(),
     row("--untie-embeddings-and-output-weights", &A::untie_embeddings_and_output_weights,
         "Separate output layer instead of the tied word embedding"),
     row("--init-method-std", &A::init_method_std, "Standard deviation of weight initialization").positive(),
@@ -80,10 +85,12 @@ constexpr FlagRow kRows[] = {
     row("--tensor-model-parallel-size", &A::tensor_model_parallel_size, "Tensor-parallel size").positive(),
     row("--pipeline-model-parallel-size", &A::pipeline_model_parallel_size, "Pipeline-parallel size").positive(),
     row("--num-layers-per-virtual-pipeline-stage", &A::num_layers_per_virtual_pipeline_stage,
-        "Layers per virtual stage (interleaved 1F1B schedule)").positive_if_given()
+        "Layers per virtual stage (interleaved 1F1B schedule)")
+        .positive_if_given()
         .shown(kNoneIfZero),
     row("--num-virtual-stages-per-pipeline-rank", &A::num_virtual_stages_per_pipeline_rank,
-        "Model chunks per pipeline rank (interleaved 1F1B schedule)").positive_if_given()
+        "Model chunks per pipeline rank (interleaved 1F1B schedule)")
+        .positive_if_given()
         .shown(kNoneIfZero),
     row("--decoder-first-pipeline-num-layers", &A::decoder_first_pipeline_num_layers,
         "Transformer layers of the first pipeline stage (its chunks' share with interleaving); the other "
@@ -102,9 +109,11 @@ constexpr FlagRow kRows[] = {
     row("--microbatch-group-size-per-virtual-pipeline-stage", &A::microbatch_group_size_per_vp_stage,
         "Interleaved schedule: microbatches each model chunk runs in a row, forward and backward (Megatron's "
         "microbatch_group_size_per_vp_stage; default --pipeline-model-parallel-size, the depth-first order). "
-        "Megatron's rules: between PP and the number of microbatches, which it need not divide, but the last group's remainder "
+        "Megatron's rules: between PP and the number of microbatches, which it need not divide, but the last group's "
+        "remainder "
         "is 0 or at least PP. Without model chunks it groups nothing, as in Megatron; refused with --pipeline-schedule "
-        "zb-h1, zb-v and auto").positive_if_given()
+        "zb-h1, zb-v and auto")
+        .positive_if_given()
         .dest("microbatch_group_size_per_vp_stage")
         .shown(kNoneIfZero),
     row("--overlap-p2p-communication-warmup-flush", &A::overlap_p2p_comm_warmup_flush,
@@ -160,7 +169,8 @@ constexpr FlagRow kRows[] = {
     row("--overlap-param-gather", &A::overlap_param_gather,
         "Overlap parameter all-gather with forward (ZeRO-3: prefetch the next unit's gather while one computes)"),
     row("--ddp-bucket-size", &A::ddp_bucket_size,
-        "Elements per gradient bucket with --overlap-grad-reduce (default max(4e7, 1e6 x DP))").positive_if_given()
+        "Elements per gradient bucket with --overlap-grad-reduce (default max(4e7, 1e6 x DP))")
+        .positive_if_given()
         .shown(kNoneIfZero),
     row("--num-distributed-optimizer-instances", &A::num_distributed_optimizer_instances,
         "With --use-distributed-optimizer: split the data-parallel (x context-parallel) group into this many "
@@ -189,12 +199,14 @@ constexpr FlagRow kRows[] = {
                   "buffer is needed for another (docs/DATA_PARALLEL.md)"),
     row("--megatron-fsdp-main-params-dtype", &A::megatron_fsdp_main_params_dtype,
         "With --use-megatron-fsdp: the dtype of the main (master) parameters: fp32")
-        .megatron(kRefusedAtValues, "fp32, and auto in FP32 training; the optimizer here always keeps FP32 master "
-                                    "weights"),
+        .megatron(kRefusedAtValues,
+                  "fp32, and auto in FP32 training; the optimizer here always keeps FP32 master "
+                  "weights"),
     row("--megatron-fsdp-main-grads-dtype", &A::megatron_fsdp_main_grads_dtype,
         "With --use-megatron-fsdp: the dtype of the main gradients: fp32")
-        .megatron(kRefusedAtValues, "fp32, and auto in FP32 training; main gradients are always FP32 here, also "
-                                    "under --bf16, where Megatron's default auto keeps them in BF16"),
+        .megatron(kRefusedAtValues,
+                  "fp32, and auto in FP32 training; main gradients are always FP32 here, also "
+                  "under --bf16, where Megatron's default auto keeps them in BF16"),
     row("--megatron-fsdp-grad-comm-dtype", &A::megatron_fsdp_grad_comm_dtype,
         "With --use-megatron-fsdp: the dtype gradients are reduced in: fp32")
         .megatron(kRefusedAtValues, "fp32, and auto in FP32 training; gradients are always reduced in FP32 here"),
@@ -233,7 +245,8 @@ constexpr FlagRow kRows[] = {
     row("--distributed-timeout-minutes", &A::distributed_timeout_minutes, "Bound on every collective wait")
         .shown(kIntIfIntegral),
 };
-static_assert(rows_are_consistent(kRows), "train/flag_rows_model.cc: a flag or field twice, a rule on a field of another type, "
+static_assert(rows_are_consistent(kRows),
+              "train/flag_rows_model.cc: a flag or field twice, a rule on a field of another type, "
               "a list without its Nargs, or a refusal without a reason");
 
 }  // namespace

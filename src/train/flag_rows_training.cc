@@ -35,8 +35,12 @@ constexpr std::string_view kCrossEntropyFusionImpls[] = {"native", "te"};
 
 constexpr FlagRow kRows[] = {
     // Training.
-    row("--micro-batch-size", &A::micro_batch_size, "Samples per microbatch per data-parallel rank").required().positive(),
-    row("--global-batch-size", &A::global_batch_size, "Samples per iteration over all ranks").positive_if_given().shown(kNoneIfZero),
+    row("--micro-batch-size", &A::micro_batch_size, "Samples per microbatch per data-parallel rank")
+        .required()
+        .positive(),
+    row("--global-batch-size", &A::global_batch_size, "Samples per iteration over all ranks")
+        .positive_if_given()
+        .shown(kNoneIfZero),
     row("--train-iters", &A::train_iters, "Iterations to train (or --train-samples)").shown(train_iters_value),
     row("--train-samples", &A::train_samples,
         "Samples to train, instead of --train-iters: floor(samples / --global-batch-size) iterations, "
@@ -51,12 +55,15 @@ constexpr FlagRow kRows[] = {
     row("--decoupled-min-lr", &A::decoupled_min_lr,
         "With --decoupled-lr: their minimum learning rate (default --min-lr)")
         .shown(kNoneIfNegative),
-    row("--lr-decay-style", &A::lr_decay_style, "constant, linear or cosine").one_of(flag_enum_names<LrDecayStyle>())
+    row("--lr-decay-style", &A::lr_decay_style, "constant, linear or cosine")
+        .one_of(flag_enum_names<LrDecayStyle>())
         .megatron(kRefusedAtValues, "constant, linear and cosine; inverse-square-root and WSD are refused"),
-    row("--lr-decay-iters", &A::lr_decay_iters, "Iterations to decay over (default --train-iters)").positive_if_given()
+    row("--lr-decay-iters", &A::lr_decay_iters, "Iterations to decay over (default --train-iters)")
+        .positive_if_given()
         .shown(lr_decay_iters_value),
     row("--lr-decay-samples", &A::lr_decay_samples,
-        "With --train-samples: samples to decay over (default --train-samples)").positive_if_given()
+        "With --train-samples: samples to decay over (default --train-samples)")
+        .positive_if_given()
         .shown(kNoneIfZero),
     row("--lr-warmup-iters", &A::lr_warmup_iters, "Iterations of linear warmup").non_negative(),
     row("--lr-warmup-samples", &A::lr_warmup_samples, "With --train-samples: samples of linear warmup").non_negative(),
@@ -68,8 +75,7 @@ constexpr FlagRow kRows[] = {
         "Weight decay on --qk-layernorm's weights and biases too (by default, as every 1-D parameter and "
         "bias, they take none); without --qk-layernorm it changes nothing, as Megatron"),
     row("--clip-grad", &A::clip_grad, "Clip gradients to this global L2 norm (0: off)").non_negative(),
-    row("--adam-beta1", &A::adam_beta1, "Adam beta1"),
-    row("--adam-beta2", &A::adam_beta2, "Adam beta2"),
+    row("--adam-beta1", &A::adam_beta1, "Adam beta1"), row("--adam-beta2", &A::adam_beta2, "Adam beta2"),
     row("--adam-eps", &A::adam_eps, "Adam epsilon").positive(),
     row("--bf16", &A::bf16, "BF16 parameters and activations, FP32 master weights and gradients"),
     row("--fp16", &A::fp16,
@@ -99,8 +105,7 @@ constexpr FlagRow kRows[] = {
         .megatron(kRefusedAtValues, "tensorwise and delayed; mxfp8 and blockwise are refused"),
     row("--fp8-margin", &A::fp8_margin, "Delayed scaling: scales divided by 2^margin"),
     row("--fp8-amax-history-len", &A::fp8_amax_history_len, "Delayed scaling: steps of amax history"),
-    row("--fp8-amax-compute-algo", &A::fp8_amax_compute_algo,
-        "Delayed scaling: most_recent or max over the history"),
+    row("--fp8-amax-compute-algo", &A::fp8_amax_compute_algo, "Delayed scaling: most_recent or max over the history"),
     row("--no-fp8-wgrad", &A::no_fp8_wgrad, "Weight-gradient GEMMs in the model's dtype instead of FP8")
         .negated("fp8_wgrad"),
     row("--fp8-interval", &A::fp8_interval, "Only 1 (scales updated every step; deprecated in Megatron)")
@@ -111,14 +116,16 @@ constexpr FlagRow kRows[] = {
         .megatron(kImplementation),
     row("--attention-backend", &A::attention_backend,
         "auto, flash (as auto: exact attention, cuDNN's fused flash attention where it applies), fused (cuDNN "
-        "fused attention), local or unfused (reference kernel)").one_of(flag_enum_names<AttentionBackend>())
+        "fused attention), local or unfused (reference kernel)")
+        .one_of(flag_enum_names<AttentionBackend>())
         .shown(attention_backend_value)
         .megatron(kImplementation,
                   "auto, flash, fused, local and unfused; flash runs what auto does (exact attention: cuDNN's fused "
                   "flash attention on the GPU where it applies, the reference kernel elsewhere), said in a start-up "
                   "note; fused needs the GPU"),
     row("--recompute-granularity", &A::recompute_granularity,
-        "Activation recompute: full (whole layers) or selective (attention core)").one_of(flag_enum_names<RecomputeGranularity>())
+        "Activation recompute: full (whole layers) or selective (attention core)")
+        .one_of(flag_enum_names<RecomputeGranularity>())
         .shown(kNoneIfEmpty),
     row("--recompute-method", &A::recompute_method,
         "With full: uniform (groups of --recompute-num-layers) or block (first --recompute-num-layers)")
@@ -159,7 +166,8 @@ constexpr FlagRow kRows[] = {
         "Accepted: no garbage collector runs in this program (no Python), so there are no collection "
         "pauses to align across ranks")
         .megatron(kImplementation),
-    row("--manual-gc-interval", &A::manual_gc_interval, "Accepted (>= 0): no garbage collector runs in this program").non_negative()
+    row("--manual-gc-interval", &A::manual_gc_interval, "Accepted (>= 0): no garbage collector runs in this program")
+        .non_negative()
         .megatron(kImplementation),
     row("--no-create-attention-mask-in-dataloader", &A::no_create_attention_mask_in_dataloader,
         "Accepted: the data pipeline never builds attention masks here (attention is causal inside the "
@@ -226,7 +234,8 @@ constexpr FlagRow kRows[] = {
         .megatron(kImplementation),
     row("--wgrad-deferral-limit", &A::wgrad_deferral_limit,
         "With --defer-embedding-wgrad-compute (>= 0): microbatches whose output-layer weight gradient Megatron "
-        "defers; accepted, as that flag").non_negative()
+        "defers; accepted, as that flag")
+        .non_negative()
         .megatron(kImplementation),
     row("--overlap-param-gather-with-optimizer-step", &A::overlap_param_gather_with_optimizer_step,
         "Accepted with --use-distributed-optimizer and --overlap-param-gather (Megatron's rule): Megatron starts "
@@ -247,7 +256,8 @@ constexpr FlagRow kRows[] = {
         .megatron(kImplementation),
     row("--empty-unused-memory-level", &A::empty_unused_memory_level,
         "0, 1 or 2, accepted: device memory is one arena taken before the first iteration and never freed, "
-        "so there is no allocator cache to empty at any level").in_range(0, 2)
+        "so there is no allocator cache to empty at any level")
+        .in_range(0, 2)
         .megatron(kImplementation),
     row("--no-check-for-nan-in-loss-and-grad", &A::no_check_for_nan_in_loss_and_grad,
         "Do not stop the run at a non-finite loss or gradient norm (Megatron's check, on by default): "
@@ -267,11 +277,13 @@ constexpr FlagRow kRows[] = {
         "gradient from the logits, no probability tensor), Megatron's fused path's arithmetic")
         .megatron(kImplementation),
     row("--cross-entropy-fusion-impl", &A::cross_entropy_fusion_impl,
-        "native or te: either runs this program's fused cross-entropy kernel").one_of(kCrossEntropyFusionImpls)
+        "native or te: either runs this program's fused cross-entropy kernel")
+        .one_of(kCrossEntropyFusionImpls)
         .megatron(kImplementation, "native and te both run this program's fused FP32 cross-entropy kernel"),
     row("--num-workers", &A::num_workers,
         "Accepted (>= 0): Megatron's data-loader worker processes; here the training process reads each "
-        "batch from the memory-mapped dataset itself, the same samples for any number").non_negative()
+        "batch from the memory-mapped dataset itself, the same samples for any number")
+        .non_negative()
         .megatron(kImplementation),
     row("--rampup-batch-size", &A::rampup_batch_size,
         "START INCREMENT SAMPLES: the global batch size starts at START and grows by INCREMENT every SAMPLES / n "
@@ -289,7 +301,8 @@ constexpr FlagRow kRows[] = {
         .shown(kNoneIfEmpty),
     // ---- end of Megatron implementation choices -------------------------------------------------
 };
-static_assert(rows_are_consistent(kRows), "train/flag_rows_training.cc: a flag or field twice, a rule on a field of another type, "
+static_assert(rows_are_consistent(kRows),
+              "train/flag_rows_training.cc: a flag or field twice, a rule on a field of another type, "
               "a list without its Nargs, or a refusal without a reason");
 
 }  // namespace

@@ -1,8 +1,8 @@
 #include "train/flag_table.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 #include <type_traits>
 
@@ -88,8 +88,9 @@ absl::Status check_number(const FlagRow& r, T value) {
   switch (c.check) {
     case FlagCheck::kPositive:
       if (value > 0) return absl::OkStatus();
-      return invalid(absl::StrCat(std::string(r.flag), std::is_integral_v<T> ? " must be a positive integer" : " must be positive",
-                                  " (got ", value, ")"));
+      return invalid(absl::StrCat(std::string(r.flag),
+                                  std::is_integral_v<T> ? " must be a positive integer" : " must be positive", " (got ",
+                                  value, ")"));
     case FlagCheck::kNonNegative:
       if (value >= 0) return absl::OkStatus();
       return invalid(absl::StrCat(std::string(r.flag), " must be >= 0 (got ", value, ")"));
@@ -99,7 +100,8 @@ absl::Status check_number(const FlagRow& r, T value) {
       for (int64_t v = c.low; v <= c.high; ++v) values.push_back(absl::StrCat(v));
       const std::string last = values.back();
       values.pop_back();
-      return invalid(absl::StrCat(std::string(r.flag), " must be ", absl::StrJoin(values, ", "), " or ", last, " (got ", value, ")"));
+      return invalid(absl::StrCat(std::string(r.flag), " must be ", absl::StrJoin(values, ", "), " or ", last, " (got ",
+                                  value, ")"));
     }
     default: return absl::OkStatus();
   }
@@ -113,7 +115,8 @@ absl::Status check_row(const FlagRow& r, const Arguments& a) {
       if (name == value) return absl::OkStatus();
     }
     if (r.constraint.empty_allowed && value.empty()) return absl::OkStatus();
-    return invalid(absl::StrCat(std::string(r.flag), " must be ", names_for_message(r.constraint.names), " (got ", value, ")"));
+    return invalid(
+        absl::StrCat(std::string(r.flag), " must be ", names_for_message(r.constraint.names), " (got ", value, ")"));
   }
   if (const auto* i = std::get_if<int64_t Arguments::*>(&r.field)) return check_number(r, a.**i);
   if (const auto* d = std::get_if<double Arguments::*>(&r.field)) return check_number(r, a.**d);

@@ -1,11 +1,13 @@
 #include "train/fp8_arguments.h"
 
 #include "absl/strings/str_cat.h"
+#include "train/flag_enums.h"
 #include "train/flag_table.h"
 
 namespace gpt {
 
 using A = Arguments;  // rows are named by field: flag_name(&A::save_interval)
+
 namespace {
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 }  // namespace
@@ -22,18 +24,21 @@ absl::Status validate_fp8(const Arguments& a) {
     }
     return absl::OkStatus();
   }
-  if (a.fp8_format != "e4m3" && a.fp8_format != "hybrid") {
-    return invalid(absl::StrCat(flag_name(&A::fp8_format), " must be e4m3 or hybrid (got ", a.fp8_format, ")"));
+  if (!parse_flag_enum<Fp8FormatChoice>(a.fp8_format)) {
+    return invalid(absl::StrCat(flag_name(&A::fp8_format), " must be ",
+                                names_for_message(flag_enum_names<Fp8FormatChoice>()), " (got ", a.fp8_format, ")"));
   }
   if (a.fp8_recipe == "mxfp8" || a.fp8_recipe == "blockwise") {
     return invalid(absl::StrCat(flag_name(&A::fp8_recipe), " ", a.fp8_recipe,
                                 " is not available in this program (block-scaled FP8 needs Blackwell's GEMMs): use "
                                 "tensorwise or delayed"));
   }
-  if (a.fp8_recipe != "tensorwise" && a.fp8_recipe != "delayed") {
-    return invalid(absl::StrCat(flag_name(&A::fp8_recipe), " must be tensorwise or delayed (got ", a.fp8_recipe, ")"));
+  const std::optional<Fp8Recipe> recipe = parse_flag_enum<Fp8Recipe>(a.fp8_recipe);
+  if (!recipe) {
+    return invalid(absl::StrCat(flag_name(&A::fp8_recipe), " must be ", names_for_message(flag_enum_names<Fp8Recipe>()),
+                                " (got ", a.fp8_recipe, ")"));
   }
-  if (a.fp8_recipe == "tensorwise") {
+  if (*recipe == Fp8Recipe::kTensorwise) {
     // Megatron hands these to Transformer Engine's DelayedScaling only.
     for (absl::string_view flag :
          {flag_name(&A::fp8_margin), flag_name(&A::fp8_amax_history_len), flag_name(&A::fp8_amax_compute_algo)}) {
@@ -51,8 +56,9 @@ absl::Status validate_fp8(const Arguments& a) {
     return invalid(
         absl::StrCat(flag_name(&A::fp8_amax_history_len), " must be in [1, 1024] (got ", a.fp8_amax_history_len, ")"));
   }
-  if (a.fp8_amax_compute_algo != "most_recent" && a.fp8_amax_compute_algo != "max") {
-    return invalid(absl::StrCat(flag_name(&A::fp8_amax_compute_algo), " must be most_recent or max (got ",
+  if (!parse_flag_enum<AmaxComputeAlgo>(a.fp8_amax_compute_algo)) {
+    return invalid(absl::StrCat(flag_name(&A::fp8_amax_compute_algo), " must be ",
+                                names_for_message(flag_enum_names<AmaxComputeAlgo>()), " (got ",
                                 a.fp8_amax_compute_algo, ")"));
   }
   if (a.fp8_interval != 1) {
@@ -68,11 +74,12 @@ Fp8Config fp8_config_from(const Arguments& a) {
   if (a.fp8_format.empty()) return c;
   c.enabled = true;
   c.forward_format = Fp8Format::kE4M3;
-  c.backward_format = a.fp8_format == "hybrid" ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
-  c.recipe = a.fp8_recipe == "tensorwise" ? Fp8Recipe::kTensorwise : Fp8Recipe::kDelayed;
+  const bool hybrid = parse_flag_enum<Fp8FormatChoice>(a.fp8_format) == Fp8FormatChoice::kHybrid;
+  c.backward_format = hybrid ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+  c.recipe = parse_flag_enum<Fp8Recipe>(a.fp8_recipe).value_or(Fp8Recipe::kDelayed);
   c.margin = static_cast<int>(a.fp8_margin);
   c.amax_history_len = static_cast<int>(a.fp8_amax_history_len);
-  c.amax_history_max = a.fp8_amax_compute_algo == "max";
+  c.amax_history_max = parse_flag_enum<AmaxComputeAlgo>(a.fp8_amax_compute_algo) == AmaxComputeAlgo::kMax;
   c.weight_gradient = !a.no_fp8_wgrad;
   return c;
 }

@@ -9,6 +9,7 @@
 namespace gpt {
 
 using A = Arguments;  // rows are named by field: flag_name(&A::save_interval)
+
 namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
@@ -145,7 +146,8 @@ int64_t optimizer_instance_size(const Arguments& a, int64_t data_context_size) {
 ZeroLevel zero_level(const Arguments& a) {
   if (a.use_torch_fsdp2) return ZeroLevel::kParameters;
   if (!a.use_megatron_fsdp) return a.use_distributed_optimizer ? ZeroLevel::kOptimizer : ZeroLevel::kNone;
-  switch (parse_flag_enum<ShardingStrategy>(a.data_parallel_sharding_strategy).value_or(ShardingStrategy::kOptimGradsParams)) {
+  switch (parse_flag_enum<ShardingStrategy>(a.data_parallel_sharding_strategy)
+              .value_or(ShardingStrategy::kOptimGradsParams)) {
     case ShardingStrategy::kNoShard: return ZeroLevel::kNone;
     case ShardingStrategy::kOptim: return ZeroLevel::kOptimizer;
     case ShardingStrategy::kOptimGrads: return ZeroLevel::kGradients;
@@ -203,8 +205,7 @@ absl::Status validate_sharding_arguments(const Arguments& a) {
   if (a.use_distributed_optimizer && s == ShardingStrategy::kNoShard) {
     return invalid(absl::StrCat(flag_name(&A::use_distributed_optimizer), " shards the optimizer state, ",
                                 flag_name(&A::data_parallel_sharding_strategy),
-                                " "
-                                "no_shard does not: name one level (optim is ZeRO-1)"));
+                                " no_shard does not: name one level (optim is ZeRO-1)"));
   }
   if (flag_given(a, &A::ddp_bucket_size)) {
     return invalid(absl::StrCat(flag_name(&A::ddp_bucket_size), " sizes DistributedDataParallel's buckets; under ",
