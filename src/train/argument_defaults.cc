@@ -54,7 +54,7 @@ void resolve_defaults(Arguments& a) {
     a.given.insert(std::string(flag_name(&A::num_virtual_stages_per_pipeline_rank)));
   }
   // GPT-2 BPE files without a tokenizer type: Megatron's GPT2BPETokenizer.
-  if (a.tokenizer_type.empty() && !a.vocab_file.empty()) a.tokenizer_type = "GPT2BPETokenizer";
+  if (a.tokenizer_type.empty() && !a.vocab_file.empty()) a.tokenizer_type = enum_name(TokenizerType::kGpt2Bpe);
   resolve_model_shape(a);
   // Megatron's shorthand for --recompute-granularity selective (with full: refused by validation).
   if (a.recompute_activations &&
@@ -68,7 +68,8 @@ void resolve_defaults(Arguments& a) {
     a.lr_decay_iters = a.train_iters;
   }
   // Megatron's flags whose value this program carries out otherwise, said once at start-up.
-  if (flag_given(a, &A::ckpt_format) && a.ckpt_format != "hdf5" && (!a.save.empty() || !a.load.empty())) {
+  if (flag_given(a, &A::ckpt_format) && parse_flag_enum<CheckpointFormat>(a.ckpt_format) != CheckpointFormat::kHdf5 &&
+      (!a.save.empty() || !a.load.empty())) {
     add_note(a, absl::StrCat(flag_name(&A::ckpt_format), " ", a.ckpt_format,
                              ": checkpoints are written and read in this program's sharded HDF5 format (sharded "
                              "by tensor slice, loadable into any parallel layout, written asynchronously with ",

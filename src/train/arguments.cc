@@ -108,9 +108,10 @@ absl::Status validate_implementation_flags(const Arguments& a) {
                                 " inference_optimized is not available (Megatron's inference-only layers): use "
                                 "local or transformer_engine, which both run this program's kernels"));
   }
-  if (a.transformer_impl != "local" && a.transformer_impl != "transformer_engine") {
-    return invalid(absl::StrCat(flag_name(&A::transformer_impl), " must be local or transformer_engine (got ",
-                                a.transformer_impl, ")"));
+  if (!parse_flag_enum<TransformerImpl>(a.transformer_impl)) {
+    return invalid(absl::StrCat(flag_name(&A::transformer_impl), " must be ",
+                                names_for_message(flag_enum_names<TransformerImpl>()), " (got ", a.transformer_impl,
+                                ")"));
   }
   const AttentionBackend backend = attention_backend(a);
   if (a.use_flash_attn && (backend == AttentionBackend::kLocal || backend == AttentionBackend::kUnfused)) {
@@ -143,9 +144,10 @@ absl::Status validate_run_flags(const Arguments& a) {
   // The vocabulary is known here with NullTokenizer (ids [0, N) plus eod N) and --mock-data's
   // --vocab-size; with a vocab file it is checked again once read (the memory plan), here only the
   // multiple.
-  const std::optional<int64_t> known_vocab = a.tokenizer_type == "NullTokenizer" ? checked_add(a.vocab_size, 1)
-                                             : a.tokenizer_type.empty()           ? std::optional<int64_t>(a.vocab_size)
-                                                                                  : std::optional<int64_t>(1);
+  const std::optional<TokenizerType> tokenizer = parse_flag_enum<TokenizerType>(a.tokenizer_type);
+  const std::optional<int64_t> known_vocab = tokenizer == TokenizerType::kNull   ? checked_add(a.vocab_size, 1)
+                                             : tokenizer == TokenizerType::kNone ? std::optional<int64_t>(a.vocab_size)
+                                                                                 : std::optional<int64_t>(1);
   if (!known_vocab) return invalid(absl::StrCat(flag_name(&A::vocab_size), " (", a.vocab_size, ") is too large"));
   GPT_RETURN_IF_ERROR(checked_padded_vocab_size(a, *known_vocab).status());
   if (flag_given(a, &A::tensorboard_dir) && a.tensorboard_dir.empty()) {
@@ -343,7 +345,7 @@ absl::Status validate_parallel_flags(const Arguments& a) {
                                 "optimizer's parameter all-gather)"));
   }
   // gloo became mpi in resolve_defaults.
-  if (a.distributed_backend != "" && a.distributed_backend != "nccl" && a.distributed_backend != "mpi") {
+  if (!parse_flag_enum<DistributedBackend>(a.distributed_backend)) {
     return invalid(absl::StrCat(flag_name(&A::distributed_backend), " must be nccl, mpi or gloo (got ",
                                 a.distributed_backend, ")"));
   }

@@ -1,6 +1,7 @@
 #include "train/checkpoint_arguments.h"
 
 #include "absl/strings/str_cat.h"
+#include "train/flag_enums.h"
 #include "train/flag_table.h"
 
 namespace gpt {
@@ -12,8 +13,7 @@ absl::Status validate_checkpoint_arguments(const Arguments& a) {
   // Megatron's formats each ask for what this program's one format gives: torch_dist and
   // fsdp_dtensor a sharded checkpoint that loads into another parallel layout, torch_dcp PyTorch's
   // distributed checkpoint, torch one file per rank. The files are HDF5 in every case.
-  if (a.ckpt_format != "hdf5" && a.ckpt_format != "torch_dist" && a.ckpt_format != "torch" &&
-      a.ckpt_format != "torch_dcp" && a.ckpt_format != "fsdp_dtensor") {
+  if (!parse_flag_enum<CheckpointFormat>(a.ckpt_format)) {
     return invalid(absl::StrCat(flag_name(&A::ckpt_format), " ", a.ckpt_format,
                                 " is not one of torch_dist, torch, torch_dcp, fsdp_dtensor (Megatron's) or hdf5"));
   }

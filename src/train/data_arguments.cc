@@ -4,6 +4,7 @@
 #include "data/dataset_split.h"
 #include "data/gpt_dataset_builder.h"
 #include "train/arguments.h"
+#include "train/flag_enums.h"
 #include "train/flag_table.h"
 
 namespace gpt {
@@ -45,9 +46,9 @@ absl::Status validate_data_arguments(const Arguments& a) {
   // --mock-data takes any, as in Megatron, or --vocab-size alone (this program's shorthand: a
   // vocabulary of exactly N). GPT-2 BPE files without a type: GPT2BPETokenizer (resolve_defaults).
   // Files a tokenizer type does not read are refused rather than ignored.
-  const bool reads_model = a.tokenizer_type == "SentencePieceTokenizer" ||
-                           a.tokenizer_type == "GPTSentencePieceTokenizer" ||
-                           a.tokenizer_type == "HuggingFaceTokenizer";
+  const std::optional<TokenizerType> type = parse_flag_enum<TokenizerType>(a.tokenizer_type);
+  const bool reads_model = type == TokenizerType::kSentencePiece || type == TokenizerType::kGptSentencePiece ||
+                           type == TokenizerType::kHuggingFace;
   if (!a.tokenizer_model.empty() && !reads_model) {
     return invalid(absl::StrCat(
         flag_name(&A::tokenizer_model), " is read by ", flag_name(&A::tokenizer_type),
@@ -67,7 +68,7 @@ absl::Status validate_data_arguments(const Arguments& a) {
                                 flag_name(&A::tokenizer_model), ", or ", flag_name(&A::tokenizer_type),
                                 " NullTokenizer with ", flag_name(&A::vocab_size)));
   }
-  if (a.tokenizer_type == "GPT2BPETokenizer") {
+  if (type == TokenizerType::kGpt2Bpe) {
     if (a.vocab_file.empty() || a.merge_file.empty()) {
       return invalid(absl::StrCat(flag_name(&A::tokenizer_type), " GPT2BPETokenizer needs ", flag_name(&A::vocab_file),
                                   " and ", flag_name(&A::merge_file)));
@@ -80,11 +81,9 @@ absl::Status validate_data_arguments(const Arguments& a) {
                                   flag_name(&A::tokenizer_model)));
     return absl::OkStatus();  // the model is read (and refused where unsupported) with the data
   }
-  if (!a.tokenizer_type.empty() && a.tokenizer_type != "NullTokenizer") {
-    return invalid(absl::StrCat(flag_name(&A::tokenizer_type),
-                                " must be GPT2BPETokenizer, NullTokenizer, SentencePieceTokenizer, "
-                                "GPTSentencePieceTokenizer or HuggingFaceTokenizer (got ",
-                                a.tokenizer_type, ")"));
+  if (type != TokenizerType::kNone && type != TokenizerType::kNull) {
+    return invalid(absl::StrCat(flag_name(&A::tokenizer_type), " must be ",
+                                names_for_message(flag_enum_names<TokenizerType>()), " (got ", a.tokenizer_type, ")"));
   }
   if (!flag_given(a, &A::vocab_size)) {
     return invalid(absl::StrCat("missing required flag ", flag_name(&A::vocab_size), " (needed by ",

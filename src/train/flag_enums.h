@@ -35,6 +35,15 @@ enum class Fp8FormatChoice { kNone, kE4M3, kHybrid };
 // --fp8-amax-compute-algo: the delayed recipe's scale from the newest amax or the history's largest.
 enum class AmaxComputeAlgo { kMostRecent, kMax };
 
+// --tokenizer-type ("": none, or GPT2BPETokenizer with --vocab-file: resolve_defaults).
+enum class TokenizerType { kNone, kGpt2Bpe, kNull, kSentencePiece, kGptSentencePiece, kHuggingFace };
+// --ckpt-format: Megatron's formats, each written and read as this program's sharded HDF5.
+enum class CheckpointFormat { kTorchDist, kTorch, kTorchDcp, kFsdpDtensor, kHdf5 };
+// --transformer-impl: this program's kernels either way.
+enum class TransformerImpl { kLocal, kTransformerEngine };
+// --distributed-backend ("": NCCL on the GPU, MPI on the CPU; gloo became mpi in resolve_defaults).
+enum class DistributedBackend { kDefault, kNccl, kMpi };
+
 // The names of an enum's values, in its order.
 template <typename E>
 struct FlagEnumNames;
@@ -90,6 +99,28 @@ struct FlagEnumNames<Fp8Recipe> {  // --fp8-recipe (model/fp8_scaling.h)
 template <>
 struct FlagEnumNames<AmaxComputeAlgo> {  // --fp8-amax-compute-algo
   static constexpr std::string_view kNames[] = {"most_recent", "max"};
+};
+
+template <>
+struct FlagEnumNames<TokenizerType> {  // --tokenizer-type ("": none)
+  static constexpr std::string_view kNames[] = {"",
+                                                "GPT2BPETokenizer",
+                                                "NullTokenizer",
+                                                "SentencePieceTokenizer",
+                                                "GPTSentencePieceTokenizer",
+                                                "HuggingFaceTokenizer"};
+};
+template <>
+struct FlagEnumNames<CheckpointFormat> {  // --ckpt-format
+  static constexpr std::string_view kNames[] = {"torch_dist", "torch", "torch_dcp", "fsdp_dtensor", "hdf5"};
+};
+template <>
+struct FlagEnumNames<TransformerImpl> {  // --transformer-impl
+  static constexpr std::string_view kNames[] = {"local", "transformer_engine"};
+};
+template <>
+struct FlagEnumNames<DistributedBackend> {  // --distributed-backend ("": the device's)
+  static constexpr std::string_view kNames[] = {"", "nccl", "mpi"};
 };
 
 template <typename E>

@@ -55,6 +55,7 @@ absl::Status validate_torch_fsdp2_arguments(const Arguments& a) {
     return invalid(absl::StrCat(flag_name(&A::use_torch_fsdp2), " and ", flag_name(&A::use_megatron_fsdp),
                                 " are two fully sharded data-parallel wrappers: name one"));
   }
+  const std::optional<CheckpointFormat> format = parse_flag_enum<CheckpointFormat>(a.ckpt_format);
   const std::pair<bool, std::string> rules[] = {
       {a.pipeline_model_parallel_size > 1,
        absl::StrCat(flag_name(&A::use_torch_fsdp2), " is not supported with pipeline parallelism")},
@@ -63,7 +64,7 @@ absl::Status validate_torch_fsdp2_arguments(const Arguments& a) {
       {!a.no_gradient_accumulation_fusion,
        absl::StrCat(flag_name(&A::use_torch_fsdp2), " is not supported with gradient accumulation fusion: add ",
                     flag_name(&A::no_gradient_accumulation_fusion))},
-      {a.ckpt_format != "torch_dist" && a.ckpt_format != "torch_dcp",
+      {format != CheckpointFormat::kTorchDist && format != CheckpointFormat::kTorchDcp,
        absl::StrCat(flag_name(&A::use_torch_fsdp2), " requires ", flag_name(&A::ckpt_format),
                     " torch_dist or torch_dcp")},
       {!a.untie_embeddings_and_output_weights,
