@@ -114,7 +114,6 @@ absl::Status check_row(const FlagRow& r, const Arguments& a) {
     for (std::string_view name : r.constraint.names) {
       if (name == value) return absl::OkStatus();
     }
-    if (r.constraint.empty_allowed && value.empty()) return absl::OkStatus();
     return invalid(
         absl::StrCat(std::string(r.flag), " must be ", names_for_message(r.constraint.names), " (got ", value, ")"));
   }

@@ -68,9 +68,8 @@ struct FlagConstraint {
   FlagCheck check = FlagCheck::kNone;
   bool required = false;       // "missing required flag" when not given; checked before the others
   bool only_if_given = false;  // the default means "not given" and is not checked
-  bool empty_allowed = false;  // kOneOf: "" (the default: none) passes too
   int64_t low = 0, high = 0;   // kRange
-  std::span<const std::string_view> names = {};  // kOneOf
+  std::span<const std::string_view> names = {};  // kOneOf ("" among them: none is accepted)
 };
 
 struct FlagRow {
@@ -135,10 +134,9 @@ struct FlagRow {
     row.constraint.high = high;
     return row;
   }
-  constexpr FlagRow one_of(std::span<const std::string_view> names, bool empty_allowed = false) const {
+  constexpr FlagRow one_of(std::span<const std::string_view> names) const {
     FlagRow row = with_check(FlagCheck::kOneOf);
     row.constraint.names = names;
-    row.constraint.empty_allowed = empty_allowed;
     return row;
   }
 
