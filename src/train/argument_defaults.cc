@@ -47,7 +47,7 @@ void resolve_model_shape(Arguments& a) {
 void resolve_defaults(Arguments& a) {
   // ZB-V is two model chunks per pipeline rank by definition (this program's schedule; Megatron
   // has none by that name): without a virtual-stage flag it gets two.
-  if (a.pipeline_schedule == "zb-v" && a.pipeline_model_parallel_size > 1 &&
+  if (pipeline_schedule_flag(a) == PipelineScheduleFlag::kZeroBubbleV && a.pipeline_model_parallel_size > 1 &&
       !flag_given(a, &A::num_layers_per_virtual_pipeline_stage) &&
       !flag_given(a, &A::num_virtual_stages_per_pipeline_rank)) {
     a.num_virtual_stages_per_pipeline_rank = 2;

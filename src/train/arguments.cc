@@ -464,7 +464,7 @@ int virtual_pipeline_size(const Arguments& a) {
 
 pipeline::ScheduleKind pipeline_schedule_kind(const Arguments& a) {
   if (a.pipeline_schedule.empty()) return pipeline::default_schedule_kind(virtual_pipeline_size(a));
-  GPT_CHECK(a.pipeline_schedule != "auto")
+  GPT_CHECK(pipeline_schedule_flag(a) != PipelineScheduleFlag::kAuto)
       << absl::StrCat(flag_name(&A::pipeline_schedule), " auto used before the launcher chose the schedule");
   absl::StatusOr<pipeline::ScheduleKind> kind = pipeline::parse_schedule_kind(a.pipeline_schedule);
   GPT_CHECK(kind.ok()) << absl::StrCat(flag_name(&A::pipeline_schedule), ": ") << kind.status();

@@ -63,6 +63,9 @@ ShardingStrategy sharding_strategy(const Arguments& a) {
   return checked_enum<ShardingStrategy>(a.data_parallel_sharding_strategy, &Arguments::data_parallel_sharding_strategy);
 }
 RerunMode rerun_mode(const Arguments& a) { return checked_enum<RerunMode>(a.rerun_mode, &Arguments::rerun_mode); }
+PipelineScheduleFlag pipeline_schedule_flag(const Arguments& a) {
+  return parse_flag_enum<PipelineScheduleFlag>(a.pipeline_schedule).value_or(PipelineScheduleFlag::kDefault);
+}
 LrDecayStyle lr_decay_style(const Arguments& a) {
   return checked_enum<LrDecayStyle>(a.lr_decay_style, &Arguments::lr_decay_style);
 }

@@ -44,6 +44,10 @@ enum class TransformerImpl { kLocal, kTransformerEngine };
 // --distributed-backend ("": NCCL on the GPU, MPI on the CPU; gloo became mpi in resolve_defaults).
 enum class DistributedBackend { kDefault, kNccl, kMpi };
 
+// --pipeline-schedule ("": Megatron's for the layout): the schedules of parallel/pipeline that the
+// flag names, or auto (the launcher chooses, train/schedule_choice.h).
+enum class PipelineScheduleFlag { kDefault, kOneFOneB, kInterleaved, kZeroBubbleH1, kZeroBubbleV, kAuto };
+
 // The names of an enum's values, in its order.
 template <typename E>
 struct FlagEnumNames;
@@ -123,6 +127,11 @@ struct FlagEnumNames<DistributedBackend> {  // --distributed-backend ("": the de
   static constexpr std::string_view kNames[] = {"", "nccl", "mpi"};
 };
 
+template <>
+struct FlagEnumNames<PipelineScheduleFlag> {  // --pipeline-schedule ("": the layout's)
+  static constexpr std::string_view kNames[] = {"", "1f1b", "interleaved", "zb-h1", "zb-v", "auto"};
+};
+
 template <typename E>
 constexpr std::span<const std::string_view> flag_enum_names() {
   return FlagEnumNames<E>::kNames;
@@ -155,5 +164,7 @@ AttentionBackend attention_backend(const Arguments& args);
 ShardingStrategy sharding_strategy(const Arguments& args);
 LrDecayStyle lr_decay_style(const Arguments& args);
 RerunMode rerun_mode(const Arguments& args);
+// For any arguments: an unknown name reads as kDefault (validate_schedule_flags refuses it).
+PipelineScheduleFlag pipeline_schedule_flag(const Arguments& args);
 
 }  // namespace gpt

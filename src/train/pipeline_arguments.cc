@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "parallel/pipeline/schedule.h"
+#include "train/flag_enums.h"
 #include "train/flag_table.h"
 #include "train/pipeline_split.h"
 
@@ -23,12 +24,13 @@ constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 }  // namespace
 
 absl::Status validate_schedule_flags(const Arguments& a) {
-  if (!a.pipeline_schedule.empty() && a.pipeline_schedule != "1f1b" && a.pipeline_schedule != "interleaved" &&
-      a.pipeline_schedule != "zb-h1" && a.pipeline_schedule != "zb-v" && a.pipeline_schedule != "auto") {
-    return invalid(absl::StrCat(flag_name(&A::pipeline_schedule),
-                                " must be 1f1b, interleaved, zb-h1, zb-v or auto, got '", a.pipeline_schedule, "'"));
+  if (!parse_flag_enum<PipelineScheduleFlag>(a.pipeline_schedule)) {
+    return invalid(absl::StrCat(flag_name(&A::pipeline_schedule), " must be ",
+                                names_for_message(flag_enum_names<PipelineScheduleFlag>()), ", got '",
+                                a.pipeline_schedule, "'"));
   }
-  if (flag_given(a, &A::pipeline_schedule_costs) && a.pipeline_schedule != "auto") {
+  const PipelineScheduleFlag schedule = pipeline_schedule_flag(a);
+  if (flag_given(a, &A::pipeline_schedule_costs) && schedule != PipelineScheduleFlag::kAuto) {
     return invalid(absl::StrCat(flag_name(&A::pipeline_schedule_costs), " gives the costs ",
                                 flag_name(&A::pipeline_schedule), " auto chooses by; it needs ",
                                 flag_name(&A::pipeline_schedule), " auto"));
@@ -40,7 +42,8 @@ absl::Status validate_schedule_flags(const Arguments& a) {
   for (absl::string_view flag :
        {flag_name(&A::microbatch_group_size_per_vp_stage), flag_name(&A::overlap_p2p_comm_warmup_flush)}) {
     if (a.was_given(std::string(flag)) &&
-        (a.pipeline_schedule == "zb-h1" || a.pipeline_schedule == "zb-v" || a.pipeline_schedule == "auto")) {
+        (schedule == PipelineScheduleFlag::kZeroBubbleH1 || schedule == PipelineScheduleFlag::kZeroBubbleV ||
+         schedule == PipelineScheduleFlag::kAuto)) {
       return invalid(absl::StrCat(flag, " belongs to Megatron's interleaved schedule; ",
                                   flag_name(&A::pipeline_schedule), " ", a.pipeline_schedule,
                                   " runs another: drop one of the two"));
@@ -50,7 +53,8 @@ absl::Status validate_schedule_flags(const Arguments& a) {
 }
 
 absl::Status validate_schedule_for_layout(const Arguments& a, int p, int layers_per_virtual_stage, int microbatches) {
-  const bool zero_bubble_v = a.pipeline_schedule == "zb-v";
+  const PipelineScheduleFlag schedule = pipeline_schedule_flag(a);
+  const bool zero_bubble_v = schedule == PipelineScheduleFlag::kZeroBubbleV;
   // The layer counts of an uneven split (or one counting the embedding / the loss) were checked by
   // validate_pipeline_split; the schedule's rules are those of its p x v chunks, as if one layer each.
   int num_layers = static_cast<int>(a.num_layers);
@@ -73,7 +77,7 @@ absl::Status validate_schedule_for_layout(const Arguments& a, int p, int layers_
   // auto chooses among the schedules of the layout's chunks (train/schedule_choice.h): with two
   // chunks per rank ZB-V runs any number of microbatches, so the interleaved rule on m is only
   // checked where no other schedule can run.
-  const bool automatic = a.pipeline_schedule == "auto";
+  const bool automatic = schedule == PipelineScheduleFlag::kAuto;
   const absl::StatusOr<int> chunks = pipeline::virtual_pipeline_size(num_layers, p, layers_per_virtual_stage);
   const bool v_possible = automatic && p > 1 && chunks.ok() && *chunks == 2 && !custom_pipeline_split(a);
   if (zero_bubble_v) {
@@ -110,14 +114,14 @@ absl::Status validate_schedule_for_layout(const Arguments& a, int p, int layers_
   // The schedule the layout runs: 1f1b and zb-h1 run one model chunk per rank, interleaved more.
   if (!a.pipeline_schedule.empty() && !zero_bubble_v && !automatic) {
     const int v = virtual_pipeline_size(a);
-    if (v > 1 && a.pipeline_schedule != "interleaved") {
+    if (v > 1 && schedule != PipelineScheduleFlag::kInterleaved) {
       return invalid(absl::StrCat(flag_name(&A::pipeline_schedule), " ", a.pipeline_schedule,
                                   " runs one model chunk per pipeline rank; drop ",
                                   flag_name(&A::num_layers_per_virtual_pipeline_stage), " / ",
                                   flag_name(&A::num_virtual_stages_per_pipeline_rank), " (", v,
                                   " chunks per rank here) or use ", flag_name(&A::pipeline_schedule), " interleaved"));
     }
-    if (v == 1 && a.pipeline_schedule == "interleaved") {
+    if (v == 1 && schedule == PipelineScheduleFlag::kInterleaved) {
       return invalid(absl::StrCat(flag_name(&A::pipeline_schedule),
                                   " interleaved needs more than one model chunk per pipeline rank: give ",
                                   flag_name(&A::num_layers_per_virtual_pipeline_stage), " or ",
