@@ -17,9 +17,6 @@ absl::Status validate_checkpoint_arguments(const Arguments& a) {
     return invalid(absl::StrCat(flag_name(&A::ckpt_format), " ", a.ckpt_format,
                                 " is not one of torch_dist, torch, torch_dcp, fsdp_dtensor (Megatron's) or hdf5"));
   }
-  if (a.async_strategy != "nvrx" && a.async_strategy != "mcore") {
-    return invalid(absl::StrCat(flag_name(&A::async_strategy), " must be nvrx or mcore (got ", a.async_strategy, ")"));
-  }
   if (a.save_retain_interval < 0) {
     return invalid(
         absl::StrCat(flag_name(&A::save_retain_interval), " must be > 0 (got ", a.save_retain_interval, ")"));

@@ -48,6 +48,10 @@ enum class DistributedBackend { kDefault, kNccl, kMpi };
 // flag names, or auto (the launcher chooses, train/schedule_choice.h).
 enum class PipelineScheduleFlag { kDefault, kOneFOneB, kInterleaved, kZeroBubbleH1, kZeroBubbleV, kAuto };
 
+// Megatron-FSDP's precision flags (--megatron-fsdp-main-params-dtype, ...-main-grads-dtype,
+// ...-grad-comm-dtype); auto: the model's compute dtype.
+enum class FsdpDtype { kFp32, kBf16, kFp16, kAuto };
+
 // The names of an enum's values, in its order.
 template <typename E>
 struct FlagEnumNames;
@@ -130,6 +134,11 @@ struct FlagEnumNames<DistributedBackend> {  // --distributed-backend ("": the de
 template <>
 struct FlagEnumNames<PipelineScheduleFlag> {  // --pipeline-schedule ("": the layout's)
   static constexpr std::string_view kNames[] = {"", "1f1b", "interleaved", "zb-h1", "zb-v", "auto"};
+};
+
+template <>
+struct FlagEnumNames<FsdpDtype> {  // --megatron-fsdp-*-dtype
+  static constexpr std::string_view kNames[] = {"fp32", "bf16", "fp16", "auto"};
 };
 
 template <typename E>

@@ -12,6 +12,9 @@ using enum PyRule;
 // --device's values (not a Megatron flag): auto, the GPU when one is built and visible.
 constexpr std::string_view kDevices[] = {"auto", "cpu", "cuda"};
 
+// --async-strategy's values: both the background writer thread of --async-save here.
+constexpr std::string_view kAsyncStrategies[] = {"nvrx", "mcore"};
+
 constexpr FlagRow kRows[] = {
     // Data.
     row("--mock-data", &A::mock_data, "Synthetic data, no files needed"),
@@ -106,6 +109,7 @@ constexpr FlagRow kRows[] = {
         .megatron(kImplementation),
     row("--async-strategy", &A::async_strategy,
         "nvrx or mcore: with --async-save either runs this program's background writer thread")
+        .one_of(kAsyncStrategies)
         .megatron(kImplementation, "nvrx and mcore both run the background writer thread of --async-save"),
     row("--dist-ckpt-optim-fully-reshardable", &A::dist_ckpt_optim_fully_reshardable,
         "Accepted: the optimizer state is always saved as slices of each parameter's global tensor, so it loads "

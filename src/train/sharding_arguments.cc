@@ -96,11 +96,13 @@ absl::Status validate_megatron_fsdp_dtypes(const Arguments& a) {
       {flag_name(&A::megatron_fsdp_grad_comm_dtype), &a.megatron_fsdp_grad_comm_dtype},
   };
   for (const auto& [flag, value] : flags) {
-    if (*value != "fp32" && *value != "bf16" && *value != "fp16" && *value != "auto") {
-      return invalid(absl::StrCat(flag, " must be fp32, bf16, fp16 or auto (got '", *value, "')"));
+    const std::optional<FsdpDtype> dtype = parse_flag_enum<FsdpDtype>(*value);
+    if (!dtype) {
+      return invalid(absl::StrCat(flag, " must be ", names_for_message(flag_enum_names<FsdpDtype>()), " (got '", *value,
+                                  "')"));
     }
     if (!a.was_given(std::string(flag))) continue;
-    const bool fp32 = *value == "fp32" || (*value == "auto" && !a.bf16 && !a.fp16);
+    const bool fp32 = *dtype == FsdpDtype::kFp32 || (*dtype == FsdpDtype::kAuto && !a.bf16 && !a.fp16);
     if (!fp32) {
       return invalid(absl::StrCat(flag, " ", *value, ": this program keeps FP32 master weights and FP32 main gradients "
                                   "and reduces gradients in FP32; give fp32"));
