@@ -228,7 +228,8 @@ absl::Status validate_sharding_arguments(const Arguments& a) {
                                 " no_shard has none (use optim, optim_grads or optim_grads_params)"));
   }
   if ((s == ShardingStrategy::kOptimGrads || s == ShardingStrategy::kOptimGradsParams) &&
-      (a.pipeline_schedule == "zb-h1" || a.pipeline_schedule == "zb-v")) {
+      (pipeline_schedule_flag(a) == PipelineScheduleFlag::kZeroBubbleH1 ||
+       pipeline_schedule_flag(a) == PipelineScheduleFlag::kZeroBubbleV)) {
     return invalid(absl::StrCat(
         flag_name(&A::data_parallel_sharding_strategy), " ", a.data_parallel_sharding_strategy, " cannot run ",
         flag_name(&A::pipeline_schedule), " ", a.pipeline_schedule,
