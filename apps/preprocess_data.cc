@@ -32,7 +32,7 @@
 #include "data/file_access.h"
 #include "data/text_tokenizer.h"
 #include "data/indexed_dataset.h"
-#include "train/numeric_flags.h"
+#include "train/args/numeric_flags.h"
 
 namespace gpt {
 namespace {
@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
   app.add_flag("--append-eod", options.append_eod, "End every document with the tokenizer's end-of-document id");
   app.add_flag("--allow-empty", options.allow_empty,
                "Write an empty dataset when the input has no documents (otherwise an error)");
-  // Decimal and in range (train/numeric_flags.h): 0 or a negative count is refused, not an empty
+  // Decimal and in range (train/args/numeric_flags.h): 0 or a negative count is refused, not an empty
   // output or an abort; the upper bounds keep the batches' memory (3 x lines x workers) sane.
   app.add_option("--workers", options.workers, "Encoding threads (1 to 1024)")->transform(gpt::decimal_integer(1, 1024));
   app.add_option("--on-error", options.on_error, "stop (default) or skip bad lines");

@@ -33,7 +33,7 @@
 
 #include <cstdint>
 
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace gpt::perf {
 

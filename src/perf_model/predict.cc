@@ -14,10 +14,10 @@
 #include "perf_model/collectives.h"
 #include "perf_model/data_parallel_cost.h"
 #include "perf_model/megatron_memory.h"
-#include "train/flag_enums.h"
+#include "train/args/flag_enums.h"
 #include "train/report/flops.h"
 #include "train/memory_plan.h"
-#include "train/sharding_arguments.h"
+#include "train/args/sharding_arguments.h"
 #include "train/configs.h"
 
 namespace gpt::perf {

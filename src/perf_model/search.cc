@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "train/flag_enums.h"
+#include "train/args/flag_enums.h"
 #include "train/schedule_choice.h"
 
 namespace gpt::perf {

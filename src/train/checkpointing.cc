@@ -21,7 +21,7 @@
 #include "train/resilience/exit_signal.h"
 #include "train/resilience/fault_injection.h"
 #include "train/rank_agreement.h"
-#include "train/sharding_arguments.h"
+#include "train/args/sharding_arguments.h"
 #include "train/scheduler_resume.h"
 
 namespace gpt {

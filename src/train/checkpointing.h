@@ -24,7 +24,7 @@
 #include "checkpoint/checkpoint_files.h"
 #include "core/timer.h"
 #include "parallel/process_grid.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/resilience/save_directory_lock.h"
 #include "train/training_state.h"
 

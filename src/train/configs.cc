@@ -6,10 +6,10 @@
 #include "core/check.h"
 #include "core/cuda_runtime.h"
 #include "core/memory.h"
-#include "train/flag_enums.h"
-#include "train/model_arguments.h"
+#include "train/args/flag_enums.h"
+#include "train/args/model_arguments.h"
 #include "train/pipeline_split.h"
-#include "train/sharding_arguments.h"
+#include "train/args/sharding_arguments.h"
 
 namespace gpt {
 namespace {

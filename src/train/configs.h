@@ -17,7 +17,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "parallel/process_grid.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/data_parallel/config.h"
 #include "train/forward_backward.h"
 

@@ -11,7 +11,7 @@
 #include "data/text_tokenizer.h"
 #include "data/token_check.h"
 #include "parallel/comm/mpi_runtime.h"
-#include "train/batch_size_arguments.h"
+#include "train/args/batch_size_arguments.h"
 #include "train/memory_plan.h"
 #include "train/rank_agreement.h"
 

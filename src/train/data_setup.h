@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "data/sample_source.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace gpt {
 

@@ -14,7 +14,7 @@
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/process_grid.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/model_stage.h"
 
 namespace gpt {

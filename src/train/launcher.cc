@@ -13,7 +13,7 @@
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/comm/world_agreement.h"
 #include "parallel/mpi_grid.h"
-#include "train/context_parallel_arguments.h"
+#include "train/args/context_parallel_arguments.h"
 #include "train/resilience/exit_signal.h"
 #include "train/resilience/fault_injection.h"
 #include "train/memory_plan.h"

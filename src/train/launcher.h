@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "parallel/process_grid.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace gpt {
 

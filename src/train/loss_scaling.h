@@ -12,7 +12,7 @@
 #include <string>
 
 #include "optim/loss_scaler.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/checkpoint_records.h"
 
 namespace gpt {

@@ -40,7 +40,7 @@
 
 #include "core/status.h"
 #include "model/shard_plan.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/data_parallel/config.h"
 #include "train/forward_backward.h"
 #include "train/memory_items.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace gpt {
 

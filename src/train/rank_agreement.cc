@@ -11,7 +11,7 @@
 #include "core/check.h"
 #include "core/philox.h"
 #include "parallel/comm/world_agreement.h"
-#include "train/argument_table.h"
+#include "train/args/argument_table.h"
 
 namespace gpt {
 namespace {
@@ -50,7 +50,7 @@ absl::Status peer_failure(absl::string_view phase, int rank) {
 bool is_peer_failure(const absl::Status& status) { return status.GetPayload(kPeerFailure).has_value(); }
 
 std::string canonical_arguments(const Arguments& a) {
-  // Every argument (train/argument_table.h) except which flags were spelled out, which does not
+  // Every argument (train/args/argument_table.h) except which flags were spelled out, which does not
   // change the run when the values agree.
   std::ostringstream out;
   for (const ArgumentEntry& entry : argument_table(a)) out << entry.flag << " " << entry.canonical << "\n";

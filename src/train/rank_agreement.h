@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace gpt {
 

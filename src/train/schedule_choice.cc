@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "model/recompute_plan.h"
 #include "train/pipeline_split.h"
-#include "train/sharding_arguments.h"
+#include "train/args/sharding_arguments.h"
 #include "train/configs.h"
 
 namespace gpt {

@@ -18,7 +18,7 @@
 #include "core/status.h"
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/simulator.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/memory_plan.h"
 
 namespace gpt {

@@ -11,8 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_files.h"
 #include "train/configs.h"
-#include "train/flag_table.h"
-#include "train/schedule_arguments.h"
+#include "train/args/flag_table.h"
+#include "train/args/schedule_arguments.h"
 
 namespace gpt {
 namespace {
@@ -33,7 +33,7 @@ constexpr const char* kScheduleFlags[] = {"--lr",
                                           "--decoupled-lr",
                                           "--decoupled-min-lr"};
 
-// Sets a row's field from its canonical text (train/flag_table.h: numbers as written, strings
+// Sets a row's field from its canonical text (train/args/flag_table.h: numbers as written, strings
 // quoted). False when the text does not parse.
 bool set_from_canonical(const FlagRow& row, const std::string& text, Arguments& args) {
   return std::visit(

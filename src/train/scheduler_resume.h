@@ -12,7 +12,7 @@
 
 #include "core/status.h"
 #include "optim/lr_schedule.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 
 namespace gpt {
 

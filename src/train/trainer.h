@@ -21,7 +21,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "parallel/process_grid.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/batch_size_schedule.h"
 #include "train/resilience/rerun_check.h"
 #include "train/checkpoint_records.h"

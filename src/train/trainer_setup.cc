@@ -16,16 +16,16 @@
 #include "kernels/attention_backend.h"
 #include "kernels/ops.h"
 #include "parallel/comm/mpi_runtime.h"
-#include "train/batch_size_arguments.h"
+#include "train/args/batch_size_arguments.h"
 #include "train/configs.h"
 #include "train/data_parallel/make_data_parallel.h"
 #include "train/data_setup.h"
 #include "train/resilience/fault_injection.h"
-#include "train/flag_enums.h"
+#include "train/args/flag_enums.h"
 #include "train/fp8_records.h"
 #include "train/memory_plan.h"
 #include "train/report/memory_report.h"
-#include "train/sharding_arguments.h"
+#include "train/args/sharding_arguments.h"
 #include "model/activation_memory.h"
 
 namespace gpt {
@@ -62,7 +62,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
                                           ? "--attention-backend fused needs the GPU (this run uses the CPU backend)"
                                           : "--attention-backend fused: this build has no cuDNN");
   }
-  // How accepted Megatron flags are carried out here (train/arguments.h), once.
+  // How accepted Megatron flags are carried out here (train/args/arguments.h), once.
   if (grid.world_rank() == 0) {
     for (const std::string& note : args.notes) log_line(LogLevel::kInfo, note);
   }

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/report/metrics_file.h"
 #include "train/report/tensorboard/event_file_writer.h"
 

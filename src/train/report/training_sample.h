@@ -12,7 +12,7 @@
 
 #include "core/status.h"
 #include "data/text_tokenizer.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/training_state.h"
 
 namespace gpt {

@@ -10,7 +10,7 @@
 
 #include "core/status.h"
 #include "parallel/process_grid.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/training_state.h"
 
 namespace gpt {

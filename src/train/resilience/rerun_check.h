@@ -40,7 +40,7 @@
 
 #include "core/status.h"
 #include "parallel/process_grid.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/checkpoint_records.h"
 #include "train/resilience/rerun_error_injector.h"
 

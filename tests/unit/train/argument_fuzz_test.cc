@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
-#include "train/arguments.h"
-#include "train/flag_table.h"
+#include "train/args/arguments.h"
+#include "train/args/flag_table.h"
 #include "train/memory_plan.h"
 
 namespace gpt {
@@ -32,7 +32,7 @@ struct Flag {
   std::vector<const char*> texts = {};  // plausible values for kText
 };
 
-// The flags with the values worth trying; every other row of the flag table (train/flag_table.h)
+// The flags with the values worth trying; every other row of the flag table (train/args/flag_table.h)
 // is added by flags() with values of its field's type, so a new flag is fuzzed too.
 const std::vector<Flag>& listed_flags() {
   static const std::vector<Flag> all = {
@@ -110,7 +110,7 @@ const std::vector<Flag>& flags() {
     for (const Flag& flag : flags) listed.insert(flag.name);
     for (const FlagRow& row : flag_rows()) {
       if (listed.count(row.flag) > 0) continue;
-      // Rows' flags are string literals (train/flag_table.cc), so data() is NUL-terminated.
+      // Rows' flags are string literals (train/args/flag_table.cc), so data() is NUL-terminated.
       const char* name = row.flag.data();
       switch (row.field.index()) {
         case 0: flags.push_back({name, Kind::kInteger}); break;

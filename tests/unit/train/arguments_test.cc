@@ -5,11 +5,11 @@
 
 #include "absl/strings/ascii.h"
 #include "gtest/gtest.h"
-#include "train/argument_table.h"
-#include "train/arguments.h"
+#include "train/args/argument_table.h"
+#include "train/args/arguments.h"
 #include "train/configs.h"
-#include "train/context_parallel_arguments.h"
-#include "train/schedule_arguments.h"
+#include "train/args/context_parallel_arguments.h"
+#include "train/args/schedule_arguments.h"
 
 namespace gpt {
 namespace {

@@ -1,4 +1,4 @@
-// The flag table (train/flag_table.h) covers Arguments: every field is some row's (else its flag
+// The flag table (train/args/flag_table.h) covers Arguments: every field is some row's (else its flag
 // would be missing from the argument dump and the ranks' agreement text, and checkpoints would not
 // compare it), and each row's flag sets its field and reaches the dump and the agreement text.
 #include <algorithm>
@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "train/argument_table.h"
-#include "train/arguments.h"
-#include "train/flag_table.h"
+#include "train/args/argument_table.h"
+#include "train/args/arguments.h"
+#include "train/args/flag_table.h"
 
 namespace gpt {
 namespace {
@@ -75,7 +75,7 @@ TEST(FlagTable, EveryArgumentsFieldHasARow) {
   EXPECT_EQ(kFields, fields.size() + kNonFlagFields)
       << "Arguments has " << kFields << " fields, the flag table's rows set " << fields.size() << " of them and "
       << kNonFlagFields << " are not flags (given, notes): a field added to Arguments needs its row in "
-      << "train/flag_table.cc (EveryByteOfArgumentsIsInARow says where, unless it fits in alignment padding)";
+      << "train/args/flag_table.cc (EveryByteOfArgumentsIsInARow says where, unless it fits in alignment padding)";
 }
 
 // Where a field without a row sits: every byte of Arguments is a row's field, a non-flag field,
@@ -93,13 +93,13 @@ TEST(FlagTable, EveryByteOfArgumentsIsInARow) {
     EXPECT_GE(range.begin, end) << name << " overlaps " << previous;
     EXPECT_EQ(range.begin, round_up(end, range.alignment))
         << "bytes [" << end << ", " << range.begin << ") of Arguments, between the fields of " << previous << " and "
-        << name << ", are in no row of train/flag_table.cc";
+        << name << ", are in no row of train/args/flag_table.cc";
     end = range.end;
     previous = name;
   }
   EXPECT_EQ(sizeof(Arguments), round_up(end, alignof(Arguments)))
       << "bytes [" << end << ", " << sizeof(Arguments) << ") of Arguments, after the field of " << previous
-      << ", are in no row of train/flag_table.cc";
+      << ", are in no row of train/args/flag_table.cc";
 }
 
 // A value for the row's flag that differs from the field's default.

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "model/activation_memory.h"
 #include "support/trainer_support.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/configs.h"
 #include "train/memory_plan.h"
 #include "train/trainer.h"

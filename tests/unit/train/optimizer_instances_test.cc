@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/configs.h"
 #include "train/memory_plan.h"
 

@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "model/config.h"
-#include "train/arguments.h"
+#include "train/args/arguments.h"
 #include "train/report/flops.h"
 #include "train/schedule_choice.h"
 #include "train/configs.h"
