@@ -45,8 +45,9 @@ BytesOf<Sizes> EmbeddingLayer::stash_bytes(const Sizes& s, DType dtype, BytesOf<
   using T = BytesOf<Sizes>;
   Stash unused;
   T per_slot = 0;
-  for_each_stash_tensor(unused, s, dtype,
-                        [&](Tensor&, DType t, const auto&... dims) { per_slot = per_slot + tensor_bytes<T>(t, dims...); });
+  for_each_stash_tensor(unused, s, dtype, [&](Tensor&, DType t, const auto&... dims) {
+    per_slot = per_slot + tensor_bytes<T>(t, dims...);
+  });
   return stash_slots * per_slot;
 }
 template int64_t EmbeddingLayer::stash_bytes(const LayerShapes&, DType, int64_t);

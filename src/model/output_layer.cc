@@ -51,7 +51,8 @@ OutputLayer::OutputLayer(const ModelConfig& config, ParamStore& params, const Te
 
 int64_t OutputLayer::bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel, int stash_slots,
                            int deferral_depth) {
-  return stash_bytes(s, config.dtype, int64_t{stash_slots}) + deferral_bytes(config, s, sequence_parallel, deferral_depth);
+  return stash_bytes(s, config.dtype, int64_t{stash_slots}) +
+         deferral_bytes(config, s, sequence_parallel, deferral_depth);
 }
 
 template <typename Sizes>
@@ -59,8 +60,9 @@ BytesOf<Sizes> OutputLayer::stash_bytes(const Sizes& s, DType dtype, BytesOf<Siz
   using T = BytesOf<Sizes>;
   Stash unused;
   T per_slot = 0;
-  for_each_stash_tensor(unused, s, dtype,
-                        [&](Tensor&, DType t, const auto&... dims) { per_slot = per_slot + tensor_bytes<T>(t, dims...); });
+  for_each_stash_tensor(unused, s, dtype, [&](Tensor&, DType t, const auto&... dims) {
+    per_slot = per_slot + tensor_bytes<T>(t, dims...);
+  });
   return T(kRowStatistics) * tensor_bytes<T>(DType::kFloat32, s.rows()) + stash_slots * per_slot;
 }
 template int64_t OutputLayer::stash_bytes(const LayerShapes&, DType, int64_t);
