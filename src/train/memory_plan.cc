@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
@@ -157,6 +160,21 @@ SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
   return elements;
 }
 
+// The distinct values of `values` and how often each occurs (a stage's chunks by their stash slots:
+// a handful of counts however many chunks).
+std::vector<std::pair<int64_t, int64_t>> counts_of(std::span<const int64_t> values) {
+  std::vector<std::pair<int64_t, int64_t>> counts;
+  for (int64_t value : values) {
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == value; });
+    if (it == counts.end()) {
+      counts.emplace_back(value, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  return counts;
+}
+
 // The activation sizes of one rank of the layout (LayerShapes::make's, as the trainer makes them),
 // their products checked; nullopt where a layer's or the embeddings' tensors overflow (`elements`),
 // which the parameters then report.
@@ -273,27 +291,34 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
 
   // Activations: each chunk's memory from the lists the chunks allocate by (GptModel::stash_memory in
   // checked arithmetic: one layer of each kind the recompute plan gives times their count, the shared
-  // workspace and recompute buffers, the embedding's and the output layer's stashes, the gradient
-  // buffer), without the leases and receive buffers. Microbatches in flight: each chunk's stash
+  // workspace and recompute buffers, the gradient buffer), the embedding's and the output layer's
+  // stashes, without the leases and receive buffers. Microbatches in flight: each chunk's stash
   // slots from the schedule (stage_stash_slots); the first stage's chunks of chunk_layers each, the
   // last stage's of its fewest layers at its fewest slots (ZB-H1 keeps min(m, PP) on every stage
   // until the deferred weight gradients run; their leases come on top and are counted by the exact
   // plan). The embedding is on the first stage's first chunk, the head on its stage's last chunk.
+  // A stage's chunks are evaluated once per distinct slot count (v may be large).
   const std::optional<CheckedLayerShapes> shapes = checked_layer_shapes(a, padded_vocab, elements);
-  auto chunk = [&](int64_t layers, int64_t slots, bool embedding, bool output) -> Bytes {
-    if (!shapes) return Bytes(std::nullopt);
-    const ChunkLayout layout{.num_layers = layers, .has_embedding = embedding, .has_output = output};
-    return GptModel::stash_memory(model, *shapes, Bytes(slots), layout).total();
+  auto chunks = [&](int64_t layers, int64_t slots, int64_t count) -> Bytes {
+    const ChunkLayout layout{.num_layers = layers, .has_embedding = false, .has_output = false};
+    return Bytes(count) * GptModel::stash_memory(model, *shapes, Bytes(slots), layout).total();
   };
   const std::vector<int64_t> first_slots = stage_stash_slots(a, world_size, 0);
   const std::vector<int64_t> last_slots = stage_stash_slots(a, world_size, static_cast<int>(pp - 1));
   const int64_t last_slot_count = *std::min_element(last_slots.begin(), last_slots.end());
-  Bytes first_activations = 0, last_activations = 0;
-  for (int64_t c = 0; c < v; ++c) {
-    const bool last_chunk = c + 1 == v;
-    first_activations = first_activations + chunk(chunk_layers, first_slots[static_cast<size_t>(c)], c == 0,
-                                                  head_first && last_chunk);
-    last_activations = last_activations + chunk(last_chunk_layers, last_slot_count, false, !head_first && last_chunk);
+  Bytes first_activations(std::nullopt), last_activations(std::nullopt);
+  if (shapes) {
+    first_activations = EmbeddingLayer::stash_bytes(*shapes, model.dtype, Bytes(first_slots.front()));
+    if (head_first) {
+      first_activations = first_activations + OutputLayer::stash_bytes(*shapes, model.dtype, Bytes(first_slots.back()));
+    }
+    for (const auto& [slots, count] : counts_of(first_slots)) {
+      first_activations = first_activations + chunks(chunk_layers, slots, count);
+    }
+    last_activations = chunks(last_chunk_layers, last_slot_count, v);
+    if (!head_first) {
+      last_activations = last_activations + OutputLayer::stash_bytes(*shapes, model.dtype, Bytes(last_slot_count));
+    }
   }
 
   // Host: dataset indices (sample index [samples + 1, 2] and shuffle index, int64) and the
