@@ -36,4 +36,28 @@ inline std::optional<int64_t> checked_round_up(int64_t value, int64_t multiple) 
   return checked_multiply(quotient, multiple);
 }
 
+// An int64 that stays "overflowed" once any step overflows: a sum of products reads as its
+// formula, and one check at the end says whether the figure is real.
+class CheckedBytes {
+ public:
+  CheckedBytes(int64_t value) : value_(value), ok_(true) {}  // NOLINT: implicit, so that formulas read naturally
+  CheckedBytes(std::optional<int64_t> value) : value_(value.value_or(0)), ok_(value.has_value()) {}  // NOLINT
+  friend CheckedBytes operator+(CheckedBytes a, CheckedBytes b) {
+    return a.ok_ && b.ok_ ? CheckedBytes(checked_add(a.value_, b.value_)) : CheckedBytes(std::nullopt);
+  }
+  friend CheckedBytes operator*(CheckedBytes a, CheckedBytes b) {
+    return a.ok_ && b.ok_ ? CheckedBytes(checked_multiply(a.value_, b.value_)) : CheckedBytes(std::nullopt);
+  }
+  // The smallest multiple of `multiple` (> 0) that is >= the value (>= 0): an allocation's aligned size.
+  CheckedBytes round_up(int64_t multiple) const {
+    return ok_ ? CheckedBytes(checked_round_up(value_, multiple)) : CheckedBytes(std::nullopt);
+  }
+  std::optional<int64_t> value() const { return ok_ ? std::optional<int64_t>(value_) : std::nullopt; }
+  friend bool operator==(CheckedBytes a, CheckedBytes b) { return a.value() == b.value(); }
+
+ private:
+  int64_t value_;
+  bool ok_;
+};
+
 }  // namespace gpt

@@ -35,12 +35,13 @@ struct AttentionActivations {
   Tensor attention;  // [s b, heads_l d]  } the attention core's output
   Tensor lse;        // [b, heads_l, s]   } (float32 log-sum-exp): selective recompute rebuilds them
 
-  // Calls visit(member, dtype, shape) for each tensor: those before the core's, then (`core`) the
-  // core's output and lse. The one list behind the allocation and the byte count.
-  template <typename Visit>
-  static void for_each_stashed(AttentionActivations& a, const LayerShapes& s, DType t, Visit&& visit);
-  template <typename Visit>
-  static void for_each_core_output(AttentionActivations& a, const LayerShapes& s, DType t, Visit&& visit);
+  // Calls visit(member, dtype, dims...) for each tensor: those before the core's, then (`core`) the
+  // core's output and lse. The one list behind the allocation and the byte count; the dims in the
+  // arithmetic of `s` (LayerShapes, or CheckedLayerShapes for the memory plan: checked_layer_shapes.h).
+  template <typename Sizes, typename Visit>
+  static void for_each_stashed(AttentionActivations& a, const Sizes& s, DType t, Visit&& visit);
+  template <typename Sizes, typename Visit>
+  static void for_each_core_output(AttentionActivations& a, const Sizes& s, DType t, Visit&& visit);
 };
 
 // --qk-layernorm's per-head step over qkv seen as `packed` [rows groups_l, (q + 2) d], the one op
@@ -105,24 +106,23 @@ class AttentionBlock {
   std::unique_ptr<AttentionCore> core_;
 };
 
-template <typename Visit>
-void AttentionActivations::for_each_stashed(AttentionActivations& a, const LayerShapes& s, DType t, Visit&& visit) {
-  visit(a.qkv, t, Shape{s.rows(), s.local_qkv()});
+template <typename Sizes, typename Visit>
+void AttentionActivations::for_each_stashed(AttentionActivations& a, const Sizes& s, DType t, Visit&& visit) {
+  visit(a.qkv, t, s.rows(), s.local_qkv());
   if (s.qk_layernorm) {
-    visit(a.q_pre, t, Shape{s.query_head_rows(), s.head_dim});
-    visit(a.q_mean, DType::kFloat32, Shape{s.query_head_rows()});
-    visit(a.q_rstd, DType::kFloat32, Shape{s.query_head_rows()});
-    visit(a.k_pre, t, Shape{s.key_head_rows(), s.head_dim});
-    visit(a.k_mean, DType::kFloat32, Shape{s.key_head_rows()});
-    visit(a.k_rstd, DType::kFloat32, Shape{s.key_head_rows()});
+    visit(a.q_pre, t, s.query_head_rows(), s.head_dim);
+    visit(a.q_mean, DType::kFloat32, s.query_head_rows());
+    visit(a.q_rstd, DType::kFloat32, s.query_head_rows());
+    visit(a.k_pre, t, s.key_head_rows(), s.head_dim);
+    visit(a.k_mean, DType::kFloat32, s.key_head_rows());
+    visit(a.k_rstd, DType::kFloat32, s.key_head_rows());
   }
 }
 
-template <typename Visit>
-void AttentionActivations::for_each_core_output(AttentionActivations& a, const LayerShapes& s, DType t,
-                                                Visit&& visit) {
-  visit(a.attention, t, Shape{s.rows(), s.local_projection()});
-  visit(a.lse, DType::kFloat32, Shape{s.batch, s.local_heads, s.sequence});
+template <typename Sizes, typename Visit>
+void AttentionActivations::for_each_core_output(AttentionActivations& a, const Sizes& s, DType t, Visit&& visit) {
+  visit(a.attention, t, s.rows(), s.local_projection());
+  visit(a.lse, DType::kFloat32, s.batch, s.local_heads, s.sequence);
 }
 
 }  // namespace gpt

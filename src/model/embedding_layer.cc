@@ -5,12 +5,12 @@
 namespace gpt {
 namespace {
 
-// Calls visit(member, dtype, shape) for each tensor of a slot's stash: the one list behind both the
-// allocation and the byte count.
-template <typename Stash, typename Visit>
-void for_each_stash_tensor(Stash& st, const LayerShapes& s, DType dtype, Visit&& visit) {
-  visit(st.tokens, DType::kInt32, Shape{s.rows()});
-  visit(st.output, dtype, Shape{s.local_sequence, s.batch, s.hidden});
+// Calls visit(member, dtype, dims...) for each tensor of a slot's stash: the one list behind both the
+// allocation and the byte count (dims in the arithmetic of `s`).
+template <typename Stash, typename Sizes, typename Visit>
+void for_each_stash_tensor(Stash& st, const Sizes& s, DType dtype, Visit&& visit) {
+  visit(st.tokens, DType::kInt32, s.rows());
+  visit(st.output, dtype, s.local_sequence, s.batch, s.hidden);
 }
 
 }  // namespace
@@ -31,19 +31,27 @@ EmbeddingLayer::EmbeddingLayer(const ModelConfig& config, ParamStore& params, co
               {{config.dtype, Shape{s.local_sequence, s.batch, s.hidden}}}, deferral_depth, arena) {
   stash_.resize(static_cast<size_t>(stash_slots));
   for (Stash& st : stash_) {
-    for_each_stash_tensor(st, s, config.dtype, [&](Tensor& member, DType t, const Shape& shape) {
-      member = arena.allocate(t, shape);
-    });
+    for_each_stash_tensor(st, s, config.dtype,
+                          [&](Tensor& member, DType t, auto... dims) { member = arena.allocate(t, Shape{dims...}); });
   }
 }
 
 int64_t EmbeddingLayer::bytes(const ModelConfig& config, const LayerShapes& s, int stash_slots, int deferral_depth) {
-  Stash unused;
-  int64_t per_slot = 0;
-  for_each_stash_tensor(unused, s, config.dtype,
-                        [&](Tensor&, DType t, const Shape& shape) { per_slot += Arena::aligned_bytes(t, shape); });
-  return stash_slots * per_slot + deferral_bytes(config, s, deferral_depth);
+  return stash_bytes(s, config.dtype, int64_t{stash_slots}) + deferral_bytes(config, s, deferral_depth);
 }
+
+template <typename Sizes>
+BytesOf<Sizes> EmbeddingLayer::stash_bytes(const Sizes& s, DType dtype, BytesOf<Sizes> stash_slots) {
+  using T = BytesOf<Sizes>;
+  Stash unused;
+  T per_slot = 0;
+  for_each_stash_tensor(unused, s, dtype, [&](Tensor&, DType t, const auto&... dims) {
+    per_slot = per_slot + tensor_bytes<T>(t, dims...);
+  });
+  return stash_slots * per_slot;
+}
+template int64_t EmbeddingLayer::stash_bytes(const LayerShapes&, DType, int64_t);
+template CheckedBytes EmbeddingLayer::stash_bytes(const CheckedLayerShapes&, DType, CheckedBytes);
 
 ops::DropoutMask EmbeddingLayer::mask(int slot) const {
   return dropout_mask(config_, positions_[static_cast<size_t>(slot)], /*layer=*/-1, ops::DropoutSite::kEmbedding, 0);

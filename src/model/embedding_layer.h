@@ -6,6 +6,7 @@
 #include <deque>
 #include <vector>
 
+#include "model/checked_layer_shapes.h"
 #include "model/layer_shapes.h"
 #include "model/lease.h"
 #include "model/linear.h"
@@ -33,6 +34,9 @@ class EmbeddingLayer {
   static int64_t deferral_bytes(const ModelConfig& config, const LayerShapes& shapes, int deferral_depth);
   // Everything the constructor takes from its arena.
   static int64_t bytes(const ModelConfig& config, const LayerShapes& shapes, int stash_slots, int deferral_depth);
+  // Its stashes alone (no leases), in the arithmetic of `shapes` (model/checked_layer_shapes.h).
+  template <typename Sizes>
+  static BytesOf<Sizes> stash_bytes(const Sizes& shapes, DType dtype, BytesOf<Sizes> stash_slots);
 
  private:
   struct Stash {

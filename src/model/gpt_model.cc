@@ -63,18 +63,33 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
 
 ChunkMemory GptModel::memory(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
                              int stash_slots, const ChunkLayout& layout, int deferral_depth) {
-  const RecomputePlan plan = plan_recompute(config.recompute, layout.num_layers);
-  ChunkMemory m;
-  m.workspace = LayerWorkspace::bytes(s, config.dtype);
-  m.recompute_buffers = RecomputeBuffers::bytes(plan, s, config.dtype);
-  for (int64_t i = 0; i < layout.num_layers; ++i) {
-    m.layers += TransformerLayer::bytes(config, s, sequence_parallel, plan, i, stash_slots, deferral_depth);
-  }
-  if (layout.has_embedding) m.embedding = EmbeddingLayer::bytes(config, s, stash_slots, deferral_depth);
-  if (layout.has_output) m.output = OutputLayer::bytes(config, s, sequence_parallel, stash_slots, deferral_depth);
-  m.gradient = Arena::aligned_bytes(config.dtype, Shape{s.local_sequence, s.batch, s.hidden});
+  ChunkMemory m = stash_memory(config, s, int64_t{stash_slots}, layout);
+  m.layers += layout.num_layers * TransformerLayer::deferral_bytes(config, s, sequence_parallel, deferral_depth);
+  if (layout.has_embedding) m.embedding += EmbeddingLayer::deferral_bytes(config, s, deferral_depth);
+  if (layout.has_output) m.output += OutputLayer::deferral_bytes(config, s, sequence_parallel, deferral_depth);
   return m;
 }
+
+template <typename Sizes>
+ChunkMemoryOf<BytesOf<Sizes>> GptModel::stash_memory(const ModelConfig& config, const Sizes& s,
+                                                     BytesOf<Sizes> stash_slots, const ChunkLayout& layout) {
+  using T = BytesOf<Sizes>;
+  ChunkMemoryOf<T> m;
+  m.workspace = LayerWorkspace::bytes(s, config.dtype);
+  m.recompute_buffers =
+      RecomputeBuffers::bytes(shared_recompute(config.recompute, layout.num_layers), s, config.dtype);
+  for (const LayerClass& kind : per_slot_classes(config.recompute, layout.num_layers)) {
+    m.layers = m.layers + T(kind.layers) * stash_slots * layer_activation_bytes(s, config.dtype, kind.parts);
+  }
+  if (layout.has_embedding) m.embedding = EmbeddingLayer::stash_bytes(s, config.dtype, stash_slots);
+  if (layout.has_output) m.output = OutputLayer::stash_bytes(s, config.dtype, stash_slots);
+  m.gradient = tensor_bytes<T>(config.dtype, s.local_sequence, s.batch, s.hidden);
+  return m;
+}
+template ChunkMemoryOf<int64_t> GptModel::stash_memory(const ModelConfig&, const LayerShapes&, int64_t,
+                                                       const ChunkLayout&);
+template ChunkMemoryOf<CheckedBytes> GptModel::stash_memory(const ModelConfig&, const CheckedLayerShapes&,
+                                                            CheckedBytes, const ChunkLayout&);
 
 void GptModel::load_transposed(Context& ctx, const Tensor& destination, std::span<const int32_t> values_bs) {
   const int64_t s = shapes_.sequence, b = shapes_.batch, global = shapes_.global_sequence;

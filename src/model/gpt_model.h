@@ -29,16 +29,18 @@ struct ChunkLayout {
 
 // What a chunk takes from its arena, item by item: computed from the same lists the chunk
 // allocates from, so that the memory plan is the memory allocated (a unit test and a start-up
-// check compare them exactly).
-struct ChunkMemory {
-  int64_t workspace = 0;          // scratch shared by the layers
-  int64_t recompute_buffers = 0;  // the shared buffers recompute rebuilds into
-  int64_t layers = 0;             // the layers' per-slot stashes and weight-gradient leases
-  int64_t embedding = 0;          // tokens and outputs per slot (first chunk)
-  int64_t output = 0;             // norm, logits, targets per slot and loss statistics (last chunk)
-  int64_t gradient = 0;           // the gradient flowing backward through the chunk
-  int64_t total() const { return workspace + recompute_buffers + layers + embedding + output + gradient; }
+// check compare them exactly). In T: int64_t, or CheckedBytes for the memory plan's closed form.
+template <typename T>
+struct ChunkMemoryOf {
+  T workspace = 0;          // scratch shared by the layers
+  T recompute_buffers = 0;  // the shared buffers recompute rebuilds into
+  T layers = 0;             // the layers' per-slot stashes and weight-gradient leases
+  T embedding = 0;          // tokens and outputs per slot (first chunk)
+  T output = 0;             // norm, logits, targets per slot and loss statistics (last chunk)
+  T gradient = 0;           // the gradient flowing backward through the chunk
+  T total() const { return workspace + recompute_buffers + layers + embedding + output + gradient; }
 };
+using ChunkMemory = ChunkMemoryOf<int64_t>;
 
 class GptModel {
  public:
@@ -53,6 +55,13 @@ class GptModel {
   // What a chunk built with these arguments takes from its arena.
   static ChunkMemory memory(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
                             int stash_slots, const ChunkLayout& layout, int deferral_depth = 0);
+  // The same without the weight-gradient leases (deferral depth 0), in the arithmetic of `shapes`
+  // (LayerShapes, or CheckedLayerShapes for the memory plan's closed form): one layer of each kind
+  // the recompute plan gives (per_slot_classes) times their count, so a chunk of 10^8 layers costs
+  // no more than one of two. Reads config.dtype and config.recompute only.
+  template <typename Sizes>
+  static ChunkMemoryOf<BytesOf<Sizes>> stash_memory(const ModelConfig& config, const Sizes& shapes,
+                                                    BytesOf<Sizes> stash_slots, const ChunkLayout& layout);
 
   const LayerShapes& shapes() const { return shapes_; }
   const ChunkLayout& layout() const { return layout_; }

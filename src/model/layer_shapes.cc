@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "model/checked_layer_shapes.h"
 
 namespace gpt {
 
@@ -64,39 +65,44 @@ LayerShapes LayerShapes::make(const ModelConfig& c, int64_t tp_size, int64_t tp_
 
 namespace {
 
-// Calls visit(member, shape) for every buffer of the workspace: the one list behind both the
-// allocation and the byte count. fc1 is a view of ffn unless SwiGLU doubles fc1's output.
-template <typename Visit>
-void for_each_buffer(LayerWorkspace& w, const LayerShapes& s, Visit&& visit) {
-  visit(w.full_a, Shape{s.sequence, s.batch, s.hidden});
-  visit(w.full_b, Shape{s.sequence, s.batch, s.hidden});
-  visit(w.local_a, Shape{s.local_sequence, s.batch, s.hidden});
-  visit(w.local_b, Shape{s.local_sequence, s.batch, s.hidden});
-  visit(w.projection, Shape{s.rows(), s.local_projection()});
-  visit(w.qkv, Shape{s.rows(), s.local_qkv()});
-  visit(w.ffn, Shape{s.sequence, s.batch, s.local_ffn});
-  if (s.local_fc1 != s.local_ffn) visit(w.fc1, Shape{s.sequence, s.batch, s.local_fc1});
+// Calls visit(member, dims...) for every buffer of the workspace: the one list behind both the
+// allocation and the byte count (dims in the arithmetic of `s`). fc1 is a view of ffn unless SwiGLU
+// doubles fc1's output.
+template <typename Sizes, typename Visit>
+void for_each_buffer(LayerWorkspace& w, const Sizes& s, Visit&& visit) {
+  visit(w.full_a, s.sequence, s.batch, s.hidden);
+  visit(w.full_b, s.sequence, s.batch, s.hidden);
+  visit(w.local_a, s.local_sequence, s.batch, s.hidden);
+  visit(w.local_b, s.local_sequence, s.batch, s.hidden);
+  visit(w.projection, s.rows(), s.local_projection());
+  visit(w.qkv, s.rows(), s.local_qkv());
+  visit(w.ffn, s.sequence, s.batch, s.local_ffn);
+  if (s.local_fc1 != s.local_ffn) visit(w.fc1, s.sequence, s.batch, s.local_fc1);
   if (s.context_size > 1) {
-    for (Tensor& buffer : w.context_qkv) visit(buffer, Shape{s.rows(), s.local_qkv()});
-    for (Tensor& buffer : w.context_out) visit(buffer, Shape{s.rows(), s.local_projection()});
+    for (Tensor& buffer : w.context_qkv) visit(buffer, s.rows(), s.local_qkv());
+    for (Tensor& buffer : w.context_out) visit(buffer, s.rows(), s.local_projection());
   }
   if (s.context_size > 1 && s.context_inner > 0) {
-    for (Tensor& buffer : w.context_kv) visit(buffer, Shape{s.rows(), s.local_groups * 2 * s.head_dim});
+    for (Tensor& buffer : w.context_kv) visit(buffer, s.rows(), s.local_groups * 2 * s.head_dim);
   }
 }
 
 }  // namespace
 
 LayerWorkspace::LayerWorkspace(const LayerShapes& s, DType dtype, Arena& arena) {
-  for_each_buffer(*this, s, [&](Tensor& member, const Shape& shape) { member = arena.allocate(dtype, shape); });
+  for_each_buffer(*this, s, [&](Tensor& member, auto... dims) { member = arena.allocate(dtype, Shape{dims...}); });
   if (s.local_fc1 == s.local_ffn) fc1 = ffn;
 }
 
-int64_t LayerWorkspace::bytes(const LayerShapes& s, DType dtype) {
+template <typename Sizes>
+decltype(std::declval<const Sizes&>().rows()) LayerWorkspace::bytes(const Sizes& s, DType dtype) {
+  using T = BytesOf<Sizes>;
   LayerWorkspace unused;
-  int64_t total = 0;
-  for_each_buffer(unused, s, [&](Tensor&, const Shape& shape) { total += Arena::aligned_bytes(dtype, shape); });
+  T total = 0;
+  for_each_buffer(unused, s, [&](Tensor&, const auto&... dims) { total = total + tensor_bytes<T>(dtype, dims...); });
   return total;
 }
+template int64_t LayerWorkspace::bytes(const LayerShapes&, DType);
+template CheckedBytes LayerWorkspace::bytes(const CheckedLayerShapes&, DType);
 
 }  // namespace gpt

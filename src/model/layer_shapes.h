@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/arena.h"
@@ -94,8 +95,10 @@ struct LayerWorkspace {
 
   LayerWorkspace() = default;  // no buffers
   LayerWorkspace(const LayerShapes& shapes, DType dtype, Arena& arena);
-  // What the constructor takes from its arena (the same list).
-  static int64_t bytes(const LayerShapes& shapes, DType dtype);
+  // What the constructor takes from its arena (the same list), in the arithmetic of `shapes`
+  // (LayerShapes or CheckedLayerShapes, model/checked_layer_shapes.h).
+  template <typename Sizes>
+  static decltype(std::declval<const Sizes&>().rows()) bytes(const Sizes& shapes, DType dtype);
 };
 
 }  // namespace gpt

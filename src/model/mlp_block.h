@@ -24,12 +24,12 @@ struct MlpActivations {
   Tensor fc1_pre;  // [s, b, fc1_l]  fc1's output (2 ffn_l with SwiGLU: [gate | up])
   Tensor fc1_act;  // [s, b, ffn_l]  the activation, fc2's input
 
-  // Calls visit(member, dtype, shape) for each tensor: the one list behind the allocation and the
-  // byte count.
-  template <typename Visit>
-  static void for_each_stashed(MlpActivations& a, const LayerShapes& s, DType t, Visit&& visit) {
-    visit(a.fc1_pre, t, Shape{s.sequence, s.batch, s.local_fc1});
-    visit(a.fc1_act, t, Shape{s.sequence, s.batch, s.local_ffn});
+  // Calls visit(member, dtype, dims...) for each tensor: the one list behind the allocation and the
+  // byte count, the dims in the arithmetic of `s` (LayerShapes or CheckedLayerShapes).
+  template <typename Sizes, typename Visit>
+  static void for_each_stashed(MlpActivations& a, const Sizes& s, DType t, Visit&& visit) {
+    visit(a.fc1_pre, t, s.sequence, s.batch, s.local_fc1);
+    visit(a.fc1_act, t, s.sequence, s.batch, s.local_ffn);
   }
 };
 

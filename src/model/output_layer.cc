@@ -8,15 +8,15 @@ namespace {
 // The cross-entropy's per-row statistics of the microbatch in flight.
 constexpr int64_t kRowStatistics = 5;
 
-// Calls visit(member, dtype, shape) for each tensor of a slot's stash: the one list behind both the
-// allocation and the byte count.
-template <typename Stash, typename Visit>
-void for_each_stash_tensor(Stash& st, const LayerShapes& s, DType dtype, Visit&& visit) {
-  visit(st.targets, DType::kInt32, Shape{s.rows()});
-  visit(st.norm, dtype, Shape{s.local_sequence, s.batch, s.hidden});
-  visit(st.mean, DType::kFloat32, Shape{s.local_rows()});
-  visit(st.rstd, DType::kFloat32, Shape{s.local_rows()});
-  visit(st.logits, dtype, Shape{s.rows(), s.local_vocab});
+// Calls visit(member, dtype, dims...) for each tensor of a slot's stash: the one list behind both the
+// allocation and the byte count (dims in the arithmetic of `s`).
+template <typename Stash, typename Sizes, typename Visit>
+void for_each_stash_tensor(Stash& st, const Sizes& s, DType dtype, Visit&& visit) {
+  visit(st.targets, DType::kInt32, s.rows());
+  visit(st.norm, dtype, s.local_sequence, s.batch, s.hidden);
+  visit(st.mean, DType::kFloat32, s.local_rows());
+  visit(st.rstd, DType::kFloat32, s.local_rows());
+  visit(st.logits, dtype, s.rows(), s.local_vocab);
 }
 
 std::string head_name(const ModelConfig& config) {
@@ -45,19 +45,28 @@ OutputLayer::OutputLayer(const ModelConfig& config, ParamStore& params, const Te
   stash_.resize(static_cast<size_t>(stash_slots));
   for (Stash& st : stash_) {
     for_each_stash_tensor(st, s, config.dtype,
-                          [&](Tensor& member, DType t, const Shape& shape) { member = arena.allocate(t, shape); });
+                          [&](Tensor& member, DType t, auto... dims) { member = arena.allocate(t, Shape{dims...}); });
   }
 }
 
 int64_t OutputLayer::bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel, int stash_slots,
                            int deferral_depth) {
-  Stash unused;
-  int64_t per_slot = 0;
-  for_each_stash_tensor(unused, s, config.dtype,
-                        [&](Tensor&, DType t, const Shape& shape) { per_slot += Arena::aligned_bytes(t, shape); });
-  return kRowStatistics * Arena::aligned_bytes(DType::kFloat32, Shape{s.rows()}) + stash_slots * per_slot +
+  return stash_bytes(s, config.dtype, int64_t{stash_slots}) +
          deferral_bytes(config, s, sequence_parallel, deferral_depth);
 }
+
+template <typename Sizes>
+BytesOf<Sizes> OutputLayer::stash_bytes(const Sizes& s, DType dtype, BytesOf<Sizes> stash_slots) {
+  using T = BytesOf<Sizes>;
+  Stash unused;
+  T per_slot = 0;
+  for_each_stash_tensor(unused, s, dtype, [&](Tensor&, DType t, const auto&... dims) {
+    per_slot = per_slot + tensor_bytes<T>(t, dims...);
+  });
+  return T(kRowStatistics) * tensor_bytes<T>(DType::kFloat32, s.rows()) + stash_slots * per_slot;
+}
+template int64_t OutputLayer::stash_bytes(const LayerShapes&, DType, int64_t);
+template CheckedBytes OutputLayer::stash_bytes(const CheckedLayerShapes&, DType, CheckedBytes);
 
 void OutputLayer::forward(Context& ctx, int slot, const Tensor& input, const LossAccumulator& loss) {
   Stash& st = stash_[static_cast<size_t>(slot)];

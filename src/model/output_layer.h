@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "model/checked_layer_shapes.h"
 #include "model/layer_shapes.h"
 #include "model/linear.h"
 #include "model/norm.h"
@@ -46,6 +47,10 @@ class OutputLayer {
   // Everything the constructor takes from its arena.
   static int64_t bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel, int stash_slots,
                        int deferral_depth);
+  // The same less the leases: the loss statistics and the stashes, in the arithmetic of `shapes`
+  // (model/checked_layer_shapes.h).
+  template <typename Sizes>
+  static BytesOf<Sizes> stash_bytes(const Sizes& shapes, DType dtype, BytesOf<Sizes> stash_slots);
 
   // The logits [s * b, v_l] of the slot's last forward without gradient (for tests and the oracle).
   const Tensor& logits(int slot) const { return stash_[static_cast<size_t>(slot)].logits; }

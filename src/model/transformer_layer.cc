@@ -51,12 +51,6 @@ int64_t TransformerLayer::deferral_bytes(const ModelConfig& config, const LayerS
          MlpBlock::deferral_bytes(config, s, sequence_parallel, deferral_depth);
 }
 
-int64_t TransformerLayer::bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
-                                const RecomputePlan& plan, int64_t index_in_chunk, int stash_slots, int deferral_depth) {
-  return stash_slots * layer_activation_bytes(s, config.dtype, per_slot_parts(plan, index_in_chunk)) +
-         deferral_bytes(config, s, sequence_parallel, deferral_depth);
-}
-
 Tensor TransformerLayer::forward(Context& ctx, int slot, const Tensor& input) {
   LayerActivations& st = stash_[static_cast<size_t>(slot)];
   st.input = input;

@@ -72,10 +72,8 @@ class TransformerLayer {
   // The weight-gradient pass of the oldest deferred backward: the four linears' weights and biases
   // (the MLP block's, then the attention block's).
   void backward_weight(Context& ctx);
-  // Everything the constructor takes from its arena: the stash slots' activations and the leases.
-  static int64_t bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
-                       const RecomputePlan& plan, int64_t index_in_chunk, int stash_slots, int deferral_depth);
-  // Bytes of the weight-gradient leases a layer of these shapes takes (model/linear.h).
+  // The constructor takes stash_slots x layer_activation_bytes(per_slot_parts) (GptModel::memory
+  // counts them by kind) and these bytes of weight-gradient leases (model/linear.h).
   static int64_t deferral_bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
                                 int deferral_depth);
 

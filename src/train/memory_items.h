@@ -8,28 +8,9 @@
 #include <cstdint>
 #include <optional>
 
-#include "core/checked_math.h"
+#include "core/checked_math.h"  // CheckedBytes
 
 namespace gpt {
-
-// An int64 that stays "overflowed" once any step overflows: a sum of products reads as its
-// formula, and one check at the end says whether the figure is real.
-class CheckedBytes {
- public:
-  CheckedBytes(int64_t value) : value_(value), ok_(true) {}  // NOLINT: implicit, so that formulas read naturally
-  CheckedBytes(std::optional<int64_t> value) : value_(value.value_or(0)), ok_(value.has_value()) {}  // NOLINT
-  friend CheckedBytes operator+(CheckedBytes a, CheckedBytes b) {
-    return a.ok_ && b.ok_ ? CheckedBytes(checked_add(a.value_, b.value_)) : CheckedBytes(std::nullopt);
-  }
-  friend CheckedBytes operator*(CheckedBytes a, CheckedBytes b) {
-    return a.ok_ && b.ok_ ? CheckedBytes(checked_multiply(a.value_, b.value_)) : CheckedBytes(std::nullopt);
-  }
-  std::optional<int64_t> value() const { return ok_ ? std::optional<int64_t>(value_) : std::nullopt; }
-
- private:
-  int64_t value_;
-  bool ok_;
-};
 
 // How a rank holds its model state.
 struct StateLayout {

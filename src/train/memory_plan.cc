@@ -5,10 +5,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
 #include "core/cuda_runtime.h"
+#include "model/checked_layer_shapes.h"
 #include "model/gpt_model.h"
 #include "model/param_registry.h"
 #include "optim/adamw.h"
@@ -156,6 +160,43 @@ SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
   return elements;
 }
 
+// The distinct values of `values` and how often each occurs (a stage's chunks by their stash slots:
+// a handful of counts however many chunks).
+std::vector<std::pair<int64_t, int64_t>> counts_of(std::span<const int64_t> values) {
+  std::vector<std::pair<int64_t, int64_t>> counts;
+  for (int64_t value : values) {
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == value; });
+    if (it == counts.end()) {
+      counts.emplace_back(value, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  return counts;
+}
+
+// The activation sizes of one rank of the layout (LayerShapes::make's, as the trainer makes them),
+// their products checked; nullopt where a layer's or the embeddings' tensors overflow (`elements`),
+// which the parameters then report.
+std::optional<CheckedLayerShapes> checked_layer_shapes(const Arguments& a, int64_t padded_vocab,
+                                                       const SectionElements& elements) {
+  if (!elements.layer.value() || !elements.embedding.value()) return std::nullopt;
+  ModelConfig c;
+  set_model_kinds(a, c);
+  c.seq_length = a.seq_length;
+  c.hidden_size = a.hidden_size;
+  c.ffn_hidden_size = a.ffn_hidden_size;  // fc1_size() = 2 ffn fits: the layer's elements did
+  c.num_attention_heads = a.num_attention_heads;
+  c.kv_channels = a.kv_channels;
+  c.padded_vocab_size = padded_vocab;
+  c.vocab_size = padded_vocab;  // only vocab_valid, which the lists do not read
+  const int64_t tp = a.tensor_model_parallel_size;
+  LayerShapes shapes = LayerShapes::make(c, tp, 0, a.sequence_parallel && tp > 1, a.micro_batch_size,
+                                         std::max<int64_t>(1, a.context_parallel_size));
+  if (uses_all_to_all_ring(a)) shapes.context_inner = context_inner_size(a);
+  return CheckedLayerShapes::of(shapes);
+}
+
 // rank_memory of the first rank (TP and DP rank 0: the others hold as much) of every pipeline
 // stage, the largest; nullopt when the layout is too large to enumerate.
 std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_size, int64_t vocab_size) {
@@ -211,28 +252,14 @@ int64_t vocabulary_before_data(const Arguments& a) {
 
 absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, int64_t vocab_size) {
   GPT_ASSIGN_OR_RETURN(const int64_t padded_vocab, checked_padded_vocab_size(a, vocab_size));
-  const int64_t tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
+  const int64_t pp = a.pipeline_model_parallel_size;
   const int64_t dp = std::max<int64_t>(1, data_parallel_size(a, world_size));
   const int64_t v = virtual_pipeline_size(a);
   const int64_t m = std::max<int64_t>(1, num_microbatches(a, world_size));
-  // A context-parallel rank holds s = S / CP rows of each sequence (its 2 chunks).
   const int64_t cp = std::max<int64_t>(1, a.context_parallel_size);
-  const int64_t h = a.hidden_size, s = a.seq_length / cp, b = a.micro_batch_size;
-  // Validated: heads, hidden, ffn and (with SP) the sequence divide by TP; layers by PP x v.
-  const int64_t local_heads = a.num_attention_heads / tp;
-  const Bytes local_projection = Bytes(local_heads) * a.kv_channels;  // Pl
-  const int64_t local_ffn = a.ffn_hidden_size / tp;                    // Fl
-  // linear_qkv's and linear_fc1's outputs per rank (grouped-query attention, SwiGLU).
-  const int64_t local_groups = (a.group_query_attention ? a.num_query_groups : a.num_attention_heads) / tp;
-  const Bytes local_qkv = Bytes(local_heads + 2 * local_groups) * a.kv_channels;  // Ql
-  const Bytes local_fc1 = Bytes(a.swiglu ? 2 : 1) * local_ffn;                                       // F1l
-  const int64_t local_vocab = padded_vocab / tp;
-  const bool split_sequence = a.sequence_parallel && tp > 1;
-  const int64_t local_sequence = split_sequence ? s / tp : s;
-  const int64_t t = a.bf16 || a.fp16 ? 2 : 4;
-  // The first stage's layers and its first chunk's, the last stage's.
+  // The first stage's layers and its first chunk's, the last stage's and the fewest of its chunks'.
   int64_t first_stage_layers = a.num_layers / pp, stage_layers = first_stage_layers;
-  int64_t chunk_layers = first_stage_layers / v;
+  int64_t chunk_layers = first_stage_layers / v, last_chunk_layers = chunk_layers;
   if (custom_pipeline_split(a)) {
     // Megatron's uneven split, from the ranks' layers (this closed form is for layouts too large to
     // enumerate): the first stage's and its first chunk's, the last stage's, each less the embedding
@@ -243,6 +270,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
     first_stage_layers = layers.front() - embedding - (pp == 1 ? loss : 0);
     chunk_layers = layers.front() / v - embedding;
     stage_layers = layers.back() - loss - (pp == 1 ? embedding : 0);
+    last_chunk_layers = std::max<int64_t>(0, layers.back() / v - loss);
   }
 
   // Parameters: a layer, the first stage's embeddings, the last stage's norm and head, from the
@@ -261,45 +289,37 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const Bytes first_elements = head_first ? first_layers_params + embeddings + head : first_layers_params + embeddings;
   const Bytes last_elements = head_first ? layers_params : layers_params + head;
 
-  // Activations: the stash of one layer for one microbatch (model/activation_memory.h), rows
-  // r = s b, local rows r_l = s_l b.
-  const Bytes rows = Bytes(s) * b, local_rows = Bytes(local_sequence) * b;
-  const Bytes lse = Bytes(4) * b * local_heads * s;
-  // --qk-layernorm adds the query and key heads before their norms and two float32 statistics per head.
-  const Bytes head_rows = model.qk_layernorm ? rows * (local_heads + local_groups) : Bytes(0);
-  const Bytes full_layer = Bytes(t) * (Bytes(4) * local_rows * h + rows * (local_qkv + local_projection) +
-                                       rows * (local_fc1 + local_ffn) +
-                                       head_rows * a.kv_channels) +
-                           Bytes(16) * local_rows + Bytes(8) * head_rows + lse;
-  Bytes layer_stash = full_layer;
-  Bytes recompute_buffers = 0;
-  if (model.recompute.granularity == RecomputeGranularity::kSelective) {
-    layer_stash = full_layer + Bytes(-1) * (Bytes(t) * rows * local_projection + lse);
-    recompute_buffers = Bytes(t) * rows * local_projection + lse;
-  } else if (model.recompute.granularity == RecomputeGranularity::kFull) {
-    // At least one group input per microbatch, and one layer rebuilt at a time.
-    layer_stash = 0;
-    recompute_buffers = Bytes(t) * local_rows * h + full_layer;
-  }
-  const Bytes workspace = Bytes(t) * (Bytes(2) * rows * h + Bytes(2) * local_rows * h +
-                                      rows * (local_qkv + local_projection) + rows * local_ffn +
-                                      (a.swiglu ? rows * local_fc1 : Bytes(0)) +
-                                      (cp > 1 ? rows * (Bytes(4) * local_qkv + Bytes(2) * local_projection) : Bytes(0)));
-  // Microbatches in flight: each chunk's stash slots from the schedule (stage_stash_slots); the
-  // first stage's chunks of chunk_layers each, the last stage's layers at its fewest slots (ZB-H1
-  // keeps min(m, PP) on every stage until the deferred weight gradients run; their leases come on
-  // top and are counted by the exact plan).
+  // Activations: each chunk's memory from the lists the chunks allocate by (GptModel::stash_memory in
+  // checked arithmetic: one layer of each kind the recompute plan gives times their count, the shared
+  // workspace and recompute buffers, the gradient buffer), the embedding's and the output layer's
+  // stashes, without the leases and receive buffers. Microbatches in flight: each chunk's stash
+  // slots from the schedule (stage_stash_slots); the first stage's chunks of chunk_layers each, the
+  // last stage's of its fewest layers at its fewest slots (ZB-H1 keeps min(m, PP) on every stage
+  // until the deferred weight gradients run; their leases come on top and are counted by the exact
+  // plan). The embedding is on the first stage's first chunk, the head on its stage's last chunk.
+  // A stage's chunks are evaluated once per distinct slot count (v may be large).
+  const std::optional<CheckedLayerShapes> shapes = checked_layer_shapes(a, padded_vocab, elements);
+  auto chunks = [&](int64_t layers, int64_t slots, int64_t count) -> Bytes {
+    const ChunkLayout layout{.num_layers = layers, .has_embedding = false, .has_output = false};
+    return Bytes(count) * GptModel::stash_memory(model, *shapes, Bytes(slots), layout).total();
+  };
   const std::vector<int64_t> first_slots = stage_stash_slots(a, world_size, 0);
   const std::vector<int64_t> last_slots = stage_stash_slots(a, world_size, static_cast<int>(pp - 1));
-  Bytes first_slot_count = 0;
-  for (int64_t slots : first_slots) first_slot_count = first_slot_count + slots;
   const int64_t last_slot_count = *std::min_element(last_slots.begin(), last_slots.end());
-  const Bytes chunk_fixed = Bytes(v) * (workspace + recompute_buffers);
-  const Bytes logits = Bytes(t) * rows * local_vocab;
-  const Bytes first_activations =
-      Bytes(chunk_layers) * layer_stash * first_slot_count + chunk_fixed + (head_first ? logits : Bytes(0));
-  const Bytes last_activations =
-      Bytes(stage_layers) * layer_stash * last_slot_count + chunk_fixed + (head_first ? Bytes(0) : logits);
+  Bytes first_activations(std::nullopt), last_activations(std::nullopt);
+  if (shapes) {
+    first_activations = EmbeddingLayer::stash_bytes(*shapes, model.dtype, Bytes(first_slots.front()));
+    if (head_first) {
+      first_activations = first_activations + OutputLayer::stash_bytes(*shapes, model.dtype, Bytes(first_slots.back()));
+    }
+    for (const auto& [slots, count] : counts_of(first_slots)) {
+      first_activations = first_activations + chunks(chunk_layers, slots, count);
+    }
+    last_activations = chunks(last_chunk_layers, last_slot_count, v);
+    if (!head_first) {
+      last_activations = last_activations + OutputLayer::stash_bytes(*shapes, model.dtype, Bytes(last_slot_count));
+    }
+  }
 
   // Host: dataset indices (sample index [samples + 1, 2] and shuffle index, int64) and the
   // schedules (every rank's steps of the training and evaluation schedules).

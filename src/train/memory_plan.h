@@ -4,11 +4,14 @@
 // machine aborts in the allocator (--hidden-size 2147483648), segfaults on a wrapped size
 // (--make-vocab-size-divisible-by 2^62), or grows memory for minutes (--num-layers 100000000).
 //
-// Two levels. The closed form below gives lower bounds of what the trainer allocates (no alignment,
-// bucket padding, workspaces; each chunk's stash slots from the trainer's schedule when it can be
-// built, else as few as any schedule uses) with checked arithmetic, so that a huge layout is refused
-// at once and certainly rightly. The model state's bytes are stated once (memory_items.h) for it and
-// the start-up report's theoretical column. A layout it lets
+// Two levels. The closed form below gives lower bounds of what the trainer allocates (the model
+// state without alignment, bucket padding or working buffers; the activations without leases or
+// receive buffers; each chunk's stash slots from the trainer's schedule when it can be built, else
+// as few as any schedule uses) with checked arithmetic, so that a huge layout is refused at once and
+// certainly rightly. It restates no byte figure: the model state's bytes are stated once
+// (memory_items.h) for it and the start-up report's theoretical column, and the activations are
+// the allocation's own lists (GptModel::stash_memory over CheckedLayerShapes, one layer of each kind
+// the recompute plan gives times their count, model/checked_layer_shapes.h). A layout it lets
 // through that is small enough to enumerate (MemoryPlan::allocated) is then planned exactly:
 // rank_memory over the stage's shard plan, chunk memory (GptModel::memory) and receive buffers,
 // the same figures the trainer's arena gives (checked at start-up on every rank). Per rank, for the worst
@@ -24,9 +27,9 @@
 //   optimizer       4 x owned (FP32 master weights, --bf16 only) + 8 x owned (two moments), owned =
 //                   elements / DP with --use-distributed-optimizer; less the offloaded fraction
 //                   (--optimizer-cpu-offload: host memory)
-//   activations     the layers' stash per microbatch in flight (model/activation_memory.h's
-//                   formula) times each chunk's stash slots, the chunks' shared workspaces, and the
-//                   logits [s b, vocab / tp]
+//   activations     per chunk: its layers' stashes (model/layer_activations.h's list) times its
+//                   stash slots, its shared workspace and recompute buffers, the embedding's and the
+//                   output layer's stashes (the logits [s b, vocab / tp] per slot) and the gradient
 //   data indices    host: 24 bytes per sample (sample and shuffle indices) of every split, for
 //                   --data-path datasets; plus the pipeline schedules (every rank's steps)
 // On the GPU the first four live in device memory and the rest on the host; on the CPU backend

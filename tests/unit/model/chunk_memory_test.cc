@@ -90,6 +90,17 @@ TEST(ChunkMemory, PlanEqualsTheAllocationItemByItem) {
                 EXPECT_EQ(plan.total() - plan.workspace - plan.recompute_buffers - plan.layers - plan.embedding -
                               plan.output,
                           Arena::aligned_bytes(dtype, Shape{shapes.local_sequence, shapes.batch, shapes.hidden}));
+                // The memory plan's closed form evaluates the same lists in checked arithmetic.
+                if (depth == 0) {
+                  const ChunkMemoryOf<CheckedBytes> checked =
+                      GptModel::stash_memory(config, CheckedLayerShapes::of(shapes), CheckedBytes(slots), layout);
+                  EXPECT_EQ(checked.workspace.value(), plan.workspace);
+                  EXPECT_EQ(checked.recompute_buffers.value(), plan.recompute_buffers);
+                  EXPECT_EQ(checked.layers.value(), plan.layers);
+                  EXPECT_EQ(checked.embedding.value(), plan.embedding);
+                  EXPECT_EQ(checked.output.value(), plan.output);
+                  EXPECT_EQ(checked.total().value(), plan.total());
+                }
                 // Leases are what depth adds, and only that.
                 if (depth > 0) {
                   const ChunkMemory without = GptModel::memory(config, shapes, sp, slots, layout, 0);
@@ -105,6 +116,47 @@ TEST(ChunkMemory, PlanEqualsTheAllocationItemByItem) {
     }
   }
   EXPECT_EQ(cases, 3 * 2 * 4 * 2 * 4 * 2 * 2);
+}
+
+// per_slot_classes and shared_recompute count what the recompute plan lists, layer by layer.
+TEST(ChunkMemory, LayerClassesCountThePlansLayers) {
+  for (int64_t layers = 0; layers <= 9; ++layers) {
+    std::vector<RecomputeConfig> modes = {{}, {.granularity = RecomputeGranularity::kSelective}};
+    for (int64_t n = 1; n <= 4; ++n) {
+      for (RecomputeMethod method : {RecomputeMethod::kUniform, RecomputeMethod::kBlock}) {
+        modes.push_back({.granularity = RecomputeGranularity::kFull, .method = method, .num_layers = n});
+      }
+    }
+    for (const RecomputeConfig& recompute : modes) {
+      SCOPED_TRACE(testing::Message() << "layers " << layers << " recompute " << static_cast<int>(recompute.granularity)
+                                      << "/" << static_cast<int>(recompute.method) << "/" << recompute.num_layers);
+      const RecomputePlan plan = plan_recompute(recompute, layers);
+      EXPECT_EQ(shared_recompute(recompute, layers), shared_recompute(plan));
+      const std::vector<LayerClass> classes = per_slot_classes(recompute, layers);
+      int64_t counted = 0;
+      for (const LayerClass& kind : classes) {
+        int64_t listed = 0;
+        for (int64_t i = 0; i < layers; ++i) listed += per_slot_parts(plan, i) == kind.parts ? 1 : 0;
+        EXPECT_EQ(kind.layers, listed);
+        counted += kind.layers;
+      }
+      EXPECT_EQ(counted, layers);
+    }
+  }
+}
+
+// A chunk of 10^8 layers costs one layer of each kind, and a product past int64 reads as overflowed.
+TEST(ChunkMemory, CheckedListsScaleAndOverflow) {
+  const ModelConfig config = config_with(Family::kGpt, DType::kBFloat16, {});
+  const LayerShapes shapes = LayerShapes::make(config, 1, 0, false, 2);
+  const ChunkLayout one{0, 1, false, false, true}, many{0, 100000000, false, false, true};
+  const CheckedLayerShapes checked = CheckedLayerShapes::of(shapes);
+  const int64_t layer = *GptModel::stash_memory(config, checked, CheckedBytes(3), one).layers.value();
+  EXPECT_EQ(GptModel::stash_memory(config, checked, CheckedBytes(3), many).layers.value(), 100000000 * layer);
+  CheckedLayerShapes huge = checked;
+  huge.hidden = int64_t{1} << 31;
+  huge.batch = int64_t{1} << 31;
+  EXPECT_FALSE(GptModel::stash_memory(config, huge, CheckedBytes(3), one).total().value().has_value());
 }
 
 }  // namespace

@@ -58,8 +58,9 @@ inline Arguments checked_layout(const std::string& flags, int64_t world) {
   return *validated;
 }
 
-// The memory plan's closed form for a layout (train/memory_plan.h: the lower bounds without
-// alignment, padding or working buffers that the hand-computed figures restate); estimate_memory
+// The memory plan's closed form for a layout (train/memory_plan.h: the model state without
+// alignment, padding or working buffers, the activations from the allocation's lists without the
+// leases and receive buffers: the lower bounds the hand-computed figures restate); estimate_memory
 // gives the exact plan, what the trainer allocates.
 inline MemoryEstimate closed_form_memory(const Arguments& a, int64_t world) {
   absl::StatusOr<MemoryPlan> plan = plan_memory(a, world, vocabulary_before_data(a));
