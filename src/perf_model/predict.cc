@@ -278,6 +278,29 @@ double time_data_parallel(const Arguments& a, const ModelConfig& config, const C
   return dp_calls;
 }
 
+// AdamW over the rank's owned parameters (of the largest stage's `parameters`, sharded over the
+// optimizer instance's ranks with a distributed optimizer), on the device or partly offloaded: p's
+// optimizer times.
+absl::Status time_optimizer(const Arguments& a, double parameters, int dp, const RankShape& shape,
+                            const Cluster& cluster, const RunOptions& options, Prediction& p) {
+  const double element = a.bf16 || a.fp16 ? 2.0 : 4.0;
+  const double owned =
+      shards_optimizer(a) ? std::ceil(parameters / static_cast<double>(optimizer_instance_size(a, dp))) : parameters;
+  GPT_ASSIGN_OR_RETURN(const OptimizerStep step,
+                       optimizer_step({.owned_parameters = owned,
+                                       .bytes_per_parameter = optimizer_bytes_per_parameter(a.bf16 || a.fp16),
+                                       .parameter_bytes = element,
+                                       .offload_fraction = offload_fraction(a),
+                                       .overlap_offload_copies = options.overlap_offload_copies,
+                                       .compute_stretch = shape.compute_stretch},
+                                      cluster));
+  p.optimizer_time = step.time;
+  p.offload_copy_time = step.device_to_host + step.host_to_device;
+  p.host_optimizer_time = step.host;
+  p.offload_fraction = offload_fraction(a);
+  return absl::OkStatus();
+}
+
 // The step's scalar all-reduces (train/trainer.cc): the loss over data x context, the gradient
 // norm over the model-parallel group (and data x context when the optimizer is sharded), and
 // the finite check over the pipeline: p.scalar_comm_time. Returns their calls.
@@ -427,20 +450,7 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   }
   const double dp_calls =
       time_data_parallel(a, config, cluster, kind, parameters, dp, data_link, passes.chunk_layers, p);
-  const double owned =
-      shards_optimizer(a) ? std::ceil(parameters / static_cast<double>(optimizer_instance_size(a, dp))) : parameters;
-  GPT_ASSIGN_OR_RETURN(const OptimizerStep step,
-                       optimizer_step({.owned_parameters = owned,
-                                       .bytes_per_parameter = optimizer_bytes_per_parameter(a.bf16 || a.fp16),
-                                       .parameter_bytes = element,
-                                       .offload_fraction = offload_fraction(a),
-                                       .overlap_offload_copies = options.overlap_offload_copies,
-                                       .compute_stretch = shape.compute_stretch},
-                                      cluster));
-  p.optimizer_time = step.time;
-  p.offload_copy_time = step.device_to_host + step.host_to_device;
-  p.host_optimizer_time = step.host;
-  p.offload_fraction = offload_fraction(a);
+  GPT_RETURN_IF_ERROR(time_optimizer(a, parameters, dp, shape, cluster, options, p));
   const double scalar_calls = time_scalar_all_reduces(a, shape, dp, data_link, pipe_link, p);
   p.overhead_time = cluster.iteration_overhead + (dp_calls + scalar_calls) * cluster.collective_overhead * shape.compute_stretch;
   p.iteration_time = p.pipeline_time + p.dp_exposed_time + p.embedding_sync_time + p.scalar_comm_time +
