@@ -9,10 +9,6 @@
 #include "model/param_registry.h"
 
 namespace gpt {
-namespace {
-// --apply-layernorm-1p: the norms scale by 1 + weight (the checkpoint stores the zero-centred weight).
-float gamma_offset(const ModelConfig& c) { return c.layernorm_zero_centered_gamma ? 1.0f : 0.0f; }
-}  // namespace
 
 InferenceModel::Widths InferenceModel::widths(const ModelConfig& c, const TensorSlice& slice) {
   const int64_t tp = slice.size, vocab_local = vocab_rows_per_rank(c.padded_vocab_size, static_cast<int>(tp));
@@ -111,15 +107,9 @@ void InferenceModel::forward_full(std::span<const int32_t> tokens, std::vector<f
   run(std::span<const Segment>(&segment, 1), false, logits);
 }
 
-void InferenceModel::norm(const std::string& name, int64_t width, const Tensor& y, const Tensor& mean,
-                          const Tensor& rstd, const Tensor& x) {
-  const ModelConfig& c = config_;
-  if (c.normalization == Normalization::kRMSNorm) {
-    ops::rmsnorm_forward(ctx_, y, rstd, x, weight(name + ".weight", {width}), c.layernorm_epsilon, gamma_offset(c));
-  } else {
-    ops::layernorm_forward(ctx_, y, mean, rstd, x, weight(name + ".weight", {width}), weight(name + ".bias", {width}),
-                           c.layernorm_epsilon, gamma_offset(c));
-  }
+NormForward InferenceModel::norm(const std::string& name, int64_t width) const {
+  return NormForward::of(config_, weight(name + ".weight", {width}),
+                         config_.has_layernorm_bias() ? weight(name + ".bias", {width}) : Tensor());
 }
 
 std::vector<InferenceModel::Row> InferenceModel::rows_of(std::span<const Segment> segments, bool cached) const {
@@ -189,7 +179,7 @@ void InferenceModel::layer_forward(int64_t layer, std::span<const Segment> segme
   const Tensor proj = scratch(proj_, {n, h}), residual = scratch(residual_, {n, h});
   const Tensor fc1 = scratch(fc1_, {n, w.fc1}), act = scratch(act_, {n, w.ffn}), mlp = scratch(mlp_, {n, h});
   const std::string p = "decoder.layers." + std::to_string(layer) + ".";
-  norm(p + "input_layernorm", h, ln, mean, rstd, x);
+  norm(p + "input_layernorm", h).forward(ctx_, ln, mean, rstd, x);
   ops::matmul(ctx_, qkv, ln, weight(p + "self_attention.linear_qkv.weight", {w.qkv, h}),
               {.transpose_b = true, .bias = bias(p + "self_attention.linear_qkv.bias", w.qkv)});
   if (config_.qk_layernorm) {
@@ -201,8 +191,9 @@ void InferenceModel::layer_forward(int64_t layer, std::span<const Segment> segme
     apply_to_qk_heads(ctx_, qkv.view({n * w.groups, (w.q + 2) * d}), w.q, d, heads_rows, heads_rows, keys, keys,
                       [&](bool key, const Tensor& y, const Tensor& rows_of_d) {
                         const int64_t head_rows = rows_of_d.rows();
-                        norm(p + (key ? "self_attention.k_layernorm" : "self_attention.q_layernorm"), d, y,
-                             head_mean.flat_range(0, head_rows), head_rstd.flat_range(0, head_rows), rows_of_d);
+                        norm(p + (key ? "self_attention.k_layernorm" : "self_attention.q_layernorm"), d)
+                            .forward(ctx_, y, head_mean.flat_range(0, head_rows), head_rstd.flat_range(0, head_rows),
+                                     rows_of_d);
                       });
   }
   attend(layer, segments, rows, cached, qkv, attention);
@@ -210,15 +201,8 @@ void InferenceModel::layer_forward(int64_t layer, std::span<const Segment> segme
               {.transpose_b = true});
   reduce(proj);
   const Tensor proj_bias = bias(p + "self_attention.linear_proj.bias", h);
-  const float eps = config_.layernorm_epsilon;
-  if (config_.normalization == Normalization::kRMSNorm) {
-    ops::residual_rmsnorm_forward(ctx_, residual, ln, rstd, x, proj, proj_bias,
-                                  weight(p + "pre_mlp_layernorm.weight", {h}), eps, gamma_offset(config_));
-  } else {
-    ops::residual_layernorm_forward(ctx_, residual, ln, mean, rstd, x, proj, proj_bias,
-                                    weight(p + "pre_mlp_layernorm.weight", {h}),
-                                    weight(p + "pre_mlp_layernorm.bias", {h}), eps, gamma_offset(config_));
-  }
+  // The attention residual (and proj's bias) fused into the second norm, as the training layer.
+  norm(p + "pre_mlp_layernorm", h).residual_forward(ctx_, residual, ln, mean, rstd, x, proj, proj_bias);
   const Tensor fc1_weight = weight(p + "mlp.linear_fc1.weight", {w.fc1, h});
   const Tensor fc1_bias = bias(p + "mlp.linear_fc1.bias", w.fc1);
   // fc1 and the activation: the MLP block's op sequence (model/mlp_block.h) on this GEMM.
@@ -291,7 +275,7 @@ void InferenceModel::head(std::span<const Segment> segments, const Tensor& x, st
                static_cast<size_t>(h) * sizeof(float));
   }
   const Tensor final_ln = scratch(ln_, {m, h});
-  norm("decoder.final_layernorm", h, final_ln, scratch(mean_, {m}), scratch(rstd_, {m}), last);
+  norm("decoder.final_layernorm", h).forward(ctx_, final_ln, scratch(mean_, {m}), scratch(rstd_, {m}), last);
   logits.resize(static_cast<size_t>(m * vocab));
   const std::string head = config_.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName;
   // This rank's logits [m, vocab_l] (all of them with one rank), on the host.

@@ -39,6 +39,7 @@
 #include "generate/kv_cache_attention.h"
 #include "generate/tensor_slice.h"
 #include "model/config.h"
+#include "model/norm.h"
 #include "parallel/comm/communicator.h"
 
 namespace gpt {
@@ -88,9 +89,9 @@ class InferenceModel {
               const Tensor& qkv, const Tensor& attention);
   // Logits [segments, padded_vocab] of each segment's last row of x [n, h].
   void head(std::span<const Segment> segments, const Tensor& x, std::vector<float>& logits);
-  // The norm `name` (LayerNorm or RMSNorm as configured) over rows of `width`: y = norm(x).
-  void norm(const std::string& name, int64_t width, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-            const Tensor& x);
+  // The norm `name` (LayerNorm or RMSNorm as configured) over rows of `width`: model/norm.h's
+  // forward (training's Norm) on this model's parameters.
+  NormForward norm(const std::string& name, int64_t width) const;
   // Sums a row-parallel GEMM's partial result over the tensor-parallel group (in place).
   void reduce(const Tensor& partial);
   const float* param(const std::string& name) const;
