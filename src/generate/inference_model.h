@@ -39,6 +39,7 @@
 #include "generate/kv_cache_attention.h"
 #include "generate/tensor_slice.h"
 #include "model/config.h"
+#include "model/layer_block.h"
 #include "model/norm.h"
 #include "parallel/comm/communicator.h"
 
@@ -84,6 +85,12 @@ class InferenceModel {
   // One layer on x [n, h], in place.
   void layer_forward(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows, bool cached,
                      const Tensor& x);
+  // The attention block on a [n, h] (N1's output): qkv, the q/k norms, attend, proj reduced over
+  // the group; proj's bias handed back for the layer's fused residual norm.
+  BlockOutput attention_block(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows,
+                              bool cached, const Tensor& a);
+  // --qk-layernorm: the norms `prefix` + q_layernorm / k_layernorm over qkv [n, qkv_l]'s heads, in place.
+  void qk_norm(const std::string& prefix, const Tensor& qkv);
   // qkv [n, qkv_l] -> attention [n, heads_l d], one segment at a time (RoPE first).
   void attend(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows, bool cached,
               const Tensor& qkv, const Tensor& attention);
