@@ -14,6 +14,7 @@
 #include "perf_model/collectives.h"
 #include "perf_model/data_parallel_cost.h"
 #include "perf_model/megatron_memory.h"
+#include "train/flag_enums.h"
 #include "train/report/flops.h"
 #include "train/memory_plan.h"
 #include "train/sharding_arguments.h"
@@ -28,7 +29,7 @@ double optimizer_bytes_per_parameter(bool bf16) { return bf16 ? 4 + 4 + 3 * 8 + 
 
 std::string recompute_text(const Arguments& a) {
   if (a.recompute_granularity.empty()) return "none";
-  if (a.recompute_granularity == "selective") return "selective";
+  if (recompute_granularity(a) == RecomputeGranularity::kSelective) return "selective";
   return absl::StrCat("full ", a.recompute_method, " ", a.recompute_num_layers);
 }
 
@@ -51,7 +52,7 @@ Link pair_link(const Cluster& cluster, int64_t stride) {
 }
 
 // The data-parallel buckets of a rank holding `parameters` in `units` units (layers, embedding,
-// output layer), as the trainer's shard plan lays them out (train/data_parallel/config_from_arguments.cc): with
+// output layer), as the trainer's shard plan lays them out (train/configs.cc): with
 // --use-megatron-fsdp each unit is a bucket, consecutive ones merged up to
 // --suggested-communication-unit-size; otherwise one bucket, or Megatron's --ddp-bucket-size ones
 // with --overlap-grad-reduce; the tied word embedding alone when it spans pipeline stages.
@@ -356,7 +357,7 @@ absl::StatusOr<Arguments> parse_model_flags(std::vector<std::string> flags) {
 
 absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size) {
   if (world_size <= 0) return absl::InvalidArgumentError(absl::StrCat("--world-size must be positive (got ", world_size, ")"));
-  absl::Status valid = validate_arguments(args);
+  absl::Status valid = prepare_arguments(args);
   if (valid.ok()) valid = validate_for_world(args, world_size);
   GPT_RETURN_IF_ERROR(valid);
   return args;
@@ -388,7 +389,7 @@ namespace {
 
 absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_size, const Cluster& cluster,
                                             const RunOptions& options) {
-  if (std::find(a.cp_comm_type.begin(), a.cp_comm_type.end(), "a2a+p2p") != a.cp_comm_type.end()) {
+  if (uses_cp_comm_type(a, ContextCommType::kAllToAllRing)) {
     return absl::InvalidArgumentError(
         "perf_model does not model --cp-comm-type a2a+p2p (the all-to-all over one level and the ring over the "
         "other): predict the layout with p2p or a2a");
@@ -400,8 +401,8 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   p.pipeline = a.pipeline_model_parallel_size;
   p.data = data_parallel_size(a, world_size);
   p.context = a.context_parallel_size;
-  const bool all_to_all = std::find(a.cp_comm_type.begin(), a.cp_comm_type.end(), "a2a") != a.cp_comm_type.end();
-  if (p.context > 1) p.cp_comm_type = all_to_all ? "a2a" : "p2p";
+  const bool all_to_all = uses_cp_comm_type(a, ContextCommType::kAllToAll);
+  if (p.context > 1) p.cp_comm_type = enum_name(all_to_all ? ContextCommType::kAllToAll : ContextCommType::kRing);
   p.virtual_stages = virtual_pipeline_size(a);
   p.microbatches = num_microbatches(a, world_size);
   p.micro_batch = a.micro_batch_size;

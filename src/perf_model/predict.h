@@ -68,7 +68,7 @@ struct Prediction {
   // Layout.
   int64_t world = 0, tensor = 1, pipeline = 1, data = 1, virtual_stages = 1, microbatches = 1;
   int64_t context = 1;       // --context-parallel-size
-  std::string cp_comm_type;  // "p2p" or "a2a" (CP > 1)
+  std::string cp_comm_type;  // the --cp-comm-type name of p2p or a2a (train/flag_enums.h; CP > 1)
   int64_t micro_batch = 1, global_batch = 1;
   bool sequence_parallel = false, distributed_optimizer = false;
   int zero_level = 0;  // 0: none, 1: optimizer state sharded, 2: and gradients (reduced per microbatch),

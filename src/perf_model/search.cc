@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "train/flag_enums.h"
 #include "train/schedule_choice.h"
 
 namespace gpt::perf {
@@ -64,7 +65,7 @@ Arguments with_layout(const Arguments& base, const Candidate& c) {
   a.recompute_method = c.recompute == 2 ? "uniform" : "";
   a.recompute_num_layers = c.recompute == 2 ? 1 : 0;
   a.context_parallel_size = c.cp;
-  a.cp_comm_type = {c.all_to_all ? "a2a" : "p2p"};
+  a.cp_comm_type = {std::string(enum_name(c.all_to_all ? ContextCommType::kAllToAll : ContextCommType::kRing))};
   // The search tries p2p and a2a: a2a+p2p's levels (for the given CP) do not carry over.
   a.hierarchical_context_parallel_sizes.clear();
   a.given.erase("--hierarchical-context-parallel-sizes");

@@ -51,8 +51,8 @@ std::string python_str(const PyValue& value) {
 
 std::vector<ArgumentEntry> argument_table(const Arguments& a, int64_t world_size) {
   std::vector<ArgumentEntry> t;
-  for (const FlagRow* row : flag_rows_in_agreement_order()) {
-    t.push_back({std::string(row->flag), flag_dest(*row), flag_python_value(*row, a), flag_canonical_text(*row, a)});
+  for (const FlagRow& row : flag_rows()) {
+    t.push_back({std::string(row.flag), flag_dest(row), flag_python_value(row, a), flag_canonical_text(row, a)});
   }
   if (world_size > 0) {
     // What Megatron's validate_args derives before it prints.

@@ -27,7 +27,8 @@ struct ArgumentEntry {
   std::string canonical;  // the raw value as the ranks' agreement check and checkpoints compare it
 };
 
-// The arguments in the agreement text's order (train/flag_table.h); `world_size` > 0 adds the
+// The arguments in the flag table's order (train/flag_table.h; the agreement text and the saved
+// arguments of checkpoints are read by flag, so no order is kept for them); `world_size` > 0 adds the
 // values Megatron derives from it (world_size, data_parallel_size,
 // virtual_pipeline_model_parallel_size).
 std::vector<ArgumentEntry> argument_table(const Arguments& args, int64_t world_size = 0);

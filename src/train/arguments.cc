@@ -17,6 +17,7 @@
 #include "train/batch_size_arguments.h"
 #include "train/checkpoint_arguments.h"
 #include "train/context_parallel_arguments.h"
+#include "train/flag_enums.h"
 #include "train/flag_table.h"
 #include "train/megatron_flags.h"
 #include "train/fp8_arguments.h"
@@ -31,18 +32,21 @@
 #include "train/sharding_arguments.h"
 
 namespace gpt {
+
+using A = Arguments;  // rows are named by field: flag_name(&A::save_interval)
+
 namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-absl::Status require_positive(const char* flag, int64_t value) {
+absl::Status require_positive(absl::string_view flag, int64_t value) {
   if (value <= 0) return invalid(absl::StrCat(flag, " must be a positive integer (got ", value, ")"));
   return absl::OkStatus();
 }
 
 // Flags that reach the kernels and the optimizer as FP32 must survive the cast: 1e39 would become
 // infinity, and a positive 1e-50 would become 0 (an epsilon of 0, an all-zero initialization).
-absl::Status require_fp32(const char* flag, double value, bool positive) {
+absl::Status require_fp32(absl::string_view flag, double value, bool positive) {
   if (std::fabs(value) > static_cast<double>(std::numeric_limits<float>::max())) {
     return invalid(absl::StrCat(flag, " (", value, ") is beyond the FP32 range (at most 3.4e38)"));
   }
@@ -63,28 +67,34 @@ absl::Status check_derived_counts(const Arguments& a) {
   const int64_t gbs = a.global_batch_size;
   const std::optional<int64_t> train_samples = checked_multiply(a.train_iters, gbs);
   if (!train_samples) {
-    return invalid(absl::StrCat("--train-iters (", a.train_iters, ") x --global-batch-size (", gbs,
+    return invalid(absl::StrCat(flag_name(&A::train_iters), " (", a.train_iters, ") x ",
+                                flag_name(&A::global_batch_size), " (", gbs,
                                 "): the number of training samples overflows a 64-bit count"));
   }
   const std::optional<int64_t> train_tokens = checked_multiply(*train_samples, a.seq_length);
   if (!train_tokens || !checked_add(*train_tokens, 1)) {
-    return invalid(absl::StrCat("--train-iters (", a.train_iters, ") x --global-batch-size (", gbs, ") x --seq-length (",
+    return invalid(absl::StrCat(flag_name(&A::train_iters), " (", a.train_iters, ") x ",
+                                flag_name(&A::global_batch_size), " (", gbs, ") x ", flag_name(&A::seq_length), " (",
                                 a.seq_length, "): the number of training tokens overflows a 64-bit count"));
   }
   if (!checked_multiply(a.lr_decay_iters, gbs)) {
-    return invalid(absl::StrCat("--lr-decay-iters (", a.lr_decay_iters, ") x --global-batch-size (", gbs,
+    return invalid(absl::StrCat(flag_name(&A::lr_decay_iters), " (", a.lr_decay_iters, ") x ",
+                                flag_name(&A::global_batch_size), " (", gbs,
                                 "): the learning-rate schedule's sample count overflows a 64-bit count"));
   }
   if (!checked_multiply(a.lr_warmup_iters, gbs)) {
-    return invalid(absl::StrCat("--lr-warmup-iters (", a.lr_warmup_iters, ") x --global-batch-size (", gbs,
+    return invalid(absl::StrCat(flag_name(&A::lr_warmup_iters), " (", a.lr_warmup_iters, ") x ",
+                                flag_name(&A::global_batch_size), " (", gbs,
                                 "): the warmup's sample count overflows a 64-bit count"));
   }
   // Megatron's validation sample count: (train_iters / eval_interval + 1) evaluations.
   const int64_t evaluations = a.train_iters / a.eval_interval + 1;
   const std::optional<int64_t> eval_samples = checked_product(evaluations, a.eval_iters, gbs);
   if (!eval_samples || !checked_multiply(*eval_samples, a.seq_length)) {
-    return invalid(absl::StrCat("--eval-iters (", a.eval_iters, ") x --global-batch-size (", gbs, ") x ", evaluations,
-                                " evaluations (--train-iters / --eval-interval + 1): the number of validation samples "
+    return invalid(absl::StrCat(flag_name(&A::eval_iters), " (", a.eval_iters, ") x ", flag_name(&A::global_batch_size),
+                                " (", gbs, ") x ", evaluations, " evaluations (", flag_name(&A::train_iters), " / ",
+                                flag_name(&A::eval_interval),
+                                " + 1): the number of validation samples "
                                 "or tokens overflows a 64-bit count"));
   }
   return absl::OkStatus();
@@ -94,26 +104,271 @@ absl::Status check_derived_counts(const Arguments& a) {
 // whose Megatron meaning this program cannot carry out.
 absl::Status validate_implementation_flags(const Arguments& a) {
   if (a.transformer_impl == "inference_optimized") {
-    return invalid("--transformer-impl inference_optimized is not available (Megatron's inference-only layers): use "
-                   "local or transformer_engine, which both run this program's kernels");
+    return invalid(absl::StrCat(flag_name(&A::transformer_impl),
+                                " inference_optimized is not available (Megatron's inference-only layers): use "
+                                "local or transformer_engine, which both run this program's kernels"));
   }
-  if (a.transformer_impl != "local" && a.transformer_impl != "transformer_engine") {
-    return invalid(absl::StrCat("--transformer-impl must be local or transformer_engine (got ", a.transformer_impl,
+  if (!parse_flag_enum<TransformerImpl>(a.transformer_impl)) {
+    return invalid(absl::StrCat(flag_name(&A::transformer_impl), " must be ",
+                                names_for_message(flag_enum_names<TransformerImpl>()), " (got ", a.transformer_impl,
                                 ")"));
   }
-  if (a.manual_gc_interval < 0) {
-    return invalid(absl::StrCat("--manual-gc-interval must be >= 0 (got ", a.manual_gc_interval, ")"));
-  }
-  if (a.empty_unused_memory_level < 0 || a.empty_unused_memory_level > 2) {
-    return invalid(absl::StrCat("--empty-unused-memory-level must be 0, 1 or 2 (got ", a.empty_unused_memory_level,
-                                ")"));
-  }
-  if (a.use_flash_attn && (a.attention_backend == "local" || a.attention_backend == "unfused")) {
-    return invalid(absl::StrCat("--use-flash-attn asks for flash attention, which --attention-backend ",
-                                a.attention_backend, " turns off: give one of them"));
+  const AttentionBackend backend = attention_backend(a);
+  if (a.use_flash_attn && (backend == AttentionBackend::kLocal || backend == AttentionBackend::kUnfused)) {
+    return invalid(absl::StrCat(flag_name(&A::use_flash_attn), " asks for flash attention, which ",
+                                flag_name(&A::attention_backend), " ", a.attention_backend,
+                                " turns off: give one of them"));
   }
   GPT_RETURN_IF_ERROR(validate_batch_size_flags(a));
   return absl::OkStatus();
+}
+
+// The run's length: in iterations or in samples (Megatron's two ways), exactly one; and --lr.
+absl::Status validate_run_length(const Arguments& a) {
+  const bool by_samples = flag_given(a, &A::train_samples);
+  if (by_samples == flag_given(a, &A::train_iters)) {
+    return invalid(by_samples ? absl::StrCat(flag_name(&A::train_iters), " and ", flag_name(&A::train_samples),
+                                             " cannot both be given (iteration-based or "
+                                             "sample-based training)")
+                              : absl::StrCat("missing required flag ", flag_name(&A::train_iters), " (or ",
+                                             flag_name(&A::train_samples), ")"));
+  }
+  GPT_RETURN_IF_ERROR(by_samples ? require_positive(flag_name(&A::train_samples), a.train_samples)
+                                 : require_positive(flag_name(&A::train_iters), a.train_iters));
+  if (!flag_given(a, &A::lr)) return invalid(absl::StrCat("missing required flag ", flag_name(&A::lr)));
+  return absl::OkStatus();
+}
+
+// Logging, the vocabulary's padding and the collective timeout.
+absl::Status validate_run_flags(const Arguments& a) {
+  // The vocabulary is known here with NullTokenizer (ids [0, N) plus eod N) and --mock-data's
+  // --vocab-size; with a vocab file it is checked again once read (the memory plan), here only the
+  // multiple.
+  const std::optional<TokenizerType> tokenizer = parse_flag_enum<TokenizerType>(a.tokenizer_type);
+  const std::optional<int64_t> known_vocab = tokenizer == TokenizerType::kNull   ? checked_add(a.vocab_size, 1)
+                                             : tokenizer == TokenizerType::kNone ? std::optional<int64_t>(a.vocab_size)
+                                                                                 : std::optional<int64_t>(1);
+  if (!known_vocab) return invalid(absl::StrCat(flag_name(&A::vocab_size), " (", a.vocab_size, ") is too large"));
+  GPT_RETURN_IF_ERROR(checked_padded_vocab_size(a, *known_vocab).status());
+  if (flag_given(a, &A::tensorboard_dir) && a.tensorboard_dir.empty()) {
+    return invalid(absl::StrCat(flag_name(&A::tensorboard_dir), " needs a directory (got an empty one)"));
+  }
+  if (flag_given(a, &A::metrics_file) && a.metrics_file.empty()) {
+    return invalid(absl::StrCat(flag_name(&A::metrics_file), " needs a path (got an empty one)"));
+  }
+  if (!(a.distributed_timeout_minutes > 0.0) || a.distributed_timeout_minutes > kMaxTimeoutMinutes) {
+    return invalid(absl::StrCat(flag_name(&A::distributed_timeout_minutes), " must be positive and at most ",
+                                kMaxTimeoutMinutes, " (got ", a.distributed_timeout_minutes, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// The model's shape: the defaults resolve_defaults could not fill, and the sizes' products.
+absl::Status validate_model_shape(const Arguments& a) {
+  if (a.ffn_hidden_size == 0 && a.swiglu) {
+    if (!checked_multiply(8, a.hidden_size)) {
+      return invalid(absl::StrCat(flag_name(&A::hidden_size), " (", a.hidden_size, ") is too large: the default ",
+                                  flag_name(&A::ffn_hidden_size), " with ", flag_name(&A::swiglu), " overflows"));
+    }
+    return invalid(absl::StrCat(flag_name(&A::swiglu), ": the default ", flag_name(&A::ffn_hidden_size), " (int(8 x ",
+                                flag_name(&A::hidden_size),
+                                " / 3 / 64) x 64) is 0 "
+                                "for ",
+                                flag_name(&A::hidden_size), " ", a.hidden_size, ": give ",
+                                flag_name(&A::ffn_hidden_size)));
+  }
+  if (a.ffn_hidden_size == 0) {
+    return invalid(absl::StrCat(flag_name(&A::hidden_size), " (", a.hidden_size, ") is too large: the default ",
+                                flag_name(&A::ffn_hidden_size), " (4 x ", flag_name(&A::hidden_size),
+                                ") overflows a "
+                                "64-bit integer"));
+  }
+  if (a.kv_channels == 0) {
+    return invalid(absl::StrCat(flag_name(&A::hidden_size), " (", a.hidden_size, ") must be divisible by ",
+                                flag_name(&A::num_attention_heads), " (", a.num_attention_heads, ")"));
+  }
+  if (!checked_product(3, a.num_attention_heads, a.kv_channels)) {
+    return invalid(absl::StrCat(flag_name(&A::num_attention_heads), " (", a.num_attention_heads, ") x ",
+                                flag_name(&A::kv_channels), " (", a.kv_channels,
+                                ") is too large: the QKV projection's size overflows a 64-bit integer"));
+  }
+  if (a.seq_length > a.max_position_embeddings) {
+    return invalid(absl::StrCat(flag_name(&A::seq_length), " (", a.seq_length, ") must not exceed ",
+                                flag_name(&A::max_position_embeddings), " (", a.max_position_embeddings, ")"));
+  }
+  GPT_RETURN_IF_ERROR(validate_model_family(a));
+  GPT_RETURN_IF_ERROR(validate_fp8(a));
+  GPT_RETURN_IF_ERROR(require_fp32(flag_name(&A::init_method_std), a.init_method_std, /*positive=*/true));
+  GPT_RETURN_IF_ERROR(require_fp32(flag_name(&A::norm_epsilon), a.norm_epsilon, /*positive=*/true));
+  return absl::OkStatus();
+}
+
+// Megatron flags that go together.
+absl::Status validate_flag_pairs(const Arguments& a) {
+  if (a.check_weight_hash_across_dp_replicas_interval < 0) {
+    return invalid(absl::StrCat(flag_name(&A::check_weight_hash_across_dp_replicas_interval), " must be > 0 (got ",
+                                a.check_weight_hash_across_dp_replicas_interval, ")"));
+  }
+  if (flag_given(a, &A::wgrad_deferral_limit) && !a.defer_embedding_wgrad_compute) {
+    return invalid(
+        absl::StrCat(flag_name(&A::wgrad_deferral_limit), " needs ", flag_name(&A::defer_embedding_wgrad_compute)));
+  }
+  if (a.overlap_param_gather_with_optimizer_step && (!a.use_distributed_optimizer || !a.overlap_param_gather)) {
+    return invalid(absl::StrCat(flag_name(&A::overlap_param_gather_with_optimizer_step), " needs ",
+                                flag_name(&A::use_distributed_optimizer), " and ", flag_name(&A::overlap_param_gather),
+                                " (as in Megatron)"));
+  }
+  return absl::OkStatus();
+}
+
+// The learning rates, in FP32 in the optimizer; the embedding and output layer's own rates.
+absl::Status validate_learning_rates(const Arguments& a) {
+  GPT_RETURN_IF_ERROR(require_fp32(flag_name(&A::lr), a.lr, /*positive=*/false));
+  if (!(a.min_lr >= 0.0) || a.min_lr > a.lr) {
+    return invalid(absl::StrCat(flag_name(&A::min_lr), " (", a.min_lr, ") must be between 0 and ", flag_name(&A::lr),
+                                " (", a.lr, ")"));
+  }
+  // -1 (the default) means "not given", as None in Megatron.
+  if (flag_given(a, &A::decoupled_lr)) {
+    if (!(a.decoupled_lr >= 0.0))
+      return invalid(absl::StrCat(flag_name(&A::decoupled_lr), " must be >= 0 (got ", a.decoupled_lr, ")"));
+    GPT_RETURN_IF_ERROR(require_fp32(flag_name(&A::decoupled_lr), a.decoupled_lr, /*positive=*/false));
+  }
+  if (flag_given(a, &A::decoupled_min_lr)) {
+    if (!flag_given(a, &A::decoupled_lr)) {
+      return invalid(absl::StrCat(flag_name(&A::decoupled_min_lr), " applies only with ", flag_name(&A::decoupled_lr),
+                                  " (Megatron ignores it without: the embedding "
+                                  "and output layer then follow ",
+                                  flag_name(&A::lr), " and ", flag_name(&A::min_lr), ")"));
+    }
+    if (!(a.decoupled_min_lr >= 0.0) || a.decoupled_min_lr > a.decoupled_lr) {
+      return invalid(absl::StrCat(flag_name(&A::decoupled_min_lr), " (", a.decoupled_min_lr, ") must be between 0 and ",
+                                  flag_name(&A::decoupled_lr), " (", a.decoupled_lr, ")"));
+    }
+    GPT_RETURN_IF_ERROR(require_fp32(flag_name(&A::decoupled_min_lr), a.decoupled_min_lr, /*positive=*/false));
+  } else if (flag_given(a, &A::decoupled_lr) && a.min_lr > a.decoupled_lr) {
+    return invalid(absl::StrCat(flag_name(&A::min_lr), " (", a.min_lr,
+                                "), the embedding and output layer's minimum without ", flag_name(&A::decoupled_min_lr),
+                                ", must not exceed ", flag_name(&A::decoupled_lr), " (", a.decoupled_lr, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// The schedule's warmup and decay, and the optimizer's hyperparameters.
+absl::Status validate_optimizer_flags(const Arguments& a) {
+  GPT_RETURN_IF_ERROR(validate_learning_rates(a));
+  // The default -1 means "not given"; a negative value typed by the user is an error, not that.
+  if (flag_given(a, &A::lr_warmup_fraction) && !(a.lr_warmup_fraction >= 0.0)) {
+    return invalid(
+        absl::StrCat(flag_name(&A::lr_warmup_fraction), " must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
+  }
+  if (a.lr_warmup_fraction > 1.0) {
+    return invalid(
+        absl::StrCat(flag_name(&A::lr_warmup_fraction), " must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
+  }
+  GPT_RETURN_IF_ERROR(validate_schedule_arguments(a));
+  const bool decays = lr_decay_style(a) != LrDecayStyle::kConstant;
+  if (flag_given(a, &A::train_samples)) {
+    const double warmup_samples = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_samples
+                                                              : static_cast<double>(a.lr_warmup_samples);
+    if (decays && warmup_samples >= static_cast<double>(a.lr_decay_samples)) {
+      return invalid(absl::StrCat(
+          "learning-rate warmup (", warmup_samples, " samples) must be shorter than ", flag_name(&A::lr_decay_samples),
+          " (", a.lr_decay_samples,
+          flag_given(a, &A::lr_decay_samples) ? "" : absl::StrCat(", the default: ", flag_name(&A::train_samples)),
+          ")"));
+    }
+  } else {
+    if (a.lr_warmup_fraction >= 0.0 && a.lr_warmup_iters != 0) {
+      return invalid(absl::StrCat(flag_name(&A::lr_warmup_fraction), " and ", flag_name(&A::lr_warmup_iters),
+                                  " cannot both be given"));
+    }
+    const double warmup_iters = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_iters
+                                                             : static_cast<double>(a.lr_warmup_iters);
+    if (decays && warmup_iters >= static_cast<double>(a.lr_decay_iters)) {
+      return invalid(absl::StrCat("learning-rate warmup (", warmup_iters, " iterations) must be shorter than ",
+                                  flag_name(&A::lr_decay_iters), " (", a.lr_decay_iters, ")"));
+    }
+  }
+  GPT_RETURN_IF_ERROR(require_fp32(flag_name(&A::weight_decay), a.weight_decay, /*positive=*/false));
+  // The betas are FP32 in the optimizer: 1 - 1e-10 would round to 1 there and divide by zero in
+  // the bias correction.
+  if (!(a.adam_beta1 >= 0.0 && static_cast<float>(a.adam_beta1) < 1.0f)) {
+    return invalid(absl::StrCat(flag_name(&A::adam_beta1), " must be in [0, 1) (in FP32; got ", a.adam_beta1, ")"));
+  }
+  if (!(a.adam_beta2 >= 0.0 && static_cast<float>(a.adam_beta2) < 1.0f)) {
+    return invalid(absl::StrCat(flag_name(&A::adam_beta2), " must be in [0, 1) (in FP32; got ", a.adam_beta2, ")"));
+  }
+  GPT_RETURN_IF_ERROR(require_fp32(flag_name(&A::adam_eps), a.adam_eps, /*positive=*/true));
+  return absl::OkStatus();
+}
+
+// --attention-backend fused: cuDNN's fused attention, which takes only some models.
+absl::Status validate_fused_attention(const Arguments& a) {
+  if (attention_backend(a) != AttentionBackend::kFused) return absl::OkStatus();
+  if (!a.bf16 && !a.fp16) {
+    return invalid(absl::StrCat(flag_name(&A::attention_backend), " fused needs ", flag_name(&A::bf16), " or ",
+                                flag_name(&A::fp16), " (cuDNN's fused attention is 16-bit only)"));
+  }
+  if (a.kv_channels % 8 != 0 || a.kv_channels > 128) {
+    return invalid(absl::StrCat(flag_name(&A::attention_backend), " fused needs a head dimension (",
+                                flag_name(&A::kv_channels),
+                                ") that is a multiple "
+                                "of 8 and at most 128 (got ",
+                                a.kv_channels, ")"));
+  }
+  if (a.attention_dropout > 0.0) {
+    return invalid(absl::StrCat(flag_name(&A::attention_backend), " fused cannot apply ",
+                                flag_name(&A::attention_dropout),
+                                " (cuDNN draws its own masks, which "
+                                "differ from this program's layout-independent ones): use ",
+                                flag_name(&A::attention_dropout), " 0 or ", flag_name(&A::attention_backend), " auto"));
+  }
+  if (a.num_query_groups != a.num_attention_heads) {
+    return invalid(absl::StrCat(flag_name(&A::attention_backend),
+                                " fused does not take grouped-query attention in this program yet (cuDNN's "
+                                "fused attention runs only with one key/value head per query head): use ",
+                                flag_name(&A::attention_backend),
+                                " auto, which runs the exact attention kernels"));
+  }
+  return absl::OkStatus();
+}
+
+// Data, tensor, context and sequence parallelism: the rules that do not need the world size.
+absl::Status validate_parallel_flags(const Arguments& a) {
+  // Data parallelism: Megatron's rules.
+  GPT_RETURN_IF_ERROR(validate_sharding_arguments(a));
+  if (a.overlap_param_gather && !shards_optimizer(a)) {
+    return invalid(absl::StrCat(flag_name(&A::overlap_param_gather), " needs ",
+                                flag_name(&A::use_distributed_optimizer),
+                                " (it overlaps the distributed "
+                                "optimizer's parameter all-gather)"));
+  }
+  // gloo became mpi in resolve_defaults.
+  if (!parse_flag_enum<DistributedBackend>(a.distributed_backend)) {
+    return invalid(absl::StrCat(flag_name(&A::distributed_backend), " must be nccl, mpi or gloo (got ",
+                                a.distributed_backend, ")"));
+  }
+  const int64_t tp = a.tensor_model_parallel_size;
+  if (a.num_attention_heads % tp != 0) {
+    return invalid(absl::StrCat(flag_name(&A::num_attention_heads), " (", a.num_attention_heads,
+                                ") must be divisible by ", flag_name(&A::tensor_model_parallel_size), " (", tp, ")"));
+  }
+  if (a.hidden_size % tp != 0) {
+    return invalid(absl::StrCat(flag_name(&A::hidden_size), " (", a.hidden_size, ") must be divisible by ",
+                                flag_name(&A::tensor_model_parallel_size), " (", tp, ")"));
+  }
+  if (a.ffn_hidden_size % tp != 0) {
+    return invalid(absl::StrCat(flag_name(&A::ffn_hidden_size), " (", a.ffn_hidden_size, ") must be divisible by ",
+                                flag_name(&A::tensor_model_parallel_size), " (", tp, ")"));
+  }
+  GPT_RETURN_IF_ERROR(validate_context_parallel_arguments(a));
+  if (a.sequence_parallel && a.seq_length % tp != 0) {
+    return invalid(absl::StrCat(flag_name(&A::seq_length), " (", a.seq_length, ") must be divisible by ",
+                                flag_name(&A::tensor_model_parallel_size), " (", tp, ") with ",
+                                flag_name(&A::sequence_parallel)));
+  }
+  return validate_fused_attention(a);
 }
 
 }  // namespace
@@ -151,384 +406,44 @@ absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv) 
   return a;
 }
 
-absl::Status validate_data_arguments(Arguments& a) {
-  if (a.mock_data == !a.data_path.empty()) {
-    return invalid(a.mock_data ? "--mock-data and --data-path cannot both be given"
-                               : "no training data: pass --data-path (a Megatron dataset prefix) or --mock-data");
-  }
-  if (!a.data_path.empty()) {
-    // One prefix, prefixes only (blended by size), or weight prefix pairs with positive weights.
-    GPT_ASSIGN_OR_RETURN(const DataBlend blend, parse_data_path(a.data_path));
-    if (blend.weights) {
-      for (size_t i = 0; i < blend.weights->size(); ++i) {
-        if (!((*blend.weights)[i] > 0.0)) {
-          return invalid(absl::StrCat("--data-path: '", a.data_path[2 * i], "' (the weight of ", blend.prefixes[i],
-                                      ") is not a positive weight"));
-        }
-      }
-    }
-    GPT_RETURN_IF_ERROR(parse_split(a.split).status());
-  }
-  // The tokenizer: GPT-2 BPE files, a SentencePiece or Hugging Face --tokenizer-model, or
-  // NullTokenizer with --vocab-size N (Megatron's: ids [0, N) plus the end-of-document id N).
-  // --mock-data takes any, as in Megatron, or --vocab-size alone (this program's shorthand: a
-  // vocabulary of exactly N).
-  if (a.tokenizer_type.empty() && !a.vocab_file.empty()) a.tokenizer_type = "GPT2BPETokenizer";
-  // Files a tokenizer type does not read are refused rather than ignored.
-  const bool reads_model = a.tokenizer_type == "SentencePieceTokenizer" ||
-                           a.tokenizer_type == "GPTSentencePieceTokenizer" || a.tokenizer_type == "HuggingFaceTokenizer";
-  if (!a.tokenizer_model.empty() && !reads_model) {
-    return invalid(absl::StrCat("--tokenizer-model is read by --tokenizer-type SentencePieceTokenizer, "
-                                "GPTSentencePieceTokenizer or HuggingFaceTokenizer, not by ",
-                                a.tokenizer_type.empty() ? "--mock-data without a tokenizer" : a.tokenizer_type));
-  }
-  if (reads_model && (!a.vocab_file.empty() || !a.merge_file.empty())) {
-    return invalid(absl::StrCat("--tokenizer-type ", a.tokenizer_type, " reads --tokenizer-model, not --vocab-file or --merge-file"));
-  }
-  if (a.tokenizer_type.empty() && !a.mock_data) {
-    return invalid("--data-path needs a tokenizer: --vocab-file and --merge-file (GPT2BPETokenizer), --tokenizer-type "
-                   "SentencePieceTokenizer, GPTSentencePieceTokenizer or HuggingFaceTokenizer with --tokenizer-model, or "
-                   "--tokenizer-type NullTokenizer with --vocab-size");
-  }
-  if (a.tokenizer_type == "GPT2BPETokenizer") {
-    if (a.vocab_file.empty() || a.merge_file.empty()) {
-      return invalid("--tokenizer-type GPT2BPETokenizer needs --vocab-file and --merge-file");
-    }
-    return absl::OkStatus();
-  }
-  if (reads_model) {
-    if (a.tokenizer_model.empty()) return invalid(absl::StrCat("--tokenizer-type ", a.tokenizer_type, " needs --tokenizer-model"));
-    return absl::OkStatus();  // the model is read (and refused where unsupported) with the data
-  }
-  if (!a.tokenizer_type.empty() && a.tokenizer_type != "NullTokenizer") {
-    return invalid(absl::StrCat("--tokenizer-type must be GPT2BPETokenizer, NullTokenizer, SentencePieceTokenizer, "
-                                "GPTSentencePieceTokenizer or HuggingFaceTokenizer (got ", a.tokenizer_type, ")"));
-  }
-  if (!a.was_given("--vocab-size")) {
-    return invalid(absl::StrCat("missing required flag --vocab-size (needed by ",
-                                a.tokenizer_type.empty() ? "--mock-data" : "--tokenizer-type NullTokenizer", ")"));
-  }
-  GPT_RETURN_IF_ERROR(require_positive("--vocab-size", a.vocab_size));
-  if (a.vocab_size < 2) return invalid(absl::StrCat("--vocab-size must be at least 2 (got ", a.vocab_size, ")"));
-  return absl::OkStatus();
-}
-
-absl::Status validate_arguments(Arguments& a) {
-  // Required flags.
-  const std::pair<const char*, int64_t> required[] = {
-      {"--num-layers", a.num_layers},         {"--hidden-size", a.hidden_size},
-      {"--num-attention-heads", a.num_attention_heads}, {"--seq-length", a.seq_length},
-      {"--max-position-embeddings", a.max_position_embeddings}, {"--micro-batch-size", a.micro_batch_size}};
-  for (const auto& [flag, value] : required) {
-    if (!a.was_given(flag)) return invalid(absl::StrCat("missing required flag ", flag));
-    GPT_RETURN_IF_ERROR(require_positive(flag, value));
-  }
+absl::Status validate_arguments(const Arguments& a) {
+  GPT_RETURN_IF_ERROR(check_required_flags(a));
   GPT_RETURN_IF_ERROR(validate_schedule_flags(a));
-  // ZB-V is two model chunks per pipeline rank by definition (this program's schedule; Megatron
-  // has none by that name): without a virtual-stage flag it gets two.
-  if (a.pipeline_schedule == "zb-v" && a.pipeline_model_parallel_size > 1 &&
-      !a.was_given("--num-layers-per-virtual-pipeline-stage") &&
-      !a.was_given("--num-virtual-stages-per-pipeline-rank")) {
-    a.num_virtual_stages_per_pipeline_rank = 2;
-    a.given.insert("--num-virtual-stages-per-pipeline-rank");
-  }
   GPT_RETURN_IF_ERROR(validate_rerun_arguments(a));
-  // The run's length: in iterations or in samples (Megatron's two ways), exactly one.
-  const bool by_samples = a.was_given("--train-samples");
-  if (by_samples == a.was_given("--train-iters")) {
-    return invalid(by_samples ? "--train-iters and --train-samples cannot both be given (iteration-based or "
-                                "sample-based training)"
-                              : "missing required flag --train-iters (or --train-samples)");
-  }
-  GPT_RETURN_IF_ERROR(by_samples ? require_positive("--train-samples", a.train_samples)
-                                 : require_positive("--train-iters", a.train_iters));
-  if (!a.was_given("--lr")) return invalid("missing required flag --lr");
+  GPT_RETURN_IF_ERROR(validate_run_length(a));
   GPT_RETURN_IF_ERROR(validate_data_arguments(a));
   GPT_RETURN_IF_ERROR(validate_checkpoint_arguments(a));
-
-  // Sizes.
-  const std::pair<const char*, int64_t> positive[] = {
-      {"--make-vocab-size-divisible-by", a.make_vocab_size_divisible_by},
-      {"--tensor-model-parallel-size", a.tensor_model_parallel_size},
-      {"--pipeline-model-parallel-size", a.pipeline_model_parallel_size},
-      {"--log-interval", a.log_interval},
-      {"--eval-interval", a.eval_interval},
-      {"--straggler-minmax-count", a.straggler_minmax_count}};
-  for (const auto& [flag, value] : positive) GPT_RETURN_IF_ERROR(require_positive(flag, value));
-  const std::pair<const char*, int64_t> positive_if_given[] = {
-      {"--ffn-hidden-size", a.ffn_hidden_size},   {"--kv-channels", a.kv_channels},
-      {"--global-batch-size", a.global_batch_size}, {"--lr-decay-iters", a.lr_decay_iters},
-      {"--lr-decay-samples", a.lr_decay_samples},
-      {"--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_pipeline_stage},
-      {"--num-virtual-stages-per-pipeline-rank", a.num_virtual_stages_per_pipeline_rank},
-      {"--microbatch-group-size-per-virtual-pipeline-stage", a.microbatch_group_size_per_vp_stage},
-      {"--ddp-bucket-size", a.ddp_bucket_size}};
-  for (const auto& [flag, value] : positive_if_given) {
-    if (a.was_given(flag)) GPT_RETURN_IF_ERROR(require_positive(flag, value));
-  }
-  if (a.eval_iters < 0) return invalid(absl::StrCat("--eval-iters must be >= 0 (got ", a.eval_iters, ")"));
-  if (a.sample_interval < 0) {
-    return invalid(absl::StrCat("--sample-interval must be >= 0 (got ", a.sample_interval, ")"));
-  }
-  // The vocabulary is known here with NullTokenizer (ids [0, N) plus eod N) and --mock-data's
-  // --vocab-size; with a vocab file it is checked again once read (the memory plan), here only the
-  // multiple.
-  const std::optional<int64_t> known_vocab = a.tokenizer_type == "NullTokenizer" ? checked_add(a.vocab_size, 1)
-                                             : a.tokenizer_type.empty()           ? std::optional<int64_t>(a.vocab_size)
-                                                                                  : std::optional<int64_t>(1);
-  if (!known_vocab) return invalid(absl::StrCat("--vocab-size (", a.vocab_size, ") is too large"));
-  GPT_RETURN_IF_ERROR(checked_padded_vocab_size(a, *known_vocab).status());
-  if (a.timing_log_level < 0 || a.timing_log_level > 2) {
-    return invalid(absl::StrCat("--timing-log-level must be 0, 1 or 2 (got ", a.timing_log_level, ")"));
-  }
-  if (a.was_given("--tensorboard-dir") && a.tensorboard_dir.empty()) {
-    return invalid("--tensorboard-dir needs a directory (got an empty one)");
-  }
-  GPT_RETURN_IF_ERROR(require_positive("--tensorboard-log-interval", a.tensorboard_log_interval));
-  GPT_RETURN_IF_ERROR(require_positive("--tensorboard-queue-size", a.tensorboard_queue_size));
-  if (a.was_given("--metrics-file") && a.metrics_file.empty()) {
-    return invalid("--metrics-file needs a path (got an empty one)");
-  }
-  if (a.lr_warmup_iters < 0) return invalid(absl::StrCat("--lr-warmup-iters must be >= 0 (got ", a.lr_warmup_iters, ")"));
-  if (a.lr_warmup_samples < 0) {
-    return invalid(absl::StrCat("--lr-warmup-samples must be >= 0 (got ", a.lr_warmup_samples, ")"));
-  }
-
-  if (!(a.distributed_timeout_minutes > 0.0) || a.distributed_timeout_minutes > kMaxTimeoutMinutes) {
-    return invalid(absl::StrCat("--distributed-timeout-minutes must be positive and at most ", kMaxTimeoutMinutes,
-                                " (got ", a.distributed_timeout_minutes, ")"));
-  }
-
-  // Model shape.
-  if (a.ffn_hidden_size == 0 && a.swiglu) {
-    // Megatron: int((4 * h * 2 / 3) / 64) * 64 (the gated MLP's parameters close to a 4h MLP's),
-    // which is floor(8h / 192) * 64 in integers.
-    const std::optional<int64_t> eight_h = checked_multiply(8, a.hidden_size);
-    if (!eight_h) {
-      return invalid(absl::StrCat("--hidden-size (", a.hidden_size,
-                                  ") is too large: the default --ffn-hidden-size with --swiglu overflows"));
-    }
-    a.ffn_hidden_size = *eight_h / 192 * 64;
-    if (a.ffn_hidden_size <= 0) {
-      return invalid(absl::StrCat("--swiglu: the default --ffn-hidden-size (int(8 x --hidden-size / 3 / 64) x 64) is 0 "
-                                  "for --hidden-size ", a.hidden_size, ": give --ffn-hidden-size"));
-    }
-  }
-  if (a.ffn_hidden_size == 0) {
-    const std::optional<int64_t> ffn = checked_multiply(4, a.hidden_size);
-    if (!ffn) {
-      return invalid(absl::StrCat("--hidden-size (", a.hidden_size,
-                                  ") is too large: the default --ffn-hidden-size (4 x --hidden-size) overflows a "
-                                  "64-bit integer"));
-    }
-    a.ffn_hidden_size = *ffn;
-  }
-  if (a.kv_channels == 0) {
-    if (a.hidden_size % a.num_attention_heads != 0) {
-      return invalid(absl::StrCat("--hidden-size (", a.hidden_size, ") must be divisible by --num-attention-heads (",
-                                  a.num_attention_heads, ")"));
-    }
-    a.kv_channels = a.hidden_size / a.num_attention_heads;
-  }
-  if (!checked_product(3, a.num_attention_heads, a.kv_channels)) {
-    return invalid(absl::StrCat("--num-attention-heads (", a.num_attention_heads, ") x --kv-channels (", a.kv_channels,
-                                ") is too large: the QKV projection's size overflows a 64-bit integer"));
-  }
-  if (a.seq_length > a.max_position_embeddings) {
-    return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must not exceed --max-position-embeddings (",
-                                a.max_position_embeddings, ")"));
-  }
-  GPT_RETURN_IF_ERROR(validate_model_family(a));
-  GPT_RETURN_IF_ERROR(validate_fp8(a));
-  if (!(a.init_method_std > 0.0)) return invalid(absl::StrCat("--init-method-std must be positive (got ", a.init_method_std, ")"));
-  GPT_RETURN_IF_ERROR(require_fp32("--init-method-std", a.init_method_std, /*positive=*/true));
-  if (!(a.norm_epsilon > 0.0)) return invalid(absl::StrCat("--norm-epsilon must be positive (got ", a.norm_epsilon, ")"));
-  GPT_RETURN_IF_ERROR(require_fp32("--norm-epsilon", a.norm_epsilon, /*positive=*/true));
-
-  // Precision.
+  // Each flag's own constraint (positive, >= 0, a range, one of a set), declared on its row.
+  GPT_RETURN_IF_ERROR(check_flag_constraints(a));
+  GPT_RETURN_IF_ERROR(validate_run_flags(a));
+  GPT_RETURN_IF_ERROR(validate_model_shape(a));
   GPT_RETURN_IF_ERROR(validate_loss_scaling(a));
-
-  // Attention implementation.
-  if (a.attention_backend == "flash") {
-    // Megatron's FlashAttention library computes exact attention; so does auto here, with cuDNN's
-    // fused flash attention where it applies.
-    a.notes.push_back("--attention-backend flash: runs what auto does here (exact attention: cuDNN's fused flash "
-                      "attention on the GPU where it applies, the reference kernel elsewhere)");
-  }
-  if (a.attention_backend != "auto" && a.attention_backend != "flash" && a.attention_backend != "fused" &&
-      a.attention_backend != "local" && a.attention_backend != "unfused") {
-    return invalid(absl::StrCat("--attention-backend must be auto, flash, fused, local or unfused (got ",
-                                a.attention_backend, ")"));
-  }
-  if (a.cross_entropy_fusion_impl != "native" && a.cross_entropy_fusion_impl != "te") {
-    return invalid(absl::StrCat("--cross-entropy-fusion-impl must be native or te (got ", a.cross_entropy_fusion_impl,
-                                ")"));
-  }
-  if (a.num_workers < 0) return invalid(absl::StrCat("--num-workers must be >= 0 (got ", a.num_workers, ")"));
-  if (a.check_weight_hash_across_dp_replicas_interval < 0) {
-    return invalid(absl::StrCat("--check-weight-hash-across-dp-replicas-interval must be > 0 (got ",
-                                a.check_weight_hash_across_dp_replicas_interval, ")"));
-  }
-  if (a.wgrad_deferral_limit < 0) {
-    return invalid(absl::StrCat("--wgrad-deferral-limit must be >= 0 (got ", a.wgrad_deferral_limit, ")"));
-  }
-  if (a.was_given("--wgrad-deferral-limit") && !a.defer_embedding_wgrad_compute) {
-    return invalid("--wgrad-deferral-limit needs --defer-embedding-wgrad-compute");
-  }
-  if (a.overlap_param_gather_with_optimizer_step && (!a.use_distributed_optimizer || !a.overlap_param_gather)) {
-    return invalid("--overlap-param-gather-with-optimizer-step needs --use-distributed-optimizer and "
-                   "--overlap-param-gather (as in Megatron)");
-  }
-
+  GPT_RETURN_IF_ERROR(validate_flag_pairs(a));
   GPT_RETURN_IF_ERROR(validate_recompute_arguments(a));
   GPT_RETURN_IF_ERROR(validate_implementation_flags(a));
+  GPT_RETURN_IF_ERROR(validate_optimizer_flags(a));
+  return validate_parallel_flags(a);
+}
 
-  // Optimizer and schedule.
-  if (!(a.lr >= 0.0)) return invalid(absl::StrCat("--lr must be >= 0 (got ", a.lr, ")"));
-  GPT_RETURN_IF_ERROR(require_fp32("--lr", a.lr, /*positive=*/false));
-  if (!(a.min_lr >= 0.0) || a.min_lr > a.lr) {
-    return invalid(absl::StrCat("--min-lr (", a.min_lr, ") must be between 0 and --lr (", a.lr, ")"));
-  }
-  // The embedding and output layer's own rates; -1 (the default) means "not given", as None in Megatron.
-  if (a.was_given("--decoupled-lr")) {
-    if (!(a.decoupled_lr >= 0.0)) return invalid(absl::StrCat("--decoupled-lr must be >= 0 (got ", a.decoupled_lr, ")"));
-    GPT_RETURN_IF_ERROR(require_fp32("--decoupled-lr", a.decoupled_lr, /*positive=*/false));
-  }
-  if (a.was_given("--decoupled-min-lr")) {
-    if (!a.was_given("--decoupled-lr")) {
-      return invalid("--decoupled-min-lr applies only with --decoupled-lr (Megatron ignores it without: the embedding "
-                     "and output layer then follow --lr and --min-lr)");
-    }
-    if (!(a.decoupled_min_lr >= 0.0) || a.decoupled_min_lr > a.decoupled_lr) {
-      return invalid(absl::StrCat("--decoupled-min-lr (", a.decoupled_min_lr, ") must be between 0 and --decoupled-lr (",
-                                  a.decoupled_lr, ")"));
-    }
-    GPT_RETURN_IF_ERROR(require_fp32("--decoupled-min-lr", a.decoupled_min_lr, /*positive=*/false));
-  } else if (a.was_given("--decoupled-lr") && a.min_lr > a.decoupled_lr) {
-    return invalid(absl::StrCat("--min-lr (", a.min_lr, "), the embedding and output layer's minimum without "
-                                "--decoupled-min-lr, must not exceed --decoupled-lr (", a.decoupled_lr, ")"));
-  }
-  if (a.lr_decay_style != "constant" && a.lr_decay_style != "linear" && a.lr_decay_style != "cosine") {
-    return invalid(absl::StrCat("--lr-decay-style must be constant, linear or cosine (got ", a.lr_decay_style, ")"));
-  }
-  // The default -1 means "not given"; a negative value typed by the user is an error, not that.
-  if (a.was_given("--lr-warmup-fraction") && !(a.lr_warmup_fraction >= 0.0)) {
-    return invalid(absl::StrCat("--lr-warmup-fraction must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
-  }
-  if (a.lr_warmup_fraction > 1.0) {
-    return invalid(absl::StrCat("--lr-warmup-fraction must be in [0, 1] (got ", a.lr_warmup_fraction, ")"));
-  }
-  GPT_RETURN_IF_ERROR(validate_schedule_arguments(a));
-  if (by_samples) {
-    const double warmup_samples = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_samples
-                                                              : static_cast<double>(a.lr_warmup_samples);
-    if (a.lr_decay_style != "constant" && warmup_samples >= static_cast<double>(a.lr_decay_samples)) {
-      return invalid(absl::StrCat("learning-rate warmup (", warmup_samples,
-                                  " samples) must be shorter than --lr-decay-samples (", a.lr_decay_samples,
-                                  a.was_given("--lr-decay-samples") ? "" : ", the default: --train-samples", ")"));
-    }
-  } else {
-    if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
-    if (a.lr_warmup_fraction >= 0.0 && a.lr_warmup_iters != 0) {
-      return invalid("--lr-warmup-fraction and --lr-warmup-iters cannot both be given");
-    }
-    const double warmup_iters = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * a.lr_decay_iters
-                                                             : static_cast<double>(a.lr_warmup_iters);
-    if (a.lr_decay_style != "constant" && warmup_iters >= static_cast<double>(a.lr_decay_iters)) {
-      return invalid(absl::StrCat("learning-rate warmup (", warmup_iters,
-                                  " iterations) must be shorter than --lr-decay-iters (", a.lr_decay_iters, ")"));
-    }
-  }
-  if (!(a.weight_decay >= 0.0)) return invalid(absl::StrCat("--weight-decay must be >= 0 (got ", a.weight_decay, ")"));
-  GPT_RETURN_IF_ERROR(require_fp32("--weight-decay", a.weight_decay, /*positive=*/false));
-  if (!(a.clip_grad >= 0.0)) return invalid(absl::StrCat("--clip-grad must be >= 0 (got ", a.clip_grad, ")"));
-  // The betas are FP32 in the optimizer: 1 - 1e-10 would round to 1 there and divide by zero in
-  // the bias correction.
-  if (!(a.adam_beta1 >= 0.0 && static_cast<float>(a.adam_beta1) < 1.0f)) {
-    return invalid(absl::StrCat("--adam-beta1 must be in [0, 1) (in FP32; got ", a.adam_beta1, ")"));
-  }
-  if (!(a.adam_beta2 >= 0.0 && static_cast<float>(a.adam_beta2) < 1.0f)) {
-    return invalid(absl::StrCat("--adam-beta2 must be in [0, 1) (in FP32; got ", a.adam_beta2, ")"));
-  }
-  if (!(a.adam_eps > 0.0)) return invalid(absl::StrCat("--adam-eps must be positive (got ", a.adam_eps, ")"));
-  GPT_RETURN_IF_ERROR(require_fp32("--adam-eps", a.adam_eps, /*positive=*/true));
-  if (a.seed < 0) return invalid(absl::StrCat("--seed must be >= 0 (got ", a.seed, ")"));
-
-  if (a.device != "auto" && a.device != "cpu" && a.device != "cuda") {
-    return invalid(absl::StrCat("--device must be auto, cpu or cuda (got ", a.device, ")"));
-  }
-
-  // Data parallelism: Megatron's rules.
-  GPT_RETURN_IF_ERROR(validate_sharding_arguments(a));
-  if (a.overlap_param_gather && !shards_optimizer(a)) {
-    return invalid("--overlap-param-gather needs --use-distributed-optimizer (it overlaps the distributed "
-                   "optimizer's parameter all-gather)");
-  }
-
-  // Parallel flags that do not need the world size.
-  if (a.distributed_backend == "gloo") {
-    // Megatron's CPU backend. This program's collectives on host memory are MPI's (the launcher
-    // needs MPI anyway), so a Megatron CPU launch runs unchanged on them; said once, not silently.
-    a.distributed_backend = "mpi";
-    a.notes.push_back("--distributed-backend gloo: this program has no Gloo backend; its MPI communicator runs the "
-                      "same collectives");
-  }
-  if (a.distributed_backend != "" && a.distributed_backend != "nccl" && a.distributed_backend != "mpi") {
-    return invalid(absl::StrCat("--distributed-backend must be nccl, mpi or gloo (got ", a.distributed_backend, ")"));
-  }
-  const int64_t tp = a.tensor_model_parallel_size;
-  if (a.num_attention_heads % tp != 0) {
-    return invalid(absl::StrCat("--num-attention-heads (", a.num_attention_heads,
-                                ") must be divisible by --tensor-model-parallel-size (", tp, ")"));
-  }
-  if (a.hidden_size % tp != 0) {
-    return invalid(absl::StrCat("--hidden-size (", a.hidden_size, ") must be divisible by --tensor-model-parallel-size (",
-                                tp, ")"));
-  }
-  if (a.ffn_hidden_size % tp != 0) {
-    return invalid(absl::StrCat("--ffn-hidden-size (", a.ffn_hidden_size,
-                                ") must be divisible by --tensor-model-parallel-size (", tp, ")"));
-  }
-  GPT_RETURN_IF_ERROR(validate_context_parallel_arguments(a));
-  if (a.sequence_parallel && a.seq_length % tp != 0) {
-    return invalid(absl::StrCat("--seq-length (", a.seq_length, ") must be divisible by --tensor-model-parallel-size (",
-                                tp, ") with --sequence-parallel"));
-  }
-  if (a.attention_backend == "fused") {
-    if (!a.bf16 && !a.fp16) {
-      return invalid("--attention-backend fused needs --bf16 or --fp16 (cuDNN's fused attention is 16-bit only)");
-    }
-    if (a.kv_channels % 8 != 0 || a.kv_channels > 128) {
-      return invalid(absl::StrCat("--attention-backend fused needs a head dimension (--kv-channels) that is a multiple "
-                                  "of 8 and at most 128 (got ", a.kv_channels, ")"));
-    }
-    if (a.attention_dropout > 0.0) {
-      return invalid("--attention-backend fused cannot apply --attention-dropout (cuDNN draws its own masks, which "
-                     "differ from this program's layout-independent ones): use --attention-dropout 0 or "
-                     "--attention-backend auto");
-    }
-    if (a.num_query_groups != a.num_attention_heads) {
-      return invalid("--attention-backend fused does not take grouped-query attention in this program yet (cuDNN's "
-                     "fused attention runs only with one key/value head per query head): use --attention-backend "
-                     "auto, which runs the exact attention kernels");
-    }
-  }
-  return absl::OkStatus();
+absl::Status prepare_arguments(Arguments& a) {
+  resolve_defaults(a);
+  return validate_arguments(a);
 }
 
 absl::StatusOr<int64_t> checked_padded_vocab_size(const Arguments& a, int64_t vocab_size) {
   const std::optional<int64_t> multiple =
       checked_multiply(a.make_vocab_size_divisible_by, a.tensor_model_parallel_size);
   if (!multiple) {
-    return invalid(absl::StrCat("--make-vocab-size-divisible-by (", a.make_vocab_size_divisible_by,
-                                ") x --tensor-model-parallel-size (", a.tensor_model_parallel_size,
+    return invalid(absl::StrCat(flag_name(&A::make_vocab_size_divisible_by), " (", a.make_vocab_size_divisible_by,
+                                ") x ", flag_name(&A::tensor_model_parallel_size), " (", a.tensor_model_parallel_size,
                                 ") overflows a 64-bit integer"));
   }
   const std::optional<int64_t> padded = checked_round_up(vocab_size, *multiple);
   if (!padded) {
-    return invalid(absl::StrCat("the vocabulary (", vocab_size, ") padded to a multiple of --make-vocab-size-divisible-by (",
-                                a.make_vocab_size_divisible_by, ") x --tensor-model-parallel-size (",
-                                a.tensor_model_parallel_size, ") overflows a 64-bit integer"));
+    return invalid(absl::StrCat("the vocabulary (", vocab_size, ") padded to a multiple of ",
+                                flag_name(&A::make_vocab_size_divisible_by), " (", a.make_vocab_size_divisible_by,
+                                ") x ", flag_name(&A::tensor_model_parallel_size), " (", a.tensor_model_parallel_size,
+                                ") overflows a 64-bit integer"));
   }
   return *padded;
 }
@@ -549,16 +464,17 @@ int virtual_pipeline_size(const Arguments& a) {
 
 pipeline::ScheduleKind pipeline_schedule_kind(const Arguments& a) {
   if (a.pipeline_schedule.empty()) return pipeline::default_schedule_kind(virtual_pipeline_size(a));
-  GPT_CHECK(a.pipeline_schedule != "auto") << "--pipeline-schedule auto used before the launcher chose the schedule";
+  GPT_CHECK(pipeline_schedule_flag(a) != PipelineScheduleFlag::kAuto)
+      << absl::StrCat(flag_name(&A::pipeline_schedule), " auto used before the launcher chose the schedule");
   absl::StatusOr<pipeline::ScheduleKind> kind = pipeline::parse_schedule_kind(a.pipeline_schedule);
-  GPT_CHECK(kind.ok()) << "--pipeline-schedule: " << kind.status();
+  GPT_CHECK(kind.ok()) << absl::StrCat(flag_name(&A::pipeline_schedule), ": ") << kind.status();
   return *kind;
 }
 
 int64_t num_microbatches(const Arguments& a, int64_t world_size) {
   const int64_t per_microbatch = a.micro_batch_size * data_parallel_size(a, world_size);
   int64_t most = a.global_batch_size / per_microbatch;
-  if (!a.rampup_batch_size.empty() || a.was_given("--step-batch-size-schedule")) {
+  if (!a.rampup_batch_size.empty() || flag_given(a, &A::step_batch_size_schedule)) {
     absl::StatusOr<BatchSizeSchedule> batches = batch_size_schedule_for_world(a);
     if (batches.ok()) {
       for (int64_t batch : batches->batch_sizes()) {
@@ -576,12 +492,12 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
                        a.context_parallel_size)
           .value_or(0);
   if (model_parallel == 0 || world_size % model_parallel != 0) {
-    return invalid(absl::StrCat("world size (", world_size, ") must be divisible by --tensor-model-parallel-size (",
-                                a.tensor_model_parallel_size, ") x --pipeline-model-parallel-size (",
-                                a.pipeline_model_parallel_size, ")",
-                                a.context_parallel_size > 1
-                                    ? absl::StrCat(" x --context-parallel-size (", a.context_parallel_size, ")")
-                                    : ""));
+    return invalid(absl::StrCat("world size (", world_size, ") must be divisible by ",
+                                flag_name(&A::tensor_model_parallel_size), " (", a.tensor_model_parallel_size, ") x ",
+                                flag_name(&A::pipeline_model_parallel_size), " (", a.pipeline_model_parallel_size, ")",
+                                a.context_parallel_size > 1 ? absl::StrCat(" x ", flag_name(&A::context_parallel_size),
+                                                                           " (", a.context_parallel_size, ")")
+                                                            : ""));
   }
   const int64_t dp = world_size / model_parallel;
   GPT_RETURN_IF_ERROR(check_expert_groups(a, world_size, dp));
@@ -589,48 +505,54 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
   if (a.num_distributed_optimizer_instances > 1 &&
       (dp * a.context_parallel_size) % a.num_distributed_optimizer_instances != 0) {
     return invalid(absl::StrCat("data-parallel size (", dp, ")",
-                                a.context_parallel_size > 1
-                                    ? absl::StrCat(" x --context-parallel-size (", a.context_parallel_size, ")")
-                                    : "",
-                                " must be divisible by --num-distributed-optimizer-instances (",
+                                a.context_parallel_size > 1 ? absl::StrCat(" x ", flag_name(&A::context_parallel_size),
+                                                                           " (", a.context_parallel_size, ")")
+                                                            : "",
+                                " must be divisible by ", flag_name(&A::num_distributed_optimizer_instances), " (",
                                 a.num_distributed_optimizer_instances, ")"));
   }
   const std::optional<int64_t> batch_per_microbatch = checked_multiply(a.micro_batch_size, dp);
   if (!batch_per_microbatch) {
-    return invalid(absl::StrCat("--micro-batch-size (", a.micro_batch_size, ") x data-parallel size (", dp,
-                                ") overflows a 64-bit integer"));
+    return invalid(absl::StrCat(flag_name(&A::micro_batch_size), " (", a.micro_batch_size, ") x data-parallel size (",
+                                dp, ") overflows a 64-bit integer"));
   }
   if (a.global_batch_size == 0) a.global_batch_size = *batch_per_microbatch;
   if (a.global_batch_size % *batch_per_microbatch != 0) {
-    return invalid(absl::StrCat("--global-batch-size (", a.global_batch_size, ") must be divisible by --micro-batch-size (",
-                                a.micro_batch_size, ") x data-parallel size (", dp, ")"));
+    return invalid(absl::StrCat(flag_name(&A::global_batch_size), " (", a.global_batch_size, ") must be divisible by ",
+                                flag_name(&A::micro_batch_size), " (", a.micro_batch_size, ") x data-parallel size (",
+                                dp, ")"));
   }
   GPT_ASSIGN_OR_RETURN(const BatchSizeSchedule batches, batch_size_schedule_for_world(a));
-  if (a.was_given("--train-samples")) {
+  if (flag_given(a, &A::train_samples)) {
     // Megatron's update_train_iters: with a constant batch whole global batches only (floor), the
     // samples of a last partial batch are not trained; with a ramp-up or a step schedule its loop.
     a.train_iters = batches.iterations_for_samples(a.train_samples);
     if (a.train_iters == 0) {
-      return invalid(absl::StrCat("--train-samples (", a.train_samples, ") is less than one global batch (",
-                                  a.global_batch_size, " samples): no iteration to train"));
+      return invalid(absl::StrCat(flag_name(&A::train_samples), " (", a.train_samples,
+                                  ") is less than one global batch (", a.global_batch_size,
+                                  " samples): no iteration to train"));
     }
   }
   // The pipeline layout, before any dataset or buffer exists.
   const int64_t p = a.pipeline_model_parallel_size;
   if (a.num_layers_per_virtual_pipeline_stage > 0 && a.num_virtual_stages_per_pipeline_rank > 0) {
-    return invalid("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank cannot both "
-                   "be given");
+    return invalid(absl::StrCat(flag_name(&A::num_layers_per_virtual_pipeline_stage), " and ",
+                                flag_name(&A::num_virtual_stages_per_pipeline_rank),
+                                " cannot both "
+                                "be given"));
   }
   int64_t layers_per_virtual_stage = a.num_layers_per_virtual_pipeline_stage;
   if (a.num_virtual_stages_per_pipeline_rank > 0) {
     // Overflowing: more stages than any layer count, so the divisibility message.
     const int64_t stages = checked_multiply(p, a.num_virtual_stages_per_pipeline_rank).value_or(0);
     if (p == 1) {
-      return invalid("--num-virtual-stages-per-pipeline-rank needs --pipeline-model-parallel-size > 1");
+      return invalid(absl::StrCat(flag_name(&A::num_virtual_stages_per_pipeline_rank), " needs ",
+                                  flag_name(&A::pipeline_model_parallel_size), " > 1"));
     }
     if (!custom_pipeline_split(a) && (stages == 0 || a.num_layers % stages != 0)) {
-      return invalid(absl::StrCat("--num-layers (", a.num_layers, ") must be divisible by --pipeline-model-parallel-size (",
-                                  p, ") x --num-virtual-stages-per-pipeline-rank (",
+      return invalid(absl::StrCat(flag_name(&A::num_layers), " (", a.num_layers, ") must be divisible by ",
+                                  flag_name(&A::pipeline_model_parallel_size), " (", p, ") x ",
+                                  flag_name(&A::num_virtual_stages_per_pipeline_rank), " (",
                                   a.num_virtual_stages_per_pipeline_rank, ")"));
     }
     layers_per_virtual_stage = stages == 0 ? 0 : a.num_layers / stages;
@@ -643,8 +565,10 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
   const int64_t microbatches = num_microbatches(a, world_size);
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (a.num_layers > kIntMax || p > kIntMax || layers_per_virtual_stage > kIntMax || microbatches > kIntMax) {
-    return invalid("pipeline layout: --num-layers, --pipeline-model-parallel-size or the number of microbatches "
-                   "is too large");
+    return invalid(absl::StrCat("pipeline layout: ", flag_name(&A::num_layers), ", ",
+                                flag_name(&A::pipeline_model_parallel_size),
+                                " or the number of microbatches "
+                                "is too large"));
   }
   // Each number of microbatches a fresh run reaches (with a constant batch the one); Megatron
   // checks a batch's divisibility when the run reaches it (check_batch_sizes_reached).
@@ -668,10 +592,10 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
     const std::vector<int64_t> rank_layers = pipeline_rank_layers(a);
     chunk_layers = *std::max_element(rank_layers.begin(), rank_layers.end()) / virtual_pipeline_size(a);
   }
-  if (a.recompute_granularity == "full" && a.recompute_num_layers > chunk_layers) {
-    return invalid(absl::StrCat("--recompute-num-layers (", a.recompute_num_layers, ") must be between 1 and the layers ",
-                                layers_per_virtual_stage > 0 ? "per virtual pipeline stage" : "per pipeline stage",
-                                " (", chunk_layers, ")"));
+  if (recompute_granularity(a) == RecomputeGranularity::kFull && a.recompute_num_layers > chunk_layers) {
+    return invalid(absl::StrCat(
+        flag_name(&A::recompute_num_layers), " (", a.recompute_num_layers, ") must be between 1 and the layers ",
+        layers_per_virtual_stage > 0 ? "per virtual pipeline stage" : "per pipeline stage", " (", chunk_layers, ")"));
   }
   return absl::OkStatus();
 }

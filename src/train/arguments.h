@@ -1,8 +1,8 @@
 // pretrain_gpt's command line, with Megatron-LM's flag names, meanings and defaults
 // (megatron/training/arguments.py). Parsing and validation happen before anything is allocated;
 // every problem is an absl::Status whose message names the flag.
-// Each field but `given` and `notes` is one flag's, declared once in train/flag_table.cc (its
-// name, help, Megatron dest and status); a field without a row fails flag_table_test.
+// Each field but `given` and `notes` is one flag's, declared once in a flag table row (train/flag_rows_*.cc:
+// name, help, Megatron dest and status, constraint); a field without a row fails flag_table_test.
 #pragma once
 
 #include <cstdint>
@@ -312,11 +312,20 @@ struct Arguments {
 absl::StatusOr<Arguments> parse_arguments(int argc, const char* const* argv);
 absl::StatusOr<Arguments> parse_arguments(const std::vector<std::string>& argv);
 
-// Fills defaults that depend on other flags and checks every constraint that does not need the
-// world size.
-absl::Status validate_arguments(Arguments& args);
+// The defaults that depend on other flags (the FFN and head sizes, the learning-rate schedule's
+// length, the number of query groups, ZB-V's two model chunks, --no-position-embedding,
+// --recompute-activations, GPT-2 BPE files' tokenizer type) and the notes on Megatron flags carried
+// out otherwise, filled in one step. Safe on arguments not yet validated: a default whose inputs
+// are invalid is left unset for validate_arguments to report.
+void resolve_defaults(Arguments& args);
+// Checks every constraint that does not need the world size: each row's declared constraint
+// (train/flag_table.h) and the rules between flags. Changes nothing.
+absl::Status validate_arguments(const Arguments& args);
+// resolve_defaults, then validate_arguments: what the parser's callers (the launcher, the perf
+// model, tests) do with parsed arguments.
+absl::Status prepare_arguments(Arguments& args);
 // The data flags: --mock-data or --data-path (one prefix or weight prefix pairs), the tokenizer.
-absl::Status validate_data_arguments(Arguments& args);
+absl::Status validate_data_arguments(const Arguments& args);
 // The constraints that involve the number of processes (world = TP x PP x DP, batch divisibility);
 // with --train-samples, sets --train-iters once the global batch size is known.
 absl::Status validate_for_world(Arguments& args, int64_t world_size);

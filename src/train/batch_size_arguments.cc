@@ -3,9 +3,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "train/flag_table.h"
 #include "train/pipeline_arguments.h"
 
 namespace gpt {
+
+using A = Arguments;  // rows are named by field: flag_name(&A::save_interval)
+
 namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
@@ -14,49 +18,57 @@ absl::StatusOr<BatchSizeSchedule> build(const Arguments& a, int64_t global_batch
   if (!a.rampup_batch_size.empty()) {
     int64_t values[3] = {0, 0, 0};
     if (a.rampup_batch_size.size() != 3) {
-      return invalid(absl::StrCat("--rampup-batch-size takes 3 integers (start batch size, increment, ramp-up "
+      return invalid(absl::StrCat(flag_name(&A::rampup_batch_size),
+                                  " takes 3 integers (start batch size, increment, ramp-up "
                                   "samples), got ",
                                   a.rampup_batch_size.size()));
     }
     for (size_t i = 0; i < 3; ++i) {
       if (!absl::SimpleAtoi(a.rampup_batch_size[i], &values[i])) {
-        return invalid(absl::StrCat("--rampup-batch-size: \"", a.rampup_batch_size[i], "\" is not an integer"));
+        return invalid(
+            absl::StrCat(flag_name(&A::rampup_batch_size), ": \"", a.rampup_batch_size[i], "\" is not an integer"));
       }
     }
     return BatchSizeSchedule::ramp_up(values[0], values[1], values[2], global_batch_size);
   }
-  if (a.was_given("--step-batch-size-schedule")) return BatchSizeSchedule::steps(a.step_batch_size_schedule, a.seq_length);
+  if (flag_given(a, &A::step_batch_size_schedule))
+    return BatchSizeSchedule::steps(a.step_batch_size_schedule, a.seq_length);
   return BatchSizeSchedule::constant(global_batch_size);
 }
 
 }  // namespace
 
 absl::Status validate_batch_size_flags(const Arguments& a) {
-  const bool ramp = !a.rampup_batch_size.empty(), steps = a.was_given("--step-batch-size-schedule");
+  const bool ramp = !a.rampup_batch_size.empty(), steps = flag_given(a, &A::step_batch_size_schedule);
   if (ramp && steps) {
-    return invalid("--rampup-batch-size and --step-batch-size-schedule cannot both be given (Megatron's head "
-                   "replaced the first by the second)");
+    return invalid(absl::StrCat(flag_name(&A::rampup_batch_size), " and ", flag_name(&A::step_batch_size_schedule),
+                                " cannot both be given (Megatron's head "
+                                "replaced the first by the second)"));
   }
   // Megatron's validate_args (head): the schedule gives every batch size.
-  if (steps && a.was_given("--global-batch-size")) {
-    return invalid("Cannot specify both --step-batch-size-schedule and --global-batch-size");
+  if (steps && flag_given(a, &A::global_batch_size)) {
+    return invalid(absl::StrCat("Cannot specify both ", flag_name(&A::step_batch_size_schedule), " and ",
+                                flag_name(&A::global_batch_size)));
   }
   // Megatron's validate_args for iteration-based training (until the ramp-up calculator's removal).
-  if (ramp && !a.was_given("--train-samples")) {
-    return invalid("--rampup-batch-size needs --train-samples: expected no batch-size rampup for iteration-based "
-                   "training (--train-iters)");
+  if (ramp && !flag_given(a, &A::train_samples)) {
+    return invalid(absl::StrCat(flag_name(&A::rampup_batch_size), " needs ", flag_name(&A::train_samples),
+                                ": expected no batch-size rampup for iteration-based "
+                                "training (",
+                                flag_name(&A::train_iters), ")"));
   }
   if (!ramp && !steps) return absl::OkStatus();
   if (a.timing_log_level >= 2 && !a.metrics_file.empty() && a.pipeline_model_parallel_size > 1) {
-    return invalid(absl::StrCat(ramp ? "--rampup-batch-size" : "--step-batch-size-schedule",
-                                " with --timing-log-level 2, --metrics-file and pipeline parallelism: the measured "
+    return invalid(absl::StrCat(ramp ? flag_name(&A::rampup_batch_size) : flag_name(&A::step_batch_size_schedule),
+                                " with ", flag_name(&A::timing_log_level), " 2, ", flag_name(&A::metrics_file),
+                                " and pipeline parallelism: the measured "
                                 "pipeline timeline is drawn against one schedule, and a changing batch size changes "
                                 "the schedule"));
   }
   if (steps) return build(a, 0).status();
   // A ramp-up's final size is --global-batch-size, or micro batch x data-parallel size when not
   // given: then its checks wait for the world (batch_size_schedule_for_world).
-  if (a.was_given("--global-batch-size")) return build(a, a.global_batch_size).status();
+  if (flag_given(a, &A::global_batch_size)) return build(a, a.global_batch_size).status();
   return absl::OkStatus();
 }
 

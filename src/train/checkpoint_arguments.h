@@ -8,7 +8,7 @@
 
 namespace gpt {
 
-// Adds the start-up note of a Megatron --ckpt-format to args.notes.
-absl::Status validate_checkpoint_arguments(Arguments& args);
+// (The start-up note of a Megatron --ckpt-format is resolve_defaults'.)
+absl::Status validate_checkpoint_arguments(const Arguments& args);
 
 }  // namespace gpt

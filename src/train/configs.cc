@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/cuda_runtime.h"
 #include "core/memory.h"
+#include "train/flag_enums.h"
 #include "train/model_arguments.h"
 #include "train/pipeline_split.h"
 #include "train/sharding_arguments.h"
@@ -13,57 +14,17 @@
 namespace gpt {
 namespace {
 
-// The enum-valued flags, each read in one place. Validation has accepted only the names below;
-// another name is refused there, so the last choice of each is its remaining name.
-
-PositionEmbedding position_embedding_from(const std::string& type) {  // --position-embedding-type
-  return type == "rope"   ? PositionEmbedding::kRope
-         : type == "none" ? PositionEmbedding::kNone
-                          : PositionEmbedding::kLearnedAbsolute;
-}
-
-Normalization normalization_from(const std::string& name) {  // --normalization
-  return name == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
-}
-
-RecomputeGranularity recompute_granularity_from(const std::string& granularity) {  // --recompute-granularity
-  return granularity == "full"        ? RecomputeGranularity::kFull
-         : granularity == "selective" ? RecomputeGranularity::kSelective
-                                      : RecomputeGranularity::kNone;
-}
-
-RecomputeMethod recompute_method_from(const std::string& method) {  // --recompute-method
-  return method == "block" ? RecomputeMethod::kBlock : RecomputeMethod::kUniform;
-}
-
-// --fp8-format: the format of the backward's gradients (the forward's is always E4M3).
-Fp8Format fp8_backward_format_from(const std::string& format) {
-  return format == "hybrid" ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
-}
-
-Fp8Recipe fp8_recipe_from(const std::string& recipe) {  // --fp8-recipe
-  return recipe == "tensorwise" ? Fp8Recipe::kTensorwise : Fp8Recipe::kDelayed;
-}
-
-// --fp8-amax-compute-algo: the largest amax of the history (max) or the most recent one.
-bool amax_history_max_from(const std::string& algorithm) { return algorithm == "max"; }
-
-LrDecayStyle lr_decay_style_from(const std::string& style) {  // --lr-decay-style
-  return style == "constant" ? LrDecayStyle::kConstant
-         : style == "cosine" ? LrDecayStyle::kCosine
-                             : LrDecayStyle::kLinear;
+bool tied_across_stages(const Arguments& args) {
+  // ZB-V's V puts the first and the last virtual stage on rank 0, which holds one word embedding.
+  return args.pipeline_model_parallel_size > 1 && !args.untie_embeddings_and_output_weights &&
+         pipeline::schedule_placement(pipeline_schedule_kind(args)) == pipeline::Placement::kLoop;
 }
 
 // --attention-backend: cuDNN's fused attention where it applies (auto, flash, fused), or always the
 // exact reference kernel (unfused, local).
-bool fused_attention_from(const std::string& backend) {
-  return backend == "auto" || backend == "flash" || backend == "fused";
-}
-
-ContextCommType context_comm_type_from(const std::string& type) {  // one entry of --cp-comm-type
-  return type == "a2a"       ? ContextCommType::kAllToAll
-         : type == "a2a+p2p" ? ContextCommType::kAllToAllRing
-                             : ContextCommType::kRing;
+bool fused_attention(AttentionBackend backend) {
+  return backend == AttentionBackend::kAuto || backend == AttentionBackend::kFlash ||
+         backend == AttentionBackend::kFused;
 }
 
 }  // namespace
@@ -82,8 +43,8 @@ void set_model_kinds(const Arguments& a, ModelConfig& c) {
   // Validated arguments (validate_model_family and validate_arguments): num_query_groups resolved,
   // names known, recompute granularity and method "" or one of Megatron's names.
   c.num_query_groups = a.num_query_groups;
-  c.position_embedding = position_embedding_from(a.position_embedding_type);
-  c.normalization = normalization_from(a.normalization);
+  c.position_embedding = position_embedding(a);
+  c.normalization = normalization(a);
   c.swiglu = a.swiglu;
   c.add_bias_linear = !a.disable_bias_linear;
   // Megatron's validate_args turns bias_gelu_fusion off without linear biases; unfused, its MLP
@@ -96,9 +57,9 @@ void set_model_kinds(const Arguments& a, ModelConfig& c) {
   c.untie_embeddings_and_output_weights = a.untie_embeddings_and_output_weights;
   c.dtype = a.bf16 ? DType::kBFloat16 : a.fp16 ? DType::kFloat16 : DType::kFloat32;
   c.fp8 = fp8_config_from(a);
-  c.recompute.granularity = recompute_granularity_from(a.recompute_granularity);
+  c.recompute.granularity = recompute_granularity(a);
   if (c.recompute.granularity == RecomputeGranularity::kFull) {
-    c.recompute.method = recompute_method_from(a.recompute_method);
+    c.recompute.method = recompute_method(a);
     c.recompute.num_layers = a.recompute_num_layers;
   }
 }
@@ -131,11 +92,13 @@ Fp8Config fp8_config_from(const Arguments& a) {
   if (a.fp8_format.empty()) return c;
   c.enabled = true;
   c.forward_format = Fp8Format::kE4M3;
-  c.backward_format = fp8_backward_format_from(a.fp8_format);
-  c.recipe = fp8_recipe_from(a.fp8_recipe);
+  // --fp8-format hybrid: E5M2 output gradients in backward; e4m3: E4M3 everywhere.
+  const bool hybrid = parse_flag_enum<Fp8FormatChoice>(a.fp8_format) == Fp8FormatChoice::kHybrid;
+  c.backward_format = hybrid ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+  c.recipe = parse_flag_enum<Fp8Recipe>(a.fp8_recipe).value_or(Fp8Recipe::kDelayed);
   c.margin = static_cast<int>(a.fp8_margin);
   c.amax_history_len = static_cast<int>(a.fp8_amax_history_len);
-  c.amax_history_max = amax_history_max_from(a.fp8_amax_compute_algo);
+  c.amax_history_max = parse_flag_enum<AmaxComputeAlgo>(a.fp8_amax_compute_algo) == AmaxComputeAlgo::kMax;
   c.weight_gradient = !a.no_fp8_wgrad;
   return c;
 }
@@ -150,7 +113,7 @@ LrScheduleConfig lr_schedule_config(const Arguments& a) {
   const int64_t warmup = by_samples ? a.lr_warmup_samples : a.lr_warmup_iters * a.global_batch_size;
   c.warmup_steps = a.lr_warmup_fraction >= 0.0 ? a.lr_warmup_fraction * static_cast<double>(c.decay_steps)
                                                : static_cast<double>(warmup);
-  c.style = lr_decay_style_from(a.lr_decay_style);
+  c.style = lr_decay_style(a);
   return c;
 }
 
@@ -173,7 +136,7 @@ AdamWConfig adamw_config_from(const Arguments& a) {
 }
 
 KernelOptions kernel_options_from(const Arguments& a) {
-  return {.deterministic = a.deterministic_mode, .fused_attention = fused_attention_from(a.attention_backend)};
+  return {.deterministic = a.deterministic_mode, .fused_attention = fused_attention(attention_backend(a))};
 }
 
 PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates,
@@ -210,12 +173,51 @@ ContextParallel context_parallel_from(const Arguments& args, ProcessGrid& grid) 
   ContextParallel context;
   if (grid.shape().context == 1) return context;
   context.group = &grid.context();
-  for (const std::string& type : args.cp_comm_type) context.comm_types.push_back(context_comm_type_from(type));
+  context.comm_types = cp_comm_types(args);
   if (grid.has_context_levels()) {
     context.inner = &grid.context_inner();
     context.outer = &grid.context_outer();
   }
   return context;
 }
+
+ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& shape,
+                                       const GridCoordinates& coordinates) {
+  // Gradients are reduced, and ZeRO shards laid out, over the data x context group (Megatron's
+  // dp-cp group; process_grid.h): its rank is cp + CP * dp. With several distributed-optimizer
+  // instances the shards are laid out over this rank's instance: its consecutive DP x CP / N
+  // members, the rank's place in it (cp + CP * dp) mod that size.
+  const int data_context = shape.data * shape.context;
+  const int instance = static_cast<int>(optimizer_instance_size(args, data_context));
+  ShardPlanConfig config{.tensor_parallel_rank = coordinates.tensor,
+                         .tensor_parallel_size = shape.tensor,
+                         .data_parallel_rank = (coordinates.context + shape.context * coordinates.data) % instance,
+                         .data_parallel_size = instance,
+                         .distributed_optimizer = shards_optimizer(args),
+                         .first_pipeline_stage = coordinates.pipeline == 0};
+  if (args.use_megatron_fsdp || args.use_torch_fsdp2) {
+    // Megatron-FSDP's units on every stage: a layer, the embedding, the output layer, merged up
+    // to --suggested-communication-unit-size (FSDP2: each alone, as fully_shard wraps them).
+    config.unit_buckets = true;
+    config.bucket_size = args.use_torch_fsdp2 ? 0 : args.suggested_communication_unit_size;
+    config.shard_gradients = zero_level(args) >= ZeroLevel::kGradients;
+    config.shard_parameters = zero_level(args) >= ZeroLevel::kParameters;
+  } else if (args.overlap_grad_reduce && coordinates.pipeline == 0) {
+    config.bucket_size = ddp_bucket_elements(args, int64_t{shape.data} * shape.context);
+  }
+  if (tied_across_stages(args)) config.own_bucket.push_back(kWordEmbeddingName);
+  return config;
+}
+
+DataParallelConfig data_parallel_config_from(const Arguments& args) {
+  // FSDP2 prefetches the next unit's all-gather by default (its implicit forward prefetch).
+  const bool prefetch = args.overlap_param_gather || args.use_torch_fsdp2;
+  return {.overlap_grad_reduce = args.overlap_grad_reduce,
+          .overlap_param_gather = prefetch,
+          .tied_across_stages = tied_across_stages(args),
+          .gradient_buffers = args.overlap_grad_reduce || args.fsdp_double_buffer ? 3 : 2,
+          .parameter_buffers = prefetch || args.fsdp_double_buffer ? 3 : 2};
+}
+
 
 }  // namespace gpt

@@ -13,10 +13,12 @@
 #include "model/config.h"
 #include "model/context_parallel.h"
 #include "model/fp8_scaling.h"
+#include "model/shard_plan.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "parallel/process_grid.h"
 #include "train/arguments.h"
+#include "train/data_parallel/config.h"
 #include "train/forward_backward.h"
 
 namespace gpt {
@@ -59,5 +61,15 @@ PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, co
 
 // The context-parallel group and each layer's --cp-comm-type (no group when CP = 1).
 ContextParallel context_parallel_from(const Arguments& args, ProcessGrid& grid);
+
+// The data-parallel configuration of this rank's shard plan (model/shard_plan.h) from the flags:
+// Megatron's buckets (--ddp-bucket-size, default max(4e7, 1e6 x DP) elements, with
+// --overlap-grad-reduce only and on the first pipeline stage only; otherwise one bucket), the
+// distributed optimizer's sharding, the tied word embedding alone when it spans pipeline stages.
+ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& shape,
+                                       const GridCoordinates& coordinates);
+
+// What DataParallel does besides the shard plan's layout.
+DataParallelConfig data_parallel_config_from(const Arguments& args);
 
 }  // namespace gpt

@@ -2,20 +2,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
+#include "train/flag_table.h"
 
 namespace gpt {
 
+using A = Arguments;  // rows are named by field: flag_name(&A::save_interval)
+
 absl::Status check_expert_groups(Arguments& a, int64_t world_size, int64_t dp) {
-  if (!a.was_given("--expert-tensor-parallel-size")) return absl::OkStatus();
+  if (!flag_given(a, &A::expert_tensor_parallel_size)) return absl::OkStatus();
   const int64_t etp = a.expert_tensor_parallel_size;
-  if (etp < 1) return absl::InvalidArgumentError(absl::StrCat("--expert-tensor-parallel-size must be at least 1 (got ", etp, ")"));
+  if (etp < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag_name(&A::expert_tensor_parallel_size), " must be at least 1 (got ", etp, ")"));
   // Megatron's parallel_state.initialize_model_parallel: "world_size is not divisible by
   // expert_tensor_model_pipeline_parallel size" (expert parallelism is 1 here).
   const int64_t expert_model_pipeline = checked_multiply(etp, a.pipeline_model_parallel_size).value_or(0);
   if (expert_model_pipeline == 0 || world_size % expert_model_pipeline != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "world size (", world_size, ") must be divisible by --expert-tensor-parallel-size (", etp,
-        ") x --pipeline-model-parallel-size (", a.pipeline_model_parallel_size, "), as Megatron's expert grid"));
+    return absl::InvalidArgumentError(absl::StrCat("world size (", world_size, ") must be divisible by ",
+                                                   flag_name(&A::expert_tensor_parallel_size), " (", etp, ") x ",
+                                                   flag_name(&A::pipeline_model_parallel_size), " (",
+                                                   a.pipeline_model_parallel_size, "), as Megatron's expert grid"));
   }
   // Its assertion for an order that is not pipeline-last ("When not using pp-last rank ordering, the
   // data parallel size of the attention and moe layers must be the same"). With it, the expert
@@ -24,12 +30,13 @@ absl::Status check_expert_groups(Arguments& a, int64_t world_size, int64_t dp) {
   const int64_t expert_dp = world_size / expert_model_pipeline;
   if (a.use_tp_pp_dp_mapping && a.pipeline_model_parallel_size > 1 && expert_dp != dp) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--expert-tensor-parallel-size ", etp, " with --use-tp-pp-dp-mapping and --pipeline-model-parallel-size ",
-        a.pipeline_model_parallel_size, ": the expert data-parallel size (", expert_dp,
-        ") must equal the data-parallel size (", dp, "), as Megatron requires without the pipeline-last rank order"));
+        flag_name(&A::expert_tensor_parallel_size), " ", etp, " with ", flag_name(&A::use_tp_pp_dp_mapping), " and ",
+        flag_name(&A::pipeline_model_parallel_size), " ", a.pipeline_model_parallel_size,
+        ": the expert data-parallel size (", expert_dp, ") must equal the data-parallel size (", dp,
+        "), as Megatron requires without the pipeline-last rank order"));
   }
   if (etp != a.tensor_model_parallel_size) {
-    a.notes.push_back(absl::StrCat("--expert-tensor-parallel-size ", etp,
+    a.notes.push_back(absl::StrCat(flag_name(&A::expert_tensor_parallel_size), " ", etp,
                                    ": this model has no expert (MoE) layers, so no parameter uses the expert "
                                    "groups (as in Megatron for a dense model); the layout is TP ",
                                    a.tensor_model_parallel_size));

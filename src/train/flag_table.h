@@ -2,9 +2,12 @@
 // sets, its help text, its name and value in Megatron's args namespace, and how it stands to
 // Megatron-LM. Generated from the rows: the CLI11 declarations (declare_flags), the argument dump
 // and the ranks' agreement text (train/argument_table.h), and the flag table behind
-// docs/MEGATRON_FLAGS.md (megatron_flag_table). Adding a flag: a field in Arguments
-// (train/arguments.h) and a row in train/flag_table.cc; its checks, if any, in validate_arguments.
-// A unit test fails when an Arguments field is in no row.
+// docs/MEGATRON_FLAGS.md (megatron_flag_table), and the flag's simple constraints (required,
+// positive, a range, one of a set), which check_flag_constraints checks for every row. Adding a
+// flag: a field in Arguments (train/arguments.h) and a row in one of train/flag_rows_*.cc (its
+// argument group; train/flag_rows.h); checks that involve other flags in validate_arguments. A unit
+// test fails when an Arguments field is in no row. Messages name a flag by its row:
+// flag_name(&Arguments::save_interval) is the flag of the save_interval row, --save-interval.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,8 @@
 #include <variant>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+#include "core/status.h"
 #include "train/arguments.h"
 #include "train/megatron_flags.h"
 
@@ -49,6 +54,24 @@ enum class Nargs {
   kOneOrMore,  // one or more; each occurrence replaces the list (argparse's nargs='*')
 };
 
+// A simple constraint on one flag's value, declared on its row and checked for every row by
+// check_flag_constraints ("--flag must be ... (got V)").
+enum class FlagCheck {
+  kNone,
+  kPositive,     // int: > 0 ("a positive integer"); float: > 0
+  kNonNegative,  // >= 0
+  kRange,        // int in [low, high], a handful of values ("0, 1 or 2")
+  kOneOf,        // str: one of `names` (train/flag_enums.h)
+};
+
+struct FlagConstraint {
+  FlagCheck check = FlagCheck::kNone;
+  bool required = false;       // "missing required flag" when not given; checked before the others
+  bool only_if_given = false;  // the default means "not given" and is not checked
+  int64_t low = 0, high = 0;   // kRange
+  std::span<const std::string_view> names = {};  // kOneOf ("" among them: none is accepted)
+};
+
 struct FlagRow {
   std::string_view flag;            // "--disable-bias-linear"
   ArgumentField field;              // &Arguments::disable_bias_linear
@@ -60,6 +83,7 @@ struct FlagRow {
   std::string_view megatron_note = {};
   Nargs nargs = Nargs::kOne;
   PyValue (*custom)(const Arguments&) = nullptr;  // with PyRule::kCustom
+  FlagConstraint constraint = {};
 
   // Modifiers for the table's rows.
   constexpr FlagRow dest(std::string_view name) const {
@@ -91,11 +115,66 @@ struct FlagRow {
     row.nargs = n;
     return row;
   }
+  // Constraints (check_flag_constraints).
+  constexpr FlagRow required() const {
+    FlagRow row = *this;
+    row.constraint.required = true;
+    return row;
+  }
+  constexpr FlagRow positive() const { return with_check(FlagCheck::kPositive); }
+  constexpr FlagRow positive_if_given() const {
+    FlagRow row = with_check(FlagCheck::kPositive);
+    row.constraint.only_if_given = true;
+    return row;
+  }
+  constexpr FlagRow non_negative() const { return with_check(FlagCheck::kNonNegative); }
+  constexpr FlagRow in_range(int64_t low, int64_t high) const {
+    FlagRow row = with_check(FlagCheck::kRange);
+    row.constraint.low = low;
+    row.constraint.high = high;
+    return row;
+  }
+  constexpr FlagRow one_of(std::span<const std::string_view> names) const {
+    FlagRow row = with_check(FlagCheck::kOneOf);
+    row.constraint.names = names;
+    return row;
+  }
+
+ private:
+  constexpr FlagRow with_check(FlagCheck check) const {
+    FlagRow row = *this;
+    row.constraint.check = check;
+    return row;
+  }
 };
+
+// Whether a row's constraint applies to its field's type (rows are checked at compile time).
+constexpr bool constraint_fits(const FlagRow& r) {
+  const size_t type = r.field.index();  // int64, double, bool, string, list (ArgumentField's order)
+  switch (r.constraint.check) {
+    case FlagCheck::kNone: return !r.constraint.required || type != 2;
+    case FlagCheck::kPositive:
+    case FlagCheck::kNonNegative: return type == 0 || type == 1;
+    case FlagCheck::kRange: return type == 0 && r.constraint.low < r.constraint.high;
+    case FlagCheck::kOneOf: return type == 3 && !r.constraint.names.empty();
+  }
+  return false;
+}
 
 // Every flag pretrain_gpt declares, in --help's order.
 std::span<const FlagRow> flag_rows();
 const FlagRow* find_flag_row(std::string_view flag);
+// The row of an Arguments field (every field but `given` and `notes` has one), and its flag:
+// flag_name(&Arguments::save_interval) is the flag of the save_interval row, --save-interval.
+const FlagRow& flag_row(ArgumentField field);
+absl::string_view flag_name(ArgumentField field);  // absl's, for absl::StrCat
+// Whether the field's flag appeared on the command line.
+bool flag_given(const Arguments& args, ArgumentField field);
+
+// The rows' declared constraints (FlagConstraint): the required flags (given, and within their
+// constraint), in table order; then every other row's constraint.
+absl::Status check_required_flags(const Arguments& args);
+absl::Status check_flag_constraints(const Arguments& args);
 
 // Megatron's dest of a row: "add_bias_linear" for --disable-bias-linear, "num_layers" for --num-layers.
 std::string flag_dest(const FlagRow& row);
@@ -104,10 +183,6 @@ PyValue flag_python_value(const FlagRow& row, const Arguments& args);
 // The row's raw field as the ranks' agreement check and the checkpoints' saved arguments compare
 // it: every digit that matters (1e-3 and 0.001 agree, 1e-3 and 1.0000001e-3 do not), strings quoted.
 std::string flag_canonical_text(const FlagRow& row, const Arguments& args);
-
-// The rows in the order of the agreement text: the order checkpoints have stored it in since they
-// started saving it, then any row added since, in table order.
-std::vector<const FlagRow*> flag_rows_in_agreement_order();
 
 // Declares every row's flag on `app`, bound to `args`. A repeated flag takes its last value
 // (argparse's rule); numbers are strict (train/numeric_flags.h).

@@ -128,7 +128,7 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
   Arguments args;
   if (status.ok()) {
     args = *std::move(parsed);
-    status = validate_arguments(args);
+    status = prepare_arguments(args);
   }
   // Every agreement from here on waits at most --distributed-timeout-minutes (10 until parsed).
   if (status.ok() && args.distributed_timeout_minutes > 0) {

@@ -24,7 +24,7 @@ std::string_view flag_status_name(FlagStatus status);
 
 // A Megatron-LM flag pretrain_gpt refuses without declaring it (it is refused before parsing,
 // with the reason, instead of "unknown option"). The flags it declares carry their status in their
-// row of train/flag_table.cc.
+// row of the flag table (train/flag_rows_*.cc).
 struct RefusedMegatronFlag {
   std::string_view flag;
   std::string_view reason;

@@ -10,9 +10,9 @@
 
 namespace gpt {
 
-// Needs --kv-channels resolved. Fills num_query_groups (the heads without --group-query-attention)
-// and turns --no-position-embedding into --position-embedding-type none where it matters.
-absl::Status validate_model_family(Arguments& args);
+// For resolved arguments (resolve_defaults: --kv-channels, num_query_groups, and
+// --no-position-embedding as --position-embedding-type none).
+absl::Status validate_model_family(const Arguments& args);
 
 // RoPE's rotated dimensions per head: Megatron's int(kv_channels * rotary_percent) (all of them at
 // 1.0).

@@ -5,14 +5,18 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "train/flag_table.h"
 
 namespace gpt {
+
+using A = Arguments;  // rows are named by field: flag_name(&A::save_interval)
+
 namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 // A scale must be a positive FP32 number (Megatron's scaler keeps it in a float32 tensor).
-absl::Status require_positive_fp32(const char* flag, double value) {
+absl::Status require_positive_fp32(absl::string_view flag, double value) {
   if (!std::isfinite(value) || !(value > 0.0)) {
     return invalid(absl::StrCat(flag, " must be positive and finite (got ", value, ")"));
   }
@@ -28,31 +32,39 @@ absl::Status require_positive_fp32(const char* flag, double value) {
 }  // namespace
 
 absl::Status validate_loss_scaling(const Arguments& a) {
-  if (a.fp16 && a.bf16) return invalid("--fp16 and --bf16 are mutually exclusive: choose one");
-  const bool constant = a.was_given("--loss-scale");
+  if (a.fp16 && a.bf16)
+    return invalid(
+        absl::StrCat(flag_name(&A::fp16), " and ", flag_name(&A::bf16), " are mutually exclusive: choose one"));
+  const bool constant = flag_given(a, &A::loss_scale);
   if (constant) {
     if (!a.fp16 && !a.bf16) {
-      return invalid("--loss-scale needs --fp16 or --bf16 (FP32 training has no loss scaler)");
+      return invalid(absl::StrCat(flag_name(&A::loss_scale), " needs ", flag_name(&A::fp16), " or ",
+                                  flag_name(&A::bf16), " (FP32 training has no loss scaler)"));
     }
-    GPT_RETURN_IF_ERROR(require_positive_fp32("--loss-scale", a.loss_scale));
+    GPT_RETURN_IF_ERROR(require_positive_fp32(flag_name(&A::loss_scale), a.loss_scale));
   }
   const bool dynamic = a.fp16 && !constant;
-  for (const char* flag : {"--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis"}) {
-    if (a.was_given(flag) && !dynamic) {
-      return invalid(absl::StrCat(flag, " applies to --fp16's dynamic loss scaler, which this run does not use (",
-                                  !a.fp16 ? "no --fp16" : "--loss-scale fixes the scale", ")"));
+  for (absl::string_view flag : {flag_name(&A::initial_loss_scale), flag_name(&A::min_loss_scale),
+                                 flag_name(&A::loss_scale_window), flag_name(&A::hysteresis)}) {
+    if (a.was_given(std::string(flag)) && !dynamic) {
+      return invalid(absl::StrCat(flag, " applies to ", flag_name(&A::fp16),
+                                  "'s dynamic loss scaler, which this run does not use (",
+                                  !a.fp16 ? absl::StrCat("no ", flag_name(&A::fp16))
+                                          : absl::StrCat(flag_name(&A::loss_scale), " fixes the scale"),
+                                  ")"));
     }
   }
-  GPT_RETURN_IF_ERROR(require_positive_fp32("--initial-loss-scale", a.initial_loss_scale));
-  GPT_RETURN_IF_ERROR(require_positive_fp32("--min-loss-scale", a.min_loss_scale));
+  GPT_RETURN_IF_ERROR(require_positive_fp32(flag_name(&A::initial_loss_scale), a.initial_loss_scale));
+  GPT_RETURN_IF_ERROR(require_positive_fp32(flag_name(&A::min_loss_scale), a.min_loss_scale));
   if (static_cast<float>(a.min_loss_scale) > static_cast<float>(a.initial_loss_scale)) {
-    return invalid(absl::StrCat("--min-loss-scale (", a.min_loss_scale, ") must not exceed --initial-loss-scale (",
-                                a.initial_loss_scale, ")"));
+    return invalid(absl::StrCat(flag_name(&A::min_loss_scale), " (", a.min_loss_scale, ") must not exceed ",
+                                flag_name(&A::initial_loss_scale), " (", a.initial_loss_scale, ")"));
   }
   if (a.loss_scale_window <= 0) {
-    return invalid(absl::StrCat("--loss-scale-window must be positive (got ", a.loss_scale_window, ")"));
+    return invalid(absl::StrCat(flag_name(&A::loss_scale_window), " must be positive (got ", a.loss_scale_window, ")"));
   }
-  if (a.hysteresis <= 0) return invalid(absl::StrCat("--hysteresis must be positive (got ", a.hysteresis, ")"));
+  if (a.hysteresis <= 0)
+    return invalid(absl::StrCat(flag_name(&A::hysteresis), " must be positive (got ", a.hysteresis, ")"));
   return absl::OkStatus();
 }
 

@@ -9,6 +9,6 @@
 namespace gpt {
 
 // validate_arguments' part (the count's upper bound needs the pipeline layout: validate_for_world).
-absl::Status validate_recompute_arguments(Arguments& args);
+absl::Status validate_recompute_arguments(const Arguments& args);
 
 }  // namespace gpt

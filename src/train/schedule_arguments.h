@@ -9,7 +9,7 @@ namespace gpt {
 
 // validate_arguments' part: --train-iters with iteration-based schedule flags, or --train-samples
 // with sample-based ones (a warmup of 0 in the other unit allowed, as Megatron).
-absl::Status validate_schedule_arguments(Arguments& args);
+absl::Status validate_schedule_arguments(const Arguments& args);
 
 
 }  // namespace gpt

@@ -18,10 +18,10 @@
 #include "parallel/comm/mpi_runtime.h"
 #include "train/batch_size_arguments.h"
 #include "train/configs.h"
-#include "train/data_parallel/config_from_arguments.h"
 #include "train/data_parallel/make_data_parallel.h"
 #include "train/data_setup.h"
 #include "train/resilience/fault_injection.h"
+#include "train/flag_enums.h"
 #include "train/fp8_records.h"
 #include "train/memory_plan.h"
 #include "train/report/memory_report.h"
@@ -57,7 +57,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
         "--fp8-format: FP8 GEMMs are emulated on the CPU backend only (--device cpu); the CUDA backend has no FP8 "
         "GEMMs yet");
   }
-  if (args.attention_backend == "fused" && (args.device != "cuda" || !fused_attention_built())) {
+  if (attention_backend(args) == AttentionBackend::kFused && (args.device != "cuda" || !fused_attention_built())) {
     return absl::InvalidArgumentError(args.device != "cuda"
                                           ? "--attention-backend fused needs the GPU (this run uses the CPU backend)"
                                           : "--attention-backend fused: this build has no cuDNN");

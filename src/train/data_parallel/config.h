@@ -1,5 +1,5 @@
 // What the data-parallel strategies (data_parallel/strategy.h) do besides the shard plan's layout:
-// the component's config, built once from the flags (config_from_arguments.h), as Megatron-Core's
+// the component's config, built once from the flags (train/configs.h), as Megatron-Core's
 // DistributedDataParallelConfig. Kept apart so the memory plan can size ZeRO-2/3's working
 // buffers without the strategies.
 #pragma once

@@ -193,7 +193,7 @@ Outcome run_case(const std::vector<std::string>& argv, int64_t world_size, const
   absl::StatusOr<Arguments> parsed = parse_arguments(argv);
   if (!parsed.ok()) return {kParse, std::string(parsed.status().message())};
   Arguments args = *std::move(parsed);
-  absl::Status status = validate_arguments(args);
+  absl::Status status = prepare_arguments(args);
   if (!status.ok()) return {kValidate, std::string(status.message())};
   status = validate_for_world(args, world_size);
   if (!status.ok()) return {kWorld, std::string(status.message())};

@@ -42,7 +42,7 @@ TEST(ArgumentDump, MegatronLayout) {
       "--max-position-embeddings", "32", "--micro-batch-size", "2", "--train-iters", "5", "--lr", "1e-4",
       "--mock-data", "--vocab-size", "512", "--disable-bias-linear", "--swiglu"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  ASSERT_TRUE(validate_arguments(*parsed).ok());
+  ASSERT_TRUE(prepare_arguments(*parsed).ok());
   ASSERT_TRUE(validate_for_world(*parsed, 2).ok());
   const std::string dump = describe_arguments(*parsed, 2);
   EXPECT_EQ(dump.rfind("------------------------ arguments ------------------------\n", 0), 0u);
@@ -110,7 +110,7 @@ std::vector<std::string> pp4_chunks() {
 std::string error_of(const std::vector<std::string>& flags, int64_t world_size = 1) {
   absl::StatusOr<Arguments> parsed = parse_arguments(flags);
   if (!parsed.ok()) return std::string(parsed.status().message());
-  absl::Status status = validate_arguments(*parsed);
+  absl::Status status = prepare_arguments(*parsed);
   if (status.ok()) status = validate_for_world(*parsed, world_size);
   return std::string(status.message());
 }
@@ -119,7 +119,7 @@ TEST(Arguments, DefaultsFollowMegatron) {
   absl::StatusOr<Arguments> parsed = parse_arguments(without(base_flags(), "--global-batch-size"));
   ASSERT_TRUE(parsed.ok());
   Arguments& a = *parsed;
-  ASSERT_TRUE(validate_arguments(a).ok());
+  ASSERT_TRUE(prepare_arguments(a).ok());
   ASSERT_TRUE(validate_for_world(a, 1).ok());
   EXPECT_EQ(a.ffn_hidden_size, 256);
   EXPECT_EQ(a.kv_channels, 16);
@@ -155,7 +155,7 @@ TEST(Arguments, LlamaStyleFlags) {
   absl::StatusOr<Arguments> parsed = parse_arguments(flags);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   Arguments& a = *parsed;
-  ASSERT_TRUE(validate_arguments(a).ok());
+  ASSERT_TRUE(prepare_arguments(a).ok());
   // Megatron's SwiGLU default: int((4h * 2 / 3) / 64) * 64 = int(170.67 / 64) * 64 = 128 for h = 64.
   EXPECT_EQ(a.ffn_hidden_size, 128);
   EXPECT_EQ(a.num_query_groups, 2);
@@ -164,12 +164,12 @@ TEST(Arguments, LlamaStyleFlags) {
   // h = 4096: int(10922.67 / 64) * 64 = 10880 (Llama-2 7B uses 11008, given explicitly).
   parsed = parse_arguments(with(with(flags, "--hidden-size", "4096"), "--num-attention-heads", "32"));
   ASSERT_TRUE(parsed.ok());
-  ASSERT_TRUE(validate_arguments(*parsed).ok());
+  ASSERT_TRUE(prepare_arguments(*parsed).ok());
   EXPECT_EQ(parsed->ffn_hidden_size, 10880);
   // --no-position-embedding turns learned absolute positions off.
   parsed = parse_arguments(with(base_flags(), "--no-position-embedding", ""));
   ASSERT_TRUE(parsed.ok());
-  ASSERT_TRUE(validate_arguments(*parsed).ok());
+  ASSERT_TRUE(prepare_arguments(*parsed).ok());
   EXPECT_EQ(parsed->position_embedding_type, "none");
 }
 
@@ -188,7 +188,7 @@ TEST(Arguments, RecomputeFlags) {
   auto parsed_valid = [](const std::vector<std::string>& flags, int64_t world_size = 1) {
     absl::StatusOr<Arguments> parsed = parse_arguments(flags);
     EXPECT_TRUE(parsed.ok());
-    EXPECT_EQ(validate_arguments(*parsed).message(), "");
+    EXPECT_EQ(prepare_arguments(*parsed).message(), "");
     EXPECT_EQ(validate_for_world(*parsed, world_size).message(), "");
     return *parsed;
   };
@@ -566,7 +566,7 @@ Arguments valid(const std::vector<std::string>& flags) {
   absl::StatusOr<Arguments> parsed = parse_arguments(flags);
   EXPECT_TRUE(parsed.ok()) << parsed.status();
   if (!parsed.ok()) return Arguments{};
-  EXPECT_EQ(std::string(validate_arguments(*parsed).message()), "");
+  EXPECT_EQ(std::string(prepare_arguments(*parsed).message()), "");
   EXPECT_EQ(std::string(validate_for_world(*parsed, 1).message()), "");
   return *parsed;
 }
@@ -801,7 +801,7 @@ TEST(Arguments, SampleBasedTraining) {
   EXPECT_DOUBLE_EQ(c.warmup_steps, 16.0);
   // With more data-parallel ranks the batch is the same, and so is the count.
   a = *parse_arguments(with(flags, "--micro-batch-size", "1"));
-  ASSERT_TRUE(validate_arguments(a).ok());
+  ASSERT_TRUE(prepare_arguments(a).ok());
   ASSERT_TRUE(validate_for_world(a, 4).ok());
   EXPECT_EQ(a.train_iters, 12);
 }
@@ -869,7 +869,7 @@ TEST(Arguments, HierarchicalContextParallelSizesReadMegatronsForms) {
     flags.insert(flags.end(), sizes.begin(), sizes.end());
     absl::StatusOr<Arguments> parsed = parse_arguments(flags);
     ASSERT_TRUE(parsed.ok()) << parsed.status();
-    ASSERT_EQ(validate_arguments(*parsed).message(), "") << sizes.front();
+    ASSERT_EQ(prepare_arguments(*parsed).message(), "") << sizes.front();
     const absl::StatusOr<std::vector<int64_t>> levels = hierarchical_context_parallel_sizes(*parsed);
     ASSERT_TRUE(levels.ok());
     EXPECT_EQ(*levels, (std::vector<int64_t>{2, 2})) << sizes.front();
@@ -883,9 +883,9 @@ TEST(Arguments, HierarchicalContextParallelSizesReadMegatronsForms) {
                 "--attention-backend", "fused"),
            "--bf16", ""));
   ASSERT_TRUE(fused.ok()) << fused.status();
-  EXPECT_NE(validate_arguments(*fused).message().find("--cp-comm-type a2a+p2p runs each ring block with the exact"),
+  EXPECT_NE(prepare_arguments(*fused).message().find("--cp-comm-type a2a+p2p runs each ring block with the exact"),
             std::string::npos)
-      << validate_arguments(*fused).message();
+      << prepare_arguments(*fused).message();
 }
 
 TEST(Arguments, ExpertTensorParallelSizeIsCheckedAsMegatronsExpertGridAndNoted) {
@@ -900,7 +900,7 @@ TEST(Arguments, ExpertTensorParallelSizeIsCheckedAsMegatronsExpertGridAndNoted) 
            "--sequence-parallel", "");
   absl::StatusOr<Arguments> parsed = parse_arguments(flags);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  ASSERT_EQ(validate_arguments(*parsed).message(), "");
+  ASSERT_EQ(prepare_arguments(*parsed).message(), "");
   ASSERT_EQ(validate_for_world(*parsed, 8).message(), "");
   EXPECT_EQ(parsed->expert_tensor_parallel_size, 4);
   ASSERT_FALSE(parsed->notes.empty());
@@ -909,7 +909,7 @@ TEST(Arguments, ExpertTensorParallelSizeIsCheckedAsMegatronsExpertGridAndNoted) 
   // Equal to TP (Megatron's default): nothing to note.
   absl::StatusOr<Arguments> same = parse_arguments(with(base_flags(), "--expert-tensor-parallel-size", "1"));
   ASSERT_TRUE(same.ok());
-  ASSERT_TRUE(validate_arguments(*same).ok());
+  ASSERT_TRUE(prepare_arguments(*same).ok());
   ASSERT_TRUE(validate_for_world(*same, 2).ok());
   EXPECT_TRUE(same->notes.empty());
 }

@@ -6,8 +6,10 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "train/argument_table.h"
 #include "train/arguments.h"
@@ -146,10 +148,11 @@ TEST(FlagTable, EachFlagSetsItsFieldAndReachesTheTables) {
   }
 }
 
-// The argument table (the dump and the agreement text) has one entry per row, in the agreement
-// order, which lists every row once.
+// The argument table (the dump and the agreement text) has one entry per row, in the table's
+// order.
 TEST(FlagTable, ArgumentTableHasEveryRowOnce) {
-  const std::vector<const FlagRow*> ordered = flag_rows_in_agreement_order();
+  std::vector<const FlagRow*> ordered;
+  for (const FlagRow& row : flag_rows()) ordered.push_back(&row);
   ASSERT_EQ(ordered.size(), flag_rows().size());
   EXPECT_EQ(std::set<const FlagRow*>(ordered.begin(), ordered.end()).size(), ordered.size());
   const Arguments defaults;
@@ -187,6 +190,37 @@ TEST(FlagTable, HelpAndMegatronTableListTheRows) {
   size_t lines = 0;
   for (char c : table) lines += c == '\n';
   EXPECT_EQ(lines, flag_rows().size() + undeclared_refused_megatron_flags().size());
+}
+
+// Each row's declared constraint (FlagConstraint) is checked under the row's own flag: the
+// defaults pass, and a value outside the constraint is refused with a message that starts with the
+// flag and says what it must be. flag_name finds the row of a field.
+TEST(FlagTable, RowConstraintsAreCheckedUnderTheirFlag) {
+  const Arguments defaults;
+  EXPECT_EQ(check_flag_constraints(defaults).message(), "");
+  int checked = 0;
+  for (const FlagRow& row : flag_rows()) {
+    EXPECT_EQ(std::string(flag_name(row.field)), std::string(row.flag));
+    if (row.constraint.check == FlagCheck::kNone || row.constraint.required) continue;
+    Arguments a;
+    a.given.insert(std::string(row.flag));
+    std::string expected;
+    if (const auto* text = std::get_if<std::string Arguments::*>(&row.field)) {
+      a.*(*text) = "bogus";
+      expected = "(got bogus)";
+    } else if (const auto* integer = std::get_if<int64_t Arguments::*>(&row.field)) {
+      a.*(*integer) = row.constraint.check == FlagCheck::kRange ? row.constraint.high + 1 : -1;
+      expected = absl::StrCat("(got ", a.*(*integer), ")");
+    } else if (const auto* number = std::get_if<double Arguments::*>(&row.field)) {
+      a.*(*number) = -1.0;
+      expected = "(got -1)";
+    }
+    const std::string message(check_flag_constraints(a).message());
+    EXPECT_EQ(message.rfind(std::string(row.flag) + " must be ", 0), 0u) << row.flag << ": " << message;
+    EXPECT_NE(message.find(expected), std::string::npos) << row.flag << ": " << message;
+    ++checked;
+  }
+  EXPECT_GT(checked, 30);
 }
 
 }  // namespace

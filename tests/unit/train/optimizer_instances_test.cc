@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "train/arguments.h"
-#include "train/data_parallel/config_from_arguments.h"
+#include "train/configs.h"
 #include "train/memory_plan.h"
 
 namespace gpt {
@@ -23,7 +23,7 @@ Arguments validated(int64_t instances, int64_t world, std::vector<std::string> e
   flags.insert(flags.end(), extra.begin(), extra.end());
   absl::StatusOr<Arguments> parsed = parse_arguments(flags);
   EXPECT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(std::string(validate_arguments(*parsed).message()), "");
+  EXPECT_EQ(std::string(prepare_arguments(*parsed).message()), "");
   EXPECT_EQ(std::string(validate_for_world(*parsed, world).message()), "");
   return *parsed;
 }

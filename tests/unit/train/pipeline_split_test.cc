@@ -108,7 +108,7 @@ std::vector<std::string> with_value(std::vector<std::string> flags, const std::s
 std::string error_of(const std::vector<std::string>& flags, int64_t world_size) {
   absl::StatusOr<Arguments> parsed = parse_arguments(flags);
   if (!parsed.ok()) return std::string(parsed.status().message());
-  absl::Status status = validate_arguments(*parsed);
+  absl::Status status = prepare_arguments(*parsed);
   if (status.ok()) status = validate_for_world(*parsed, world_size);
   return std::string(status.message());
 }
@@ -117,7 +117,7 @@ Arguments validated(const MegatronSplit& c) {
   absl::StatusOr<Arguments> parsed = parse_arguments(flags_of(c));
   EXPECT_TRUE(parsed.ok()) << parsed.status();
   if (!parsed.ok()) return Arguments{};
-  EXPECT_EQ(std::string(validate_arguments(*parsed).message()), "");
+  EXPECT_EQ(std::string(prepare_arguments(*parsed).message()), "");
   EXPECT_EQ(std::string(validate_for_world(*parsed, c.pp).message()), "");
   return *parsed;
 }

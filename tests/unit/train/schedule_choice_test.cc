@@ -31,7 +31,7 @@ std::vector<std::string> flags(int pipeline, int layers, int global_batch, const
 Arguments validated(const std::vector<std::string>& f, int64_t world) {
   absl::StatusOr<Arguments> args = parse_arguments(f);
   EXPECT_TRUE(args.ok()) << args.status();
-  EXPECT_TRUE(validate_arguments(*args).ok());
+  EXPECT_TRUE(prepare_arguments(*args).ok());
   const absl::Status status = validate_for_world(*args, world);
   EXPECT_TRUE(status.ok()) << status;
   return *args;
