@@ -7,12 +7,9 @@
 #include "model/attention_block.h"
 #include "model/mlp_block.h"
 #include "model/param_registry.h"
+#include "model/transformer_layer.h"
 
 namespace gpt {
-namespace {
-// --apply-layernorm-1p: the norms scale by 1 + weight (the checkpoint stores the zero-centred weight).
-float gamma_offset(const ModelConfig& c) { return c.layernorm_zero_centered_gamma ? 1.0f : 0.0f; }
-}  // namespace
 
 InferenceModel::Widths InferenceModel::widths(const ModelConfig& c, const TensorSlice& slice) {
   const int64_t tp = slice.size, vocab_local = vocab_rows_per_rank(c.padded_vocab_size, static_cast<int>(tp));
@@ -111,15 +108,9 @@ void InferenceModel::forward_full(std::span<const int32_t> tokens, std::vector<f
   run(std::span<const Segment>(&segment, 1), false, logits);
 }
 
-void InferenceModel::norm(const std::string& name, int64_t width, const Tensor& y, const Tensor& mean,
-                          const Tensor& rstd, const Tensor& x) {
-  const ModelConfig& c = config_;
-  if (c.normalization == Normalization::kRMSNorm) {
-    ops::rmsnorm_forward(ctx_, y, rstd, x, weight(name + ".weight", {width}), c.layernorm_epsilon, gamma_offset(c));
-  } else {
-    ops::layernorm_forward(ctx_, y, mean, rstd, x, weight(name + ".weight", {width}), weight(name + ".bias", {width}),
-                           c.layernorm_epsilon, gamma_offset(c));
-  }
+NormForward InferenceModel::norm(const std::string& name, int64_t width) const {
+  return NormForward::of(config_, weight(name + ".weight", {width}),
+                         config_.has_layernorm_bias() ? weight(name + ".bias", {width}) : Tensor());
 }
 
 std::vector<InferenceModel::Row> InferenceModel::rows_of(std::span<const Segment> segments, bool cached) const {
@@ -178,56 +169,66 @@ void InferenceModel::run(std::span<const Segment> segments, bool cached, std::ve
   head(segments, x, logits);
 }
 
-// The layer's op sequence (model/transformer_layer.h) on the n rows; the scratch keeps its size
-// across the layers.
+// The layer's op sequence (model/transformer_layer.h's layer_forward_up and layer_forward_output)
+// on the n rows, in place on x [n, h]; N1 and N2 share ln, mean and rstd (qkv's GEMM has read N1's
+// output before N2 writes). The scratch keeps its size across the layers.
 void InferenceModel::layer_forward(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows,
                                    bool cached, const Tensor& x) {
   const Widths& w = w_;
-  const int64_t n = static_cast<int64_t>(rows.size()), h = w.h, d = w.d;
+  const int64_t n = static_cast<int64_t>(rows.size()), h = w.h;
   const Tensor ln = scratch(ln_, {n, h}), mean = scratch(mean_, {n}), rstd = scratch(rstd_, {n});
-  const Tensor qkv = scratch(qkv_, {n, w.qkv}), attention = scratch(attention_, {n, w.projection});
-  const Tensor proj = scratch(proj_, {n, h}), residual = scratch(residual_, {n, h});
+  const Tensor residual = scratch(residual_, {n, h});
   const Tensor fc1 = scratch(fc1_, {n, w.fc1}), act = scratch(act_, {n, w.ffn}), mlp = scratch(mlp_, {n, h});
   const std::string p = "decoder.layers." + std::to_string(layer) + ".";
-  norm(p + "input_layernorm", h, ln, mean, rstd, x);
-  ops::matmul(ctx_, qkv, ln, weight(p + "self_attention.linear_qkv.weight", {w.qkv, h}),
-              {.transpose_b = true, .bias = bias(p + "self_attention.linear_qkv.bias", w.qkv)});
-  if (config_.qk_layernorm) {
-    // --qk-layernorm (model/attention_block.h's apply_to_qk_heads, as training): every query head
-    // and every key head of the n rows normalized in place over its d dims before RoPE.
-    const Tensor heads_rows = scratch(qk_rows_, {n * w.heads, d});
-    const Tensor head_mean = scratch(qk_mean_, {n * w.heads}), head_rstd = scratch(qk_rstd_, {n * w.heads});
-    const Tensor keys = heads_rows.flat_range(0, n * w.groups * d).view({n * w.groups, d});
-    apply_to_qk_heads(ctx_, qkv.view({n * w.groups, (w.q + 2) * d}), w.q, d, heads_rows, heads_rows, keys, keys,
-                      [&](bool key, const Tensor& y, const Tensor& rows_of_d) {
-                        const int64_t head_rows = rows_of_d.rows();
-                        norm(p + (key ? "self_attention.k_layernorm" : "self_attention.q_layernorm"), d, y,
-                             head_mean.flat_range(0, head_rows), head_rstd.flat_range(0, head_rows), rows_of_d);
-                      });
-  }
-  attend(layer, segments, rows, cached, qkv, attention);
-  ops::matmul(ctx_, proj, attention, weight(p + "self_attention.linear_proj.weight", {h, w.projection}),
-              {.transpose_b = true});
-  reduce(proj);
-  const Tensor proj_bias = bias(p + "self_attention.linear_proj.bias", h);
-  const float eps = config_.layernorm_epsilon;
-  if (config_.normalization == Normalization::kRMSNorm) {
-    ops::residual_rmsnorm_forward(ctx_, residual, ln, rstd, x, proj, proj_bias,
-                                  weight(p + "pre_mlp_layernorm.weight", {h}), eps, gamma_offset(config_));
-  } else {
-    ops::residual_layernorm_forward(ctx_, residual, ln, mean, rstd, x, proj, proj_bias,
-                                    weight(p + "pre_mlp_layernorm.weight", {h}),
-                                    weight(p + "pre_mlp_layernorm.bias", {h}), eps, gamma_offset(config_));
-  }
   const Tensor fc1_weight = weight(p + "mlp.linear_fc1.weight", {w.fc1, h});
   const Tensor fc1_bias = bias(p + "mlp.linear_fc1.bias", w.fc1);
-  // fc1 and the activation: the MLP block's op sequence (model/mlp_block.h) on this GEMM.
-  mlp_up_forward(ctx_, mlp_activation(config_), fc1, act, [&](const Tensor& out, const Tensor& pre_gelu) {
-    ops::matmul(ctx_, out, ln, fc1_weight, {.transpose_b = true, .bias = fc1_bias, .pre_gelu = pre_gelu});
-  });
+  layer_forward_up(
+      ctx_, norm(p + "input_layernorm", h), norm(p + "pre_mlp_layernorm", h),
+      LayerStream{ln, mean, rstd, residual, ln, mean, rstd}, x,
+      [&](const Tensor& a) { return attention_block(layer, segments, rows, cached, a); },
+      [&](const Tensor& b) {
+        // fc1 and the activation: the MLP block's op sequence (model/mlp_block.h) on this GEMM.
+        mlp_up_forward(ctx_, mlp_activation(config_), fc1, act, [&](const Tensor& out, const Tensor& pre_gelu) {
+          ops::matmul(ctx_, out, b, fc1_weight, {.transpose_b = true, .bias = fc1_bias, .pre_gelu = pre_gelu});
+        });
+      });
+  // fc2, row-parallel: the partial sums reduced before the bias, which the residual add adds.
   ops::matmul(ctx_, mlp, act, weight(p + "mlp.linear_fc2.weight", {h, w.ffn}), {.transpose_b = true});
   reduce(mlp);
-  ops::residual_add(ctx_, x, residual, mlp, bias(p + "mlp.linear_fc2.bias", h));
+  layer_forward_output(ctx_, x, residual, BlockOutput{.delta = mlp, .bias = bias(p + "mlp.linear_fc2.bias", h)});
+}
+
+BlockOutput InferenceModel::attention_block(int64_t layer, std::span<const Segment> segments,
+                                            const std::vector<Row>& rows, bool cached, const Tensor& a) {
+  const Widths& w = w_;
+  const int64_t n = static_cast<int64_t>(rows.size()), h = w.h;
+  const Tensor qkv = scratch(qkv_, {n, w.qkv}), attention = scratch(attention_, {n, w.projection});
+  const Tensor proj = scratch(proj_, {n, h});
+  const std::string p = "decoder.layers." + std::to_string(layer) + ".self_attention.";
+  ops::matmul(ctx_, qkv, a, weight(p + "linear_qkv.weight", {w.qkv, h}),
+              {.transpose_b = true, .bias = bias(p + "linear_qkv.bias", w.qkv)});
+  if (config_.qk_layernorm) qk_norm(p, qkv);
+  attend(layer, segments, rows, cached, qkv, attention);
+  ops::matmul(ctx_, proj, attention, weight(p + "linear_proj.weight", {h, w.projection}), {.transpose_b = true});
+  reduce(proj);
+  return {.delta = proj, .bias = bias(p + "linear_proj.bias", h)};
+}
+
+void InferenceModel::qk_norm(const std::string& prefix, const Tensor& qkv) {
+  // model/attention_block.h's apply_to_qk_heads, as training: every query head and every key head
+  // of the n rows normalized in place over its d dims before RoPE.
+  const Widths& w = w_;
+  const int64_t n = qkv.rows(), d = w.d;
+  const Tensor heads_rows = scratch(qk_rows_, {n * w.heads, d});
+  const Tensor head_mean = scratch(qk_mean_, {n * w.heads}), head_rstd = scratch(qk_rstd_, {n * w.heads});
+  const Tensor keys = heads_rows.flat_range(0, n * w.groups * d).view({n * w.groups, d});
+  apply_to_qk_heads(ctx_, qkv.view({n * w.groups, (w.q + 2) * d}), w.q, d, heads_rows, heads_rows, keys, keys,
+                    [&](bool key, const Tensor& y, const Tensor& rows_of_d) {
+                      const int64_t head_rows = rows_of_d.rows();
+                      norm(prefix + (key ? "k_layernorm" : "q_layernorm"), d)
+                          .forward(ctx_, y, head_mean.flat_range(0, head_rows), head_rstd.flat_range(0, head_rows),
+                                   rows_of_d);
+                    });
 }
 
 void InferenceModel::attend(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows,
@@ -291,7 +292,7 @@ void InferenceModel::head(std::span<const Segment> segments, const Tensor& x, st
                static_cast<size_t>(h) * sizeof(float));
   }
   const Tensor final_ln = scratch(ln_, {m, h});
-  norm("decoder.final_layernorm", h, final_ln, scratch(mean_, {m}), scratch(rstd_, {m}), last);
+  norm("decoder.final_layernorm", h).forward(ctx_, final_ln, scratch(mean_, {m}), scratch(rstd_, {m}), last);
   logits.resize(static_cast<size_t>(m * vocab));
   const std::string head = config_.untie_embeddings_and_output_weights ? "output_layer.weight" : kWordEmbeddingName;
   // This rank's logits [m, vocab_l] (all of them with one rank), on the host.

@@ -2,12 +2,16 @@
 // activations; model/transformer_layer.h's order), FP32 on the host, without stashes, dropout or
 // backward, over a ragged batch: each segment is some new tokens of one sequence, all segments'
 // rows going through the linears together and each segment through the attention core alone.
-// The blocks' op sequences are shared where generation runs them: the MLP block's fc1 and
-// activation (model/mlp_block.h's mlp_up_forward), the q/k norms' per-head step
-// (model/attention_block.h's apply_to_qk_heads), and RoPE is the op set's (one implementation).
-// The norms, the GEMMs of qkv, proj and fc2, and the residual adds are still written here: the
-// blocks are built on ParamStore, Linear and one LayerShapes per chunk, generation on FP32
-// checkpoint tensors and a row count that changes with each call.
+// The blocks' op sequences are shared where generation runs them: the layer's sequence around its
+// blocks (model/transformer_layer.h's layer_forward_up and layer_forward_output: N1, the attention
+// block's output and bias fused into N2, the MLP's up half, the output residual add), every norm's
+// forward (model/norm.h's NormForward, as training's Norm), the MLP block's fc1 and activation
+// (model/mlp_block.h's mlp_up_forward), the q/k norms' per-head step (model/attention_block.h's
+// apply_to_qk_heads), and RoPE is the op set's (one implementation). The GEMMs of qkv, proj, fc1
+// and fc2 with their tensor-parallel reductions, and the per-segment RoPE and attention core, are
+// still written here: the blocks' Linear modules are built on ParamStore (FP8, sequence
+// parallelism, deferred weight gradients) and one LayerShapes per chunk, generation runs on FP32
+// checkpoint tensors, a row count that changes with each call and a KV cache per sequence.
 //
 //   forward_cached: every segment's tokens appended to its sequence's KV cache at positions
 //     length .. length + s - 1 (RoPE angles and learned positions continue there: the op from the
@@ -39,6 +43,8 @@
 #include "generate/kv_cache_attention.h"
 #include "generate/tensor_slice.h"
 #include "model/config.h"
+#include "model/layer_block.h"
+#include "model/norm.h"
 #include "parallel/comm/communicator.h"
 
 namespace gpt {
@@ -83,14 +89,20 @@ class InferenceModel {
   // One layer on x [n, h], in place.
   void layer_forward(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows, bool cached,
                      const Tensor& x);
+  // The attention block on a [n, h] (N1's output): qkv, the q/k norms, attend, proj reduced over
+  // the group; proj's bias handed back for the layer's fused residual norm.
+  BlockOutput attention_block(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows,
+                              bool cached, const Tensor& a);
+  // --qk-layernorm: the norms `prefix` + q_layernorm / k_layernorm over qkv [n, qkv_l]'s heads, in place.
+  void qk_norm(const std::string& prefix, const Tensor& qkv);
   // qkv [n, qkv_l] -> attention [n, heads_l d], one segment at a time (RoPE first).
   void attend(int64_t layer, std::span<const Segment> segments, const std::vector<Row>& rows, bool cached,
               const Tensor& qkv, const Tensor& attention);
   // Logits [segments, padded_vocab] of each segment's last row of x [n, h].
   void head(std::span<const Segment> segments, const Tensor& x, std::vector<float>& logits);
-  // The norm `name` (LayerNorm or RMSNorm as configured) over rows of `width`: y = norm(x).
-  void norm(const std::string& name, int64_t width, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-            const Tensor& x);
+  // The norm `name` (LayerNorm or RMSNorm as configured) over rows of `width`: model/norm.h's
+  // forward (training's Norm) on this model's parameters.
+  NormForward norm(const std::string& name, int64_t width) const;
   // Sums a row-parallel GEMM's partial result over the tensor-parallel group (in place).
   void reduce(const Tensor& partial);
   const float* param(const std::string& name) const;

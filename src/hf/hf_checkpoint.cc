@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_files.h"
 #include "generate/checkpoint_model.h"
+#include "hf/json_config.h"
 #include "hf/safetensors.h"
 #include "model/param_registry.h"
 
@@ -174,90 +175,6 @@ std::string config_json(const ModelConfig& c, HfFamily family, const SpecialToke
   }
   return o.str();
 }
-
-// A parsed config.json with typed look-ups whose errors name the file and the field.
-class JsonConfig {
- public:
-  static absl::StatusOr<JsonConfig> read(const std::string& path) {
-    JsonConfig config;
-    config.path_ = path;
-    simdjson::padded_string text;
-    if (simdjson::padded_string::load(path).get(text) != simdjson::SUCCESS) {
-      return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
-    }
-    config.parser_ = std::make_unique<simdjson::dom::parser>();
-    if (config.parser_->parse(text).get(config.root_) != simdjson::SUCCESS || !config.root_.is_object()) {
-      return absl::DataLossError(absl::StrCat(path, ": not a JSON object"));
-    }
-    return config;
-  }
-  bool has(const char* key) const {
-    simdjson::dom::element e;
-    return root_[key].get(e) == simdjson::SUCCESS && !e.is_null();
-  }
-  absl::StatusOr<int64_t> integer(const char* key, std::optional<int64_t> fallback = std::nullopt) const {
-    if (!has(key)) {
-      if (fallback) return *fallback;
-      return absl::DataLossError(absl::StrCat(path_, ": no \"", key, "\""));
-    }
-    int64_t v = 0;
-    if (root_[key].get_int64().get(v) != simdjson::SUCCESS || v < 0) {
-      return absl::DataLossError(absl::StrCat(path_, ": \"", key, "\" is not a non-negative integer"));
-    }
-    return v;
-  }
-  absl::StatusOr<double> number(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
-    double v = 0;
-    if (root_[key].get_double().get(v) != simdjson::SUCCESS) {
-      int64_t i = 0;
-      if (root_[key].get_int64().get(i) != simdjson::SUCCESS) {
-        return absl::DataLossError(absl::StrCat(path_, ": \"", key, "\" is not a number"));
-      }
-      v = static_cast<double>(i);
-    }
-    return v;
-  }
-  absl::StatusOr<bool> boolean(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    bool v = false;
-    if (root_[key].get_bool().get(v) != simdjson::SUCCESS) {
-      return absl::DataLossError(absl::StrCat(path_, ": \"", key, "\" is not true or false"));
-    }
-    return v;
-  }
-  // An integer or a list of integers (HF's eos_token_id may be either); empty when absent or null.
-  absl::StatusOr<std::vector<int64_t>> integers(const char* key) const {
-    std::vector<int64_t> values;
-    if (!has(key)) return values;
-    int64_t v = 0;
-    if (root_[key].get_int64().get(v) == simdjson::SUCCESS) {
-      values.push_back(v);
-      return values;
-    }
-    simdjson::dom::array list;
-    bool ok = root_[key].get_array().get(list) == simdjson::SUCCESS;
-    for (simdjson::dom::element e : list) {
-      if (!ok || e.get_int64().get(v) != simdjson::SUCCESS) break;
-      values.push_back(v);
-    }
-    if (!ok || values.size() != list.size()) {
-      return absl::DataLossError(absl::StrCat(path_, ": \"", key, "\" is neither an integer nor a list of integers"));
-    }
-    return values;
-  }
-  std::string text(const char* key, const std::string& fallback) const {
-    std::string_view v;
-    if (root_[key].get_string().get(v) != simdjson::SUCCESS) return fallback;
-    return std::string(v);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  std::unique_ptr<simdjson::dom::parser> parser_;
-  simdjson::dom::element root_;
-};
 
 absl::Status refuse(const std::string& path, const std::string& why) {
   return absl::FailedPreconditionError(absl::StrCat(path, ": ", why, " does not map to this program's models"));
@@ -537,46 +454,48 @@ absl::Status hf_export(const std::string& checkpoint, const std::string& output_
   return absl::OkStatus();
 }
 
-absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, const HfImportOptions& options) {
-  std::error_code error;
-  if (!fs::is_directory(hf_dir, error)) return absl::NotFoundError(absl::StrCat(hf_dir, ": no such directory"));
-  if (is_nonempty_directory(save_dir)) {
-    return absl::AlreadyExistsError(absl::StrCat(save_dir, " exists and is not empty: import writes a new save directory"));
-  }
-  if (options.make_vocab_size_divisible_by < 1 || options.tensor_parallel < 1) {
-    return absl::InvalidArgumentError("--make-vocab-size-divisible-by and --tensor-model-parallel-size must be >= 1");
-  }
-  GPT_ASSIGN_OR_RETURN(const JsonConfig json, JsonConfig::read((fs::path(hf_dir) / "config.json").string()));
-  GPT_ASSIGN_OR_RETURN(const auto parsed, model_from_config(json, options));
-  const auto& [c, family] = parsed;
-  GPT_ASSIGN_OR_RETURN(const SpecialTokens special, special_tokens(hf_dir, json, c.vocab_size));
-  const std::vector<HfMapping> mappings = hf_mappings(c, family);
+namespace {
 
-  // The safetensors files: the index's weight map, or model.safetensors.
-  std::map<std::string, std::string> file_of;  // tensor -> file name
+// The safetensors files of a Hugging Face directory: the index's weight map (tensor -> file
+// name) and its distinct files, or model.safetensors alone (an empty map).
+struct SafetensorsLayout {
+  std::map<std::string, std::string> file_of;
   std::vector<std::string> files;
+};
+
+absl::StatusOr<SafetensorsLayout> safetensors_layout(const std::string& hf_dir) {
+  SafetensorsLayout layout;
+  std::error_code error;
   const fs::path index = fs::path(hf_dir) / "model.safetensors.index.json";
-  if (fs::exists(index, error)) {
-    simdjson::dom::parser parser;
-    simdjson::padded_string text;
-    simdjson::dom::object map;
-    if (simdjson::padded_string::load(index.string()).get(text) != simdjson::SUCCESS ||
-        parser.parse(text)["weight_map"].get_object().get(map) != simdjson::SUCCESS) {
-      return absl::DataLossError(absl::StrCat(index.string(), ": no \"weight_map\" object"));
-    }
-    std::set<std::string> distinct;
-    for (const simdjson::dom::key_value_pair entry : map) {
-      std::string_view file;
-      if (entry.value.get_string().get(file) != simdjson::SUCCESS || file.find('/') != std::string_view::npos) {
-        return absl::DataLossError(absl::StrCat(index.string(), ": tensor '", std::string(entry.key), "' maps to no plain file name"));
-      }
-      file_of[std::string(entry.key)] = std::string(file);
-      distinct.insert(std::string(file));
-    }
-    files.assign(distinct.begin(), distinct.end());
-  } else {
-    files.push_back("model.safetensors");
+  if (!fs::exists(index, error)) {
+    layout.files.push_back("model.safetensors");
+    return layout;
   }
+  simdjson::dom::parser parser;
+  simdjson::padded_string text;
+  simdjson::dom::object map;
+  if (simdjson::padded_string::load(index.string()).get(text) != simdjson::SUCCESS ||
+      parser.parse(text)["weight_map"].get_object().get(map) != simdjson::SUCCESS) {
+    return absl::DataLossError(absl::StrCat(index.string(), ": no \"weight_map\" object"));
+  }
+  std::set<std::string> distinct;
+  for (const simdjson::dom::key_value_pair entry : map) {
+    std::string_view file;
+    if (entry.value.get_string().get(file) != simdjson::SUCCESS || file.find('/') != std::string_view::npos) {
+      return absl::DataLossError(absl::StrCat(index.string(), ": tensor '", std::string(entry.key), "' maps to no plain file name"));
+    }
+    layout.file_of[std::string(entry.key)] = std::string(file);
+    distinct.insert(std::string(file));
+  }
+  layout.files.assign(distinct.begin(), distinct.end());
+  return layout;
+}
+
+// Our parameters (global name -> FP32 values) from the directory's tensors, each present with its
+// shape and nothing else but known buffers; the vocabulary's padding rows stay 0.
+absl::StatusOr<std::map<std::string, std::vector<float>>> read_hf_tensors(
+    const std::string& hf_dir, const SafetensorsLayout& layout, const JsonConfig& json, const ModelConfig& c,
+    HfFamily family, const std::vector<HfMapping>& mappings) {
   std::map<std::string, SafetensorsFile> opened;
   std::map<std::string, std::pair<const SafetensorsFile*, std::string>> found;  // canonical name -> file, stored name
   // GPT-2 checkpoints on the Hub often lack the "transformer." prefix.
@@ -586,11 +505,11 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
     }
     return name;
   };
-  for (const std::string& file : files) {
+  for (const std::string& file : layout.files) {
     GPT_ASSIGN_OR_RETURN(SafetensorsFile st, SafetensorsFile::open((fs::path(hf_dir) / file).string()));
     const SafetensorsFile& kept = opened.emplace(file, std::move(st)).first->second;
     for (const auto& [name, entry] : kept.entries()) {
-      if (!file_of.empty() && file_of.count(name) && file_of.at(name) != file) continue;
+      if (!layout.file_of.empty() && layout.file_of.count(name) && layout.file_of.at(name) != file) continue;
       found[canonical(name)] = {&kept, name};
     }
   }
@@ -628,8 +547,15 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
     std::vector<float>& target = ours.at(m.ours);
     for (int64_t e = 0; e < static_cast<int64_t>(values.size()); ++e) target[m.source(e)] = values[e];
   }
+  return ours;
+}
 
-  // Write the checkpoint: iter_0000000.tmp, its shard and index, renamed, then the tracker.
+// Writes `ours` as iteration 0 of save_dir: iter_0000000.tmp, its shard and index, renamed, then
+// the tracker; on failure removes what it made. Returns the iteration directory.
+absl::StatusOr<std::string> write_imported_checkpoint(const std::string& save_dir, const ModelConfig& c,
+                                                      const std::map<std::string, std::vector<float>>& ours,
+                                                      const std::string& arguments) {
+  std::error_code error;
   const bool created = !fs::exists(save_dir, error);
   const std::string temporary = (fs::path(save_dir) / (iteration_directory_name(0) + ".tmp")).string();
   fs::create_directories(temporary, error);
@@ -666,7 +592,7 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
   metadata.iteration = 0;
   metadata.seed = 1234;
   metadata.params_dtype = "float32";
-  metadata.arguments = import_arguments(c, family, options, special);
+  metadata.arguments = arguments;
   status = write_index(temporary, {shard}, metadata);
   if (!status.ok()) return fail(status);
   const std::string final_directory = (fs::path(save_dir) / iteration_directory_name(0)).string();
@@ -675,6 +601,30 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
   status = fsync_directory(save_dir);
   if (status.ok()) status = write_tracker(save_dir, 0);
   if (!status.ok()) return fail(status);
+  return final_directory;
+}
+
+}  // namespace
+
+absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, const HfImportOptions& options) {
+  std::error_code error;
+  if (!fs::is_directory(hf_dir, error)) return absl::NotFoundError(absl::StrCat(hf_dir, ": no such directory"));
+  if (is_nonempty_directory(save_dir)) {
+    return absl::AlreadyExistsError(absl::StrCat(save_dir, " exists and is not empty: import writes a new save directory"));
+  }
+  if (options.make_vocab_size_divisible_by < 1 || options.tensor_parallel < 1) {
+    return absl::InvalidArgumentError("--make-vocab-size-divisible-by and --tensor-model-parallel-size must be >= 1");
+  }
+  GPT_ASSIGN_OR_RETURN(const JsonConfig json, JsonConfig::read((fs::path(hf_dir) / "config.json").string()));
+  GPT_ASSIGN_OR_RETURN(const auto parsed, model_from_config(json, options));
+  const auto& [c, family] = parsed;
+  GPT_ASSIGN_OR_RETURN(const SpecialTokens special, special_tokens(hf_dir, json, c.vocab_size));
+  const std::vector<HfMapping> mappings = hf_mappings(c, family);
+  GPT_ASSIGN_OR_RETURN(const SafetensorsLayout layout, safetensors_layout(hf_dir));
+  GPT_ASSIGN_OR_RETURN(const auto ours, read_hf_tensors(hf_dir, layout, json, c, family, mappings));
+  GPT_ASSIGN_OR_RETURN(const std::string final_directory,
+                       write_imported_checkpoint(save_dir, c, ours, import_arguments(c, family, options, special)));
+  const std::vector<std::string>& files = layout.files;
   std::printf("imported %s (%s, %zu tensors, %zu safetensors file%s) into %s: %lld layers, hidden %lld, heads %lld, "
               "groups %lld, vocabulary %lld padded to %lld; load with --load %s --finetune\n",
               hf_dir.c_str(), family == HfFamily::kGpt2 ? "gpt2" : "llama", mappings.size(), files.size(),

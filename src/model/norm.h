@@ -12,6 +12,23 @@
 
 namespace gpt {
 
+// The norm's forward on given parameter tensors: weight [width], bias [width] (LayerNorm only,
+// undefined for RMSNorm). The one op sequence of Norm (on its ParamStore parameters) and of
+// generation (generate/inference_model.cc, on checkpoint tensors).
+struct NormForward {
+  Normalization kind = Normalization::kLayerNorm;
+  float epsilon = 0.0f;
+  float weight_offset = 0.0f;  // 1 with a zero-centred weight, else 0
+  Tensor weight, bias;
+
+  // The configuration's norm over these parameters (`bias` ignored unless it has LayerNorm biases).
+  static NormForward of(const ModelConfig& config, const Tensor& weight, const Tensor& bias);
+  void forward(Context& ctx, const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x) const;
+  // residual = x + delta (+ delta_bias when defined); y = norm(residual).
+  void residual_forward(Context& ctx, const Tensor& residual, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                        const Tensor& x, const Tensor& delta, const Tensor& delta_bias) const;
+};
+
 class Norm {
  public:
   // `prefix` names the parameters: prefix + ".weight" (and ".bias" for LayerNorm).
@@ -26,6 +43,8 @@ class Norm {
                 const Tensor& rstd) const;
 
  private:
+  NormForward forward_op() const;
+
   Normalization kind_;
   float epsilon_;
   Param& weight_;

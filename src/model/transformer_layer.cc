@@ -74,19 +74,21 @@ Tensor TransformerLayer::recompute(Context& ctx, int slot, const Tensor& input) 
   return shared_->output;
 }
 
+void layer_forward_output(Context& ctx, const Tensor& output, const Tensor& residual, const BlockOutput& mlp) {
+  ops::residual_add(ctx, output, residual, mlp.delta, mlp.bias);
+}
+
 void TransformerLayer::forward_until_mlp_activation(Context& ctx, int slot, LayerActivations& a,
                                                     const Tensor& input) {
   a.input = input;
-  norm1_.forward(ctx, a.ln1, a.ln1_mean, a.ln1_rstd, input);
-  // The attention residual (and its bias, unless dropout added it) fused into the second norm.
-  const BlockOutput attention = attention_.forward(ctx, slot, a.attention, a.ln1);
-  norm2_.residual_forward(ctx, a.residual, a.ln2, a.ln2_mean, a.ln2_rstd, input, attention.delta, attention.bias);
-  mlp_->forward_up(ctx, slot, a.mlp, a.ln2);
+  layer_forward_up(
+      ctx, norm1_, norm2_, LayerStream{a.ln1, a.ln1_mean, a.ln1_rstd, a.residual, a.ln2, a.ln2_mean, a.ln2_rstd},
+      input, [&](const Tensor& ln1) { return attention_.forward(ctx, slot, a.attention, ln1); },
+      [&](const Tensor& ln2) { mlp_->forward_up(ctx, slot, a.mlp, ln2); });
 }
 
 void TransformerLayer::forward_mlp_output(Context& ctx, int slot, const LayerActivations& a, const Tensor& output) {
-  const BlockOutput mlp = mlp_->forward_down(ctx, slot, a.mlp);
-  ops::residual_add(ctx, output, a.residual, mlp.delta, mlp.bias);
+  layer_forward_output(ctx, output, a.residual, mlp_->forward_down(ctx, slot, a.mlp));
 }
 
 Tensor TransformerLayer::backward(Context& ctx, int slot, const Tensor& grad_output, const Tensor& grad_input,

@@ -43,6 +43,32 @@
 
 namespace gpt {
 
+// The tensors of the layer's norms and residual stream in one forward: N1's output and statistics,
+// the residual stream after the attention block (x2) and N2's output and statistics; [rows, h],
+// the statistics [rows] float32.
+struct LayerStream {
+  Tensor ln1, ln1_mean, ln1_rstd;
+  Tensor residual, ln2, ln2_mean, ln2_rstd;
+};
+
+// The layer's forward around its blocks, the one op sequence of TransformerLayer and of generation
+// (generate/inference_model.cc, on checkpoint tensors), up to the MLP block's activation:
+//   a = N1(x);  x2 = x + attention(a), fused into b = N2(x2);  mlp_up(b)
+// `attention(a)` runs the attention block and returns its BlockOutput (the bias, when handed back,
+// added with it); `mlp_up(b)` runs the MLP block up to its activation. NormT: Norm or NormForward.
+template <typename NormT, typename Attention, typename MlpUp>
+void layer_forward_up(Context& ctx, const NormT& norm1, const NormT& norm2, const LayerStream& t, const Tensor& x,
+                      Attention&& attention, MlpUp&& mlp_up) {
+  norm1.forward(ctx, t.ln1, t.ln1_mean, t.ln1_rstd, x);
+  // The attention residual (and its bias, unless dropout added it) fused into the second norm.
+  const BlockOutput attended = attention(t.ln1);
+  norm2.residual_forward(ctx, t.residual, t.ln2, t.ln2_mean, t.ln2_rstd, x, attended.delta, attended.bias);
+  mlp_up(t.ln2);
+}
+
+// The layer's output: y = x2 + the MLP block's output (and its bias, unless dropout added it).
+void layer_forward_output(Context& ctx, const Tensor& output, const Tensor& residual, const BlockOutput& mlp);
+
 class TransformerLayer {
  public:
   // `layer` is the global layer number, `index_in_chunk` its place in the chunk's recompute plan,

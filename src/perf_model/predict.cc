@@ -69,6 +69,277 @@ double data_parallel_buckets(const Arguments& a, double parameters, double units
   return buckets + (tied_across_stages ? 1.0 : 0.0);
 }
 
+// The shape of one rank's ops for their costs (compute_cost.h).
+RankShape rank_shape(const Prediction& p, bool all_to_all, int64_t world_size, const Cluster& cluster,
+                     const RunOptions& options) {
+  RankShape shape;
+  shape.tensor_parallel = p.tensor;
+  shape.sequence_parallel = p.sequence_parallel;
+  shape.micro_batch = p.micro_batch;
+  shape.tp_comm_overlap = options.tp_comm_overlap;
+  shape.tensor_link = group_link(cluster, 1, static_cast<int>(p.tensor));
+  shape.context_parallel = p.context;
+  shape.context_all_to_all = all_to_all;
+  shape.context_link = group_link(cluster, static_cast<int>(p.tensor), static_cast<int>(p.context));
+  // This trainer and Megatron both gather the sequence-parallel norm outputs again in backward.
+  shape.regather_sequence_parallel_input = true;
+  const int64_t ranks_per_node = std::min<int64_t>(world_size, cluster.gpus_per_node);
+  shape.compute_stretch =
+      std::max(1.0, static_cast<double>(ranks_per_node) / static_cast<double>(cluster.compute_slots_per_node));
+  return shape;
+}
+
+// A rank's costs per microbatch besides its layers' (Prediction::layer): the embedding's and the
+// LM head's passes, and a chunk's recompute.
+struct RankPasses {
+  PassCost embed_f, embed_b, head_f, head_b;
+  int64_t chunk_layers = 0;     // layers per virtual stage
+  double recomputed = 0;        // of them, fully recomputed in backward
+  double chunk_recompute = 0;   // a chunk's recompute time (full or selective)
+  double chunk_first_wait = 0;  // ZeRO-3: the gather a chunk's first layer waits for
+};
+
+// p.layer and the rest of a rank's passes, costed on `local_config` (the rank's S / CP rows).
+RankPasses rank_passes(const Arguments& a, const ModelConfig& config, const ModelConfig& local_config,
+                       const RankShape& shape, const Cluster& cluster, Prediction& p) {
+  RankPasses r;
+  p.layer = layer_cost(local_config, shape, cluster);
+  r.embed_f = embedding_forward(local_config, shape, cluster);
+  r.embed_b = embedding_backward(local_config, shape, cluster);
+  r.head_f = head_forward(local_config, shape, cluster), r.head_b = head_backward(local_config, shape, cluster);
+  r.chunk_layers = a.num_layers / (p.pipeline * p.virtual_stages);
+  r.recomputed = static_cast<double>(fully_recomputed_layers(config, r.chunk_layers));
+  const double selective = config.recompute.granularity == RecomputeGranularity::kSelective ? 1.0 : 0.0;
+  r.chunk_recompute = r.recomputed * p.layer.recompute_full +
+                      selective * static_cast<double>(r.chunk_layers) * p.layer.recompute_selective;
+  return r;
+}
+
+// ZeRO-3: every unit's gathers and reduce-scatter, per microbatch, inside its passes (their
+// exposed parts into p.layer's and r's passes, their traffic into p.zero3_traffic_time).
+void shard_units(const ModelConfig& config, const ModelConfig& local_config, const RankShape& shape,
+                 const Cluster& cluster, const RunOptions& options, const UnitShardingInput& sharding,
+                 RankPasses& r, Prediction& p) {
+  const auto add_calls = [&](PassCost& pass, double calls) {
+    pass.collective_calls += calls;
+    pass.overhead += calls * cluster.collective_overhead * shape.compute_stretch;
+  };
+  // A unit: this trainer's (or Megatron-FSDP's) one gather of the whole unit, or DeepSpeed's
+  // 2021 ZeRO-3 per tensor (deepspeed_unit_sharding). Its exposed parts go into its passes.
+  const bool deepspeed = options.implementation == Implementation::kDeepSpeed;
+  const auto shard = [&](const std::vector<double>& tensors, PassCost& forward, PassCost& backward,
+                         double backward_compute, bool recomputed) {
+    double forward_calls = 1, backward_calls = 2, elements = 0;
+    for (double t : tensors) elements += t;
+    const UnitSharding unit =
+        deepspeed ? deepspeed_unit_sharding(tensors, forward.total(), backward_compute, recomputed, sharding,
+                                            forward_calls, backward_calls)
+                  : unit_sharding(elements, forward.total(), backward_compute, sharding);
+    forward.dp_comm = unit.forward_exposed;
+    backward.dp_comm = unit.backward_exposed;
+    add_calls(forward, forward_calls);
+    add_calls(backward, backward_calls);
+    return unit;
+  };
+  const std::vector<double> layer_tensors = layer_parameter_tensors(local_config, layer_ops(local_config, shape));
+  const UnitSharding layer = shard(layer_tensors, p.layer.forward, p.layer.backward,
+                                   p.layer.backward.total() + r.chunk_recompute / r.chunk_layers, r.recomputed > 0);
+  r.chunk_first_wait = layer.first_unit_wait;
+  const double h = static_cast<double>(config.hidden_size), vocab = static_cast<double>(config.padded_vocab_size);
+  const double tp = static_cast<double>(p.tensor);
+  std::vector<double> embedding_tensors = {vocab / tp * h};
+  if (config.position_embedding == PositionEmbedding::kLearnedAbsolute) {
+    embedding_tensors.push_back(static_cast<double>(config.max_position_embeddings) * h);
+  }
+  const UnitSharding embedding = shard(embedding_tensors, r.embed_f, r.embed_b, r.embed_b.total(), false);
+  r.embed_f.dp_comm += embedding.first_unit_wait;
+  const bool separate_head = config.untie_embeddings_and_output_weights || p.pipeline > 1;
+  std::vector<double> head_tensors = {h, h};  // the final norm
+  if (separate_head) head_tensors.push_back(vocab / tp * h);
+  const UnitSharding head = shard(head_tensors, r.head_f, r.head_b, r.head_b.total(), false);
+  // The traffic of every unit of the rank, per iteration.
+  const double rank_chunks = static_cast<double>(p.virtual_stages);
+  p.zero3_traffic_time = static_cast<double>(p.microbatches) *
+                         (rank_chunks * static_cast<double>(r.chunk_layers) * layer.traffic + embedding.traffic +
+                          head.traffic);
+}
+
+// Every microbatch's forward and backward through the schedule `kind`: p's pipeline and compute
+// times and their parts.
+absl::Status time_pipeline(const Arguments& a, const ModelConfig& config, const ModelConfig& local_config,
+                           const RankShape& shape, const Cluster& cluster, pipeline::ScheduleKind kind,
+                           const Link& pipe_link, const RankPasses& r, Prediction& p) {
+  const int pp = static_cast<int>(p.pipeline), v = static_cast<int>(p.virtual_stages);
+  const int m = static_cast<int>(p.microbatches);
+  const int64_t chunk_layers = r.chunk_layers;
+  // The host's work per chunk pass (a microbatch's forward, or its backward: the schedule's step,
+  // the data feed, the stage's set-up), besides its ops'.
+  const double pass_overhead = cluster.microbatch_overhead * shape.compute_stretch;
+  const double chunk_forward =
+      static_cast<double>(chunk_layers) * p.layer.forward.total() + r.chunk_first_wait + pass_overhead;
+  const double chunk_backward =
+      static_cast<double>(chunk_layers) * p.layer.backward.total() + r.chunk_recompute + pass_overhead;
+
+  // Pipeline: per (rank, chunk) costs through the trainer's schedule.
+  const double activation_bytes = static_cast<double>(local_config.seq_length * p.micro_batch * config.hidden_size) *
+                                  (a.bf16 || a.fp16 ? 2.0 : 4.0) / (p.sequence_parallel ? static_cast<double>(p.tensor) : 1.0);
+  p.p2p_time = pp > 1 ? p2p_time(activation_bytes, pipe_link) : 0.0;
+  double busiest = 0;
+  if (pp == 1) {
+    const double forward = chunk_forward + r.embed_f.total() + r.head_f.total();
+    const double backward = chunk_backward + r.embed_b.total() + r.head_b.total();
+    busiest = m * (forward + backward);
+    p.pipeline_time = busiest;
+  } else {
+    // Per virtual stage: its layers, the embedding on the first and the head on the last. Of a
+    // backward, W is the weight-gradient GEMMs (layer_ops' weight_gradient ops) and the embedding's
+    // gradient; B the rest (input-gradient GEMMs, attention, element-wise, recompute).
+    StageCosts stages;
+    const double chunk_weight = static_cast<double>(chunk_layers) * p.layer.weight_gradient_gemm;
+    for (int k = 0; k < pp * v; ++k) {
+      const bool first = k == 0, last = k == pp * v - 1;
+      const double weight = chunk_weight + (first ? r.embed_b.total() : 0.0) + (last ? r.head_b.gemm / 2 : 0.0);
+      const double backward = chunk_backward + (first ? r.embed_b.total() : 0.0) + (last ? r.head_b.total() : 0.0);
+      stages.forward.push_back(chunk_forward + (first ? r.embed_f.total() : 0.0) + (last ? r.head_f.total() : 0.0));
+      stages.backward_input.push_back(backward - weight);
+      stages.weight.push_back(weight);
+    }
+    pipeline::Costs costs = placed_costs(stages, pipeline::schedule_placement(kind), pp, v);
+    costs.p2p_latency = pipe_link.latency;
+    costs.p2p_bytes = activation_bytes;
+    costs.p2p_bandwidth = pipe_link.bandwidth;
+    GPT_ASSIGN_OR_RETURN(const pipeline::Schedule schedule, pipeline::make_schedule(kind, pp, v, m));
+    GPT_ASSIGN_OR_RETURN(const pipeline::SimulationReport report, pipeline::simulate(schedule, costs));
+    p.pipeline_time = report.makespan;
+    p.pipeline_bubble = report.bubble_fraction;
+    busiest = report.ideal;
+  }
+  p.compute_time = busiest;
+  const double rank_layers = static_cast<double>(chunk_layers * p.virtual_stages);
+  p.tp_comm_time = m * rank_layers * (p.layer.forward.tp_comm + p.layer.backward.tp_comm);
+  p.cp_comm_time = m * rank_layers * (p.layer.forward.cp_comm + p.layer.backward.cp_comm);
+  p.recompute_time = m * static_cast<double>(p.virtual_stages) * r.chunk_recompute;
+  p.zero3_exposed_time =
+      m * (rank_layers * (p.layer.forward.dp_comm + p.layer.backward.dp_comm) + p.virtual_stages * r.chunk_first_wait);
+  return absl::OkStatus();
+}
+
+// The data-parallel gradient sync and parameter gather of the largest stage's `parameters` over
+// the `dp` (data x context) ranks, and the tied embedding's all-reduce: p's dp and embedding
+// times. Returns the collective calls charged per iteration.
+double time_data_parallel(const Arguments& a, const ModelConfig& config, const Cluster& cluster,
+                          pipeline::ScheduleKind kind, double parameters, int dp, const Link& data_link,
+                          int64_t chunk_layers, Prediction& p) {
+  const double element = a.bf16 || a.fp16 ? 2.0 : 4.0;
+  const double gradient_element = a.bf16 && !a.accumulate_allreduce_grads_in_fp32 ? 2.0 : 4.0;
+  const ZeroLevel level = zero_level(a);
+  const int pp = static_cast<int>(p.pipeline);
+  const double hidden = cluster.dp_comm_overlap_fraction;
+  double gradient_sync = 0, parameter_gather = 0, dp_calls = 0;
+  // Each bucket is its own collective (its own latency and call), of its share of the parameters.
+  const bool tied_across_stages = pp > 1 && !config.untie_embeddings_and_output_weights &&
+                                  pipeline::schedule_placement(kind) == pipeline::Placement::kLoop;
+  const double rank_units = static_cast<double>(chunk_layers * p.virtual_stages) + 2.0 / static_cast<double>(pp);
+  const double buckets = dp > 1 ? data_parallel_buckets(a, parameters, std::max(1.0, std::round(rank_units)), dp,
+                                                        tied_across_stages)
+                                : 0.0;
+  if (level == ZeroLevel::kParameters) {
+    // Inside the pipeline (above): nothing per iteration; the next forward gathers the updated shards.
+    p.dp_comm_time = p.zero3_traffic_time;
+  } else if (level >= ZeroLevel::kOptimizer && dp > 1) {
+    // ZeRO-2 reduce-scatters every microbatch's gradients (no full-size accumulator). With
+    // --num-distributed-optimizer-instances N (ZeRO-1 only) the reduce-scatter and the gather run
+    // inside an instance of dp / N consecutive ranks, and each reduced shard is all-reduced across
+    // the N instances (ranks dp / N apart).
+    const double reductions = level >= ZeroLevel::kGradients ? static_cast<double>(p.microbatches) : 1.0;
+    const int instance = static_cast<int>(optimizer_instance_size(a, dp));
+    const int instances = dp / instance;
+    const Link instance_link = group_link(cluster, static_cast<int>(p.tensor), instance);
+    gradient_sync =
+        reductions * buckets * reduce_scatter_time(instance, parameters * gradient_element / buckets, instance_link);
+    parameter_gather = buckets * all_gather_time(instance, parameters * element / buckets, instance_link);
+    dp_calls = (reductions + 1) * buckets;
+    if (instances > 1) {
+      gradient_sync += buckets * all_reduce_time(instances, parameters * gradient_element / instance / buckets,
+                                                 group_link(cluster, static_cast<int>(p.tensor) * instance, instances));
+      dp_calls += buckets;
+    }
+  } else if (dp > 1) {
+    gradient_sync = buckets * all_reduce_time(dp, parameters * gradient_element / buckets, data_link);
+    dp_calls = buckets;
+  }
+  if (level != ZeroLevel::kParameters) p.dp_comm_time = gradient_sync + parameter_gather;
+  p.dp_exposed_time = gradient_sync * (a.overlap_grad_reduce ? 1 - hidden : 1) +
+                      parameter_gather * (a.overlap_param_gather ? 1 - hidden : 1);
+  if (pp > 1 && !config.untie_embeddings_and_output_weights && pipeline::schedule_placement(kind) == pipeline::Placement::kLoop) {
+    const double embedding = static_cast<double>(config.padded_vocab_size / p.tensor * config.hidden_size);
+    p.embedding_sync_time =
+        all_reduce_time(2, embedding * gradient_element, pair_link(cluster, p.tensor * p.context * p.data * (p.pipeline - 1)));
+  }
+  return dp_calls;
+}
+
+// AdamW over the rank's owned parameters (of the largest stage's `parameters`, sharded over the
+// optimizer instance's ranks with a distributed optimizer), on the device or partly offloaded: p's
+// optimizer times.
+absl::Status time_optimizer(const Arguments& a, double parameters, int dp, const RankShape& shape,
+                            const Cluster& cluster, const RunOptions& options, Prediction& p) {
+  const double element = a.bf16 || a.fp16 ? 2.0 : 4.0;
+  const double owned =
+      shards_optimizer(a) ? std::ceil(parameters / static_cast<double>(optimizer_instance_size(a, dp))) : parameters;
+  GPT_ASSIGN_OR_RETURN(const OptimizerStep step,
+                       optimizer_step({.owned_parameters = owned,
+                                       .bytes_per_parameter = optimizer_bytes_per_parameter(a.bf16 || a.fp16),
+                                       .parameter_bytes = element,
+                                       .offload_fraction = offload_fraction(a),
+                                       .overlap_offload_copies = options.overlap_offload_copies,
+                                       .compute_stretch = shape.compute_stretch},
+                                      cluster));
+  p.optimizer_time = step.time;
+  p.offload_copy_time = step.device_to_host + step.host_to_device;
+  p.host_optimizer_time = step.host;
+  p.offload_fraction = offload_fraction(a);
+  return absl::OkStatus();
+}
+
+// The step's scalar all-reduces (train/trainer.cc): the loss over data x context, the gradient
+// norm over the model-parallel group (and data x context when the optimizer is sharded), and
+// the finite check over the pipeline: p.scalar_comm_time. Returns their calls.
+double time_scalar_all_reduces(const Arguments& a, const RankShape& shape, int dp, const Link& data_link,
+                               const Link& pipe_link, Prediction& p) {
+  const int pp = static_cast<int>(p.pipeline);
+  const Link model_link = pp > 1 ? pipe_link : shape.tensor_link;
+  const int model_ranks = static_cast<int>(p.tensor * p.pipeline);
+  double scalar_calls = 0;
+  const auto scalar_all_reduce = [&](int ranks, const Link& link) {
+    if (ranks <= 1) return;
+    p.scalar_comm_time += all_reduce_time(ranks, 8.0, link);
+    scalar_calls += 1;
+  };
+  scalar_all_reduce(dp, data_link);
+  scalar_all_reduce(model_ranks, model_link);
+  if (shards_optimizer(a)) scalar_all_reduce(dp, data_link);
+  scalar_all_reduce(pp, pipe_link);
+  return scalar_calls;
+}
+
+// What the overhead terms were charged for, per iteration on a rank (the embedding's and the
+// output layer's shared over the stages): overhead_fit.h's features.
+void count_calls(const RankPasses& r, double dp_calls, double scalar_calls, Prediction& p) {
+  const int pp = static_cast<int>(p.pipeline);
+  const int m = static_cast<int>(p.microbatches);
+  const double rank_layers = static_cast<double>(r.chunk_layers * p.virtual_stages);
+  const double recomputed_share = r.recomputed / static_cast<double>(std::max<int64_t>(r.chunk_layers, 1));
+  const double per_layer_ops = p.layer.forward.op_calls * (1 + recomputed_share) + p.layer.backward.op_calls;
+  const double layer_collectives =
+      p.layer.forward.collective_calls * (1 + recomputed_share) + p.layer.backward.collective_calls;
+  const double ends_ops = r.embed_f.op_calls + r.embed_b.op_calls + r.head_f.op_calls + r.head_b.op_calls;
+  const double ends_collectives =
+      r.embed_f.collective_calls + r.embed_b.collective_calls + r.head_f.collective_calls + r.head_b.collective_calls;
+  p.op_calls = m * (rank_layers * per_layer_ops + ends_ops / pp);
+  p.pass_calls = 2.0 * m * p.virtual_stages;
+  p.collective_calls = m * (rank_layers * layer_collectives + ends_collectives / pp) + dp_calls + scalar_calls;
+}
 }  // namespace
 
 absl::StatusOr<Arguments> parse_model_flags(std::vector<std::string> flags) {
@@ -140,145 +411,31 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   p.distributed_optimizer = shards_optimizer(a);
   p.zero_level = static_cast<int>(zero_level(a));
   p.recompute = recompute_text(a);
-  const int pp = static_cast<int>(p.pipeline), v = static_cast<int>(p.virtual_stages);
-  const int m = static_cast<int>(p.microbatches);
   const auto kind = pipeline_schedule_kind(a);
   p.schedule = pipeline::to_string(kind);
 
-  RankShape shape;
-  shape.tensor_parallel = p.tensor;
-  shape.sequence_parallel = p.sequence_parallel;
-  shape.micro_batch = p.micro_batch;
-  shape.tp_comm_overlap = options.tp_comm_overlap;
-  shape.tensor_link = group_link(cluster, 1, static_cast<int>(p.tensor));
-  shape.context_parallel = p.context;
-  shape.context_all_to_all = all_to_all;
-  shape.context_link = group_link(cluster, static_cast<int>(p.tensor), static_cast<int>(p.context));
-  // This trainer and Megatron both gather the sequence-parallel norm outputs again in backward.
-  shape.regather_sequence_parallel_input = true;
+  const RankShape shape = rank_shape(p, all_to_all, world_size, cluster, options);
   // The costs of one rank: S / CP rows of each sequence (model FLOPs stay the whole model's).
   ModelConfig local_config = config;
   local_config.seq_length = config.seq_length / p.context;
-  const int64_t ranks_per_node = std::min<int64_t>(world_size, cluster.gpus_per_node);
-  shape.compute_stretch =
-      std::max(1.0, static_cast<double>(ranks_per_node) / static_cast<double>(cluster.compute_slots_per_node));
+  RankPasses passes = rank_passes(a, config, local_config, shape, cluster, p);
 
-  p.layer = layer_cost(local_config, shape, cluster);
-  PassCost embed_f = embedding_forward(local_config, shape, cluster);
-  PassCost embed_b = embedding_backward(local_config, shape, cluster);
-  PassCost head_f = head_forward(local_config, shape, cluster), head_b = head_backward(local_config, shape, cluster);
-  const int64_t chunk_layers = a.num_layers / (p.pipeline * p.virtual_stages);
-  const double recomputed = static_cast<double>(fully_recomputed_layers(config, chunk_layers));
-  const double selective = config.recompute.granularity == RecomputeGranularity::kSelective ? 1.0 : 0.0;
-  const double chunk_recompute =
-      recomputed * p.layer.recompute_full + selective * static_cast<double>(chunk_layers) * p.layer.recompute_selective;
-
-  const auto add_calls = [&](PassCost& pass, double calls) {
-    pass.collective_calls += calls;
-    pass.overhead += calls * cluster.collective_overhead * shape.compute_stretch;
-  };
   // Gradients are reduced (and ZeRO shards laid out) over the data x context group.
   const double element = a.bf16 || a.fp16 ? 2.0 : 4.0;
   const double gradient_element = a.bf16 && !a.accumulate_allreduce_grads_in_fp32 ? 2.0 : 4.0;
   const int dp = static_cast<int>(p.data * p.context);
   const Link data_link = group_link(cluster, static_cast<int>(p.tensor), dp);
   const ZeroLevel level = zero_level(a);
-  // ZeRO-3: every unit's gathers and reduce-scatter, per microbatch, inside its passes.
-  double chunk_first_wait = 0;
   if (level == ZeroLevel::kParameters && dp > 1) {
     const UnitShardingInput sharding{.data_ranks = dp, .data_link = data_link, .parameter_bytes = element,
                                      .gradient_bytes = gradient_element,
                                      .overlap_param_gather = a.overlap_param_gather,
                                      .overlap_grad_reduce = a.overlap_grad_reduce,
                                      .hidden_fraction = cluster.dp_comm_overlap_fraction};
-    // A unit: this trainer's (or Megatron-FSDP's) one gather of the whole unit, or DeepSpeed's
-    // 2021 ZeRO-3 per tensor (deepspeed_unit_sharding). Its exposed parts go into its passes.
-    const bool deepspeed = options.implementation == Implementation::kDeepSpeed;
-    const auto shard = [&](const std::vector<double>& tensors, PassCost& forward, PassCost& backward,
-                           double backward_compute, bool recomputed) {
-      double forward_calls = 1, backward_calls = 2, elements = 0;
-      for (double t : tensors) elements += t;
-      const UnitSharding unit =
-          deepspeed ? deepspeed_unit_sharding(tensors, forward.total(), backward_compute, recomputed, sharding,
-                                              forward_calls, backward_calls)
-                    : unit_sharding(elements, forward.total(), backward_compute, sharding);
-      forward.dp_comm = unit.forward_exposed;
-      backward.dp_comm = unit.backward_exposed;
-      add_calls(forward, forward_calls);
-      add_calls(backward, backward_calls);
-      return unit;
-    };
-    const std::vector<double> layer_tensors = layer_parameter_tensors(local_config, layer_ops(local_config, shape));
-    const UnitSharding layer = shard(layer_tensors, p.layer.forward, p.layer.backward,
-                                     p.layer.backward.total() + chunk_recompute / chunk_layers, recomputed > 0);
-    chunk_first_wait = layer.first_unit_wait;
-    const double h = static_cast<double>(config.hidden_size), vocab = static_cast<double>(config.padded_vocab_size);
-    const double tp = static_cast<double>(p.tensor);
-    std::vector<double> embedding_tensors = {vocab / tp * h};
-    if (config.position_embedding == PositionEmbedding::kLearnedAbsolute) {
-      embedding_tensors.push_back(static_cast<double>(config.max_position_embeddings) * h);
-    }
-    const UnitSharding embedding = shard(embedding_tensors, embed_f, embed_b, embed_b.total(), false);
-    embed_f.dp_comm += embedding.first_unit_wait;
-    const bool separate_head = config.untie_embeddings_and_output_weights || p.pipeline > 1;
-    std::vector<double> head_tensors = {h, h};  // the final norm
-    if (separate_head) head_tensors.push_back(vocab / tp * h);
-    const UnitSharding head = shard(head_tensors, head_f, head_b, head_b.total(), false);
-    // The traffic of every unit of the rank, per iteration.
-    const double rank_chunks = static_cast<double>(p.virtual_stages);
-    p.zero3_traffic_time = static_cast<double>(p.microbatches) *
-                           (rank_chunks * static_cast<double>(chunk_layers) * layer.traffic + embedding.traffic + head.traffic);
+    shard_units(config, local_config, shape, cluster, options, sharding, passes, p);
   }
-  // The host's work per chunk pass (a microbatch's forward, or its backward: the schedule's step,
-  // the data feed, the stage's set-up), besides its ops'.
-  const double pass_overhead = cluster.microbatch_overhead * shape.compute_stretch;
-  const double chunk_forward =
-      static_cast<double>(chunk_layers) * p.layer.forward.total() + chunk_first_wait + pass_overhead;
-  const double chunk_backward =
-      static_cast<double>(chunk_layers) * p.layer.backward.total() + chunk_recompute + pass_overhead;
-
-  // Pipeline: per (rank, chunk) costs through the trainer's schedule.
-  const double activation_bytes = static_cast<double>(local_config.seq_length * p.micro_batch * config.hidden_size) *
-                                  (a.bf16 || a.fp16 ? 2.0 : 4.0) / (p.sequence_parallel ? static_cast<double>(p.tensor) : 1.0);
   const Link pipe_link = pair_link(cluster, p.tensor * p.context * p.data);
-  p.p2p_time = pp > 1 ? p2p_time(activation_bytes, pipe_link) : 0.0;
-  double busiest = 0;
-  if (pp == 1) {
-    const double forward = chunk_forward + embed_f.total() + head_f.total();
-    const double backward = chunk_backward + embed_b.total() + head_b.total();
-    busiest = m * (forward + backward);
-    p.pipeline_time = busiest;
-  } else {
-    // Per virtual stage: its layers, the embedding on the first and the head on the last. Of a
-    // backward, W is the weight-gradient GEMMs (layer_ops' weight_gradient ops) and the embedding's
-    // gradient; B the rest (input-gradient GEMMs, attention, element-wise, recompute).
-    StageCosts stages;
-    const double chunk_weight = static_cast<double>(chunk_layers) * p.layer.weight_gradient_gemm;
-    for (int k = 0; k < pp * v; ++k) {
-      const bool first = k == 0, last = k == pp * v - 1;
-      const double weight = chunk_weight + (first ? embed_b.total() : 0.0) + (last ? head_b.gemm / 2 : 0.0);
-      const double backward = chunk_backward + (first ? embed_b.total() : 0.0) + (last ? head_b.total() : 0.0);
-      stages.forward.push_back(chunk_forward + (first ? embed_f.total() : 0.0) + (last ? head_f.total() : 0.0));
-      stages.backward_input.push_back(backward - weight);
-      stages.weight.push_back(weight);
-    }
-    pipeline::Costs costs = placed_costs(stages, pipeline::schedule_placement(kind), pp, v);
-    costs.p2p_latency = pipe_link.latency;
-    costs.p2p_bytes = activation_bytes;
-    costs.p2p_bandwidth = pipe_link.bandwidth;
-    GPT_ASSIGN_OR_RETURN(const pipeline::Schedule schedule, pipeline::make_schedule(kind, pp, v, m));
-    GPT_ASSIGN_OR_RETURN(const pipeline::SimulationReport report, pipeline::simulate(schedule, costs));
-    p.pipeline_time = report.makespan;
-    p.pipeline_bubble = report.bubble_fraction;
-    busiest = report.ideal;
-  }
-  p.compute_time = busiest;
-  const double rank_layers = static_cast<double>(chunk_layers * p.virtual_stages);
-  p.tp_comm_time = m * rank_layers * (p.layer.forward.tp_comm + p.layer.backward.tp_comm);
-  p.cp_comm_time = m * rank_layers * (p.layer.forward.cp_comm + p.layer.backward.cp_comm);
-  p.recompute_time = m * static_cast<double>(p.virtual_stages) * chunk_recompute;
-  p.zero3_exposed_time =
-      m * (rank_layers * (p.layer.forward.dp_comm + p.layer.backward.dp_comm) + p.virtual_stages * chunk_first_wait);
+  GPT_RETURN_IF_ERROR(time_pipeline(a, config, local_config, shape, cluster, kind, pipe_link, passes, p));
 
   // Memory, and the largest stage's parameters for the data-parallel traffic.
   GPT_ASSIGN_OR_RETURN(p.memory, estimate_memory(a, world_size, options.implementation));
@@ -292,93 +449,14 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
     GPT_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(unsharded, world_size, vocabulary_before_data(a)));
     parameters = static_cast<double>(plan.parameters) / element;
   }
-  const double hidden = cluster.dp_comm_overlap_fraction;
-  double gradient_sync = 0, parameter_gather = 0, dp_calls = 0;
-  // Each bucket is its own collective (its own latency and call), of its share of the parameters.
-  const bool tied_across_stages = pp > 1 && !config.untie_embeddings_and_output_weights &&
-                                  pipeline::schedule_placement(kind) == pipeline::Placement::kLoop;
-  const double rank_units = static_cast<double>(chunk_layers * p.virtual_stages) + 2.0 / static_cast<double>(pp);
-  const double buckets = dp > 1 ? data_parallel_buckets(a, parameters, std::max(1.0, std::round(rank_units)), dp,
-                                                        tied_across_stages)
-                                : 0.0;
-  if (level == ZeroLevel::kParameters) {
-    // Inside the pipeline (above): nothing per iteration; the next forward gathers the updated shards.
-    p.dp_comm_time = p.zero3_traffic_time;
-  } else if (level >= ZeroLevel::kOptimizer && dp > 1) {
-    // ZeRO-2 reduce-scatters every microbatch's gradients (no full-size accumulator). With
-    // --num-distributed-optimizer-instances N (ZeRO-1 only) the reduce-scatter and the gather run
-    // inside an instance of dp / N consecutive ranks, and each reduced shard is all-reduced across
-    // the N instances (ranks dp / N apart).
-    const double reductions = level >= ZeroLevel::kGradients ? static_cast<double>(p.microbatches) : 1.0;
-    const int instance = static_cast<int>(optimizer_instance_size(a, dp));
-    const int instances = dp / instance;
-    const Link instance_link = group_link(cluster, static_cast<int>(p.tensor), instance);
-    gradient_sync =
-        reductions * buckets * reduce_scatter_time(instance, parameters * gradient_element / buckets, instance_link);
-    parameter_gather = buckets * all_gather_time(instance, parameters * element / buckets, instance_link);
-    dp_calls = (reductions + 1) * buckets;
-    if (instances > 1) {
-      gradient_sync += buckets * all_reduce_time(instances, parameters * gradient_element / instance / buckets,
-                                                 group_link(cluster, static_cast<int>(p.tensor) * instance, instances));
-      dp_calls += buckets;
-    }
-  } else if (dp > 1) {
-    gradient_sync = buckets * all_reduce_time(dp, parameters * gradient_element / buckets, data_link);
-    dp_calls = buckets;
-  }
-  if (level != ZeroLevel::kParameters) p.dp_comm_time = gradient_sync + parameter_gather;
-  p.dp_exposed_time = gradient_sync * (a.overlap_grad_reduce ? 1 - hidden : 1) +
-                      parameter_gather * (a.overlap_param_gather ? 1 - hidden : 1);
-  if (pp > 1 && !config.untie_embeddings_and_output_weights && pipeline::schedule_placement(kind) == pipeline::Placement::kLoop) {
-    const double embedding = static_cast<double>(config.padded_vocab_size / p.tensor * config.hidden_size);
-    p.embedding_sync_time =
-        all_reduce_time(2, embedding * gradient_element, pair_link(cluster, p.tensor * p.context * p.data * (p.pipeline - 1)));
-  }
-  const double owned =
-      shards_optimizer(a) ? std::ceil(parameters / static_cast<double>(optimizer_instance_size(a, dp))) : parameters;
-  GPT_ASSIGN_OR_RETURN(const OptimizerStep step,
-                       optimizer_step({.owned_parameters = owned,
-                                       .bytes_per_parameter = optimizer_bytes_per_parameter(a.bf16 || a.fp16),
-                                       .parameter_bytes = element,
-                                       .offload_fraction = offload_fraction(a),
-                                       .overlap_offload_copies = options.overlap_offload_copies,
-                                       .compute_stretch = shape.compute_stretch},
-                                      cluster));
-  p.optimizer_time = step.time;
-  p.offload_copy_time = step.device_to_host + step.host_to_device;
-  p.host_optimizer_time = step.host;
-  p.offload_fraction = offload_fraction(a);
-  // The step's scalar all-reduces (train/trainer.cc): the loss over data x context, the gradient
-  // norm over the model-parallel group (and data x context when the optimizer is sharded), and
-  // the finite check over the pipeline.
-  const Link model_link = pp > 1 ? pipe_link : shape.tensor_link;
-  const int model_ranks = static_cast<int>(p.tensor * p.pipeline);
-  double scalar_calls = 0;
-  const auto scalar_all_reduce = [&](int ranks, const Link& link) {
-    if (ranks <= 1) return;
-    p.scalar_comm_time += all_reduce_time(ranks, 8.0, link);
-    scalar_calls += 1;
-  };
-  scalar_all_reduce(dp, data_link);
-  scalar_all_reduce(model_ranks, model_link);
-  if (shards_optimizer(a)) scalar_all_reduce(dp, data_link);
-  scalar_all_reduce(pp, pipe_link);
+  const double dp_calls =
+      time_data_parallel(a, config, cluster, kind, parameters, dp, data_link, passes.chunk_layers, p);
+  GPT_RETURN_IF_ERROR(time_optimizer(a, parameters, dp, shape, cluster, options, p));
+  const double scalar_calls = time_scalar_all_reduces(a, shape, dp, data_link, pipe_link, p);
   p.overhead_time = cluster.iteration_overhead + (dp_calls + scalar_calls) * cluster.collective_overhead * shape.compute_stretch;
   p.iteration_time = p.pipeline_time + p.dp_exposed_time + p.embedding_sync_time + p.scalar_comm_time +
                      p.optimizer_time + p.overhead_time;
-
-  // What the overhead terms were charged for, per iteration on a rank (the embedding's and the
-  // output layer's shared over the stages): overhead_fit.h's features.
-  const double recomputed_share = recomputed / static_cast<double>(std::max<int64_t>(chunk_layers, 1));
-  const double per_layer_ops = p.layer.forward.op_calls * (1 + recomputed_share) + p.layer.backward.op_calls;
-  const double layer_collectives =
-      p.layer.forward.collective_calls * (1 + recomputed_share) + p.layer.backward.collective_calls;
-  const double ends_ops = embed_f.op_calls + embed_b.op_calls + head_f.op_calls + head_b.op_calls;
-  const double ends_collectives =
-      embed_f.collective_calls + embed_b.collective_calls + head_f.collective_calls + head_b.collective_calls;
-  p.op_calls = m * (rank_layers * per_layer_ops + ends_ops / pp);
-  p.pass_calls = 2.0 * m * p.virtual_stages;
-  p.collective_calls = m * (rank_layers * layer_collectives + ends_collectives / pp) + dp_calls + scalar_calls;
+  count_calls(passes, dp_calls, scalar_calls, p);
 
   p.model_flops = model_flops_per_iteration(config, a.global_batch_size);
   p.tflops_per_gpu = p.model_flops / p.iteration_time / static_cast<double>(world_size) / 1e12;
