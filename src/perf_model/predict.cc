@@ -358,7 +358,7 @@ absl::StatusOr<Arguments> parse_model_flags(std::vector<std::string> flags) {
 absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size) {
   if (world_size <= 0) return absl::InvalidArgumentError(absl::StrCat("--world-size must be positive (got ", world_size, ")"));
   absl::Status valid = prepare_arguments(args);
-  if (valid.ok()) valid = validate_for_world(args, world_size);
+  if (valid.ok()) valid = prepare_for_world(args, world_size);
   GPT_RETURN_IF_ERROR(valid);
   return args;
 }

@@ -134,7 +134,7 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
   if (status.ok() && args.distributed_timeout_minutes > 0) {
     world::set_timeout_seconds(args.distributed_timeout_minutes * 60.0);
   }
-  if (status.ok()) status = validate_for_world(args, mpi.world_size());
+  if (status.ok()) status = prepare_for_world(args, mpi.world_size());
   if (status.ok()) status = resolve_device(args);
   if (const int code = agree_and_report(mpi, status); code != 0) return code;
   // Ranks launched with different arguments (a wrapper script that sets --seed per rank, a stale

@@ -18,7 +18,7 @@ inline std::unique_ptr<Trainer> make_trainer(const std::vector<std::string>& fla
   if (!parsed.ok()) return nullptr;
   Arguments args = *parsed;
   EXPECT_TRUE(prepare_arguments(args).ok());
-  EXPECT_TRUE(validate_for_world(args, 1).ok());
+  EXPECT_TRUE(prepare_for_world(args, 1).ok());
   grid = ProcessGrid::single();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::create(args, *grid);
   EXPECT_TRUE(trainer.ok()) << trainer.status();

@@ -90,6 +90,15 @@ void resolve_defaults(Arguments& a) {
              absl::StrCat(flag_name(&A::distributed_backend),
                           " gloo: this program has no Gloo backend; its MPI communicator runs the same collectives"));
   }
+  // --expert-tensor-parallel-size other than TP: accepted as Megatron does for a dense model
+  // (train/args/expert_arguments.h checks its grid against the world).
+  if (flag_given(a, &A::expert_tensor_parallel_size) && a.expert_tensor_parallel_size >= 1 &&
+      a.expert_tensor_parallel_size != a.tensor_model_parallel_size) {
+    add_note(a, absl::StrCat(flag_name(&A::expert_tensor_parallel_size), " ", a.expert_tensor_parallel_size,
+                             ": this model has no expert (MoE) layers, so no parameter uses the expert "
+                             "groups (as in Megatron for a dense model); the layout is TP ",
+                             a.tensor_model_parallel_size));
+  }
 }
 
 }  // namespace gpt

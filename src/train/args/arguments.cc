@@ -485,12 +485,37 @@ int64_t num_microbatches(const Arguments& a, int64_t world_size) {
   return most;
 }
 
-absl::Status validate_for_world(Arguments& a, int64_t world_size) {
-  // An overflowing product is larger than any world, so it gets the divisibility message.
-  const int64_t model_parallel =
-      checked_multiply(checked_multiply(a.tensor_model_parallel_size, a.pipeline_model_parallel_size).value_or(0),
-                       a.context_parallel_size)
-          .value_or(0);
+namespace {
+
+// TP x PP x CP, or 0 when the product overflows (larger than any world: the divisibility message).
+int64_t model_parallel_size(const Arguments& a) {
+  return checked_multiply(checked_multiply(a.tensor_model_parallel_size, a.pipeline_model_parallel_size).value_or(0),
+                          a.context_parallel_size)
+      .value_or(0);
+}
+
+}  // namespace
+
+void resolve_world_defaults(Arguments& a, int64_t world_size) {
+  const int64_t model_parallel = model_parallel_size(a);
+  if (model_parallel == 0 || world_size % model_parallel != 0) return;
+  const std::optional<int64_t> batch_per_microbatch = checked_multiply(a.micro_batch_size, world_size / model_parallel);
+  if (!batch_per_microbatch) return;
+  if (a.global_batch_size == 0) a.global_batch_size = *batch_per_microbatch;
+  if (!flag_given(a, &A::train_samples) || a.global_batch_size % *batch_per_microbatch != 0) return;
+  // Megatron's update_train_iters: with a constant batch whole global batches only (floor), the
+  // samples of a last partial batch are not trained; with a ramp-up or a step schedule its loop.
+  const absl::StatusOr<BatchSizeSchedule> batches = batch_size_schedule_for_world(a);
+  if (batches.ok()) a.train_iters = batches->iterations_for_samples(a.train_samples);
+}
+
+absl::Status prepare_for_world(Arguments& a, int64_t world_size) {
+  resolve_world_defaults(a, world_size);
+  return validate_for_world(a, world_size);
+}
+
+absl::Status validate_for_world(const Arguments& a, int64_t world_size) {
+  const int64_t model_parallel = model_parallel_size(a);
   if (model_parallel == 0 || world_size % model_parallel != 0) {
     return invalid(absl::StrCat("world size (", world_size, ") must be divisible by ",
                                 flag_name(&A::tensor_model_parallel_size), " (", a.tensor_model_parallel_size, ") x ",
@@ -516,7 +541,7 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
     return invalid(absl::StrCat(flag_name(&A::micro_batch_size), " (", a.micro_batch_size, ") x data-parallel size (",
                                 dp, ") overflows a 64-bit integer"));
   }
-  if (a.global_batch_size == 0) a.global_batch_size = *batch_per_microbatch;
+  GPT_CHECK_GT(a.global_batch_size, 0) << "validate_for_world before resolve_world_defaults";
   if (a.global_batch_size % *batch_per_microbatch != 0) {
     return invalid(absl::StrCat(flag_name(&A::global_batch_size), " (", a.global_batch_size, ") must be divisible by ",
                                 flag_name(&A::micro_batch_size), " (", a.micro_batch_size, ") x data-parallel size (",
@@ -524,9 +549,9 @@ absl::Status validate_for_world(Arguments& a, int64_t world_size) {
   }
   GPT_ASSIGN_OR_RETURN(const BatchSizeSchedule batches, batch_size_schedule_for_world(a));
   if (flag_given(a, &A::train_samples)) {
-    // Megatron's update_train_iters: with a constant batch whole global batches only (floor), the
-    // samples of a last partial batch are not trained; with a ramp-up or a step schedule its loop.
-    a.train_iters = batches.iterations_for_samples(a.train_samples);
+    // resolve_world_defaults set --train-iters from the samples (Megatron's update_train_iters).
+    GPT_CHECK_EQ(a.train_iters, batches.iterations_for_samples(a.train_samples))
+        << "validate_for_world before resolve_world_defaults";
     if (a.train_iters == 0) {
       return invalid(absl::StrCat(flag_name(&A::train_samples), " (", a.train_samples,
                                   ") is less than one global batch (", a.global_batch_size,

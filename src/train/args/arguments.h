@@ -326,9 +326,15 @@ absl::Status validate_arguments(const Arguments& args);
 absl::Status prepare_arguments(Arguments& args);
 // The data flags: --mock-data or --data-path (one prefix or weight prefix pairs), the tokenizer.
 absl::Status validate_data_arguments(const Arguments& args);
-// The constraints that involve the number of processes (world = TP x PP x DP, batch divisibility);
-// with --train-samples, sets --train-iters once the global batch size is known.
-absl::Status validate_for_world(Arguments& args, int64_t world_size);
+// The defaults that need the number of processes: --global-batch-size (micro batch x DP when not
+// given) and, with --train-samples, --train-iters (Megatron's update_train_iters). A default whose
+// inputs are invalid is left unset for validate_for_world to report.
+void resolve_world_defaults(Arguments& args, int64_t world_size);
+// The constraints that involve the number of processes (world = TP x PP x DP, batch divisibility).
+// Changes nothing; expects resolve_world_defaults first.
+absl::Status validate_for_world(const Arguments& args, int64_t world_size);
+// resolve_world_defaults, then validate_for_world: what the launcher, the perf model and tests do.
+absl::Status prepare_for_world(Arguments& args, int64_t world_size);
 
 // The learning-rate schedule in samples: train/args/schedule_arguments.h.
 

@@ -8,7 +8,7 @@ namespace gpt {
 
 using A = Arguments;  // rows are named by field: flag_name(&A::save_interval)
 
-absl::Status check_expert_groups(Arguments& a, int64_t world_size, int64_t dp) {
+absl::Status check_expert_groups(const Arguments& a, int64_t world_size, int64_t dp) {
   if (!flag_given(a, &A::expert_tensor_parallel_size)) return absl::OkStatus();
   const int64_t etp = a.expert_tensor_parallel_size;
   if (etp < 1)
@@ -34,12 +34,6 @@ absl::Status check_expert_groups(Arguments& a, int64_t world_size, int64_t dp) {
         flag_name(&A::pipeline_model_parallel_size), " ", a.pipeline_model_parallel_size,
         ": the expert data-parallel size (", expert_dp, ") must equal the data-parallel size (", dp,
         "), as Megatron requires without the pipeline-last rank order"));
-  }
-  if (etp != a.tensor_model_parallel_size) {
-    a.notes.push_back(absl::StrCat(flag_name(&A::expert_tensor_parallel_size), " ", etp,
-                                   ": this model has no expert (MoE) layers, so no parameter uses the expert "
-                                   "groups (as in Megatron for a dense model); the layout is TP ",
-                                   a.tensor_model_parallel_size));
   }
   return absl::OkStatus();
 }

@@ -12,8 +12,8 @@
 
 namespace gpt {
 
-// validate_for_world's part, with the dense data-parallel size `dp`; adds a start-up note to
-// args.notes when the expert size differs from the dense tensor-parallel size.
-absl::Status check_expert_groups(Arguments& args, int64_t world_size, int64_t dp);
+// validate_for_world's part, with the dense data-parallel size `dp` (resolve_defaults adds the
+// start-up note when the expert size differs from the dense tensor-parallel size).
+absl::Status check_expert_groups(const Arguments& args, int64_t world_size, int64_t dp);
 
 }  // namespace gpt

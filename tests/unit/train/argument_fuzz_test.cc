@@ -195,7 +195,7 @@ Outcome run_case(const std::vector<std::string>& argv, int64_t world_size, const
   Arguments args = *std::move(parsed);
   absl::Status status = prepare_arguments(args);
   if (!status.ok()) return {kValidate, std::string(status.message())};
-  status = validate_for_world(args, world_size);
+  status = prepare_for_world(args, world_size);
   if (!status.ok()) return {kWorld, std::string(status.message())};
   absl::StatusOr<MemoryPlan> plan = plan_memory(args, world_size, vocabulary_before_data(args));
   if (!plan.ok()) return {kPlan, std::string(plan.status().message())};

@@ -43,7 +43,7 @@ TEST(ArgumentDump, MegatronLayout) {
       "--mock-data", "--vocab-size", "512", "--disable-bias-linear", "--swiglu"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   ASSERT_TRUE(prepare_arguments(*parsed).ok());
-  ASSERT_TRUE(validate_for_world(*parsed, 2).ok());
+  ASSERT_TRUE(prepare_for_world(*parsed, 2).ok());
   const std::string dump = describe_arguments(*parsed, 2);
   EXPECT_EQ(dump.rfind("------------------------ arguments ------------------------\n", 0), 0u);
   EXPECT_TRUE(dump.ends_with("\n-------------------- end of arguments ---------------------"));
@@ -111,7 +111,7 @@ std::string error_of(const std::vector<std::string>& flags, int64_t world_size =
   absl::StatusOr<Arguments> parsed = parse_arguments(flags);
   if (!parsed.ok()) return std::string(parsed.status().message());
   absl::Status status = prepare_arguments(*parsed);
-  if (status.ok()) status = validate_for_world(*parsed, world_size);
+  if (status.ok()) status = prepare_for_world(*parsed, world_size);
   return std::string(status.message());
 }
 
@@ -120,7 +120,7 @@ TEST(Arguments, DefaultsFollowMegatron) {
   ASSERT_TRUE(parsed.ok());
   Arguments& a = *parsed;
   ASSERT_TRUE(prepare_arguments(a).ok());
-  ASSERT_TRUE(validate_for_world(a, 1).ok());
+  ASSERT_TRUE(prepare_for_world(a, 1).ok());
   EXPECT_EQ(a.ffn_hidden_size, 256);
   EXPECT_EQ(a.kv_channels, 16);
   EXPECT_EQ(a.global_batch_size, 2);  // mbs x dp
@@ -189,7 +189,7 @@ TEST(Arguments, RecomputeFlags) {
     absl::StatusOr<Arguments> parsed = parse_arguments(flags);
     EXPECT_TRUE(parsed.ok());
     EXPECT_EQ(prepare_arguments(*parsed).message(), "");
-    EXPECT_EQ(validate_for_world(*parsed, world_size).message(), "");
+    EXPECT_EQ(prepare_for_world(*parsed, world_size).message(), "");
     return *parsed;
   };
   const Arguments none = parsed_valid(base_flags());
@@ -567,7 +567,7 @@ Arguments valid(const std::vector<std::string>& flags) {
   EXPECT_TRUE(parsed.ok()) << parsed.status();
   if (!parsed.ok()) return Arguments{};
   EXPECT_EQ(std::string(prepare_arguments(*parsed).message()), "");
-  EXPECT_EQ(std::string(validate_for_world(*parsed, 1).message()), "");
+  EXPECT_EQ(std::string(prepare_for_world(*parsed, 1).message()), "");
   return *parsed;
 }
 
@@ -802,7 +802,7 @@ TEST(Arguments, SampleBasedTraining) {
   // With more data-parallel ranks the batch is the same, and so is the count.
   a = *parse_arguments(with(flags, "--micro-batch-size", "1"));
   ASSERT_TRUE(prepare_arguments(a).ok());
-  ASSERT_TRUE(validate_for_world(a, 4).ok());
+  ASSERT_TRUE(prepare_for_world(a, 4).ok());
   EXPECT_EQ(a.train_iters, 12);
 }
 
@@ -901,7 +901,7 @@ TEST(Arguments, ExpertTensorParallelSizeIsCheckedAsMegatronsExpertGridAndNoted) 
   absl::StatusOr<Arguments> parsed = parse_arguments(flags);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   ASSERT_EQ(prepare_arguments(*parsed).message(), "");
-  ASSERT_EQ(validate_for_world(*parsed, 8).message(), "");
+  ASSERT_EQ(prepare_for_world(*parsed, 8).message(), "");
   EXPECT_EQ(parsed->expert_tensor_parallel_size, 4);
   ASSERT_FALSE(parsed->notes.empty());
   EXPECT_NE(parsed->notes.back().find("--expert-tensor-parallel-size 4: this model has no expert"), std::string::npos)
@@ -910,7 +910,7 @@ TEST(Arguments, ExpertTensorParallelSizeIsCheckedAsMegatronsExpertGridAndNoted) 
   absl::StatusOr<Arguments> same = parse_arguments(with(base_flags(), "--expert-tensor-parallel-size", "1"));
   ASSERT_TRUE(same.ok());
   ASSERT_TRUE(prepare_arguments(*same).ok());
-  ASSERT_TRUE(validate_for_world(*same, 2).ok());
+  ASSERT_TRUE(prepare_for_world(*same, 2).ok());
   EXPECT_TRUE(same->notes.empty());
 }
 

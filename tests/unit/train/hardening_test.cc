@@ -40,7 +40,7 @@ std::vector<std::string> with(std::vector<std::string> flags, const std::string&
 absl::StatusOr<Arguments> validated(const std::vector<std::string>& flags, int64_t world_size = 1) {
   GPT_ASSIGN_OR_RETURN(Arguments args, parse_arguments(flags));
   GPT_RETURN_IF_ERROR(prepare_arguments(args));
-  GPT_RETURN_IF_ERROR(validate_for_world(args, world_size));
+  GPT_RETURN_IF_ERROR(prepare_for_world(args, world_size));
   return args;
 }
 

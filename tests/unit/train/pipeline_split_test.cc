@@ -109,7 +109,7 @@ std::string error_of(const std::vector<std::string>& flags, int64_t world_size) 
   absl::StatusOr<Arguments> parsed = parse_arguments(flags);
   if (!parsed.ok()) return std::string(parsed.status().message());
   absl::Status status = prepare_arguments(*parsed);
-  if (status.ok()) status = validate_for_world(*parsed, world_size);
+  if (status.ok()) status = prepare_for_world(*parsed, world_size);
   return std::string(status.message());
 }
 
@@ -118,7 +118,7 @@ Arguments validated(const MegatronSplit& c) {
   EXPECT_TRUE(parsed.ok()) << parsed.status();
   if (!parsed.ok()) return Arguments{};
   EXPECT_EQ(std::string(prepare_arguments(*parsed).message()), "");
-  EXPECT_EQ(std::string(validate_for_world(*parsed, c.pp).message()), "");
+  EXPECT_EQ(std::string(prepare_for_world(*parsed, c.pp).message()), "");
   return *parsed;
 }
 

@@ -32,7 +32,7 @@ Arguments validated(const std::vector<std::string>& f, int64_t world) {
   absl::StatusOr<Arguments> args = parse_arguments(f);
   EXPECT_TRUE(args.ok()) << args.status();
   EXPECT_TRUE(prepare_arguments(*args).ok());
-  const absl::Status status = validate_for_world(*args, world);
+  const absl::Status status = prepare_for_world(*args, world);
   EXPECT_TRUE(status.ok()) << status;
   return *args;
 }
