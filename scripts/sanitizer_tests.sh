@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-tests=(strict_number_test data_validation_test hardening_test argument_fuzz_test)
+# weight_grad_split_test: every layer kind, dropout and recompute mode forward and backward in a
+# debug build, so the workspace borrows (model/workspace_borrow.h) are checked on the real holders.
+tests=(strict_number_test data_validation_test hardening_test argument_fuzz_test weight_grad_split_test)
 if [ ! -f build-asan/build.ninja ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGPT_ENABLE_CUDA=OFF \
     "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer" >/dev/null

@@ -51,6 +51,12 @@ struct ParamSpec {
   bool tensor_parallel_grad = false;
 
   int64_t global_numel() const;
+  // Replicated, and each TP rank computes its gradient from part of the work, so the gradient is
+  // summed over TP before the data-parallel reduction: the sequence-parallel ones under SP, the
+  // q/k norms whenever TP > 1 (train/data_parallel/gradient_sums.h; the memory plan's staging).
+  bool summed_over_tensor_parallel(int tensor_parallel_size, bool sequence_parallel) const {
+    return tensor_parallel_size > 1 && (tensor_parallel_grad || (sequence_parallel && sequence_parallel_grad));
+  }
 };
 
 // All parameters of the model in order of first use in forward (embedding, layers, final norm,

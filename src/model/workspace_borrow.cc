@@ -35,8 +35,9 @@ void Borrow::acquire(const char* holder) {
 
 void Borrow::release() {
   std::vector<Held>& borrows = held();
-  const uintptr_t begin = begin_of(buffer_);
-  const auto it = std::find_if(borrows.rbegin(), borrows.rend(), [&](const Held& h) { return h.begin == begin; });
+  const uintptr_t begin = begin_of(buffer_), end = begin + buffer_.bytes();
+  const auto it = std::find_if(borrows.rbegin(), borrows.rend(),
+                               [&](const Held& h) { return h.begin == begin && h.end == end; });
   GPT_CHECK(it != borrows.rend()) << "a workspace borrow given back that was never taken";
   borrows.erase(std::next(it).base());
 }

@@ -377,7 +377,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
 
 namespace {
 
-// DataParallel's buffers besides ZeRO-2/3's working ones (train/data_parallel.cc): GradientSync's
+// DataParallel's buffers besides ZeRO-2/3's working ones (train/data_parallel/*.cc): GradientSync's
 // reduce-scatter outputs and ParamGather's staging, one shard per bucket, when the distributed
 // optimizer shards over more than one rank and the gradients or values are not sharded themselves;
 // the FP32 staging of the parameters whose gradients are summed over TP.
@@ -392,8 +392,9 @@ int64_t data_parallel_buffer_bytes(const ShardPlan& plan, DType dtype, bool sequ
   }
   int64_t summed_over_tensor_parallel = 0;
   for (const ParamPlacement& param : plan.params()) {
-    const bool summed = param.spec->tensor_parallel_grad || (sequence_parallel && param.spec->sequence_parallel_grad);
-    if (c.tensor_parallel_size > 1 && summed) summed_over_tensor_parallel += param.numel();
+    if (param.spec->summed_over_tensor_parallel(c.tensor_parallel_size, sequence_parallel)) {
+      summed_over_tensor_parallel += param.numel();
+    }
   }
   if (summed_over_tensor_parallel > 0) {
     bytes += Arena::aligned_bytes(DType::kFloat32, Shape{summed_over_tensor_parallel});

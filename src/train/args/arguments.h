@@ -190,8 +190,8 @@ struct Arguments {
   int64_t wgrad_deferral_limit = 0;            // with defer_embedding_wgrad_compute
   bool overlap_param_gather_with_optimizer_step = false;  // needs the distributed optimizer and --overlap-param-gather
   bool disable_gloo_process_groups = false;    // no Gloo groups exist here
-  int64_t check_weight_hash_across_dp_replicas_interval = 0;  // 0: never (train/replica_check.h)
-  bool test_mode = false;  // Megatron's real-time tests: the q/k norms equal on every rank (train/qk_layernorm_check.h)
+  int64_t check_weight_hash_across_dp_replicas_interval = 0;  // 0: never (train/resilience/replica_check.h)
+  bool test_mode = false;  // Megatron's real-time tests: the q/k norms equal on every rank (train/resilience/qk_layernorm_check.h)
   int64_t empty_unused_memory_level = 0;
   bool no_check_for_nan_in_loss_and_grad = false;  // refused: no check here stops a run
   bool calculate_per_token_loss = false;
@@ -234,20 +234,20 @@ struct Arguments {
   bool log_params_norm = false;        // "params norm" in the log line
   bool log_num_zeros_in_grad = false;  // "num zeros" in the log line
   int64_t timing_log_level = 0;  // >= 1: Megatron's "(min, max) time across ranks" lines per phase
-  // Megatron's rerun state machine (train/rerun_check.h).
+  // Megatron's rerun state machine (train/resilience/rerun_check.h).
   std::string rerun_mode = "disabled";  // disabled, validate_results or report_stats
   bool check_for_spiky_loss = false;
-  // Megatron's RerunErrorInjector (train/rerun_error_injector.h): 0 none, else one in this many
+  // Megatron's RerunErrorInjector (train/resilience/rerun_error_injector.h): 0 none, else one in this many
   // validation calls rejected, as correct_result, transient_error or persistent_error.
   int64_t error_injection_rate = 0;
   std::string error_injection_type = "transient_error";
-  bool log_straggler = false;     // rank 0 names the slowest and fastest ranks (train/straggler_report.h)
+  bool log_straggler = false;     // rank 0 names the slowest and fastest ranks (train/report/straggler_report.h)
   int64_t straggler_minmax_count = 1;  // > 1: also the N slowest and N fastest ranks by throughput
-  std::string metrics_file;      // "": none; else JSON Lines per log line (train/metrics_file.h)
-  // Samples during training (train/training_sample.h; not Megatron flags).
+  std::string metrics_file;      // "": none; else JSON Lines per log line (train/report/metrics_file.h)
+  // Samples during training (train/report/training_sample.h; not Megatron flags).
   int64_t sample_interval = 0;   // 0: none; else a sample continuation every N iterations
   std::string sample_prompt;     // "": the end-of-document token
-  // TensorBoard (train/tensorboard_log.h).
+  // TensorBoard (train/report/tensorboard_log.h).
   std::string tensorboard_dir;   // "": none
   int64_t tensorboard_log_interval = 1;
   int64_t tensorboard_queue_size = 1000;  // accepted: events are written directly, flushed per log line

@@ -26,9 +26,9 @@ enum class AttentionBackend { kAuto, kFlash, kFused, kLocal, kUnfused };
 // --data-parallel-sharding-strategy (Megatron-FSDP's ZeRO level, train/args/sharding_arguments.h).
 enum class ShardingStrategy { kNoShard, kOptim, kOptimGrads, kOptimGradsParams };
 
-// --rerun-mode (Megatron's RerunMode; train/rerun_check.h).
+// --rerun-mode (Megatron's RerunMode; train/resilience/rerun_check.h).
 enum class RerunMode { kDisabled, kValidateResults, kReportStats };
-// --error-injection-type (Megatron's RerunDiagnostic; train/rerun_error_injector.h).
+// --error-injection-type (Megatron's RerunDiagnostic; train/resilience/rerun_error_injector.h).
 enum class ErrorInjectionType { kCorrectResult, kTransientError, kPersistentError };
 // --fp8-format ("": no FP8): e4m3 for every operand, or hybrid (E5M2 output gradients).
 enum class Fp8FormatChoice { kNone, kE4M3, kHybrid };

@@ -1,7 +1,7 @@
 // The flag table's rows (train/args/flag_table.h), one file per group of Megatron's argument parser:
 // flag_rows_model.cc (model, parallelism), flag_rows_training.cc (training, precision, Megatron's
 // implementation choices), flag_rows_data.cc (data, logging, checkpoints). flag_rows() joins them
-// in this order, which is --help's. Internal to train/flag_table*.cc.
+// in this order, which is --help's. Internal to train/args/flag_table*.cc.
 #pragma once
 
 #include <cstddef>

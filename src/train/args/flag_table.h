@@ -4,7 +4,7 @@
 // and the ranks' agreement text (train/args/argument_table.h), and the flag table behind
 // docs/MEGATRON_FLAGS.md (megatron_flag_table), and the flag's simple constraints (required,
 // positive, a range, one of a set), which check_flag_constraints checks for every row. Adding a
-// flag: a field in Arguments (train/args/arguments.h) and a row in one of train/flag_rows_*.cc (its
+// flag: a field in Arguments (train/args/arguments.h) and a row in one of train/args/flag_rows_*.cc (its
 // argument group; train/args/flag_rows.h); checks that involve other flags in validate_arguments. A unit
 // test fails when an Arguments field is in no row. Messages name a flag by its row:
 // flag_name(&Arguments::save_interval) is the flag of the save_interval row, --save-interval.

@@ -1,4 +1,4 @@
-// The rerun state machine's flags (train/rerun_check.h, train/rerun_error_injector.h): --rerun-mode,
+// The rerun state machine's flags (train/resilience/rerun_check.h, train/resilience/rerun_error_injector.h): --rerun-mode,
 // --error-injection-rate, --error-injection-type. Megatron ignores an injection no validation call
 // would draw; here such a combination is refused with the flag to change.
 #pragma once

@@ -8,8 +8,7 @@
 namespace gpt {
 
 bool summed_over_tensor_parallel(const ParamSpec& spec, const TensorParallel& tp) {
-  if (tp.size() == 1) return false;
-  return spec.tensor_parallel_grad || (tp.sequence_parallel() && spec.sequence_parallel_grad);
+  return spec.summed_over_tensor_parallel(tp.size(), tp.sequence_parallel());
 }
 
 std::vector<const Param*> tensor_parallel_summed(const ParamStore& params, const TensorParallel& tp) {

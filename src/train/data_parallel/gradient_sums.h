@@ -40,7 +40,6 @@ class TensorParallelSum {
   // `pieces`: ranges of the flat gradients, in the order sum_remaining() takes them.
   TensorParallelSum(const TensorParallel& tp, const ParamStore& params, std::vector<Range> pieces, Arena& arena);
 
-  int num_pieces() const { return static_cast<int>(pieces_.size()); }
   // Every piece unsummed again (before the iteration's first backward).
   void start_iteration();
   // Sums the pieces `indices` (into the constructor's list) not summed yet this iteration, in the

@@ -49,10 +49,6 @@ class DataParallel : public ParamObserver {
   // Waits for parameter gathers still in flight (before evaluation, or at the end).
   virtual void settle(Context& ctx) = 0;
 
-  // The ranges of the flat buffers holding global gradient sums after finish_gradients (the shard
-  // plan's owned ranges: this rank's shard of every bucket with the distributed optimizer, else
-  // everything), which this rank's optimizer updates.
-  std::vector<Range> owned() const { return plan_.owned(); }
   bool distributed_optimizer() const { return plan_.config().distributed_optimizer; }
   // The ZeRO-2/3 working gradient buffers this took from the arena (0 otherwise), measured.
   virtual int64_t gradient_buffer_bytes() const { return 0; }

@@ -680,7 +680,7 @@ TEST(Arguments, MegatronImplementationChoicesRefusedWithTheReason) {
   }
 }
 
-// Megatron's error injection (train/rerun_error_injector.h): its choices, and refused where no
+// Megatron's error injection (train/resilience/rerun_error_injector.h): its choices, and refused where no
 // validation call would draw it (Megatron ignores it there).
 TEST(Arguments, ErrorInjectionNeedsAValidationToInjectInto) {
   const std::vector<std::string> validate = with(base_flags(), "--rerun-mode", "validate_results");

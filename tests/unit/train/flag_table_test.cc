@@ -200,7 +200,7 @@ TEST(FlagTable, RowConstraintsAreCheckedUnderTheirFlag) {
   EXPECT_EQ(check_flag_constraints(defaults).message(), "");
   int checked = 0;
   for (const FlagRow& row : flag_rows()) {
-    EXPECT_EQ(std::string(flag_name(row.field)), std::string(row.flag));
+    EXPECT_EQ(find_flag_row(row.flag), &row) << row.flag << " is found by its name";
     if (row.constraint.check == FlagCheck::kNone || row.constraint.required) continue;
     Arguments a;
     a.given.insert(std::string(row.flag));
