@@ -23,6 +23,8 @@
 #include "train/pipeline_split.h"
 #include "train/args/sharding_arguments.h"
 #include "parallel/data_parallel/grad_shards.h"
+#include "parallel/data_parallel/grad_sync.h"
+#include "parallel/data_parallel/param_gather.h"
 #include "parallel/data_parallel/param_units.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/pipeline/schedule.h"
@@ -384,11 +386,12 @@ namespace {
 int64_t data_parallel_buffer_bytes(const ShardPlan& plan, DType dtype, bool sequence_parallel) {
   const ShardPlanConfig& c = plan.config();
   int64_t bytes = 0;
-  if (c.distributed_optimizer && c.data_parallel_size > 1) {
-    for (const BucketShard& b : plan.bucket_shards()) {
-      if (!plan.sharded_gradients()) bytes += Arena::aligned_bytes(DType::kFloat32, Shape{b.shard.size()});
-      if (!plan.sharded_parameters()) bytes += Arena::aligned_bytes(dtype, Shape{b.shard.size()});
+  if (c.distributed_optimizer) {
+    // The strategies build these two exactly so (train/data_parallel/make_data_parallel.cc).
+    if (!plan.sharded_gradients()) {
+      bytes += GradientSync::buffer_bytes(plan.bucket_shards(), c.data_parallel_size, GradientReduction::kReduceScatter);
     }
+    if (!plan.sharded_parameters()) bytes += ParamGather::buffer_bytes(plan.bucket_shards(), c.data_parallel_size, dtype);
   }
   int64_t summed_over_tensor_parallel = 0;
   for (const ParamPlacement& param : plan.params()) {

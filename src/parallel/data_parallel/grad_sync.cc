@@ -61,8 +61,16 @@ GradientSync::GradientSync(Communicator& data_parallel, Tensor flat_grads, std::
   GPT_CHECK(across_ == nullptr || sharded) << "distributed-optimizer instances need the reduce-scatter";
   check_bucket_shards(buckets_, group_, flat_grads_.numel(), sharded && group_.size() > 1);
   for (const BucketShard& b : buckets_) {
-    if (sharded && group_.size() > 1) scattered_.push_back(arena.allocate(DType::kFloat32, {b.shard.size()}));
+    if (scatters(reduction_, group_.size())) scattered_.push_back(arena.allocate(DType::kFloat32, {b.shard.size()}));
   }
+}
+
+int64_t GradientSync::buffer_bytes(std::span<const BucketShard> buckets, int group_size, GradientReduction reduction) {
+  int64_t bytes = 0;
+  for (const BucketShard& b : buckets) {
+    if (scatters(reduction, group_size)) bytes += Arena::aligned_bytes(DType::kFloat32, Shape{b.shard.size()});
+  }
+  return bytes;
 }
 
 Range GradientSync::shard(int bucket) const { return buckets_[static_cast<size_t>(bucket)].shard; }

@@ -41,6 +41,9 @@ class GradientSync {
   // group of one without instances): the ranks holding this rank's shards in the other instances.
   GradientSync(Communicator& data_parallel, Tensor flat_grads, std::vector<BucketShard> buckets,
                GradientReduction reduction, Arena& arena, Communicator* across_instances = nullptr);
+  // The reduce-scatter outputs the constructor takes from its arena (one FP32 shard per bucket when
+  // it reduce-scatters over more than one rank): the memory plan's count of them.
+  static int64_t buffer_bytes(std::span<const BucketShard> buckets, int group_size, GradientReduction reduction);
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   GradientReduction reduction() const { return reduction_; }
@@ -59,6 +62,10 @@ class GradientSync {
   double finish(Context& ctx);
 
  private:
+  // Whether each bucket needs its own reduce-scatter output.
+  static bool scatters(GradientReduction reduction, int group_size) {
+    return reduction == GradientReduction::kReduceScatter && group_size > 1;
+  }
   // This rank's reduced shard of bucket b: the reduce-scatter's result, or the bucket itself when
   // the group is one rank.
   Tensor reduced(int bucket) const;

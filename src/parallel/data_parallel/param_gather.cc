@@ -18,6 +18,14 @@ ParamGather::ParamGather(Communicator& data_parallel, Tensor flat_values, std::v
   }
 }
 
+int64_t ParamGather::buffer_bytes(std::span<const BucketShard> buckets, int group_size, DType dtype) {
+  int64_t bytes = 0;
+  for (const BucketShard& b : buckets) {
+    if (group_size > 1) bytes += Arena::aligned_bytes(dtype, Shape{b.shard.size()});
+  }
+  return bytes;
+}
+
 void ParamGather::start(Context& ctx) {
   if (group_.size() == 1) return;
   for (size_t b = 0; b < buckets_.size(); ++b) {

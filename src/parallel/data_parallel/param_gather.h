@@ -4,6 +4,7 @@
 // until the next forward first reads them (wait_for) instead of being waited for at once.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "core/arena.h"
@@ -17,6 +18,9 @@ class ParamGather {
   // `buckets`: ranges of `flat_values` and this rank's shard of each, as the shard plan cut them (the
   // rank-th equal part: what an all-gather takes from it). Staging for the shards comes from `arena`.
   ParamGather(Communicator& data_parallel, Tensor flat_values, std::vector<BucketShard> buckets, Arena& arena);
+  // The staging copies of the owned shards the constructor takes from its arena (one per bucket
+  // over more than one rank): the memory plan's count of them.
+  static int64_t buffer_bytes(std::span<const BucketShard> buckets, int group_size, DType dtype);
 
   // Starts gathering every bucket (after the optimizer step).
   void start(Context& ctx);
