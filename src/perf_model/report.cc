@@ -26,6 +26,8 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
       .add("recompute", p.recompute)
       .add("schedule", p.schedule);
   if (p.context > 1) layout.add("context_parallel_size", p.context).add("cp_comm_type", p.cp_comm_type);
+  if (p.first_stage_layers > 0) layout.add("decoder_first_pipeline_num_layers", p.first_stage_layers);
+  if (p.last_stage_layers > 0) layout.add("decoder_last_pipeline_num_layers", p.last_stage_layers);
   JsonObject time;
   time.add("pipeline", p.pipeline_time)
       .add("compute_busiest_rank", p.compute_time)
@@ -100,7 +102,11 @@ std::string pass_text(const char* name, const PassCost& c) {
 
 std::string layout_text(const Prediction& p) {
   const std::string context = p.context > 1 ? absl::StrCat(" x CP ", p.context, " (", p.cp_comm_type, ")") : "";
-  return absl::StrCat("TP ", p.tensor, context, " x PP ", p.pipeline, " x DP ", p.data, ", v ", p.virtual_stages, ", mbs ",
+  // An uneven split: the first and last stages' layers (the others split the rest evenly).
+  const std::string split = p.first_stage_layers > 0 || p.last_stage_layers > 0
+                                ? absl::StrCat(" (layers first ", p.first_stage_layers, ", last ", p.last_stage_layers, ")")
+                                : "";
+  return absl::StrCat("TP ", p.tensor, context, " x PP ", p.pipeline, split, " x DP ", p.data, ", v ", p.virtual_stages, ", mbs ",
                       p.micro_batch, p.sequence_parallel ? ", SP" : "",
                       p.zero_level == 3   ? ", ZeRO-3"
                       : p.zero_level == 2 ? ", ZeRO-2"
