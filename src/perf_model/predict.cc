@@ -71,8 +71,8 @@ double data_parallel_buckets(const Arguments& a, double parameters, double units
 }
 
 // The shape of one rank's ops for their costs (compute_cost.h).
-RankShape rank_shape(const Prediction& p, bool all_to_all, int64_t world_size, const Cluster& cluster,
-                     const RunOptions& options) {
+RankShape rank_shape(const Prediction& p, bool all_to_all, bool unfused_attention, int64_t world_size,
+                     const Cluster& cluster, const RunOptions& options) {
   RankShape shape;
   shape.tensor_parallel = p.tensor;
   shape.sequence_parallel = p.sequence_parallel;
@@ -84,6 +84,9 @@ RankShape rank_shape(const Prediction& p, bool all_to_all, int64_t world_size, c
   shape.context_link = group_link(cluster, static_cast<int>(p.tensor), static_cast<int>(p.context));
   // This trainer and Megatron both gather the sequence-parallel norm outputs again in backward.
   shape.regather_sequence_parallel_input = true;
+  // Megatron's unfused core materialises the scores (this trainer runs its fused core whatever the
+  // backend says).
+  shape.unfused_attention = options.implementation != Implementation::kTrainer && unfused_attention;
   const int64_t ranks_per_node = std::min<int64_t>(world_size, cluster.gpus_per_node);
   shape.compute_stretch =
       std::max(1.0, static_cast<double>(ranks_per_node) / static_cast<double>(cluster.compute_slots_per_node));
@@ -443,7 +446,9 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   const auto kind = pipeline_schedule_kind(a);
   p.schedule = pipeline::to_string(kind);
 
-  const RankShape shape = rank_shape(p, all_to_all, world_size, cluster, options);
+  const AttentionBackend backend = attention_backend(a);
+  const bool unfused = backend == AttentionBackend::kUnfused || backend == AttentionBackend::kLocal;
+  const RankShape shape = rank_shape(p, all_to_all, unfused, world_size, cluster, options);
   // The costs of one rank: S / CP rows of each sequence (model FLOPs stay the whole model's).
   ModelConfig local_config = config;
   local_config.seq_length = config.seq_length / p.context;
