@@ -55,6 +55,7 @@ const Key kKeys[] = {
     {"iteration_overhead_ms", false, Range::kNonNegative, 1e-3, &Cluster::iteration_overhead},
     {"tp_comm_overlap_fraction", false, Range::kNonNegative, 1, &Cluster::tp_comm_overlap_fraction},
     {"dp_comm_overlap_fraction", false, Range::kNonNegative, 1, &Cluster::dp_comm_overlap_fraction},
+    {"model_error_fraction", false, Range::kFraction, 1, &Cluster::model_error},
 };
 
 absl::Status error_at(absl::string_view origin, int line, absl::string_view message) {
