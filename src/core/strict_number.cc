@@ -84,8 +84,12 @@ absl::StatusOr<double> parse_finite_number(std::string_view text) {
 }
 
 std::string number_text(double value) {
-  // %g, with the exponent as a user types it: "1e12" rather than "1e+12", "1e-5" rather than "1e-05".
+  // The shortest %g that reads back as `value` (6 digits at least: "1048576", "0.1", "1e12"), with
+  // the exponent as a user types it: "1e12" rather than "1e+12", "1e-5" rather than "1e-05".
   std::string text = absl::StrFormat("%g", value);
+  for (int digits = 7; std::isfinite(value) && std::strtod(text.c_str(), nullptr) != value && digits <= 17; ++digits) {
+    text = absl::StrFormat("%.*g", digits, value);
+  }
   const size_t e = text.find('e');
   if (e == std::string::npos) return text;
   std::string exponent = text.substr(e + 1);
@@ -103,7 +107,7 @@ bool NumberRange::contains(double value) const {
 std::string NumberRange::describe() const {
   constexpr double kHuge = std::numeric_limits<double>::max();
   const bool bounded_below = min > -kHuge, bounded_above = max < kHuge;
-  if (min_open) {
+  if (min_open && bounded_below) {
     return bounded_above ? absl::StrCat("above ", number_text(min), " and at most ", number_text(max))
                          : absl::StrCat("above ", number_text(min));
   }

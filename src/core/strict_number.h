@@ -45,7 +45,8 @@ absl::Status check_number(double value, const NumberRange& range);
 // parse_finite_number, then check_number.
 absl::StatusOr<double> parse_number_in(std::string_view text, const NumberRange& range);
 
-// A double in %g form for messages, its exponent as typed ("1e12", "0.5", "1e-5", "nan").
+// A double for messages: the shortest %g form that reads back as it, its exponent as typed ("1e12",
+// "0.5", "1e-5", "1048576", "nan").
 std::string number_text(double value);
 
 }  // namespace gpt
