@@ -44,9 +44,14 @@ absl::StatusOr<int64_t> parse_decimal_integer(std::string_view text, int64_t min
   const bool representable = magnitude < kLimit || (negative && magnitude == kLimit);
   if (representable) {
     const int64_t value = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
-    if (value < min) return absl::InvalidArgumentError(absl::StrCat("must be at least ", min, " (got ", value, ")"));
-    if (value > max) return absl::InvalidArgumentError(absl::StrCat("must be at most ", max, " (got ", value, ")"));
-    return value;
+    if (value >= min && value <= max) return value;
+    // Both ends when the range has both ("from 1 to 4096"), else the one it has.
+    const bool bounded_below = min > std::numeric_limits<int64_t>::min();
+    const bool bounded_above = max < std::numeric_limits<int64_t>::max();
+    const std::string range = bounded_below && bounded_above ? absl::StrCat("from ", min, " to ", max)
+                              : value < min                  ? absl::StrCat("at least ", min)
+                                                             : absl::StrCat("at most ", max);
+    return absl::InvalidArgumentError(absl::StrCat("must be ", range, " (got ", value, ")"));
   }
   return absl::InvalidArgumentError(absl::StrCat(shown(text), " is out of range (",
                                                  negative ? absl::StrCat("at least ", min) : absl::StrCat("at most ", max),
