@@ -51,7 +51,7 @@ def check_refusal(what, command, expected, failures, timeout=60, **kwargs):
         problems.append(f"stderr {lines!r}, expected one error line with {expected!r}")
     elif re.search(r"\d{20}", lines[0]) or len(lines[0]) > 400:
         problems.append(f"unreadable message {lines[0]!r}")
-    if "makespan" in result.stdout or "iteration" in result.stdout:
+    if "makespan" in result.stdout or "iteration" in result.stdout or "TFLOP" in result.stdout:
         problems.append("it produced a result")
     if time.monotonic() - start > 30:
         problems.append("slow")
@@ -249,6 +249,50 @@ def tool_cases(perf_model, perf_calibrate, ckpt_tool, work, failures):
     return len(cases)
 
 
+CLUSTER = """name = test
+gpus_per_node = 4
+peak_tflops = 100
+memory_gib = 16
+memory_bandwidth_GBps = 1000
+intra_node_bandwidth_GBps = 200
+inter_node_bandwidth_GBps = 25
+gemm_efficiency = 1e9:0.5, 1e11:0.7
+attention_forward_efficiency = 0.4
+attention_backward_efficiency = 0.3
+"""
+MODEL = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 "
+         "--vocab-size 512 --micro-batch-size 1 --global-batch-size 8").split()
+
+
+def cluster_cases(perf_model, work, failures):
+    """perf_model --cluster FILE: every value finite and of a magnitude the predictions survive."""
+    cases = [
+        ("peak_tflops = 100", "peak_tflops = nan", "peak_tflops must be a number"),
+        ("peak_tflops = 100", "peak_tflops = inf", "peak_tflops must be a number"),
+        ("memory_gib = 16", "memory_gib = 1e300", "memory_gib must be at most 1e18 (got 1e300)"),
+        ("memory_gib = 16", "memory_gib = 1e400", "memory_gib must be a number"),
+        ("inter_node_bandwidth_GBps = 25", "inter_node_bandwidth_GBps = 1e-300",
+         "inter_node_bandwidth_GBps must be at least 1e-9 (got 1e-300)"),
+        ("memory_bandwidth_GBps = 1000", "memory_bandwidth_GBps = -1000", "memory_bandwidth_GBps must be positive"),
+        ("attention_forward_efficiency = 0.4", "attention_forward_efficiency = nan", "must be a number"),
+        ("gemm_efficiency = 1e9:0.5, 1e11:0.7", "gemm_efficiency = 1e9:0.5, 1e300:0.7",
+         "gemm_efficiency flops must be at most 1e18"),
+        ("gemm_efficiency = 1e9:0.5, 1e11:0.7", "gemm_efficiency = 1e9:nan, 1e11:0.7", "must be a number"),
+    ]
+    good = os.path.join(work, "good.conf")
+    with open(good, "w") as out:
+        out.write(CLUSTER)
+    check_runs("perf_model --cluster (valid)", [perf_model, "--cluster", good, "--world-size", "1"] + MODEL,
+               "Iteration time", failures)
+    for index, (old, new, expected) in enumerate(cases):
+        path = os.path.join(work, f"bad{index}.conf")
+        with open(path, "w") as out:
+            out.write(CLUSTER.replace(old, new))
+        check_refusal(f"perf_model --cluster ({new})", [perf_model, "--cluster", path, "--world-size", "1"] + MODEL,
+                      expected, failures)
+    return len(cases) + 1
+
+
 def main():
     parser = argparse.ArgumentParser()
     for name in ("--generate", "--pipeline-schedule", "--perf-model", "--perf-calibrate", "--ckpt-tool", "--binary",
@@ -265,9 +309,10 @@ def main():
     counts = [generate_cases(options.generate, work, failures),
               schedule_cases(options.pipeline_schedule, failures),
               timeline_cases(options.pipeline_schedule, options.binary, options.mpirun, work, failures),
-              tool_cases(options.perf_model, options.perf_calibrate, options.ckpt_tool, work, failures)]
+              tool_cases(options.perf_model, options.perf_calibrate, options.ckpt_tool, work, failures)
+              + cluster_cases(options.perf_model, work, failures)]
     print(f"{sum(counts)} cases (generate {counts[0]}, pipeline_schedule flags {counts[1]}, timelines {counts[2]}, "
-          f"perf_model / perf_calibrate / ckpt_tool {counts[3]})")
+          f"perf_model / perf_calibrate / ckpt_tool and cluster files {counts[3]})")
     return harness.finish(failures)
 
 
