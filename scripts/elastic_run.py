@@ -34,6 +34,7 @@ import time
 # The lines that count as a heartbeat: pretrain_gpt's iteration lines (printed by the last rank).
 ITERATION_LINE = re.compile(r"\] iteration +(\d+)/")
 TRACKER = "latest_checkpointed_iteration.txt"
+NODE_CHECK_SECONDS = 120  # a --node-check that hangs counts as an unhealthy node
 # Slurm node states that mean the node cannot run the job (scontrol's State= field, any of them).
 UNHEALTHY_SLURM_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT", "MAINT")
 
@@ -101,6 +102,19 @@ class Layout:
         dp = world // self.model_ranks()
         return (f"{world} ranks = TP {self.tp} x PP {self.pp} x DP {dp}, global batch {self.gbs} = micro batch "
                 f"{self.mbs} x DP {dp} x {self.gbs // (self.mbs * dp)} accumulation steps")
+
+
+def committed_iteration(save):
+    """The tracker's text for the log line (the job itself validates it when it loads)."""
+    path = os.path.join(save, TRACKER)
+    if not os.path.exists(path):
+        return "none (a fresh start)"
+    try:
+        with open(path, errors="replace") as tracker:
+            text = tracker.read(64).strip()
+    except OSError as error:
+        return f"unreadable tracker {path} ({error.strerror})"
+    return text if text.isdigit() else f"{text[:20]!r} (not an iteration number; the job will say)"
 
 
 def parse_bounds(text):
@@ -301,7 +315,11 @@ class Supervisor:
         """(healthy, why) for one node."""
         if self.options.node_check:
             command = self.options.node_check.replace("{node}", shlex.quote(node))
-            result = subprocess.run(command, shell=True, capture_output=True, text=True)
+            try:
+                result = subprocess.run(command, shell=True, capture_output=True, text=True,
+                                        timeout=NODE_CHECK_SECONDS)
+            except subprocess.TimeoutExpired:
+                return False, f"node check still running after {NODE_CHECK_SECONDS} s"
             return result.returncode == 0, f"node check exit status {result.returncode}"
         if self.launcher == "srun":
             return slurm_node_healthy(node)
@@ -470,8 +488,7 @@ class Supervisor:
                 return 1
             for reason in skipped:
                 log(f"not using more nodes: {reason}")
-            resume = open(os.path.join(self.save, TRACKER)).read().strip() if os.path.exists(
-                os.path.join(self.save, TRACKER)) else "none (a fresh start)"
+            resume = committed_iteration(self.save)
             log(f"attempt {restarts + 1}: {len(chosen)} node(s) {','.join(chosen)}: "
                 f"{self.layout.describe(len(chosen))}; latest committed checkpoint: iteration {resume}")
             started = time.monotonic()

@@ -141,6 +141,44 @@ def bad_options(options, work, failures):
     return len(cases)
 
 
+def hostile_runs(options, work, failures):
+    """Inputs the options cannot show: a tracker that is a directory or binary, a launcher that
+    refuses its arguments. The supervisor logs them, gives up or finishes; never a traceback."""
+    env = dict(os.environ, HOSTILE_TAG=TAG)
+    cases = []
+    for label in ("tracker directory", "tracker binary"):
+        save = os.path.join(work, label.replace(" ", "_"))
+        os.makedirs(save)
+        tracker = os.path.join(save, "latest_checkpointed_iteration.txt")
+        if label == "tracker directory":
+            os.makedirs(tracker)
+        else:
+            with open(tracker, "wb") as out:
+                out.write(b"\xff\xfe\x00\x01garbage")
+        cases.append((label, ["--max-restarts", "0"], [options.binary] + TINY + ["--save", save, "--load", save,
+                                                                                 "--train-iters", "1"]))
+    save = os.path.join(work, "bad_mpirun_args")
+    cases.append(("mpirun refuses its arguments", ["--max-restarts", "1", "--mpirun-args=--no-such-mpirun-option"],
+                  [options.binary] + TINY + ["--save", save, "--load", save, "--train-iters", "1"]))
+    for label, extra, job in cases:
+        result = subprocess.run([sys.executable, SUPERVISOR, "--nnodes", "1", "--nproc-per-node", "1", "--single-host",
+                                 "--mpirun", options.mpirun, "--kill-wait", "1"] + extra + ["--"] + job,
+                                capture_output=True, text=True, env=env, cwd=work, timeout=120)
+        text = result.stdout + result.stderr
+        if "Traceback" in text or result.returncode not in (0, 1) or "attempt 1:" not in result.stdout:
+            failures.append(f"supervisor '{label}': exit {result.returncode}: {text[-1200:]}")
+        if label == "mpirun refuses its arguments" and ("restart 1 of at most 1" not in result.stdout
+                                                        or result.returncode != 1):
+            failures.append(f"supervisor '{label}': expected one restart and giving up: {text[-800:]}")
+        left = job_processes()
+        if left:
+            failures.append(f"supervisor '{label}': job processes left {left}")
+            kill_left(left)
+        print(f"supervisor '{label}': exit {result.returncode}; "
+              f"{[line for line in result.stdout.splitlines() if 'attempt 1' in line][:1]}")
+    return len(cases)
+
+
 def orphans(options, work, failures):
     """The supervisor gives up (--max-restarts 0) on a job whose rank 1 sleeps in its first iteration
     (GPT_INJECT_DELAY) while rank 0 holds the --save lock and waits for it. The ranks catch SIGTERM
@@ -257,7 +295,7 @@ def main():
     parser.add_argument("--binary", required=True)
     parser.add_argument("--mpirun", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--only", help="one of: options, orphans, startup")
+    parser.add_argument("--only", help="one of: options, runs, orphans, startup")
     options = parser.parse_args()
     work = os.path.abspath(options.work_dir)
     options.binary, options.mpirun = os.path.abspath(options.binary), shutil.which(options.mpirun) or options.mpirun
@@ -266,6 +304,8 @@ def main():
     failures = []
     if options.only in (None, "options"):
         bad_options(options, work, failures)
+    if options.only in (None, "runs"):
+        hostile_runs(options, work, failures)
     if options.only in (None, "orphans"):
         orphans(options, work, failures)
     if options.only in (None, "startup"):
