@@ -230,10 +230,11 @@ def stop_wrapper(work):
 
 def bounded_startup(options, work, failures):
     """A rank that never reaches MPI_Init: the others give up within --distributed-timeout-minutes
-    (0.05 = 3 s, plus a second per rank of stagger), one line naming the start-up phase."""
+    (0.05 = 3 s, and 2 s more per rank before it in rank order), one line naming the start-up phase."""
     wrapper = stop_wrapper(work)
     cases = [("rank 1 stopped, 2 ranks", 2, 1, "stop", "3"), ("rank 0 stopped, 2 ranks", 2, 0, "stop", "3"),
-             ("rank 2 stopped, 3 ranks", 3, 2, "stop", "3"), ("rank 1 killed, 2 ranks", 2, 1, "kill", "3")]
+             ("rank 2 stopped, 3 ranks", 3, 2, "stop", "3"), ("rank 0 stopped, 3 ranks", 3, 0, "stop", "3"),
+             ("rank 1 killed, 2 ranks", 2, 1, "kill", "3")]
     for label, ranks, stopped, how, _ in cases:
         env = dict(os.environ, HOSTILE_TAG=TAG, HOSTILE_STOP_RANK=str(stopped), HOSTILE_HOW=how)
         command = [options.mpirun, "-np", str(ranks), "--oversubscribe", "--bind-to", "none", "-x", "HOSTILE_TAG",

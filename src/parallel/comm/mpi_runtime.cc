@@ -69,12 +69,15 @@ int launcher_rank() {
 // MPI_Init waits in the launcher's fence for every rank, and the node split that follows is a
 // collective, so a rank that stops or dies before it arrives would leave the others there forever,
 // silent. A thread watches the phases; past the deadline it prints one line naming the phase and
-// ends the process with exit status 1 (the launcher then ends the job). Ranks give up a second
+// ends the process with exit status 1 (the launcher then ends the job). Ranks give up a few seconds
 // apart in rank order, so that the first report is the only line.
 class StartupWatchdog {
  public:
   StartupWatchdog() : rank_(launcher_rank()) {
-    const double patience = world::timeout_seconds() + std::min(std::max(rank_, 0), 8);
+    // Apart by what the launcher needs to end the others once one exits (2 s, or a tenth of the
+    // timeout, as world_agreement's grace), so that the first report is the only line.
+    const double apart = std::max(2.0, 0.1 * world::timeout_seconds());
+    const double patience = world::timeout_seconds() + apart * std::min(std::max(rank_, 0), 8);
     thread_ = std::thread([this, patience] { watch(patience); });
   }
   ~StartupWatchdog() {
