@@ -427,11 +427,13 @@ int main(int argc, char** argv) {
   const auto positive = gpt::decimal_integer(1, int64_t{1} << 40);
   app.add_option("--repeats", o.repeats, "timed calls per measurement, 1 to 1000 (the median is kept)")
       ->transform(gpt::decimal_integer(1, 1000));
+  // Lower bounds as the cluster file's reader takes them (perf_model/cluster.cc: a positive value at
+  // least 1e-9), so that what is written is read back.
   app.add_option("--peak-tflops", o.peak_tflops,
-                 "the datasheet peak, above 0 and at most 1e6 (default: the best GEMM measured)")
-      ->transform(gpt::number_in(gpt::NumberRange::above(0, 1e6)));
-  app.add_option("--memory-gib", o.memory_gib, "memory per device, above 0 and at most 1048576 (default: this host's RAM)")
-      ->transform(gpt::number_in(gpt::NumberRange::above(0, 1048576)));
+                 "the datasheet peak, from 1e-9 to 1e6 (default: the best GEMM measured)")
+      ->transform(gpt::number_in(gpt::NumberRange::from_to(1e-9, 1e6)));
+  app.add_option("--memory-gib", o.memory_gib, "memory per device, from 1e-9 to 1048576 (default: this host's RAM)")
+      ->transform(gpt::number_in(gpt::NumberRange::from_to(1e-9, 1048576)));
   app.add_option("--hidden-size", o.hidden, "model whose GEMMs are timed")->transform(positive);
   app.add_option("--ffn-hidden-size", o.ffn, "default 4 x hidden")->transform(positive);
   app.add_option("--num-attention-heads", o.heads)->transform(positive);
