@@ -55,6 +55,12 @@ def main():
     args = parser.parse_args()
     shutil.rmtree(args.work_dir, ignore_errors=True)
     os.makedirs(args.work_dir)
+    # Where --device cuda cannot run, pretrain_gpt says why in one line before doing anything.
+    probe = run([args.pretrain] + [f if f != "cpu" else "cuda" for f in COMMON] + FAMILIES["gpt2"] +
+                ["--save", os.path.join(args.work_dir, "probe")])
+    if probe.returncode != 0 and re.search(r"--device cuda", probe.stderr):
+        print(f"skipped: --device cuda does not run here ({probe.stderr.strip().splitlines()[-1]})")
+        return 77
     failures = []
     prompt_flags = [t for p in PROMPTS for t in ("--prompt", p)]
     for family, extra in FAMILIES.items():
