@@ -7,13 +7,15 @@
 //   - optimizer state half on the host, its copies pipelined on their own stream
 //     (--overlap-cpu-optimizer-d2h-h2d) against the same without the pipeline (bit for bit: the
 //     same op on the same values) and against the CPU backend;
-//   - q/k norms (RMSNorm) on heads of kv_channels = 16, GQA, SwiGLU.
+//   - q/k norms (RMSNorm) on heads of kv_channels = 16, GQA, SwiGLU;
+//   - FP8, which has no GPU path yet: refused with its reason.
 // Tolerances by precision: BF16 and FP16 losses within 2e-2 relative of the CPU's.
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gpu/gpu_test_util.h"
 #include "support/trainer_support.h"
 
@@ -146,6 +148,25 @@ TEST(GpuTrainingPaths, QkRmsNormOnSixteenWideHeadsTracksTheCpuBackend) {
               worst);
   EXPECT_LE(worst, 2e-2);
   EXPECT_LT(gpu.losses.back(), gpu.losses.front());
+}
+
+// FP8 GEMMs exist only as the CPU backend's emulation: on the GPU --fp8-format is refused before
+// any work, naming the flag and the reason (a flag Megatron accepts is either honoured or refused).
+TEST(GpuTrainingPaths, Fp8IsRefusedOnTheGpuWithItsReason) {
+  GPT_REQUIRE_GPU();
+  std::vector<std::string> flags = with(kModel, with(kGpt, {"--bf16", "--device", "cuda", "--train-iters", "2",
+                                                            "--fp8-format", "hybrid"}));
+  absl::StatusOr<Arguments> parsed = parse_arguments(flags);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  Arguments args = *parsed;
+  ASSERT_TRUE(prepare_arguments(args).ok());
+  ASSERT_TRUE(prepare_for_world(args, 1).ok());
+  std::unique_ptr<ProcessGrid> grid = ProcessGrid::single();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = Trainer::create(args, *grid);
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(trainer.status().message()),
+              ::testing::HasSubstr("--fp8-format: FP8 GEMMs are emulated on the CPU backend only"));
 }
 
 }  // namespace
