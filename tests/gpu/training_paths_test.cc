@@ -7,6 +7,7 @@
 //   - optimizer state half on the host, its copies pipelined on their own stream
 //     (--overlap-cpu-optimizer-d2h-h2d) against the same without the pipeline (bit for bit: the
 //     same op on the same values) and against the CPU backend;
+//   - none of these steps waits for the whole device (only for its own streams);
 //   - q/k norms (RMSNorm) on heads of kv_channels = 16, GQA, SwiGLU;
 //   - FP8, which has no GPU path yet: refused with its reason.
 // Tolerances by precision: BF16 and FP16 losses within 2e-2 relative of the CPU's.
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_runtime.h"
 #include "gmock/gmock.h"
 #include "gpu/gpu_test_util.h"
 #include "support/trainer_support.h"
@@ -25,6 +27,9 @@ namespace {
 struct TrainedRun {
   std::vector<double> losses, grad_norms;
   std::vector<bool> overflows;
+  // Whole-device waits (cudaDeviceSynchronize) after the first step, which may still size lazily
+  // allocated workspaces: a training step waits for its own streams only.
+  size_t device_waits = 0;
 };
 
 const std::vector<std::string> kModel = {
@@ -39,12 +44,15 @@ TrainedRun train(const char* device, const std::vector<std::string>& flags, int 
   std::unique_ptr<ProcessGrid> grid;
   std::unique_ptr<Trainer> trainer = testing_support::make_trainer(all, grid);
   TrainedRun run;
+  size_t waits_after_first = 0;
   for (int i = 0; trainer && i < steps; ++i) {
     const StepResult step = trainer->train_step();
     run.losses.push_back(step.loss);
     run.grad_norms.push_back(step.grad_norm);
     run.overflows.push_back(step.overflow);
+    if (i == 0) waits_after_first = cuda::device_synchronizations();
   }
+  run.device_waits = cuda::device_synchronizations() - waits_after_first;
   return run;
 }
 
@@ -94,6 +102,7 @@ TEST(GpuTrainingPaths, Fp16DynamicLossScalerSkipsTheOverflowingSteps) {
     gpu_clean += gpu.overflows[i] ? 0 : 1;
   }
   EXPECT_GE(gpu_clean, 2) << "the GPU never got past the overflows";
+  EXPECT_EQ(gpu.device_waits, 0u) << "the overflow check waited for the whole device";
   const double worst = worst_relative(gpu.losses, cpu.losses);
   std::printf("FP16 dynamic scaler GPU vs CPU, 14 steps: %d clean on the GPU, max relative loss difference %.3e\n",
               gpu_clean, worst);
@@ -109,6 +118,7 @@ TEST(GpuTrainingPaths, ZeroThreeGathersGiveZeroTwosBits) {
   ASSERT_EQ(zero3.losses.size(), 10u);
   EXPECT_EQ(zero3.losses, zero2.losses);
   EXPECT_EQ(zero3.grad_norms, zero2.grad_norms);
+  EXPECT_EQ(zero3.device_waits, 0u) << "a ZeRO-3 step waited for the whole device";
   const double worst = worst_relative(zero3.losses, cpu.losses);
   std::printf("ZeRO-3 GPU vs CPU, 10 BF16 steps: max relative loss difference %.3e\n", worst);
   EXPECT_LE(worst, 2e-2);
@@ -126,6 +136,7 @@ TEST(GpuTrainingPaths, OffloadedOptimizerPipelinedCopiesGiveTheSameBits) {
   ASSERT_EQ(pipelined.losses.size(), 10u);
   EXPECT_EQ(pipelined.losses, serial.losses);
   EXPECT_EQ(pipelined.grad_norms, serial.grad_norms);
+  EXPECT_EQ(pipelined.device_waits, 0u) << "the pipelined copies waited for the whole device";
   // The host half steps with the CPU's AdamW, the device half with the CUDA one: rounding apart.
   const double against_device = worst_relative(pipelined.losses, device.losses);
   const double against_cpu = worst_relative(pipelined.losses, cpu.losses);
