@@ -19,7 +19,7 @@
 #   tests.log      the tail of every test's output
 #   benchmark.md   the benchmark's table and per-op breakdown (when run)
 #   results.tar.gz every report and whole log
-# Exit status: 0 when every test passed, 1 otherwise.
+# Exit status: 0 when every test passed (where a GPU is visible, none skipped), 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 dry_run=0
@@ -63,7 +63,7 @@ if [ "$dry_run" = 1 ]; then
   for t in $gtests; do
     echo "gtest: $t --gtest_output=xml:REPORTS/$t.xml (timeout ${TEST_TIMEOUT_S}s)$(have "$t")"
   done
-  echo "script: shared_gpu_layouts: $PYTHON tests/gpu/shared_gpu_layouts_test.py --pretrain BIN/pretrain_gpt --mpirun mpirun$(have pretrain_gpt)"
+  echo "script: shared_gpu_layouts: $PYTHON tests/gpu/shared_gpu_layouts_test.py --pretrain BIN/pretrain_gpt --mpirun orterun$(have pretrain_gpt)"
   echo "script: generate_cuda: $PYTHON tests/gpu/generate_cuda_test.py --generate BIN/generate --pretrain BIN/pretrain_gpt$(have generate)"
   echo "benchmark: $PYTHON bench/gpu_benchmark.py --models $BENCHMARK_MODELS (if ${BENCHMARK_RESERVE_S}s of the ${BUDGET_S}s remain)"
   echo "results: $OUT/{summary.md,junit.xml,device.txt,commit.txt,tests.log,benchmark.md,results.tar.gz}"
@@ -110,7 +110,8 @@ for t in $gtests; do
     echo "not in the pack: $bin/$t" > "$logs/$t.log"; echo "127 0" > "$reports/$t.rc"
   fi
 done
-mpirun=$(command -v mpirun || command -v orterun || echo mpirun)
+# The packed OpenMPI has orterun (mpirun is a Debian alternatives link that does not travel).
+mpirun=$(command -v orterun || command -v mpirun || echo mpirun)
 run shared_gpu_layouts 300 "$PYTHON" tests/gpu/shared_gpu_layouts_test.py --pretrain "$bin/pretrain_gpt" --mpirun "$mpirun"
 run generate_cuda 200 "$PYTHON" tests/gpu/generate_cuda_test.py --generate "$bin/generate" --pretrain "$bin/pretrain_gpt" \
   --work-dir "$work/generate_cuda"
@@ -133,8 +134,12 @@ else
 fi
 
 for f in "$logs"/*.log; do printf '===== %s\n' "$(basename "$f")"; tail -n 40 "$f"; done > "$OUT/tests.log"
+# Where a GPU is visible a skipped test is a failure (it did not find the GPU, or cannot run there).
+skips_fail=""
+nvidia-smi -L > /dev/null 2>&1 && skips_fail=--skips-fail
 "$PYTHON" scripts/device/gpu_results.py summary --reports "$reports" --device "$OUT/device.txt" \
-  --commit "$OUT/commit.txt" ${benchmark:+--benchmark "$benchmark"} --markdown "$OUT/summary.md" --junit "$OUT/junit.xml"
+  --commit "$OUT/commit.txt" ${benchmark:+--benchmark "$benchmark"} --markdown "$OUT/summary.md" --junit "$OUT/junit.xml" \
+  $skips_fail
 status=$?
 tar -C "$work" -czf "$OUT/results.tar.gz" reports logs
 echo "elapsed: $((SECONDS - start)) s; results in $OUT"

@@ -11,7 +11,8 @@ machine too).
       file and a markdown summary: the commit, the device, one row per test (binary, test, result,
       seconds), the totals and the benchmark table. A binary whose DIR/NAME.rc says it exited
       non-zero without a failing test in its report (a crash, a timeout, no report at all) gets a
-      failing row of its own. Exit status 1 when anything failed, else 0.
+      failing row of its own. Exit status 1 when anything failed (or, with --skips-fail, where a GPU
+      is visible, was skipped), else 0.
 
 The .rc file beside each report holds "<exit status> <seconds>".
 """
@@ -123,7 +124,7 @@ def summary(args):
     with open(args.markdown, "w") as f:
         f.write("\n".join(lines))
     print(f"tests: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
-    return 1 if counts["failed"] else 0
+    return 1 if counts["failed"] or (args.skips_fail and counts["skipped"]) else 0
 
 
 def main():
@@ -142,6 +143,7 @@ def main():
     m.add_argument("--benchmark")
     m.add_argument("--markdown", required=True)
     m.add_argument("--junit", required=True)
+    m.add_argument("--skips-fail", action="store_true", help="a GPU is visible: a skipped test is a failure")
     args = parser.parse_args()
     return script_junit(args) if args.command == "script-junit" else summary(args)
 

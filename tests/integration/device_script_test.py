@@ -12,7 +12,8 @@ docs/TESTING.md, "Every CUDA path run once"):
   * the results format: GoogleTest's own XML (a CPU test binary run here) and hand-written
     reports in GoogleTest's skipped/failed form, script reports for exit 0 / 77 / 1 / 124, a
     binary that crashed without a report: the summary's counts and rows, the merged JUnit file,
-    the exit status;
+    the exit status (a skip fails only with --skips-fail, which the script passes where a GPU is
+    visible);
   * a whole run without a GPU, over stand-in test binaries: at most 8 result files with names the
     device tool brings back, every test in summary.md and junit.xml, exit 1 on a failing one.
 """
@@ -120,11 +121,11 @@ GTEST_XML = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-def summarize(reports, work, name):
+def summarize(reports, work, name, extra=()):
     md, junit = os.path.join(work, name + ".md"), os.path.join(work, name + ".xml")
     result = run([sys.executable, os.path.join(DEVICE, "gpu_results.py"), "summary", "--reports", reports,
                   "--device", os.path.join(work, "missing_device.txt"), "--commit", os.path.join(work, "nothing.txt"),
-                  "--markdown", md, "--junit", junit])
+                  "--markdown", md, "--junit", junit] + list(extra))
     return result, md, junit
 
 
@@ -140,6 +141,18 @@ def check_results_format(args, work, failures):
     if only_good.returncode != 0 or f"tests: {passed_here} passed, 0 failed, 0 skipped" not in only_good.stdout:
         failures.append(f"summary of a passing binary ({passed_here} tests): exit {only_good.returncode}, "
                         f"{only_good.stdout.strip()}")
+    skipped_only = os.path.join(work, "skipped_only")
+    os.makedirs(skipped_only)
+    log = os.path.join(work, "skipped.log")
+    with open(log, "w") as f:
+        f.write("skipped: no GPU\n")
+    run([sys.executable, os.path.join(DEVICE, "gpu_results.py"), "script-junit", "--name", "skips", "--log", log,
+         "--rc", "77", "--out", os.path.join(skipped_only, "skips.xml")])
+    without_gpu, _, _ = summarize(skipped_only, work, "skips")
+    with_gpu, _, _ = summarize(skipped_only, work, "skips_gpu", ["--skips-fail"])
+    if without_gpu.returncode != 0 or with_gpu.returncode != 1:
+        failures.append(f"a skip: exit {without_gpu.returncode} without a GPU (want 0), {with_gpu.returncode} "
+                        "with --skips-fail (want 1)")
     with open(os.path.join(reports, "fake_gtest.xml"), "w") as f:
         f.write(GTEST_XML)
     for name, rc in (("script_ok", 0), ("script_skip", 77), ("script_fail", 1), ("script_slow", 124)):
