@@ -141,6 +141,9 @@ nvidia-smi -L > /dev/null 2>&1 && skips_fail=--skips-fail
   --commit "$OUT/commit.txt" ${benchmark:+--benchmark "$benchmark"} --markdown "$OUT/summary.md" --junit "$OUT/junit.xml" \
   $skips_fail
 status=$?
+# The device tool returns the end of the output: the failed and skipped rows, then the benchmark.
+grep -E '\| (FAILED|SKIPPED) \|' "$OUT/summary.md" | head -n 40
+[ -n "$benchmark" ] && grep -E '^\|' "$benchmark" | head -n 8
 tar -C "$work" -czf "$OUT/results.tar.gz" reports logs
 echo "elapsed: $((SECONDS - start)) s; results in $OUT"
 rm -rf "$work"

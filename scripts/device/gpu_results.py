@@ -84,7 +84,8 @@ def collect(reports):
                 message = (detail.get("message") or "") if detail is not None else ""
                 test = case.get("name") if case.get("classname") in (None, name) else \
                     f"{case.get('classname')}.{case.get('name')}"
-                rows.append((name, test, result, float(case.get("time") or 0), message.splitlines()[0] if message else ""))
+                brief = " ".join(line.strip() for line in message.splitlines() if line.strip())
+                rows.append((name, test, result, float(case.get("time") or 0), brief[:200]))
                 binary_failed |= result == "failed"
             suite.set("name", f"{name}:{suite.get('name', name)}")
             merged.append(suite)

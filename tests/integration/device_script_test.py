@@ -171,11 +171,12 @@ def check_results_format(args, work, failures):
                         f"{want_failed} failed, {want_skipped} skipped)")
     with open(md) as f:
         text = f.read()
-    for row in ("| fake_gtest | OpsTest.Fails | FAILED | 1.2 | error 0.5 > 1e-5 |",
+    for row in ("| fake_gtest | OpsTest.Fails | FAILED | 1.2 | error 0.5 > 1e-5 second line |",
                 "| fake_gtest | OpsTest.Skips | SKIPPED | 0.0 | no GPU on this machine |",
                 "| script_slow | script_slow | FAILED | 2.5 | timed out (exit 124) |",
                 "| script_fail | script_fail | FAILED | 2.5 | exit 1 |",
                 "| script_skip | script_skip | SKIPPED | 2.5 | last line of script_skip |",
+                "| script_fail | script_fail | FAILED | 2.5 | exit 1 |",
                 "| crashed_test | (whole binary) | FAILED | 3.0 | exited 139 without a failing test in its report |",
                 "(no commit recorded)", "(no device output)", "## Benchmark"):
         if row not in text:
