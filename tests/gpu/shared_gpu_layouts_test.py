@@ -3,7 +3,8 @@
 
 NCCL cannot put two ranks on one GPU, so these ranks talk over MPI (the launcher's choice when
 ranks share a GPU; the transfers are staged through host memory) while every kernel runs on the
-GPU: context parallelism's ring (p2p), all-to-all (a2a) and two-level a2a+p2p cores, the
+GPU: context parallelism's ring (p2p; also without dropout, against one rank's cuDNN fused
+attention), all-to-all (a2a) and two-level a2a+p2p cores, the
 sequence-parallel re-gather overlapped with the input-gradient GEMM (TP2 + SP), ZB-H1's deferred
 weight gradients, ZeRO-3's unit gathers with prefetch, the pipelined optimizer offload, two
 distributed-optimizer instances, and FP16 with the dynamic loss scaler on TP2 x DP2 (its first
@@ -30,9 +31,14 @@ LLAMA = ["--position-embedding-type", "rope", "--normalization", "RMSNorm", "--s
 # then the updates go through.
 FP16 = ["--fp16", "--initial-loss-scale", "67108864"]
 
+NO_DROPOUT = ["--attention-dropout", "0", "--hidden-dropout", "0"]
+
 # name: (ranks, flags of the layout and its one-rank reference, flags of the layout alone)
 LAYOUTS = {
     "cp2_p2p": (2, [], ["--context-parallel-size", "2", "--cp-comm-type", "p2p"]),
+    # Without dropout one rank's BF16 attention is cuDNN's fused kernel (one K/V head per query
+    # head): the ring's block kernels against it.
+    "cp2_p2p_against_cudnn": (2, NO_DROPOUT, ["--context-parallel-size", "2", "--cp-comm-type", "p2p"]),
     "cp2_a2a_llama": (2, LLAMA, ["--context-parallel-size", "2", "--cp-comm-type", "a2a"]),
     "cp4_a2a_p2p": (4, [], ["--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
                             "--hierarchical-context-parallel-sizes", "2", "2"]),
