@@ -12,6 +12,7 @@
 // the mean load (DeepSeek-V3's auxiliary-loss-free balancing).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -62,5 +63,10 @@ struct MoeConfig {
   bool dropless() const { return capacity_factor < 0.0; }
   int64_t moe_layer_count() const;
 };
+
+// With a capacity factor: each expert's capacity among `tokens` routed rows (Megatron's
+// get_capacity, ceil(tokens k / E x factor), in double as Python computes it), at most `tokens`
+// (a larger capacity keeps every token: Megatron's mask is then all true).
+int64_t moe_capacity(const MoeConfig& moe, int64_t tokens);
 
 }  // namespace gpt

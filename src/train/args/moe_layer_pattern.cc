@@ -26,13 +26,13 @@ class PatternParser {
     absl::StatusOr<Value> value = expression();
     if (!value.ok()) return value;
     skip_spaces();
-    if (pos_ != text_.size()) return error(absl::StrCat("unexpected '", text_.substr(pos_, 1), "'"));
+    if (pos_ != text_.size()) return error(absl::StrCat("unexpected '", std::string(text_.substr(pos_, 1)), "'"));
     return value;
   }
 
  private:
   absl::Status error(std::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat(what, " at character ", pos_ + 1));
+    return absl::InvalidArgumentError(absl::StrCat(std::string(what), " at character ", pos_ + 1));
   }
   void skip_spaces() {
     while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
@@ -90,7 +90,7 @@ class PatternParser {
     while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
     if (start == pos_) return error(pos_ < text_.size() ? "expected a number, '[' or '('" : "unexpected end");
     absl::StatusOr<int64_t> number = parse_decimal_integer(text_.substr(start, pos_ - start), 0, kMaxElements);
-    if (!number.ok()) return error(absl::StrCat("number ", text_.substr(start, pos_ - start), " too large"));
+    if (!number.ok()) return error(absl::StrCat("number ", std::string(text_.substr(start, pos_ - start)), " too large"));
     return Value(*number);
   }
 
@@ -138,14 +138,14 @@ absl::StatusOr<std::vector<bool>> moe_layer_pattern(std::string_view text, int64
   std::vector<bool> pattern(static_cast<size_t>(num_layers), false);
   if (text.find('[') == std::string_view::npos) {  // Megatron: an int unless the text holds a list
     absl::StatusOr<int64_t> every = parse_decimal_integer(text, 1);
-    if (!every.ok()) return absl::InvalidArgumentError(absl::StrCat("must be a positive int or a list expression (got ", text, ")"));
+    if (!every.ok()) return absl::InvalidArgumentError(absl::StrCat("must be a positive int or a list expression (got ", std::string(text), ")"));
     for (int64_t i = 0; i < num_layers; i += *every) pattern[static_cast<size_t>(i)] = true;
     return pattern;
   }
   absl::StatusOr<Value> value = PatternParser(text).parse();
-  if (!value.ok()) return absl::InvalidArgumentError(absl::StrCat("cannot read ", text, ": ", value.status().message()));
+  if (!value.ok()) return absl::InvalidArgumentError(absl::StrCat("cannot read ", std::string(text), ": ", value.status().message()));
   if (!std::holds_alternative<std::vector<int64_t>>(*value))
-    return absl::InvalidArgumentError(absl::StrCat("must give a list (got ", text, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("must give a list (got ", std::string(text), ")"));
   const std::vector<int64_t>& list = std::get<std::vector<int64_t>>(*value);
   if (static_cast<int64_t>(list.size()) != num_layers)
     return absl::InvalidArgumentError(absl::StrCat("gives ", list.size(), " entries for ", num_layers,
