@@ -90,7 +90,7 @@ void moe_route(Context& ctx, const Tensor& indices, const Tensor& weights, const
   check_router(logits, weights, k, DType::kFloat32, "weights");
   GPT_CHECK(!expert_bias.defined() || (o.sigmoid && expert_bias.numel() == experts)) << "expert bias";
   const float* in = logits.data_as<float>();
-  const float* bias = optional_data<const float>(expert_bias);
+  const float* bias = optional_data<float>(expert_bias);
   parallel_for(ctx, rows, 64, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       std::vector<double> v = row_of(in, t, experts), select = v;
@@ -248,7 +248,7 @@ void moe_permute(Context& ctx, const Tensor& out, const Tensor& x, const Tensor&
             (!row_scale.defined() || (row_scale.dtype() == DType::kFloat32 && row_scale.numel() == m)))
       << "MoE permute " << out.to_string() << " from " << x.to_string() << " by " << source.to_string();
   const int32_t* src = source.data_as<int32_t>();
-  const float* scale = optional_data<const float>(row_scale);
+  const float* scale = optional_data<float>(row_scale);
   dispatch_float_type(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     parallel_for(ctx, m, 16, [&](int64_t begin, int64_t end) {
@@ -270,7 +270,7 @@ void moe_combine(Context& ctx, const Tensor& y, const Tensor& rows, const Tensor
                                                                     weights.rows() == tokens && weights.cols() == k)))
       << "MoE combine " << y.to_string() << " from " << rows.to_string() << " by " << destination.to_string();
   const int32_t* dest = destination.data_as<int32_t>();
-  const float* w = optional_data<const float>(weights);
+  const float* w = optional_data<float>(weights);
   dispatch_float_type(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
     parallel_for(ctx, tokens, 16, [&](int64_t begin, int64_t end) {
