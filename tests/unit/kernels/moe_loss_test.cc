@@ -102,5 +102,13 @@ TEST(MoeZLoss, LogsumexpAndItsGradient) {
   EXPECT_LE(relative_error(dlogits, want), 1e-6);
 }
 
+// A logsumexp of the wrong length is refused (it was read past its end).
+TEST(MoeZLoss, MismatchedLogsumexpIsRefused) {
+  Context ctx = Context::cpu(1);
+  TensorFactory make(54);
+  Tensor logits = make.random(DType::kFloat32, {6, 4}), dlogits = make.random(DType::kFloat32, {6, 4});
+  EXPECT_DEATH(ops::moe_z_loss_backward(ctx, dlogits, logits, make.random(DType::kFloat32, {3}), 1.0f), "MoE logsumexp");
+}
+
 }  // namespace
 }  // namespace gpt

@@ -160,5 +160,16 @@ TEST(MoeCombine, IsTheAdjointOfPermute) {
   }
 }
 
+// A destination with fewer rows than the tokens, or naming a row past the buffer, is refused (both
+// were read out of bounds).
+TEST(MoeCombine, WeightGradientRefusesMismatchedDestinations) {
+  Context ctx = Context::cpu(1);
+  TensorFactory make(65);
+  Tensor rows = make.random(DType::kFloat32, {6, 8}), dy = make.random(DType::kFloat32, {4, 8});
+  Tensor dweights = make.poisoned(DType::kFloat32, {4, 2});
+  EXPECT_DEATH(ops::moe_combine_weight_grad(ctx, dweights, dy, rows, make.ints({2, 2}, 0, 6)), "MoE combine weight gradient");
+  EXPECT_DEATH(ops::moe_combine_weight_grad(ctx, dweights, dy, rows, make.ints({4, 2}, 6, 7)), "MoE combine weight gradient row");
+}
+
 }  // namespace
 }  // namespace gpt

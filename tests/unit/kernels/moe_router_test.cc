@@ -166,5 +166,18 @@ TEST(MoeRoute, ExpertBiasChangesTheSelectionButNotTheWeights) {
   EXPECT_EQ(indices.data_as<int32_t>()[1], 2);
 }
 
+// Groups that do not partition the experts, or hold fewer experts than a group's score sums, are
+// refused (they silently skipped experts or summed past a group's end).
+TEST(MoeRoute, MalformedGroupsAreRefused) {
+  Context ctx = Context::cpu(1);
+  TensorFactory make(45);
+  Tensor logits = make.random(DType::kFloat32, {3, 10});
+  Tensor indices = make.ints({3, 4}, 0, 1), weights = make.poisoned(DType::kFloat32, {3, 4});
+  EXPECT_DEATH(ops::moe_route(ctx, indices, weights, logits, Tensor(), {.topk = 4, .num_groups = 4, .group_topk = 2}),
+               "MoE router groups");
+  EXPECT_DEATH(ops::moe_route(ctx, indices, weights, logits, Tensor(), {.topk = 4, .num_groups = 5, .group_topk = 1}),
+               "MoE router groups");
+}
+
 }  // namespace
 }  // namespace gpt
