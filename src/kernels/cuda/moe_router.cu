@@ -107,7 +107,7 @@ struct RouteArgs {
 };
 
 // Shared per warp: v [E] (the weights' scores), sel [E] (the selection scores, consumed by the
-// top-k), w [max(E, 2)] (group scores, then the k picks' scores), chosen [E] ints.
+// top-k), w [E] (the group scores, then the k picks' scores), chosen [E] ints.
 __global__ void __launch_bounds__(kWarpsPerBlock * kLanes) route_kernel(RouteArgs a) {
   const int lane = threadIdx.x % kLanes, experts = a.experts;
   double* v = warp_shared(4 * static_cast<int64_t>(experts));
