@@ -89,6 +89,11 @@ void moe_route(Context& ctx, const Tensor& indices, const Tensor& weights, const
   check_router(logits, indices, k, DType::kInt32, "indices");
   check_router(logits, weights, k, DType::kFloat32, "weights");
   GPT_CHECK(!expert_bias.defined() || (o.sigmoid && expert_bias.numel() == experts)) << "expert bias";
+  // Groups partition the experts, and each group holds the k / group_topk experts its score sums.
+  GPT_CHECK(o.num_groups <= 0 || o.group_topk <= 0 ||
+            (experts % o.num_groups == 0 && k / o.group_topk <= experts / o.num_groups))
+      << "MoE router groups: " << o.num_groups << " groups of " << experts << " experts, top-" << k << " in "
+      << o.group_topk;
   const float* in = logits.data_as<float>();
   const float* bias = optional_data<float>(expert_bias);
   parallel_for(ctx, rows, 64, [&](int64_t begin, int64_t end) {
@@ -233,6 +238,7 @@ void moe_logsumexp(Context& ctx, const Tensor& lse, const Tensor& logits) {
 void moe_z_loss_backward(Context& ctx, const Tensor& dlogits, const Tensor& logits, const Tensor& lse, float scale) {
   const int64_t rows = logits.rows(), experts = logits.cols();
   check_router(logits, dlogits, experts, DType::kFloat32, "logit gradient");
+  GPT_CHECK(lse.dtype() == DType::kFloat32 && lse.numel() == rows) << "MoE logsumexp " << lse.to_string();
   for (int64_t t = 0; t < rows; ++t) {
     std::vector<double> v = row_of(logits.data_as<float>(), t, experts);
     softmax(v);
@@ -294,8 +300,9 @@ void moe_combine_weight_grad(Context& ctx, const Tensor& dweights, const Tensor&
                              const Tensor& destination) {
   const int64_t tokens = dy.rows(), h = dy.cols(), k = destination.cols();
   GPT_CHECK(dweights.dtype() == DType::kFloat32 && dweights.rows() == tokens && dweights.cols() == k &&
-            rows.cols() == h && rows.dtype() == dy.dtype() && destination.dtype() == DType::kInt32)
-      << "MoE combine weight gradient " << dweights.to_string();
+            rows.cols() == h && rows.dtype() == dy.dtype() && destination.dtype() == DType::kInt32 &&
+            destination.rows() == tokens)
+      << "MoE combine weight gradient " << dweights.to_string() << " by " << destination.to_string();
   const int32_t* dest = destination.data_as<int32_t>();
   dispatch_float_type(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -304,6 +311,7 @@ void moe_combine_weight_grad(Context& ctx, const Tensor& dweights, const Tensor&
         for (int64_t j = 0; j < k; ++j) {
           const int32_t r = dest[t * k + j];
           float dot = 0.0f;
+          GPT_CHECK(r < rows.rows()) << "MoE combine weight gradient row " << r;
           if (r >= 0) {
             for (int64_t c = 0; c < h; ++c) dot += load(dy.data_as<T>(), t * h + c) * load(rows.data_as<T>(), r * h + c);
           }
