@@ -31,7 +31,7 @@ MoeBlock::MoeBlock(const BlockBuild& b, const MoePass& pass)
       pass_(pass),
       activation_(mlp_activation(b.config)),
       tp_(b.tp),
-      context_(b.context),
+      context_group_(b.context.group),
       shapes_(b.shapes),
       ws_(b.workspace),
       dropout_(b.config, b.layer, b.shapes, b.positions),
@@ -158,7 +158,7 @@ void MoeBlock::route(Context& ctx, int slot, const MlpActivations& a, const Tens
 }
 
 void MoeBlock::load_balancing(Context& ctx, SlotRouting& routing, const MlpActivations& a) {
-  const int64_t tokens = shapes_.rows(), experts = moe_.num_experts, k = moe_.topk, cp = context_.size();
+  const int64_t tokens = shapes_.rows(), experts = moe_.num_experts, k = moe_.topk, cp = context_group_ ? context_group_->size() : 1;
   const bool sigmoid = moe_.score == RouterScore::kSigmoid;
   const double scale = *pass_.loss_gradient_scale;
   bool per_sequence = false;
@@ -178,7 +178,7 @@ void MoeBlock::load_balancing(Context& ctx, SlotRouting& routing, const MlpActiv
     const Tensor sums = scratch->flat_range(0, groups * experts).view({groups, experts});
     const Tensor counts = scratch->flat_range(groups * experts, groups * experts).view({groups, experts});
     ops::moe_aux_statistics(ctx, sums, counts, a.router_logits, k, sigmoid);
-    if (cp > 1) context_.group->all_reduce(ctx, counts, ReduceOp::kSum);  // the whole sequence's counts
+    if (cp > 1) context_group_->all_reduce(ctx, counts, ReduceOp::kSum);  // the whole sequence's counts
     std::vector<float> host_sums(static_cast<size_t>(groups * experts)), host_counts(host_sums.size());
     copy_to_host(ctx, host_sums.data(), sums);
     copy_to_host(ctx, host_counts.data(), counts);

@@ -111,7 +111,7 @@ class MoeBlock final : public FeedForwardBlock {
   const MoePass& pass_;
   MlpActivation activation_;
   const TensorParallel& tp_;
-  const ContextParallel& context_;
+  Communicator* context_group_;  // null: CP = 1
   LayerShapes shapes_;
   LayerWorkspace& ws_;
   LayerDropout dropout_;
