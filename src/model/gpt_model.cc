@@ -68,6 +68,12 @@ void GptModel::finish_moe_iteration(Context& ctx, Communicator& data_context) {
   }
 }
 
+void GptModel::restart_moe_iteration() {
+  for (auto& layer : layers_) {
+    if (MoeBlock* moe = layer->moe_block()) moe->restart_iteration();
+  }
+}
+
 std::vector<MoeLayerMetrics> GptModel::take_moe_metrics() {
   std::vector<MoeLayerMetrics> metrics;
   for (auto& layer : layers_) {

@@ -114,6 +114,8 @@ class GptModel {
   // update, model/moe_block.h; a collective over `data_context`), and the layers' figures since the
   // last take, in layer order.
   void finish_moe_iteration(Context& ctx, Communicator& data_context);
+  // Forgets what the MoE layers counted since the last finish (a forward-backward run again).
+  void restart_moe_iteration();
   std::vector<MoeLayerMetrics> take_moe_metrics();
 
  private:

@@ -376,6 +376,11 @@ void MoeBlock::finish_iteration(Context& ctx, Communicator& data_context) {
   std::fill(iteration_tokens_.begin(), iteration_tokens_.end(), 0.0);
 }
 
+void MoeBlock::restart_iteration() {
+  std::fill(iteration_tokens_.begin(), iteration_tokens_.end(), 0.0);
+  take_metrics();
+}
+
 MoeLayerMetrics MoeBlock::take_metrics() {
   MoeLayerMetrics taken = metrics_;
   const int64_t layer = metrics_.layer;

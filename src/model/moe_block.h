@@ -62,6 +62,8 @@ class MoeBlock final : public FeedForwardBlock {
   // The iteration's end (before the optimizer step): the expert bias update from the token counts
   // summed over `data_context` (Megatron's finalize_model_grads). Every rank of the group calls it.
   void finish_iteration(Context& ctx, Communicator& data_context);
+  // Forgets the counts and figures since the last finish_iteration (the iteration runs again).
+  void restart_iteration();
   // The figures since the last take (and resets them).
   MoeLayerMetrics take_metrics();
   // The expert bias [E] float32 (undefined without --moe-router-enable-expert-bias).
