@@ -209,7 +209,9 @@ class MoeGpt(go.Gpt):
         if capacity > T:
             return probs, routing
         if m["drop_policy"] == "probs":
-            kept = torch.topk(probs.detach(), capacity, dim=0).indices  # [capacity, E]
+            # Ties (identical tokens: the same token id at position 0 of two sequences) to the lower
+            # token index, the rule Megatron's spec recommends: a stable descending sort.
+            kept = torch.sort(probs.detach(), dim=0, descending=True, stable=True).indices[:capacity]
         else:
             # The earliest routed tokens of each expert (then, only padding, the earliest others).
             order = torch.arange(T, dtype=torch.float64)[:, None]
@@ -415,6 +417,18 @@ def main():
             check(f"grad {name} key part is zero (relative to the largest entry)",
                   np.abs(ours_grads[name][keys]).max() / largest, tolerance)
     worst_grad = max(names, key=lambda n: go.relative_error(ours_grads[n], ref_grads[n]))
+    router = [n for n in names if ".router." in n]
+    if moe["aux_coeff"] > 0 or moe["z_coeff"] > 0:
+        # The losses must be seen: the router's gradients are much nearer this reference than one
+        # without the load-balancing and z losses.
+        plain = first_gradients(initial, cfg, dict(moe, aux_coeff=0.0, z_coeff=0.0), tokens, targets)[0]
+        mine = max(go.relative_error(ours_grads[n], ref_grads[n]) for n in router)
+        to_plain = max(go.relative_error(ours_grads[n], plain[n]) for n in router)
+        print(f"  router gradients: max relative error {mine:.3e} to this reference, {to_plain:.3e} to the one "
+              f"without aux and z losses")
+        if not to_plain > 10 * mine:
+            failures.append(f"router gradients are not nearer this reference ({mine:.3e}) than the one without aux "
+                            f"and z losses ({to_plain:.3e}) by a factor of 10")
     if moe["capacity_factor"] is not None:
         # Which pairs were dropped is not in the dump: the gradients must tell this policy from the
         # other and from no dropping at all.
@@ -463,7 +477,6 @@ def main():
         categories[key] = max(categories.get(key, 0.0), error)
     for key, error in categories.items():
         print(f"  max relative error [{key}]: {error:.3e}")
-    router = [n for n in names if ".router." in n]
     print(f"  router: max relative error grad {max(go.relative_error(ours_grads[n], ref_grads[n]) for n in router):.3e}"
           + (f", final {max(go.relative_error(ours_final[n], params[n].detach().numpy()) for n in router):.3e}"
              if compare_final else ""))
