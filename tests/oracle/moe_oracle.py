@@ -382,8 +382,11 @@ def main():
     # 0. The configuration the flags ask for, and Megatron's parameter names and shapes for it.
     for key, wanted in go.resolve_from_flags(flags).items():
         dumped = cfg.get("untie_embeddings_and_output_weights" if key == "untied" else key)
-        if dumped is not None and wanted is not None and isinstance(wanted, (bool, int, float)) \
-                and not math.isclose(float(dumped), float(wanted), rel_tol=1e-12):
+        same = (dumped is None and wanted is None) or (
+            dumped is not None and wanted is not None
+            and (math.isclose(float(dumped), float(wanted), rel_tol=1e-12)
+                 if isinstance(wanted, (bool, int, float)) else dumped == wanted))
+        if not same:
             failures.append(f"configuration: the dump says {key} = {dumped!r}, the flags ask for {wanted!r}")
         cfg[key] = wanted
     moe = moe_settings(flags, cfg["num_layers"])
@@ -418,17 +421,19 @@ def main():
                   np.abs(ours_grads[name][keys]).max() / largest, tolerance)
     worst_grad = max(names, key=lambda n: go.relative_error(ours_grads[n], ref_grads[n]))
     router = [n for n in names if ".router." in n]
-    if moe["aux_coeff"] > 0 or moe["z_coeff"] > 0:
-        # The losses must be seen: the router's gradients are much nearer this reference than one
-        # without the load-balancing and z losses.
-        plain = first_gradients(initial, cfg, dict(moe, aux_coeff=0.0, z_coeff=0.0), tokens, targets)[0]
+    for coeff, what in (("aux_coeff", f"the {moe['balancing']} loss"), ("z_coeff", "the z-loss")):
+        if moe[coeff] == 0:
+            continue
+        # Each loss must be seen: the router's gradients are much nearer this reference than one
+        # without that loss.
+        plain = first_gradients(initial, cfg, dict(moe, **{coeff: 0.0}), tokens, targets)[0]
         mine = max(go.relative_error(ours_grads[n], ref_grads[n]) for n in router)
         to_plain = max(go.relative_error(ours_grads[n], plain[n]) for n in router)
         print(f"  router gradients: max relative error {mine:.3e} to this reference, {to_plain:.3e} to the one "
-              f"without aux and z losses")
+              f"without {what}")
         if not to_plain > 10 * mine:
-            failures.append(f"router gradients are not nearer this reference ({mine:.3e}) than the one without aux "
-                            f"and z losses ({to_plain:.3e}) by a factor of 10")
+            failures.append(f"router gradients are not nearer this reference ({mine:.3e}) than the one without "
+                            f"{what} ({to_plain:.3e}) by a factor of 10")
     if moe["capacity_factor"] is not None:
         # Which pairs were dropped is not in the dump: the gradients must tell this policy from the
         # other and from no dropping at all.
@@ -458,6 +463,15 @@ def main():
         print(f"  expert bias after {STEPS} steps (ref), largest |entry| per MoE layer: {moved}")
         if not all(v > 0 for v in moved.values()):
             failures.append("the reference's expert bias did not move")
+        # The bias must change the selection visibly: the losses of a reference whose bias stays at
+        # zero are far from this reference's (and, were ours never updated, ours would match those).
+        frozen = train(initial, cfg, dict(moe, bias_rate=0.0), tokens, targets)[0]
+        apart = max(abs(f - r) / abs(r) for f, r in zip(frozen, ref_losses))
+        ours_to_frozen = max(abs(o - f) / abs(f) for o, f in zip(ours_losses, frozen))
+        print(f"  losses: max relative difference {apart:.3e} between this reference and one with the expert bias "
+              f"held at zero; ours to that one: {ours_to_frozen:.3e}")
+        if not apart > 10 * tolerance:
+            failures.append(f"the expert bias does not change the reference's losses visibly ({apart:.3e})")
     if compare_final:
         for name in names:
             ours, ref, seen = ours_final[name], params[name].detach().numpy(), largest[name]
