@@ -177,9 +177,18 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> model_parameter_shapes
 }
 
 absl::StatusOr<CheckpointModel> load_checkpoint_model(const std::string& given, std::optional<int64_t> iteration,
-                                                      std::optional<int64_t> vocab_override, TensorSlice slice) {
+                                                      std::optional<int64_t> vocab_override, TensorSlice slice,
+                                                      const SavedArgumentsCheck& check_arguments) {
   GPT_ASSIGN_OR_RETURN(const std::string directory, resolve_checkpoint_directory(given, iteration));
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::open(directory));
+  if (check_arguments) {
+    const absl::Status checked = check_arguments(reader->metadata().arguments);
+    if (!checked.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", reader->directory(),
+                                                        ": its saved arguments would not pass pretrain_gpt's checks: ",
+                                                        checked.message()));
+    }
+  }
   CheckpointModel model;
   GPT_ASSIGN_OR_RETURN(model.config, checkpoint_model_config(*reader, vocab_override));
   model.arguments = saved_arguments(*reader);
