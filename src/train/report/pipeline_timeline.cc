@@ -132,8 +132,10 @@ absl::StatusOr<MeasuredTimeline> parse_record(const Json& record, const std::str
   MeasuredTimeline t;
   auto integer = [&](const char* key, auto& out) -> absl::Status {
     const Json* v = record.field(key);
-    if (v == nullptr || v->kind != Json::kNumber || v->number < 1 || v->number != static_cast<double>(static_cast<int64_t>(v->number))) {
-      return bad(absl::StrCat("\"", key, "\" must be a positive integer"));
+    // Checked as a double first (NaN, 1e300 and fractions never reach the integer cast).
+    if (v == nullptr || v->kind != Json::kNumber || !(v->number >= 1 && v->number <= 2147483647.0) ||
+        v->number != std::floor(v->number)) {
+      return bad(absl::StrCat("\"", key, "\" must be a positive integer (at most 2^31 - 1)"));
     }
     out = static_cast<std::remove_reference_t<decltype(out)>>(v->number);
     return absl::OkStatus();
@@ -161,11 +163,23 @@ absl::StatusOr<MeasuredTimeline> parse_record(const Json& record, const std::str
                                       [](const Json& v) { return v.kind == Json::kNumber; });
       const std::optional<pipeline::Op> op = shaped ? compute_op(pass.items[0].text) : std::nullopt;
       if (!op) return bad("a pass must be [op (F, B, Bi or W), chunk, microbatch, start_ms, end_ms]");
-      const int chunk = static_cast<int>(pass.items[1].number), microbatch = static_cast<int>(pass.items[2].number);
-      if (chunk < 0 || chunk >= t.virtual_size || microbatch < 0 || microbatch >= t.microbatches ||
-          !(pass.items[4].number >= pass.items[3].number)) {
-        return bad(absl::StrCat("a pass out of range: chunk ", chunk, ", microbatch ", microbatch));
+      // Each problem by its name: a chunk or microbatch outside the record's, then the times
+      // (milliseconds from the iteration's start: finite, not negative, the end not before the start).
+      const double chunk_number = pass.items[1].number, microbatch_number = pass.items[2].number;
+      const double start = pass.items[3].number, end = pass.items[4].number;
+      auto index_in = [](double x, int64_t size) { return x >= 0 && x < static_cast<double>(size) && x == std::floor(x); };
+      if (!index_in(chunk_number, t.virtual_size) || !index_in(microbatch_number, t.microbatches)) {
+        return bad(absl::StrCat("a pass out of range: chunk ", chunk_number, ", microbatch ", microbatch_number,
+                                " (the record has ", t.virtual_size, " chunks and ", t.microbatches, " microbatches)"));
       }
+      const int chunk = static_cast<int>(chunk_number), microbatch = static_cast<int>(microbatch_number);
+      if (!std::isfinite(start) || !std::isfinite(end)) {
+        return bad(absl::StrCat("a pass's time is not a finite number: start ", start, " ms, end ", end, " ms"));
+      }
+      if (start < 0) {
+        return bad(absl::StrCat("a pass starts at ", start, " ms, before its iteration (times are milliseconds from its start)"));
+      }
+      if (end < start) return bad(absl::StrCat("a pass ends at ", end, " ms, before it starts (", start, " ms)"));
       passes.push_back({{*op, chunk, microbatch, -1}, pass.items[3].number, pass.items[4].number});
     }
   }
