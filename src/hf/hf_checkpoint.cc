@@ -115,7 +115,9 @@ absl::StatusOr<ImportedModel> model_from_config(const JsonConfig& j) {
     GPT_ASSIGN_OR_RETURN(c.num_layers, j.integer("n_layer"));
     GPT_ASSIGN_OR_RETURN(c.num_attention_heads, j.integer("n_head"));
     GPT_ASSIGN_OR_RETURN(c.max_position_embeddings, j.integer("n_positions"));
-    GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, j.integer("n_inner", 4 * c.hidden_size));
+    const std::optional<int64_t> default_inner = checked_multiply(4, c.hidden_size);
+    if (!default_inner) return absl::DataLossError(absl::StrCat(j.path(), ": n_embd ", c.hidden_size, " is too large"));
+    GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, j.integer("n_inner", *default_inner));
     GPT_ASSIGN_OR_RETURN(norm_epsilon, j.number("layer_norm_epsilon", 1e-5));
     c.layernorm_epsilon = static_cast<float>(norm_epsilon);
     const std::string act = j.text("activation_function", "gelu_new");
