@@ -389,7 +389,7 @@ def check_messages(generate, ckpt_tool, pipeline_schedule, perf_model, work, fai
     long_key = os.path.join(work, "long_key.conf")
     open(long_key, "w").write("name = a\n" + "k" * 3000 + " = 1\n")
     garbage = os.path.join(work, "garbage.conf")
-    open(garbage, "w").write("name = a\n" + "\u00e9\u00e8" * 1500 + "\n")
+    open(garbage, "w").write("name = a\n" + "\u00e9\u00e8" * 500 + "\n")
     perf = ["--world-size", "8", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
             "--seq-length", "32", "--max-position-embeddings", "32", "--vocab-size", "512", "--micro-batch-size", "1",
             "--global-batch-size", "8"]
@@ -418,11 +418,45 @@ def check_search(perf_model, failures):
     print(f"perf_model --search: {len(cases)} searches too large refused in seconds")
 
 
+# ---- class 2: pretrain_gpt's own pipeline schedule, sized by the memory plan ---------------------
+
+def check_pipeline_sizes(pretrain, pipeline_schedule, mpirun, failures):
+    launcher = [mpirun, "-np", "2", "--oversubscribe", "--bind-to", "none"]
+    base = [f for f in TINY] + ["--pipeline-model-parallel-size", "2", "--micro-batch-size", "1"]
+    cases = [
+        (["--global-batch-size", "1000000000"], []),
+        (["--global-batch-size", "300000000"], ["--pipeline-schedule", "zb-h1"]),
+        (["--global-batch-size", "200000000", "--num-layers", "4", "--num-layers-per-virtual-pipeline-stage", "1"],
+         []),
+        (["--global-batch-size", "4000000000"], []),
+    ]
+    for extra, schedule in cases:
+        argv = list(base)
+        for i in range(0, len(extra), 2):
+            if extra[i] in argv:
+                argv[argv.index(extra[i]) + 1] = extra[i + 1]
+            else:
+                argv += extra[i:i + 2]
+        COUNT.cases += 1
+        result, seconds = run(launcher + [pretrain] + argv + schedule, timeout=120)
+        lines = [line for line in (result.stderr if result else "").splitlines() if line.startswith("error")]
+        if result is None or result.returncode == 0 or len(lines) != 1 or seconds > 60 or \
+                not any(t in lines[0] for t in ("pipeline schedules", "too large", "overflows")):
+            failures.append(f"PP 2 {' '.join(extra + schedule)}: {result and (result.returncode, lines)}, {seconds:.0f} s")
+    # The pipeline_schedule tool refuses the same sizes with its own limit.
+    for microbatches in ("1000000000", "2147483647"):
+        refused(f"pipeline_schedule --num-microbatches {microbatches}",
+                [pipeline_schedule, "--pipeline-model-parallel-size", "2", "--num-layers", "2", "--num-microbatches", microbatches],
+                "microbatch", failures, 10)
+    print(f"pipeline sizes: {len(cases)} PP 2 runs with huge batches refused before building their schedules")
+
+
 def main():
     parser = argparse.ArgumentParser()
     for name in ("ckpt-tool", "generate", "pretrain", "pipeline-schedule", "perf-model", "work-dir"):
         parser.add_argument("--" + name, required=True)
-    parser.add_argument("--only", help="imports, sizes, saved, logits, load, messages, search")
+    parser.add_argument("--mpirun")
+    parser.add_argument("--only", help="imports, sizes, saved, logits, load, messages, search, pipeline")
     options = parser.parse_args()
     work = options.work_dir
     shutil.rmtree(work, ignore_errors=True)
@@ -444,6 +478,8 @@ def main():
                        failures)
     if options.only in (None, "search"):
         check_search(options.perf_model, failures)
+    if options.only in (None, "pipeline") and options.mpirun:
+        check_pipeline_sizes(options.pretrain, options.pipeline_schedule, options.mpirun, failures)
     return harness.finish(failures, f"{COUNT.cases} cases")
 
 
