@@ -155,6 +155,14 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
     return absl::DataLossError(absl::StrCat("checkpoint ", reader.directory(),
                                             ": inconsistent layers / heads / groups / kv_channels in its arguments"));
   }
+  // The saved layer count sizes the parameter table built below: it is bounded by the tensors the
+  // checkpoint holds (every layer stores several), so a saved --num-layers of a billion is refused
+  // here, not by the allocator.
+  const int64_t stored = static_cast<int64_t>(reader.tensors().size());
+  if (c.num_layers > stored) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", reader.directory(), ": its saved arguments say ",
+                                            c.num_layers, " layers, but it holds only ", stored, " tensors"));
+  }
   // Every parameter must be stored with its expected global shape.
   for (const auto& [name, shape] : model_parameter_shapes(c)) {
     const std::string key = "model/" + name;

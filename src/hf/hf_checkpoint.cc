@@ -586,7 +586,12 @@ absl::StatusOr<std::string> write_imported_checkpoint(const std::string& save_di
 
 absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, const HfImportOptions& options) {
   std::error_code error;
-  if (!fs::is_directory(hf_dir, error)) return absl::NotFoundError(absl::StrCat(hf_dir, ": no such directory"));
+  if (!fs::is_directory(hf_dir, error)) {
+    if (fs::exists(hf_dir, error)) {
+      return absl::InvalidArgumentError(absl::StrCat(hf_dir, " is a file, not a Hugging Face model directory"));
+    }
+    return absl::NotFoundError(absl::StrCat(hf_dir, ": no such directory"));
+  }
   if (is_nonempty_directory(save_dir)) {
     return absl::AlreadyExistsError(absl::StrCat(save_dir, " exists and is not empty: import writes a new save directory"));
   }

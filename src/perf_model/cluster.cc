@@ -112,6 +112,10 @@ bool is_file_path(absl::string_view name) {
 }
 
 absl::StatusOr<std::string> read_file(const std::filesystem::path& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), " is a directory, not a cluster file"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read cluster file ", path.string()));
   std::stringstream text;

@@ -32,7 +32,10 @@ bool belongs_to_save_directory(const std::string& name) {
 
 absl::Status check_load_directory(const std::string& load) {
   std::error_code error;
-  const fs::file_status status = fs::status(load, error);
+  // "FILE/" is not a missing directory: the path is judged without its trailing slashes.
+  std::string trimmed = load;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const fs::file_status status = fs::status(trimmed, error);
   if (status.type() == fs::file_type::not_found) return absl::OkStatus();
   if (status.type() != fs::file_type::directory) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -43,8 +46,6 @@ absl::Status check_load_directory(const std::string& load) {
   if (fs::exists(fs::path(load) / kTrackerFileName, error) || fs::is_symlink(fs::path(load) / kTrackerFileName, error)) {
     return absl::OkStatus();  // read_tracker reads or refuses it
   }
-  std::string trimmed = load;
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
   const fs::path path(trimmed);
   int64_t iteration = 0;
   if (is_iteration_name(path.filename().string(), iteration) || fs::exists(path / kIndexFileName, error)) {

@@ -226,6 +226,10 @@ SAVED_ARGUMENT_EDITS = [
     ({"--swiglu": "maybe"}, "--swiglu"),
     ({"--make-vocab-size-divisible-by": "0"}, "--make-vocab-size-divisible-by"),
     ({"--init-method-std": "-0.02"}, "--init-method-std"),
+    # Sizes (class 2): bounded by what the checkpoint holds before its parameter table is built.
+    ({"--num-layers": "1000000000"}, "1000000000 layers"),
+    ({"--kv-channels": "4611686018427387904"}, "--kv-channels"),
+    ({"--ffn-hidden-size": "1099511627776"}, "linear_fc1"),
 ]
 
 
@@ -301,6 +305,7 @@ def check_load(pretrain, llama, work, failures):
     open(os.path.join(odd, "x" * 200 + "\x01\x02"), "w").close()
     cases = [
         (a_file, ["is a file", "not a save directory"]),
+        (a_file + "/", ["is a file"]),
         (link, ["is a file"]),
         ("/dev/null", ["not a directory"]),
         (os.path.join(trained, "iter_0000002"), ["one checkpoint", f"--load {trained} --ckpt-step 2"]),
@@ -357,6 +362,15 @@ def check_messages(generate, ckpt_tool, pipeline_schedule, perf_model, work, fai
     refused("generate <a shard file>", [generate, shard, "--prompt", "1"], "is a file, not a checkpoint", failures, 20)
     refused("ckpt_tool export <a file>", [ckpt_tool, "export", a_file, "--output-dir", os.path.join(work, "x_hf")],
             "is a file", failures, 20)
+    refused("ckpt_tool import <a file>", [ckpt_tool, "import", a_file, "--output", os.path.join(work, "y")],
+            "is a file", failures, 20)
+    refused("pipeline_schedule --metrics-file <directory>", [pipeline_schedule, "--metrics-file", prompt_dir],
+            "is a directory", failures, 20)
+    refused("perf_model --cluster <directory>", [perf_model, "--cluster", prompt_dir + "/", "--world-size", "8",
+                                                 "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads",
+                                                 "4", "--seq-length", "32", "--max-position-embeddings", "32",
+                                                 "--vocab-size", "512", "--global-batch-size", "8"],
+            "is a directory", failures, 20)
     # A measured timeline's bad passes, each by its name.
     bad_passes = [
         ("NaN start", [["F", 0, 0, float("nan"), 1.0]], "not a finite number"),

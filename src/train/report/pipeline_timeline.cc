@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -251,6 +252,10 @@ std::string timeline_record(const MeasuredTimeline& t) {
 }
 
 absl::StatusOr<MeasuredTimeline> read_last_timeline(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a metrics file"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open the metrics file ", path));
   std::string line, last;
