@@ -58,9 +58,9 @@ absl::Status check_load_directory(const std::string& load) {
   if (!committed.empty()) {
     std::vector<int64_t> shown(committed.end() - std::min<size_t>(committed.size(), 5), committed.end());
     return absl::FailedPreconditionError(absl::StrCat(
-        "--load ", load, " holds committed checkpoints (iterations ", committed.size() > shown.size() ? "..., " : "",
-        absl::StrJoin(shown, ", "), ") but no ", kTrackerFileName, ": name one with --ckpt-step ", committed.back(),
-        " (the newest), or restore the tracker"));
+        "--load ", load, " holds checkpoints this run did not load (iterations ",
+        committed.size() > shown.size() ? "..., " : "", absl::StrJoin(shown, ", "), ") and no ", kTrackerFileName,
+        " to say which to resume: name one with --ckpt-step ", committed.back(), " (the newest), or restore the tracker"));
   }
   std::vector<std::string> foreign;
   for (const auto& entry : fs::directory_iterator(load, error)) {
