@@ -259,6 +259,36 @@ std::string import_arguments(const ImportedModel& model, int64_t vocab_multiple,
   return absl::StrJoin(lines, "\n") + "\n";
 }
 
+// The config.json key behind the first flag a validation message names: " (its \"rms_norm_eps\")",
+// or "" when the flag is none of the keys'.
+std::string config_key_of(absl::string_view message, HfFamily family) {
+  const bool gpt2 = family == HfFamily::kGpt2;
+  const std::pair<const char*, const char*> keys[] = {
+      {"--norm-epsilon", gpt2 ? "layer_norm_epsilon" : "rms_norm_eps"},
+      {"--rotary-base", "rope_theta"},
+      {"--rotary-percent", "head_dim"},
+      {"--num-layers", gpt2 ? "n_layer" : "num_hidden_layers"},
+      {"--hidden-size", gpt2 ? "n_embd" : "hidden_size"},
+      {"--ffn-hidden-size", gpt2 ? "n_inner" : "intermediate_size"},
+      {"--num-attention-heads", gpt2 ? "n_head" : "num_attention_heads"},
+      {"--kv-channels", gpt2 ? "n_embd" : "head_dim"},
+      {"--num-query-groups", "num_key_value_heads"},
+      {"--max-position-embeddings", gpt2 ? "n_positions" : "max_position_embeddings"},
+      {"--seq-length", gpt2 ? "n_positions" : "max_position_embeddings"},
+      {"--vocab-size", "vocab_size"},
+  };
+  size_t first = absl::string_view::npos;
+  const char* key = nullptr;
+  for (const auto& [flag, name] : keys) {
+    const size_t at = message.find(flag);
+    if (at < first) {
+      first = at;
+      key = name;
+    }
+  }
+  return key == nullptr ? std::string() : absl::StrCat(" (its \"", key, "\")");
+}
+
 }  // namespace
 
 absl::StatusOr<HfFamily> hf_family(const ModelConfig& c) {
@@ -614,7 +644,8 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
   if (options.check_arguments) {
     const absl::Status checked = options.check_arguments(arguments);
     if (!checked.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(json.path(), ": pretrain_gpt would refuse this model: ",
+      return absl::FailedPreconditionError(absl::StrCat(json.path(), ": pretrain_gpt would refuse this model",
+                                                        config_key_of(checked.message(), family), ": ",
                                                         checked.message()));
     }
   }

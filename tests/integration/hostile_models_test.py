@@ -97,11 +97,12 @@ def bad_import_configs():
     llama, gpt2 = "llama", "gpt2"
     cases = []
     for value in [-1, 0, -1e-5, 1e300, 1e39, 1e-50, -1e300]:
-        cases.append((f"rms_norm_eps {value}", llama, {"rms_norm_eps": value}, ["--norm-epsilon"]))
+        cases.append((f"rms_norm_eps {value}", llama, {"rms_norm_eps": value}, ["--norm-epsilon", '"rms_norm_eps"']))
     for value in [-1, 0, 1e300, 1e39, 1e-60]:
-        cases.append((f"layer_norm_epsilon {value}", gpt2, {"layer_norm_epsilon": value}, ["--norm-epsilon"]))
+        cases.append((f"layer_norm_epsilon {value}", gpt2, {"layer_norm_epsilon": value},
+                      ["--norm-epsilon", '"layer_norm_epsilon"']))
     for value in [0, -5, 1, 0.5, -1e300, 1e300, 1e39]:
-        cases.append((f"rope_theta {value}", llama, {"rope_theta": value}, ["--rotary-base"]))
+        cases.append((f"rope_theta {value}", llama, {"rope_theta": value}, ["--rotary-base", '"rope_theta"']))
     cases += [
         ("n_positions 0", gpt2, {"n_positions": 0}, ["a size is 0"]),
         ("vocab_size 0", llama, {"vocab_size": 0}, ["a size is 0"]),
