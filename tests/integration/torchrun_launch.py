@@ -34,6 +34,8 @@ def command(torchrun_flags, program):
     flags = [spelled_for_this_torch(f) for f in torchrun_flags]
     if "--rdzv_backend" not in flags and "--master_port" not in flags and "--standalone" not in flags:
         flags += ["--master_addr", "127.0.0.1", "--master_port", str(free_port())]
+    if "--monitor_interval" not in flags:
+        flags += ["--monitor_interval", "0.5"]  # the agent notices ended workers sooner than its 5 s
     return [PYTHON, "-m", "torch.distributed.run"] + flags + DEBIAN_TORCH_FIX + ["--no_python"] + list(program)
 
 

@@ -1,7 +1,6 @@
 #include "parallel/comm/gloo_communicator.h"
 
 #include <gloo/allgather.h>
-#include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/context.h>
@@ -22,11 +21,13 @@ namespace gpt {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using ReduceFunction = void (*)(void*, const void*, const void*, size_t);
 
 // The slot of sends and receives: a prefix no Gloo collective uses (gloo/types.h takes 0x01-0x08),
 // so point-to-point messages never match a collective's, whatever its tag.
+using ReduceFunction = GlooCommunicator::ReduceFunction;
+
 constexpr uint8_t kExchangeSlotPrefix = 0x70;
+constexpr uint8_t kTreeSlotPrefix = 0x71;  // the binomial reductions' messages (reduce_to_root)
 
 template <typename T>
 ReduceFunction reduce_function(ReduceOp op) {
@@ -242,6 +243,44 @@ void GlooCommunicator::work() {
   }
 }
 
+void GlooCommunicator::reduce_to_root(void* data, size_t bytes, size_t element, ReduceFunction reduce,
+                                      uint32_t tag) {
+  // OpenMPI's libnbc reduces (MPI_Iallreduce in place, MPI_Ireduce_scatter_block) along this
+  // binomial tree: in round r, the ranks that are multiples of 2^r add the partial sum of rank +
+  // 2^(r-1), which sends it and leaves; 4 ranks give (x0 + x1) + (x2 + x3). Summing in that order
+  // makes a Gloo job's sums equal an mpirun job's bit for bit (addition commutes exactly, so only
+  // the grouping matters).
+  const uint64_t slot = gloo::Slot::build(kTreeSlotPrefix, tag);
+  std::vector<char> partial;
+  auto mine = context_->createUnboundBuffer(data, bytes);
+  std::unique_ptr<gloo::transport::UnboundBuffer> incoming;
+  const auto timeout = as_milliseconds(timeout_seconds_);
+  for (int step = 1; step < size_; step *= 2) {
+    if (rank_ % (2 * step) != 0) {
+      mine->send(rank_ - step, slot);
+      mine->waitSend(timeout);
+      return;
+    }
+    if (rank_ + step >= size_) continue;
+    if (incoming == nullptr) {
+      partial.resize(bytes);
+      incoming = context_->createUnboundBuffer(partial.data(), bytes);
+    }
+    incoming->recv(rank_ + step, slot);
+    incoming->waitRecv(timeout);
+    reduce(data, data, partial.data(), bytes / element);
+  }
+}
+
+void GlooCommunicator::broadcast_bytes(void* data, size_t bytes, int root, uint32_t tag) {
+  gloo::BroadcastOptions opts(context_);
+  opts.setOutput(static_cast<uint8_t*>(data), bytes);  // the root sends its output buffer
+  opts.setRoot(root);
+  opts.setTag(tag);
+  opts.setTimeout(as_milliseconds(timeout_seconds_));
+  gloo::broadcast(opts);
+}
+
 CollectiveHandle GlooCommunicator::start_all_reduce(Context& ctx, const Tensor& data, ReduceOp op) {
   if (data.numel() == 0 || size_ == 1) return {};
   std::vector<std::unique_ptr<Staged>> staged;
@@ -252,18 +291,8 @@ CollectiveHandle GlooCommunicator::start_all_reduce(Context& ctx, const Tensor& 
   const size_t element = s.bytes / count;
   auto pending = std::make_unique<Pending>(*this, "all_reduce", std::move(staged));
   pending->set_job(enqueue([this, &s, count, reduce, element](uint32_t tag) {
-    gloo::AllreduceOptions opts(context_);
-    // In place: the output is also the input. Gloo reduces typed elements; the reduce function
-    // carries the type, the buffer is given as that many elements of the element's size.
-    if (element == 4) {
-      opts.setOutput(s.as<float>(), count);
-    } else {
-      opts.setOutput(s.as<int64_t>(), count);
-    }
-    opts.setReduceFunction(reduce);
-    opts.setTag(tag);
-    opts.setTimeout(as_milliseconds(timeout_seconds_));
-    gloo::allreduce(opts);
+    reduce_to_root(s.data, count * element, element, reduce, tag);
+    broadcast_bytes(s.data, count * element, 0, tag);
   }));
   return CollectiveHandle(std::move(pending));
 }
@@ -273,8 +302,9 @@ CollectiveHandle GlooCommunicator::start_reduce_scatter(Context& ctx, const Tens
   GPT_CHECK(input.numel() == output.numel() * size_ && input.dtype() == output.dtype())
       << "reduce_scatter " << input.to_string() << " -> " << output.to_string() << " on " << name_;
   if (output.numel() == 0) return {};
-  // Gloo 0.5 has no reduce-scatter with options and tags: all-reduce a copy of the input (so the
-  // input stays unchanged, as MPI's leaves it) and keep this rank's block.
+  // As OpenMPI's libnbc does it: the whole input reduced to rank 0 along the binomial tree, then
+  // each rank's block (here: the whole sum, broadcast; a copy of the input is reduced, so the input
+  // stays unchanged as MPI's leaves it).
   std::vector<std::unique_ptr<Staged>> staged;
   staged.push_back(stage(ctx, input, true, /*copy_in=*/true, /*copy_out=*/false));
   staged.push_back(stage(ctx, output, true, /*copy_in=*/false, /*copy_out=*/true));
@@ -290,16 +320,8 @@ CollectiveHandle GlooCommunicator::start_reduce_scatter(Context& ctx, const Tens
   const size_t element = in.bytes / count;
   auto pending = std::make_unique<Pending>(*this, "reduce_scatter", std::move(staged));
   pending->set_job(enqueue([this, &in, &out, count, reduce, element](uint32_t tag) {
-    gloo::AllreduceOptions opts(context_);
-    if (element == 4) {
-      opts.setOutput(in.as<float>(), count);
-    } else {
-      opts.setOutput(in.as<int64_t>(), count);
-    }
-    opts.setReduceFunction(reduce);
-    opts.setTag(tag);
-    opts.setTimeout(as_milliseconds(timeout_seconds_));
-    gloo::allreduce(opts);
+    reduce_to_root(in.data, count * element, element, reduce, tag);
+    broadcast_bytes(in.data, count * element, 0, tag);
     std::memcpy(out.data, in.as<char>() + static_cast<size_t>(rank_) * out.bytes, out.bytes);
   }));
   return CollectiveHandle(std::move(pending));
@@ -334,14 +356,7 @@ CollectiveHandle GlooCommunicator::start_broadcast(Context& ctx, const Tensor& d
   staged.push_back(stage(ctx, data, false, /*copy_in=*/is_root, /*copy_out=*/!is_root));
   const Staged& s = *staged[0];
   auto pending = std::make_unique<Pending>(*this, "broadcast", std::move(staged));
-  pending->set_job(enqueue([this, &s, root](uint32_t tag) {
-    gloo::BroadcastOptions opts(context_);
-    opts.setOutput(s.as<uint8_t>(), s.bytes);  // the root sends its output buffer
-    opts.setRoot(root);
-    opts.setTag(tag);
-    opts.setTimeout(as_milliseconds(timeout_seconds_));
-    gloo::broadcast(opts);
-  }));
+  pending->set_job(enqueue([this, &s, root](uint32_t tag) { broadcast_bytes(s.data, s.bytes, root, tag); }));
   return CollectiveHandle(std::move(pending));
 }
 

@@ -2,6 +2,9 @@
 // the CPU backend (Megatron's --distributed-backend gloo). Device buffers are staged through host
 // memory; BF16 and FP16 reductions are done in FP32, as on the MPI communicator.
 //
+// Sums are formed in OpenMPI's order (a binomial tree to rank 0), so a job started by torchrun
+// computes the same bits as the same job under mpirun.
+//
 // Gloo's collectives block, so each communicator runs them on a worker thread of its own, in the
 // order they were started (every rank of a group starts that group's collectives in the same
 // order, so the orders agree): start_x queues the operation and returns, wait() waits for it.
@@ -52,6 +55,7 @@ class GlooCommunicator final : public Communicator {
   [[noreturn]] void fail(const std::string& operation, const std::string& why) const;
 
   class Job;  // one collective for the worker (gloo_communicator.cc)
+  using ReduceFunction = void (*)(void*, const void*, const void*, size_t);  // c = a (+ or max) b, n elements
 
  private:
   class Pending;
@@ -60,6 +64,10 @@ class GlooCommunicator final : public Communicator {
   // Queues `run` (a Gloo collective on `tag`) for the worker; the job's state is shared with the
   // returned handle's Pending.
   std::shared_ptr<Job> enqueue(std::function<void(uint32_t tag)> run);
+  // On the worker: `data` (bytes / element elements) summed over the group into rank 0's copy, in
+  // OpenMPI's order; the bytes at `data` on `root` to every rank.
+  void reduce_to_root(void* data, size_t bytes, size_t element, ReduceFunction reduce, uint32_t tag);
+  void broadcast_bytes(void* data, size_t bytes, int root, uint32_t tag);
   void work();
 
   std::shared_ptr<gloo::Context> context_;
