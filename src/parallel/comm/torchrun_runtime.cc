@@ -101,8 +101,13 @@ absl::Status TorchrunRuntime::meet(double timeout_seconds) {
   TcpStoreClient& store = *store_;
   const std::string where = absl::StrCat(" at the key-value store ", store.address());
   GPT_RETURN_IF_ERROR(store.set(absl::StrCat(prefix_, "arrived/", env_.rank), std::to_string(env_.world_size)));
-  int64_t arrivals = 0;
+  int64_t arrivals = 0, copies = 0;
   GPT_RETURN_IF_ERROR(store.add(prefix_ + "arrivals", 1, &arrivals));
+  GPT_RETURN_IF_ERROR(store.add(absl::StrCat(prefix_, "copies/", env_.rank), 1, &copies));
+  if (copies > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("torchrun rendezvous", where, ": RANK=", env_.rank,
+                                                   " arrived twice (two workers were given the same RANK)"));
+  }
   if (env_.rank != 0) {
     // Rank 0's verdict, a grace period after its own deadline.
     absl::StatusOr<std::string> verdict =
