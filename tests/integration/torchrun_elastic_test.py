@@ -137,10 +137,13 @@ def elastic(options, work_dir, failures):
                                                               "--train-iters", "20"],
                                    capture_output=True, text=True, timeout=300)
     reference = {i: float(v) for i, v in losses(uninterrupted.stdout)}
+    if uninterrupted.returncode != 0 or len(reference) != 20:
+        failures.append(f"elastic: the uninterrupted run failed:\n{uninterrupted.stdout[-2000:]}{uninterrupted.stderr[-2000:]}")
+        return
     env = dict(torchrun_launch.environment(), GPT_INJECT_DELAY="150")  # time to lose a node mid-run
     survivor, lost = two_agents(flags, [options.binary] + flags, env,
                                 rendezvous_flags("1:2", torchrun_launch.free_port(), "elastic",
-                                                 ["--max-restarts", "3"]))
+                                                 ["--max-restarts", "3", "--rdzv-conf", "last_call_timeout=2"]))
     tracker = os.path.join(save, TRACKER)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (os.path.exists(tracker) and open(tracker).read().strip() == "5"):
@@ -155,6 +158,9 @@ def elastic(options, work_dir, failures):
     lost.kill_node()
     lost.finish()
     status = survivor.finish()
+    for name, agent in (("survivor", survivor), ("lost", lost)):
+        with open(os.path.join(work_dir, f"elastic_{name}.log"), "w") as log:
+            log.writelines(f"{t - lost_at:8.2f} {line}" for t, line in zip(agent.times, agent.lines))
     text = survivor.text() + lost.text()
     got = losses(text)
     after = [(t, line) for t, line in zip(survivor.times, survivor.lines) if t > lost_at and LOSS.search(line)]

@@ -1,6 +1,7 @@
 #include "parallel/comm/store_agreement.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -49,7 +50,25 @@ void gather_and_answer(std::span<const int64_t> mine, std::string_view what, con
   const size_t n = mine.size();
   std::vector<std::string> keys;
   for (int r = 1; r < world_store.size; ++r) keys.push_back(absl::StrCat(key, r));
-  const absl::Status arrived = store.wait(keys, deadline_after(timeout_seconds));
+  // Waits in slices, between which it asks whether a missing rank's process has ended (its store
+  // connection closed, tcp_store.h): a lost rank or node is named at once, not at the timeout.
+  const Clock::time_point deadline = deadline_after(timeout_seconds);
+  absl::Status arrived;
+  while (true) {
+    arrived = store.wait(keys, std::min(deadline, deadline_after(0.5)));
+    if (!absl::IsDeadlineExceeded(arrived) || Clock::now() > deadline) break;
+    std::ostringstream ended;
+    for (int r = 1; r < world_store.size; ++r) {
+      absl::StatusOr<bool> closed = store.check({absl::StrCat(world_store.prefix, "closed/", r)});
+      if (closed.ok() && *closed) ended << (ended.tellp() > 0 ? "," : "") << r;
+    }
+    if (ended.tellp() > 0) {
+      std::vector<int64_t> verdict = {kTimedOut};
+      (void)store.set(key + "answer", as_bytes(verdict));
+      GPT_FATAL() << "agreement '" << what << "' over the world: world ranks [" << ended.str()
+                  << "] have ended (their connection to the key-value store closed)";
+    }
+  }
   if (absl::IsDeadlineExceeded(arrived)) {
     std::vector<int64_t> verdict = {kTimedOut};
     std::ostringstream missing;

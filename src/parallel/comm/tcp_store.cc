@@ -244,6 +244,11 @@ bool TcpStoreServer::answer(int fd, std::string& pending) {
     switch (static_cast<uint8_t>(pending[0])) {
       case kSet:
         if (!take_string(pending, at, key) || !take_string(pending, at, value)) return true;
+        // A client names itself with ".../client/<rank>"; when its connection closes (the process
+        // ended), ".../closed/<rank>" appears, so the others stop waiting for it at once.
+        if (const size_t at = key.rfind("/client/"); at != std::string::npos) {
+          closed_keys_[fd] = key.substr(0, at) + "/closed/" + key.substr(at + 8);
+        }
         values_[key] = std::move(value);
         break;
       case kGet: {
@@ -312,6 +317,10 @@ void TcpStoreServer::serve() {
         ++i;
       } else {
         pending.erase(fds[i].fd);
+        if (auto named = closed_keys_.find(fds[i].fd); named != closed_keys_.end()) {
+          values_[named->second] = "";
+          closed_keys_.erase(named);
+        }
         close(fds[i].fd);
         fds.erase(fds.begin() + static_cast<long>(i));
       }

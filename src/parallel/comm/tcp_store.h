@@ -57,7 +57,10 @@ class TcpStoreClient {
 };
 
 // The store's server side, for rank 0 when no store listens at MASTER_PORT: a thread that accepts
-// connections and answers the queries above until destroyed.
+// connections and answers the queries above until destroyed. A client that sets a key ending in
+// "/client/<rank>" names its connection; when that connection closes (its process ended, killed
+// or not) the server sets the same key with "/closed/<rank>", which lets waiting ranks tell a rank
+// that is gone from a slow one without waiting for the timeout.
 class TcpStoreServer {
  public:
   // Binds MASTER_PORT on every interface and starts serving.
@@ -75,6 +78,7 @@ class TcpStoreServer {
   int listen_fd_;
   int wake_read_, wake_write_;  // a pipe that ends serve()
   std::map<std::string, std::string> values_;
+  std::map<int, std::string> closed_keys_;  // by connection: the key set when it closes
   std::thread thread_;
 };
 

@@ -100,6 +100,7 @@ absl::Status TorchrunRuntime::form_world(double timeout_seconds) {
 absl::Status TorchrunRuntime::meet(double timeout_seconds) {
   TcpStoreClient& store = *store_;
   const std::string where = absl::StrCat(" at the key-value store ", store.address());
+  GPT_RETURN_IF_ERROR(store.set(absl::StrCat(prefix_, "client/", env_.rank), ""));  // tcp_store.h: closed/<rank>
   GPT_RETURN_IF_ERROR(store.set(absl::StrCat(prefix_, "arrived/", env_.rank), std::to_string(env_.world_size)));
   int64_t arrivals = 0, copies = 0;
   GPT_RETURN_IF_ERROR(store.add(prefix_ + "arrivals", 1, &arrivals));
