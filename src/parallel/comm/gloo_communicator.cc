@@ -214,9 +214,8 @@ void GlooCommunicator::fail(const std::string& operation, const std::string& why
   std::ostringstream members;
   for (size_t i = 0; i < world_ranks_.size(); ++i) members << (i ? "," : "") << world_ranks_[i];
   GPT_FATAL() << operation << " on group '" << name_ << "' (world ranks [" << members.str() << "]) failed on world rank "
-              << world_ranks_[static_cast<size_t>(rank_)] << " within " << timeout_seconds_
-              << " s (--distributed-timeout-minutes): a rank of the group did not arrive or has ended (Gloo: " << why
-              << ")";
+              << world_ranks_[static_cast<size_t>(rank_)] << ": a rank of the group has ended, or did not arrive within "
+              << timeout_seconds_ << " s (--distributed-timeout-minutes) (Gloo: " << why << ")";
 }
 
 std::shared_ptr<GlooCommunicator::Job> GlooCommunicator::enqueue(std::function<void(uint32_t)> run) {
