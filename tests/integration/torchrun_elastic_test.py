@@ -11,7 +11,10 @@ chose.
    its agent re-rendezvouses alone and restarts them; they resume from the latest committed
    checkpoint at DP=2 (twice the accumulation, the global batch kept), and every loss any attempt
    prints equals the uninterrupted DP=4 run's (1e-5 relative). The recovery time (node lost to the
-   first iteration printed after the restart) is printed."""
+   first iteration printed after the restart) is printed.
+3. A worker killed during a save (after writing its shard of iteration 10): the save is never
+   committed, torchrun restarts the workers, they load iteration 5, and the losses equal the
+   uninterrupted run's."""
 
 import argparse
 import os
@@ -187,12 +190,52 @@ def elastic(options, work_dir, failures):
           f"first iteration printed after the restart); worst loss difference {worst:.1e}")
 
 
+def save_interrupted(options, work_dir, failures):
+    """A worker killed during a save: the save is never committed, torchrun restarts the workers, and
+    they load the checkpoint before it."""
+    save = os.path.join(work_dir, "checkpoints_save_killed")
+    shutil.rmtree(save, ignore_errors=True)
+    flags = TINY + ["--micro-batch-size", "1", "--global-batch-size", "8", "--train-iters", "12",
+                    "--save", save, "--load", save, "--save-interval", "5"]
+    uninterrupted = subprocess.run([options.mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none",
+                                    options.binary] + flags[:flags.index("--save")] + ["--train-iters", "12"],
+                                   capture_output=True, text=True, timeout=300)
+    reference = {i: float(v) for i, v in losses(uninterrupted.stdout)}
+    env = torchrun_launch.environment()
+    rendezvous = ["--nproc-per-node", "4", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                  f"127.0.0.1:{torchrun_launch.free_port()}", "--rdzv-id", "save-killed", "--max-restarts", "1"]
+    # First attempt: iteration 5 saved, then exit (--exit-interval), so that a committed checkpoint exists.
+    first = subprocess.run(torchrun_launch.command(rendezvous, [options.binary] + flags + ["--exit-interval", "5"]),
+                           capture_output=True, text=True, env=env, timeout=300)
+    # Then: rank 1 SIGKILLs itself after writing its shard of iteration 10 (GPT_CHECKPOINT_FAULT),
+    # in the first attempt only; the restarted workers must load iteration 5.
+    wrapper = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then export GPT_CHECKPOINT_FAULT=after-shard:1; fi; '
+               'exec "$0" "$@"')
+    second = subprocess.run(torchrun_launch.command(rendezvous, ["/bin/sh", "-c", wrapper, options.binary] + flags),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300)
+    loaded = [int(m) for m in re.findall(r"loaded checkpoint from .*? at iteration (\d+)", second.stdout)]
+    got = losses(first.stdout) + losses(second.stdout)
+    if first.returncode != 0 or second.returncode != 0:
+        failures.append(f"save killed: torchrun exited {first.returncode}, {second.returncode}:\n{second.stdout[-3000:]}")
+    if loaded != [5, 5]:
+        failures.append(f"save killed: checkpoints loaded at iterations {loaded}, expected [5, 5] (the save of "
+                        f"iteration 10 was cut off)")
+    for iteration, loss in got:
+        if not abs(float(loss) - reference.get(iteration, float("nan"))) <= 1e-5 * abs(reference.get(iteration, 1.0)):
+            failures.append(f"save killed: iteration {iteration}: {loss} != uninterrupted {reference.get(iteration)}")
+            break
+    if max((i for i, _ in got), default=0) != 12:
+        failures.append(f"save killed: the job did not reach iteration 12 ({got[-3:]})")
+    print(f"save killed: rank 1 killed during the save of iteration 10; the restarted workers loaded "
+          f"iteration {loaded[-1] if loaded else '?'}; {len(got)} losses equal to the uninterrupted run's")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--binary", required=True)
     parser.add_argument("--mpirun", default="mpirun")
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--only", choices=["two-nodes", "elastic"])
+    parser.add_argument("--only", choices=["two-nodes", "elastic", "save-killed"])
     options = parser.parse_args()
     os.makedirs(options.work_dir, exist_ok=True)
     failures = []
@@ -200,6 +243,8 @@ def main():
         two_node_parity(options, failures)
     if options.only in (None, "elastic"):
         elastic(options, os.path.abspath(options.work_dir), failures)
+    if options.only in (None, "save-killed"):
+        save_interrupted(options, os.path.abspath(options.work_dir), failures)
     return harness.finish(failures)
 
 

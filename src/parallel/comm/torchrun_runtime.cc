@@ -71,9 +71,15 @@ TorchrunRuntime::~TorchrunRuntime() {
   // each says it is leaving, and rank 0 keeps the store up until all have (bounded).
   (void)store_->set(absl::StrCat(prefix_, "left/", env_.rank), "");
   if (server_ != nullptr) {
-    std::vector<std::string> keys;
-    for (int r = 1; r < env_.world_size; ++r) keys.push_back(absl::StrCat(prefix_, "left/", r));
-    (void)store_->wait(keys, deadline_after(std::min(60.0, world::timeout_seconds())));
+    // A rank that ended without a word (its connection closed, tcp_store.h) counts as left.
+    const Clock::time_point deadline = deadline_after(std::min(60.0, world::timeout_seconds()));
+    for (int r = 1; r < env_.world_size; ++r) {
+      const std::vector<std::string> left = {absl::StrCat(prefix_, "left/", r)};
+      const std::vector<std::string> closed = {absl::StrCat(prefix_, "closed/", r)};
+      while (Clock::now() < deadline && !store_->check(left).value_or(true) && !store_->check(closed).value_or(true)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
   }
   store_.reset();
   server_.reset();
