@@ -11,6 +11,7 @@
 #include "core/memory.h"
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
+#include "core/strict_number.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/comm/torchrun_runtime.h"
 #include "parallel/comm/world_agreement.h"
@@ -129,6 +130,27 @@ int refuse_launch(const std::string& message, bool print) {
   return 1;
 }
 
+// --distributed-timeout-minutes as typed (the last one wins, as the parser takes it; "--flag V" or
+// "--flag=V"), read before MPI_Init so that start-up is bounded by the same timeout
+// (parallel/comm/mpi_runtime.h). Read from the command line rather than an environment variable so
+// that the one flag a user already sets bounds every wait. Checked as the parser checks it
+// (core/strict_number.h; validate_arguments' range); a value it refuses leaves the default
+// (10 minutes), and the parser then refuses it with its message once MPI is up.
+void arm_startup_timeout(int argc, char** argv) {
+  constexpr std::string_view kFlag = "--distributed-timeout-minutes";
+  std::optional<std::string_view> text;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == kFlag && i + 1 < argc) text = argv[++i];
+    if (arg.size() > kFlag.size() && arg.substr(0, kFlag.size()) == kFlag && arg[kFlag.size()] == '=') {
+      text = arg.substr(kFlag.size() + 1);
+    }
+  }
+  if (!text) return;
+  const absl::StatusOr<double> minutes = parse_number_in(*text, NumberRange::above(0, 1e6));
+  if (minutes.ok()) world::set_timeout_seconds(*minutes * 60.0);
+}
+
 }  // namespace
 
 int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody& body) {
@@ -136,11 +158,12 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--exit-signal-handler") install_exit_signal_handler();
   }
+  arm_startup_timeout(argc, argv);
   if (const std::optional<std::string> mixed = mixed_launch_environment()) {
     const char* rank = std::getenv("RANK");
     return refuse_launch(*mixed, rank == nullptr || std::string_view(rank) == "0");
   }
-  TorchrunRuntime torchrun(bootstrap_timeout_seconds(argc, argv));
+  TorchrunRuntime torchrun(world::timeout_seconds());
   if (!torchrun.status().ok()) {
     const bool named = torchrun.world_size() > 1 && !absl::IsFailedPrecondition(torchrun.status());
     return refuse_launch(absl::StrCat(named ? absl::StrCat("rank ", torchrun.world_rank(), ": ") : "",

@@ -266,6 +266,23 @@ class Gpt:
             y = x @ weight.T
         return y if self.cfg["disable_bias_linear"] else y + self.p[prefix + ".bias"]
 
+    def activation(self, fc1, ffn):
+        """The MLP's activation of fc1's output (SwiGLU: rows [gate; up], ffn each)."""
+        c = self.cfg
+        if c["swiglu"]:
+            return silu(fc1[..., :ffn]) * fc1[..., ffn:]
+        if c.get("squared_relu", False):
+            return squared_relu(fc1)
+        if c.get("exact_gelu", False):
+            return gelu_exact(fc1)
+        return gelu_tanh(fc1)
+
+    def mlp(self, m, layer):
+        """The MLP of layer `layer` on its normalized input m [s, b, h] (moe_oracle.py overrides it)."""
+        pre = f"decoder.layers.{layer}.mlp."
+        return self.linear(self.activation(self.linear(m, pre + "linear_fc1"), self.cfg["ffn_hidden_size"]),
+                           pre + "linear_fc2")
+
     def logits(self, tokens, dropout=None):
         """tokens [b, s] -> logits [s, b, V_padded]; dropout: a Dropout (training) or None."""
         p, c = self.p, self.cfg
@@ -301,17 +318,7 @@ class Gpt:
             x = x + dropout.hidden(self.linear(attention, pre + "self_attention.linear_proj"), layer,
                                    dropout_masks.SITE_ATTENTION_OUTPUT)
             m = self.norm(x, pre + "pre_mlp_layernorm")
-            fc1 = self.linear(m, pre + "mlp.linear_fc1")
-            if c["swiglu"]:
-                gate, up = fc1[..., : c["ffn_hidden_size"]], fc1[..., c["ffn_hidden_size"]:]
-                hidden = silu(gate) * up
-            elif c.get("squared_relu", False):
-                hidden = squared_relu(fc1)
-            elif c.get("exact_gelu", False):
-                hidden = gelu_exact(fc1)
-            else:
-                hidden = gelu_tanh(fc1)
-            x = x + dropout.hidden(self.linear(hidden, pre + "mlp.linear_fc2"), layer, dropout_masks.SITE_MLP_OUTPUT)
+            x = x + dropout.hidden(self.mlp(m, layer), layer, dropout_masks.SITE_MLP_OUTPUT)
         x = self.norm(x, "decoder.final_layernorm")
         head = p["output_layer.weight"] if c["untied"] else p["embedding.word_embeddings.weight"]
         return x @ head.T

@@ -43,17 +43,6 @@ std::string host_name() {
 
 }  // namespace
 
-double bootstrap_timeout_seconds(int argc, char** argv) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    double minutes = 0;
-    if (std::string_view(argv[i]) == "--distributed-timeout-minutes" && absl::SimpleAtod(argv[i + 1], &minutes) &&
-        minutes > 0) {
-      return minutes * 60.0;
-    }
-  }
-  return 600.0;
-}
-
 TorchrunRuntime::TorchrunRuntime(double timeout_seconds) {
   if (!launched_by_torchrun()) return;
   status_ = form_world(timeout_seconds);

@@ -7,7 +7,8 @@
 //      reads the keys of the attempt before;
 //   3. the ranks meet: rank 0 waits for every rank of WORLD_SIZE, checks that they agree on
 //      WORLD_SIZE and that no more arrived, and answers; every wait is bounded (the
-//      --distributed-timeout-minutes given on the command line, else 10 minutes), and a failure is
+//      --distributed-timeout-minutes given on the command line, else 10 minutes: the launcher reads
+//      it before start-up), and a failure is
 //      one line from one rank (rank 0, or the rank that could not reach it), the others exiting 1
 //      without a word;
 //   4. the world agreements go over the store from then on (store_agreement.h) and the Gloo world
@@ -72,9 +73,5 @@ const TorchrunEnv* torchrun_world();
 // node_ranks_with_same_key (mpi_runtime.h) for a torchrun world: the ranks on this host passing an
 // equal key. Collective over the world.
 int torchrun_node_ranks_with_same_key(const std::string& key);
-
-// The bound on waits before the arguments are parsed: --distributed-timeout-minutes when the
-// command line gives it, else 10 minutes.
-double bootstrap_timeout_seconds(int argc, char** argv);
 
 }  // namespace gpt
