@@ -175,6 +175,14 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
                               ? LaunchWorld{true, true, torchrun.world_rank(), torchrun.world_size()}
                               : LaunchWorld{mpi_runtime.active(), false, mpi_runtime.world_rank(),
                                             mpi_runtime.world_size()};
+  if (torchrun.active() && torchrun.env().restart_count > 0 && job.rank == 0) {
+    // torchrun's agent restarted the workers (a worker or a node was lost): said once, so that a log
+    // shows where an attempt began.
+    std::printf("torchrun: attempt %d of run '%s' (TORCHELASTIC_RESTART_COUNT=%d), %d ranks\n",
+                torchrun.env().restart_count + 1, torchrun.env().run_id.c_str(), torchrun.env().restart_count,
+                job.size);
+    std::fflush(stdout);
+  }
   std::map<std::string, std::string> own_flags;
   std::vector<std::string> megatron_args = {argv[0]};
   for (int i = 1; i < argc; ++i) {

@@ -181,6 +181,8 @@ def elastic(options, work_dir, failures):
         worst = max(worst, difference)
     if max((i for i, _ in got), default=0) != 20:
         failures.append(f"elastic: the job did not reach iteration 20 ({got[-3:]})")
+    if "torchrun: attempt 2 of run 'elastic'" not in survivor.text():
+        failures.append("elastic: the restarted job did not say which attempt it is")
     dp2 = re.search(r"data_parallel_size \.+ 2\b", survivor.text())
     if not dp2:
         failures.append("elastic: the restarted job's argument dump does not show data_parallel_size 2")

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace gpt {
@@ -260,7 +261,9 @@ bool TcpStoreServer::answer(int fd, std::string& pending) {
       case kAdd: {
         if (!take_string(pending, at, key) || !take_u64(pending, at, word)) return true;
         auto found = values_.find(key);
-        const int64_t total = (found == values_.end() ? 0 : std::stoll(found->second)) + static_cast<int64_t>(word);
+        int64_t total = 0;
+        if (found != values_.end() && !absl::SimpleAtoi(found->second, &total)) return false;  // not a counter
+        total += static_cast<int64_t>(word);
         values_[key] = std::to_string(total);  // as c10d keeps counters: GET returns the decimal text
         put_u64(reply, static_cast<uint64_t>(total));
         break;
