@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #include "core/checked_math.h"
@@ -65,6 +66,24 @@ struct CheckedLayerShapes {
                               .shared_expert = s.shared_expert};
   }
 };
+
+inline int64_t larger(int64_t a, int64_t b) { return a > b ? a : b; }
+inline CheckedBytes larger(CheckedBytes a, CheckedBytes b) {
+  if (!a.value() || !b.value()) return CheckedBytes(std::nullopt);
+  return *a.value() > *b.value() ? a : b;
+}
+
+// A full-recompute shared set of a chunk with MoE layers holds either kind of layer's activations:
+// the MoE tensors, and the dense MLP's (or the shared expert's) at the larger width; each layer
+// views the part and the width it uses (TransformerLayer).
+template <typename Sizes>
+Sizes either_layer_shapes(Sizes s) {
+  s.moe_layer = true;
+  s.shared_expert = true;
+  s.local_ffn = larger(s.local_ffn, s.shared_local_ffn);
+  s.local_fc1 = larger(s.local_fc1, s.shared_local_fc1);
+  return s;
+}
 
 // The arithmetic of a Sizes type: int64_t for LayerShapes, CheckedBytes for CheckedLayerShapes.
 template <typename Sizes>

@@ -14,6 +14,23 @@ LayerShapes model_shapes(const ModelConfig& config, const TensorParallel& tp, in
   return shapes;
 }
 
+
+// The MoE layers among a chunk's layers (those of --moe-layer-freq's pattern).
+int64_t chunk_moe_layers(const ModelConfig& config, const ChunkLayout& layout) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < layout.num_layers; ++i) count += config.moe.is_moe_layer(layout.first_layer + i) ? 1 : 0;
+  return count;
+}
+
+// An MoE layer's shapes from the chunk's (LayerShapes::for_layer, in the arithmetic of `s`).
+template <typename Sizes>
+Sizes moe_layer_shapes(Sizes s) {
+  s.moe_layer = true;
+  s.local_ffn = s.shared_local_ffn;
+  s.local_fc1 = s.shared_local_fc1;
+  return s;
+}
+
 }  // namespace
 
 GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
@@ -25,8 +42,9 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
       activation_memory_(gpt::activation_memory(config, shapes_, layout.num_layers)) {
   workspace_ = std::make_unique<LayerWorkspace>(shapes_, config.dtype, arena);
   positions_.resize(static_cast<size_t>(stash_slots));
-  recompute_buffers_ =
-      std::make_unique<RecomputeBuffers>(recompute_plan_, shapes_, config.dtype, arena);
+  recompute_buffers_ = std::make_unique<RecomputeBuffers>(
+      recompute_plan_, chunk_moe_layers(config, layout) > 0 ? either_layer_shapes(shapes_) : shapes_, config.dtype,
+      arena);
   if (layout.has_embedding) {
     embedding_ = std::make_unique<EmbeddingLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots,
                                                   positions_, deferral_depth);
@@ -82,25 +100,6 @@ std::vector<MoeLayerMetrics> GptModel::take_moe_metrics() {
   return metrics;
 }
 
-namespace {
-
-// The MoE layers among a chunk's layers (those of --moe-layer-freq's pattern).
-int64_t chunk_moe_layers(const ModelConfig& config, const ChunkLayout& layout) {
-  int64_t count = 0;
-  for (int64_t i = 0; i < layout.num_layers; ++i) count += config.moe.is_moe_layer(layout.first_layer + i) ? 1 : 0;
-  return count;
-}
-
-// An MoE layer's shapes from the chunk's (LayerShapes::for_layer, in the arithmetic of `s`).
-template <typename Sizes>
-Sizes moe_layer_shapes(Sizes s) {
-  s.moe_layer = true;
-  s.local_ffn = s.shared_local_ffn;
-  s.local_fc1 = s.shared_local_fc1;
-  return s;
-}
-
-}  // namespace
 
 ChunkMemory GptModel::memory(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
                              int stash_slots, const ChunkLayout& layout, int deferral_depth) {
@@ -121,16 +120,22 @@ ChunkMemoryOf<BytesOf<Sizes>> GptModel::stash_memory(const ModelConfig& config, 
   using T = BytesOf<Sizes>;
   ChunkMemoryOf<T> m;
   m.workspace = LayerWorkspace::bytes(s, config.dtype);
-  m.recompute_buffers =
-      RecomputeBuffers::bytes(shared_recompute(config.recompute, layout.num_layers), s, config.dtype);
-  // MoE layers (never under full recompute: one class) keep their own list.
   const int64_t moe_layers = chunk_moe_layers(config, layout);
+  m.recompute_buffers = RecomputeBuffers::bytes(shared_recompute(config.recompute, layout.num_layers),
+                                                moe_layers > 0 ? either_layer_shapes(s) : s, config.dtype);
+  // MoE layers keep their own list where a class keeps the MLP's tensors (everything or all but the
+  // attention core: every layer, or under full recompute's block method the layers after the
+  // first num_layers); a class that keeps only the output keeps the same for both kinds.
   for (const LayerClass& kind : per_slot_classes(config.recompute, layout.num_layers)) {
-    GPT_CHECK(moe_layers == 0 || kind.layers == layout.num_layers) << "MoE layers under full recompute";
-    m.layers = m.layers + T(kind.layers - moe_layers) * stash_slots * layer_activation_bytes(s, config.dtype, kind.parts);
-    if (moe_layers > 0) {
+    int64_t moe_in_class = 0;
+    if (kind.parts.main) {
+      const int64_t first = kind.layers == layout.num_layers ? 0 : layout.num_layers - kind.layers;
+      for (int64_t i = first; i < layout.num_layers; ++i) moe_in_class += config.moe.is_moe_layer(layout.first_layer + i);
+    }
+    m.layers = m.layers + T(kind.layers - moe_in_class) * stash_slots * layer_activation_bytes(s, config.dtype, kind.parts);
+    if (moe_in_class > 0) {
       m.layers = m.layers +
-                 T(moe_layers) * stash_slots * layer_activation_bytes(moe_layer_shapes(s), config.dtype, kind.parts);
+                 T(moe_in_class) * stash_slots * layer_activation_bytes(moe_layer_shapes(s), config.dtype, kind.parts);
     }
   }
   if (layout.has_embedding) m.embedding = EmbeddingLayer::stash_bytes(s, config.dtype, stash_slots);

@@ -156,14 +156,16 @@ void MoeBlock::route(Context& ctx, int slot, const MlpActivations& a, const Tens
   routing.coefficients.clear();
   routing.z_scale = 0.0;
   if (!pass_.loss_gradient_scale) return;  // evaluation: no losses, no counts
-  for (int64_t i = 0; i < tokens * k; ++i) {
-    if (d.destination[static_cast<size_t>(i)] >= 0) {
-      const auto e = static_cast<size_t>(indices[static_cast<size_t>(i)]);
-      iteration_tokens_[e] += 1.0;
-      metrics_.tokens_per_expert[e] += 1.0;
+  if (!recomputing_) {
+    for (int64_t i = 0; i < tokens * k; ++i) {
+      if (d.destination[static_cast<size_t>(i)] >= 0) {
+        const auto e = static_cast<size_t>(indices[static_cast<size_t>(i)]);
+        iteration_tokens_[e] += 1.0;
+        metrics_.tokens_per_expert[e] += 1.0;
+      }
     }
+    ++metrics_.microbatches;
   }
-  ++metrics_.microbatches;
   load_balancing(ctx, routing, a);
 }
 
@@ -199,7 +201,7 @@ void MoeBlock::load_balancing(Context& ctx, SlotRouting& routing, const MlpActiv
                           static_cast<double>(groups);
     double value = 0.0;
     for (size_t i = 0; i < host_sums.size(); ++i) value += double{host_sums[i]} * host_counts[i] * factor;
-    (sequence ? metrics_.seq_load_balancing_loss : metrics_.load_balancing_loss) += value;
+    if (!recomputing_) (sequence ? metrics_.seq_load_balancing_loss : metrics_.load_balancing_loss) += value;
     for (int64_t g = 0; g < routing.groups; ++g) {
       for (int64_t e = 0; e < experts; ++e) {
         const size_t from = static_cast<size_t>((sequence ? g : 0) * experts + e);
@@ -217,7 +219,7 @@ void MoeBlock::load_balancing(Context& ctx, SlotRouting& routing, const MlpActiv
     ctx.synchronize();
     double squares = 0.0;
     for (float v : lse) squares += double{v} * v;
-    metrics_.z_loss += squares / static_cast<double>(tokens) / static_cast<double>(cp);
+    if (!recomputing_) metrics_.z_loss += squares / static_cast<double>(tokens) / static_cast<double>(cp);
     routing.z_scale = scale * moe_.z_loss_coeff / static_cast<double>(cp) * 2.0 / static_cast<double>(tokens);
   }
 }
@@ -239,15 +241,18 @@ void MoeBlock::experts_up(Context& ctx, const SlotRouting& routing, const MlpAct
                  });
 }
 
-BlockOutput MoeBlock::forward_down(Context& ctx, int slot, const MlpActivations& a) {
-  const SlotRouting& routing = slots_[static_cast<size_t>(slot)];
-  const int64_t m = routing.rows;
-  for_each_expert(routing, [&](const Expert& e, int64_t first, int64_t rows) {
+void MoeBlock::experts_down(Context& ctx, int slot, const MlpActivations& a) {
+  for_each_expert(slots_[static_cast<size_t>(slot)], [&](const Expert& e, int64_t first, int64_t rows) {
     ops::MatmulOptions o{.transpose_b = true};
     if (e.fc2_bias) o.bias = e.fc2_bias->value;
     ops::matmul(ctx, rows_of(a.expert_out, first, rows), rows_of(a.expert_fc1_act, first, rows), e.fc2_weight->value,
                 o);
   });
+}
+
+BlockOutput MoeBlock::forward_down(Context& ctx, int slot, const MlpActivations& a) {
+  const int64_t m = slots_[static_cast<size_t>(slot)].rows;
+  experts_down(ctx, slot, a);
   const Borrow partial(ws_.full_a, "MoE block: the combined experts' partial sums");
   ops::moe_combine(ctx, partial->as_matrix(), rows_of(a.expert_out, 0, m), a.destination, a.expert_weights);
   const Tensor routed = tp_.reduce_output(ctx, *partial, ws_.local_a);  // [s_l, b, h]

@@ -67,6 +67,11 @@ class MoeBlock final : public FeedForwardBlock {
   // The iteration's end (before the optimizer step): the expert bias update from the token counts
   // summed over `data_context` (Megatron's finalize_model_grads). Every rank of the group calls it.
   void finish_iteration(Context& ctx, Communicator& data_context);
+  // The experts' outputs (fc2 of each expert's rows) of the slot, which backward reads: forward_down
+  // runs it; full recompute runs it alone on a group's last layer (whose output is not rebuilt).
+  void experts_down(Context& ctx, int slot, const MlpActivations& a);
+  // Full recompute re-runs forward_up of a slot: its tokens and figures are not counted again.
+  void set_recomputing(bool recomputing) { recomputing_ = recomputing; }
   // Forgets the counts and figures since the last finish_iteration (the iteration runs again).
   void restart_iteration();
   // The figures since the last take (and resets them).
@@ -136,6 +141,7 @@ class MoeBlock final : public FeedForwardBlock {
   std::optional<Linear> shared_fc1_, shared_fc2_;
   Tensor expert_bias_;                      // [E] float32 (aux-loss-free balancing)
   bool expert_bias_zeroed_ = false;
+  bool recomputing_ = false;
   std::vector<double> iteration_tokens_;    // [E] kept pairs this iteration (expert bias)
   std::vector<SlotRouting> slots_;
   MoeLayerMetrics metrics_;

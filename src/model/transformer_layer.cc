@@ -28,12 +28,20 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
   mlp_ = make_feed_forward_block(
       BlockBuild{config, layer, params, tp, shapes_, workspace, arena, deferral_depth, context, fp8, positions},
       moe_pass ? *moe_pass : kNoMoe);
-  GPT_CHECK(!shapes_.moe_layer || !recomputes_full()) << "full recompute of MoE layer " << layer;
   GPT_CHECK_EQ(positions.size(), static_cast<size_t>(stash_slots)) << "microbatch positions of layer " << layer;
   if (recomputes_full()) {
     const auto position = static_cast<size_t>(recompute_.position_in_group(index_in_chunk));
     GPT_CHECK_LT(position, shared.group.size()) << "recompute buffers for layer " << layer;
-    shared_ = &shared.group[position];
+    shared_set_ = shared.group[position];
+    if (config.moe.enabled() && shapes_.dense_mlp()) {
+      // The set's MLP tensors are the widest of the chunk's kinds: this layer's width, as a prefix.
+      auto view = [&](const Tensor& t, int64_t width) {
+        return t.flat_range(0, shapes_.rows() * width).view({shapes_.sequence, shapes_.batch, width});
+      };
+      shared_set_.mlp.fc1_pre = view(shared.group[position].mlp.fc1_pre, shapes_.local_fc1);
+      shared_set_.mlp.fc1_act = view(shared.group[position].mlp.fc1_act, shapes_.local_ffn);
+    }
+    shared_ = &shared_set_;
   }
   const bool selective = recompute_.stashing == LayerStashing::kAllButAttentionCore;
   GPT_CHECK(!selective || shared.attention.defined()) << "selective recompute without a shared attention buffer";
@@ -75,9 +83,16 @@ Tensor TransformerLayer::recompute(Context& ctx, int slot, const Tensor& input) 
   GPT_CHECK(recomputes_full()) << "recompute of a layer that stashes its activations";
   // The same ops on the same input as the slot's forward, TP/SP communication and dropout masks
   // included (every TP rank recomputes at the same point of its backward).
+  // An MoE block's second forward of the slot counts nothing again (routing and losses the same).
+  MoeBlock* moe = moe_block();
+  if (moe) moe->set_recomputing(true);
   forward_until_mlp_activation(ctx, slot, *shared_, input);
+  if (moe) moe->set_recomputing(false);
   recomputed_slot_ = slot;
-  if (ends_group_) return Tensor();
+  if (ends_group_) {
+    if (moe) moe->experts_down(ctx, slot, shared_->mlp);  // backward reads the experts' outputs
+    return Tensor();
+  }
   forward_mlp_output(ctx, slot, *shared_, shared_->output);
   return shared_->output;
 }

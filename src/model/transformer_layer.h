@@ -122,7 +122,10 @@ class TransformerLayer {
   LayerShapes shapes_;                  // this layer's (an MoE layer's differ from the chunk's)
   LayerRecompute recompute_;
   bool ends_group_;                     // full recompute: the group's last layer (output stashed)
-  LayerActivations* shared_ = nullptr;  // full recompute: the group position's shared set
+  // Full recompute: the group position's shared set, viewed at this layer's sizes (in a chunk with
+  // MoE layers the set holds either kind, model/checked_layer_shapes.h either_layer_shapes).
+  LayerActivations shared_set_;
+  LayerActivations* shared_ = nullptr;  // &shared_set_ under full recompute
   int recomputed_slot_ = -1;            // full recompute: whose activations the shared set holds
   Norm norm1_, norm2_;
   AttentionBlock attention_;

@@ -134,10 +134,6 @@ absl::Status validate_moe_layout(const Arguments& a) {
                                 ") must equal ", flag_name(&A::tensor_model_parallel_size), " (", tp,
                                 ") in this program: its experts are split over TP as the dense MLP"));
   }
-  if (a.recompute_granularity == "full") {
-    return invalid(absl::StrCat(flag_name(&A::recompute_granularity),
-                                " full is not available with MoE layers in this program yet (selective is)"));
-  }
   if (!a.fp8_format.empty()) {
     return invalid(absl::StrCat(flag_name(&A::fp8_format),
                                 " is not available with MoE layers in this program yet (the experts' grouped GEMMs "
