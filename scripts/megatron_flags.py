@@ -16,7 +16,8 @@ written by hand.
            flag of the example launch script is neither accepted nor refused with a reason.
 
   scripts/megatron_flags.py extract --repo /path/to/Megatron-LM --ref d98e8a64ddf3 \\
-      --out docs/megatron/arguments.json --cases-out docs/megatron/gpt_configurations.json
+      --out docs/megatron/arguments.json --cases-out docs/megatron/gpt_configurations.json \\
+      --moe-cases-out docs/megatron/moe_configurations.json
   scripts/megatron_flags.py table --megatron docs/megatron/arguments.json \\
       --program build/bin/pretrain_gpt --out docs/MEGATRON_FLAGS.md
 """
@@ -54,12 +55,14 @@ def parser_flags(repo, ref):
         shutil.rmtree(tree, ignore_errors=True)
 
 
-# Megatron's GPT test cases that are pretraining runs (not its inference or RL cases).
+# Megatron's GPT test cases that are pretraining runs (not its inference or RL cases); its
+# mixture-of-experts ones (issue 40) in the two directories after it.
 CASES_DIR = "tests/functional_tests/test_cases/gpt"
+MOE_CASES_DIRS = ["tests/functional_tests/test_cases/moe", "tests/functional_tests/test_cases/mixtral"]
 NOT_PRETRAINING_MODES = {"inference", "rl"}
 
 
-def gpt_cases(repo, ref):
+def gpt_cases(repo, ref, directory=CASES_DIR):
     """{case: {"test_type", "model_args": [[flag, value or None], ...]}} with the values as the YAML
     text gives them (true: the flag alone, as Megatron's _run_training.sh passes it)."""
     import yaml
@@ -69,7 +72,7 @@ def gpt_cases(repo, ref):
     TextLoader.yaml_implicit_resolvers = {
         first: [(tag, regex) for tag, regex in resolvers if tag == "tag:yaml.org,2002:merge"]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    names = subprocess.run(["git", "-C", repo, "ls-tree", "-r", "--name-only", ref, CASES_DIR], check=True,
+    names = subprocess.run(["git", "-C", repo, "ls-tree", "-r", "--name-only", ref, directory], check=True,
                            capture_output=True, text=True).stdout.split()
     cases = {}
     for path in sorted(n for n in names if n.endswith("/model_config.yaml")):
@@ -112,15 +115,23 @@ def extract(args):
         f.write("\n")
     print(f"{len(flags)} flags of {args.ref} ({commit[:12]}); {len(example)} in {EXAMPLE}")
     if args.cases_out:
-        cases = gpt_cases(args.repo, args.ref)
-        head = {"source": "NVIDIA/Megatron-LM", "ref": args.ref, "commit": commit, "directory": CASES_DIR}
-        with open(args.cases_out, "w") as f:
-            # One case a line, so that a later extract's diff reads by case.
-            f.write(json.dumps(head, sort_keys=True)[:-1] + ', "cases": {\n')
-            f.write(",\n".join(f"{json.dumps(name)}: {json.dumps(case, sort_keys=True)}"
-                                for name, case in sorted(cases.items())))
-            f.write("\n}}\n")
-        print(f"{len(cases)} GPT pretraining cases in {CASES_DIR}")
+        write_cases(args.cases_out, gpt_cases(args.repo, args.ref), args.ref, commit, CASES_DIR)
+    if args.moe_cases_out:
+        cases = {}
+        for directory in MOE_CASES_DIRS:
+            cases.update(gpt_cases(args.repo, args.ref, directory))
+        write_cases(args.moe_cases_out, cases, args.ref, commit, " and ".join(MOE_CASES_DIRS))
+
+
+def write_cases(path, cases, ref, commit, directory):
+    head = {"source": "NVIDIA/Megatron-LM", "ref": ref, "commit": commit, "directory": directory}
+    with open(path, "w") as f:
+        # One case a line, so that a later extract's diff reads by case.
+        f.write(json.dumps(head, sort_keys=True)[:-1] + ', "cases": {\n')
+        f.write(",\n".join(f"{json.dumps(name)}: {json.dumps(case, sort_keys=True)}"
+                            for name, case in sorted(cases.items())))
+        f.write("\n}}\n")
+    print(f"{len(cases)} pretraining cases in {directory}")
 
 
 STATUS_TEXT = {"same": "same", "implementation": "accepted (implementation choice)",
@@ -351,6 +362,7 @@ def main():
     e.add_argument("--ref", required=True)
     e.add_argument("--out", required=True)
     e.add_argument("--cases-out", help="also store the GPT test cases' command lines here")
+    e.add_argument("--moe-cases-out", help="also store the moe/ and mixtral/ test cases' command lines here")
     t = sub.add_parser("table")
     t.add_argument("--megatron", required=True)
     t.add_argument("--program", required=True)

@@ -77,6 +77,10 @@ absl::Status validate_router(const Arguments& a) {
 
 absl::Status validate_load_balancing(const Arguments& a) {
   for (const std::string& type : a.moe_router_load_balancing_type) {
+    if (type == "quantile_balancing") {  // one of Megatron's choices, not built here
+      return invalid(absl::StrCat(flag_name(&A::moe_router_load_balancing_type),
+                                  " quantile_balancing is not available in this program (aux_loss, seq_aux_loss or none)"));
+    }
     if (!parse_flag_enum<LoadBalancing>(type)) {
       return invalid(absl::StrCat(flag_name(&A::moe_router_load_balancing_type), " must be ",
                                   names_for_message(flag_enum_names<LoadBalancing>()), " (got ", type, ")"));
@@ -179,8 +183,8 @@ absl::Status validate_moe_arguments(const Arguments& a) {
   }
   const absl::StatusOr<std::vector<bool>> pattern = moe_layer_pattern(a.moe_layer_freq, a.num_layers);
   if (!pattern.ok()) return invalid(absl::StrCat(flag_name(&A::moe_layer_freq), " ", pattern.status().message()));
+  GPT_RETURN_IF_ERROR(validate_load_balancing(a));  // first: validate_router reads the balancing types
   GPT_RETURN_IF_ERROR(validate_router(a));
-  GPT_RETURN_IF_ERROR(validate_load_balancing(a));
   GPT_RETURN_IF_ERROR(validate_dropping(a));
   return validate_moe_layout(a);
 }
