@@ -181,19 +181,33 @@ def status_of(flag, ours):
     return (entry["status"], entry["note"]) if entry else ("not yet", "")
 
 
-def configurations_section(run):
+def configurations_section(run, moe=False):
     """The figure of tests/integration/megatron_configurations.py's last run
-    (docs/megatron/gpt_configurations_run.json)."""
-    out = ["", "## Megatron's GPT configurations", "",
-           f"Megatron-LM's GPT pretraining test cases at `{run['megatron_commit'][:12]}` "
-           "(`tests/functional_tests/test_cases/gpt/*/model_config.yaml`, stored in "
-           "`docs/megatron/gpt_configurations.json`) and its `examples/gpt3` launch script, with only sizes, paths "
-           "and the GPU backend changed, two iterations each under mpirun on the CPU "
-           "(`tests/integration/megatron_configurations.py`; this program at "
-           f"`{run['program_commit']}`, {run['date']}): **{run['ran']} of {run['total']} run.**", "",
-           "What stops the others, by the number of configurations it stops (a configuration counts under every "
-           "flag of it that is unknown here or refused at any value; *alone*: the configurations it is the only "
-           "such flag of):", "", "| configurations | alone | flag |", "|---|---|---|"]
+    (docs/megatron/gpt_configurations_run.json; with moe, moe_configurations_run.json)."""
+    if moe:
+        out = ["", "## Megatron's mixture-of-experts configurations", "",
+               f"Megatron-LM's MoE pretraining test cases at `{run['megatron_commit'][:12]}` "
+               "(`tests/functional_tests/test_cases/moe/*/model_config.yaml` and `.../mixtral/*`, stored in "
+               "`docs/megatron/moe_configurations.json`), changed as the GPT ones below; a configuration with "
+               "`--expert-model-parallel-size` > 1 is not run (never with its expert parallelism removed) "
+               "and counts as blocked by it (`tests/integration/megatron_configurations.py --set moe`, the ctest "
+               f"`megatron_moe_configurations`; this program at `{run['program_commit']}`, {run['date']}): "
+               f"**{run['ran']} of {run['total']} run.**", "",
+               "Each configuration once, by its first reason:", "", "| configurations | reason |", "|---|---|"]
+        out += [f"| {count} | {cell(reason)} |" for reason, count in run.get("by_reason", [])]
+        out += ["", "Every flag that blocks them, by configurations (as for the GPT configurations):", "",
+                "| configurations | alone | flag |", "|---|---|---|"]
+    else:
+        out = ["", "## Megatron's GPT configurations", "",
+               f"Megatron-LM's GPT pretraining test cases at `{run['megatron_commit'][:12]}` "
+               "(`tests/functional_tests/test_cases/gpt/*/model_config.yaml`, stored in "
+               "`docs/megatron/gpt_configurations.json`) and its `examples/gpt3` launch script, with only sizes, paths "
+               "and the GPU backend changed, two iterations each under mpirun on the CPU "
+               "(`tests/integration/megatron_configurations.py`; this program at "
+               f"`{run['program_commit']}`, {run['date']}): **{run['ran']} of {run['total']} run.**", "",
+               "What stops the others, by the number of configurations it stops (a configuration counts under every "
+               "flag of it that is unknown here or refused at any value; *alone*: the configurations it is the only "
+               "such flag of):", "", "| configurations | alone | flag |", "|---|---|---|"]
     out += [f"| {count} | {run.get('only_blocker', {}).get(flag, 0)} | `{flag.split(' ')[0]}` "
             f"{flag.split(' ', 1)[1] if ' ' in flag else ''} |" for flag, count in run["blocking_flags"]]
     if run["first_errors"]:
@@ -203,7 +217,7 @@ def configurations_section(run):
     return out
 
 
-def render(megatron, ours, run=None):
+def render(megatron, ours, run=None, moe_run=None):
     flags = megatron["flags"]
     names = {f["flag"]: f for f in flags}
     for f in flags:
@@ -231,6 +245,7 @@ def render(megatron, ours, run=None):
            f"Also accepted: {len(own)} flags of this program's own ({', '.join(f'`{f}`' for f in own)}) and "
            f"{len(newer)} flags of other Megatron versions ({', '.join(f'`{f}`' for f in newer)}).", "",
            *(configurations_section(run)[1:] + [""] if run is not None else []),
+           *(configurations_section(moe_run, moe=True)[1:] + [""] if moe_run is not None else []),
            f"## Megatron's example launch script (`{megatron['example']}`)", "",
            "| flag | value there | here | note |", "|---|---|---|---|"]
     for flag, value in megatron["example_flags"]:
@@ -248,8 +263,8 @@ def render(megatron, ours, run=None):
     return "\n".join(out) + "\n"
 
 
-def configurations_run(megatron_json):
-    path = os.path.join(os.path.dirname(os.path.abspath(megatron_json)), "gpt_configurations_run.json")
+def configurations_run(megatron_json, name="gpt_configurations_run.json"):
+    path = os.path.join(os.path.dirname(os.path.abspath(megatron_json)), name)
     if not os.path.exists(path):
         return None
     with open(path) as f:
@@ -259,7 +274,8 @@ def configurations_run(megatron_json):
 def table(args):
     with open(args.megatron) as f:
         megatron = json.load(f)
-    text = render(megatron, program_table(args.program), configurations_run(args.megatron))
+    text = render(megatron, program_table(args.program), configurations_run(args.megatron),
+                  configurations_run(args.megatron, "moe_configurations_run.json"))
     with open(args.out, "w") as f:
         f.write(text)
     print(f"wrote {args.out}")
@@ -293,7 +309,8 @@ def check(args):
         megatron = json.load(f)
     ours = program_table(args.program)
     with open(args.doc) as f:
-        if f.read() != render(megatron, ours, configurations_run(args.megatron)):
+        if f.read() != render(megatron, ours, configurations_run(args.megatron),
+                              configurations_run(args.megatron, "moe_configurations_run.json")):
             failures.append(f"{args.doc} differs from the program's flag table: run scripts/megatron_flags.py table")
     # The example's flags: accepted, or refused with a reason that pretrain_gpt prints. Its
     # directories become fresh temporary ones.

@@ -114,6 +114,9 @@ CASES = [
     (["--moe-shared-expert-overlap", "--moe-shared-expert-intermediate-size", "32", "--disable-bias-linear"],
      "--moe-shared-expert-overlap"),
     (["--expert-tensor-parallel-size", "0"], "--expert-tensor-parallel-size"),
+    (["--expert-model-parallel-size", "0"], "--expert-model-parallel-size"),
+    (["--expert-model-parallel-size", "-2"], "--expert-model-parallel-size"),
+    (["--expert-model-parallel-size", "4"], "--expert-model-parallel-size"),
 ]
 
 # MoE flags without --num-experts (a dense model): each one refused naming itself.

@@ -107,6 +107,10 @@ constexpr FlagRow kRows[] = {
         .megatron(kRefusedAtValues, "allgather and alltoall; flex (DeepEP / HybridEP) is refused"),
     row("--moe-per-layer-logging", &A::moe_per_layer_logging,
         "Log each MoE layer's load-balancing loss and z-loss (TensorBoard and the metrics file)"),
+    row("--expert-model-parallel-size", &A::expert_model_parallel_size,
+        "Expert-parallel size: 1 (every rank holds all the experts of its tensor-parallel slice)")
+        .megatron(kRefusedAtValues, "1, Megatron's default; a larger size is refused: expert parallelism is not built "
+                                    "yet (the experts are split over tensor parallelism as the dense MLP)"),
 };
 static_assert(rows_are_consistent(kRows));
 

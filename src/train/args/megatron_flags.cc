@@ -69,7 +69,6 @@ constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
     // Issue 40: the mixture-of-experts family's flags this program has not built (the built ones are
     // rows of train/args/flag_rows_moe.cc; values refused there are in train/args/moe_arguments.cc).
     {"--delay-wgrad-compute", kNoOverlap},
-    {"--expert-model-parallel-size", kNoExpertParallel},
     {"--expert-tensor-parallel-num-weight-shards", kNoExpertParallel},
     {"--gtp-expert-remat-nccl-ub", "this program registers no NCCL user buffers: its collectives use the arena's memory"},
     {"--inference-moe-disable-fused-quant-kernels", "this program has no MoE inference engine (fused quantized kernels)"},

@@ -172,6 +172,12 @@ absl::StatusOr<std::vector<double>> moe_aux_loss_coefficients(const Arguments& a
 }
 
 absl::Status validate_moe_arguments(const Arguments& a) {
+  if (a.expert_model_parallel_size != 1) {
+    return invalid(absl::StrCat(flag_name(&A::expert_model_parallel_size), " ", a.expert_model_parallel_size,
+                                a.expert_model_parallel_size < 1 ? ": it must be at least 1"
+                                                                 : " is not available in this program: expert "
+                                                                   "parallelism is not built yet (1 is)"));
+  }
   if (a.num_experts <= 0) {
     for (ArgumentField field : kNeedExperts) {
       if (flag_given(a, field)) {
