@@ -1,6 +1,7 @@
 // The flag table's rows for Megatron's mixture-of-experts argument group (_add_moe_args), in
 // --help's order (train/args/flag_table.h says what a row holds; train/args/moe_arguments.h checks
 // the combinations; model/moe_config.h is what the model reads).
+#include "core/strict_number.h"
 #include "train/args/flag_enums.h"
 #include "train/args/flag_rows.h"
 
@@ -12,9 +13,12 @@ using enum FlagStatus;
 using enum PyRule;
 
 // Megatron's --moe-aux-loss-coeff: a float, or a list of floats with a list of balancing types.
+// The table is shown before validation too (moe_arguments.cc refuses a text that is not a finite
+// number): such a text is shown as given instead of throwing.
 PyValue aux_loss_coeff_value(const Arguments& a) {
-  if (a.moe_aux_loss_coeff.size() == 1) return PyValue(std::stod(a.moe_aux_loss_coeff.front()));
-  return a.moe_aux_loss_coeff;
+  if (a.moe_aux_loss_coeff.size() != 1) return a.moe_aux_loss_coeff;
+  const absl::StatusOr<double> value = parse_finite_number(a.moe_aux_loss_coeff.front());
+  return value.ok() ? PyValue(*value) : PyValue(a.moe_aux_loss_coeff.front());
 }
 PyValue load_balancing_value(const Arguments& a) {
   if (a.moe_router_load_balancing_type.size() == 1) return a.moe_router_load_balancing_type.front();
