@@ -64,6 +64,8 @@ CASES = [
     (["--moe-expert-capacity-factor", "nan"], "--moe-expert-capacity-factor"),
     (["--moe-expert-capacity-factor", "inf"], "--moe-expert-capacity-factor"),
     (["--moe-expert-capacity-factor", "1e400"], "--moe-expert-capacity-factor"),
+    (["--moe-expert-capacity-factor", "1e300"], "--moe-expert-capacity-factor"),  # aborted
+    (["--moe-expert-capacity-factor", "5"], "--moe-expert-capacity-factor"),
     (["--moe-token-drop-policy", "position"], "--moe-token-drop-policy"),
     (["--moe-expert-capacity-factor", "1", "--moe-token-drop-policy", "random"], "--moe-token-drop-policy"),
     (["--moe-pad-expert-input-to-capacity"], "--moe-pad-expert-input-to-capacity"),
@@ -107,6 +109,11 @@ CASES = [
     (["--num-experts", "-4"], "--num-experts"),
     (["--num-experts", "99999999999999999999"], "--num-experts"),
     (["--moe-ffn-hidden-size", "-1"], "--moe-ffn-hidden-size"),
+    (["--moe-ffn-hidden-size", "9223372036854775807"], "--moe-ffn-hidden-size"),  # aborted
+    (["--moe-ffn-hidden-size", "4611686018427387904"], "--moe-ffn-hidden-size"),
+    (["--moe-shared-expert-intermediate-size", "9223372036854775807", "--disable-bias-linear"],
+     "--moe-shared-expert-intermediate-size"),  # aborted
+    (["--num-experts", "9223372036854775807"], "--num-experts"),
     (["--moe-shared-expert-intermediate-size", "-1"], "--moe-shared-expert-intermediate-size"),
     # Layouts this program refuses with MoE layers.
     (["--moe-token-dispatcher-type", "flex"], "--moe-token-dispatcher-type"),
