@@ -143,6 +143,7 @@ NOT_BUILT = [
     ["--moe-pad-experts-for-cuda-graph-inference"], ["--moe-router-quantile-balancing-ema", "0.9"],
     ["--moe-latent-size", "16"], ["--expert-model-parallel-size", "2"], ["--moe-flex-dispatcher-backend", "hybridep"],
     ["--overlap-moe-expert-parallel-comm"], ["--moe-router-padding-for-fp8"], ["--moe-use-grouped-tensor"],
+    ["--moe-extended-tp"], ["--moe-use-legacy-grouped-gemm"],
 ]
 
 # Expert counts and sizes too large for the machine: the memory plan refuses them before the

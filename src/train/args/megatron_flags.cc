@@ -82,6 +82,8 @@ constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
     {"--moe-enable-routing-replay", "this program has no routing replay (recorded router choices replayed)"},
     {"--moe-expert-rank-capacity-factor", kNoFlex},
     {"--moe-flex-dispatcher-backend", kNoFlex},
+    {"--moe-extended-tp", "an older Megatron's expert tensor parallelism (core_r0.9 to core_v0.15): the experts here "
+     "split over --expert-tensor-parallel-size, which must equal --tensor-model-parallel-size"},
     {"--moe-flex-dispatcher-num-sms", kNoFlex},
     {"--moe-hybridep-num-blocks-permute", kNoFlex},
     {"--moe-hybridep-num-blocks-unpermute", kNoFlex},
@@ -117,6 +119,8 @@ constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
     {"--moe-single-grouped-weight", kPerExpertWeights},
     {"--moe-upcycling-granularity", kNoUpcycling},
     {"--moe-use-grouped-tensor", kPerExpertWeights},
+    {"--moe-use-legacy-grouped-gemm", "an older Megatron's GroupedGEMM implementation (core_v0.12 to core_v0.15); the "
+     "experts here always run as one grouped GEMM over their row ranges (--moe-grouped-gemm is accepted)"},
     {"--moe-use-upcycling", kNoUpcycling},
     {"--overlap-dispatch-backward-with-experts-wgrad", kNoOverlap},
     {"--overlap-moe-expert-parallel-comm", kNoOverlap},
