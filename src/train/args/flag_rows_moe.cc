@@ -49,7 +49,8 @@ constexpr FlagRow kRows[] = {
         .megatron(kImplementation, "accepted: the shared expert runs beside the routed experts with the same numbers"),
     row("--moe-router-topk", &A::moe_router_topk, "Experts each token is routed to").positive(),
     row("--moe-router-score-function", &A::moe_router_score_function, "softmax or sigmoid routing scores")
-        .one_of(flag_enum_names<RouterScore>()),
+        .one_of(flag_enum_names<RouterScore>())
+        .megatron(kRefusedAtValues, "softmax and sigmoid; sqrtsoftplus is refused (not built)"),
     row("--moe-router-pre-softmax", &A::moe_router_pre_softmax,
         "Softmax over all experts before the top-k (default: top-k of the logits, then softmax over the k)"),
     row("--moe-router-topk-scaling-factor", &A::moe_router_topk_scaling_factor,
@@ -60,9 +61,9 @@ constexpr FlagRow kRows[] = {
         "Data type of the router's logits, scores and routing weights: fp32 or fp64 (none: the model's dtype)")
         .one_of(flag_enum_names<RouterDtype>())
         .shown(kNoneIfEmpty)
-        .megatron(kImplementation,
-                  "fp32 and fp64 as Megatron's; without it the router still runs in FP32 here (Megatron's runs in the "
-                  "model's dtype), the more precise of the two"),
+        .megatron(kRefusedAtValues,
+                  "fp32 as Megatron's; fp64 is refused (the router runs in FP32 here); without the flag the router "
+                  "still runs in FP32 here (Megatron's runs in the model's dtype), the more precise of the two"),
     row("--moe-router-num-groups", &A::moe_router_num_groups,
         "Group-limited routing: the experts split into this many groups (devices or nodes)")
         .positive_if_given()
@@ -82,7 +83,8 @@ constexpr FlagRow kRows[] = {
         "with its --moe-aux-loss-coeff")
         .takes(Nargs::kOneOrMore)
         .shown(load_balancing_value)
-        .megatron(kRefusedAtValues, "aux_loss, seq_aux_loss, global_aux_loss and none; sinkhorn is refused"),
+        .megatron(kRefusedAtValues, "aux_loss, seq_aux_loss and none; sinkhorn, global_aux_loss and "
+                                    "quantile_balancing are refused (not built)"),
     row("--moe-aux-loss-coeff", &A::moe_aux_loss_coeff,
         "Scale of the auxiliary load-balancing loss (one per --moe-router-load-balancing-type)")
         .takes(Nargs::kOneOrMore)
