@@ -16,7 +16,8 @@ written by hand.
            flag of the example launch script is neither accepted nor refused with a reason.
 
   scripts/megatron_flags.py extract --repo /path/to/Megatron-LM --ref d98e8a64ddf3 \\
-      --out docs/megatron/arguments.json --cases-out docs/megatron/gpt_configurations.json
+      --out docs/megatron/arguments.json --cases-out docs/megatron/gpt_configurations.json \\
+      --moe-cases-out docs/megatron/moe_configurations.json
   scripts/megatron_flags.py table --megatron docs/megatron/arguments.json \\
       --program build/bin/pretrain_gpt --out docs/MEGATRON_FLAGS.md
 """
@@ -54,12 +55,14 @@ def parser_flags(repo, ref):
         shutil.rmtree(tree, ignore_errors=True)
 
 
-# Megatron's GPT test cases that are pretraining runs (not its inference or RL cases).
+# Megatron's GPT test cases that are pretraining runs (not its inference or RL cases); its
+# mixture-of-experts ones (issue 40) in the two directories after it.
 CASES_DIR = "tests/functional_tests/test_cases/gpt"
+MOE_CASES_DIRS = ["tests/functional_tests/test_cases/moe", "tests/functional_tests/test_cases/mixtral"]
 NOT_PRETRAINING_MODES = {"inference", "rl"}
 
 
-def gpt_cases(repo, ref):
+def gpt_cases(repo, ref, directory=CASES_DIR):
     """{case: {"test_type", "model_args": [[flag, value or None], ...]}} with the values as the YAML
     text gives them (true: the flag alone, as Megatron's _run_training.sh passes it)."""
     import yaml
@@ -69,7 +72,7 @@ def gpt_cases(repo, ref):
     TextLoader.yaml_implicit_resolvers = {
         first: [(tag, regex) for tag, regex in resolvers if tag == "tag:yaml.org,2002:merge"]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    names = subprocess.run(["git", "-C", repo, "ls-tree", "-r", "--name-only", ref, CASES_DIR], check=True,
+    names = subprocess.run(["git", "-C", repo, "ls-tree", "-r", "--name-only", ref, directory], check=True,
                            capture_output=True, text=True).stdout.split()
     cases = {}
     for path in sorted(n for n in names if n.endswith("/model_config.yaml")):
@@ -112,15 +115,23 @@ def extract(args):
         f.write("\n")
     print(f"{len(flags)} flags of {args.ref} ({commit[:12]}); {len(example)} in {EXAMPLE}")
     if args.cases_out:
-        cases = gpt_cases(args.repo, args.ref)
-        head = {"source": "NVIDIA/Megatron-LM", "ref": args.ref, "commit": commit, "directory": CASES_DIR}
-        with open(args.cases_out, "w") as f:
-            # One case a line, so that a later extract's diff reads by case.
-            f.write(json.dumps(head, sort_keys=True)[:-1] + ', "cases": {\n')
-            f.write(",\n".join(f"{json.dumps(name)}: {json.dumps(case, sort_keys=True)}"
-                                for name, case in sorted(cases.items())))
-            f.write("\n}}\n")
-        print(f"{len(cases)} GPT pretraining cases in {CASES_DIR}")
+        write_cases(args.cases_out, gpt_cases(args.repo, args.ref), args.ref, commit, CASES_DIR)
+    if args.moe_cases_out:
+        cases = {}
+        for directory in MOE_CASES_DIRS:
+            cases.update(gpt_cases(args.repo, args.ref, directory))
+        write_cases(args.moe_cases_out, cases, args.ref, commit, " and ".join(MOE_CASES_DIRS))
+
+
+def write_cases(path, cases, ref, commit, directory):
+    head = {"source": "NVIDIA/Megatron-LM", "ref": ref, "commit": commit, "directory": directory}
+    with open(path, "w") as f:
+        # One case a line, so that a later extract's diff reads by case.
+        f.write(json.dumps(head, sort_keys=True)[:-1] + ', "cases": {\n')
+        f.write(",\n".join(f"{json.dumps(name)}: {json.dumps(case, sort_keys=True)}"
+                            for name, case in sorted(cases.items())))
+        f.write("\n}}\n")
+    print(f"{len(cases)} pretraining cases in {directory}")
 
 
 STATUS_TEXT = {"same": "same", "implementation": "accepted (implementation choice)",
@@ -170,19 +181,33 @@ def status_of(flag, ours):
     return (entry["status"], entry["note"]) if entry else ("not yet", "")
 
 
-def configurations_section(run):
+def configurations_section(run, moe=False):
     """The figure of tests/integration/megatron_configurations.py's last run
-    (docs/megatron/gpt_configurations_run.json)."""
-    out = ["", "## Megatron's GPT configurations", "",
-           f"Megatron-LM's GPT pretraining test cases at `{run['megatron_commit'][:12]}` "
-           "(`tests/functional_tests/test_cases/gpt/*/model_config.yaml`, stored in "
-           "`docs/megatron/gpt_configurations.json`) and its `examples/gpt3` launch script, with only sizes, paths "
-           "and the GPU backend changed, two iterations each under mpirun on the CPU "
-           "(`tests/integration/megatron_configurations.py`; this program at "
-           f"`{run['program_commit']}`, {run['date']}): **{run['ran']} of {run['total']} run.**", "",
-           "What stops the others, by the number of configurations it stops (a configuration counts under every "
-           "flag of it that is unknown here or refused at any value; *alone*: the configurations it is the only "
-           "such flag of):", "", "| configurations | alone | flag |", "|---|---|---|"]
+    (docs/megatron/gpt_configurations_run.json; with moe, moe_configurations_run.json)."""
+    if moe:
+        out = ["", "## Megatron's mixture-of-experts configurations", "",
+               f"Megatron-LM's MoE pretraining test cases at `{run['megatron_commit'][:12]}` "
+               "(`tests/functional_tests/test_cases/moe/*/model_config.yaml` and `.../mixtral/*`, stored in "
+               "`docs/megatron/moe_configurations.json`), changed as the GPT ones below; a configuration with "
+               "`--expert-model-parallel-size` > 1 is not run (never with its expert parallelism removed) "
+               "and counts as blocked by it (`tests/integration/megatron_configurations.py --set moe`, the ctest "
+               f"`megatron_moe_configurations`; this program at `{run['program_commit']}`, {run['date']}): "
+               f"**{run['ran']} of {run['total']} run.**", "",
+               "Each configuration once, by its first reason:", "", "| configurations | reason |", "|---|---|"]
+        out += [f"| {count} | {cell(reason)} |" for reason, count in run.get("by_reason", [])]
+        out += ["", "Every flag that blocks them, by configurations (as for the GPT configurations):", "",
+                "| configurations | alone | flag |", "|---|---|---|"]
+    else:
+        out = ["", "## Megatron's GPT configurations", "",
+               f"Megatron-LM's GPT pretraining test cases at `{run['megatron_commit'][:12]}` "
+               "(`tests/functional_tests/test_cases/gpt/*/model_config.yaml`, stored in "
+               "`docs/megatron/gpt_configurations.json`) and its `examples/gpt3` launch script, with only sizes, paths "
+               "and the GPU backend changed, two iterations each under mpirun on the CPU "
+               "(`tests/integration/megatron_configurations.py`; this program at "
+               f"`{run['program_commit']}`, {run['date']}): **{run['ran']} of {run['total']} run.**", "",
+               "What stops the others, by the number of configurations it stops (a configuration counts under every "
+               "flag of it that is unknown here or refused at any value; *alone*: the configurations it is the only "
+               "such flag of):", "", "| configurations | alone | flag |", "|---|---|---|"]
     out += [f"| {count} | {run.get('only_blocker', {}).get(flag, 0)} | `{flag.split(' ')[0]}` "
             f"{flag.split(' ', 1)[1] if ' ' in flag else ''} |" for flag, count in run["blocking_flags"]]
     if run["first_errors"]:
@@ -192,7 +217,7 @@ def configurations_section(run):
     return out
 
 
-def render(megatron, ours, run=None):
+def render(megatron, ours, run=None, moe_run=None):
     flags = megatron["flags"]
     names = {f["flag"]: f for f in flags}
     for f in flags:
@@ -220,6 +245,7 @@ def render(megatron, ours, run=None):
            f"Also accepted: {len(own)} flags of this program's own ({', '.join(f'`{f}`' for f in own)}) and "
            f"{len(newer)} flags of other Megatron versions ({', '.join(f'`{f}`' for f in newer)}).", "",
            *(configurations_section(run)[1:] + [""] if run is not None else []),
+           *(configurations_section(moe_run, moe=True)[1:] + [""] if moe_run is not None else []),
            f"## Megatron's example launch script (`{megatron['example']}`)", "",
            "| flag | value there | here | note |", "|---|---|---|---|"]
     for flag, value in megatron["example_flags"]:
@@ -237,8 +263,8 @@ def render(megatron, ours, run=None):
     return "\n".join(out) + "\n"
 
 
-def configurations_run(megatron_json):
-    path = os.path.join(os.path.dirname(os.path.abspath(megatron_json)), "gpt_configurations_run.json")
+def configurations_run(megatron_json, name="gpt_configurations_run.json"):
+    path = os.path.join(os.path.dirname(os.path.abspath(megatron_json)), name)
     if not os.path.exists(path):
         return None
     with open(path) as f:
@@ -248,7 +274,8 @@ def configurations_run(megatron_json):
 def table(args):
     with open(args.megatron) as f:
         megatron = json.load(f)
-    text = render(megatron, program_table(args.program), configurations_run(args.megatron))
+    text = render(megatron, program_table(args.program), configurations_run(args.megatron),
+                  configurations_run(args.megatron, "moe_configurations_run.json"))
     with open(args.out, "w") as f:
         f.write(text)
     print(f"wrote {args.out}")
@@ -282,7 +309,8 @@ def check(args):
         megatron = json.load(f)
     ours = program_table(args.program)
     with open(args.doc) as f:
-        if f.read() != render(megatron, ours, configurations_run(args.megatron)):
+        if f.read() != render(megatron, ours, configurations_run(args.megatron),
+                              configurations_run(args.megatron, "moe_configurations_run.json")):
             failures.append(f"{args.doc} differs from the program's flag table: run scripts/megatron_flags.py table")
     # The example's flags: accepted, or refused with a reason that pretrain_gpt prints. Its
     # directories become fresh temporary ones.
@@ -351,6 +379,7 @@ def main():
     e.add_argument("--ref", required=True)
     e.add_argument("--out", required=True)
     e.add_argument("--cases-out", help="also store the GPT test cases' command lines here")
+    e.add_argument("--moe-cases-out", help="also store the moe/ and mixtral/ test cases' command lines here")
     t = sub.add_parser("table")
     t.add_argument("--megatron", required=True)
     t.add_argument("--program", required=True)

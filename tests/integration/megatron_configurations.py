@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Megatron-LM's own GPT pretraining configurations through pretrain_gpt (issue 32): how many run.
+"""Megatron-LM's own GPT pretraining configurations through pretrain_gpt (issue 32), and its
+mixture-of-experts ones (issue 40, --set moe): how many run.
 
 Reads the test cases' command lines stored from a pinned Megatron-LM commit
 (docs/megatron/gpt_configurations.json, written by scripts/megatron_flags.py extract from
@@ -10,7 +11,15 @@ number of configurations they stop:
 
   - flags pretrain_gpt does not know, or refuses whatever the value (from its flag table: every such
     flag of a configuration, not only the first it would stop at);
-  - for the rest, the first error line pretrain_gpt printed.
+  - for the rest, the first error line pretrain_gpt printed;
+  - a configuration with --expert-model-parallel-size > 1 needs expert parallelism, which this
+    program has not built yet: it counts as blocked by that and is not run (never with the expert
+    parallelism removed).
+
+--set moe reads docs/megatron/moe_configurations.json (Megatron's test_cases/moe and
+test_cases/mixtral, the same extract) instead, without the example script; its figures go to
+docs/megatron/moe_configurations_run.json, which the ctest megatron_moe_configurations compares
+(--expect-summary): the MoE set is fast, as most of it is blocked before running.
 
 What is changed, and nothing else:
   sizes    the layout past 8 model-parallel ranks halved (pipeline first) until it fits;
@@ -33,7 +42,7 @@ What is changed, and nothing else:
            --data-cache-path, ...): fresh ones
   backend  --device cpu; --distributed-backend nccl: gloo (Megatron's CPU backend)
 
-  megatron_configurations.py --program build-cpu/bin/pretrain_gpt [--cases N] [--report FILE]
+  megatron_configurations.py --program build-cpu/bin/pretrain_gpt [--set moe] [--cases N] [--report FILE]
 """
 import argparse
 import collections
@@ -49,7 +58,10 @@ import tempfile
 import harness
 
 SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-CONFIGURATIONS = os.path.join(SOURCE_DIR, "docs", "megatron", "gpt_configurations.json")
+CONFIGURATIONS = {"gpt": os.path.join(SOURCE_DIR, "docs", "megatron", "gpt_configurations.json"),
+                  "moe": os.path.join(SOURCE_DIR, "docs", "megatron", "moe_configurations.json")}
+# The blocker of a configuration that needs expert parallelism (not run).
+EXPERT_PARALLEL = "--expert-model-parallel-size > 1 (expert parallelism, not built yet)"
 ARGUMENTS = os.path.join(SOURCE_DIR, "docs", "megatron", "arguments.json")
 EXAMPLE = "examples/gpt3/train_gpt3_175b_distributed.sh"
 
@@ -240,6 +252,18 @@ def summarize(outcome, megatron_commit):
     """The figures docs/MEGATRON_FLAGS.md shows: how many ran, and the blockers by configurations
     (every unknown or refused flag of a configuration; the first error of those without one)."""
     blocking, alone, first_errors = collections.Counter(), collections.Counter(), collections.Counter()
+    # Each configuration once, by its first reason: expert parallelism, then unknown or refused
+    # flags, then a value refused (its first error line), else it ran.
+    by_reason = collections.Counter()
+    for result in outcome.values():
+        if result["ran"]:
+            by_reason["ran"] += 1
+        elif EXPERT_PARALLEL in result["blocking_flags"]:
+            by_reason["blocked: needs expert parallelism (--expert-model-parallel-size > 1)"] += 1
+        elif result["blocking_flags"]:
+            by_reason["blocked: flags unknown here or refused at any value"] += 1
+        else:
+            by_reason["stopped: a value refused, or another error (its first error line below)"] += 1
     for result in outcome.values():
         blocking.update(result["blocking_flags"])
         if len(result["blocking_flags"]) == 1:
@@ -253,7 +277,21 @@ def summarize(outcome, megatron_commit):
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
             "total": len(outcome), "ran": sum(1 for r in outcome.values() if r["ran"]),
             "ran_cases": sorted(name for name, r in outcome.items() if r["ran"]),
-            "blocking_flags": order(blocking), "only_blocker": dict(alone), "first_errors": order(first_errors)}
+            "blocking_flags": order(blocking), "only_blocker": dict(alone), "first_errors": order(first_errors),
+            "by_reason": order(by_reason)}
+
+
+def summary_differences(summary, path):
+    """What differs between the figures and a stored summary (its date and program commit aside)."""
+    with open(path) as f:
+        stored = json.load(f)
+    differences = []
+    for key in ("megatron_commit", "total", "ran", "ran_cases", "blocking_flags", "only_blocker", "first_errors",
+                "by_reason"):
+        if json.loads(json.dumps(summary[key])) != stored.get(key):
+            differences.append(f"{key}: {summary[key]} here, {stored.get(key)} in {path} (rerun with --summary-out "
+                               "and regenerate docs/MEGATRON_FLAGS.md)")
+    return differences
 
 
 def main():
@@ -269,6 +307,10 @@ def main():
                         help="fail unless at least this many configurations run")
     parser.add_argument("--timeout", type=int, default=240)
     parser.add_argument("--gpt2", action="store_true", help="GPT-2's vocabulary files instead of the null tokenizer")
+    parser.add_argument("--set", choices=sorted(CONFIGURATIONS), default="gpt",
+                        help="gpt: test_cases/gpt and the example script; moe: test_cases/moe and test_cases/mixtral")
+    parser.add_argument("--expect-summary", help="fail unless the figures equal this stored summary "
+                                                 "(docs/megatron/moe_configurations_run.json)")
     args = parser.parse_args()
     if args.summary_from:
         with open(args.summary_from) as f:
@@ -279,9 +321,9 @@ def main():
         return 0
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    with open(CONFIGURATIONS) as f:
+    with open(CONFIGURATIONS[args.set]) as f:
         stored = json.load(f)
-    cases = [(EXAMPLE, example_configuration())]
+    cases = [(EXAMPLE, example_configuration())] if args.set == "gpt" else []
     cases += [(name, case["model_args"]) for name, case in sorted(stored["cases"].items())]
     cases = [c for c in cases if args.only in c[0]]
     if args.cases:
@@ -292,6 +334,12 @@ def main():
     for name, case in cases:
         blocking = sorted({f for f, _ in case if statuses.get(f) in (None, "refused")})
         blocking = [f"{flag} ({'refused' if flag in statuses else 'unknown'})" for flag in blocking]
+        if as_int(flag_value(case, "--expert-model-parallel-size"), 1) > 1:
+            blocking = [EXPERT_PARALLEL] + [f for f in blocking if not f.startswith("--expert-model-parallel-size ")]
+            outcome[name] = {"ran": False, "error": "not run: needs expert parallelism", "blocking_flags": blocking,
+                             "world": 0, "command": []}
+            print(f"BLOCKED {name}: {', '.join(blocking)}", flush=True)
+            continue
         ok, error, command, world = run_case(args.program, name, case, args.timeout, args.gpt2)
         outcome[name] = {"ran": ok, "error": error, "blocking_flags": blocking, "world": world, "command": command}
         print(f"{'RAN    ' if ok else 'STOPPED'} {name} (np {world}){'' if ok else ': ' + error}", flush=True)
@@ -315,6 +363,8 @@ def main():
     failures = []
     if ran < args.expect_at_least:
         failures.append(f"{ran} configurations ran, fewer than {args.expect_at_least}")
+    if args.expect_summary:
+        failures += summary_differences(summary, args.expect_summary)
     return harness.finish(failures, f"{ran} of {len(cases)} ran")
 
 

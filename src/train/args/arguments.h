@@ -85,6 +85,9 @@ struct Arguments {
   // This program's models have no expert layers, so as in Megatron for a dense model no parameter
   // uses those groups: the value is only checked as Megatron's parallel_state checks it.
   int64_t expert_tensor_parallel_size = 0;
+  // Megatron's expert-parallel size: 1 (its default) is accepted; expert parallelism is not built
+  // yet, so a larger value is refused (train/args/moe_arguments.cc).
+  int64_t expert_model_parallel_size = 1;
   // Mixture of experts (Megatron's moe argument group; train/args/moe_arguments.h validates them,
   // model/moe_config.h holds what the model reads). 0 / empty: not given (Megatron's None).
   int64_t num_experts = 0;                      // 0: a dense model

@@ -1,6 +1,7 @@
 // The flag table's rows for Megatron's mixture-of-experts argument group (_add_moe_args), in
 // --help's order (train/args/flag_table.h says what a row holds; train/args/moe_arguments.h checks
 // the combinations; model/moe_config.h is what the model reads).
+#include "core/strict_number.h"
 #include "train/args/flag_enums.h"
 #include "train/args/flag_rows.h"
 
@@ -12,9 +13,12 @@ using enum FlagStatus;
 using enum PyRule;
 
 // Megatron's --moe-aux-loss-coeff: a float, or a list of floats with a list of balancing types.
+// The table is shown before validation too (moe_arguments.cc refuses a text that is not a finite
+// number): such a text is shown as given instead of throwing.
 PyValue aux_loss_coeff_value(const Arguments& a) {
-  if (a.moe_aux_loss_coeff.size() == 1) return PyValue(std::stod(a.moe_aux_loss_coeff.front()));
-  return a.moe_aux_loss_coeff;
+  if (a.moe_aux_loss_coeff.size() != 1) return a.moe_aux_loss_coeff;
+  const absl::StatusOr<double> value = parse_finite_number(a.moe_aux_loss_coeff.front());
+  return value.ok() ? PyValue(*value) : PyValue(a.moe_aux_loss_coeff.front());
 }
 PyValue load_balancing_value(const Arguments& a) {
   if (a.moe_router_load_balancing_type.size() == 1) return a.moe_router_load_balancing_type.front();
@@ -45,7 +49,8 @@ constexpr FlagRow kRows[] = {
         .megatron(kImplementation, "accepted: the shared expert runs beside the routed experts with the same numbers"),
     row("--moe-router-topk", &A::moe_router_topk, "Experts each token is routed to").positive(),
     row("--moe-router-score-function", &A::moe_router_score_function, "softmax or sigmoid routing scores")
-        .one_of(flag_enum_names<RouterScore>()),
+        .one_of(flag_enum_names<RouterScore>())
+        .megatron(kRefusedAtValues, "softmax and sigmoid; sqrtsoftplus is refused (not built)"),
     row("--moe-router-pre-softmax", &A::moe_router_pre_softmax,
         "Softmax over all experts before the top-k (default: top-k of the logits, then softmax over the k)"),
     row("--moe-router-topk-scaling-factor", &A::moe_router_topk_scaling_factor,
@@ -56,9 +61,9 @@ constexpr FlagRow kRows[] = {
         "Data type of the router's logits, scores and routing weights: fp32 or fp64 (none: the model's dtype)")
         .one_of(flag_enum_names<RouterDtype>())
         .shown(kNoneIfEmpty)
-        .megatron(kImplementation,
-                  "fp32 and fp64 as Megatron's; without it the router still runs in FP32 here (Megatron's runs in the "
-                  "model's dtype), the more precise of the two"),
+        .megatron(kRefusedAtValues,
+                  "fp32 as Megatron's; fp64 is refused (the router runs in FP32 here); without the flag the router "
+                  "still runs in FP32 here (Megatron's runs in the model's dtype), the more precise of the two"),
     row("--moe-router-num-groups", &A::moe_router_num_groups,
         "Group-limited routing: the experts split into this many groups (devices or nodes)")
         .positive_if_given()
@@ -78,7 +83,8 @@ constexpr FlagRow kRows[] = {
         "with its --moe-aux-loss-coeff")
         .takes(Nargs::kOneOrMore)
         .shown(load_balancing_value)
-        .megatron(kRefusedAtValues, "aux_loss, seq_aux_loss, global_aux_loss and none; sinkhorn is refused"),
+        .megatron(kRefusedAtValues, "aux_loss, seq_aux_loss and none; sinkhorn, global_aux_loss and "
+                                    "quantile_balancing are refused (not built)"),
     row("--moe-aux-loss-coeff", &A::moe_aux_loss_coeff,
         "Scale of the auxiliary load-balancing loss (one per --moe-router-load-balancing-type)")
         .takes(Nargs::kOneOrMore)
@@ -107,6 +113,10 @@ constexpr FlagRow kRows[] = {
         .megatron(kRefusedAtValues, "allgather and alltoall; flex (DeepEP / HybridEP) is refused"),
     row("--moe-per-layer-logging", &A::moe_per_layer_logging,
         "Log each MoE layer's load-balancing loss and z-loss (TensorBoard and the metrics file)"),
+    row("--expert-model-parallel-size", &A::expert_model_parallel_size,
+        "Expert-parallel size: 1 (every rank holds all the experts of its tensor-parallel slice)")
+        .megatron(kRefusedAtValues, "1, Megatron's default; a larger size is refused: expert parallelism is not built "
+                                    "yet (the experts are split over tensor parallelism as the dense MLP)"),
 };
 static_assert(rows_are_consistent(kRows));
 

@@ -1,6 +1,7 @@
 #include "train/args/moe_arguments.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 #include "core/strict_number.h"
 #include "train/args/flag_enums.h"
 #include "train/args/flag_table.h"
@@ -77,6 +78,10 @@ absl::Status validate_router(const Arguments& a) {
 
 absl::Status validate_load_balancing(const Arguments& a) {
   for (const std::string& type : a.moe_router_load_balancing_type) {
+    if (type == "quantile_balancing") {  // one of Megatron's choices, not built here
+      return invalid(absl::StrCat(flag_name(&A::moe_router_load_balancing_type),
+                                  " quantile_balancing is not available in this program (aux_loss, seq_aux_loss or none)"));
+    }
     if (!parse_flag_enum<LoadBalancing>(type)) {
       return invalid(absl::StrCat(flag_name(&A::moe_router_load_balancing_type), " must be ",
                                   names_for_message(flag_enum_names<LoadBalancing>()), " (got ", type, ")"));
@@ -96,11 +101,40 @@ absl::Status validate_dropping(const Arguments& a) {
     return invalid(absl::StrCat(flag_name(&A::moe_expert_capacity_factor), " must be positive (got ",
                                 a.moe_expert_capacity_factor, "); leave it out for dropless routing"));
   }
+  // From num_experts / topk on, an expert's capacity is every token of the microbatch (nothing is
+  // dropped; model/moe_config.cc caps it there), so a larger factor means the same: bounded, so
+  // that capacity = ceil(tokens x topk / experts x factor) stays a small integer.
+  if (capacity && a.moe_expert_capacity_factor > static_cast<double>(a.num_experts)) {
+    return invalid(absl::StrCat(flag_name(&A::moe_expert_capacity_factor), " (", a.moe_expert_capacity_factor,
+                                ") must be at most ", flag_name(&A::num_experts), " (", a.num_experts,
+                                "): from num_experts / topk on, every token fits"));
+  }
   for (ArgumentField field : {ArgumentField(&A::moe_token_drop_policy), ArgumentField(&A::moe_pad_expert_input_to_capacity)}) {
     if (flag_given(a, field) && !capacity) {
       return invalid(absl::StrCat(flag_name(field), " applies only with ", flag_name(&A::moe_expert_capacity_factor),
                                   " (without it every token is kept)"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// The experts' weights (fc1 [2f, h] with a GLU, fc2 [h, f]: at most 3 f h each), over every layer,
+// and their gradients and Adam moments in FP32 (16 bytes an element) must be countable in 64 bits:
+// the memory plan then refuses what does not fit; past that its sums wrapped (INT64_MAX sizes aborted).
+absl::Status validate_moe_sizes(const Arguments& a) {
+  const int64_t h = a.hidden_size, layers = a.num_layers;
+  const int64_t ffn = a.moe_ffn_hidden_size > 0 ? a.moe_ffn_hidden_size : a.ffn_hidden_size;
+  if (!checked_product(a.num_experts, ffn, h, layers, 3, 16)) {
+    return invalid(absl::StrCat(flag_name(&A::num_experts), " ", a.num_experts, " x ",
+                                flag_name(&A::moe_ffn_hidden_size), " ", ffn, " x ", flag_name(&A::hidden_size), " ", h,
+                                " x ", layers, " layers: the experts' bytes overflow a 64-bit count; the layout is far "
+                                "too large"));
+  }
+  if (!checked_product(a.moe_shared_expert_intermediate_size, h, layers, 3, 16)) {
+    return invalid(absl::StrCat(flag_name(&A::moe_shared_expert_intermediate_size), " ",
+                                a.moe_shared_expert_intermediate_size, " x ", flag_name(&A::hidden_size), " ", h, " x ",
+                                layers, " layers: the shared expert's bytes overflow a 64-bit count; the layout is far "
+                                "too large"));
   }
   return absl::OkStatus();
 }
@@ -164,6 +198,12 @@ absl::StatusOr<std::vector<double>> moe_aux_loss_coefficients(const Arguments& a
 }
 
 absl::Status validate_moe_arguments(const Arguments& a) {
+  if (a.expert_model_parallel_size != 1) {
+    return invalid(absl::StrCat(flag_name(&A::expert_model_parallel_size), " ", a.expert_model_parallel_size,
+                                a.expert_model_parallel_size < 1 ? ": it must be at least 1"
+                                                                 : " is not available in this program: expert "
+                                                                   "parallelism is not built yet (1 is)"));
+  }
   if (a.num_experts <= 0) {
     for (ArgumentField field : kNeedExperts) {
       if (flag_given(a, field)) {
@@ -175,8 +215,9 @@ absl::Status validate_moe_arguments(const Arguments& a) {
   }
   const absl::StatusOr<std::vector<bool>> pattern = moe_layer_pattern(a.moe_layer_freq, a.num_layers);
   if (!pattern.ok()) return invalid(absl::StrCat(flag_name(&A::moe_layer_freq), " ", pattern.status().message()));
+  GPT_RETURN_IF_ERROR(validate_moe_sizes(a));
+  GPT_RETURN_IF_ERROR(validate_load_balancing(a));  // first: validate_router reads the balancing types
   GPT_RETURN_IF_ERROR(validate_router(a));
-  GPT_RETURN_IF_ERROR(validate_load_balancing(a));
   GPT_RETURN_IF_ERROR(validate_dropping(a));
   return validate_moe_layout(a);
 }

@@ -14,6 +14,16 @@ namespace {
 // The longest list an expression may build: far beyond any model's layer count, small enough
 // to allocate.
 constexpr int64_t kMaxElements = int64_t{1} << 24;
+// The deepest nesting of brackets: the parser recurses once per level (a hostile expression of
+// 60,000 parentheses overflowed the stack); Python's own parser stops at 200.
+constexpr int kMaxDepth = 100;
+// How much of the expression an error line echoes (it may be a 100 kB argument).
+constexpr size_t kEchoChars = 80;
+
+std::string echo(std::string_view text) {
+  if (text.size() <= kEchoChars) return std::string(text);
+  return absl::StrCat(std::string(text.substr(0, kEchoChars)), "... (", text.size(), " characters)");
+}
 
 // A value of the expression: an int or a list of ints.
 using Value = std::variant<int64_t, std::vector<int64_t>>;
@@ -69,6 +79,22 @@ class PatternParser {
   // factor := int | '[' [expression (',' expression)*] ']' | '(' expression ')'
   absl::StatusOr<Value> factor() {
     skip_spaces();
+    if (pos_ < text_.size() && (text_[pos_] == '(' || text_[pos_] == '[')) {
+      if (depth_ >= kMaxDepth) return error(absl::StrCat("brackets nested deeper than ", kMaxDepth));
+      ++depth_;
+      absl::StatusOr<Value> value = bracketed();
+      --depth_;
+      return value;
+    }
+    const size_t start = pos_;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+    if (start == pos_) return error(pos_ < text_.size() ? "expected a number, '[' or '('" : "unexpected end");
+    absl::StatusOr<int64_t> number = parse_decimal_integer(text_.substr(start, pos_ - start), 0, kMaxElements);
+    if (!number.ok()) return error(absl::StrCat("number ", echo(text_.substr(start, pos_ - start)), " too large"));
+    return Value(*number);
+  }
+  // '(' expression ')' | '[' [expression (',' expression)*] ']'
+  absl::StatusOr<Value> bracketed() {
     if (accept('(')) {
       absl::StatusOr<Value> inner = expression();
       if (inner.ok() && !accept(')')) return error("missing ')'");
@@ -86,12 +112,7 @@ class PatternParser {
       if (!accept(']')) return error("missing ']'");
       return Value(std::move(items));
     }
-    const size_t start = pos_;
-    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
-    if (start == pos_) return error(pos_ < text_.size() ? "expected a number, '[' or '('" : "unexpected end");
-    absl::StatusOr<int64_t> number = parse_decimal_integer(text_.substr(start, pos_ - start), 0, kMaxElements);
-    if (!number.ok()) return error(absl::StrCat("number ", std::string(text_.substr(start, pos_ - start)), " too large"));
-    return Value(*number);
+    return error("expected '(' or '['");
   }
 
   absl::StatusOr<Value> combine_add(Value a, Value b) const {
@@ -128,6 +149,7 @@ class PatternParser {
 
   std::string_view text_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -138,14 +160,14 @@ absl::StatusOr<std::vector<bool>> moe_layer_pattern(std::string_view text, int64
   std::vector<bool> pattern(static_cast<size_t>(num_layers), false);
   if (text.find('[') == std::string_view::npos) {  // Megatron: an int unless the text holds a list
     absl::StatusOr<int64_t> every = parse_decimal_integer(text, 1);
-    if (!every.ok()) return absl::InvalidArgumentError(absl::StrCat("must be a positive int or a list expression (got ", std::string(text), ")"));
+    if (!every.ok()) return absl::InvalidArgumentError(absl::StrCat("must be a positive int or a list expression (got ", echo(text), ")"));
     for (int64_t i = 0; i < num_layers; i += *every) pattern[static_cast<size_t>(i)] = true;
     return pattern;
   }
   absl::StatusOr<Value> value = PatternParser(text).parse();
-  if (!value.ok()) return absl::InvalidArgumentError(absl::StrCat("cannot read ", std::string(text), ": ", value.status().message()));
+  if (!value.ok()) return absl::InvalidArgumentError(absl::StrCat("cannot read ", echo(text), ": ", value.status().message()));
   if (!std::holds_alternative<std::vector<int64_t>>(*value))
-    return absl::InvalidArgumentError(absl::StrCat("must give a list (got ", std::string(text), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("must give a list (got ", echo(text), ")"));
   const std::vector<int64_t>& list = std::get<std::vector<int64_t>>(*value);
   if (static_cast<int64_t>(list.size()) != num_layers)
     return absl::InvalidArgumentError(absl::StrCat("gives ", list.size(), " entries for ", num_layers,
