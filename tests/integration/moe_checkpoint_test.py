@@ -4,7 +4,8 @@ DeepSeek-style model (sigmoid scores with group-limited routing, the expert bias
 seq_aux_loss, z-loss, a shared expert, a dense first layer by --moe-layer-freq, SwiGLU, RMSNorm,
 RoPE, no linear biases).
 
-  * bit-exact resume, one rank and TP=2 + SP x PP=2 (4 ranks): 10 iterations in one process against
+  * bit-exact resume, one rank, TP=2 + SP x PP=2 and TP=2 + SP x DP=2 with the distributed optimizer
+    (4 ranks each): 10 iterations in one process against
     5 + exit + load + 5: identical printed losses, and the two final checkpoints identical bit for
     bit in every tensor, the expert bias of every MoE layer included (it is nonzero: it moved, so a
     resume that dropped it would start it from zero and end elsewhere);
@@ -47,7 +48,10 @@ BASE = ["--device", "cpu", "--mock-data", "--num-layers", str(LAYERS), "--hidden
         "--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope", "--disable-bias-linear",
         "--moe-layer-freq", "([0]*1+[1]*3)"]
 TP2PP2 = ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--pipeline-model-parallel-size", "2"]
-LAYOUTS = {"1rank": (1, []), "tp2sp_pp2": (4, TP2PP2)}
+# TP2+SP x DP2 with the distributed optimizer: the replicated expert bias is written by one data-parallel
+# replica (the fully parallel save's choice) and read back by both.
+TP2DP2 = ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer"]
+LAYOUTS = {"1rank": (1, []), "tp2sp_pp2": (4, TP2PP2), "tp2sp_dp2_zero1": (4, TP2DP2)}
 
 
 def expert_bias_key(layer):
@@ -179,6 +183,7 @@ def main():
     start = time.time()
     one_dir, one_losses = resume(runner, checks, work, "1rank")
     grid_dir, grid_losses = resume(runner, checks, work, "tp2sp_pp2")
+    resume(runner, checks, work, "tp2sp_dp2_zero1")
     if one_dir and grid_dir:
         reshard(runner, checks, work, grid_dir, grid_losses, one_dir, one_losses)
     if grid_dir:
