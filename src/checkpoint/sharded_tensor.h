@@ -6,7 +6,8 @@
 // placed by global offsets, a checkpoint saved under one layout loads under any other.
 //
 // Keys: "model/<parameter>", "optimizer/master/<parameter>", "optimizer/exp_avg/<parameter>",
-// "optimizer/exp_avg_sq/<parameter>".
+// "optimizer/exp_avg_sq/<parameter>", and "model/<buffer>" for the model's persistent tensors that
+// are not parameters (model/param_registry.h's model_buffer_names: the MoE expert bias).
 #pragma once
 
 #include <algorithm>

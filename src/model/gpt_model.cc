@@ -92,6 +92,16 @@ void GptModel::restart_moe_iteration() {
   }
 }
 
+std::vector<ShardedTensor> GptModel::buffer_pieces(Context& ctx) {
+  std::vector<ShardedTensor> pieces;
+  for (auto& layer : layers_) {
+    MoeBlock* moe = layer->moe_block();
+    if (!moe) continue;
+    if (std::optional<ShardedTensor> piece = moe->expert_bias_piece(ctx)) pieces.push_back(std::move(*piece));
+  }
+  return pieces;
+}
+
 std::vector<MoeLayerMetrics> GptModel::take_moe_metrics() {
   std::vector<MoeLayerMetrics> metrics;
   for (auto& layer : layers_) {

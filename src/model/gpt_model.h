@@ -117,6 +117,9 @@ class GptModel {
   // Forgets what the MoE layers counted since the last finish (a forward-backward run again).
   void restart_moe_iteration();
   std::vector<MoeLayerMetrics> take_moe_metrics();
+  // The chunk's persistent non-parameter tensors as checkpoint pieces (the MoE layers' expert
+  // bias, MoeBlock::expert_bias_piece), in layer order.
+  std::vector<ShardedTensor> buffer_pieces(Context& ctx);
 
  private:
   void load_transposed(Context& ctx, const Tensor& destination, std::span<const int32_t> values_bs);

@@ -6,6 +6,7 @@
 #include "core/stream_copy.h"
 #include "model/checked_layer_shapes.h"
 #include "model/expert_dispatch.h"
+#include "model/param_registry.h"
 #include "model/workspace_borrow.h"
 
 namespace gpt {
@@ -58,6 +59,7 @@ MoeBlock::MoeBlock(const BlockBuild& b, const MoePass& pass)
   iteration_tokens_.assign(static_cast<size_t>(moe_.num_experts), 0.0);
   slots_.resize(b.positions.size());
   metrics_.layer = b.layer;
+  layer_ = b.layer;
   metrics_.tokens_per_expert.assign(static_cast<size_t>(moe_.num_experts), 0.0);
 }
 
@@ -103,11 +105,29 @@ void MoeBlock::for_each_expert(const SlotRouting& routing, Fn&& fn) const {
   }
 }
 
-void MoeBlock::forward_up(Context& ctx, int slot, const MlpActivations& a, const Tensor& input) {
+void MoeBlock::initialize_expert_bias(Context& ctx) {
   if (moe_.expert_bias && !expert_bias_zeroed_) {
     ops::zero(ctx, expert_bias_);
     expert_bias_zeroed_ = true;
   }
+}
+
+std::optional<ShardedTensor> MoeBlock::expert_bias_piece(Context& ctx) {
+  if (!moe_.expert_bias) return std::nullopt;
+  initialize_expert_bias(ctx);
+  ShardedTensor piece;
+  piece.key = "model/" + expert_bias_name(layer_);
+  piece.global_shape = {moe_.num_experts};
+  piece.offsets = {0};
+  piece.local_shape = {moe_.num_experts};
+  piece.replica_id = tp_.rank() == 0 ? 0 : 1;
+  piece.replicated_over_data_parallel = true;
+  piece.data = expert_bias_;
+  return piece;
+}
+
+void MoeBlock::forward_up(Context& ctx, int slot, const MlpActivations& a, const Tensor& input) {
+  initialize_expert_bias(ctx);
   const Borrow gathered(ws_.full_a, "MoE block: the gathered input");
   // The shared expert first (Megatron's order without --moe-shared-expert-overlap): its fc1 gathers
   // the input under sequence parallelism, which the router and the experts then read.

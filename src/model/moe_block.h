@@ -34,6 +34,7 @@
 #include <deque>
 
 #include "model/lease.h"
+#include "checkpoint/sharded_tensor.h"
 #include "model/mlp_block.h"
 
 namespace gpt {
@@ -78,6 +79,12 @@ class MoeBlock final : public FeedForwardBlock {
   MoeLayerMetrics take_metrics();
   // The expert bias [E] float32 (undefined without --moe-router-enable-expert-bias).
   const Tensor& expert_bias() const { return expert_bias_; }
+  // The expert bias as a checkpoint piece (model/param_registry.h's expert_bias_name; the whole
+  // [E] tensor, held alike by every tensor-, context- and data-parallel rank of the layer: TP rank 0
+  // writes it, spread over the data-parallel replicas). Zeroes it first if no forward has yet, so
+  // that a checkpoint loaded into it is not overwritten by the first forward's initialisation.
+  // Nothing without --moe-router-enable-expert-bias.
+  std::optional<ShardedTensor> expert_bias_piece(Context& ctx);
   // What the constructor takes from its arena.
   static int64_t persistent_bytes(const ModelConfig& config);
   // Bytes of the shared expert's weight-gradient leases (model/linear.h).
@@ -125,6 +132,8 @@ class MoeBlock final : public FeedForwardBlock {
   // The lease's parts for `shapes` (what deferral_bytes counts).
   static std::vector<std::pair<DType, Shape>> lease_parts(const LayerShapes& shapes, DType dtype);
   ops::RouterOptions router_options() const;
+  // Zeroes the expert bias once, before its first use (the constructor has no context).
+  void initialize_expert_bias(Context& ctx);
 
   const ModelConfig& config_;
   const MoeConfig& moe_;
@@ -142,6 +151,7 @@ class MoeBlock final : public FeedForwardBlock {
   Tensor expert_bias_;                      // [E] float32 (aux-loss-free balancing)
   bool expert_bias_zeroed_ = false;
   bool recomputing_ = false;
+  int64_t layer_ = 0;                       // the global layer number
   std::vector<double> iteration_tokens_;    // [E] kept pairs this iteration (expert bias)
   std::vector<SlotRouting> slots_;
   MoeLayerMetrics metrics_;

@@ -170,6 +170,19 @@ std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
   return specs;
 }
 
+std::vector<std::string> model_buffer_names(const ModelConfig& c) {
+  std::vector<std::string> names;
+  if (!c.moe.expert_bias) return names;
+  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
+    if (c.moe.is_moe_layer(layer)) names.push_back(expert_bias_name(layer));
+  }
+  return names;
+}
+
+std::string expert_bias_name(int64_t layer) {
+  return "decoder.layers." + std::to_string(layer) + ".mlp.router.expert_bias";
+}
+
 float initial_value(const ParamSpec& spec, uint64_t seed, int64_t global_index) {
   switch (spec.init) {
     case ParamInit::kZeros: return 0.0f;

@@ -63,6 +63,14 @@ struct ParamSpec {
 // output layer).
 std::vector<ParamSpec> build_param_specs(const ModelConfig& config);
 
+// The model's persistent tensors that are not parameters (no gradient, no optimizer state), which
+// checkpoints keep beside the parameters under the same "model/" names: each MoE layer's expert
+// bias with --moe-router-enable-expert-bias, "decoder.layers.<L>.mlp.router.expert_bias" [E]
+// float32 (Megatron-Core's persistent buffer of the router). In layer order.
+std::vector<std::string> model_buffer_names(const ModelConfig& config);
+// The expert bias's name of (global) layer `layer`.
+std::string expert_bias_name(int64_t layer);
+
 // Initial value of element `global_index` (row-major in the global shape) of a parameter. Depends
 // only on (seed, name, index), never on the layout.
 float initial_value(const ParamSpec& spec, uint64_t seed, int64_t global_index);

@@ -69,6 +69,9 @@ bool writes_piece(const ShardedTensor& piece, const ProcessGrid& grid, bool full
 
 std::vector<ShardedTensor> state_pieces(const CheckpointedState& state, const Arguments& args, bool with_optimizer) {
   std::vector<ShardedTensor> pieces = state.parameters.params.sharded_tensors();
+  if (state.parameters.buffers) {
+    for (ShardedTensor& piece : state.parameters.buffers()) pieces.push_back(std::move(piece));
+  }
   if (with_optimizer) {
     std::vector<ShardedTensor> optimizer = state.optimizer.sharded_tensors(shards_optimizer(args));
     pieces.insert(pieces.end(), std::make_move_iterator(optimizer.begin()), std::make_move_iterator(optimizer.end()));
@@ -512,6 +515,7 @@ absl::Status Checkpointer::load_from(const CheckpointedState& state, const std::
   // Keys of the checkpoint that belong to no parameter of this model (any rank's).
   std::set<std::string> names;
   for (const ParamSpec& spec : build_param_specs(state.parameters.config)) names.insert(spec.name);
+  for (const std::string& name : model_buffer_names(state.parameters.config)) names.insert(name);
   std::vector<std::string> unexpected;
   for (const std::string& key : reader->keys()) {
     const std::string name = key.substr(key.find_last_of('/') + 1);

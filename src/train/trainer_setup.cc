@@ -199,7 +199,14 @@ RankParameters Trainer::rank_parameters() {
           .params = *params_,
           .config = config_,
           .num_chunks = num_chunks(),
-          .settle = [this] { synchronize_parameters(); }};
+          .settle = [this] { synchronize_parameters(); },
+          .buffers = [this] {
+            std::vector<ShardedTensor> pieces;
+            for (auto& chunk : chunks_) {
+              for (ShardedTensor& piece : chunk->buffer_pieces(ctx_)) pieces.push_back(std::move(piece));
+            }
+            return pieces;
+          }};
 }
 
 CheckpointedState Trainer::checkpointed_state() {

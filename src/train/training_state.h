@@ -53,6 +53,10 @@ struct RankParameters {
   // Waits for parameter all-gathers still in flight (--overlap-param-gather leaves them to the next
   // forward): call before reading the values.
   std::function<void()> settle;
+  // The model's persistent tensors that are not parameters (model/param_registry.h's
+  // model_buffer_names: the MoE layers' expert bias), this rank's chunks', as checkpoint pieces;
+  // unset: none.
+  std::function<std::vector<ShardedTensor>()> buffers;
 };
 
 // What a checkpoint saves and restores: the parameters, the optimizer's state, the run's progress

@@ -280,7 +280,8 @@ class Gpt:
     def mlp(self, m, layer):
         """The MLP of layer `layer` on its normalized input m [s, b, h] (moe_oracle.py overrides it)."""
         pre = f"decoder.layers.{layer}.mlp."
-        return self.linear(self.activation(self.linear(m, pre + "linear_fc1"), self.cfg["ffn_hidden_size"]),
+        # ffn_hidden_size is read by SwiGLU only (ckpt_tool's GPT-2 configs predate it, as before).
+        return self.linear(self.activation(self.linear(m, pre + "linear_fc1"), self.cfg.get("ffn_hidden_size")),
                            pre + "linear_fc2")
 
     def logits(self, tokens, dropout=None):
