@@ -252,7 +252,7 @@ MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chu
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
     f.theoretical[MemoryFigures::kActivations] += static_cast<double>(
         activation_memory(config_, grid_.shape().tensor, tensor_parallel_->sequence_parallel(), args_.micro_batch_size,
-                          pipeline.chunks[c].num_layers, grid_.shape().context)
+                          pipeline.chunks[c].num_layers, grid_.shape().context, pipeline.chunks[c].first_layer)
             .total_bytes(slots[c]));
   }
   f.allocated[MemoryFigures::kActivations] = chunk_bytes;  // the chunks' stashes, workspaces and logits
