@@ -40,7 +40,7 @@ LAYOUTS = [  # (name, ranks, flags)
     # Mixture of experts (issue 40): expert weights, the MoE stash and workspace, expert-major
     # buffers sized by the dropless worst case or by the padded capacity, the expert bias.
     ("MoE one rank", 1, MOE),
-    ("MoE TP2 + SP", 2, MOE + ["--tensor-model-parallel-size", "2", "--sequence-parallel"]),
+    ("MoE TP2 + SP", 2, MOE + ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--disable-bias-linear"]),
     ("MoE PP2, layer pattern", 2, MOE + ["--pipeline-model-parallel-size", "2", "--moe-layer-freq", "([0]*1+[1]*3)"]),
     ("MoE shared expert, padded capacity, expert bias", 1,
      MOE + ["--disable-bias-linear", "--swiglu", "--moe-shared-expert-intermediate-size", "48",
