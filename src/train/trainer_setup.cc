@@ -167,6 +167,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->zeros_scratch_ = t->arena_.allocate_zeroed(DType::kInt64, {1});
   t->memory_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats});
   t->timing_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {2 * (3 + phase_timer::kPhases)});
+  if (t->config_.moe.enabled()) {
+    t->moe_scratch_ =
+        t->arena_.allocate_zeroed(DType::kFloat32, {t->config_.num_layers * (3 + t->config_.moe.num_experts)});
+  }
   t->timing_ = args.timing_log_level >= 1;
   t->phase_clock_ = t->timing_ || args.log_straggler;
   t->rerun_ = RerunCheck::create(t->args_, grid);
