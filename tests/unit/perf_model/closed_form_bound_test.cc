@@ -17,6 +17,8 @@ const std::string kBase =
     "--num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 "
     "--vocab-size 128 --micro-batch-size 1 --global-batch-size 8 --bf16 ";
 
+const std::string kMoe = "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 1e-2 ";
+
 TEST(ClosedFormMemory, BoundsTheExactPlanInEveryLayout) {
   const std::vector<std::pair<std::string, int64_t>> layouts = {
       {"", 1},
@@ -37,6 +39,20 @@ TEST(ClosedFormMemory, BoundsTheExactPlanInEveryLayout) {
       {"--pipeline-model-parallel-size 2 --pipeline-schedule zb-h1", 2},
       {"--pipeline-model-parallel-size 2 --pipeline-schedule zb-v", 2},
       {"--pipeline-model-parallel-size 2 --pipeline-schedule zb-v --untie-embeddings-and-output-weights", 2},
+      // Mixture of experts (issue 40): expert weights, the MoE stash and the expert-major buffers,
+      // by the dropless worst case or the padded capacity, in a layer pattern across stages.
+      {kMoe, 1},
+      {kMoe + "--recompute-activations", 1},
+      {kMoe + "--tensor-model-parallel-size 2 --sequence-parallel --disable-bias-linear", 2},
+      {kMoe + "--pipeline-model-parallel-size 2 --moe-layer-freq ([0]*1+[1]*3)*2", 2},
+      {kMoe + "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+              "--moe-layer-freq ([1]*1+[0]*3)*2",
+       2},
+      {kMoe + "--disable-bias-linear --swiglu --moe-shared-expert-intermediate-size 48 "
+              "--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity --moe-router-enable-expert-bias "
+              "--moe-router-score-function sigmoid",
+       1},
+      {kMoe + "--context-parallel-size 2 --moe-expert-capacity-factor 1.5", 2},
   };
   for (const auto& [flags, world] : layouts) {
     SCOPED_TRACE(flags);
@@ -49,6 +65,12 @@ TEST(ClosedFormMemory, BoundsTheExactPlanInEveryLayout) {
               plan->allocated->total());
     // One stage without leases or receive buffers: the same lists give the same bytes.
     if (a.pipeline_model_parallel_size == 1) EXPECT_EQ(plan->activations, plan->allocated->activations);
+    // With one stage the parameters within the exact plan's alignment padding (the MoE layers'
+    // routers and experts counted as such, not as dense MLPs).
+    if (a.pipeline_model_parallel_size == 1) {
+      EXPECT_LE(plan->parameters, plan->allocated->parameters);
+      EXPECT_GE(static_cast<double>(plan->parameters), 0.98 * static_cast<double>(plan->allocated->parameters));
+    }
   }
 }
 
