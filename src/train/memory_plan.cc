@@ -45,6 +45,15 @@ std::string layout_flags(const Arguments& a, int64_t world_size, int64_t padded_
       a.tensor_model_parallel_size, ", --pipeline-model-parallel-size ", a.pipeline_model_parallel_size,
       ", data-parallel size ", data_parallel_size(a, world_size));
   if (a.context_parallel_size > 1) absl::StrAppend(&text, ", --context-parallel-size ", a.context_parallel_size);
+  if (a.num_experts > 0) {
+    const MoeConfig moe = moe_config_from(a);
+    absl::StrAppend(&text, ", --num-experts ", moe.num_experts, " (", moe.moe_layer_count(), " MoE layers)",
+                    ", --moe-ffn-hidden-size ", moe.ffn_hidden_size, ", --moe-router-topk ", moe.topk);
+    if (moe.shared_expert_size > 0) {
+      absl::StrAppend(&text, ", --moe-shared-expert-intermediate-size ", moe.shared_expert_size);
+    }
+    if (!moe.dropless()) absl::StrAppend(&text, ", --moe-expert-capacity-factor ", moe.capacity_factor);
+  }
   if (a.bf16) text += ", --bf16";
   if (a.fp16) text += ", --fp16";
   if (a.use_distributed_optimizer) text += ", --use-distributed-optimizer";

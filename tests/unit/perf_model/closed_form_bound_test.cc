@@ -1,7 +1,8 @@
 // The memory plan's closed form against its exact plan: a lower bound in every layout the closed
 // form has to bound (recompute modes, TP with SP, CP, pipelines plain and interleaved), since it
 // alone decides for layouts too large to enumerate. Both read the allocation's activation lists, so
-// with one pipeline stage their activations agree to the byte.
+// with one pipeline stage their activations agree to the byte. Mixture-of-experts layouts too, and
+// the closed form's expert parameters by hand, with the fit check refusing experts that cannot fit.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -72,6 +73,43 @@ TEST(ClosedFormMemory, BoundsTheExactPlanInEveryLayout) {
       EXPECT_GE(static_cast<double>(plan->parameters), 0.98 * static_cast<double>(plan->allocated->parameters));
     }
   }
+}
+
+// The closed form counts every expert: against the dense model, each MoE layer of the pattern adds
+// its router [E, h] and E experts' fc1 [F_e, h] and fc2 [h, F_e] and loses the dense MLP's fc1 and
+// fc2 (no linear biases), FP32 parameters; and a model whose experts cannot fit is refused.
+TEST(ClosedFormMemory, CountsEveryExpert) {
+  const std::string base =
+      "--num-layers 4 --hidden-size 512 --ffn-hidden-size 1024 --num-attention-heads 8 --seq-length 64 "
+      "--max-position-embeddings 64 --vocab-size 1024 --micro-batch-size 1 --global-batch-size 8 "
+      "--disable-bias-linear ";
+  const Arguments dense = checked_layout(base, 1);
+  const Arguments moe = checked_layout(
+      base + "--num-experts 16 --moe-router-topk 2 --moe-ffn-hidden-size 384 --moe-layer-freq ([0]*1+[1]*3)", 1);
+  absl::StatusOr<MemoryPlan> dense_plan = plan_memory(dense, 1, vocabulary_before_data(dense));
+  absl::StatusOr<MemoryPlan> moe_plan = plan_memory(moe, 1, vocabulary_before_data(moe));
+  ASSERT_TRUE(dense_plan.ok()) << dense_plan.status();
+  ASSERT_TRUE(moe_plan.ok()) << moe_plan.status();
+  const int64_t h = 512, ffn = 1024, experts = 16, expert_ffn = 384, moe_layers = 3;
+  const int64_t added = moe_layers * (experts * h + experts * 2 * h * expert_ffn - 2 * h * ffn);
+  EXPECT_EQ(moe_plan->parameters - dense_plan->parameters, 4 * added);
+  // 256 experts of 8192 over 4 layers of h 4096: 2 x 4096 x 8192 x 256 x 4 = 64 Gi parameters, far
+  // beyond any node; the dense model of the same shape fits a large one.
+  const std::string big = "--num-layers 4 --hidden-size 4096 --ffn-hidden-size 8192 --num-attention-heads 32 "
+                          "--seq-length 64 --max-position-embeddings 64 --vocab-size 1024 --micro-batch-size 1 "
+                          "--global-batch-size 8 --disable-bias-linear ";
+  absl::StatusOr<MemoryPlan> huge = plan_memory(checked_layout(big + "--num-experts 256", 1), 1, 1024);
+  ASSERT_TRUE(huge.ok()) << huge.status();
+  EXPECT_GT(huge->parameters, int64_t{4} * 4 * 2 * 4096 * 8192 * 256);
+  absl::StatusOr<MemoryPlan> small = plan_memory(checked_layout(big, 1), 1, 1024);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_LT(small->parameters, int64_t{4} << 30);
+  // The fit check on an 80 GiB GPU: the dense model passes, the MoE one is refused naming its experts.
+  const MemoryBudget gpu{.gpu = true, .device_bytes = int64_t{80} << 30, .host_bytes = int64_t{1} << 40};
+  EXPECT_TRUE(check_memory_plan(*small, checked_layout(big, 1), gpu).ok());
+  const absl::Status refused = check_memory_plan(*huge, checked_layout(big + "--num-experts 256", 1), gpu);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.message()).find("--num-experts 256"), std::string::npos) << refused;
 }
 
 }  // namespace
