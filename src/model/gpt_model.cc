@@ -39,7 +39,7 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
     : shapes_(model_shapes(config, tp, micro_batch, context)),
       layout_(layout),
       recompute_plan_(plan_recompute(config.recompute, layout.num_layers)),
-      activation_memory_(gpt::activation_memory(config, shapes_, layout.num_layers)) {
+      activation_memory_(gpt::activation_memory(config, shapes_, layout.first_layer, layout.num_layers)) {
   workspace_ = std::make_unique<LayerWorkspace>(shapes_, config.dtype, arena);
   positions_.resize(static_cast<size_t>(stash_slots));
   recompute_buffers_ = std::make_unique<RecomputeBuffers>(
@@ -148,6 +148,8 @@ ChunkMemoryOf<BytesOf<Sizes>> GptModel::stash_memory(const ModelConfig& config, 
                  T(moe_in_class) * stash_slots * layer_activation_bytes(moe_layer_shapes(s), config.dtype, kind.parts);
     }
   }
+  // Each MoE layer's expert bias (kept once, not per slot).
+  m.layers = m.layers + T(moe_layers) * T(MoeBlock::persistent_bytes(config));
   if (layout.has_embedding) m.embedding = EmbeddingLayer::stash_bytes(s, config.dtype, stash_slots);
   if (layout.has_output) m.output = OutputLayer::stash_bytes(s, config.dtype, stash_slots);
   m.gradient = tensor_bytes<T>(config.dtype, s.local_sequence, s.batch, s.hidden);

@@ -61,8 +61,7 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
 
 int64_t TransformerLayer::deferral_bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
                                         int deferral_depth) {
-  const int64_t mlp = s.moe_layer ? MoeBlock::deferral_bytes(config, s, sequence_parallel, deferral_depth) +
-                                        MoeBlock::persistent_bytes(config)
+  const int64_t mlp = s.moe_layer ? MoeBlock::deferral_bytes(config, s, sequence_parallel, deferral_depth)
                                   : MlpBlock::deferral_bytes(config, s, sequence_parallel, deferral_depth);
   return AttentionBlock::deferral_bytes(config, s, sequence_parallel, deferral_depth) + mlp;
 }

@@ -101,7 +101,8 @@ class TransformerLayer {
   // (the MLP block's, then the attention block's).
   void backward_weight(Context& ctx);
   // The constructor takes stash_slots x layer_activation_bytes(per_slot_parts) (GptModel::memory
-  // counts them by kind) and these bytes of weight-gradient leases (model/linear.h).
+  // counts them by kind), an MoE layer's expert bias once (MoeBlock::persistent_bytes, counted
+  // there too) and these bytes of weight-gradient leases (model/linear.h).
   static int64_t deferral_bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
                                 int deferral_depth);
   // The MoE block of an MoE layer, else null.

@@ -45,6 +45,15 @@ std::string layout_flags(const Arguments& a, int64_t world_size, int64_t padded_
       a.tensor_model_parallel_size, ", --pipeline-model-parallel-size ", a.pipeline_model_parallel_size,
       ", data-parallel size ", data_parallel_size(a, world_size));
   if (a.context_parallel_size > 1) absl::StrAppend(&text, ", --context-parallel-size ", a.context_parallel_size);
+  if (a.num_experts > 0) {
+    const MoeConfig moe = moe_config_from(a);
+    absl::StrAppend(&text, ", --num-experts ", moe.num_experts, " (", moe.moe_layer_count(), " MoE layers)",
+                    ", --moe-ffn-hidden-size ", moe.ffn_hidden_size, ", --moe-router-topk ", moe.topk);
+    if (moe.shared_expert_size > 0) {
+      absl::StrAppend(&text, ", --moe-shared-expert-intermediate-size ", moe.shared_expert_size);
+    }
+    if (!moe.dropless()) absl::StrAppend(&text, ", --moe-expert-capacity-factor ", moe.capacity_factor);
+  }
   if (a.bf16) text += ", --bf16";
   if (a.fp16) text += ", --fp16";
   if (a.use_distributed_optimizer) text += ", --use-distributed-optimizer";
@@ -128,6 +137,7 @@ std::vector<int64_t> stage_stash_slots(const Arguments& a, int64_t world_size, i
 // tied head). Overflowed where a tensor's size does not fit in int64.
 struct SectionElements {
   Bytes layer = 0, embedding = 0, final = 0, word_embedding = 0;
+  Bytes moe_layer = 0;  // an MoE layer's (router, experts, shared expert), 0 without MoE
 };
 
 SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
@@ -142,9 +152,12 @@ SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
   c.padded_vocab_size = padded_vocab;
   // Every tensor of the list is [rows, h] or smaller, its rows a product of two flags at most:
   // checked here before the list computes them in int64.
+  const MoeConfig moe = moe_config_from(a);
   const Bytes largest = Bytes(c.num_attention_heads + 2 * c.query_groups()) * c.kv_channels * c.hidden_size +
                         Bytes(2) * c.ffn_hidden_size * c.hidden_size + Bytes(padded_vocab) * c.hidden_size +
-                        Bytes(c.max_position_embeddings) * c.hidden_size;
+                        Bytes(c.max_position_embeddings) * c.hidden_size +
+                        Bytes(2) * moe.num_experts * moe.ffn_hidden_size * c.hidden_size +
+                        Bytes(2) * moe.shared_expert_size * c.hidden_size;
   if (!largest.value()) {
     const Bytes overflowed(std::nullopt);
     return SectionElements{overflowed, overflowed, overflowed, overflowed};
@@ -159,7 +172,34 @@ SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
     section = section + local;
     if (spec.name == kWordEmbeddingName) elements.word_embedding = local;
   }
+  if (moe.enabled()) {
+    // The same list for one MoE layer.
+    c.moe = moe;
+    c.moe.moe_layers = {true};
+    for (const ParamSpec& spec : build_param_specs(c)) {
+      if (spec.section != ParamSection::kLayer) continue;
+      elements.moe_layer =
+          elements.moe_layer + (spec.split == TensorSplit::kReplicated ? spec.global_numel() : spec.global_numel() / tp);
+    }
+  }
   return elements;
+}
+
+// The MoE layers among a stage's layers (--moe-layer-freq's pattern over its chunks), 0 without
+// MoE.
+std::vector<ChunkLayout> stage_chunks(const Arguments& a, int64_t world_size, int stage) {
+  return pipeline_layout(a, grid_shape_of(a, world_size), GridCoordinates{.tensor = 0, .pipeline = stage, .data = 0},
+                         std::max<int64_t>(1, num_microbatches(a, world_size)))
+      .chunks;
+}
+
+int64_t stage_moe_layers(const Arguments& a, int64_t world_size, const MoeConfig& moe, int stage) {
+  if (!moe.enabled()) return 0;
+  int64_t count = 0;
+  for (const ChunkLayout& chunk : stage_chunks(a, world_size, stage)) {
+    for (int64_t i = 0; i < chunk.num_layers; ++i) count += moe.is_moe_layer(chunk.first_layer + i) ? 1 : 0;
+  }
+  return count;
 }
 
 // The distinct values of `values` and how often each occurs (a stage's chunks by their stash slots:
@@ -192,6 +232,7 @@ std::optional<CheckedLayerShapes> checked_layer_shapes(const Arguments& a, int64
   c.kv_channels = a.kv_channels;
   c.padded_vocab_size = padded_vocab;
   c.vocab_size = padded_vocab;  // only vocab_valid, which the lists do not read
+  c.moe = moe_config_from(a);  // the expert-major buffers' rows and the experts' widths
   const int64_t tp = a.tensor_model_parallel_size;
   LayerShapes shapes = LayerShapes::make(c, tp, 0, a.sequence_parallel && tp > 1, a.micro_batch_size,
                                          std::max<int64_t>(1, a.context_parallel_size));
@@ -286,8 +327,14 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const bool head_first = pp == 1 || pipeline_schedule_kind(a) == pipeline::ScheduleKind::kZeroBubbleV;
   const bool tied_copy = !a.untie_embeddings_and_output_weights && !head_first;
   const Bytes head = elements.final + (tied_copy ? elements.word_embedding : Bytes(0));
-  const Bytes layers_params = Bytes(stage_layers) * layer_params;
-  const Bytes first_layers_params = Bytes(first_stage_layers) * layer_params;
+  // MoE layers hold their router and experts instead of the dense MLP: counted per stage.
+  model.moe = moe_config_from(a);
+  const int64_t first_moe = std::min(first_stage_layers, stage_moe_layers(a, world_size, model.moe, 0));
+  const int64_t last_moe =
+      std::min(stage_layers, stage_moe_layers(a, world_size, model.moe, static_cast<int>(pp - 1)));
+  const Bytes layers_params = Bytes(stage_layers - last_moe) * layer_params + Bytes(last_moe) * elements.moe_layer;
+  const Bytes first_layers_params =
+      Bytes(first_stage_layers - first_moe) * layer_params + Bytes(first_moe) * elements.moe_layer;
   const Bytes first_elements = head_first ? first_layers_params + embeddings + head : first_layers_params + embeddings;
   const Bytes last_elements = head_first ? layers_params : layers_params + head;
 
@@ -314,10 +361,28 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
     if (head_first) {
       first_activations = first_activations + OutputLayer::stash_bytes(*shapes, model.dtype, Bytes(first_slots.back()));
     }
-    for (const auto& [slots, count] : counts_of(first_slots)) {
-      first_activations = first_activations + chunks(chunk_layers, slots, count);
+    if (!model.moe.enabled()) {
+      for (const auto& [slots, count] : counts_of(first_slots)) {
+        first_activations = first_activations + chunks(chunk_layers, slots, count);
+      }
+      last_activations = chunks(last_chunk_layers, last_slot_count, v);
+    } else {
+      // MoE and dense layers differ: each chunk from its first layer (the pattern's MoE layers
+      // counted where they are), chunk by chunk.
+      auto chunk_at = [&](int64_t first_layer, int64_t layers, int64_t slots) -> Bytes {
+        const ChunkLayout layout{.first_layer = first_layer, .num_layers = layers, .has_embedding = false,
+                                 .has_output = false};
+        return GptModel::stash_memory(model, *shapes, Bytes(slots), layout).total();
+      };
+      const std::vector<ChunkLayout> first_chunks = stage_chunks(a, world_size, 0);
+      for (size_t c = 0; c < first_chunks.size() && c < first_slots.size(); ++c) {
+        first_activations = first_activations + chunk_at(first_chunks[c].first_layer, chunk_layers, first_slots[c]);
+      }
+      last_activations = 0;
+      for (const ChunkLayout& chunk : stage_chunks(a, world_size, static_cast<int>(pp - 1))) {
+        last_activations = last_activations + chunk_at(chunk.first_layer, last_chunk_layers, last_slot_count);
+      }
     }
-    last_activations = chunks(last_chunk_layers, last_slot_count, v);
     if (!head_first) {
       last_activations = last_activations + OutputLayer::stash_bytes(*shapes, model.dtype, Bytes(last_slot_count));
     }

@@ -286,7 +286,7 @@ StepResult Trainer::apply_update(bool skip_update) {
   maybe_inject_gradient_fault();
   result.learning_rate = learning_rate_at(schedule_, scheduler_position_->samples());
   // Megatron's finalize_model_grads moves the expert bias before the optimizer, skipped step or not.
-  if (config_.moe.enabled()) result.moe_losses = finish_moe_iteration();
+  if (config_.moe.enabled()) finish_moe_iteration(result);
   // Megatron's mixed-precision step: unscale the main gradients and check them over every rank
   // that holds gradients; an overflow anywhere skips the update everywhere, before the norm.
   result.overflow = loss_scaling_ && loss_scaling_->unscale_and_check(ctx_, *params_, optimizer_->owned(),
@@ -315,33 +315,58 @@ StepResult Trainer::apply_update(bool skip_update) {
   return result;
 }
 
-std::vector<std::pair<std::string, double>> Trainer::finish_moe_iteration() {
-  // Sums over this rank's MoE layers and microbatches, then over every rank: each TP rank holds
-  // the whole value (it routes every row), CP ranks hold parts of it, PP stages hold other layers.
-  std::array<float, 3> sums{};  // load_balancing_loss, seq_load_balancing_loss, z_loss
+void Trainer::finish_moe_iteration(StepResult& result) {
+  // Per layer, over this rank's MoE layers and microbatches: the three losses and the tokens per
+  // expert, at [layer (3 + E)], then summed over every rank: each TP rank holds the whole value
+  // (it routes every row), CP ranks hold parts of it, PP stages hold other layers.
+  const int64_t layers = config_.num_layers, experts = config_.moe.num_experts, width = 3 + experts;
+  std::vector<float> sums(static_cast<size_t>(layers * width), 0.0f);
   for (auto& chunk : chunks_) {
     chunk->finish_moe_iteration(ctx_, grid_.data_context());
     for (const MoeLayerMetrics& layer : chunk->take_moe_metrics()) {
-      sums[0] += static_cast<float>(layer.load_balancing_loss);
-      sums[1] += static_cast<float>(layer.seq_load_balancing_loss);
-      sums[2] += static_cast<float>(layer.z_loss);
+      float* row = &sums[static_cast<size_t>(layer.layer * width)];
+      row[0] = static_cast<float>(layer.load_balancing_loss);
+      row[1] = static_cast<float>(layer.seq_load_balancing_loss);
+      row[2] = static_cast<float>(layer.z_loss);
+      for (int64_t e = 0; e < experts; ++e) row[3 + e] = static_cast<float>(layer.tokens_per_expert[static_cast<size_t>(e)]);
     }
   }
-  const Tensor scratch = timing_scratch_.flat_range(0, 3);
-  copy_to_device(ctx_, scratch, std::span<const float>(sums));
-  grid_.world().all_reduce(ctx_, scratch, ReduceOp::kSum);
-  copy_to_host(ctx_, sums.data(), scratch);
+  copy_to_device(ctx_, moe_scratch_, std::span<const float>(sums));
+  grid_.world().all_reduce(ctx_, moe_scratch_, ReduceOp::kSum);
+  copy_to_host(ctx_, sums.data(), moe_scratch_);
   ctx_.synchronize();
-  const double per = static_cast<double>(grid_.shape().tensor) * static_cast<double>(data_parallel_size_) *
-                     static_cast<double>(microbatches_) * static_cast<double>(config_.moe.moe_layer_count());
-  std::vector<std::pair<std::string, double>> losses;
+  // Megatron's scaling: summed over TP x CP, averaged over DP and the microbatches; the log line's
+  // value averaged over the MoE layers.
+  const double tp = static_cast<double>(grid_.shape().tensor);
+  const double per_layer = tp * static_cast<double>(data_parallel_size_) * static_cast<double>(microbatches_);
+  const double moe_layers = static_cast<double>(config_.moe.moe_layer_count());
+  struct Tracked {
+    const char* name;
+    int index;
+  };
+  std::vector<Tracked> tracked;
   for (const MoeLoss& loss : config_.moe.losses) {
     if (loss.coefficient <= 0) continue;
     const bool sequence = loss.type == LoadBalancing::kSeqAuxLoss;
-    losses.emplace_back(sequence ? "seq_load_balancing_loss" : "load_balancing_loss", sums[sequence ? 1 : 0] / per);
+    tracked.push_back({sequence ? "seq_load_balancing_loss" : "load_balancing_loss", sequence ? 1 : 0});
   }
-  if (config_.moe.z_loss_coeff > 0) losses.emplace_back("z_loss", sums[2] / per);
-  return losses;
+  if (config_.moe.z_loss_coeff > 0) tracked.push_back({"z_loss", 2});
+  for (const Tracked& t : tracked) {
+    double sum = 0.0;
+    for (int64_t l = 0; l < layers; ++l) sum += sums[static_cast<size_t>(l * width + t.index)];
+    result.moe_losses.emplace_back(t.name, sum / (per_layer * moe_layers));
+    if (!config_.moe.per_layer_logging) continue;
+    for (int64_t l = 0; l < layers; ++l) {
+      result.moe_layer_losses.emplace_back(absl::StrCat("moe/", t.name, "_layer_", l),
+                                           sums[static_cast<size_t>(l * width + t.index)] / per_layer);
+    }
+  }
+  for (int64_t l = 0; l < layers; ++l) {
+    if (!config_.moe.is_moe_layer(l)) continue;
+    std::vector<double> tokens(static_cast<size_t>(experts));
+    for (int64_t e = 0; e < experts; ++e) tokens[static_cast<size_t>(e)] = sums[static_cast<size_t>(l * width + 3 + e)] / tp;
+    result.moe_tokens_per_expert.emplace_back(l, std::move(tokens));
+  }
 }
 
 }  // namespace gpt

@@ -56,6 +56,12 @@ struct StepResult {
   // "seq_load_balancing_loss", "z_loss": each loss over its coefficient, averaged over the MoE
   // layers, microbatches and data-parallel replicas), in that order, for the losses in use.
   std::vector<std::pair<std::string, double>> moe_losses;
+  // With --moe-per-layer-logging: the same per layer, "moe/<name>_layer_<i>" for every layer i of
+  // the model (0-based; 0 on a dense layer, as Megatron's tracker), not averaged over the layers.
+  std::vector<std::pair<std::string, double>> moe_layer_losses;
+  // The expert load: per MoE layer (its global index, in order), the (token, expert) pairs each
+  // expert kept over the global batch, summed over every rank (once per TP group).
+  std::vector<std::pair<int64_t, std::vector<double>>> moe_tokens_per_expert;
 };
 
 // The trainer is the run's progress (train/training_state.h) for the checkpointer; it hands out
@@ -147,9 +153,10 @@ class Trainer final : public TrainingProgress {
   double mean_token_loss(int64_t microbatches, int64_t ranks) const;
   // The same after summing loss_sum_ over the data-parallel group.
   double read_and_reduce_loss(int64_t microbatches);
-  // The iteration's end for the MoE layers: the expert bias update and the log line's losses
-  // (collectives over every rank).
-  std::vector<std::pair<std::string, double>> finish_moe_iteration();
+  // The iteration's end for the MoE layers: the expert bias update, the log line's losses, their
+  // per-layer values and the expert load
+  // (collectives over every rank), into `result`'s moe_* fields.
+  void finish_moe_iteration(StepResult& result);
   void print_evaluation(const std::string& where, double loss) const;
 
   // run()'s parts (trainer_run.cc). RunReports: the files run() writes (opened before the first
@@ -220,6 +227,7 @@ class Trainer final : public TrainingProgress {
   // line, as Megatron).
   std::vector<PhaseTiming> phase_timings(int64_t iterations, bool reset);
   Tensor timing_scratch_;  // float32 [2 x phases], for the min/max over ranks
+  Tensor moe_scratch_;     // float32 [layers x (3 + E)] with MoE: the per-layer figures summed over ranks
   MemoryFigures memory_;
   RankMemory allocated_;  // what the arena gave each item of the memory plan
   std::vector<CheckpointRecords*> record_owners_;

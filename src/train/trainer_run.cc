@@ -38,6 +38,16 @@ std::string format_phase_report(const std::vector<PhaseTiming>& timings) {
   return out;
 }
 
+// Adds `step`'s values to `sums`, name by name (the same names in the same order every step).
+void accumulate_named(std::vector<std::pair<std::string, double>>& sums,
+                      const std::vector<std::pair<std::string, double>>& step) {
+  if (sums.empty()) {
+    sums = step;
+    return;
+  }
+  for (size_t i = 0; i < step.size(); ++i) sums[i].second += step[i].second;
+}
+
 }  // namespace
 
 // What one run() reports through, and the statistics of its current log interval.
@@ -50,6 +60,8 @@ struct Trainer::RunReports {
   double interval_seconds = 0.0;
   double interval_loss = 0.0;
   std::vector<std::pair<std::string, double>> interval_moe_losses;  // sums, as interval_loss
+  std::vector<std::pair<std::string, double>> interval_moe_layer_losses;  // the same per layer
+  std::vector<std::pair<int64_t, std::vector<double>>> interval_moe_tokens;  // sums of the steps
   int64_t interval_steps = 0, interval_iterations = 0, skipped = 0, nan_iterations = 0;
   bool memory_reported = false;
   // Per-op device time (kernels/op_profile.h): GPT_OP_PROFILE=1 profiles every iteration after
@@ -146,10 +158,15 @@ absl::StatusOr<StepResult> Trainer::timed_step(RunReports& r) {
   }
   if (std::isfinite(step.loss)) {
     r.interval_loss += step.loss;
-    if (r.interval_moe_losses.empty()) {
-      r.interval_moe_losses = step.moe_losses;
+    accumulate_named(r.interval_moe_losses, step.moe_losses);
+    accumulate_named(r.interval_moe_layer_losses, step.moe_layer_losses);
+    if (r.interval_moe_tokens.empty()) {
+      r.interval_moe_tokens = step.moe_tokens_per_expert;
     } else {
-      for (size_t i = 0; i < step.moe_losses.size(); ++i) r.interval_moe_losses[i].second += step.moe_losses[i].second;
+      for (size_t l = 0; l < step.moe_tokens_per_expert.size(); ++l) {
+        const std::vector<double>& tokens = step.moe_tokens_per_expert[l].second;
+        for (size_t e = 0; e < tokens.size(); ++e) r.interval_moe_tokens[l].second[e] += tokens[e];
+      }
     }
     ++r.interval_iterations;
   } else {
@@ -176,6 +193,8 @@ void Trainer::report_iteration(const StepResult& step, RunReports& r) {
   // After an overflow Megatron's step returns no count (None): the field is left out.
   if (args_.log_num_zeros_in_grad && reported && !step.overflow) num_zeros_in_grad = zero_gradients();
   const double learning_rate = learning_rate_at(schedule_, scheduler_position_->samples());
+  // Megatron's MoE tracker writes its values at every iteration.
+  if (r.tensorboard && std::isfinite(step.loss)) r.tensorboard->moe(iteration_, step.moe_losses, step.moe_layer_losses);
   if (r.tensorboard && tensorboard_now) {
     r.tensorboard->iteration({.iteration = iteration_,
                               .consumed_samples = consumed_samples_,
@@ -206,8 +225,9 @@ void Trainer::report_iteration(const StepResult& step, RunReports& r) {
   log.learning_rate = learning_rate;
   log.global_batch_size = global_batch_size_;
   log.lm_loss = r.interval_iterations > 0 ? r.interval_loss / static_cast<double>(r.interval_iterations) : NAN;
+  const double iterations = static_cast<double>(r.interval_iterations);
   for (const auto& [name, sum] : r.interval_moe_losses) {
-    log.moe_losses.emplace_back(name, r.interval_iterations > 0 ? sum / static_cast<double>(r.interval_iterations) : NAN);
+    log.moe_losses.emplace_back(name, r.interval_iterations > 0 ? sum / iterations : NAN);
   }
   log.loss_scale = loss_scale();
   log.grad_norm = step.overflow ? std::nullopt : std::optional<double>(step.grad_norm);
@@ -239,6 +259,8 @@ void Trainer::log_interval(const IterationLog& log, double seconds_per_iteration
     r.interval_seconds = 0.0;
     r.interval_loss = 0.0;
     r.interval_moe_losses.clear();
+    r.interval_moe_layer_losses.clear();
+    r.interval_moe_tokens.clear();
     r.interval_steps = r.interval_iterations = r.skipped = r.nan_iterations = 0;
   }
 }
@@ -259,6 +281,16 @@ void Trainer::print_log_line(const IterationLog& log, double seconds_per_iterati
     m.data_parallel = grid_.shape().data;
     m.timers = timers;
     m.arena_bytes = static_cast<int64_t>(arena_.used_bytes());
+    // The interval's means per iteration, as the log line's losses.
+    const double iterations = static_cast<double>(r.interval_iterations);
+    for (const auto& [name, sum] : r.interval_moe_layer_losses) {
+      m.moe_layer_losses.emplace_back(name, r.interval_iterations > 0 ? sum / iterations : NAN);
+    }
+    for (const auto& [layer, sums] : r.interval_moe_tokens) {
+      ExpertLoad load{.layer = layer};
+      for (double sum : sums) load.tokens_per_expert.push_back(r.interval_iterations > 0 ? sum / iterations : NAN);
+      m.expert_load.push_back(std::move(load));
+    }
     if (ctx_.device() == Device::kCuda) m.device_memory_bytes = static_cast<int64_t>(cuda::device_memory_used_bytes());
     r.metrics->write(iteration_record(m));
     if (timeline) r.metrics->write(timeline_record(*timeline));

@@ -167,6 +167,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->zeros_scratch_ = t->arena_.allocate_zeroed(DType::kInt64, {1});
   t->memory_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {kMemoryFigureFloats});
   t->timing_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {2 * (3 + phase_timer::kPhases)});
+  if (t->config_.moe.enabled()) {
+    t->moe_scratch_ =
+        t->arena_.allocate_zeroed(DType::kFloat32, {t->config_.num_layers * (3 + t->config_.moe.num_experts)});
+  }
   t->timing_ = args.timing_log_level >= 1;
   t->phase_clock_ = t->timing_ || args.log_straggler;
   t->rerun_ = RerunCheck::create(t->args_, grid);
@@ -259,7 +263,7 @@ MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chu
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
     f.theoretical[MemoryFigures::kActivations] += static_cast<double>(
         activation_memory(config_, grid_.shape().tensor, tensor_parallel_->sequence_parallel(), args_.micro_batch_size,
-                          pipeline.chunks[c].num_layers, grid_.shape().context)
+                          pipeline.chunks[c].num_layers, grid_.shape().context, pipeline.chunks[c].first_layer)
             .total_bytes(slots[c]));
   }
   f.allocated[MemoryFigures::kActivations] = chunk_bytes;  // the chunks' stashes, workspaces and logits

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Memory stated once (issue 39): perf_model's memory per rank is what pretrain_gpt allocates. For
 five layouts of a tiny BF16 model -- one rank, TP2 + SP with full recompute, PP2 x DP2 with the
-distributed optimizer, PP2 interleaved (2 virtual stages per rank) and ZeRO-3 over DP2 -- the
+distributed optimizer, PP2 interleaved (2 virtual stages per rank) and ZeRO-3 over DP2 -- and four
+of its mixture-of-experts variant (8 experts top-2: one rank, TP2 + SP, PP2 with a layer pattern,
+a shared expert with a padded capacity and the expert bias) -- the
 largest "all allocations" of pretrain_gpt's start-up memory report (MB = MiB per rank, the first,
 middle and last stage's) and perf_model's memory per GPU (its JSON's memory_gib_per_gpu) agree
 within 1%. Both read the memory plan (train/memory_plan.h): what perf_model prints is the plan the
@@ -25,6 +27,7 @@ import harness  # noqa: E402
 MODEL = ["--mock-data", "--vocab-size", "250", "--num-layers", "4", "--hidden-size", "64",
          "--num-attention-heads", "4", "--seq-length", "32", "--max-position-embeddings", "32",
          "--micro-batch-size", "2", "--global-batch-size", "8", "--lr", "1e-3", "--bf16"]
+MOE = ["--num-experts", "8", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32", "--moe-aux-loss-coeff", "1e-2"]
 RUN = ["--device", "cpu", "--train-iters", "1", "--eval-iters", "0", "--log-interval", "1"]
 LAYOUTS = [  # (name, ranks, flags)
     ("one rank", 1, []),
@@ -34,6 +37,15 @@ LAYOUTS = [  # (name, ranks, flags)
     ("PP2 x DP2, distributed optimizer", 4, ["--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"]),
     ("PP2 interleaved", 2, ["--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2"]),
     ("ZeRO-3 DP2", 2, ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]),
+    # Mixture of experts (issue 40): expert weights, the MoE stash and workspace, expert-major
+    # buffers sized by the dropless worst case or by the padded capacity, the expert bias.
+    ("MoE one rank", 1, MOE),
+    ("MoE TP2 + SP", 2, MOE + ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--disable-bias-linear"]),
+    ("MoE PP2, layer pattern", 2, MOE + ["--pipeline-model-parallel-size", "2", "--moe-layer-freq", "([0]*1+[1]*3)"]),
+    ("MoE shared expert, padded capacity, expert bias", 1,
+     MOE + ["--disable-bias-linear", "--swiglu", "--moe-shared-expert-intermediate-size", "48",
+            "--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity",
+            "--moe-router-enable-expert-bias", "--moe-router-score-function", "sigmoid"]),
 ]
 ALL_ALLOCATIONS = re.compile(r"^\s+all allocations\s+([\d.]+)", re.MULTILINE)
 TOLERANCE = 0.01

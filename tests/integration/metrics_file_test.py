@@ -2,7 +2,10 @@
 """--metrics-file: every line is a JSON object whose values equal those of the log lines, timer
 lines and evaluation lines printed by the same run, on one rank and under mpirun -np 4 (TP2 x DP2);
 a resumed run (--save, then --load) appends to the file; a file that cannot be opened ends the job
-with one error line before training."""
+with one error line before training. Mixture of experts (issue 40): Megatron's load-balancing and
+z-loss fields equal the printed ones, the per-layer values (--moe-per-layer-logging) average to
+them over the MoE layers and are 0 on a dense layer, and the expert load of every MoE layer counts
+each (token, expert) pair of the global batch once -- on one rank and TP2 x DP2 alike."""
 
 import argparse
 import json
@@ -103,6 +106,50 @@ def compare(name, lines, printed, layout, failures):
         print(f"{name}: {len(lines)} JSON lines equal to the printed log, timer and evaluation lines")
 
 
+MOE = ("--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 1e-2 "
+       "--moe-z-loss-coeff 1e-3 --moe-layer-freq ([0]*1+[1]*2) --moe-per-layer-logging --num-layers 3 "
+       "--disable-bias-linear --eval-iters 0").split()
+MOE_FIELD = re.compile(r" (load_balancing_loss|z_loss): (\S+) \|")
+
+
+def check_moe(name, lines, stdout, failures):
+    """An MoE run's JSON lines against its printed MoE fields and against the batch's pair count."""
+    before = len(failures)
+    printed = [dict(MOE_FIELD.findall(line)) for line in stdout.splitlines() if " iteration " in line and "|" in line
+               and "lm loss:" in line]
+    records = [json.loads(line) for line in lines]
+    records = [r for r in records if "iteration" in r and "validation" not in r]
+    if len(records) != len(printed) or not records:
+        failures.append(f"MoE {name}: {len(records)} records for {len(printed)} log lines")
+        return None
+    loads = []
+    for record, fields in zip(records, printed):
+        where = f"MoE {name}, iteration {record['iteration']}"
+        for key in ("load_balancing_loss", "z_loss"):
+            if key not in record or f"{record[key]:.6E}" != fields.get(key):
+                failures.append(f"{where}: {key} {record.get(key)} against the printed {fields.get(key)}")
+            layers = [record["moe_layers"].get(f"moe/{key}_layer_{i}") for i in range(3)]
+            if None in layers or layers[0] != 0 or not math.isclose((layers[1] + layers[2]) / 2, record[key],
+                                                                    rel_tol=1e-6):
+                failures.append(f"{where}: per-layer {key} {layers} against the mean {record.get(key)}")
+        load = record.get("expert_load", {})
+        if sorted(load) != ["layer_1", "layer_2"]:
+            failures.append(f"{where}: expert load of layers {sorted(load)}, expected the MoE layers 1 and 2")
+            continue
+        for layer, figures in load.items():
+            tokens = figures["tokens_per_expert"]
+            # Dropless: every token of the global batch (8 x 32) goes to 2 experts.
+            if len(tokens) != 4 or sum(tokens) != GBS * SEQ * 2 or figures["max"] != max(tokens) or \
+                    figures["mean"] != GBS * SEQ * 2 / 4 or \
+                    not math.isclose(figures["max_over_mean"], max(tokens) / figures["mean"], rel_tol=1e-12):
+                failures.append(f"{where}: {layer} load {figures}")
+        loads.append(load)
+    if len(failures) == before:
+        print(f"MoE {name}: {len(records)} records with the printed MoE losses, per-layer values and the expert load "
+              f"(first: {loads[0]['layer_1']['tokens_per_expert']})")
+    return loads
+
+
 def read_lines(path):
     with open(path) as f:
         text = f.read()
@@ -147,6 +194,21 @@ def main():
             failures.append(f"{name}: expected Megatron's 'Evaluating on 8 samples' / 'Evaluating iter 1/1' "
                             f"twice, got {progress}")
         compare(name, read_lines(path), printed, layout, failures)
+
+    # Mixture of experts on one rank and TP2 x DP2: the same routing, so the same expert load.
+    moe_loads = []
+    for name, prefix, extra in [("1 rank", [], []), ("TP2 x DP2", launcher, ["--tensor-model-parallel-size", "2",
+                                                                          "--sequence-parallel"])]:
+        path = os.path.join(args.work_dir, "moe_" + name.replace(" ", "_") + ".jsonl")
+        result = run(prefix + [args.binary] + TINY + MOE + extra + ["--metrics-file", path], "MoE " + name)
+        if result.returncode == 0:
+            moe_loads.append(check_moe(name, read_lines(path), result.stdout, failures))
+    if len(moe_loads) == 2 and None not in moe_loads:
+        first = [loads[0]["layer_1"]["tokens_per_expert"] for loads in moe_loads]
+        if moe_loads[0] != moe_loads[1]:
+            failures.append(f"MoE: one rank's expert load {first[0]} differs from TP2 x DP2's {first[1]}")
+        else:
+            print("MoE: TP2 x DP2's expert load equals one rank's")
 
     # Resumed: iterations 1-4 saved, then 5-6 loaded from the checkpoint append to the same file.
     path = os.path.join(args.work_dir, "resumed.jsonl")

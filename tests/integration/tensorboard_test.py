@@ -199,6 +199,33 @@ def main():
     else:
         print("--tensorboard-log-interval 2: steps 2, 4, 6; learning-rate and loss-scale left out on request")
 
+    # Mixture of experts: Megatron's MoE tracker writes the losses at every iteration (whatever the
+    # TensorBoard interval) under their bare names, and with --moe-per-layer-logging per layer
+    # (0-based, 0 on the dense layer 0), each iteration's value as the log line prints it.
+    directory = os.path.join(args.work_dir, "moe")
+    moe = ["--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "32", "--moe-aux-loss-coeff",
+           "1e-2", "--moe-z-loss-coeff", "1e-3", "--moe-layer-freq", "([0]*1+[1]*2)", "--moe-per-layer-logging",
+           "--num-layers", "3", "--eval-iters", "0"]
+    result = run([args.binary] + TINY + moe + ["--tensorboard-dir", directory, "--tensorboard-log-interval", "2"],
+                 "MoE")
+    _, scalars = load_events(directory, event_pb2, failures)
+    lines, _ = printed(result.stdout)
+    before = len(failures)
+    for key in ("load_balancing_loss", "z_loss"):
+        values = scalars.get(key, {})
+        layers = [scalars.get(f"moe/{key}_layer_{i}", {}) for i in range(3)]
+        if sorted(values) != list(range(1, 7)) or any(sorted(layer) != list(range(1, 7)) for layer in layers):
+            failures.append(f"MoE: {key} at steps {sorted(values)}, per layer {[sorted(l) for l in layers]}")
+            continue
+        for step, value in values.items():
+            shown = float(lines.get(step, {}).get(key, "nan"))
+            if not close(value, shown, rel=1e-6) or layers[0][step] != 0 or \
+                    not close((layers[1][step] + layers[2][step]) / 2, value, rel=1e-6):
+                failures.append(f"MoE step {step}: {key} {value} (printed {shown}), per layer "
+                                f"{[layer[step] for layer in layers]}")
+    if len(failures) == before:
+        print("MoE: load_balancing_loss, z_loss and moe/<name>_layer_<i> at every iteration, as printed")
+
     # A directory that cannot be created.
     blocker = os.path.join(args.work_dir, "a_file")
     open(blocker, "w").close()

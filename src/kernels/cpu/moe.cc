@@ -257,13 +257,21 @@ void moe_permute(Context& ctx, const Tensor& out, const Tensor& x, const Tensor&
   const float* scale = optional_data<float>(row_scale);
   dispatch_float_type(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    // The row pointers hoisted out of the column loop (data_as checks the dtype on every call),
+    // so that the loop vectorizes; the same products as element by element.
+    const T* in = x.data_as<T>();
+    T* o = out.data_as<T>();
     parallel_for(ctx, m, 16, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         GPT_CHECK(src[i] < x.rows()) << "MoE permute source row " << src[i];
-        for (int64_t c = 0; c < h; ++c) {
-          const float v = src[i] < 0 ? 0.0f : load(x.data_as<T>(), src[i] * h + c) * (scale ? scale[i] : 1.0f);
-          store(out.data_as<T>(), i * h + c, v);
+        T* to = o + i * h;
+        if (src[i] < 0) {
+          for (int64_t c = 0; c < h; ++c) store(to, c, 0.0f);
+          continue;
         }
+        const T* from = in + src[i] * h;
+        const float factor = scale ? scale[i] : 1.0f;
+        for (int64_t c = 0; c < h; ++c) store(to, c, load(from, c) * factor);
       }
     });
   });
@@ -279,8 +287,11 @@ void moe_combine(Context& ctx, const Tensor& y, const Tensor& rows, const Tensor
   const float* w = optional_data<float>(weights);
   dispatch_float_type(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    const T* in = rows.data_as<T>();
+    T* out = y.data_as<T>();
     parallel_for(ctx, tokens, 16, [&](int64_t begin, int64_t end) {
       std::vector<float> acc(static_cast<size_t>(h));
+      float* a = acc.data();
       for (int64_t t = begin; t < end; ++t) {
         std::fill(acc.begin(), acc.end(), 0.0f);
         for (int64_t j = 0; j < k; ++j) {
@@ -288,9 +299,10 @@ void moe_combine(Context& ctx, const Tensor& y, const Tensor& rows, const Tensor
           if (r < 0) continue;
           GPT_CHECK(r < rows.rows()) << "MoE combine row " << r;
           const float scale = w ? w[t * k + j] : 1.0f;
-          for (int64_t c = 0; c < h; ++c) acc[static_cast<size_t>(c)] += scale * load(rows.data_as<T>(), r * h + c);
+          const T* from = in + int64_t{r} * h;
+          for (int64_t c = 0; c < h; ++c) a[c] += scale * load(from, c);
         }
-        for (int64_t c = 0; c < h; ++c) store(y.data_as<T>(), t * h + c, acc[static_cast<size_t>(c)]);
+        for (int64_t c = 0; c < h; ++c) store(out + t * h, c, a[c]);
       }
     });
   });
@@ -306,6 +318,9 @@ void moe_combine_weight_grad(Context& ctx, const Tensor& dweights, const Tensor&
   const int32_t* dest = destination.data_as<int32_t>();
   dispatch_float_type(dy.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    const T* grad = dy.data_as<T>();
+    const T* in = rows.data_as<T>();
+    float* out = dweights.data_as<float>();
     parallel_for(ctx, tokens, 16, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         for (int64_t j = 0; j < k; ++j) {
@@ -313,9 +328,11 @@ void moe_combine_weight_grad(Context& ctx, const Tensor& dweights, const Tensor&
           float dot = 0.0f;
           GPT_CHECK(r < rows.rows()) << "MoE combine weight gradient row " << r;
           if (r >= 0) {
-            for (int64_t c = 0; c < h; ++c) dot += load(dy.data_as<T>(), t * h + c) * load(rows.data_as<T>(), r * h + c);
+            const T* g = grad + t * h;
+            const T* from = in + int64_t{r} * h;
+            for (int64_t c = 0; c < h; ++c) dot += load(g, c) * load(from, c);  // in order: the same sum
           }
-          dweights.data_as<float>()[t * k + j] = dot;
+          out[t * k + j] = dot;
         }
       }
     });

@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -82,6 +84,14 @@ JsonObject& JsonObject::add(std::string_view k, const JsonObject& value) {
   return *this;
 }
 
+JsonObject& JsonObject::add(std::string_view k, const std::vector<double>& values) {
+  key(k);
+  body_ += "[";
+  for (size_t i = 0; i < values.size(); ++i) body_ += (i == 0 ? "" : ", ") + json_number(values[i]);
+  body_ += "]";
+  return *this;
+}
+
 JsonObject& JsonObject::add_null(std::string_view k) {
   key(k);
   body_ += "null";
@@ -103,8 +113,9 @@ std::string iteration_record(const IterationMetrics& m) {
       .add("loss_scale", log.loss_scale)
       .add("grad_norm", log.grad_norm.value_or(NAN))
       .add("skipped_iterations", log.skipped_iterations)
-      .add("nan_iterations", log.nan_iterations)
-      .add("timestamp", m.timestamp)
+      .add("nan_iterations", log.nan_iterations);
+  for (const auto& [name, value] : log.moe_losses) o.add(name, value);
+  o.add("timestamp", m.timestamp)
       .add("world_size", m.world_size)
       .add("tensor_model_parallel_size", m.tensor_parallel)
       .add("pipeline_model_parallel_size", m.pipeline_parallel)
@@ -113,6 +124,26 @@ std::string iteration_record(const IterationMetrics& m) {
     JsonObject timers;
     for (const PhaseTiming& t : m.timers) timers.add(t.name, JsonObject().add("min", t.min_ms).add("max", t.max_ms));
     o.add("timers_ms", timers);
+  }
+  if (!m.moe_layer_losses.empty()) {
+    JsonObject layers;
+    for (const auto& [name, value] : m.moe_layer_losses) layers.add(name, value);
+    o.add("moe_layers", layers);
+  }
+  if (!m.expert_load.empty()) {
+    JsonObject loads;
+    for (const ExpertLoad& load : m.expert_load) {
+      const std::vector<double>& tokens = load.tokens_per_expert;
+      const double max = tokens.empty() ? 0.0 : *std::max_element(tokens.begin(), tokens.end());
+      const double mean =
+          tokens.empty() ? 0.0 : std::accumulate(tokens.begin(), tokens.end(), 0.0) / static_cast<double>(tokens.size());
+      loads.add(absl::StrCat("layer_", load.layer), JsonObject()
+                                                        .add("tokens_per_expert", tokens)
+                                                        .add("max", max)
+                                                        .add("mean", mean)
+                                                        .add("max_over_mean", mean > 0 ? max / mean : NAN));
+    }
+    o.add("expert_load", loads);
   }
   JsonObject memory;
   memory.add("arena_bytes", m.arena_bytes);

@@ -42,6 +42,8 @@ class JsonObject {
   JsonObject& add(std::string_view key, const char* value) { return add(key, std::string_view(value)); }
   JsonObject& add(std::string_view key, const JsonObject& value);
   JsonObject& add_null(std::string_view key);
+  // A JSON array of numbers.
+  JsonObject& add(std::string_view key, const std::vector<double>& values);
   // One line: "{...}" without a newline.
   std::string str() const { return "{" + body_ + "}"; }
 
@@ -57,6 +59,13 @@ struct PhaseTiming {
   double max_ms = 0.0;
 };
 
+// One MoE layer's expert load over a log interval: the (token, expert) pairs each expert kept per
+// iteration (the global batch's, averaged over the interval's iterations).
+struct ExpertLoad {
+  int64_t layer = 0;  // global, 0-based
+  std::vector<double> tokens_per_expert;
+};
+
 // A training log line's record: the line's fields plus what is not on it.
 struct IterationMetrics {
   IterationLog log;
@@ -66,7 +75,15 @@ struct IterationMetrics {
   std::vector<PhaseTiming> timers;  // empty without --timing-log-level
   int64_t arena_bytes = 0;  // this rank's arena in use
   std::optional<int64_t> device_memory_bytes;  // on the GPU: the device's memory in use
+  // Mixture of experts: Megatron's per-layer losses ("moe/<name>_layer_<i>", with
+  // --moe-per-layer-logging) and the expert load per MoE layer, both over the interval.
+  std::vector<std::pair<std::string, double>> moe_layer_losses;
+  std::vector<ExpertLoad> expert_load;
 };
+// Its fields: the log line's, with Megatron's MoE losses under their names; then with MoE
+// "moe_layers": {"moe/load_balancing_loss_layer_1": ...} (with --moe-per-layer-logging) and
+// "expert_load": {"layer_1": {"tokens_per_expert": [...], "max": ..., "mean": ...,
+// "max_over_mean": ...}, ...}.
 std::string iteration_record(const IterationMetrics& m);
 
 // An evaluation's record: {"validation": true, "split": "valid"|"test", "iteration": ...,

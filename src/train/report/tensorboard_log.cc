@@ -46,6 +46,12 @@ void TensorBoardLog::log_line(int64_t iteration, double seconds_per_iteration, d
   writer_->flush();  // what TensorBoard shows is at most one log interval behind
 }
 
+void TensorBoardLog::moe(int64_t iteration, const std::vector<std::pair<std::string, double>>& losses,
+                         const std::vector<std::pair<std::string, double>>& layer_losses) {
+  for (const auto& [name, value] : losses) writer_->add_scalar(name, value, iteration);
+  for (const auto& [name, value] : layer_losses) writer_->add_scalar(name, value, iteration);
+}
+
 void TensorBoardLog::validation(int64_t iteration, int64_t consumed_samples, double loss) {
   both("lm loss validation", loss, iteration, consumed_samples);
   if (args_.log_validation_ppl_to_tensorboard) {

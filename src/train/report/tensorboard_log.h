@@ -10,6 +10,8 @@
 //   at each log line, with --log-timers-to-tensorboard: iteration-time (seconds), throughput
 //     (with --log-throughput) and "<timer>-time" per phase timer (the slowest rank's ms per
 //     iteration, as Megatron's timers.write; needs --timing-log-level >= 1 for the phases);
+//   every iteration with MoE: load_balancing_loss, seq_load_balancing_loss, z_loss (those in use)
+//     and with --moe-per-layer-logging moe/<name>_layer_<i> per layer (Megatron's MoE tracker);
 //   at each evaluation: "lm loss validation" and "lm loss validation vs samples", with
 //     --log-validation-ppl-to-tensorboard also "... ppl".
 // Megatron writes the timers every TensorBoard interval; here they are per log interval, where
@@ -20,6 +22,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -55,6 +59,10 @@ class TensorBoardLog {
   void log_line(int64_t iteration, double seconds_per_iteration, double tflops_per_gpu,
                 const std::vector<PhaseTiming>& timers);
   void validation(int64_t iteration, int64_t consumed_samples, double loss);
+  // Mixture of experts, every iteration (Megatron's track_moe_metrics): the losses under their bare
+  // names ("load_balancing_loss", ...) and, with --moe-per-layer-logging, "moe/<name>_layer_<i>".
+  void moe(int64_t iteration, const std::vector<std::pair<std::string, double>>& losses,
+           const std::vector<std::pair<std::string, double>>& layer_losses);
   void flush() { writer_->flush(); }
   const std::string& path() const { return writer_->path(); }
 

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "support/tiny_model.h"
 #include "model/gpt_model.h"
+#include "model/moe_block.h"
 #include "support/place_only_group.h"
 
 namespace gpt {
@@ -116,6 +117,116 @@ TEST(ChunkMemory, PlanEqualsTheAllocationItemByItem) {
     }
   }
   EXPECT_EQ(cases, 3 * 2 * 4 * 2 * 4 * 2 * 2);
+}
+
+// MoE chunks: the plan equals the allocation byte for byte -- the expert-major buffers sized by the
+// dropless worst case (s b k rows) or by the padded capacity, the MoE stash of each MoE layer, the
+// MoE workspace, the shared expert's leases and the expert bias (MoeBlock::persistent_bytes) --
+// for the GPT and Llama families (the shared expert in Llama's: it has no biases), a layer-frequency pattern, TP 1 and TP 2 + SP, no and selective
+// recompute, the first / middle / last / only chunk, with and without leases; and the activation
+// report's per-layer stashes (activation_memory) are the allocated layers' own.
+enum class MoeKind { kDropless, kSharedBiasPadded, kCapacityUnpadded };
+
+ModelConfig moe_config_with(MoeKind kind, Family family, DType dtype, RecomputeConfig recompute) {
+  ModelConfig c = config_with(family, dtype, recompute);
+  c.moe.num_experts = 4;
+  c.moe.topk = 2;
+  c.moe.ffn_hidden_size = 12;
+  c.moe.moe_layers = {true, true, true, true};
+  if (kind == MoeKind::kSharedBiasPadded) {
+    c.moe.moe_layers = {false, true, false, true};
+    c.moe.shared_expert_size = c.add_bias_linear ? 0 : 8;  // a shared expert has no biases (Megatron)
+    c.moe.expert_bias = true;
+    c.moe.capacity_factor = 1.0;
+    c.moe.pad_to_capacity = true;
+  } else if (kind == MoeKind::kCapacityUnpadded) {
+    c.moe.moe_layers = {true, false, true, true};
+    c.moe.capacity_factor = 1.5;
+  }
+  return c;
+}
+
+TEST(ChunkMemory, MoePlanEqualsTheAllocation) {
+  const RecomputeConfig modes[] = {{}, {.granularity = RecomputeGranularity::kSelective}};
+  const ChunkLayout layouts[] = {{0, 4, true, true, true}, {0, 2, true, false, true}, {1, 2, false, false, true},
+                                 {2, 2, false, true, true}};
+  int cases = 0;
+  for (MoeKind kind : {MoeKind::kDropless, MoeKind::kSharedBiasPadded, MoeKind::kCapacityUnpadded}) {
+    for (Family family : {Family::kGpt, Family::kLlama}) {
+      for (const RecomputeConfig& recompute : modes) {
+        for (int tp : {1, 2}) {
+          for (const ChunkLayout& layout : layouts) {
+            for (int depth : {0, 2}) {
+              const int slots = 2;
+              SCOPED_TRACE(testing::Message() << "moe " << static_cast<int>(kind) << " family "
+                                              << static_cast<int>(family) << " recompute "
+                                              << static_cast<int>(recompute.granularity) << " tp " << tp
+                                              << " layers [" << layout.first_layer << ", +" << layout.num_layers
+                                              << ") leases " << depth);
+              const DType dtype = kind == MoeKind::kDropless ? DType::kFloat32 : DType::kBFloat16;
+              const ModelConfig config = moe_config_with(kind, family, dtype, recompute);
+              const std::vector<ParamSpec> specs = build_param_specs(config);
+              Arena param_arena(Device::kCpu, "params");
+              ParamStore params(chunk_param_specs(specs, layout), 1 % tp, tp, dtype, param_arena);
+              PlaceOnlyGroup group(1 % tp, tp, "tensor-parallel");
+              const TensorParallel tp_region(group, /*sequence_parallel=*/tp > 1);
+              const bool sp = tp_region.sequence_parallel();
+              const LayerShapes shapes = LayerShapes::make(config, tp_region, 2);
+              ASSERT_EQ(shapes.moe_rows, LayerShapes::expert_rows(config, shapes.rows(), sp ? tp : 1));
+              if (kind == MoeKind::kSharedBiasPadded) {
+                // E x capacity, the capacity per segment of s b / segments rows: ceil(rows k / E).
+                const int64_t segment = shapes.rows() / (sp ? tp : 1);
+                EXPECT_EQ(shapes.moe_rows, 4 * (sp ? tp : 1) * ((segment * 2 + 3) / 4));
+              } else {
+                EXPECT_EQ(shapes.moe_rows, shapes.rows() * 2);  // every (token, expert) pair
+              }
+              const ChunkMemory plan = GptModel::memory(config, shapes, sp, slots, layout, depth);
+              Arena chunk_arena(Device::kCpu, "chunk");
+              GptModel chunk(config, params, tp_region, 2, slots, layout, chunk_arena, depth);
+              EXPECT_EQ(used(chunk_arena), plan.total());
+
+              Arena workspace_arena(Device::kCpu, "workspace");
+              LayerWorkspace workspace(shapes, dtype, workspace_arena);
+              EXPECT_EQ(used(workspace_arena), plan.workspace);
+              const RecomputePlan recompute_plan = plan_recompute(config.recompute, layout.num_layers);
+              Arena shared_arena(Device::kCpu, "recompute");
+              RecomputeBuffers shared(recompute_plan, shapes, dtype, shared_arena);
+              std::vector<MicrobatchPosition> positions(static_cast<size_t>(slots));
+              Arena layer_arena(Device::kCpu, "layers");
+              std::vector<int64_t> layer_bytes;
+              for (int64_t i = 0; i < layout.num_layers; ++i) {
+                const int64_t before = used(layer_arena);
+                TransformerLayer layer(config, layout.first_layer + i, params, tp_region, shapes, workspace,
+                                       recompute_plan, i, shared, layer_arena, slots, positions, depth);
+                layer_bytes.push_back(used(layer_arena) - before);
+              }
+              EXPECT_EQ(used(layer_arena), plan.layers);
+              if (depth == 0) {
+                // The report's activations: each layer's stash slot is its allocation per slot,
+                // less the expert bias it keeps once.
+                const ActivationMemory report = activation_memory(config, shapes, layout.first_layer, layout.num_layers);
+                ASSERT_EQ(report.layers(), layout.num_layers);
+                for (int64_t i = 0; i < layout.num_layers; ++i) {
+                  const bool moe = config.moe.is_moe_layer(layout.first_layer + i);
+                  EXPECT_EQ(slots * report.layer_stash_bytes[static_cast<size_t>(i)] +
+                                (moe ? MoeBlock::persistent_bytes(config) : 0),
+                            layer_bytes[static_cast<size_t>(i)])
+                      << "layer " << layout.first_layer + i;
+                }
+                const ChunkMemoryOf<CheckedBytes> checked =
+                    GptModel::stash_memory(config, CheckedLayerShapes::of(shapes), CheckedBytes(slots), layout);
+                EXPECT_EQ(checked.workspace.value(), plan.workspace);
+                EXPECT_EQ(checked.layers.value(), plan.layers);
+                EXPECT_EQ(checked.total().value(), plan.total());
+              }
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 3 * 2 * 2 * 2 * 4 * 2);
 }
 
 // per_slot_classes and shared_recompute count what the recompute plan lists, layer by layer.

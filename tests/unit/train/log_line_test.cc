@@ -96,5 +96,45 @@ TEST(Flops, MegatronFormulaForLlamaStyleBlocks) {
   EXPECT_NEAR(model_flops_per_iteration(c, 2) / (3 * b * s * (l * gpt_layer + 2 * h * v)), 1.0, 1e-12);
 }
 
+TEST(Flops, MegatronMoeFormulaCountsActiveExperts) {
+  // Qwen3-30B-A3B-like: 48 layers, SwiGLU, GQA 32 heads / 4 groups of 128, 128 experts of 768 top-8,
+  // every layer MoE; then a layer pattern with a shared expert (DeepSeek-like: the first layer dense).
+  ModelConfig c;
+  c.num_layers = 48;
+  c.hidden_size = 2048;
+  c.ffn_hidden_size = 6144;
+  c.num_attention_heads = 32;
+  c.num_query_groups = 4;
+  c.kv_channels = 128;
+  c.seq_length = 4096;
+  c.padded_vocab_size = 151936;
+  c.swiglu = true;
+  c.moe.num_experts = 128;
+  c.moe.topk = 8;
+  c.moe.ffn_hidden_size = 768;
+  c.moe.moe_layers.assign(48, true);
+  // Per token of one forward pass: attention's GEMMs and scores, the k experts' fc1 (h -> 2 f_e)
+  // and fc2 (f_e -> h) of an MoE layer (no router, permutation or combine: Megatron counts none),
+  // a dense layer's fc1 and fc2, the shared expert's; x3 for forward + backward, plus the logits.
+  const double b = 4, s = 4096, h = 2048, heads = 32, groups = 4, d = 128, v = 151936;
+  const double attention = 2 * h * (heads + 2 * groups) * d + 2 * heads * d * h + 2 * 2 * s * heads * d;
+  auto swiglu_mlp = [&](double f) { return 2 * h * 2 * f + 2 * f * h; };
+  const double moe_layer = attention + 8 * swiglu_mlp(768);
+  EXPECT_NEAR(model_flops_per_iteration(c, 4) / (3 * b * s * (48 * moe_layer + 2 * h * v)), 1.0, 1e-12);
+  // Megatron's own expression (training.py transformer_flops), MLP per token 3*2*h*(F k f L_moe),
+  // f = 3 with SwiGLU, beside the attention and logits terms.
+  const double megatron_mlp = 3 * 2 * h * (768.0 * 8 * 3 * 48);
+  EXPECT_NEAR(model_flops_per_iteration(c, 4) / (b * s * (megatron_mlp + 3 * (48 * attention + 2 * h * v))), 1.0,
+              1e-12);
+
+  c.moe.moe_layers[0] = false;  // --moe-layer-freq ([0]*1+[1]*47)
+  c.moe.moe_layers[1] = false;  // and a second dense layer: 46 MoE layers
+  c.moe.shared_expert_size = 1024;
+  const double shared_layer = attention + 8 * swiglu_mlp(768) + swiglu_mlp(1024);
+  const double dense_layer = attention + swiglu_mlp(6144);
+  EXPECT_NEAR(model_flops_per_iteration(c, 4) / (3 * b * s * (46 * shared_layer + 2 * dense_layer + 2 * h * v)), 1.0,
+              1e-12);
+}
+
 }  // namespace
 }  // namespace gpt
