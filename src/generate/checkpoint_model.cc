@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "data/text_tokenizer.h"
+#include "generate/checkpoint_moe.h"
 #include "model/param_registry.h"
 
 namespace gpt {
@@ -141,6 +142,7 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
   c.layernorm_zero_centered_gamma = argument_true(args, "--apply-layernorm-1p");
   c.qk_layernorm = argument_true(args, "--qk-layernorm");
   c.dtype = DType::kFloat32;
+  GPT_ASSIGN_OR_RETURN(c.moe, saved_moe_config(args, c.num_layers, c.ffn_hidden_size));
   if (vocab_override) {
     c.vocab_size = *vocab_override;
   } else {
@@ -224,6 +226,7 @@ absl::StatusOr<CheckpointModel> load_checkpoint_model(const std::string& given, 
     }
   }
   GPT_RETURN_IF_ERROR(reader->read_many(requests));
+  GPT_RETURN_IF_ERROR(read_expert_biases(*reader, model.config, model.params));
   return model;
 }
 
