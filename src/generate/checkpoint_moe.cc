@@ -2,6 +2,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "train/args/moe_layer_pattern.h"
 
 namespace gpt {
@@ -38,6 +40,35 @@ bool flag_true(const std::map<std::string, std::string>& args, const std::string
   return text(args, flag, "false") == "true";
 }
 
+// A saved list flag's items (a list is saved as its items, each quoted or not, space-separated).
+std::vector<std::string> items(const std::map<std::string, std::string>& args, const std::string& flag,
+                               const std::string& fallback) {
+  std::vector<std::string> out;
+  for (absl::string_view item : absl::StrSplit(text(args, flag, fallback), ' ', absl::SkipWhitespace())) {
+    absl::ConsumePrefix(&item, "'");
+    absl::ConsumeSuffix(&item, "'");
+    out.emplace_back(item);
+  }
+  return out;
+}
+
+// The auxiliary losses with their coefficients (what ckpt_tool export turns into Hugging Face's
+// router_aux_loss_coef); z-loss and sinkhorn aside. Empty when the lists do not pair up.
+std::vector<MoeLoss> saved_losses(const std::map<std::string, std::string>& args) {
+  const std::vector<std::string> types = items(args, "--moe-router-load-balancing-type", "aux_loss");
+  const std::vector<std::string> coefficients = items(args, "--moe-aux-loss-coeff", "0");
+  std::vector<MoeLoss> losses;
+  if (coefficients.size() != types.size() && coefficients.size() != 1) return losses;
+  for (size_t i = 0; i < types.size(); ++i) {
+    double value = 0;
+    if (!absl::SimpleAtod(coefficients[coefficients.size() == 1 ? 0 : i], &value)) return {};
+    if (types[i] == "aux_loss") losses.push_back({.type = LoadBalancing::kAuxLoss, .coefficient = value});
+    if (types[i] == "seq_aux_loss") losses.push_back({.type = LoadBalancing::kSeqAuxLoss, .coefficient = value});
+    if (types[i] == "global_aux_loss") losses.push_back({.type = LoadBalancing::kGlobalAuxLoss, .coefficient = value});
+  }
+  return losses;
+}
+
 }  // namespace
 
 std::string expert_bias_name(int64_t layer) { return absl::StrCat("decoder.layers.", layer, ".mlp.router.expert_bias"); }
@@ -67,6 +98,8 @@ absl::StatusOr<MoeConfig> saved_moe_config(const std::map<std::string, std::stri
   GPT_ASSIGN_OR_RETURN(m.group_topk, integer(args, "--moe-router-group-topk", 0));
   m.expert_bias = flag_true(args, "--moe-router-enable-expert-bias");
   GPT_ASSIGN_OR_RETURN(m.capacity_factor, number(args, "--moe-expert-capacity-factor", -1.0));
+  m.losses = saved_losses(args);
+  GPT_ASSIGN_OR_RETURN(m.z_loss_coeff, number(args, "--moe-z-loss-coeff", 0.0));
   // What pretrain_gpt's validation guarantees; checked again so that a damaged file stops here.
   if (m.topk < 1 || m.topk > m.num_experts) {
     return malformed("--moe-router-topk", std::to_string(m.topk), absl::StrCat("not in [1, ", m.num_experts, "] experts"));

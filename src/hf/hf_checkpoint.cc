@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_files.h"
 #include "generate/checkpoint_model.h"
+#include "hf/hf_moe.h"
 #include "hf/json_config.h"
 #include "hf/safetensors.h"
 #include "model/param_registry.h"
@@ -161,6 +162,8 @@ std::string config_json(const ModelConfig& c, HfFamily family, const SpecialToke
       << ",\n  \"activation_function\": \"" << (c.exact_gelu ? "gelu" : "gelu_new") << "\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
       << "  \"attn_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": " << tie
       << ",\n  \"torch_dtype\": \"float32\"\n}\n";
+  } else if (is_hf_moe_family(family)) {
+    return hf_moe_config_json(c, family, ids);
   } else {
     const char* bias = c.add_bias_linear ? "true" : "false";
     o << "{\n" << ids << "  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
@@ -210,7 +213,7 @@ absl::StatusOr<std::pair<ModelConfig, HfFamily>> model_from_config(const JsonCon
     }
     c.kv_channels = c.hidden_size / c.num_attention_heads;
     c.position_embedding = PositionEmbedding::kLearnedAbsolute;
-  } else if (type == "llama") {
+  } else if (type == "llama" || is_hf_moe_model_type(type)) {
     family = HfFamily::kLlama;
     GPT_ASSIGN_OR_RETURN(c.hidden_size, j.integer("hidden_size"));
     GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, j.integer("intermediate_size"));
@@ -241,6 +244,9 @@ absl::StatusOr<std::pair<ModelConfig, HfFamily>> model_from_config(const JsonCon
     c.rotary_dim = c.kv_channels;
     c.normalization = Normalization::kRMSNorm;
     c.swiglu = true;
+    if (type != "llama") {
+      GPT_ASSIGN_OR_RETURN(family, read_hf_moe_config(j, c));
+    }
   } else {
     return refuse(j.path(), absl::StrCat("model_type \"", type, "\" (only gpt2 and llama)"));
   }
@@ -329,6 +335,7 @@ std::string import_arguments(const ModelConfig& c, HfFamily family, const HfImpo
 }  // namespace
 
 absl::StatusOr<HfFamily> hf_family(const ModelConfig& c) {
+  if (c.moe.enabled()) return hf_moe_family(c);
   const bool learned = c.position_embedding == PositionEmbedding::kLearnedAbsolute;
   const bool layernorm = c.normalization == Normalization::kLayerNorm;
   if (learned && layernorm && !c.swiglu) {
@@ -358,6 +365,7 @@ absl::StatusOr<HfFamily> hf_family(const ModelConfig& c) {
 }
 
 std::vector<HfMapping> hf_mappings(const ModelConfig& config, HfFamily family) {
+  if (is_hf_moe_family(family)) return hf_moe_mappings(config, family);
   return family == HfFamily::kGpt2 ? gpt2_mappings(config) : llama_mappings(config);
 }
 
@@ -448,7 +456,7 @@ absl::Status hf_export(const std::string& checkpoint, const std::string& output_
   std::printf("exported %s (iteration %lld) to %s: %s, %zu tensors, %lld bytes of FP32 in %zu safetensors file%s%s, "
               "vocabulary %lld (padded %lld)\n",
               model.directory.c_str(), static_cast<long long>(model.iteration), trimmed.c_str(),
-              family == HfFamily::kGpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM", mappings.size(),
+              hf_architecture(family), mappings.size(),
               static_cast<long long>(total_bytes), n, n > 1 ? "s" : "", n > 1 ? " + model.safetensors.index.json" : "",
               static_cast<long long>(c.vocab_size), static_cast<long long>(c.padded_vocab_size));
   return absl::OkStatus();
@@ -520,7 +528,7 @@ absl::StatusOr<std::map<std::string, std::vector<float>>> read_hf_tensors(
     auto it = found.find(m.hf_name);
     if (it == found.end()) {
       return absl::NotFoundError(absl::StrCat(hf_dir, ": no tensor '", m.hf_name, "' (", json.path(), " describes a ",
-                                              family == HfFamily::kGpt2 ? "GPT-2" : "Llama", " model that has it)"));
+                                              hf_architecture(family), " model that has it)"));
     }
     const SafetensorsEntry& entry = it->second.first->entries().at(it->second.second);
     if (entry.shape != m.hf_shape) {
@@ -535,7 +543,7 @@ absl::StatusOr<std::map<std::string, std::vector<float>>> read_hf_tensors(
                         (name == "lm_head.weight" && !c.untie_embeddings_and_output_weights);
     if (!buffer) {
       return refuse(where.first->path(), absl::StrCat("tensor '", where.second, "' (not part of the ",
-                                                      family == HfFamily::kGpt2 ? "GPT-2" : "Llama", " layout)"));
+                                                      hf_architecture(family), " layout)"));
     }
   }
   // Our tensors (padding rows of the vocabulary stay 0).
@@ -622,12 +630,16 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
   const std::vector<HfMapping> mappings = hf_mappings(c, family);
   GPT_ASSIGN_OR_RETURN(const SafetensorsLayout layout, safetensors_layout(hf_dir));
   GPT_ASSIGN_OR_RETURN(const auto ours, read_hf_tensors(hf_dir, layout, json, c, family, mappings));
-  GPT_ASSIGN_OR_RETURN(const std::string final_directory,
-                       write_imported_checkpoint(save_dir, c, ours, import_arguments(c, family, options, special)));
+  std::string arguments = import_arguments(c, family, options, special);
+  if (is_hf_moe_family(family)) {
+    GPT_ASSIGN_OR_RETURN(const std::string moe_lines, hf_moe_import_arguments(c));
+    arguments += moe_lines;
+  }
+  GPT_ASSIGN_OR_RETURN(const std::string final_directory, write_imported_checkpoint(save_dir, c, ours, arguments));
   const std::vector<std::string>& files = layout.files;
   std::printf("imported %s (%s, %zu tensors, %zu safetensors file%s) into %s: %lld layers, hidden %lld, heads %lld, "
               "groups %lld, vocabulary %lld padded to %lld; load with --load %s --finetune\n",
-              hf_dir.c_str(), family == HfFamily::kGpt2 ? "gpt2" : "llama", mappings.size(), files.size(),
+              hf_dir.c_str(), hf_architecture(family), mappings.size(), files.size(),
               files.size() > 1 ? "s" : "", final_directory.c_str(), static_cast<long long>(c.num_layers),
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_attention_heads),
               static_cast<long long>(c.query_groups()), static_cast<long long>(c.vocab_size),
