@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "hf/hf_checkpoint.h"
 #include "train/args/numeric_flags.h"
+#include "train/args/saved_arguments.h"
 
 namespace gpt {
 
@@ -20,6 +21,9 @@ class HfCommands {
   // Adds --output-dir and --max-shard-size to `export_` (whose --output it makes optional) and the
   // import subcommand to `app`.
   HfCommands(CLI::App& app, CLI::App* export_, CLI::Option* export_output) : export_(export_) {
+    // What an import writes and an export reads passes pretrain_gpt's own checks.
+    import_options_.check_arguments = validate_saved_arguments;
+    export_options_.check_arguments = validate_saved_arguments;
     export_output->required(false);
     CLI::Option* dir = export_->add_option("--output-dir", output_dir_,
                                            "Write a Hugging Face model directory instead (config.json and safetensors, "

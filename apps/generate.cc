@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -41,6 +42,7 @@
 #include "parallel/comm/world_agreement.h"
 #include "parallel/mpi_grid.h"
 #include "train/args/numeric_flags.h"
+#include "train/args/saved_arguments.h"
 
 namespace gpt {
 namespace {
@@ -111,6 +113,10 @@ absl::StatusOr<std::vector<std::string>> read_prompts(const Options& o) {
     const bool standard_input = o.prompt_file.empty() || o.prompt_file == "-";
     std::ifstream file;
     if (!standard_input) {
+      std::error_code error;
+      if (std::filesystem::is_directory(o.prompt_file, error)) {
+        return absl::InvalidArgumentError(absl::StrCat("--prompt-file ", o.prompt_file, " is a directory, not a file of prompts"));
+      }
       file.open(o.prompt_file);
       if (!file) return absl::NotFoundError(absl::StrCat(o.prompt_file, ": cannot open the prompt file"));
     }
@@ -322,6 +328,8 @@ class Decoding {
     return logits_written_;
   }
 
+  // Not OK when a step's logits were not finite (decoding stopped there).
+  const absl::Status& nonfinite() const { return nonfinite_; }
   const std::vector<int32_t>& generated(int64_t i) const { return generated_[static_cast<size_t>(i)]; }
   const std::string& stop_reason(int64_t i) const { return stop_reason_[static_cast<size_t>(i)]; }
 
@@ -380,6 +388,18 @@ class Decoding {
   // end-of-document token, after --max-new-tokens, or when its positions run out.
   void pick(int64_t i, int64_t row) {
     const std::span<const float> row_logits(logits_.data() + row * padded_, static_cast<size_t>(vocab_));
+    // A token drawn from NaN or infinite logits is noise: the run stops, and nothing is printed.
+    for (size_t v = 0; v < row_logits.size(); ++v) {
+      if (std::isfinite(row_logits[v])) continue;
+      if (nonfinite_.ok()) {
+        nonfinite_ = absl::DataLossError(absl::StrCat(
+            "the model's logits are not finite (", row_logits[v], " for token ", v, " of sample ", i, " after ",
+            generated_[static_cast<size_t>(i)].size(), " new tokens): the checkpoint's weights or saved arguments "
+            "give NaN or infinity; no tokens printed"));
+      }
+      std::fill(live_.begin(), live_.end(), false);
+      return;
+    }
     auto& g = generated_[static_cast<size_t>(i)];
     const int32_t token = sampler_.next(row_logits, i, static_cast<int64_t>(g.size()));
     g.push_back(token);
@@ -415,6 +435,7 @@ class Decoding {
   std::vector<float> logits_, reference_;
   std::FILE* logits_out_ = nullptr;
   bool logits_written_ = true;
+  absl::Status nonfinite_;
 };
 
 // Rank 0's output: each sample (decoded text, or ids), the throughput, the --check-uncached figures.
@@ -454,7 +475,8 @@ absl::Status run(const Options& o, const ProcessGrid& grid) {
   const bool printer = grid.world_rank() == 0;
   Communicator* tensor_group = grid.shape().tensor > 1 ? &grid.tensor() : nullptr;
   absl::StatusOr<CheckpointModel> loaded = load_checkpoint_model(
-      o.checkpoint, o.iteration, o.vocab_size, TensorSlice{.rank = grid.coordinates().tensor, .size = grid.shape().tensor});
+      o.checkpoint, o.iteration, o.vocab_size, TensorSlice{.rank = grid.coordinates().tensor, .size = grid.shape().tensor},
+      validate_saved_arguments);
   GPT_RETURN_IF_ERROR(agree(loaded.status()));
   CheckpointModel model = *std::move(loaded);
   absl::StatusOr<std::vector<std::string>> read =
@@ -484,6 +506,7 @@ absl::Status run(const Options& o, const ProcessGrid& grid) {
   const bool logits_written = decoding.run(printer);
   GPT_RETURN_IF_ERROR(agree(logits_written ? absl::OkStatus()
                                            : absl::PermissionDeniedError(absl::StrCat("cannot write ", o.logits_file))));
+  GPT_RETURN_IF_ERROR(agree(decoding.nonfinite()));
   if (printer) print_results(o, prompts, tokenizer.get(), decoding, threads, grid.shape().tensor);
   return absl::OkStatus();
 }

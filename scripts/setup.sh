@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config ccache
   libopenmpi-dev openmpi-bin
+  # Gloo: the CPU communicator of jobs launched by torchrun (docs/TRAINING.md); optional for the build.
+  libgloo-dev
   libhdf5-dev hdf5-tools
   libabsl-dev libcli11-dev libgtest-dev libgmock-dev
   libopenblas-dev libsimdjson-dev libicu-dev

@@ -85,6 +85,10 @@ std::vector<int64_t> list_checkpoints(const std::string& directory) {
 absl::StatusOr<std::string> resolve_checkpoint_directory(const std::string& given, std::optional<int64_t> iteration) {
   std::error_code error;
   if (!std::filesystem::is_directory(given, error)) {
+    if (std::filesystem::exists(given, error)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          given, " is a file, not a checkpoint (a save directory or one iter_<7 digits> directory in it)"));
+    }
     return absl::NotFoundError(absl::StrCat(given, ": no such directory"));
   }
   // A checkpoint directory: it has an index, or is named like one (then CheckpointReader::open

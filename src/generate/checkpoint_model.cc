@@ -142,7 +142,6 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
   c.layernorm_zero_centered_gamma = argument_true(args, "--apply-layernorm-1p");
   c.qk_layernorm = argument_true(args, "--qk-layernorm");
   c.dtype = DType::kFloat32;
-  GPT_ASSIGN_OR_RETURN(c.moe, saved_moe_config(args, c.num_layers, c.ffn_hidden_size));
   if (vocab_override) {
     c.vocab_size = *vocab_override;
   } else {
@@ -156,6 +155,20 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
       c.num_attention_heads % c.query_groups() != 0) {
     return absl::DataLossError(absl::StrCat("checkpoint ", reader.directory(),
                                             ": inconsistent layers / heads / groups / kv_channels in its arguments"));
+  }
+  // The saved layer count sizes the parameter table built below: it is bounded by the tensors the
+  // checkpoint holds (every layer stores several), so a saved --num-layers of a billion is refused
+  // here, not by the allocator.
+  const int64_t stored = static_cast<int64_t>(reader.tensors().size());
+  if (c.num_layers > stored) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", reader.directory(), ": its saved arguments say ",
+                                            c.num_layers, " layers, but it holds only ", stored, " tensors"));
+  }
+  // The MoE layers' pattern, sized by the layer count just bounded.
+  GPT_ASSIGN_OR_RETURN(c.moe, saved_moe_config(args, c.num_layers, c.ffn_hidden_size));
+  if (c.moe.num_experts > stored) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", reader.directory(), ": its saved arguments say ",
+                                            c.moe.num_experts, " experts, but it holds only ", stored, " tensors"));
   }
   // Every parameter must be stored with its expected global shape.
   for (const auto& [name, shape] : model_parameter_shapes(c)) {
@@ -179,9 +192,18 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> model_parameter_shapes
 }
 
 absl::StatusOr<CheckpointModel> load_checkpoint_model(const std::string& given, std::optional<int64_t> iteration,
-                                                      std::optional<int64_t> vocab_override, TensorSlice slice) {
+                                                      std::optional<int64_t> vocab_override, TensorSlice slice,
+                                                      const SavedArgumentsCheck& check_arguments) {
   GPT_ASSIGN_OR_RETURN(const std::string directory, resolve_checkpoint_directory(given, iteration));
   GPT_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::open(directory));
+  if (check_arguments) {
+    const absl::Status checked = check_arguments(reader->metadata().arguments);
+    if (!checked.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint ", reader->directory(),
+                                                        ": its saved arguments would not pass pretrain_gpt's checks: ",
+                                                        checked.message()));
+    }
+  }
   CheckpointModel model;
   GPT_ASSIGN_OR_RETURN(model.config, checkpoint_model_config(*reader, vocab_override));
   model.arguments = saved_arguments(*reader);

@@ -3,6 +3,7 @@
 // name. Any saving layout (TP x PP x DP, BF16 or FP32): the reader reassembles global tensors.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -59,9 +60,15 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
 
 // Configuration and FP32 parameters (`slice`: this tensor-parallel rank's part; refused with the
 // reason when the TP size does not divide the model).
+// `check_arguments` (when set) judges the saved arguments before anything else is read: generate
+// and export pass pretrain_gpt's own checks (train/args/saved_arguments.h), so that a checkpoint
+// whose saved arguments the trainer would refuse (a norm epsilon of -1, a RoPE base of 0) is
+// refused, naming the flag, instead of computing NaN logits.
+using SavedArgumentsCheck = std::function<absl::Status(const std::string& saved_arguments)>;
 absl::StatusOr<CheckpointModel> load_checkpoint_model(const std::string& given, std::optional<int64_t> iteration,
                                                       std::optional<int64_t> vocab_override = std::nullopt,
-                                                      TensorSlice slice = {});
+                                                      TensorSlice slice = {},
+                                                      const SavedArgumentsCheck& check_arguments = {});
 
 // The parameters a model of this configuration has, with global shapes (TP = 1).
 std::vector<std::pair<std::string, std::vector<int64_t>>> model_parameter_shapes(const ModelConfig& config);

@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,9 +11,12 @@
 #include <set>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_files.h"
+#include "core/checked_math.h"
 #include "generate/checkpoint_model.h"
 #include "hf/hf_moe.h"
 #include "hf/json_config.h"
@@ -44,94 +48,6 @@ std::string float_text(float value) {
 bool is_nonempty_directory(const std::string& path) {
   std::error_code error;
   return fs::exists(path, error) && !(fs::is_directory(path, error) && fs::is_empty(path, error));
-}
-
-// ---- the tables ---------------------------------------------------------------------------------
-
-// An HF [in, out] Conv1D weight from ours [out, in].
-std::function<int64_t(int64_t)> transposed(int64_t in, int64_t out) {
-  return [in, out](int64_t i) { return (i % out) * in + i / out; };
-}
-std::function<int64_t(int64_t)> identity(int64_t offset = 0) {
-  return [offset](int64_t i) { return i + offset; };
-}
-
-std::vector<HfMapping> gpt2_mappings(const ModelConfig& c) {
-  std::vector<HfMapping> m;
-  const int64_t h = c.hidden_size, heads = c.num_attention_heads, d = c.kv_channels, ffn = c.ffn_hidden_size;
-  const int64_t v = c.vocab_size;
-  // HF's c_attn output column (which * heads + head) * d + e is our QKV row (head * 3 + which) * d + e.
-  auto qkv_row = [heads, d](int64_t column) {
-    const int64_t which = column / (heads * d), head = (column / d) % heads, e = column % d;
-    return (head * 3 + which) * d + e;
-  };
-  m.push_back({"transformer.wte.weight", {v, h}, kWordEmbeddingName, identity()});
-  m.push_back({"transformer.wpe.weight", {c.max_position_embeddings, h}, "embedding.position_embeddings.weight", identity()});
-  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
-    const std::string ours = absl::StrCat("decoder.layers.", layer, ".");
-    const std::string hf = absl::StrCat("transformer.h.", layer, ".");
-    for (const char* p : {"weight", "bias"}) m.push_back({hf + "ln_1." + p, {h}, ours + "input_layernorm." + p, identity()});
-    m.push_back({hf + "attn.c_attn.weight", {h, 3 * h}, ours + "self_attention.linear_qkv.weight",
-                 [h, qkv_row](int64_t i) { return qkv_row(i % (3 * h)) * h + i / (3 * h); }});
-    m.push_back({hf + "attn.c_attn.bias", {3 * h}, ours + "self_attention.linear_qkv.bias", qkv_row});
-    m.push_back({hf + "attn.c_proj.weight", {h, h}, ours + "self_attention.linear_proj.weight", transposed(h, h)});
-    m.push_back({hf + "attn.c_proj.bias", {h}, ours + "self_attention.linear_proj.bias", identity()});
-    for (const char* p : {"weight", "bias"}) m.push_back({hf + "ln_2." + p, {h}, ours + "pre_mlp_layernorm." + p, identity()});
-    m.push_back({hf + "mlp.c_fc.weight", {h, ffn}, ours + "mlp.linear_fc1.weight", transposed(h, ffn)});
-    m.push_back({hf + "mlp.c_fc.bias", {ffn}, ours + "mlp.linear_fc1.bias", identity()});
-    m.push_back({hf + "mlp.c_proj.weight", {ffn, h}, ours + "mlp.linear_fc2.weight", transposed(ffn, h)});
-    m.push_back({hf + "mlp.c_proj.bias", {h}, ours + "mlp.linear_fc2.bias", identity()});
-  }
-  for (const char* p : {"weight", "bias"}) {
-    m.push_back({std::string("transformer.ln_f.") + p, {h}, std::string("decoder.final_layernorm.") + p, identity()});
-  }
-  if (c.untie_embeddings_and_output_weights) m.push_back({"lm_head.weight", {v, h}, "output_layer.weight", identity()});
-  return m;
-}
-
-std::vector<HfMapping> llama_mappings(const ModelConfig& c) {
-  std::vector<HfMapping> m;
-  const int64_t h = c.hidden_size, heads = c.num_attention_heads, d = c.kv_channels, ffn = c.ffn_hidden_size;
-  const int64_t groups = c.query_groups(), q = c.queries_per_group(), v = c.vocab_size;
-  // Our QKV rows [groups, (q queries, key, value), d]; HF's q_proj rows [heads, d] (head g * q + j),
-  // k_proj and v_proj rows [groups, d].
-  auto query_row = [q, d](int64_t r) { const int64_t head = r / d, g = head / q, j = head % q; return (g * (q + 2) + j) * d + r % d; };
-  auto key_row = [q, d](int64_t r) { return ((r / d) * (q + 2) + q) * d + r % d; };
-  auto value_row = [q, d](int64_t r) { return ((r / d) * (q + 2) + q + 1) * d + r % d; };
-  auto rows_of = [h](std::function<int64_t(int64_t)> row) {
-    return [h, row](int64_t i) { return row(i / h) * h + i % h; };
-  };
-  m.push_back({"model.embed_tokens.weight", {v, h}, kWordEmbeddingName, identity()});
-  const bool bias = c.add_bias_linear;
-  for (int64_t layer = 0; layer < c.num_layers; ++layer) {
-    const std::string ours = absl::StrCat("decoder.layers.", layer, ".");
-    const std::string hf = absl::StrCat("model.layers.", layer, ".");
-    const std::string qkv = ours + "self_attention.linear_qkv.";
-    m.push_back({hf + "input_layernorm.weight", {h}, ours + "input_layernorm.weight", identity()});
-    m.push_back({hf + "self_attn.q_proj.weight", {heads * d, h}, qkv + "weight", rows_of(query_row)});
-    m.push_back({hf + "self_attn.k_proj.weight", {groups * d, h}, qkv + "weight", rows_of(key_row)});
-    m.push_back({hf + "self_attn.v_proj.weight", {groups * d, h}, qkv + "weight", rows_of(value_row)});
-    if (bias) {
-      m.push_back({hf + "self_attn.q_proj.bias", {heads * d}, qkv + "bias", query_row});
-      m.push_back({hf + "self_attn.k_proj.bias", {groups * d}, qkv + "bias", key_row});
-      m.push_back({hf + "self_attn.v_proj.bias", {groups * d}, qkv + "bias", value_row});
-    }
-    m.push_back({hf + "self_attn.o_proj.weight", {h, heads * d}, ours + "self_attention.linear_proj.weight", identity()});
-    if (bias) m.push_back({hf + "self_attn.o_proj.bias", {h}, ours + "self_attention.linear_proj.bias", identity()});
-    m.push_back({hf + "post_attention_layernorm.weight", {h}, ours + "pre_mlp_layernorm.weight", identity()});
-    // fc1 is [gate; up].
-    m.push_back({hf + "mlp.gate_proj.weight", {ffn, h}, ours + "mlp.linear_fc1.weight", identity()});
-    m.push_back({hf + "mlp.up_proj.weight", {ffn, h}, ours + "mlp.linear_fc1.weight", identity(ffn * h)});
-    m.push_back({hf + "mlp.down_proj.weight", {h, ffn}, ours + "mlp.linear_fc2.weight", identity()});
-    if (bias) {
-      m.push_back({hf + "mlp.gate_proj.bias", {ffn}, ours + "mlp.linear_fc1.bias", identity()});
-      m.push_back({hf + "mlp.up_proj.bias", {ffn}, ours + "mlp.linear_fc1.bias", identity(ffn)});
-      m.push_back({hf + "mlp.down_proj.bias", {h}, ours + "mlp.linear_fc2.bias", identity()});
-    }
-  }
-  m.push_back({"model.norm.weight", {h}, "decoder.final_layernorm.weight", identity()});
-  if (c.untie_embeddings_and_output_weights) m.push_back({"lm_head.weight", {v, h}, "output_layer.weight", identity()});
-  return m;
 }
 
 // ---- config.json ----------------------------------------------------------------------------------
@@ -183,9 +99,18 @@ absl::Status refuse(const std::string& path, const std::string& why) {
   return absl::FailedPreconditionError(absl::StrCat(path, ": ", why, " does not map to this program's models"));
 }
 
-absl::StatusOr<std::pair<ModelConfig, HfFamily>> model_from_config(const JsonConfig& j, const HfImportOptions& options) {
+// A config.json's model, with its floating-point fields as config.json gives them (the saved
+// arguments carry these, so that validation sees 1e300 and not the FP32 infinity it would become).
+struct ImportedModel {
   ModelConfig c;
   HfFamily family;
+  double norm_epsilon = 0, rotary_base = 0;
+};
+
+absl::StatusOr<ImportedModel> model_from_config(const JsonConfig& j) {
+  ModelConfig c;
+  HfFamily family;
+  double norm_epsilon = 0, rotary_base = 10000;
   const std::string type = j.text("model_type", "");
   if (type == "gpt2") {
     family = HfFamily::kGpt2;
@@ -193,9 +118,11 @@ absl::StatusOr<std::pair<ModelConfig, HfFamily>> model_from_config(const JsonCon
     GPT_ASSIGN_OR_RETURN(c.num_layers, j.integer("n_layer"));
     GPT_ASSIGN_OR_RETURN(c.num_attention_heads, j.integer("n_head"));
     GPT_ASSIGN_OR_RETURN(c.max_position_embeddings, j.integer("n_positions"));
-    GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, j.integer("n_inner", 4 * c.hidden_size));
-    GPT_ASSIGN_OR_RETURN(const double eps, j.number("layer_norm_epsilon", 1e-5));
-    c.layernorm_epsilon = static_cast<float>(eps);
+    const std::optional<int64_t> default_inner = checked_multiply(4, c.hidden_size);
+    if (!default_inner) return absl::DataLossError(absl::StrCat(j.path(), ": n_embd ", c.hidden_size, " is too large"));
+    GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, j.integer("n_inner", *default_inner));
+    GPT_ASSIGN_OR_RETURN(norm_epsilon, j.number("layer_norm_epsilon", 1e-5));
+    c.layernorm_epsilon = static_cast<float>(norm_epsilon);
     const std::string act = j.text("activation_function", "gelu_new");
     if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
       return refuse(j.path(), absl::StrCat("activation_function \"", act, "\" (only the tanh GeLU, gelu_new)"));
@@ -223,10 +150,10 @@ absl::StatusOr<std::pair<ModelConfig, HfFamily>> model_from_config(const JsonCon
     GPT_ASSIGN_OR_RETURN(const int64_t kv_heads, j.integer("num_key_value_heads", c.num_attention_heads));
     GPT_ASSIGN_OR_RETURN(c.kv_channels, j.integer("head_dim", c.hidden_size / c.num_attention_heads));
     GPT_ASSIGN_OR_RETURN(c.max_position_embeddings, j.integer("max_position_embeddings"));
-    GPT_ASSIGN_OR_RETURN(const double eps, j.number("rms_norm_eps", 1e-6));
-    GPT_ASSIGN_OR_RETURN(const double theta, j.number("rope_theta", 10000.0));
-    c.layernorm_epsilon = static_cast<float>(eps);
-    c.rotary_base = static_cast<float>(theta);
+    GPT_ASSIGN_OR_RETURN(norm_epsilon, j.number("rms_norm_eps", 1e-6));
+    GPT_ASSIGN_OR_RETURN(rotary_base, j.number("rope_theta", 10000.0));
+    c.layernorm_epsilon = static_cast<float>(norm_epsilon);
+    c.rotary_base = static_cast<float>(rotary_base);
     if (j.has("rope_scaling")) return refuse(j.path(), "rope_scaling (only plain RoPE)");
     const std::string act = j.text("hidden_act", "silu");
     if (act != "silu") return refuse(j.path(), absl::StrCat("hidden_act \"", act, "\" (only SwiGLU's silu)"));
@@ -256,8 +183,7 @@ absl::StatusOr<std::pair<ModelConfig, HfFamily>> model_from_config(const JsonCon
     return absl::DataLossError(absl::StrCat(j.path(), ": a size is 0"));
   }
   c.seq_length = c.max_position_embeddings;
-  c.padded_vocab_size = padded_vocab_size(c.vocab_size, options.make_vocab_size_divisible_by, options.tensor_parallel);
-  return std::make_pair(c, family);
+  return ImportedModel{c, family, norm_epsilon, rotary_base};
 }
 
 // eos_token_id (an id or a list) and bos_token_id: config.json's, each overridden by
@@ -290,11 +216,18 @@ absl::StatusOr<SpecialTokens> special_tokens(const std::string& hf_dir, const Js
 
 // The saved arguments an imported checkpoint carries (canonical_arguments' spelling of the flags
 // --load compares, and what generate and export read).
-std::string import_arguments(const ModelConfig& c, HfFamily family, const HfImportOptions& options,
-                             const SpecialTokens& special) {
+std::string import_arguments(const ImportedModel& model, int64_t vocab_multiple, const SpecialTokens& special) {
+  const ModelConfig& c = model.c;
+  const HfFamily family = model.family;
   auto b = [](bool v) { return v ? "true" : "false"; };
   char eps[40];
-  std::snprintf(eps, sizeof(eps), "%.17g", static_cast<double>(c.layernorm_epsilon));
+  std::snprintf(eps, sizeof(eps), "%.17g", model.norm_epsilon);
+  // config.json's base where FP32 would turn it into infinity or 0 (validation names the value given).
+  char base[40];
+  std::snprintf(base, sizeof(base), "%.17g", model.rotary_base);
+  if (std::isfinite(c.rotary_base) && (c.rotary_base != 0.0f || model.rotary_base == 0.0)) {
+    std::snprintf(base, sizeof(base), "%s", float_text(c.rotary_base).c_str());
+  }
   const bool rope = c.position_embedding == PositionEmbedding::kRope;
   std::vector<std::string> lines = {
       absl::StrCat("--num-layers ", c.num_layers),
@@ -304,14 +237,14 @@ std::string import_arguments(const ModelConfig& c, HfFamily family, const HfImpo
       absl::StrCat("--kv-channels ", c.kv_channels),
       absl::StrCat("--seq-length ", c.seq_length),
       absl::StrCat("--max-position-embeddings ", c.max_position_embeddings),
-      absl::StrCat("--make-vocab-size-divisible-by ", options.make_vocab_size_divisible_by * options.tensor_parallel),
+      absl::StrCat("--make-vocab-size-divisible-by ", vocab_multiple),
       absl::StrCat("--untie-embeddings-and-output-weights ", b(c.untie_embeddings_and_output_weights)),
       absl::StrCat("--norm-epsilon ", eps),
       absl::StrCat("--position-embedding-type '", rope ? "rope" : "learned_absolute", "'"),
       absl::StrCat("--normalization '", c.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm", "'"),
       "--no-position-embedding false",
       "--rotary-percent 1",
-      absl::StrCat("--rotary-base ", float_text(c.rotary_base)),
+      absl::StrCat("--rotary-base ", base),
       absl::StrCat("--swiglu ", b(c.swiglu)),
       absl::StrCat("--group-query-attention ", b(c.num_query_groups > 0)),
       absl::StrCat("--num-query-groups ", c.query_groups()),
@@ -330,6 +263,40 @@ std::string import_arguments(const ModelConfig& c, HfFamily family, const HfImpo
   if (!special.eos.empty()) lines.push_back(absl::StrCat(kHfEosArgument, " '", absl::StrJoin(special.eos, ","), "'"));
   if (special.bos) lines.push_back(absl::StrCat(kHfBosArgument, " ", *special.bos));
   return absl::StrJoin(lines, "\n") + "\n";
+}
+
+// The config.json key behind the first flag a validation message names: " (its \"rms_norm_eps\")",
+// or "" when the flag is none of the keys'.
+std::string config_key_of(absl::string_view message, HfFamily family) {
+  const bool gpt2 = family == HfFamily::kGpt2;
+  const std::pair<const char*, const char*> keys[] = {
+      {"--norm-epsilon", gpt2 ? "layer_norm_epsilon" : "rms_norm_eps"},
+      {"--rotary-base", "rope_theta"},
+      {"--rotary-percent", "head_dim"},
+      {"--num-layers", gpt2 ? "n_layer" : "num_hidden_layers"},
+      {"--hidden-size", gpt2 ? "n_embd" : "hidden_size"},
+      {"--ffn-hidden-size", gpt2 ? "n_inner" : "intermediate_size"},
+      {"--num-attention-heads", gpt2 ? "n_head" : "num_attention_heads"},
+      {"--kv-channels", gpt2 ? "n_embd" : "head_dim"},
+      {"--num-query-groups", "num_key_value_heads"},
+      {"--max-position-embeddings", gpt2 ? "n_positions" : "max_position_embeddings"},
+      {"--seq-length", gpt2 ? "n_positions" : "max_position_embeddings"},
+      {"--vocab-size", "vocab_size"},
+      {"--num-experts", family == HfFamily::kMixtral ? "num_local_experts" : "num_experts"},
+      {"--moe-router-topk", "num_experts_per_tok"},
+      {"--moe-ffn-hidden-size", family == HfFamily::kMixtral ? "intermediate_size" : "moe_intermediate_size"},
+      {"--moe-layer-freq", "mlp_only_layers / decoder_sparse_step"},
+  };
+  size_t first = absl::string_view::npos;
+  const char* key = nullptr;
+  for (const auto& [flag, name] : keys) {
+    const size_t at = message.find(flag);
+    if (at < first) {
+      first = at;
+      key = name;
+    }
+  }
+  return key == nullptr ? std::string() : absl::StrCat(" (its \"", key, "\")");
 }
 
 }  // namespace
@@ -364,16 +331,12 @@ absl::StatusOr<HfFamily> hf_family(const ModelConfig& c) {
       "architecture takes this combination");
 }
 
-std::vector<HfMapping> hf_mappings(const ModelConfig& config, HfFamily family) {
-  if (is_hf_moe_family(family)) return hf_moe_mappings(config, family);
-  return family == HfFamily::kGpt2 ? gpt2_mappings(config) : llama_mappings(config);
-}
-
 absl::Status hf_export(const std::string& checkpoint, const std::string& output_dir, const HfExportOptions& options) {
   if (is_nonempty_directory(output_dir)) {
     return absl::AlreadyExistsError(absl::StrCat(output_dir, " exists and is not empty: export writes a new directory"));
   }
-  GPT_ASSIGN_OR_RETURN(const CheckpointModel model, load_checkpoint_model(checkpoint, options.iteration, options.vocab_size));
+  GPT_ASSIGN_OR_RETURN(const CheckpointModel model, load_checkpoint_model(checkpoint, options.iteration, options.vocab_size, {},
+                                                                         options.check_arguments));
   const ModelConfig& c = model.config;
   GPT_ASSIGN_OR_RETURN(const HfFamily family, hf_family(c));
   const std::vector<HfMapping> mappings = hf_mappings(c, family);
@@ -501,10 +464,60 @@ absl::StatusOr<SafetensorsLayout> safetensors_layout(const std::string& hf_dir) 
 
 // Our parameters (global name -> FP32 values) from the directory's tensors, each present with its
 // shape and nothing else but known buffers; the vocabulary's padding rows stay 0.
+using OpenedFiles = std::map<std::string, SafetensorsFile>;  // file name -> its checked header
+
+absl::StatusOr<OpenedFiles> open_safetensors(const std::string& hf_dir, const SafetensorsLayout& layout) {
+  OpenedFiles opened;
+  for (const std::string& file : layout.files) {
+    GPT_ASSIGN_OR_RETURN(SafetensorsFile st, SafetensorsFile::open((fs::path(hf_dir) / file).string()));
+    opened.emplace(file, std::move(st));
+  }
+  return opened;
+}
+
+// Import's bound on config.json's sizes, checked before the tables or the tensors are built: the
+// model it describes must be no larger than the tensors the files hold (in count and in elements),
+// and its FP32 copy, held twice (the parameters and the shard being written), must fit in host
+// memory. A config.json of a billion layers or a 2^40 vocabulary is refused here, not by the
+// allocator.
+absl::Status check_import_size(const JsonConfig& json, const ModelConfig& c, HfFamily family,
+                               const OpenedFiles& opened) {
+  int64_t stored_tensors = 0;
+  CheckedBytes stored_elements = 0;
+  for (const auto& [file, st] : opened) {
+    for (const auto& [name, entry] : st.entries()) {
+      CheckedBytes volume = 1;
+      for (int64_t d : entry.shape) volume = volume * d;
+      stored_elements = stored_elements + volume;
+      ++stored_tensors;
+    }
+  }
+  const std::optional<HfTableSize> size = hf_table_size(c, family);
+  const std::optional<int64_t> padding = checked_product(c.padded_vocab_size - c.vocab_size, c.hidden_size,
+                                                         c.untie_embeddings_and_output_weights ? 2 : 1);
+  const CheckedBytes held = size && padding ? (CheckedBytes(size->elements) + *padding) * 4 * 2 : CheckedBytes(std::nullopt);
+  if (!size || !stored_elements.value() || size->tensors > stored_tensors || size->elements > *stored_elements.value()) {
+    return absl::DataLossError(absl::StrCat(
+        json.path(), ": describes a model of ", size ? absl::StrCat(size->tensors, " tensors of ", size->elements,
+                                                                    " elements") : std::string("more than 2^63 elements"),
+        " (", c.num_layers, " layers, hidden ", c.hidden_size, ", vocabulary ", c.vocab_size,
+        "), but the safetensors files hold ", stored_tensors, " tensors of ", stored_elements.value().value_or(-1),
+        " elements"));
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  const std::optional<int64_t> host = checked_multiply(pages, page_size);
+  if (!held.value() || (pages > 0 && page_size > 0 && host && *held.value() > *host)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        json.path(), ": the imported model needs ", held.value() ? absl::StrCat(*held.value() >> 20, " MiB") : "more than 2^63 bytes",
+        " of host memory (its FP32 parameters, padded vocabulary included, twice) but this machine has ",
+        host.value_or(0) >> 20, " MiB"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::map<std::string, std::vector<float>>> read_hf_tensors(
-    const std::string& hf_dir, const SafetensorsLayout& layout, const JsonConfig& json, const ModelConfig& c,
-    HfFamily family, const std::vector<HfMapping>& mappings) {
-  std::map<std::string, SafetensorsFile> opened;
+    const std::string& hf_dir, const SafetensorsLayout& layout, const OpenedFiles& opened, const JsonConfig& json,
+    const ModelConfig& c, HfFamily family, const std::vector<HfMapping>& mappings) {
   std::map<std::string, std::pair<const SafetensorsFile*, std::string>> found;  // canonical name -> file, stored name
   // GPT-2 checkpoints on the Hub often lack the "transformer." prefix.
   auto canonical = [&](const std::string& name) {
@@ -513,9 +526,7 @@ absl::StatusOr<std::map<std::string, std::vector<float>>> read_hf_tensors(
     }
     return name;
   };
-  for (const std::string& file : layout.files) {
-    GPT_ASSIGN_OR_RETURN(SafetensorsFile st, SafetensorsFile::open((fs::path(hf_dir) / file).string()));
-    const SafetensorsFile& kept = opened.emplace(file, std::move(st)).first->second;
+  for (const auto& [file, kept] : opened) {
     for (const auto& [name, entry] : kept.entries()) {
       if (!layout.file_of.empty() && layout.file_of.count(name) && layout.file_of.at(name) != file) continue;
       found[canonical(name)] = {&kept, name};
@@ -616,7 +627,12 @@ absl::StatusOr<std::string> write_imported_checkpoint(const std::string& save_di
 
 absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, const HfImportOptions& options) {
   std::error_code error;
-  if (!fs::is_directory(hf_dir, error)) return absl::NotFoundError(absl::StrCat(hf_dir, ": no such directory"));
+  if (!fs::is_directory(hf_dir, error)) {
+    if (fs::exists(hf_dir, error)) {
+      return absl::InvalidArgumentError(absl::StrCat(hf_dir, " is a file, not a Hugging Face model directory"));
+    }
+    return absl::NotFoundError(absl::StrCat(hf_dir, ": no such directory"));
+  }
   if (is_nonempty_directory(save_dir)) {
     return absl::AlreadyExistsError(absl::StrCat(save_dir, " exists and is not empty: import writes a new save directory"));
   }
@@ -624,17 +640,33 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
     return absl::InvalidArgumentError("--make-vocab-size-divisible-by and --tensor-model-parallel-size must be >= 1");
   }
   GPT_ASSIGN_OR_RETURN(const JsonConfig json, JsonConfig::read((fs::path(hf_dir) / "config.json").string()));
-  GPT_ASSIGN_OR_RETURN(const auto parsed, model_from_config(json, options));
-  const auto& [c, family] = parsed;
+  GPT_ASSIGN_OR_RETURN(ImportedModel imported, model_from_config(json));
+  ModelConfig& c = imported.c;
+  const HfFamily family = imported.family;
   GPT_ASSIGN_OR_RETURN(const SpecialTokens special, special_tokens(hf_dir, json, c.vocab_size));
-  const std::vector<HfMapping> mappings = hf_mappings(c, family);
-  GPT_ASSIGN_OR_RETURN(const SafetensorsLayout layout, safetensors_layout(hf_dir));
-  GPT_ASSIGN_OR_RETURN(const auto ours, read_hf_tensors(hf_dir, layout, json, c, family, mappings));
-  std::string arguments = import_arguments(c, family, options, special);
-  if (is_hf_moe_family(family)) {
-    GPT_ASSIGN_OR_RETURN(const std::string moe_lines, hf_moe_import_arguments(c));
-    arguments += moe_lines;
+  // Every value the checkpoint will carry passes pretrain_gpt's own checks first (a norm epsilon
+  // of -1 or 1e300, a RoPE base of 0, sizes whose products overflow).
+  const std::optional<int64_t> vocab_multiple =
+      checked_multiply(options.make_vocab_size_divisible_by, options.tensor_parallel);
+  if (!vocab_multiple) {
+    return absl::InvalidArgumentError("--make-vocab-size-divisible-by x --tensor-model-parallel-size overflows");
   }
+  std::string arguments = import_arguments(imported, *vocab_multiple, special);
+  if (is_hf_moe_family(family)) arguments += hf_moe_import_arguments(c);
+  if (options.check_arguments) {
+    const absl::Status checked = options.check_arguments(arguments);
+    if (!checked.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(json.path(), ": pretrain_gpt would refuse this model",
+                                                        config_key_of(checked.message(), family), ": ",
+                                                        checked.message()));
+    }
+  }
+  c.padded_vocab_size = padded_vocab_size(c.vocab_size, options.make_vocab_size_divisible_by, options.tensor_parallel);
+  GPT_ASSIGN_OR_RETURN(const SafetensorsLayout layout, safetensors_layout(hf_dir));
+  GPT_ASSIGN_OR_RETURN(const OpenedFiles opened, open_safetensors(hf_dir, layout));
+  GPT_RETURN_IF_ERROR(check_import_size(json, c, family, opened));
+  const std::vector<HfMapping> mappings = hf_mappings(c, family);
+  GPT_ASSIGN_OR_RETURN(const auto ours, read_hf_tensors(hf_dir, layout, opened, json, c, family, mappings));
   GPT_ASSIGN_OR_RETURN(const std::string final_directory, write_imported_checkpoint(save_dir, c, ours, arguments));
   const std::vector<std::string>& files = layout.files;
   std::printf("imported %s (%s, %zu tensors, %zu safetensors file%s) into %s: %lld layers, hidden %lld, heads %lld, "

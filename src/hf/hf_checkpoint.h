@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "generate/checkpoint_model.h"
 #include "model/config.h"
 
 namespace gpt {
@@ -37,16 +38,27 @@ struct HfMapping {
 // The family a configuration exports as, or why it has none.
 absl::StatusOr<HfFamily> hf_family(const ModelConfig& config);
 std::vector<HfMapping> hf_mappings(const ModelConfig& config, HfFamily family);
+// How many tensors and elements hf_mappings would list, counted without building the table (a
+// config.json of a billion layers is refused by its size before anything is allocated); nullopt
+// when a count overflows int64.
+struct HfTableSize {
+  int64_t tensors = 0, elements = 0;
+};
+std::optional<HfTableSize> hf_table_size(const ModelConfig& config, HfFamily family);
 
 struct HfExportOptions {
   std::optional<int64_t> iteration, vocab_size;
   int64_t max_shard_bytes = int64_t{5} << 30;  // as transformers' save_pretrained, "5GB"
+  SavedArgumentsCheck check_arguments;          // load_checkpoint_model's
 };
 absl::Status hf_export(const std::string& checkpoint, const std::string& output_dir, const HfExportOptions& options);
 
 struct HfImportOptions {
   int64_t make_vocab_size_divisible_by = 128;  // the embedding padded as pretrain_gpt pads it
   int64_t tensor_parallel = 1;                 // ... for this TP size
+  // The checks the saved arguments must pass before anything is read or written: pretrain_gpt's
+  // own (train/args/saved_arguments.h, which ckpt_tool passes; this library cannot link the trainer's).
+  std::function<absl::Status(const std::string& saved_arguments)> check_arguments;
 };
 absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, const HfImportOptions& options);
 

@@ -7,8 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "train/args/arguments.h"
-#include "train/rank_agreement.h"
+#include "core/checked_math.h"
 
 namespace gpt {
 namespace {
@@ -187,6 +186,11 @@ absl::StatusOr<HfFamily> read_hf_moe_config(const JsonConfig& j, ModelConfig& c)
                                            "max_position_embeddings)"));
     }
   }
+  // Bounded before the per-layer pattern is built (the safetensors files are checked against the
+  // whole table later): no model has more.
+  if (c.num_layers > (int64_t{1} << 16)) {
+    return absl::DataLossError(absl::StrCat(j.path(), ": num_hidden_layers ", c.num_layers, " is beyond any model's"));
+  }
   MoeConfig& m = c.moe;
   m = MoeConfig{};
   GPT_ASSIGN_OR_RETURN(m.num_experts, j.integer(mixtral ? "num_local_experts" : "num_experts", mixtral ? 8 : 128));
@@ -218,45 +222,59 @@ absl::StatusOr<HfFamily> read_hf_moe_config(const JsonConfig& j, ModelConfig& c)
   return mixtral ? HfFamily::kMixtral : HfFamily::kQwen3Moe;
 }
 
-absl::StatusOr<std::string> hf_moe_import_arguments(const ModelConfig& c) {
+std::string hf_moe_import_arguments(const ModelConfig& c) {
   const MoeConfig& m = c.moe;
   std::vector<std::string> pattern;
   for (int64_t layer = 0; layer < c.num_layers; ++layer) pattern.push_back(m.is_moe_layer(layer) ? "1" : "0");
-  // pretrain_gpt's command line for this model (the data flags aside), parsed and validated as its own.
-  std::vector<std::string> argv = {
-      "pretrain_gpt", "--num-layers", std::to_string(c.num_layers), "--hidden-size", std::to_string(c.hidden_size),
-      "--ffn-hidden-size", std::to_string(c.ffn_hidden_size), "--num-attention-heads",
-      std::to_string(c.num_attention_heads), "--kv-channels", std::to_string(c.kv_channels), "--seq-length",
-      std::to_string(c.seq_length), "--max-position-embeddings", std::to_string(c.max_position_embeddings),
-      "--micro-batch-size", "1", "--train-iters", "1", "--lr", "1e-4", "--mock-data", "--vocab-size", std::to_string(c.vocab_size),
-      "--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
-      "--num-experts", std::to_string(m.num_experts), "--moe-ffn-hidden-size", std::to_string(m.ffn_hidden_size),
-      "--moe-layer-freq", absl::StrCat("[", absl::StrJoin(pattern, ","), "]"), "--moe-router-topk",
-      std::to_string(m.topk)};
-  if (c.num_query_groups > 0) {
-    argv.insert(argv.end(), {"--group-query-attention", "--num-query-groups", std::to_string(c.num_query_groups)});
-  }
-  if (c.qk_layernorm) argv.push_back("--qk-layernorm");
-  if (m.pre_softmax) argv.push_back("--moe-router-pre-softmax");
+  auto b = [](bool v) { return v ? "true" : "false"; };
+  std::vector<std::string> lines = {
+      absl::StrCat("--qk-layernorm ", b(c.qk_layernorm)),
+      absl::StrCat("--num-experts ", m.num_experts),
+      absl::StrCat("--moe-ffn-hidden-size ", m.ffn_hidden_size),
+      absl::StrCat("--moe-layer-freq '[", absl::StrJoin(pattern, ","), "]'"),
+      absl::StrCat("--moe-router-topk ", m.topk),
+      "--moe-router-score-function 'softmax'",
+      absl::StrCat("--moe-router-pre-softmax ", b(m.pre_softmax)),
+      "--moe-shared-expert-intermediate-size 0",
+      "--moe-router-enable-expert-bias false",
+      "--moe-expert-capacity-factor -1",
+  };
   if (m.losses.empty()) {
-    argv.insert(argv.end(), {"--moe-router-load-balancing-type", "none"});
+    lines.push_back("--moe-router-load-balancing-type 'none'");
   } else {
-    argv.insert(argv.end(), {"--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff",
-                             number_text(m.losses[0].coefficient)});
-  }
-  absl::StatusOr<Arguments> parsed = parse_arguments(argv);
-  absl::Status valid = parsed.ok() ? prepare_arguments(*parsed) : parsed.status();
-  if (!valid.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the imported model's mixture-of-experts flags are refused: ", valid.message()));
-  }
-  std::vector<std::string> lines;
-  for (absl::string_view line : absl::StrSplit(canonical_arguments(*parsed), '\n', absl::SkipEmpty())) {
-    if (line.rfind("--num-experts ", 0) == 0 || line.rfind("--moe-", 0) == 0 || line.rfind("--qk-layernorm ", 0) == 0) {
-      lines.emplace_back(line);
-    }
+    lines.push_back("--moe-router-load-balancing-type 'aux_loss'");
+    lines.push_back(absl::StrCat("--moe-aux-loss-coeff '", number_text(m.losses[0].coefficient), "'"));
   }
   return absl::StrJoin(lines, "\n") + "\n";
+}
+
+std::optional<HfTableSize> hf_moe_table_size(const ModelConfig& config, HfFamily family) {
+  // The tables repeat a dense and an MoE block: the sizes of a 0-layer model and of a 1-layer model
+  // of each kind give the rest.
+  auto size_of = [&](int64_t layers, bool moe) -> std::optional<HfTableSize> {
+    ModelConfig c = config;
+    c.num_layers = layers;
+    c.moe.moe_layers.assign(static_cast<size_t>(layers), moe);
+    CheckedBytes elements = 0;
+    int64_t tensors = 0;
+    for (const HfMapping& m : hf_moe_mappings(c, family)) {
+      CheckedBytes volume = 1;
+      for (int64_t d : m.hf_shape) volume = volume * d;
+      elements = elements + volume;
+      ++tensors;
+    }
+    if (!elements.value()) return std::nullopt;
+    return HfTableSize{tensors, *elements.value()};
+  };
+  const std::optional<HfTableSize> base = size_of(0, false), dense = size_of(1, false), sparse = size_of(1, true);
+  if (!base || !dense || !sparse) return std::nullopt;
+  const int64_t moe_layers = moe_layer_count(config), dense_layers = config.num_layers - moe_layers;
+  const CheckedBytes tensors = CheckedBytes(dense->tensors - base->tensors) * dense_layers +
+                               CheckedBytes(sparse->tensors - base->tensors) * moe_layers + base->tensors;
+  const CheckedBytes elements = CheckedBytes(dense->elements - base->elements) * dense_layers +
+                                CheckedBytes(sparse->elements - base->elements) * moe_layers + base->elements;
+  if (!tensors.value() || !elements.value()) return std::nullopt;
+  return HfTableSize{*tensors.value(), *elements.value()};
 }
 
 }  // namespace gpt

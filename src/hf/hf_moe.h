@@ -26,6 +26,7 @@
 // directions use (training-only settings: the forward does not depend on them).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,9 +52,11 @@ std::string hf_moe_config_json(const ModelConfig& config, HfFamily family, const
 // Import: after the Llama fields of `j` are read into `config`, the family's own fields (experts,
 // routing, which layers are MoE, Qwen3's q/k norms); what does not map is refused.
 absl::StatusOr<HfFamily> read_hf_moe_config(const JsonConfig& j, ModelConfig& config);
-// The saved-argument lines an imported MoE checkpoint adds to the dense ones: the MoE flags as
-// pretrain_gpt spells them after validating them as it validates its command line (an error names
-// the flag), and --qk-layernorm.
-absl::StatusOr<std::string> hf_moe_import_arguments(const ModelConfig& config);
+// The saved-argument lines an imported MoE checkpoint adds to the dense ones: --qk-layernorm and
+// the MoE flags, spelled as pretrain_gpt saves them (canonical_arguments), which the import's
+// check (pretrain_gpt's validate_saved_arguments) then judges with the rest.
+std::string hf_moe_import_arguments(const ModelConfig& config);
+// hf_table_size of an MoE family: the embedding and head, plus each dense and each MoE layer's tensors.
+std::optional<HfTableSize> hf_moe_table_size(const ModelConfig& config, HfFamily family);
 
 }  // namespace gpt

@@ -124,6 +124,10 @@ bool is_file_path(absl::string_view name) {
 }
 
 absl::StatusOr<std::string> read_file(const std::filesystem::path& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), " is a directory, not a cluster file"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read cluster file ", path.string()));
   std::stringstream text;
@@ -148,25 +152,46 @@ double Cluster::gemm_efficiency_at(double flops) const {
   return gemm_efficiency.back().second;
 }
 
+// At most 60 characters of a line's text for a message, non-printable bytes as '?' (a cluster
+// file may be anything a user passed: a binary, one line of 10 MB).
+std::string shown(absl::string_view text) {
+  std::string out;
+  for (char c : text.substr(0, 60)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  return text.size() > 60 ? out + "..." : out;
+}
+
+// Longer lines are refused unread (the longest real one, a gemm_efficiency table, is far shorter).
+constexpr size_t kMaxLineBytes = 4096;
+
 absl::StatusOr<Cluster> parse_cluster(absl::string_view text, absl::string_view origin) {
   Cluster cluster;
   std::map<std::string, int, std::less<>> seen;  // key -> line
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
+    if (line.size() > kMaxLineBytes) {
+      return error_at(origin, line_number, absl::StrCat("a line of ", line.size(), " bytes (at most ", kMaxLineBytes,
+                                                        "): not a cluster file of key = value lines"));
+    }
+    if (std::any_of(line.begin(), line.end(), [](char c) {
+          const auto byte = static_cast<unsigned char>(c);
+          return (byte < 0x20 && c != '\t' && c != '\r') || byte == 0x7f;
+        })) {
+      return error_at(origin, line_number, "control or binary bytes: not a cluster file of key = value lines");
+    }
     line = line.substr(0, line.find('#'));
     line = absl::StripAsciiWhitespace(line);
     if (line.empty()) continue;
     const size_t equals = line.find('=');
     if (equals == absl::string_view::npos) {
-      return error_at(origin, line_number, absl::StrCat("expected key = value (got \"", line, "\")"));
+      return error_at(origin, line_number, absl::StrCat("expected key = value (got \"", shown(line), "\")"));
     }
     const std::string key(absl::StripAsciiWhitespace(line.substr(0, equals)));
     const absl::string_view value = absl::StripAsciiWhitespace(line.substr(equals + 1));
     if (auto [it, fresh] = seen.emplace(key, line_number); !fresh) {
-      return error_at(origin, line_number, absl::StrCat(key, " is given twice (first on line ", it->second, ")"));
+      return error_at(origin, line_number, absl::StrCat(shown(key), " is given twice (first on line ", it->second, ")"));
     }
-    if (value.empty()) return error_at(origin, line_number, absl::StrCat(key, " has no value"));
+    if (value.empty()) return error_at(origin, line_number, absl::StrCat(shown(key), " has no value"));
     absl::Status status;
     if (key == "name") {
       cluster.name = std::string(value);
@@ -180,7 +205,7 @@ absl::StatusOr<Cluster> parse_cluster(absl::string_view text, absl::string_view 
       if (table.ok()) cluster.gemm_efficiency = *std::move(table);
     } else {
       const Key* spec = std::find_if(std::begin(kKeys), std::end(kKeys), [&](const Key& k) { return key == k.name; });
-      if (spec == std::end(kKeys)) return error_at(origin, line_number, absl::StrCat("unknown key ", key));
+      if (spec == std::end(kKeys)) return error_at(origin, line_number, absl::StrCat("unknown key ", shown(key)));
       absl::StatusOr<double> number = parse_number(value, spec->range, key);
       status = number.status();
       if (number.ok()) cluster.*(spec->field) = *number * spec->scale;

@@ -1,8 +1,11 @@
 #include "perf_model/search.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "core/checked_math.h"
 #include "train/args/flag_enums.h"
 #include "train/schedule_choice.h"
 
@@ -103,10 +106,39 @@ Arguments with_layout(const Arguments& base, const Candidate& c) {
   return a;
 }
 
+// The search's work, counted before any of it is done: the candidate layouts, and the schedule
+// steps their simulations take (p x v x m per schedule, at most two schedules per layout). Above
+// either limit the search is refused with the figures; narrow it with a smaller --world-size or a
+// smaller --global-batch-size, or predict one layout without --search.
+constexpr int64_t kMaxSearchCandidates = 200000;
+constexpr int64_t kMaxSearchScheduleSteps = int64_t{1} << 28;
+constexpr int64_t kMaxEnumeration = int64_t{1} << 24;  // pipeline and virtual-stage sizes tried
+
+absl::Status check_search_size(const Arguments& base, int64_t world, const std::vector<Candidate>& candidates) {
+  CheckedBytes steps = 0;
+  for (const Candidate& c : candidates) {
+    const int64_t dp = world / (c.tp * c.pp * c.cp);
+    const int64_t microbatches = std::max<int64_t>(1, base.global_batch_size / std::max<int64_t>(1, c.micro_batch * dp));
+    const int64_t chunks =
+        c.layers_per_virtual_stage > 0 ? base.num_layers / (c.pp * c.layers_per_virtual_stage) : c.virtual_chunks;
+    steps = steps + CheckedBytes(2) * c.pp * chunks * microbatches * 3;  // F, B and W steps
+  }
+  const int64_t count = static_cast<int64_t>(candidates.size());
+  if (count > kMaxSearchCandidates || !steps.value() || *steps.value() > kMaxSearchScheduleSteps) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--search on --world-size ", world, " with ", base.num_layers, " layers and --global-batch-size ",
+        base.global_batch_size, " would evaluate ", count, " candidate layouts simulating ",
+        steps.value() ? absl::StrCat(*steps.value()) : std::string("more than 2^63"),
+        " schedule steps: more than the search's limits (", kMaxSearchCandidates, " layouts, ",
+        kMaxSearchScheduleSteps, " steps); predict chosen layouts without --search, or search a smaller world or batch"));
+  }
+  return absl::OkStatus();
+}
+
 // The layouts of one TP x CP x PP: each chunk count, micro batch, SP, ZeRO level and recompute.
 // `split`: the uneven first / last stage layers (0: PP divides the layers).
 void add_pipeline_layouts(const Arguments& base, int64_t tp, int64_t cp, int64_t pp, int64_t dp, const UnevenSplit& split,
-                          std::vector<Candidate>& candidates) {
+                          std::vector<Candidate>& candidates, int64_t& enumerated) {
   // Chunks per rank: --num-layers-per-virtual-pipeline-stage with the even split (0, 1: none);
   // with the uneven one --num-virtual-stages-per-pipeline-rank, every count dividing each stage's
   // layers (Megatron's rule).
@@ -114,10 +146,12 @@ void add_pipeline_layouts(const Arguments& base, int64_t tp, int64_t cp, int64_t
   if (split.first == 0) {
     const int64_t stage_layers = base.num_layers / pp;
     for (int64_t v = 2; pp > 1 && v <= stage_layers; ++v) {
+      if (++enumerated > kMaxEnumeration) return;
       if (stage_layers % v == 0) virtual_options.push_back({stage_layers / v, 1});
     }
   } else {
     for (int64_t v = 2; v <= std::min(split.first, split.last); ++v) {
+      if (++enumerated > kMaxEnumeration) return;
       const bool middle = pp <= 2 || split.middle % v == 0;
       if (split.first % v == 0 && split.last % v == 0 && middle) virtual_options.push_back({0, v});
     }
@@ -128,6 +162,7 @@ void add_pipeline_layouts(const Arguments& base, int64_t tp, int64_t cp, int64_t
       for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
         for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); ++zero) {
           for (int recompute = 0; recompute <= 2; ++recompute) {
+            if (static_cast<int64_t>(candidates.size()) > kMaxSearchCandidates) return;
             Candidate c{tp, pp, lpvs, mbs, sp == 1, zero, recompute, cp, false};
             c.first_layers = split.first, c.last_layers = split.last, c.virtual_chunks = chunks;
             candidates.push_back(c);
@@ -169,26 +204,45 @@ absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world
   for (int64_t cp = 2; cp <= 8 && cp <= world && base.seq_length % (2 * cp) == 0; cp *= 2) {
     context_options.push_back(cp);
   }
-  // Every TP x PP x DP x microbatch x SP x ZeRO x recompute layout with `cp` context-parallel ranks.
+  // Every TP x PP x DP x microbatch x SP x ZeRO x recompute layout with `cp` context-parallel ranks;
+  // the sizes tried are counted, and the enumeration stops past its limits (refused below).
+  int64_t enumerated = 0;
   auto add_layouts = [&](int64_t cp) {
     for (int64_t tp = 1; tp <= cluster.gpus_per_node && tp * cp <= world; tp *= 2) {
       if (world % (tp * cp) != 0) continue;
       for (int64_t pp = 1; pp <= base.num_layers && tp * cp * pp <= world; ++pp) {
+        if (++enumerated > kMaxEnumeration) return;
         if (world % (tp * cp * pp) != 0) continue;
         // PP not dividing the layers: Megatron's first / last stage layers, the most even split.
         const UnevenSplit split = most_even_split(base.num_layers, pp);
         if (base.num_layers % pp != 0 && split.first == 0) continue;
-        add_pipeline_layouts(base, tp, cp, pp, world / (tp * cp * pp), split, candidates);
+        add_pipeline_layouts(base, tp, cp, pp, world / (tp * cp * pp), split, candidates, enumerated);
       }
     }
   };
   for (const int64_t cp : context_options) add_layouts(cp);
+  if (enumerated > kMaxEnumeration) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--search on --world-size ", world, " with ", base.num_layers, " layers: more than ", kMaxEnumeration,
+        " pipeline and virtual-stage sizes to try, more than the search enumerates; predict chosen layouts without "
+        "--search, or search a smaller world"));
+  }
+  GPT_RETURN_IF_ERROR(check_search_size(base, world, candidates));
   SearchResult result;
+  const auto started = std::chrono::steady_clock::now();
+  auto last_report = started;
   std::vector<Prediction> fitting;
   // Optimizer offload only saves memory and costs time: it is tried for a sharded layout that does
   // not fit without it, when the cluster describes its host (host link and host AdamW rate).
   const bool can_offload = cluster.host_link_bandwidth > 0 && cluster.host_adamw_bandwidth > 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
+    // A long search says how far it is (stderr, every 10 s; stdout stays the table or the JSON).
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_report >= std::chrono::seconds(10)) {
+      last_report = now;
+      std::fprintf(stderr, "perf_model --search: %zu of %zu candidate layouts evaluated (%.0f s)\n", i,
+                   candidates.size(), std::chrono::duration<double>(now - started).count());
+    }
     const Candidate c = candidates[i];
     bool any_fits = false, any_valid = false;
     // Each pipeline schedule the layout's chunks can run (1F1B / ZB-H1, interleaved / ZB-V): its

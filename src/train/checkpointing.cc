@@ -20,7 +20,9 @@
 #include "parallel/comm/world_agreement.h"
 #include "train/resilience/exit_signal.h"
 #include "train/resilience/fault_injection.h"
+#include "train/load_directory.h"
 #include "train/rank_agreement.h"
+#include "train/args/saved_arguments.h"
 #include "train/args/sharding_arguments.h"
 #include "train/scheduler_resume.h"
 
@@ -419,6 +421,11 @@ absl::Status Checkpointer::check_save_directory() const {
 absl::Status Checkpointer::load(const CheckpointedState& state) {
   if (args_.load.empty()) return absl::OkStatus();
   int64_t iteration = args_.ckpt_step;
+  std::error_code error;
+  if (iteration < 0 || !std::filesystem::is_directory(args_.load, error)) {
+    // A file, one checkpoint, or a directory of something else is refused (train/load_directory.h).
+    GPT_RETURN_IF_ERROR(agree_on_setup(check_load_directory(args_.load), "checkpoint load"));
+  }
   if (iteration < 0) {
     absl::StatusOr<std::optional<int64_t>> tracked = read_tracker(args_.load);
     GPT_RETURN_IF_ERROR(agree_on_setup(tracked.status(), "checkpoint load"));
@@ -474,6 +481,12 @@ absl::Status Checkpointer::load_from(const CheckpointedState& state, const std::
     print_rank0(grid_, absl::StrCat("note: checkpoint ", directory,
                                     " has format version 1 (saved before whole-checkpoint checksums): its shards and "
                                     "metadata are not verified, only its tensor chunks"));
+  }
+  // The saved arguments pass the flags' own checks (train/args/saved_arguments.h), as generate's.
+  if (const absl::Status saved = validate_saved_arguments(m.arguments); !saved.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", directory,
+                                                      ": its saved arguments would not pass pretrain_gpt's checks: ",
+                                                      saved.message()));
   }
   GPT_RETURN_IF_ERROR(check_model_arguments(m.arguments, args_, directory));
   if (const std::string differences = resume_differences(m.arguments, args_);

@@ -16,6 +16,8 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "parallel/comm/torchrun_env.h"
+#include "parallel/comm/torchrun_runtime.h"
 #include "parallel/comm/world_agreement.h"
 
 namespace gpt {
@@ -117,16 +119,26 @@ class StartupWatchdog {
 }  // namespace
 
 bool launched_by_mpi() {
+  // torchrun's workers, possibly started under Slurm (srun starting one agent per node), are not
+  // MPI ranks; with an MPI launcher's world variables too the launch is refused (torchrun_env.h).
+  if (launched_by_torchrun()) return false;
   for (const char* variable : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_NTASKS"}) {
     if (std::getenv(variable) != nullptr) return true;
   }
   return false;
 }
 
-int local_rank() { return node_group.rank; }
-int local_world_size() { return node_group.size; }
+int local_rank() {
+  if (const TorchrunEnv* torchrun = torchrun_world()) return torchrun->local_rank;
+  return node_group.rank;
+}
+int local_world_size() {
+  if (const TorchrunEnv* torchrun = torchrun_world()) return torchrun->local_world_size;
+  return node_group.size;
+}
 
 int node_ranks_with_same_key(const std::string& key) {
+  if (torchrun_world() != nullptr) return torchrun_node_ranks_with_same_key(key);
   if (node_group.comm == MPI_COMM_NULL) return 1;
   // Keys of any length: gather the lengths, then the bytes.
   const int length = static_cast<int>(key.size());

@@ -26,10 +26,12 @@ class MpiRuntime {
   int world_size_ = 1;
 };
 
-// True when an MPI launcher started this process (OpenMPI, PMI/PMIx, Slurm variables).
+// True when an MPI launcher started this process (OpenMPI, PMI/PMIx, Slurm variables) and torchrun
+// did not.
 bool launched_by_mpi();
 
-// This process's index among the ranks on its node, and their number. They come from MPI itself
+// This process's index among the ranks on its node, and their number. Under torchrun they are its
+// LOCAL_RANK and LOCAL_WORLD_SIZE (the agent starts the node's workers itself). Under MPI they come from MPI itself
 // (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED, formed by MpiRuntime), never from a launcher's
 // environment variables, so mpirun, srun, hydra and a hand-made hostfile agree; 0 and 1 without
 // MPI. Used to pick a GPU and to share the node's cores.

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "parallel/comm/store_agreement.h"
 
 namespace gpt::world {
 namespace {
@@ -80,6 +81,7 @@ std::string rank_list(const std::vector<int64_t>& ranks) {
 }  // namespace
 
 bool running() {
+  if (store_in_use()) return true;
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -87,6 +89,7 @@ bool running() {
 }
 
 int rank() {
+  if (store_in_use()) return store_rank();
   if (!running()) return 0;
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -94,6 +97,7 @@ int rank() {
 }
 
 int size() {
+  if (store_in_use()) return store_size();
   if (!running()) return 1;
   int s = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &s);
@@ -112,8 +116,12 @@ namespace {
 // The exchange every agreement is made of. `mine`: this rank's words (n of them on every rank).
 // Rank 0 receives all ranks' words (by rank: [rank r's n words] for r = 0..size-1), `combine`
 // turns them into the answer, which every rank gets back (`answer`).
-template <typename Combiner>
-void exchange(std::span<const int64_t> mine, std::string_view what, Combiner combine, std::vector<int64_t>& answer) {
+template <typename CombineFn>
+void exchange(std::span<const int64_t> mine, std::string_view what, CombineFn combine, std::vector<int64_t>& answer) {
+  if (store_in_use()) {  // a torchrun job: the same exchange over its key-value store
+    store_exchange(mine, what, combine, answer, timeout, grace_seconds());
+    return;
+  }
   const int me = rank(), world = size();
   const size_t n = mine.size();
   if (me == 0) {

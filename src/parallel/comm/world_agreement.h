@@ -8,6 +8,7 @@
 // missing), combines them and sends the result back. At its deadline rank 0 names the ranks that
 // did not arrive (one line), tells the ranks that did to stop quietly, and ends the job; the
 // others wait a grace period longer, and if rank 0 itself never answers, rank 1 says so.
+// Under torchrun the same exchange goes over the job's key-value store (store_agreement.h).
 // Without MPI (a world of one) every function returns at once.
 #pragma once
 
@@ -19,7 +20,7 @@
 
 namespace gpt::world {
 
-// MPI initialized (a launcher started this process) and not finalized.
+// MPI initialized (a launcher started this process) and not finalized, or a torchrun world formed.
 bool running();
 int rank();  // 0 without MPI
 int size();  // 1 without MPI

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/checked_math.h"
+#include "parallel/comm/torchrun_env.h"
 #include "train/args/arguments.h"
 #include "train/args/flag_enums.h"
 #include "train/args/flag_table.h"
@@ -82,13 +83,15 @@ void resolve_defaults(Arguments& a) {
                              " flash: runs what auto does here (exact attention: cuDNN's fused flash attention on the "
                              "GPU where it applies, the reference kernel elsewhere)"));
   }
-  if (a.distributed_backend == "gloo") {
-    // Megatron's CPU backend. This program's collectives on host memory are MPI's (the launcher
-    // needs MPI anyway), so a Megatron CPU launch runs unchanged on them; said once, not silently.
+  if (a.distributed_backend == "gloo" && !launched_by_torchrun()) {
+    // Megatron's CPU backend. Under torchrun it is the Gloo communicator; under mpirun and srun
+    // the collectives on host memory are MPI's (Gloo's store and addresses come from torchrun), so
+    // a Megatron CPU launch runs unchanged on them; said once, not silently.
     a.distributed_backend = "mpi";
     add_note(a,
              absl::StrCat(flag_name(&A::distributed_backend),
-                          " gloo: this program has no Gloo backend; its MPI communicator runs the same collectives"));
+                          " gloo: started by mpirun or srun, the MPI communicator runs the same collectives (Gloo is the "
+                          "communicator of torchrun launches)"));
   }
   // --expert-tensor-parallel-size other than TP: accepted as Megatron does for a dense model
   // (train/args/expert_arguments.h checks its grid against the world).

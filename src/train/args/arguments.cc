@@ -140,17 +140,21 @@ absl::Status validate_run_length(const Arguments& a) {
   return absl::OkStatus();
 }
 
-// Logging, the vocabulary's padding and the collective timeout.
-absl::Status validate_run_flags(const Arguments& a) {
-  // The vocabulary is known here with NullTokenizer (ids [0, N) plus eod N) and --mock-data's
-  // --vocab-size; with a vocab file it is checked again once read (the memory plan), here only the
-  // multiple.
+// The vocabulary's padding. The vocabulary is known here with NullTokenizer (ids [0, N) plus eod
+// N) and --mock-data's --vocab-size; with a vocab file it is checked again once read (the memory
+// plan), here only the multiple.
+absl::Status validate_vocabulary(const Arguments& a) {
   const std::optional<TokenizerType> tokenizer = parse_flag_enum<TokenizerType>(a.tokenizer_type);
   const std::optional<int64_t> known_vocab = tokenizer == TokenizerType::kNull   ? checked_add(a.vocab_size, 1)
                                              : tokenizer == TokenizerType::kNone ? std::optional<int64_t>(a.vocab_size)
                                                                                  : std::optional<int64_t>(1);
   if (!known_vocab) return invalid(absl::StrCat(flag_name(&A::vocab_size), " (", a.vocab_size, ") is too large"));
-  GPT_RETURN_IF_ERROR(checked_padded_vocab_size(a, *known_vocab).status());
+  return checked_padded_vocab_size(a, *known_vocab).status();
+}
+
+// Logging, the vocabulary's padding and the collective timeout.
+absl::Status validate_run_flags(const Arguments& a) {
+  GPT_RETURN_IF_ERROR(validate_vocabulary(a));
   if (flag_given(a, &A::tensorboard_dir) && a.tensorboard_dir.empty()) {
     return invalid(absl::StrCat(flag_name(&A::tensorboard_dir), " needs a directory (got an empty one)"));
   }
@@ -417,7 +421,7 @@ absl::Status validate_arguments(const Arguments& a) {
   // Each flag's own constraint (positive, >= 0, a range, one of a set), declared on its row.
   GPT_RETURN_IF_ERROR(check_flag_constraints(a));
   GPT_RETURN_IF_ERROR(validate_run_flags(a));
-  GPT_RETURN_IF_ERROR(validate_model_shape(a));
+  GPT_RETURN_IF_ERROR(validate_model_arguments(a));
   GPT_RETURN_IF_ERROR(validate_loss_scaling(a));
   GPT_RETURN_IF_ERROR(validate_flag_pairs(a));
   GPT_RETURN_IF_ERROR(validate_recompute_arguments(a));
@@ -425,6 +429,11 @@ absl::Status validate_arguments(const Arguments& a) {
   GPT_RETURN_IF_ERROR(validate_implementation_flags(a));
   GPT_RETURN_IF_ERROR(validate_optimizer_flags(a));
   return validate_parallel_flags(a);
+}
+
+absl::Status validate_model_arguments(const Arguments& a) {
+  GPT_RETURN_IF_ERROR(validate_vocabulary(a));
+  return validate_model_shape(a);
 }
 
 absl::Status prepare_arguments(Arguments& a) {

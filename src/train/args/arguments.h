@@ -348,6 +348,10 @@ void resolve_defaults(Arguments& args);
 // Checks every constraint that does not need the world size: each row's declared constraint
 // (train/args/flag_table.h) and the rules between flags. Changes nothing.
 absl::Status validate_arguments(const Arguments& args);
+// The part of validate_arguments that defines the model (its sizes, vocabulary padding, norms,
+// positions, activations, attention groups), which validate_arguments runs too: what a checkpoint's
+// saved arguments must pass (train/args/saved_arguments.h). Expects resolve_defaults first.
+absl::Status validate_model_arguments(const Arguments& args);
 // resolve_defaults, then validate_arguments: what the parser's callers (the launcher, the perf
 // model, tests) do with parsed arguments.
 absl::Status prepare_arguments(Arguments& args);

@@ -42,8 +42,9 @@ enum class TokenizerType { kNone, kGpt2Bpe, kNull, kSentencePiece, kGptSentenceP
 enum class CheckpointFormat { kTorchDist, kTorch, kTorchDcp, kFsdpDtensor, kHdf5 };
 // --transformer-impl: this program's kernels either way.
 enum class TransformerImpl { kLocal, kTransformerEngine };
-// --distributed-backend ("": NCCL on the GPU, MPI on the CPU; gloo became mpi in resolve_defaults).
-enum class DistributedBackend { kDefault, kNccl, kMpi };
+// --distributed-backend ("": NCCL on the GPU, MPI or Gloo on the CPU; gloo stays gloo under torchrun and
+// becomes mpi in resolve_defaults under mpirun and srun).
+enum class DistributedBackend { kDefault, kNccl, kMpi, kGloo };
 
 // --pipeline-schedule ("": Megatron's for the layout): the schedules of parallel/pipeline that the
 // flag names, or auto (the launcher chooses, train/schedule_choice.h).
@@ -129,7 +130,7 @@ struct FlagEnumNames<TransformerImpl> {  // --transformer-impl
 };
 template <>
 struct FlagEnumNames<DistributedBackend> {  // --distributed-backend ("": the device's)
-  static constexpr std::string_view kNames[] = {"", "nccl", "mpi"};
+  static constexpr std::string_view kNames[] = {"", "nccl", "mpi", "gloo"};
 };
 
 template <>

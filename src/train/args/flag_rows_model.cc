@@ -238,10 +238,12 @@ constexpr FlagRow kRows[] = {
                   "every communication buffer here is allocated once at start-up; the flag adds the second "
                   "alternating unit buffer (Megatron's double buffer) also without --overlap-grad-reduce"),
     row("--distributed-backend", &A::distributed_backend,
-        "nccl, mpi, or gloo (Megatron's CPU backend; runs on this program's MPI communicator)")
+        "nccl, gloo (Megatron's CPU backend: the Gloo communicator under torchrun; under mpirun or srun it runs "
+        "on the MPI communicator) or mpi (mpirun and srun only)")
         .shown(kNoneIfEmpty)
         .megatron(kRefusedAtValues,
-                  "nccl (needs a GPU) and mpi; gloo runs on the MPI communicator, said in one note at start-up"),
+                  "nccl (needs a GPU) and gloo as in Megatron under torchrun; gloo under mpirun/srun runs on the MPI "
+                  "communicator, said in one note at start-up; mpi is this program's own, refused under torchrun"),
     row("--distributed-timeout-minutes", &A::distributed_timeout_minutes, "Bound on every collective wait")
         .shown(kIntIfIntegral),
 };

@@ -167,6 +167,8 @@ absl::Status check_flag_constraints(const Arguments& a) {
   return absl::OkStatus();
 }
 
+absl::Status check_flag_constraint(const FlagRow& r, const Arguments& a) { return check_row(r, a); }
+
 std::string flag_dest(const FlagRow& r) {
   if (!r.dest_name.empty()) return std::string(r.dest_name);
   std::string name(r.flag.substr(2));

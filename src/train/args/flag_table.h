@@ -175,6 +175,8 @@ bool flag_given(const Arguments& args, ArgumentField field);
 // constraint), in table order; then every other row's constraint.
 absl::Status check_required_flags(const Arguments& args);
 absl::Status check_flag_constraints(const Arguments& args);
+// One row's declared constraint (a required row's too, given or not).
+absl::Status check_flag_constraint(const FlagRow& row, const Arguments& args);
 
 // Megatron's dest of a row: "add_bias_linear" for --disable-bias-linear, "num_layers" for --num-layers.
 std::string flag_dest(const FlagRow& row);

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -201,7 +202,8 @@ absl::StatusOr<MeasuredTimeline> parse_record(const Json& record, const std::str
       const int chunk = static_cast<int>(pass.items[1].number), microbatch = static_cast<int>(pass.items[2].number);
       if (chunk < 0 || chunk >= t.virtual_size || microbatch < 0 || microbatch >= t.microbatches ||
           !(pass.items[4].number >= pass.items[3].number)) {
-        return bad(absl::StrCat("a pass out of range: chunk ", chunk, ", microbatch ", microbatch));
+        return bad(absl::StrCat("a pass out of range: chunk ", chunk, ", microbatch ", microbatch, " (the record has ",
+                                t.virtual_size, " chunks and ", t.microbatches, " microbatches)"));
       }
       passes.push_back({{*op, chunk, microbatch, -1}, pass.items[3].number, pass.items[4].number});
     }
@@ -274,6 +276,10 @@ std::string timeline_record(const MeasuredTimeline& t) {
 }
 
 absl::StatusOr<MeasuredTimeline> read_last_timeline(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a metrics file"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open the metrics file ", path));
   std::string line, last;

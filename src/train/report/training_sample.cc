@@ -1,5 +1,7 @@
 #include "train/report/training_sample.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -169,8 +171,13 @@ absl::StatusOr<std::string> TrainingSampler::sample(const RankParameters& parame
   const InferenceModel::Segment first{.sequence = 0, .tokens = fed};
   model.forward_cached(std::span<const InferenceModel::Segment>(&first, 1), logits);
   for (;;) {
-    const int32_t token = sampler.next(std::span<const float>(logits.data(), static_cast<size_t>(config.vocab_size)), 0,
-                                       static_cast<int64_t>(generated.size()));
+    const std::span<const float> row(logits.data(), static_cast<size_t>(config.vocab_size));
+    // A token drawn from NaN or infinite logits is noise: the sample says so instead (training
+    // goes on; its own NaN checks judge the run).
+    if (!std::all_of(row.begin(), row.end(), [](float x) { return std::isfinite(x); })) {
+      return absl::StrCat("(no sample: the model's logits are not finite after ", generated.size(), " tokens)");
+    }
+    const int32_t token = sampler.next(row, 0, static_cast<int64_t>(generated.size()));
     generated.push_back(token);
     if (token == eod || static_cast<int64_t>(generated.size()) >= kSampleTokens ||
         model.cache().length(0) + 1 >= capacity) {

@@ -1,4 +1,5 @@
-// Every collective of the MPI communicator on every group of a TP 2 x PP 2 x DP 2 grid (8 ranks),
+// Every collective of the MPI communicator (under mpirun) and of the Gloo communicator (under torchrun,
+// the same file with torchrun_test_main.cc) on every group of a TP 2 x PP 2 x DP 2 grid (8 ranks),
 // checked exactly as nccl-tests does: inputs are small integers (exact in FP32 and BF16), so every
 // result has one right answer. Counts include odd sizes and sizes that are not vector multiples.
 #include <mpi.h>
@@ -11,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "parallel/comm/mpi_communicator.h"
 #include "parallel/mpi_grid.h"
+#include "test_grid.h"
 
 namespace gpt {
 namespace {
@@ -19,7 +21,7 @@ const GridShape kShape{2, 2, 2};  // tensor, pipeline, data
 constexpr int64_t kCounts[] = {1, 7, 64, 1001};
 
 ProcessGrid& grid() {
-  static std::unique_ptr<ProcessGrid> instance = build_mpi_grid(kShape, /*timeout_seconds=*/120.0);
+  static std::unique_ptr<ProcessGrid> instance = build_test_grid(kShape, /*timeout_seconds=*/120.0);
   return *instance;
 }
 

@@ -12,12 +12,13 @@
 #include "gtest/gtest.h"
 #include "parallel/data_parallel/grad_shards.h"
 #include "parallel/mpi_grid.h"
+#include "test_grid.h"
 
 namespace gpt {
 namespace {
 
 ProcessGrid& grid() {
-  static std::unique_ptr<ProcessGrid> instance = build_mpi_grid(GridShape{2, 1, 2}, /*timeout_seconds=*/120.0);
+  static std::unique_ptr<ProcessGrid> instance = build_test_grid(GridShape{2, 1, 2}, /*timeout_seconds=*/120.0);
   return *instance;
 }
 

@@ -4,6 +4,16 @@
 
 #include "gtest/gtest.h"
 #include "parallel/comm/mpi_runtime.h"
+#include "parallel/mpi_grid.h"
+#include "test_grid.h"
+
+namespace gpt {
+
+std::unique_ptr<ProcessGrid> build_test_grid(const GridShape& shape, double timeout_seconds) {
+  return build_mpi_grid(shape, timeout_seconds);
+}
+
+}  // namespace gpt
 
 int main(int argc, char** argv) {
   gpt::MpiRuntime mpi(&argc, &argv);
