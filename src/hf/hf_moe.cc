@@ -33,17 +33,11 @@ std::function<int64_t(int64_t)> offset_by(int64_t offset) {
   return [offset](int64_t i) { return i + offset; };
 }
 
-int64_t moe_layer_count(const ModelConfig& c) {
-  int64_t n = 0;
-  for (int64_t layer = 0; layer < c.num_layers; ++layer) n += c.moe.is_moe_layer(layer) ? 1 : 0;
-  return n;
-}
-
 // Hugging Face's router_aux_loss_coef from the run's aux_loss coefficient (hf_moe.h), 0 without one.
 double hf_aux_coefficient(const ModelConfig& c) {
   for (const MoeLoss& loss : c.moe.losses) {
     if (loss.type == LoadBalancing::kAuxLoss) {
-      return loss.coefficient * static_cast<double>(moe_layer_count(c)) / static_cast<double>(c.moe.topk);
+      return loss.coefficient * static_cast<double>(c.moe.moe_layer_count()) / static_cast<double>(c.moe.topk);
     }
   }
   return 0.0;
@@ -88,7 +82,7 @@ absl::StatusOr<HfFamily> hf_moe_family(const ModelConfig& c) {
   }
   const bool qwen3 = c.qk_layernorm;
   if (!qwen3) {
-    if (moe_layer_count(c) != c.num_layers) {
+    if (c.moe.moe_layer_count() != c.num_layers) {
       problems.push_back("dense layers (--moe-layer-freq) without --qk-layernorm (Mixtral's layers are all MoE; "
                          "Qwen3-MoE, which has dense layers, has query/key norms)");
     }
@@ -214,7 +208,7 @@ absl::StatusOr<HfFamily> read_hf_moe_config(const JsonConfig& j, ModelConfig& c)
   }
   if (m.ffn_hidden_size < 1) return absl::DataLossError(absl::StrCat(j.path(), ": the experts' width is 0"));
   GPT_ASSIGN_OR_RETURN(const double coefficient, j.number("router_aux_loss_coef", 0.001));
-  const int64_t layers = moe_layer_count(c);
+  const int64_t layers = c.moe.moe_layer_count();
   if (coefficient > 0 && layers > 0) {
     m.losses.push_back({.type = LoadBalancing::kAuxLoss,
                         .coefficient = coefficient * static_cast<double>(m.topk) / static_cast<double>(layers)});
@@ -268,7 +262,7 @@ std::optional<HfTableSize> hf_moe_table_size(const ModelConfig& config, HfFamily
   };
   const std::optional<HfTableSize> base = size_of(0, false), dense = size_of(1, false), sparse = size_of(1, true);
   if (!base || !dense || !sparse) return std::nullopt;
-  const int64_t moe_layers = moe_layer_count(config), dense_layers = config.num_layers - moe_layers;
+  const int64_t moe_layers = config.moe.moe_layer_count(), dense_layers = config.num_layers - moe_layers;
   const CheckedBytes tensors = CheckedBytes(dense->tensors - base->tensors) * dense_layers +
                                CheckedBytes(sparse->tensors - base->tensors) * moe_layers + base->tensors;
   const CheckedBytes elements = CheckedBytes(dense->elements - base->elements) * dense_layers +
