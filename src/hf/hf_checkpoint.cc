@@ -175,7 +175,7 @@ absl::StatusOr<ImportedModel> model_from_config(const JsonConfig& j) {
       GPT_ASSIGN_OR_RETURN(family, read_hf_moe_config(j, c));
     }
   } else {
-    return refuse(j.path(), absl::StrCat("model_type \"", type, "\" (only gpt2 and llama)"));
+    return refuse(j.path(), absl::StrCat("model_type \"", type, "\" (only gpt2, llama, mixtral and qwen3_moe)"));
   }
   GPT_ASSIGN_OR_RETURN(c.vocab_size, j.integer("vocab_size"));
   if (c.vocab_size < 1 || c.num_layers < 1 || c.hidden_size < 1 || c.kv_channels < 1 || c.ffn_hidden_size < 1 ||

@@ -21,7 +21,8 @@
     Qwen3-MoE with norm_topk_prob false and decoder_sparse_step 2) import, and generate's logits are
     within 1e-4 of the same float64 forward; one loads with pretrain_gpt --load --finetune;
   * hostile: sliding_window shorter than the context, attention_bias, rope_scaling, top-k above the
-    experts: one line naming the field or flag, exit 1, nothing written.
+    experts: one line naming the field or flag, exit 1, nothing written; the single-file GPT-2 export
+    of an MoE checkpoint is refused naming --num-experts.
 """
 import argparse
 import json
@@ -212,6 +213,11 @@ def check_trained(args, work, failures):
             if split is None or split.shape != ours.shape or not gap <= 1e-5:
                 failures.append(f"{name}: TP=2 generate differs ({gap:.3g}) {out if split is None else ''}")
         check_export(args, work, failures, name, save, export, ours)
+        if name == "gpt_moe":  # the single-file GPT-2 export has no MoE layers
+            single = run([args.ckpt_tool, "export", save, "--output", work("gpt_moe.safetensors")])
+            print(f"{name}: single-file export: exit {single.returncode}: {single.stderr.strip()}")
+            if single.returncode != 1 or "--num-experts" not in single.stderr or os.path.exists(work("gpt_moe.safetensors")):
+                failures.append(f"{name}: the single-file export was not refused naming --num-experts")
 
 
 def check_export(args, work, failures, name, save, export, ours):
