@@ -36,7 +36,9 @@ MoeBlock::MoeBlock(const BlockBuild& b, const MoePass& pass)
       ws_(b.workspace),
       dropout_(b.config, b.layer, b.shapes, b.positions),
       router_weight_(b.params.get(b.prefix() + "mlp.router.weight")),
-      router_bias_(optional_param(b.params, b.prefix() + "mlp.router.bias", b.config.add_bias_linear)) {
+      router_bias_(optional_param(b.params, b.prefix() + "mlp.router.bias", b.config.add_bias_linear)),
+      expert_leases_(b.prefix() + "mlp.experts weight-gradient inputs", lease_parts(b.shapes, b.config.dtype),
+                     b.deferral_depth, b.arena) {
   GPT_CHECK(shapes_.moe_layer) << "MoE block of layer " << b.layer << " built with a dense layer's shapes";
   const bool bias = b.config.add_bias_linear;
   for (int64_t e = 0; e < moe_.num_experts; ++e) {
@@ -63,14 +65,22 @@ int64_t MoeBlock::persistent_bytes(const ModelConfig& config) {
   return config.moe.expert_bias ? tensor_bytes<int64_t>(DType::kFloat32, config.moe.num_experts) : 0;
 }
 
+std::vector<std::pair<DType, Shape>> MoeBlock::lease_parts(const LayerShapes& s, DType dtype) {
+  return {{dtype, Shape{s.moe_rows, s.hidden}},
+          {dtype, Shape{s.moe_rows, s.moe_local_ffn}},
+          {dtype, Shape{s.moe_rows, s.moe_local_fc1}},
+          {dtype, Shape{s.moe_rows, s.hidden}}};
+}
+
 int64_t MoeBlock::deferral_bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
                                  int deferral_depth) {
-  if (!s.shared_expert) return 0;
+  const int64_t experts = LeaseRing::bytes(lease_parts(s, config.dtype), deferral_depth);
+  if (!s.shared_expert) return experts;
   auto bytes = [&](LinearKind kind, const Shape& weight) {
     return Linear::deferral_bytes(kind, weight, config.add_bias_linear, sequence_parallel, config.dtype, s.rows(),
                                   s.local_rows(), deferral_depth);
   };
-  return bytes(LinearKind::kColumnParallel, Shape{s.shared_local_fc1, s.hidden}) +
+  return experts + bytes(LinearKind::kColumnParallel, Shape{s.shared_local_fc1, s.hidden}) +
          bytes(LinearKind::kRowParallel, Shape{s.hidden, s.shared_local_ffn});
 }
 
@@ -248,36 +258,68 @@ BlockOutput MoeBlock::forward_down(Context& ctx, int slot, const MlpActivations&
   return dropout_.forward(ctx, slot, ops::DropoutSite::kMlpOutput, routed, Tensor());
 }
 
+void MoeBlock::fc2_weight_grads(Context& ctx, const std::vector<int64_t>& expert_rows, const Tensor& d_out,
+                                const Tensor& act) const {
+  SlotRouting rows{.expert_rows = expert_rows};
+  for_each_expert(rows, [&](const Expert& e, int64_t first, int64_t n) {
+    const Tensor dy = rows_of(d_out, first, n);
+    if (e.fc2_bias) ops::bias_grad(ctx, e.fc2_bias->grad, dy);
+    ops::matmul(ctx, e.fc2_weight->grad, dy, rows_of(act, first, n), ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});
+  });
+}
+
+void MoeBlock::fc1_weight_grads(Context& ctx, const std::vector<int64_t>& expert_rows, const Tensor& d_fc1,
+                                const Tensor& input) const {
+  SlotRouting rows{.expert_rows = expert_rows};
+  for_each_expert(rows, [&](const Expert& e, int64_t first, int64_t n) {
+    const Tensor dy = rows_of(d_fc1, first, n);
+    if (e.fc1_bias) ops::bias_grad(ctx, e.fc1_bias->grad, dy);
+    ops::matmul(ctx, e.fc1_weight->grad, dy, rows_of(input, first, n),
+                ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});
+  });
+}
+
 Tensor MoeBlock::experts_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
-                                  const Tensor& grad_y_full) {
+                                  const Tensor& grad_y_full, WeightGradTiming timing) {
   const int64_t m = routing.rows;
   // The combine weights' gradient: <dy_t, expert output> (TP partial sums, then summed).
   ops::moe_combine_weight_grad(ctx, ws_.moe_dweights, grad_y_full.as_matrix(), rows_of(a.expert_out, 0, m),
                                a.destination);
   if (tp_.size() > 1) tp_.group().all_reduce(ctx, ws_.moe_dweights, ReduceOp::kSum);
+  // Deferred: what the weight gradients read, copied into a lease (the scratch is reused).
+  const std::vector<Tensor>* lease = nullptr;
+  if (timing == WeightGradTiming::kDeferred) {
+    lease = &expert_leases_.acquire();
+    pending_.push_back(PendingWeightGrads{.expert_rows = routing.expert_rows, .rows = m});
+  }
   const Tensor d_rows = rows_of(ws_.moe_rows_b, 0, m);  // [M, h]: the outputs', then the inputs' gradients
   if (m == 0) return d_rows;
   ops::moe_permute(ctx, d_rows, grad_y_full.as_matrix(), a.source.flat_range(0, m), a.row_weights.flat_range(0, m));
   const Tensor d_act = rows_of(ws_.moe_ffn, 0, m);
   for_each_expert(routing, [&](const Expert& e, int64_t first, int64_t rows) {
-    const Tensor dy = rows_of(d_rows, first, rows);
-    ops::matmul(ctx, rows_of(d_act, first, rows), dy, e.fc2_weight->value);  // [n, h] [h, ffn_l]
-    if (e.fc2_bias) ops::bias_grad(ctx, e.fc2_bias->grad, dy);
-    ops::matmul(ctx, e.fc2_weight->grad, dy, rows_of(a.expert_fc1_act, first, rows),
-                ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});
+    ops::matmul(ctx, rows_of(d_act, first, rows), rows_of(d_rows, first, rows), e.fc2_weight->value);  // [n, h] [h, ffn_l]
   });
+  const Tensor act = rows_of(a.expert_fc1_act, 0, m);
+  if (lease) {
+    ops::copy(ctx, rows_of((*lease)[0], 0, m), d_rows);
+    ops::copy(ctx, rows_of((*lease)[1], 0, m), act);
+  } else {
+    fc2_weight_grads(ctx, routing.expert_rows, d_rows, act);
+  }
   const Tensor d_fc1 =
       mlp_activation_backward(ctx, activation_, d_act, rows_of(ws_.moe_fc1, 0, m), rows_of(a.expert_fc1_pre, 0, m));
   // fc1's weight gradient reads the permuted input: permuted again from the gathered input.
   const Borrow permuted(ws_.moe_rows_a, "MoE block: the permuted input, again");
   const Tensor perm = rows_of(*permuted, 0, m);
   ops::moe_permute(ctx, perm, x.as_matrix(), a.source.flat_range(0, m), Tensor());
+  if (lease) {
+    ops::copy(ctx, rows_of((*lease)[2], 0, m), d_fc1);
+    ops::copy(ctx, rows_of((*lease)[3], 0, m), perm);
+  } else {
+    fc1_weight_grads(ctx, routing.expert_rows, d_fc1, perm);
+  }
   for_each_expert(routing, [&](const Expert& e, int64_t first, int64_t rows) {
-    const Tensor dy = rows_of(d_fc1, first, rows);
-    if (e.fc1_bias) ops::bias_grad(ctx, e.fc1_bias->grad, dy);
-    ops::matmul(ctx, e.fc1_weight->grad, dy, rows_of(perm, first, rows),
-                ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});
-    ops::matmul(ctx, rows_of(d_rows, first, rows), dy, e.fc1_weight->value);  // [n, fc1_l] [fc1_l, h]
+    ops::matmul(ctx, rows_of(d_rows, first, rows), rows_of(d_fc1, first, rows), e.fc1_weight->value);  // [n, fc1_l] [fc1_l, h]
   });
   return d_rows;
 }
@@ -333,7 +375,7 @@ Tensor MoeBlock::backward_input(Context& ctx, int slot, const MlpActivations& a,
   const Tensor dy = tp_.gather_output_grad(ctx, d_out, *dy_full);  // [s, b, h]
   const Borrow gathered(ws_.full_a, "MoE block: the input gathered again");
   const Tensor x = tp_.gather_input(ctx, input, *gathered);
-  const Tensor d_perm = experts_backward(ctx, routing, a, x, dy);  // [M, h]
+  const Tensor d_perm = experts_backward(ctx, routing, a, x, dy, timing);  // [M, h]
   // The input's gradient, TP partial sums: the permutation's (summed over each token's pairs) and,
   // once, the router's.
   const Tensor dx_full = dy_full->as_matrix();
@@ -345,6 +387,16 @@ Tensor MoeBlock::backward_input(Context& ctx, int slot, const MlpActivations& a,
 }
 
 void MoeBlock::backward_weight(Context& ctx) {
+  GPT_CHECK(!pending_.empty()) << "MoE layer " << metrics_.layer << ": a weight-gradient pass without a deferred backward";
+  const PendingWeightGrads pending = std::move(pending_.front());
+  pending_.pop_front();
+  const std::vector<Tensor>& lease = expert_leases_.oldest();
+  const int64_t m = pending.rows;
+  if (m > 0) {
+    fc2_weight_grads(ctx, pending.expert_rows, rows_of(lease[0], 0, m), rows_of(lease[1], 0, m));
+    fc1_weight_grads(ctx, pending.expert_rows, rows_of(lease[2], 0, m), rows_of(lease[3], 0, m));
+  }
+  expert_leases_.release(ctx);
   if (!shared_fc2_) return;
   shared_fc2_->backward_weight(ctx);
   shared_fc1_->backward_weight(ctx);

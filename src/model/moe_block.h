@@ -16,8 +16,10 @@
 // drops per rank's run of rows as Megatron's (model/expert_dispatch.h's segments).
 //
 // The experts run as one grouped GEMM: one GEMM per expert over its contiguous rows (each
-// expert's row count is on the host after the dispatch). Their weight gradients are computed in
-// the input-gradient pass (WeightGradTiming::kDeferred defers only the shared expert's).
+// expert's row count is on the host after the dispatch). Their weight gradients run in the
+// input-gradient pass, or (WeightGradTiming::kDeferred, the zero-bubble schedules) in
+// backward_weight from a lease holding what they read (the rows' output and fc1 gradients, the
+// activations and the permuted input: [M, h], [M, ffn_e_l], [M, fc1_e_l], [M, h]), as a Linear's.
 //
 // Load balancing: the auxiliary losses (aux_loss, seq_aux_loss) and the z-loss add their
 // gradients to the logits in backward, scaled as the LM loss of one microbatch (MoePass); their
@@ -29,6 +31,9 @@
 #include <optional>
 #include <vector>
 
+#include <deque>
+
+#include "model/lease.h"
 #include "model/mlp_block.h"
 
 namespace gpt {
@@ -102,10 +107,18 @@ class MoeBlock final : public FeedForwardBlock {
   void router_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
                        const Tensor& grad_x_full);
   // The experts' backward: from grad_y_full [T, h] (the block output's gradient, gathered) to the
-  // permuted input's gradient (returned, [M, h] in moe_rows_b), their parameters' gradients, and
-  // the weights' gradient into moe_dweights.
+  // permuted input's gradient (returned, [M, h] in moe_rows_b), their parameters' gradients (now,
+  // or recorded for backward_weight), and the weights' gradient into moe_dweights.
   Tensor experts_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
-                          const Tensor& grad_y_full);
+                          const Tensor& grad_y_full, WeightGradTiming timing);
+  // The experts' fc2 (from each row's output gradient d_out [M, h] and activation act [M, ffn_e_l])
+  // or fc1 (from d_fc1 [M, fc1_e_l] and the permuted input [M, h]) weight and bias gradients.
+  void fc2_weight_grads(Context& ctx, const std::vector<int64_t>& expert_rows, const Tensor& d_out,
+                        const Tensor& act) const;
+  void fc1_weight_grads(Context& ctx, const std::vector<int64_t>& expert_rows, const Tensor& d_fc1,
+                        const Tensor& input) const;
+  // The lease's parts for `shapes` (what deferral_bytes counts).
+  static std::vector<std::pair<DType, Shape>> lease_parts(const LayerShapes& shapes, DType dtype);
   ops::RouterOptions router_options() const;
 
   const ModelConfig& config_;
@@ -126,6 +139,12 @@ class MoeBlock final : public FeedForwardBlock {
   std::vector<double> iteration_tokens_;    // [E] kept pairs this iteration (expert bias)
   std::vector<SlotRouting> slots_;
   MoeLayerMetrics metrics_;
+  LeaseRing expert_leases_;  // the deferred weight gradients' inputs
+  struct PendingWeightGrads {
+    std::vector<int64_t> expert_rows;
+    int64_t rows = 0;
+  };
+  std::deque<PendingWeightGrads> pending_;
 };
 
 // The feed-forward block of `build.layer`: an MoeBlock in an MoE layer, else the dense MlpBlock.
