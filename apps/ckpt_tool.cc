@@ -138,6 +138,11 @@ absl::StatusOr<ModelShape> model_shape(const CheckpointReader& reader, std::opti
                                                         flag, " ", want, " (checkpoint: ", args.at(flag), ")"));
     }
   }
+  if (args.count("--num-experts") && args.at("--num-experts") != "0") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the export writes Hugging Face's GPT-2 layout, which has no mixture-of-experts layers (checkpoint: "
+        "--num-experts ", args.at("--num-experts"), "); --output-dir exports Mixtral / Qwen3-MoE models"));
+  }
   const std::string embedding = "model/embedding.word_embeddings.weight";
   GPT_RETURN_IF_ERROR(need(embedding));
   GPT_RETURN_IF_ERROR(need("model/embedding.position_embeddings.weight"));

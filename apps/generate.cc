@@ -280,6 +280,14 @@ void print_banner(const Options& o, const CheckpointModel& model, int64_t batch,
              config.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm",
              static_cast<long long>(config.vocab_size), static_cast<long long>(batch), o.device.c_str(), tensor_parallel,
              static_cast<double>(inference.cache().bytes()) / 1e6);
+  const MoeConfig& moe = config.moe;
+  if (moe.enabled()) {
+    // Generation routes every token to its k experts (generate/checkpoint_moe.h).
+    std::fprintf(stderr, "generate: mixture of experts in %lld of %lld layers, %lld experts, top-%lld, dropless%s\n",
+                 static_cast<long long>(moe.moe_layer_count()), static_cast<long long>(config.num_layers),
+                 static_cast<long long>(moe.num_experts), static_cast<long long>(moe.topk),
+                 moe.dropless() ? "" : " (the run's --moe-expert-capacity-factor applies to training only)");
+  }
 }
 
 // The batch's decoding: the prefill of every prompt, then one token per live sequence per step

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "data/text_tokenizer.h"
+#include "generate/checkpoint_moe.h"
 #include "model/param_registry.h"
 
 namespace gpt {
@@ -163,6 +164,12 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
     return absl::DataLossError(absl::StrCat("checkpoint ", reader.directory(), ": its saved arguments say ",
                                             c.num_layers, " layers, but it holds only ", stored, " tensors"));
   }
+  // The MoE layers' pattern, sized by the layer count just bounded.
+  GPT_ASSIGN_OR_RETURN(c.moe, saved_moe_config(args, c.num_layers, c.ffn_hidden_size));
+  if (c.moe.num_experts > stored) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", reader.directory(), ": its saved arguments say ",
+                                            c.moe.num_experts, " experts, but it holds only ", stored, " tensors"));
+  }
   // Every parameter must be stored with its expected global shape.
   for (const auto& [name, shape] : model_parameter_shapes(c)) {
     const std::string key = "model/" + name;
@@ -241,6 +248,7 @@ absl::StatusOr<CheckpointModel> load_checkpoint_model(const std::string& given, 
     }
   }
   GPT_RETURN_IF_ERROR(reader->read_many(requests));
+  GPT_RETURN_IF_ERROR(read_expert_biases(*reader, model.config, model.params));
   return model;
 }
 

@@ -51,6 +51,7 @@ InferenceModel::InferenceModel(const ModelConfig& config, const std::map<std::st
     cached_cores_.push_back(std::make_unique<KvCacheAttention>(cache_, layer, scale));
   }
   full_core_ = std::make_unique<LocalAttention>(scale);
+  if (config.moe.enabled()) moe_ = std::make_unique<InferenceMoe>(config, slice_, params, ctx);
   for (const ParamSpec& spec : build_param_specs(config)) {
     GPT_CHECK(params.count(spec.name)) << "parameter " << spec.name << " missing";
     const std::vector<float>& values = params.at(spec.name);
@@ -178,8 +179,22 @@ void InferenceModel::layer_forward(int64_t layer, std::span<const Segment> segme
   const int64_t n = static_cast<int64_t>(rows.size()), h = w.h;
   const Tensor ln = scratch(ln_, {n, h}), mean = scratch(mean_, {n}), rstd = scratch(rstd_, {n});
   const Tensor residual = scratch(residual_, {n, h});
-  const Tensor fc1 = scratch(fc1_, {n, w.fc1}), act = scratch(act_, {n, w.ffn}), mlp = scratch(mlp_, {n, h});
+  const Tensor mlp = scratch(mlp_, {n, h});
   const std::string p = "decoder.layers." + std::to_string(layer) + ".";
+  if (config_.moe.is_moe_layer(layer)) {
+    // The MoE block's partial sums, reduced over the group; its biases are inside (weighted).
+    layer_forward_up(
+        ctx_, norm(p + "input_layernorm", h), norm(p + "pre_mlp_layernorm", h),
+        LayerStream{ln, mean, rstd, residual, ln, mean, rstd}, x,
+        [&](const Tensor& a) { return attention_block(layer, segments, rows, cached, a); },
+        [&](const Tensor& b) {
+          moe_->forward(layer, b, mlp, [this](const std::string& name, Shape shape) { return weight(name, shape); });
+        });
+    reduce(mlp);
+    layer_forward_output(ctx_, x, residual, BlockOutput{.delta = mlp});
+    return;
+  }
+  const Tensor fc1 = scratch(fc1_, {n, w.fc1}), act = scratch(act_, {n, w.ffn});
   const Tensor fc1_weight = weight(p + "mlp.linear_fc1.weight", {w.fc1, h});
   const Tensor fc1_bias = bias(p + "mlp.linear_fc1.bias", w.fc1);
   layer_forward_up(

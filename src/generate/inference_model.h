@@ -27,6 +27,8 @@
 //     CUDA kernels, parameters uploaded once); the embedding rows are assembled and the KV cache
 //     kept and attended on the host (on a GPU each segment's qkv rows are staged to the host and
 //     its attention output back), so that both devices run this one path.
+//   mixture of experts: an MoE layer (the saved --moe-layer-freq pattern) runs generate/inference_moe.h
+//     in place of fc1 and fc2 (router, each token's k experts, dropless, the shared expert).
 //   forward_full: one whole sequence from position 0 through the training path's attention core
 //     (LocalAttention, the op set's causal attention) and RoPE op, no cache: the reference the
 //     cached path is tested against.
@@ -40,6 +42,7 @@
 
 #include "core/context.h"
 #include "core/memory.h"
+#include "generate/inference_moe.h"
 #include "generate/kv_cache_attention.h"
 #include "generate/tensor_slice.h"
 #include "model/config.h"
@@ -124,6 +127,7 @@ class InferenceModel {
   KvCache cache_;
   std::vector<std::unique_ptr<KvCacheAttention>> cached_cores_;  // per layer
   std::unique_ptr<AttentionCore> full_core_;                      // LocalAttention
+  std::unique_ptr<InferenceMoe> moe_;                             // the MoE layers' feed-forward
   // Scratch on the context's device, grown to the largest batch seen.
   Buffer x_, ln_, mean_, rstd_, qkv_, attention_, proj_, residual_, fc1_, act_, mlp_, lse_, last_, logits_;
   Buffer qk_rows_, qk_mean_, qk_rstd_;  // --qk-layernorm: the query (then key) heads as rows of d

@@ -22,6 +22,12 @@ absl::Status check_tensor_parallel(const ModelConfig& c, int tp) {
     return refuse(c.query_groups(), "key/value groups (--num-query-groups; each rank holds whole groups)");
   }
   if (c.ffn_hidden_size % tp != 0) return refuse(c.ffn_hidden_size, "FFN width (--ffn-hidden-size)");
+  if (c.moe.enabled() && c.moe.ffn_hidden_size % tp != 0) {
+    return refuse(c.moe.ffn_hidden_size, "expert FFN width (--moe-ffn-hidden-size)");
+  }
+  if (c.moe.shared_expert_size % tp != 0) {
+    return refuse(c.moe.shared_expert_size, "shared expert width (--moe-shared-expert-intermediate-size)");
+  }
   return absl::OkStatus();
 }
 

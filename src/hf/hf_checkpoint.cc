@@ -18,6 +18,7 @@
 #include "checkpoint/checkpoint_files.h"
 #include "core/checked_math.h"
 #include "generate/checkpoint_model.h"
+#include "hf/hf_moe.h"
 #include "hf/json_config.h"
 #include "hf/safetensors.h"
 #include "model/param_registry.h"
@@ -77,6 +78,8 @@ std::string config_json(const ModelConfig& c, HfFamily family, const SpecialToke
       << ",\n  \"activation_function\": \"" << (c.exact_gelu ? "gelu" : "gelu_new") << "\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
       << "  \"attn_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": " << tie
       << ",\n  \"torch_dtype\": \"float32\"\n}\n";
+  } else if (is_hf_moe_family(family)) {
+    return hf_moe_config_json(c, family, ids);
   } else {
     const char* bias = c.add_bias_linear ? "true" : "false";
     o << "{\n" << ids << "  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
@@ -137,7 +140,7 @@ absl::StatusOr<ImportedModel> model_from_config(const JsonConfig& j) {
     }
     c.kv_channels = c.hidden_size / c.num_attention_heads;
     c.position_embedding = PositionEmbedding::kLearnedAbsolute;
-  } else if (type == "llama") {
+  } else if (type == "llama" || is_hf_moe_model_type(type)) {
     family = HfFamily::kLlama;
     GPT_ASSIGN_OR_RETURN(c.hidden_size, j.integer("hidden_size"));
     GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, j.integer("intermediate_size"));
@@ -168,8 +171,11 @@ absl::StatusOr<ImportedModel> model_from_config(const JsonConfig& j) {
     c.rotary_dim = c.kv_channels;
     c.normalization = Normalization::kRMSNorm;
     c.swiglu = true;
+    if (type != "llama") {
+      GPT_ASSIGN_OR_RETURN(family, read_hf_moe_config(j, c));
+    }
   } else {
-    return refuse(j.path(), absl::StrCat("model_type \"", type, "\" (only gpt2 and llama)"));
+    return refuse(j.path(), absl::StrCat("model_type \"", type, "\" (only gpt2, llama, mixtral and qwen3_moe)"));
   }
   GPT_ASSIGN_OR_RETURN(c.vocab_size, j.integer("vocab_size"));
   if (c.vocab_size < 1 || c.num_layers < 1 || c.hidden_size < 1 || c.kv_channels < 1 || c.ffn_hidden_size < 1 ||
@@ -276,6 +282,10 @@ std::string config_key_of(absl::string_view message, HfFamily family) {
       {"--max-position-embeddings", gpt2 ? "n_positions" : "max_position_embeddings"},
       {"--seq-length", gpt2 ? "n_positions" : "max_position_embeddings"},
       {"--vocab-size", "vocab_size"},
+      {"--num-experts", family == HfFamily::kMixtral ? "num_local_experts" : "num_experts"},
+      {"--moe-router-topk", "num_experts_per_tok"},
+      {"--moe-ffn-hidden-size", family == HfFamily::kMixtral ? "intermediate_size" : "moe_intermediate_size"},
+      {"--moe-layer-freq", "mlp_only_layers / decoder_sparse_step"},
   };
   size_t first = absl::string_view::npos;
   const char* key = nullptr;
@@ -292,6 +302,7 @@ std::string config_key_of(absl::string_view message, HfFamily family) {
 }  // namespace
 
 absl::StatusOr<HfFamily> hf_family(const ModelConfig& c) {
+  if (c.moe.enabled()) return hf_moe_family(c);
   const bool learned = c.position_embedding == PositionEmbedding::kLearnedAbsolute;
   const bool layernorm = c.normalization == Normalization::kLayerNorm;
   if (learned && layernorm && !c.swiglu) {
@@ -408,7 +419,7 @@ absl::Status hf_export(const std::string& checkpoint, const std::string& output_
   std::printf("exported %s (iteration %lld) to %s: %s, %zu tensors, %lld bytes of FP32 in %zu safetensors file%s%s, "
               "vocabulary %lld (padded %lld)\n",
               model.directory.c_str(), static_cast<long long>(model.iteration), trimmed.c_str(),
-              family == HfFamily::kGpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM", mappings.size(),
+              hf_architecture(family), mappings.size(),
               static_cast<long long>(total_bytes), n, n > 1 ? "s" : "", n > 1 ? " + model.safetensors.index.json" : "",
               static_cast<long long>(c.vocab_size), static_cast<long long>(c.padded_vocab_size));
   return absl::OkStatus();
@@ -528,7 +539,7 @@ absl::StatusOr<std::map<std::string, std::vector<float>>> read_hf_tensors(
     auto it = found.find(m.hf_name);
     if (it == found.end()) {
       return absl::NotFoundError(absl::StrCat(hf_dir, ": no tensor '", m.hf_name, "' (", json.path(), " describes a ",
-                                              family == HfFamily::kGpt2 ? "GPT-2" : "Llama", " model that has it)"));
+                                              hf_architecture(family), " model that has it)"));
     }
     const SafetensorsEntry& entry = it->second.first->entries().at(it->second.second);
     if (entry.shape != m.hf_shape) {
@@ -543,7 +554,7 @@ absl::StatusOr<std::map<std::string, std::vector<float>>> read_hf_tensors(
                         (name == "lm_head.weight" && !c.untie_embeddings_and_output_weights);
     if (!buffer) {
       return refuse(where.first->path(), absl::StrCat("tensor '", where.second, "' (not part of the ",
-                                                      family == HfFamily::kGpt2 ? "GPT-2" : "Llama", " layout)"));
+                                                      hf_architecture(family), " layout)"));
     }
   }
   // Our tensors (padding rows of the vocabulary stay 0).
@@ -640,7 +651,8 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
   if (!vocab_multiple) {
     return absl::InvalidArgumentError("--make-vocab-size-divisible-by x --tensor-model-parallel-size overflows");
   }
-  const std::string arguments = import_arguments(imported, *vocab_multiple, special);
+  std::string arguments = import_arguments(imported, *vocab_multiple, special);
+  if (is_hf_moe_family(family)) arguments += hf_moe_import_arguments(c);
   if (options.check_arguments) {
     const absl::Status checked = options.check_arguments(arguments);
     if (!checked.ok()) {
@@ -659,7 +671,7 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
   const std::vector<std::string>& files = layout.files;
   std::printf("imported %s (%s, %zu tensors, %zu safetensors file%s) into %s: %lld layers, hidden %lld, heads %lld, "
               "groups %lld, vocabulary %lld padded to %lld; load with --load %s --finetune\n",
-              hf_dir.c_str(), family == HfFamily::kGpt2 ? "gpt2" : "llama", mappings.size(), files.size(),
+              hf_dir.c_str(), hf_architecture(family), mappings.size(), files.size(),
               files.size() > 1 ? "s" : "", final_directory.c_str(), static_cast<long long>(c.num_layers),
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_attention_heads),
               static_cast<long long>(c.query_groups()), static_cast<long long>(c.vocab_size),

@@ -24,7 +24,8 @@
 
 namespace gpt {
 
-enum class HfFamily { kGpt2, kLlama };
+// Mixtral and Qwen3-MoE: src/hf/hf_moe.h.
+enum class HfFamily { kGpt2, kLlama, kMixtral, kQwen3Moe };
 
 struct HfMapping {
   std::string hf_name;

@@ -6,6 +6,7 @@
 #include "core/checked_math.h"
 #include "generate/checkpoint_model.h"
 #include "hf/hf_checkpoint.h"
+#include "hf/hf_moe.h"
 #include "model/param_registry.h"
 
 namespace gpt {
@@ -100,10 +101,12 @@ std::vector<HfMapping> llama_mappings(const ModelConfig& c) {
 }  // namespace
 
 std::vector<HfMapping> hf_mappings(const ModelConfig& config, HfFamily family) {
+  if (is_hf_moe_family(family)) return hf_moe_mappings(config, family);
   return family == HfFamily::kGpt2 ? gpt2_mappings(config) : llama_mappings(config);
 }
 
 std::optional<HfTableSize> hf_table_size(const ModelConfig& config, HfFamily family) {
+  if (is_hf_moe_family(family)) return hf_moe_table_size(config, family);
   // The tables repeat one block per layer: the sizes of a 0- and a 1-layer model give the rest.
   ModelConfig c = config;
   HfTableSize sizes[2];

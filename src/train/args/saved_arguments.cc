@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "train/args/flag_table.h"
+#include "train/args/moe_arguments.h"
 
 namespace gpt {
 namespace {
@@ -69,7 +70,9 @@ absl::Status validate_saved_arguments(const std::string& saved) {
   // The constraints of the values the text states (an import states no --micro-batch-size, whose
   // default 0 only a command line must replace).
   for (const FlagRow* row : stated) GPT_RETURN_IF_ERROR(check_flag_constraint(*row, a));
-  return validate_model_arguments(a);
+  GPT_RETURN_IF_ERROR(validate_model_arguments(a));
+  // The mixture-of-experts rules on what the text states (an import's Mixtral / Qwen3-MoE flags).
+  return validate_moe_arguments(a);
 }
 
 }  // namespace gpt
