@@ -1,5 +1,7 @@
 #include "generate/checkpoint_moe.h"
 
+#include "model/param_registry.h"
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -70,8 +72,6 @@ std::vector<MoeLoss> saved_losses(const std::map<std::string, std::string>& args
 }
 
 }  // namespace
-
-std::string expert_bias_name(int64_t layer) { return absl::StrCat("decoder.layers.", layer, ".mlp.router.expert_bias"); }
 
 absl::StatusOr<MoeConfig> saved_moe_config(const std::map<std::string, std::string>& args, int64_t num_layers,
                                            int64_t ffn_hidden_size) {
