@@ -127,6 +127,9 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
     c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.kv_channels) * percent);
     c.rotary_base = static_cast<float>(base);
     c.rotary_interleaved = argument_true(args, "--rotary-interleaved");
+    c.rope_scaling.enabled = argument_true(args, "--use-rope-scaling");
+    GPT_ASSIGN_OR_RETURN(const double factor, argument_double(args, "--rope-scaling-factor", 8.0));
+    c.rope_scaling.factor = static_cast<float>(factor);
   } else if (position == "learned_absolute" && !argument_true(args, "--no-position-embedding")) {
     c.position_embedding = PositionEmbedding::kLearnedAbsolute;
   } else {
@@ -136,6 +139,7 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
       argument_text(args, "--normalization", "LayerNorm") == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
   c.swiglu = argument_true(args, "--swiglu");
   c.add_bias_linear = !argument_true(args, "--disable-bias-linear");
+  c.add_qkv_bias = argument_true(args, "--add-qkv-bias");
   c.squared_relu = argument_true(args, "--squared-relu");
   c.exact_gelu = !c.swiglu && !c.squared_relu && (!c.add_bias_linear || argument_true(args, "--no-bias-gelu-fusion"));
   c.layernorm_zero_centered_gamma = argument_true(args, "--apply-layernorm-1p");
