@@ -55,6 +55,14 @@ std::map<std::string, std::string> saved_arguments(const CheckpointReader& reade
   for (auto& [flag, value] : values) {
     if (value.size() >= 2 && value.front() == '\'' && value.back() == '\'') value = value.substr(1, value.size() - 2);
   }
+  if (argument_true(values, kTokenizerInCheckpointArgument)) {
+    for (const char* flag : {"--vocab-file", "--merge-file", "--tokenizer-model"}) {
+      auto it = values.find(flag);
+      if (it != values.end() && !it->second.empty() && std::filesystem::path(it->second).is_relative()) {
+        it->second = (std::filesystem::path(reader.directory()) / it->second).string();
+      }
+    }
+  }
   return values;
 }
 
@@ -64,7 +72,10 @@ absl::StatusOr<int64_t> real_vocabulary_size(const std::map<std::string, std::st
   const bool mock = argument_true(args, "--mock-data");
   int64_t vocab = 0;
   std::string how;
-  if (mock || tokenizer == "NullTokenizer") {
+  if (args.count(kHfVocabSizeArgument)) {
+    GPT_ASSIGN_OR_RETURN(vocab, saved_argument_int(args, kHfVocabSizeArgument));
+    how = "the imported config.json's vocab_size";
+  } else if (mock || tokenizer == "NullTokenizer") {
     GPT_ASSIGN_OR_RETURN(vocab, saved_argument_int(args, "--vocab-size"));
     if (!mock) ++vocab;
     how = mock ? "--mock-data --vocab-size" : "NullTokenizer --vocab-size + 1";

@@ -2,7 +2,6 @@
 
 #include <simdjson.h>
 
-#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/checkpoint_files.h"
 #include "generate/checkpoint_model.h"
+#include "hf/hf_config.h"
+#include "hf/hf_tokenizer_files.h"
 #include "hf/json_config.h"
 #include "hf/safetensors.h"
 #include "model/param_registry.h"
@@ -31,13 +32,17 @@ int64_t volume(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// The shortest decimal text that reads back as the same float.
-std::string float_text(float value) {
-  char buffer[32];
-  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  std::string text(buffer, result.ptr);
-  if (text.find_first_of(".en") == std::string::npos) text += ".0";
-  return text;
+const char* hf_architecture(HfFamily family) {
+  switch (family) {
+    case HfFamily::kGpt2: return "GPT2LMHeadModel";
+    case HfFamily::kLlama: return "LlamaForCausalLM";
+    case HfFamily::kQwen2: return "Qwen2ForCausalLM";
+  }
+  return "";
+}
+
+absl::Status refuse(const std::string& path, const std::string& why) {
+  return absl::FailedPreconditionError(absl::StrCat(path, ": ", why, " does not map to this program's models"));
 }
 
 bool is_nonempty_directory(const std::string& path) {
@@ -101,7 +106,9 @@ std::vector<HfMapping> llama_mappings(const ModelConfig& c) {
     return [h, row](int64_t i) { return row(i / h) * h + i % h; };
   };
   m.push_back({"model.embed_tokens.weight", {v, h}, kWordEmbeddingName, identity()});
-  const bool bias = c.add_bias_linear;
+  // Biases: q, k and v with --add-qkv-bias (Qwen2) or with every linear's (Llama's attention_bias =
+  // mlp_bias); o_proj and the MLP with every linear's.
+  const bool bias = c.add_bias_linear, qkv_bias = c.has_qkv_bias();
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     const std::string ours = absl::StrCat("decoder.layers.", layer, ".");
     const std::string hf = absl::StrCat("model.layers.", layer, ".");
@@ -110,7 +117,7 @@ std::vector<HfMapping> llama_mappings(const ModelConfig& c) {
     m.push_back({hf + "self_attn.q_proj.weight", {heads * d, h}, qkv + "weight", rows_of(query_row)});
     m.push_back({hf + "self_attn.k_proj.weight", {groups * d, h}, qkv + "weight", rows_of(key_row)});
     m.push_back({hf + "self_attn.v_proj.weight", {groups * d, h}, qkv + "weight", rows_of(value_row)});
-    if (bias) {
+    if (qkv_bias) {
       m.push_back({hf + "self_attn.q_proj.bias", {heads * d}, qkv + "bias", query_row});
       m.push_back({hf + "self_attn.k_proj.bias", {groups * d}, qkv + "bias", key_row});
       m.push_back({hf + "self_attn.v_proj.bias", {groups * d}, qkv + "bias", value_row});
@@ -131,199 +138,6 @@ std::vector<HfMapping> llama_mappings(const ModelConfig& c) {
   m.push_back({"model.norm.weight", {h}, "decoder.final_layernorm.weight", identity()});
   if (c.untie_embeddings_and_output_weights) m.push_back({"lm_head.weight", {v, h}, "output_layer.weight", identity()});
   return m;
-}
-
-// ---- config.json ----------------------------------------------------------------------------------
-
-// A Hugging Face tokenizer's special ids as an import records them (generate/checkpoint_model.h).
-struct SpecialTokens {
-  std::vector<int64_t> eos;
-  std::optional<int64_t> bos;
-};
-
-std::string config_json(const ModelConfig& c, HfFamily family, const SpecialTokens& special) {
-  std::ostringstream o;
-  // The tokenizer's ids an import recorded (generation stops at eos_token_id).
-  std::string ids;
-  if (!special.eos.empty()) {
-    const std::string eos = special.eos.size() == 1 ? absl::StrCat(special.eos[0])
-                                                    : absl::StrCat("[", absl::StrJoin(special.eos, ", "), "]");
-    absl::StrAppend(&ids, "  \"eos_token_id\": ", eos, ",\n");
-  }
-  if (special.bos) absl::StrAppend(&ids, "  \"bos_token_id\": ", *special.bos, ",\n");
-  const char* tie = c.untie_embeddings_and_output_weights ? "false" : "true";
-  if (family == HfFamily::kGpt2) {
-    o << "{\n" << ids << "  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-      << "  \"vocab_size\": " << c.vocab_size << ",\n  \"n_positions\": " << c.max_position_embeddings
-      << ",\n  \"n_ctx\": " << c.max_position_embeddings << ",\n  \"n_embd\": " << c.hidden_size
-      << ",\n  \"n_layer\": " << c.num_layers << ",\n  \"n_head\": " << c.num_attention_heads
-      << ",\n  \"n_inner\": " << c.ffn_hidden_size << ",\n  \"layer_norm_epsilon\": " << float_text(c.layernorm_epsilon)
-      << ",\n  \"activation_function\": \"" << (c.exact_gelu ? "gelu" : "gelu_new") << "\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
-      << "  \"attn_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": " << tie
-      << ",\n  \"torch_dtype\": \"float32\"\n}\n";
-  } else {
-    const char* bias = c.add_bias_linear ? "true" : "false";
-    o << "{\n" << ids << "  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
-      << "  \"vocab_size\": " << c.vocab_size << ",\n  \"hidden_size\": " << c.hidden_size
-      << ",\n  \"intermediate_size\": " << c.ffn_hidden_size << ",\n  \"num_hidden_layers\": " << c.num_layers
-      << ",\n  \"num_attention_heads\": " << c.num_attention_heads << ",\n  \"num_key_value_heads\": " << c.query_groups()
-      << ",\n  \"head_dim\": " << c.kv_channels << ",\n  \"max_position_embeddings\": " << c.max_position_embeddings
-      << ",\n  \"rms_norm_eps\": " << float_text(c.layernorm_epsilon) << ",\n  \"rope_theta\": " << float_text(c.rotary_base)
-      << ",\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": " << bias
-      << ",\n  \"mlp_bias\": " << bias << ",\n  \"attention_dropout\": 0.0,\n  \"tie_word_embeddings\": " << tie
-      << ",\n  \"torch_dtype\": \"float32\"\n}\n";
-  }
-  return o.str();
-}
-
-absl::Status refuse(const std::string& path, const std::string& why) {
-  return absl::FailedPreconditionError(absl::StrCat(path, ": ", why, " does not map to this program's models"));
-}
-
-absl::StatusOr<std::pair<ModelConfig, HfFamily>> model_from_config(const JsonConfig& j, const HfImportOptions& options) {
-  ModelConfig c;
-  HfFamily family;
-  const std::string type = j.text("model_type", "");
-  if (type == "gpt2") {
-    family = HfFamily::kGpt2;
-    GPT_ASSIGN_OR_RETURN(c.hidden_size, j.integer("n_embd"));
-    GPT_ASSIGN_OR_RETURN(c.num_layers, j.integer("n_layer"));
-    GPT_ASSIGN_OR_RETURN(c.num_attention_heads, j.integer("n_head"));
-    GPT_ASSIGN_OR_RETURN(c.max_position_embeddings, j.integer("n_positions"));
-    GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, j.integer("n_inner", 4 * c.hidden_size));
-    GPT_ASSIGN_OR_RETURN(const double eps, j.number("layer_norm_epsilon", 1e-5));
-    c.layernorm_epsilon = static_cast<float>(eps);
-    const std::string act = j.text("activation_function", "gelu_new");
-    if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
-      return refuse(j.path(), absl::StrCat("activation_function \"", act, "\" (only the tanh GeLU, gelu_new)"));
-    }
-    GPT_ASSIGN_OR_RETURN(const bool tie, j.boolean("tie_word_embeddings", true));
-    c.untie_embeddings_and_output_weights = !tie;
-    GPT_ASSIGN_OR_RETURN(const bool scale, j.boolean("scale_attn_weights", true));
-    GPT_ASSIGN_OR_RETURN(const bool by_layer, j.boolean("scale_attn_by_inverse_layer_idx", false));
-    GPT_ASSIGN_OR_RETURN(const bool cross, j.boolean("add_cross_attention", false));
-    if (!scale || by_layer || cross) {
-      return refuse(j.path(), "scale_attn_weights false, scale_attn_by_inverse_layer_idx or add_cross_attention");
-    }
-    if (c.num_attention_heads < 1 || c.hidden_size % c.num_attention_heads != 0) {
-      return absl::DataLossError(absl::StrCat(j.path(), ": n_embd is not a multiple of n_head"));
-    }
-    c.kv_channels = c.hidden_size / c.num_attention_heads;
-    c.position_embedding = PositionEmbedding::kLearnedAbsolute;
-  } else if (type == "llama") {
-    family = HfFamily::kLlama;
-    GPT_ASSIGN_OR_RETURN(c.hidden_size, j.integer("hidden_size"));
-    GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, j.integer("intermediate_size"));
-    GPT_ASSIGN_OR_RETURN(c.num_layers, j.integer("num_hidden_layers"));
-    GPT_ASSIGN_OR_RETURN(c.num_attention_heads, j.integer("num_attention_heads"));
-    if (c.num_attention_heads < 1) return absl::DataLossError(absl::StrCat(j.path(), ": num_attention_heads < 1"));
-    GPT_ASSIGN_OR_RETURN(const int64_t kv_heads, j.integer("num_key_value_heads", c.num_attention_heads));
-    GPT_ASSIGN_OR_RETURN(c.kv_channels, j.integer("head_dim", c.hidden_size / c.num_attention_heads));
-    GPT_ASSIGN_OR_RETURN(c.max_position_embeddings, j.integer("max_position_embeddings"));
-    GPT_ASSIGN_OR_RETURN(const double eps, j.number("rms_norm_eps", 1e-6));
-    GPT_ASSIGN_OR_RETURN(const double theta, j.number("rope_theta", 10000.0));
-    c.layernorm_epsilon = static_cast<float>(eps);
-    c.rotary_base = static_cast<float>(theta);
-    if (j.has("rope_scaling")) return refuse(j.path(), "rope_scaling (only plain RoPE)");
-    const std::string act = j.text("hidden_act", "silu");
-    if (act != "silu") return refuse(j.path(), absl::StrCat("hidden_act \"", act, "\" (only SwiGLU's silu)"));
-    GPT_ASSIGN_OR_RETURN(const bool attention_bias, j.boolean("attention_bias", false));
-    GPT_ASSIGN_OR_RETURN(const bool mlp_bias, j.boolean("mlp_bias", false));
-    if (attention_bias != mlp_bias) return refuse(j.path(), "attention_bias != mlp_bias (one switch here)");
-    c.add_bias_linear = attention_bias;
-    GPT_ASSIGN_OR_RETURN(const bool tie, j.boolean("tie_word_embeddings", false));
-    c.untie_embeddings_and_output_weights = !tie;
-    if (kv_heads < 1 || c.num_attention_heads % kv_heads != 0) {
-      return absl::DataLossError(absl::StrCat(j.path(), ": num_attention_heads is not a multiple of num_key_value_heads"));
-    }
-    if (kv_heads != c.num_attention_heads) c.num_query_groups = kv_heads;
-    c.position_embedding = PositionEmbedding::kRope;
-    c.rotary_dim = c.kv_channels;
-    c.normalization = Normalization::kRMSNorm;
-    c.swiglu = true;
-  } else {
-    return refuse(j.path(), absl::StrCat("model_type \"", type, "\" (only gpt2 and llama)"));
-  }
-  GPT_ASSIGN_OR_RETURN(c.vocab_size, j.integer("vocab_size"));
-  if (c.vocab_size < 1 || c.num_layers < 1 || c.hidden_size < 1 || c.kv_channels < 1 || c.ffn_hidden_size < 1 ||
-      c.max_position_embeddings < 1) {
-    return absl::DataLossError(absl::StrCat(j.path(), ": a size is 0"));
-  }
-  c.seq_length = c.max_position_embeddings;
-  c.padded_vocab_size = padded_vocab_size(c.vocab_size, options.make_vocab_size_divisible_by, options.tensor_parallel);
-  return std::make_pair(c, family);
-}
-
-// eos_token_id (an id or a list) and bos_token_id: config.json's, each overridden by
-// generation_config.json's when that file gives it (transformers' generate reads the latter).
-absl::StatusOr<SpecialTokens> special_tokens(const std::string& hf_dir, const JsonConfig& config, int64_t vocab) {
-  SpecialTokens special;
-  std::optional<JsonConfig> generation;
-  std::error_code error;
-  const fs::path generation_path = fs::path(hf_dir) / "generation_config.json";
-  if (fs::exists(generation_path, error)) {
-    GPT_ASSIGN_OR_RETURN(generation, JsonConfig::read(generation_path.string()));
-  }
-  for (const JsonConfig* j : {&config, generation ? static_cast<const JsonConfig*>(&*generation) : nullptr}) {
-    if (j == nullptr) continue;
-    GPT_ASSIGN_OR_RETURN(std::vector<int64_t> eos, j->integers("eos_token_id"));
-    GPT_ASSIGN_OR_RETURN(std::vector<int64_t> bos, j->integers("bos_token_id"));
-    for (const auto& [ids, key] : {std::pair{&eos, "eos_token_id"}, std::pair{&bos, "bos_token_id"}}) {
-      for (int64_t id : *ids) {
-        if (id < 0 || id >= vocab) {
-          return absl::DataLossError(absl::StrCat(j->path(), ": \"", key, "\" ", id, " is not in [0, ", vocab, ")"));
-        }
-      }
-    }
-    if (bos.size() > 1) return absl::DataLossError(absl::StrCat(j->path(), ": \"bos_token_id\" is a list"));
-    if (!eos.empty()) special.eos = eos;
-    if (!bos.empty()) special.bos = bos[0];
-  }
-  return special;
-}
-
-// The saved arguments an imported checkpoint carries (canonical_arguments' spelling of the flags
-// --load compares, and what generate and export read).
-std::string import_arguments(const ModelConfig& c, HfFamily family, const HfImportOptions& options,
-                             const SpecialTokens& special) {
-  auto b = [](bool v) { return v ? "true" : "false"; };
-  char eps[40];
-  std::snprintf(eps, sizeof(eps), "%.17g", static_cast<double>(c.layernorm_epsilon));
-  const bool rope = c.position_embedding == PositionEmbedding::kRope;
-  std::vector<std::string> lines = {
-      absl::StrCat("--num-layers ", c.num_layers),
-      absl::StrCat("--hidden-size ", c.hidden_size),
-      absl::StrCat("--ffn-hidden-size ", c.ffn_hidden_size),
-      absl::StrCat("--num-attention-heads ", c.num_attention_heads),
-      absl::StrCat("--kv-channels ", c.kv_channels),
-      absl::StrCat("--seq-length ", c.seq_length),
-      absl::StrCat("--max-position-embeddings ", c.max_position_embeddings),
-      absl::StrCat("--make-vocab-size-divisible-by ", options.make_vocab_size_divisible_by * options.tensor_parallel),
-      absl::StrCat("--untie-embeddings-and-output-weights ", b(c.untie_embeddings_and_output_weights)),
-      absl::StrCat("--norm-epsilon ", eps),
-      absl::StrCat("--position-embedding-type '", rope ? "rope" : "learned_absolute", "'"),
-      absl::StrCat("--normalization '", c.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm", "'"),
-      "--no-position-embedding false",
-      "--rotary-percent 1",
-      absl::StrCat("--rotary-base ", float_text(c.rotary_base)),
-      absl::StrCat("--swiglu ", b(c.swiglu)),
-      absl::StrCat("--group-query-attention ", b(c.num_query_groups > 0)),
-      absl::StrCat("--num-query-groups ", c.query_groups()),
-      absl::StrCat("--disable-bias-linear ", b(!c.add_bias_linear)),
-      "--mock-data false",
-  };
-  if (family == HfFamily::kGpt2 && c.vocab_size == kGpt2BpeVocabularySize) {
-    lines.push_back("--tokenizer-type 'GPT2BPETokenizer'");
-    lines.push_back("--vocab-size 0");
-  } else {
-    // NullTokenizer: the real vocabulary is --vocab-size + 1 (Megatron adds the end-of-document id).
-    lines.push_back("--tokenizer-type 'NullTokenizer'");
-    lines.push_back(absl::StrCat("--vocab-size ", c.vocab_size - 1));
-  }
-  // Not flags of pretrain_gpt: the Hugging Face tokenizer's ids, for generate and export.
-  if (!special.eos.empty()) lines.push_back(absl::StrCat(kHfEosArgument, " '", absl::StrJoin(special.eos, ","), "'"));
-  if (special.bos) lines.push_back(absl::StrCat(kHfBosArgument, " ", *special.bos));
-  return absl::StrJoin(lines, "\n") + "\n";
 }
 
 }  // namespace
@@ -350,7 +164,8 @@ absl::StatusOr<HfFamily> hf_family(const ModelConfig& c) {
           "LlamaForCausalLM has no per-head query and key norms (--qk-layernorm); this program exports none of the "
           "architectures that have them (Qwen3, OLMo2)");
     }
-    return HfFamily::kLlama;
+    // Biases on q, k and v alone are Qwen2's (Llama's attention_bias also covers o_proj).
+    return c.has_qkv_bias() && !c.add_bias_linear ? HfFamily::kQwen2 : HfFamily::kLlama;
   }
   return absl::FailedPreconditionError(
       "neither GPT-2 (learned positions, LayerNorm, GeLU) nor Llama (RoPE, RMSNorm, SwiGLU): no Hugging Face "
@@ -435,22 +250,24 @@ absl::Status hf_export(const std::string& checkpoint, const std::string& output_
     if (!written.ok()) return fail(written);
   }
   // The recorded Hugging Face ids, or GPT-2's <|endoftext|> (HF's gpt2 config gives it as both).
-  SpecialTokens special{.eos = {model.hf_eos_ids.begin(), model.hf_eos_ids.end()}, .bos = model.hf_bos_id};
+  HfSpecialTokens special{.eos = {model.hf_eos_ids.begin(), model.hf_eos_ids.end()}, .bos = model.hf_bos_id};
   if (special.eos.empty() && model.tokenizer_type == "GPT2BPETokenizer") {
     special.eos = {kGpt2BpeVocabularySize - 1};
     special.bos = kGpt2BpeVocabularySize - 1;
   }
-  absl::Status written = write_text("config.json", config_json(c, family, special));
+  absl::Status written = write_text("config.json", hf_config_json(c, family, special));
   if (!written.ok()) return fail(written);
+  const absl::StatusOr<std::string> tokenizer = hf_export_tokenizer(model, temporary);
+  if (!tokenizer.ok()) return fail(tokenizer.status());
   fs::remove_all(trimmed, error);  // an empty directory given as the output
   fs::rename(temporary, trimmed, error);
   if (error) return fail(absl::DataLossError(absl::StrCat("cannot rename ", temporary, " to ", trimmed, ": ", error.message())));
   std::printf("exported %s (iteration %lld) to %s: %s, %zu tensors, %lld bytes of FP32 in %zu safetensors file%s%s, "
-              "vocabulary %lld (padded %lld)\n",
+              "vocabulary %lld (padded %lld); tokenizer: %s\n",
               model.directory.c_str(), static_cast<long long>(model.iteration), trimmed.c_str(),
-              family == HfFamily::kGpt2 ? "GPT2LMHeadModel" : "LlamaForCausalLM", mappings.size(),
+              hf_architecture(family), mappings.size(),
               static_cast<long long>(total_bytes), n, n > 1 ? "s" : "", n > 1 ? " + model.safetensors.index.json" : "",
-              static_cast<long long>(c.vocab_size), static_cast<long long>(c.padded_vocab_size));
+              static_cast<long long>(c.vocab_size), static_cast<long long>(c.padded_vocab_size), tokenizer->c_str());
   return absl::OkStatus();
 }
 
@@ -520,7 +337,7 @@ absl::StatusOr<std::map<std::string, std::vector<float>>> read_hf_tensors(
     auto it = found.find(m.hf_name);
     if (it == found.end()) {
       return absl::NotFoundError(absl::StrCat(hf_dir, ": no tensor '", m.hf_name, "' (", json.path(), " describes a ",
-                                              family == HfFamily::kGpt2 ? "GPT-2" : "Llama", " model that has it)"));
+                                              hf_architecture(family), " model that has it)"));
     }
     const SafetensorsEntry& entry = it->second.first->entries().at(it->second.second);
     if (entry.shape != m.hf_shape) {
@@ -535,7 +352,7 @@ absl::StatusOr<std::map<std::string, std::vector<float>>> read_hf_tensors(
                         (name == "lm_head.weight" && !c.untie_embeddings_and_output_weights);
     if (!buffer) {
       return refuse(where.first->path(), absl::StrCat("tensor '", where.second, "' (not part of the ",
-                                                      family == HfFamily::kGpt2 ? "GPT-2" : "Llama", " layout)"));
+                                                      hf_architecture(family), " layout)"));
     }
   }
   // Our tensors (padding rows of the vocabulary stay 0).
@@ -554,7 +371,7 @@ absl::StatusOr<std::map<std::string, std::vector<float>>> read_hf_tensors(
 // the tracker; on failure removes what it made. Returns the iteration directory.
 absl::StatusOr<std::string> write_imported_checkpoint(const std::string& save_dir, const ModelConfig& c,
                                                       const std::map<std::string, std::vector<float>>& ours,
-                                                      const std::string& arguments) {
+                                                      const std::string& arguments, const HfFoundTokenizer& tokenizer) {
   std::error_code error;
   const bool created = !fs::exists(save_dir, error);
   const std::string temporary = (fs::path(save_dir) / (iteration_directory_name(0) + ".tmp")).string();
@@ -594,6 +411,7 @@ absl::StatusOr<std::string> write_imported_checkpoint(const std::string& save_di
   metadata.params_dtype = "float32";
   metadata.arguments = arguments;
   status = write_index(temporary, {shard}, metadata);
+  if (status.ok()) status = hf_copy_tokenizer(tokenizer, temporary);
   if (!status.ok()) return fail(status);
   const std::string final_directory = (fs::path(save_dir) / iteration_directory_name(0)).string();
   fs::rename(temporary, final_directory, error);
@@ -616,18 +434,21 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
     return absl::InvalidArgumentError("--make-vocab-size-divisible-by and --tensor-model-parallel-size must be >= 1");
   }
   GPT_ASSIGN_OR_RETURN(const JsonConfig json, JsonConfig::read((fs::path(hf_dir) / "config.json").string()));
-  GPT_ASSIGN_OR_RETURN(const auto parsed, model_from_config(json, options));
+  GPT_ASSIGN_OR_RETURN(const auto parsed, hf_model_from_config(json, options));
   const auto& [c, family] = parsed;
-  GPT_ASSIGN_OR_RETURN(const SpecialTokens special, special_tokens(hf_dir, json, c.vocab_size));
+  GPT_ASSIGN_OR_RETURN(const HfSpecialTokens special, hf_special_tokens(hf_dir, json, c.vocab_size));
+  const HfFoundTokenizer tokenizer = hf_find_tokenizer(hf_dir, family, c.vocab_size);
   const std::vector<HfMapping> mappings = hf_mappings(c, family);
   GPT_ASSIGN_OR_RETURN(const SafetensorsLayout layout, safetensors_layout(hf_dir));
   GPT_ASSIGN_OR_RETURN(const auto ours, read_hf_tensors(hf_dir, layout, json, c, family, mappings));
   GPT_ASSIGN_OR_RETURN(const std::string final_directory,
-                       write_imported_checkpoint(save_dir, c, ours, import_arguments(c, family, options, special)));
+                       write_imported_checkpoint(save_dir, c, ours,
+                                                 hf_import_arguments(c, family, options, special, tokenizer.record),
+                                                 tokenizer));
   const std::vector<std::string>& files = layout.files;
   std::printf("imported %s (%s, %zu tensors, %zu safetensors file%s) into %s: %lld layers, hidden %lld, heads %lld, "
               "groups %lld, vocabulary %lld padded to %lld; load with --load %s --finetune\n",
-              hf_dir.c_str(), family == HfFamily::kGpt2 ? "gpt2" : "llama", mappings.size(), files.size(),
+              hf_dir.c_str(), hf_architecture(family), mappings.size(), files.size(),
               files.size() > 1 ? "s" : "", final_directory.c_str(), static_cast<long long>(c.num_layers),
               static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_attention_heads),
               static_cast<long long>(c.query_groups()), static_cast<long long>(c.vocab_size),
@@ -637,6 +458,7 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
                 special.eos.empty() ? "none" : absl::StrJoin(special.eos, ",").c_str(),
                 special.bos ? std::to_string(*special.bos).c_str() : "none");
   }
+  std::printf("tokenizer: %s\n", tokenizer.note.c_str());
   return absl::OkStatus();
 }
 
