@@ -76,10 +76,13 @@ class JsonConfig {
       return values;
     }
     simdjson::dom::array list;
-    bool ok = root_[key].get_array().get(list) == simdjson::SUCCESS;
-    for (simdjson::dom::element e : list) {
-      if (!ok || e.get_int64().get(v) != simdjson::SUCCESS) break;
-      values.push_back(v);
+    const bool ok = root_[key].get_array().get(list) == simdjson::SUCCESS;
+    // (A default array is not to be iterated: only a parsed one.)
+    if (ok) {
+      for (simdjson::dom::element e : list) {
+        if (e.get_int64().get(v) != simdjson::SUCCESS) break;
+        values.push_back(v);
+      }
     }
     if (!ok || values.size() != list.size()) {
       return absl::DataLossError(absl::StrCat(path_, ": \"", key, "\" is neither an integer nor a list of integers"));
