@@ -751,6 +751,25 @@ TEST_F(OpsTest, RopeForwardBackwardPackingsAndWidths) {
   }
 }
 
+// Llama 3.1's frequency scaling (--use-rope-scaling): the GPU rotates by the frequencies the CPU
+// uses (rope_inverse_frequencies, computed on the host for both), at a context-parallel offset.
+TEST_F(OpsTest, RopeWithLlama31ScalingMatchesTheCpu) {
+  RopeScaling scaling;
+  scaling.enabled = true;
+  const RopeFrequencies frequencies(500000.0f, scaling);
+  for (DType t : kTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    const Shape shape{300, 2, 2, 4 * 128};
+    Twin qkv = make(t, shape);
+    ops::rope_forward(cpu_, qkv.cpu, 128, 128, frequencies, 7, false);
+    ops::rope_forward(*gpu_, qkv.gpu, 128, 128, frequencies, 7, false);
+    EXPECT_LE(error(qkv), tolerance(t));
+    ops::rope_backward(cpu_, qkv.cpu, 128, 128, frequencies, 7, false);
+    ops::rope_backward(*gpu_, qkv.gpu, 128, 128, frequencies, 7, false);
+    EXPECT_LE(error(qkv), tolerance(t));
+  }
+}
+
 // Dropout masks are the CPU reference's bit for bit (the same dropout_keeps of the same global
 // coordinates): vector path and scalar path (h not a multiple of 4 or of the pack, misaligned
 // views), with and without the bias, in place, backward with the same mask, offsets of a
