@@ -215,8 +215,8 @@ Outcome run_case(const std::vector<std::string>& argv, int64_t world_size, const
 // --no-check-for-nan-in-loss-and-grad from 1, issue 32's Megatron checkpoint, scheduler and
 // architecture flags from 3, this session's merge of FP16, FP8, ZeRO-2, context parallelism, Slurm,
 // zero-bubble and Megatron flags from 1, --hierarchical-context-parallel-sizes and --cp-comm-type
-// a2a+p2p from 1).
-constexpr int64_t kDefaultSeed = 2;
+// a2a+p2p from 1, --add-qkv-bias, --use-rope-scaling and --rope-scaling-factor from 2).
+constexpr int64_t kDefaultSeed = 3;
 
 int64_t env_or(const char* name, int64_t fallback) {
   const char* text = std::getenv(name);
