@@ -366,11 +366,13 @@ int main(int argc, char** argv) {
                                                    "in Hugging Face GPT-2's layout (Conv1D weights, tied lm_head omitted)");
   for (CLI::App* command : {inspect, verify, export_}) {
     command->add_option("CHECKPOINT", directory, "Save directory or iter_<7 digits> directory")->required();
-    command->add_option("--iteration", iteration, "Iteration to open in a save directory (default: the tracker's)");
+    command->add_option("--iteration", iteration, "Iteration to open in a save directory (default: the tracker's)")
+        ->transform(gpt::decimal_integer(0));
   }
   CLI::Option* export_output = export_->add_option("--output,-o", output, "The safetensors file to write")->required();
   export_->add_option("--vocab-size", vocab_size,
-                      "Real (unpadded) vocabulary size, when the saved arguments do not tell it");
+                      "Real (unpadded) vocabulary size, when the saved arguments do not tell it")
+      ->transform(gpt::decimal_integer(1));
   gpt::HfCommands hf(app, export_, export_output);
   if (const std::optional<int> exit_status = gpt::parse_command_line(app, argc, argv)) return *exit_status;
   if (std::optional<absl::Status> status = hf.run(directory, iteration, vocab_size, output)) return gpt::report(*status);

@@ -11,6 +11,7 @@
 #include "CLI/CLI.hpp"
 #include "core/status.h"
 #include "hf/hf_checkpoint.h"
+#include "train/args/numeric_flags.h"
 
 namespace gpt {
 
@@ -27,15 +28,15 @@ class HfCommands {
     dir->excludes(export_output);
     export_->add_option("--max-shard-size", export_options_.max_shard_bytes,
                         "With --output-dir: bytes per safetensors file (default 5 GiB)")
-        ->check(CLI::PositiveNumber);
+        ->transform(decimal_integer(1));
     import_ = app.add_subcommand("import", "Turn a Hugging Face GPT-2, Llama or Qwen2 directory (config.json, safetensors, tokenizer) into "
                                            "a checkpoint of this program (iteration 0; load with --load DIR --finetune)");
     import_->add_option("HF_DIR", hf_dir_, "Hugging Face model directory")->required();
     import_->add_option("--output,-o", save_dir_, "The save directory to create")->required();
     import_->add_option("--make-vocab-size-divisible-by", import_options_.make_vocab_size_divisible_by,
-                        "Pad the vocabulary as pretrain_gpt will (default 128)")->check(CLI::PositiveNumber);
+                        "Pad the vocabulary as pretrain_gpt will (default 128)")->transform(decimal_integer(1));
     import_->add_option("--tensor-model-parallel-size", import_options_.tensor_parallel,
-                        "... for this TP size (the padding is a multiple of both; default 1)")->check(CLI::PositiveNumber);
+                        "... for this TP size (the padding is a multiple of both; default 1)")->transform(decimal_integer(1));
   }
 
   // The status of the command when it is one of these, nullopt otherwise.

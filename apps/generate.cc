@@ -40,6 +40,7 @@
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/comm/world_agreement.h"
 #include "parallel/mpi_grid.h"
+#include "train/args/numeric_flags.h"
 
 namespace gpt {
 namespace {
@@ -52,7 +53,7 @@ struct Options {
   int64_t max_new_tokens = 32;
   SamplingOptions sampling;
   std::string vocab_file, merge_file, tokenizer_model;
-  int threads = 0;
+  std::optional<int> threads;  // nullopt: the node's cores shared among its ranks
   bool print_ids = false;
   bool check_uncached = false;
   bool ignore_eod = false;
@@ -248,8 +249,8 @@ absl::Status prepare(const Options& o, const std::vector<std::string>& texts, Ch
 
 // The node's cores shared among its ranks.
 int thread_count(const Options& o) {
-  return o.threads > 0 ? o.threads
-                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_world_size()));
+  return o.threads ? *o.threads
+                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_world_size()));
 }
 
 absl::Status check_device(const Options& o) {
@@ -496,38 +497,47 @@ int main(int argc, char** argv) {
                "generate"};
   gpt::Options o;
   app.add_option("CHECKPOINT", o.checkpoint, "Save directory or iter_<7 digits> directory")->required();
-  app.add_option("--iteration", o.iteration, "Iteration to open in a save directory (default: the tracker's)");
+  app.add_option("--iteration", o.iteration, "Iteration to open in a save directory (default: the tracker's)")
+      ->transform(gpt::decimal_integer(0));
   app.add_option("--prompt", o.prompts, "A prompt (repeat for a batch); text, or token ids without a text tokenizer");
   app.add_option("--prompt-file", o.prompt_file, "Prompts, one per line ('-': stdin; the default without --prompt)");
   app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate per prompt (default 32)")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(gpt::decimal_integer(0));
   app.add_flag("--greedy", o.sampling.greedy, "Argmax decoding (also --temperature 0)");
-  app.add_option("--temperature", o.sampling.temperature, "Sampling temperature (default 1; 0: greedy)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--top-k", o.sampling.top_k, "Sample among the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
-  app.add_option("--top-p", o.sampling.top_p, "Nucleus sampling: the most likely tokens up to mass p (1: all)")
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--seed", o.sampling.seed, "Sampling seed (same seed, same text; default 1234)");
+  app.add_option("--temperature", o.sampling.temperature, "Sampling temperature, from 0 to 1e30 (default 1; 0: greedy)")
+      ->transform(gpt::number_in(gpt::NumberRange::from_to(0, 1e30)));
+  app.add_option("--top-k", o.sampling.top_k, "Sample among the k most likely tokens (0: all)")
+      ->transform(gpt::decimal_integer(0));
+  app.add_option("--top-p", o.sampling.top_p,
+                 "Nucleus sampling: the most likely tokens up to mass p, from 0 to 1 (1: all)")
+      ->transform(gpt::number_in(gpt::NumberRange::from_to(0, 1)));
+  app.add_option("--seed", o.sampling.seed, "Sampling seed, a decimal integer from 0 (same seed, same text; default 1234)")
+      ->transform(gpt::decimal_integer(0));
   app.add_option("--vocab-file", o.vocab_file, "GPT-2 vocab.json / encoder.json (default: the checkpoint's)");
   app.add_option("--merge-file", o.merge_file, "GPT-2 merges.txt / vocab.bpe (default: the checkpoint's)");
   app.add_option("--tokenizer-model", o.tokenizer_model,
                  "SentencePiece model or Hugging Face tokenizer.json / directory (default: the checkpoint's)");
-  app.add_option("--vocab-size", o.vocab_size, "Real (unpadded) vocabulary size, when the saved arguments do not tell it");
-  app.add_option("--threads", o.threads, "BLAS threads (default: every core)");
+  app.add_option("--vocab-size", o.vocab_size, "Real (unpadded) vocabulary size, when the saved arguments do not tell it")
+      ->transform(gpt::decimal_integer(1));
+  app.add_option("--threads", o.threads, "BLAS threads, 1 to 4096 (default: the node's cores shared among its ranks)")
+      ->transform(gpt::decimal_integer(1, 4096));
   app.add_flag("--prompt-ids", o.prompt_ids, "Prompts are token ids separated by spaces, also with a text tokenizer");
   app.add_option("--logits-file", o.logits_file,
                  "Write every step's logits (real vocabulary, FP32): the prefill's row per prompt, then each decode "
                  "step's row per live sequence");
   app.add_flag("--print-ids", o.print_ids, "Also print the generated token ids");
   app.add_option("--eod-id", o.eod_id,
-                 "Stop at this token instead (default: the tokenizer's end-of-document id; an imported model's eos_token_id)");
+                 "Stop at this token instead (default: the tokenizer's end-of-document id; an imported model's eos_token_id)")
+      ->transform(gpt::decimal_integer(0, std::numeric_limits<int32_t>::max()));
   app.add_flag("--ignore-eod", o.ignore_eod, "Do not stop at the end-of-document token");
   app.add_flag("--check-uncached", o.check_uncached,
                "At every step also run the whole sequence without the cache and report the largest logit difference");
   app.add_option("--tensor-model-parallel-size", o.tensor_parallel,
-                 "Split the model over this many ranks (mpirun -np N; Megatron's column/row-parallel layers)");
+                 "Split the model over this many ranks (mpirun -np N; Megatron's column/row-parallel layers)")
+      ->transform(gpt::decimal_integer(1, std::numeric_limits<int>::max()));
   app.add_option("--pipeline-model-parallel-size", o.pipeline_parallel,
-                 "Refused above 1: generate has no pipeline parallelism (see docs/GENERATION.md)");
+                 "Refused above 1: generate has no pipeline parallelism (see docs/GENERATION.md)")
+      ->transform(gpt::decimal_integer(1, std::numeric_limits<int>::max()));
   app.add_option("--device", o.device,
                  "cpu (default) or cuda: where the linears, norms and activations run (the KV cache stays on the host)")
       ->check(CLI::IsMember({"cpu", "cuda"}));

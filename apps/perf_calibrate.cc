@@ -37,6 +37,7 @@
 #include "perf_calibrate_trainer.h"
 #include "perf_model/calibration.h"
 #include "perf_model/cluster.h"
+#include "train/args/numeric_flags.h"
 
 namespace gpt {
 namespace {
@@ -421,19 +422,25 @@ int main(int argc, char** argv) {
   app.add_flag("--reduced", o.reduced, "a small set (CI): smaller squares, collectives up to 1 MiB");
   app.add_flag("--no-trainer-probes", o.no_trainer_probes,
                "skip the trainer runs that fit the host-overhead terms (they are then written 0)");
-  app.add_option("--repeats", o.repeats, "timed calls per measurement (the median is kept)")
-      ->check(CLI::Range(1, 1000));
-  app.add_option("--peak-tflops", o.peak_tflops, "the datasheet peak (default: the best GEMM measured)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--memory-gib", o.memory_gib, "memory per device (default: this host's RAM)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--hidden-size", o.hidden, "model whose GEMMs are timed")->check(CLI::PositiveNumber);
-  app.add_option("--ffn-hidden-size", o.ffn, "default 4 x hidden")->check(CLI::NonNegativeNumber);
-  app.add_option("--num-attention-heads", o.heads)->check(CLI::PositiveNumber);
-  app.add_option("--seq-length", o.seq)->check(CLI::PositiveNumber);
-  app.add_option("--micro-batch-size", o.micro_batch)->check(CLI::PositiveNumber);
-  app.add_option("--vocab-size", o.vocab)->check(CLI::PositiveNumber);
-  app.add_option("--max-tp", o.max_tp, "GEMM shapes at TP 1, 2, 4, ... up to this")->check(CLI::PositiveNumber);
+  // Every number checked as it is parsed (train/args/numeric_flags.h): decimal, finite, in its range;
+  // an option left out keeps its default (a typed 0 is refused, never read as "the default").
+  const auto positive = gpt::decimal_integer(1, int64_t{1} << 40);
+  app.add_option("--repeats", o.repeats, "timed calls per measurement, 1 to 1000 (the median is kept)")
+      ->transform(gpt::decimal_integer(1, 1000));
+  // Lower bounds as the cluster file's reader takes them (perf_model/cluster.cc: a positive value at
+  // least 1e-9), so that what is written is read back.
+  app.add_option("--peak-tflops", o.peak_tflops,
+                 "the datasheet peak, from 1e-9 to 1e6 (default: the best GEMM measured)")
+      ->transform(gpt::number_in(gpt::NumberRange::from_to(1e-9, 1e6)));
+  app.add_option("--memory-gib", o.memory_gib, "memory per device, from 1e-9 to 1048576 (default: this host's RAM)")
+      ->transform(gpt::number_in(gpt::NumberRange::from_to(1e-9, 1048576)));
+  app.add_option("--hidden-size", o.hidden, "model whose GEMMs are timed")->transform(positive);
+  app.add_option("--ffn-hidden-size", o.ffn, "default 4 x hidden")->transform(positive);
+  app.add_option("--num-attention-heads", o.heads)->transform(positive);
+  app.add_option("--seq-length", o.seq)->transform(positive);
+  app.add_option("--micro-batch-size", o.micro_batch)->transform(positive);
+  app.add_option("--vocab-size", o.vocab)->transform(positive);
+  app.add_option("--max-tp", o.max_tp, "GEMM shapes at TP 1, 2, 4, ... up to this")->transform(positive);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -21,6 +21,7 @@
 #include "perf_model/predict.h"
 #include "perf_model/report.h"
 #include "perf_model/search.h"
+#include "train/args/numeric_flags.h"
 
 namespace {
 
@@ -40,11 +41,14 @@ int main(int argc, char** argv) {
   bool json = false, search = false;
   int top = 10;
   gpt::perf::RunOptions options;
-  app.add_option("--world-size", world_size, "number of GPUs (ranks)")->required();
+  app.add_option("--world-size", world_size, "number of GPUs (ranks), from 1")
+      ->required()
+      ->transform(gpt::decimal_integer(1));
   app.add_option("--cluster", cluster_name, "a shipped cluster (dgx-h100, dgx-a100, cpu) or a cluster file")->required();
   app.add_flag("--json", json, "print one JSON object instead of the report");
   app.add_flag("--search", search, "rank every layout of the model on --world-size that fits in memory");
-  app.add_option("--top", top, "with --search: how many layouts to print")->check(CLI::PositiveNumber);
+  app.add_option("--top", top, "with --search: how many layouts to print, from 1")
+      ->transform(gpt::decimal_integer(1, std::numeric_limits<int>::max()));
   app.add_flag("--tp-comm-overlap", options.tp_comm_overlap,
                "Megatron's TP communication overlap: hide the cluster's tp_comm_overlap_fraction of it");
   app.add_flag("--overlap-cpu-optimizer-d2h-h2d", options.overlap_offload_copies,

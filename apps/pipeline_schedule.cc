@@ -18,12 +18,15 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "cli_parse.h"
 #include "core/status.h"
+#include "core/strict_number.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -31,6 +34,7 @@
 #include "parallel/pipeline/schedule.h"
 #include "parallel/pipeline/simulator.h"
 #include "train/report/pipeline_timeline.h"
+#include "train/args/numeric_flags.h"
 #include "train/schedule_choice.h"
 
 namespace gpt::pipeline {
@@ -48,7 +52,8 @@ struct Options {
   std::string schedule;  // empty: Megatron's choice for the layout
   bool forward_only = false;
   std::string svg;
-  double forward_cost = 1, backward_cost = 2, weight_cost = -1;  // weight < 0: backward / 2
+  double forward_cost = 1, backward_cost = 2;
+  std::optional<double> weight_cost;  // not given: backward / 2
   double p2p_latency = 0, p2p_bytes = 0, p2p_bandwidth = 0;
   bool quiet = false;
   bool bubble_table = false;
@@ -75,7 +80,8 @@ std::string peak_formula_text(ScheduleKind kind) {
 
 Costs costs_for(const Schedule& schedule, const Options& o) {
   Costs costs =
-      Costs::uniform(schedule.pipeline_size, schedule.virtual_size, o.forward_cost, o.backward_cost, o.weight_cost);
+      Costs::uniform(schedule.pipeline_size, schedule.virtual_size, o.forward_cost, o.backward_cost,
+                     o.weight_cost.value_or(o.backward_cost / 2));
   costs.p2p_latency = o.p2p_latency;
   costs.p2p_bytes = o.p2p_bytes;
   costs.p2p_bandwidth = o.p2p_bandwidth;
@@ -125,20 +131,50 @@ absl::Status print_bubble_table(const Options& o) {
 // 2^22 pairs took 2.5 GB and 19 s): 2^20 is about 0.6 GB, and beyond real layouts (p 64, v 8, m 2048).
 constexpr int64_t kMaxChunkMicrobatches = int64_t{1} << 20;
 
-// What the simulator cannot make sense of: negative or non-finite costs and link parameters.
+// The largest cost (forward, backward, weight, one transfer) in any unit: with at most 2^20 pairs
+// of three passes each, every sum the simulation makes stays far inside a double.
+constexpr double kMaxCost = 1e12;
+constexpr double kMaxBytes = 1e18;  // --p2p-bytes, --p2p-bandwidth
+
+// What the simulator cannot make sense of: negative, non-finite or overflowing costs and link
+// parameters, a weight-gradient pass longer than the backward it is part of. The costs' flags keep
+// their text to here (CLI11 reads "nan" as NaN), so that every refusal names the flag the same way.
 absl::Status check_costs(const Options& o) {
-  const std::pair<const char*, double> values[] = {{"--forward-cost", o.forward_cost},
-                                                   {"--backward-cost", o.backward_cost},
-                                                   {"--p2p-latency", o.p2p_latency},
-                                                   {"--p2p-bytes", o.p2p_bytes},
-                                                   {"--p2p-bandwidth", o.p2p_bandwidth}};
+  std::vector<std::pair<const char*, double>> values = {{"--forward-cost", o.forward_cost},
+                                                        {"--backward-cost", o.backward_cost},
+                                                        {"--p2p-latency", o.p2p_latency},
+                                                        {"--p2p-bytes", o.p2p_bytes},
+                                                        {"--p2p-bandwidth", o.p2p_bandwidth}};
+  if (o.weight_cost) values.insert(values.begin() + 2, {"--weight-cost", *o.weight_cost});
   for (const auto& [flag, value] : values) {
     if (!std::isfinite(value) || value < 0) {
       return absl::InvalidArgumentError(absl::StrCat(flag, " must be a finite number >= 0 (got ", value, ")"));
     }
+    // Bytes and bandwidth only meet as their ratio (checked below as a transfer time).
+    const double most = std::string_view(flag).starts_with("--p2p-b") ? kMaxBytes : kMaxCost;
+    if (value > most) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " must be at most ", number_text(most), " (got ", number_text(value), ")"));
+    }
   }
   if (o.forward_cost + o.backward_cost <= 0) {
     return absl::InvalidArgumentError("--forward-cost and --backward-cost cannot both be 0 (no work to schedule)");
+  }
+  // W is part of the backward (its B takes the rest): a larger W would make B's time negative.
+  if (o.weight_cost && *o.weight_cost > o.backward_cost) {
+    return absl::InvalidArgumentError(absl::StrCat("--weight-cost ", number_text(*o.weight_cost),
+                                                   " is more than --backward-cost ", number_text(o.backward_cost),
+                                                   ": the weight-gradient pass is part of the backward"));
+  }
+  Costs link;
+  link.p2p_latency = o.p2p_latency;
+  link.p2p_bytes = o.p2p_bytes;
+  link.p2p_bandwidth = o.p2p_bandwidth;
+  const double transfer = link.transfer_time();
+  if (!(transfer <= kMaxCost)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a transfer takes --p2p-latency + --p2p-bytes / --p2p-bandwidth = ", number_text(transfer),
+        ", more than the largest cost (", number_text(kMaxCost), "): lower --p2p-bytes or raise --p2p-bandwidth"));
   }
   return absl::OkStatus();
 }
@@ -229,7 +265,7 @@ absl::Status run(const Options& o) {
               layers_per_stage, m);
   std::printf(
       "costs per microbatch through one rank's layers: forward %g, backward %g (of which W %g); per transfer %g\n\n",
-      o.forward_cost, o.backward_cost, o.weight_cost < 0 ? o.backward_cost / 2 : o.weight_cost,
+      o.forward_cost, o.backward_cost, o.weight_cost.value_or(o.backward_cost / 2),
       costs_for(*schedule, o).transfer_time());
   if (!o.quiet) {
     for (int r = 0; r < p; ++r) {
@@ -306,25 +342,35 @@ absl::Status run(const Options& o) {
 int main(int argc, char** argv) {
   gpt::pipeline::Options o;
   CLI::App app{"Generate, simulate and draw a pipeline-parallel schedule", "pipeline_schedule"};
-  app.add_option("--pipeline-model-parallel-size", o.pipeline_size, "Pipeline-parallel size p");
+  // Sizes are decimal integers from 1 (an option left out keeps its default; a typed 0 or -1 is
+  // refused, never read as "the default"); costs are checked by check_costs.
+  const CLI::Validator size = gpt::decimal_integer(1, std::numeric_limits<int>::max());
+  app.add_option("--pipeline-model-parallel-size", o.pipeline_size, "Pipeline-parallel size p (default 1)")
+      ->transform(size);
   app.add_option("--num-layers-per-virtual-pipeline-stage", o.layers_per_virtual_stage,
-                 "Layers per virtual stage (interleaved schedule); default none");
-  app.add_option("--num-layers", o.num_layers, "Transformer layers");
+                 "Layers per virtual stage (interleaved schedule); default none")
+      ->transform(size);
+  app.add_option("--num-layers", o.num_layers, "Transformer layers")->transform(size);
   app.add_option("--num-microbatches", o.microbatches,
-                 "Microbatches per iteration (Megatron: global batch / (micro batch x DP))");
+                 "Microbatches per iteration (Megatron: global batch / (micro batch x DP))")
+      ->transform(size);
   app.add_option("--schedule,--pipeline-schedule", o.schedule,
                  "1f1b, interleaved, afab, zb-h1 or zb-v (v = 2; default: interleaved when v > 1, else 1f1b)");
   app.add_option("--microbatch-group-size-per-virtual-pipeline-stage", o.microbatch_group,
-                 "Interleaved schedule: microbatches each chunk runs in a row (Megatron's; default p)");
+                 "Interleaved schedule: microbatches each chunk runs in a row (Megatron's; default p)")
+      ->transform(size);
   app.add_flag("--forward-only", o.forward_only, "Evaluation schedule: forwards only");
   app.add_option("--svg", o.svg, "Write a Gantt chart of the simulated schedule");
-  app.add_option("--forward-cost", o.forward_cost, "Forward time of one microbatch through one rank's layers");
-  app.add_option("--backward-cost", o.backward_cost, "Backward time of one microbatch through one rank's layers");
+  app.add_option("--forward-cost", o.forward_cost,
+                 "Forward time of one microbatch through one rank's layers, 0 to 1e12 (default 1)");
+  app.add_option("--backward-cost", o.backward_cost,
+                 "Backward time of one microbatch through one rank's layers, 0 to 1e12 (default 2)");
   app.add_option("--weight-cost", o.weight_cost,
-                 "Of the backward, the weight-gradient pass (W of a split backward; default half the backward)");
-  app.add_option("--p2p-latency", o.p2p_latency, "Time per point-to-point transfer");
-  app.add_option("--p2p-bytes", o.p2p_bytes, "Bytes per transfer (one activation or gradient)");
-  app.add_option("--p2p-bandwidth", o.p2p_bandwidth, "Bytes per time unit (0: unlimited)");
+                 "Of the backward, the weight-gradient pass (W of a split backward), from 0 to --backward-cost "
+                 "(default half the backward)");
+  app.add_option("--p2p-latency", o.p2p_latency, "Time per point-to-point transfer, 0 to 1e12 (default 0)");
+  app.add_option("--p2p-bytes", o.p2p_bytes, "Bytes per transfer (one activation or gradient), 0 to 1e18 (default 0)");
+  app.add_option("--p2p-bandwidth", o.p2p_bandwidth, "Bytes per time unit, 0 to 1e18 (0, the default: unlimited)");
   app.add_flag("--quiet", o.quiet, "Skip the per-rank instruction lists");
   app.add_flag("--bubble-table", o.bubble_table, "Print simulated bubbles against the formulas for a grid of layouts");
   app.add_option("--metrics-file", o.metrics_file,

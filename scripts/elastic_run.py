@@ -23,6 +23,7 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,6 +34,7 @@ import time
 # The lines that count as a heartbeat: pretrain_gpt's iteration lines (printed by the last rank).
 ITERATION_LINE = re.compile(r"\] iteration +(\d+)/")
 TRACKER = "latest_checkpointed_iteration.txt"
+NODE_CHECK_SECONDS = 120  # a --node-check that hangs counts as an unhealthy node
 # Slurm node states that mean the node cannot run the job (scontrol's State= field, any of them).
 UNHEALTHY_SLURM_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT", "MAINT")
 
@@ -58,10 +60,9 @@ def job_flag(job_args, name, default=None):
 
 def positive_int(job_args, name, default):
     text = job_flag(job_args, name, default)
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        raise Refusal(f"the job's {name} '{text}' is not an integer") from None
+    if not isinstance(text, str) or not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise Refusal(f"the job's {name} '{text}' is not an integer")
+    value = int(text)
     if value < 1:
         raise Refusal(f"the job's {name} is {value}; it must be at least 1")
     return value
@@ -103,8 +104,21 @@ class Layout:
                 f"{self.mbs} x DP {dp} x {self.gbs // (self.mbs * dp)} accumulation steps")
 
 
+def committed_iteration(save):
+    """The tracker's text for the log line (the job itself validates it when it loads)."""
+    path = os.path.join(save, TRACKER)
+    if not os.path.exists(path):
+        return "none (a fresh start)"
+    try:
+        with open(path, errors="replace") as tracker:
+            text = tracker.read(64).strip()
+    except OSError as error:
+        return f"unreadable tracker {path} ({error.strerror})"
+    return text if text.isdigit() else f"{text[:20]!r} (not an iteration number; the job will say)"
+
+
 def parse_bounds(text):
-    match = re.fullmatch(r"(\d+)(?::(\d+))?", text or "")
+    match = re.fullmatch(r"([0-9]+)(?::([0-9]+))?", text or "")
     if not match:
         raise Refusal(f"--nnodes '{text}' is not MIN:MAX (or N)")
     low = int(match.group(1))
@@ -153,24 +167,107 @@ def slurm_node_healthy(node):
     return (not bad), f"Slurm state {state}"
 
 
-def descendants(root):
-    """PIDs of the processes below `root` on this host (from /proc)."""
-    children = {}
+def process_table():
+    """{pid: (parent, state, start time)} of every process on this host (from /proc)."""
+    table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+                fields = stat.read().rsplit(")", 1)[1].split()
+            table[int(entry)] = (int(fields[1]), fields[0], int(fields[19]))
         except (OSError, ValueError, IndexError):
             continue
-        children.setdefault(parent, []).append(int(entry))
+    return table
+
+
+def descendants(root, table=None):
+    """PIDs of the processes below `root` on this host (from /proc)."""
+    table = process_table() if table is None else table
+    children = {}
+    for pid, (parent, _, _) in table.items():
+        children.setdefault(parent, []).append(pid)
     found, stack = [], [root]
     while stack:
         for child in children.get(stack.pop(), []):
             found.append(child)
             stack.append(child)
     return found
+
+
+def become_subreaper():
+    """Processes of the job that lose their parent (ranks whose mpirun died) become the supervisor's
+    children instead of init's, so that they are still found below it and can be stopped (Linux
+    prctl PR_SET_CHILD_SUBREAPER; without it the supervisor relies on the tree it last saw)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class JobTree:
+    """The launcher's process and everything below it: mpirun, its ranks (Open MPI puts each rank in a
+    process group of its own, so a signal to mpirun's group misses them), their helpers. Each process
+    is remembered with its start time, so that a PID reused by an unrelated process is never signalled."""
+
+    def __init__(self, root):
+        self.root = root
+        self.known = {}  # pid -> start time
+
+    def refresh(self):
+        table = process_table()
+        below = descendants(self.root, table) + descendants(os.getpid(), table)
+        for pid in [self.root] + below:
+            if pid in table and pid != os.getpid() and table[pid][1] != "Z":
+                self.known.setdefault(pid, table[pid][2])
+        return table
+
+    def alive(self):
+        """The remembered processes still running (not zombies), same start time."""
+        table = self.refresh()
+        return [pid for pid, start in self.known.items()
+                if pid in table and table[pid][2] == start and table[pid][1] != "Z"]
+
+    def signal(self, number):
+        for pid in self.alive():
+            try:
+                os.kill(pid, number)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def reap(self):
+        """Collects the exit status of orphans that became the supervisor's children (not the
+        launcher's, which subprocess collects)."""
+        for pid in list(self.known):
+            if pid == self.root:
+                continue
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+    def stop(self, kill_wait):
+        """SIGTERM to every process of the job, SIGKILL to those left after `kill_wait` seconds; returns
+        once none is left (or, for a process that survives SIGKILL, after 30 s more)."""
+        if not self.alive():
+            return
+        self.signal(signal.SIGCONT)  # a stopped rank must run to act on SIGTERM
+        self.signal(signal.SIGTERM)
+        deadline = time.monotonic() + kill_wait
+        while self.alive() and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.05)
+        deadline = time.monotonic() + 30
+        while self.alive() and time.monotonic() < deadline:
+            self.signal(signal.SIGKILL)
+            self.reap()
+            time.sleep(0.05)
+        self.reap()
+        left = self.alive()
+        if left:
+            log(f"error: processes of the job survive SIGKILL: {', '.join(map(str, sorted(left)))}")
 
 
 class Supervisor:
@@ -181,6 +278,8 @@ class Supervisor:
         if options.nproc_per_node < 1:
             raise Refusal(f"--nproc-per-node {options.nproc_per_node} must be at least 1")
         self.launcher = options.launcher or ("srun" if os.environ.get("SLURM_JOB_ID") else "mpirun")
+        executable(options.mpirun if self.launcher == "mpirun" else "srun", "the launcher")
+        executable(job_args[0], "the job's program")
         if options.nodes:
             self.nodes = [n for n in options.nodes.split(",") if n]
         else:
@@ -207,6 +306,7 @@ class Supervisor:
                           "must resume from the checkpoints the job writes")
         self.save = save
         self.child = None
+        self.tree = None  # JobTree of the running attempt
         self.stopping = None  # the signal the supervisor itself got
         self.failed_at = None  # when the last failure was noticed (monotonic seconds)
 
@@ -215,7 +315,11 @@ class Supervisor:
         """(healthy, why) for one node."""
         if self.options.node_check:
             command = self.options.node_check.replace("{node}", shlex.quote(node))
-            result = subprocess.run(command, shell=True, capture_output=True, text=True)
+            try:
+                result = subprocess.run(command, shell=True, capture_output=True, text=True,
+                                        timeout=NODE_CHECK_SECONDS)
+            except subprocess.TimeoutExpired:
+                return False, f"node check still running after {NODE_CHECK_SECONDS} s"
             return result.returncode == 0, f"node check exit status {result.returncode}"
         if self.launcher == "srun":
             return slurm_node_healthy(node)
@@ -280,7 +384,7 @@ class Supervisor:
             launch.append("--oversubscribe")
         else:
             launch += ["--host", ",".join(f"{n}:{self.options.nproc_per_node}" for n in nodes)]
-        return launch + shlex.split(self.options.mpirun_args) + self.job_args
+        return launch + self.options.mpirun_words + self.job_args
 
     def run_once(self, nodes):
         """Runs the job until it ends; returns (ok, what happened)."""
@@ -290,6 +394,7 @@ class Supervisor:
 
         self.child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True,
                                       bufsize=1)
+        self.tree = JobTree(self.child.pid)
 
         def pump():
             for line in self.child.stdout:
@@ -307,6 +412,7 @@ class Supervisor:
         missed = False
         while self.child.poll() is None:
             time.sleep(0.2)
+            self.tree.refresh()
             silent = time.monotonic() - beat["time"]
             if self.options.heartbeat_timeout > 0 and silent > self.options.heartbeat_timeout and not self.stopping:
                 log(f"missed heartbeat: no iteration line for {silent:.0f} s (--heartbeat-timeout "
@@ -318,6 +424,9 @@ class Supervisor:
         else:
             noticed = time.monotonic()
         status = self.child.wait()
+        # Whatever of the job outlived the launcher (a rank mpirun did not take down) is stopped
+        # before a relaunch, so that no rank keeps training or holding the --save directory's lock.
+        self.tree.stop(self.options.kill_wait)
         reader.join(timeout=5)
         self.child = None
         last = beat["iteration"]
@@ -330,15 +439,16 @@ class Supervisor:
         return False, f"{how} after iteration {last}"
 
     def terminate_child(self):
-        if self.child is None or self.child.poll() is not None:
+        """Stops the whole job: the launcher's process group and every process below it."""
+        if self.child is None:
             return
-        try:
-            os.killpg(self.child.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.child.wait(timeout=self.options.kill_wait)
-        except subprocess.TimeoutExpired:
+        if self.child.poll() is None:
+            try:
+                os.killpg(self.child.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        self.tree.stop(self.options.kill_wait)
+        if self.child.poll() is None:
             try:
                 os.killpg(self.child.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -378,8 +488,7 @@ class Supervisor:
                 return 1
             for reason in skipped:
                 log(f"not using more nodes: {reason}")
-            resume = open(os.path.join(self.save, TRACKER)).read().strip() if os.path.exists(
-                os.path.join(self.save, TRACKER)) else "none (a fresh start)"
+            resume = committed_iteration(self.save)
             log(f"attempt {restarts + 1}: {len(chosen)} node(s) {','.join(chosen)}: "
                 f"{self.layout.describe(len(chosen))}; latest committed checkpoint: iteration {resume}")
             started = time.monotonic()
@@ -397,47 +506,100 @@ class Supervisor:
             log(f"restart {restarts} of at most {self.options.max_restarts}: checking the nodes")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     usage="%(prog)s [options] -- PROGRAM ARGS...")
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's refusals as one `elastic: error:` line and exit status 2 (not its usage block)."""
+
+    def error(self, message):
+        raise Refusal(message)
+
+
+def number(text, name, low, high, integer=False, low_open=False):
+    """A finite decimal number in [low, high] ((low, high] with low_open), or a Refusal naming the
+    option and the range as a user writes it. Python's float() takes 'nan', 'inf' and '1_0'; this does not."""
+    pattern = r"[+-]?[0-9]+" if integer else r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
+    if not re.fullmatch(pattern, text):
+        raise Refusal(f"{name} '{text}' is not {'a decimal integer' if integer else 'a finite decimal number'}")
+    value = int(text) if integer else float(text)
+    if value != value or value in (float("inf"), float("-inf")) or value > high or value < low or (
+            low_open and value == low):
+        def shown(bound):
+            return str(bound) if isinstance(bound, int) else re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", f"{bound:g}")
+        where = f"above {shown(low)} and at most {shown(high)}" if low_open else f"from {shown(low)} to {shown(high)}"
+        raise Refusal(f"{name} must be {where} (got {text})")
+    return value
+
+
+def executable(program, what):
+    """`program` as the launcher would find it, or a Refusal: a missing launcher or job program is
+    named before anything starts, not a Python traceback at the first launch."""
+    found = shutil.which(program)
+    if found is None:
+        why = "not an executable file" if os.sep in program and os.path.exists(program) else "not found"
+        raise Refusal(f"{what} '{program}': {why}" + ("" if os.sep in program else " on PATH"))
+    return found
+
+
+def parse_options(argv):
+    parser = OneLineParser(description=__doc__.split("\n\n")[0], usage="%(prog)s [options] -- PROGRAM ARGS...")
     parser.add_argument("--nnodes", required=True, help="MIN:MAX nodes (or N): the job runs on as many healthy nodes "
                         "as it can up to MAX, and gives up below MIN")
-    parser.add_argument("--nproc-per-node", type=int, required=True, help="ranks on each node")
+    parser.add_argument("--nproc-per-node", required=True, help="ranks on each node (1 to 4096)")
     parser.add_argument("--nodes", help="comma-separated node names (default: the Slurm allocation's, or this host)")
     parser.add_argument("--launcher", choices=["mpirun", "srun"], help="default: srun inside a Slurm job, else mpirun")
     parser.add_argument("--single-host", action="store_true",
                         help="the node names are labels of rank groups on this host (tests): mpirun --oversubscribe")
     parser.add_argument("--node-check", help="shell command with {node}; exit status 0 means the node is healthy "
                         "(default: Slurm's node state under srun, every node healthy under mpirun)")
-    parser.add_argument("--max-restarts", type=int, default=3)
-    parser.add_argument("--heartbeat-timeout", type=float, default=0,
+    parser.add_argument("--max-restarts", default="3", help="restarts before giving up (0 to 1000000, default 3)")
+    parser.add_argument("--heartbeat-timeout", default="0",
                         help="seconds without an iteration line after which the job is stopped and restarted "
-                        "(0: off; the first one counts from the launch, so leave room for start-up and loading)")
-    parser.add_argument("--kill-wait", type=float, default=10, help="seconds between SIGTERM and SIGKILL")
+                        "(0: off, the default; at most 604800; the first one counts from the launch, so leave room "
+                        "for start-up and loading)")
+    parser.add_argument("--kill-wait", default="10",
+                        help="seconds between SIGTERM and SIGKILL (above 0 and at most 3600, default 10)")
     parser.add_argument("--mpirun", default="mpirun")
     parser.add_argument("--mpirun-args", default="", help="extra mpirun arguments (one string)")
-    argv = sys.argv[1:]
     if "--" not in argv:
-        print("elastic: error: give the job after '--' (scripts/elastic_run.py [options] -- PROGRAM ARGS...)",
-              file=sys.stderr)
-        return 2
+        raise Refusal("give the job after '--' (scripts/elastic_run.py [options] -- PROGRAM ARGS...)")
     split = argv.index("--")
     options = parser.parse_args(argv[:split])
     job_args = argv[split + 1:]
     if not job_args:
-        print("elastic: error: no program after '--'", file=sys.stderr)
-        return 2
+        raise Refusal("no program after '--'")
+    options.nproc_per_node = number(options.nproc_per_node, "--nproc-per-node", 1, 4096, integer=True)
+    options.max_restarts = number(options.max_restarts, "--max-restarts", 0, 1000000, integer=True)
+    options.heartbeat_timeout = number(options.heartbeat_timeout, "--heartbeat-timeout", 0, 604800)
+    options.kill_wait = number(options.kill_wait, "--kill-wait", 0, 3600, low_open=True)
+    if options.node_check is not None and not options.node_check.strip():
+        raise Refusal("--node-check is empty: give a shell command (with {node}) or leave the option out")
     try:
+        options.mpirun_words = shlex.split(options.mpirun_args)
+    except ValueError as error:
+        raise Refusal(f"--mpirun-args '{options.mpirun_args}' cannot be split into words: {error}") from None
+    return options, job_args
+
+
+def main():
+    try:
+        options, job_args = parse_options(sys.argv[1:])
         supervisor = Supervisor(options, job_args)
+    except Refusal as refusal:
+        print(f"elastic: error: {refusal}", file=sys.stderr)
+        return 2
+    become_subreaper()
+    try:
         for number in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(number, supervisor.on_signal)
         return supervisor.run()
     except Refusal as refusal:
         print(f"elastic: error: {refusal}", file=sys.stderr)
         return 2
+    except OSError as error:
+        print(f"elastic: error: {error.strerror or error}"
+              + (f": {error.filename}" if error.filename else ""), file=sys.stderr)
+        return 2
     finally:
-        if "supervisor" in locals():
-            supervisor.terminate_child()
+        supervisor.terminate_child()
 
 
 if __name__ == "__main__":

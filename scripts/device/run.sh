@@ -8,14 +8,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-mkdir -p .devrt/runtime && tar -C .devrt/runtime -xJf .devrt/runtime.tar.xz
-clean_library_path=${LD_LIBRARY_PATH:-}
-source .devrt/runtime/env.sh
-# Our binaries are built against cuDNN 9.19 headers: prefer the cuDNN of the machine's PyTorch
-# (9.19 on 2026-11-23) over the system one (9.14), which env.sh finds first.
-torch_cudnn=$(python3 -c 'import os, nvidia.cudnn as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null)
-[ -n "$torch_cudnn" ] && export LD_LIBRARY_PATH=$torch_cudnn:$LD_LIBRARY_PATH
-bin=.devrt/runtime/bin
+source "$(dirname "$0")/device_env.sh"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   echo "cuDNN used: ${torch_cudnn:-system}"

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <string_view>
 
 #include "core/status.h"
@@ -22,5 +23,30 @@ absl::StatusOr<int64_t> parse_decimal_integer(std::string_view text,
 // [+-](digits[.digits] | .digits)[(e|E)[+-]digits]: finite by construction. A value beyond the
 // double range ("1e400") is an error; one below it rounds towards zero as strtod does.
 absl::StatusOr<double> parse_finite_number(std::string_view text);
+
+// The documented range of a floating-point value: [min, max], or (min, max] with `min_open`.
+// Messages say it the way a user writes it ("from 0 to 1", "above 0 and at most 1e12"), with
+// bounds in %g form, never a 309-digit double.
+struct NumberRange {
+  double min = -std::numeric_limits<double>::max();
+  double max = std::numeric_limits<double>::max();
+  bool min_open = false;
+
+  static constexpr NumberRange from_to(double low, double high) { return {low, high, false}; }
+  static constexpr NumberRange above(double low, double high) { return {low, high, true}; }
+  bool contains(double value) const;  // false for NaN
+  std::string describe() const;       // "from 0 to 1", "above 0 and at most 1e12"
+};
+
+// A finite value inside `range`; the error says the range and the value ("must be from 0 to 1
+// (got nan)"). For numbers that come from files and computations as well as from text.
+absl::Status check_number(double value, const NumberRange& range);
+
+// parse_finite_number, then check_number.
+absl::StatusOr<double> parse_number_in(std::string_view text, const NumberRange& range);
+
+// A double for messages: the shortest %g form that reads back as it, its exponent as typed ("1e12",
+// "0.5", "1e-5", "1048576", "nan").
+std::string number_text(double value);
 
 }  // namespace gpt

@@ -71,6 +71,17 @@ struct AdamWSegment {
   bool weight_decay = false;  // step.weight_decay applies (matrices) or not (biases, norms: 0)
 };
 
+// A mixture-of-experts router's selection (Megatron-Core's topk_routing_with_score_function,
+// model/moe_config.h): from logits [T, E] float32 to each token's k experts and their weights.
+struct RouterOptions {
+  int64_t topk = 1;
+  bool sigmoid = false;      // scores sigmoid(logits); else softmax
+  bool pre_softmax = false;  // softmax over all E before the top-k (else over the k selected logits)
+  int64_t num_groups = 0;    // group-limited selection (0: none): E / num_groups experts per group
+  int64_t group_topk = 0;    //   the top group_topk groups by the sum of their top (topk / group_topk) scores
+  float scaling = 1.0f;      // the weights' factor (--moe-router-topk-scaling-factor)
+};
+
 #define GPT_OP(name, parameters, arguments, tensors) void name parameters;
 #define GPT_OP_CUSTOM GPT_OP
 #include "kernels/op_list.inc"

@@ -22,9 +22,14 @@ struct CheckedLayerShapes {
   CheckedBytes sequence = 0, local_sequence = 0, batch = 0, hidden = 0;
   CheckedBytes local_heads = 0, local_groups = 0, head_dim = 0;
   CheckedBytes local_ffn = 0, local_fc1 = 0, local_vocab = 0;
+  CheckedBytes experts = 0, moe_topk = 0, moe_rows = 0, moe_local_ffn = 0, moe_local_fc1 = 0;
+  CheckedBytes shared_local_ffn = 0, shared_local_fc1 = 0;
   int64_t context_size = 1;
   int64_t context_inner = 0;
   bool qk_layernorm = false;
+  bool moe_layer = false;
+  bool shared_expert = false;
+  bool dense_mlp() const { return !moe_layer || shared_expert; }
 
   // The same formulas as LayerShapes'.
   CheckedBytes rows() const { return sequence * batch; }
@@ -46,9 +51,18 @@ struct CheckedLayerShapes {
                               .local_ffn = s.local_ffn,
                               .local_fc1 = s.local_fc1,
                               .local_vocab = s.local_vocab,
+                              .experts = s.experts,
+                              .moe_topk = s.moe_topk,
+                              .moe_rows = s.moe_rows,
+                              .moe_local_ffn = s.moe_local_ffn,
+                              .moe_local_fc1 = s.moe_local_fc1,
+                              .shared_local_ffn = s.shared_local_ffn,
+                              .shared_local_fc1 = s.shared_local_fc1,
                               .context_size = s.context_size,
                               .context_inner = s.context_inner,
-                              .qk_layernorm = s.qk_layernorm};
+                              .qk_layernorm = s.qk_layernorm,
+                              .moe_layer = s.moe_layer,
+                              .shared_expert = s.shared_expert};
   }
 };
 

@@ -7,6 +7,7 @@
 #include "core/dtype.h"
 #include "kernels/rope_frequencies.h"
 #include "model/fp8_scaling.h"
+#include "model/moe_config.h"
 
 namespace gpt {
 
@@ -85,6 +86,7 @@ struct ModelConfig {
   float hidden_dropout = 0.0f;
   float attention_dropout = 0.0f;
   uint64_t seed = 0;
+  MoeConfig moe;                    // mixture-of-experts layers (none by default)
 
   int64_t attention_projection_size() const { return num_attention_heads * kv_channels; }
   int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }

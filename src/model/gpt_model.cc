@@ -34,7 +34,8 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
   for (int64_t i = 0; i < layout.num_layers; ++i) {
     layers_.push_back(std::make_unique<TransformerLayer>(config, layout.first_layer + i, params, tp, shapes_,
                                                          *workspace_, recompute_plan_, i, *recompute_buffers_,
-                                                         arena, stash_slots, positions_, deferral_depth, context, fp8));
+                                                         arena, stash_slots, positions_, deferral_depth, context, fp8,
+                                                         &moe_pass_));
   }
   if (layout.has_output) {
     output_ = std::make_unique<OutputLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots,
@@ -61,10 +62,54 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
   }
 }
 
+void GptModel::finish_moe_iteration(Context& ctx, Communicator& data_context) {
+  for (auto& layer : layers_) {
+    if (MoeBlock* moe = layer->moe_block()) moe->finish_iteration(ctx, data_context);
+  }
+}
+
+void GptModel::restart_moe_iteration() {
+  for (auto& layer : layers_) {
+    if (MoeBlock* moe = layer->moe_block()) moe->restart_iteration();
+  }
+}
+
+std::vector<MoeLayerMetrics> GptModel::take_moe_metrics() {
+  std::vector<MoeLayerMetrics> metrics;
+  for (auto& layer : layers_) {
+    if (MoeBlock* moe = layer->moe_block()) metrics.push_back(moe->take_metrics());
+  }
+  return metrics;
+}
+
+namespace {
+
+// The MoE layers among a chunk's layers (those of --moe-layer-freq's pattern).
+int64_t chunk_moe_layers(const ModelConfig& config, const ChunkLayout& layout) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < layout.num_layers; ++i) count += config.moe.is_moe_layer(layout.first_layer + i) ? 1 : 0;
+  return count;
+}
+
+// An MoE layer's shapes from the chunk's (LayerShapes::for_layer, in the arithmetic of `s`).
+template <typename Sizes>
+Sizes moe_layer_shapes(Sizes s) {
+  s.moe_layer = true;
+  s.local_ffn = s.shared_local_ffn;
+  s.local_fc1 = s.shared_local_fc1;
+  return s;
+}
+
+}  // namespace
+
 ChunkMemory GptModel::memory(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
                              int stash_slots, const ChunkLayout& layout, int deferral_depth) {
   ChunkMemory m = stash_memory(config, s, int64_t{stash_slots}, layout);
-  m.layers += layout.num_layers * TransformerLayer::deferral_bytes(config, s, sequence_parallel, deferral_depth);
+  const int64_t moe_layers = chunk_moe_layers(config, layout);
+  m.layers += (layout.num_layers - moe_layers) *
+                  TransformerLayer::deferral_bytes(config, s, sequence_parallel, deferral_depth) +
+              moe_layers * TransformerLayer::deferral_bytes(config, moe_layer_shapes(s), sequence_parallel,
+                                                            deferral_depth);
   if (layout.has_embedding) m.embedding += EmbeddingLayer::deferral_bytes(config, s, deferral_depth);
   if (layout.has_output) m.output += OutputLayer::deferral_bytes(config, s, sequence_parallel, deferral_depth);
   return m;
@@ -78,8 +123,15 @@ ChunkMemoryOf<BytesOf<Sizes>> GptModel::stash_memory(const ModelConfig& config, 
   m.workspace = LayerWorkspace::bytes(s, config.dtype);
   m.recompute_buffers =
       RecomputeBuffers::bytes(shared_recompute(config.recompute, layout.num_layers), s, config.dtype);
+  // MoE layers (never under full recompute: one class) keep their own list.
+  const int64_t moe_layers = chunk_moe_layers(config, layout);
   for (const LayerClass& kind : per_slot_classes(config.recompute, layout.num_layers)) {
-    m.layers = m.layers + T(kind.layers) * stash_slots * layer_activation_bytes(s, config.dtype, kind.parts);
+    GPT_CHECK(moe_layers == 0 || kind.layers == layout.num_layers) << "MoE layers under full recompute";
+    m.layers = m.layers + T(kind.layers - moe_layers) * stash_slots * layer_activation_bytes(s, config.dtype, kind.parts);
+    if (moe_layers > 0) {
+      m.layers = m.layers +
+                 T(moe_layers) * stash_slots * layer_activation_bytes(moe_layer_shapes(s), config.dtype, kind.parts);
+    }
   }
   if (layout.has_embedding) m.embedding = EmbeddingLayer::stash_bytes(s, config.dtype, stash_slots);
   if (layout.has_output) m.output = OutputLayer::stash_bytes(s, config.dtype, stash_slots);
@@ -141,6 +193,13 @@ std::optional<Tensor> GptModel::forward(Context& ctx, int slot, const std::optio
   GPT_CHECK(input.has_value() != (embedding_ != nullptr))
       << (embedding_ ? "an input activation given to the chunk with the embedding"
                      : "forward of a chunk without the embedding needs an input activation");
+  // The load-balancing losses' gradients scale as the LM loss of one microbatch: its per-token
+  // scale times its tokens (absent in evaluation).
+  moe_pass_.loss_gradient_scale.reset();
+  if (loss.gradient_scale) {
+    moe_pass_.loss_gradient_scale =
+        *loss.gradient_scale * static_cast<float>(shapes_.global_sequence * shapes_.batch);
+  }
   size_t group = 0;
   Tensor hidden;
   if (embedding_) {

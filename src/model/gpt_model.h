@@ -110,6 +110,14 @@ class GptModel {
 
   OutputLayer* output_layer() { return output_.get(); }
 
+  // Mixture of experts: the iteration's end for every MoE layer of the chunk (the expert bias
+  // update, model/moe_block.h; a collective over `data_context`), and the layers' figures since the
+  // last take, in layer order.
+  void finish_moe_iteration(Context& ctx, Communicator& data_context);
+  // Forgets what the MoE layers counted since the last finish (a forward-backward run again).
+  void restart_moe_iteration();
+  std::vector<MoeLayerMetrics> take_moe_metrics();
+
  private:
   void load_transposed(Context& ctx, const Tensor& destination, std::span<const int32_t> values_bs);
   // Full recompute: before the backward of a group's last layer, re-runs the group's forward from
@@ -127,6 +135,7 @@ class GptModel {
   std::unique_ptr<RecomputeBuffers> recompute_buffers_;  // shared by the chunk's layers
   std::unique_ptr<LayerWorkspace> workspace_;
   std::vector<MicrobatchPosition> positions_;  // per stash slot; the layers keep a reference
+  MoePass moe_pass_;                           // the MoE layers keep a reference
   std::unique_ptr<EmbeddingLayer> embedding_;
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
   std::unique_ptr<OutputLayer> output_;

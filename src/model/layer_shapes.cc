@@ -56,6 +56,19 @@ LayerShapes LayerShapes::make(const ModelConfig& c, int64_t tp_size, int64_t tp_
   s.local_ffn = c.ffn_hidden_size / tp_size;
   s.local_fc1 = c.fc1_size() / tp_size;
   s.qk_layernorm = c.qk_layernorm;
+  if (c.moe.enabled()) {
+    const int64_t gate = c.swiglu ? 2 : 1;
+    s.experts = c.moe.num_experts;
+    s.moe_topk = c.moe.topk;
+    s.moe_local_ffn = c.moe.ffn_hidden_size / tp_size;
+    s.moe_local_fc1 = gate * s.moe_local_ffn;
+    s.shared_local_ffn = c.moe.shared_expert_size / tp_size;
+    s.shared_local_fc1 = gate * s.shared_local_ffn;
+    s.shared_expert = c.moe.shared_expert_size > 0;
+    // Capacity segments: each TP rank's rows under sequence parallelism (Megatron's router sees
+    // them), else the whole s b.
+    s.moe_rows = expert_rows(c, s.sequence * s.batch, sequence_parallel ? tp_size : 1);
+  }
   s.local_vocab = c.padded_vocab_size / tp_size;
   s.vocab_start = tp_rank * s.local_vocab;
   const int64_t valid = c.vocab_size - s.vocab_start;
@@ -63,13 +76,31 @@ LayerShapes LayerShapes::make(const ModelConfig& c, int64_t tp_size, int64_t tp_
   return s;
 }
 
+LayerShapes LayerShapes::for_layer(const ModelConfig& config, int64_t layer) const {
+  if (!config.moe.is_moe_layer(layer)) return *this;
+  LayerShapes s = *this;
+  s.moe_layer = true;
+  s.local_ffn = shared_local_ffn;
+  s.local_fc1 = shared_local_fc1;
+  return s;
+}
+
+int64_t LayerShapes::expert_rows(const ModelConfig& config, int64_t rows, int64_t capacity_segments) {
+  const MoeConfig& moe = config.moe;
+  if (moe.dropless() || !moe.pad_to_capacity) return rows * moe.topk;  // at most every pair kept
+  // Padded: every expert gets exactly its capacity of each segment's rows.
+  const int64_t segment = rows / capacity_segments;
+  return moe.num_experts * capacity_segments * moe_capacity(moe, segment);
+}
+
 namespace {
 
 // Calls visit(member, dims...) for every buffer of the workspace: the one list behind both the
 // allocation and the byte count (dims in the arithmetic of `s`). fc1 is a view of ffn unless SwiGLU
 // doubles fc1's output.
-template <typename Sizes, typename Visit>
-void for_each_buffer(LayerWorkspace& w, const Sizes& s, Visit&& visit) {
+template <typename Sizes, typename TypedVisit>
+void for_each_buffer(LayerWorkspace& w, const Sizes& s, DType dtype, TypedVisit&& visit_typed) {
+  auto visit = [&](Tensor& member, const auto&... dims) { visit_typed(member, dtype, dims...); };
   visit(w.full_a, s.sequence, s.batch, s.hidden);
   visit(w.full_b, s.sequence, s.batch, s.hidden);
   visit(w.local_a, s.local_sequence, s.batch, s.hidden);
@@ -85,13 +116,32 @@ void for_each_buffer(LayerWorkspace& w, const Sizes& s, Visit&& visit) {
   if (s.context_size > 1 && s.context_inner > 0) {
     for (Tensor& buffer : w.context_kv) visit(buffer, s.rows(), s.local_groups * 2 * s.head_dim);
   }
+  if (s.experts != 0) {
+    visit(w.moe_rows_a, s.moe_rows, s.hidden);
+    visit(w.moe_rows_b, s.moe_rows, s.hidden);
+    visit(w.moe_ffn, s.moe_rows, s.moe_local_ffn);
+    if (s.moe_local_fc1 != s.moe_local_ffn) visit(w.moe_fc1, s.moe_rows, s.moe_local_fc1);
+    visit_typed(w.moe_dlogits, DType::kFloat32, s.rows(), s.experts);
+    visit(w.moe_dlogits_t, s.rows(), s.experts);
+    visit_typed(w.moe_dweights, DType::kFloat32, s.rows(), s.moe_topk);
+    visit_typed(w.moe_lse, DType::kFloat32, s.rows());
+    visit_typed(w.moe_coefficients, DType::kFloat32, s.batch, s.experts);
+    visit(w.moe_grad_input, s.local_sequence, s.batch, s.hidden);
+  }
+  if (s.shared_expert) {
+    visit(w.shared_ffn, s.sequence, s.batch, s.shared_local_ffn);
+    if (s.shared_local_fc1 != s.shared_local_ffn) visit(w.shared_fc1, s.sequence, s.batch, s.shared_local_fc1);
+  }
 }
 
 }  // namespace
 
 LayerWorkspace::LayerWorkspace(const LayerShapes& s, DType dtype, Arena& arena) {
-  for_each_buffer(*this, s, [&](Tensor& member, auto... dims) { member = arena.allocate(dtype, Shape{dims...}); });
+  for_each_buffer(*this, s, dtype,
+                  [&](Tensor& member, DType t, auto... dims) { member = arena.allocate(t, Shape{dims...}); });
   if (s.local_fc1 == s.local_ffn) fc1 = ffn;
+  if (s.moe_local_fc1 == s.moe_local_ffn) moe_fc1 = moe_ffn;
+  if (s.shared_local_fc1 == s.shared_local_ffn) shared_fc1 = shared_ffn;
 }
 
 template <typename Sizes>
@@ -99,7 +149,8 @@ decltype(std::declval<const Sizes&>().rows()) LayerWorkspace::bytes(const Sizes&
   using T = BytesOf<Sizes>;
   LayerWorkspace unused;
   T total = 0;
-  for_each_buffer(unused, s, [&](Tensor&, const auto&... dims) { total = total + tensor_bytes<T>(dtype, dims...); });
+  for_each_buffer(unused, s, dtype,
+                  [&](Tensor&, DType t, const auto&... dims) { total = total + tensor_bytes<T>(t, dims...); });
   return total;
 }
 template int64_t LayerWorkspace::bytes(const LayerShapes&, DType);

@@ -48,6 +48,20 @@ struct LayerShapes {
   int64_t vocab_start = 0;       // first vocabulary id of this rank's shard
   int64_t vocab_valid = 0;       // real (unpadded) ids in this rank's shard
   bool qk_layernorm = false;     // queries and keys normalized per head (their inputs stashed)
+  // Mixture of experts (model/moe_block.h; all 0 in a dense model). The chunk's shapes describe
+  // its dense layers; for_layer gives an MoE layer's, whose local_ffn / local_fc1 are its shared
+  // expert's (0 without one).
+  int64_t experts = 0;           // E
+  int64_t moe_topk = 0;          // k
+  int64_t moe_rows = 0;          // M: rows of the expert-major buffer (s b k dropless; padded: E x capacity)
+  int64_t moe_local_ffn = 0;     // each expert's ffn / tp
+  int64_t moe_local_fc1 = 0;     // each expert's fc1 output per rank (2 moe_local_ffn with SwiGLU)
+  int64_t shared_local_ffn = 0;  // the shared expert's ffn / tp (0: none)
+  int64_t shared_local_fc1 = 0;
+  bool moe_layer = false;        // these are an MoE layer's shapes
+  bool shared_expert = false;    // the MoE layers have a shared expert
+  // Whether the layer has a dense MLP (a dense layer, or an MoE layer's shared expert).
+  bool dense_mlp() const { return !moe_layer || shared_expert; }
 
   int64_t rows() const { return sequence * batch; }              // full-sequence rows (of this CP rank)
   int64_t local_rows() const { return local_sequence * batch; }  // residual-stream rows
@@ -58,6 +72,11 @@ struct LayerShapes {
   // --qk-layernorm's rows of d: every query head and every key head of this rank's rows.
   int64_t query_head_rows() const { return rows() * local_heads; }
   int64_t key_head_rows() const { return rows() * local_groups; }
+
+  // The shapes of global layer `layer` of `config`: these, or an MoE layer's.
+  LayerShapes for_layer(const ModelConfig& config, int64_t layer) const;
+  // The expert-major buffer's rows for these shapes and `config` (moe_rows).
+  static int64_t expert_rows(const ModelConfig& config, int64_t rows, int64_t capacity_segments);
 
   // Global positions of this rank's rows [first, first + count) of its s (context_segments).
   std::vector<SequenceSegment> segments(int64_t first, int64_t count) const {
@@ -92,6 +111,22 @@ struct LayerWorkspace {
   // a2a+p2p (context_inner > 0) only: the level-1 ring's K/V blocks and their gradients in flight,
   // beside the all-to-all's buffers above.
   Tensor context_kv[4];   // [s b, groups_l 2d] each
+  // MoE layers (experts > 0 only): the expert-major rows (the permuted input, then the gradients
+  // of the experts' outputs and inputs), the experts' activation and fc1-output gradients, the
+  // router's logit and combine-weight gradients (float32) and its logit gradient in the model's
+  // dtype (for the router's GEMMs).
+  Tensor moe_rows_a;      // [M, h]
+  Tensor moe_rows_b;      // [M, h]
+  Tensor moe_ffn;         // [M, ffn_e_l]
+  Tensor moe_fc1;         // [M, fc1_e_l] (a view of moe_ffn without SwiGLU)
+  Tensor moe_dlogits;     // [s b, E] float32
+  Tensor moe_dlogits_t;   // [s b, E] the model's dtype
+  Tensor moe_dweights;    // [s b, k] float32
+  Tensor moe_lse;         // [s b] float32  the z-loss's logsumexp
+  Tensor moe_coefficients;  // [b, E] float32  the load-balancing losses' gradient factors
+  Tensor moe_grad_input;  // [s_l, b, h]  the shared expert's input gradient, until the routed one's is done
+  Tensor shared_ffn;      // [s, b, shared_ffn_l]  the shared expert's (as ffn / fc1 for the dense MLP)
+  Tensor shared_fc1;      // [s, b, shared_fc1_l]  (a view of shared_ffn without SwiGLU)
 
   LayerWorkspace() = default;  // no buffers
   LayerWorkspace(const LayerShapes& shapes, DType dtype, Arena& arena);

@@ -46,22 +46,23 @@ BlockOutput MlpBlock::forward_down(Context& ctx, int slot, const MlpActivations&
   return dropout_.forward(ctx, slot, ops::DropoutSite::kMlpOutput, out, fc2_.bias());
 }
 
-Tensor MlpBlock::activation_backward(Context& ctx, const MlpActivations& a) const {
-  switch (activation_) {
+Tensor mlp_activation_backward(Context& ctx, MlpActivation kind, const Tensor& d_act, const Tensor& d_fc1,
+                               const Tensor& fc1_pre) {
+  switch (kind) {
     case MlpActivation::kSwiglu:
-      ops::swiglu_backward(ctx, ws_.fc1.as_matrix(), ws_.ffn.as_matrix(), a.fc1_pre.as_matrix());
-      return ws_.fc1;
+      ops::swiglu_backward(ctx, d_fc1.as_matrix(), d_act.as_matrix(), fc1_pre.as_matrix());
+      return d_fc1;
     case MlpActivation::kExactGelu:
-      ops::gelu_exact_backward(ctx, ws_.ffn, ws_.ffn, a.fc1_pre);
-      return ws_.ffn;
+      ops::gelu_exact_backward(ctx, d_act, d_act, fc1_pre);
+      return d_act;
     case MlpActivation::kSquaredRelu:
-      ops::squared_relu_backward(ctx, ws_.ffn, ws_.ffn, a.fc1_pre);
-      return ws_.ffn;
+      ops::squared_relu_backward(ctx, d_act, d_act, fc1_pre);
+      return d_act;
     case MlpActivation::kGelu:
-      ops::gelu_backward(ctx, ws_.ffn, ws_.ffn, a.fc1_pre);
-      return ws_.ffn;
+      ops::gelu_backward(ctx, d_act, d_act, fc1_pre);
+      return d_act;
   }
-  return ws_.ffn;
+  return d_act;
 }
 
 Tensor MlpBlock::backward_input(Context& ctx, int slot, const MlpActivations& a, const Tensor& input,
@@ -82,7 +83,7 @@ Tensor MlpBlock::backward_input(Context& ctx, int slot, const MlpActivations& a,
   // With SwiGLU fc1's output gradient is its own buffer; else the activation's runs in place.
   std::optional<Borrow> d_fc1_held;
   if (activation_ == MlpActivation::kSwiglu) d_fc1_held.emplace(ws_.fc1, "MLP block: fc1's output gradient");
-  const Tensor d_fc1 = activation_backward(ctx, a);  // [s, b, fc1_l]
+  const Tensor d_fc1 = mlp_activation_backward(ctx, activation_, ws_.ffn, ws_.fc1, a.fc1_pre);  // [s, b, fc1_l]
   // full_a takes fc1's input gathered again (fc2's output gradient there is consumed).
   return fc1_.backward_input_column(ctx, d_fc1, input, ws_.full_a, ws_.full_b, ws_.local_a, timing);
 }

@@ -19,17 +19,40 @@
 
 namespace gpt {
 
-// What the MLP block's backward reads, for one microbatch.
+// What the MLP block's backward reads, for one microbatch: the dense MLP's (or an MoE layer's
+// shared expert's) and, in an MoE layer, the router's and the experts' (model/moe_block.h;
+// T = s b rows, M the expert-major buffer's rows).
 struct MlpActivations {
   Tensor fc1_pre;  // [s, b, fc1_l]  fc1's output (2 ffn_l with SwiGLU: [gate | up])
   Tensor fc1_act;  // [s, b, ffn_l]  the activation, fc2's input
+  Tensor router_logits;   // [T, E] float32
+  Tensor expert_indices;  // [T, k] int32  each token's experts
+  Tensor expert_weights;  // [T, k] float32  their combine weights (0 where the pair was dropped)
+  Tensor destination;     // [T, k] int32  each pair's row of the expert-major buffer (-1: dropped)
+  Tensor source;          // [M] int32  each row's token (-1: padding)
+  Tensor row_weights;     // [M] float32  each row's combine weight (0: padding)
+  Tensor expert_fc1_pre;  // [M, fc1_e_l]
+  Tensor expert_fc1_act;  // [M, ffn_e_l]
+  Tensor expert_out;      // [M, h]  each row's expert output before its weight (TP partial sums)
 
   // Calls visit(member, dtype, dims...) for each tensor: the one list behind the allocation and the
   // byte count, the dims in the arithmetic of `s` (LayerShapes or CheckedLayerShapes).
   template <typename Sizes, typename Visit>
   static void for_each_stashed(MlpActivations& a, const Sizes& s, DType t, Visit&& visit) {
-    visit(a.fc1_pre, t, s.sequence, s.batch, s.local_fc1);
-    visit(a.fc1_act, t, s.sequence, s.batch, s.local_ffn);
+    if (s.dense_mlp()) {
+      visit(a.fc1_pre, t, s.sequence, s.batch, s.local_fc1);
+      visit(a.fc1_act, t, s.sequence, s.batch, s.local_ffn);
+    }
+    if (!s.moe_layer) return;
+    visit(a.router_logits, DType::kFloat32, s.rows(), s.experts);
+    visit(a.expert_indices, DType::kInt32, s.rows(), s.moe_topk);
+    visit(a.expert_weights, DType::kFloat32, s.rows(), s.moe_topk);
+    visit(a.destination, DType::kInt32, s.rows(), s.moe_topk);
+    visit(a.source, DType::kInt32, s.moe_rows);
+    visit(a.row_weights, DType::kFloat32, s.moe_rows);
+    visit(a.expert_fc1_pre, t, s.moe_rows, s.moe_local_fc1);
+    visit(a.expert_fc1_act, t, s.moe_rows, s.moe_local_ffn);
+    visit(a.expert_out, t, s.moe_rows, s.hidden);
   }
 };
 
@@ -82,6 +105,12 @@ void mlp_up_forward(Context& ctx, MlpActivation kind, const Tensor& pre, const T
   }
 }
 
+// The activation's backward over [rows, .]: from d_act (the activation's output gradient, [rows,
+// ffn_l]) to fc1's output gradient, returned: d_act in place, or d_fc1 [rows, 2 ffn_l] with SwiGLU.
+// fc1_pre: fc1's output (forward's `pre`).
+Tensor mlp_activation_backward(Context& ctx, MlpActivation kind, const Tensor& d_act, const Tensor& d_fc1,
+                               const Tensor& fc1_pre);
+
 class MlpBlock final : public FeedForwardBlock {
  public:
   explicit MlpBlock(const BlockBuild& build);
@@ -97,10 +126,6 @@ class MlpBlock final : public FeedForwardBlock {
                                 int deferral_depth);
 
  private:
-  // The activation's gradient: from fc2's input gradient d_act (ws_.ffn) to fc1's output gradient,
-  // returned (ws_.ffn in place, or ws_.fc1 [s, b, 2 ffn_l] with SwiGLU).
-  Tensor activation_backward(Context& ctx, const MlpActivations& a) const;
-
   MlpActivation activation_;
   LayerWorkspace& ws_;
   LayerDropout dropout_;

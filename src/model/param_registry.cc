@@ -64,6 +64,48 @@ void add_qk_norms(std::vector<ParamSpec>& specs, const ModelConfig& c, const std
   }
 }
 
+// An MoE layer's MLP (model/moe_block.h), with Megatron-Core's names: the router's weight [E, h]
+// (and bias with linear biases, initialised as the weight), replicated and whole on every TP rank
+// (each routes every row: no TP sum); the experts as TEGroupedMLP's linear_fc1.weight<e> /
+// linear_fc2.weight<e>, split over TP as the dense MLP's; the shared expert as a dense MLP without
+// biases (Megatron refuses them there).
+void add_moe(std::vector<ParamSpec>& specs, const ModelConfig& c, const std::string& mlp, int64_t layer) {
+  const MoeConfig& moe = c.moe;
+  const float std = c.init_method_std;
+  const float scaled_std = std / std::sqrt(2.0f * static_cast<float>(c.num_layers));
+  const int64_t h = c.hidden_size, gate = c.swiglu ? 2 : 1;
+  const TensorSplit fc1_split = c.swiglu ? TensorSplit::kGatedRows : TensorSplit::kRows;
+  const auto section = ParamSection::kLayer;
+  auto replicated_whole = [&](std::string name, std::vector<int64_t> shape) {
+    ParamSpec spec = make(std::move(name), std::move(shape), TensorSplit::kReplicated, ParamInit::kNormal, std,
+                          section, layer);
+    spec.sequence_parallel_grad = false;
+    specs.push_back(std::move(spec));
+  };
+  replicated_whole(mlp + ".router.weight", {moe.num_experts, h});
+  if (c.add_bias_linear) replicated_whole(mlp + ".router.bias", {moe.num_experts});
+  for (int64_t e = 0; e < moe.num_experts; ++e) {
+    const std::string index = std::to_string(e), fc1 = mlp + ".experts.linear_fc1.", fc2 = mlp + ".experts.linear_fc2.";
+    const int64_t ffn = moe.ffn_hidden_size;
+    specs.push_back(make(fc1 + "weight" + index, {gate * ffn, h}, fc1_split, ParamInit::kNormal, std, section, layer));
+    if (c.add_bias_linear) {
+      specs.push_back(make(fc1 + "bias" + index, {gate * ffn}, fc1_split, ParamInit::kZeros, 0, section, layer));
+    }
+    specs.push_back(
+        make(fc2 + "weight" + index, {h, ffn}, TensorSplit::kColumns, ParamInit::kNormal, scaled_std, section, layer));
+    if (c.add_bias_linear) {
+      specs.push_back(make(fc2 + "bias" + index, {h}, TensorSplit::kReplicated, ParamInit::kZeros, 0, section, layer));
+    }
+  }
+  if (moe.shared_expert_size > 0) {
+    const int64_t ffn = moe.shared_expert_size;
+    specs.push_back(make(mlp + ".shared_experts.linear_fc1.weight", {gate * ffn, h}, fc1_split, ParamInit::kNormal, std,
+                         section, layer));
+    specs.push_back(make(mlp + ".shared_experts.linear_fc2.weight", {h, ffn}, TensorSplit::kColumns,
+                         ParamInit::kNormal, scaled_std, section, layer));
+  }
+}
+
 }  // namespace
 
 std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
@@ -102,6 +144,10 @@ std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
                            ParamInit::kZeros, 0, section, layer));
     }
     add_norm(specs, c, prefix + ".pre_mlp_layernorm", section, layer);
+    if (c.moe.is_moe_layer(layer)) {
+      add_moe(specs, c, prefix + ".mlp", layer);
+      continue;
+    }
     specs.push_back(make(prefix + ".mlp.linear_fc1.weight", {c.fc1_size(), h}, fc1_split, ParamInit::kNormal, std,
                          section, layer));
     if (bias) {

@@ -14,15 +14,21 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
                                    const TensorParallel& tp, const LayerShapes& s, LayerWorkspace& workspace,
                                    const RecomputePlan& plan, int64_t index_in_chunk, RecomputeBuffers& shared,
                                    Arena& arena, int stash_slots, const std::vector<MicrobatchPosition>& positions,
-                                   int deferral_depth, const ContextParallel& context, Fp8Scaling* fp8)
+                                   int deferral_depth, const ContextParallel& context, Fp8Scaling* fp8,
+                                   const MoePass* moe_pass)
     : ws_(workspace),
+      shapes_(s.for_layer(config, layer)),
       recompute_(plan.layers.at(static_cast<size_t>(index_in_chunk))),
       ends_group_(recompute_.ends_group(index_in_chunk)),
       norm1_(config, params, layer_prefix(layer) + "input_layernorm"),
       norm2_(config, params, layer_prefix(layer) + "pre_mlp_layernorm"),
-      attention_(BlockBuild{config, layer, params, tp, s, workspace, arena, deferral_depth, context, fp8, positions}),
-      mlp_(make_feed_forward_block(
-          BlockBuild{config, layer, params, tp, s, workspace, arena, deferral_depth, context, fp8, positions})) {
+      attention_(
+          BlockBuild{config, layer, params, tp, shapes_, workspace, arena, deferral_depth, context, fp8, positions}) {
+  static const MoePass kNoMoe;  // layers built outside a chunk (tests): no load-balancing losses
+  mlp_ = make_feed_forward_block(
+      BlockBuild{config, layer, params, tp, shapes_, workspace, arena, deferral_depth, context, fp8, positions},
+      moe_pass ? *moe_pass : kNoMoe);
+  GPT_CHECK(!shapes_.moe_layer || !recomputes_full()) << "full recompute of MoE layer " << layer;
   GPT_CHECK_EQ(positions.size(), static_cast<size_t>(stash_slots)) << "microbatch positions of layer " << layer;
   if (recomputes_full()) {
     const auto position = static_cast<size_t>(recompute_.position_in_group(index_in_chunk));
@@ -36,7 +42,7 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
   const ActivationParts parts = per_slot_parts(plan, index_in_chunk);
   stash_.resize(static_cast<size_t>(stash_slots));
   for (LayerActivations& st : stash_) {
-    st = allocate_layer_activations(s, config.dtype, parts, arena);
+    st = allocate_layer_activations(shapes_, config.dtype, parts, arena);
     if (selective) {
       st.attention.attention = shared.attention;
       st.attention.lse = shared.lse;
@@ -47,8 +53,10 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
 
 int64_t TransformerLayer::deferral_bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
                                         int deferral_depth) {
-  return AttentionBlock::deferral_bytes(config, s, sequence_parallel, deferral_depth) +
-         MlpBlock::deferral_bytes(config, s, sequence_parallel, deferral_depth);
+  const int64_t mlp = s.moe_layer ? MoeBlock::deferral_bytes(config, s, sequence_parallel, deferral_depth) +
+                                        MoeBlock::persistent_bytes(config)
+                                  : MlpBlock::deferral_bytes(config, s, sequence_parallel, deferral_depth);
+  return AttentionBlock::deferral_bytes(config, s, sequence_parallel, deferral_depth) + mlp;
 }
 
 Tensor TransformerLayer::forward(Context& ctx, int slot, const Tensor& input) {

@@ -38,6 +38,7 @@
 #include "model/layer_activations.h"
 #include "model/microbatch_position.h"
 #include "model/mlp_block.h"
+#include "model/moe_block.h"
 #include "model/norm.h"
 #include "model/param_store.h"
 
@@ -78,7 +79,8 @@ class TransformerLayer {
                    const LayerShapes& shapes, LayerWorkspace& workspace, const RecomputePlan& plan,
                    int64_t index_in_chunk, RecomputeBuffers& shared, Arena& arena, int stash_slots,
                    const std::vector<MicrobatchPosition>& positions, int deferral_depth = 0,
-                   const ContextParallel& context = ContextParallel{}, Fp8Scaling* fp8 = nullptr);
+                   const ContextParallel& context = ContextParallel{}, Fp8Scaling* fp8 = nullptr,
+                   const MoePass* moe_pass = nullptr);
 
   // input [s_l, b, h] (kept by reference in the stash until backward) -> output [s_l, b, h],
   // owned by this layer's stash slot (or, inside a full-recompute group, by the shared buffers
@@ -102,6 +104,8 @@ class TransformerLayer {
   // counts them by kind) and these bytes of weight-gradient leases (model/linear.h).
   static int64_t deferral_bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
                                 int deferral_depth);
+  // The MoE block of an MoE layer, else null.
+  MoeBlock* moe_block() const { return dynamic_cast<MoeBlock*>(mlp_.get()); }
 
   // The input the slot's forward was given (a full-recompute group restarts from it).
   const Tensor& stashed_input(int slot) const { return stash_[static_cast<size_t>(slot)].input; }
@@ -115,6 +119,7 @@ class TransformerLayer {
   void forward_mlp_output(Context& ctx, int slot, const LayerActivations& a, const Tensor& output);
 
   LayerWorkspace& ws_;
+  LayerShapes shapes_;                  // this layer's (an MoE layer's differ from the chunk's)
   LayerRecompute recompute_;
   bool ends_group_;                     // full recompute: the group's last layer (output stashed)
   LayerActivations* shared_ = nullptr;  // full recompute: the group position's shared set

@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/strict_number.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
@@ -20,6 +21,8 @@
 
 namespace gpt::perf {
 namespace {
+
+constexpr double kMostFileValue = 1e18, kLeastPositiveFileValue = 1e-9;
 
 // What a number must be.
 enum class Range { kPositive, kNonNegative, kFraction };  // kFraction: (0, 1]
@@ -55,6 +58,7 @@ const Key kKeys[] = {
     {"iteration_overhead_ms", false, Range::kNonNegative, 1e-3, &Cluster::iteration_overhead},
     {"tp_comm_overlap_fraction", false, Range::kNonNegative, 1, &Cluster::tp_comm_overlap_fraction},
     {"dp_comm_overlap_fraction", false, Range::kNonNegative, 1, &Cluster::dp_comm_overlap_fraction},
+    {"model_error_fraction", false, Range::kFraction, 1, &Cluster::model_error},
 };
 
 absl::Status error_at(absl::string_view origin, int line, absl::string_view message) {
@@ -72,6 +76,14 @@ absl::StatusOr<double> parse_number(absl::string_view text, Range range, absl::s
   if (!ok) {
     const char* what = range == Range::kPositive ? "positive" : range == Range::kNonNegative ? ">= 0" : "in (0, 1]";
     return absl::InvalidArgumentError(absl::StrCat(key, " must be ", what, " (got ", text, ")"));
+  }
+  // Magnitudes every computation from them survives: at most 1e18 in the file's unit (a GiB count
+  // times 2^30 stays finite), and a positive value at least 1e-9 (a bandwidth of 1e-300 would make
+  // every transfer take forever, an infinite time in the predictions).
+  if (value > kMostFileValue || (range == Range::kPositive && value < kLeastPositiveFileValue)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, " must be ", value > kMostFileValue ? "at most " : "at least ",
+        number_text(value > kMostFileValue ? kMostFileValue : kLeastPositiveFileValue), " (got ", text, ")"));
   }
   return value;
 }

@@ -61,6 +61,11 @@ struct Cluster {
   double tp_comm_overlap_fraction = 0;
   double dp_comm_overlap_fraction = 0;
 
+  // The model's own error with this file: its held-out mean absolute error on measured runs
+  // (docs/PERFORMANCE_MODEL.md). --search says which of its best layouts lie within it of each other,
+  // an order the model cannot tell. 0.1 (the project's target) where a file does not state it.
+  double model_error = 0.1;
+
   // Achieved fraction of peak for one GEMM of `flops` floating-point operations.
   double gemm_efficiency_at(double flops) const;
 };

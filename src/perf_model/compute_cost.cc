@@ -52,14 +52,20 @@ PassCost price_ops(const std::vector<Op>& ops, const RankShape& shape, const Clu
   PassCost cost;
   for (const Op& op : ops) {
     switch (op.kind) {
-      case OpKind::kGemm: cost.gemm += gemm_time(op.m, op.n, op.k, cluster) * stretch; break;
+      case OpKind::kGemm: {
+        // A GEMM whose traffic is given (the unfused attention core's batched ones, K = d): the
+        // roofline, the larger of its compute and its memory time.
+        const double time = std::max(gemm_time(op.m, op.n, op.k, cluster), memory_time(op.bytes, cluster)) * stretch;
+        (op.attention_core ? cost.attention : cost.gemm) += time;
+        break;
+      }
       case OpKind::kAttention:
         cost.attention += op.flops / (cluster.peak_flops * cluster.attention_forward_efficiency) * stretch;
         break;
       case OpKind::kAttentionBackward:
         cost.attention += op.flops / (cluster.peak_flops * cluster.attention_backward_efficiency) * stretch;
         break;
-      case OpKind::kMemory: cost.elementwise += memory_time(op.bytes, cluster) * stretch; break;
+      case OpKind::kMemory: (op.attention_core ? cost.attention : cost.elementwise) += memory_time(op.bytes, cluster) * stretch; break;
       case OpKind::kAllReduce: cost.tp_comm += exposed * all_reduce_time(tp_ranks, op.bytes, shape.tensor_link); break;
       case OpKind::kAllGather: cost.tp_comm += exposed * all_gather_time(tp_ranks, op.bytes, shape.tensor_link); break;
       case OpKind::kReduceScatter:
@@ -79,7 +85,8 @@ LayerOps layer_ops(const ModelConfig& c, const RankShape& shape) {
                                {.sequence_parallel = split_sequence,
                                 .tensor_parallel = shape.tensor_parallel,
                                 .regather_sequence_parallel_input = shape.regather_sequence_parallel_input,
-                                .context_parallel = shape.context_parallel});
+                                .context_parallel = shape.context_parallel,
+                                .unfused_attention = shape.unfused_attention});
 }
 
 LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {

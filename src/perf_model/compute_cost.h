@@ -19,6 +19,9 @@
 //                included), and per op of the embedding (1 forward, 1 backward) and the head (final
 //                norm, LM head GEMM, cross-entropy: 3 forward; 4 backward); collective_overhead per
 //                communication call among them (TP collectives, CP hops or all-to-alls)
+//                Megatron's unfused core (--attention-backend unfused / local with
+//                --implementation megatron or deepspeed): its batched GEMMs at the roofline of their
+//                FLOPs and the s x s scores' traffic, its softmax and dropout memory-bound
 // Recompute: full adds the layer's forward to its backward, selective the attention core's.
 #pragma once
 
@@ -59,6 +62,8 @@ struct RankShape {
   Link context_link;                // the CP group's link
   // SP backward gathers the local LayerNorm outputs again (this trainer and Megatron do).
   bool regather_sequence_parallel_input = false;
+  // Megatron's unfused attention core (layer_ops.h's LayerOpOptions::unfused_attention).
+  bool unfused_attention = false;
 };
 
 double gemm_time(double m, double n, double k, const Cluster& cluster);

@@ -16,6 +16,37 @@ Op gemm(std::string name, double m, double n, double k, bool weight_gradient = f
 Op memory(std::string name, double bytes) { return {.name = std::move(name), .kind = OpKind::kMemory, .bytes = bytes}; }
 Op collective(std::string name, OpKind kind, double bytes) { return {.name = std::move(name), .kind = kind, .bytes = bytes}; }
 
+// One op of the unfused attention core (LayerOpOptions::unfused_attention).
+Op core_gemm(std::string name, double m, double n, double k, double bytes) {
+  Op op = gemm(std::move(name), m, n, k);
+  op.bytes = bytes;
+  op.attention_core = true;
+  return op;
+}
+Op core_memory(std::string name, double bytes) {
+  Op op = memory(std::move(name), bytes);
+  op.attention_core = true;
+  return op;
+}
+
+// Megatron's unfused core, forward and backward (layer_ops.h): `query_rows` = s b heads_l query
+// rows, each against `keys` keys (s x CP) of dimension d.
+void unfused_core(double query_rows, double keys, double d, double t, bool dropout, std::vector<Op>& forward,
+                  std::vector<Op>& backward) {
+  const double scores = query_rows * keys;  // e elements
+  const double qkv_bytes = query_rows * d * t;
+  forward.push_back(core_gemm("attention scores (Q K^T)", query_rows, keys, d, scores * t + 2 * qkv_bytes));
+  forward.push_back(core_memory("scale-mask-softmax", 2 * t * scores));
+  if (dropout) forward.push_back(core_memory("attention dropout", (2 * t + 1) * scores));
+  forward.push_back(core_gemm("attention context (P V)", query_rows, d, keys, scores * t + 2 * qkv_bytes));
+  backward.push_back(core_gemm("attention dP (dO V^T)", query_rows, keys, d, scores * t + 2 * qkv_bytes));
+  backward.push_back(core_gemm("attention dV (P^T dO)", keys, d, query_rows, scores * t + 2 * qkv_bytes));
+  if (dropout) backward.push_back(core_memory("attention dropout backward", (2 * t + 1) * scores));
+  backward.push_back(core_memory("scale-mask-softmax backward", 3 * t * scores));
+  backward.push_back(core_gemm("attention dQ (dS K)", query_rows, d, keys, scores * t + 2 * qkv_bytes));
+  backward.push_back(core_gemm("attention dK (dS^T Q)", keys, d, query_rows, scores * t + 2 * qkv_bytes));
+}
+
 }  // namespace
 
 LayerOps transformer_layer_ops(const ModelConfig& c, const LayerShapes& s, const LayerOpOptions& o) {
@@ -44,7 +75,13 @@ LayerOps transformer_layer_ops(const ModelConfig& c, const LayerShapes& s, const
   column_input(f, "all-gather ln1");
   f.push_back(gemm("linear_qkv", r, qkv, h));
   if (rope) f.push_back(memory("rope", rope_bytes));
-  f.push_back({.name = "attention", .kind = OpKind::kAttention, .flops = attention_flops});
+  std::vector<Op> core_backward;  // the unfused core's backward ops, in order
+  if (o.unfused_attention) {
+    unfused_core(r * static_cast<double>(s.local_heads), static_cast<double>(s.sequence * o.context_parallel),
+                 static_cast<double>(s.head_dim), t, c.attention_dropout > 0.0f, f, core_backward);
+  } else {
+    f.push_back({.name = "attention", .kind = OpKind::kAttention, .flops = attention_flops});
+  }
   f.push_back(gemm("linear_proj", r, h, projection));
   row_output(f, "linear_proj output reduction");
   if (dropout) f.push_back(memory("dropout (attention output)", (2 * t + 1) * r_l * h));
@@ -86,8 +123,12 @@ LayerOps transformer_layer_ops(const ModelConfig& c, const LayerShapes& s, const
   g.push_back(memory("residual_add", 3 * t * r_l * h));
   if (dropout) g.push_back(memory("dropout backward (attention output)", (2 * t + 1) * r_l * h));
   row_backward("linear_proj", projection, h);
-  g.push_back({.name = "attention backward", .kind = OpKind::kAttentionBackward,
-               .flops = kAttentionBackwardMatmuls * attention_flops});
+  if (o.unfused_attention) {
+    g.insert(g.end(), core_backward.begin(), core_backward.end());
+  } else {
+    g.push_back({.name = "attention backward", .kind = OpKind::kAttentionBackward,
+                 .flops = kAttentionBackwardMatmuls * attention_flops});
+  }
   if (rope) g.push_back(memory("rope backward", rope_bytes));
   column_backward("linear_qkv", h, qkv);
   g.push_back(memory("norm1 backward", 3 * t * r_l * h));

@@ -8,7 +8,8 @@
 //   all-gather ln1       under SP                                           [s, b, h]
 //   linear_qkv           GEMM [r, h] x [h, qkv_l]
 //   rope                 with rotary embeddings: q and k rotated in place  2 t r (heads_l + groups_l) d
-//   attention            the fused causal core
+//   attention            the fused causal core; or Megatron's unfused core (unfused_attention,
+//                        below): the s x s scores materialised
 //   linear_proj          GEMM [r, heads_l d] x [heads_l d, h], then all-reduce (SP: reduce-scatter)
 //   dropout              with hidden dropout: read, write, 1-byte mask      (2 t + 1) r_l h
 //   norm2 (residual)     read x and the block's output, write residual, ln2 4 t r_l h
@@ -53,8 +54,11 @@ struct Op {
   OpKind kind = OpKind::kMemory;
   double m = 0, n = 0, k = 0;  // kGemm
   double flops = 0;            // kAttention
-  double bytes = 0;            // kMemory, collectives
+  double bytes = 0;            // kMemory, collectives; a kGemm's traffic where it may bound it (roofline)
   bool weight_gradient = false;  // a backward GEMM computing a weight gradient
+  // Part of the attention core (the unfused core's batched GEMMs and element-wise ops): priced into
+  // PassCost::attention, which selective recompute runs again.
+  bool attention_core = false;
 };
 
 struct LayerOps {
@@ -69,6 +73,15 @@ struct LayerOpOptions {
   bool regather_sequence_parallel_input = false;
   // Context parallelism: keys each query of this rank attends to, over its own rows (CP).
   int64_t context_parallel = 1;
+  // Megatron's unfused core (--attention-backend unfused / local; the only one of Megatron-LM before
+  // FlashAttention, i.e. of the 2021-2022 publications): per local head the s x s scores
+  // materialised in the dtype (e = b heads_l s s_k elements), Korthikanti et al. 2022 section 4.1:
+  //   forward   baddbmm Q K^T (writes e t), the fused scale-mask-softmax (reads and writes e t),
+  //             dropout of the probabilities (e t read, e t written, a 1-byte mask), bmm P V (reads e t)
+  //   backward  dP = dO V^T (writes e t), dV = P^T dO (reads e t), dropout's backward ((2 t + 1) e),
+  //             softmax's backward (reads P and dP, writes dS: 3 e t), dQ = dS K and dK = dS^T Q (read e t each)
+  // Each batched GEMM at the larger of its FLOPs' time and its traffic's (K = d: memory-bound on A100).
+  bool unfused_attention = false;
 };
 
 // The layer's ops for `shapes` (LayerShapes::make for the layout) and config's options (norm,

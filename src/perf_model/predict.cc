@@ -17,6 +17,7 @@
 #include "train/args/flag_enums.h"
 #include "train/report/flops.h"
 #include "train/memory_plan.h"
+#include "train/pipeline_split.h"
 #include "train/args/sharding_arguments.h"
 #include "train/configs.h"
 
@@ -70,8 +71,8 @@ double data_parallel_buckets(const Arguments& a, double parameters, double units
 }
 
 // The shape of one rank's ops for their costs (compute_cost.h).
-RankShape rank_shape(const Prediction& p, bool all_to_all, int64_t world_size, const Cluster& cluster,
-                     const RunOptions& options) {
+RankShape rank_shape(const Prediction& p, bool all_to_all, bool unfused_attention, int64_t world_size,
+                     const Cluster& cluster, const RunOptions& options) {
   RankShape shape;
   shape.tensor_parallel = p.tensor;
   shape.sequence_parallel = p.sequence_parallel;
@@ -83,6 +84,9 @@ RankShape rank_shape(const Prediction& p, bool all_to_all, int64_t world_size, c
   shape.context_link = group_link(cluster, static_cast<int>(p.tensor), static_cast<int>(p.context));
   // This trainer and Megatron both gather the sequence-parallel norm outputs again in backward.
   shape.regather_sequence_parallel_input = true;
+  // Megatron's unfused core materialises the scores (this trainer runs its fused core whatever the
+  // backend says).
+  shape.unfused_attention = options.implementation != Implementation::kTrainer && unfused_attention;
   const int64_t ranks_per_node = std::min<int64_t>(world_size, cluster.gpus_per_node);
   shape.compute_stretch =
       std::max(1.0, static_cast<double>(ranks_per_node) / static_cast<double>(cluster.compute_slots_per_node));
@@ -93,11 +97,25 @@ RankShape rank_shape(const Prediction& p, bool all_to_all, int64_t world_size, c
 // LM head's passes, and a chunk's recompute.
 struct RankPasses {
   PassCost embed_f, embed_b, head_f, head_b;
-  int64_t chunk_layers = 0;     // layers per virtual stage
-  double recomputed = 0;        // of them, fully recomputed in backward
-  double chunk_recompute = 0;   // a chunk's recompute time (full or selective)
+  // Layers of each virtual stage s = c x p + r (train/pipeline_split.h: even, or Megatron's
+  // --decoder-first/last-pipeline-num-layers), the largest of them and the busiest rank's sum.
+  std::vector<int64_t> stage_layers;
+  int64_t chunk_layers = 0;     // the largest virtual stage's layers
+  int64_t rank_layers = 0;      // the busiest pipeline rank's layers (all its chunks)
+  double recomputed = 0;        // of the largest stage's, fully recomputed in backward
+  double chunk_recompute = 0;   // the largest stage's recompute time (full or selective)
+  double rank_recompute = 0;    // the busiest rank's recompute time, all its chunks
   double chunk_first_wait = 0;  // ZeRO-3: the gather a chunk's first layer waits for
 };
+
+// The recompute of a virtual stage of `layers` layers (full: its recomputed layers' forward;
+// selective: every layer's attention core).
+double stage_recompute(const ModelConfig& config, const Prediction& p, int64_t layers) {
+  if (layers == 0) return 0.0;  // the embedding or the loss took the stage's only layer
+  const double selective = config.recompute.granularity == RecomputeGranularity::kSelective ? 1.0 : 0.0;
+  return static_cast<double>(fully_recomputed_layers(config, layers)) * p.layer.recompute_full +
+         selective * static_cast<double>(layers) * p.layer.recompute_selective;
+}
 
 // p.layer and the rest of a rank's passes, costed on `local_config` (the rank's S / CP rows).
 RankPasses rank_passes(const Arguments& a, const ModelConfig& config, const ModelConfig& local_config,
@@ -107,11 +125,20 @@ RankPasses rank_passes(const Arguments& a, const ModelConfig& config, const Mode
   r.embed_f = embedding_forward(local_config, shape, cluster);
   r.embed_b = embedding_backward(local_config, shape, cluster);
   r.head_f = head_forward(local_config, shape, cluster), r.head_b = head_backward(local_config, shape, cluster);
-  r.chunk_layers = a.num_layers / (p.pipeline * p.virtual_stages);
+  r.stage_layers = virtual_stage_layers(a);
+  r.chunk_layers = *std::max_element(r.stage_layers.begin(), r.stage_layers.end());
   r.recomputed = static_cast<double>(fully_recomputed_layers(config, r.chunk_layers));
-  const double selective = config.recompute.granularity == RecomputeGranularity::kSelective ? 1.0 : 0.0;
-  r.chunk_recompute = r.recomputed * p.layer.recompute_full +
-                      selective * static_cast<double>(r.chunk_layers) * p.layer.recompute_selective;
+  r.chunk_recompute = stage_recompute(config, p, r.chunk_layers);
+  for (int64_t rank = 0; rank < p.pipeline; ++rank) {
+    int64_t layers = 0;
+    double recompute = 0;
+    for (int64_t c = 0; c < p.virtual_stages; ++c) {
+      const int64_t n = r.stage_layers[static_cast<size_t>(c * p.pipeline + rank)];
+      layers += n;
+      recompute += stage_recompute(config, p, n);
+    }
+    if (layers > r.rank_layers) r.rank_layers = layers, r.rank_recompute = recompute;
+  }
   return r;
 }
 
@@ -158,10 +185,8 @@ void shard_units(const ModelConfig& config, const ModelConfig& local_config, con
   if (separate_head) head_tensors.push_back(vocab / tp * h);
   const UnitSharding head = shard(head_tensors, r.head_f, r.head_b, r.head_b.total(), false);
   // The traffic of every unit of the rank, per iteration.
-  const double rank_chunks = static_cast<double>(p.virtual_stages);
   p.zero3_traffic_time = static_cast<double>(p.microbatches) *
-                         (rank_chunks * static_cast<double>(r.chunk_layers) * layer.traffic + embedding.traffic +
-                          head.traffic);
+                         (static_cast<double>(r.rank_layers) * layer.traffic + embedding.traffic + head.traffic);
 }
 
 // Every microbatch's forward and backward through the schedule `kind`: p's pipeline and compute
@@ -171,14 +196,16 @@ absl::Status time_pipeline(const Arguments& a, const ModelConfig& config, const 
                            const Link& pipe_link, const RankPasses& r, Prediction& p) {
   const int pp = static_cast<int>(p.pipeline), v = static_cast<int>(p.virtual_stages);
   const int m = static_cast<int>(p.microbatches);
-  const int64_t chunk_layers = r.chunk_layers;
   // The host's work per chunk pass (a microbatch's forward, or its backward: the schedule's step,
   // the data feed, the stage's set-up), besides its ops'.
   const double pass_overhead = cluster.microbatch_overhead * shape.compute_stretch;
-  const double chunk_forward =
-      static_cast<double>(chunk_layers) * p.layer.forward.total() + r.chunk_first_wait + pass_overhead;
-  const double chunk_backward =
-      static_cast<double>(chunk_layers) * p.layer.backward.total() + r.chunk_recompute + pass_overhead;
+  // A virtual stage of `layers` layers: its forward and backward per microbatch.
+  const auto chunk_forward = [&](int64_t layers) {
+    return static_cast<double>(layers) * p.layer.forward.total() + r.chunk_first_wait + pass_overhead;
+  };
+  const auto chunk_backward = [&](int64_t layers) {
+    return static_cast<double>(layers) * p.layer.backward.total() + stage_recompute(config, p, layers) + pass_overhead;
+  };
 
   // Pipeline: per (rank, chunk) costs through the trainer's schedule.
   const double activation_bytes = static_cast<double>(local_config.seq_length * p.micro_batch * config.hidden_size) *
@@ -186,8 +213,8 @@ absl::Status time_pipeline(const Arguments& a, const ModelConfig& config, const 
   p.p2p_time = pp > 1 ? p2p_time(activation_bytes, pipe_link) : 0.0;
   double busiest = 0;
   if (pp == 1) {
-    const double forward = chunk_forward + r.embed_f.total() + r.head_f.total();
-    const double backward = chunk_backward + r.embed_b.total() + r.head_b.total();
+    const double forward = chunk_forward(r.chunk_layers) + r.embed_f.total() + r.head_f.total();
+    const double backward = chunk_backward(r.chunk_layers) + r.embed_b.total() + r.head_b.total();
     busiest = m * (forward + backward);
     p.pipeline_time = busiest;
   } else {
@@ -195,12 +222,15 @@ absl::Status time_pipeline(const Arguments& a, const ModelConfig& config, const 
     // backward, W is the weight-gradient GEMMs (layer_ops' weight_gradient ops) and the embedding's
     // gradient; B the rest (input-gradient GEMMs, attention, element-wise, recompute).
     StageCosts stages;
-    const double chunk_weight = static_cast<double>(chunk_layers) * p.layer.weight_gradient_gemm;
     for (int k = 0; k < pp * v; ++k) {
       const bool first = k == 0, last = k == pp * v - 1;
+      const int64_t layers = r.stage_layers[static_cast<size_t>(k)];
+      const double chunk_weight = static_cast<double>(layers) * p.layer.weight_gradient_gemm;
       const double weight = chunk_weight + (first ? r.embed_b.total() : 0.0) + (last ? r.head_b.gemm / 2 : 0.0);
-      const double backward = chunk_backward + (first ? r.embed_b.total() : 0.0) + (last ? r.head_b.total() : 0.0);
-      stages.forward.push_back(chunk_forward + (first ? r.embed_f.total() : 0.0) + (last ? r.head_f.total() : 0.0));
+      const double backward =
+          chunk_backward(layers) + (first ? r.embed_b.total() : 0.0) + (last ? r.head_b.total() : 0.0);
+      stages.forward.push_back(chunk_forward(layers) + (first ? r.embed_f.total() : 0.0) +
+                               (last ? r.head_f.total() : 0.0));
       stages.backward_input.push_back(backward - weight);
       stages.weight.push_back(weight);
     }
@@ -215,10 +245,10 @@ absl::Status time_pipeline(const Arguments& a, const ModelConfig& config, const 
     busiest = report.ideal;
   }
   p.compute_time = busiest;
-  const double rank_layers = static_cast<double>(chunk_layers * p.virtual_stages);
+  const double rank_layers = static_cast<double>(r.rank_layers);
   p.tp_comm_time = m * rank_layers * (p.layer.forward.tp_comm + p.layer.backward.tp_comm);
   p.cp_comm_time = m * rank_layers * (p.layer.forward.cp_comm + p.layer.backward.cp_comm);
-  p.recompute_time = m * static_cast<double>(p.virtual_stages) * r.chunk_recompute;
+  p.recompute_time = m * r.rank_recompute;
   p.zero3_exposed_time =
       m * (rank_layers * (p.layer.forward.dp_comm + p.layer.backward.dp_comm) + p.virtual_stages * r.chunk_first_wait);
   return absl::OkStatus();
@@ -229,7 +259,7 @@ absl::Status time_pipeline(const Arguments& a, const ModelConfig& config, const 
 // times. Returns the collective calls charged per iteration.
 double time_data_parallel(const Arguments& a, const ModelConfig& config, const Cluster& cluster,
                           pipeline::ScheduleKind kind, double parameters, int dp, const Link& data_link,
-                          int64_t chunk_layers, Prediction& p) {
+                          int64_t rank_layers, Prediction& p) {
   const double element = a.bf16 || a.fp16 ? 2.0 : 4.0;
   const double gradient_element = a.bf16 && !a.accumulate_allreduce_grads_in_fp32 ? 2.0 : 4.0;
   const ZeroLevel level = zero_level(a);
@@ -239,7 +269,7 @@ double time_data_parallel(const Arguments& a, const ModelConfig& config, const C
   // Each bucket is its own collective (its own latency and call), of its share of the parameters.
   const bool tied_across_stages = pp > 1 && !config.untie_embeddings_and_output_weights &&
                                   pipeline::schedule_placement(kind) == pipeline::Placement::kLoop;
-  const double rank_units = static_cast<double>(chunk_layers * p.virtual_stages) + 2.0 / static_cast<double>(pp);
+  const double rank_units = static_cast<double>(rank_layers) + 2.0 / static_cast<double>(pp);
   const double buckets = dp > 1 ? data_parallel_buckets(a, parameters, std::max(1.0, std::round(rank_units)), dp,
                                                         tied_across_stages)
                                 : 0.0;
@@ -328,7 +358,7 @@ double time_scalar_all_reduces(const Arguments& a, const RankShape& shape, int d
 void count_calls(const RankPasses& r, double dp_calls, double scalar_calls, Prediction& p) {
   const int pp = static_cast<int>(p.pipeline);
   const int m = static_cast<int>(p.microbatches);
-  const double rank_layers = static_cast<double>(r.chunk_layers * p.virtual_stages);
+  const double rank_layers = static_cast<double>(r.rank_layers);
   const double recomputed_share = r.recomputed / static_cast<double>(std::max<int64_t>(r.chunk_layers, 1));
   const double per_layer_ops = p.layer.forward.op_calls * (1 + recomputed_share) + p.layer.backward.op_calls;
   const double layer_collectives =
@@ -404,6 +434,8 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   const bool all_to_all = uses_cp_comm_type(a, ContextCommType::kAllToAll);
   if (p.context > 1) p.cp_comm_type = enum_name(all_to_all ? ContextCommType::kAllToAll : ContextCommType::kRing);
   p.virtual_stages = virtual_pipeline_size(a);
+  if (a.was_given("--decoder-first-pipeline-num-layers")) p.first_stage_layers = a.decoder_first_pipeline_num_layers;
+  if (a.was_given("--decoder-last-pipeline-num-layers")) p.last_stage_layers = a.decoder_last_pipeline_num_layers;
   p.microbatches = num_microbatches(a, world_size);
   p.micro_batch = a.micro_batch_size;
   p.global_batch = a.global_batch_size;
@@ -414,7 +446,9 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   const auto kind = pipeline_schedule_kind(a);
   p.schedule = pipeline::to_string(kind);
 
-  const RankShape shape = rank_shape(p, all_to_all, world_size, cluster, options);
+  const AttentionBackend backend = attention_backend(a);
+  const bool unfused = backend == AttentionBackend::kUnfused || backend == AttentionBackend::kLocal;
+  const RankShape shape = rank_shape(p, all_to_all, unfused, world_size, cluster, options);
   // The costs of one rank: S / CP rows of each sequence (model FLOPs stay the whole model's).
   ModelConfig local_config = config;
   local_config.seq_length = config.seq_length / p.context;
@@ -450,7 +484,7 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
     parameters = static_cast<double>(plan.parameters) / element;
   }
   const double dp_calls =
-      time_data_parallel(a, config, cluster, kind, parameters, dp, data_link, passes.chunk_layers, p);
+      time_data_parallel(a, config, cluster, kind, parameters, dp, data_link, passes.rank_layers, p);
   GPT_RETURN_IF_ERROR(time_optimizer(a, parameters, dp, shape, cluster, options, p));
   const double scalar_calls = time_scalar_all_reduces(a, shape, dp, data_link, pipe_link, p);
   p.overhead_time = cluster.iteration_overhead + (dp_calls + scalar_calls) * cluster.collective_overhead * shape.compute_stretch;

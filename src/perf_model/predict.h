@@ -75,6 +75,8 @@ struct Prediction {
                        // 3: and parameters (gathered per unit and microbatch)
   std::string recompute;  // "none", "selective", "full uniform N", "full block N"
   std::string schedule;   // "1f1b", "interleaved", "zb-h1", "zb-v"
+  // Megatron's --decoder-first/last-pipeline-num-layers where given (0: the even split).
+  int64_t first_stage_layers = 0, last_stage_layers = 0;
 
   // Time, seconds per iteration.
   double iteration_time = 0;

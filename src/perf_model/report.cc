@@ -1,5 +1,7 @@
 #include "perf_model/report.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -26,6 +28,8 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
       .add("recompute", p.recompute)
       .add("schedule", p.schedule);
   if (p.context > 1) layout.add("context_parallel_size", p.context).add("cp_comm_type", p.cp_comm_type);
+  if (p.first_stage_layers > 0) layout.add("decoder_first_pipeline_num_layers", p.first_stage_layers);
+  if (p.last_stage_layers > 0) layout.add("decoder_last_pipeline_num_layers", p.last_stage_layers);
   JsonObject time;
   time.add("pipeline", p.pipeline_time)
       .add("compute_busiest_rank", p.compute_time)
@@ -100,7 +104,11 @@ std::string pass_text(const char* name, const PassCost& c) {
 
 std::string layout_text(const Prediction& p) {
   const std::string context = p.context > 1 ? absl::StrCat(" x CP ", p.context, " (", p.cp_comm_type, ")") : "";
-  return absl::StrCat("TP ", p.tensor, context, " x PP ", p.pipeline, " x DP ", p.data, ", v ", p.virtual_stages, ", mbs ",
+  // An uneven split: the first and last stages' layers (the others split the rest evenly).
+  const std::string split = p.first_stage_layers > 0 || p.last_stage_layers > 0
+                                ? absl::StrCat(" (layers first ", p.first_stage_layers, ", last ", p.last_stage_layers, ")")
+                                : "";
+  return absl::StrCat("TP ", p.tensor, context, " x PP ", p.pipeline, split, " x DP ", p.data, ", v ", p.virtual_stages, ", mbs ",
                       p.micro_batch, p.sequence_parallel ? ", SP" : "",
                       p.zero_level == 3   ? ", ZeRO-3"
                       : p.zero_level == 2 ? ", ZeRO-2"
@@ -156,6 +164,33 @@ std::string text_report(const Prediction& p, const Cluster& cluster) {
 
 std::string json_report(const Prediction& p, const Cluster& cluster) { return prediction_json(p, cluster).str() + "\n"; }
 
+std::string search_margins(const std::vector<Prediction>& ranked, const Cluster& cluster) {
+  const size_t best = std::min<size_t>(ranked.size(), 5);
+  if (best < 2) return "";
+  std::string out = absl::StrFormat("\nThe best %d, each against the next:", best);
+  // Within the model's error of the best: an order the model cannot tell apart.
+  size_t tied = 1;
+  for (size_t i = 0; i + 1 < best; ++i) {
+    const double margin = ranked[i + 1].iteration_time / ranked[i].iteration_time - 1;
+    absl::StrAppendFormat(&out, "%s #%d %.1f%% faster than #%d", i == 0 ? "" : ";", i + 1, margin * 100, i + 2);
+  }
+  for (size_t i = 1; i < best; ++i) {
+    if (ranked[i].iteration_time / ranked[0].iteration_time - 1 <= cluster.model_error) tied = i + 1;
+  }
+  out += ".\n";
+  if (tied > 1) {
+    absl::StrAppendFormat(&out,
+                          "%s within the model's own error of #1 (%.0f%%, model_error_fraction of %s): it cannot "
+                          "order them; measure them.\n",
+                          tied > 2 ? absl::StrCat("#2 to #", tied, " are") : "#2 is", cluster.model_error * 100,
+                          cluster.name);
+  } else {
+    absl::StrAppendFormat(&out, "#1 leads #2 by more than the model's own error (%.0f%%, model_error_fraction of %s).\n",
+                          cluster.model_error * 100, cluster.name);
+  }
+  return out;
+}
+
 std::string search_table(const std::vector<Prediction>& ranked, const Cluster& cluster, int evaluated, int fitting) {
   std::string out = absl::StrFormat(
       "Search on %s: %d valid layouts, %d fit in %.1f GiB per GPU; the best %d by predicted throughput\n\n", cluster.name,
@@ -166,7 +201,7 @@ std::string search_table(const std::vector<Prediction>& ranked, const Cluster& c
     absl::StrAppendFormat(&out, "%4d  %-68s %10.4f %9.1f %5.1f%% %9.2f\n", i + 1, layout_text(p), p.iteration_time,
                           p.tflops_per_gpu, p.mfu * 100, p.memory.total() / kGiB);
   }
-  return out;
+  return out + search_margins(ranked, cluster);
 }
 
 std::string search_json(const std::vector<Prediction>& ranked, const Cluster& cluster, int evaluated, int fitting) {

@@ -18,7 +18,10 @@ std::string text_report(const Prediction& p, const Cluster& cluster);
 //  "layout": {...}, "time_breakdown_s": {...}, "memory_breakdown_gib": {...}, ...}
 std::string json_report(const Prediction& p, const Cluster& cluster);
 
-// The search's table: rank, layout, iteration time, TFLOP/s per GPU, MFU, memory.
+// --search's margins: each of the best 5 against the next, and which of them lie within the
+// model's own error (Cluster::model_error) of the best.
+std::string search_margins(const std::vector<Prediction>& ranked, const Cluster& cluster);
+// The search's table: rank, layout, iteration time, TFLOP/s per GPU, MFU, memory; then its margins.
 std::string search_table(const std::vector<Prediction>& ranked, const Cluster& cluster, int evaluated, int fitting);
 std::string search_json(const std::vector<Prediction>& ranked, const Cluster& cluster, int evaluated, int fitting);
 

@@ -27,7 +27,9 @@ const char* const kLayoutFlags[] = {"--tensor-model-parallel-size",
                                     "--cp-comm-type",
                                     "--optimizer-cpu-offload",
                                     "--optimizer-offload-fraction",
-                                    "--use-precision-aware-optimizer"};
+                                    "--use-precision-aware-optimizer",
+                                    "--decoder-first-pipeline-num-layers",
+                                    "--decoder-last-pipeline-num-layers"};
 
 struct Candidate {
   int64_t tp, pp, layers_per_virtual_stage, micro_batch;
@@ -37,6 +39,9 @@ struct Candidate {
   int64_t cp = 1;
   bool all_to_all = false;  // --cp-comm-type a2a (else p2p)
   bool offload = false;     // --optimizer-cpu-offload (fraction 1) with --use-precision-aware-optimizer
+  // PP not dividing the layers: Megatron's first / last stage layers (most_even_split) and the
+  // chunks per rank (--num-virtual-stages-per-pipeline-rank, which such a split needs for v > 1).
+  int64_t first_layers = 0, last_layers = 0, virtual_chunks = 1;
 };
 
 Arguments with_layout(const Arguments& base, const Candidate& c) {
@@ -46,7 +51,14 @@ Arguments with_layout(const Arguments& base, const Candidate& c) {
   a.tensor_model_parallel_size = c.tp;
   a.pipeline_model_parallel_size = c.pp;
   a.num_layers_per_virtual_pipeline_stage = c.layers_per_virtual_stage;
-  a.num_virtual_stages_per_pipeline_rank = 0;
+  a.num_virtual_stages_per_pipeline_rank = c.virtual_chunks > 1 ? c.virtual_chunks : 0;
+  a.decoder_first_pipeline_num_layers = c.first_layers;
+  a.decoder_last_pipeline_num_layers = c.last_layers;
+  if (c.first_layers > 0) {
+    set("--decoder-first-pipeline-num-layers");
+    set("--decoder-last-pipeline-num-layers");
+  }
+  if (c.virtual_chunks > 1) set("--num-virtual-stages-per-pipeline-rank");
   a.micro_batch_size = c.micro_batch;
   a.sequence_parallel = c.sp;
   a.use_distributed_optimizer = c.zero == 1;
@@ -91,7 +103,57 @@ Arguments with_layout(const Arguments& base, const Candidate& c) {
   return a;
 }
 
+// The layouts of one TP x CP x PP: each chunk count, micro batch, SP, ZeRO level and recompute.
+// `split`: the uneven first / last stage layers (0: PP divides the layers).
+void add_pipeline_layouts(const Arguments& base, int64_t tp, int64_t cp, int64_t pp, int64_t dp, const UnevenSplit& split,
+                          std::vector<Candidate>& candidates) {
+  // Chunks per rank: --num-layers-per-virtual-pipeline-stage with the even split (0, 1: none);
+  // with the uneven one --num-virtual-stages-per-pipeline-rank, every count dividing each stage's
+  // layers (Megatron's rule).
+  std::vector<std::pair<int64_t, int64_t>> virtual_options = {{0, 1}};
+  if (split.first == 0) {
+    const int64_t stage_layers = base.num_layers / pp;
+    for (int64_t v = 2; pp > 1 && v <= stage_layers; ++v) {
+      if (stage_layers % v == 0) virtual_options.push_back({stage_layers / v, 1});
+    }
+  } else {
+    for (int64_t v = 2; v <= std::min(split.first, split.last); ++v) {
+      const bool middle = pp <= 2 || split.middle % v == 0;
+      if (split.first % v == 0 && split.last % v == 0 && middle) virtual_options.push_back({0, v});
+    }
+  }
+  for (const auto& [lpvs, chunks] : virtual_options) {  // (layers per virtual stage, chunks per rank)
+    for (int64_t mbs = 1; mbs <= 8; mbs *= 2) {
+      if (mbs * dp > base.global_batch_size) break;
+      for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+        for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); ++zero) {
+          for (int recompute = 0; recompute <= 2; ++recompute) {
+            Candidate c{tp, pp, lpvs, mbs, sp == 1, zero, recompute, cp, false};
+            c.first_layers = split.first, c.last_layers = split.last, c.virtual_chunks = chunks;
+            candidates.push_back(c);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
+
+UnevenSplit most_even_split(int64_t layers, int64_t pp) {
+  if (pp < 2 || layers < pp || layers % pp == 0) return {};
+  if (pp == 2) return {.first = (layers + 1) / 2, .middle = 0, .last = layers / 2};
+  UnevenSplit best;
+  int64_t best_max = layers + 1;
+  for (int64_t middle = 1; middle * (pp - 2) + 2 <= layers; ++middle) {
+    const int64_t ends = layers - middle * (pp - 2);
+    const int64_t first = (ends + 1) / 2, last = ends / 2;
+    const int64_t largest = std::max({first, middle, last});
+    // Ties go to the larger middle: the end stages also run the embedding and the LM head.
+    if (largest <= best_max) best = {.first = first, .middle = middle, .last = last}, best_max = largest;
+  }
+  return best;
+}
 
 absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world, const Cluster& cluster,
                                             const RunOptions& options, int top) {
@@ -112,25 +174,11 @@ absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world
     for (int64_t tp = 1; tp <= cluster.gpus_per_node && tp * cp <= world; tp *= 2) {
       if (world % (tp * cp) != 0) continue;
       for (int64_t pp = 1; pp <= base.num_layers && tp * cp * pp <= world; ++pp) {
-        if (world % (tp * cp * pp) != 0 || base.num_layers % pp != 0) continue;
-        const int64_t dp = world / (tp * cp * pp);
-        std::vector<int64_t> virtual_options = {0};
-        const int64_t stage_layers = base.num_layers / pp;
-        for (int64_t v = 2; pp > 1 && v <= stage_layers; ++v) {
-          if (stage_layers % v == 0) virtual_options.push_back(stage_layers / v);
-        }
-        for (int64_t lpvs : virtual_options) {
-          for (int64_t mbs = 1; mbs <= 8; mbs *= 2) {
-            if (mbs * dp > base.global_batch_size) break;
-            for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
-              for (int zero = 0; zero <= (dp * cp > 1 ? 3 : 0); ++zero) {
-                for (int recompute = 0; recompute <= 2; ++recompute) {
-                  candidates.push_back({tp, pp, lpvs, mbs, sp == 1, zero, recompute, cp, false});
-                }
-              }
-            }
-          }
-        }
+        if (world % (tp * cp * pp) != 0) continue;
+        // PP not dividing the layers: Megatron's first / last stage layers, the most even split.
+        const UnevenSplit split = most_even_split(base.num_layers, pp);
+        if (base.num_layers % pp != 0 && split.first == 0) continue;
+        add_pipeline_layouts(base, tp, cp, pp, world / (tp * cp * pp), split, candidates);
       }
     }
   };
@@ -150,7 +198,8 @@ absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world
     layout.pipeline_schedule.clear();
     const int64_t dp = world / (c.tp * c.pp * c.cp);
     const int64_t microbatches = c.micro_batch * dp > 0 ? base.global_batch_size / (c.micro_batch * dp) : 0;
-    const int64_t chunks = c.layers_per_virtual_stage > 0 ? base.num_layers / (c.pp * c.layers_per_virtual_stage) : 1;
+    const int64_t chunks =
+        c.layers_per_virtual_stage > 0 ? base.num_layers / (c.pp * c.layers_per_virtual_stage) : c.virtual_chunks;
     for (pipeline::ScheduleKind kind : schedule_candidates(static_cast<int>(c.pp), static_cast<int>(chunks),
                                                            static_cast<int>(std::max<int64_t>(1, microbatches)))) {
       Arguments scheduled = layout;

@@ -8,6 +8,8 @@
 #include "core/memory.h"
 #include "train/args/flag_enums.h"
 #include "train/args/model_arguments.h"
+#include "train/args/moe_arguments.h"
+#include "train/args/moe_layer_pattern.h"
 #include "train/pipeline_split.h"
 #include "train/args/sharding_arguments.h"
 
@@ -87,7 +89,38 @@ ModelConfig model_config_from(const Arguments& a) {
   c.hidden_dropout = static_cast<float>(a.hidden_dropout);
   c.attention_dropout = static_cast<float>(a.attention_dropout);
   c.seed = a.seed;
+  c.moe = moe_config_from(a);
   return c;
+}
+
+MoeConfig moe_config_from(const Arguments& a) {
+  MoeConfig m;
+  if (a.num_experts <= 0) return m;
+  m.num_experts = a.num_experts;
+  m.ffn_hidden_size = a.moe_ffn_hidden_size > 0 ? a.moe_ffn_hidden_size : a.ffn_hidden_size;
+  m.moe_layers = moe_layer_pattern(a.moe_layer_freq, a.num_layers).value();  // validated
+  m.shared_expert_size = a.moe_shared_expert_intermediate_size;
+  m.topk = a.moe_router_topk;
+  m.score = router_score(a);
+  m.pre_softmax = a.moe_router_pre_softmax;
+  m.topk_scaling_factor = a.moe_router_topk_scaling_factor > 0 ? a.moe_router_topk_scaling_factor : 1.0;
+  m.router_fp64 = router_dtype(a) == RouterDtype::kFp64;
+  m.num_groups = a.moe_router_num_groups;
+  m.group_topk = a.moe_router_group_topk;
+  m.expert_bias = a.moe_router_enable_expert_bias;
+  m.bias_update_rate = a.moe_router_bias_update_rate;
+  const std::vector<LoadBalancing> types = load_balancing_types(a);
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] == LoadBalancing::kSinkhorn) m.sinkhorn = true;
+    if (types[i] == LoadBalancing::kNone || types[i] == LoadBalancing::kSinkhorn) continue;
+    m.losses.push_back(MoeLoss{.type = types[i], .coefficient = moe_aux_loss_coefficients(a).value()[i]});
+  }
+  m.z_loss_coeff = a.moe_z_loss_coeff;
+  m.capacity_factor = a.moe_expert_capacity_factor;
+  m.drop_policy = token_drop_policy(a);
+  m.pad_to_capacity = a.moe_pad_expert_input_to_capacity;
+  m.per_layer_logging = a.moe_per_layer_logging;
+  return m;
 }
 
 Fp8Config fp8_config_from(const Arguments& a) {

@@ -29,6 +29,8 @@ absl::Status resolve_device(Arguments& args);
 
 // Model configuration from validated arguments (vocabulary padded for their TP size).
 ModelConfig model_config_from(const Arguments& args);
+// The mixture-of-experts part of the model (validated arguments; a dense model without --num-experts).
+MoeConfig moe_config_from(const Arguments& args);
 // The model's kinds alone (family options, normalization, positions, recompute, dtype, FP8): where
 // the enum-valued flags' strings are read, once, for the trainer and the planners. No sizes, so it
 // is safe on arguments whose sizes overflow.

@@ -4,12 +4,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string_view>
 
 #include "core/cuda_runtime.h"
 #include "core/memory.h"
 #include "absl/strings/str_cat.h"
 #include "core/logging.h"
+#include "core/strict_number.h"
 #include "parallel/comm/mpi_runtime.h"
 #include "parallel/comm/world_agreement.h"
 #include "parallel/mpi_grid.h"
@@ -97,6 +99,27 @@ absl::Status choose_backend(Arguments& args, const MpiRuntime& mpi, int ranks_pe
   return absl::OkStatus();
 }
 
+// --distributed-timeout-minutes as typed (the last one wins, as the parser takes it; "--flag V" or
+// "--flag=V"), read before MPI_Init so that start-up is bounded by the same timeout
+// (parallel/comm/mpi_runtime.h). Read from the command line rather than an environment variable so
+// that the one flag a user already sets bounds every wait. Checked as the parser checks it
+// (core/strict_number.h; validate_arguments' range); a value it refuses leaves the default
+// (10 minutes), and the parser then refuses it with its message once MPI is up.
+void arm_startup_timeout(int argc, char** argv) {
+  constexpr std::string_view kFlag = "--distributed-timeout-minutes";
+  std::optional<std::string_view> text;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == kFlag && i + 1 < argc) text = argv[++i];
+    if (arg.size() > kFlag.size() && arg.substr(0, kFlag.size()) == kFlag && arg[kFlag.size()] == '=') {
+      text = arg.substr(kFlag.size() + 1);
+    }
+  }
+  if (!text) return;
+  const absl::StatusOr<double> minutes = parse_number_in(*text, NumberRange::above(0, 1e6));
+  if (minutes.ok()) world::set_timeout_seconds(*minutes * 60.0);
+}
+
 }  // namespace
 
 int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody& body) {
@@ -104,6 +127,7 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--exit-signal-handler") install_exit_signal_handler();
   }
+  arm_startup_timeout(argc, argv);
   MpiRuntime mpi(&argc, &argv);
   std::map<std::string, std::string> own_flags;
   std::vector<std::string> megatron_args = {argv[0]};

@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <array>
+
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -183,6 +185,7 @@ void Trainer::compute_gradients() {
   GPT_CHECK_EQ(global_batch_size_, microbatches_ * args_.micro_batch_size * data_parallel_size_)
       << "global batch size at " << consumed_samples_ << " consumed samples (run() refuses one that does not divide)";
   params_->zero_grads(ctx_);
+  for (auto& chunk : chunks_) chunk->restart_moe_iteration();
   ops::zero(ctx_, loss_sum_);
   const int64_t tokens_per_microbatch = args_.seq_length * args_.micro_batch_size;
   // Gradient of the mean token loss over the whole global batch, times the loss scale (Megatron
@@ -282,6 +285,8 @@ StepResult Trainer::apply_update(bool skip_update) {
   Stopwatch phase;
   maybe_inject_gradient_fault();
   result.learning_rate = learning_rate_at(schedule_, scheduler_position_->samples());
+  // Megatron's finalize_model_grads moves the expert bias before the optimizer, skipped step or not.
+  if (config_.moe.enabled()) result.moe_losses = finish_moe_iteration();
   // Megatron's mixed-precision step: unscale the main gradients and check them over every rank
   // that holds gradients; an overflow anywhere skips the update everywhere, before the norm.
   result.overflow = loss_scaling_ && loss_scaling_->unscale_and_check(ctx_, *params_, optimizer_->owned(),
@@ -308,6 +313,35 @@ StepResult Trainer::apply_update(bool skip_update) {
   // Megatron's scheduler steps by the iteration's samples after an update (not after an overflow).
   if (!result.overflow) scheduler_position_->advance(global_batch_size_);
   return result;
+}
+
+std::vector<std::pair<std::string, double>> Trainer::finish_moe_iteration() {
+  // Sums over this rank's MoE layers and microbatches, then over every rank: each TP rank holds
+  // the whole value (it routes every row), CP ranks hold parts of it, PP stages hold other layers.
+  std::array<float, 3> sums{};  // load_balancing_loss, seq_load_balancing_loss, z_loss
+  for (auto& chunk : chunks_) {
+    chunk->finish_moe_iteration(ctx_, grid_.data_context());
+    for (const MoeLayerMetrics& layer : chunk->take_moe_metrics()) {
+      sums[0] += static_cast<float>(layer.load_balancing_loss);
+      sums[1] += static_cast<float>(layer.seq_load_balancing_loss);
+      sums[2] += static_cast<float>(layer.z_loss);
+    }
+  }
+  const Tensor scratch = timing_scratch_.flat_range(0, 3);
+  copy_to_device(ctx_, scratch, std::span<const float>(sums));
+  grid_.world().all_reduce(ctx_, scratch, ReduceOp::kSum);
+  copy_to_host(ctx_, sums.data(), scratch);
+  ctx_.synchronize();
+  const double per = static_cast<double>(grid_.shape().tensor) * static_cast<double>(data_parallel_size_) *
+                     static_cast<double>(microbatches_) * static_cast<double>(config_.moe.moe_layer_count());
+  std::vector<std::pair<std::string, double>> losses;
+  for (const MoeLoss& loss : config_.moe.losses) {
+    if (loss.coefficient <= 0) continue;
+    const bool sequence = loss.type == LoadBalancing::kSeqAuxLoss;
+    losses.emplace_back(sequence ? "seq_load_balancing_loss" : "load_balancing_loss", sums[sequence ? 1 : 0] / per);
+  }
+  if (config_.moe.z_loss_coeff > 0) losses.emplace_back("z_loss", sums[2] / per);
+  return losses;
 }
 
 }  // namespace gpt

@@ -52,6 +52,10 @@ struct StepResult {
   int exit_code = 0;
   std::string exit_reason;
   bool exit_saves = true;      // save the state before the iteration first
+  // Mixture of experts: Megatron's load-balancing fields of the log line ("load_balancing_loss",
+  // "seq_load_balancing_loss", "z_loss": each loss over its coefficient, averaged over the MoE
+  // layers, microbatches and data-parallel replicas), in that order, for the losses in use.
+  std::vector<std::pair<std::string, double>> moe_losses;
 };
 
 // The trainer is the run's progress (train/training_state.h) for the checkpointer; it hands out
@@ -143,6 +147,9 @@ class Trainer final : public TrainingProgress {
   double mean_token_loss(int64_t microbatches, int64_t ranks) const;
   // The same after summing loss_sum_ over the data-parallel group.
   double read_and_reduce_loss(int64_t microbatches);
+  // The iteration's end for the MoE layers: the expert bias update and the log line's losses
+  // (collectives over every rank).
+  std::vector<std::pair<std::string, double>> finish_moe_iteration();
   void print_evaluation(const std::string& where, double loss) const;
 
   // run()'s parts (trainer_run.cc). RunReports: the files run() writes (opened before the first

@@ -49,6 +49,7 @@ struct Trainer::RunReports {
   // Since the last log line: training steps only; evaluation is not counted.
   double interval_seconds = 0.0;
   double interval_loss = 0.0;
+  std::vector<std::pair<std::string, double>> interval_moe_losses;  // sums, as interval_loss
   int64_t interval_steps = 0, interval_iterations = 0, skipped = 0, nan_iterations = 0;
   bool memory_reported = false;
   // Per-op device time (kernels/op_profile.h): GPT_OP_PROFILE=1 profiles every iteration after
@@ -145,6 +146,11 @@ absl::StatusOr<StepResult> Trainer::timed_step(RunReports& r) {
   }
   if (std::isfinite(step.loss)) {
     r.interval_loss += step.loss;
+    if (r.interval_moe_losses.empty()) {
+      r.interval_moe_losses = step.moe_losses;
+    } else {
+      for (size_t i = 0; i < step.moe_losses.size(); ++i) r.interval_moe_losses[i].second += step.moe_losses[i].second;
+    }
     ++r.interval_iterations;
   } else {
     ++r.nan_iterations;
@@ -200,6 +206,9 @@ void Trainer::report_iteration(const StepResult& step, RunReports& r) {
   log.learning_rate = learning_rate;
   log.global_batch_size = global_batch_size_;
   log.lm_loss = r.interval_iterations > 0 ? r.interval_loss / static_cast<double>(r.interval_iterations) : NAN;
+  for (const auto& [name, sum] : r.interval_moe_losses) {
+    log.moe_losses.emplace_back(name, r.interval_iterations > 0 ? sum / static_cast<double>(r.interval_iterations) : NAN);
+  }
   log.loss_scale = loss_scale();
   log.grad_norm = step.overflow ? std::nullopt : std::optional<double>(step.grad_norm);
   log.skipped_iterations = r.skipped;
@@ -229,6 +238,7 @@ void Trainer::log_interval(const IterationLog& log, double seconds_per_iteration
   if (interval_end) {
     r.interval_seconds = 0.0;
     r.interval_loss = 0.0;
+    r.interval_moe_losses.clear();
     r.interval_steps = r.interval_iterations = r.skipped = r.nan_iterations = 0;
   }
 }

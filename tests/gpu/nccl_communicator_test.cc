@@ -98,6 +98,48 @@ TEST(NcclCommunicator, SeveralInFlightBeforeAnyWait) {
   for (int i = 0; i < 37; ++i) EXPECT_EQ(back[i].bits, halves[i].bits);
 }
 
+// The point-to-point form context parallelism's ring (K/V blocks and their gradients) and
+// all-to-all (head/sequence re-layout) use: one group call of sends and receives on the
+// communicator's own stream. With one rank every peer is this rank: two blocks (BF16 and FP16, the
+// dtypes the ring carries) sent to itself arrive exactly, in order of the transfers, and a kernel
+// queued on the compute stream after the wait reads the received block.
+TEST(NcclCommunicator, ExchangeWithItselfOnItsOwnStream) {
+  GPT_REQUIRE_GPU();
+  Context ctx = Context::gpu(0);
+  SelfCommunicator bootstrap("bootstrap");
+  NcclCommunicator nccl(ctx, bootstrap, "nccl-test", 60.0);
+  Arena arena(Device::kCuda, "nccl-test");
+  std::vector<bf16> block(1001);
+  std::vector<fp16> other(37);
+  for (size_t i = 0; i < block.size(); ++i) block[i] = bf16(static_cast<float>(i % 29) - 14.0f);
+  for (size_t i = 0; i < other.size(); ++i) other[i] = fp16(0.5f * static_cast<float>(i) - 9.0f);
+  Tensor send_block = to_device(arena, block), send_other = to_device(arena, other);
+  Tensor receive_block = arena.allocate(DType::kBFloat16, {1001}), receive_other = arena.allocate(DType::kFloat16, {37});
+  ops::poison(ctx, receive_block);
+  ops::poison(ctx, receive_other);
+  const PeerTransfer transfers[] = {{PeerTransfer::Kind::kSend, send_block, 0},
+                                    {PeerTransfer::Kind::kSend, send_other, 0},
+                                    {PeerTransfer::Kind::kReceive, receive_block, 0},
+                                    {PeerTransfer::Kind::kReceive, receive_other, 0}};
+  CollectiveHandle handle = nccl.start_exchange(ctx, transfers);
+  handle.wait(ctx);
+  // On the compute stream, after the wait: widen the received block into FP32 and scale it.
+  Tensor widened = arena.allocate(DType::kFloat32, {1001});
+  ops::cast(ctx, widened, receive_block);
+  ops::scale(ctx, widened, 2.0f);
+  const std::vector<bf16> back = to_host<bf16>(ctx, receive_block);
+  for (size_t i = 0; i < block.size(); ++i) ASSERT_EQ(back[i].bits, block[i].bits) << i;
+  const std::vector<fp16> back_other = to_host<fp16>(ctx, receive_other);
+  for (size_t i = 0; i < other.size(); ++i) ASSERT_EQ(back_other[i].bits, other[i].bits) << i;
+  const std::vector<float> doubled = to_host<float>(ctx, widened);
+  for (size_t i = 0; i < block.size(); ++i) ASSERT_EQ(doubled[i], 2.0f * block[i].to_float()) << i;
+  // FP16 sums (the FP16 gradient buffers' reduction) with one rank are the values themselves.
+  Tensor summed = to_device(arena, other);
+  nccl.all_reduce(ctx, summed, ReduceOp::kSum);
+  const std::vector<fp16> summed_back = to_host<fp16>(ctx, summed);
+  for (size_t i = 0; i < other.size(); ++i) EXPECT_EQ(summed_back[i].bits, other[i].bits) << i;
+}
+
 TEST(NcclCommunicator, DroppingAnUnwaitedHandleIsFatal) {
   GPT_REQUIRE_GPU();
   // The statement uses the GPU: a forked child of a process that already initialized CUDA cannot

@@ -13,105 +13,15 @@
 #include "core/arena.h"
 #include "core/memory.h"
 #include "gpu/gpu_test_util.h"
+#include "gpu/ops_twin.h"
 #include "kernels/ops.h"
 
 namespace gpt {
 namespace {
 
-// A tensor held twice, on the host and on the GPU, with the same contents.
-struct Twin {
-  Tensor cpu, gpu;
-};
-
-class OpsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    GPT_REQUIRE_GPU();
-    gpu_ = std::make_unique<Context>(Context::gpu(0));
-  }
-
-  Twin make(DType dtype, Shape shape, float scale = 1.0f, float offset = 0.0f) {
-    Twin t{host_.allocate(dtype, shape), device_.allocate(dtype, shape)};
-    std::normal_distribution<float> normal(offset, scale);
-    for (int64_t i = 0; i < t.cpu.numel(); ++i) {
-      const float v = normal(rng_);
-      if (dtype == DType::kFloat32) t.cpu.data_as<float>()[i] = v;
-      else if (dtype == DType::kFloat16) t.cpu.data_as<fp16>()[i] = fp16(v);
-      else t.cpu.data_as<bf16>()[i] = bf16(v);
-    }
-    upload(t);
-    return t;
-  }
-  Twin tokens(Shape shape, int32_t low, int32_t high) {
-    Twin t{host_.allocate(DType::kInt32, shape), device_.allocate(DType::kInt32, shape)};
-    std::uniform_int_distribution<int32_t> uniform(low, high - 1);
-    for (int64_t i = 0; i < t.cpu.numel(); ++i) t.cpu.data_as<int32_t>()[i] = uniform(rng_);
-    upload(t);
-    return t;
-  }
-  void upload(const Twin& t) { copy_bytes(Device::kCuda, t.gpu.data(), Device::kCpu, t.cpu.data(), t.cpu.bytes()); }
-  // Output poisoned with NaN on both sides (all-ones bytes are NaN in float32, bfloat16 and float16).
-  Twin output(DType dtype, Shape shape) {
-    Twin t{host_.allocate(dtype, shape), device_.allocate(dtype, shape)};
-    std::memset(t.cpu.data(), 0xff, t.cpu.bytes());
-    std::vector<uint8_t> poison(t.cpu.bytes(), 0xff);
-    copy_bytes(Device::kCuda, t.gpu.data(), Device::kCpu, poison.data(), poison.size());
-    return t;
-  }
-
-  // Relative L2 error of the GPU result against the CPU result.
-  double error(const Twin& t) {
-    gpu_->synchronize();
-    std::vector<uint8_t> back(t.gpu.bytes());
-    copy_bytes(Device::kCpu, back.data(), Device::kCuda, t.gpu.data(), back.size());
-    double difference = 0, reference = 0;
-    for (int64_t i = 0; i < t.cpu.numel(); ++i) {
-      float ours, ref;
-      if (t.cpu.dtype() == DType::kFloat32) {
-        ref = t.cpu.data_as<float>()[i];
-        std::memcpy(&ours, back.data() + 4 * i, 4);
-      } else {
-        const bool half = t.cpu.dtype() == DType::kFloat16;
-        ref = half ? t.cpu.data_as<fp16>()[i].to_float() : t.cpu.data_as<bf16>()[i].to_float();
-        uint16_t bits;
-        std::memcpy(&bits, back.data() + 2 * i, 2);
-        ours = half ? fp16_bits_to_float(bits) : bf16_bits_to_float(bits);
-      }
-      if (!std::isfinite(ours)) return INFINITY;  // unwritten (poisoned) or broken
-      difference += (ours - ref) * static_cast<double>(ours - ref);
-      reference += static_cast<double>(ref) * ref;
-    }
-    return reference > 0 ? std::sqrt(difference / reference) : std::sqrt(difference);
-  }
-
-  static double tolerance(DType dtype) { return is_float16_dtype(dtype) ? 1e-2 : 1e-5; }
-
-  // The GPU copy, read back.
-  std::vector<uint8_t> download(const Tensor& gpu) {
-    gpu_->synchronize();
-    std::vector<uint8_t> back(gpu.bytes());
-    copy_bytes(Device::kCpu, back.data(), Device::kCuda, gpu.data(), back.size());
-    return back;
-  }
-  // The GPU result equals the CPU result bit for bit.
-  bool identical(const Twin& t) {
-    const std::vector<uint8_t> back = download(t.gpu);
-    return std::memcmp(back.data(), t.cpu.data(), back.size()) == 0;
-  }
-  // Elements [offset, offset + shape.numel()) of both copies seen with `shape`: with an offset
-  // that is not a multiple of the vector width, the views are misaligned (the scalar paths).
-  static Twin part(const Twin& t, int64_t offset, Shape shape) {
-    return {t.cpu.flat_range(offset, shape.numel()).view(shape), t.gpu.flat_range(offset, shape.numel()).view(shape)};
-  }
-
-  Context cpu_ = Context::cpu(1);
-  std::unique_ptr<Context> gpu_;
-  Arena host_{Device::kCpu, "host"};
-  Arena device_{Device::kCuda, "device"};
-  std::mt19937 rng_{1234};
-};
-
-const DType kTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
+using gpu_test::kTypes;
+using gpu_test::OpsTest;
+using gpu_test::Twin;
 
 TEST_F(OpsTest, MatmulAllTransposesBiasGeluAndAccumulation) {
   for (DType t : kTypes) {
@@ -715,61 +625,6 @@ TEST_F(OpsTest, SwiGluVectorizedScalarAndInPlace) {
 // RoPE forward and backward in place: multi-head and grouped-query packing, partial rotary widths,
 // the vector path and the scalar one (half widths that are not a multiple of the pack, a
 // misaligned view), long sequences (large angles); value heads and pass-through dims unchanged.
-TEST_F(OpsTest, RopeForwardBackwardPackingsAndWidths) {
-  struct Case {
-    int64_t s, b, groups, q, d, rotary_dim, offset;
-  };
-  for (DType t : kTypes) {
-    for (const Case& c : {Case{1, 1, 1, 1, 8, 8, 0}, Case{37, 2, 3, 1, 64, 64, 0}, Case{33, 2, 2, 4, 128, 128, 0},
-                          Case{17, 3, 2, 3, 64, 32, 0}, Case{13, 2, 2, 1, 12, 6, 0}, Case{9, 2, 2, 2, 64, 64, 1},
-                          Case{4096, 2, 2, 2, 64, 64, 0}}) {
-      SCOPED_TRACE(::testing::Message() << dtype_name(t) << " s=" << c.s << " b=" << c.b << " groups=" << c.groups
-                                        << " q=" << c.q << " d=" << c.d << " rotary_dim=" << c.rotary_dim
-                                        << " offset=" << c.offset);
-      const Shape shape{c.s, c.b, c.groups, (c.q + 2) * c.d};
-      Twin storage = make(t, {shape.numel() + c.offset});
-      Twin qkv = part(storage, c.offset, shape);
-      ops::rope_forward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f, 0, false);
-      ops::rope_forward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f, 0, false);
-      EXPECT_LE(error(qkv), tolerance(t));
-      ops::rope_backward(cpu_, qkv.cpu, c.d, c.rotary_dim, 10000.0f, 0, false);
-      ops::rope_backward(*gpu_, qkv.gpu, c.d, c.rotary_dim, 10000.0f, 0, false);
-      EXPECT_LE(error(qkv), tolerance(t));
-      // Elements RoPE does not rotate keep their bits on the GPU.
-      const std::vector<uint8_t> back = download(qkv.gpu);
-      const int64_t width = (c.q + 2) * c.d, element = static_cast<int64_t>(dtype_size(t));
-      for (int64_t i = 0; i < shape.numel(); ++i) {
-        const int64_t column = i % width;
-        if (column >= (c.q + 1) * c.d || column % c.d >= c.rotary_dim) {
-          ASSERT_EQ(std::memcmp(back.data() + i * element, static_cast<const uint8_t*>(qkv.cpu.data()) + i * element,
-                                element),
-                    0)
-              << i;
-        }
-      }
-    }
-  }
-}
-
-// Llama 3.1's frequency scaling (--use-rope-scaling): the GPU rotates by the frequencies the CPU
-// uses (rope_inverse_frequencies, computed on the host for both), at a context-parallel offset.
-TEST_F(OpsTest, RopeWithLlama31ScalingMatchesTheCpu) {
-  RopeScaling scaling;
-  scaling.enabled = true;
-  const RopeFrequencies frequencies(500000.0f, scaling);
-  for (DType t : kTypes) {
-    SCOPED_TRACE(dtype_name(t));
-    const Shape shape{300, 2, 2, 4 * 128};
-    Twin qkv = make(t, shape);
-    ops::rope_forward(cpu_, qkv.cpu, 128, 128, frequencies, 7, false);
-    ops::rope_forward(*gpu_, qkv.gpu, 128, 128, frequencies, 7, false);
-    EXPECT_LE(error(qkv), tolerance(t));
-    ops::rope_backward(cpu_, qkv.cpu, 128, 128, frequencies, 7, false);
-    ops::rope_backward(*gpu_, qkv.gpu, 128, 128, frequencies, 7, false);
-    EXPECT_LE(error(qkv), tolerance(t));
-  }
-}
-
 // Dropout masks are the CPU reference's bit for bit (the same dropout_keeps of the same global
 // coordinates): vector path and scalar path (h not a multiple of 4 or of the pack, misaligned
 // views), with and without the bias, in place, backward with the same mask, offsets of a

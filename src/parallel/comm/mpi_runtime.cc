@@ -2,9 +2,15 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -49,6 +55,64 @@ void wait_on_node(MPI_Request& request, const char* what) {
     pause = std::min(std::chrono::microseconds(1000), pause + std::chrono::microseconds(20));
   }
 }
+
+// This process's world rank as the launcher tells it before MPI_Init (Open MPI, PMIx, Hydra, Slurm);
+// -1 when none says.
+int launcher_rank() {
+  for (const char* variable : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(variable); value != nullptr) return std::atoi(value);
+  }
+  return -1;
+}
+
+// Start-up bounded like every agreement (--distributed-timeout-minutes, world::timeout_seconds()):
+// MPI_Init waits in the launcher's fence for every rank, and the node split that follows is a
+// collective, so a rank that stops or dies before it arrives would leave the others there forever,
+// silent. A thread watches the phases; past the deadline it prints one line naming the phase and
+// ends the process with exit status 1 (the launcher then ends the job). Ranks give up a few seconds
+// apart in rank order, so that the first report is the only line.
+class StartupWatchdog {
+ public:
+  StartupWatchdog() : rank_(launcher_rank()) {
+    // Apart by what the launcher needs to end the others once one exits (2 s, or a tenth of the
+    // timeout, as world_agreement's grace), so that the first report is the only line.
+    const double apart = std::max(2.0, 0.1 * world::timeout_seconds());
+    const double patience = world::timeout_seconds() + apart * std::min(std::max(rank_, 0), 8);
+    thread_ = std::thread([this, patience] { watch(patience); });
+  }
+  ~StartupWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void phase(const char* name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    phase_ = name;
+  }
+
+ private:
+  void watch(double patience) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (wake_.wait_for(lock, std::chrono::duration<double>(patience), [this] { return done_; })) return;
+    const std::string rank = rank_ >= 0 ? std::to_string(rank_) : std::string("?");
+    std::fprintf(stderr,
+                 "error: start-up timed out on rank %s after %g s (--distributed-timeout-minutes): %s did not "
+                 "complete; a rank of the job stopped, died or never started\n",
+                 rank.c_str(), patience, phase_);
+    std::fflush(stderr);
+    _exit(1);  // MPI cannot be asked to abort before it is initialized
+  }
+
+  const int rank_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  const char* phase_ = "MPI_Init (the launcher's wait for every rank to start)";
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -97,8 +161,10 @@ int gpu_for_local_rank(int local_rank, int visible_gpus) {
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   if (!launched_by_mpi()) return;
+  StartupWatchdog watchdog;
   int provided = 0;
   GPT_CHECK_EQ(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), MPI_SUCCESS) << "MPI_Init_thread";
+  watchdog.phase("forming the node's group of ranks (MPI_Comm_split_type, every rank of the job)");
   active_ = true;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size_);

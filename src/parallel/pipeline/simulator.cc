@@ -1,15 +1,50 @@
 #include "parallel/pipeline/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/strict_number.h"
 
 namespace gpt::pipeline {
 namespace {
+
+// Every cost finite and >= 0, each W at most the backward it is part of (its B takes the rest), and
+// the transfer time finite: a NaN would make every comparison of the schedules false, an infinity
+// or a negative B a plausible but meaningless timeline.
+absl::Status check_cost_values(const Costs& costs) {
+  const char* names[] = {"forward", "backward", "weight-gradient"};
+  const std::vector<std::vector<double>>* tables[] = {&costs.forward, &costs.backward, &costs.weight};
+  for (size_t t = 0; t < 3; ++t) {
+    for (size_t r = 0; r < tables[t]->size(); ++r) {
+      for (size_t c = 0; c < (*tables[t])[r].size(); ++c) {
+        const double value = (*tables[t])[r][c];
+        if (absl::Status ok = check_number(value, NumberRange::from_to(0, std::numeric_limits<double>::max()));
+            !ok.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("pipeline costs: the ", names[t], " cost of rank ", r, " chunk ", c, " ", ok.message()));
+        }
+        if (t == 2 && value > costs.backward[r][c]) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "pipeline costs: the weight-gradient cost of rank ", r, " chunk ", c, " (", number_text(value),
+              ") is more than the backward it is part of (", number_text(costs.backward[r][c]), ")"));
+        }
+      }
+    }
+  }
+  const double transfer = costs.transfer_time();
+  if (!std::isfinite(transfer) || transfer < 0 || !std::isfinite(costs.p2p_bytes) || costs.p2p_bandwidth < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline costs: the transfer time (latency ",
+                                                   number_text(costs.p2p_latency), ", bytes ", number_text(costs.p2p_bytes),
+                                                   ", bandwidth ", number_text(costs.p2p_bandwidth),
+                                                   ") is not a finite time >= 0"));
+  }
+  return absl::OkStatus();
+}
 
 
 std::string where(int rank, size_t step, const Instruction& i) {
@@ -145,6 +180,7 @@ absl::StatusOr<SimulationReport> simulate(const Schedule& schedule, const Costs&
     for (const std::vector<double>& row : *table) sized = sized && static_cast<int>(row.size()) == schedule.virtual_size;
     if (!sized) return absl::InvalidArgumentError(absl::StrCat("costs must be sized [", p, "][", schedule.virtual_size, "]"));
   }
+  GPT_RETURN_IF_ERROR(check_cost_values(costs));
   const bool keeps_activations = training(schedule);
   const double transfer_time = costs.transfer_time();
 
@@ -254,6 +290,11 @@ absl::StatusOr<SimulationReport> simulate(const Schedule& schedule, const Costs&
     timeline.finish = clock[static_cast<size_t>(r)];
     report.makespan = std::max(report.makespan, timeline.finish);
     report.ideal = std::max(report.ideal, timeline.busy);
+  }
+  // Finite costs can still add up past the largest double (1e308 each).
+  if (!std::isfinite(report.makespan) || !std::isfinite(report.ideal)) {
+    return absl::InvalidArgumentError(
+        "pipeline costs: the simulated iteration's time overflows (the costs add up past the largest double)");
   }
   double idle = 0;
   for (RankTimeline& timeline : report.ranks) {

@@ -21,6 +21,7 @@
 #include "train/args/flag_table.h"
 #include "train/args/megatron_flags.h"
 #include "train/args/fp8_arguments.h"
+#include "train/args/moe_arguments.h"
 #include "train/args/model_arguments.h"
 #include "train/args/precision_arguments.h"
 #include "train/args/pipeline_arguments.h"
@@ -420,6 +421,7 @@ absl::Status validate_arguments(const Arguments& a) {
   GPT_RETURN_IF_ERROR(validate_loss_scaling(a));
   GPT_RETURN_IF_ERROR(validate_flag_pairs(a));
   GPT_RETURN_IF_ERROR(validate_recompute_arguments(a));
+  GPT_RETURN_IF_ERROR(validate_moe_arguments(a));
   GPT_RETURN_IF_ERROR(validate_implementation_flags(a));
   GPT_RETURN_IF_ERROR(validate_optimizer_flags(a));
   return validate_parallel_flags(a);

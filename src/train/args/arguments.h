@@ -88,6 +88,33 @@ struct Arguments {
   // This program's models have no expert layers, so as in Megatron for a dense model no parameter
   // uses those groups: the value is only checked as Megatron's parallel_state checks it.
   int64_t expert_tensor_parallel_size = 0;
+  // Mixture of experts (Megatron's moe argument group; train/args/moe_arguments.h validates them,
+  // model/moe_config.h holds what the model reads). 0 / empty: not given (Megatron's None).
+  int64_t num_experts = 0;                      // 0: a dense model
+  int64_t moe_ffn_hidden_size = 0;              // each expert's MLP width; 0: --ffn-hidden-size
+  std::string moe_layer_freq = "1";             // an int N (every N-th layer) or a list expression
+  int64_t moe_shared_expert_intermediate_size = 0;
+  bool moe_shared_expert_overlap = false;       // a schedule choice: the same numbers
+  int64_t moe_router_topk = 2;
+  std::string moe_router_score_function = "softmax";  // softmax or sigmoid
+  bool moe_router_pre_softmax = false;
+  double moe_router_topk_scaling_factor = 0;    // 0: none (Megatron's None)
+  std::string moe_router_dtype;                 // "": none; fp32 or fp64
+  int64_t moe_router_num_groups = 0;            // device-limited routing: 0 none
+  int64_t moe_router_group_topk = 0;
+  bool moe_router_enable_expert_bias = false;   // aux-loss-free balancing
+  double moe_router_bias_update_rate = 1e-3;
+  std::vector<std::string> moe_router_load_balancing_type = {"aux_loss"};
+  std::vector<std::string> moe_aux_loss_coeff = {"0.0"};  // one per load-balancing type
+  double moe_z_loss_coeff = 0;                  // 0: none
+  double moe_expert_capacity_factor = -1;       // negative: none (dropless)
+  std::string moe_token_drop_policy = "probs";  // probs or position
+  bool moe_pad_expert_input_to_capacity = false;
+  bool moe_grouped_gemm = false;                // kernel choices: the same numbers
+  bool moe_permute_fusion = false;
+  bool moe_router_fusion = false;
+  std::string moe_token_dispatcher_type = "allgather";  // allgather or alltoall (flex refused)
+  bool moe_per_layer_logging = false;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;

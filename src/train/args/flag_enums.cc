@@ -70,4 +70,28 @@ LrDecayStyle lr_decay_style(const Arguments& a) {
   return checked_enum<LrDecayStyle>(a.lr_decay_style, &Arguments::lr_decay_style);
 }
 
+RouterScore router_score(const Arguments& a) {
+  return checked_enum<RouterScore>(a.moe_router_score_function, &Arguments::moe_router_score_function);
+}
+
+TokenDropPolicy token_drop_policy(const Arguments& a) {
+  return checked_enum<TokenDropPolicy>(a.moe_token_drop_policy, &Arguments::moe_token_drop_policy);
+}
+
+TokenDispatcher token_dispatcher(const Arguments& a) {
+  return checked_enum<TokenDispatcher>(a.moe_token_dispatcher_type, &Arguments::moe_token_dispatcher_type);
+}
+
+RouterDtype router_dtype(const Arguments& a) {
+  return checked_enum<RouterDtype>(a.moe_router_dtype, &Arguments::moe_router_dtype);
+}
+
+std::vector<LoadBalancing> load_balancing_types(const Arguments& a) {
+  std::vector<LoadBalancing> types;
+  for (const std::string& type : a.moe_router_load_balancing_type) {
+    types.push_back(checked_enum<LoadBalancing>(type, &Arguments::moe_router_load_balancing_type));
+  }
+  return types;
+}
+
 }  // namespace gpt

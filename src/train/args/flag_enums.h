@@ -14,6 +14,7 @@
 
 #include "model/config.h"
 #include "model/context_parallel.h"
+#include "model/moe_config.h"
 #include "optim/lr_schedule.h"
 #include "train/args/arguments.h"
 
@@ -141,6 +142,32 @@ struct FlagEnumNames<FsdpDtype> {  // --megatron-fsdp-*-dtype
   static constexpr std::string_view kNames[] = {"fp32", "bf16", "fp16", "auto"};
 };
 
+template <>
+struct FlagEnumNames<RouterScore> {  // --moe-router-score-function
+  static constexpr std::string_view kNames[] = {"softmax", "sigmoid"};
+};
+template <>
+struct FlagEnumNames<LoadBalancing> {  // --moe-router-load-balancing-type
+  static constexpr std::string_view kNames[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"};
+};
+template <>
+struct FlagEnumNames<TokenDropPolicy> {  // --moe-token-drop-policy
+  static constexpr std::string_view kNames[] = {"probs", "position"};
+};
+// --moe-token-dispatcher-type: how tokens reach their experts' ranks (the same numbers without
+// expert parallelism); flex (DeepEP / HybridEP) is refused.
+enum class TokenDispatcher { kAllgather, kAlltoall, kFlex };
+template <>
+struct FlagEnumNames<TokenDispatcher> {
+  static constexpr std::string_view kNames[] = {"allgather", "alltoall", "flex"};
+};
+// --moe-router-dtype ("": the router in the model's dtype, Megatron's None).
+enum class RouterDtype { kNone, kFp32, kFp64 };
+template <>
+struct FlagEnumNames<RouterDtype> {
+  static constexpr std::string_view kNames[] = {"", "fp32", "fp64"};
+};
+
 template <typename E>
 constexpr std::span<const std::string_view> flag_enum_names() {
   return FlagEnumNames<E>::kNames;
@@ -175,5 +202,11 @@ LrDecayStyle lr_decay_style(const Arguments& args);
 RerunMode rerun_mode(const Arguments& args);
 // For any arguments: an unknown name reads as kDefault (validate_schedule_flags refuses it).
 PipelineScheduleFlag pipeline_schedule_flag(const Arguments& args);
+RouterScore router_score(const Arguments& args);
+TokenDropPolicy token_drop_policy(const Arguments& args);
+TokenDispatcher token_dispatcher(const Arguments& args);
+RouterDtype router_dtype(const Arguments& args);
+// Each --moe-router-load-balancing-type value (validated: each name known).
+std::vector<LoadBalancing> load_balancing_types(const Arguments& args);
 
 }  // namespace gpt

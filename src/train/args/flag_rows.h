@@ -15,6 +15,7 @@ namespace gpt {
 std::span<const FlagRow> model_flag_rows();
 std::span<const FlagRow> training_flag_rows();
 std::span<const FlagRow> data_flag_rows();
+std::span<const FlagRow> moe_flag_rows();
 
 constexpr FlagRow row(std::string_view flag, ArgumentField field, std::string_view help) {
   return FlagRow{.flag = flag, .field = field, .help = help};

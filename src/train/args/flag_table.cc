@@ -68,7 +68,7 @@ absl::Status invalid(const std::string& message) { return absl::InvalidArgumentE
 // groups (each group's own rows are checked at compile time).
 std::vector<FlagRow> joined_rows() {
   std::vector<FlagRow> rows;
-  for (std::span<const FlagRow> group : {model_flag_rows(), training_flag_rows(), data_flag_rows()}) {
+  for (std::span<const FlagRow> group : {model_flag_rows(), moe_flag_rows(), training_flag_rows(), data_flag_rows()}) {
     rows.insert(rows.end(), group.begin(), group.end());
   }
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -11,7 +11,6 @@ using enum FlagStatus;
 // Megatron flags refused before parsing, with the reason (docs/MEGATRON_FLAGS.md shows it).
 constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
     {"--expert-model-parallel-size", "this program has no mixture-of-experts models"},
-    {"--num-experts", "this program has no mixture-of-experts models"},
     {"--outer-dp-sharding-strategy",
      "this program has no hybrid sharding (HSDP): --use-megatron-fsdp shards over the whole data-parallel group"},
     {"--use-legacy-models", "the model is Megatron-Core's GPT; this program has no legacy model"},
@@ -34,12 +33,7 @@ constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
     {"--linear-num-key-heads", "this program has no linear or gated-delta attention layers; every layer is softmax attention"},
     {"--linear-num-value-heads", "this program has no linear or gated-delta attention layers; every layer is softmax attention"},
     {"--linear-value-head-dim", "this program has no linear or gated-delta attention layers; every layer is softmax attention"},
-    {"--moe-ffn-hidden-size", "this program has no mixture-of-experts models"},
-    {"--moe-router-dtype", "this program has no mixture-of-experts models"},
-    {"--moe-router-load-balancing-type", "this program has no mixture-of-experts models"},
-    {"--moe-router-topk", "this program has no mixture-of-experts models"},
     {"--moe-shared-expert-gate", "this program has no mixture-of-experts models"},
-    {"--moe-shared-expert-intermediate-size", "this program has no mixture-of-experts models"},
     {"--multi-latent-attention", "this program has no multi-latent attention (DeepSeek's MLA); its attention is multi-head or grouped-query"},
     {"--mup-base-hidden-size", "this program has no muP parametrization (its initialization and learning rate are Megatron's standard ones)"},
     {"--q-lora-rank", "this program has no multi-latent attention (DeepSeek's MLA); its attention is multi-head or grouped-query"},

@@ -39,16 +39,30 @@ inline CLI::Validator finite_number() {
       "");
 }
 
+// A finite decimal number inside `range` (core/strict_number.h): NaN and the infinities never
+// reach a comparison, and the message says the range as a user writes it ("--top-p: must be
+// from 0 to 1 (got 2)"), unlike CLI::Range, which lets NaN through and prints 309-digit bounds.
+inline CLI::Validator number_in(const NumberRange& range) {
+  return CLI::Validator(
+      [range](std::string& text) -> std::string {
+        const absl::StatusOr<double> value = parse_number_in(text, range);
+        return value.ok() ? "" : std::string(value.status().message());
+      },
+      "");
+}
+
 // Puts the strict transforms (full int64 range) on every integer and floating-point option of
 // `app` (by CLI11's type name), so that a numeric flag added later is strict without anyone
 // remembering to. For apps whose integer options are int64_t; narrower ones want decimal_integer
 // with their own range.
+// Subcommands' options too (ckpt_tool's).
 inline void make_numeric_options_strict(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
     const std::string type = option->get_type_name();
     if (type == "INT") option->transform(decimal_integer());
     if (type == "FLOAT") option->transform(finite_number());
   }
+  for (CLI::App* command : app.get_subcommands(std::function<bool(CLI::App*)>())) make_numeric_options_strict(*command);
 }
 
 }  // namespace gpt

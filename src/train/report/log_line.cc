@@ -20,6 +20,7 @@ std::string format_log_line(const IterationLog& log, const std::string& timestam
   line += absl::StrFormat(" global batch size: %5d |", log.global_batch_size);
   // Megatron prints a loss only when its average is positive.
   if (log.lm_loss > 0.0 || std::isnan(log.lm_loss)) line += absl::StrFormat(" lm loss: %.6E |", log.lm_loss);
+  for (const auto& [name, value] : log.moe_losses) line += absl::StrFormat(" %s: %.6E |", name, value);
   line += absl::StrFormat(" loss scale: %.1f |", log.loss_scale);
   if (log.grad_norm) line += absl::StrFormat(" grad norm: %.3f |", *log.grad_norm);
   if (log.num_zeros_in_grad) line += absl::StrFormat(" num zeros: %d |", *log.num_zeros_in_grad);

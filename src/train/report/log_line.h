@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace gpt {
 
@@ -29,6 +31,9 @@ struct IterationLog {
   double tokens_per_second_per_gpu = 0.0;
   std::optional<int64_t> num_zeros_in_grad;  // --log-num-zeros-in-grad
   std::optional<double> params_norm;         // --log-params-norm
+  // Mixture of experts: Megatron's load-balancing losses, printed after the LM loss as its other
+  // losses are (" load_balancing_loss: 1.000000E+00 |"), interval averages.
+  std::vector<std::pair<std::string, double>> moe_losses;
 };
 
 struct LogLineOptions {

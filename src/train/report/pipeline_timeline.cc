@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/check.h"
+#include "core/strict_number.h"
 #include "core/stream_copy.h"
 #include "train/report/metrics_file.h"
 
@@ -127,12 +129,44 @@ std::optional<pipeline::Op> compute_op(std::string_view name) {
   return std::nullopt;
 }
 
+// A pass's times are milliseconds from the start of its rank's pass over its steps: finite, >= 0,
+// ordered, and at most 1e9 ms (11.6 days, beyond any iteration) so that the sums and means of the
+// costs read from them stay finite; its chunk and microbatch whole numbers (range checked by the
+// caller against the layout).
+constexpr double kMaxTimelineMs = 1e9;
+
+absl::Status check_pass_numbers(const Json& pass, size_t rank, size_t index) {
+  const auto at = [&](const std::string& what) { return absl::StrCat("rank ", rank, " pass ", index, ": ", what); };
+  for (size_t i : {size_t{1}, size_t{2}}) {
+    const double v = pass.items[i].number;
+    if (!(std::isfinite(v) && v == std::floor(v) && std::fabs(v) <= 2147483647.0)) {
+      return absl::InvalidArgumentError(
+          at(absl::StrCat(i == 1 ? "the chunk" : "the microbatch", " must be a whole number (got ", number_text(v), ")")));
+    }
+  }
+  const double start = pass.items[3].number, end = pass.items[4].number;
+  for (const auto& [name, value] : {std::pair{"start_ms", start}, std::pair{"end_ms", end}}) {
+    if (absl::Status ok = check_number(value, NumberRange::from_to(0, kMaxTimelineMs)); !ok.ok()) {
+      return absl::InvalidArgumentError(at(absl::StrCat(name, " ", ok.message())));
+    }
+  }
+  if (end < start) {
+    return absl::InvalidArgumentError(
+        at(absl::StrCat("it ends (", number_text(end), " ms) before it starts (", number_text(start), " ms)")));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<MeasuredTimeline> parse_record(const Json& record, const std::string& where) {
   auto bad = [&](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat(where, ": ", what)); };
   MeasuredTimeline t;
   auto integer = [&](const char* key, auto& out) -> absl::Status {
     const Json* v = record.field(key);
-    if (v == nullptr || v->kind != Json::kNumber || v->number < 1 || v->number != static_cast<double>(static_cast<int64_t>(v->number))) {
+    // Finite, whole and within the field's type before any conversion (a cast of NaN or 1e300 is undefined).
+    const double most = std::min(9007199254740992.0,  // 2^53: every whole number below is exact
+                                 static_cast<double>(std::numeric_limits<std::remove_reference_t<decltype(out)>>::max()));
+    if (v == nullptr || v->kind != Json::kNumber || !std::isfinite(v->number) || v->number < 1 || v->number > most ||
+        v->number != std::floor(v->number)) {
       return bad(absl::StrCat("\"", key, "\" must be a positive integer"));
     }
     out = static_cast<std::remove_reference_t<decltype(out)>>(v->number);
@@ -161,6 +195,9 @@ absl::StatusOr<MeasuredTimeline> parse_record(const Json& record, const std::str
                                       [](const Json& v) { return v.kind == Json::kNumber; });
       const std::optional<pipeline::Op> op = shaped ? compute_op(pass.items[0].text) : std::nullopt;
       if (!op) return bad("a pass must be [op (F, B, Bi or W), chunk, microbatch, start_ms, end_ms]");
+      if (absl::Status numbers = check_pass_numbers(pass, t.ranks.size() - 1, passes.size()); !numbers.ok()) {
+        return bad(std::string(numbers.message()));
+      }
       const int chunk = static_cast<int>(pass.items[1].number), microbatch = static_cast<int>(pass.items[2].number);
       if (chunk < 0 || chunk >= t.virtual_size || microbatch < 0 || microbatch >= t.microbatches ||
           !(pass.items[4].number >= pass.items[3].number)) {

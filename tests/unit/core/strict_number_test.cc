@@ -54,6 +54,39 @@ TEST(StrictNumber, FloatsAreFiniteDecimal) {
   }
 }
 
+// Issue 44: a range check that NaN cannot slip through (CLI11's Range lets it pass), and messages
+// that say the range as a user writes it (CLI11's printed a 309-digit bound).
+TEST(StrictNumber, RangesRefuseNaNAndSayTheRangeReadably) {
+  EXPECT_DOUBLE_EQ(*parse_number_in("0.5", NumberRange::from_to(0, 1)), 0.5);
+  EXPECT_DOUBLE_EQ(*parse_number_in("0", NumberRange::from_to(0, 1)), 0.0);
+  EXPECT_DOUBLE_EQ(*parse_number_in("1", NumberRange::from_to(0, 1)), 1.0);
+  EXPECT_EQ(parse_number_in("1.5", NumberRange::from_to(0, 1)).status().message(), "must be from 0 to 1 (got 1.5)");
+  EXPECT_EQ(parse_number_in("0", NumberRange::above(0, 1e6)).status().message(),
+            "must be above 0 and at most 1e6 (got 0)");
+  EXPECT_EQ(parse_number_in("-1", NumberRange::from_to(0, 1e12)).status().message(),
+            "must be from 0 to 1e12 (got -1)");
+  EXPECT_FALSE(parse_number_in("nan", NumberRange::from_to(0, 1)).ok());
+  EXPECT_FALSE(parse_number_in("1e400", NumberRange{}).ok());
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN(), kInf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(check_number(kNaN, NumberRange::from_to(0, 1)).message(), "must be from 0 to 1 (got nan)");
+  EXPECT_FALSE(check_number(kInf, NumberRange{}).ok());
+  EXPECT_FALSE(check_number(-kInf, NumberRange{}).ok());
+  EXPECT_EQ(check_number(kInf, NumberRange{}).message(), "must be finite (got inf)");
+  EXPECT_EQ(check_number(-2, NumberRange{0, std::numeric_limits<double>::max(), false}).message(),
+            "must be at least 0 (got -2)");
+  EXPECT_TRUE(check_number(1e308, NumberRange{}).ok());
+  EXPECT_EQ(number_text(1e-5), "1e-5");
+  EXPECT_EQ(number_text(2.5e300), "2.5e300");
+  EXPECT_EQ(number_text(1048576), "1048576");
+  EXPECT_EQ(number_text(0.1), "0.1");
+  EXPECT_EQ(number_text(1.0 / 3), "0.3333333333333333");
+  // No message has a bound longer than %g's few digits.
+  for (const NumberRange& range : {NumberRange{}, NumberRange::from_to(0, std::numeric_limits<double>::max()),
+                                   NumberRange::above(-std::numeric_limits<double>::max(), 1e308)}) {
+    EXPECT_LT(check_number(kNaN, range).message().size(), 60u) << check_number(kNaN, range).message();
+  }
+}
+
 TEST(CheckedMath, ProductsAndRoundingThatOverflowAreNullopt) {
   EXPECT_EQ(checked_multiply(int64_t{1} << 31, int64_t{1} << 31), int64_t{1} << 62);
   EXPECT_FALSE(checked_multiply(int64_t{1} << 32, int64_t{1} << 31));

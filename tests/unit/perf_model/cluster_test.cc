@@ -57,6 +57,12 @@ TEST(Cluster, Errors) {
             "f.conf:12: compute_slots_per_node must be a positive integer (got \"0\")");
   EXPECT_EQ(message_of(base + "tp_comm_overlap_fraction = 2\n"),
             "f.conf:12: tp_comm_overlap_fraction must be in [0, 1] (got 2)");
+  // Issue 44: magnitudes that would overflow or make every time infinite once used.
+  EXPECT_EQ(message_of(base + "memory_reserved_gib = 1e300\n"), "f.conf:12: memory_reserved_gib must be at most 1e18 (got 1e300)");
+  EXPECT_EQ(message_of(base + "host_link_bandwidth_GBps = 1e-300\n"),
+            "f.conf:12: host_link_bandwidth_GBps must be at least 1e-9 (got 1e-300)");
+  EXPECT_EQ(message_of(base + "kernel_overhead_us = nan\n"), "f.conf:12: kernel_overhead_us must be a number (got \"nan\")");
+  EXPECT_EQ(message_of(base + "kernel_overhead_us = 1e400\n"), "f.conf:12: kernel_overhead_us must be a number (got \"1e400\")");
   std::string unsorted = base;
   unsorted.replace(unsorted.find("1e9:0.5, 1e11:0.7"), 17, "1e11:0.5, 1e9:0.7");
   EXPECT_EQ(message_of(unsorted), "f.conf:9: gemm_efficiency flops must be ascending");

@@ -100,6 +100,33 @@ TEST(PerfModelSearch, IncludesTheSchedulesAndTheirMemory) {
   EXPECT_EQ(automatic->iteration_time, fastest);
 }
 
+// The margins under the table: each of the best 5 against the next, and those within the cluster's
+// model_error of the best named as an order the model cannot tell.
+TEST(PerfModelSearch, SaysWhichLayoutsAreWithinTheModelsError) {
+  Cluster cluster;
+  cluster.name = "test";
+  cluster.model_error = 0.05;
+  std::vector<Prediction> ranked(6);
+  const double times[] = {1.0, 1.02, 1.049, 1.2, 1.3, 1.31};
+  for (size_t i = 0; i < ranked.size(); ++i) ranked[i].iteration_time = times[i];
+  const std::string text = search_margins(ranked, cluster);
+  EXPECT_NE(text.find("The best 5, each against the next: #1 2.0% faster than #2; #2 2.8% faster than #3; "
+                      "#3 14.4% faster than #4; #4 8.3% faster than #5."),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("#2 to #3 are within the model's own error of #1 (5%"), std::string::npos) << text;
+  cluster.model_error = 0.01;
+  EXPECT_NE(search_margins(ranked, cluster).find("#1 leads #2 by more than the model's own error (1%"),
+            std::string::npos);
+  ranked.resize(2);
+  cluster.model_error = 0.05;
+  EXPECT_NE(search_margins(ranked, cluster).find("The best 2, each against the next: #1 2.0% faster than #2.\n#2 is within"),
+            std::string::npos)
+      << search_margins(ranked, cluster);
+  ranked.resize(1);
+  EXPECT_EQ(search_margins(ranked, cluster), "");
+}
+
 TEST(PerfModelSearch, NeedsTheGlobalBatch) {
   absl::StatusOr<Arguments> base = parse_model_flags(absl::StrSplit(
       "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 "

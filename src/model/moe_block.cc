@@ -1,0 +1,393 @@
+#include "model/moe_block.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/stream_copy.h"
+#include "model/checked_layer_shapes.h"
+#include "model/expert_dispatch.h"
+#include "model/workspace_borrow.h"
+
+namespace gpt {
+namespace {
+
+Param* optional_param(ParamStore& params, const std::string& name, bool present) {
+  return present ? &params.get(name) : nullptr;
+}
+
+// Rows [first, first + count) of a matrix view of t.
+Tensor rows_of(const Tensor& t, int64_t first, int64_t count) { return t.as_matrix().slice(first, first + count); }
+
+}  // namespace
+
+std::unique_ptr<FeedForwardBlock> make_feed_forward_block(const BlockBuild& build, const MoePass& pass) {
+  if (build.config.moe.is_moe_layer(build.layer)) return std::make_unique<MoeBlock>(build, pass);
+  return make_feed_forward_block(build);
+}
+
+MoeBlock::MoeBlock(const BlockBuild& b, const MoePass& pass)
+    : config_(b.config),
+      moe_(b.config.moe),
+      pass_(pass),
+      activation_(mlp_activation(b.config)),
+      tp_(b.tp),
+      context_group_(b.context.group),
+      shapes_(b.shapes),
+      ws_(b.workspace),
+      dropout_(b.config, b.layer, b.shapes, b.positions),
+      router_weight_(b.params.get(b.prefix() + "mlp.router.weight")),
+      router_bias_(optional_param(b.params, b.prefix() + "mlp.router.bias", b.config.add_bias_linear)) {
+  GPT_CHECK(shapes_.moe_layer) << "MoE block of layer " << b.layer << " built with a dense layer's shapes";
+  const bool bias = b.config.add_bias_linear;
+  for (int64_t e = 0; e < moe_.num_experts; ++e) {
+    const std::string fc1 = b.prefix() + "mlp.experts.linear_fc1.", fc2 = b.prefix() + "mlp.experts.linear_fc2.";
+    const std::string index = std::to_string(e);
+    experts_.push_back(Expert{.fc1_weight = &b.params.get(fc1 + "weight" + index),
+                              .fc1_bias = optional_param(b.params, fc1 + "bias" + index, bias),
+                              .fc2_weight = &b.params.get(fc2 + "weight" + index),
+                              .fc2_bias = optional_param(b.params, fc2 + "bias" + index, bias)});
+  }
+  if (moe_.shared_expert_size > 0) {
+    shared_fc1_.emplace(b.linear("mlp.shared_experts.linear_fc1", LinearKind::kColumnParallel, 2));
+    shared_fc2_.emplace(b.linear("mlp.shared_experts.linear_fc2", LinearKind::kRowParallel, 3));
+  }
+  // Zeroed by the first forward (the constructor has no context).
+  if (moe_.expert_bias) expert_bias_ = b.arena.allocate(DType::kFloat32, {moe_.num_experts});
+  iteration_tokens_.assign(static_cast<size_t>(moe_.num_experts), 0.0);
+  slots_.resize(b.positions.size());
+  metrics_.layer = b.layer;
+  metrics_.tokens_per_expert.assign(static_cast<size_t>(moe_.num_experts), 0.0);
+}
+
+int64_t MoeBlock::persistent_bytes(const ModelConfig& config) {
+  return config.moe.expert_bias ? tensor_bytes<int64_t>(DType::kFloat32, config.moe.num_experts) : 0;
+}
+
+int64_t MoeBlock::deferral_bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
+                                 int deferral_depth) {
+  if (!s.shared_expert) return 0;
+  auto bytes = [&](LinearKind kind, const Shape& weight) {
+    return Linear::deferral_bytes(kind, weight, config.add_bias_linear, sequence_parallel, config.dtype, s.rows(),
+                                  s.local_rows(), deferral_depth);
+  };
+  return bytes(LinearKind::kColumnParallel, Shape{s.shared_local_fc1, s.hidden}) +
+         bytes(LinearKind::kRowParallel, Shape{s.hidden, s.shared_local_ffn});
+}
+
+ops::RouterOptions MoeBlock::router_options() const {
+  return ops::RouterOptions{.topk = moe_.topk,
+                            .sigmoid = moe_.score == RouterScore::kSigmoid,
+                            .pre_softmax = moe_.pre_softmax,
+                            .num_groups = moe_.num_groups,
+                            .group_topk = moe_.group_topk,
+                            .scaling = static_cast<float>(moe_.topk_scaling_factor)};
+}
+
+template <typename Fn>
+void MoeBlock::for_each_expert(const SlotRouting& routing, Fn&& fn) const {
+  int64_t first = 0;
+  for (int64_t e = 0; e < moe_.num_experts; ++e) {
+    const int64_t rows = routing.expert_rows[static_cast<size_t>(e)];
+    if (rows > 0) fn(experts_[static_cast<size_t>(e)], first, rows);
+    first += rows;
+  }
+}
+
+void MoeBlock::forward_up(Context& ctx, int slot, const MlpActivations& a, const Tensor& input) {
+  if (moe_.expert_bias && !expert_bias_zeroed_) {
+    ops::zero(ctx, expert_bias_);
+    expert_bias_zeroed_ = true;
+  }
+  const Borrow gathered(ws_.full_a, "MoE block: the gathered input");
+  // The shared expert first (Megatron's order without --moe-shared-expert-overlap): its fc1 gathers
+  // the input under sequence parallelism, which the router and the experts then read.
+  Tensor x;  // [s, b, h]
+  if (shared_fc1_) {
+    mlp_up_forward(ctx, activation_, a.fc1_pre, a.fc1_act, [&](const Tensor& out, const Tensor& pre_gelu) {
+      x = shared_fc1_->forward_column(ctx, out, input, *gathered, pre_gelu);
+    });
+  } else {
+    x = tp_.gather_input(ctx, input, *gathered);
+  }
+  route(ctx, slot, a, x);
+  experts_up(ctx, slots_[static_cast<size_t>(slot)], a, x);
+}
+
+void MoeBlock::route(Context& ctx, int slot, const MlpActivations& a, const Tensor& x) {
+  const int64_t tokens = shapes_.rows(), k = moe_.topk;
+  ops::MatmulOptions logits{.transpose_b = true};
+  std::optional<Borrow> bias32;  // the router's bias in float32, as the logits (moe_dlogits is free in forward)
+  if (router_bias_) {
+    bias32.emplace(ws_.moe_dlogits, "MoE block: the router's bias in float32");
+    logits.bias = (*bias32)->flat_range(0, moe_.num_experts);
+    ops::cast(ctx, logits.bias, router_bias_->value);
+  }
+  ops::matmul(ctx, a.router_logits, x.as_matrix(), router_weight_.value, logits);  // [T, E] float32
+  ops::moe_route(ctx, a.expert_indices, a.expert_weights, a.router_logits,
+                 moe_.expert_bias ? expert_bias_ : Tensor(), router_options());
+  // The dispatch, on the host.
+  std::vector<int32_t> indices(static_cast<size_t>(tokens * k));
+  std::vector<float> weights(indices.size());
+  copy_to_host(ctx, indices.data(), a.expert_indices);
+  copy_to_host(ctx, weights.data(), a.expert_weights);
+  ctx.synchronize();
+  const int64_t segments = moe_.dropless() ? 1 : (tp_.sequence_parallel() ? tp_.size() : 1);
+  ExpertDispatch d = plan_expert_dispatch(indices, weights, tokens, moe_, segments);
+  GPT_CHECK_LE(d.rows(), shapes_.moe_rows) << "expert-major rows of layer " << metrics_.layer;
+  SlotRouting& routing = slots_[static_cast<size_t>(slot)];
+  routing.expert_rows = d.expert_rows;
+  routing.rows = d.rows();
+  copy_to_device(ctx, a.expert_weights, std::span<const float>(d.weights));  // dropped pairs 0
+  copy_to_device(ctx, a.destination, std::span<const int32_t>(d.destination));
+  if (d.rows() > 0) {
+    copy_to_device(ctx, a.source.flat_range(0, d.rows()), std::span<const int32_t>(d.source));
+    copy_to_device(ctx, a.row_weights.flat_range(0, d.rows()), std::span<const float>(d.row_weights));
+  }
+  routing.coefficients.clear();
+  routing.z_scale = 0.0;
+  if (!pass_.loss_gradient_scale) return;  // evaluation: no losses, no counts
+  for (int64_t i = 0; i < tokens * k; ++i) {
+    if (d.destination[static_cast<size_t>(i)] >= 0) {
+      const auto e = static_cast<size_t>(indices[static_cast<size_t>(i)]);
+      iteration_tokens_[e] += 1.0;
+      metrics_.tokens_per_expert[e] += 1.0;
+    }
+  }
+  ++metrics_.microbatches;
+  load_balancing(ctx, routing, a);
+}
+
+void MoeBlock::load_balancing(Context& ctx, SlotRouting& routing, const MlpActivations& a) {
+  const int64_t tokens = shapes_.rows(), experts = moe_.num_experts, k = moe_.topk, cp = context_group_ ? context_group_->size() : 1;
+  const bool sigmoid = moe_.score == RouterScore::kSigmoid;
+  const double scale = *pass_.loss_gradient_scale;
+  bool per_sequence = false;
+  for (const MoeLoss& loss : moe_.losses) per_sequence |= loss.type == LoadBalancing::kSeqAuxLoss && loss.coefficient > 0;
+  routing.groups = per_sequence ? shapes_.batch : 1;
+  routing.coefficients.assign(static_cast<size_t>(routing.groups * experts), 0.0f);
+  bool any_loss = false;
+  for (const MoeLoss& loss : moe_.losses) {
+    if (loss.coefficient <= 0) continue;
+    any_loss = true;
+    // Per sequence: row t of [s, b] belongs to sequence t % b, over the whole sequence S; else one
+    // group of the microbatch's tokens (both over every CP rank's rows).
+    const bool sequence = loss.type == LoadBalancing::kSeqAuxLoss;
+    const int64_t groups = sequence ? shapes_.batch : 1;
+    const auto total = static_cast<double>(sequence ? shapes_.sequence * cp : tokens * cp);
+    const Borrow scratch(ws_.moe_dlogits, "MoE block: the load-balancing statistics");
+    const Tensor sums = scratch->flat_range(0, groups * experts).view({groups, experts});
+    const Tensor counts = scratch->flat_range(groups * experts, groups * experts).view({groups, experts});
+    ops::moe_aux_statistics(ctx, sums, counts, a.router_logits, k, sigmoid);
+    if (cp > 1) context_group_->all_reduce(ctx, counts, ReduceOp::kSum);  // the whole sequence's counts
+    std::vector<float> host_sums(static_cast<size_t>(groups * experts)), host_counts(host_sums.size());
+    copy_to_host(ctx, host_sums.data(), sums);
+    copy_to_host(ctx, host_counts.data(), counts);
+    ctx.synchronize();
+    // L = c E / (k total^2) sum_e (sum_t s_te) count_e, per sequence averaged over the b sequences;
+    // the sum over CP ranks of this rank's L is the whole loss (its counts are the whole sequence's).
+    const double factor = static_cast<double>(experts) / (static_cast<double>(k) * total * total) /
+                          static_cast<double>(groups);
+    double value = 0.0;
+    for (size_t i = 0; i < host_sums.size(); ++i) value += double{host_sums[i]} * host_counts[i] * factor;
+    (sequence ? metrics_.seq_load_balancing_loss : metrics_.load_balancing_loss) += value;
+    for (int64_t g = 0; g < routing.groups; ++g) {
+      for (int64_t e = 0; e < experts; ++e) {
+        const size_t from = static_cast<size_t>((sequence ? g : 0) * experts + e);
+        routing.coefficients[static_cast<size_t>(g * experts + e)] +=
+            static_cast<float>(scale * loss.coefficient * factor * host_counts[from]);
+      }
+    }
+  }
+  if (!any_loss) routing.coefficients.clear();
+  if (moe_.z_loss_coeff > 0) {
+    // z = c / CP mean_t lse_t^2 over this rank's T rows (summed over CP: the sequence's mean).
+    ops::moe_logsumexp(ctx, ws_.moe_lse, a.router_logits);
+    std::vector<float> lse(static_cast<size_t>(tokens));
+    copy_to_host(ctx, lse.data(), ws_.moe_lse);
+    ctx.synchronize();
+    double squares = 0.0;
+    for (float v : lse) squares += double{v} * v;
+    metrics_.z_loss += squares / static_cast<double>(tokens) / static_cast<double>(cp);
+    routing.z_scale = scale * moe_.z_loss_coeff / static_cast<double>(cp) * 2.0 / static_cast<double>(tokens);
+  }
+}
+
+void MoeBlock::experts_up(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x) {
+  const int64_t m = routing.rows;
+  if (m == 0) return;
+  const Borrow permuted(ws_.moe_rows_a, "MoE block: the permuted input");
+  const Tensor perm = rows_of(*permuted, 0, m);  // [M, h]
+  ops::moe_permute(ctx, perm, x.as_matrix(), a.source.flat_range(0, m), Tensor());
+  mlp_up_forward(ctx, activation_, rows_of(a.expert_fc1_pre, 0, m), rows_of(a.expert_fc1_act, 0, m),
+                 [&](const Tensor& out, const Tensor& pre_gelu) {
+                   for_each_expert(routing, [&](const Expert& e, int64_t first, int64_t rows) {
+                     ops::MatmulOptions o{.transpose_b = true};
+                     if (e.fc1_bias) o.bias = e.fc1_bias->value;
+                     if (pre_gelu.defined()) o.pre_gelu = rows_of(pre_gelu, first, rows);
+                     ops::matmul(ctx, rows_of(out, first, rows), rows_of(perm, first, rows), e.fc1_weight->value, o);
+                   });
+                 });
+}
+
+BlockOutput MoeBlock::forward_down(Context& ctx, int slot, const MlpActivations& a) {
+  const SlotRouting& routing = slots_[static_cast<size_t>(slot)];
+  const int64_t m = routing.rows;
+  for_each_expert(routing, [&](const Expert& e, int64_t first, int64_t rows) {
+    ops::MatmulOptions o{.transpose_b = true};
+    if (e.fc2_bias) o.bias = e.fc2_bias->value;
+    ops::matmul(ctx, rows_of(a.expert_out, first, rows), rows_of(a.expert_fc1_act, first, rows), e.fc2_weight->value,
+                o);
+  });
+  const Borrow partial(ws_.full_a, "MoE block: the combined experts' partial sums");
+  ops::moe_combine(ctx, partial->as_matrix(), rows_of(a.expert_out, 0, m), a.destination, a.expert_weights);
+  const Tensor routed = tp_.reduce_output(ctx, *partial, ws_.local_a);  // [s_l, b, h]
+  if (shared_fc2_) {
+    const Tensor shared = shared_fc2_->forward_row(ctx, ws_.full_b, a.fc1_act, ws_.local_b);
+    ops::residual_add(ctx, routed, routed, shared, Tensor());
+  }
+  return dropout_.forward(ctx, slot, ops::DropoutSite::kMlpOutput, routed, Tensor());
+}
+
+Tensor MoeBlock::experts_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
+                                  const Tensor& grad_y_full) {
+  const int64_t m = routing.rows;
+  // The combine weights' gradient: <dy_t, expert output> (TP partial sums, then summed).
+  ops::moe_combine_weight_grad(ctx, ws_.moe_dweights, grad_y_full.as_matrix(), rows_of(a.expert_out, 0, m),
+                               a.destination);
+  if (tp_.size() > 1) tp_.group().all_reduce(ctx, ws_.moe_dweights, ReduceOp::kSum);
+  const Tensor d_rows = rows_of(ws_.moe_rows_b, 0, m);  // [M, h]: the outputs', then the inputs' gradients
+  if (m == 0) return d_rows;
+  ops::moe_permute(ctx, d_rows, grad_y_full.as_matrix(), a.source.flat_range(0, m), a.row_weights.flat_range(0, m));
+  const Tensor d_act = rows_of(ws_.moe_ffn, 0, m);
+  for_each_expert(routing, [&](const Expert& e, int64_t first, int64_t rows) {
+    const Tensor dy = rows_of(d_rows, first, rows);
+    ops::matmul(ctx, rows_of(d_act, first, rows), dy, e.fc2_weight->value);  // [n, h] [h, ffn_l]
+    if (e.fc2_bias) ops::bias_grad(ctx, e.fc2_bias->grad, dy);
+    ops::matmul(ctx, e.fc2_weight->grad, dy, rows_of(a.expert_fc1_act, first, rows),
+                ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});
+  });
+  const Tensor d_fc1 =
+      mlp_activation_backward(ctx, activation_, d_act, rows_of(ws_.moe_fc1, 0, m), rows_of(a.expert_fc1_pre, 0, m));
+  // fc1's weight gradient reads the permuted input: permuted again from the gathered input.
+  const Borrow permuted(ws_.moe_rows_a, "MoE block: the permuted input, again");
+  const Tensor perm = rows_of(*permuted, 0, m);
+  ops::moe_permute(ctx, perm, x.as_matrix(), a.source.flat_range(0, m), Tensor());
+  for_each_expert(routing, [&](const Expert& e, int64_t first, int64_t rows) {
+    const Tensor dy = rows_of(d_fc1, first, rows);
+    if (e.fc1_bias) ops::bias_grad(ctx, e.fc1_bias->grad, dy);
+    ops::matmul(ctx, e.fc1_weight->grad, dy, rows_of(perm, first, rows),
+                ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});
+    ops::matmul(ctx, rows_of(d_rows, first, rows), dy, e.fc1_weight->value);  // [n, fc1_l] [fc1_l, h]
+  });
+  return d_rows;
+}
+
+void MoeBlock::router_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
+                               const Tensor& grad_x_full) {
+  const Tensor& dlogits = ws_.moe_dlogits;  // [T, E] float32
+  ops::moe_route_backward(ctx, dlogits, ws_.moe_dweights, a.router_logits, a.expert_indices, router_options());
+  const bool sigmoid = moe_.score == RouterScore::kSigmoid;
+  if (!routing.coefficients.empty()) {
+    const Tensor coefficients =
+        ws_.moe_coefficients.flat_range(0, routing.groups * moe_.num_experts).view({routing.groups, moe_.num_experts});
+    copy_to_device(ctx, coefficients, std::span<const float>(routing.coefficients));
+    ops::moe_aux_backward(ctx, dlogits, a.router_logits, coefficients, sigmoid);
+  }
+  if (routing.z_scale != 0.0) {
+    ops::moe_logsumexp(ctx, ws_.moe_lse, a.router_logits);
+    ops::moe_z_loss_backward(ctx, dlogits, a.router_logits, ws_.moe_lse, static_cast<float>(routing.z_scale));
+  }
+  // The router's GEMMs in the model's dtype (a copy in FP32 training).
+  ops::cast(ctx, ws_.moe_dlogits_t, dlogits);
+  if (router_bias_) ops::bias_grad(ctx, router_bias_->grad, dlogits);
+  ops::matmul(ctx, router_weight_.grad, ws_.moe_dlogits_t, x.as_matrix(),
+              ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});  // [E, T] [T, h]
+  // Every TP rank routed the same rows: the input gradient is added once, before the TP sum.
+  if (tp_.rank() == 0) {
+    ops::matmul(ctx, grad_x_full.as_matrix(), ws_.moe_dlogits_t, router_weight_.value,
+                ops::MatmulOptions{.beta = 1.0f});  // [T, E] [E, h]
+  }
+}
+
+Tensor MoeBlock::backward_input(Context& ctx, int slot, const MlpActivations& a, const Tensor& input,
+                                const Tensor& grad_output, WeightGradTiming timing) {
+  const SlotRouting& routing = slots_[static_cast<size_t>(slot)];
+  std::optional<Borrow> dropped;  // local_b, while the output's gradient is read
+  Tensor d_out = grad_output;     // [s_l, b, h]
+  if (dropout_.enabled(slot, ops::DropoutSite::kMlpOutput)) {
+    dropped.emplace(ws_.local_b, "MoE block: gradient through its dropout");
+    dropout_.backward(ctx, slot, ops::DropoutSite::kMlpOutput, **dropped, grad_output);
+    d_out = **dropped;
+  }
+  const Borrow shared_grad(ws_.moe_grad_input, "MoE block: the shared expert's input gradient");
+  if (shared_fc2_) {
+    {
+      const Borrow gathered(ws_.full_a, "MoE block: the shared fc2's gathered output gradient");
+      shared_fc2_->backward_input_row(ctx, d_out, a.fc1_act, *gathered, ws_.shared_ffn, timing);
+    }
+    const Tensor d_fc1 = mlp_activation_backward(ctx, activation_, ws_.shared_ffn, ws_.shared_fc1, a.fc1_pre);
+    ops::copy(ctx, *shared_grad,
+              shared_fc1_->backward_input_column(ctx, d_fc1, input, ws_.full_a, ws_.full_b, ws_.local_a, timing));
+  }
+  const Borrow dy_full(ws_.full_b, "MoE block: the output's gradient gathered, then the input's");
+  const Tensor dy = tp_.gather_output_grad(ctx, d_out, *dy_full);  // [s, b, h]
+  const Borrow gathered(ws_.full_a, "MoE block: the input gathered again");
+  const Tensor x = tp_.gather_input(ctx, input, *gathered);
+  const Tensor d_perm = experts_backward(ctx, routing, a, x, dy);  // [M, h]
+  // The input's gradient, TP partial sums: the permutation's (summed over each token's pairs) and,
+  // once, the router's.
+  const Tensor dx_full = dy_full->as_matrix();
+  ops::moe_combine(ctx, dx_full, d_perm, a.destination, Tensor());
+  router_backward(ctx, routing, a, x, dx_full);
+  const Tensor d_input = tp_.reduce_input_grad(ctx, *dy_full, ws_.local_a);  // [s_l, b, h]
+  if (shared_fc2_) ops::residual_add(ctx, d_input, d_input, *shared_grad, Tensor());
+  return d_input;
+}
+
+void MoeBlock::backward_weight(Context& ctx) {
+  if (!shared_fc2_) return;
+  shared_fc2_->backward_weight(ctx);
+  shared_fc1_->backward_weight(ctx);
+}
+
+void MoeBlock::finish_iteration(Context& ctx, Communicator& data_context) {
+  if (moe_.expert_bias) {
+    const int64_t experts = moe_.num_experts;
+    const Borrow scratch(ws_.moe_dlogits, "MoE block: the iteration's token counts");
+    const Tensor counts = scratch->flat_range(0, experts);
+    std::vector<float> host(iteration_tokens_.begin(), iteration_tokens_.end());
+    copy_to_device(ctx, counts, std::span<const float>(host));
+    data_context.all_reduce(ctx, counts, ReduceOp::kSum);
+    std::vector<float> bias(static_cast<size_t>(experts));
+    copy_to_host(ctx, host.data(), counts);
+    copy_to_host(ctx, bias.data(), expert_bias_);
+    ctx.synchronize();
+    // Megatron's get_updated_expert_bias: under-loaded experts up, over-loaded down.
+    double total = 0.0;
+    for (float c : host) total += c;
+    const double mean = total / static_cast<double>(experts);
+    for (size_t e = 0; e < bias.size(); ++e) {
+      const double gap = mean - host[e];
+      const double sign = gap > 0 ? 1.0 : (gap < 0 ? -1.0 : 0.0);
+      bias[e] += static_cast<float>(moe_.bias_update_rate) * static_cast<float>(sign);  // in FP32, as Megatron
+    }
+    copy_to_device(ctx, expert_bias_, std::span<const float>(bias));
+  }
+  std::fill(iteration_tokens_.begin(), iteration_tokens_.end(), 0.0);
+}
+
+void MoeBlock::restart_iteration() {
+  std::fill(iteration_tokens_.begin(), iteration_tokens_.end(), 0.0);
+  take_metrics();
+}
+
+MoeLayerMetrics MoeBlock::take_metrics() {
+  MoeLayerMetrics taken = metrics_;
+  const int64_t layer = metrics_.layer;
+  metrics_ = MoeLayerMetrics{};
+  metrics_.layer = layer;
+  metrics_.tokens_per_expert.assign(static_cast<size_t>(moe_.num_experts), 0.0);
+  return taken;
+}
+
+}  // namespace gpt

@@ -1,0 +1,134 @@
+// The mixture-of-experts block (Megatron-Core's MoELayer with the allgather dispatcher), the second
+// FeedForwardBlock beside the dense MlpBlock (model/mlp_block.h), from the second norm's output to
+// what it adds to the residual stream (model/moe_config.h states the math):
+//
+//   b [s_l, b, h] -gather(SP)-> x [T = s b, h] -> logits = x W_r^T (+ b_r) [T, E] float32
+//     -> moe_route: each token's k experts and weights p [T, k] -> the dispatch (host: which
+//        pairs keep a row of the expert-major buffer, model/expert_dispatch.h)
+//     -> permute x into rows [M, h] -> per expert e over its rows: fc1_e -> act -> fc2_e (+ b2_e)
+//     -> combine y_t = sum_j p_tj rows[dest_tj]  (TP partial sums) -reduce(-scatter)-> [s_l, b, h]
+//     (+ the shared expert, a dense MLP on b; its fc1 column- and fc2 row-parallel)  -> D (dropout)
+//
+// Every TP rank routes all T rows of the gathered input (the same ops on the same rows, so the
+// same routing on each): the router's weight gradient is then whole on every rank (no TP sum) and
+// its input gradient is added on TP rank 0 only, before the input gradient's reduction. Megatron
+// routes each rank's s_l b rows and gathers the routing; the numbers are the same, and capacity
+// drops per rank's run of rows as Megatron's (model/expert_dispatch.h's segments).
+//
+// The experts run as one grouped GEMM: one GEMM per expert over its contiguous rows (each
+// expert's row count is on the host after the dispatch). Their weight gradients are computed in
+// the input-gradient pass (WeightGradTiming::kDeferred defers only the shared expert's).
+//
+// Load balancing: the auxiliary losses (aux_loss, seq_aux_loss) and the z-loss add their
+// gradients to the logits in backward, scaled as the LM loss of one microbatch (MoePass); their
+// values are kept per layer for the log line. The expert bias (sigmoid routing) is moved once per
+// iteration by finish_iteration from the iteration's token counts over data x context parallelism.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/mlp_block.h"
+
+namespace gpt {
+
+// What the chunk tells its MoE blocks about the current pass: in training, the gradient scale of
+// one microbatch's loss (the LM loss's per-token scale times its tokens); absent in evaluation.
+struct MoePass {
+  std::optional<float> loss_gradient_scale;
+};
+
+// One MoE layer's load-balancing figures, summed over the microbatches since the last take().
+struct MoeLayerMetrics {
+  int64_t layer = 0;
+  double load_balancing_loss = 0.0;      // aux_loss / its coefficient
+  double seq_load_balancing_loss = 0.0;  // seq_aux_loss / its coefficient
+  double z_loss = 0.0;                   // this rank's share of the mean logsumexp^2 (summed over CP: the mean)
+  std::vector<double> tokens_per_expert; // routed pairs kept per expert (this rank's rows)
+  int64_t microbatches = 0;
+};
+
+class MoeBlock final : public FeedForwardBlock {
+ public:
+  MoeBlock(const BlockBuild& build, const MoePass& pass);
+
+  void forward_up(Context& ctx, int slot, const MlpActivations& a, const Tensor& input) override;
+  BlockOutput forward_down(Context& ctx, int slot, const MlpActivations& a) override;
+  Tensor backward_input(Context& ctx, int slot, const MlpActivations& a, const Tensor& input,
+                        const Tensor& grad_output, WeightGradTiming timing) override;
+  void backward_weight(Context& ctx) override;
+
+  // The iteration's end (before the optimizer step): the expert bias update from the token counts
+  // summed over `data_context` (Megatron's finalize_model_grads). Every rank of the group calls it.
+  void finish_iteration(Context& ctx, Communicator& data_context);
+  // Forgets the counts and figures since the last finish_iteration (the iteration runs again).
+  void restart_iteration();
+  // The figures since the last take (and resets them).
+  MoeLayerMetrics take_metrics();
+  // The expert bias [E] float32 (undefined without --moe-router-enable-expert-bias).
+  const Tensor& expert_bias() const { return expert_bias_; }
+  // What the constructor takes from its arena.
+  static int64_t persistent_bytes(const ModelConfig& config);
+  // Bytes of the shared expert's weight-gradient leases (model/linear.h).
+  static int64_t deferral_bytes(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
+                                int deferral_depth);
+
+ private:
+  struct Expert {
+    Param* fc1_weight = nullptr;  // [fc1_e_l, h]
+    Param* fc1_bias = nullptr;
+    Param* fc2_weight = nullptr;  // [h, ffn_e_l]
+    Param* fc2_bias = nullptr;
+  };
+  // The slot's dispatch, on the host from its forward to its backward.
+  struct SlotRouting {
+    std::vector<int64_t> expert_rows;  // [E]
+    int64_t rows = 0;                  // M of this microbatch
+    std::vector<float> coefficients;   // [groups, E] the auxiliary losses' d loss / d score
+    int64_t groups = 1;
+    double z_scale = 0.0;              // the z-loss's gradient factor (0: none)
+  };
+
+  // Per expert e, over its rows [first, first + rows_e): fn(e, first, rows_e).
+  template <typename Fn>
+  void for_each_expert(const SlotRouting& routing, Fn&& fn) const;
+  void route(Context& ctx, int slot, const MlpActivations& a, const Tensor& x);
+  // The auxiliary losses' and z-loss's values (metrics) and gradient factors of the slot.
+  void load_balancing(Context& ctx, SlotRouting& routing, const MlpActivations& a);
+  void experts_up(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x);
+  // The router's backward: logits' gradient from the weights' (dweights) and the losses, then its
+  // parameters' gradients and (on TP rank 0) its input gradient added into grad_x_full [T, h].
+  void router_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
+                       const Tensor& grad_x_full);
+  // The experts' backward: from grad_y_full [T, h] (the block output's gradient, gathered) to the
+  // permuted input's gradient (returned, [M, h] in moe_rows_b), their parameters' gradients, and
+  // the weights' gradient into moe_dweights.
+  Tensor experts_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
+                          const Tensor& grad_y_full);
+  ops::RouterOptions router_options() const;
+
+  const ModelConfig& config_;
+  const MoeConfig& moe_;
+  const MoePass& pass_;
+  MlpActivation activation_;
+  const TensorParallel& tp_;
+  Communicator* context_group_;  // null: CP = 1
+  LayerShapes shapes_;
+  LayerWorkspace& ws_;
+  LayerDropout dropout_;
+  Param& router_weight_;
+  Param* router_bias_ = nullptr;
+  std::vector<Expert> experts_;
+  std::optional<Linear> shared_fc1_, shared_fc2_;
+  Tensor expert_bias_;                      // [E] float32 (aux-loss-free balancing)
+  bool expert_bias_zeroed_ = false;
+  std::vector<double> iteration_tokens_;    // [E] kept pairs this iteration (expert bias)
+  std::vector<SlotRouting> slots_;
+  MoeLayerMetrics metrics_;
+};
+
+// The feed-forward block of `build.layer`: an MoeBlock in an MoE layer, else the dense MlpBlock.
+std::unique_ptr<FeedForwardBlock> make_feed_forward_block(const BlockBuild& build, const MoePass& pass);
+
+}  // namespace gpt
