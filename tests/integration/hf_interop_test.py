@@ -21,7 +21,7 @@
   * Qwen2 and Llama 3.1's RoPE scaling: a trained --add-qkv-bias --disable-bias-linear
     --use-rope-scaling checkpoint round-trips bit-exactly; a numpy-written Qwen2 directory with
     rope_scaling llama3 imports and generate's logits match an independent Qwen2 + llama3 model (and
-    not the same model without the scaling or the biases), its export gives Qwen2ForCausalLM's
+    not the same model without the scaling or the biases), the same greedy ids under TP=2, its export gives Qwen2ForCausalLM's
     config with the same rope_scaling and tensors; Llama's attention_bias without mlp_bias and llama3
     scaling with other fixed numbers are refused;
   * the tokenizer: a GPT-2 BPE checkpoint exports vocab.json + merges.txt, and its import, moved,
@@ -338,6 +338,15 @@ def check_qwen2(args, work, failures):
           f"the RoPE scaling {to_unscaled:.3g}, without the q/k/v biases {to_unbiased:.3g})")
     if not error <= 1e-5 or not to_unscaled > 10 * error or not to_unbiased > 10 * error:
         failures.append(f"numpy qwen2: logits error {error:.3g} (unscaled {to_unscaled:.3g}, unbiased {to_unbiased:.3g})")
+    # Under TP=2 (the q/k/v biases split with their rows) the same greedy ids as on one rank.
+    greedy = ["--greedy", "--max-new-tokens", "8", "--ignore-eod", "--print-ids", "--threads", "1", "--prompt",
+              " ".join(map(str, prompt))]
+    ids = [[l for l in run(launcher + [args.generate, save] + greedy + extra).stdout.splitlines() if l.startswith("ids:")]
+           for launcher, extra in (([], []), ([args.mpirun, "-n", "2", "--oversubscribe"],
+                                                ["--tensor-model-parallel-size", "2"]))]
+    print(f"numpy qwen2: greedy {ids[0]} on one rank, {ids[1]} under TP=2")
+    if not ids[0] or ids[0] != ids[1]:
+        failures.append(f"numpy qwen2: generate under TP=2 differs from one rank: {ids}")
     result = run([args.ckpt_tool, "export", save, "--output-dir", exported])
     print(f"qwen2 export: {result.stdout.strip() or result.stderr.strip()}")
     if result.returncode != 0:
