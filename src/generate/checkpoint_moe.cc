@@ -71,8 +71,6 @@ std::vector<MoeLoss> saved_losses(const std::map<std::string, std::string>& args
 
 }  // namespace
 
-std::string expert_bias_name(int64_t layer) { return absl::StrCat("decoder.layers.", layer, ".mlp.router.expert_bias"); }
-
 absl::StatusOr<MoeConfig> saved_moe_config(const std::map<std::string, std::string>& args, int64_t num_layers,
                                            int64_t ffn_hidden_size) {
   MoeConfig m;

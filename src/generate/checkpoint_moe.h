@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_files.h"
 #include "core/status.h"
 #include "model/config.h"
+#include "model/param_registry.h"  // expert_bias_name: an MoE router's expert bias, global name
 
 namespace gpt {
 
@@ -24,9 +25,6 @@ namespace gpt {
 // or malformed, or a combination pretrain_gpt refuses.
 absl::StatusOr<MoeConfig> saved_moe_config(const std::map<std::string, std::string>& args, int64_t num_layers,
                                            int64_t ffn_hidden_size);
-
-// The expert bias of an MoE layer's router: global name (no "model/") and where a checkpoint keeps it.
-std::string expert_bias_name(int64_t layer);
 
 // With --moe-router-enable-expert-bias: params[expert_bias_name(L)] = the checkpoint's
 // model/decoder.layers.L.mlp.router.expert_bias [E] FP32 for every MoE layer L, or zeros where the
