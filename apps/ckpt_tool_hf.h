@@ -27,13 +27,13 @@ class HfCommands {
     export_output->required(false);
     CLI::Option* dir = export_->add_option("--output-dir", output_dir_,
                                            "Write a Hugging Face model directory instead (config.json and safetensors, "
-                                           "GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM or Qwen3MoeForCausalLM; sharded with an index above "
+                                           "GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM or Qwen3MoeForCausalLM, with the tokenizer; sharded with an index above "
                                            "--max-shard-size)");
     dir->excludes(export_output);
     export_->add_option("--max-shard-size", export_options_.max_shard_bytes,
                         "With --output-dir: bytes per safetensors file (default 5 GiB)")
         ->transform(decimal_integer(1));
-    import_ = app.add_subcommand("import", "Turn a Hugging Face GPT-2, Llama, Mixtral or Qwen3-MoE directory (config.json, safetensors) into "
+    import_ = app.add_subcommand("import", "Turn a Hugging Face GPT-2, Llama, Qwen2, Mixtral or Qwen3-MoE directory (config.json, safetensors, tokenizer) into "
                                            "a checkpoint of this program (iteration 0; load with --load DIR --finetune)");
     import_->add_option("HF_DIR", hf_dir_, "Hugging Face model directory")->required();
     import_->add_option("--output,-o", save_dir_, "The save directory to create")->required();

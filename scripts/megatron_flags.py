@@ -152,6 +152,7 @@ DUMP_DIFFERENCES = {
     "ffn_hidden_size": "derived (4 h, or Megatron's SwiGLU rule), as Megatron's validate_args does",
     "kv_channels": "derived (h / heads), as Megatron's validate_args does",
     "global_batch_size": "derived (micro batch x data-parallel size), as Megatron's validate_args does",
+    "add_qkv_bias": "derived (True whenever the linears have biases), as Megatron's validate_args does",
     "split": "Megatron's parser default is None, which its validate_args turns into '969, 30, 1'",
     "tokenizer_type": "--mock-data and --tokenizer-type given in the test",
     "distributed_backend": "None here means NCCL on the GPU and MPI on the CPU (Megatron: nccl)",

@@ -56,6 +56,14 @@ std::map<std::string, std::string> saved_arguments(const CheckpointReader& reade
   for (auto& [flag, value] : values) {
     if (value.size() >= 2 && value.front() == '\'' && value.back() == '\'') value = value.substr(1, value.size() - 2);
   }
+  if (argument_true(values, kTokenizerInCheckpointArgument)) {
+    for (const char* flag : {"--vocab-file", "--merge-file", "--tokenizer-model"}) {
+      auto it = values.find(flag);
+      if (it != values.end() && !it->second.empty() && std::filesystem::path(it->second).is_relative()) {
+        it->second = (std::filesystem::path(reader.directory()) / it->second).string();
+      }
+    }
+  }
   return values;
 }
 
@@ -65,7 +73,10 @@ absl::StatusOr<int64_t> real_vocabulary_size(const std::map<std::string, std::st
   const bool mock = argument_true(args, "--mock-data");
   int64_t vocab = 0;
   std::string how;
-  if (mock || tokenizer == "NullTokenizer") {
+  if (args.count(kHfVocabSizeArgument)) {
+    GPT_ASSIGN_OR_RETURN(vocab, saved_argument_int(args, kHfVocabSizeArgument));
+    how = "the imported config.json's vocab_size";
+  } else if (mock || tokenizer == "NullTokenizer") {
     GPT_ASSIGN_OR_RETURN(vocab, saved_argument_int(args, "--vocab-size"));
     if (!mock) ++vocab;
     how = mock ? "--mock-data --vocab-size" : "NullTokenizer --vocab-size + 1";
@@ -128,6 +139,9 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
     c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.kv_channels) * percent);
     c.rotary_base = static_cast<float>(base);
     c.rotary_interleaved = argument_true(args, "--rotary-interleaved");
+    c.rope_scaling.enabled = argument_true(args, "--use-rope-scaling");
+    GPT_ASSIGN_OR_RETURN(const double factor, argument_double(args, "--rope-scaling-factor", 8.0));
+    c.rope_scaling.factor = static_cast<float>(factor);
   } else if (position == "learned_absolute" && !argument_true(args, "--no-position-embedding")) {
     c.position_embedding = PositionEmbedding::kLearnedAbsolute;
   } else {
@@ -137,6 +151,7 @@ absl::StatusOr<ModelConfig> checkpoint_model_config(const CheckpointReader& read
       argument_text(args, "--normalization", "LayerNorm") == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
   c.swiglu = argument_true(args, "--swiglu");
   c.add_bias_linear = !argument_true(args, "--disable-bias-linear");
+  c.add_qkv_bias = argument_true(args, "--add-qkv-bias");
   c.squared_relu = argument_true(args, "--squared-relu");
   c.exact_gelu = !c.swiglu && !c.squared_relu && (!c.add_bias_linear || argument_true(args, "--no-bias-gelu-fusion"));
   c.layernorm_zero_centered_gamma = argument_true(args, "--apply-layernorm-1p");

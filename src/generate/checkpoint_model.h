@@ -43,8 +43,15 @@ struct CheckpointModel {
 // tokenizer's eos_token_id list ('2' or '128001,128009') and bos_token_id.
 inline constexpr const char* kHfEosArgument = "--hf-eos-token-ids";
 inline constexpr const char* kHfBosArgument = "--hf-bos-token-id";
+// ... 'true' when the saved --vocab-file, --merge-file and --tokenizer-model name files inside the
+// checkpoint's iteration directory (copied there by the import, so that the checkpoint can move;
+// saved_arguments returns them as paths), and config.json's vocab_size (the embedding's real rows,
+// which may exceed the tokenizer's).
+inline constexpr const char* kTokenizerInCheckpointArgument = "--tokenizer-files-in-checkpoint";
+inline constexpr const char* kHfVocabSizeArgument = "--hf-vocab-size";
 
-// The saved arguments as flag -> value, strings unquoted.
+// The saved arguments as flag -> value, strings unquoted; tokenizer files kept inside the checkpoint
+// (kTokenizerInCheckpointArgument) as paths under its iteration directory.
 std::map<std::string, std::string> saved_arguments(const CheckpointReader& reader);
 // A saved number; an error naming the flag when it is absent or not a number.
 absl::StatusOr<int64_t> saved_argument_int(const std::map<std::string, std::string>& args, const std::string& flag);

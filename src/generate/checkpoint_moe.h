@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_files.h"
 #include "core/status.h"
 #include "model/config.h"
+#include "model/param_registry.h"  // expert_bias_name: an MoE router's expert bias, global name
 
 namespace gpt {
 
@@ -25,7 +26,7 @@ namespace gpt {
 absl::StatusOr<MoeConfig> saved_moe_config(const std::map<std::string, std::string>& args, int64_t num_layers,
                                            int64_t ffn_hidden_size);
 
-// With --moe-router-enable-expert-bias: params[expert_bias_name(L)] (model/param_registry.h) = the checkpoint's
+// With --moe-router-enable-expert-bias: params[expert_bias_name(L)] = the checkpoint's
 // model/decoder.layers.L.mlp.router.expert_bias [E] FP32 for every MoE layer L, or zeros where the
 // checkpoint holds none (a bias that never moved).
 absl::Status read_expert_biases(CheckpointReader& reader, const ModelConfig& config,

@@ -28,10 +28,10 @@ InferenceModel::Widths InferenceModel::widths(const ModelConfig& c, const Tensor
 }
 
 void rope_at_position(float* qkv_row, int64_t groups, int64_t queries_per_group, int64_t head_dim,
-                      int64_t rotary_dim, float base, int64_t position, bool interleaved) {
+                      int64_t rotary_dim, const RopeFrequencies& frequencies, int64_t position, bool interleaved) {
   Context host = Context::cpu(1);
   const Tensor row(qkv_row, DType::kFloat32, Shape{1, 1, groups, (queries_per_group + 2) * head_dim}, Device::kCpu);
-  ops::rope_forward(host, row, head_dim, rotary_dim, base, position, interleaved);
+  ops::rope_forward(host, row, head_dim, rotary_dim, frequencies, position, interleaved);
 }
 
 InferenceModel::InferenceModel(const ModelConfig& config, const std::map<std::string, std::vector<float>>& params,
@@ -92,7 +92,8 @@ Tensor InferenceModel::weight(const std::string& name, Shape shape) const {
 }
 
 Tensor InferenceModel::bias(const std::string& name, int64_t size) const {
-  if (!config_.add_bias_linear) return Tensor();
+  const bool qkv = name.ends_with("linear_qkv.bias");
+  if (!(qkv ? config_.has_qkv_bias() : config_.add_bias_linear)) return Tensor();
   return weight(name, Shape{size});
 }
 
@@ -271,7 +272,7 @@ void InferenceModel::attend(int64_t layer, std::span<const Segment> segments, co
       // The segment's rows hold consecutive positions from its first row's: RoPE's offset.
       const Tensor qkv_segment(qkv_host, DType::kFloat32, Shape{s, 1, w.groups, (w.q + 2) * w.d}, Device::kCpu);
       if (rope) {
-        ops::rope_forward(host_ctx_, qkv_segment, w.d, c.rotary_dim, c.rotary_base, rows[first].position,
+        ops::rope_forward(host_ctx_, qkv_segment, w.d, c.rotary_dim, c.rope_frequencies(), rows[first].position,
                           c.rotary_interleaved);
       }
       KvCacheAttention& core = *cached_cores_[static_cast<size_t>(layer)];
@@ -285,7 +286,7 @@ void InferenceModel::attend(int64_t layer, std::span<const Segment> segments, co
       // The training path's RoPE op and attention core, on the device.
       const Tensor qkv_view(qkv_rows, DType::kFloat32, Shape{s, 1, w.groups, (w.q + 2) * w.d}, device);
       const Tensor out_view(out_rows, DType::kFloat32, Shape{s, 1, w.heads, w.d}, device);
-      if (rope) ops::rope_forward(ctx_, qkv_view, w.d, c.rotary_dim, c.rotary_base, 0, c.rotary_interleaved);
+      if (rope) ops::rope_forward(ctx_, qkv_view, w.d, c.rotary_dim, c.rope_frequencies(), 0, c.rotary_interleaved);
       full_core_->forward(ctx_, out_view, scratch(lse_, {1, w.heads, s}), qkv_view, ops::DropoutMask{});
     }
     first += s;

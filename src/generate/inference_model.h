@@ -138,6 +138,6 @@ class InferenceModel {
 // Rotates the query and key heads of one token's packed qkv row [groups, (q + 2) d] by RoPE at
 // `position`: the op set's rope_forward on the host, on that one row.
 void rope_at_position(float* qkv_row, int64_t groups, int64_t queries_per_group, int64_t head_dim,
-                      int64_t rotary_dim, float base, int64_t position, bool interleaved);
+                      int64_t rotary_dim, const RopeFrequencies& frequencies, int64_t position, bool interleaved);
 
 }  // namespace gpt

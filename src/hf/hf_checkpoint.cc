@@ -2,8 +2,6 @@
 
 #include <simdjson.h>
 
-#include <charconv>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,7 +16,9 @@
 #include "checkpoint/checkpoint_files.h"
 #include "core/checked_math.h"
 #include "generate/checkpoint_model.h"
+#include "hf/hf_config.h"
 #include "hf/hf_moe.h"
+#include "hf/hf_tokenizer_files.h"
 #include "hf/json_config.h"
 #include "hf/safetensors.h"
 #include "model/param_registry.h"
@@ -36,267 +36,13 @@ int64_t volume(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// The shortest decimal text that reads back as the same float.
-std::string float_text(float value) {
-  char buffer[32];
-  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  std::string text(buffer, result.ptr);
-  if (text.find_first_of(".en") == std::string::npos) text += ".0";
-  return text;
-}
-
 bool is_nonempty_directory(const std::string& path) {
   std::error_code error;
   return fs::exists(path, error) && !(fs::is_directory(path, error) && fs::is_empty(path, error));
 }
 
-// ---- config.json ----------------------------------------------------------------------------------
-
-// A Hugging Face tokenizer's special ids as an import records them (generate/checkpoint_model.h).
-struct SpecialTokens {
-  std::vector<int64_t> eos;
-  std::optional<int64_t> bos;
-};
-
-std::string config_json(const ModelConfig& c, HfFamily family, const SpecialTokens& special) {
-  std::ostringstream o;
-  // The tokenizer's ids an import recorded (generation stops at eos_token_id).
-  std::string ids;
-  if (!special.eos.empty()) {
-    const std::string eos = special.eos.size() == 1 ? absl::StrCat(special.eos[0])
-                                                    : absl::StrCat("[", absl::StrJoin(special.eos, ", "), "]");
-    absl::StrAppend(&ids, "  \"eos_token_id\": ", eos, ",\n");
-  }
-  if (special.bos) absl::StrAppend(&ids, "  \"bos_token_id\": ", *special.bos, ",\n");
-  const char* tie = c.untie_embeddings_and_output_weights ? "false" : "true";
-  if (family == HfFamily::kGpt2) {
-    o << "{\n" << ids << "  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-      << "  \"vocab_size\": " << c.vocab_size << ",\n  \"n_positions\": " << c.max_position_embeddings
-      << ",\n  \"n_ctx\": " << c.max_position_embeddings << ",\n  \"n_embd\": " << c.hidden_size
-      << ",\n  \"n_layer\": " << c.num_layers << ",\n  \"n_head\": " << c.num_attention_heads
-      << ",\n  \"n_inner\": " << c.ffn_hidden_size << ",\n  \"layer_norm_epsilon\": " << float_text(c.layernorm_epsilon)
-      << ",\n  \"activation_function\": \"" << (c.exact_gelu ? "gelu" : "gelu_new") << "\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
-      << "  \"attn_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": " << tie
-      << ",\n  \"torch_dtype\": \"float32\"\n}\n";
-  } else if (is_hf_moe_family(family)) {
-    return hf_moe_config_json(c, family, ids);
-  } else {
-    const char* bias = c.add_bias_linear ? "true" : "false";
-    o << "{\n" << ids << "  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
-      << "  \"vocab_size\": " << c.vocab_size << ",\n  \"hidden_size\": " << c.hidden_size
-      << ",\n  \"intermediate_size\": " << c.ffn_hidden_size << ",\n  \"num_hidden_layers\": " << c.num_layers
-      << ",\n  \"num_attention_heads\": " << c.num_attention_heads << ",\n  \"num_key_value_heads\": " << c.query_groups()
-      << ",\n  \"head_dim\": " << c.kv_channels << ",\n  \"max_position_embeddings\": " << c.max_position_embeddings
-      << ",\n  \"rms_norm_eps\": " << float_text(c.layernorm_epsilon) << ",\n  \"rope_theta\": " << float_text(c.rotary_base)
-      << ",\n  \"rope_scaling\": null,\n  \"hidden_act\": \"silu\",\n  \"attention_bias\": " << bias
-      << ",\n  \"mlp_bias\": " << bias << ",\n  \"attention_dropout\": 0.0,\n  \"tie_word_embeddings\": " << tie
-      << ",\n  \"torch_dtype\": \"float32\"\n}\n";
-  }
-  return o.str();
-}
-
 absl::Status refuse(const std::string& path, const std::string& why) {
   return absl::FailedPreconditionError(absl::StrCat(path, ": ", why, " does not map to this program's models"));
-}
-
-// A config.json's model, with its floating-point fields as config.json gives them (the saved
-// arguments carry these, so that validation sees 1e300 and not the FP32 infinity it would become).
-struct ImportedModel {
-  ModelConfig c;
-  HfFamily family;
-  double norm_epsilon = 0, rotary_base = 0;
-};
-
-absl::StatusOr<ImportedModel> model_from_config(const JsonConfig& j) {
-  ModelConfig c;
-  HfFamily family;
-  double norm_epsilon = 0, rotary_base = 10000;
-  const std::string type = j.text("model_type", "");
-  if (type == "gpt2") {
-    family = HfFamily::kGpt2;
-    GPT_ASSIGN_OR_RETURN(c.hidden_size, j.integer("n_embd"));
-    GPT_ASSIGN_OR_RETURN(c.num_layers, j.integer("n_layer"));
-    GPT_ASSIGN_OR_RETURN(c.num_attention_heads, j.integer("n_head"));
-    GPT_ASSIGN_OR_RETURN(c.max_position_embeddings, j.integer("n_positions"));
-    const std::optional<int64_t> default_inner = checked_multiply(4, c.hidden_size);
-    if (!default_inner) return absl::DataLossError(absl::StrCat(j.path(), ": n_embd ", c.hidden_size, " is too large"));
-    GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, j.integer("n_inner", *default_inner));
-    GPT_ASSIGN_OR_RETURN(norm_epsilon, j.number("layer_norm_epsilon", 1e-5));
-    c.layernorm_epsilon = static_cast<float>(norm_epsilon);
-    const std::string act = j.text("activation_function", "gelu_new");
-    if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
-      return refuse(j.path(), absl::StrCat("activation_function \"", act, "\" (only the tanh GeLU, gelu_new)"));
-    }
-    GPT_ASSIGN_OR_RETURN(const bool tie, j.boolean("tie_word_embeddings", true));
-    c.untie_embeddings_and_output_weights = !tie;
-    GPT_ASSIGN_OR_RETURN(const bool scale, j.boolean("scale_attn_weights", true));
-    GPT_ASSIGN_OR_RETURN(const bool by_layer, j.boolean("scale_attn_by_inverse_layer_idx", false));
-    GPT_ASSIGN_OR_RETURN(const bool cross, j.boolean("add_cross_attention", false));
-    if (!scale || by_layer || cross) {
-      return refuse(j.path(), "scale_attn_weights false, scale_attn_by_inverse_layer_idx or add_cross_attention");
-    }
-    if (c.num_attention_heads < 1 || c.hidden_size % c.num_attention_heads != 0) {
-      return absl::DataLossError(absl::StrCat(j.path(), ": n_embd is not a multiple of n_head"));
-    }
-    c.kv_channels = c.hidden_size / c.num_attention_heads;
-    c.position_embedding = PositionEmbedding::kLearnedAbsolute;
-  } else if (type == "llama" || is_hf_moe_model_type(type)) {
-    family = HfFamily::kLlama;
-    GPT_ASSIGN_OR_RETURN(c.hidden_size, j.integer("hidden_size"));
-    GPT_ASSIGN_OR_RETURN(c.ffn_hidden_size, j.integer("intermediate_size"));
-    GPT_ASSIGN_OR_RETURN(c.num_layers, j.integer("num_hidden_layers"));
-    GPT_ASSIGN_OR_RETURN(c.num_attention_heads, j.integer("num_attention_heads"));
-    if (c.num_attention_heads < 1) return absl::DataLossError(absl::StrCat(j.path(), ": num_attention_heads < 1"));
-    GPT_ASSIGN_OR_RETURN(const int64_t kv_heads, j.integer("num_key_value_heads", c.num_attention_heads));
-    GPT_ASSIGN_OR_RETURN(c.kv_channels, j.integer("head_dim", c.hidden_size / c.num_attention_heads));
-    GPT_ASSIGN_OR_RETURN(c.max_position_embeddings, j.integer("max_position_embeddings"));
-    GPT_ASSIGN_OR_RETURN(norm_epsilon, j.number("rms_norm_eps", 1e-6));
-    GPT_ASSIGN_OR_RETURN(rotary_base, j.number("rope_theta", 10000.0));
-    c.layernorm_epsilon = static_cast<float>(norm_epsilon);
-    c.rotary_base = static_cast<float>(rotary_base);
-    if (j.has("rope_scaling")) return refuse(j.path(), "rope_scaling (only plain RoPE)");
-    const std::string act = j.text("hidden_act", "silu");
-    if (act != "silu") return refuse(j.path(), absl::StrCat("hidden_act \"", act, "\" (only SwiGLU's silu)"));
-    GPT_ASSIGN_OR_RETURN(const bool attention_bias, j.boolean("attention_bias", false));
-    GPT_ASSIGN_OR_RETURN(const bool mlp_bias, j.boolean("mlp_bias", false));
-    if (attention_bias != mlp_bias) return refuse(j.path(), "attention_bias != mlp_bias (one switch here)");
-    c.add_bias_linear = attention_bias;
-    GPT_ASSIGN_OR_RETURN(const bool tie, j.boolean("tie_word_embeddings", false));
-    c.untie_embeddings_and_output_weights = !tie;
-    if (kv_heads < 1 || c.num_attention_heads % kv_heads != 0) {
-      return absl::DataLossError(absl::StrCat(j.path(), ": num_attention_heads is not a multiple of num_key_value_heads"));
-    }
-    if (kv_heads != c.num_attention_heads) c.num_query_groups = kv_heads;
-    c.position_embedding = PositionEmbedding::kRope;
-    c.rotary_dim = c.kv_channels;
-    c.normalization = Normalization::kRMSNorm;
-    c.swiglu = true;
-    if (type != "llama") {
-      GPT_ASSIGN_OR_RETURN(family, read_hf_moe_config(j, c));
-    }
-  } else {
-    return refuse(j.path(), absl::StrCat("model_type \"", type, "\" (only gpt2, llama, mixtral and qwen3_moe)"));
-  }
-  GPT_ASSIGN_OR_RETURN(c.vocab_size, j.integer("vocab_size"));
-  if (c.vocab_size < 1 || c.num_layers < 1 || c.hidden_size < 1 || c.kv_channels < 1 || c.ffn_hidden_size < 1 ||
-      c.max_position_embeddings < 1) {
-    return absl::DataLossError(absl::StrCat(j.path(), ": a size is 0"));
-  }
-  c.seq_length = c.max_position_embeddings;
-  return ImportedModel{c, family, norm_epsilon, rotary_base};
-}
-
-// eos_token_id (an id or a list) and bos_token_id: config.json's, each overridden by
-// generation_config.json's when that file gives it (transformers' generate reads the latter).
-absl::StatusOr<SpecialTokens> special_tokens(const std::string& hf_dir, const JsonConfig& config, int64_t vocab) {
-  SpecialTokens special;
-  std::optional<JsonConfig> generation;
-  std::error_code error;
-  const fs::path generation_path = fs::path(hf_dir) / "generation_config.json";
-  if (fs::exists(generation_path, error)) {
-    GPT_ASSIGN_OR_RETURN(generation, JsonConfig::read(generation_path.string()));
-  }
-  for (const JsonConfig* j : {&config, generation ? static_cast<const JsonConfig*>(&*generation) : nullptr}) {
-    if (j == nullptr) continue;
-    GPT_ASSIGN_OR_RETURN(std::vector<int64_t> eos, j->integers("eos_token_id"));
-    GPT_ASSIGN_OR_RETURN(std::vector<int64_t> bos, j->integers("bos_token_id"));
-    for (const auto& [ids, key] : {std::pair{&eos, "eos_token_id"}, std::pair{&bos, "bos_token_id"}}) {
-      for (int64_t id : *ids) {
-        if (id < 0 || id >= vocab) {
-          return absl::DataLossError(absl::StrCat(j->path(), ": \"", key, "\" ", id, " is not in [0, ", vocab, ")"));
-        }
-      }
-    }
-    if (bos.size() > 1) return absl::DataLossError(absl::StrCat(j->path(), ": \"bos_token_id\" is a list"));
-    if (!eos.empty()) special.eos = eos;
-    if (!bos.empty()) special.bos = bos[0];
-  }
-  return special;
-}
-
-// The saved arguments an imported checkpoint carries (canonical_arguments' spelling of the flags
-// --load compares, and what generate and export read).
-std::string import_arguments(const ImportedModel& model, int64_t vocab_multiple, const SpecialTokens& special) {
-  const ModelConfig& c = model.c;
-  const HfFamily family = model.family;
-  auto b = [](bool v) { return v ? "true" : "false"; };
-  char eps[40];
-  std::snprintf(eps, sizeof(eps), "%.17g", model.norm_epsilon);
-  // config.json's base where FP32 would turn it into infinity or 0 (validation names the value given).
-  char base[40];
-  std::snprintf(base, sizeof(base), "%.17g", model.rotary_base);
-  if (std::isfinite(c.rotary_base) && (c.rotary_base != 0.0f || model.rotary_base == 0.0)) {
-    std::snprintf(base, sizeof(base), "%s", float_text(c.rotary_base).c_str());
-  }
-  const bool rope = c.position_embedding == PositionEmbedding::kRope;
-  std::vector<std::string> lines = {
-      absl::StrCat("--num-layers ", c.num_layers),
-      absl::StrCat("--hidden-size ", c.hidden_size),
-      absl::StrCat("--ffn-hidden-size ", c.ffn_hidden_size),
-      absl::StrCat("--num-attention-heads ", c.num_attention_heads),
-      absl::StrCat("--kv-channels ", c.kv_channels),
-      absl::StrCat("--seq-length ", c.seq_length),
-      absl::StrCat("--max-position-embeddings ", c.max_position_embeddings),
-      absl::StrCat("--make-vocab-size-divisible-by ", vocab_multiple),
-      absl::StrCat("--untie-embeddings-and-output-weights ", b(c.untie_embeddings_and_output_weights)),
-      absl::StrCat("--norm-epsilon ", eps),
-      absl::StrCat("--position-embedding-type '", rope ? "rope" : "learned_absolute", "'"),
-      absl::StrCat("--normalization '", c.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm", "'"),
-      "--no-position-embedding false",
-      "--rotary-percent 1",
-      absl::StrCat("--rotary-base ", base),
-      absl::StrCat("--swiglu ", b(c.swiglu)),
-      absl::StrCat("--group-query-attention ", b(c.num_query_groups > 0)),
-      absl::StrCat("--num-query-groups ", c.query_groups()),
-      absl::StrCat("--disable-bias-linear ", b(!c.add_bias_linear)),
-      "--mock-data false",
-  };
-  if (family == HfFamily::kGpt2 && c.vocab_size == kGpt2BpeVocabularySize) {
-    lines.push_back("--tokenizer-type 'GPT2BPETokenizer'");
-    lines.push_back("--vocab-size 0");
-  } else {
-    // NullTokenizer: the real vocabulary is --vocab-size + 1 (Megatron adds the end-of-document id).
-    lines.push_back("--tokenizer-type 'NullTokenizer'");
-    lines.push_back(absl::StrCat("--vocab-size ", c.vocab_size - 1));
-  }
-  // Not flags of pretrain_gpt: the Hugging Face tokenizer's ids, for generate and export.
-  if (!special.eos.empty()) lines.push_back(absl::StrCat(kHfEosArgument, " '", absl::StrJoin(special.eos, ","), "'"));
-  if (special.bos) lines.push_back(absl::StrCat(kHfBosArgument, " ", *special.bos));
-  return absl::StrJoin(lines, "\n") + "\n";
-}
-
-// The config.json key behind the first flag a validation message names: " (its \"rms_norm_eps\")",
-// or "" when the flag is none of the keys'.
-std::string config_key_of(absl::string_view message, HfFamily family) {
-  const bool gpt2 = family == HfFamily::kGpt2;
-  const std::pair<const char*, const char*> keys[] = {
-      {"--norm-epsilon", gpt2 ? "layer_norm_epsilon" : "rms_norm_eps"},
-      {"--rotary-base", "rope_theta"},
-      {"--rotary-percent", "head_dim"},
-      {"--num-layers", gpt2 ? "n_layer" : "num_hidden_layers"},
-      {"--hidden-size", gpt2 ? "n_embd" : "hidden_size"},
-      {"--ffn-hidden-size", gpt2 ? "n_inner" : "intermediate_size"},
-      {"--num-attention-heads", gpt2 ? "n_head" : "num_attention_heads"},
-      {"--kv-channels", gpt2 ? "n_embd" : "head_dim"},
-      {"--num-query-groups", "num_key_value_heads"},
-      {"--max-position-embeddings", gpt2 ? "n_positions" : "max_position_embeddings"},
-      {"--seq-length", gpt2 ? "n_positions" : "max_position_embeddings"},
-      {"--vocab-size", "vocab_size"},
-      {"--num-experts", family == HfFamily::kMixtral ? "num_local_experts" : "num_experts"},
-      {"--moe-router-topk", "num_experts_per_tok"},
-      {"--moe-ffn-hidden-size", family == HfFamily::kMixtral ? "intermediate_size" : "moe_intermediate_size"},
-      {"--moe-layer-freq", "mlp_only_layers / decoder_sparse_step"},
-  };
-  size_t first = absl::string_view::npos;
-  const char* key = nullptr;
-  for (const auto& [flag, name] : keys) {
-    const size_t at = message.find(flag);
-    if (at < first) {
-      first = at;
-      key = name;
-    }
-  }
-  return key == nullptr ? std::string() : absl::StrCat(" (its \"", key, "\")");
 }
 
 }  // namespace
@@ -324,7 +70,8 @@ absl::StatusOr<HfFamily> hf_family(const ModelConfig& c) {
           "LlamaForCausalLM has no per-head query and key norms (--qk-layernorm); this program exports none of the "
           "architectures that have them (Qwen3, OLMo2)");
     }
-    return HfFamily::kLlama;
+    // Biases on q, k and v alone are Qwen2's (Llama's attention_bias also covers o_proj).
+    return c.has_qkv_bias() && !c.add_bias_linear ? HfFamily::kQwen2 : HfFamily::kLlama;
   }
   return absl::FailedPreconditionError(
       "neither GPT-2 (learned positions, LayerNorm, GeLU) nor Llama (RoPE, RMSNorm, SwiGLU): no Hugging Face "
@@ -406,22 +153,24 @@ absl::Status hf_export(const std::string& checkpoint, const std::string& output_
     if (!written.ok()) return fail(written);
   }
   // The recorded Hugging Face ids, or GPT-2's <|endoftext|> (HF's gpt2 config gives it as both).
-  SpecialTokens special{.eos = {model.hf_eos_ids.begin(), model.hf_eos_ids.end()}, .bos = model.hf_bos_id};
+  HfSpecialTokens special{.eos = {model.hf_eos_ids.begin(), model.hf_eos_ids.end()}, .bos = model.hf_bos_id};
   if (special.eos.empty() && model.tokenizer_type == "GPT2BPETokenizer") {
     special.eos = {kGpt2BpeVocabularySize - 1};
     special.bos = kGpt2BpeVocabularySize - 1;
   }
-  absl::Status written = write_text("config.json", config_json(c, family, special));
+  absl::Status written = write_text("config.json", hf_config_json(c, family, special));
   if (!written.ok()) return fail(written);
+  const absl::StatusOr<std::string> tokenizer = hf_export_tokenizer(model, temporary);
+  if (!tokenizer.ok()) return fail(tokenizer.status());
   fs::remove_all(trimmed, error);  // an empty directory given as the output
   fs::rename(temporary, trimmed, error);
   if (error) return fail(absl::DataLossError(absl::StrCat("cannot rename ", temporary, " to ", trimmed, ": ", error.message())));
   std::printf("exported %s (iteration %lld) to %s: %s, %zu tensors, %lld bytes of FP32 in %zu safetensors file%s%s, "
-              "vocabulary %lld (padded %lld)\n",
+              "vocabulary %lld (padded %lld); tokenizer: %s\n",
               model.directory.c_str(), static_cast<long long>(model.iteration), trimmed.c_str(),
               hf_architecture(family), mappings.size(),
               static_cast<long long>(total_bytes), n, n > 1 ? "s" : "", n > 1 ? " + model.safetensors.index.json" : "",
-              static_cast<long long>(c.vocab_size), static_cast<long long>(c.padded_vocab_size));
+              static_cast<long long>(c.vocab_size), static_cast<long long>(c.padded_vocab_size), tokenizer->c_str());
   return absl::OkStatus();
 }
 
@@ -573,7 +322,7 @@ absl::StatusOr<std::map<std::string, std::vector<float>>> read_hf_tensors(
 // the tracker; on failure removes what it made. Returns the iteration directory.
 absl::StatusOr<std::string> write_imported_checkpoint(const std::string& save_dir, const ModelConfig& c,
                                                       const std::map<std::string, std::vector<float>>& ours,
-                                                      const std::string& arguments) {
+                                                      const std::string& arguments, const HfFoundTokenizer& tokenizer) {
   std::error_code error;
   const bool created = !fs::exists(save_dir, error);
   const std::string temporary = (fs::path(save_dir) / (iteration_directory_name(0) + ".tmp")).string();
@@ -613,6 +362,7 @@ absl::StatusOr<std::string> write_imported_checkpoint(const std::string& save_di
   metadata.params_dtype = "float32";
   metadata.arguments = arguments;
   status = write_index(temporary, {shard}, metadata);
+  if (status.ok()) status = hf_copy_tokenizer(tokenizer, temporary);
   if (!status.ok()) return fail(status);
   const std::string final_directory = (fs::path(save_dir) / iteration_directory_name(0)).string();
   fs::rename(temporary, final_directory, error);
@@ -640,10 +390,11 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
     return absl::InvalidArgumentError("--make-vocab-size-divisible-by and --tensor-model-parallel-size must be >= 1");
   }
   GPT_ASSIGN_OR_RETURN(const JsonConfig json, JsonConfig::read((fs::path(hf_dir) / "config.json").string()));
-  GPT_ASSIGN_OR_RETURN(ImportedModel imported, model_from_config(json));
+  GPT_ASSIGN_OR_RETURN(ImportedModel imported, hf_model_from_config(json));
   ModelConfig& c = imported.c;
   const HfFamily family = imported.family;
-  GPT_ASSIGN_OR_RETURN(const SpecialTokens special, special_tokens(hf_dir, json, c.vocab_size));
+  GPT_ASSIGN_OR_RETURN(const HfSpecialTokens special, hf_special_tokens(hf_dir, json, c.vocab_size));
+  const HfFoundTokenizer tokenizer = hf_find_tokenizer(hf_dir, family, c.vocab_size);
   // Every value the checkpoint will carry passes pretrain_gpt's own checks first (a norm epsilon
   // of -1 or 1e300, a RoPE base of 0, sizes whose products overflow).
   const std::optional<int64_t> vocab_multiple =
@@ -651,13 +402,13 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
   if (!vocab_multiple) {
     return absl::InvalidArgumentError("--make-vocab-size-divisible-by x --tensor-model-parallel-size overflows");
   }
-  std::string arguments = import_arguments(imported, *vocab_multiple, special);
+  std::string arguments = hf_import_arguments(imported, *vocab_multiple, special, tokenizer.record);
   if (is_hf_moe_family(family)) arguments += hf_moe_import_arguments(c);
   if (options.check_arguments) {
     const absl::Status checked = options.check_arguments(arguments);
     if (!checked.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(json.path(), ": pretrain_gpt would refuse this model",
-                                                        config_key_of(checked.message(), family), ": ",
+                                                        hf_config_key_of(checked.message(), family), ": ",
                                                         checked.message()));
     }
   }
@@ -667,7 +418,7 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
   GPT_RETURN_IF_ERROR(check_import_size(json, c, family, opened));
   const std::vector<HfMapping> mappings = hf_mappings(c, family);
   GPT_ASSIGN_OR_RETURN(const auto ours, read_hf_tensors(hf_dir, layout, opened, json, c, family, mappings));
-  GPT_ASSIGN_OR_RETURN(const std::string final_directory, write_imported_checkpoint(save_dir, c, ours, arguments));
+  GPT_ASSIGN_OR_RETURN(const std::string final_directory, write_imported_checkpoint(save_dir, c, ours, arguments, tokenizer));
   const std::vector<std::string>& files = layout.files;
   std::printf("imported %s (%s, %zu tensors, %zu safetensors file%s) into %s: %lld layers, hidden %lld, heads %lld, "
               "groups %lld, vocabulary %lld padded to %lld; load with --load %s --finetune\n",
@@ -681,6 +432,7 @@ absl::Status hf_import(const std::string& hf_dir, const std::string& save_dir, c
                 special.eos.empty() ? "none" : absl::StrJoin(special.eos, ",").c_str(),
                 special.bos ? std::to_string(*special.bos).c_str() : "none");
   }
+  std::printf("tokenizer: %s\n", tokenizer.note.c_str());
   return absl::OkStatus();
 }
 

@@ -3,8 +3,12 @@
 //   export: a checkpoint (any saving layout) to a Hugging Face model directory: config.json and
 //     model.safetensors, or model-0000k-of-0000N.safetensors with model.safetensors.index.json when
 //     the tensors exceed the shard size. GPT-2 checkpoints in GPT2LMHeadModel's names and Conv1D
-//     orientation; Llama-style ones (RoPE, RMSNorm, SwiGLU, GQA) in LlamaForCausalLM's.
-//   import: such a directory (GPT-2 or Llama, safetensors F32 / BF16 / F16) into a checkpoint of
+//     orientation; Llama-style ones (RoPE, RMSNorm, SwiGLU, GQA) in LlamaForCausalLM's, or
+//     Qwen2ForCausalLM's with biases on q, k and v only; MoE ones as MixtralForCausalLM or
+//     Qwen3MoeForCausalLM (hf_moe.h); the tokenizer beside them (hf_tokenizer_files.h); config.json
+//     in hf_config.h, the tensor tables in hf_mappings.cc.
+//   import: such a directory (GPT-2, Llama, Qwen2, Mixtral or Qwen3-MoE, safetensors F32 / BF16 / F16,
+//     its tokenizer) into a checkpoint of
 //     this program (iteration 0, FP32, TP = PP = DP = 1), loadable with --load DIR --finetune under
 //     any layout. Architectures or options that do not map are refused with the reason.
 //
@@ -24,8 +28,9 @@
 
 namespace gpt {
 
+// kQwen2: Llama's layout with biases on q, k and v only (--add-qkv-bias --disable-bias-linear).
 // Mixtral and Qwen3-MoE: src/hf/hf_moe.h.
-enum class HfFamily { kGpt2, kLlama, kMixtral, kQwen3Moe };
+enum class HfFamily { kGpt2, kLlama, kQwen2, kMixtral, kQwen3Moe };
 
 struct HfMapping {
   std::string hf_name;

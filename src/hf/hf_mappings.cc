@@ -66,7 +66,9 @@ std::vector<HfMapping> llama_mappings(const ModelConfig& c) {
     return [h, row](int64_t i) { return row(i / h) * h + i % h; };
   };
   m.push_back({"model.embed_tokens.weight", {v, h}, kWordEmbeddingName, identity()});
-  const bool bias = c.add_bias_linear;
+  // Biases: q, k and v with --add-qkv-bias (Qwen2) or with every linear's (Llama's attention_bias =
+  // mlp_bias); o_proj and the MLP with every linear's.
+  const bool bias = c.add_bias_linear, qkv_bias = c.has_qkv_bias();
   for (int64_t layer = 0; layer < c.num_layers; ++layer) {
     const std::string ours = absl::StrCat("decoder.layers.", layer, ".");
     const std::string hf = absl::StrCat("model.layers.", layer, ".");
@@ -75,7 +77,7 @@ std::vector<HfMapping> llama_mappings(const ModelConfig& c) {
     m.push_back({hf + "self_attn.q_proj.weight", {heads * d, h}, qkv + "weight", rows_of(query_row)});
     m.push_back({hf + "self_attn.k_proj.weight", {groups * d, h}, qkv + "weight", rows_of(key_row)});
     m.push_back({hf + "self_attn.v_proj.weight", {groups * d, h}, qkv + "weight", rows_of(value_row)});
-    if (bias) {
+    if (qkv_bias) {
       m.push_back({hf + "self_attn.q_proj.bias", {heads * d}, qkv + "bias", query_row});
       m.push_back({hf + "self_attn.k_proj.bias", {groups * d}, qkv + "bias", key_row});
       m.push_back({hf + "self_attn.v_proj.bias", {groups * d}, qkv + "bias", value_row});

@@ -57,6 +57,7 @@ const char* hf_architecture(HfFamily family) {
   switch (family) {
     case HfFamily::kGpt2: return "GPT2LMHeadModel";
     case HfFamily::kLlama: return "LlamaForCausalLM";
+    case HfFamily::kQwen2: return "Qwen2ForCausalLM";
     case HfFamily::kMixtral: return "MixtralForCausalLM";
     case HfFamily::kQwen3Moe: return "Qwen3MoeForCausalLM";
   }
@@ -73,6 +74,8 @@ absl::StatusOr<HfFamily> hf_moe_family(const ModelConfig& c) {
   if (c.normalization != Normalization::kRMSNorm) problems.push_back("LayerNorm (they use --normalization RMSNorm)");
   if (!c.swiglu) problems.push_back("experts without SwiGLU (they use --swiglu)");
   if (c.add_bias_linear) problems.push_back("linear biases (they have none: --disable-bias-linear)");
+  if (!c.add_bias_linear && c.has_qkv_bias()) problems.push_back("biases on q, k and v (--add-qkv-bias)");
+  if (c.rope_scaling.enabled) problems.push_back("Llama 3.1 RoPE scaling (--use-rope-scaling)");
   if (m.score != RouterScore::kSoftmax) problems.push_back("sigmoid router scores (--moe-router-score-function)");
   if (m.group_topk > 0) problems.push_back("group-limited routing (--moe-router-num-groups / --moe-router-group-topk)");
   if (m.topk_scaling_factor != 1.0) problems.push_back("a routing-weight scale (--moe-router-topk-scaling-factor)");

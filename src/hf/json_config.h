@@ -25,7 +25,7 @@ class JsonConfig {
     if (simdjson::padded_string::load(path).get(text) != simdjson::SUCCESS) {
       return absl::NotFoundError(absl::StrCat(path, ": cannot read"));
     }
-    config.parser_ = std::make_unique<simdjson::dom::parser>();
+    config.parser_ = std::make_shared<simdjson::dom::parser>();
     if (config.parser_->parse(text).get(config.root_) != simdjson::SUCCESS || !config.root_.is_object()) {
       return absl::DataLossError(absl::StrCat(path, ": not a JSON object"));
     }
@@ -76,10 +76,13 @@ class JsonConfig {
       return values;
     }
     simdjson::dom::array list;
-    bool ok = root_[key].get_array().get(list) == simdjson::SUCCESS;
-    for (simdjson::dom::element e : list) {
-      if (!ok || e.get_int64().get(v) != simdjson::SUCCESS) break;
-      values.push_back(v);
+    const bool ok = root_[key].get_array().get(list) == simdjson::SUCCESS;
+    // (A default array is not to be iterated: only a parsed one.)
+    if (ok) {
+      for (simdjson::dom::element e : list) {
+        if (e.get_int64().get(v) != simdjson::SUCCESS) break;
+        values.push_back(v);
+      }
     }
     if (!ok || values.size() != list.size()) {
       return absl::DataLossError(absl::StrCat(path_, ": \"", key, "\" is neither an integer nor a list of integers"));
@@ -91,11 +94,23 @@ class JsonConfig {
     if (root_[key].get_string().get(v) != simdjson::SUCCESS) return fallback;
     return std::string(v);
   }
+  // The object under `key` (its errors name "FILE: key"), none when absent or null, an error when
+  // it is something else.
+  absl::StatusOr<std::optional<JsonConfig>> object(const char* key) const {
+    if (!has(key)) return std::optional<JsonConfig>();
+    JsonConfig inner;
+    if (root_[key].get(inner.root_) != simdjson::SUCCESS || !inner.root_.is_object()) {
+      return absl::DataLossError(absl::StrCat(path_, ": \"", key, "\" is not an object"));
+    }
+    inner.parser_ = parser_;
+    inner.path_ = absl::StrCat(path_, ": ", key);
+    return std::optional<JsonConfig>(std::move(inner));
+  }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
-  std::unique_ptr<simdjson::dom::parser> parser_;
+  std::shared_ptr<simdjson::dom::parser> parser_;  // shared with the objects inside (object())
   simdjson::dom::element root_;
 };
 

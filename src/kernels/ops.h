@@ -17,6 +17,7 @@
 #include "core/fp8.h"
 #include "core/tensor.h"
 #include "kernels/dropout_mask.h"
+#include "kernels/rope_frequencies.h"
 
 namespace gpt::ops {
 

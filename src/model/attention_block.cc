@@ -23,12 +23,12 @@ AttentionBlock::AttentionBlock(const BlockBuild& b)
 
 int64_t AttentionBlock::deferral_bytes(const ModelConfig& config, const LayerShapes& s, bool sequence_parallel,
                                        int deferral_depth) {
-  auto bytes = [&](LinearKind kind, const Shape& weight) {
-    return Linear::deferral_bytes(kind, weight, config.add_bias_linear, sequence_parallel, config.dtype, s.rows(),
-                                  s.local_rows(), deferral_depth);
+  auto bytes = [&](LinearKind kind, const Shape& weight, bool bias) {
+    return Linear::deferral_bytes(kind, weight, bias, sequence_parallel, config.dtype, s.rows(), s.local_rows(),
+                                  deferral_depth);
   };
-  return bytes(LinearKind::kColumnParallel, Shape{s.local_qkv(), s.hidden}) +
-         bytes(LinearKind::kRowParallel, Shape{s.hidden, s.local_projection()});
+  return bytes(LinearKind::kColumnParallel, Shape{s.local_qkv(), s.hidden}, config.has_qkv_bias()) +
+         bytes(LinearKind::kRowParallel, Shape{s.hidden, s.local_projection()}, config.add_bias_linear);
 }
 
 Tensor AttentionBlock::heads_view(const Tensor& matrix) const {
@@ -84,11 +84,11 @@ void AttentionBlock::rope(Context& ctx, const Tensor& qkv, bool forward) const {
   for (const SequenceSegment& segment : shapes_.segments(0, shapes_.sequence)) {
     const Tensor rows = groups.slice(segment.local_row, segment.local_row + segment.rows);
     if (forward) {
-      ops::rope_forward(ctx, rows, shapes_.head_dim, config_.rotary_dim, config_.rotary_base, segment.position,
+      ops::rope_forward(ctx, rows, shapes_.head_dim, config_.rotary_dim, config_.rope_frequencies(), segment.position,
                         config_.rotary_interleaved);
     } else {
-      ops::rope_backward(ctx, rows, shapes_.head_dim, config_.rotary_dim, config_.rotary_base, segment.position,
-                         config_.rotary_interleaved);
+      ops::rope_backward(ctx, rows, shapes_.head_dim, config_.rotary_dim, config_.rope_frequencies(),
+                         segment.position, config_.rotary_interleaved);
     }
   }
 }

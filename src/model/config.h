@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/rope_frequencies.h"
 #include "model/fp8_scaling.h"
 #include "model/moe_config.h"
 
@@ -57,6 +58,8 @@ struct ModelConfig {
   int64_t rotary_dim = 0;           // rope: rotated dims per head, kv_channels x --rotary-percent
   float rotary_base = 10000.0f;     // rope: --rotary-base
   bool rotary_interleaved = false;  // rope: pairs (2j, 2j + 1) instead of (j, j + rotary_dim / 2)
+  // rope: Llama 3.1's frequency scaling (--use-rope-scaling, --rope-scaling-factor).
+  RopeScaling rope_scaling;
   Normalization normalization = Normalization::kLayerNorm;
   // --apply-layernorm-1p: every norm (LayerNorm or RMSNorm) scales by 1 + weight, its weight stored
   // and initialised zero-centred (Megatron's layernorm_zero_centered_gamma).
@@ -71,6 +74,9 @@ struct ModelConfig {
   bool apply_wd_to_qk_layernorm = false;
   bool swiglu = false;              // gated SiLU MLP: fc1 [2 ffn, h] = [gate; up]
   bool add_bias_linear = true;      // false: --disable-bias-linear
+  // --add-qkv-bias: linear_qkv has a bias even without the other linears' (Qwen2's q/k/v biases;
+  // Megatron's add_qkv_bias, which its argument parsing also sets whenever add_bias_linear is).
+  bool add_qkv_bias = false;
   // Without swiglu: the exact erf GeLU (Megatron's F.gelu when its bias-GeLU fusion is off, i.e.
   // with --disable-bias-linear or --no-bias-gelu-fusion) instead of the fused tanh approximation.
   bool exact_gelu = false;
@@ -89,6 +95,8 @@ struct ModelConfig {
   int64_t qkv_size() const { return (num_attention_heads + 2 * query_groups()) * kv_channels; }
   // linear_fc1's output: [gate; up] with SwiGLU.
   int64_t fc1_size() const { return swiglu ? 2 * ffn_hidden_size : ffn_hidden_size; }
+  bool has_qkv_bias() const { return add_bias_linear || add_qkv_bias; }
+  RopeFrequencies rope_frequencies() const { return RopeFrequencies(rotary_base, rope_scaling); }
   bool has_layernorm_bias() const { return normalization == Normalization::kLayerNorm; }
   bool has_dropout() const { return hidden_dropout > 0.0f || attention_dropout > 0.0f; }
 };

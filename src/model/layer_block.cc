@@ -6,7 +6,9 @@ std::string BlockBuild::prefix() const { return "decoder.layers." + std::to_stri
 
 Linear BlockBuild::linear(const std::string& module, LinearKind kind, int fp8_slot) const {
   const std::string name = prefix() + module;
-  Param* bias = config.add_bias_linear ? &params.get(name + ".bias") : nullptr;
+  // The registry declares the bias (param_registry.cc: every linear's unless --disable-bias-linear,
+  // linear_qkv's also with --add-qkv-bias).
+  Param* bias = params.contains(name + ".bias") ? &params.get(name + ".bias") : nullptr;
   return Linear(name, kind, params.get(name + ".weight"), bias, tp, shapes.rows(), shapes.local_rows(),
                 deferral_depth, arena, {.scaling = fp8, .layer = layer, .linear = fp8_slot, .context = context.group});
 }

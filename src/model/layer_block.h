@@ -31,8 +31,8 @@ struct BlockBuild {
 
   // "decoder.layers.<layer>.": the prefix of the layer's parameter names.
   std::string prefix() const;
-  // One of the layer's linears: prefix + module + ".weight", and ".bias" unless
-  // --disable-bias-linear. `fp8_slot`: its index in the layer (FP8's state: qkv 0, proj 1, fc1 2,
+  // One of the layer's linears: prefix + module + ".weight", and ".bias" where the registry has
+  // one (unless --disable-bias-linear; linear_qkv's also with --add-qkv-bias). `fp8_slot`: its index in the layer (FP8's state: qkv 0, proj 1, fc1 2,
   // fc2 3); FP8 reduces the activations' amax over the context-parallel group.
   Linear linear(const std::string& module, LinearKind kind, int fp8_slot) const;
 };

@@ -132,7 +132,7 @@ std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
     // without GQA) so that a split of groups across TP ranks is contiguous.
     specs.push_back(make(prefix + ".self_attention.linear_qkv.weight", {c.qkv_size(), h}, TensorSplit::kRows,
                          ParamInit::kNormal, std, section, layer));
-    if (bias) {
+    if (c.has_qkv_bias()) {
       specs.push_back(make(prefix + ".self_attention.linear_qkv.bias", {c.qkv_size()}, TensorSplit::kRows,
                            ParamInit::kZeros, 0, section, layer));
     }

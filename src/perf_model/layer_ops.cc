@@ -109,7 +109,9 @@ LayerOps transformer_layer_ops(const ModelConfig& c, const LayerShapes& s, const
       g.push_back(collective(std::string(name) + " input all-gather again", OpKind::kAllGather, full_activation));
     }
     g.push_back(gemm(std::string(name) + " weight gradient", out, in, r, true));
-    if (c.add_bias_linear) g.push_back(memory(std::string(name) + " bias gradient", t * r * out));
+    if (c.add_bias_linear || (c.add_qkv_bias && std::string(name) == "linear_qkv")) {
+      g.push_back(memory(std::string(name) + " bias gradient", t * r * out));
+    }
     if (tp) g.push_back(collective(std::string(name) + " input gradient reduction",
                                    sp ? OpKind::kReduceScatter : OpKind::kAllReduce, full_activation));
   };
@@ -134,10 +136,17 @@ LayerOps transformer_layer_ops(const ModelConfig& c, const LayerShapes& s, const
   return ops;
 }
 
+namespace {
+// Whether a layer's forward GEMM has a bias (linear_qkv's also with --add-qkv-bias).
+bool has_bias(const ModelConfig& c, const Op& op) {
+  return c.add_bias_linear || (c.add_qkv_bias && op.name == "linear_qkv");
+}
+}  // namespace
+
 double layer_parameter_elements(const ModelConfig& c, const LayerOps& ops) {
   double elements = 0;
   for (const Op& op : ops.forward) {
-    if (op.kind == OpKind::kGemm) elements += op.n * op.k + (c.add_bias_linear ? op.n : 0.0);
+    if (op.kind == OpKind::kGemm) elements += op.n * op.k + (has_bias(c, op) ? op.n : 0.0);
   }
   return elements + 2.0 * static_cast<double>(c.hidden_size) * (c.has_layernorm_bias() ? 2 : 1);
 }
@@ -153,7 +162,7 @@ std::vector<double> layer_parameter_tensors(const ModelConfig& c, const LayerOps
     if (op.kind != OpKind::kGemm) continue;
     if (gemm == 0 || gemm == 2) norm();  // before linear_qkv and linear_fc1
     tensors.push_back(op.n * op.k);
-    if (c.add_bias_linear) tensors.push_back(op.n);
+    if (has_bias(c, op)) tensors.push_back(op.n);
     ++gemm;
   }
   return tensors;

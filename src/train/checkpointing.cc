@@ -88,7 +88,8 @@ absl::Status check_model_arguments(const std::string& saved, const Arguments& ar
   for (const char* flag : {"--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
                            "--kv-channels", "--max-position-embeddings", "--untie-embeddings-and-output-weights",
                            "--position-embedding-type", "--normalization", "--swiglu", "--num-query-groups",
-                           "--disable-bias-linear", "--apply-layernorm-1p", "--squared-relu", "--qk-layernorm"}) {
+                           "--disable-bias-linear", "--add-qkv-bias", "--apply-layernorm-1p", "--squared-relu",
+                           "--qk-layernorm"}) {
     auto it = theirs.find(flag);
     if (it != theirs.end() && it->second != ours[flag]) {
       differences.push_back(absl::StrCat(flag, " ", ours[flag], " (checkpoint: ", it->second, ")"));

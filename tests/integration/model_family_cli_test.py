@@ -3,7 +3,9 @@
 grouped-query attention, no biases, untied head) with Megatron's dropout of 0.1 trains with a
 falling loss; the same command under mpirun -np 2 with --tensor-model-parallel-size 2 prints the
 same lm loss values to 5 significant digits; dropout really changes the numbers (it is not
-accepted and ignored); bad model-family flags end with one message naming the flag."""
+accepted and ignored); Qwen2-style q/k/v biases (--add-qkv-bias) with Llama 3.1's RoPE scaling train
+to the same losses (5 significant digits) under TP=2 with SP and under CP=2 as on one rank; bad model-family flags end with
+one message naming the flag."""
 
 import argparse
 import os
@@ -31,6 +33,9 @@ BAD = [
     (["--hidden-dropout", "-0.5"], "--hidden-dropout must be in [0, 1) (got -0.5)"),
     (["--attention-dropout", "1.0"], "--attention-dropout must be in [0, 1) (got 1)"),
     (["--normalization", "ScaleNorm"], "--normalization must be LayerNorm or RMSNorm"),
+    (["--use-rope-scaling", "--position-embedding-type", "learned_absolute"],
+     "--use-rope-scaling needs --position-embedding-type rope"),
+    (["--use-rope-scaling", "--rope-scaling-factor", "0"], "--rope-scaling-factor must be positive (got 0)"),
 ]
 # Under mpirun -np 4: tensor parallelism must split whole query groups.
 BAD_MPI = [
@@ -84,6 +89,23 @@ def main():
         print(f"dropout 0.1 vs 0: {differing}/{ITERATIONS} lm loss values differ")
         if plain.returncode != 0 or differing < ITERATIONS // 2:
             failures.append(f"dropout seems to have no effect: {differing} of {ITERATIONS} losses differ")
+
+    # --add-qkv-bias --disable-bias-linear --use-rope-scaling: the same losses in every layout (the
+    # bias split with the QKV rows under TP, the scaled frequencies at each CP chunk's positions).
+    qwen2 = with_flags(LLAMA, ["--add-qkv-bias", "--use-rope-scaling", "--rope-scaling-factor", "4",
+                               "--rotary-base", "500000", "--train-iters", "6", "--hidden-dropout", "0",
+                               "--attention-dropout", "0"])
+    runs = {"1 rank": [binary] + qwen2,
+            "TP=2 + SP": launcher + ["-np", "2", binary] + qwen2 + ["--tensor-model-parallel-size", "2",
+                                                                   "--sequence-parallel"],
+            "CP=2": launcher + ["-np", "2", binary] + qwen2 + ["--context-parallel-size", "2"]}
+    layouts = {name: losses_of(subprocess.run(command, capture_output=True, text=True, timeout=300).stdout)
+               for name, command in runs.items()}
+    print("qkv bias + RoPE scaling: " + "; ".join(f"{name}: {' '.join(v)}" for name, v in layouts.items()))
+    # FP32; CP's attention sums its chunks in another order: the same losses to 5 significant digits.
+    rounded = {name: [significant(v) for v in values] for name, values in layouts.items()}
+    if len(layouts["1 rank"]) != 6 or any(v != rounded["1 rank"] for v in rounded.values()):
+        failures.append(f"qkv bias + RoPE scaling: losses differ between layouts: {layouts}")
 
     for extra, expected in BAD:
         bad = subprocess.run([binary] + with_flags(LLAMA, extra), capture_output=True, text=True, timeout=60)

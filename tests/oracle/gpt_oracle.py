@@ -11,8 +11,8 @@ definitions, sharing no code with the project) and checks:
     weight decay on matrices only, and clipping by the global norm (Megatron's rules),
   * (FP32) the parameters after those steps.
 The model options: learned absolute positions or RoPE (non-interleaved, partial with
---rotary-percent), LayerNorm or RMSNorm, GeLU or SwiGLU, grouped-query attention, linear biases or
-none, zero-centred norm weights (--apply-layernorm-1p), each query and key head normalized before RoPE
+--rotary-percent, Llama 3.1's frequency scaling with --use-rope-scaling), LayerNorm or RMSNorm, GeLU or SwiGLU, grouped-query attention, linear biases or
+none (or linear_qkv's only: --add-qkv-bias), zero-centred norm weights (--apply-layernorm-1p), each query and key head normalized before RoPE
 (--qk-layernorm, with or without weight decay on those norms: --apply-wd-to-qk-layernorm), the squared-ReLU MLP, the word embedding and
 output layer on their own learning rate (--decoupled-lr), tied or untied output layer, and hidden / attention dropout with the project's
 layout-independent masks (dropout_masks.py: iteration k + 1's masks for step k, each microbatch's
@@ -95,6 +95,13 @@ VARIANTS = {
     # biases without; then zero-centred q/k norm weights (--apply-layernorm-1p) in BF16.
     "qk_layernorm_wd_fp32": (["--qk-layernorm", "--apply-wd-to-qk-layernorm", "--kv-channels", "8"], 1e-5, True),
     "qk_layernorm_1p_bf16": (["--qk-layernorm", "--apply-layernorm-1p", "--bf16"], 2e-2, False),
+    # Qwen2-style attention biases (--add-qkv-bias: linear_qkv's bias only, the other linears
+    # without) and Llama 3.1's RoPE frequency scaling with factor 4 over 64 positions, base 500000
+    # (head dim 8: one high, one kept, one interpolated and one divided frequency).
+    "llama_qkv_bias_rope_scaling_fp32": (LLAMA_FLAGS + ["--add-qkv-bias", "--use-rope-scaling",
+                                                        "--rope-scaling-factor", "4", "--rotary-base", "500000",
+                                                        "--seq-length", "64", "--max-position-embeddings", "64"],
+                                         1e-5, True),
 }
 STEPS = 10
 
@@ -140,14 +147,30 @@ def silu(x):
     return x / (1.0 + torch.exp(-x))
 
 
-def rotary(x, rotary_dim, base, interleaved=False):
+def llama3_scaling(inv_freq, factor, low_freq_factor=1.0, high_freq_factor=4.0, context=8192):
+    """Llama 3.1's frequency scaling as Megatron's RotaryEmbedding._apply_scaling (and transformers'
+    _compute_llama3_parameters) define it, on the FP32 inv_freq: wavelengths above context /
+    low_freq_factor divided by factor, below context / high_freq_factor kept, between them
+    interpolated by the smooth factor."""
+    low_freq_wavelen, high_freq_wavelen = context / low_freq_factor, context / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth_factor = (context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, inv_freq_llama)
+
+
+def rotary(x, rotary_dim, base, interleaved=False, scaling_factor=None):
     """Non-interleaved RoPE on x [s, b, n, d] at sequence positions 0..s-1: the first rotary_dim
     dims are halves (x1, x2) rotated by angle_j = t / base^(2j / rotary_dim); the rest pass.
     inv_freq and the angles in FP32 as Megatron's RotaryEmbedding; cos, sin and the rotation in
-    float64."""
+    float64. scaling_factor: Llama 3.1's frequency scaling (--use-rope-scaling) by that factor."""
     s = x.shape[0]
     inv_freq = 1.0 / (torch.tensor(base, dtype=torch.float32)
                       ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim))
+    if scaling_factor is not None:
+        inv_freq = llama3_scaling(inv_freq, scaling_factor)
     angle = torch.outer(torch.arange(s, dtype=torch.float32), inv_freq).to(torch.float64)  # [s, r/2]
     cos, sin = torch.cos(angle)[:, None, None, :], torch.sin(angle)[:, None, None, :]
     half = rotary_dim // 2
@@ -205,6 +228,7 @@ def expected_shapes(cfg):
     h, ffn, d = cfg["hidden_size"], cfg["ffn_hidden_size"], cfg["kv_channels"]
     heads, groups, vocab = cfg["num_attention_heads"], cfg["num_query_groups"], cfg["padded_vocab_size"]
     bias, norm_bias = not cfg["disable_bias_linear"], cfg["normalization"] == "LayerNorm"
+    qkv_bias = bias or cfg.get("add_qkv_bias", False)
     fc1 = 2 * ffn if cfg["swiglu"] else ffn
     shapes = {"embedding.word_embeddings.weight": (vocab, h)}
     if cfg["position_embedding_type"] == "learned_absolute":
@@ -215,15 +239,15 @@ def expected_shapes(cfg):
         if norm_bias:
             shapes[prefix + ".bias"] = (h,)
 
-    def linear(prefix, rows, columns):
+    def linear(prefix, rows, columns, has_bias=None):
         shapes[prefix + ".weight"] = (rows, columns)
-        if bias:
+        if bias if has_bias is None else has_bias:
             shapes[prefix + ".bias"] = (rows,)
 
     for layer in range(cfg["num_layers"]):
         pre = f"decoder.layers.{layer}."
         norm(pre + "input_layernorm")
-        linear(pre + "self_attention.linear_qkv", (heads + 2 * groups) * d, h)
+        linear(pre + "self_attention.linear_qkv", (heads + 2 * groups) * d, h, qkv_bias)
         if cfg.get("qk_layernorm", False):  # Megatron's TENorm(hidden_size=kv_channels) for each
             shapes[pre + "self_attention.q_layernorm.weight"] = (d,)
             shapes[pre + "self_attention.k_layernorm.weight"] = (d,)
@@ -264,7 +288,10 @@ class Gpt:
             y = fp8_emulation.Fp8Linear.apply(rows, weight, self.fp8, prefix).reshape(*x.shape[:-1], weight.shape[0])
         else:
             y = x @ weight.T
-        return y if self.cfg["disable_bias_linear"] else y + self.p[prefix + ".bias"]
+        # Megatron's add_qkv_bias: linear_qkv's bias also without the other linears' biases.
+        has_bias = not self.cfg["disable_bias_linear"] or (
+            self.cfg.get("add_qkv_bias", False) and prefix.endswith("linear_qkv"))
+        return y + self.p[prefix + ".bias"] if has_bias else y
 
     def activation(self, fc1, ffn):
         """The MLP's activation of fc1's output (SwiGLU: rows [gate; up], ffn each)."""
@@ -308,8 +335,9 @@ class Gpt:
                 q = self.norm(q, pre + "self_attention.q_layernorm")
                 k = self.norm(k, pre + "self_attention.k_layernorm")
             if c["position_embedding_type"] == "rope":
-                q = rotary(q, c["rotary_dim"], c["rotary_base"], c.get("rotary_interleaved", False))
-                k = rotary(k, c["rotary_dim"], c["rotary_base"], c.get("rotary_interleaved", False))
+                scaling = c["rope_scaling_factor"] if c.get("use_rope_scaling", False) else None
+                q = rotary(q, c["rotary_dim"], c["rotary_base"], c.get("rotary_interleaved", False), scaling)
+                k = rotary(k, c["rotary_dim"], c["rotary_base"], c.get("rotary_interleaved", False), scaling)
             k, v = k.repeat_interleave(per_group, dim=2), v.repeat_interleave(per_group, dim=2)
             q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, heads, s, d]
             scores = q @ k.transpose(-1, -2) / math.sqrt(d)
@@ -386,6 +414,8 @@ def read_config(f):
     cfg["apply_layernorm_1p"] = bool(cfg.get("apply_layernorm_1p", 0))
     cfg["qk_layernorm"] = bool(cfg.get("qk_layernorm", 0))
     cfg["apply_wd_to_qk_layernorm"] = bool(cfg.get("apply_wd_to_qk_layernorm", 0))
+    cfg["add_qkv_bias"] = bool(cfg.get("add_qkv_bias", 0))
+    cfg["use_rope_scaling"] = bool(cfg.get("use_rope_scaling", 0))
     for key in ("decoupled_lr", "decoupled_min_lr"):  # negative: not given (None in Megatron)
         cfg[key] = cfg[key] if cfg.get(key, -1.0) >= 0 else None
     return cfg
@@ -439,6 +469,11 @@ def resolve_from_flags(flags):
         "apply_layernorm_1p": flag_value(flags, "--apply-layernorm-1p", False) is True,
         "qk_layernorm": flag_value(flags, "--qk-layernorm", False) is True,
         "apply_wd_to_qk_layernorm": flag_value(flags, "--apply-wd-to-qk-layernorm", False) is True,
+        # Megatron sets add_qkv_bias whenever the linears have biases (arguments.py).
+        "add_qkv_bias": flag_value(flags, "--add-qkv-bias", False) is True
+        or flag_value(flags, "--disable-bias-linear", False) is not True,
+        "use_rope_scaling": flag_value(flags, "--use-rope-scaling", False) is True,
+        "rope_scaling_factor": float(flag_value(flags, "--rope-scaling-factor", 8.0)),
         "decoupled_lr": optional_float(flag_value(flags, "--decoupled-lr")),
         "decoupled_min_lr": optional_float(flag_value(flags, "--decoupled-min-lr")),
         "untied": flag_value(flags, "--untie-embeddings-and-output-weights", False) is True,
@@ -565,6 +600,16 @@ def main():
         ref_logits = model.logits(tokens[0, 0]).reshape(s * b, -1).numpy()
         ref_loss0 = model.loss(tokens[0, 0], targets[0, 0]).item()
     check("logits (microbatch 0)", relative_error(ours_logits0, ref_logits), tolerance)
+    if cfg["use_rope_scaling"]:
+        # The test tells scaled from unscaled RoPE: ours is much nearer the scaled reference.
+        with torch.no_grad():
+            plain = Gpt(initial, dict(cfg, use_rope_scaling=False)).logits(tokens[0, 0]).reshape(s * b, -1).numpy()
+        to_scaled, to_plain = relative_error(ours_logits0, ref_logits), relative_error(ours_logits0, plain)
+        print(f"  RoPE scaling: logits relative error {to_scaled:.3e} to the scaled reference, {to_plain:.3e} to the "
+              f"unscaled one")
+        if not to_plain > 10 * to_scaled:
+            failures.append(f"RoPE scaling: logits not nearer the scaled reference ({to_scaled:.3e}) than the "
+                            f"unscaled one ({to_plain:.3e}) by a factor of 10")
     check("loss (microbatch 0)", abs(ours_loss0 - ref_loss0) / abs(ref_loss0), tolerance)
 
     # 2. Gradients of the first global batch (iteration 1's dropout masks).

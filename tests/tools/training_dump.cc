@@ -118,6 +118,7 @@ absl::Status write_attributes(Hdf5File& file, const Arguments& args, const Model
       {"exact_gelu", config.exact_gelu ? 1 : 0}, {"squared_relu", config.squared_relu ? 1 : 0},
       {"apply_layernorm_1p", config.layernorm_zero_centered_gamma ? 1 : 0},
       {"qk_layernorm", config.qk_layernorm ? 1 : 0},
+      {"add_qkv_bias", config.has_qkv_bias() ? 1 : 0}, {"use_rope_scaling", config.rope_scaling.enabled ? 1 : 0},
       {"apply_wd_to_qk_layernorm", config.apply_wd_to_qk_layernorm ? 1 : 0},
       {"seed", args.seed}};
   for (const auto& [name, value] : ints) GPT_RETURN_IF_ERROR(file.set_attribute(name, value));
@@ -126,6 +127,7 @@ absl::Status write_attributes(Hdf5File& file, const Arguments& args, const Model
       {"clip_grad", args.clip_grad}, {"adam_beta1", args.adam_beta1}, {"adam_beta2", args.adam_beta2},
       {"adam_eps", args.adam_eps},   {"norm_epsilon", args.norm_epsilon},
       {"rotary_percent", args.rotary_percent}, {"rotary_base", args.rotary_base},
+      {"rope_scaling_factor", args.rope_scaling_factor},
       {"hidden_dropout", args.hidden_dropout}, {"attention_dropout", args.attention_dropout},
       {"decoupled_lr", args.decoupled_lr}, {"decoupled_min_lr", args.decoupled_min_lr}};
   for (const auto& [name, value] : doubles) GPT_RETURN_IF_ERROR(file.set_attribute(name, value));

@@ -11,24 +11,21 @@ namespace gpt::cpu {
 namespace {
 
 // Rotates by +angle (forward) or by -angle (backward: the transposed rotation).
-void rotate(const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base, bool interleaved, bool forward,
-            int64_t position_offset) {
+void rotate(const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, const RopeFrequencies& frequencies,
+            bool interleaved, bool forward, int64_t position_offset) {
   GPT_CHECK(qkv.rank() == 4) << "RoPE expects qkv [s, b, groups, (q + 2) d], got " << qkv.to_string();
   GPT_CHECK(head_dim > 0 && qkv.cols() % head_dim == 0 && qkv.cols() / head_dim >= 3)
       << "RoPE: qkv " << qkv.to_string() << " is not [s, b, groups, (q + 2) " << head_dim << "]";
   GPT_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim)
       << "RoPE: rotary_dim " << rotary_dim << " must be even and in (0, " << head_dim << "]";
-  GPT_CHECK(base > 0.0f) << "RoPE base " << base;
+  GPT_CHECK(frequencies.base > 0.0f) << "RoPE base " << frequencies.base;
   const int64_t s = qkv.size(0), width = qkv.cols(), rotated_heads = width / head_dim - 1;  // q queries + key
   const int64_t rows_per_position = s == 0 ? 0 : qkv.rows() / s;                           // b * groups
   const int64_t half = rotary_dim / 2;
   // Pair j: elements (j, half + j), or (2j, 2j + 1) interleaved.
   const int64_t pair_step = interleaved ? 2 : 1, second = interleaved ? 1 : half;
-  // inv_freq_j = 1 / base^(2j / rotary_dim) in FP32 (cuda/rope.cu computes the same on the host).
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t j = 0; j < half; ++j) {
-    inv_freq[j] = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(rotary_dim));
-  }
+  // inv_freq_j in FP32, scaled or not (kernels/rope_frequencies.h; cuda/rope.cu reads the same).
+  const std::vector<float> inv_freq = rope_inverse_frequencies(frequencies, rotary_dim);
   std::vector<float> cosine(static_cast<size_t>(half)), sine(static_cast<size_t>(half));
   dispatch_float_type(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -56,14 +53,14 @@ void rotate(const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base,
 
 }  // namespace
 
-void rope_forward(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base,
-                  int64_t position_offset, bool interleaved) {
-  rotate(qkv, head_dim, rotary_dim, base, interleaved, true, position_offset);
+void rope_forward(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim,
+                  const RopeFrequencies& frequencies, int64_t position_offset, bool interleaved) {
+  rotate(qkv, head_dim, rotary_dim, frequencies, interleaved, true, position_offset);
 }
 
-void rope_backward(Context& ctx, const Tensor& dqkv, int64_t head_dim, int64_t rotary_dim, float base,
-                   int64_t position_offset, bool interleaved) {
-  rotate(dqkv, head_dim, rotary_dim, base, interleaved, false, position_offset);
+void rope_backward(Context& ctx, const Tensor& dqkv, int64_t head_dim, int64_t rotary_dim,
+                   const RopeFrequencies& frequencies, int64_t position_offset, bool interleaved) {
+  rotate(dqkv, head_dim, rotary_dim, frequencies, interleaved, false, position_offset);
 }
 
 }  // namespace gpt::cpu

@@ -1,11 +1,13 @@
 // Rotary position embedding (Megatron's RoPE, non-interleaved or --rotary-interleaved) in place on the query and key heads
 // of qkv [s, b, groups, (q + 2) d], and its backward (the rotation by -angle). The inverse
-// frequencies are computed on the host exactly as cpu/rope.cc does (FP32) and passed in the
-// launch; each angle is the FP32 product t * inv_freq_j on both backends, its cosine and sine are
+// frequencies are computed on the host by the function cpu/rope.cc calls (kernels/rope_frequencies.h:
+// FP32, Llama 3.1's scaling included) and passed in the launch; each angle is the FP32 product t * inv_freq_j on both backends, its cosine and sine are
 // sincosf (the accurate one, not __sincosf). A thread owns kWidth consecutive pairs (x1_j, x2_j)
 // of one head: 16-byte accesses when the half rotary width and the head width are multiples of the
 // vector width and qkv is aligned (not interleaved), one pair at a time otherwise. Grid-stride.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -70,15 +72,15 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
 }
 
 template <typename T>
-void launch_rope(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base, bool interleaved,
-                 float sign, int64_t position_offset) {
+void launch_rope(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim,
+                 const RopeFrequencies& frequencies, bool interleaved, float sign, int64_t position_offset) {
   GPT_CHECK(qkv.rank() == 4) << "RoPE expects qkv [s, b, groups, (q + 2) d], got " << qkv.to_string();
   GPT_CHECK(head_dim > 0 && qkv.cols() % head_dim == 0 && qkv.cols() / head_dim >= 3)
       << "RoPE: qkv " << qkv.to_string() << " is not [s, b, groups, (q + 2) " << head_dim << "]";
   GPT_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0 && rotary_dim <= head_dim)
       << "RoPE: rotary_dim " << rotary_dim << " must be even and in (0, " << head_dim << "]";
   GPT_CHECK(rotary_dim <= 2 * kMaxRotaryHalf) << "RoPE: rotary_dim " << rotary_dim << " above " << 2 * kMaxRotaryHalf;
-  GPT_CHECK(base > 0.0f) << "RoPE base " << base;
+  GPT_CHECK(frequencies.base > 0.0f) << "RoPE base " << frequencies.base;
   const int64_t s = qkv.size(0);
   if (qkv.numel() == 0 || s == 0) return;
   RopeArgs<T> a{};
@@ -93,10 +95,9 @@ void launch_rope(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rota
   a.position_offset = position_offset;
   a.pair_step = interleaved ? 2 : 1;
   a.second = interleaved ? 1 : a.half;
-  // inv_freq_j = 1 / base^(2j / rotary_dim) in FP32, the host arithmetic of cpu/rope.cc.
-  for (int64_t j = 0; j < a.half; ++j) {
-    a.inv_freq[j] = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(rotary_dim));
-  }
+  // inv_freq_j in FP32, the values cpu/rope.cc uses.
+  const std::vector<float> inv_freq = rope_inverse_frequencies(frequencies, rotary_dim);
+  std::copy(inv_freq.begin(), inv_freq.end(), a.inv_freq);
   constexpr int W = kPackSize<T>;
   if (!interleaved && a.half % W == 0 && rows_vectorizable(head_dim, W, {a.qkv})) {
     const int64_t items = a.rows * a.rotated_heads * (a.half / W);
@@ -110,17 +111,17 @@ void launch_rope(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rota
 
 }  // namespace
 
-void rope_forward(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim, float base,
-                  int64_t position_offset, bool interleaved) {
+void rope_forward(Context& ctx, const Tensor& qkv, int64_t head_dim, int64_t rotary_dim,
+                  const RopeFrequencies& frequencies, int64_t position_offset, bool interleaved) {
   dispatch_float_type(qkv.dtype(), [&](auto tag) {
-    launch_rope<decltype(tag)>(ctx, qkv, head_dim, rotary_dim, base, interleaved, 1.0f, position_offset);
+    launch_rope<decltype(tag)>(ctx, qkv, head_dim, rotary_dim, frequencies, interleaved, 1.0f, position_offset);
   });
 }
 
-void rope_backward(Context& ctx, const Tensor& dqkv, int64_t head_dim, int64_t rotary_dim, float base,
-                   int64_t position_offset, bool interleaved) {
+void rope_backward(Context& ctx, const Tensor& dqkv, int64_t head_dim, int64_t rotary_dim,
+                   const RopeFrequencies& frequencies, int64_t position_offset, bool interleaved) {
   dispatch_float_type(dqkv.dtype(), [&](auto tag) {
-    launch_rope<decltype(tag)>(ctx, dqkv, head_dim, rotary_dim, base, interleaved, -1.0f, position_offset);
+    launch_rope<decltype(tag)>(ctx, dqkv, head_dim, rotary_dim, frequencies, interleaved, -1.0f, position_offset);
   });
 }
 

@@ -57,6 +57,8 @@ void resolve_defaults(Arguments& a) {
   // GPT-2 BPE files without a tokenizer type: Megatron's GPT2BPETokenizer.
   if (a.tokenizer_type.empty() && !a.vocab_file.empty()) a.tokenizer_type = enum_name(TokenizerType::kGpt2Bpe);
   resolve_model_shape(a);
+  // Megatron keeps the bias switches in sync: with linear biases linear_qkv has one too.
+  if (!a.disable_bias_linear) a.add_qkv_bias = true;
   // Megatron's shorthand for --recompute-granularity selective (with full: refused by validation).
   if (a.recompute_activations &&
       parse_flag_enum<RecomputeGranularity>(a.recompute_granularity) != RecomputeGranularity::kFull) {

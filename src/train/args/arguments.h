@@ -37,11 +37,14 @@ struct Arguments {
   double rotary_percent = 1.0;          // rope: fraction of each head's dims rotated
   double rotary_base = 10000;           // rope: the frequency base
   bool rotary_interleaved = false;      // rope: pairs (2j, 2j + 1) instead of (j, j + rotary_dim / 2)
+  bool use_rope_scaling = false;        // rope: Llama 3.1's frequency scaling (kernels/rope_frequencies.h)
+  double rope_scaling_factor = 8.0;     // ... its factor (Megatron's default 8)
   std::string normalization = "LayerNorm";  // LayerNorm or RMSNorm
   bool swiglu = false;                  // gated SiLU MLP (fc1 twice as wide)
   bool group_query_attention = false;
   int64_t num_query_groups = 1;         // with --group-query-attention (Megatron's default 1)
   bool disable_bias_linear = false;     // no biases in the four linear layers
+  bool add_qkv_bias = false;            // linear_qkv's bias even with --disable-bias-linear (Qwen2)
   bool apply_layernorm_1p = false;      // norms scale by 1 + weight, the weight zero-centred
   bool squared_relu = false;            // MLP activation relu(x)^2 (not with --swiglu)
   bool qk_layernorm = false;            // each query and key head normalized before RoPE

@@ -63,6 +63,11 @@ constexpr FlagRow kRows[] = {
     row("--rotary-base", &A::rotary_base, "RoPE frequency base").shown(kIntIfIntegral),
     row("--rotary-interleaved", &A::rotary_interleaved,
         "RoPE rotates the pairs (2j, 2j + 1) of each head instead of (j, j + rotary_dim / 2)"),
+    row("--use-rope-scaling", &A::use_rope_scaling,
+        "Llama 3.1's RoPE frequency scaling (Megatron's fixed low_freq_factor 1, high_freq_factor 4 and original "
+        "context 8192): frequencies of wavelengths above 8192 divided by --rope-scaling-factor, those below 2048 "
+        "kept, those between interpolated"),
+    row("--rope-scaling-factor", &A::rope_scaling_factor, "The factor of --use-rope-scaling").positive(),
     row("--normalization", &A::normalization, "LayerNorm or RMSNorm").one_of(flag_enum_names<Normalization>()),
     row("--swiglu", &A::swiglu, "SwiGLU MLP (default --ffn-hidden-size: int(8h/3 / 64) * 64, as Megatron)"),
     row("--group-query-attention", &A::group_query_attention, "Grouped-query attention"),
@@ -71,6 +76,9 @@ constexpr FlagRow kRows[] = {
         "No biases in the QKV, projection and MLP linears (with a GeLU MLP: the exact erf GeLU, as Megatron, "
         "whose bias-GeLU fusion then turns off)")
         .negated("add_bias_linear"),
+    row("--add-qkv-bias", &A::add_qkv_bias,
+        "A bias in the QKV linear even with --disable-bias-linear (Qwen2's q/k/v biases; the checkpoint's "
+        "decoder.layers.N.self_attention.linear_qkv.bias)"),
     row("--apply-layernorm-1p", &A::apply_layernorm_1p,
         "Every LayerNorm / RMSNorm scales by 1 + weight, its weight stored zero-centred and initialised to 0 "
         "(Megatron's layernorm_zero_centered_gamma, Transformer Engine's zero_centered_gamma)")

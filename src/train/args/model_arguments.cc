@@ -65,6 +65,14 @@ absl::Status validate_model_family(const Arguments& a) {
                                   a.rotary_base, ")"));
     }
   }
+  if (a.use_rope_scaling && !rope) {
+    return invalid(absl::StrCat(flag_name(&A::use_rope_scaling), " needs ", flag_name(&A::position_embedding_type),
+                                " rope (it scales RoPE's frequencies)"));
+  }
+  if (!(a.rope_scaling_factor <= static_cast<double>(std::numeric_limits<float>::max()))) {
+    return invalid(absl::StrCat(flag_name(&A::rope_scaling_factor), " must be within FP32 (got ",
+                                a.rope_scaling_factor, ")"));
+  }
   if (a.rotary_interleaved && !rope) {
     return invalid(absl::StrCat(flag_name(&A::rotary_interleaved), " needs ", flag_name(&A::position_embedding_type),
                                 " rope (it says how RoPE pairs dimensions)"));

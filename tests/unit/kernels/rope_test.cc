@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <cmath>
+#include <vector>
 #include <tuple>
 
 #include "gtest/gtest.h"
@@ -129,6 +131,80 @@ TEST(Rope, AnglesAreMegatronsFp32Values) {
       }
     }
   }
+}
+
+// Llama 3.1's frequency scaling (--use-rope-scaling) against its definition (Megatron's
+// RotaryEmbedding._apply_scaling, transformers' rope_type "llama3") evaluated here in double on
+// the unscaled FP32 frequencies: Llama 3.1 8B's head dim 128, base 500000, factor 8.
+TEST(RopeScaling, FrequenciesAgainstTheLlama31Definition) {
+  const int64_t rotary_dim = 128;
+  const float base = 500000.0f;
+  RopeScaling scaling;
+  scaling.enabled = true;
+  const std::vector<float> plain = rope_inverse_frequencies(RopeFrequencies(base), rotary_dim);
+  const std::vector<float> scaled = rope_inverse_frequencies(RopeFrequencies(base, scaling), rotary_dim);
+  ASSERT_EQ(plain.size(), 64u);
+  ASSERT_EQ(scaled.size(), 64u);
+  int kept = 0, divided = 0, interpolated = 0;
+  for (size_t j = 0; j < plain.size(); ++j) {
+    EXPECT_EQ(plain[j], 1.0f / std::pow(base, static_cast<float>(2 * j) / 128.0f)) << j;
+    const double f = plain[j], wavelen = 2 * M_PI / f;
+    double want = f;
+    if (wavelen > 8192.0) {
+      want = f / 8.0;
+      ++divided;
+    } else if (wavelen >= 2048.0) {
+      const double smooth = (8192.0 / wavelen - 1.0) / 3.0;
+      want = (1.0 - smooth) * f / 8.0 + smooth * f;
+      ++interpolated;
+    } else {
+      ++kept;
+      EXPECT_EQ(scaled[j], plain[j]) << j;
+    }
+    EXPECT_NEAR(scaled[j], want, 1e-6 * want) << j;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(interpolated, 0);
+}
+
+// rope_forward / rope_backward with the scaling rotate by the scaled frequencies: a double
+// rotation by rope_inverse_frequencies' values at each position (offset 5, as a context-parallel
+// chunk), and backward undoes forward.
+TEST(RopeScaling, RotatesByTheScaledFrequencies) {
+  Context ctx = Context::cpu(2);
+  TensorFactory make(44);
+  const int64_t s = 60, groups = 2, q = 2, d = 16, width = (q + 2) * d, offset = 5;
+  RopeScaling scaling;
+  scaling.enabled = true;
+  scaling.factor = 4.0f;
+  const RopeFrequencies frequencies(500000.0f, scaling);
+  const std::vector<float> inv_freq = rope_inverse_frequencies(frequencies, d);
+  Tensor qkv = make.random(DType::kFloat32, {s, 1, groups, width});
+  const reference::Vec before = values(qkv);
+  reference::Vec want = before;
+  for (int64_t t = 0; t < s; ++t) {
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t head = 0; head < q + 1; ++head) {
+        const int64_t at0 = (t * groups + g) * width + head * d;
+        for (int64_t j = 0; j < d / 2; ++j) {
+          const double angle = static_cast<double>(static_cast<float>(t + offset) * inv_freq[j]);
+          const double x1 = before[at0 + j], x2 = before[at0 + d / 2 + j];
+          want[at0 + j] = x1 * std::cos(angle) - x2 * std::sin(angle);
+          want[at0 + d / 2 + j] = x2 * std::cos(angle) + x1 * std::sin(angle);
+        }
+      }
+    }
+  }
+  ops::rope_forward(ctx, qkv, d, d, frequencies, offset, false);
+  EXPECT_LE(relative_error(qkv, want), 1e-6);
+  // Unscaled, the slow frequencies turn by other angles: the check tells the two apart.
+  Tensor unscaled = make.random(DType::kFloat32, {s, 1, groups, width});
+  std::copy(before.begin(), before.end(), unscaled.data_as<float>());
+  ops::rope_forward(ctx, unscaled, d, d, RopeFrequencies(500000.0f), offset, false);
+  EXPECT_GT(relative_error(unscaled, want), 1e-4);
+  ops::rope_backward(ctx, qkv, d, d, frequencies, offset, false);
+  EXPECT_LE(relative_error(qkv, before), 1e-6) << "backward(forward(x)) = x";
 }
 
 }  // namespace
