@@ -17,6 +17,7 @@ LayerShapes model_shapes(const ModelConfig& config, const TensorParallel& tp, in
 
 // The MoE layers among a chunk's layers (those of --moe-layer-freq's pattern).
 int64_t chunk_moe_layers(const ModelConfig& config, const ChunkLayout& layout) {
+  if (!config.moe.enabled()) return 0;  // a dense chunk may have 10^8 layers (the closed form)
   int64_t count = 0;
   for (int64_t i = 0; i < layout.num_layers; ++i) count += config.moe.is_moe_layer(layout.first_layer + i) ? 1 : 0;
   return count;
@@ -138,7 +139,7 @@ ChunkMemoryOf<BytesOf<Sizes>> GptModel::stash_memory(const ModelConfig& config, 
   // first num_layers); a class that keeps only the output keeps the same for both kinds.
   for (const LayerClass& kind : per_slot_classes(config.recompute, layout.num_layers)) {
     int64_t moe_in_class = 0;
-    if (kind.parts.main) {
+    if (kind.parts.main && moe_layers > 0) {
       const int64_t first = kind.layers == layout.num_layers ? 0 : layout.num_layers - kind.layers;
       for (int64_t i = first; i < layout.num_layers; ++i) moe_in_class += config.moe.is_moe_layer(layout.first_layer + i);
     }
