@@ -96,10 +96,10 @@ ops::RouterOptions MoeBlock::router_options() const {
 }
 
 template <typename Fn>
-void MoeBlock::for_each_expert(const SlotRouting& routing, Fn&& fn) const {
+void MoeBlock::for_each_expert(const std::vector<int64_t>& expert_rows, Fn&& fn) const {
   int64_t first = 0;
   for (int64_t e = 0; e < moe_.num_experts; ++e) {
-    const int64_t rows = routing.expert_rows[static_cast<size_t>(e)];
+    const int64_t rows = expert_rows[static_cast<size_t>(e)];
     if (rows > 0) fn(experts_[static_cast<size_t>(e)], first, rows);
     first += rows;
   }
@@ -252,7 +252,7 @@ void MoeBlock::experts_up(Context& ctx, const SlotRouting& routing, const MlpAct
   ops::moe_permute(ctx, perm, x.as_matrix(), a.source.flat_range(0, m), Tensor());
   mlp_up_forward(ctx, activation_, rows_of(a.expert_fc1_pre, 0, m), rows_of(a.expert_fc1_act, 0, m),
                  [&](const Tensor& out, const Tensor& pre_gelu) {
-                   for_each_expert(routing, [&](const Expert& e, int64_t first, int64_t rows) {
+                   for_each_expert(routing.expert_rows, [&](const Expert& e, int64_t first, int64_t rows) {
                      ops::MatmulOptions o{.transpose_b = true};
                      if (e.fc1_bias) o.bias = e.fc1_bias->value;
                      if (pre_gelu.defined()) o.pre_gelu = rows_of(pre_gelu, first, rows);
@@ -262,7 +262,7 @@ void MoeBlock::experts_up(Context& ctx, const SlotRouting& routing, const MlpAct
 }
 
 void MoeBlock::experts_down(Context& ctx, int slot, const MlpActivations& a) {
-  for_each_expert(slots_[static_cast<size_t>(slot)], [&](const Expert& e, int64_t first, int64_t rows) {
+  for_each_expert(slots_[static_cast<size_t>(slot)].expert_rows, [&](const Expert& e, int64_t first, int64_t rows) {
     ops::MatmulOptions o{.transpose_b = true};
     if (e.fc2_bias) o.bias = e.fc2_bias->value;
     ops::matmul(ctx, rows_of(a.expert_out, first, rows), rows_of(a.expert_fc1_act, first, rows), e.fc2_weight->value,
@@ -285,8 +285,7 @@ BlockOutput MoeBlock::forward_down(Context& ctx, int slot, const MlpActivations&
 
 void MoeBlock::fc2_weight_grads(Context& ctx, const std::vector<int64_t>& expert_rows, const Tensor& d_out,
                                 const Tensor& act) const {
-  SlotRouting rows{.expert_rows = expert_rows};
-  for_each_expert(rows, [&](const Expert& e, int64_t first, int64_t n) {
+  for_each_expert(expert_rows, [&](const Expert& e, int64_t first, int64_t n) {
     const Tensor dy = rows_of(d_out, first, n);
     if (e.fc2_bias) ops::bias_grad(ctx, e.fc2_bias->grad, dy);
     ops::matmul(ctx, e.fc2_weight->grad, dy, rows_of(act, first, n), ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});
@@ -295,8 +294,7 @@ void MoeBlock::fc2_weight_grads(Context& ctx, const std::vector<int64_t>& expert
 
 void MoeBlock::fc1_weight_grads(Context& ctx, const std::vector<int64_t>& expert_rows, const Tensor& d_fc1,
                                 const Tensor& input) const {
-  SlotRouting rows{.expert_rows = expert_rows};
-  for_each_expert(rows, [&](const Expert& e, int64_t first, int64_t n) {
+  for_each_expert(expert_rows, [&](const Expert& e, int64_t first, int64_t n) {
     const Tensor dy = rows_of(d_fc1, first, n);
     if (e.fc1_bias) ops::bias_grad(ctx, e.fc1_bias->grad, dy);
     ops::matmul(ctx, e.fc1_weight->grad, dy, rows_of(input, first, n),
@@ -321,7 +319,7 @@ Tensor MoeBlock::experts_backward(Context& ctx, const SlotRouting& routing, cons
   if (m == 0) return d_rows;
   ops::moe_permute(ctx, d_rows, grad_y_full.as_matrix(), a.source.flat_range(0, m), a.row_weights.flat_range(0, m));
   const Tensor d_act = rows_of(ws_.moe_ffn, 0, m);
-  for_each_expert(routing, [&](const Expert& e, int64_t first, int64_t rows) {
+  for_each_expert(routing.expert_rows, [&](const Expert& e, int64_t first, int64_t rows) {
     ops::matmul(ctx, rows_of(d_act, first, rows), rows_of(d_rows, first, rows), e.fc2_weight->value);  // [n, h] [h, ffn_l]
   });
   const Tensor act = rows_of(a.expert_fc1_act, 0, m);
@@ -343,7 +341,7 @@ Tensor MoeBlock::experts_backward(Context& ctx, const SlotRouting& routing, cons
   } else {
     fc1_weight_grads(ctx, routing.expert_rows, d_fc1, perm);
   }
-  for_each_expert(routing, [&](const Expert& e, int64_t first, int64_t rows) {
+  for_each_expert(routing.expert_rows, [&](const Expert& e, int64_t first, int64_t rows) {
     ops::matmul(ctx, rows_of(d_rows, first, rows), rows_of(d_fc1, first, rows), e.fc1_weight->value);  // [n, fc1_l] [fc1_l, h]
   });
   return d_rows;

@@ -109,7 +109,7 @@ class MoeBlock final : public FeedForwardBlock {
 
   // Per expert e, over its rows [first, first + rows_e): fn(e, first, rows_e).
   template <typename Fn>
-  void for_each_expert(const SlotRouting& routing, Fn&& fn) const;
+  void for_each_expert(const std::vector<int64_t>& expert_rows, Fn&& fn) const;
   void route(Context& ctx, int slot, const MlpActivations& a, const Tensor& x);
   // The auxiliary losses' and z-loss's values (metrics) and gradient factors of the slot.
   void load_balancing(Context& ctx, SlotRouting& routing, const MlpActivations& a);
