@@ -54,8 +54,8 @@ MoeBlock::MoeBlock(const BlockBuild& b, const MoePass& pass)
     shared_fc1_.emplace(b.linear("mlp.shared_experts.linear_fc1", LinearKind::kColumnParallel, 2));
     shared_fc2_.emplace(b.linear("mlp.shared_experts.linear_fc2", LinearKind::kRowParallel, 3));
   }
-  // Zeroed by the first forward (the constructor has no context).
-  if (moe_.expert_bias) expert_bias_ = b.arena.allocate(DType::kFloat32, {moe_.num_experts});
+  // Starts at zero (Megatron's buffer); a checkpoint's value is loaded over it.
+  if (moe_.expert_bias) expert_bias_ = b.arena.allocate_zeroed(DType::kFloat32, {moe_.num_experts});
   iteration_tokens_.assign(static_cast<size_t>(moe_.num_experts), 0.0);
   slots_.resize(b.positions.size());
   metrics_.layer = b.layer;
@@ -105,16 +105,8 @@ void MoeBlock::for_each_expert(const std::vector<int64_t>& expert_rows, Fn&& fn)
   }
 }
 
-void MoeBlock::initialize_expert_bias(Context& ctx) {
-  if (moe_.expert_bias && !expert_bias_zeroed_) {
-    ops::zero(ctx, expert_bias_);
-    expert_bias_zeroed_ = true;
-  }
-}
-
 std::optional<ShardedTensor> MoeBlock::expert_bias_piece(Context& ctx) {
   if (!moe_.expert_bias) return std::nullopt;
-  initialize_expert_bias(ctx);
   ShardedTensor piece;
   piece.key = "model/" + expert_bias_name(layer_);
   piece.global_shape = {moe_.num_experts};
@@ -127,7 +119,6 @@ std::optional<ShardedTensor> MoeBlock::expert_bias_piece(Context& ctx) {
 }
 
 void MoeBlock::forward_up(Context& ctx, int slot, const MlpActivations& a, const Tensor& input) {
-  initialize_expert_bias(ctx);
   const Borrow gathered(ws_.full_a, "MoE block: the gathered input");
   // The shared expert first (Megatron's order without --moe-shared-expert-overlap): its fc1 gathers
   // the input under sequence parallelism, which the router and the experts then read.

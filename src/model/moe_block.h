@@ -132,8 +132,6 @@ class MoeBlock final : public FeedForwardBlock {
   // The lease's parts for `shapes` (what deferral_bytes counts).
   static std::vector<std::pair<DType, Shape>> lease_parts(const LayerShapes& shapes, DType dtype);
   ops::RouterOptions router_options() const;
-  // Zeroes the expert bias once, before its first use (the constructor has no context).
-  void initialize_expert_bias(Context& ctx);
 
   const ModelConfig& config_;
   const MoeConfig& moe_;
@@ -149,7 +147,6 @@ class MoeBlock final : public FeedForwardBlock {
   std::vector<Expert> experts_;
   std::optional<Linear> shared_fc1_, shared_fc2_;
   Tensor expert_bias_;                      // [E] float32 (aux-loss-free balancing)
-  bool expert_bias_zeroed_ = false;
   bool recomputing_ = false;
   int64_t layer_ = 0;                       // the global layer number
   std::vector<double> iteration_tokens_;    // [E] kept pairs this iteration (expert bias)
