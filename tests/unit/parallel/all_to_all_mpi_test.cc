@@ -47,7 +47,9 @@ CountMatrix draw_counts(int size, uint64_t seed, int pattern) {
 }
 
 // Element (row j, column c) of the block group rank s sends group rank d: in [-128, 127].
-float value(int s, int d, int64_t j, int64_t c) { return static_cast<float>(s * 64 + d * 16 + (j * 5 + c * 3) % 16 - 128); }
+float value(int s, int d, int64_t j, int64_t c) {
+  return static_cast<float>(s * 64 + d * 16 + (j * 5 + c * 3) % 16 - 128);
+}
 
 template <typename T>
 T from_float(float v) {
