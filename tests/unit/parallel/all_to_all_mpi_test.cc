@@ -5,12 +5,18 @@
 // share, so each one knows independently what every peer must send it: the exchanged counts must
 // equal the matrix's column, and every received element must equal the value its sender computed
 // for it (small integers, exact in FP32 and BF16, distinct per sender, receiver, row and column).
+// With GPT_TEST_DEVICE=cuda (tests/gpu/mpi_all_to_all_cuda_test.py) the same exchanges run on device
+// buffers, every rank sharing the one GPU: MPI stages the row blocks, the own block and the counts
+// are copied on the GPU.
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/float16.h"
+#include "core/memory.h"
 #include "gtest/gtest.h"
 #include "parallel/comm/all_to_all.h"
 #include "test_grid.h"
@@ -23,9 +29,28 @@ ProcessGrid& grid() {
   return *instance;
 }
 
+bool on_gpu() {
+  static const bool gpu = [] {
+    const char* device = std::getenv("GPT_TEST_DEVICE");
+    return device != nullptr && std::string(device) == "cuda";
+  }();
+  return gpu;
+}
+
 Context& ctx() {
-  static Context context = Context::cpu(1);
+  static Context context = on_gpu() ? Context::gpu(0) : Context::cpu(1);
   return context;
+}
+
+// `host` as a [rows, width] tensor: itself on the CPU, a copy in `device` on the GPU.
+template <typename T>
+Tensor place(std::vector<T>& host, Buffer& device, int64_t width) {
+  const Shape shape({static_cast<int64_t>(host.size()) / width, width});
+  if (!on_gpu()) return Tensor(host.data(), dtype_of<T>(), shape, Device::kCpu);
+  device = Buffer(Device::kCuda, host.size() * sizeof(T));
+  const Tensor tensor = device.as_tensor(dtype_of<T>(), shape);
+  copy_bytes(Device::kCuda, tensor.data(), Device::kCpu, host.data(), tensor.bytes());
+  return tensor;
 }
 
 std::vector<Communicator*> groups() { return {&grid().world(), &grid().tensor(), &grid().data()}; }
@@ -63,6 +88,8 @@ struct Exchange {
   CountMatrix rows;
   int64_t width;
   std::vector<T> sent, received;
+  Buffer send_device, receive_device;  // on the GPU only
+  Tensor receive;
   CollectiveHandle handle;
 
   Exchange(Communicator& c, uint64_t seed, int pattern, int64_t w) : comm(&c), width(w) {
@@ -83,15 +110,18 @@ struct Exchange {
     int64_t total = 0;
     for (int64_t n : receive_rows) total += n;
     received.assign(static_cast<size_t>(total * width), from_float<T>(1e30f));  // never a value()
-    const Tensor send(sent.data(), dtype_of<T>(), Shape({static_cast<int64_t>(sent.size()) / width, width}),
-                      Device::kCpu);
-    const Tensor receive(received.data(), dtype_of<T>(), Shape({total, width}), Device::kCpu);
+    const Tensor send = place(sent, send_device, width);
+    receive = place(received, receive_device, width);
     handle = start_all_to_all_rows(c, ctx(), send, send_rows, receive, receive_rows);
   }
 
   // Waits, then checks every received element against its sender's value().
   void check() {
     handle.wait(ctx());
+    if (on_gpu()) {
+      ctx().synchronize();
+      copy_bytes(Device::kCpu, received.data(), Device::kCuda, receive.data(), receive.bytes());
+    }
     const int size = comm->size(), me = comm->rank();
     size_t at = 0;
     for (int s = 0; s < size; ++s) {
