@@ -130,7 +130,7 @@ class Expander {
     if (!training) return std::move(events_);
     if (model_.reduction == GradientReduction::kAfterBackward) {
       for (int c = 0; c < schedule_.virtual_size; ++c) {
-        each_group_in_reverse(c, [&](int layer, bool moe) { reduce(-1, c, layer, moe); });
+        each_group_in_reverse(c, [&](int layer, bool moe, bool last) { reduce(-1, c, layer, moe, last); });
       }
     }
     if (started_) events_.push_back({Event::Kind::kWaitReductions, {}, {}});
@@ -166,44 +166,66 @@ class Expander {
     return calls;
   }
 
-  void forward(const Instruction& i) {
-    const std::vector<bool>& moe = layers(i.chunk);
-    for (size_t l = 0; l < moe.size(); ++l) {
-      const int layer = first_layer_[static_cast<size_t>(stage(i.chunk))] + static_cast<int>(l);
-      for (const auto& [kind, op] : layer_calls(moe[l])) call(kind, op, i.microbatch, i.chunk, layer);
-    }
+  // ZeRO-3: the group's parameters gathered before each use, the expert ones over expert data.
+  void gather(int microbatch, int chunk, int layer, bool moe) {
+    if (!model_.gather_parameters) return;
+    call(GroupKind::kDataContext, CallOp::kParameterGather, microbatch, chunk, layer);
+    if (moe) call(GroupKind::kExpertData, CallOp::kParameterGather, microbatch, chunk, layer, true);
   }
 
-  // Calls `f(layer, moe)` for the chunk's parameter groups in backward order: the output layer
-  // (num_layers_), the layers in reverse, the embedding (-1).
+  void forward(const Instruction& i) {
+    const std::vector<bool>& moe = layers(i.chunk);
+    if (first_stage(i.chunk)) gather(i.microbatch, i.chunk, -1, false);
+    for (size_t l = 0; l < moe.size(); ++l) {
+      const int layer = first_layer_[static_cast<size_t>(stage(i.chunk))] + static_cast<int>(l);
+      gather(i.microbatch, i.chunk, layer, moe[l]);
+      for (const auto& [kind, op] : layer_calls(moe[l])) call(kind, op, i.microbatch, i.chunk, layer);
+    }
+    if (last_stage(i.chunk)) gather(i.microbatch, i.chunk, num_layers_, false);
+  }
+
+  // Calls `f(layer, moe, last)` for the chunk's parameter groups in backward order: the output
+  // layer (num_layers_), the layers in reverse, the embedding (-1); `last` for the chunk's last.
   template <typename F>
   void each_group_in_reverse(int chunk, F&& f) const {
+    std::vector<std::pair<int, bool>> groups;
     const std::vector<bool>& moe = layers(chunk);
     const int first = first_layer_[static_cast<size_t>(stage(chunk))];
-    if (last_stage(chunk)) f(num_layers_, false);
-    for (size_t l = moe.size(); l-- > 0;) f(first + static_cast<int>(l), static_cast<bool>(moe[l]));
-    if (first_stage(chunk)) f(-1, false);
+    if (last_stage(chunk)) groups.push_back({num_layers_, false});
+    for (size_t l = moe.size(); l-- > 0;) groups.push_back({first + static_cast<int>(l), static_cast<bool>(moe[l])});
+    if (first_stage(chunk)) groups.push_back({-1, false});
+    for (size_t g = 0; g < groups.size(); ++g) f(groups[g].first, groups[g].second, g + 1 == groups.size());
   }
 
   void backward(const Instruction& i, bool final) {
     const bool input = i.op != Op::kBackwardWeight, weight = i.op != Op::kBackwardInput;
-    each_group_in_reverse(i.chunk, [&](int layer, bool moe) {
+    each_group_in_reverse(i.chunk, [&](int layer, bool moe, bool last) {
+      if (input) gather(i.microbatch, i.chunk, layer, moe);
       if (input && layer >= 0 && layer < num_layers_) {
         std::vector<std::pair<GroupKind, CallOp>> calls = layer_calls(moe);
         for (auto c = calls.rbegin(); c != calls.rend(); ++c) call(c->first, c->second, i.microbatch, i.chunk, layer);
       }
-      if (weight) gradients_ready(i.microbatch, i.chunk, layer, moe, final);
+      if (weight) gradients_ready(i.microbatch, i.chunk, layer, moe, final, last);
     });
   }
 
-  void gradients_ready(int microbatch, int chunk, int layer, bool moe, bool final) {
+  void gradients_ready(int microbatch, int chunk, int layer, bool moe, bool final, bool last) {
     const GradientReduction mode = model_.reduction;
     if (mode == GradientReduction::kAfterBackward || (mode == GradientReduction::kOverlapped && !final)) return;
-    reduce(microbatch, chunk, layer, moe);
+    reduce(microbatch, chunk, layer, moe, last);
   }
 
-  void reduce(int microbatch, int chunk, int layer, bool moe) {
+  // The TP sum of the group's SP-replicated gradients, then its buckets' reductions started; with
+  // one bucket per chunk (Megatron's DDP past the first pipeline rank) the chunk's buckets start
+  // after its last group (`last`), labelled with layer -2.
+  void reduce(int microbatch, int chunk, int layer, bool moe, bool last) {
     if (layer >= 0) call(GroupKind::kTensor, CallOp::kTensorGradSum, microbatch, chunk, layer);
+    if (model_.chunk_buckets_after_first_rank && pipeline() > 0) {
+      if (!last) return;
+      const std::vector<bool>& stage_moe = layers(chunk);
+      moe = std::find(stage_moe.begin(), stage_moe.end(), true) != stage_moe.end();
+      layer = -2;
+    }
     call(GroupKind::kDataContext, CallOp::kGradientReduce, microbatch, chunk, layer, false, false);
     if (moe) call(GroupKind::kExpertData, CallOp::kGradientReduce, microbatch, chunk, layer, true, false);
   }
@@ -244,17 +266,20 @@ const char* to_string(CallOp op) {
     case CallOp::kTensorGradSum: return "tensor grad-sum";
     case CallOp::kGradientReduce: return "gradient reduce";
     case CallOp::kEmbeddingSum: return "embedding sum";
+    case CallOp::kParameterGather: return "parameter gather";
   }
   return "?";
 }
 
 std::string label(const Call& call) {
   std::string text = to_string(call.op);
-  if (call.op == CallOp::kGradientReduce) absl::StrAppend(&text, call.expert ? " (expert bucket)" : " (dense bucket)");
+  if (call.op == CallOp::kGradientReduce || call.op == CallOp::kParameterGather) {
+    absl::StrAppend(&text, call.expert ? " (expert bucket)" : " (dense bucket)");
+  }
   if (call.microbatch >= 0) absl::StrAppend(&text, " mb", call.microbatch);
   if (call.chunk >= 0) absl::StrAppend(&text, " c", call.chunk);
   if (call.op != CallOp::kEmbeddingSum) {
-    absl::StrAppend(&text, call.layer < 0 ? " embedding" : absl::StrCat(" L", call.layer));
+    absl::StrAppend(&text, call.layer == -2 ? " chunk" : call.layer < 0 ? " embedding" : absl::StrCat(" L", call.layer));
   }
   return text;
 }

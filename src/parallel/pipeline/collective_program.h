@@ -37,7 +37,10 @@
 //     step: last_of_step) and overlapped reduction: TP > 1: tensor grad-sum (SP-replicated
 //     parameters), then the group's dense bucket over data x context and, for a MoE layer, its
 //     expert bucket over expert data (started, waited for at the end). ZeRO-2 reduces every
-//     microbatch's; without overlap every bucket starts after the last step.
+//     microbatch's; without overlap every bucket starts after the last step. Megatron's DDP past
+//     the first pipeline rank: one bucket per chunk, started after the chunk's last group.
+//   ZeRO-3: before each group's forward and its input gradient, its parameters gathered over data x
+//     context (and a MoE layer's expert parameters over expert data).
 //   after the last step: every started reduction waited for; the tied embedding summed over the
 //     embedding group (training, PP > 1, the two ends on different ranks).
 // Groups of one rank issue nothing (a SelfCommunicator).
@@ -78,6 +81,7 @@ enum class CallOp {
   kTensorGradSum,
   kGradientReduce,  // a dense bucket over data x context, or an expert bucket over expert data
   kEmbeddingSum,
+  kParameterGather,  // ZeRO-3: a group's dense (or expert) parameters gathered before a use
 };
 const char* to_string(CallOp op);
 
@@ -94,6 +98,10 @@ struct ModelLayout {
   std::vector<std::vector<bool>> stage_moe;
   Dispatcher dispatcher = Dispatcher::kAllToAll;
   GradientReduction reduction = GradientReduction::kOverlapped;
+  // Megatron's DDP buckets only the first pipeline rank's parameters: on the others each chunk's
+  // dense (and expert) parameters are one bucket, started after the chunk's last group.
+  bool chunk_buckets_after_first_rank = false;
+  bool gather_parameters = false;  // ZeRO-3: each group gathered before its forward and its backward
   bool tied_embedding = true;
 };
 // num_layers split evenly over `stages` virtual stages (it must divide); layer l is MoE when
@@ -101,7 +109,7 @@ struct ModelLayout {
 ModelLayout even_model_layout(int num_layers, int stages, const std::vector<bool>& moe_pattern);
 
 // One call as its rank issues it. `layer`: the global layer, -1 for the embedding, num_layers
-// for the output layer; `microbatch` -1 and `chunk` -1 where the call belongs to no one pass.
+// for the output layer, -2 for a whole chunk's bucket; `microbatch` -1 and `chunk` -1 where the call belongs to no one pass.
 struct Call {
   GroupKind group;
   CallOp op;

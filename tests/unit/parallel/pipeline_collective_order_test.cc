@@ -89,6 +89,8 @@ TEST(CollectiveOrder, EveryScheduleAndExpertLayoutUpToWorld16IsOrderedAlike) {
           model.dispatcher = variant % 2 == 0 ? Dispatcher::kAllToAll : Dispatcher::kAllGather;
           model.reduction = static_cast<GradientReduction>(variant % 3);
           model.tied_embedding = variant % 4 != 3;
+          model.chunk_buckets_after_first_rank = variant % 5 < 2;
+          model.gather_parameters = model.reduction == GradientReduction::kEveryMicrobatch && variant % 2 == 1;
           ++variant;
           absl::StatusOr<WorldProgram> program = collective_program(grid, schedule, model);
           const bool misaligned = grid.tp_pp_dp && p > 1 && grid.etp() * grid.expert_model != grid.tensor * grid.context;
@@ -215,6 +217,26 @@ TEST(CollectiveOrder, CallCountsFollowTheLayout) {
   program = collective_program(grid, make({ScheduleKind::kOneFOneB, 1, false}, 2, 4), model);
   ASSERT_TRUE(program.ok()) << program.status();
   EXPECT_EQ(count(*program, 0, GroupKind::kDataContext, CallOp::kGradientReduce), 12);
+  // ZeRO-3: each group gathered before its forward and its backward, 4 microbatches: stage 0 has
+  // the embedding and 2 layers (24 dense gathers); EDP 1 gathers no expert parameters.
+  model.gather_parameters = true;
+  program = collective_program(grid, make({ScheduleKind::kOneFOneB, 1, false}, 2, 4), model);
+  ASSERT_TRUE(program.ok()) << program.status();
+  EXPECT_EQ(count(*program, 0, GroupKind::kDataContext, CallOp::kParameterGather), 24);
+  EXPECT_EQ(count(*program, 0, GroupKind::kExpertData, CallOp::kParameterGather), 0);
+  // EP1 x DP2: the expert data group is the data group; 8 microbatch passes x 2 MoE layers.
+  program = collective_program({1, 1, 2, 2, 1, 0, false}, make({ScheduleKind::kOneFOneB, 1, false}, 2, 4), model);
+  ASSERT_TRUE(program.ok()) << program.status();
+  EXPECT_EQ(count(*program, 0, GroupKind::kExpertData, CallOp::kParameterGather), 16);
+  EXPECT_EQ(count(*program, 0, GroupKind::kExpertData, CallOp::kGradientReduce), 8);
+  // Megatron's DDP: one bucket per chunk past the first pipeline rank (overlapped: once a step).
+  model = even_model_layout(4, 2, {true});
+  model.chunk_buckets_after_first_rank = true;
+  program = collective_program({1, 1, 2, 2, 1, 0, false}, make({ScheduleKind::kOneFOneB, 1, false}, 2, 4), model);
+  ASSERT_TRUE(program.ok()) << program.status();
+  EXPECT_EQ(count(*program, 0, GroupKind::kDataContext, CallOp::kGradientReduce), 3);  // stage 0: per group
+  EXPECT_EQ(count(*program, 2, GroupKind::kDataContext, CallOp::kGradientReduce), 1);  // stage 1: its chunk
+  EXPECT_EQ(count(*program, 2, GroupKind::kExpertData, CallOp::kGradientReduce), 1);
 }
 
 // Index of rank r's n-th call matching `pred`.
