@@ -25,6 +25,14 @@ Coordinates coordinates(const GridLayout& g, int rank) {
   } else {
     c.dp = rest % g.data, c.pp = rest / g.data;
   }
+  if (g.expert_model == 1 && g.etp() == g.tensor) {
+    // The one-rank MoE (EP 1, ETP = TP): the exchange is the tensor group and expert data the data
+    // x context group, in every order (with --use-tp-pp-dp-mapping and CP > 1 the expert
+    // RankGenerator's formula would move ranks across stages, which Megatron refuses even for a
+    // dense model; this program runs that layout).
+    c.etp = c.tp, c.ep = 0, c.edp = c.cp + g.context * c.dp, c.epp = c.pp;
+    return c;
+  }
   rest = rank;
   c.etp = rest % g.etp(), rest /= g.etp();
   c.ep = rest % g.expert_model, rest /= g.expert_model;

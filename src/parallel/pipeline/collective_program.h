@@ -18,7 +18,8 @@
 //                        virtual stage, same (tp, cp, dp)
 //   pipeline transfers   point to point, between the ranks of one (tp, cp, dp) column
 // Dense rank = tp + TP (cp + CP (dp + DP pp)), expert rank = etp + ETP (ep + EP (edp + EDP pp));
-// with --use-tp-pp-dp-mapping pp and dp (edp) swap places (Megatron's RankGenerator orders).
+// with --use-tp-pp-dp-mapping pp and dp (edp) swap places (Megatron's RankGenerator orders). With
+// EP 1 and ETP = TP (the one-rank MoE) the expert groups are the tensor and data x context groups.
 //
 // What one compute step of (chunk c, microbatch j) issues, layer by layer (each entry one call;
 // a call stands for the group's operations of that block, which share its order):
@@ -150,7 +151,7 @@ struct WorldProgram {
 // The grid's groups and every rank's program. Errors (InvalidArgument, one line naming the sizes):
 // sizes below 1, ETP x EP x PP not dividing the world, a stage layout that is not p x v stages, or
 // an expert grid whose pipeline groups differ from the dense grid's (Megatron refuses it: with
-// --use-tp-pp-dp-mapping ETP x EP must equal TP x CP unless PP = 1).
+// --use-tp-pp-dp-mapping ETP x EP must equal TP x CP unless PP = 1; EP 1 with ETP = TP excepted).
 absl::StatusOr<WorldProgram> collective_program(const GridLayout& grid, const Schedule& schedule,
                                                 const ModelLayout& model);
 

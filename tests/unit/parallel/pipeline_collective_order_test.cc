@@ -93,7 +93,9 @@ TEST(CollectiveOrder, EveryScheduleAndExpertLayoutUpToWorld16IsOrderedAlike) {
           model.gather_parameters = model.reduction == GradientReduction::kEveryMicrobatch && variant % 2 == 1;
           ++variant;
           absl::StatusOr<WorldProgram> program = collective_program(grid, schedule, model);
-          const bool misaligned = grid.tp_pp_dp && p > 1 && grid.etp() * grid.expert_model != grid.tensor * grid.context;
+          const bool one_rank_moe = grid.expert_model == 1 && grid.etp() == grid.tensor;
+          const bool misaligned =
+              grid.tp_pp_dp && p > 1 && !one_rank_moe && grid.etp() * grid.expert_model != grid.tensor * grid.context;
           if (misaligned) {
             // Megatron refuses these: the expert grid's pipeline groups differ from the dense grid's.
             ASSERT_FALSE(program.ok()) << name(grid);
