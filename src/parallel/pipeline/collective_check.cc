@@ -1,6 +1,8 @@
 #include "parallel/pipeline/collective_check.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -66,14 +68,13 @@ class WaitSimulation {
       : program_(program), model_(model), world_(static_cast<int>(program.ranks.size())) {
     runners_.resize(static_cast<size_t>(world_));
     for (const WorldProgram::Group& group : program.groups) posted_.emplace_back(group.members.size(), 0);
-    place_.assign(static_cast<size_t>(world_), std::vector<int>(program.groups.size(), -1));
+    // A rank is in at most one group of each kind: its place there, by group.
+    place_.resize(static_cast<size_t>(world_));
     for (size_t g = 0; g < program.groups.size(); ++g) {
       for (size_t m = 0; m < program.groups[g].members.size(); ++m) {
-        place_[static_cast<size_t>(program.groups[g].members[m])][g] = static_cast<int>(m);
+        place_[static_cast<size_t>(program.groups[g].members[m])].push_back({static_cast<int>(g), static_cast<int>(m)});
       }
     }
-    sends_.resize(static_cast<size_t>(world_ * world_));
-    receives_.resize(static_cast<size_t>(world_ * world_));
   }
 
   absl::Status run() {
@@ -96,13 +97,19 @@ class WaitSimulation {
     return program_.group_of[static_cast<size_t>(rank)][static_cast<size_t>(kind)];
   }
   int count(int g, int rank) const {
-    return posted_[static_cast<size_t>(g)][static_cast<size_t>(place_[static_cast<size_t>(rank)][static_cast<size_t>(g)])];
+    return posted_[static_cast<size_t>(g)][static_cast<size_t>(place(g, rank))];
   }
   bool everyone_reached(int g, int n) const {
     const std::vector<int>& counts = posted_[static_cast<size_t>(g)];
     return std::all_of(counts.begin(), counts.end(), [n](int c) { return c >= n; });
   }
-  size_t channel(int sender, int receiver) const { return static_cast<size_t>(sender * world_ + receiver); }
+  int place(int g, int rank) const {
+    for (const auto& [group, at] : place_[static_cast<size_t>(rank)]) {
+      if (group == g) return at;
+    }
+    return -1;
+  }
+  static int64_t channel(int sender, int receiver) { return (int64_t{sender} << 32) | static_cast<uint32_t>(receiver); }
   int world_peer(int rank, int pipeline_rank) const {
     return program_.column_rank[static_cast<size_t>(pipeline_rank)][static_cast<size_t>(program_.column_of[static_cast<size_t>(rank)])];
   }
@@ -118,15 +125,16 @@ class WaitSimulation {
       runner.posted = posted_now = true;
       if (e.kind == Event::Kind::kCall) {
         const int g = group(r, e.call.group);
-        int& mine = posted_[static_cast<size_t>(g)][static_cast<size_t>(place_[static_cast<size_t>(r)][static_cast<size_t>(g)])];
+        int& mine = posted_[static_cast<size_t>(g)][static_cast<size_t>(place(g, r))];
         runner.target = {g, ++mine};
       } else if (e.kind == Event::Kind::kTransfers) {
         runner.transfers.clear();
         for (const Instruction& i : e.transfers) {
           const bool send = is_send_op(i.op);
           const int peer = world_peer(r, i.peer);
-          std::vector<PostedTransfer>& mine = (send ? sends_ : receives_)[send ? channel(r, peer) : channel(peer, r)];
-          const std::vector<PostedTransfer>& theirs = (send ? receives_ : sends_)[send ? channel(r, peer) : channel(peer, r)];
+          const int64_t c = send ? channel(r, peer) : channel(peer, r);
+          std::vector<PostedTransfer>& mine = (send ? sends_ : receives_)[c];
+          const std::vector<PostedTransfer>& theirs = (send ? receives_ : sends_)[c];
           runner.transfers.push_back(mine.size());
           mine.push_back({r, i});
           if (mine.size() <= theirs.size()) {
@@ -156,15 +164,14 @@ class WaitSimulation {
           const Instruction& i = e.transfers[t];
           const bool send = is_send_op(i.op);
           const int peer = world_peer(r, i.peer);
-          const size_t c = send ? channel(r, peer) : channel(peer, r);
-          if ((send ? receives_ : sends_)[c].size() <= runner.transfers[t]) return false;
+          const auto& theirs = send ? receives_ : sends_;
+          const auto found = theirs.find(send ? channel(r, peer) : channel(peer, r));
+          if (found == theirs.end() || found->second.size() <= runner.transfers[t]) return false;
         }
         return true;
       case Event::Kind::kWaitReductions:
-        for (size_t g = 0; g < program_.groups.size(); ++g) {
-          if (place_[static_cast<size_t>(r)][g] >= 0 && !everyone_reached(static_cast<int>(g), count(static_cast<int>(g), r))) {
-            return false;
-          }
+        for (const auto& [g, at] : place_[static_cast<size_t>(r)]) {
+          if (!everyone_reached(g, posted_[static_cast<size_t>(g)][static_cast<size_t>(at)])) return false;
         }
         return true;
     }
@@ -224,8 +231,9 @@ class WaitSimulation {
   const int world_;
   std::vector<Runner> runners_;
   std::vector<std::vector<int>> posted_;  // [group][member place]: calls issued on the group
-  std::vector<std::vector<int>> place_;   // [world rank][group]: its place, -1 when not a member
-  std::vector<std::vector<PostedTransfer>> sends_, receives_;  // [sender * world + receiver]
+  std::vector<std::vector<std::pair<int, int>>> place_;  // [world rank]: (group, its place there)
+  // Posted transfers by channel(sender, receiver), matched by position.
+  std::map<int64_t, std::vector<PostedTransfer>> sends_, receives_;
 };
 
 }  // namespace
