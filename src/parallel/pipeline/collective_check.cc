@@ -51,9 +51,9 @@ std::string issued(const WorldProgram& program, const std::vector<const Call*>& 
 
 // One rank's place in the simulation.
 struct Runner {
-  size_t next = 0;         // event index
-  bool posted = false;     // the current event has been posted
-  std::vector<int> target;  // for the posted kCall: {group, count the members must reach}
+  size_t next = 0;                // event index
+  bool posted = false;            // the current event has been posted
+  std::vector<int> target;        // for the posted kCall: {group, count the members must reach}
   std::vector<size_t> transfers;  // for the posted kTransfers: channel positions
 };
 
@@ -96,9 +96,7 @@ class WaitSimulation {
   int group(int rank, GroupKind kind) const {
     return program_.group_of[static_cast<size_t>(rank)][static_cast<size_t>(kind)];
   }
-  int count(int g, int rank) const {
-    return posted_[static_cast<size_t>(g)][static_cast<size_t>(place(g, rank))];
-  }
+  int count(int g, int rank) const { return posted_[static_cast<size_t>(g)][static_cast<size_t>(place(g, rank))]; }
   bool everyone_reached(int g, int n) const {
     const std::vector<int>& counts = posted_[static_cast<size_t>(g)];
     return std::all_of(counts.begin(), counts.end(), [n](int c) { return c >= n; });
@@ -111,7 +109,8 @@ class WaitSimulation {
   }
   static int64_t channel(int sender, int receiver) { return (int64_t{sender} << 32) | static_cast<uint32_t>(receiver); }
   int world_peer(int rank, int pipeline_rank) const {
-    return program_.column_rank[static_cast<size_t>(pipeline_rank)][static_cast<size_t>(program_.column_of[static_cast<size_t>(rank)])];
+    return program_.column_rank[static_cast<size_t>(pipeline_rank)]
+                               [static_cast<size_t>(program_.column_of[static_cast<size_t>(rank)])];
   }
 
   // Moves rank r past its current event if it can; true when it moved or posted something.
@@ -139,10 +138,11 @@ class WaitSimulation {
           mine.push_back({r, i});
           if (mine.size() <= theirs.size()) {
             const PostedTransfer& other = theirs[mine.size() - 1];
-            if (other.instruction.microbatch != i.microbatch || is_gradient_op(other.instruction.op) != is_gradient_op(i.op)) {
-              return absl::InvalidArgumentError(absl::StrCat("collective order: mismatched pipeline transfer between world ranks ", r,
-                                                             " (", to_string(i), ") and ", peer, " (",
-                                                             to_string(other.instruction), ")"));
+            if (other.instruction.microbatch != i.microbatch ||
+                is_gradient_op(other.instruction.op) != is_gradient_op(i.op)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("collective order: mismatched pipeline transfer between world ranks ", r, " (",
+                               to_string(i), ") and ", peer, " (", to_string(other.instruction), ")"));
             }
           }
         }
@@ -158,7 +158,8 @@ class WaitSimulation {
     const Runner& runner = runners_[static_cast<size_t>(r)];
     switch (e.kind) {
       case Event::Kind::kCall:
-        return (!e.call.blocking && model_ == WaitModel::kProgram) || everyone_reached(runner.target[0], runner.target[1]);
+        return (!e.call.blocking && model_ == WaitModel::kProgram) ||
+               everyone_reached(runner.target[0], runner.target[1]);
       case Event::Kind::kTransfers:
         for (size_t t = 0; t < e.transfers.size(); ++t) {
           const Instruction& i = e.transfers[t];
@@ -214,7 +215,8 @@ class WaitSimulation {
         const int g = runner.target[0];
         std::vector<std::string> missing;
         for (int member : program_.groups[static_cast<size_t>(g)].members) {
-          if (count(g, member) < runner.target[1]) missing.push_back(absl::StrCat("world rank ", member, " ", where(member)));
+          if (count(g, member) < runner.target[1])
+            missing.push_back(absl::StrCat("world rank ", member, " ", where(member)));
         }
         if (!missing.empty()) absl::StrAppend(&line, " while ", absl::StrJoin(missing, " and "));
       }
@@ -230,7 +232,7 @@ class WaitSimulation {
   const WaitModel model_;
   const int world_;
   std::vector<Runner> runners_;
-  std::vector<std::vector<int>> posted_;  // [group][member place]: calls issued on the group
+  std::vector<std::vector<int>> posted_;                 // [group][member place]: calls issued on the group
   std::vector<std::vector<std::pair<int, int>>> place_;  // [world rank]: (group, its place there)
   // Posted transfers by channel(sender, receiver), matched by position.
   std::map<int64_t, std::vector<PostedTransfer>> sends_, receives_;

@@ -61,9 +61,9 @@ absl::Status check_sizes(const GridLayout& g, const Schedule& schedule, const Mo
                                                    " pipeline ranks on a grid of PP ", g.pipeline));
   }
   if (static_cast<int>(model.stage_moe.size()) != schedule.pipeline_size * schedule.virtual_size) {
-    return absl::InvalidArgumentError(absl::StrCat("collective order: ", model.stage_moe.size(),
-                                                   " stage layouts for ", schedule.pipeline_size, " x ",
-                                                   schedule.virtual_size, " virtual stages"));
+    return absl::InvalidArgumentError(absl::StrCat("collective order: ", model.stage_moe.size(), " stage layouts for ",
+                                                   schedule.pipeline_size, " x ", schedule.virtual_size,
+                                                   " virtual stages"));
   }
   return absl::OkStatus();
 }
@@ -94,10 +94,11 @@ void build_groups(const GridLayout& g, const Schedule& schedule, bool experts, W
     program.groups.push_back(std::move(group));
   }
   // Kind by kind, groups in the order of their lowest member (as process_grid lists them).
-  std::sort(program.groups.begin(), program.groups.end(), [](const WorldProgram::Group& a, const WorldProgram::Group& b) {
-    return std::pair{a.kind, *std::min_element(a.members.begin(), a.members.end())} <
-           std::pair{b.kind, *std::min_element(b.members.begin(), b.members.end())};
-  });
+  std::sort(program.groups.begin(), program.groups.end(),
+            [](const WorldProgram::Group& a, const WorldProgram::Group& b) {
+              return std::pair{a.kind, *std::min_element(a.members.begin(), a.members.end())} <
+                     std::pair{b.kind, *std::min_element(b.members.begin(), b.members.end())};
+            });
   program.group_of.assign(static_cast<size_t>(world), std::vector<int>(kKinds, -1));
   for (size_t g = 0; g < program.groups.size(); ++g) {
     for (int rank : program.groups[g].members) {
@@ -153,7 +154,8 @@ class Expander {
   bool last_stage(int chunk) const { return stage(chunk) == schedule_.pipeline_size * schedule_.virtual_size - 1; }
   const std::vector<bool>& layers(int chunk) const { return model_.stage_moe[static_cast<size_t>(stage(chunk))]; }
 
-  void call(GroupKind kind, CallOp op, int microbatch, int chunk, int layer, bool expert = false, bool blocking = true) {
+  void call(GroupKind kind, CallOp op, int microbatch, int chunk, int layer, bool expert = false,
+            bool blocking = true) {
     if (program_.group_of[static_cast<size_t>(rank_)][static_cast<size_t>(kind)] < 0) return;  // a group of one
     events_.push_back({Event::Kind::kCall, Call{kind, op, microbatch, chunk, layer, expert, blocking}, {}});
     if (!blocking) started_ = true;
@@ -168,7 +170,8 @@ class Expander {
       return calls;
     }
     calls.push_back({GroupKind::kTensor, CallOp::kTensorRouter});
-    if (model_.dispatcher == Dispatcher::kAllToAll) calls.push_back({GroupKind::kExpertExchange, CallOp::kExpertCounts});
+    if (model_.dispatcher == Dispatcher::kAllToAll)
+      calls.push_back({GroupKind::kExpertExchange, CallOp::kExpertCounts});
     calls.push_back({GroupKind::kExpertExchange, CallOp::kExpertDispatch});
     calls.push_back({GroupKind::kExpertExchange, CallOp::kExpertCombine});
     return calls;
@@ -252,29 +255,46 @@ class Expander {
 
 std::string group_name(GroupKind kind, const GridLayout& grid) {
   switch (kind) {
-    case GroupKind::kTensor: return "tensor-parallel";
-    case GroupKind::kContext: return "context-parallel";
-    case GroupKind::kDataContext: return grid.context > 1 ? "data-context-parallel" : "data-parallel";
-    case GroupKind::kExpertExchange: return "expert-tensor-and-model-parallel";
-    case GroupKind::kExpertData: return "expert-data-parallel";
-    case GroupKind::kEmbedding: return "embedding";
+    case GroupKind::kTensor:
+      return "tensor-parallel";
+    case GroupKind::kContext:
+      return "context-parallel";
+    case GroupKind::kDataContext:
+      return grid.context > 1 ? "data-context-parallel" : "data-parallel";
+    case GroupKind::kExpertExchange:
+      return "expert-tensor-and-model-parallel";
+    case GroupKind::kExpertData:
+      return "expert-data-parallel";
+    case GroupKind::kEmbedding:
+      return "embedding";
   }
   return "?";
 }
 
 const char* to_string(CallOp op) {
   switch (op) {
-    case CallOp::kContextAttention: return "context attention";
-    case CallOp::kTensorAttention: return "tensor attention";
-    case CallOp::kTensorMlp: return "tensor mlp";
-    case CallOp::kTensorRouter: return "tensor router";
-    case CallOp::kExpertCounts: return "expert counts";
-    case CallOp::kExpertDispatch: return "expert dispatch";
-    case CallOp::kExpertCombine: return "expert combine";
-    case CallOp::kTensorGradSum: return "tensor grad-sum";
-    case CallOp::kGradientReduce: return "gradient reduce";
-    case CallOp::kEmbeddingSum: return "embedding sum";
-    case CallOp::kParameterGather: return "parameter gather";
+    case CallOp::kContextAttention:
+      return "context attention";
+    case CallOp::kTensorAttention:
+      return "tensor attention";
+    case CallOp::kTensorMlp:
+      return "tensor mlp";
+    case CallOp::kTensorRouter:
+      return "tensor router";
+    case CallOp::kExpertCounts:
+      return "expert counts";
+    case CallOp::kExpertDispatch:
+      return "expert dispatch";
+    case CallOp::kExpertCombine:
+      return "expert combine";
+    case CallOp::kTensorGradSum:
+      return "tensor grad-sum";
+    case CallOp::kGradientReduce:
+      return "gradient reduce";
+    case CallOp::kEmbeddingSum:
+      return "embedding sum";
+    case CallOp::kParameterGather:
+      return "parameter gather";
   }
   return "?";
 }
@@ -287,7 +307,9 @@ std::string label(const Call& call) {
   if (call.microbatch >= 0) absl::StrAppend(&text, " mb", call.microbatch);
   if (call.chunk >= 0) absl::StrAppend(&text, " c", call.chunk);
   if (call.op != CallOp::kEmbeddingSum) {
-    absl::StrAppend(&text, call.layer == -2 ? " chunk" : call.layer < 0 ? " embedding" : absl::StrCat(" L", call.layer));
+    absl::StrAppend(&text, call.layer == -2 ? " chunk"
+                           : call.layer < 0 ? " embedding"
+                                            : absl::StrCat(" L", call.layer));
   }
   return text;
 }
@@ -321,7 +343,8 @@ absl::StatusOr<WorldProgram> collective_program(const GridLayout& grid, const Sc
   // A dense model has no expert groups (Megatron builds its expert grid, and refuses a misaligned
   // one, for dense models too; this program's dense grid runs without it).
   bool experts = false;
-  for (const std::vector<bool>& stage : model.stage_moe) experts = experts || std::find(stage.begin(), stage.end(), true) != stage.end();
+  for (const std::vector<bool>& stage : model.stage_moe)
+    experts = experts || std::find(stage.begin(), stage.end(), true) != stage.end();
   for (int r = 0; r < world; ++r) {
     const Coordinates c = coordinates(grid, r);
     if (experts && c.pp != c.epp) {
@@ -329,8 +352,8 @@ absl::StatusOr<WorldProgram> collective_program(const GridLayout& grid, const Sc
       // same for Non-Expert and Expert part".
       return absl::InvalidArgumentError(absl::StrCat(
           "collective order: the expert grid (ETP ", grid.etp(), " x EP ", grid.expert_model, ") puts world rank ", r,
-          " on pipeline stage ", c.epp, " and the dense grid (TP ", grid.tensor, " x CP ", grid.context,
-          ") on stage ", c.pp, ": with --use-tp-pp-dp-mapping and PP > 1, ETP x EP must equal TP x CP"));
+          " on pipeline stage ", c.epp, " and the dense grid (TP ", grid.tensor, " x CP ", grid.context, ") on stage ",
+          c.pp, ": with --use-tp-pp-dp-mapping and PP > 1, ETP x EP must equal TP x CP"));
     }
     const int column = c.tp + grid.tensor * (c.cp + grid.context * c.dp);
     program.pipeline_rank.push_back(c.pp);
@@ -340,7 +363,8 @@ absl::StatusOr<WorldProgram> collective_program(const GridLayout& grid, const Sc
   build_groups(grid, schedule, experts, program);
   for (int r = 0; r < world; ++r) {
     Expander expander(program, schedule, model, r);
-    program.ranks.push_back(expander.run(schedule.ranks[static_cast<size_t>(program.pipeline_rank[static_cast<size_t>(r)])]));
+    program.ranks.push_back(
+        expander.run(schedule.ranks[static_cast<size_t>(program.pipeline_rank[static_cast<size_t>(r)])]));
   }
   return program;
 }

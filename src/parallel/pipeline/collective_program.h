@@ -88,9 +88,9 @@ const char* to_string(CallOp op);
 
 enum class Dispatcher { kAllGather, kAllToAll };
 enum class GradientReduction {
-  kOverlapped,     // --overlap-grad-reduce: a bucket starts when its gradients are final
+  kOverlapped,       // --overlap-grad-reduce: a bucket starts when its gradients are final
   kEveryMicrobatch,  // ZeRO-2: every microbatch's gradients reduce-scattered when ready
-  kAfterBackward,  // every bucket started after the last step
+  kAfterBackward,    // every bucket started after the last step
 };
 
 struct ModelLayout {
@@ -110,13 +110,14 @@ struct ModelLayout {
 ModelLayout even_model_layout(int num_layers, int stages, const std::vector<bool>& moe_pattern);
 
 // One call as its rank issues it. `layer`: the global layer, -1 for the embedding, num_layers
-// for the output layer, -2 for a whole chunk's bucket; `microbatch` -1 and `chunk` -1 where the call belongs to no one pass.
+// for the output layer, -2 for a whole chunk's bucket; `microbatch` and `chunk` -1 where the call
+// belongs to no one pass.
 struct Call {
   GroupKind group;
   CallOp op;
   int microbatch = -1, chunk = -1, layer = -1;
-  bool expert = false;    // kGradientReduce: the expert bucket (else the dense one)
-  bool blocking = true;   // false: started here, waited for at the end of the iteration
+  bool expert = false;   // kGradientReduce: the expert bucket (else the dense one)
+  bool blocking = true;  // false: started here, waited for at the end of the iteration
   bool operator==(const Call&) const = default;
 };
 // "expert dispatch mb3 c1 L5", and with its group: "... on expert-tensor-and-model-parallel".
@@ -127,7 +128,7 @@ std::string to_string(const Call& call, const GridLayout& grid);
 struct Event {
   enum class Kind { kCall, kTransfers, kWaitReductions };
   Kind kind;
-  Call call;                        // kCall
+  Call call;                           // kCall
   std::vector<Instruction> transfers;  // kTransfers: peer is a pipeline rank, as in the schedule
 };
 
@@ -144,7 +145,7 @@ struct WorldProgram {
   std::vector<Group> groups;
   // [pipeline rank][column]: the world rank at that stage of the (tp, cp, dp) column `column`.
   std::vector<std::vector<int>> column_rank;
-  std::vector<int> column_of;  // [world rank]
+  std::vector<int> column_of;             // [world rank]
   std::vector<std::vector<Event>> ranks;  // [world rank]
 };
 

@@ -24,8 +24,8 @@ pipeline::ModelLayout model_layout(const Arguments& a, const std::vector<bool>& 
     for (int64_t l = 0; l < count; ++l) stage.push_back(moe[static_cast<size_t>(layer++)]);
     model.stage_moe.push_back(std::move(stage));
   }
-  model.dispatcher =
-      token_dispatcher(a) == TokenDispatcher::kAlltoall ? pipeline::Dispatcher::kAllToAll : pipeline::Dispatcher::kAllGather;
+  model.dispatcher = token_dispatcher(a) == TokenDispatcher::kAlltoall ? pipeline::Dispatcher::kAllToAll
+                                                                       : pipeline::Dispatcher::kAllGather;
   const ZeroLevel zero = zero_level(a);
   model.reduction = zero >= ZeroLevel::kGradients ? pipeline::GradientReduction::kEveryMicrobatch
                     : a.overlap_grad_reduce       ? pipeline::GradientReduction::kOverlapped
@@ -33,8 +33,7 @@ pipeline::ModelLayout model_layout(const Arguments& a, const std::vector<bool>& 
   model.gather_parameters = zero >= ZeroLevel::kParameters;
   // configs.cc's shard plan: with --overlap-grad-reduce only the first pipeline rank's buckets have
   // a size (Megatron's DDP); the other ranks' parameters are one bucket.
-  model.chunk_buckets_after_first_rank =
-      a.overlap_grad_reduce && !a.use_megatron_fsdp && !a.use_torch_fsdp2;
+  model.chunk_buckets_after_first_rank = a.overlap_grad_reduce && !a.use_megatron_fsdp && !a.use_torch_fsdp2;
   model.tied_embedding = !a.untie_embeddings_and_output_weights;
   return model;
 }

@@ -15,8 +15,9 @@
 namespace gpt {
 
 // The proof runs up to this many calls over the world (world x microbatches x chunks x layers per
-// chunk x about 12; under a second: 0.35 s for world 256 x 64 microbatches x 32 layers); larger layouts are trusted to the unit test's proof
-// of every schedule x expert layout up to world 16 (tests/unit/parallel/pipeline_collective_order_test).
+// chunk x about 12): under a second (0.35 s for world 256, 64 microbatches, 32 layers). Larger
+// layouts are trusted to the unit test's proof of every schedule x expert layout up to world 16
+// (tests/unit/parallel/pipeline_collective_order_test).
 inline constexpr int64_t kCollectiveOrderBudget = 4'000'000;
 
 // For validated arguments (the schedule's layout rules passed) with `microbatches` per iteration:

@@ -77,16 +77,17 @@ class RecordingStage final : public Stage {
 TEST(CollectiveExecutor, TheExecutorDrivesThePassesTheProgramLists) {
   Context ctx = Context::cpu(1);
   int ranks_checked = 0;
-  for (const auto& [kind, v] : {std::pair{ScheduleKind::kAllForwardAllBackward, 1}, std::pair{ScheduleKind::kOneFOneB, 1},
-                                std::pair{ScheduleKind::kZeroBubbleH1, 1}, std::pair{ScheduleKind::kInterleaved, 2},
-                                std::pair{ScheduleKind::kZeroBubbleV, 2}}) {
+  for (const auto& [kind, v] : {std::pair{ScheduleKind::kAllForwardAllBackward, 1},
+                                std::pair{ScheduleKind::kOneFOneB, 1}, std::pair{ScheduleKind::kZeroBubbleH1, 1},
+                                std::pair{ScheduleKind::kInterleaved, 2}, std::pair{ScheduleKind::kZeroBubbleV, 2}}) {
     for (int p : {2, 4}) {
       for (int m : {p, 2 * p}) {
         absl::StatusOr<Schedule> schedule = make_schedule(kind, p, v, m);
         ASSERT_TRUE(schedule.ok()) << schedule.status();
         // DP 2 x PP p, EP 2: the exchange spans the data-parallel pair of each stage.
         const GridLayout grid{1, 1, 2, p, 2, 0, false};
-        absl::StatusOr<WorldProgram> program = collective_program(grid, *schedule, even_model_layout(2 * p * v, p * v, {true}));
+        absl::StatusOr<WorldProgram> program =
+            collective_program(grid, *schedule, even_model_layout(2 * p * v, p * v, {true}));
         ASSERT_TRUE(program.ok()) << program.status();
         for (int q = 0; q < p; ++q) {
           SCOPED_TRACE(testing::Message() << to_string(kind) << " p=" << p << " m=" << m << " pipeline rank " << q);
@@ -106,7 +107,8 @@ TEST(CollectiveExecutor, TheExecutorDrivesThePassesTheProgramLists) {
           executor.run(ctx, pipeline, steps);
 
           // The program's calls of this stage's first world rank (dp 0).
-          const std::vector<Event>& events = program->ranks[static_cast<size_t>(program->column_rank[static_cast<size_t>(q)][0])];
+          const std::vector<Event>& events =
+              program->ranks[static_cast<size_t>(program->column_rank[static_cast<size_t>(q)][0])];
           // 1. The passes that run expert exchanges (F and the input gradient), in the program's
           // order: each pass dispatches for the chunk's two MoE layers, ascending in a forward and
           // descending in an input gradient.
@@ -123,7 +125,8 @@ TEST(CollectiveExecutor, TheExecutorDrivesThePassesTheProgramLists) {
             program_passes.push_back({a.chunk, a.microbatch, a.layer < b.layer});
           }
           for (const Pass& pass : log) {
-            if (pass.op != Op::kBackwardWeight) executor_passes.push_back({pass.chunk, pass.microbatch, pass.op == Op::kForward});
+            if (pass.op != Op::kBackwardWeight)
+              executor_passes.push_back({pass.chunk, pass.microbatch, pass.op == Op::kForward});
           }
           EXPECT_EQ(program_passes, executor_passes);
           // 2. Where the chunk's gradients are final: the executor's last_of_step pass (with a split
@@ -133,7 +136,8 @@ TEST(CollectiveExecutor, TheExecutorDrivesThePassesTheProgramLists) {
             if (pass.last_of_step) flagged.insert({pass.chunk, pass.microbatch});
           }
           for (const Event& e : events) {
-            if (e.kind == Event::Kind::kCall && e.call.op == CallOp::kGradientReduce) reduced.insert({e.call.chunk, e.call.microbatch});
+            if (e.kind == Event::Kind::kCall && e.call.op == CallOp::kGradientReduce)
+              reduced.insert({e.call.chunk, e.call.microbatch});
           }
           EXPECT_EQ(flagged, reduced);
           EXPECT_EQ(static_cast<int>(flagged.size()), v);

@@ -29,19 +29,24 @@ struct ScheduleCase {
 
 // Every schedule the simulator runs for p pipeline ranks (training and evaluation).
 std::vector<ScheduleCase> schedules_for(int p) {
-  if (p == 1) return {{ScheduleKind::kOneFOneB, 1, false}, {ScheduleKind::kAllForwardAllBackward, 1, false},
-                      {ScheduleKind::kOneFOneB, 1, true}};
-  return {{ScheduleKind::kAllForwardAllBackward, 1, false}, {ScheduleKind::kOneFOneB, 1, false},
-          {ScheduleKind::kZeroBubbleH1, 1, false},          {ScheduleKind::kInterleaved, 2, false},
-          {ScheduleKind::kZeroBubbleV, 2, false},           {ScheduleKind::kAllForwardAllBackward, 2, false},
-          {ScheduleKind::kOneFOneB, 1, true},               {ScheduleKind::kInterleaved, 2, true},
+  if (p == 1)
+    return {{ScheduleKind::kOneFOneB, 1, false},
+            {ScheduleKind::kAllForwardAllBackward, 1, false},
+            {ScheduleKind::kOneFOneB, 1, true}};
+  return {{ScheduleKind::kAllForwardAllBackward, 1, false},
+          {ScheduleKind::kOneFOneB, 1, false},
+          {ScheduleKind::kZeroBubbleH1, 1, false},
+          {ScheduleKind::kInterleaved, 2, false},
+          {ScheduleKind::kZeroBubbleV, 2, false},
+          {ScheduleKind::kAllForwardAllBackward, 2, false},
+          {ScheduleKind::kOneFOneB, 1, true},
+          {ScheduleKind::kInterleaved, 2, true},
           {ScheduleKind::kZeroBubbleV, 2, true}};
 }
 
 Schedule make(const ScheduleCase& c, int p, int m) {
-  absl::StatusOr<Schedule> s = c.forward_only
-                                   ? make_forward_only_schedule(p, c.v, m, schedule_placement(c.kind))
-                                   : make_schedule(c.kind, p, c.v, m);
+  absl::StatusOr<Schedule> s = c.forward_only ? make_forward_only_schedule(p, c.v, m, schedule_placement(c.kind))
+                                              : make_schedule(c.kind, p, c.v, m);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? *std::move(s) : Schedule{p, c.v, m, {}};
 }
@@ -140,9 +145,9 @@ TEST(CollectiveOrder, DenseGroupsAreTheProcessGrids) {
       ASSERT_TRUE(program.ok()) << program.status();
       GridShape shape{grid.tensor, grid.pipeline, grid.data, grid.context,
                       tp_pp_dp ? RankOrder::kTpCpPpDp : RankOrder::kTpCpDpPp};
-      for (const auto& [kind, theirs] : {std::pair{GroupKind::kTensor, GridGroup::kTensor},
-                                         std::pair{GroupKind::kContext, GridGroup::kContext},
-                                         std::pair{GroupKind::kDataContext, GridGroup::kDataContext}}) {
+      for (const auto& [kind, theirs] :
+           {std::pair{GroupKind::kTensor, GridGroup::kTensor}, std::pair{GroupKind::kContext, GridGroup::kContext},
+            std::pair{GroupKind::kDataContext, GridGroup::kDataContext}}) {
         std::vector<std::vector<int>> expected;
         for (const std::vector<int>& g : grid_groups(shape, theirs)) {
           if (g.size() > 1) expected.push_back(g);
@@ -171,27 +176,31 @@ std::vector<std::vector<int>> groups_of(const WorldProgram& program, GroupKind k
 // rank = etp + ETP (ep + EP (edp + EDP pp)) = ep + 2 edp + 4 pp (EDP = 8 / (1 x 2 x 2) = 2).
 TEST(CollectiveOrder, ExpertGroupsFollowMegatronsRankGenerator) {
   const GridLayout grid{2, 1, 2, 2, 2, 1, false};
-  absl::StatusOr<WorldProgram> program = collective_program(
-      grid, make({ScheduleKind::kOneFOneB, 1, false}, 2, 2), even_model_layout(2, 2, {true}));
+  absl::StatusOr<WorldProgram> program =
+      collective_program(grid, make({ScheduleKind::kOneFOneB, 1, false}, 2, 2), even_model_layout(2, 2, {true}));
   ASSERT_TRUE(program.ok()) << program.status();
   EXPECT_EQ(groups_of(*program, GroupKind::kExpertExchange),
             (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
-  EXPECT_EQ(groups_of(*program, GroupKind::kExpertData), (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(groups_of(*program, GroupKind::kExpertData),
+            (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
   // The tied embedding's group: the first and the last stage of each (tp, dp) column.
   EXPECT_EQ(groups_of(*program, GroupKind::kEmbedding),
             (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
   // With --use-tp-pp-dp-mapping and ETP x EP = TP x CP: expert rank = etp + ep * 1 ... = ep + 2 (pp + 2 edp)
   // with ETP 2, EP 1: the exchange is the tensor group; dense rank = tp + 2 (pp + 2 dp).
   const GridLayout folded{2, 1, 2, 2, 1, 0, true};
-  program = collective_program(folded, make({ScheduleKind::kOneFOneB, 1, false}, 2, 2), even_model_layout(2, 2, {true}));
+  program =
+      collective_program(folded, make({ScheduleKind::kOneFOneB, 1, false}, 2, 2), even_model_layout(2, 2, {true}));
   ASSERT_TRUE(program.ok()) << program.status();
   EXPECT_EQ(groups_of(*program, GroupKind::kExpertExchange), groups_of(*program, GroupKind::kTensor));
-  EXPECT_EQ(groups_of(*program, GroupKind::kExpertData), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(groups_of(*program, GroupKind::kExpertData),
+            (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
 }
 
 int count(const WorldProgram& program, int rank, GroupKind kind, CallOp op) {
   int n = 0;
-  for (const Event& e : program.ranks[static_cast<size_t>(rank)]) n += e.kind == Event::Kind::kCall && e.call.group == kind && e.call.op == op;
+  for (const Event& e : program.ranks[static_cast<size_t>(rank)])
+    n += e.kind == Event::Kind::kCall && e.call.group == kind && e.call.op == op;
   return n;
 }
 
@@ -201,7 +210,8 @@ TEST(CollectiveOrder, CallCountsFollowTheLayout) {
   const GridLayout grid{1, 1, 2, 2, 2, 0, false};
   ModelLayout model = even_model_layout(4, 2, {true});
   model.dispatcher = Dispatcher::kAllToAll;
-  absl::StatusOr<WorldProgram> program = collective_program(grid, make({ScheduleKind::kOneFOneB, 1, false}, 2, 4), model);
+  absl::StatusOr<WorldProgram> program =
+      collective_program(grid, make({ScheduleKind::kOneFOneB, 1, false}, 2, 4), model);
   ASSERT_TRUE(program.ok()) << program.status();
   for (int rank = 0; rank < 4; ++rank) {
     // 4 microbatches x 2 layers, forward and backward: dispatch and combine once each per pass.
@@ -269,9 +279,11 @@ TEST(CollectiveOrder, CatchesADivergenceInsideAGroup) {
   std::swap(program.ranks[1][a], program.ranks[1][b]);
   const absl::Status status = check_group_orders(program);
   ASSERT_FALSE(status.ok());
-  EXPECT_THAT(status.message(), HasSubstr("group 'expert-tensor-and-model-parallel' (world ranks [0,1]) diverges at its call 1"));
-  EXPECT_THAT(status.message(), HasSubstr("world rank 0 issues expert dispatch mb0 c0 L0 on expert-tensor-and-model-parallel "
-                                          "where world rank 1 issues expert dispatch mb0 c0 L1"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("group 'expert-tensor-and-model-parallel' (world ranks [0,1]) diverges at its call 1"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("world rank 0 issues expert dispatch mb0 c0 L0 on expert-tensor-and-model-parallel "
+                        "where world rank 1 issues expert dispatch mb0 c0 L1"));
   EXPECT_THAT(status.message(), HasSubstr("world rank 0's order: expert counts mb0 c0 L0"));
   EXPECT_THAT(status.message(), HasSubstr("| world rank 1's order: expert counts mb0 c0 L0"));
 }
@@ -301,9 +313,8 @@ TEST(CollectiveOrder, CatchesTheAllToAllReduceScatterSwap) {
 // Two blocking collectives of different groups swapped on one rank (the router's TP gather and the
 // expert dispatch, TP2 x EP2 x ETP2): a cycle even as the program runs.
 TEST(CollectiveOrder, CatchesACrossGroupCycle) {
-  absl::StatusOr<WorldProgram> made =
-      collective_program({2, 1, 2, 1, 2, 0, false}, make({ScheduleKind::kOneFOneB, 1, false}, 1, 2),
-                         even_model_layout(2, 1, {true}));
+  absl::StatusOr<WorldProgram> made = collective_program(
+      {2, 1, 2, 1, 2, 0, false}, make({ScheduleKind::kOneFOneB, 1, false}, 1, 2), even_model_layout(2, 1, {true}));
   ASSERT_TRUE(made.ok()) << made.status();
   WorldProgram& program = *made;
   ASSERT_TRUE(check_no_wait_cycle(program, WaitModel::kProgram).ok());
@@ -313,9 +324,10 @@ TEST(CollectiveOrder, CatchesACrossGroupCycle) {
   EXPECT_TRUE(check_group_orders(program).ok());
   const absl::Status status = check_no_wait_cycle(program, WaitModel::kProgram);
   ASSERT_FALSE(status.ok());
-  EXPECT_THAT(status.message(), HasSubstr("collective deadlock: world rank 0 waits in expert counts mb0 c0 L0 on "
-                                          "'expert-tensor-and-model-parallel' (world ranks [0,1,2,3]) while world rank 1 "
-                                          "waits in tensor router mb0 c0 L0 on 'tensor-parallel' (world ranks [0,1])"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("collective deadlock: world rank 0 waits in expert counts mb0 c0 L0 on "
+                        "'expert-tensor-and-model-parallel' (world ranks [0,1,2,3]) while world rank 1 "
+                        "waits in tensor router mb0 c0 L0 on 'tensor-parallel' (world ranks [0,1])"));
 }
 
 TEST(CollectiveOrder, RefusesBadLayouts) {

@@ -1,13 +1,14 @@
 // validate_for_world's collective-order proof for MoE layouts (train/args/collective_order_arguments.h):
 // a MoE pipeline layout passes start-up with it; an expert grid Megatron refuses is refused in one
 // line naming the flags; and a layout whose proof fails names the group.
+#include "train/args/collective_order_arguments.h"
+
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "train/args/arguments.h"
-#include "train/args/collective_order_arguments.h"
 
 namespace gpt {
 namespace {
@@ -15,10 +16,33 @@ namespace {
 using ::testing::HasSubstr;
 
 Arguments moe_arguments(const std::vector<std::string>& extra) {
-  std::vector<std::string> line = {"pretrain_gpt", "--num-layers", "4", "--hidden-size", "64", "--num-attention-heads",
-                                   "4", "--seq-length", "32", "--max-position-embeddings", "32", "--micro-batch-size",
-                                   "1", "--global-batch-size", "8", "--train-iters", "2", "--lr", "1e-4", "--mock-data",
-                                   "--vocab-size", "512", "--num-experts", "4", "--moe-router-topk", "2", "--disable-bias-linear"};
+  std::vector<std::string> line = {"pretrain_gpt",
+                                   "--num-layers",
+                                   "4",
+                                   "--hidden-size",
+                                   "64",
+                                   "--num-attention-heads",
+                                   "4",
+                                   "--seq-length",
+                                   "32",
+                                   "--max-position-embeddings",
+                                   "32",
+                                   "--micro-batch-size",
+                                   "1",
+                                   "--global-batch-size",
+                                   "8",
+                                   "--train-iters",
+                                   "2",
+                                   "--lr",
+                                   "1e-4",
+                                   "--mock-data",
+                                   "--vocab-size",
+                                   "512",
+                                   "--num-experts",
+                                   "4",
+                                   "--moe-router-topk",
+                                   "2",
+                                   "--disable-bias-linear"};
   line.insert(line.end(), extra.begin(), extra.end());
   absl::StatusOr<Arguments> parsed = parse_arguments(line);
   EXPECT_TRUE(parsed.ok()) << parsed.status();
