@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -126,6 +127,7 @@ class Expander {
       if (i.op == Op::kBackward || i.op == Op::kBackwardWeight) last_backward[i.chunk] = i.microbatch;
       training = training || is_backward_op(i.op);
     }
+    training_ = training;
     for (const Step& step : steps) {
       const Instruction& i = step.instructions.front();
       if (!is_compute_op(i.op)) {
@@ -144,6 +146,10 @@ class Expander {
     }
     if (started_) events_.push_back({Event::Kind::kWaitReductions, {}, {}});
     if (model_.tied_embedding) call(GroupKind::kEmbedding, CallOp::kEmbeddingSum, -1, -1, -1);
+    if (model_.updated_shards == UpdatedShards::kAfterStep) {
+      for (int c = 0; c < schedule_.virtual_size; ++c)
+        each_group_in_order(c, [&](int layer, bool moe) { gather_shards(-1, c, layer, moe); });
+    }
     return std::move(events_);
   }
 
@@ -177,22 +183,39 @@ class Expander {
     return calls;
   }
 
-  // ZeRO-3: the group's parameters gathered before each use, the expert ones over expert data.
-  void gather(int microbatch, int chunk, int layer, bool moe) {
-    if (!model_.gather_parameters) return;
+  // The group's parameters (or the distributed optimizer's updated shards of them) gathered, the
+  // expert ones over expert data.
+  void gather_shards(int microbatch, int chunk, int layer, bool moe) {
     call(GroupKind::kDataContext, CallOp::kParameterGather, microbatch, chunk, layer);
     if (moe) call(GroupKind::kExpertData, CallOp::kParameterGather, microbatch, chunk, layer, true);
   }
+  // Before a use: every use with ZeRO-3, the chunk's first forward of the step with the updated
+  // shards gathered there (--overlap-param-gather).
+  void gather(int microbatch, int chunk, int layer, bool moe, bool first_forward = false) {
+    if (model_.gather_parameters || (first_forward && model_.updated_shards == UpdatedShards::kInFirstForward)) {
+      gather_shards(microbatch, chunk, layer, moe);
+    }
+  }
+
+  // Calls `f(layer, moe)` for the chunk's parameter groups in forward order.
+  template <typename F>
+  void each_group_in_order(int chunk, F&& f) const {
+    const std::vector<bool>& moe = layers(chunk);
+    if (first_stage(chunk)) f(-1, false);
+    for (size_t l = 0; l < moe.size(); ++l) {
+      f(first_layer_[static_cast<size_t>(stage(chunk))] + static_cast<int>(l), static_cast<bool>(moe[l]));
+    }
+    if (last_stage(chunk)) f(num_layers_, false);
+  }
 
   void forward(const Instruction& i) {
-    const std::vector<bool>& moe = layers(i.chunk);
-    if (first_stage(i.chunk)) gather(i.microbatch, i.chunk, -1, false);
-    for (size_t l = 0; l < moe.size(); ++l) {
-      const int layer = first_layer_[static_cast<size_t>(stage(i.chunk))] + static_cast<int>(l);
-      gather(i.microbatch, i.chunk, layer, moe[l]);
-      for (const auto& [kind, op] : layer_calls(moe[l])) call(kind, op, i.microbatch, i.chunk, layer);
-    }
-    if (last_stage(i.chunk)) gather(i.microbatch, i.chunk, num_layers_, false);
+    // Evaluation reads the parameters the last step's gathers left (settled before it).
+    const bool first_forward = forwarded_.insert(i.chunk).second && training_;
+    each_group_in_order(i.chunk, [&](int layer, bool moe) {
+      gather(i.microbatch, i.chunk, layer, moe, first_forward);
+      if (layer < 0 || layer == num_layers_) return;
+      for (const auto& [kind, op] : layer_calls(moe)) call(kind, op, i.microbatch, i.chunk, layer);
+    });
   }
 
   // Calls `f(layer, moe, last)` for the chunk's parameter groups in backward order: the output
@@ -248,6 +271,8 @@ class Expander {
   std::vector<int> first_layer_;  // [virtual stage]
   int num_layers_ = 0;
   bool started_ = false;
+  bool training_ = false;
+  std::set<int> forwarded_;  // chunks whose first forward of the step has run
   std::vector<Event> events_;
 };
 

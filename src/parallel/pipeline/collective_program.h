@@ -43,7 +43,9 @@
 //   ZeRO-3: before each group's forward and its input gradient, its parameters gathered over data x
 //     context (and a MoE layer's expert parameters over expert data).
 //   after the last step: every started reduction waited for; the tied embedding summed over the
-//     embedding group (training, PP > 1, the two ends on different ranks).
+//     embedding group (training, PP > 1, the two ends on different ranks); the distributed
+//     optimizer's updated shards gathered group by group (dense over data x context, expert over
+//     expert data), or with --overlap-param-gather before each group's first forward of a step.
 // Groups of one rank issue nothing (a SelfCommunicator).
 #pragma once
 
@@ -87,6 +89,12 @@ enum class CallOp {
 const char* to_string(CallOp op);
 
 enum class Dispatcher { kAllGather, kAllToAll };
+// Where the distributed optimizer's updated shards are gathered (ZeRO-1 and ZeRO-2).
+enum class UpdatedShards {
+  kNone,            // no distributed optimizer (or ZeRO-3, which gathers before every use)
+  kAfterStep,       // after the optimizer step, group by group in forward order
+  kInFirstForward,  // --overlap-param-gather: before each group's first forward of the next step
+};
 enum class GradientReduction {
   kOverlapped,       // --overlap-grad-reduce: a bucket starts when its gradients are final
   kEveryMicrobatch,  // ZeRO-2: every microbatch's gradients reduce-scattered when ready
@@ -103,6 +111,7 @@ struct ModelLayout {
   // dense (and expert) parameters are one bucket, started after the chunk's last group.
   bool chunk_buckets_after_first_rank = false;
   bool gather_parameters = false;  // ZeRO-3: each group gathered before its forward and its backward
+  UpdatedShards updated_shards = UpdatedShards::kNone;
   bool tied_embedding = true;
 };
 // num_layers split evenly over `stages` virtual stages (it must divide); layer l is MoE when

@@ -31,6 +31,10 @@ pipeline::ModelLayout model_layout(const Arguments& a, const std::vector<bool>& 
                     : a.overlap_grad_reduce       ? pipeline::GradientReduction::kOverlapped
                                                   : pipeline::GradientReduction::kAfterBackward;
   model.gather_parameters = zero >= ZeroLevel::kParameters;
+  if (zero == ZeroLevel::kOptimizer || zero == ZeroLevel::kGradients) {
+    model.updated_shards =
+        a.overlap_param_gather ? pipeline::UpdatedShards::kInFirstForward : pipeline::UpdatedShards::kAfterStep;
+  }
   // configs.cc's shard plan: with --overlap-grad-reduce only the first pipeline rank's buckets have
   // a size (Megatron's DDP); the other ranks' parameters are one bucket.
   model.chunk_buckets_after_first_rank = a.overlap_grad_reduce && !a.use_megatron_fsdp && !a.use_torch_fsdp2;

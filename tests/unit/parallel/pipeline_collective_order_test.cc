@@ -96,6 +96,7 @@ TEST(CollectiveOrder, EveryScheduleAndExpertLayoutUpToWorld16IsOrderedAlike) {
           model.tied_embedding = variant % 4 != 3;
           model.chunk_buckets_after_first_rank = variant % 5 < 2;
           model.gather_parameters = model.reduction == GradientReduction::kEveryMicrobatch && variant % 2 == 1;
+          if (!model.gather_parameters) model.updated_shards = static_cast<UpdatedShards>(variant % 7 % 3);
           ++variant;
           absl::StatusOr<WorldProgram> program = collective_program(grid, schedule, model);
           const bool one_rank_moe = grid.expert_model == 1 && grid.etp() == grid.tensor;
@@ -241,6 +242,20 @@ TEST(CollectiveOrder, CallCountsFollowTheLayout) {
   ASSERT_TRUE(program.ok()) << program.status();
   EXPECT_EQ(count(*program, 0, GroupKind::kExpertData, CallOp::kParameterGather), 16);
   EXPECT_EQ(count(*program, 0, GroupKind::kExpertData, CallOp::kGradientReduce), 8);
+  // The distributed optimizer's updated shards: after the step once per group (stage 0: embedding
+  // and 2 layers), or before each group's first forward; expert shards over expert data (EDP 2).
+  model.gather_parameters = false;
+  model.updated_shards = UpdatedShards::kAfterStep;
+  program = collective_program({1, 1, 2, 2, 1, 0, false}, make({ScheduleKind::kOneFOneB, 1, false}, 2, 4), model);
+  ASSERT_TRUE(program.ok()) << program.status();
+  EXPECT_EQ(count(*program, 0, GroupKind::kDataContext, CallOp::kParameterGather), 3);
+  EXPECT_EQ(count(*program, 0, GroupKind::kExpertData, CallOp::kParameterGather), 2);
+  EXPECT_EQ(program->ranks[0].back().call.op, CallOp::kParameterGather);
+  model.updated_shards = UpdatedShards::kInFirstForward;
+  program = collective_program({1, 1, 2, 2, 1, 0, false}, make({ScheduleKind::kOneFOneB, 1, false}, 2, 4), model);
+  ASSERT_TRUE(program.ok()) << program.status();
+  EXPECT_EQ(count(*program, 0, GroupKind::kDataContext, CallOp::kParameterGather), 3);
+  EXPECT_EQ(program->ranks[0].front().call.op, CallOp::kParameterGather);
   // Megatron's DDP: one bucket per chunk past the first pipeline rank (overlapped: once a step).
   model = even_model_layout(4, 2, {true});
   model.chunk_buckets_after_first_rank = true;
