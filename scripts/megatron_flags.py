@@ -189,12 +189,20 @@ def configurations_section(run, moe=False):
         out = ["", "## Megatron's mixture-of-experts configurations", "",
                f"Megatron-LM's MoE pretraining test cases at `{run['megatron_commit'][:12]}` "
                "(`tests/functional_tests/test_cases/moe/*/model_config.yaml` and `.../mixtral/*`, stored in "
-               "`docs/megatron/moe_configurations.json`), changed as the GPT ones below; a configuration with "
-               "`--expert-model-parallel-size` > 1 is not run (never with its expert parallelism removed) "
-               "and counts as blocked by it (`tests/integration/megatron_configurations.py --set moe`, the ctest "
+               "`docs/megatron/moe_configurations.json`), changed as the GPT ones below, two iterations each under "
+               "mpirun on at most 8 ranks with their expert parallelism (`tests/integration/megatron_configurations.py "
+               "--set moe`, the ctest "
                f"`megatron_moe_configurations`; this program at `{run['program_commit']}`, {run['date']}): "
                f"**{run['ran']} of {run['total']} run.**", "",
-               "Each configuration once, by its first reason:", "", "| configurations | reason |", "|---|---|"]
+               "The world: the model-parallel size (TP x CP x PP, halved pipeline first past 8) times a data-parallel "
+               "size of 2 (1 past 4 model-parallel ranks); with `--expert-model-parallel-size` > 1, the smallest "
+               "multiple of that data-parallel size for which the expert grid's ETP x EP divides TP x CP x DP within "
+               "8 ranks (Megatron's RankGenerator); where none does, EP halved (never below 2), and where EP 2 fits "
+               "no data-parallel size either, TP / PP halved again as above. `--expert-tensor-parallel-size`, CP and "
+               "every other flag are kept. The configurations whose TP, PP or EP changed:", "",
+               "| configuration | changed (the data-parallel size and world it runs with) |", "|---|---|"]
+        out += [f"| `{name}` | {cell(change)} |" for name, change in run.get("layout_changes", [])]
+        out += ["", "Each configuration once, by its first reason:", "", "| configurations | reason |", "|---|---|"]
         out += [f"| {count} | {cell(reason)} |" for reason, count in run.get("by_reason", [])]
         out += ["", "Every flag that blocks them, by configurations (as for the GPT configurations):", "",
                 "| configurations | alone | flag |", "|---|---|---|"]

@@ -10,6 +10,7 @@
 namespace gpt {
 namespace {
 std::atomic<int> g_log_rank{-1};
+std::atomic<int64_t> g_log_threshold{0};  // Python's NOTSET: every line
 std::atomic<FatalHandler> g_fatal_handler{nullptr};
 
 std::string rank_prefix() {
@@ -29,7 +30,16 @@ void write_all(int fd, const std::string& text) {
 
 void set_log_rank(int rank) { g_log_rank.store(rank); }
 
+void set_log_threshold(int64_t python_level) { g_log_threshold.store(python_level); }
+
+bool log_level_shown(LogLevel level) {
+  constexpr int64_t kPythonInfo = 20, kPythonWarning = 30;
+  const int64_t threshold = g_log_threshold.load();
+  return level == LogLevel::kError || (level == LogLevel::kWarning ? kPythonWarning : kPythonInfo) >= threshold;
+}
+
 void log_line(LogLevel level, const std::string& text) {
+  if (!log_level_shown(level)) return;
   const char* tag = level == LogLevel::kInfo ? "" : level == LogLevel::kWarning ? "warning: " : "error: ";
   write_all(STDERR_FILENO, rank_prefix() + tag + text + "\n");
 }

@@ -2,6 +2,7 @@
 // diagnostics: they go to stdout without a prefix, through train/report/log_line.h.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 
@@ -27,6 +28,12 @@ class LogMessage {
 
 // Writes one line to stderr atomically (single write call), with the rank prefix.
 void log_line(LogLevel level, const std::string& text);
+
+// Megatron's --logging-level: the root logger's threshold in Python's numbers (DEBUG 10, INFO 20,
+// WARNING 30, ERROR 40). kInfo lines are Python's INFO (shown below 21), kWarning lines its WARNING
+// (shown below 31). kError lines are what Megatron raises as exceptions: always shown.
+void set_log_threshold(int64_t python_level);
+bool log_level_shown(LogLevel level);
 
 }  // namespace gpt
 

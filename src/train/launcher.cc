@@ -17,6 +17,7 @@
 #include "parallel/comm/world_agreement.h"
 #include "parallel/mpi_grid.h"
 #include "train/args/context_parallel_arguments.h"
+#include "train/args/logging_level.h"
 #include "train/resilience/exit_signal.h"
 #include "train/resilience/fault_injection.h"
 #include "train/memory_plan.h"
@@ -208,6 +209,7 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
     args = *std::move(parsed);
     status = prepare_arguments(args);
   }
+  if (status.ok()) status = apply_logging_level(args);  // before any note or warning
   // Every agreement from here on waits at most --distributed-timeout-minutes (10 until parsed).
   if (status.ok() && args.distributed_timeout_minutes > 0) {
     world::set_timeout_seconds(args.distributed_timeout_minutes * 60.0);

@@ -11,15 +11,12 @@ number of configurations they stop:
 
   - flags pretrain_gpt does not know, or refuses whatever the value (from its flag table: every such
     flag of a configuration, not only the first it would stop at);
-  - for the rest, the first error line pretrain_gpt printed;
-  - a configuration with --expert-model-parallel-size > 1 needs expert parallelism, which this
-    program has not built yet: it counts as blocked by that and is not run (never with the expert
-    parallelism removed).
+  - for the rest, the first error line pretrain_gpt printed.
 
 --set moe reads docs/megatron/moe_configurations.json (Megatron's test_cases/moe and
 test_cases/mixtral, the same extract) instead, without the example script; its figures go to
 docs/megatron/moe_configurations_run.json, which the ctest megatron_moe_configurations compares
-(--expect-summary): the MoE set is fast, as most of it is blocked before running.
+(--expect-summary), with the configurations whose layout was shrunk and how.
 
 What is changed, and nothing else:
   sizes    the layout past 8 model-parallel ranks halved (pipeline first) until it fits;
@@ -33,7 +30,9 @@ What is changed, and nothing else:
            reached after one more iteration: thresholds of that many samples x --seq-length tokens);
            the world is the
            layout's model-parallel size times a data-parallel size of 2 (1 past 4 model-parallel
-           ranks)
+           ranks); with --expert-model-parallel-size > 1, the smallest multiple of that data-parallel
+           size that the expert grid divides within 8 ranks, else EP halved (not below 2), else the
+           layout halved as above (fitted_layout; --expert-tensor-parallel-size always kept)
   paths    --data-path: --mock-data; --vocab-file/--merge-file: the null tokenizer with a 255-token
            vocabulary (with --gpt2: GPT-2's files, scripts/setup.sh; 50257 tokens make each run several
            times slower on the CPU); --tokenizer-model: a 256-piece SentencePiece model trained here by
@@ -60,8 +59,6 @@ import harness
 SOURCE_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CONFIGURATIONS = {"gpt": os.path.join(SOURCE_DIR, "docs", "megatron", "gpt_configurations.json"),
                   "moe": os.path.join(SOURCE_DIR, "docs", "megatron", "moe_configurations.json")}
-# The blocker of a configuration that needs expert parallelism (not run).
-EXPERT_PARALLEL = "--expert-model-parallel-size > 1 (expert parallelism, not built yet)"
 ARGUMENTS = os.path.join(SOURCE_DIR, "docs", "megatron", "arguments.json")
 EXAMPLE = "examples/gpt3/train_gpt3_175b_distributed.sh"
 
@@ -108,23 +105,61 @@ def as_int(text, default):
         return default
 
 
-def shrink(args, work_dir, use_gpt2=False):
-    """(the shrunk command line, the world size) of a configuration's [[flag, value], ...]."""
+def halve_model_parallel(tp, pp):
+    """The layout's TP and PP with one of them halved, pipeline first."""
+    return (tp, pp // 2) if pp >= tp and pp > 1 else (tp // 2, pp)
+
+
+def fitted_layout(args):
+    """(TP, PP, CP, EP, DP) a configuration runs with on at most 8 ranks.
+
+    A layout past 8 model-parallel ranks (the 175B example's TP8 x PP16) is halved, pipeline first,
+    until it fits: 128 processes do not fit a CPU test machine. The data-parallel size is 2 (1 past 4
+    model-parallel ranks). With expert parallelism (EP > 1) the expert grid needs ETP x EP to divide
+    TP x CP x DP (Megatron's RankGenerator: ETP x EP x expert DP x PP = the world): the data-parallel
+    size is the smallest multiple of that default that gives it within 8 ranks; where none does, EP is
+    halved (never below 2), and where EP 2 fits no data-parallel size either, the layout is halved as
+    above. --expert-tensor-parallel-size and every other flag are kept."""
     tp = as_int(flag_value(args, "--tensor-model-parallel-size"), 1)
     pp = as_int(flag_value(args, "--pipeline-model-parallel-size"), 1)
     cp = as_int(flag_value(args, "--context-parallel-size"), 1)
     ep = as_int(flag_value(args, "--expert-model-parallel-size"), 1)
-    # A layout past 8 model-parallel ranks (the 175B example's TP8 x PP16) is halved, pipeline first,
-    # until it fits: 128 processes do not fit a CPU test machine.
     while tp * pp * cp > 8:
-        if pp >= tp and pp > 1:
-            pp //= 2
-        else:
-            tp //= 2
-    model_parallel = tp * pp * cp
-    dp = 2 if model_parallel * ep <= 4 else 1
-    dp = max(dp, ep)
-    world = model_parallel * dp
+        tp, pp = halve_model_parallel(tp, pp)
+    if ep <= 1:
+        return tp, pp, cp, ep, (2 if tp * pp * cp <= 4 else 1)
+    etp = as_int(flag_value(args, "--expert-tensor-parallel-size"), 0) or None
+    while True:
+        expert_tp = etp or tp
+        default_dp = 2 if tp * pp * cp <= 4 else 1
+        for size in [e for e in (ep, ep // 2, ep // 4, ep // 8, ep // 16) if e >= 2]:
+            dp = default_dp
+            while tp * pp * cp * dp <= 8:
+                if (tp * cp * dp) % (expert_tp * size) == 0:
+                    return tp, pp, cp, size, dp
+                dp += default_dp
+        if tp * pp == 1:
+            # Not reached by Megatron's configurations: ETP x EP 2 past 8 ranks with TP = PP = 1.
+            return tp, pp, cp, ep, default_dp
+        tp, pp = halve_model_parallel(tp, pp)
+
+
+def layout_change(args):
+    """How fitted_layout changed a configuration's TP / PP / EP (empty if it kept them)."""
+    tp, pp, cp, ep, dp = fitted_layout(args)
+    given = {"TP": as_int(flag_value(args, "--tensor-model-parallel-size"), 1),
+             "PP": as_int(flag_value(args, "--pipeline-model-parallel-size"), 1),
+             "EP": as_int(flag_value(args, "--expert-model-parallel-size"), 1)}
+    now = {"TP": tp, "PP": pp, "EP": ep}
+    if given == now:
+        return ""
+    return " ".join(f"{k}{given[k]}->{now[k]}" for k in given if given[k] != now[k]) + f" (DP{dp}, {tp * pp * cp * dp} ranks)"
+
+
+def shrink(args, work_dir, use_gpt2=False):
+    """(the shrunk command line, the world size) of a configuration's [[flag, value], ...]."""
+    tp, pp, cp, ep, dp = fitted_layout(args)
+    world = tp * pp * cp * dp
     per_vstage = as_int(flag_value(args, "--num-layers-per-virtual-pipeline-stage"), 0)
     chunks = as_int(flag_value(args, "--num-virtual-stages-per-pipeline-rank"), 0)
     if per_vstage:
@@ -151,7 +186,8 @@ def shrink(args, work_dir, use_gpt2=False):
              "--ffn-hidden-size": 4 * hidden, "--kv-channels": hidden // heads, "--seq-length": 32,
              "--max-position-embeddings": 32, "--micro-batch-size": micro, "--global-batch-size": global_batch,
              "--num-query-groups": max(tp, 2), "--train-iters": 2, "--train-samples": 2 * global_batch,
-             "--tensor-model-parallel-size": tp, "--pipeline-model-parallel-size": pp}
+             "--tensor-model-parallel-size": tp, "--pipeline-model-parallel-size": pp,
+             "--expert-model-parallel-size": ep}
     have_gpt2 = use_gpt2 and os.path.exists(harness.gpt2_tokenizer_flags(SOURCE_DIR)[1])
     out = ["--device", "cpu"]
     directories = {}
@@ -219,6 +255,7 @@ def program_statuses(program):
 
 def first_error(text):
     for line in text.splitlines():
+        line = re.sub(r"^\[rank \d+\] ", "", line)  # a rank's own error line (a failed check)
         if line.startswith("error:") or line.startswith("Error:"):
             return line
     lines = [l for l in text.splitlines() if l.strip() and not l.startswith("--") and "mpirun" not in l]
@@ -252,14 +289,11 @@ def summarize(outcome, megatron_commit):
     """The figures docs/MEGATRON_FLAGS.md shows: how many ran, and the blockers by configurations
     (every unknown or refused flag of a configuration; the first error of those without one)."""
     blocking, alone, first_errors = collections.Counter(), collections.Counter(), collections.Counter()
-    # Each configuration once, by its first reason: expert parallelism, then unknown or refused
-    # flags, then a value refused (its first error line), else it ran.
+    # Each configuration once, by its first reason: unknown or refused flags, then a value refused (its first error line), else it ran.
     by_reason = collections.Counter()
     for result in outcome.values():
         if result["ran"]:
             by_reason["ran"] += 1
-        elif EXPERT_PARALLEL in result["blocking_flags"]:
-            by_reason["blocked: needs expert parallelism (--expert-model-parallel-size > 1)"] += 1
         elif result["blocking_flags"]:
             by_reason["blocked: flags unknown here or refused at any value"] += 1
         else:
@@ -278,7 +312,8 @@ def summarize(outcome, megatron_commit):
             "total": len(outcome), "ran": sum(1 for r in outcome.values() if r["ran"]),
             "ran_cases": sorted(name for name, r in outcome.items() if r["ran"]),
             "blocking_flags": order(blocking), "only_blocker": dict(alone), "first_errors": order(first_errors),
-            "by_reason": order(by_reason)}
+            "by_reason": order(by_reason),
+            "layout_changes": sorted([name, r["layout_change"]] for name, r in outcome.items() if r.get("layout_change"))}
 
 
 def summary_differences(summary, path):
@@ -287,7 +322,7 @@ def summary_differences(summary, path):
         stored = json.load(f)
     differences = []
     for key in ("megatron_commit", "total", "ran", "ran_cases", "blocking_flags", "only_blocker", "first_errors",
-                "by_reason"):
+                "by_reason", "layout_changes"):
         if json.loads(json.dumps(summary[key])) != stored.get(key):
             differences.append(f"{key}: {summary[key]} here, {stored.get(key)} in {path} (rerun with --summary-out "
                                "and regenerate docs/MEGATRON_FLAGS.md)")
@@ -334,15 +369,11 @@ def main():
     for name, case in cases:
         blocking = sorted({f for f, _ in case if statuses.get(f) in (None, "refused")})
         blocking = [f"{flag} ({'refused' if flag in statuses else 'unknown'})" for flag in blocking]
-        if as_int(flag_value(case, "--expert-model-parallel-size"), 1) > 1:
-            blocking = [EXPERT_PARALLEL] + [f for f in blocking if not f.startswith("--expert-model-parallel-size ")]
-            outcome[name] = {"ran": False, "error": "not run: needs expert parallelism", "blocking_flags": blocking,
-                             "world": 0, "command": []}
-            print(f"BLOCKED {name}: {', '.join(blocking)}", flush=True)
-            continue
         ok, error, command, world = run_case(args.program, name, case, args.timeout, args.gpt2)
-        outcome[name] = {"ran": ok, "error": error, "blocking_flags": blocking, "world": world, "command": command}
-        print(f"{'RAN    ' if ok else 'STOPPED'} {name} (np {world}){'' if ok else ': ' + error}", flush=True)
+        outcome[name] = {"ran": ok, "error": error, "blocking_flags": blocking, "world": world, "command": command,
+                         "layout_change": layout_change(case)}
+        print(f"{'RAN    ' if ok else 'STOPPED'} {name} (np {world}{', ' + outcome[name]['layout_change'] if outcome[name]['layout_change'] else ''})"
+              f"{'' if ok else ': ' + error}", flush=True)
     summary = summarize(outcome, stored["commit"])
     print(f"\n{summary['ran']} of {summary['total']} configurations ran two iterations (Megatron-LM "
           f"{stored['commit'][:12]})")

@@ -267,6 +267,7 @@ struct Arguments {
   bool log_params_norm = false;        // "params norm" in the log line
   bool log_num_zeros_in_grad = false;  // "num zeros" in the log line
   int64_t timing_log_level = 0;  // >= 1: Megatron's "(min, max) time across ranks" lines per phase
+  int64_t logging_level = 0;     // Python's level numbers; given or not: flag_given (train/args/logging_level.h)
   // Megatron's rerun state machine (train/resilience/rerun_check.h).
   std::string rerun_mode = "disabled";  // disabled, validate_results or report_stats
   bool check_for_spiky_loss = false;

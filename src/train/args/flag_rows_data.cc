@@ -175,6 +175,15 @@ constexpr FlagRow kRows[] = {
         "all-grads-sync, optimizer); 2: also forward-compute, backward-compute, batch-generator, "
         "pipeline-send-recv, tp-comm, params-all-gather (device time from CUDA events on the GPU)")
         .in_range(0, 2),
+    row("--logging-level", &A::logging_level,
+        "Python's logging level (DEBUG 10, INFO 20, WARNING 30, ERROR 40; else MEGATRON_LOGGING_LEVEL, as "
+        "Megatron): above 20 the start-up notes are not printed, above 30 the warnings neither; errors, the "
+        "argument dump and the iteration lines (Megatron's print()s) always are")
+        .shown(kNoneIfZero)
+        .megatron(kImplementation,
+                  "Python's levels (else MEGATRON_LOGGING_LEVEL): above 20 the start-up notes (INFO) are not "
+                  "printed, above 30 the warnings (WARNING) neither; errors, the argument dump and the iteration "
+                  "lines (Megatron's print()s) always are"),
     row("--metrics-file", &A::metrics_file,
         "One JSON object per log line and evaluation (JSON Lines; truncated when the run starts at "
         "iteration 0, appended to when it resumes; not a Megatron flag)")
