@@ -190,8 +190,9 @@ std::string memory_report(const Prediction& p) {
   absl::StrAppendFormat(&out, "  optimizer state       %10.4f GiB\n", m.optimizer_state / kGiB);
   absl::StrAppendFormat(&out, "  activations           %10.4f GiB\n", m.activations / kGiB);
   absl::StrAppendFormat(&out, "  data-parallel buffers %10.4f GiB\n", m.data_parallel_buffers / kGiB);
-  absl::StrAppendFormat(&out, "  total                 %10.4f GiB of %.2f GiB available%s\n", m.total() / kGiB,
-                        p.memory_available / kGiB, p.fits ? "" : "  -- DOES NOT FIT");
+  absl::StrAppendFormat(&out, "  total                 %10.4f GiB (%.3f MiB) of %.2f GiB available%s\n",
+                        m.total() / kGiB, m.total() / (1024.0 * 1024.0), p.memory_available / kGiB,
+                        p.fits ? "" : "  -- DOES NOT FIT");
   if (!p.dispatcher.empty()) {
     absl::StrAppendFormat(&out, "  routed-expert parameters %.0f elements (ETP %d x EP %d; optimizer state over EDP %d)\n",
                           m.expert_parameters, p.expert_tensor, p.expert_model, p.expert_data);
