@@ -411,7 +411,7 @@ absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size) {
 
 namespace {
 
-// The plan holds the layout with EP 1 and ETP = TP: move its routed experts to the expert grid
+// A plan of the layout with EP 1 and ETP = TP (today's memory plan): move its routed experts to the expert grid
 // (expert_layout.h). Each item keeps its bytes per element; a sharded item's expert part is
 // sharded over EDP instead of DP x CP (optimizer state with ZeRO-1, gradients from ZeRO-2,
 // parameters with ZeRO-3).
@@ -455,7 +455,20 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world
   memory.activations = activations == Implementation::kTrainer
                            ? static_cast<double>(items.activations)
                            : megatron_activation_bytes(a, world_size);  // Megatron's model code (also under DeepSpeed)
-  apply_expert_grid(a, world_size, memory);
+  // The expert grid: moved onto the plan unless the plan already lays the experts out on it (a plan
+  // that reads EP / ETP differs from the plan of the same layout without them).
+  const ExpertGrid grid = expert_grid(a, world_size);
+  bool planned_on_grid = false;
+  if (grid.moe && (grid.expert_model > 1 || grid.expert_tensor != a.tensor_model_parallel_size)) {
+    const Arguments flat = without_expert_grid(a);
+    GPT_ASSIGN_OR_RETURN(const MemoryPlan without, plan_memory(flat, world_size, vocabulary_before_data(flat)));
+    planned_on_grid = without.parameters != plan.parameters || without.optimizer_state != plan.optimizer_state;
+  }
+  if (planned_on_grid) {
+    memory.expert_parameters = expert_elements(a, model_config_from(a), world_size).actual;
+  } else {
+    apply_expert_grid(a, world_size, memory);
+  }
   return memory;
 }
 
