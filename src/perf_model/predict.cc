@@ -178,7 +178,11 @@ void shard_units(const ModelConfig& config, const ModelConfig& local_config, con
     add_calls(backward, backward_calls);
     return unit;
   };
-  const std::vector<double> layer_tensors = layer_parameter_tensors(local_config, layer_ops(local_config, shape));
+  // A unit is a layer: an MoE model's are priced as its majority kind's (an MoE layer's holds its
+  // local experts' weights, E / EP split over ETP).
+  const bool moe_units = config.moe.enabled() && 2 * config.moe.moe_layer_count() >= config.num_layers;
+  const std::vector<double> layer_tensors =
+      layer_parameter_tensors(local_config, layer_ops(local_config, shape, moe_units));
   const UnitSharding layer = shard(layer_tensors, p.layer.forward, p.layer.backward,
                                    p.layer.backward.total() + r.chunk_recompute / r.chunk_layers, r.recomputed > 0);
   r.chunk_first_wait = layer.first_unit_wait;
