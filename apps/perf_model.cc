@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   app.add_option("--moe-imbalance", options.expert_imbalance,
                  "MoE: the busiest rank's routed tokens over the mean (1: uniform routing, as Megatron's "
                  "--moe-router-force-load-balancing benchmarks)")
-      ->check(CLI::Range(1.0, 1e6));
+      ->check(gpt::number_in(gpt::NumberRange::from_to(1.0, 1e6)));
   bool memory_only = false;
   app.add_flag("--memory", memory_only,
                "print only the memory per GPU of the layout (the memory plan pretrain_gpt checks at start-up)");

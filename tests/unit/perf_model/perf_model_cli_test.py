@@ -106,7 +106,8 @@ def main():
                                                                 "--expert-model-parallel-size (3)"),
             "expert grid not dividing the world": (moe[:-1] + ["4", "--pipeline-model-parallel-size", "8"],
                                                    "--expert-model-parallel-size (4) x --pipeline-model-parallel-size (8)"),
-            "imbalance below 1": (moe + ["--moe-imbalance", "0.5"], "--moe-imbalance"),
+            "imbalance below 1": (moe + ["--moe-imbalance", "0.5"], "--moe-imbalance: must be from 1"),
+            "imbalance not a number": (moe + ["--moe-imbalance", "nan"], "--moe-imbalance: expected a finite"),
             "--memory with --search": (moe + ["--memory", "--search", "--global-batch-size", "64"], "--memory"),
         }
         for name, (args, needle) in bad.items():
