@@ -15,7 +15,7 @@ constexpr const char* kEtp = "--expert-tensor-parallel-size";
 
 int64_t resolved_etp(const Arguments& a) {
   return a.was_given(kEtp) && a.expert_tensor_parallel_size > 0 ? a.expert_tensor_parallel_size
-                                                                 : a.tensor_model_parallel_size;
+                                                                : a.tensor_model_parallel_size;
 }
 
 }  // namespace
@@ -39,7 +39,8 @@ absl::Status check_expert_grid(const Arguments& a, int64_t world) {
   const int64_t ep = a.expert_model_parallel_size, etp = resolved_etp(a), pp = a.pipeline_model_parallel_size;
   if (ep < 1) return absl::InvalidArgumentError(absl::StrCat(kEp, " must be at least 1 (got ", ep, ")"));
   if (a.was_given(kEtp) && a.expert_tensor_parallel_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(kEtp, " must be at least 1 (got ", a.expert_tensor_parallel_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kEtp, " must be at least 1 (got ", a.expert_tensor_parallel_size, ")"));
   }
   if (a.num_experts % ep != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--num-experts (", a.num_experts, ") must be divisible by ", kEp,
@@ -47,8 +48,8 @@ absl::Status check_expert_grid(const Arguments& a, int64_t world) {
   }
   const int64_t ffn = a.moe_ffn_hidden_size > 0 ? a.moe_ffn_hidden_size : a.ffn_hidden_size;
   if (ffn > 0 && ffn % etp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the experts' ffn size (", ffn, ") must be divisible by ", kEtp,
-                                                   " (", etp, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the experts' ffn size (", ffn, ") must be divisible by ", kEtp, " (", etp, ")"));
   }
   const int64_t cells = checked_multiply(checked_multiply(etp, ep).value_or(0), pp).value_or(0);
   if (cells == 0 || world % cells != 0) {
@@ -60,10 +61,9 @@ absl::Status check_expert_grid(const Arguments& a, int64_t world) {
   // moe layers must be the same".
   const int64_t dp = data_parallel_size(a, world) * a.context_parallel_size;
   if (a.use_tp_pp_dp_mapping && pp > 1 && world / cells != dp) {
-    return absl::InvalidArgumentError(absl::StrCat(kEtp, " ", etp, " x ", kEp, " ", ep,
-                                                   " with --use-tp-pp-dp-mapping and --pipeline-model-parallel-size ",
-                                                   pp, ": the expert data-parallel size (", world / cells,
-                                                   ") must equal the data x context size (", dp, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        kEtp, " ", etp, " x ", kEp, " ", ep, " with --use-tp-pp-dp-mapping and --pipeline-model-parallel-size ", pp,
+        ": the expert data-parallel size (", world / cells, ") must equal the data x context size (", dp, ")"));
   }
   return absl::OkStatus();
 }
@@ -89,7 +89,8 @@ Arguments with_expert_grid(Arguments validated, const Arguments& given) {
 ExpertElements expert_elements(const Arguments& a, const ModelConfig& config, int64_t world) {
   if (!config.moe.enabled()) return {};
   const ExpertGrid grid = expert_grid(a, world);
-  const double layers = static_cast<double>(rank_moe_layers(config, virtual_stage_layers(a), a.pipeline_model_parallel_size));
+  const double layers =
+      static_cast<double>(rank_moe_layers(config, virtual_stage_layers(a), a.pipeline_model_parallel_size));
   return {.planned = layers * expert_parameters_per_rank(config, 1, a.tensor_model_parallel_size),
           .actual = layers * expert_parameters_per_rank(config, grid.expert_model, grid.expert_tensor)};
 }

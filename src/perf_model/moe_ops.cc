@@ -34,7 +34,7 @@ void routed_expert_ops(const ModelConfig& c, const LayerShapes& s, const LayerOp
   const double local_experts = experts / ep;
   const double pairs = etp * owned * k * x.imbalance;  // P: rows through the local experts
   const double rows_per_expert = pairs / local_experts;
-  const double exchange_rows = etp * ep * owned;       // G R
+  const double exchange_rows = etp * ep * owned;                // G R
   const double routed_bytes = x.imbalance * owned * k * h * t;  // the busiest rank's pairs
   // The allgather dispatcher gathers nothing more when its exchange group is the TP group whose
   // all-gather of the norm output the router already made (EP 1, ETP = TP: today's one-rank code).
@@ -45,12 +45,15 @@ void routed_expert_ops(const ModelConfig& c, const LayerShapes& s, const LayerOp
   f.push_back(gemm("router", router_rows, experts, h, 1));
   f.push_back(memory("router scores and top-k", kRouterPasses * router_rows * experts));
   if (x.all_to_all) {
-    if (x.expert_model > 1) f.push_back(collective("dispatch all-to-all", OpKind::kAllToAll, CommGroup::kExpertModel, routed_bytes));
+    if (x.expert_model > 1)
+      f.push_back(collective("dispatch all-to-all", OpKind::kAllToAll, CommGroup::kExpertModel, routed_bytes));
     if (x.expert_tensor > 1) {
-      f.push_back(collective("dispatch all-gather (ETP)", OpKind::kAllGather, CommGroup::kExpertTensor, etp * routed_bytes));
+      f.push_back(
+          collective("dispatch all-gather (ETP)", OpKind::kAllGather, CommGroup::kExpertTensor, etp * routed_bytes));
     }
   } else if (exchange && !gathered) {
-    f.push_back(collective("dispatch all-gather", OpKind::kAllGather, CommGroup::kExpertExchange, exchange_rows * h * t));
+    f.push_back(
+        collective("dispatch all-gather", OpKind::kAllGather, CommGroup::kExpertExchange, exchange_rows * h * t));
   }
   f.push_back(memory("permute", 2 * t * pairs * h));
   f.push_back(gemm("experts fc1", rows_per_expert, fc1, h, local_experts));
@@ -59,21 +62,27 @@ void routed_expert_ops(const ModelConfig& c, const LayerShapes& s, const LayerOp
   f.push_back(memory("unpermute and combine", 2 * t * pairs * h));
   if (x.all_to_all) {
     if (x.expert_tensor > 1) {
-      f.push_back(collective("combine reduce-scatter (ETP)", OpKind::kReduceScatter, CommGroup::kExpertTensor, etp * routed_bytes));
+      f.push_back(collective("combine reduce-scatter (ETP)", OpKind::kReduceScatter, CommGroup::kExpertTensor,
+                             etp * routed_bytes));
     }
-    if (x.expert_model > 1) f.push_back(collective("combine all-to-all", OpKind::kAllToAll, CommGroup::kExpertModel, routed_bytes));
+    if (x.expert_model > 1)
+      f.push_back(collective("combine all-to-all", OpKind::kAllToAll, CommGroup::kExpertModel, routed_bytes));
   } else if (exchange) {
-    f.push_back(collective("combine reduce-scatter", OpKind::kReduceScatter, CommGroup::kExpertExchange, exchange_rows * h * t));
+    f.push_back(collective("combine reduce-scatter", OpKind::kReduceScatter, CommGroup::kExpertExchange,
+                           exchange_rows * h * t));
   }
 
   // Backward, in the order it runs: the combine's transpose first.
   if (x.all_to_all) {
-    if (x.expert_model > 1) g.push_back(collective("combine backward all-to-all", OpKind::kAllToAll, CommGroup::kExpertModel, routed_bytes));
+    if (x.expert_model > 1)
+      g.push_back(collective("combine backward all-to-all", OpKind::kAllToAll, CommGroup::kExpertModel, routed_bytes));
     if (x.expert_tensor > 1) {
-      g.push_back(collective("combine backward all-gather (ETP)", OpKind::kAllGather, CommGroup::kExpertTensor, etp * routed_bytes));
+      g.push_back(collective("combine backward all-gather (ETP)", OpKind::kAllGather, CommGroup::kExpertTensor,
+                             etp * routed_bytes));
     }
   } else if (exchange) {
-    g.push_back(collective("combine backward all-gather", OpKind::kAllGather, CommGroup::kExpertExchange, exchange_rows * h * t));
+    g.push_back(collective("combine backward all-gather", OpKind::kAllGather, CommGroup::kExpertExchange,
+                           exchange_rows * h * t));
   }
   g.push_back(memory("unpermute backward", 2 * t * pairs * h));
   g.push_back(gemm("experts fc2 input gradient", rows_per_expert, ffn, h, local_experts));
@@ -87,7 +96,8 @@ void routed_expert_ops(const ModelConfig& c, const LayerShapes& s, const LayerOp
       g.push_back(collective("dispatch backward reduce-scatter (ETP)", OpKind::kReduceScatter, CommGroup::kExpertTensor,
                              etp * routed_bytes));
     }
-    if (x.expert_model > 1) g.push_back(collective("dispatch backward all-to-all", OpKind::kAllToAll, CommGroup::kExpertModel, routed_bytes));
+    if (x.expert_model > 1)
+      g.push_back(collective("dispatch backward all-to-all", OpKind::kAllToAll, CommGroup::kExpertModel, routed_bytes));
   } else if (exchange && !gathered) {
     g.push_back(collective("dispatch backward reduce-scatter", OpKind::kReduceScatter, CommGroup::kExpertExchange,
                            exchange_rows * h * t));

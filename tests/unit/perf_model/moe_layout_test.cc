@@ -7,9 +7,9 @@
 
 #include "perf_model/compute_cost.h"
 #include "perf_model/moe_ops.h"
-#include "unit/perf_model/perf_model_fixtures.h"
 #include "perf_model/search.h"
 #include "train/configs.h"
+#include "unit/perf_model/perf_model_fixtures.h"
 
 namespace gpt::perf {
 namespace {
@@ -23,14 +23,16 @@ constexpr double kH = 256, kF = 512, kK = 2, kE = 8, kRows = 256, kBytes = 2, kL
 
 LayerOps moe_ops(int64_t tp, int64_t ep, int64_t etp, bool all_to_all, double imbalance = 1.0,
                  bool route_gathered = true) {
-  const Arguments a = checked_layout(kMoe + "--tensor-model-parallel-size " + std::to_string(tp) +
-                                         (tp > 1 ? " --sequence-parallel" : ""),
-                                     8);
+  const Arguments a = checked_layout(
+      kMoe + "--tensor-model-parallel-size " + std::to_string(tp) + (tp > 1 ? " --sequence-parallel" : ""), 8);
   RankShape shape;
   shape.tensor_parallel = tp;
   shape.sequence_parallel = tp > 1;
   shape.micro_batch = 1;
-  shape.expert = {.expert_model = ep, .expert_tensor = etp, .all_to_all = all_to_all, .imbalance = imbalance,
+  shape.expert = {.expert_model = ep,
+                  .expert_tensor = etp,
+                  .all_to_all = all_to_all,
+                  .imbalance = imbalance,
                   .route_gathered_rows = route_gathered};
   return layer_ops(model_config_from(a), shape, /*moe_layer=*/true);
 }
@@ -122,8 +124,9 @@ TEST(PerfModelMoe, RefusesAnExpertGridThatDoesNotFit) {
     absl::StatusOr<Arguments> validated = validate_layout(*parsed, world);
     return validated.ok() ? std::string() : std::string(validated.status().message());
   };
-  EXPECT_NE(refusal("--expert-model-parallel-size 3", 8).find("--num-experts (8) must be divisible by "
-                                                              "--expert-model-parallel-size (3)"),
+  EXPECT_NE(refusal("--expert-model-parallel-size 3", 8)
+                .find("--num-experts (8) must be divisible by "
+                      "--expert-model-parallel-size (3)"),
             std::string::npos);
   EXPECT_NE(refusal("--expert-model-parallel-size 4 --pipeline-model-parallel-size 2", 4)
                 .find("world size (4) must be divisible by --expert-tensor-parallel-size (1) x "
