@@ -87,9 +87,12 @@ void routed_expert_ops(const ModelConfig& c, const LayerShapes& s, const LayerOp
   g.push_back(memory("unpermute backward", 2 * t * pairs * h));
   g.push_back(gemm("experts fc2 input gradient", rows_per_expert, ffn, h, local_experts));
   g.push_back(gemm("experts fc2 weight gradient", ffn, h, rows_per_expert, local_experts, true));
+  // With --add-bias-linear, each bias gradient reads its output gradient (as the dense layer's).
+  if (c.add_bias_linear) g.push_back(memory("experts fc2 bias gradient", t * pairs * h));
   g.push_back(memory(c.swiglu ? "experts swiglu backward" : "experts gelu backward", t * pairs * (ffn + 2 * fc1)));
   g.push_back(gemm("experts fc1 input gradient", rows_per_expert, h, fc1, local_experts));
   g.push_back(gemm("experts fc1 weight gradient", h, fc1, rows_per_expert, local_experts, true));
+  if (c.add_bias_linear) g.push_back(memory("experts fc1 bias gradient", t * pairs * fc1));
   g.push_back(memory("permute backward", 2 * t * pairs * h));
   if (x.all_to_all) {
     if (x.expert_tensor > 1) {

@@ -17,8 +17,8 @@
 //   combine         unpermute and the weighted sum; allgather: the partial sums [G R, h]
 //                   reduce-scattered over the exchange group; alltoall: reduce-scattered over
 //                   ETP, then the pairs returned over EP
-// Backward runs the same in reverse: each GEMM's input and weight gradients, the collectives'
-// transposes (all-gather <-> reduce-scatter, all-to-all back).
+// Backward runs the same in reverse: each GEMM's input and weight gradients (and bias gradients with
+// --add-bias-linear), the collectives' transposes (all-gather <-> reduce-scatter, all-to-all back).
 //
 // Per expert-parallel rank the mean work is the same for every EP x ETP (ETP R k pairs at 1 / ETP
 // of the width): EP changes the GEMMs' rows per expert and the traffic, ETP the widths.
