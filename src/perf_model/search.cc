@@ -158,7 +158,10 @@ absl::Status check_search_size(const Arguments& base, int64_t world, const std::
         base.global_batch_size, " would evaluate ", count, " candidate layouts simulating ",
         steps.value() ? absl::StrCat(*steps.value()) : std::string("more than 2^63"),
         " schedule steps: more than the search's limits (", kMaxSearchCandidates, " layouts, ",
-        kMaxSearchScheduleSteps, " steps); predict chosen layouts without --search, or search a smaller world or batch"));
+        kMaxSearchScheduleSteps, " steps); predict chosen layouts without --search, or search a smaller world or batch",
+        base.num_experts > 0 && !base.was_given("--expert-model-parallel-size")
+            ? ", or give --expert-model-parallel-size (and --expert-tensor-parallel-size) to try fewer expert grids"
+            : ""));
   }
   return absl::OkStatus();
 }
