@@ -136,16 +136,14 @@ PassCost weighted(const PassCost& a, double wa, const PassCost& b, double wb) {
   return p;
 }
 
-LayerCost one_layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster& cluster, bool moe_layer);
-
 }  // namespace
 
 LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {
   const double layers = static_cast<double>(c.num_layers);
   const double moe = c.moe.enabled() && layers > 0 ? static_cast<double>(c.moe.moe_layer_count()) / layers : 0.0;
-  if (moe == 0.0) return one_layer_cost(c, shape, cluster, false);
-  if (moe == 1.0) return one_layer_cost(c, shape, cluster, true);
-  const LayerCost dense = one_layer_cost(c, shape, cluster, false), sparse = one_layer_cost(c, shape, cluster, true);
+  if (moe == 0.0) return kind_layer_cost(c, shape, cluster, false);
+  if (moe == 1.0) return kind_layer_cost(c, shape, cluster, true);
+  const LayerCost dense = kind_layer_cost(c, shape, cluster, false), sparse = kind_layer_cost(c, shape, cluster, true);
   LayerCost mean;
   mean.forward = weighted(dense.forward, 1 - moe, sparse.forward, moe);
   mean.backward = weighted(dense.backward, 1 - moe, sparse.backward, moe);
@@ -155,9 +153,7 @@ LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster
   return mean;
 }
 
-namespace {
-
-LayerCost one_layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster& cluster, bool moe_layer) {
+LayerCost kind_layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster& cluster, bool moe_layer) {
   const LayerOps ops = layer_ops(c, shape, moe_layer);
   LayerCost cost;
   PassCost& f = cost.forward;
@@ -202,8 +198,6 @@ LayerCost one_layer_cost(const ModelConfig& c, const RankShape& shape, const Clu
   cost.recompute_selective = f.attention + f.cp_comm;
   return cost;
 }
-
-}  // namespace
 
 PassCost embedding_forward(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {
   const double rows = static_cast<double>(c.seq_length * shape.micro_batch);

@@ -83,6 +83,8 @@ PassCost price_ops(const std::vector<Op>& ops, const RankShape& shape, const Clu
 // `config` with its dtype (BF16: 2 bytes per element). With MoE layers (--moe-layer-freq) the mean
 // layer: the dense and the MoE layer's costs weighted by their counts in the model.
 LayerCost layer_cost(const ModelConfig& config, const RankShape& shape, const Cluster& cluster);
+// One dense layer's (`moe_layer` false) or one MoE layer's.
+LayerCost kind_layer_cost(const ModelConfig& config, const RankShape& shape, const Cluster& cluster, bool moe_layer);
 // The first virtual stage's embedding (lookup, position add, TP reduction) per microbatch.
 PassCost embedding_forward(const ModelConfig& config, const RankShape& shape, const Cluster& cluster);
 PassCost embedding_backward(const ModelConfig& config, const RankShape& shape, const Cluster& cluster);

@@ -116,7 +116,30 @@ struct RankPasses {
   double chunk_recompute = 0;   // the largest stage's recompute time (full or selective)
   double rank_recompute = 0;    // the busiest rank's recompute time, all its chunks
   double chunk_first_wait = 0;  // ZeRO-3: the gather a chunk's first layer waits for
+  // MoE with dense layers too (--moe-layer-freq): each virtual stage's MoE layers beyond its share
+  // of the mean layer (p.layer), each costing an MoE layer's pass less a dense layer's.
+  std::vector<double> stage_moe_excess;
+  double moe_forward_excess = 0, moe_backward_excess = 0, moe_weight_excess = 0;
 };
+
+// A mixed model's stages: their MoE layers' counts against the mean layer's share.
+void stage_moe_layers(const ModelConfig& config, const ModelConfig& local_config, const RankShape& shape,
+                      const Cluster& cluster, RankPasses& r) {
+  const int64_t moe = config.moe.enabled() ? config.moe.moe_layer_count() : 0;
+  if (moe == 0 || moe == config.num_layers) return;
+  const LayerCost dense = kind_layer_cost(local_config, shape, cluster, false);
+  const LayerCost sparse = kind_layer_cost(local_config, shape, cluster, true);
+  r.moe_forward_excess = sparse.forward.total() - dense.forward.total();
+  r.moe_backward_excess = sparse.backward.total() - dense.backward.total();
+  r.moe_weight_excess = sparse.weight_gradient_gemm - dense.weight_gradient_gemm;
+  const double share = static_cast<double>(moe) / static_cast<double>(config.num_layers);
+  int64_t layer = 0;
+  for (const int64_t layers : r.stage_layers) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < layers; ++i, ++layer) count += config.moe.is_moe_layer(layer) ? 1 : 0;
+    r.stage_moe_excess.push_back(static_cast<double>(count) - share * static_cast<double>(layers));
+  }
+}
 
 // The recompute of a virtual stage of `layers` layers (full: its recomputed layers' forward;
 // selective: every layer's attention core).
@@ -137,6 +160,7 @@ RankPasses rank_passes(const Arguments& a, const ModelConfig& config, const Mode
   r.head_f = head_forward(local_config, shape, cluster), r.head_b = head_backward(local_config, shape, cluster);
   r.stage_layers = virtual_stage_layers(a);
   r.chunk_layers = *std::max_element(r.stage_layers.begin(), r.stage_layers.end());
+  stage_moe_layers(config, local_config, shape, cluster, r);
   r.recomputed = static_cast<double>(fully_recomputed_layers(config, r.chunk_layers));
   r.chunk_recompute = stage_recompute(config, p, r.chunk_layers);
   for (int64_t rank = 0; rank < p.pipeline; ++rank) {
@@ -239,12 +263,14 @@ absl::Status time_pipeline(const Arguments& a, const ModelConfig& config, const 
     for (int k = 0; k < pp * v; ++k) {
       const bool first = k == 0, last = k == pp * v - 1;
       const int64_t layers = r.stage_layers[static_cast<size_t>(k)];
-      const double chunk_weight = static_cast<double>(layers) * p.layer.weight_gradient_gemm;
+      const double excess = r.stage_moe_excess.empty() ? 0.0 : r.stage_moe_excess[static_cast<size_t>(k)];
+      const double chunk_weight =
+          static_cast<double>(layers) * p.layer.weight_gradient_gemm + excess * r.moe_weight_excess;
       const double weight = chunk_weight + (first ? r.embed_b.total() : 0.0) + (last ? r.head_b.gemm / 2 : 0.0);
-      const double backward =
-          chunk_backward(layers) + (first ? r.embed_b.total() : 0.0) + (last ? r.head_b.total() : 0.0);
-      stages.forward.push_back(chunk_forward(layers) + (first ? r.embed_f.total() : 0.0) +
-                               (last ? r.head_f.total() : 0.0));
+      const double backward = chunk_backward(layers) + excess * r.moe_backward_excess +
+                              (first ? r.embed_b.total() : 0.0) + (last ? r.head_b.total() : 0.0);
+      stages.forward.push_back(chunk_forward(layers) + excess * r.moe_forward_excess +
+                               (first ? r.embed_f.total() : 0.0) + (last ? r.head_f.total() : 0.0));
       stages.backward_input.push_back(backward - weight);
       stages.weight.push_back(weight);
     }

@@ -159,6 +159,26 @@ TEST(PerfModelMoe, MemoryAndGradientTrafficFollowTheExpertGrid) {
   EXPECT_GT(ep4.ep_comm_time, 0.0);
 }
 
+TEST(PerfModelMoe, StagesCarryTheirOwnMoeLayers) {
+  // 4 layers on 2 stages: the MoE layers together on the last stage, or one on each. The same mean
+  // layer; the concentrated pattern's busiest stage runs two MoE layers, so its pipeline is slower.
+  const Cluster cluster = ideal_cluster_base();
+  const std::string flags = kMoe + "--pipeline-model-parallel-size 2 --moe-layer-freq ";
+  const Prediction together = predict_layout(flags + "([0]*2+[1]*2)", 2, cluster);
+  const Prediction spread = predict_layout(flags + "([0]+[1])*2", 2, cluster);
+  EXPECT_DOUBLE_EQ(together.layer.forward.total(), spread.layer.forward.total());
+  EXPECT_GT(together.pipeline_time, spread.pipeline_time * 1.01);
+  // One stage alone: the stage of two MoE layers costs what two MoE layers do.
+  const Arguments a = checked_layout(flags + "([0]*2+[1]*2)", 2);
+  RankShape shape;
+  shape.micro_batch = 1;
+  const ModelConfig c = model_config_from(a);
+  const double moe = kind_layer_cost(c, shape, cluster, true).forward.total();
+  const double dense = kind_layer_cost(c, shape, cluster, false).forward.total();
+  EXPECT_GT(moe, dense);
+  EXPECT_NEAR(together.layer.forward.total(), (moe + dense) / 2, 1e-12);
+}
+
 TEST(PerfModelMoe, SearchTriesTheExpertGrid) {
   std::vector<std::string> argv = absl::StrSplit(kMoe + "--moe-token-dispatcher-type alltoall", ' ', absl::SkipEmpty());
   absl::StatusOr<Arguments> base = parse_model_flags(argv);
