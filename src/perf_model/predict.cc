@@ -445,23 +445,24 @@ namespace {
 // (expert_layout.h). Each item keeps its bytes per element; a sharded item's expert part is
 // sharded over EDP instead of DP x CP (optimizer state with ZeRO-1, gradients from ZeRO-2,
 // parameters with ZeRO-3).
-void apply_expert_grid(const Arguments& a, int64_t world, MemoryEstimate& m) {
+void apply_expert_grid(const Arguments& a, int64_t world, bool move_items, bool move_count, MemoryEstimate& m) {
   const ModelConfig config = model_config_from(a);
   const ExpertElements x = expert_elements(a, config, world);
   m.expert_parameters = x.actual;
   if (x.planned == x.actual || m.stage_parameters <= 0) return;
+  const double elements = m.stage_parameters;
+  if (move_count) m.stage_parameters = elements - x.planned + x.actual;
+  if (!move_items) return;
   const ExpertGrid grid = expert_grid(a, world);
   const double dp = static_cast<double>(data_parallel_size(a, world) * a.context_parallel_size);
   const double spread = dp / static_cast<double>(grid.expert_data);  // expert shard / dense shard
   const ZeroLevel level = zero_level(a);
-  const double elements = m.stage_parameters;
   const auto move = [&](double& bytes, bool sharded) {
     bytes += bytes / elements * (x.actual * (sharded ? spread : 1.0) - x.planned);
   };
   move(m.parameters, level >= ZeroLevel::kParameters);
   move(m.gradients, level >= ZeroLevel::kGradients);
   move(m.optimizer_state, level >= ZeroLevel::kOptimizer);
-  m.stage_parameters = elements - x.planned + x.actual;
 }
 
 }  // namespace
@@ -486,19 +487,21 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world
                            ? static_cast<double>(items.activations)
                            : megatron_activation_bytes(a, world_size);  // Megatron's model code (also under DeepSpeed)
   // The expert grid: moved onto the plan unless the plan already lays the experts out on it (a plan
-  // that reads EP / ETP differs from the plan of the same layout without them).
+  // that reads EP / ETP differs from the plan of the same layout without them), item by item: the
+  // allocation's items, and the closed form's parameter count (the data-parallel traffic's).
   const ExpertGrid grid = expert_grid(a, world_size);
-  bool planned_on_grid = false;
+  bool items_on_grid = false, count_on_grid = false;
   if (grid.moe && (grid.expert_model > 1 || grid.expert_tensor != a.tensor_model_parallel_size)) {
     const Arguments flat = without_expert_grid(a);
     GPT_ASSIGN_OR_RETURN(const MemoryPlan without, plan_memory(flat, world_size, vocabulary_before_data(flat)));
-    planned_on_grid = without.parameters != plan.parameters || without.optimizer_state != plan.optimizer_state;
+    count_on_grid = without.parameters != plan.parameters;
+    const RankMemory flat_items = without.allocated.value_or(RankMemory{.parameters = without.parameters,
+                                                                          .gradients = without.gradients,
+                                                                          .optimizer_state = without.optimizer_state,
+                                                                          .activations = without.activations});
+    items_on_grid = flat_items.parameters != items.parameters || flat_items.optimizer_state != items.optimizer_state;
   }
-  if (planned_on_grid) {
-    memory.expert_parameters = expert_elements(a, model_config_from(a), world_size).actual;
-  } else {
-    apply_expert_grid(a, world_size, memory);
-  }
+  apply_expert_grid(a, world_size, !items_on_grid, !count_on_grid, memory);
   return memory;
 }
 
