@@ -28,7 +28,28 @@ DENSE = ["--ffn-hidden-size", "512"]
 MOE = ["--ffn-hidden-size", "512", "--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "256",
        "--moe-aux-loss-coeff", "1e-2"]
 LAYOUTS = {"dp2": [], "tp2-sp": ["--tensor-model-parallel-size", "2", "--sequence-parallel"],
-           "pp2": ["--pipeline-model-parallel-size", "2"], "tp2": ["--tensor-model-parallel-size", "2"]}
+           "pp2": ["--pipeline-model-parallel-size", "2"], "tp2": ["--tensor-model-parallel-size", "2"],
+           # Expert parallelism over the two data-parallel ranks (the dense model ignores the flags'
+           # absence: it runs plain dp2); allgather and alltoall dispatchers.
+           "dp2-ep2": ["--expert-model-parallel-size", "2"],
+           "dp2-ep2-a2a": ["--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"]}
+EXPERT_ONLY = ("--expert-model-parallel-size", "--moe-token-dispatcher-type")
+
+
+def layout_flags(layout, model):
+    """The layout's flags; the dense model drops the expert ones (it has no experts)."""
+    flags = LAYOUTS[layout]
+    if model == "moe":
+        return flags
+    kept, skip = [], False
+    for flag in flags:
+        if skip:
+            skip = False
+        elif flag in EXPERT_ONLY:
+            skip = True
+        else:
+            kept.append(flag)
+    return kept
 
 
 def measured_ms(args, flags, work, name):
@@ -72,7 +93,7 @@ def main():
             for layout in order:
                 models = ("dense", "moe") if trial % 2 == 0 else ("moe", "dense")
                 for model in models:
-                    flags = MODEL + (DENSE if model == "dense" else MOE) + LAYOUTS[layout]
+                    flags = MODEL + (DENSE if model == "dense" else MOE) + layout_flags(layout, model)
                     ms = measured_ms(args, flags, work, f"{layout}-{model}-{trial}")
                     times[(layout, model)].append(ms)
                     print(f"trial {trial + 1} {layout:7} {model:5} {ms:8.1f} ms/iter", flush=True)
@@ -84,8 +105,8 @@ def main():
         dense, moe = times[(layout, "dense")], times[(layout, "moe")]
         # The ratio of each trial's pair (run back to back), then their median.
         measured = statistics.median(m / d for m, d in zip(moe, dense))
-        predicted = (predicted_ms(args, MODEL + MOE + LAYOUTS[layout]) /
-                     predicted_ms(args, MODEL + DENSE + LAYOUTS[layout]))
+        predicted = (predicted_ms(args, MODEL + MOE + layout_flags(layout, "moe")) /
+                     predicted_ms(args, MODEL + DENSE + layout_flags(layout, "dense")))
         error = predicted / measured - 1
         errors.append(abs(error))
         print(f"| {layout} | {statistics.median(dense):.1f} ({'; '.join(f'{t:.0f}' for t in dense)}) | "
