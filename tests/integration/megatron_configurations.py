@@ -153,7 +153,8 @@ def layout_change(args):
     now = {"TP": tp, "PP": pp, "EP": ep}
     if given == now:
         return ""
-    return " ".join(f"{k}{given[k]}->{now[k]}" for k in given if given[k] != now[k]) + f" (DP{dp}, {tp * pp * cp * dp} ranks)"
+    changed = " ".join(f"{k}{given[k]}->{now[k]}" for k in given if given[k] != now[k])
+    return f"{changed} (DP{dp}, {tp * pp * cp * dp} ranks)"
 
 
 def shrink(args, work_dir, use_gpt2=False):
@@ -289,7 +290,8 @@ def summarize(outcome, megatron_commit):
     """The figures docs/MEGATRON_FLAGS.md shows: how many ran, and the blockers by configurations
     (every unknown or refused flag of a configuration; the first error of those without one)."""
     blocking, alone, first_errors = collections.Counter(), collections.Counter(), collections.Counter()
-    # Each configuration once, by its first reason: unknown or refused flags, then a value refused (its first error line), else it ran.
+    # Each configuration once, by its first reason: unknown or refused flags, then a value refused
+    # (its first error line), else it ran.
     by_reason = collections.Counter()
     for result in outcome.values():
         if result["ran"]:
@@ -313,7 +315,8 @@ def summarize(outcome, megatron_commit):
             "ran_cases": sorted(name for name, r in outcome.items() if r["ran"]),
             "blocking_flags": order(blocking), "only_blocker": dict(alone), "first_errors": order(first_errors),
             "by_reason": order(by_reason),
-            "layout_changes": sorted([name, r["layout_change"]] for name, r in outcome.items() if r.get("layout_change"))}
+            "layout_changes": sorted([name, r["layout_change"]] for name, r in outcome.items()
+                                     if r.get("layout_change"))}
 
 
 def summary_differences(summary, path):
@@ -372,7 +375,8 @@ def main():
         ok, error, command, world = run_case(args.program, name, case, args.timeout, args.gpt2)
         outcome[name] = {"ran": ok, "error": error, "blocking_flags": blocking, "world": world, "command": command,
                          "layout_change": layout_change(case)}
-        print(f"{'RAN    ' if ok else 'STOPPED'} {name} (np {world}{', ' + outcome[name]['layout_change'] if outcome[name]['layout_change'] else ''})"
+        change = outcome[name]["layout_change"]
+        print(f"{'RAN    ' if ok else 'STOPPED'} {name} (np {world}{', ' + change if change else ''})"
               f"{'' if ok else ': ' + error}", flush=True)
     summary = summarize(outcome, stored["commit"])
     print(f"\n{summary['ran']} of {summary['total']} configurations ran two iterations (Megatron-LM "
