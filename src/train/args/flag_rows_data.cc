@@ -15,6 +15,11 @@ constexpr std::string_view kDevices[] = {"auto", "cpu", "cuda"};
 // --async-strategy's values: both the background writer thread of --async-save here.
 constexpr std::string_view kAsyncStrategies[] = {"nvrx", "mcore"};
 
+// --logging-level in the argument dump: as given (0 is Python's NOTSET), else None.
+PyValue logging_level_value(const Arguments& a) {
+  return flag_given(a, &A::logging_level) ? PyValue(a.logging_level) : PyValue();
+}
+
 constexpr FlagRow kRows[] = {
     // Data.
     row("--mock-data", &A::mock_data, "Synthetic data, no files needed"),
@@ -179,7 +184,7 @@ constexpr FlagRow kRows[] = {
         "Python's logging level (DEBUG 10, INFO 20, WARNING 30, ERROR 40; else MEGATRON_LOGGING_LEVEL, as "
         "Megatron): above 20 the start-up notes are not printed, above 30 the warnings neither; errors, the "
         "argument dump and the iteration lines (Megatron's print()s) always are")
-        .shown(kNoneIfZero)
+        .shown(logging_level_value)
         .megatron(kImplementation,
                   "Python's levels (else MEGATRON_LOGGING_LEVEL): above 20 the start-up notes (INFO) are not "
                   "printed, above 30 the warnings (WARNING) neither; errors, the argument dump and the iteration "
