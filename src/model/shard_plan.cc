@@ -167,6 +167,17 @@ DomainGroup ShardPlan::group(ParamDomain domain) const {
   return {config_.data_parallel_rank, config_.data_parallel_size};
 }
 
+std::vector<int> ShardPlan::bucket_group_sizes() const {
+  std::vector<int> sizes;
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) sizes.push_back(bucket_group(b).size);
+  return sizes;
+}
+
+int ShardPlan::smallest_group() const {
+  const std::vector<int> sizes = bucket_group_sizes();
+  return sizes.empty() ? config_.data_parallel_size : *std::min_element(sizes.begin(), sizes.end());
+}
+
 bool ShardPlan::has_expert_domain() const {
   return std::any_of(buckets_.begin(), buckets_.end(),
                      [](const BucketPlan& b) { return b.domain == ParamDomain::kExpert; });

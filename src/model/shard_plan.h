@@ -154,8 +154,14 @@ class ShardPlan {
   // The group bucket b is reduced and sharded over: this rank's place in it and its size.
   DomainGroup group(ParamDomain domain) const;
   DomainGroup bucket_group(int bucket) const { return group(buckets_.at(static_cast<size_t>(bucket)).domain); }
+  // [bucket] the size of its group; the smallest of them.
+  std::vector<int> bucket_group_sizes() const;
+  int smallest_group() const;
   // Whether some bucket is of the expert domain.
   bool has_expert_domain() const;
+  // Whether routed experts are laid out apart (config().separate_experts): the same on every rank,
+  // also where a pipeline stage holds no expert (collectives decide by this, not by the buckets).
+  bool experts_apart() const { return config_.separate_experts; }
   // The slice of `spec` this rank holds: over the expert tensor-parallel group for a routed
   // expert's parameter, else over TP.
   SliceLayout slice_of(const ParamSpec& spec) const;

@@ -99,7 +99,7 @@ double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& sc
 
 double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& scratch, const NormGroups& groups,
                         std::span<const Range> owned) {
-  if (!params.plan().has_expert_domain()) return global_grad_norm(ctx, params, scratch, groups.dense, owned);
+  if (!params.plan().experts_apart()) return global_grad_norm(ctx, params, scratch, groups.dense, owned);
   double squares = 0.0;
   for (const NormPart part : {NormPart::kDense, NormPart::kExpert}) {
     ops::zero(ctx, scratch);
@@ -112,7 +112,7 @@ double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& sc
 double domain_norm(Context& ctx, const ParamStore& params, const Tensor& scratch, const NormGroups& groups,
                    std::span<const Range> owned,
                    const std::function<void(const Tensor& scratch, const CountedSlice& slice)>& add_squares) {
-  const bool apart = params.plan().has_expert_domain();
+  const bool apart = params.plan().experts_apart();
   double squares = 0.0;
   for (const NormPart part : {NormPart::kDense, NormPart::kExpert}) {
     if (!apart && part == NormPart::kExpert) break;

@@ -35,7 +35,7 @@ int64_t count_zero_gradients(Context& ctx, const ParamStore& params, std::span<c
 
 double global_params_norm(Context& ctx, const ParamStore& params, const AdamW& optimizer, const Tensor& scratch,
                           const NormGroups& groups) {
-  if (!params.plan().has_expert_domain()) return global_params_norm(ctx, params, optimizer, scratch, groups.dense);
+  if (!params.plan().experts_apart()) return global_params_norm(ctx, params, optimizer, scratch, groups.dense);
   return domain_norm(ctx, params, scratch, groups, optimizer.owned(),
                      [&](const Tensor& sum, const CountedSlice& slice) {
                        optimizer.add_master_squares(ctx, sum, {slice.begin, slice.end});
@@ -44,7 +44,7 @@ double global_params_norm(Context& ctx, const ParamStore& params, const AdamW& o
 
 int64_t count_zero_gradients(Context& ctx, const ParamStore& params, std::span<const Range> owned,
                              const Tensor& scratch, const NormGroups& groups) {
-  if (!params.plan().has_expert_domain()) return count_zero_gradients(ctx, params, owned, scratch, groups.dense);
+  if (!params.plan().experts_apart()) return count_zero_gradients(ctx, params, owned, scratch, groups.dense);
   int64_t zeros = 0;
   for (const NormPart part : {NormPart::kDense, NormPart::kExpert}) {
     ops::zero(ctx, scratch);

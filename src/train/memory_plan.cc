@@ -259,7 +259,8 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
   for (int stage = 0; stage < pp; ++stage) {
     const GridCoordinates coordinates{.tensor = 0, .pipeline = stage, .data = 0};
     const PipelineLayout pipeline = pipeline_layout(a, shape, coordinates, m);
-    const ShardPlan plan(rank_param_specs(specs, pipeline), shard_plan_config_from(a, shape, coordinates));
+    const ShardPlan plan(rank_param_specs(specs, pipeline, expert_share_from(shape, coordinates)),
+                         shard_plan_config_from(a, shape, coordinates));
     const ForwardBackward schedules(pipeline);
     const RankMemory mine = rank_memory(plan, config, shapes, sequence_parallel, pipeline, schedules.stash_slots(),
                                         schedules.deferral_depths(), data_parallel_config_from(a), offload_fraction(a));
@@ -453,10 +454,12 @@ int64_t data_parallel_buffer_bytes(const ShardPlan& plan, DType dtype, bool sequ
   int64_t bytes = 0;
   if (c.distributed_optimizer) {
     // The strategies build these two exactly so (train/data_parallel/make_data_parallel.cc).
+    // Each bucket over its own group (expert buckets over expert data parallelism).
+    const std::vector<int> groups = plan.bucket_group_sizes();
     if (!plan.sharded_gradients()) {
-      bytes += GradientSync::buffer_bytes(plan.bucket_shards(), c.data_parallel_size, GradientReduction::kReduceScatter);
+      bytes += GradientSync::buffer_bytes(plan.bucket_shards(), groups, GradientReduction::kReduceScatter);
     }
-    if (!plan.sharded_parameters()) bytes += ParamGather::buffer_bytes(plan.bucket_shards(), c.data_parallel_size, dtype);
+    if (!plan.sharded_parameters()) bytes += ParamGather::buffer_bytes(plan.bucket_shards(), groups, dtype);
   }
   int64_t summed_over_tensor_parallel = 0;
   for (const ParamPlacement& param : plan.params()) {
@@ -482,8 +485,7 @@ RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const L
   m.parameters = Arena::aligned_bytes(config.dtype, Shape{plan.sharded_parameters() ? owned : plan.flat_elements()});
   m.gradients = ParamStore::bytes(plan, config.dtype) - m.parameters;
   if (plan.sharded_gradients()) {
-    m.gradients += GradientShards::bytes(plan.bucket_shards(), plan.config().data_parallel_size,
-                                         data_parallel.gradient_buffers);
+    m.gradients += GradientShards::bytes(plan.bucket_shards(), plan.smallest_group(), data_parallel.gradient_buffers);
   }
   if (plan.sharded_parameters()) {
     m.parameters += ParamUnits::bytes(plan.bucket_shards(), config.dtype, data_parallel.parameter_buffers);

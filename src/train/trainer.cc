@@ -260,7 +260,7 @@ NormGroups Trainer::norm_groups() {
   // expert data-parallel group.
   NormGroups groups{.dense = {&grid_.model_parallel()}};
   if (data_parallel_->distributed_optimizer()) groups.dense.push_back(&grid_.optimizer_instance());
-  if (params_->plan().has_expert_domain()) {
+  if (params_->plan().experts_apart()) {
     groups.expert = {&grid_.expert_tensor_model_pipeline()};
     if (data_parallel_->distributed_optimizer()) groups.expert.push_back(&grid_.expert_data());
   }
@@ -268,7 +268,7 @@ NormGroups Trainer::norm_groups() {
 }
 
 std::vector<Communicator*> Trainer::overflow_groups() {
-  if (params_->plan().has_expert_domain()) return {&grid_.world()};
+  if (params_->plan().experts_apart()) return {&grid_.world()};
   return norm_groups().dense;
 }
 

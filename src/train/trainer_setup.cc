@@ -98,7 +98,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   // This rank's chunks, their parameters (one store, so the flat buffers cover every chunk) and
   // the schedules that drive them.
   const PipelineLayout pipeline = pipeline_layout(args, shape, grid.coordinates(), t->eval_microbatches_);
-  std::vector<ParamSpec> specs = rank_param_specs(t->specs_, pipeline);
+  std::vector<ParamSpec> specs =
+      rank_param_specs(t->specs_, pipeline, expert_share_from(shape, grid.coordinates()));
   t->loss_on_first_stage_ = pipeline.placement == pipeline::Placement::kV;
   const size_t params_begin = t->arena_.used_bytes();
   t->params_ = std::make_unique<ParamStore>(
