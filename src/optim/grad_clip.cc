@@ -97,7 +97,7 @@ double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& sc
   return reduced_norm(ctx, scratch, groups);
 }
 
-double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& scratch, const NormGroups& groups,
+double domain_grad_norm(Context& ctx, const ParamStore& params, const Tensor& scratch, const NormGroups& groups,
                         std::span<const Range> owned) {
   if (!params.plan().experts_apart()) return global_grad_norm(ctx, params, scratch, groups.dense, owned);
   double squares = 0.0;

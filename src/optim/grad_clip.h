@@ -55,7 +55,7 @@ double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& sc
                         std::span<Communicator* const> groups, std::span<const Range> owned = {});
 // The same with each domain's sum reduced over its own groups (the dense ones only when the plan
 // keeps no experts apart).
-double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& scratch, const NormGroups& groups,
+double domain_grad_norm(Context& ctx, const ParamStore& params, const Tensor& scratch, const NormGroups& groups,
                         std::span<const Range> owned = {});
 // Square root of (the dense part's sum of squares reduced over groups.dense + the expert part's
 // reduced over groups.expert), each part's squares added by `add_squares(scratch, slice)`: how every

@@ -33,7 +33,7 @@ int64_t count_zero_gradients(Context& ctx, const ParamStore& params, std::span<c
   return zeros;
 }
 
-double global_params_norm(Context& ctx, const ParamStore& params, const AdamW& optimizer, const Tensor& scratch,
+double domain_params_norm(Context& ctx, const ParamStore& params, const AdamW& optimizer, const Tensor& scratch,
                           const NormGroups& groups) {
   if (!params.plan().experts_apart()) return global_params_norm(ctx, params, optimizer, scratch, groups.dense);
   return domain_norm(ctx, params, scratch, groups, optimizer.owned(),
@@ -42,8 +42,8 @@ double global_params_norm(Context& ctx, const ParamStore& params, const AdamW& o
                      });
 }
 
-int64_t count_zero_gradients(Context& ctx, const ParamStore& params, std::span<const Range> owned,
-                             const Tensor& scratch, const NormGroups& groups) {
+int64_t domain_zero_gradients(Context& ctx, const ParamStore& params, std::span<const Range> owned,
+                              const Tensor& scratch, const NormGroups& groups) {
   if (!params.plan().experts_apart()) return count_zero_gradients(ctx, params, owned, scratch, groups.dense);
   int64_t zeros = 0;
   for (const NormPart part : {NormPart::kDense, NormPart::kExpert}) {

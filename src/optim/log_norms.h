@@ -29,9 +29,9 @@ int64_t count_zero_gradients(Context& ctx, const ParamStore& params, std::span<c
 
 // The same with each domain's part reduced over its own groups (optim/grad_clip.h's NormGroups:
 // the dense groups alone when the plan keeps no experts apart).
-double global_params_norm(Context& ctx, const ParamStore& params, const AdamW& optimizer, const Tensor& scratch,
+double domain_params_norm(Context& ctx, const ParamStore& params, const AdamW& optimizer, const Tensor& scratch,
                           const NormGroups& groups);
-int64_t count_zero_gradients(Context& ctx, const ParamStore& params, std::span<const Range> owned,
-                             const Tensor& scratch, const NormGroups& groups);
+int64_t domain_zero_gradients(Context& ctx, const ParamStore& params, std::span<const Range> owned,
+                              const Tensor& scratch, const NormGroups& groups);
 
 }  // namespace gpt

@@ -272,10 +272,10 @@ std::vector<Communicator*> Trainer::overflow_groups() {
   return norm_groups().dense;
 }
 
-double Trainer::params_norm() { return global_params_norm(ctx_, *params_, *optimizer_, norm_scratch_, norm_groups()); }
+double Trainer::params_norm() { return domain_params_norm(ctx_, *params_, *optimizer_, norm_scratch_, norm_groups()); }
 
 int64_t Trainer::zero_gradients() {
-  return count_zero_gradients(ctx_, *params_, optimizer_->owned(), zeros_scratch_, norm_groups());
+  return domain_zero_gradients(ctx_, *params_, optimizer_->owned(), zeros_scratch_, norm_groups());
 }
 
 void Trainer::maybe_inject_gradient_fault() {
@@ -303,7 +303,7 @@ StepResult Trainer::apply_update(bool skip_update) {
   result.overflow = loss_scaling_ && loss_scaling_->unscale_and_check(ctx_, *params_, optimizer_->owned(),
                                                                       zeros_scratch_, norm_scratch_, overflow_groups());
   result.grad_norm =
-      result.overflow ? NAN : global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups(), optimizer_->owned());
+      result.overflow ? NAN : domain_grad_norm(ctx_, *params_, norm_scratch_, norm_groups(), optimizer_->owned());
   if (result.overflow || skip_update) {
     result.skipped = true;
   } else if (std::isfinite(result.grad_norm)) {

@@ -20,7 +20,7 @@ int64_t GradientShards::bytes(std::span<const BucketShard> buckets, int data_par
 
 GradientShards::GradientShards(Communicator& data_parallel, Tensor shards, std::vector<BucketShard> buckets,
                                int buffers, bool overlap, PointGrads point_grads, Arena& arena)
-    : GradientShards(std::vector<Communicator*>(buckets.size(), &data_parallel), std::move(shards), std::move(buckets),
+    : GradientShards(std::vector<Communicator*>(buckets.size(), &data_parallel), std::move(shards), buckets,
                      buffers, overlap, std::move(point_grads), arena) {}
 
 GradientShards::GradientShards(std::vector<Communicator*> groups, Tensor shards, std::vector<BucketShard> buckets,

@@ -56,7 +56,8 @@ void check_bucket_shards(std::span<const BucketShard> buckets, const Communicato
 
 GradientSync::GradientSync(Communicator& data_parallel, Tensor flat_grads, std::vector<BucketShard> buckets,
                            GradientReduction reduction, Arena& arena, Communicator* across_instances)
-    : GradientSync(same_group(data_parallel, buckets.size()), std::move(flat_grads), std::move(buckets), reduction,
+    // `buckets` copied, not moved: the groups are sized from it in the same call.
+    : GradientSync(same_group(data_parallel, buckets.size()), std::move(flat_grads), buckets, reduction,
                    arena, across_instances) {}
 
 GradientSync::GradientSync(BucketGroups groups, Tensor flat_grads, std::vector<BucketShard> buckets,

@@ -10,7 +10,7 @@ namespace gpt {
 ParamGather::ParamGather(Communicator& data_parallel, Tensor flat_values, std::vector<BucketShard> buckets,
                          Arena& arena)
     : ParamGather(std::vector<Communicator*>(buckets.size(), &data_parallel), std::move(flat_values),
-                  std::move(buckets), arena) {}
+                  buckets, arena) {}
 
 ParamGather::ParamGather(std::vector<Communicator*> groups, Tensor flat_values, std::vector<BucketShard> buckets,
                          Arena& arena)

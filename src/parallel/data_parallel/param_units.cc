@@ -17,7 +17,7 @@ int64_t ParamUnits::bytes(std::span<const BucketShard> buckets, DType dtype, int
 
 ParamUnits::ParamUnits(Communicator& data_parallel, Tensor shards, std::vector<BucketShard> buckets, int buffers,
                        PointValues point_values, Arena& arena)
-    : ParamUnits(std::vector<Communicator*>(buckets.size(), &data_parallel), std::move(shards), std::move(buckets),
+    : ParamUnits(std::vector<Communicator*>(buckets.size(), &data_parallel), std::move(shards), buckets,
                  buffers, std::move(point_values), arena) {}
 
 ParamUnits::ParamUnits(std::vector<Communicator*> groups, Tensor shards, std::vector<BucketShard> buckets, int buffers,
