@@ -138,7 +138,25 @@ std::vector<int64_t> stage_stash_slots(const Arguments& a, int64_t world_size, i
 struct SectionElements {
   Bytes layer = 0, embedding = 0, final = 0, word_embedding = 0;
   Bytes moe_layer = 0;  // an MoE layer's (router, experts, shared expert), 0 without MoE
+  // Of moe_layer, the routed experts this rank holds (its E / EP experts, each split over ETP).
+  Bytes moe_layer_experts = 0;
 };
+
+// Expert parallelism's sizes of validated arguments (EP-DESIGN.md): ETP (TP unless given), EP, and
+// whether the experts are apart from the dense parameters (laid out, reduced and sharded over their
+// own expert data-parallel group).
+struct ExpertSizes {
+  int64_t tensor = 1, model = 1;
+  bool apart = false;
+};
+ExpertSizes expert_sizes(const Arguments& a) {
+  ExpertSizes e;
+  e.tensor = a.num_experts > 0 && a.expert_tensor_parallel_size >= 1 ? a.expert_tensor_parallel_size
+                                                                    : a.tensor_model_parallel_size;
+  e.model = a.num_experts > 0 ? a.expert_model_parallel_size : 1;
+  e.apart = e.model > 1 || e.tensor != a.tensor_model_parallel_size;
+  return e;
+}
 
 SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
   ModelConfig c;
@@ -176,11 +194,22 @@ SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
     // The same list for one MoE layer.
     c.moe = moe;
     c.moe.moe_layers = {true};
+    // The routed experts: this rank's E / EP of them, each split over ETP (not TP).
+    const ExpertSizes expert = expert_sizes(a);
+    Bytes experts = 0;
     for (const ParamSpec& spec : build_param_specs(c)) {
       if (spec.section != ParamSection::kLayer) continue;
-      elements.moe_layer =
-          elements.moe_layer + (spec.split == TensorSplit::kReplicated ? spec.global_numel() : spec.global_numel() / tp);
+      const int64_t split = spec.expert >= 0 ? expert.tensor : tp;
+      const int64_t local = spec.split == TensorSplit::kReplicated ? spec.global_numel() : spec.global_numel() / split;
+      if (spec.expert >= 0) {
+        experts = experts + local;
+      } else {
+        elements.moe_layer = elements.moe_layer + local;
+      }
     }
+    if (experts.value()) experts = Bytes(*experts.value() / expert.model);
+    elements.moe_layer_experts = experts;
+    elements.moe_layer = elements.moe_layer + experts;
   }
   return elements;
 }
@@ -401,11 +430,24 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const Bytes schedule_bytes =
       Bytes(3) * pp * m * v * static_cast<int64_t>(sizeof(pipeline::Step) + sizeof(pipeline::Instruction));
 
-  auto stage_plan = [&](const Bytes& elements, const Bytes& activations) -> absl::StatusOr<MemoryPlan> {
+  // Expert parameters apart (expert parallelism): their shards over the expert data-parallel
+  // group, EDP = world / (ETP x EP x PP), the dense ones' over data x context.
+  const ExpertSizes expert = expert_sizes(a);
+  const int64_t expert_shards = std::max<int64_t>(1, world_size / (expert.tensor * expert.model * pp));
+  auto stage_plan = [&](const Bytes& elements, const Bytes& expert_elements,
+                        const Bytes& activations) -> absl::StatusOr<MemoryPlan> {
     // ZeRO shards over the data x context group, or over one distributed-optimizer instance of it.
     const int64_t shards = optimizer_instance_size(a, dp * cp);
-    const Bytes owned = shards_optimizer(a) ? Bytes(elements.value() ? (*elements.value() + shards - 1) / shards : 0)
-                                            : elements;
+    auto shard_of = [](const Bytes& n, int64_t over) { return Bytes(n.value() ? (*n.value() + over - 1) / over : 0); };
+    Bytes owned = elements;
+    if (shards_optimizer(a) && !expert.apart) owned = shard_of(elements, shards);
+    if (shards_optimizer(a) && expert.apart) {
+      owned = Bytes(std::nullopt);
+      if (elements.value() && expert_elements.value()) {
+        owned = shard_of(Bytes(*elements.value() - *expert_elements.value()), shards) +
+                shard_of(expert_elements, expert_shards);
+      }
+    }
     // Offloaded optimizer state lives in host memory (the exact plan counts it there).
     const Bytes device_owned =
         owned.value() ? Bytes(*owned.value() - AdamW::offloaded_elements(*owned.value(), offload_fraction(a))) : owned;
@@ -431,10 +473,12 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
     }
     return plan;
   };
-  GPT_ASSIGN_OR_RETURN(MemoryPlan first, stage_plan(first_elements, first_activations));
+  GPT_ASSIGN_OR_RETURN(MemoryPlan first,
+                       stage_plan(first_elements, Bytes(first_moe) * elements.moe_layer_experts, first_activations));
   MemoryPlan worst = std::move(first);
   if (pp > 1) {
-    GPT_ASSIGN_OR_RETURN(MemoryPlan last, stage_plan(last_elements, last_activations));
+    GPT_ASSIGN_OR_RETURN(MemoryPlan last,
+                         stage_plan(last_elements, Bytes(last_moe) * elements.moe_layer_experts, last_activations));
     if (last.total_bytes() > worst.total_bytes()) worst = std::move(last);
   }
   // The closed form has bounded every figure: a layout it lets through and that is small enough is

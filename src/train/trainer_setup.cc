@@ -231,10 +231,16 @@ Trainer::~Trainer() {
 
 MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chunk_bytes) const {
   MemoryFigures f;
-  int64_t elements = 0;
-  for (const Param& param : params_->params()) elements += param.numel();
+  // Expert parameters laid out apart are sharded over the expert data-parallel group instead.
+  int64_t elements = 0, expert_elements = 0;
+  for (const Param& param : params_->params()) {
+    elements += param.numel();
+    if (param.placement->domain == ParamDomain::kExpert) expert_elements += param.numel();
+  }
+  const double dense = static_cast<double>(elements - expert_elements), experts = static_cast<double>(expert_elements);
   const double owned = data_parallel_->distributed_optimizer()
-                           ? static_cast<double>(elements) / static_cast<double>(grid_.optimizer_instance().size())
+                           ? dense / static_cast<double>(grid_.optimizer_instance().size()) +
+                                 experts / static_cast<double>(grid_.expert_data().size())
                            : static_cast<double>(elements);
   const bool separate_master = optimizer_->has_separate_master();
   // In theory the memory plan's items (memory_items.h) of this rank's elements: ZeRO-2/3 hold the
