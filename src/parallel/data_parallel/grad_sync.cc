@@ -93,7 +93,9 @@ int64_t GradientSync::buffer_bytes(std::span<const BucketShard> buckets, std::sp
   GPT_CHECK_EQ(buckets.size(), group_sizes.size()) << "a group size for every bucket";
   int64_t bytes = 0;
   for (size_t b = 0; b < buckets.size(); ++b) {
-    if (scatters(reduction, group_sizes[b])) bytes += Arena::aligned_bytes(DType::kFloat32, Shape{buckets[b].shard.size()});
+    if (scatters(reduction, group_sizes[b])) {
+      bytes += Arena::aligned_bytes(DType::kFloat32, Shape{buckets[b].shard.size()});
+    }
   }
   return bytes;
 }

@@ -47,7 +47,8 @@ int64_t dense_end(const ShardPlan& plan) {
 // of its (expert tensor, expert model, pipeline) coordinates, whose experts it holds.
 std::vector<std::string> experts_differing(const ProcessGrid& grid, std::vector<char> bytes) {
   const uint64_t digest = fnv1a_64(std::string_view(bytes.data(), bytes.size()));
-  const std::vector<uint64_t> digests = world::all_gather(digest, "expert weight hashes across expert data-parallel replicas");
+  const std::vector<uint64_t> digests =
+      world::all_gather(digest, "expert weight hashes across expert data-parallel replicas");
   const GridShape& shape = grid.shape();
   // [(etp, ep, pp)] the world rank at expert data-parallel rank 0.
   std::map<std::tuple<int, int, int>, int> references;

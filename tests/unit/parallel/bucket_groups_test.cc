@@ -135,7 +135,9 @@ TEST(BucketGroups, GradientShardsSumEachBucketOverItsGroup) {
   for (int b = static_cast<int>(l.buckets.size()) - 1; b >= 0; --b) {
     grads.take(ctx(), b);
     const Range& range = l.buckets[static_cast<size_t>(b)].bucket;
-    for (int64_t i = range.begin; i < range.end; ++i) views[b].data_as<float>()[i - range.begin] += value(grid().world_rank(), i);
+    for (int64_t i = range.begin; i < range.end; ++i) {
+      views[b].data_as<float>()[i - range.begin] += value(grid().world_rank(), i);
+    }
     grads.done(ctx(), b, /*last_writer=*/true);
     grads.progress();
   }
@@ -147,7 +149,8 @@ TEST(BucketGroups, GradientShardsSumEachBucketOverItsGroup) {
     for (int64_t i = part.shard.begin; i < part.shard.end; ++i) {
       float expected = 0.0f;
       for (int r : ranks) expected += value(r, i);
-      ASSERT_EQ(shards.data_as<float>()[offset + (i - part.shard.begin)], expected) << "bucket " << b << " element " << i;
+      ASSERT_EQ(shards.data_as<float>()[offset + (i - part.shard.begin)], expected)
+          << "bucket " << b << " element " << i;
     }
     offset += part.shard.size();
   }
