@@ -133,19 +133,15 @@ struct SectionElements {
   Bytes moe_layer_experts = 0;
 };
 
-// Expert parallelism's sizes of validated arguments (EP-DESIGN.md): ETP (TP unless given), EP, and
-// whether the experts are apart from the dense parameters (laid out, reduced and sharded over their
-// own expert data-parallel group).
+// Expert parallelism's sizes of validated arguments (EP-DESIGN.md): ETP (TP unless given) and EP.
 struct ExpertSizes {
   int64_t tensor = 1, model = 1;
-  bool apart = false;
 };
 ExpertSizes expert_sizes(const Arguments& a) {
   ExpertSizes e;
   e.tensor = a.num_experts > 0 && a.expert_tensor_parallel_size >= 1 ? a.expert_tensor_parallel_size
                                                                     : a.tensor_model_parallel_size;
   e.model = a.num_experts > 0 ? a.expert_model_parallel_size : 1;
-  e.apart = e.model > 1 || e.tensor != a.tensor_model_parallel_size;
   return e;
 }
 
@@ -425,14 +421,16 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   // group, EDP = world / (ETP x EP x PP), the dense ones' over data x context.
   const ExpertSizes expert = expert_sizes(a);
   const int64_t expert_shards = std::max<int64_t>(1, world_size / (expert.tensor * expert.model * pp));
+  // Apart as the shard plan lays them out (configs.cc: the expert groups are not the dense ones).
+  const bool experts_apart = !grid_shape_from(a, world_size).expert_groups_are_dense();
   auto stage_plan = [&](const Bytes& elements, const Bytes& expert_elements,
                         const Bytes& activations) -> absl::StatusOr<MemoryPlan> {
     // ZeRO shards over the data x context group, or over one distributed-optimizer instance of it.
     const int64_t shards = optimizer_instance_size(a, dp * cp);
     auto shard_of = [](const Bytes& n, int64_t over) { return Bytes(n.value() ? (*n.value() + over - 1) / over : 0); };
     Bytes owned = elements;
-    if (shards_optimizer(a) && !expert.apart) owned = shard_of(elements, shards);
-    if (shards_optimizer(a) && expert.apart) {
+    if (shards_optimizer(a) && !experts_apart) owned = shard_of(elements, shards);
+    if (shards_optimizer(a) && experts_apart) {
       owned = Bytes(std::nullopt);
       if (elements.value() && expert_elements.value()) {
         owned = shard_of(Bytes(*elements.value() - *expert_elements.value()), shards) +
