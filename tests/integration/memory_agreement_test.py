@@ -46,6 +46,14 @@ LAYOUTS = [  # (name, ranks, flags)
      MOE + ["--disable-bias-linear", "--swiglu", "--moe-shared-expert-intermediate-size", "48",
             "--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity",
             "--moe-router-enable-expert-bias", "--moe-router-score-function", "sigmoid"]),
+    # Expert parallelism (issue 41): E / EP experts per rank split over ETP, their optimizer state
+    # over expert DP, the dispatchers' exchange buffers.
+    ("MoE EP2", 2, MOE + ["--expert-model-parallel-size", "2"]),
+    ("MoE EP2 x TP2 + SP, ETP 1, alltoall", 4,
+     MOE + ["--expert-model-parallel-size", "2", "--tensor-model-parallel-size", "2", "--sequence-parallel",
+            "--expert-tensor-parallel-size", "1", "--disable-bias-linear", "--moe-token-dispatcher-type", "alltoall"]),
+    ("MoE EP4, distributed optimizer", 4,
+     MOE + ["--expert-model-parallel-size", "4", "--use-distributed-optimizer"]),
 ]
 ALL_ALLOCATIONS = re.compile(r"^\s+all allocations\s+([\d.]+)", re.MULTILINE)
 TOLERANCE = 0.01
