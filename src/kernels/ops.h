@@ -41,6 +41,16 @@ struct MatmulOptions {
   } fp8;
 };
 
+// The per-group epilogues of grouped_matmul (model/moe_block.h's expert GEMMs): group g's bias is
+// bias[g] when bias is not empty (an undefined entry: none); pre_gelu, when defined, is a tensor
+// like the output whose rows take each group's product + bias (the output then its GeLU), as
+// MatmulOptions' pre_gelu.
+struct GroupedMatmulOptions {
+  bool transpose_b = false;
+  std::span<const Tensor> bias;
+  Tensor pre_gelu;
+};
+
 struct AdamWStep {
   float learning_rate = 0.0f;
   float beta1 = 0.9f;

@@ -20,6 +20,16 @@ Param* optional_param(ParamStore& params, const std::string& name, bool present)
 // Rows [first, first + count) of a matrix view of t.
 Tensor rows_of(const Tensor& t, int64_t first, int64_t count) { return t.as_matrix().slice(first, first + count); }
 
+// One tensor per local expert, in expert order (the groups of ops::grouped_matmul): get(expert),
+// undefined where the expert has none (no bias).
+template <typename Experts, typename Get>
+std::vector<Tensor> per_expert(const Experts& experts, Get&& get) {
+  std::vector<Tensor> tensors;
+  tensors.reserve(experts.size());
+  for (const auto& e : experts) tensors.push_back(get(e));
+  return tensors;
+}
+
 }  // namespace
 
 std::unique_ptr<FeedForwardBlock> make_feed_forward_block(const BlockBuild& build, const MoePass& pass) {
@@ -262,22 +272,22 @@ void MoeBlock::experts_up(Context& ctx, const SlotRouting& routing, const MlpAct
   ops::moe_permute(ctx, perm, x.as_matrix(), a.source.flat_range(0, m), Tensor());
   mlp_up_forward(ctx, activation_, rows_of(a.expert_fc1_pre, 0, m), rows_of(a.expert_fc1_act, 0, m),
                  [&](const Tensor& out, const Tensor& pre_gelu) {
-                   for_each_expert(routing.expert_rows, [&](const Expert& e, int64_t first, int64_t rows) {
-                     ops::MatmulOptions o{.transpose_b = true};
-                     if (e.fc1_bias) o.bias = e.fc1_bias->value;
-                     if (pre_gelu.defined()) o.pre_gelu = rows_of(pre_gelu, first, rows);
-                     ops::matmul(ctx, rows_of(out, first, rows), rows_of(perm, first, rows), e.fc1_weight->value, o);
-                   });
+                   const std::vector<Tensor> weights =
+                       per_expert(experts_, [](const Expert& e) { return e.fc1_weight->value; });
+                   const std::vector<Tensor> biases =
+                       per_expert(experts_, [](const Expert& e) { return e.fc1_bias ? e.fc1_bias->value : Tensor(); });
+                   ops::grouped_matmul(ctx, out, perm, weights, routing.expert_rows,
+                                       {.transpose_b = true, .bias = biases, .pre_gelu = pre_gelu});
                  });
 }
 
 void MoeBlock::experts_down(Context& ctx, int slot, const MlpActivations& a) {
-  for_each_expert(slots_[static_cast<size_t>(slot)].expert_rows, [&](const Expert& e, int64_t first, int64_t rows) {
-    ops::MatmulOptions o{.transpose_b = true};
-    if (e.fc2_bias) o.bias = e.fc2_bias->value;
-    ops::matmul(ctx, rows_of(a.expert_out, first, rows), rows_of(a.expert_fc1_act, first, rows), e.fc2_weight->value,
-                o);
-  });
+  const SlotRouting& routing = slots_[static_cast<size_t>(slot)];
+  const std::vector<Tensor> weights = per_expert(experts_, [](const Expert& e) { return e.fc2_weight->value; });
+  const std::vector<Tensor> biases =
+      per_expert(experts_, [](const Expert& e) { return e.fc2_bias ? e.fc2_bias->value : Tensor(); });
+  ops::grouped_matmul(ctx, rows_of(a.expert_out, 0, routing.rows), rows_of(a.expert_fc1_act, 0, routing.rows), weights,
+                      routing.expert_rows, {.transpose_b = true, .bias = biases});
 }
 
 BlockOutput MoeBlock::forward_down(Context& ctx, int slot, const MlpActivations& a) {
@@ -301,20 +311,19 @@ BlockOutput MoeBlock::forward_down(Context& ctx, int slot, const MlpActivations&
 void MoeBlock::fc2_weight_grads(Context& ctx, const std::vector<int64_t>& expert_rows, const Tensor& d_out,
                                 const Tensor& act) const {
   for_each_expert(expert_rows, [&](const Expert& e, int64_t first, int64_t n) {
-    const Tensor dy = rows_of(d_out, first, n);
-    if (e.fc2_bias) ops::bias_grad(ctx, e.fc2_bias->grad, dy);
-    ops::matmul(ctx, e.fc2_weight->grad, dy, rows_of(act, first, n), ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});
+    if (e.fc2_bias) ops::bias_grad(ctx, e.fc2_bias->grad, rows_of(d_out, first, n));
   });
+  ops::grouped_matmul_weight_grad(ctx, per_expert(experts_, [](const Expert& e) { return e.fc2_weight->grad; }), d_out,
+                                  act, expert_rows);
 }
 
 void MoeBlock::fc1_weight_grads(Context& ctx, const std::vector<int64_t>& expert_rows, const Tensor& d_fc1,
                                 const Tensor& input) const {
   for_each_expert(expert_rows, [&](const Expert& e, int64_t first, int64_t n) {
-    const Tensor dy = rows_of(d_fc1, first, n);
-    if (e.fc1_bias) ops::bias_grad(ctx, e.fc1_bias->grad, dy);
-    ops::matmul(ctx, e.fc1_weight->grad, dy, rows_of(input, first, n),
-                ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});
+    if (e.fc1_bias) ops::bias_grad(ctx, e.fc1_bias->grad, rows_of(d_fc1, first, n));
   });
+  ops::grouped_matmul_weight_grad(ctx, per_expert(experts_, [](const Expert& e) { return e.fc1_weight->grad; }), d_fc1,
+                                  input, expert_rows);
 }
 
 Tensor MoeBlock::experts_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
@@ -333,9 +342,8 @@ Tensor MoeBlock::experts_backward(Context& ctx, const SlotRouting& routing, cons
   if (m == 0) return d_rows;
   ops::moe_permute(ctx, d_rows, grad_y_full.as_matrix(), a.source.flat_range(0, m), a.row_weights.flat_range(0, m));
   const Tensor d_act = rows_of(ws_.moe_ffn, 0, m);
-  for_each_expert(routing.expert_rows, [&](const Expert& e, int64_t first, int64_t rows) {
-    ops::matmul(ctx, rows_of(d_act, first, rows), rows_of(d_rows, first, rows), e.fc2_weight->value);  // [n, h] [h, ffn_l]
-  });
+  ops::grouped_matmul(ctx, d_act, d_rows, per_expert(experts_, [](const Expert& e) { return e.fc2_weight->value; }),
+                      routing.expert_rows, {});  // [n, h] [h, ffn_l] per expert
   const Tensor act = rows_of(a.expert_fc1_act, 0, m);
   if (lease) {
     ops::copy(ctx, rows_of((*lease)[0], 0, m), d_rows);
@@ -355,9 +363,8 @@ Tensor MoeBlock::experts_backward(Context& ctx, const SlotRouting& routing, cons
   } else {
     fc1_weight_grads(ctx, routing.expert_rows, d_fc1, perm);
   }
-  for_each_expert(routing.expert_rows, [&](const Expert& e, int64_t first, int64_t rows) {
-    ops::matmul(ctx, rows_of(d_rows, first, rows), rows_of(d_fc1, first, rows), e.fc1_weight->value);  // [n, fc1_l] [fc1_l, h]
-  });
+  ops::grouped_matmul(ctx, d_rows, d_fc1, per_expert(experts_, [](const Expert& e) { return e.fc1_weight->value; }),
+                      routing.expert_rows, {});  // [n, fc1_l] [fc1_l, h] per expert
   return d_rows;
 }
 
