@@ -87,6 +87,8 @@ int64_t MoeBlock::deferral_bytes(const ModelConfig& config, const LayerShapes& s
 }
 
 ops::RouterOptions MoeBlock::router_options() const {
+  // Sinkhorn's weights: the selected sigmoid (k = 1) or softmax over all E of the logits.
+  if (moe_.sinkhorn) return ops::RouterOptions{.topk = moe_.topk, .sigmoid = moe_.topk == 1, .pre_softmax = moe_.topk > 1};
   return ops::RouterOptions{.topk = moe_.topk,
                             .sigmoid = moe_.score == RouterScore::kSigmoid,
                             .pre_softmax = moe_.pre_softmax,
@@ -144,8 +146,17 @@ void MoeBlock::route(Context& ctx, int slot, const MlpActivations& a, const Tens
     ops::cast(ctx, logits.bias, router_bias_->value);
   }
   ops::matmul(ctx, a.router_logits, x.as_matrix(), router_weight_.value, logits);  // [T, E] float32
-  ops::moe_route(ctx, a.expert_indices, a.expert_weights, a.router_logits,
-                 moe_.expert_bias ? expert_bias_ : Tensor(), router_options());
+  bias32.reset();
+  if (moe_.sinkhorn && pass_.loss_gradient_scale) {
+    // Megatron's sinkhorn in training, over each rank's rows (SP's shards); in evaluation the
+    // top-k of its activation (router_options()). The expert bias, if any, is only counted.
+    const Borrow balanced(ws_.moe_dlogits, "MoE block: the sinkhorn-balanced scores");
+    ops::moe_sinkhorn_route(ctx, a.expert_indices, a.expert_weights, *balanced, a.router_logits,
+                            tp_.sequence_parallel() ? tp_.size() : 1);
+  } else {
+    ops::moe_route(ctx, a.expert_indices, a.expert_weights, a.router_logits,
+                   moe_.expert_bias && !moe_.sinkhorn ? expert_bias_ : Tensor(), router_options());
+  }
   // The dispatch, on the host.
   std::vector<int32_t> indices(static_cast<size_t>(tokens * k));
   std::vector<float> weights(indices.size());

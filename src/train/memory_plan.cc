@@ -86,6 +86,10 @@ int64_t physical_memory_bytes() {
 // Layouts up to these sizes get the exact plan: enumerating the parameters and building the
 // schedules takes milliseconds there.
 constexpr int64_t kExactPlanMaxLayers = 4096;
+// ... and up to this many experts over all MoE layers (each expert is its own weight tensors, one
+// entry each in the enumerated list: 10^9 experts exhausted the host before any refusal; DeepSeek-V3
+// has 256 x 58). Past it the closed form alone plans (and refuses what does not fit).
+constexpr int64_t kExactPlanMaxExpertLayers = 1 << 20;
 constexpr int64_t kExactPlanMaxScheduleSteps = 1 << 16;
 
 }  // namespace
@@ -173,14 +177,23 @@ SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
     if (spec.name == kWordEmbeddingName) elements.word_embedding = local;
   }
   if (moe.enabled()) {
-    // The same list for one MoE layer.
+    // The same list for one MoE layer, affine in the experts (each expert's tensors, the router's
+    // [E, h] and [E]): listed for 1 and 2 experts, never for E (10^9 experts' list exhausted the host).
     c.moe = moe;
     c.moe.moe_layers = {true};
-    for (const ParamSpec& spec : build_param_specs(c)) {
-      if (spec.section != ParamSection::kLayer) continue;
-      elements.moe_layer =
-          elements.moe_layer + (spec.split == TensorSplit::kReplicated ? spec.global_numel() : spec.global_numel() / tp);
-    }
+    c.moe.topk = 1;
+    c.moe.num_groups = c.moe.group_topk = 0;
+    auto moe_layer = [&](int64_t experts) {
+      c.moe.num_experts = experts;
+      int64_t sum = 0;  // one or two experts: bounded by `largest`
+      for (const ParamSpec& spec : build_param_specs(c)) {
+        if (spec.section != ParamSection::kLayer) continue;
+        sum += spec.split == TensorSplit::kReplicated ? spec.global_numel() : spec.global_numel() / tp;
+      }
+      return sum;
+    };
+    const int64_t one = moe_layer(1);
+    elements.moe_layer = Bytes(one) + Bytes(moe.num_experts - 1) * Bytes(moe_layer(2) - one);
   }
   return elements;
 }
@@ -246,6 +259,9 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
   const int64_t tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
   const int64_t m = num_microbatches(a, world_size);
   if (a.num_layers > kExactPlanMaxLayers || !schedule_small_enough(a, world_size)) return std::nullopt;
+  if (a.num_experts > kExactPlanMaxExpertLayers / std::max<int64_t>(1, moe_config_from(a).moe_layer_count())) {
+    return std::nullopt;
+  }
   Arguments sized = a;
   sized.vocab_size = vocab_size;
   const ModelConfig config = model_config_from(sized);
