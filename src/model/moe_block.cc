@@ -234,14 +234,8 @@ void MoeBlock::load_balancing(Context& ctx, SlotRouting& routing, const MlpActiv
   }
   if (!any_loss) routing.coefficients.clear();
   if (moe_.z_loss_coeff > 0) {
-    // z = c / CP mean_t lse_t^2 over this rank's T rows (summed over CP: the sequence's mean).
-    ops::moe_logsumexp(ctx, ws_.moe_lse, a.router_logits);
-    std::vector<float> lse(static_cast<size_t>(tokens));
-    copy_to_host(ctx, lse.data(), ws_.moe_lse);
-    ctx.synchronize();
-    double squares = 0.0;
-    for (float v : lse) squares += double{v} * v;
-    if (!recomputing_) metrics_.z_loss += squares / static_cast<double>(tokens) / static_cast<double>(cp);
+    // z = c / CP mean_t lse_t^2 over this rank's T rows (summed over CP: the sequence's mean): its
+    // value from the logsumexp router_backward computes for the gradient (computed once).
     routing.z_scale = scale * moe_.z_loss_coeff / static_cast<double>(cp) * 2.0 / static_cast<double>(tokens);
   }
 }
@@ -363,6 +357,14 @@ void MoeBlock::router_backward(Context& ctx, const SlotRouting& routing, const M
   if (routing.z_scale != 0.0) {
     ops::moe_logsumexp(ctx, ws_.moe_lse, a.router_logits);
     ops::moe_z_loss_backward(ctx, dlogits, a.router_logits, ws_.moe_lse, static_cast<float>(routing.z_scale));
+    // The z-loss's value for the log line (each slot's backward runs once, in microbatch order).
+    const int64_t tokens = shapes_.rows(), cp = context_group_ ? context_group_->size() : 1;
+    std::vector<float> lse(static_cast<size_t>(tokens));
+    copy_to_host(ctx, lse.data(), ws_.moe_lse);
+    ctx.synchronize();
+    double squares = 0.0;
+    for (float v : lse) squares += double{v} * v;
+    metrics_.z_loss += squares / static_cast<double>(tokens) / static_cast<double>(cp);
   }
   // The router's GEMMs in the model's dtype (a copy in FP32 training).
   ops::cast(ctx, ws_.moe_dlogits_t, dlogits);

@@ -74,6 +74,12 @@ VARIANTS = {
     "pre_softmax_top1": (["--num-experts", "4", "--moe-router-topk", "1", "--moe-router-pre-softmax",
                           "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2"], 1e-5, True),
     "bf16": (GPT_MOE + ["--bf16"], 2e-2, False),
+    # Sinkhorn routing (no aux loss): top-2 with softmax weights and a z-loss; top-1 with sigmoid
+    # weights (no --moe-router-pre-softmax needed).
+    "sinkhorn_top2_z": (["--num-experts", "4", "--moe-router-topk", "2", "--moe-router-load-balancing-type", "sinkhorn",
+                         "--moe-z-loss-coeff", "1e-3"], 1e-5, True),
+    "sinkhorn_top1": (["--num-experts", "4", "--moe-router-topk", "1", "--moe-router-load-balancing-type", "sinkhorn"],
+                      1e-5, True),
 }
 
 
@@ -158,6 +164,20 @@ def group_limited_top_k(scores, k, groups, group_topk):
     return top_k(scores.detach().masked_fill(~eligible, float("-inf")), k)
 
 
+def sinkhorn(logits):
+    """Megatron's moe_utils.sinkhorn (S-BASE): the cost exp(logits) [T, E] scaled by rows d0 [T] and
+    columns d1 [E] toward row sums 1/T and column sums 1/E, until the mean change of d1 <= 1e-4."""
+    cost = torch.exp(logits)
+    T, E = cost.shape
+    d1, error = torch.ones(E), 1e9
+    while error > 1e-4:
+        d0 = (1.0 / T) / (cost @ d1 + 1e-8)
+        new_d1 = (1.0 / E) / (d0 @ cost + 1e-8)
+        error = (new_d1 - d1).abs().mean().item()
+        d1 = new_d1
+    return d1[None, :] * cost * d0[:, None]
+
+
 class MoeGpt(go.Gpt):
     """gpt_oracle's model with Megatron's MoE layer in the layers of the pattern."""
 
@@ -170,6 +190,7 @@ class MoeGpt(go.Gpt):
         self.expert_bias = expert_bias or {}
         self.counts = {}
         self.dropped = {}  # per layer, each training microbatch's dropped [token, expert] pairs
+        self.sinkhorn_moved = 0  # training tokens whose sinkhorn selection differs from the plain top-k
 
     def select(self, logits):
         """(combine probabilities [T, k] with gradient, expert indices [T, k]) of Megatron's
@@ -182,6 +203,16 @@ class MoeGpt(go.Gpt):
                 return group_limited_top_k(scores, k, m["groups"], m["group_topk"])
             return top_k(scores, k)
 
+        if m["balancing"] == "sinkhorn":
+            # Router.sinkhorn_load_balancing: the activation's weights (sigmoid for k = 1, else the
+            # full softmax), not renormalised; in training the selection (no gradient) from the
+            # sinkhorn-balanced logits, in evaluation from the activation.
+            act = torch.sigmoid(logits) if k == 1 else torch.softmax(logits, dim=-1)
+            idx = top_k(act, k)
+            if self.training and not m.get("sinkhorn_off"):
+                plain, idx = idx, top_k(sinkhorn(logits.detach()), k)
+                self.sinkhorn_moved += int((plain.sort(-1).values != idx.sort(-1).values).any(-1).sum())
+            return act.gather(1, idx), idx
         if m["score"] == "softmax":
             if m["pre_softmax"]:
                 scores = torch.softmax(logits, dim=-1)
@@ -434,6 +465,20 @@ def main():
         if not to_plain > 10 * mine:
             failures.append(f"router gradients are not nearer this reference ({mine:.3e}) than the one without "
                             f"{what} ({to_plain:.3e}) by a factor of 10")
+    if moe["balancing"] == "sinkhorn":
+        # Sinkhorn must be seen: it moves selections, and the gradients are much nearer this reference
+        # than one selecting by the plain top-k of the same activation.
+        print(f"  tokens whose sinkhorn selection differs from the plain top-k (ref, first global batch): "
+              f"{model.sinkhorn_moved}")
+        if model.sinkhorn_moved == 0:
+            failures.append("sinkhorn never changed a selection in the reference: the test cannot see it")
+        plain = first_gradients(initial, cfg, dict(moe, sinkhorn_off=True), tokens, targets)[0]
+        mine = max(go.relative_error(ours_grads[n], ref_grads[n]) for n in names)
+        to_plain = max(go.relative_error(ours_grads[n], plain[n]) for n in names)
+        print(f"  gradients: max relative error {mine:.3e} to this reference, {to_plain:.3e} to the plain top-k one")
+        if not to_plain > 10 * max(mine, 1e-12):
+            failures.append(f"gradients are not nearer this reference ({mine:.3e}) than the plain top-k one "
+                            f"({to_plain:.3e}) by a factor of 10")
     if moe["capacity_factor"] is not None:
         # Which pairs were dropped is not in the dump: the gradients must tell this policy from the
         # other and from no dropping at all.
