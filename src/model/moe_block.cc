@@ -57,6 +57,7 @@ MoeBlock::MoeBlock(const BlockBuild& b, const MoePass& pass)
   // Starts at zero (Megatron's buffer); a checkpoint's value is loaded over it.
   if (moe_.expert_bias) expert_bias_ = b.arena.allocate_zeroed(DType::kFloat32, {moe_.num_experts});
   iteration_tokens_.assign(static_cast<size_t>(moe_.num_experts), 0.0);
+  global_tokens_.assign(static_cast<size_t>(moe_.num_experts), 0.0f);
   slots_.resize(b.positions.size());
   metrics_.layer = b.layer;
   layer_ = b.layer;
@@ -204,26 +205,36 @@ void MoeBlock::load_balancing(Context& ctx, SlotRouting& routing, const MlpActiv
     if (loss.coefficient <= 0) continue;
     any_loss = true;
     // Per sequence: row t of [s, b] belongs to sequence t % b, over the whole sequence S; else one
-    // group of the microbatch's tokens (both over every CP rank's rows).
-    const bool sequence = loss.type == LoadBalancing::kSeqAuxLoss;
+    // group of the microbatch's tokens (both over every CP rank's rows); global: every data- and
+    // context-parallel rank's tokens of this microbatch.
+    const bool sequence = loss.type == LoadBalancing::kSeqAuxLoss, global = loss.type == LoadBalancing::kGlobalAuxLoss;
+    Communicator* group = global && pass_.data_context ? pass_.data_context : context_group_;
+    const int64_t ranks = group ? group->size() : 1;
     const int64_t groups = sequence ? shapes_.batch : 1;
-    const auto total = static_cast<double>(sequence ? shapes_.sequence * cp : tokens * cp);
+    const auto total = static_cast<double>(sequence ? shapes_.sequence * cp : tokens * ranks);
     const Borrow scratch(ws_.moe_dlogits, "MoE block: the load-balancing statistics");
     const Tensor sums = scratch->flat_range(0, groups * experts).view({groups, experts});
     const Tensor counts = scratch->flat_range(groups * experts, groups * experts).view({groups, experts});
     ops::moe_aux_statistics(ctx, sums, counts, a.router_logits, k, sigmoid);
-    if (cp > 1) context_group_->all_reduce(ctx, counts, ReduceOp::kSum);  // the whole sequence's counts
+    if (ranks > 1) group->all_reduce(ctx, counts, ReduceOp::kSum);  // the whole sequence's (or batch's) counts
     std::vector<float> host_sums(static_cast<size_t>(groups * experts)), host_counts(host_sums.size());
     copy_to_host(ctx, host_sums.data(), sums);
     copy_to_host(ctx, host_counts.data(), counts);
     ctx.synchronize();
+    if (global) {  // Megatron's running mean over the iteration's microbatches so far, in float32
+      global_steps_ += 1.0f;
+      for (size_t e = 0; e < host_counts.size(); ++e) host_counts[e] = (global_tokens_[e] += host_counts[e]) / global_steps_;
+    }
     // L = c E / (k total^2) sum_e (sum_t s_te) count_e, per sequence averaged over the b sequences;
     // the sum over CP ranks of this rank's L is the whole loss (its counts are the whole sequence's).
     const double factor = static_cast<double>(experts) / (static_cast<double>(k) * total * total) /
                           static_cast<double>(groups);
     double value = 0.0;
     for (size_t i = 0; i < host_sums.size(); ++i) value += double{host_sums[i]} * host_counts[i] * factor;
-    if (!recomputing_) (sequence ? metrics_.seq_load_balancing_loss : metrics_.load_balancing_loss) += value;
+    if (!recomputing_) {
+      (sequence ? metrics_.seq_load_balancing_loss
+                : global ? metrics_.global_load_balancing_loss : metrics_.load_balancing_loss) += value;
+    }
     for (int64_t g = 0; g < routing.groups; ++g) {
       for (int64_t e = 0; e < experts; ++e) {
         const size_t from = static_cast<size_t>((sequence ? g : 0) * experts + e);
@@ -453,10 +464,14 @@ void MoeBlock::finish_iteration(Context& ctx, Communicator& data_context) {
     copy_to_device(ctx, expert_bias_, std::span<const float>(bias));
   }
   std::fill(iteration_tokens_.begin(), iteration_tokens_.end(), 0.0);
+  std::fill(global_tokens_.begin(), global_tokens_.end(), 0.0f);  // Megatron's reset_global_aux_loss_tracker
+  global_steps_ = 0.0f;
 }
 
 void MoeBlock::restart_iteration() {
   std::fill(iteration_tokens_.begin(), iteration_tokens_.end(), 0.0);
+  std::fill(global_tokens_.begin(), global_tokens_.end(), 0.0f);
+  global_steps_ = 0.0f;
   take_metrics();
 }
 

@@ -78,6 +78,10 @@ VARIANTS = {
     # weights (no --moe-router-pre-softmax needed).
     "sinkhorn_top2_z": (["--num-experts", "4", "--moe-router-topk", "2", "--moe-router-load-balancing-type", "sinkhorn",
                          "--moe-z-loss-coeff", "1e-3"], 1e-5, True),
+    # Megatron's global_aux_loss on one rank: each microbatch's switch loss with the running mean of
+    # the iteration's counts so far (4 microbatches a step), plus a z-loss.
+    "global_aux_z": (["--num-experts", "4", "--moe-router-topk", "2", "--moe-router-load-balancing-type",
+                      "global_aux_loss", "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3"], 1e-5, True),
     "sinkhorn_top1": (["--num-experts", "4", "--moe-router-topk", "1", "--moe-router-load-balancing-type", "sinkhorn"],
                       1e-5, True),
 }
@@ -191,6 +195,7 @@ class MoeGpt(go.Gpt):
         self.counts = {}
         self.dropped = {}  # per layer, each training microbatch's dropped [token, expert] pairs
         self.sinkhorn_moved = 0  # training tokens whose sinkhorn selection differs from the plain top-k
+        self.global_counts, self.global_steps = {}, {}  # global_aux_loss: per layer, reset each iteration
 
     def select(self, logits):
         """(combine probabilities [T, k] with gradient, expert indices [T, k]) of Megatron's
@@ -262,7 +267,7 @@ class MoeGpt(go.Gpt):
         total = logits.new_zeros(())
         if m["z_coeff"] > 0:
             total = total + m["z_coeff"] * (torch.logsumexp(logits, dim=-1) ** 2).mean()
-        if m["aux_coeff"] > 0 and m["balancing"] in ("aux_loss", "seq_aux_loss"):
+        if m["aux_coeff"] > 0 and m["balancing"] in ("aux_loss", "seq_aux_loss", "global_aux_loss"):
             if m["score"] == "softmax":
                 scores = torch.softmax(logits, dim=-1)
             else:
@@ -271,6 +276,13 @@ class MoeGpt(go.Gpt):
             counts = torch.zeros(T, E).scatter(1, top_k(scores, k), 1.0)  # no gradient
             if m["balancing"] == "aux_loss":
                 total = total + m["aux_coeff"] * E / (k * T * T) * (scores.sum(0) * counts.sum(0)).sum()
+            elif m["balancing"] == "global_aux_loss":
+                # The iteration's counts so far over the microbatches seen (Router._apply_global_aux_loss's
+                # global_tokens_per_expert / ga_steps; one rank: T tokens a microbatch).
+                seen, steps = self.global_counts.get(self.layer, torch.zeros(E)), self.global_steps.get(self.layer, 0)
+                seen, steps = seen + counts.sum(0), steps + 1
+                self.global_counts[self.layer], self.global_steps[self.layer] = seen, steps
+                total = total + m["aux_coeff"] * E / (k * T * T) * (scores.sum(0) * (seen / steps)).sum()
             else:  # per sequence: [s, b, E], summed over positions, mean over the b sequences
                 per_seq = (scores.view(s, b, E).sum(0) * counts.view(s, b, E).sum(0)).sum(-1)  # [b]
                 total = total + m["aux_coeff"] / b * (E / (k * s * s) * per_seq).sum()
@@ -335,6 +347,7 @@ class MoeGpt(go.Gpt):
 def batch(model, tokens, targets, step):
     """(objective, LM loss): each the mean over the step's microbatches."""
     model.training = True
+    model.global_counts, model.global_steps = {}, {}
     pairs = [model.objective(tokens[step, j], targets[step, j]) for j in range(tokens.shape[1])]
     return torch.stack([o for o, _ in pairs]).mean(), torch.stack([lm for _, lm in pairs]).mean()
 
@@ -465,6 +478,16 @@ def main():
         if not to_plain > 10 * mine:
             failures.append(f"router gradients are not nearer this reference ({mine:.3e}) than the one without "
                             f"{what} ({to_plain:.3e}) by a factor of 10")
+    if moe["balancing"] == "global_aux_loss":
+        # The running mean of the counts must be seen: the router's gradients are much nearer this
+        # reference than the microbatch-level aux_loss one.
+        local = first_gradients(initial, cfg, dict(moe, balancing="aux_loss"), tokens, targets)[0]
+        mine = max(go.relative_error(ours_grads[n], ref_grads[n]) for n in router)
+        to_local = max(go.relative_error(ours_grads[n], local[n]) for n in router)
+        print(f"  router gradients: max relative error {mine:.3e} to this reference, {to_local:.3e} to aux_loss's")
+        if not to_local > 10 * max(mine, 1e-12):
+            failures.append(f"router gradients are not nearer this reference ({mine:.3e}) than aux_loss's "
+                            f"({to_local:.3e}) by a factor of 10")
     if moe["balancing"] == "sinkhorn":
         # Sinkhorn must be seen: it moves selections, and the gradients are much nearer this reference
         # than one selecting by the plain top-k of the same activation.

@@ -80,15 +80,12 @@ absl::Status validate_load_balancing(const Arguments& a) {
   for (const std::string& type : a.moe_router_load_balancing_type) {
     if (type == "quantile_balancing") {  // one of Megatron's choices, not built here
       return invalid(absl::StrCat(flag_name(&A::moe_router_load_balancing_type),
-                                  " quantile_balancing is not available in this program (aux_loss, seq_aux_loss or none)"));
+                                  " quantile_balancing is not available in this program (aux_loss, seq_aux_loss, global_aux_loss, "
+                                  "sinkhorn or none)"));
     }
     if (!parse_flag_enum<LoadBalancing>(type)) {
       return invalid(absl::StrCat(flag_name(&A::moe_router_load_balancing_type), " must be ",
                                   names_for_message(flag_enum_names<LoadBalancing>()), " (got ", type, ")"));
-    }
-    if (type == "global_aux_loss") {
-      return invalid(absl::StrCat(flag_name(&A::moe_router_load_balancing_type), " ", type,
-                                  " is not available in this program (aux_loss, seq_aux_loss, sinkhorn or none)"));
     }
     // Megatron routes by sinkhorn only when it is the one type (a list containing it routes by top-k).
     if (type == "sinkhorn" && a.moe_router_load_balancing_type.size() > 1) {
