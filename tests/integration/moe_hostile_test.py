@@ -5,6 +5,7 @@ the flag, quickly, before anything trains or allocates a model (hostile_input_te
 
   * the router: top-k > experts, top-k < 1, groups not dividing the experts, group top-k > groups,
     groups without group top-k, expert bias with softmax scores, an unknown score function
+  * sinkhorn with an auxiliary-loss coefficient, in a list of types, or with a capacity factor
   * numbers: NaN / inf / negative / overflowing coefficients, capacity factors and sizes
   * --moe-layer-freq: a list of the wrong length, values other than 0/1, a huge list expression,
     unbalanced brackets, a frequency past the layers
@@ -85,7 +86,9 @@ CASES = [
      "--moe-router-load-balancing-type"),
     (["--moe-router-load-balancing-type", "sinkhorn", "--moe-expert-capacity-factor", "1"],
      "--moe-expert-capacity-factor"),
-    (["--moe-router-load-balancing-type", "global_aux_loss"], "--moe-router-load-balancing-type"),
+    (["--moe-router-load-balancing-type", "global_aux_loss", "--moe-aux-loss-coeff", "-1"], "--moe-aux-loss-coeff"),
+    (["--moe-router-load-balancing-type", "global_aux_loss", "aux_loss", "--moe-aux-loss-coeff", "1e-2", "1e-3",
+      "1e-4"], "--moe-aux-loss-coeff"),
     (["--moe-router-load-balancing-type", "quantile_balancing"], "--moe-router-load-balancing-type"),
     (["--moe-z-loss-coeff", "nan"], "--moe-z-loss-coeff"),
     (["--moe-z-loss-coeff", "inf"], "--moe-z-loss-coeff"),

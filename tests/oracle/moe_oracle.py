@@ -82,9 +82,17 @@ VARIANTS = {
     # the iteration's counts so far (4 microbatches a step), plus a z-loss.
     "global_aux_z": (["--num-experts", "4", "--moe-router-topk", "2", "--moe-router-load-balancing-type",
                       "global_aux_loss", "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3"], 1e-5, True),
+    # The same over two data-parallel ranks: each microbatch's counts summed over both ranks' k-th
+    # microbatches (T = both ranks' tokens), the reference running every rank's microbatches.
+    "global_aux_z_dp2": (["--num-experts", "4", "--moe-router-topk", "2", "--moe-router-load-balancing-type",
+                          "global_aux_loss", "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3"], 1e-5, True),
     "sinkhorn_top1": (["--num-experts", "4", "--moe-router-topk", "1", "--moe-router-load-balancing-type", "sinkhorn"],
                       1e-5, True),
 }
+
+
+# Variants run on several data-parallel ranks (the others: one rank).
+DATA_PARALLEL = {"global_aux_z_dp2": 2}
 
 
 def moe_settings(flags, num_layers):
@@ -196,6 +204,9 @@ class MoeGpt(go.Gpt):
         self.dropped = {}  # per layer, each training microbatch's dropped [token, expert] pairs
         self.sinkhorn_moved = 0  # training tokens whose sinkhorn selection differs from the plain top-k
         self.global_counts, self.global_steps = {}, {}  # global_aux_loss: per layer, reset each iteration
+        # global_aux_loss over data-parallel ranks: the microbatch index, the counts a first pass
+        # collects per (layer, index), and the running means the second pass uses.
+        self.microbatch, self.collect, self.global_override = 0, None, None
 
     def select(self, logits):
         """(combine probabilities [T, k] with gradient, expert indices [T, k]) of Megatron's
@@ -277,12 +288,19 @@ class MoeGpt(go.Gpt):
             if m["balancing"] == "aux_loss":
                 total = total + m["aux_coeff"] * E / (k * T * T) * (scores.sum(0) * counts.sum(0)).sum()
             elif m["balancing"] == "global_aux_loss":
-                # The iteration's counts so far over the microbatches seen (Router._apply_global_aux_loss's
-                # global_tokens_per_expert / ga_steps; one rank: T tokens a microbatch).
-                seen, steps = self.global_counts.get(self.layer, torch.zeros(E)), self.global_steps.get(self.layer, 0)
-                seen, steps = seen + counts.sum(0), steps + 1
-                self.global_counts[self.layer], self.global_steps[self.layer] = seen, steps
-                total = total + m["aux_coeff"] * E / (k * T * T) * (scores.sum(0) * (seen / steps)).sum()
+                if self.collect is not None:
+                    key = (self.layer, self.microbatch)
+                    self.collect[key] = self.collect.get(key, 0) + counts.sum(0)
+                if self.global_override is not None:  # several ranks: T over all of them
+                    mean, tokens = self.global_override[(self.layer, self.microbatch)], T * m["ranks"]
+                else:
+                    # The iteration's counts so far over the microbatches seen (Router._apply_global_aux_loss's
+                    # global_tokens_per_expert / ga_steps; one rank: T tokens a microbatch).
+                    seen = self.global_counts.get(self.layer, torch.zeros(E)) + counts.sum(0)
+                    steps = self.global_steps.get(self.layer, 0) + 1
+                    self.global_counts[self.layer], self.global_steps[self.layer] = seen, steps
+                    mean, tokens = seen / steps, T
+                total = total + m["aux_coeff"] * E / (k * tokens * tokens) * (scores.sum(0) * mean).sum()
             else:  # per sequence: [s, b, E], summed over positions, mean over the b sequences
                 per_seq = (scores.view(s, b, E).sum(0) * counts.view(s, b, E).sum(0)).sum(-1)  # [b]
                 total = total + m["aux_coeff"] / b * (E / (k * s * s) * per_seq).sum()
@@ -344,11 +362,38 @@ class MoeGpt(go.Gpt):
         return lm + sum(self.aux_terms, lm.new_zeros(())), lm
 
 
+def global_running_counts(model, tokens, targets, step):
+    """global_aux_loss over data-parallel ranks: per (layer, microbatch index j), the mean over the
+    indices 0..j of the counts summed over the ranks' microbatches of that index (no gradient: a
+    first forward of every rank's microbatches collects them)."""
+    per_rank = tokens.shape[1] // model.moe["ranks"]
+    model.collect = {}
+    with torch.no_grad():
+        for column in range(tokens.shape[1]):
+            model.microbatch = column % per_rank
+            model.objective(tokens[step, column], targets[step, column])
+    collected, model.collect = model.collect, None
+    running = {}
+    for layer in {layer for layer, _ in collected}:
+        seen = 0
+        for j in range(per_rank):
+            seen = seen + collected[(layer, j)]
+            running[(layer, j)] = seen / (j + 1)
+    return running
+
+
 def batch(model, tokens, targets, step):
-    """(objective, LM loss): each the mean over the step's microbatches."""
+    """(objective, LM loss): each the mean over the step's microbatches (of every data-parallel rank:
+    rank r's microbatch j is column r * m + j)."""
     model.training = True
+    model.global_override = None
+    if model.moe["ranks"] > 1 and model.moe["balancing"] == "global_aux_loss":
+        model.global_override = global_running_counts(model, tokens, targets, step)
     model.global_counts, model.global_steps = {}, {}
-    pairs = [model.objective(tokens[step, j], targets[step, j]) for j in range(tokens.shape[1])]
+    pairs = []
+    for column in range(tokens.shape[1]):
+        model.microbatch = column % (tokens.shape[1] // model.moe["ranks"])
+        pairs.append(model.objective(tokens[step, column], targets[step, column]))
     return torch.stack([o for o, _ in pairs]).mean(), torch.stack([lm for _, lm in pairs]).mean()
 
 
@@ -398,11 +443,14 @@ def main():
     parser.add_argument("--dump-binary", required=True)
     parser.add_argument("--variant", choices=sorted(VARIANTS), required=True)
     parser.add_argument("--work-dir", default=".")
+    parser.add_argument("--mpirun", default="mpirun", help="for the data-parallel variants")
     args = parser.parse_args()
     extra, tolerance, compare_final = VARIANTS[args.variant]
+    ranks = DATA_PARALLEL.get(args.variant, 1)
     prefix = os.path.join(args.work_dir, f"oracle_moe_{args.variant}")
     flags = go.merge_flags(BASE_FLAGS, extra)
-    subprocess.run([args.dump_binary, "--output", prefix, "--steps", str(STEPS)] + flags, check=True)
+    launcher = [args.mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(ranks)] if ranks > 1 else []
+    subprocess.run(launcher + [args.dump_binary, "--output", prefix, "--steps", str(STEPS)] + flags, check=True)
 
     torch.set_default_dtype(torch.float64)
     failures, report = [], []
@@ -422,6 +470,10 @@ def main():
         targets = torch.tensor(f["targets"][()], dtype=torch.long)
         ours_logits0, ours_loss0 = f["logits0"][()], float(f["loss0"][()])
         ours_losses, ours_norms, ours_lrs = f["losses"][()], f["grad_norms"][()], f["learning_rates"][()]
+    for rank in range(1, ranks):  # the other data-parallel ranks' microbatches, after rank 0's
+        with h5py.File(f"{prefix}_rank{rank}.h5", "r") as f:
+            tokens = torch.cat([tokens, torch.tensor(f["tokens"][()], dtype=torch.long)], dim=1)
+            targets = torch.cat([targets, torch.tensor(f["targets"][()], dtype=torch.long)], dim=1)
 
     # 0. The configuration the flags ask for, and Megatron's parameter names and shapes for it.
     for key, wanted in go.resolve_from_flags(flags).items():
@@ -435,6 +487,7 @@ def main():
         cfg[key] = wanted
     moe = moe_settings(flags, cfg["num_layers"])
     moe["ffn"] = moe["ffn"] or cfg["ffn_hidden_size"]
+    moe["ranks"] = ranks
     shapes = expected_shapes(cfg, moe)
     dumped_shapes = {name: tuple(value.shape) for name, value in initial.items()}
     if dumped_shapes != shapes:
