@@ -44,7 +44,7 @@ start=$SECONDS
 
 # The GPU test binaries: tests/gpu/CMakeLists.txt's gpt_gpu_test targets, in its order.
 gtests=$(sed -n 's/^ *gpt_gpu_test(\([a-z0-9_]*\) .*/\1/p' tests/gpu/CMakeLists.txt)
-scripts=(shared_gpu_layouts generate_cuda)
+scripts=(shared_gpu_layouts generate_cuda mpi_all_to_all_cuda)
 
 if [ "$dry_run" = 1 ]; then
   if [ -n "$bin_dir" ]; then
@@ -65,6 +65,7 @@ if [ "$dry_run" = 1 ]; then
   done
   echo "script: shared_gpu_layouts: $PYTHON tests/gpu/shared_gpu_layouts_test.py --pretrain BIN/pretrain_gpt --mpirun orterun$(have pretrain_gpt)"
   echo "script: generate_cuda: $PYTHON tests/gpu/generate_cuda_test.py --generate BIN/generate --pretrain BIN/pretrain_gpt$(have generate)"
+  echo "script: mpi_all_to_all_cuda: $PYTHON tests/gpu/mpi_all_to_all_cuda_test.py --binary BIN/all_to_all_mpi_test --mpirun orterun"
   echo "benchmark: $PYTHON bench/gpu_benchmark.py --models $BENCHMARK_MODELS (if ${BENCHMARK_RESERVE_S}s of the ${BUDGET_S}s remain)"
   echo "results: $OUT/{summary.md,junit.xml,device.txt,commit.txt,tests.log,benchmark.md,results.tar.gz}"
   exit 0
@@ -115,6 +116,7 @@ mpirun=$(command -v orterun || command -v mpirun || echo mpirun)
 run shared_gpu_layouts 300 "$PYTHON" tests/gpu/shared_gpu_layouts_test.py --pretrain "$bin/pretrain_gpt" --mpirun "$mpirun"
 run generate_cuda 200 "$PYTHON" tests/gpu/generate_cuda_test.py --generate "$bin/generate" --pretrain "$bin/pretrain_gpt" \
   --work-dir "$work/generate_cuda"
+run mpi_all_to_all_cuda 120 "$PYTHON" tests/gpu/mpi_all_to_all_cuda_test.py --binary "$bin/all_to_all_mpi_test" --mpirun "$mpirun"
 for s in "${scripts[@]}"; do
   read -r rc seconds < "$reports/$s.rc"
   "$PYTHON" scripts/device/gpu_results.py script-junit --name "$s" --log "$logs/$s.log" --rc "$rc" --seconds "$seconds" \

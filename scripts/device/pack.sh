@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds here with the CUDA backend for Hopper and packs everything a GPU session runs into .devrt/
 # (gitignored): every GPU test binary (the gpt_gpu_test targets of tests/gpu/CMakeLists.txt),
-# pretrain_gpt, generate and the kernel workbench, the shared libraries and OpenMPI runtime the GPU
+# pretrain_gpt, generate, the kernel workbench and all_to_all_mpi_test (which
+# tests/gpu/mpi_all_to_all_cuda_test.py runs on the GPU), the shared libraries and OpenMPI runtime the GPU
 # machine lacks (../shared/device/pack-runtime.sh) as one compressed archive, the scripts run.sh
 # and device_env.sh, the benchmark scripts, and commit.txt (what was packed, from which commit).
 # Then, in one device call (see scripts/device/README.md):
@@ -15,7 +16,7 @@ build=${GPT_DEVICE_BUILD_DIR:-build-device}
 pack_dir=${GPT_DEVICE_PACK_DIR:-.devrt}
 GPT_CUDA_ARCHITECTURES=${GPT_CUDA_ARCHITECTURES:-90a}
 gpu_tests=$(sed -n 's/^ *gpt_gpu_test(\([a-z0-9_]*\) .*/\1/p' tests/gpu/CMakeLists.txt)
-read -r -a programs <<< "${GPT_DEVICE_PROGRAMS:-pretrain_gpt generate kernel_workbench $(echo $gpu_tests)}"
+read -r -a programs <<< "${GPT_DEVICE_PROGRAMS:-pretrain_gpt generate kernel_workbench all_to_all_mpi_test $(echo $gpu_tests)}"
 if [ "${GPT_DEVICE_SKIP_BUILD:-0}" != 1 ]; then
   if ! command -v nvcc >/dev/null 2>&1; then export CUDACXX=/usr/local/cuda/bin/nvcc; fi
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPT_CUDA_ARCHITECTURES="$GPT_CUDA_ARCHITECTURES" \

@@ -82,4 +82,39 @@ ExpertDispatch plan_expert_dispatch(std::span<const int32_t> indices, std::span<
   return d;
 }
 
+ExpertDispatch plan_local_expert_dispatch(std::span<const int32_t> indices, std::span<const float> weights,
+                                          int64_t rows, int64_t k, int64_t first_expert, int64_t local_experts) {
+  GPT_CHECK(static_cast<int64_t>(indices.size()) == rows * k && weights.size() == indices.size() && local_experts >= 1)
+      << "local expert dispatch of " << rows << " rows, top-" << k << ", " << local_experts << " experts";
+  ExpertDispatch d;
+  d.expert_rows.assign(static_cast<size_t>(local_experts), 0);
+  d.destination.assign(static_cast<size_t>(rows * k), -1);
+  d.weights.assign(static_cast<size_t>(rows * k), 0.0f);
+  // Count first, then place each pair at its expert's next row (a stable counting sort by expert).
+  auto local = [&](size_t pair) -> int64_t {
+    const int64_t e = indices[pair];
+    return e >= first_expert && e < first_expert + local_experts ? e - first_expert : -1;
+  };
+  for (size_t pair = 0; pair < indices.size(); ++pair) {
+    if (const int64_t e = local(pair); e >= 0) ++d.expert_rows[static_cast<size_t>(e)];
+  }
+  std::vector<int64_t> next(static_cast<size_t>(local_experts), 0);
+  for (int64_t e = 1; e < local_experts; ++e) {
+    next[static_cast<size_t>(e)] = next[static_cast<size_t>(e - 1)] + d.expert_rows[static_cast<size_t>(e - 1)];
+  }
+  const int64_t total = local_experts == 0 ? 0 : next.back() + d.expert_rows.back();
+  d.source.assign(static_cast<size_t>(total), 0);
+  d.row_weights.assign(static_cast<size_t>(total), 0.0f);
+  for (size_t pair = 0; pair < indices.size(); ++pair) {
+    const int64_t e = local(pair);
+    if (e < 0) continue;
+    const int64_t row = next[static_cast<size_t>(e)]++;
+    d.source[static_cast<size_t>(row)] = static_cast<int32_t>(static_cast<int64_t>(pair) / k);
+    d.row_weights[static_cast<size_t>(row)] = weights[pair];
+    d.destination[pair] = static_cast<int32_t>(row);
+    d.weights[pair] = weights[pair];
+  }
+  return d;
+}
+
 }  // namespace gpt

@@ -35,4 +35,12 @@ struct ExpertDispatch {
 ExpertDispatch plan_expert_dispatch(std::span<const int32_t> indices, std::span<const float> weights, int64_t tokens,
                                     const MoeConfig& moe, int64_t segments);
 
+// Under expert parallelism, one rank's share of the dispatcher group's N rows: the pairs routed to
+// its experts [first_expert, first_expert + local_experts), every one kept (each router dropped
+// its own rows' pairs already: their indices are -1), in local expert order, each expert's rows in
+// row order. expert_rows has local_experts entries; destination and weights cover all N k pairs
+// (-1 and 0 for the other ranks' experts).
+ExpertDispatch plan_local_expert_dispatch(std::span<const int32_t> indices, std::span<const float> weights,
+                                          int64_t rows, int64_t k, int64_t first_expert, int64_t local_experts);
+
 }  // namespace gpt

@@ -36,8 +36,9 @@ Sizes moe_layer_shapes(Sizes s) {
 
 GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
                    int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth,
-                   const ContextParallel& context, Fp8Scaling* fp8)
-    : shapes_(model_shapes(config, tp, micro_batch, context)),
+                   const ContextParallel& context, Fp8Scaling* fp8, const ExpertParallel& experts)
+    : experts_(experts),
+      shapes_(model_shapes(config, tp, micro_batch, context)),
       layout_(layout),
       recompute_plan_(plan_recompute(config.recompute, layout.num_layers)),
       activation_memory_(gpt::activation_memory(config, shapes_, layout.first_layer, layout.num_layers)) {
@@ -54,7 +55,7 @@ GptModel::GptModel(const ModelConfig& config, ParamStore& params, const TensorPa
     layers_.push_back(std::make_unique<TransformerLayer>(config, layout.first_layer + i, params, tp, shapes_,
                                                          *workspace_, recompute_plan_, i, *recompute_buffers_,
                                                          arena, stash_slots, positions_, deferral_depth, context, fp8,
-                                                         &moe_pass_));
+                                                         &moe_pass_, &experts_));
   }
   if (layout.has_output) {
     output_ = std::make_unique<OutputLayer>(config, params, tp, shapes_, *workspace_, arena, stash_slots,

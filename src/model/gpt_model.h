@@ -12,6 +12,7 @@
 
 #include "model/activation_memory.h"
 #include "model/context_parallel.h"
+#include "model/expert_parallel.h"
 #include "model/embedding_layer.h"
 #include "model/output_layer.h"
 #include "model/param_observer.h"
@@ -50,7 +51,8 @@ class GptModel {
   // `fp8`: the FP8 scaling state the transformer layers' linears cast with (null: no FP8).
   GptModel(const ModelConfig& config, ParamStore& params, const TensorParallel& tp, int64_t micro_batch,
            int stash_slots, ChunkLayout layout, Arena& arena, int deferral_depth = 0,
-           const ContextParallel& context = ContextParallel{}, Fp8Scaling* fp8 = nullptr);
+           const ContextParallel& context = ContextParallel{}, Fp8Scaling* fp8 = nullptr,
+           const ExpertParallel& experts = ExpertParallel{});
 
   // What a chunk built with these arguments takes from its arena.
   static ChunkMemory memory(const ModelConfig& config, const LayerShapes& shapes, bool sequence_parallel,
@@ -134,6 +136,7 @@ class GptModel {
   void after_use(Context& ctx, size_t group, ParamUse use, int slot);
   void gradients_ready(Context& ctx, size_t group, int slot, bool last_of_step);
 
+  ExpertParallel experts_;                     // the MoE layers keep a pointer
   LayerShapes shapes_;
   ChunkLayout layout_;
   RecomputePlan recompute_plan_;

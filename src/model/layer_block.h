@@ -8,6 +8,7 @@
 
 #include "kernels/ops.h"
 #include "model/context_parallel.h"
+#include "model/expert_parallel.h"
 #include "model/layer_shapes.h"
 #include "model/linear.h"
 #include "model/microbatch_position.h"
@@ -28,6 +29,7 @@ struct BlockBuild {
   const ContextParallel& context;
   Fp8Scaling* fp8;                                    // null without FP8
   const std::vector<MicrobatchPosition>& positions;   // the chunk's per-slot microbatch positions
+  const ExpertParallel* experts = nullptr;            // the expert grid (null: no expert parallelism)
 
   // "decoder.layers.<layer>.": the prefix of the layer's parameter names.
   std::string prefix() const;

@@ -60,14 +60,22 @@ LayerShapes LayerShapes::make(const ModelConfig& c, int64_t tp_size, int64_t tp_
     const int64_t gate = c.swiglu ? 2 : 1;
     s.experts = c.moe.num_experts;
     s.moe_topk = c.moe.topk;
-    s.moe_local_ffn = c.moe.ffn_hidden_size / tp_size;
+    const int64_t etp = c.moe.expert_tensor_size(tp_size);
+    s.moe_local_ffn = c.moe.ffn_hidden_size / etp;
     s.moe_local_fc1 = gate * s.moe_local_ffn;
+    s.local_experts = c.moe.local_experts();
     s.shared_local_ffn = c.moe.shared_expert_size / tp_size;
     s.shared_local_fc1 = gate * s.shared_local_ffn;
     s.shared_expert = c.moe.shared_expert_size > 0;
     // Capacity segments: each TP rank's rows under sequence parallelism (Megatron's router sees
     // them), else the whole s b.
     s.moe_rows = expert_rows(c, s.sequence * s.batch, sequence_parallel ? tp_size : 1);
+    if (c.moe.exchanges_tokens(tp_size)) {
+      // Each of the group's N rows brings at most min(k, E / EP) pairs to this rank's experts
+      // (dropless over the gathered rows: the routers dropped already, and nothing is padded).
+      s.moe_exchange_rows = etp * c.moe.expert_model_parallel * s.local_sequence * s.batch;
+      s.moe_rows = s.moe_exchange_rows * std::min(c.moe.topk, s.local_experts);
+    }
   }
   s.local_vocab = c.padded_vocab_size / tp_size;
   s.vocab_start = tp_rank * s.local_vocab;
@@ -127,6 +135,14 @@ void for_each_buffer(LayerWorkspace& w, const Sizes& s, DType dtype, TypedVisit&
     visit_typed(w.moe_lse, DType::kFloat32, s.rows());
     visit_typed(w.moe_coefficients, DType::kFloat32, s.batch, s.experts);
     visit(w.moe_grad_input, s.local_sequence, s.batch, s.hidden);
+    if (s.moe_exchange_rows != 0) {
+      visit(w.moe_exchange_a, s.moe_exchange_rows, s.hidden);
+      visit(w.moe_exchange_b, s.moe_exchange_rows, s.hidden);
+      visit_typed(w.moe_route_own, DType::kInt32, s.local_rows(), 2 * s.moe_topk);
+      visit_typed(w.moe_route_all, DType::kInt32, s.moe_exchange_rows, 2 * s.moe_topk);
+      visit_typed(w.moe_exchange_dweights, DType::kFloat32, s.moe_exchange_rows, s.moe_topk);
+      visit_typed(w.moe_own_dweights, DType::kFloat32, s.local_rows(), s.moe_topk);
+    }
   }
   if (s.shared_expert) {
     visit(w.shared_ffn, s.sequence, s.batch, s.shared_local_ffn);

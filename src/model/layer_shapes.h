@@ -54,8 +54,12 @@ struct LayerShapes {
   int64_t experts = 0;           // E
   int64_t moe_topk = 0;          // k
   int64_t moe_rows = 0;          // M: rows of the expert-major buffer (s b k dropless; padded: E x capacity)
-  int64_t moe_local_ffn = 0;     // each expert's ffn / tp
+  int64_t moe_local_ffn = 0;     // each expert's ffn / etp (the expert tensor-parallel size, TP by default)
   int64_t moe_local_fc1 = 0;     // each expert's fc1 output per rank (2 moe_local_ffn with SwiGLU)
+  int64_t local_experts = 0;     // E / EP: the experts this rank holds
+  // Under expert parallelism (MoeConfig::exchanges_tokens): N, the rows the dispatcher's group
+  // (ETP x EP ranks) holds together, each rank's residual-stream rows gathered; 0 otherwise.
+  int64_t moe_exchange_rows = 0;
   int64_t shared_local_ffn = 0;  // the shared expert's ffn / tp (0: none)
   int64_t shared_local_fc1 = 0;
   bool moe_layer = false;        // these are an MoE layer's shapes
@@ -125,6 +129,15 @@ struct LayerWorkspace {
   Tensor moe_lse;         // [s b] float32  the z-loss's logsumexp
   Tensor moe_coefficients;  // [b, E] float32  the load-balancing losses' gradient factors
   Tensor moe_grad_input;  // [s_l, b, h]  the shared expert's input gradient, until the routed one's is done
+  // Under expert parallelism (moe_exchange_rows N > 0): the group's rows (gathered input, output
+  // gradient) and partial sums (output, input gradient), and the routing of this rank's rows and of
+  // the group's (each pair's expert, -1 when dropped, and its weight's bits: [rows, 2 k] int32).
+  Tensor moe_exchange_a;  // [N, h]
+  Tensor moe_exchange_b;  // [N, h]
+  Tensor moe_route_own;   // [s_l b, 2 k] int32
+  Tensor moe_route_all;   // [N, 2 k] int32
+  Tensor moe_exchange_dweights;  // [N, k] float32  the combine weights' gradients (partial sums)
+  Tensor moe_own_dweights;       // [s_l b, k] float32  those of this rank's rows (TP > 1)
   Tensor shared_ffn;      // [s, b, shared_ffn_l]  the shared expert's (as ffn / fc1 for the dense MLP)
   Tensor shared_fc1;      // [s, b, shared_fc1_l]  (a view of shared_ffn without SwiGLU)
 

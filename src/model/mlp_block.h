@@ -34,6 +34,10 @@ struct MlpActivations {
   Tensor expert_fc1_pre;  // [M, fc1_e_l]
   Tensor expert_fc1_act;  // [M, ffn_e_l]
   Tensor expert_out;      // [M, h]  each row's expert output before its weight (TP partial sums)
+  // Under expert parallelism, over the dispatcher group's N rows: each pair's row of this rank's
+  // expert-major buffer (-1: another rank's expert, or dropped) and its combine weight (0 there).
+  Tensor exchange_destination;  // [N, k] int32
+  Tensor exchange_weights;      // [N, k] float32
 
   // Calls visit(member, dtype, dims...) for each tensor: the one list behind the allocation and the
   // byte count, the dims in the arithmetic of `s` (LayerShapes or CheckedLayerShapes).
@@ -53,6 +57,9 @@ struct MlpActivations {
     visit(a.expert_fc1_pre, t, s.moe_rows, s.moe_local_fc1);
     visit(a.expert_fc1_act, t, s.moe_rows, s.moe_local_ffn);
     visit(a.expert_out, t, s.moe_rows, s.hidden);
+    if (s.moe_exchange_rows == 0) return;
+    visit(a.exchange_destination, DType::kInt32, s.moe_exchange_rows, s.moe_topk);
+    visit(a.exchange_weights, DType::kFloat32, s.moe_exchange_rows, s.moe_topk);
   }
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/stream_copy.h"
 #include "model/checked_layer_shapes.h"
@@ -32,6 +33,7 @@ MoeBlock::MoeBlock(const BlockBuild& b, const MoePass& pass)
       pass_(pass),
       activation_(mlp_activation(b.config)),
       tp_(b.tp),
+      local_experts_(b.config.moe.num_experts),
       context_group_(b.context.group),
       shapes_(b.shapes),
       ws_(b.workspace),
@@ -41,8 +43,15 @@ MoeBlock::MoeBlock(const BlockBuild& b, const MoePass& pass)
       expert_leases_(b.prefix() + "mlp.experts weight-gradient inputs", lease_parts(b.shapes, b.config.dtype),
                      b.deferral_depth, b.arena) {
   GPT_CHECK(shapes_.moe_layer) << "MoE block of layer " << b.layer << " built with a dense layer's shapes";
+  if (b.experts && b.experts->exchange) {
+    exchange_ = b.experts->exchange;
+    first_expert_ = b.experts->model_rank * moe_.local_experts();
+    local_experts_ = moe_.local_experts();
+    GPT_CHECK_EQ(exchange_->size() * shapes_.local_rows(), shapes_.moe_exchange_rows)
+        << "MoE layer " << b.layer << ": the dispatcher group's rows";
+  }
   const bool bias = b.config.add_bias_linear;
-  for (int64_t e = 0; e < moe_.num_experts; ++e) {
+  for (int64_t e = first_expert_; e < first_expert_ + local_experts_; ++e) {
     const std::string fc1 = b.prefix() + "mlp.experts.linear_fc1.", fc2 = b.prefix() + "mlp.experts.linear_fc2.";
     const std::string index = std::to_string(e);
     experts_.push_back(Expert{.fc1_weight = &b.params.get(fc1 + "weight" + index),
@@ -101,7 +110,7 @@ ops::RouterOptions MoeBlock::router_options() const {
 template <typename Fn>
 void MoeBlock::for_each_expert(const std::vector<int64_t>& expert_rows, Fn&& fn) const {
   int64_t first = 0;
-  for (int64_t e = 0; e < moe_.num_experts; ++e) {
+  for (int64_t e = 0; e < local_experts_; ++e) {
     const int64_t rows = expert_rows[static_cast<size_t>(e)];
     if (rows > 0) fn(experts_[static_cast<size_t>(e)], first, rows);
     first += rows;
@@ -134,7 +143,13 @@ void MoeBlock::forward_up(Context& ctx, int slot, const MlpActivations& a, const
     x = tp_.gather_input(ctx, input, *gathered);
   }
   route(ctx, slot, a, x);
-  experts_up(ctx, slots_[static_cast<size_t>(slot)], a, x);
+  if (!exchange_) {
+    experts_up(ctx, slots_[static_cast<size_t>(slot)], a, x);
+    return;
+  }
+  // The group's rows: every member's residual-stream rows, in member order.
+  exchange_->all_gather(ctx, ws_.moe_exchange_a, input);
+  experts_up(ctx, slots_[static_cast<size_t>(slot)], a, ws_.moe_exchange_a);
 }
 
 void MoeBlock::route(Context& ctx, int slot, const MlpActivations& a, const Tensor& x) {
@@ -168,13 +183,17 @@ void MoeBlock::route(Context& ctx, int slot, const MlpActivations& a, const Tens
   ExpertDispatch d = plan_expert_dispatch(indices, weights, tokens, moe_, segments);
   GPT_CHECK_LE(d.rows(), shapes_.moe_rows) << "expert-major rows of layer " << metrics_.layer;
   SlotRouting& routing = slots_[static_cast<size_t>(slot)];
-  routing.expert_rows = d.expert_rows;
-  routing.rows = d.rows();
   copy_to_device(ctx, a.expert_weights, std::span<const float>(d.weights));  // dropped pairs 0
-  copy_to_device(ctx, a.destination, std::span<const int32_t>(d.destination));
-  if (d.rows() > 0) {
-    copy_to_device(ctx, a.source.flat_range(0, d.rows()), std::span<const int32_t>(d.source));
-    copy_to_device(ctx, a.row_weights.flat_range(0, d.rows()), std::span<const float>(d.row_weights));
+  if (exchange_) {
+    dispatch_exchange(ctx, routing, a, indices, d);
+  } else {
+    routing.expert_rows = d.expert_rows;
+    routing.rows = d.rows();
+    copy_to_device(ctx, a.destination, std::span<const int32_t>(d.destination));
+    if (d.rows() > 0) {
+      copy_to_device(ctx, a.source.flat_range(0, d.rows()), std::span<const int32_t>(d.source));
+      copy_to_device(ctx, a.row_weights.flat_range(0, d.rows()), std::span<const float>(d.row_weights));
+    }
   }
   routing.coefficients.clear();
   routing.z_scale = 0.0;
@@ -190,6 +209,47 @@ void MoeBlock::route(Context& ctx, int slot, const MlpActivations& a, const Tens
     ++metrics_.microbatches;
   }
   load_balancing(ctx, routing, a);
+}
+
+void MoeBlock::dispatch_exchange(Context& ctx, SlotRouting& routing, const MlpActivations& a,
+                                 std::span<const int32_t> indices, const ExpertDispatch& d) {
+  const int64_t k = moe_.topk, own = shapes_.local_rows(), first = (tp_.sequence_parallel() ? tp_.rank() : 0) * own;
+  const int64_t rows = shapes_.moe_exchange_rows;
+  // This rank's rows' pairs: the expert (-1 when its router dropped the pair) and the weight's bits.
+  std::vector<int32_t> mine(static_cast<size_t>(own * 2 * k));
+  for (int64_t t = 0; t < own; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const auto pair = static_cast<size_t>((first + t) * k + j);
+      const auto at = static_cast<size_t>(t * 2 * k + j);
+      mine[at] = d.destination[pair] >= 0 ? indices[pair] : -1;
+      std::memcpy(&mine[at + static_cast<size_t>(k)], &d.weights[pair], sizeof(float));
+    }
+  }
+  copy_to_device(ctx, ws_.moe_route_own, std::span<const int32_t>(mine));
+  exchange_->all_gather(ctx, ws_.moe_route_all, ws_.moe_route_own);
+  std::vector<int32_t> all(static_cast<size_t>(rows * 2 * k));
+  copy_to_host(ctx, all.data(), ws_.moe_route_all);
+  ctx.synchronize();
+  std::vector<int32_t> group_indices(static_cast<size_t>(rows * k));
+  std::vector<float> group_weights(group_indices.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < k; ++j) {
+      const auto at = static_cast<size_t>(r * 2 * k + j);
+      group_indices[static_cast<size_t>(r * k + j)] = all[at];
+      std::memcpy(&group_weights[static_cast<size_t>(r * k + j)], &all[at + static_cast<size_t>(k)], sizeof(float));
+    }
+  }
+  const ExpertDispatch local =
+      plan_local_expert_dispatch(group_indices, group_weights, rows, k, first_expert_, local_experts_);
+  GPT_CHECK_LE(local.rows(), shapes_.moe_rows) << "expert-major rows of layer " << layer_;
+  routing.expert_rows = local.expert_rows;
+  routing.rows = local.rows();
+  copy_to_device(ctx, a.exchange_destination, std::span<const int32_t>(local.destination));
+  copy_to_device(ctx, a.exchange_weights, std::span<const float>(local.weights));
+  if (local.rows() > 0) {
+    copy_to_device(ctx, a.source.flat_range(0, local.rows()), std::span<const int32_t>(local.source));
+    copy_to_device(ctx, a.row_weights.flat_range(0, local.rows()), std::span<const float>(local.row_weights));
+  }
 }
 
 void MoeBlock::load_balancing(Context& ctx, SlotRouting& routing, const MlpActivations& a) {
@@ -280,9 +340,19 @@ void MoeBlock::experts_down(Context& ctx, int slot, const MlpActivations& a) {
 BlockOutput MoeBlock::forward_down(Context& ctx, int slot, const MlpActivations& a) {
   const int64_t m = slots_[static_cast<size_t>(slot)].rows;
   experts_down(ctx, slot, a);
-  const Borrow partial(ws_.full_a, "MoE block: the combined experts' partial sums");
-  ops::moe_combine(ctx, partial->as_matrix(), rows_of(a.expert_out, 0, m), a.destination, a.expert_weights);
-  const Tensor routed = tp_.reduce_output(ctx, *partial, ws_.local_a);  // [s_l, b, h]
+  Tensor routed;  // [s_l, b, h]
+  if (exchange_) {
+    // The group's rows' sums over this rank's experts (and expert-TP slices), summed over the group
+    // onto each member's own rows.
+    ops::moe_combine(ctx, ws_.moe_exchange_b, rows_of(a.expert_out, 0, m), a.exchange_destination,
+                     a.exchange_weights);
+    routed = ws_.local_a;
+    exchange_->reduce_scatter(ctx, routed, ws_.moe_exchange_b, ReduceOp::kSum);
+  } else {
+    const Borrow partial(ws_.full_a, "MoE block: the combined experts' partial sums");
+    ops::moe_combine(ctx, partial->as_matrix(), rows_of(a.expert_out, 0, m), a.destination, a.expert_weights);
+    routed = tp_.reduce_output(ctx, *partial, ws_.local_a);
+  }
   if (shared_fc2_) {
     const Tensor shared = shared_fc2_->forward_row(ctx, ws_.full_b, a.fc1_act, ws_.local_b);
     ops::residual_add(ctx, routed, routed, shared, Tensor());
@@ -310,12 +380,11 @@ void MoeBlock::fc1_weight_grads(Context& ctx, const std::vector<int64_t>& expert
 }
 
 Tensor MoeBlock::experts_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
-                                  const Tensor& grad_y_full, WeightGradTiming timing) {
+                                  const Tensor& grad_y_full, WeightGradTiming timing, const Tensor& destination,
+                                  const Tensor& dweights) {
   const int64_t m = routing.rows;
-  // The combine weights' gradient: <dy_t, expert output> (TP partial sums, then summed).
-  ops::moe_combine_weight_grad(ctx, ws_.moe_dweights, grad_y_full.as_matrix(), rows_of(a.expert_out, 0, m),
-                               a.destination);
-  if (tp_.size() > 1) tp_.group().all_reduce(ctx, ws_.moe_dweights, ReduceOp::kSum);
+  // The combine weights' gradient: <dy_t, expert output> (partial sums over the experts' slices).
+  ops::moe_combine_weight_grad(ctx, dweights, grad_y_full.as_matrix(), rows_of(a.expert_out, 0, m), destination);
   // Deferred: what the weight gradients read, copied into a lease (the scratch is reused).
   const std::vector<Tensor>* lease = nullptr;
   if (timing == WeightGradTiming::kDeferred) {
@@ -355,7 +424,7 @@ Tensor MoeBlock::experts_backward(Context& ctx, const SlotRouting& routing, cons
 }
 
 void MoeBlock::router_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
-                               const Tensor& grad_x_full) {
+                               const Tensor& grad_x, int64_t first_row) {
   const Tensor& dlogits = ws_.moe_dlogits;  // [T, E] float32
   ops::moe_route_backward(ctx, dlogits, ws_.moe_dweights, a.router_logits, a.expert_indices, router_options());
   const bool sigmoid = moe_.score == RouterScore::kSigmoid;
@@ -382,10 +451,12 @@ void MoeBlock::router_backward(Context& ctx, const SlotRouting& routing, const M
   if (router_bias_) ops::bias_grad(ctx, router_bias_->grad, dlogits);
   ops::matmul(ctx, router_weight_.grad, ws_.moe_dlogits_t, x.as_matrix(),
               ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});  // [E, T] [T, h]
-  // Every TP rank routed the same rows: the input gradient is added once, before the TP sum.
-  if (tp_.rank() == 0) {
-    ops::matmul(ctx, grad_x_full.as_matrix(), ws_.moe_dlogits_t, router_weight_.value,
-                ops::MatmulOptions{.beta = 1.0f});  // [T, E] [E, h]
+  // Every TP rank routed the same rows: the input gradient is added once, into the full rows on TP
+  // rank 0 before the TP sum, or into each rank's own rows under expert parallelism.
+  if (exchange_ || tp_.rank() == 0) {
+    const Tensor dlogits_rows = rows_of(ws_.moe_dlogits_t, first_row, grad_x.as_matrix().rows());
+    ops::matmul(ctx, grad_x.as_matrix(), dlogits_rows, router_weight_.value,
+                ops::MatmulOptions{.beta = 1.0f});  // [rows, E] [E, h]
   }
 }
 
@@ -409,18 +480,48 @@ Tensor MoeBlock::backward_input(Context& ctx, int slot, const MlpActivations& a,
     ops::copy(ctx, *shared_grad,
               shared_fc1_->backward_input_column(ctx, d_fc1, input, ws_.full_a, ws_.full_b, ws_.local_a, timing));
   }
+  const Tensor d_input = exchange_ ? exchanged_backward(ctx, routing, a, input, d_out, timing)
+                                   : gathered_backward(ctx, routing, a, input, d_out, timing);  // [s_l, b, h]
+  if (shared_fc2_) ops::residual_add(ctx, d_input, d_input, *shared_grad, Tensor());
+  return d_input;
+}
+
+Tensor MoeBlock::gathered_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a,
+                                   const Tensor& input, const Tensor& d_out, WeightGradTiming timing) {
   const Borrow dy_full(ws_.full_b, "MoE block: the output's gradient gathered, then the input's");
   const Tensor dy = tp_.gather_output_grad(ctx, d_out, *dy_full);  // [s, b, h]
   const Borrow gathered(ws_.full_a, "MoE block: the input gathered again");
   const Tensor x = tp_.gather_input(ctx, input, *gathered);
-  const Tensor d_perm = experts_backward(ctx, routing, a, x, dy, timing);  // [M, h]
+  const Tensor d_perm = experts_backward(ctx, routing, a, x, dy, timing, a.destination, ws_.moe_dweights);  // [M, h]
+  if (tp_.size() > 1) tp_.group().all_reduce(ctx, ws_.moe_dweights, ReduceOp::kSum);
   // The input's gradient, TP partial sums: the permutation's (summed over each token's pairs) and,
   // once, the router's.
   const Tensor dx_full = dy_full->as_matrix();
   ops::moe_combine(ctx, dx_full, d_perm, a.destination, Tensor());
-  router_backward(ctx, routing, a, x, dx_full);
-  const Tensor d_input = tp_.reduce_input_grad(ctx, *dy_full, ws_.local_a);  // [s_l, b, h]
-  if (shared_fc2_) ops::residual_add(ctx, d_input, d_input, *shared_grad, Tensor());
+  router_backward(ctx, routing, a, x, dx_full, 0);
+  return tp_.reduce_input_grad(ctx, *dy_full, ws_.local_a);
+}
+
+Tensor MoeBlock::exchanged_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a,
+                                    const Tensor& input, const Tensor& d_out, WeightGradTiming timing) {
+  // The group's rows' output gradients and inputs, as in forward.
+  exchange_->all_gather(ctx, ws_.moe_exchange_b, d_out);
+  exchange_->all_gather(ctx, ws_.moe_exchange_a, input);
+  const Tensor d_perm = experts_backward(ctx, routing, a, ws_.moe_exchange_a, ws_.moe_exchange_b, timing,
+                                         a.exchange_destination, ws_.moe_exchange_dweights);  // [M, h]
+  // The combine weights' gradients summed over the group onto each member's rows, then gathered
+  // over TP: every TP rank's router reads all T rows'.
+  const Tensor own_dweights = tp_.size() > 1 ? ws_.moe_own_dweights : ws_.moe_dweights;
+  exchange_->reduce_scatter(ctx, own_dweights, ws_.moe_exchange_dweights, ReduceOp::kSum);
+  if (tp_.size() > 1) tp_.group().all_gather(ctx, ws_.moe_dweights, own_dweights);
+  // The input's gradient: the permutation's (this rank's experts' pairs of the group's rows, summed
+  // over the group onto each member's rows), then the router's for this rank's own rows.
+  ops::moe_combine(ctx, ws_.moe_exchange_b, d_perm, a.exchange_destination, Tensor());
+  const Tensor d_input = ws_.local_a;
+  exchange_->reduce_scatter(ctx, d_input, ws_.moe_exchange_b, ReduceOp::kSum);
+  const Borrow gathered(ws_.full_a, "MoE block: the input gathered again for the router");
+  const Tensor x = tp_.gather_input(ctx, input, *gathered);
+  router_backward(ctx, routing, a, x, d_input, (tp_.sequence_parallel() ? tp_.rank() : 0) * shapes_.local_rows());
   return d_input;
 }
 

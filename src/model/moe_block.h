@@ -33,6 +33,7 @@
 
 #include <deque>
 
+#include "model/expert_dispatch.h"
 #include "model/lease.h"
 #include "checkpoint/sharded_tensor.h"
 #include "model/mlp_block.h"
@@ -115,18 +116,35 @@ class MoeBlock final : public FeedForwardBlock {
   template <typename Fn>
   void for_each_expert(const std::vector<int64_t>& expert_rows, Fn&& fn) const;
   void route(Context& ctx, int slot, const MlpActivations& a, const Tensor& x);
+  // Under expert parallelism: this rank's rows' routing (after its router's drops) gathered over the
+  // dispatcher group, and this rank's experts' share of the group's rows planned (routing) and
+  // stashed (a's exchange_destination / exchange_weights, source, row_weights).
+  void dispatch_exchange(Context& ctx, SlotRouting& routing, const MlpActivations& a,
+                         std::span<const int32_t> indices, const ExpertDispatch& d);
   // The auxiliary losses' and z-loss's values (metrics) and gradient factors of the slot.
   void load_balancing(Context& ctx, SlotRouting& routing, const MlpActivations& a);
   void experts_up(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x);
-  // The router's backward: logits' gradient from the weights' (dweights) and the losses, then its
-  // parameters' gradients and (on TP rank 0) its input gradient added into grad_x_full [T, h].
+  // The router's backward: logits' gradient from the weights' (moe_dweights [T, k]) and the losses,
+  // then its parameters' gradients and its input gradient added into grad_x: the rows
+  // [first_row, first_row + rows of grad_x) of the T rows (all of them on TP rank 0 without expert
+  // parallelism; each rank's own rows with it).
   void router_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
-                       const Tensor& grad_x_full);
-  // The experts' backward: from grad_y_full [T, h] (the block output's gradient, gathered) to the
-  // permuted input's gradient (returned, [M, h] in moe_rows_b), their parameters' gradients (now,
-  // or recorded for backward_weight), and the weights' gradient into moe_dweights.
+                       const Tensor& grad_x, int64_t first_row);
+  // The experts' backward: from grad_y_full (the block output's gradient over the rows x holds:
+  // [T, h] gathered over TP, or [N, h] over the dispatcher group) to the permuted input's gradient
+  // (returned, [M, h] in moe_rows_b), their parameters' gradients (now, or recorded for
+  // backward_weight), and the combine weights' gradients (partial sums) into dweights [rows, k]
+  // by `destination` [rows, k].
   Tensor experts_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
-                          const Tensor& grad_y_full, WeightGradTiming timing);
+                          const Tensor& grad_y_full, WeightGradTiming timing, const Tensor& destination,
+                          const Tensor& dweights);
+  // backward_input's routed part, from the dropout's output gradient d_out [s_l, b, h] to the input
+  // gradient [s_l, b, h] (in local_a under SP): every expert over the TP-gathered rows (TP sums), or
+  // this rank's experts over the dispatcher group's rows (the group's sums).
+  Tensor gathered_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& input,
+                           const Tensor& d_out, WeightGradTiming timing);
+  Tensor exchanged_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& input,
+                            const Tensor& d_out, WeightGradTiming timing);
   // The experts' fc2 (from each row's output gradient d_out [M, h] and activation act [M, ffn_e_l])
   // or fc1 (from d_fc1 [M, fc1_e_l] and the permuted input [M, h]) weight and bias gradients.
   void fc2_weight_grads(Context& ctx, const std::vector<int64_t>& expert_rows, const Tensor& d_out,
@@ -142,13 +160,16 @@ class MoeBlock final : public FeedForwardBlock {
   const MoePass& pass_;
   MlpActivation activation_;
   const TensorParallel& tp_;
+  Communicator* exchange_ = nullptr;  // the dispatcher group under expert parallelism (else null)
+  int64_t first_expert_ = 0;          // this rank's experts [first_expert_, first_expert_ + local_experts_)
+  int64_t local_experts_;
   Communicator* context_group_;  // null: CP = 1
   LayerShapes shapes_;
   LayerWorkspace& ws_;
   LayerDropout dropout_;
   Param& router_weight_;
   Param* router_bias_ = nullptr;
-  std::vector<Expert> experts_;
+  std::vector<Expert> experts_;  // this rank's experts, in order
   std::optional<Linear> shared_fc1_, shared_fc2_;
   Tensor expert_bias_;                      // [E] float32 (aux-loss-free balancing)
   bool recomputing_ = false;

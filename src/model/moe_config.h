@@ -55,8 +55,21 @@ struct MoeConfig {
   TokenDropPolicy drop_policy = TokenDropPolicy::kProbs;
   bool pad_to_capacity = false;
   bool per_layer_logging = false;
+  // The experts' layout (Megatron's expert grid, parallel/process_grid.h): each of EP ranks holds
+  // num_experts / EP experts, each split over ETP ranks (0: the tensor-parallel size).
+  int64_t expert_model_parallel = 1;
+  int64_t expert_tensor_parallel = 0;
 
   bool enabled() const { return num_experts > 0; }
+  int64_t local_experts() const { return num_experts / expert_model_parallel; }
+  int64_t expert_tensor_size(int64_t tensor_parallel) const {
+    return expert_tensor_parallel > 0 ? expert_tensor_parallel : tensor_parallel;
+  }
+  // Tokens travel to the ranks of their experts (EP > 1 or ETP != TP: model/moe_block.h's exchange);
+  // otherwise every TP rank computes its slice of every expert over its gathered rows.
+  bool exchanges_tokens(int64_t tensor_parallel) const {
+    return expert_model_parallel > 1 || expert_tensor_size(tensor_parallel) != tensor_parallel;
+  }
   bool is_moe_layer(int64_t layer) const {
     return enabled() && layer >= 0 && static_cast<size_t>(layer) < moe_layers.size() && moe_layers[static_cast<size_t>(layer)];
   }

@@ -15,7 +15,7 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
                                    const RecomputePlan& plan, int64_t index_in_chunk, RecomputeBuffers& shared,
                                    Arena& arena, int stash_slots, const std::vector<MicrobatchPosition>& positions,
                                    int deferral_depth, const ContextParallel& context, Fp8Scaling* fp8,
-                                   const MoePass* moe_pass)
+                                   const MoePass* moe_pass, const ExpertParallel* experts)
     : ws_(workspace),
       shapes_(s.for_layer(config, layer)),
       recompute_(plan.layers.at(static_cast<size_t>(index_in_chunk))),
@@ -26,7 +26,7 @@ TransformerLayer::TransformerLayer(const ModelConfig& config, int64_t layer, Par
           BlockBuild{config, layer, params, tp, shapes_, workspace, arena, deferral_depth, context, fp8, positions}) {
   static const MoePass kNoMoe;  // layers built outside a chunk (tests): no load-balancing losses
   mlp_ = make_feed_forward_block(
-      BlockBuild{config, layer, params, tp, shapes_, workspace, arena, deferral_depth, context, fp8, positions},
+      BlockBuild{config, layer, params, tp, shapes_, workspace, arena, deferral_depth, context, fp8, positions, experts},
       moe_pass ? *moe_pass : kNoMoe);
   GPT_CHECK_EQ(positions.size(), static_cast<size_t>(stash_slots)) << "microbatch positions of layer " << layer;
   if (recomputes_full()) {

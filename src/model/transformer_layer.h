@@ -80,7 +80,7 @@ class TransformerLayer {
                    int64_t index_in_chunk, RecomputeBuffers& shared, Arena& arena, int stash_slots,
                    const std::vector<MicrobatchPosition>& positions, int deferral_depth = 0,
                    const ContextParallel& context = ContextParallel{}, Fp8Scaling* fp8 = nullptr,
-                   const MoePass* moe_pass = nullptr);
+                   const MoePass* moe_pass = nullptr, const ExpertParallel* experts = nullptr);
 
   // input [s_l, b, h] (kept by reference in the stash until backward) -> output [s_l, b, h],
   // owned by this layer's stash slot (or, inside a full-recompute group, by the shared buffers

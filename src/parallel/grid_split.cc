@@ -1,6 +1,28 @@
 #include "parallel/grid_split.h"
 
 namespace gpt {
+namespace {
+
+// The expert grid's groups that are not dense groups already (ProcessGrid's accessors fall back
+// to those): colors enumerate the expert coordinates outside the group, keys its own, etp fastest.
+ProcessGrid::ExpertGroups split_expert_groups(const GridShape& shape, int world_rank, const GroupSplit& split) {
+  const ExpertCoordinates c = expert_coordinates(shape, world_rank);
+  const int etp = shape.expert_tensor_size(), ep = shape.expert_model, edp = shape.expert_data_size();
+  ProcessGrid::ExpertGroups groups;
+  if (etp != shape.tensor) {
+    groups.tensor = split(c.model + ep * (c.data + edp * c.pipeline), c.tensor, "expert-tensor-parallel");
+  }
+  if (ep > 1) groups.model = split(c.tensor + etp * (c.data + edp * c.pipeline), c.model, "expert-model-parallel");
+  if (!shape.expert_groups_are_dense()) {
+    groups.exchange = split(c.data + edp * c.pipeline, c.tensor + etp * c.model, "expert-tensor-and-model-parallel");
+    groups.data = split(c.tensor + etp * (c.model + ep * c.pipeline), c.data, "expert-data-parallel");
+    groups.tensor_model_pipeline =
+        split(c.data, c.tensor + etp * (c.model + ep * c.pipeline), "expert-tensor-model-pipeline-parallel");
+  }
+  return groups;
+}
+
+}  // namespace
 
 std::unique_ptr<ProcessGrid> build_split_grid(const GridShape& shape, int world_rank,
                                               std::unique_ptr<Communicator> world, const GroupSplit& split) {
@@ -39,11 +61,18 @@ std::unique_ptr<ProcessGrid> build_split_grid(const GridShape& shape, int world_
     context_inner = split(c.context / inner + outer * position, c.context % inner, "context-parallel-a2a");
     context_outer = split(c.context % inner + inner * position, c.context / inner, "context-parallel-p2p");
   }
-  return std::make_unique<ProcessGrid>(shape, world_rank, std::move(world), std::move(tensor), std::move(data),
-                                       std::move(pipeline), std::move(embedding), std::move(model_parallel),
-                                       std::move(context), std::move(data_context), std::move(optimizer_instance),
-                                       std::move(across_optimizer_instances), std::move(context_inner),
-                                       std::move(context_outer));
+  ProcessGrid::ExpertGroups expert;
+  if (shape.expert_layers) {
+    check_expert_grid(shape);
+    expert = split_expert_groups(shape, world_rank, split);
+  }
+  auto grid = std::make_unique<ProcessGrid>(shape, world_rank, std::move(world), std::move(tensor), std::move(data),
+                                            std::move(pipeline), std::move(embedding), std::move(model_parallel),
+                                            std::move(context), std::move(data_context), std::move(optimizer_instance),
+                                            std::move(across_optimizer_instances), std::move(context_inner),
+                                            std::move(context_outer));
+  grid->set_expert_groups(std::move(expert));
+  return grid;
 }
 
 }  // namespace gpt

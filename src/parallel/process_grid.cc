@@ -31,6 +31,38 @@ GridCoordinates grid_coordinates(const GridShape& shape, int rank) {
   return c;
 }
 
+bool GridShape::expert_groups_are_dense() const {
+  return expert_tensor_size() * expert_model == tensor &&
+         (order == RankOrder::kTpCpDpPp || context == 1 || pipeline == 1);
+}
+
+ExpertCoordinates expert_coordinates(const GridShape& shape, int rank) {
+  const int etp = shape.expert_tensor_size(), ep = shape.expert_model, edp = shape.expert_data_size();
+  ExpertCoordinates c;
+  c.tensor = rank % etp;
+  c.model = (rank / etp) % ep;
+  const int outer = rank / (etp * ep);  // the (edp, pp) pair in the order's nesting
+  if (shape.order == RankOrder::kTpCpPpDp) {
+    c.pipeline = outer % shape.pipeline;
+    c.data = outer / shape.pipeline;
+  } else {
+    c.data = outer % edp;
+    c.pipeline = outer / edp;
+  }
+  return c;
+}
+
+void check_expert_grid(const GridShape& shape) {
+  const int etp = shape.expert_tensor_size();
+  GPT_CHECK(etp >= 1 && shape.expert_model >= 1 && shape.world() % (etp * shape.expert_model * shape.pipeline) == 0)
+      << "expert grid ETP " << etp << " x EP " << shape.expert_model << " x PP " << shape.pipeline
+      << " does not divide the world of " << shape.world();
+  for (int rank = 0; rank < shape.world(); ++rank) {
+    GPT_CHECK_EQ(expert_coordinates(shape, rank).pipeline, grid_coordinates(shape, rank).pipeline)
+        << "rank " << rank << ": the expert grid puts it on another pipeline stage than the dense grid";
+  }
+}
+
 const char* rank_order_name(RankOrder order) {
   return order == RankOrder::kTpCpPpDp ? "tp-cp-ep-pp-dp" : "tp-cp-ep-dp-pp";
 }
@@ -46,6 +78,36 @@ int context_inner_size(const GridShape& shape) {
 
 // A rank's place in its data x context group (Megatron's dp-cp group lists its members so).
 int data_context_place(const GridShape& shape, const GridCoordinates& c) { return c.context + shape.context * c.data; }
+
+// Two ranks of the expert grid share a group of `kind` when they agree on every coordinate outside it.
+bool same_expert_group(GridGroup kind, const ExpertCoordinates& a, const ExpertCoordinates& b) {
+  const bool tp = a.tensor == b.tensor, ep = a.model == b.model, dp = a.data == b.data, pp = a.pipeline == b.pipeline;
+  switch (kind) {
+    case GridGroup::kExpertTensor: return ep && dp && pp;
+    case GridGroup::kExpertModel: return tp && dp && pp;
+    case GridGroup::kExpertExchange: return dp && pp;
+    case GridGroup::kExpertData: return tp && ep && pp;
+    case GridGroup::kExpertTensorModelPipeline: return dp;
+    default: return false;
+  }
+}
+
+int place_in_expert_group(GridGroup kind, const GridShape& shape, const ExpertCoordinates& c) {
+  const int etp = shape.expert_tensor_size(), ep = shape.expert_model;
+  switch (kind) {
+    case GridGroup::kExpertTensor: return c.tensor;
+    case GridGroup::kExpertModel: return c.model;
+    case GridGroup::kExpertExchange: return c.tensor + etp * c.model;
+    case GridGroup::kExpertData: return c.data;
+    case GridGroup::kExpertTensorModelPipeline: return c.tensor + etp * (c.model + ep * c.pipeline);
+    default: return 0;
+  }
+}
+
+bool is_expert_group(GridGroup kind) {
+  return kind == GridGroup::kExpertTensor || kind == GridGroup::kExpertModel || kind == GridGroup::kExpertExchange ||
+         kind == GridGroup::kExpertData || kind == GridGroup::kExpertTensorModelPipeline;
+}
 
 // Two ranks share a group of `kind` when they agree on every coordinate outside it.
 bool same_group(GridGroup kind, const GridShape& shape, const GridCoordinates& a, const GridCoordinates& b) {
@@ -66,8 +128,8 @@ bool same_group(GridGroup kind, const GridShape& shape, const GridCoordinates& a
       return tp && dp && pp && a.context / context_inner_size(shape) == b.context / context_inner_size(shape);
     case GridGroup::kContextOuter:
       return tp && dp && pp && a.context % context_inner_size(shape) == b.context % context_inner_size(shape);
+    default: return false;
   }
-  return false;
 }
 
 // A member's place in its group: its own coordinates, first-named kind fastest (the MPI split keys).
@@ -83,8 +145,8 @@ int place_in_group(GridGroup kind, const GridShape& shape, const GridCoordinates
     case GridGroup::kAcrossOptimizerInstances: return data_context_place(shape, c) / optimizer_instance_size(shape);
     case GridGroup::kContextInner: return c.context % context_inner_size(shape);
     case GridGroup::kContextOuter: return c.context / context_inner_size(shape);
+    default: return 0;
   }
-  return 0;
 }
 
 }  // namespace
@@ -101,12 +163,17 @@ std::vector<std::vector<int>> grid_groups(const GridShape& shape, GridGroup kind
   std::vector<bool> placed(static_cast<size_t>(shape.world()), false);
   for (int rank = 0; rank < shape.world(); ++rank) {
     if (placed[static_cast<size_t>(rank)]) continue;
-    const GridCoordinates mine = grid_coordinates(shape, rank);
     std::vector<std::pair<int, int>> members;  // (place in group, world rank)
     for (int other = 0; other < shape.world(); ++other) {
-      const GridCoordinates theirs = grid_coordinates(shape, other);
-      if (!same_group(kind, shape, mine, theirs)) continue;
-      members.emplace_back(place_in_group(kind, shape, theirs), other);
+      if (is_expert_group(kind)) {
+        const ExpertCoordinates mine = expert_coordinates(shape, rank), theirs = expert_coordinates(shape, other);
+        if (!same_expert_group(kind, mine, theirs)) continue;
+        members.emplace_back(place_in_expert_group(kind, shape, theirs), other);
+      } else {
+        const GridCoordinates mine = grid_coordinates(shape, rank), theirs = grid_coordinates(shape, other);
+        if (!same_group(kind, shape, mine, theirs)) continue;
+        members.emplace_back(place_in_group(kind, shape, theirs), other);
+      }
       placed[static_cast<size_t>(other)] = true;
     }
     std::sort(members.begin(), members.end());
@@ -148,7 +215,10 @@ ProcessGrid::ProcessGrid(GridShape shape, int world_rank, std::unique_ptr<Commun
                                       ? std::move(across_optimizer_instances)
                                       : std::make_unique<SelfCommunicator>("across-optimizer-instances")),
       context_inner_(std::move(context_inner)),
-      context_outer_(std::move(context_outer)) {
+      context_outer_(std::move(context_outer)),
+      expert_coordinates_(gpt::expert_coordinates(shape, world_rank)),
+      expert_self_(std::make_unique<SelfCommunicator>("expert-model-parallel")) {
+  if (shape.expert_layers) check_expert_grid(shape);
   GPT_CHECK_EQ(world_->size(), shape.world()) << "world communicator size";
   GPT_CHECK_EQ(tensor_->size(), shape.tensor);
   GPT_CHECK_EQ(data_->size(), shape.data);
@@ -165,6 +235,17 @@ ProcessGrid::ProcessGrid(GridShape shape, int world_rank, std::unique_ptr<Commun
     GPT_CHECK_EQ(context_inner_->size(), shape.context_inner) << "context-parallel level 0 (all-to-all)";
     GPT_CHECK_EQ(context_outer_->size(), shape.context / shape.context_inner) << "context-parallel level 1 (ring)";
   }
+}
+
+void ProcessGrid::set_expert_groups(ExpertGroups groups) {
+  expert_ = std::move(groups);
+  if (!shape_.expert_layers) return;
+  const int etp = shape_.expert_tensor_size(), ep = shape_.expert_model;
+  GPT_CHECK_EQ(expert_tensor().size(), etp) << "expert tensor-parallel group";
+  GPT_CHECK_EQ(expert_model().size(), ep) << "expert-model-parallel group";
+  GPT_CHECK_EQ(expert_exchange().size(), etp * ep) << "expert tensor x model group";
+  GPT_CHECK_EQ(expert_data().size(), shape_.expert_data_size()) << "expert data-parallel group";
+  GPT_CHECK_EQ(expert_tensor_model_pipeline().size(), etp * ep * shape_.pipeline) << "expert tp-ep-pp group";
 }
 
 std::string ProcessGrid::describe() const {
@@ -194,6 +275,14 @@ std::string ProcessGrid::describe() const {
   if (shape_.context > 1) list_groups("data-context-parallel", GridGroup::kDataContext);
   list_groups("pipeline-parallel", GridGroup::kPipeline);
   list_groups("model-parallel", GridGroup::kModelParallel);
+  if (shape_.expert_layers && (shape_.expert_model > 1 || shape_.expert_tensor_size() != shape_.tensor)) {
+    out << "> expert grid: ETP " << shape_.expert_tensor_size() << " x EP " << shape_.expert_model << " x EDP "
+        << shape_.expert_data_size() << " x PP " << shape_.pipeline << "\n";
+    if (shape_.expert_tensor_size() != shape_.tensor) list_groups("expert-tensor-parallel", GridGroup::kExpertTensor);
+    list_groups("expert-model-parallel", GridGroup::kExpertModel);
+    list_groups("expert-tensor-and-model-parallel", GridGroup::kExpertExchange);
+    list_groups("expert-data-parallel", GridGroup::kExpertData);
+  }
   if (shape_.optimizer_instances > 1) {
     list_groups("distributed-optimizer instance", GridGroup::kOptimizerInstance);
     list_groups("across distributed-optimizer instances", GridGroup::kAcrossOptimizerInstances);

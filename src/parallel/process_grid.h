@@ -13,6 +13,15 @@
 // With --hierarchical-context-parallel-sizes [A, P] (--cp-comm-type a2a+p2p) the context group is
 // cut the same way (Megatron's create_hierarchical_groups over [A, P]): level 0 (the all-to-all)
 // are A consecutive context ranks, level 1 (the ring) the P ranks at the same place in each of them.
+//
+// The expert layers have a second grid over the same world (Megatron's expert RankGenerator, with
+// cp = 1): expert tensor parallelism ETP (default TP) x expert parallelism EP x expert data
+// parallelism EDP = world / (ETP x EP x PP) x PP, in the same order: rank = etp + ETP*(ep + EP*(edp +
+// EDP*pp)), or with --use-tp-pp-dp-mapping rank = etp + ETP*(ep + EP*(pp + PP*edp)). Both grids
+// agree on every rank's pipeline stage (checked). An MoE layer exchanges tokens over the ETP x EP
+// ranks of one (edp, pp) ("tp-ep", the dispatcher's group); expert parameters' gradients are summed
+// over EDP. With EP = 1 and ETP = TP those groups are the tensor- and data x context groups
+// themselves (and share their communicators).
 #pragma once
 
 #include <memory>
@@ -23,7 +32,7 @@
 
 namespace gpt {
 
-// Megatron's RankGenerator orders (expert parallelism is 1 here, so "ep" drops out).
+// Megatron's RankGenerator orders (the dense grid's ep is 1, so "ep" drops out of its formula).
 enum class RankOrder {
   kTpCpDpPp,  // Megatron's default, "tp-cp-ep-dp-pp": the pipeline stages are the slowest index
   kTpCpPpDp,  // --use-tp-pp-dp-mapping, "tp-cp-ep-pp-dp": the data-parallel replicas are
@@ -37,7 +46,19 @@ struct GridShape {
   RankOrder order = RankOrder::kTpCpDpPp;
   int optimizer_instances = 1;  // distributed-optimizer instances; divides data x context
   int context_inner = 0;        // a2a+p2p's level-0 (all-to-all) size, dividing context; 0: no levels
+  int expert_model = 1;         // EP (--expert-model-parallel-size)
+  int expert_tensor = 0;        // ETP (--expert-tensor-parallel-size); 0: TP
+  // The model has expert layers: the expert grid is checked and its groups built (a dense model's
+  // accessors fall back to the dense groups, as nothing uses them).
+  bool expert_layers = false;
   int world() const { return tensor * context * pipeline * data; }
+  int expert_tensor_size() const { return expert_tensor > 0 ? expert_tensor : tensor; }
+  // EDP = world / (ETP x EP x PP).
+  int expert_data_size() const { return world() / (expert_tensor_size() * expert_model * pipeline); }
+  // The expert grid's 'tp-ep', 'dp' and 'tp-ep-pp' groups are the dense grid's tensor-parallel,
+  // data x context and model-parallel groups (ETP x EP = TP, and the order places them alike:
+  // pipeline-last, or CP = 1, or PP = 1): the one-rank MoE layout and EP folded onto TP.
+  bool expert_groups_are_dense() const;
 };
 
 struct GridCoordinates {
@@ -47,12 +68,24 @@ struct GridCoordinates {
   int context = 0;
 };
 
+// A rank's place in the expert grid.
+struct ExpertCoordinates {
+  int tensor = 0;  // etp
+  int model = 0;   // ep
+  int data = 0;    // edp
+  int pipeline = 0;
+};
+
 // True when the build includes NCCL (the CUDA backend found nccl.h and libnccl).
 bool nccl_available();
 
 // Megatron's rank order (shape.order).
 int grid_rank(const GridShape& shape, const GridCoordinates& coordinates);
 GridCoordinates grid_coordinates(const GridShape& shape, int rank);
+ExpertCoordinates expert_coordinates(const GridShape& shape, int rank);
+// Fatal unless the expert grid divides the world and puts every rank on its dense pipeline stage
+// (the arguments refuse such layouts first, naming the flags).
+void check_expert_grid(const GridShape& shape);
 // Megatron's name of the order: "tp-cp-ep-dp-pp" or "tp-cp-ep-pp-dp".
 const char* rank_order_name(RankOrder order);
 
@@ -70,6 +103,11 @@ enum class GridGroup {
   kAcrossOptimizerInstances,  // one member of each instance, at the same place in it
   kContextInner,              // a2a+p2p level 0: context_inner consecutive context ranks
   kContextOuter,              // a2a+p2p level 1: the context ranks at one place of every level-0 group
+  kExpertTensor,              // the expert grid's 'tp': ETP ranks
+  kExpertModel,               // 'ep': the EP ranks of one (etp, edp, pp)
+  kExpertExchange,            // 'tp-ep': ETP x EP ranks of one (edp, pp), etp fastest
+  kExpertData,                // 'dp': the EDP ranks of one (etp, ep, pp)
+  kExpertTensorModelPipeline, // 'tp-ep-pp': the ETP x EP x PP ranks of one edp
 };
 // The members of one distributed-optimizer instance: data x context / instances.
 int optimizer_instance_size(const GridShape& shape);
@@ -89,6 +127,13 @@ class ProcessGrid {
               std::unique_ptr<Communicator> across_optimizer_instances = nullptr,
               std::unique_ptr<Communicator> context_inner = nullptr,
               std::unique_ptr<Communicator> context_outer = nullptr);
+
+  // The expert grid's own communicators (grid_split.cc builds them only where they differ from the
+  // dense groups; a null one means the dense group of the same members, or a group of one).
+  struct ExpertGroups {
+    std::unique_ptr<Communicator> tensor, model, exchange, data, tensor_model_pipeline;
+  };
+  void set_expert_groups(ExpertGroups groups);
 
   const GridShape& shape() const { return shape_; }
   int world_rank() const { return world_rank_; }
@@ -127,6 +172,21 @@ class ProcessGrid {
   // group: each parameter once).
   Communicator& model_parallel() const { return *model_parallel_; }
 
+  // The expert grid (see the top of this file).
+  const ExpertCoordinates& expert_coordinates() const { return expert_coordinates_; }
+  // 'tp' of the expert grid: the ranks holding the other slices of this rank's experts.
+  Communicator& expert_tensor() const { return expert_.tensor ? *expert_.tensor : *tensor_; }
+  // 'ep': the ranks holding the other experts, at this rank's etp and edp.
+  Communicator& expert_model() const { return expert_.model ? *expert_.model : *expert_self_; }
+  // 'tp-ep': the token dispatcher's group (every rank holding some slice of some expert, one edp).
+  Communicator& expert_exchange() const { return expert_.exchange ? *expert_.exchange : *tensor_; }
+  // 'dp': expert parameters' gradients are summed, and their ZeRO shards spread, over it.
+  Communicator& expert_data() const { return expert_.data ? *expert_.data : data_context(); }
+  // 'tp-ep-pp': every expert parameter of one edp once (the expert parameters' gradient norm).
+  Communicator& expert_tensor_model_pipeline() const {
+    return expert_.tensor_model_pipeline ? *expert_.tensor_model_pipeline : *model_parallel_;
+  }
+
   // Moves every group of more than one rank onto NCCL (GPU buffers, one rank per GPU), using the
   // current (MPI) communicators to distribute the NCCL ids; they stay alive as bootstrap.
   // Only valid in builds with NCCL (nccl_available()).
@@ -144,6 +204,9 @@ class ProcessGrid {
   std::unique_ptr<Communicator> optimizer_instance_;  // null with one instance (data_context() is that group)
   std::unique_ptr<Communicator> across_optimizer_instances_;
   std::unique_ptr<Communicator> context_inner_, context_outer_;  // null without a2a+p2p's levels
+  ExpertCoordinates expert_coordinates_;
+  ExpertGroups expert_;                          // null members: the dense group (see the accessors)
+  std::unique_ptr<Communicator> expert_self_;    // expert_model() with EP = 1
   std::vector<std::unique_ptr<Communicator>> bootstrap_;  // MPI groups replaced by NCCL ones
 };
 

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/cuda_runtime.h"
 #include "core/memory.h"
+#include "train/args/context_parallel_arguments.h"
 #include "train/args/flag_enums.h"
 #include "train/args/model_arguments.h"
 #include "train/args/moe_arguments.h"
@@ -120,6 +121,8 @@ MoeConfig moe_config_from(const Arguments& a) {
   m.drop_policy = token_drop_policy(a);
   m.pad_to_capacity = a.moe_pad_expert_input_to_capacity;
   m.per_layer_logging = a.moe_per_layer_logging;
+  m.expert_model_parallel = a.expert_model_parallel_size;
+  m.expert_tensor_parallel = a.expert_tensor_parallel_size >= 1 ? a.expert_tensor_parallel_size : 0;
   return m;
 }
 
@@ -215,6 +218,29 @@ ContextParallel context_parallel_from(const Arguments& args, ProcessGrid& grid) 
     context.outer = &grid.context_outer();
   }
   return context;
+}
+
+ExpertParallel expert_parallel_from(const ModelConfig& config, ProcessGrid& grid) {
+  if (!config.moe.enabled()) return ExpertParallel{};
+  const ExpertCoordinates& c = grid.expert_coordinates();
+  return ExpertParallel{.exchange = config.moe.exchanges_tokens(grid.shape().tensor) ? &grid.expert_exchange() : nullptr,
+                        .tensor_rank = c.tensor,
+                        .model_rank = c.model};
+}
+
+GridShape grid_shape_from(const Arguments& a, int64_t world_size) {
+  return GridShape{.tensor = static_cast<int>(a.tensor_model_parallel_size),
+                   .pipeline = static_cast<int>(a.pipeline_model_parallel_size),
+                   .data = static_cast<int>(data_parallel_size(a, world_size)),
+                   .context = static_cast<int>(a.context_parallel_size),
+                   .order = a.use_tp_pp_dp_mapping ? RankOrder::kTpCpPpDp : RankOrder::kTpCpDpPp,
+                   .optimizer_instances = static_cast<int>(a.num_distributed_optimizer_instances),
+                   .context_inner = static_cast<int>(context_inner_size(a)),
+                   .expert_model = static_cast<int>(a.expert_model_parallel_size),
+                   .expert_tensor = a.num_experts > 0 && a.expert_tensor_parallel_size >= 1
+                                        ? static_cast<int>(a.expert_tensor_parallel_size)
+                                        : 0,
+                   .expert_layers = a.num_experts > 0};
 }
 
 ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& shape,

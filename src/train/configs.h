@@ -12,6 +12,7 @@
 #include "core/context.h"
 #include "model/config.h"
 #include "model/context_parallel.h"
+#include "model/expert_parallel.h"
 #include "model/fp8_scaling.h"
 #include "model/shard_plan.h"
 #include "optim/adamw.h"
@@ -60,6 +61,12 @@ KernelOptions kernel_options_from(const Arguments& args);
 // layers and the schedule, with `microbatches` per iteration.
 PipelineLayout pipeline_layout(const Arguments& args, const GridShape& shape, const GridCoordinates& coordinates,
                                int64_t microbatches);
+
+// The expert grid as the MoE blocks see it (no exchange group without expert parallelism).
+ExpertParallel expert_parallel_from(const ModelConfig& config, ProcessGrid& grid);
+
+// The process grid's shape (dense and expert grids) of validated arguments over `world_size` ranks.
+GridShape grid_shape_from(const Arguments& args, int64_t world_size);
 
 // The context-parallel group and each layer's --cp-comm-type (no group when CP = 1).
 ContextParallel context_parallel_from(const Arguments& args, ProcessGrid& grid);

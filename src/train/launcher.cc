@@ -250,13 +250,7 @@ int launch(int argc, char** argv, const LaunchOptions& options, const LaunchBody
   status = check_memory_fits(args, job.size, vocabulary_before_data(args), ranks_per_gpu);
   if (const int code = agree_and_report(job, status); code != 0) return code;
 
-  const GridShape shape{.tensor = static_cast<int>(args.tensor_model_parallel_size),
-                        .pipeline = static_cast<int>(args.pipeline_model_parallel_size),
-                        .data = static_cast<int>(data_parallel_size(args, job.size)),
-                        .context = static_cast<int>(args.context_parallel_size),
-                        .order = args.use_tp_pp_dp_mapping ? RankOrder::kTpCpPpDp : RankOrder::kTpCpDpPp,
-                        .optimizer_instances = static_cast<int>(args.num_distributed_optimizer_instances),
-                        .context_inner = static_cast<int>(context_inner_size(args))};
+  const GridShape shape = grid_shape_from(args, job.size);
   const double timeout_seconds = args.distributed_timeout_minutes * 60.0;
   std::unique_ptr<ProcessGrid> grid = torchrun.active()      ? torchrun.build_grid(shape, timeout_seconds)
                                       : mpi_runtime.active() ? build_mpi_grid(shape, timeout_seconds)

@@ -103,15 +103,6 @@ StateLayout state_layout(const Arguments& a) {
 
 namespace {
 
-// The grid of validated arguments.
-GridShape grid_shape_of(const Arguments& a, int64_t world_size) {
-  return GridShape{.tensor = static_cast<int>(a.tensor_model_parallel_size),
-                   .pipeline = static_cast<int>(a.pipeline_model_parallel_size),
-                   .data = static_cast<int>(data_parallel_size(a, world_size)),
-                   .context = static_cast<int>(a.context_parallel_size),
-                   .optimizer_instances = static_cast<int>(a.num_distributed_optimizer_instances)};
-}
-
 bool schedule_small_enough(const Arguments& a, int64_t world_size) {
   const int64_t pp = a.pipeline_model_parallel_size, v = virtual_pipeline_size(a);
   return pp * v * std::max<int64_t>(num_microbatches(a, world_size), 1) <= kExactPlanMaxScheduleSteps;
@@ -126,7 +117,7 @@ std::vector<int64_t> stage_stash_slots(const Arguments& a, int64_t world_size, i
   const int64_t m = std::max<int64_t>(1, num_microbatches(a, world_size));
   if (schedule_small_enough(a, world_size)) {
     const PipelineLayout pipeline =
-        pipeline_layout(a, grid_shape_of(a, world_size), GridCoordinates{.tensor = 0, .pipeline = stage, .data = 0}, m);
+        pipeline_layout(a, grid_shape_from(a, world_size), GridCoordinates{.tensor = 0, .pipeline = stage, .data = 0}, m);
     const ForwardBackward schedules(pipeline);
     return std::vector<int64_t>(schedules.stash_slots().begin(), schedules.stash_slots().end());
   }
@@ -183,6 +174,7 @@ SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
     c.moe.moe_layers = {true};
     c.moe.topk = 1;
     c.moe.num_groups = c.moe.group_topk = 0;
+    c.moe.expert_model_parallel = 1;
     auto moe_layer = [&](int64_t experts) {
       c.moe.num_experts = experts;
       int64_t sum = 0;  // one or two experts: bounded by `largest`
@@ -201,7 +193,7 @@ SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
 // The MoE layers among a stage's layers (--moe-layer-freq's pattern over its chunks), 0 without
 // MoE.
 std::vector<ChunkLayout> stage_chunks(const Arguments& a, int64_t world_size, int stage) {
-  return pipeline_layout(a, grid_shape_of(a, world_size), GridCoordinates{.tensor = 0, .pipeline = stage, .data = 0},
+  return pipeline_layout(a, grid_shape_from(a, world_size), GridCoordinates{.tensor = 0, .pipeline = stage, .data = 0},
                          std::max<int64_t>(1, num_microbatches(a, world_size)))
       .chunks;
 }
@@ -266,7 +258,7 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
   sized.vocab_size = vocab_size;
   const ModelConfig config = model_config_from(sized);
   const std::vector<ParamSpec> specs = build_param_specs(config);
-  const GridShape shape = grid_shape_of(a, world_size);
+  const GridShape shape = grid_shape_from(a, world_size);
   const bool sequence_parallel = a.sequence_parallel && tp > 1;
   LayerShapes shapes =
       LayerShapes::make(config, tp, 0, sequence_parallel, a.micro_batch_size, a.context_parallel_size);

@@ -117,12 +117,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   }
   std::vector<pipeline::Stage*> stages;
   const ContextParallel context = context_parallel_from(args, grid);
+  const ExpertParallel experts = expert_parallel_from(t->config_, grid);
   for (size_t c = 0; c < pipeline.chunks.size(); ++c) {
     t->chunks_.push_back(std::make_unique<GptModel>(t->config_, *t->params_, *t->tensor_parallel_,
                                                     args.micro_batch_size, t->forward_backward_->stash_slots()[c],
                                                     pipeline.chunks[c], t->arena_,
                                                     t->forward_backward_->deferral_depths()[c], context,
-                                                    t->fp8_.get()));
+                                                    t->fp8_.get(), experts));
     t->chunks_.back()->set_moe_data_context(&grid.data_context());
     t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_));
     stages.push_back(t->stages_.back().get());

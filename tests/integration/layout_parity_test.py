@@ -34,15 +34,17 @@ GRADIENTS_STEP = 0  # the step whose gradients are compared (--gradients-step)
 
 
 def assemble(files, group):
-    """Global tensors of `group` from the slices of DP rank 0. A slice held twice (a parameter
-    replicated across TP ranks, the tied word embedding on the first and the last pipeline stage)
-    must be the same in both places."""
+    """Global tensors of `group` from the slices of DP rank 0 (and, for routed experts, of every
+    rank: under expert parallelism the experts are spread over data-parallel ranks). A slice held
+    twice (a parameter replicated across TP ranks, the tied word embedding on the first and the last
+    pipeline stage, an expert on its expert-data-parallel replicas) must be the same in both places."""
     tensors = {}
     for path in files:
         with h5py.File(path, "r") as f:
-            if f.attrs["data_rank"] != 0:
-                continue
+            first_replica = f.attrs["data_rank"] == 0
             for name in f[group]:
+                if not first_replica and ".mlp.experts." not in name:
+                    continue
                 row, column, rows, columns, half = (int(v) for v in f["layout"][name][()])
                 piece = np.asarray(f[group][name][()], dtype=np.float64).reshape(-1, 1 if f[group][name].ndim == 1 else f[group][name].shape[1])
                 if name not in tensors:
@@ -106,7 +108,9 @@ PARALLEL_FLAGS_WITH_VALUE = {"--tensor-model-parallel-size", "--pipeline-model-p
                              "--suggested-communication-unit-size", "--optimizer-offload-fraction",
                              "--context-parallel-size", "--cp-comm-type", "--decoder-first-pipeline-num-layers",
                              "--decoder-last-pipeline-num-layers", "--microbatch-group-size-per-virtual-pipeline-stage",
-                             "--num-distributed-optimizer-instances", "--hierarchical-context-parallel-sizes"}
+                             "--num-distributed-optimizer-instances", "--hierarchical-context-parallel-sizes",
+                             "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+                             "--moe-token-dispatcher-type"}
 PARALLEL_SWITCHES = {"--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce",
                      "--overlap-param-gather", "--use-megatron-fsdp", "--fsdp-double-buffer",
                      "--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d",

@@ -4,6 +4,13 @@
 // (a slot is taken when a microbatch first reaches the chunk and freed after its backward — with a
 // split backward, after its W — or after its forward when the steps have no backward) and the
 // receive buffers of each slot.
+//
+// The executor itself issues only the pipeline transfers; a compute step's collectives (a MoE
+// layer's expert exchanges, the tensor / context calls, the bucket reductions started at the pass
+// marked last_of_step) are issued by its Stage, and collective_program.h lists them step by step
+// for every rank of the world, so that collective_check.h proves their order before a run
+// (pipeline_collective_executor_test: the passes and the last_of_step marks this class drives are
+// the ones the program lists).
 #pragma once
 
 #include <map>

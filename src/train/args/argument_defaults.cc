@@ -97,7 +97,7 @@ void resolve_defaults(Arguments& a) {
   }
   // --expert-tensor-parallel-size other than TP: accepted as Megatron does for a dense model
   // (train/args/expert_arguments.h checks its grid against the world).
-  if (flag_given(a, &A::expert_tensor_parallel_size) && a.expert_tensor_parallel_size >= 1 &&
+  if (a.num_experts <= 0 && flag_given(a, &A::expert_tensor_parallel_size) && a.expert_tensor_parallel_size >= 1 &&
       a.expert_tensor_parallel_size != a.tensor_model_parallel_size) {
     add_note(a, absl::StrCat(flag_name(&A::expert_tensor_parallel_size), " ", a.expert_tensor_parallel_size,
                              ": this model has no expert (MoE) layers, so no parameter uses the expert "

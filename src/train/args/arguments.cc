@@ -16,6 +16,7 @@
 #include "parallel/pipeline/schedule.h"
 #include "train/args/batch_size_arguments.h"
 #include "train/args/checkpoint_arguments.h"
+#include "train/args/collective_order_arguments.h"
 #include "train/args/context_parallel_arguments.h"
 #include "train/args/flag_enums.h"
 #include "train/args/flag_table.h"
@@ -613,6 +614,8 @@ absl::Status validate_for_world(const Arguments& a, int64_t world_size) {
     GPT_RETURN_IF_ERROR(validate_schedule_for_layout(a, static_cast<int>(p),
                                                      static_cast<int>(layers_per_virtual_stage),
                                                      static_cast<int>(batch / *batch_per_microbatch)));
+    // A MoE layout's collectives ordered alike on every rank of each group (Megatron-LM #5749).
+    GPT_RETURN_IF_ERROR(validate_collective_order(a, world_size, static_cast<int>(batch / *batch_per_microbatch)));
   }
   // The schedule generators count (chunk, microbatch) pairs in int.
   if (static_cast<int64_t>(virtual_pipeline_size(a)) * microbatches > kIntMax) {

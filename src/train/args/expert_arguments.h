@@ -1,8 +1,7 @@
-// --expert-tensor-parallel-size: Megatron sizes its expert (MoE) layers' tensor-parallel groups
-// with it. This program's models have no expert layers (the MoE flags are refused), so, as in
-// Megatron for a dense model, no parameter uses those groups; Megatron's parallel_state still checks
-// the expert grid (tensor x expert (1 here) x pipeline, the rest expert data-parallel) against the
-// world, and so does this program, with the same rules.
+// --expert-tensor-parallel-size and --expert-model-parallel-size: Megatron's expert grid (expert
+// tensor x expert model x pipeline, the rest expert data-parallel; parallel/process_grid.h) checked
+// against the world with Megatron's rules. A dense model uses no expert group, but the grid is
+// checked all the same, as Megatron's parallel_state does.
 #pragma once
 
 #include <cstdint>

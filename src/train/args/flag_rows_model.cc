@@ -166,11 +166,11 @@ constexpr FlagRow kRows[] = {
         "Rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp: rank = tp + TP (cp + CP (pp + PP dp)), so a "
         "replica's pipeline stages are neighbouring ranks (changes which ranks talk, never the numbers)"),
     row("--expert-tensor-parallel-size", &A::expert_tensor_parallel_size,
-        "Tensor-parallel size of the expert (MoE) layers (default --tensor-model-parallel-size). This program's "
-        "models have no expert layers, so, as in Megatron for a dense model, no parameter uses the expert groups: "
-        "checked as Megatron checks it (world divisible by it x --pipeline-model-parallel-size; without the "
-        "pipeline-last rank order and with PP > 1, world / (it x PP) equal to the data-parallel size), a start-up "
-        "note when it differs from TP")
+        "Tensor-parallel size of the expert (MoE) layers (default --tensor-model-parallel-size), independent of "
+        "the attention's (Megatron's parallel folding): checked as Megatron checks it (world divisible by it x "
+        "--expert-model-parallel-size x --pipeline-model-parallel-size; without the pipeline-last rank order and "
+        "with PP > 1, world / (it x EP x PP) equal to the data-parallel size); for a dense model no parameter "
+        "uses it (a start-up note)")
         .shown(kNoneIfZero),
     row("--use-distributed-optimizer", &A::use_distributed_optimizer, "Shard optimizer state across DP (ZeRO-1)"),
     row("--overlap-grad-reduce", &A::overlap_grad_reduce, "Overlap gradient reduction with backward"),

@@ -108,15 +108,15 @@ constexpr FlagRow kRows[] = {
     row("--moe-router-fusion", &A::moe_router_fusion, "Fused router top-k and scores (the same numbers)")
         .megatron(kImplementation, "accepted: the router's scores and top-k are always one fused op here"),
     row("--moe-token-dispatcher-type", &A::moe_token_dispatcher_type,
-        "allgather or alltoall (the same numbers without expert parallelism); flex is refused")
+        "allgather (every expert rank sees its group's tokens; outputs reduce-scattered) or alltoall (only the "
+        "routed tokens exchanged): the same numbers; flex is refused")
         .one_of(flag_enum_names<TokenDispatcher>())
         .megatron(kRefusedAtValues, "allgather and alltoall; flex (DeepEP / HybridEP) is refused"),
     row("--moe-per-layer-logging", &A::moe_per_layer_logging,
         "Log each MoE layer's load-balancing loss and z-loss (TensorBoard and the metrics file)"),
     row("--expert-model-parallel-size", &A::expert_model_parallel_size,
-        "Expert-parallel size: 1 (every rank holds all the experts of its tensor-parallel slice)")
-        .megatron(kRefusedAtValues, "1, Megatron's default; a larger size is refused: expert parallelism is not built "
-                                    "yet (the experts are split over tensor parallelism as the dense MLP)"),
+        "Expert-parallel size EP: each of EP ranks holds --num-experts / EP of every MoE layer's experts, tokens "
+        "exchanged over the expert tensor x model group (Megatron's expert grid: ETP x EP x expert DP x PP)"),
 };
 static_assert(rows_are_consistent(kRows));
 

@@ -157,9 +157,12 @@ absl::Status validate_moe_layout(const Arguments& a) {
     return invalid(absl::StrCat("MoE layers with ", flag_name(&A::tensor_model_parallel_size), " ", tp, " need ",
                                 flag_name(&A::sequence_parallel), ", as Megatron requires in training"));
   }
-  if (!a.disable_bias_linear && tp > 1) {
-    return invalid(absl::StrCat("MoE layers with linear biases need an expert tensor-parallel size of 1 (got ", tp,
-                                "), as Megatron requires: give ", flag_name(&A::disable_bias_linear)));
+  const int64_t etp = flag_given(a, &A::expert_tensor_parallel_size) ? a.expert_tensor_parallel_size : tp;
+  if (!a.disable_bias_linear && etp > 1) {
+    return invalid(absl::StrCat("MoE layers with linear biases need an expert tensor-parallel size of 1 (got ", etp,
+                                flag_given(a, &A::expert_tensor_parallel_size) ? "" : ", from --tensor-model-parallel-size",
+                                "), as Megatron requires: give ", flag_name(&A::disable_bias_linear), " or ",
+                                flag_name(&A::expert_tensor_parallel_size), " 1"));
   }
   if (!a.disable_bias_linear && a.moe_shared_expert_intermediate_size > 0) {
     return invalid(absl::StrCat(flag_name(&A::moe_shared_expert_intermediate_size),
@@ -174,10 +177,10 @@ absl::Status validate_moe_layout(const Arguments& a) {
     return invalid(absl::StrCat(flag_name(&A::moe_token_dispatcher_type),
                                 " flex is not available in this program (DeepEP / HybridEP); use allgather or alltoall"));
   }
-  if (flag_given(a, &A::expert_tensor_parallel_size) && a.expert_tensor_parallel_size != tp) {
-    return invalid(absl::StrCat(flag_name(&A::expert_tensor_parallel_size), " (", a.expert_tensor_parallel_size,
-                                ") must equal ", flag_name(&A::tensor_model_parallel_size), " (", tp,
-                                ") in this program: its experts are split over TP as the dense MLP"));
+  if (a.num_experts % a.expert_model_parallel_size != 0) {
+    return invalid(absl::StrCat(flag_name(&A::num_experts), " (", a.num_experts, ") must be a multiple of ",
+                                flag_name(&A::expert_model_parallel_size), " (", a.expert_model_parallel_size,
+                                "): each expert-parallel rank holds the same number of experts, as Megatron requires"));
   }
   if (!a.fp8_format.empty()) {
     return invalid(absl::StrCat(flag_name(&A::fp8_format),
@@ -209,11 +212,13 @@ absl::StatusOr<std::vector<double>> moe_aux_loss_coefficients(const Arguments& a
 }
 
 absl::Status validate_moe_arguments(const Arguments& a) {
-  if (a.expert_model_parallel_size != 1) {
+  if (a.expert_model_parallel_size < 1) {
+    return invalid(absl::StrCat(flag_name(&A::expert_model_parallel_size), " must be at least 1 (got ",
+                                a.expert_model_parallel_size, ")"));
+  }
+  if (a.expert_model_parallel_size > 1 && a.num_experts <= 0) {
     return invalid(absl::StrCat(flag_name(&A::expert_model_parallel_size), " ", a.expert_model_parallel_size,
-                                a.expert_model_parallel_size < 1 ? ": it must be at least 1"
-                                                                 : " is not available in this program: expert "
-                                                                   "parallelism is not built yet (1 is)"));
+                                " applies only with ", flag_name(&A::num_experts), " (a mixture-of-experts model)"));
   }
   if (a.num_experts <= 0) {
     for (ArgumentField field : kNeedExperts) {

@@ -262,6 +262,103 @@ TEST(RankOrder, ContextLevelsEqualMegatrons) {
             (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
 }
 
+// Megatron's expert RankGenerator(tp=ETP, ep=EP, dp=EDP, pp=PP, cp=1, order).get_ranks(token).
+std::vector<std::vector<int>> expert_rank_generator(const GridShape& shape, const std::string& token) {
+  const std::vector<std::string> order = shape.order == RankOrder::kTpCpPpDp
+                                             ? std::vector<std::string>{"tp", "cp", "ep", "pp", "dp"}
+                                             : std::vector<std::string>{"tp", "cp", "ep", "dp", "pp"};
+  const std::map<std::string, int> size_of = {{"tp", shape.expert_tensor_size()},
+                                              {"cp", 1},
+                                              {"ep", shape.expert_model},
+                                              {"dp", shape.expert_data_size()},
+                                              {"pp", shape.pipeline}};
+  std::vector<int> sizes;
+  std::vector<bool> mask;
+  for (const std::string& name : order) {
+    sizes.push_back(size_of.at(name));
+    // "tp-ep-pp" masks tp, ep and pp; "dp" only dp ("ep" is no part of "dp").
+    bool masked = false;
+    for (size_t at = 0; at < token.size(); at = token.find('-', at) == std::string::npos ? token.size() : token.find('-', at) + 1) {
+      masked |= token.compare(at, name.size(), name) == 0;
+    }
+    mask.push_back(masked);
+  }
+  return megatron_groups(sizes, mask);
+}
+
+// Every dense layout of `world` ranks (CP 1 or 2) with every EP x ETP its world holds, in both
+// orders, that Megatron accepts (with the tp-pp-dp order and PP > 1 the expert data-parallel size
+// must be the data-parallel size).
+std::vector<GridShape> expert_layouts(int world) {
+  std::vector<GridShape> layouts;
+  for (int tp = 1; tp <= world; tp *= 2) {
+    for (int cp : {1, 2}) {
+      for (int pp = 1; pp <= world; pp *= 2) {
+        if (world % (tp * cp * pp) != 0) continue;
+        for (int ep = 1; ep <= world; ep *= 2) {
+          for (int etp = 1; etp <= world; etp *= 2) {
+            if (world % (etp * ep * pp) != 0) continue;
+            for (RankOrder order : {RankOrder::kTpCpDpPp, RankOrder::kTpCpPpDp}) {
+              const GridShape shape{.tensor = tp, .pipeline = pp, .data = world / (tp * cp * pp), .context = cp,
+                                    .order = order, .expert_model = ep, .expert_tensor = etp, .expert_layers = true};
+              if (order == RankOrder::kTpCpPpDp && pp > 1 && shape.expert_data_size() != shape.data) continue;
+              layouts.push_back(shape);
+            }
+          }
+        }
+      }
+    }
+  }
+  return layouts;
+}
+
+std::string expert_name_of(const GridShape& s) {
+  return name_of(s) + " EP " + std::to_string(s.expert_model) + " ETP " + std::to_string(s.expert_tensor_size());
+}
+
+struct ExpertKind {
+  GridGroup group;
+  const char* megatron_token;
+};
+constexpr ExpertKind kExpertKinds[] = {{GridGroup::kExpertTensor, "tp"},
+                                       {GridGroup::kExpertModel, "ep"},
+                                       {GridGroup::kExpertExchange, "tp-ep"},
+                                       {GridGroup::kExpertData, "dp"},
+                                       {GridGroup::kExpertTensorModelPipeline, "tp-ep-pp"}};
+
+TEST(RankOrder, ExpertGroupsEqualMegatronsExpertRankGenerator) {
+  int checked = 0;
+  for (int world : {8, 16}) {
+    for (const GridShape& shape : expert_layouts(world)) {
+      check_expert_grid(shape);  // both grids put every rank on the same pipeline stage
+      for (const ExpertKind& kind : kExpertKinds) {
+        EXPECT_EQ(grid_groups(shape, kind.group), expert_rank_generator(shape, kind.megatron_token))
+            << expert_name_of(shape) << ", expert group " << kind.megatron_token;
+      }
+      // Megatron's pipeline groups of the expert generator are the dense ones.
+      EXPECT_EQ(expert_rank_generator(shape, "pp"), rank_generator(shape, "pp")) << expert_name_of(shape);
+      // Where the grid shares the dense communicators, the groups are the same.
+      if (shape.expert_groups_are_dense()) {
+        EXPECT_EQ(grid_groups(shape, GridGroup::kExpertExchange), grid_groups(shape, GridGroup::kTensor));
+        EXPECT_EQ(grid_groups(shape, GridGroup::kExpertData), grid_groups(shape, GridGroup::kDataContext));
+        EXPECT_EQ(grid_groups(shape, GridGroup::kExpertTensorModelPipeline),
+                  grid_groups(shape, GridGroup::kModelParallel));
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 300);
+  // TP 2 x DP 4 with EP 2: the dispatcher's group is two neighbouring data-parallel replicas' TP pairs.
+  const GridShape shape{.tensor = 2, .data = 4, .expert_model = 2, .expert_layers = true};
+  EXPECT_EQ(grid_groups(shape, GridGroup::kExpertModel), (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(grid_groups(shape, GridGroup::kExpertExchange), (std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(grid_groups(shape, GridGroup::kExpertData), (std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  // Parallel folding: TP 2 with ETP 1 x EP 2 puts the experts over the tensor-parallel pair.
+  const GridShape folded{.tensor = 2, .data = 4, .expert_model = 2, .expert_tensor = 1, .expert_layers = true};
+  EXPECT_EQ(grid_groups(folded, GridGroup::kExpertModel), grid_groups(folded, GridGroup::kTensor));
+  EXPECT_TRUE(folded.expert_groups_are_dense());
+}
+
 // Under mpirun -np 8: each communicator of each layout holds the ranks grid_groups lists, in order.
 TEST(RankOrder, MpiCommunicatorsHoldTheGroups) {
   int world_size = 1, world_rank = 0;
@@ -272,6 +369,7 @@ TEST(RankOrder, MpiCommunicatorsHoldTheGroups) {
   std::vector<GridShape> layouts = layouts_of_eight();
   for (const GridShape& shape : layouts_with_instances()) layouts.push_back(shape);
   for (const GridShape& shape : layouts_with_context_levels()) layouts.push_back(shape);
+  for (const GridShape& shape : expert_layouts(8)) layouts.push_back(shape);
   for (const GridShape& shape : layouts) {
     std::unique_ptr<ProcessGrid> grid = build_mpi_grid(shape, /*timeout_seconds=*/120.0);
     ASSERT_EQ(grid->world_rank(), world_rank);
@@ -287,6 +385,17 @@ TEST(RankOrder, MpiCommunicatorsHoldTheGroups) {
       groups.push_back({GridGroup::kContextInner, &grid->context_inner()});
       groups.push_back({GridGroup::kContextOuter, &grid->context_outer()});
     }
+    if (shape.optimizer_instances > 1) {
+      groups.push_back({GridGroup::kOptimizerInstance, &grid->optimizer_instance()});
+      groups.push_back({GridGroup::kAcrossOptimizerInstances, &grid->across_optimizer_instances()});
+    }
+    if (shape.expert_layers) {  // a dense model's expert accessors are its dense groups (nothing uses them)
+      groups.push_back({GridGroup::kExpertTensor, &grid->expert_tensor()});
+      groups.push_back({GridGroup::kExpertModel, &grid->expert_model()});
+      groups.push_back({GridGroup::kExpertExchange, &grid->expert_exchange()});
+      groups.push_back({GridGroup::kExpertData, &grid->expert_data()});
+      groups.push_back({GridGroup::kExpertTensorModelPipeline, &grid->expert_tensor_model_pipeline()});
+    }
     for (const auto& [kind, communicator] : groups) {
       std::vector<int> members(static_cast<size_t>(communicator->size()));
       int me = world_rank;
@@ -299,10 +408,6 @@ TEST(RankOrder, MpiCommunicatorsHoldTheGroups) {
         }
       }
       EXPECT_EQ(members, expected) << name_of(shape) << ", " << communicator->name() << " group of rank " << world_rank;
-    }
-    if (shape.optimizer_instances > 1) {
-      groups.push_back({GridGroup::kOptimizerInstance, &grid->optimizer_instance()});
-      groups.push_back({GridGroup::kAcrossOptimizerInstances, &grid->across_optimizer_instances()});
     }
     // The embedding group: the first and last stage of this rank's pipeline group.
     const GridCoordinates c = grid->coordinates();
