@@ -276,14 +276,20 @@ void MoeBlock::load_balancing(Context& ctx, SlotRouting& routing, const MlpActiv
     const Tensor sums = scratch->flat_range(0, groups * experts).view({groups, experts});
     const Tensor counts = scratch->flat_range(groups * experts, groups * experts).view({groups, experts});
     ops::moe_aux_statistics(ctx, sums, counts, a.router_logits, k, sigmoid);
-    if (ranks > 1) group->all_reduce(ctx, counts, ReduceOp::kSum);  // the whole sequence's (or batch's) counts
+    // Full recompute's second forward takes the first one's running mean (nothing counted again).
+    const bool replay = global && recomputing_;
+    if (ranks > 1 && !replay) group->all_reduce(ctx, counts, ReduceOp::kSum);  // the whole sequence's (batch's) counts
     std::vector<float> host_sums(static_cast<size_t>(groups * experts)), host_counts(host_sums.size());
     copy_to_host(ctx, host_sums.data(), sums);
     copy_to_host(ctx, host_counts.data(), counts);
     ctx.synchronize();
-    if (global) {  // Megatron's running mean over the iteration's microbatches so far, in float32
+    if (replay) {
+      GPT_CHECK_EQ(routing.global_mean.size(), host_counts.size()) << "MoE layer " << layer_ << ": a recompute before its forward";
+      host_counts = routing.global_mean;
+    } else if (global) {  // Megatron's running mean over the iteration's microbatches so far, in float32
       global_steps_ += 1.0f;
       for (size_t e = 0; e < host_counts.size(); ++e) host_counts[e] = (global_tokens_[e] += host_counts[e]) / global_steps_;
+      routing.global_mean = host_counts;
     }
     // L = c E / (k total^2) sum_e (sum_t s_te) count_e, per sequence averaged over the b sequences;
     // the sum over CP ranks of this rank's L is the whole loss (its counts are the whole sequence's).

@@ -110,6 +110,7 @@ class MoeBlock final : public FeedForwardBlock {
     std::vector<float> coefficients;   // [groups, E] the auxiliary losses' d loss / d score
     int64_t groups = 1;
     double z_scale = 0.0;              // the z-loss's gradient factor (0: none)
+    std::vector<float> global_mean;    // [E] global_aux_loss's running mean of the counts (full recompute reads it)
   };
 
   // Per expert e, over its rows [first, first + rows_e): fn(e, first, rows_e).
