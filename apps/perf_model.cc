@@ -54,6 +54,13 @@ int main(int argc, char** argv) {
   app.add_flag("--overlap-cpu-optimizer-d2h-h2d", options.overlap_offload_copies,
                "Megatron's pipelining of the offloaded optimizer's copies and host step per bucket (the trainer runs "
                "them one after another)");
+  app.add_option("--moe-imbalance", options.expert_imbalance,
+                 "MoE: the busiest rank's routed tokens over the mean (1: uniform routing, as Megatron's "
+                 "--moe-router-force-load-balancing benchmarks)")
+      ->check(gpt::number_in(gpt::NumberRange::from_to(1.0, 1e6)));
+  bool memory_only = false;
+  app.add_flag("--memory", memory_only,
+               "print only the memory per GPU of the layout (the memory plan pretrain_gpt checks at start-up)");
   std::string implementation = "trainer";
   app.add_option("--implementation", implementation,
                  "whose implementation choices to model: trainer (pretrain_gpt's memory plan) or "
@@ -72,6 +79,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<gpt::Arguments> parsed = gpt::perf::parse_model_flags(app.remaining());
   if (!parsed.ok()) return fail(parsed.status());
 
+  if (search && memory_only) {
+    return fail(absl::InvalidArgumentError("--memory prints one layout's memory per GPU: give it without --search"));
+  }
   if (search) {
     absl::StatusOr<gpt::perf::SearchResult> result =
         gpt::perf::search_layouts(*parsed, world_size, *cluster, options, top);
@@ -90,8 +100,9 @@ int main(int argc, char** argv) {
   if (!args.ok()) return fail(args.status());
   absl::StatusOr<gpt::perf::Prediction> prediction = gpt::perf::predict(*args, world_size, *cluster, options);
   if (!prediction.ok()) return fail(prediction.status());
-  const std::string out =
-      json ? gpt::perf::json_report(*prediction, *cluster) : gpt::perf::text_report(*prediction, *cluster);
+  const std::string out = json          ? gpt::perf::json_report(*prediction, *cluster)
+                          : memory_only ? gpt::perf::memory_report(*prediction)
+                                        : gpt::perf::text_report(*prediction, *cluster);
   std::fputs(out.c_str(), stdout);
   return 0;
 }

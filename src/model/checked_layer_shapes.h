@@ -24,7 +24,8 @@ struct CheckedLayerShapes {
   CheckedBytes local_heads = 0, local_groups = 0, head_dim = 0;
   CheckedBytes local_ffn = 0, local_fc1 = 0, local_vocab = 0;
   CheckedBytes experts = 0, moe_topk = 0, moe_rows = 0, moe_local_ffn = 0, moe_local_fc1 = 0;
-  CheckedBytes moe_exchange_rows = 0;
+  CheckedBytes moe_exchange_rows = 0, moe_send_rows = 0, moe_return_width = 0;
+  bool moe_alltoall = false;
   CheckedBytes shared_local_ffn = 0, shared_local_fc1 = 0;
   int64_t context_size = 1;
   int64_t context_inner = 0;
@@ -59,6 +60,9 @@ struct CheckedLayerShapes {
                               .moe_local_ffn = s.moe_local_ffn,
                               .moe_local_fc1 = s.moe_local_fc1,
                               .moe_exchange_rows = s.moe_exchange_rows,
+                              .moe_send_rows = s.moe_send_rows,
+                              .moe_return_width = s.moe_return_width,
+                              .moe_alltoall = s.moe_alltoall,
                               .shared_local_ffn = s.shared_local_ffn,
                               .shared_local_fc1 = s.shared_local_fc1,
                               .context_size = s.context_size,

@@ -75,6 +75,11 @@ LayerShapes LayerShapes::make(const ModelConfig& c, int64_t tp_size, int64_t tp_
       // (dropless over the gathered rows: the routers dropped already, and nothing is padded).
       s.moe_exchange_rows = etp * c.moe.expert_model_parallel * s.local_sequence * s.batch;
       s.moe_rows = s.moe_exchange_rows * std::min(c.moe.topk, s.local_experts);
+      if (c.moe.alltoall) {
+        s.moe_alltoall = true;
+        s.moe_return_width = c.moe.topk * etp;
+        s.moe_send_rows = s.local_sequence * s.batch * s.moe_return_width;
+      }
     }
   }
   s.local_vocab = c.padded_vocab_size / tp_size;
@@ -136,11 +141,20 @@ void for_each_buffer(LayerWorkspace& w, const Sizes& s, DType dtype, TypedVisit&
     visit_typed(w.moe_coefficients, DType::kFloat32, s.batch, s.experts);
     visit(w.moe_grad_input, s.local_sequence, s.batch, s.hidden);
     if (s.moe_exchange_rows != 0) {
-      visit(w.moe_exchange_a, s.moe_exchange_rows, s.hidden);
-      visit(w.moe_exchange_b, s.moe_exchange_rows, s.hidden);
+      if (s.moe_alltoall) {
+        visit(w.moe_send_a, s.moe_send_rows, s.hidden);
+        visit(w.moe_send_b, s.moe_send_rows, s.hidden);
+        visit(w.moe_received_a, s.moe_rows, s.hidden);
+        visit(w.moe_received_b, s.moe_rows, s.hidden);
+        visit_typed(w.moe_received_dweights, DType::kFloat32, s.moe_rows, 1);
+        visit_typed(w.moe_returned_dweights, DType::kFloat32, s.moe_send_rows, 1);
+      } else {
+        visit(w.moe_exchange_a, s.moe_exchange_rows, s.hidden);
+        visit(w.moe_exchange_b, s.moe_exchange_rows, s.hidden);
+        visit_typed(w.moe_exchange_dweights, DType::kFloat32, s.moe_exchange_rows, s.moe_topk);
+      }
       visit_typed(w.moe_route_own, DType::kInt32, s.local_rows(), 2 * s.moe_topk);
       visit_typed(w.moe_route_all, DType::kInt32, s.moe_exchange_rows, 2 * s.moe_topk);
-      visit_typed(w.moe_exchange_dweights, DType::kFloat32, s.moe_exchange_rows, s.moe_topk);
       visit_typed(w.moe_own_dweights, DType::kFloat32, s.local_rows(), s.moe_topk);
     }
   }

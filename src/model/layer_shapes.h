@@ -60,6 +60,11 @@ struct LayerShapes {
   // Under expert parallelism (MoeConfig::exchanges_tokens): N, the rows the dispatcher's group
   // (ETP x EP ranks) holds together, each rank's residual-stream rows gathered; 0 otherwise.
   int64_t moe_exchange_rows = 0;
+  // ... with the alltoall dispatcher: the rows this rank sends at most (each of its rows' k pairs
+  // to the ETP slices of the pair's expert: s_l b k ETP), and the returned rows per own row (k ETP).
+  bool moe_alltoall = false;
+  int64_t moe_send_rows = 0;
+  int64_t moe_return_width = 0;
   int64_t shared_local_ffn = 0;  // the shared expert's ffn / tp (0: none)
   int64_t shared_local_fc1 = 0;
   bool moe_layer = false;        // these are an MoE layer's shapes
@@ -132,11 +137,17 @@ struct LayerWorkspace {
   // Under expert parallelism (moe_exchange_rows N > 0): the group's rows (gathered input, output
   // gradient) and partial sums (output, input gradient), and the routing of this rank's rows and of
   // the group's (each pair's expert, -1 when dropped, and its weight's bits: [rows, 2 k] int32).
-  Tensor moe_exchange_a;  // [N, h]
-  Tensor moe_exchange_b;  // [N, h]
+  Tensor moe_exchange_a;  // [N, h]  (allgather)
+  Tensor moe_exchange_b;  // [N, h]  (allgather)
+  Tensor moe_send_a;      // [S, h]  (alltoall: rows sent and returned)
+  Tensor moe_send_b;      // [S, h]
+  Tensor moe_received_a;  // [M, h]  (alltoall: rows received, and their results before return)
+  Tensor moe_received_b;  // [M, h]
+  Tensor moe_received_dweights;  // [M, 1] float32  (alltoall: each received row's weight gradient)
+  Tensor moe_returned_dweights;  // [S, 1] float32
   Tensor moe_route_own;   // [s_l b, 2 k] int32
   Tensor moe_route_all;   // [N, 2 k] int32
-  Tensor moe_exchange_dweights;  // [N, k] float32  the combine weights' gradients (partial sums)
+  Tensor moe_exchange_dweights;  // [N, k] float32  the combine weights' gradients (partial sums; allgather)
   Tensor moe_own_dweights;       // [s_l b, k] float32  those of this rank's rows (TP > 1)
   Tensor shared_ffn;      // [s, b, shared_ffn_l]  the shared expert's (as ffn / fc1 for the dense MLP)
   Tensor shared_fc1;      // [s, b, shared_fc1_l]  (a view of shared_ffn without SwiGLU)

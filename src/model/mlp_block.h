@@ -38,6 +38,12 @@ struct MlpActivations {
   // expert-major buffer (-1: another rank's expert, or dropped) and its combine weight (0 there).
   Tensor exchange_destination;  // [N, k] int32
   Tensor exchange_weights;      // [N, k] float32
+  // ... with the alltoall dispatcher instead (model/moe_all_to_all.h's plan): this rank's row of
+  // each sent row, the expert row of each received row, each own row's returned rows and weights.
+  Tensor send_source;     // [S] int32
+  Tensor received_row;    // [M] int32
+  Tensor return_rows;     // [s_l b, k ETP] int32
+  Tensor return_weights;  // [s_l b, k ETP] float32
 
   // Calls visit(member, dtype, dims...) for each tensor: the one list behind the allocation and the
   // byte count, the dims in the arithmetic of `s` (LayerShapes or CheckedLayerShapes).
@@ -58,6 +64,13 @@ struct MlpActivations {
     visit(a.expert_fc1_act, t, s.moe_rows, s.moe_local_ffn);
     visit(a.expert_out, t, s.moe_rows, s.hidden);
     if (s.moe_exchange_rows == 0) return;
+    if (s.moe_alltoall) {
+      visit(a.send_source, DType::kInt32, s.moe_send_rows);
+      visit(a.received_row, DType::kInt32, s.moe_rows);
+      visit(a.return_rows, DType::kInt32, s.local_rows(), s.moe_return_width);
+      visit(a.return_weights, DType::kFloat32, s.local_rows(), s.moe_return_width);
+      return;
+    }
     visit(a.exchange_destination, DType::kInt32, s.moe_exchange_rows, s.moe_topk);
     visit(a.exchange_weights, DType::kFloat32, s.moe_exchange_rows, s.moe_topk);
   }

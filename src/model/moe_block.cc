@@ -147,9 +147,7 @@ void MoeBlock::forward_up(Context& ctx, int slot, const MlpActivations& a, const
     experts_up(ctx, slots_[static_cast<size_t>(slot)], a, x);
     return;
   }
-  // The group's rows: every member's residual-stream rows, in member order.
-  exchange_->all_gather(ctx, ws_.moe_exchange_a, input);
-  experts_up(ctx, slots_[static_cast<size_t>(slot)], a, ws_.moe_exchange_a);
+  experts_up(ctx, slots_[static_cast<size_t>(slot)], a, exchange_rows(ctx, slot, a, input));
 }
 
 void MoeBlock::route(Context& ctx, int slot, const MlpActivations& a, const Tensor& x) {
@@ -209,47 +207,6 @@ void MoeBlock::route(Context& ctx, int slot, const MlpActivations& a, const Tens
     ++metrics_.microbatches;
   }
   load_balancing(ctx, routing, a);
-}
-
-void MoeBlock::dispatch_exchange(Context& ctx, SlotRouting& routing, const MlpActivations& a,
-                                 std::span<const int32_t> indices, const ExpertDispatch& d) {
-  const int64_t k = moe_.topk, own = shapes_.local_rows(), first = (tp_.sequence_parallel() ? tp_.rank() : 0) * own;
-  const int64_t rows = shapes_.moe_exchange_rows;
-  // This rank's rows' pairs: the expert (-1 when its router dropped the pair) and the weight's bits.
-  std::vector<int32_t> mine(static_cast<size_t>(own * 2 * k));
-  for (int64_t t = 0; t < own; ++t) {
-    for (int64_t j = 0; j < k; ++j) {
-      const auto pair = static_cast<size_t>((first + t) * k + j);
-      const auto at = static_cast<size_t>(t * 2 * k + j);
-      mine[at] = d.destination[pair] >= 0 ? indices[pair] : -1;
-      std::memcpy(&mine[at + static_cast<size_t>(k)], &d.weights[pair], sizeof(float));
-    }
-  }
-  copy_to_device(ctx, ws_.moe_route_own, std::span<const int32_t>(mine));
-  exchange_->all_gather(ctx, ws_.moe_route_all, ws_.moe_route_own);
-  std::vector<int32_t> all(static_cast<size_t>(rows * 2 * k));
-  copy_to_host(ctx, all.data(), ws_.moe_route_all);
-  ctx.synchronize();
-  std::vector<int32_t> group_indices(static_cast<size_t>(rows * k));
-  std::vector<float> group_weights(group_indices.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < k; ++j) {
-      const auto at = static_cast<size_t>(r * 2 * k + j);
-      group_indices[static_cast<size_t>(r * k + j)] = all[at];
-      std::memcpy(&group_weights[static_cast<size_t>(r * k + j)], &all[at + static_cast<size_t>(k)], sizeof(float));
-    }
-  }
-  const ExpertDispatch local =
-      plan_local_expert_dispatch(group_indices, group_weights, rows, k, first_expert_, local_experts_);
-  GPT_CHECK_LE(local.rows(), shapes_.moe_rows) << "expert-major rows of layer " << layer_;
-  routing.expert_rows = local.expert_rows;
-  routing.rows = local.rows();
-  copy_to_device(ctx, a.exchange_destination, std::span<const int32_t>(local.destination));
-  copy_to_device(ctx, a.exchange_weights, std::span<const float>(local.weights));
-  if (local.rows() > 0) {
-    copy_to_device(ctx, a.source.flat_range(0, local.rows()), std::span<const int32_t>(local.source));
-    copy_to_device(ctx, a.row_weights.flat_range(0, local.rows()), std::span<const float>(local.row_weights));
-  }
 }
 
 void MoeBlock::load_balancing(Context& ctx, SlotRouting& routing, const MlpActivations& a) {
@@ -348,12 +305,7 @@ BlockOutput MoeBlock::forward_down(Context& ctx, int slot, const MlpActivations&
   experts_down(ctx, slot, a);
   Tensor routed;  // [s_l, b, h]
   if (exchange_) {
-    // The group's rows' sums over this rank's experts (and expert-TP slices), summed over the group
-    // onto each member's own rows.
-    ops::moe_combine(ctx, ws_.moe_exchange_b, rows_of(a.expert_out, 0, m), a.exchange_destination,
-                     a.exchange_weights);
-    routed = ws_.local_a;
-    exchange_->reduce_scatter(ctx, routed, ws_.moe_exchange_b, ReduceOp::kSum);
+    routed = exchange_outputs(ctx, slot, a);
   } else {
     const Borrow partial(ws_.full_a, "MoE block: the combined experts' partial sums");
     ops::moe_combine(ctx, partial->as_matrix(), rows_of(a.expert_out, 0, m), a.destination, a.expert_weights);
@@ -486,7 +438,7 @@ Tensor MoeBlock::backward_input(Context& ctx, int slot, const MlpActivations& a,
     ops::copy(ctx, *shared_grad,
               shared_fc1_->backward_input_column(ctx, d_fc1, input, ws_.full_a, ws_.full_b, ws_.local_a, timing));
   }
-  const Tensor d_input = exchange_ ? exchanged_backward(ctx, routing, a, input, d_out, timing)
+  const Tensor d_input = exchange_ ? exchanged_backward(ctx, slot, a, input, d_out, timing)
                                    : gathered_backward(ctx, routing, a, input, d_out, timing);  // [s_l, b, h]
   if (shared_fc2_) ops::residual_add(ctx, d_input, d_input, *shared_grad, Tensor());
   return d_input;
@@ -506,29 +458,6 @@ Tensor MoeBlock::gathered_backward(Context& ctx, const SlotRouting& routing, con
   ops::moe_combine(ctx, dx_full, d_perm, a.destination, Tensor());
   router_backward(ctx, routing, a, x, dx_full, 0);
   return tp_.reduce_input_grad(ctx, *dy_full, ws_.local_a);
-}
-
-Tensor MoeBlock::exchanged_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a,
-                                    const Tensor& input, const Tensor& d_out, WeightGradTiming timing) {
-  // The group's rows' output gradients and inputs, as in forward.
-  exchange_->all_gather(ctx, ws_.moe_exchange_b, d_out);
-  exchange_->all_gather(ctx, ws_.moe_exchange_a, input);
-  const Tensor d_perm = experts_backward(ctx, routing, a, ws_.moe_exchange_a, ws_.moe_exchange_b, timing,
-                                         a.exchange_destination, ws_.moe_exchange_dweights);  // [M, h]
-  // The combine weights' gradients summed over the group onto each member's rows, then gathered
-  // over TP: every TP rank's router reads all T rows'.
-  const Tensor own_dweights = tp_.size() > 1 ? ws_.moe_own_dweights : ws_.moe_dweights;
-  exchange_->reduce_scatter(ctx, own_dweights, ws_.moe_exchange_dweights, ReduceOp::kSum);
-  if (tp_.size() > 1) tp_.group().all_gather(ctx, ws_.moe_dweights, own_dweights);
-  // The input's gradient: the permutation's (this rank's experts' pairs of the group's rows, summed
-  // over the group onto each member's rows), then the router's for this rank's own rows.
-  ops::moe_combine(ctx, ws_.moe_exchange_b, d_perm, a.exchange_destination, Tensor());
-  const Tensor d_input = ws_.local_a;
-  exchange_->reduce_scatter(ctx, d_input, ws_.moe_exchange_b, ReduceOp::kSum);
-  const Borrow gathered(ws_.full_a, "MoE block: the input gathered again for the router");
-  const Tensor x = tp_.gather_input(ctx, input, *gathered);
-  router_backward(ctx, routing, a, x, d_input, (tp_.sequence_parallel() ? tp_.rank() : 0) * shapes_.local_rows());
-  return d_input;
 }
 
 void MoeBlock::backward_weight(Context& ctx) {

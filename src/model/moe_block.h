@@ -111,6 +111,11 @@ class MoeBlock final : public FeedForwardBlock {
     int64_t groups = 1;
     double z_scale = 0.0;              // the z-loss's gradient factor (0: none)
     std::vector<float> global_mean;    // [E] global_aux_loss's running mean of the counts (full recompute reads it)
+    // The alltoall dispatcher's row counts per member (model/moe_all_to_all.h) and each sent
+    // row's pair (row k + j of this rank's rows).
+    std::vector<int64_t> send_rows, receive_rows;
+    std::vector<int32_t> send_pair;
+    int64_t sent() const;
   };
 
   // Per expert e, over its rows [first, first + rows_e): fn(e, first, rows_e).
@@ -144,8 +149,17 @@ class MoeBlock final : public FeedForwardBlock {
   // this rank's experts over the dispatcher group's rows (the group's sums).
   Tensor gathered_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& input,
                            const Tensor& d_out, WeightGradTiming timing);
-  Tensor exchanged_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& input,
+  // Under expert parallelism (model/moe_block_exchange.cc): the rows this rank's experts read
+  // ([N, h] gathered, or [M, h] received), from its own rows [s_l, b, h] (forward and backward) ...
+  Tensor exchange_rows(Context& ctx, int slot, const MlpActivations& a, const Tensor& own);
+  // ... the experts' results (expert_out) back to their rows' owners, combined: [s_l, b, h] in local_a ...
+  Tensor exchange_outputs(Context& ctx, int slot, const MlpActivations& a);
+  // ... and backward: the experts' input and weight gradients back to the owners.
+  Tensor exchanged_backward(Context& ctx, int slot, const MlpActivations& a, const Tensor& input,
                             const Tensor& d_out, WeightGradTiming timing);
+  // The combine weights' gradients of this rank's rows, [s_l b, k] (in moe_own_dweights, or
+  // moe_dweights with TP 1), gathered over TP into moe_dweights [T, k].
+  void gather_weight_grads(Context& ctx, const Tensor& own_dweights);
   // The experts' fc2 (from each row's output gradient d_out [M, h] and activation act [M, ffn_e_l])
   // or fc1 (from d_fc1 [M, fc1_e_l] and the permuted input [M, h]) weight and bias gradients.
   void fc2_weight_grads(Context& ctx, const std::vector<int64_t>& expert_rows, const Tensor& d_out,

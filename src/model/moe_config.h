@@ -59,6 +59,9 @@ struct MoeConfig {
   // num_experts / EP experts, each split over ETP ranks (0: the tensor-parallel size).
   int64_t expert_model_parallel = 1;
   int64_t expert_tensor_parallel = 0;
+  // --moe-token-dispatcher-type alltoall: only the routed rows travel (model/moe_all_to_all.h);
+  // allgather: every member gathers the group's rows. The same numbers either way.
+  bool alltoall = false;
 
   bool enabled() const { return num_experts > 0; }
   int64_t local_experts() const { return num_experts / expert_model_parallel; }

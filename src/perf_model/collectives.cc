@@ -22,6 +22,16 @@ double p2p_time(double bytes, const Link& link) { return bytes / link.bandwidth 
 
 double all_to_all_time(int ranks, double bytes, const Link& link) { return reduce_scatter_time(ranks, bytes, link); }
 
+double expert_all_to_all_time(const Cluster& cluster, int stride, int ranks, double bytes) {
+  if (ranks <= 1) return 0;
+  const double n = ranks;
+  const double per_node = std::max(1, std::min(ranks, cluster.gpus_per_node / std::max(1, stride)));
+  const double intra = (per_node - 1) / n * bytes / (cluster.intra_node_bandwidth * cluster.intra_node_efficiency);
+  if (per_node >= n) return intra + (n - 1) * cluster.intra_node_latency;
+  const double inter = (n - per_node) / n * bytes / (cluster.inter_node_bandwidth * cluster.inter_node_efficiency);
+  return std::max(intra, inter) + (n - 1) * cluster.inter_node_latency;
+}
+
 bool group_spans_nodes(int first, int stride, int size, int gpus_per_node) {
   const long long first_node = first / gpus_per_node;
   const long long last_node = (first + static_cast<long long>(stride) * (size - 1)) / gpus_per_node;

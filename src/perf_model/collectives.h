@@ -30,6 +30,11 @@ double p2p_time(double bytes, const Link& link);
 // all-to-all): (n - 1) / n of the bytes leave each rank, one message per peer.
 double all_to_all_time(int ranks, double bytes, const Link& link);
 
+// The expert dispatcher's all-to-all over `ranks` ranks `stride` apart, each sending `bytes` spread
+// evenly over the group: the share bound for the ranks of its own node over NVLink, the rest
+// through its own NIC (one per GPU), both at once; one latency step per peer.
+double expert_all_to_all_time(const Cluster& cluster, int stride, int ranks, double bytes);
+
 // True when ranks first, first + stride, ..., first + (size - 1) stride are not all on one node.
 bool group_spans_nodes(int first, int stride, int size, int gpus_per_node);
 // The link of the group of `size` ranks, `stride` apart, starting at rank 0 (every group of a

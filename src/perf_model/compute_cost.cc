@@ -32,10 +32,27 @@ void charge_calls(PassCost& cost, double ops, double collectives, const Cluster&
   cost.overhead = (ops * cluster.kernel_overhead + collectives * cluster.collective_overhead) * stretch;
 }
 
+bool is_collective(const Op& op) {
+  return op.kind == OpKind::kAllReduce || op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter ||
+         op.kind == OpKind::kAllToAll;
+}
+
 double collective_ops(const std::vector<Op>& ops) {
-  return static_cast<double>(std::count_if(ops.begin(), ops.end(), [](const Op& op) {
-    return op.kind == OpKind::kAllReduce || op.kind == OpKind::kAllGather || op.kind == OpKind::kReduceScatter;
-  }));
+  return static_cast<double>(std::count_if(ops.begin(), ops.end(), is_collective));
+}
+
+// An expert-grid collective's time (moe_ops.h): over the exchange group, its EP ranks or its ETP ranks.
+double expert_collective_time(const Op& op, const RankShape& shape, const Cluster& cluster) {
+  const ExpertParallel& x = shape.expert;
+  const int etp = static_cast<int>(x.expert_tensor), ep = static_cast<int>(x.expert_model);
+  const int ranks = op.group == CommGroup::kExpertExchange ? etp * ep : op.group == CommGroup::kExpertModel ? ep : etp;
+  const Link& link = op.group == CommGroup::kExpertExchange ? shape.expert_exchange_link : shape.expert_tensor_link;
+  switch (op.kind) {
+    case OpKind::kAllToAll: return expert_all_to_all_time(cluster, shape.expert_model_stride, ranks, op.bytes);
+    case OpKind::kAllGather: return all_gather_time(ranks, op.bytes, link);
+    case OpKind::kReduceScatter: return reduce_scatter_time(ranks, op.bytes, link);
+    default: return all_reduce_time(ranks, op.bytes, link);
+  }
 }
 
 }  // namespace
@@ -51,11 +68,17 @@ PassCost price_ops(const std::vector<Op>& ops, const RankShape& shape, const Clu
   const double stretch = shape.compute_stretch, exposed = tp_exposed(shape, cluster);
   PassCost cost;
   for (const Op& op : ops) {
+    if (is_collective(op) && op.group != CommGroup::kTensor) {
+      cost.ep_comm += expert_collective_time(op, shape, cluster);
+      continue;
+    }
     switch (op.kind) {
       case OpKind::kGemm: {
         // A GEMM whose traffic is given (the unfused attention core's batched ones, K = d): the
-        // roofline, the larger of its compute and its memory time.
-        const double time = std::max(gemm_time(op.m, op.n, op.k, cluster), memory_time(op.bytes, cluster)) * stretch;
+        // roofline, the larger of its compute and its memory time. A grouped GEMM: `count` of them,
+        // each at the efficiency of its own size (the rows per expert).
+        const double time =
+            op.count * std::max(gemm_time(op.m, op.n, op.k, cluster), memory_time(op.bytes, cluster)) * stretch;
         (op.attention_core ? cost.attention : cost.gemm) += time;
         break;
       }
@@ -71,26 +94,67 @@ PassCost price_ops(const std::vector<Op>& ops, const RankShape& shape, const Clu
       case OpKind::kReduceScatter:
         cost.tp_comm += exposed * reduce_scatter_time(tp_ranks, op.bytes, shape.tensor_link);
         break;
+      case OpKind::kAllToAll: cost.tp_comm += exposed * all_to_all_time(tp_ranks, op.bytes, shape.tensor_link); break;
     }
   }
   return cost;
 }
 
-LayerOps layer_ops(const ModelConfig& c, const RankShape& shape) {
+LayerOps layer_ops(const ModelConfig& c, const RankShape& shape, bool moe_layer) {
   // `c.seq_length` is this context-parallel rank's S / CP rows already.
   const bool split_sequence = shape.sequence_parallel && shape.tensor_parallel > 1;
-  const LayerShapes shapes = LayerShapes::make(c, shape.tensor_parallel, /*tensor_parallel_rank=*/0, split_sequence,
-                                               shape.micro_batch);
+  LayerShapes shapes = LayerShapes::make(c, shape.tensor_parallel, /*tensor_parallel_rank=*/0, split_sequence,
+                                         shape.micro_batch);
+  if (moe_layer) {
+    const std::vector<bool>& pattern = c.moe.moe_layers;
+    const auto first_moe = std::find(pattern.begin(), pattern.end(), true);
+    if (first_moe != pattern.end()) shapes = shapes.for_layer(c, first_moe - pattern.begin());
+  }
   return transformer_layer_ops(c, shapes,
                                {.sequence_parallel = split_sequence,
                                 .tensor_parallel = shape.tensor_parallel,
                                 .regather_sequence_parallel_input = shape.regather_sequence_parallel_input,
                                 .context_parallel = shape.context_parallel,
-                                .unfused_attention = shape.unfused_attention});
+                                .unfused_attention = shape.unfused_attention,
+                                .expert = shape.expert});
 }
 
+namespace {
+
+PassCost weighted(const PassCost& a, double wa, const PassCost& b, double wb) {
+  PassCost p;
+  p.gemm = wa * a.gemm + wb * b.gemm;
+  p.attention = wa * a.attention + wb * b.attention;
+  p.elementwise = wa * a.elementwise + wb * b.elementwise;
+  p.tp_comm = wa * a.tp_comm + wb * b.tp_comm;
+  p.overhead = wa * a.overhead + wb * b.overhead;
+  p.cp_comm = wa * a.cp_comm + wb * b.cp_comm;
+  p.dp_comm = wa * a.dp_comm + wb * b.dp_comm;
+  p.ep_comm = wa * a.ep_comm + wb * b.ep_comm;
+  p.op_calls = wa * a.op_calls + wb * b.op_calls;
+  p.collective_calls = wa * a.collective_calls + wb * b.collective_calls;
+  return p;
+}
+
+}  // namespace
+
 LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster& cluster) {
-  const LayerOps ops = layer_ops(c, shape);
+  const double layers = static_cast<double>(c.num_layers);
+  const double moe = c.moe.enabled() && layers > 0 ? static_cast<double>(c.moe.moe_layer_count()) / layers : 0.0;
+  if (moe == 0.0) return kind_layer_cost(c, shape, cluster, false);
+  if (moe == 1.0) return kind_layer_cost(c, shape, cluster, true);
+  const LayerCost dense = kind_layer_cost(c, shape, cluster, false), sparse = kind_layer_cost(c, shape, cluster, true);
+  LayerCost mean;
+  mean.forward = weighted(dense.forward, 1 - moe, sparse.forward, moe);
+  mean.backward = weighted(dense.backward, 1 - moe, sparse.backward, moe);
+  mean.recompute_full = (1 - moe) * dense.recompute_full + moe * sparse.recompute_full;
+  mean.recompute_selective = (1 - moe) * dense.recompute_selective + moe * sparse.recompute_selective;
+  mean.weight_gradient_gemm = (1 - moe) * dense.weight_gradient_gemm + moe * sparse.weight_gradient_gemm;
+  return mean;
+}
+
+LayerCost kind_layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster& cluster, bool moe_layer) {
+  const LayerOps ops = layer_ops(c, shape, moe_layer);
   LayerCost cost;
   PassCost& f = cost.forward;
   f = price_ops(ops.forward, shape, cluster);
@@ -98,7 +162,9 @@ LayerCost layer_cost(const ModelConfig& c, const RankShape& shape, const Cluster
   PassCost& g = cost.backward;
   g = price_ops(ops.backward, shape, cluster);
   for (const Op& op : ops.backward) {
-    if (op.weight_gradient) cost.weight_gradient_gemm += gemm_time(op.m, op.n, op.k, cluster) * shape.compute_stretch;
+    if (op.weight_gradient) {
+      cost.weight_gradient_gemm += op.count * gemm_time(op.m, op.n, op.k, cluster) * shape.compute_stretch;
+    }
   }
   const double t = element_bytes(c);
   const double tp = static_cast<double>(shape.tensor_parallel);

@@ -36,7 +36,8 @@ struct PassCost {
   double gemm = 0, attention = 0, elementwise = 0, tp_comm = 0, overhead = 0;
   double cp_comm = 0;  // exposed context-parallel traffic (ring K/V blocks, or the all-to-alls)
   double dp_comm = 0;  // exposed ZeRO-3 traffic of the unit (data_parallel_cost.h)
-  double total() const { return gemm + attention + elementwise + tp_comm + overhead + cp_comm + dp_comm; }
+  double ep_comm = 0;  // the MoE dispatcher's traffic over the expert grid's groups (moe_ops.h)
+  double total() const { return gemm + attention + elementwise + tp_comm + overhead + cp_comm + dp_comm + ep_comm; }
   // What `overhead` was charged for (overhead_fit.h): ops, and communication calls among them.
   double op_calls = 0, collective_calls = 0;
 };
@@ -64,16 +65,26 @@ struct RankShape {
   bool regather_sequence_parallel_input = false;
   // Megatron's unfused attention core (layer_ops.h's LayerOpOptions::unfused_attention).
   bool unfused_attention = false;
+  // MoE layers: the routed experts' layout, and the links of the expert grid's groups (ranks
+  // etp + ETP (ep + EP edp) of a stage: the ETP x EP exchange group is ETP EP consecutive ranks,
+  // its EP group ETP apart, its ETP group consecutive).
+  ExpertParallel expert;
+  Link expert_exchange_link, expert_tensor_link;
+  int expert_model_stride = 1;  // ETP: the EP group's rank stride (its all-to-all's placement)
 };
 
 double gemm_time(double m, double n, double k, const Cluster& cluster);
 
-// The ops of one layer for this rank (`config.seq_length` its S / CP rows), and their time.
-LayerOps layer_ops(const ModelConfig& config, const RankShape& shape);
+// The ops of one layer for this rank (`config.seq_length` its S / CP rows; an MoE layer's with
+// `moe_layer`), and their time.
+LayerOps layer_ops(const ModelConfig& config, const RankShape& shape, bool moe_layer = false);
 PassCost price_ops(const std::vector<Op>& ops, const RankShape& shape, const Cluster& cluster);
 
-// `config` with its dtype (BF16: 2 bytes per element).
+// `config` with its dtype (BF16: 2 bytes per element). With MoE layers (--moe-layer-freq) the mean
+// layer: the dense and the MoE layer's costs weighted by their counts in the model.
 LayerCost layer_cost(const ModelConfig& config, const RankShape& shape, const Cluster& cluster);
+// One dense layer's (`moe_layer` false) or one MoE layer's.
+LayerCost kind_layer_cost(const ModelConfig& config, const RankShape& shape, const Cluster& cluster, bool moe_layer);
 // The first virtual stage's embedding (lookup, position add, TP reduction) per microbatch.
 PassCost embedding_forward(const ModelConfig& config, const RankShape& shape, const Cluster& cluster);
 PassCost embedding_backward(const ModelConfig& config, const RankShape& shape, const Cluster& cluster);

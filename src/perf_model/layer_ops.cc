@@ -1,6 +1,7 @@
 #include "perf_model/layer_ops.h"
 
 #include "core/dtype.h"
+#include "perf_model/moe_ops.h"
 
 namespace gpt::perf {
 namespace {
@@ -86,11 +87,19 @@ LayerOps transformer_layer_ops(const ModelConfig& c, const LayerShapes& s, const
   row_output(f, "linear_proj output reduction");
   if (dropout) f.push_back(memory("dropout (attention output)", (2 * t + 1) * r_l * h));
   f.push_back(memory("norm2 (with the residual)", 4 * t * r_l * h));
-  column_input(f, "all-gather ln2");
-  f.push_back(gemm("linear_fc1", r, fc1, h));
-  f.push_back(memory(c.swiglu ? "swiglu" : "gelu", t * r * (fc1 + ffn)));
-  f.push_back(gemm("linear_fc2", r, h, ffn));
-  row_output(f, "linear_fc2 output reduction");
+  // The MLP: a dense layer's, or an MoE layer's shared expert (if any) and its routed experts. The
+  // router of this trainer reads the rows gathered over TP (ExpertParallel::route_gathered_rows).
+  const bool dense_mlp = s.dense_mlp();
+  const bool router_gather = s.moe_layer && o.expert.route_gathered_rows;
+  if (dense_mlp || router_gather) column_input(f, "all-gather ln2");
+  if (dense_mlp) {
+    f.push_back(gemm("linear_fc1", r, fc1, h));
+    f.push_back(memory(c.swiglu ? "swiglu" : "gelu", t * r * (fc1 + ffn)));
+    f.push_back(gemm("linear_fc2", r, h, ffn));
+    row_output(f, "linear_fc2 output reduction");
+  }
+  std::vector<Op> routed_backward;
+  if (s.moe_layer) routed_expert_ops(c, s, o, f, routed_backward);
   if (dropout) f.push_back(memory("dropout (mlp output)", (2 * t + 1) * r_l * h));
   f.push_back(memory("residual_add", 3 * t * r_l * h));
 
@@ -116,9 +125,14 @@ LayerOps transformer_layer_ops(const ModelConfig& c, const LayerShapes& s, const
                                    sp ? OpKind::kReduceScatter : OpKind::kAllReduce, full_activation));
   };
   if (dropout) g.push_back(memory("dropout backward (mlp output)", (2 * t + 1) * r_l * h));
-  row_backward("linear_fc2", ffn, h);
-  g.push_back(memory(c.swiglu ? "swiglu backward" : "gelu backward", t * r * (ffn + 2 * fc1)));
-  column_backward("linear_fc1", h, fc1);
+  g.insert(g.end(), routed_backward.begin(), routed_backward.end());
+  if (dense_mlp) {
+    row_backward("linear_fc2", ffn, h);
+    g.push_back(memory(c.swiglu ? "swiglu backward" : "gelu backward", t * r * (ffn + 2 * fc1)));
+    column_backward("linear_fc1", h, fc1);
+  } else if (router_gather && sp) {
+    g.push_back(collective("router input gradient reduction", OpKind::kReduceScatter, full_activation));
+  }
   g.push_back(memory("norm2 backward", 3 * t * r_l * h));
   g.push_back(memory("residual_add", 3 * t * r_l * h));
   if (dropout) g.push_back(memory("dropout backward (attention output)", (2 * t + 1) * r_l * h));
@@ -146,7 +160,7 @@ bool has_bias(const ModelConfig& c, const Op& op) {
 double layer_parameter_elements(const ModelConfig& c, const LayerOps& ops) {
   double elements = 0;
   for (const Op& op : ops.forward) {
-    if (op.kind == OpKind::kGemm) elements += op.n * op.k + (has_bias(c, op) ? op.n : 0.0);
+    if (op.kind == OpKind::kGemm) elements += op.count * (op.n * op.k + (has_bias(c, op) ? op.n : 0.0));
   }
   return elements + 2.0 * static_cast<double>(c.hidden_size) * (c.has_layernorm_bias() ? 2 : 1);
 }
@@ -161,7 +175,7 @@ std::vector<double> layer_parameter_tensors(const ModelConfig& c, const LayerOps
   for (const Op& op : ops.forward) {
     if (op.kind != OpKind::kGemm) continue;
     if (gemm == 0 || gemm == 2) norm();  // before linear_qkv and linear_fc1
-    tensors.push_back(op.n * op.k);
+    tensors.push_back(op.count * op.n * op.k);
     if (has_bias(c, op)) tensors.push_back(op.n);
     ++gemm;
   }

@@ -40,19 +40,27 @@
 namespace gpt::perf {
 
 enum class OpKind {
-  kGemm,       // m x k times k x n
+  kGemm,       // m x k times k x n (`count` of them: a grouped GEMM, one per local expert)
   kAttention,          // the causal attention core's forward: `flops` the executed ones
   kAttentionBackward,  // its backward (flash attention: 5 matmuls against the forward's 2)
   kMemory,     // memory-bound: `bytes` read and written
   kAllReduce,  // tensor-parallel collectives of a tensor of `bytes`
   kAllGather,
   kReduceScatter,
+  kAllToAll,   // each rank sends `bytes` split over the group's ranks (the expert dispatcher's)
 };
+
+// The communicator a collective op runs over: the tensor-parallel group, or one of the expert
+// grid's (EP-DESIGN / parallel/process_grid.h): the dispatcher's ETP x EP exchange group, its EP
+// ranks (the all-to-all) or its ETP ranks.
+enum class CommGroup { kTensor, kExpertExchange, kExpertModel, kExpertTensor };
 
 struct Op {
   std::string name;
   OpKind kind = OpKind::kMemory;
   double m = 0, n = 0, k = 0;  // kGemm
+  double count = 1;            // kGemm: GEMMs of this size (a grouped GEMM over the local experts)
+  CommGroup group = CommGroup::kTensor;  // collectives
   double flops = 0;            // kAttention
   double bytes = 0;            // kMemory, collectives; a kGemm's traffic where it may bound it (roofline)
   bool weight_gradient = false;  // a backward GEMM computing a weight gradient
@@ -64,6 +72,21 @@ struct Op {
 struct LayerOps {
   std::vector<Op> forward;
   std::vector<Op> backward;  // without recompute
+};
+
+// How an MoE layer's routed experts are laid out (EP-DESIGN.md; model/moe_config.h's experts):
+// EP ranks hold E / EP experts each, each expert's fc1 / fc2 split over ETP ranks; the dispatcher
+// (allgather or alltoall) exchanges the rows over the ETP x EP group.
+struct ExpertParallel {
+  int64_t expert_model = 1;   // EP, --expert-model-parallel-size
+  int64_t expert_tensor = 1;  // ETP, --expert-tensor-parallel-size (resolved: TP when not given)
+  bool all_to_all = false;    // --moe-token-dispatcher-type alltoall (else allgather)
+  // Routed pairs of the busiest rank over the mean (1: uniform routing; Megatron's benchmarks
+  // force-balance, --moe-router-force-load-balancing).
+  double imbalance = 1.0;
+  // This trainer routes the T rows gathered over TP (EP-DESIGN.md); Megatron routes each rank's
+  // sequence-parallel rows and gathers only in the dispatcher.
+  bool route_gathered_rows = true;
 };
 
 struct LayerOpOptions {
@@ -82,10 +105,13 @@ struct LayerOpOptions {
   //             softmax's backward (reads P and dP, writes dS: 3 e t), dQ = dS K and dK = dS^T Q (read e t each)
   // Each batched GEMM at the larger of its FLOPs' time and its traffic's (K = d: memory-bound on A100).
   bool unfused_attention = false;
+  // MoE layers (LayerShapes::moe_layer): the routed experts' layout (moe_ops.h).
+  ExpertParallel expert;
 };
 
-// The layer's ops for `shapes` (LayerShapes::make for the layout) and config's options (norm,
-// activation, rope, dropout, biases).
+// The layer's ops for `shapes` (LayerShapes::make for the layout, or its for_layer of an MoE
+// layer: the MLP is then the shared expert's, if any, and the routed experts' ops of moe_ops.h)
+// and config's options (norm, activation, rope, dropout, biases).
 LayerOps transformer_layer_ops(const ModelConfig& config, const LayerShapes& shapes, const LayerOpOptions& options);
 
 // The layer's parameters on this rank: the forward GEMMs' weights (n x k each), their biases and

@@ -13,6 +13,7 @@
 #include "parallel/pipeline/simulator.h"
 #include "perf_model/collectives.h"
 #include "perf_model/data_parallel_cost.h"
+#include "perf_model/expert_layout.h"
 #include "perf_model/megatron_memory.h"
 #include "train/args/flag_enums.h"
 #include "train/report/flops.h"
@@ -74,6 +75,15 @@ double data_parallel_buckets(const Arguments& a, double parameters, double units
 RankShape rank_shape(const Prediction& p, bool all_to_all, bool unfused_attention, int64_t world_size,
                      const Cluster& cluster, const RunOptions& options) {
   RankShape shape;
+  // MoE: the expert grid's groups (ranks etp + ETP (ep + EP edp) of a stage).
+  shape.expert = {.expert_model = p.expert_model,
+                  .expert_tensor = p.expert_tensor,
+                  .all_to_all = p.dispatcher == "alltoall",
+                  .imbalance = p.expert_imbalance,
+                  .route_gathered_rows = options.implementation == Implementation::kTrainer};
+  shape.expert_exchange_link = group_link(cluster, 1, static_cast<int>(p.expert_model * p.expert_tensor));
+  shape.expert_tensor_link = group_link(cluster, 1, static_cast<int>(p.expert_tensor));
+  shape.expert_model_stride = static_cast<int>(p.expert_tensor);
   shape.tensor_parallel = p.tensor;
   shape.sequence_parallel = p.sequence_parallel;
   shape.micro_batch = p.micro_batch;
@@ -106,7 +116,30 @@ struct RankPasses {
   double chunk_recompute = 0;   // the largest stage's recompute time (full or selective)
   double rank_recompute = 0;    // the busiest rank's recompute time, all its chunks
   double chunk_first_wait = 0;  // ZeRO-3: the gather a chunk's first layer waits for
+  // MoE with dense layers too (--moe-layer-freq): each virtual stage's MoE layers beyond its share
+  // of the mean layer (p.layer), each costing an MoE layer's pass less a dense layer's.
+  std::vector<double> stage_moe_excess;
+  double moe_forward_excess = 0, moe_backward_excess = 0, moe_weight_excess = 0;
 };
+
+// A mixed model's stages: their MoE layers' counts against the mean layer's share.
+void stage_moe_layers(const ModelConfig& config, const ModelConfig& local_config, const RankShape& shape,
+                      const Cluster& cluster, RankPasses& r) {
+  const int64_t moe = config.moe.enabled() ? config.moe.moe_layer_count() : 0;
+  if (moe == 0 || moe == config.num_layers) return;
+  const LayerCost dense = kind_layer_cost(local_config, shape, cluster, false);
+  const LayerCost sparse = kind_layer_cost(local_config, shape, cluster, true);
+  r.moe_forward_excess = sparse.forward.total() - dense.forward.total();
+  r.moe_backward_excess = sparse.backward.total() - dense.backward.total();
+  r.moe_weight_excess = sparse.weight_gradient_gemm - dense.weight_gradient_gemm;
+  const double share = static_cast<double>(moe) / static_cast<double>(config.num_layers);
+  int64_t layer = 0;
+  for (const int64_t layers : r.stage_layers) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < layers; ++i, ++layer) count += config.moe.is_moe_layer(layer) ? 1 : 0;
+    r.stage_moe_excess.push_back(static_cast<double>(count) - share * static_cast<double>(layers));
+  }
+}
 
 // The recompute of a virtual stage of `layers` layers (full: its recomputed layers' forward;
 // selective: every layer's attention core).
@@ -127,6 +160,7 @@ RankPasses rank_passes(const Arguments& a, const ModelConfig& config, const Mode
   r.head_f = head_forward(local_config, shape, cluster), r.head_b = head_backward(local_config, shape, cluster);
   r.stage_layers = virtual_stage_layers(a);
   r.chunk_layers = *std::max_element(r.stage_layers.begin(), r.stage_layers.end());
+  stage_moe_layers(config, local_config, shape, cluster, r);
   r.recomputed = static_cast<double>(fully_recomputed_layers(config, r.chunk_layers));
   r.chunk_recompute = stage_recompute(config, p, r.chunk_layers);
   for (int64_t rank = 0; rank < p.pipeline; ++rank) {
@@ -168,7 +202,11 @@ void shard_units(const ModelConfig& config, const ModelConfig& local_config, con
     add_calls(backward, backward_calls);
     return unit;
   };
-  const std::vector<double> layer_tensors = layer_parameter_tensors(local_config, layer_ops(local_config, shape));
+  // A unit is a layer: an MoE model's are priced as its majority kind's (an MoE layer's holds its
+  // local experts' weights, E / EP split over ETP).
+  const bool moe_units = config.moe.enabled() && 2 * config.moe.moe_layer_count() >= config.num_layers;
+  const std::vector<double> layer_tensors =
+      layer_parameter_tensors(local_config, layer_ops(local_config, shape, moe_units));
   const UnitSharding layer = shard(layer_tensors, p.layer.forward, p.layer.backward,
                                    p.layer.backward.total() + r.chunk_recompute / r.chunk_layers, r.recomputed > 0);
   r.chunk_first_wait = layer.first_unit_wait;
@@ -225,12 +263,14 @@ absl::Status time_pipeline(const Arguments& a, const ModelConfig& config, const 
     for (int k = 0; k < pp * v; ++k) {
       const bool first = k == 0, last = k == pp * v - 1;
       const int64_t layers = r.stage_layers[static_cast<size_t>(k)];
-      const double chunk_weight = static_cast<double>(layers) * p.layer.weight_gradient_gemm;
+      const double excess = r.stage_moe_excess.empty() ? 0.0 : r.stage_moe_excess[static_cast<size_t>(k)];
+      const double chunk_weight =
+          static_cast<double>(layers) * p.layer.weight_gradient_gemm + excess * r.moe_weight_excess;
       const double weight = chunk_weight + (first ? r.embed_b.total() : 0.0) + (last ? r.head_b.gemm / 2 : 0.0);
-      const double backward =
-          chunk_backward(layers) + (first ? r.embed_b.total() : 0.0) + (last ? r.head_b.total() : 0.0);
-      stages.forward.push_back(chunk_forward(layers) + (first ? r.embed_f.total() : 0.0) +
-                               (last ? r.head_f.total() : 0.0));
+      const double backward = chunk_backward(layers) + excess * r.moe_backward_excess +
+                              (first ? r.embed_b.total() : 0.0) + (last ? r.head_b.total() : 0.0);
+      stages.forward.push_back(chunk_forward(layers) + excess * r.moe_forward_excess +
+                               (first ? r.embed_f.total() : 0.0) + (last ? r.head_f.total() : 0.0));
       stages.backward_input.push_back(backward - weight);
       stages.weight.push_back(weight);
     }
@@ -248,6 +288,7 @@ absl::Status time_pipeline(const Arguments& a, const ModelConfig& config, const 
   const double rank_layers = static_cast<double>(r.rank_layers);
   p.tp_comm_time = m * rank_layers * (p.layer.forward.tp_comm + p.layer.backward.tp_comm);
   p.cp_comm_time = m * rank_layers * (p.layer.forward.cp_comm + p.layer.backward.cp_comm);
+  p.ep_comm_time = m * rank_layers * (p.layer.forward.ep_comm + p.layer.backward.ep_comm);
   p.recompute_time = m * r.rank_recompute;
   p.zero3_exposed_time =
       m * (rank_layers * (p.layer.forward.dp_comm + p.layer.backward.dp_comm) + p.virtual_stages * r.chunk_first_wait);
@@ -387,11 +428,44 @@ absl::StatusOr<Arguments> parse_model_flags(std::vector<std::string> flags) {
 
 absl::StatusOr<Arguments> validate_layout(Arguments args, int64_t world_size) {
   if (world_size <= 0) return absl::InvalidArgumentError(absl::StrCat("--world-size must be positive (got ", world_size, ")"));
-  absl::Status valid = prepare_arguments(args);
-  if (valid.ok()) valid = prepare_for_world(args, world_size);
+  // pretrain_gpt's checks of the layout without its expert grid (which the trainer may not run
+  // yet), then Megatron's of the expert flags (expert_layout.h).
+  Arguments checked = without_expert_grid(args);
+  absl::Status valid = prepare_arguments(checked);
+  if (valid.ok()) valid = prepare_for_world(checked, world_size);
   GPT_RETURN_IF_ERROR(valid);
-  return args;
+  checked = with_expert_grid(std::move(checked), args);
+  GPT_RETURN_IF_ERROR(check_expert_grid(checked, world_size));
+  return checked;
 }
+
+namespace {
+
+// A plan of the layout with EP 1 and ETP = TP (today's memory plan): move its routed experts to the expert grid
+// (expert_layout.h). Each item keeps its bytes per element; a sharded item's expert part is
+// sharded over EDP instead of DP x CP (optimizer state with ZeRO-1, gradients from ZeRO-2,
+// parameters with ZeRO-3).
+void apply_expert_grid(const Arguments& a, int64_t world, bool move_items, bool move_count, MemoryEstimate& m) {
+  const ModelConfig config = model_config_from(a);
+  const ExpertElements x = expert_elements(a, config, world);
+  m.expert_parameters = x.actual;
+  if (x.planned == x.actual || m.stage_parameters <= 0) return;
+  const double elements = m.stage_parameters;
+  if (move_count) m.stage_parameters = elements - x.planned + x.actual;
+  if (!move_items) return;
+  const ExpertGrid grid = expert_grid(a, world);
+  const double dp = static_cast<double>(data_parallel_size(a, world) * a.context_parallel_size);
+  const double spread = dp / static_cast<double>(grid.expert_data);  // expert shard / dense shard
+  const ZeroLevel level = zero_level(a);
+  const auto move = [&](double& bytes, bool sharded) {
+    bytes += bytes / elements * (x.actual * (sharded ? spread : 1.0) - x.planned);
+  };
+  move(m.parameters, level >= ZeroLevel::kParameters);
+  move(m.gradients, level >= ZeroLevel::kGradients);
+  move(m.optimizer_state, level >= ZeroLevel::kOptimizer);
+}
+
+}  // namespace
 
 absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world_size,
                                                Implementation activations) {
@@ -412,6 +486,22 @@ absl::StatusOr<MemoryEstimate> estimate_memory(const Arguments& a, int64_t world
   memory.activations = activations == Implementation::kTrainer
                            ? static_cast<double>(items.activations)
                            : megatron_activation_bytes(a, world_size);  // Megatron's model code (also under DeepSpeed)
+  // The expert grid: moved onto the plan unless the plan already lays the experts out on it (a plan
+  // that reads EP / ETP differs from the plan of the same layout without them), item by item: the
+  // allocation's items, and the closed form's parameter count (the data-parallel traffic's).
+  const ExpertGrid grid = expert_grid(a, world_size);
+  bool items_on_grid = false, count_on_grid = false;
+  if (grid.moe && (grid.expert_model > 1 || grid.expert_tensor != a.tensor_model_parallel_size)) {
+    const Arguments flat = without_expert_grid(a);
+    GPT_ASSIGN_OR_RETURN(const MemoryPlan without, plan_memory(flat, world_size, vocabulary_before_data(flat)));
+    count_on_grid = without.parameters != plan.parameters;
+    const RankMemory flat_items = without.allocated.value_or(RankMemory{.parameters = without.parameters,
+                                                                          .gradients = without.gradients,
+                                                                          .optimizer_state = without.optimizer_state,
+                                                                          .activations = without.activations});
+    items_on_grid = flat_items.parameters != items.parameters || flat_items.optimizer_state != items.optimizer_state;
+  }
+  apply_expert_grid(a, world_size, !items_on_grid, !count_on_grid, memory);
   return memory;
 }
 
@@ -443,6 +533,12 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
   p.distributed_optimizer = shards_optimizer(a);
   p.zero_level = static_cast<int>(zero_level(a));
   p.recompute = recompute_text(a);
+  const ExpertGrid grid = expert_grid(a, world_size);
+  if (grid.moe) {
+    p.expert_model = grid.expert_model, p.expert_tensor = grid.expert_tensor, p.expert_data = grid.expert_data;
+    p.dispatcher = a.moe_token_dispatcher_type;
+    p.expert_imbalance = options.expert_imbalance;
+  }
   const auto kind = pipeline_schedule_kind(a);
   p.schedule = pipeline::to_string(kind);
 
@@ -483,9 +579,28 @@ absl::StatusOr<Prediction> predict_schedule(const Arguments& a, int64_t world_si
     GPT_ASSIGN_OR_RETURN(const MemoryPlan plan, plan_memory(unsharded, world_size, vocabulary_before_data(a)));
     parameters = static_cast<double>(plan.parameters) / element;
   }
-  const double dp_calls =
-      time_data_parallel(a, config, cluster, kind, parameters, dp, data_link, passes.rank_layers, p);
-  GPT_RETURN_IF_ERROR(time_optimizer(a, parameters, dp, shape, cluster, options, p));
+  double dp_calls = 0, optimized = parameters;
+  const int edp = static_cast<int>(p.expert_data);
+  if (p.memory.expert_parameters > 0 && level != ZeroLevel::kParameters) {
+    // MoE: the dense parameters over DP x CP, the routed experts' over the expert DP group (EDP
+    // ranks ETP x EP apart); the optimizer steps the owned shards of both.
+    const double experts = p.memory.expert_parameters, dense = parameters - experts;
+    Prediction expert_part = p;
+    expert_part.tensor = p.expert_tensor * p.expert_model;  // the expert DP group's rank stride
+    const Link expert_link = group_link(cluster, static_cast<int>(expert_part.tensor), edp);
+    dp_calls = time_data_parallel(a, config, cluster, kind, dense, dp, data_link, passes.rank_layers, p);
+    dp_calls += time_data_parallel(a, config, cluster, kind, experts, edp, expert_link, passes.rank_layers, expert_part);
+    p.expert_dp_comm_time = expert_part.dp_comm_time;
+    p.dp_comm_time += expert_part.dp_comm_time;
+    p.dp_exposed_time += expert_part.dp_exposed_time;
+    if (shards_optimizer(a)) {
+      optimized = dense + experts * static_cast<double>(optimizer_instance_size(a, dp)) /
+                              static_cast<double>(optimizer_instance_size(a, edp));
+    }
+  } else {
+    dp_calls = time_data_parallel(a, config, cluster, kind, parameters, dp, data_link, passes.rank_layers, p);
+  }
+  GPT_RETURN_IF_ERROR(time_optimizer(a, optimized, dp, shape, cluster, options, p));
   const double scalar_calls = time_scalar_all_reduces(a, shape, dp, data_link, pipe_link, p);
   p.overhead_time = cluster.iteration_overhead + (dp_calls + scalar_calls) * cluster.collective_overhead * shape.compute_stretch;
   p.iteration_time = p.pipeline_time + p.dp_exposed_time + p.embedding_sync_time + p.scalar_comm_time +

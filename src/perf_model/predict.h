@@ -12,6 +12,7 @@
 //                Context parallelism (CP > 1): each rank computes S / CP rows and 1 / CP of the
 //                causal attention, plus the ring's K/V hops not hidden behind a block's attention
 //                (and backward's dK/dV hops) or the all-to-alls before and after the attention.
+//   MoE layers   the routed experts and the dispatcher over the expert grid (moe_ops.h, expert_layout.h)
 //   + DP         the gradient all-reduce (or reduce-scatter, and the parameter all-gather, with
 //                --use-distributed-optimizer) of the largest stage's parameters over the
 //                data-parallel group (data x context with CP: Megatron's dp-cp group); the share dp_comm_overlap_fraction of each is hidden with
@@ -52,6 +53,8 @@ struct RunOptions {
   bool tp_comm_overlap = false;  // Megatron's --tp-comm-overlap
   Implementation implementation = Implementation::kTrainer;  // perf_model --implementation
   bool overlap_offload_copies = false;  // Megatron's --overlap-cpu-optimizer-d2h-h2d
+  // MoE: the busiest rank's routed pairs over the mean (perf_model --moe-imbalance; 1: uniform).
+  double expert_imbalance = 1.0;
 };
 
 struct MemoryEstimate {
@@ -61,6 +64,9 @@ struct MemoryEstimate {
   double stage_parameters = 0;
   // The data-parallel reduce-scatter outputs, gather staging and TP-sum staging (RankMemory's).
   double data_parallel_buffers = 0;
+  // MoE: of stage_parameters, the routed experts' (expert_layout.h: E / EP experts split over ETP),
+  // whose gradients are reduced over the expert data-parallel group.
+  double expert_parameters = 0;
   double total() const { return parameters + gradients + optimizer_state + activations + data_parallel_buffers; }
 };
 
@@ -75,6 +81,10 @@ struct Prediction {
                        // 3: and parameters (gathered per unit and microbatch)
   std::string recompute;  // "none", "selective", "full uniform N", "full block N"
   std::string schedule;   // "1f1b", "interleaved", "zb-h1", "zb-v"
+  // MoE: the expert grid (expert_layout.h), the dispatcher and the routing imbalance assumed.
+  int64_t expert_model = 1, expert_tensor = 1, expert_data = 1;
+  std::string dispatcher;  // allgather or alltoall (MoE models only)
+  double expert_imbalance = 1;
   // Megatron's --decoder-first/last-pipeline-num-layers where given (0: the even split).
   int64_t first_stage_layers = 0, last_stage_layers = 0;
 
@@ -85,6 +95,8 @@ struct Prediction {
   double compute_time = 0;       // the busiest rank's forward and backward compute (incl. exposed TP comm)
   double tp_comm_time = 0;       // exposed TP communication inside compute_time
   double cp_comm_time = 0;       // exposed context-parallel communication inside compute_time
+  double ep_comm_time = 0;       // the MoE dispatcher's traffic (expert grid) inside compute_time
+  double expert_dp_comm_time = 0;  // of dp_comm_time: the expert parameters' over the expert DP group
   double recompute_time = 0;     // recompute inside compute_time
   double p2p_time = 0;           // one pipeline transfer
   double dp_comm_time = 0;       // data-parallel communication, all of it (ZeRO-3: every unit's, per microbatch)

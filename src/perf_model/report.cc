@@ -28,6 +28,13 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
       .add("recompute", p.recompute)
       .add("schedule", p.schedule);
   if (p.context > 1) layout.add("context_parallel_size", p.context).add("cp_comm_type", p.cp_comm_type);
+  if (!p.dispatcher.empty()) {
+    layout.add("expert_model_parallel_size", p.expert_model)
+        .add("expert_tensor_parallel_size", p.expert_tensor)
+        .add("expert_data_parallel_size", p.expert_data)
+        .add("moe_token_dispatcher_type", p.dispatcher)
+        .add("moe_imbalance", p.expert_imbalance);
+  }
   if (p.first_stage_layers > 0) layout.add("decoder_first_pipeline_num_layers", p.first_stage_layers);
   if (p.last_stage_layers > 0) layout.add("decoder_last_pipeline_num_layers", p.last_stage_layers);
   JsonObject time;
@@ -44,6 +51,7 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
       .add("optimizer", p.optimizer_time)
       .add("overhead", p.overhead_time);
   if (p.context > 1) time.add("cp_comm_exposed", p.cp_comm_time);
+  if (!p.dispatcher.empty()) time.add("ep_comm", p.ep_comm_time).add("expert_dp_comm_total", p.expert_dp_comm_time);
   if (p.zero_level == 3) time.add("zero3_comm_total", p.zero3_traffic_time).add("zero3_comm_exposed", p.zero3_exposed_time);
   if (p.offload_fraction > 0) {
     time.add("offload_copies", p.offload_copy_time).add("host_optimizer", p.host_optimizer_time);
@@ -57,6 +65,7 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
         .add("overhead", c.overhead);
     if (c.cp_comm > 0) o.add("cp_comm", c.cp_comm);
     if (c.dp_comm > 0) o.add("zero3_comm", c.dp_comm);
+    if (c.ep_comm > 0) o.add("ep_comm", c.ep_comm);
     return o;
   };
   JsonObject layer;
@@ -71,6 +80,7 @@ JsonObject prediction_json(const Prediction& p, const Cluster& cluster) {
       .add("activations", p.memory.activations / kGiB)
       .add("data_parallel_buffers", p.memory.data_parallel_buffers / kGiB)
       .add("available", p.memory_available / kGiB);
+  if (!p.dispatcher.empty()) memory.add("expert_parameter_elements", p.memory.expert_parameters);
   JsonObject top;
   top.add("cluster", cluster.name)
       .add("iteration_time_s", p.iteration_time)
@@ -97,6 +107,7 @@ std::string pass_text(const char* name, const PassCost& c) {
                       c.overhead * 1e3);
   if (c.cp_comm > 0) absl::StrAppendFormat(&text, ", CP comm %.3f", c.cp_comm * 1e3);
   if (c.dp_comm > 0) absl::StrAppendFormat(&text, ", ZeRO-3 comm %.3f", c.dp_comm * 1e3);
+  if (c.ep_comm > 0) absl::StrAppendFormat(&text, ", EP comm %.3f", c.ep_comm * 1e3);
   return text + ")\n";
 }
 
@@ -108,7 +119,12 @@ std::string layout_text(const Prediction& p) {
   const std::string split = p.first_stage_layers > 0 || p.last_stage_layers > 0
                                 ? absl::StrCat(" (layers first ", p.first_stage_layers, ", last ", p.last_stage_layers, ")")
                                 : "";
-  return absl::StrCat("TP ", p.tensor, context, " x PP ", p.pipeline, split, " x DP ", p.data, ", v ", p.virtual_stages, ", mbs ",
+  // MoE: the expert grid (ETP x EP x EDP) and the dispatcher.
+  const std::string experts =
+      p.dispatcher.empty() ? ""
+                           : absl::StrCat(", experts ETP ", p.expert_tensor, " x EP ", p.expert_model, " x EDP ", p.expert_data,
+                                          " ", p.dispatcher);
+  return absl::StrCat("TP ", p.tensor, context, " x PP ", p.pipeline, split, " x DP ", p.data, experts, ", v ", p.virtual_stages, ", mbs ",
                       p.micro_batch, p.sequence_parallel ? ", SP" : "",
                       p.zero_level == 3   ? ", ZeRO-3"
                       : p.zero_level == 2 ? ", ZeRO-2"
@@ -132,6 +148,10 @@ std::string text_report(const Prediction& p, const Cluster& cluster) {
                         p.pipeline_time, p.compute_time, p.pipeline_bubble * 100);
   absl::StrAppendFormat(&out, "    of which TP comm exposed    %9.4f\n", p.tp_comm_time);
   if (p.context > 1) absl::StrAppendFormat(&out, "    of which CP comm exposed    %9.4f\n", p.cp_comm_time);
+  if (!p.dispatcher.empty()) {
+    absl::StrAppendFormat(&out, "    of which EP comm            %9.4f  (%s dispatcher, routing imbalance %.2f)\n",
+                          p.ep_comm_time, p.dispatcher, p.expert_imbalance);
+  }
   absl::StrAppendFormat(&out, "    of which recompute          %9.4f\n", p.recompute_time);
   if (p.zero_level == 3) {
     absl::StrAppendFormat(&out, "    of which ZeRO-3 comm exposed %8.4f  (of %.4f: every unit's gathers and reduce-scatter)\n",
@@ -159,6 +179,24 @@ std::string text_report(const Prediction& p, const Cluster& cluster) {
   absl::StrAppendFormat(&out, "  parameters %.2f, gradients %.2f, optimizer state %.2f, activations %.2f GiB\n",
                         p.memory.parameters / kGiB, p.memory.gradients / kGiB, p.memory.optimizer_state / kGiB,
                         p.memory.activations / kGiB);
+  return out;
+}
+
+std::string memory_report(const Prediction& p) {
+  std::string out = absl::StrFormat("Memory per GPU (largest rank) of %s on %d GPUs\n", layout_text(p), p.world);
+  const MemoryEstimate& m = p.memory;
+  absl::StrAppendFormat(&out, "  parameters            %10.4f GiB\n", m.parameters / kGiB);
+  absl::StrAppendFormat(&out, "  gradients             %10.4f GiB\n", m.gradients / kGiB);
+  absl::StrAppendFormat(&out, "  optimizer state       %10.4f GiB\n", m.optimizer_state / kGiB);
+  absl::StrAppendFormat(&out, "  activations           %10.4f GiB\n", m.activations / kGiB);
+  absl::StrAppendFormat(&out, "  data-parallel buffers %10.4f GiB\n", m.data_parallel_buffers / kGiB);
+  absl::StrAppendFormat(&out, "  total                 %10.4f GiB (%.3f MiB) of %.2f GiB available%s\n",
+                        m.total() / kGiB, m.total() / (1024.0 * 1024.0), p.memory_available / kGiB,
+                        p.fits ? "" : "  -- DOES NOT FIT");
+  if (!p.dispatcher.empty()) {
+    absl::StrAppendFormat(&out, "  routed-expert parameters %.0f elements (ETP %d x EP %d; optimizer state over EDP %d)\n",
+                          m.expert_parameters, p.expert_tensor, p.expert_model, p.expert_data);
+  }
   return out;
 }
 

@@ -14,6 +14,9 @@ namespace gpt::perf {
 std::string layout_text(const Prediction& p);
 
 std::string text_report(const Prediction& p, const Cluster& cluster);
+// perf_model --memory: the largest rank's memory by item (the memory plan's; under an expert grid
+// its routed experts moved to it, expert_layout.h), the total and whether it fits.
+std::string memory_report(const Prediction& p);
 // {"iteration_time_s": ..., "tflops_per_gpu": ..., "mfu": ..., "memory_gib_per_gpu": ...,
 //  "layout": {...}, "time_breakdown_s": {...}, "memory_breakdown_gib": {...}, ...}
 std::string json_report(const Prediction& p, const Cluster& cluster);

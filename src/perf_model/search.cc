@@ -32,7 +32,9 @@ const char* const kLayoutFlags[] = {"--tensor-model-parallel-size",
                                     "--optimizer-offload-fraction",
                                     "--use-precision-aware-optimizer",
                                     "--decoder-first-pipeline-num-layers",
-                                    "--decoder-last-pipeline-num-layers"};
+                                    "--decoder-last-pipeline-num-layers",
+                                    "--expert-model-parallel-size",
+                                    "--expert-tensor-parallel-size"};
 
 struct Candidate {
   int64_t tp, pp, layers_per_virtual_stage, micro_batch;
@@ -45,7 +47,29 @@ struct Candidate {
   // PP not dividing the layers: Megatron's first / last stage layers (most_even_split) and the
   // chunks per rank (--num-virtual-stages-per-pipeline-rank, which such a split needs for v > 1).
   int64_t first_layers = 0, last_layers = 0, virtual_chunks = 1;
+  // MoE: the expert grid's EP and ETP (0: not given, i.e. TP).
+  int64_t ep = 1, etp = 0;
 };
+
+// MoE: the expert grids tried with a TP x PP: EP each divisor of the experts, ETP 1 (Megatron's
+// MoE Parallel Folding) and TP (its default), where ETP x EP x PP divides the world; an EP or
+// ETP the base gives is kept (which narrows the search). A dense model: none (EP 1, ETP not given).
+std::vector<std::pair<int64_t, int64_t>> expert_options(const Arguments& base, int64_t world, int64_t tp, int64_t pp) {
+  if (base.num_experts <= 0) return {{1, 0}};
+  const bool fixed_ep = base.was_given("--expert-model-parallel-size");
+  const bool fixed_etp = base.was_given("--expert-tensor-parallel-size");
+  std::vector<int64_t> tensor_options = {1};
+  if (tp > 1) tensor_options.push_back(tp);
+  if (fixed_etp) tensor_options = {base.expert_tensor_parallel_size};
+  std::vector<std::pair<int64_t, int64_t>> options;
+  for (int64_t ep = 1; ep <= base.num_experts && ep <= world; ++ep) {
+    if (base.num_experts % ep != 0 || (fixed_ep && ep != base.expert_model_parallel_size)) continue;
+    for (int64_t etp : tensor_options) {
+      if (etp >= 1 && world % (etp * ep * pp) == 0) options.push_back({ep, etp});
+    }
+  }
+  return options;
+}
 
 Arguments with_layout(const Arguments& base, const Candidate& c) {
   Arguments a = base;
@@ -63,6 +87,10 @@ Arguments with_layout(const Arguments& base, const Candidate& c) {
   }
   if (c.virtual_chunks > 1) set("--num-virtual-stages-per-pipeline-rank");
   a.micro_batch_size = c.micro_batch;
+  a.expert_model_parallel_size = c.ep;
+  a.expert_tensor_parallel_size = c.etp;
+  if (c.ep > 1) set("--expert-model-parallel-size");
+  if (c.etp > 0) set("--expert-tensor-parallel-size");
   a.sequence_parallel = c.sp;
   a.use_distributed_optimizer = c.zero == 1;
   a.use_megatron_fsdp = c.zero >= 2;
@@ -130,7 +158,10 @@ absl::Status check_search_size(const Arguments& base, int64_t world, const std::
         base.global_batch_size, " would evaluate ", count, " candidate layouts simulating ",
         steps.value() ? absl::StrCat(*steps.value()) : std::string("more than 2^63"),
         " schedule steps: more than the search's limits (", kMaxSearchCandidates, " layouts, ",
-        kMaxSearchScheduleSteps, " steps); predict chosen layouts without --search, or search a smaller world or batch"));
+        kMaxSearchScheduleSteps, " steps); predict chosen layouts without --search, or search a smaller world or batch",
+        base.num_experts > 0 && !base.was_given("--expert-model-parallel-size")
+            ? ", or give --expert-model-parallel-size (and --expert-tensor-parallel-size) to try fewer expert grids"
+            : ""));
   }
   return absl::OkStatus();
 }
@@ -138,7 +169,7 @@ absl::Status check_search_size(const Arguments& base, int64_t world, const std::
 // The layouts of one TP x CP x PP: each chunk count, micro batch, SP, ZeRO level and recompute.
 // `split`: the uneven first / last stage layers (0: PP divides the layers).
 void add_pipeline_layouts(const Arguments& base, int64_t tp, int64_t cp, int64_t pp, int64_t dp, const UnevenSplit& split,
-                          std::vector<Candidate>& candidates, int64_t& enumerated) {
+                          std::pair<int64_t, int64_t> expert, std::vector<Candidate>& candidates, int64_t& enumerated) {
   // Chunks per rank: --num-layers-per-virtual-pipeline-stage with the even split (0, 1: none);
   // with the uneven one --num-virtual-stages-per-pipeline-rank, every count dividing each stage's
   // layers (Megatron's rule).
@@ -165,6 +196,7 @@ void add_pipeline_layouts(const Arguments& base, int64_t tp, int64_t cp, int64_t
             if (static_cast<int64_t>(candidates.size()) > kMaxSearchCandidates) return;
             Candidate c{tp, pp, lpvs, mbs, sp == 1, zero, recompute, cp, false};
             c.first_layers = split.first, c.last_layers = split.last, c.virtual_chunks = chunks;
+            c.ep = expert.first, c.etp = expert.second;
             candidates.push_back(c);
           }
         }
@@ -216,7 +248,9 @@ absl::StatusOr<SearchResult> search_layouts(const Arguments& base, int64_t world
         // PP not dividing the layers: Megatron's first / last stage layers, the most even split.
         const UnevenSplit split = most_even_split(base.num_layers, pp);
         if (base.num_layers % pp != 0 && split.first == 0) continue;
-        add_pipeline_layouts(base, tp, cp, pp, world / (tp * cp * pp), split, candidates, enumerated);
+        for (const auto& expert : expert_options(base, world, tp, pp)) {
+          add_pipeline_layouts(base, tp, cp, pp, world / (tp * cp * pp), split, expert, candidates, enumerated);
+        }
       }
     }
   };

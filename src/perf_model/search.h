@@ -5,6 +5,8 @@
 //   v         1, or each number of chunks per rank that divides the stage's layers (PP > 1; with
 //             the uneven split, each stage's: --num-virtual-stages-per-pipeline-rank)
 //   DP        the rest
+//   EP, ETP   MoE models: EP each divisor of the experts, ETP 1 or TP, ETP x EP x PP dividing the world
+//             (an --expert-model-parallel-size or --expert-tensor-parallel-size given is kept)
 //   mbs       1, 2, 4, 8 (at most the batch per DP rank)
 //   SP        off, and on with TP > 1
 //   ZeRO      --use-distributed-optimizer off, and on with DP > 1

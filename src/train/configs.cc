@@ -123,6 +123,7 @@ MoeConfig moe_config_from(const Arguments& a) {
   m.per_layer_logging = a.moe_per_layer_logging;
   m.expert_model_parallel = a.expert_model_parallel_size;
   m.expert_tensor_parallel = a.expert_tensor_parallel_size >= 1 ? a.expert_tensor_parallel_size : 0;
+  m.alltoall = token_dispatcher(a) == TokenDispatcher::kAlltoall;
   return m;
 }
 

@@ -2,6 +2,7 @@
 // reports opened before the first iteration, one timed iteration and its interval's statistics,
 // the iteration's diagnostics and Megatron's log line with the files that follow it
 // (train/report/), the evaluations, and the summaries after the last iteration.
+#include "train/report/expert_load.h"
 #include "train/trainer.h"
 
 #include <cmath>
@@ -62,6 +63,8 @@ struct Trainer::RunReports {
   std::vector<std::pair<std::string, double>> interval_moe_losses;  // sums, as interval_loss
   std::vector<std::pair<std::string, double>> interval_moe_layer_losses;  // the same per layer
   std::vector<std::pair<int64_t, std::vector<double>>> interval_moe_tokens;  // sums of the steps
+  std::vector<std::pair<int64_t, std::vector<double>>> run_moe_tokens;       // the same over the run
+  int64_t run_moe_iterations = 0;
   int64_t interval_steps = 0, interval_iterations = 0, skipped = 0, nan_iterations = 0;
   bool memory_reported = false;
   // Per-op device time (kernels/op_profile.h): GPT_OP_PROFILE=1 profiles every iteration after
@@ -160,14 +163,17 @@ absl::StatusOr<StepResult> Trainer::timed_step(RunReports& r) {
     r.interval_loss += step.loss;
     accumulate_named(r.interval_moe_losses, step.moe_losses);
     accumulate_named(r.interval_moe_layer_losses, step.moe_layer_losses);
-    if (r.interval_moe_tokens.empty()) {
-      r.interval_moe_tokens = step.moe_tokens_per_expert;
-    } else {
+    for (auto* sums : {&r.interval_moe_tokens, &r.run_moe_tokens}) {
+      if (sums->empty()) {
+        *sums = step.moe_tokens_per_expert;
+        continue;
+      }
       for (size_t l = 0; l < step.moe_tokens_per_expert.size(); ++l) {
         const std::vector<double>& tokens = step.moe_tokens_per_expert[l].second;
-        for (size_t e = 0; e < tokens.size(); ++e) r.interval_moe_tokens[l].second[e] += tokens[e];
+        for (size_t e = 0; e < tokens.size(); ++e) (*sums)[l].second[e] += tokens[e];
       }
     }
+    if (!step.moe_tokens_per_expert.empty()) ++r.run_moe_iterations;
     ++r.interval_iterations;
   } else {
     ++r.nan_iterations;
@@ -289,6 +295,10 @@ void Trainer::print_log_line(const IterationLog& log, double seconds_per_iterati
     for (const auto& [layer, sums] : r.interval_moe_tokens) {
       ExpertLoad load{.layer = layer};
       for (double sum : sums) load.tokens_per_expert.push_back(r.interval_iterations > 0 ? sum / iterations : NAN);
+      if (config_.moe.expert_model_parallel > 1) {
+        load.tokens_per_expert_parallel_rank =
+            tokens_per_expert_parallel_rank(load.tokens_per_expert, config_.moe.expert_model_parallel);
+      }
       m.expert_load.push_back(std::move(load));
     }
     if (ctx_.device() == Device::kCuda) m.device_memory_bytes = static_cast<int64_t>(cuda::device_memory_used_bytes());
@@ -326,6 +336,14 @@ void Trainer::report_run_end(const RunReports& r) {
   if (!gathers.empty()) {
     std::printf("%s\n", gathers.c_str());
     std::fflush(stdout);
+  }
+  if (r.logging && config_.moe.expert_model_parallel > 1) {
+    const std::string load =
+        expert_parallel_load_line(r.run_moe_tokens, config_.moe.expert_model_parallel, r.run_moe_iterations);
+    if (!load.empty()) {
+      std::printf("%s\n", load.c_str());
+      std::fflush(stdout);
+    }
   }
   if (r.logging && r.profiled_iterations > 0) {
     std::printf("per-op time (rank %d, %lld iterations):\n%s", grid_.world_rank(),

@@ -6,7 +6,7 @@ of its mixture-of-experts variant (8 experts top-2: one rank, TP2 + SP, PP2 with
 a shared expert with a padded capacity and the expert bias) -- the
 largest "all allocations" of pretrain_gpt's start-up memory report (MB = MiB per rank, the first,
 middle and last stage's) and perf_model's memory per GPU (its JSON's memory_gib_per_gpu) agree
-within 1%. Both read the memory plan (train/memory_plan.h): what perf_model prints is the plan the
+within 1%, and for the MoE layouts so does perf_model --memory's total (issue 41). Both read the memory plan (train/memory_plan.h): what perf_model prints is the plan the
 trainer checks its arena against at every start; the report's total also holds the trainer's few
 scalars and its gather buffer.
 
@@ -71,6 +71,19 @@ def predicted_mib(perf_model, ranks, flags):
     return json.loads(done.stdout)["memory_gib_per_gpu"] * 1024.0
 
 
+MEMORY_TOTAL = re.compile(r"^\s+total\s+[\d.]+ GiB \(([\d.]+) MiB\)", re.MULTILINE)
+
+
+def memory_flag_mib(perf_model, ranks, flags):
+    """perf_model --memory's total (MiB): what a user reads before launch."""
+    command = [perf_model, "--cluster", "cpu", "--world-size", str(ranks), "--memory"] + MODEL + flags
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    totals = MEMORY_TOTAL.findall(done.stdout)
+    if done.returncode != 0 or len(totals) != 1:
+        raise RuntimeError(f"{' '.join(command)}: exit {done.returncode}: {done.stdout[-500:]}{done.stderr[-1500:]}")
+    return float(totals[0])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
@@ -84,6 +97,12 @@ def main():
             try:
                 allocated = allocated_mib(args.binary, mpirun, ranks, flags, work)
                 predicted = predicted_mib(args.perf_model, ranks, flags)
+                # Issue 41: perf_model --memory of the MoE layouts is the same report.
+                if name.startswith("MoE"):
+                    shown = memory_flag_mib(args.perf_model, ranks, flags)
+                    if abs(shown - allocated) / allocated > TOLERANCE:
+                        failures.append(f"{name}: perf_model --memory's {shown:.3f} MB is more than "
+                                        f"{100 * TOLERANCE:.0f}% from pretrain_gpt's {allocated:.2f} MB")
             except RuntimeError as error:
                 failures.append(f"{name}: {error}")
                 continue

@@ -131,10 +131,18 @@ CASES = [
     (["--expert-model-parallel-size", "0"], "--expert-model-parallel-size"),
     (["--expert-model-parallel-size", "-2"], "--expert-model-parallel-size"),
     (["--expert-model-parallel-size", "4"], "--expert-model-parallel-size"),
+    # Expert parallelism (issue 41): EP not dividing the experts or the world, ETP x EP x PP not
+    # dividing the world (one process here).
+    (["--expert-model-parallel-size", "3"], "--expert-model-parallel-size"),
+    (["--num-experts", "6", "--expert-model-parallel-size", "4"], "--expert-model-parallel-size"),
+    (["--expert-tensor-parallel-size", "2", "--expert-model-parallel-size", "2"], "--expert-tensor-parallel-size"),
+    (["--expert-tensor-parallel-size", "2"], "--expert-tensor-parallel-size"),
+    (["--expert-model-parallel-size", "99999999999999999999"], "--expert-model-parallel-size"),
 ]
 
 # MoE flags without --num-experts (a dense model): each one refused naming itself.
 WITHOUT_EXPERTS = [
+    ["--expert-model-parallel-size", "2"],
     ["--moe-router-topk", "2"], ["--moe-ffn-hidden-size", "64"], ["--moe-layer-freq", "2"],
     ["--moe-aux-loss-coeff", "1e-2"], ["--moe-z-loss-coeff", "1e-3"], ["--moe-expert-capacity-factor", "1"],
     ["--moe-router-score-function", "sigmoid"], ["--moe-shared-expert-intermediate-size", "64"],

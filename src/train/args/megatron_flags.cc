@@ -10,14 +10,15 @@ using enum FlagStatus;
 
 // The reasons several MoE flags share.
 constexpr std::string_view kNoExpertParallel =
-    "expert parallelism is not built yet (the next MoE issue): the experts are split over tensor parallelism "
-    "as the dense MLP";
+    "each expert's weights are split over --expert-tensor-parallel-size ranks as whole slices; sharding them "
+    "further into weight shards is not built";
 constexpr std::string_view kNoFlex =
-    "this program has no flex token dispatcher (DeepEP / HybridEP / NCCL EP) and no expert parallelism: its "
-    "dispatchers are allgather and alltoall";
+    "this program has no flex token dispatcher (DeepEP / HybridEP / NCCL EP): its expert-parallel dispatchers are "
+    "allgather and alltoall";
 constexpr std::string_view kNoOverlap =
-    "this program has no expert-parallel communication to overlap (no expert parallelism) and no delayed weight "
-    "gradients";
+    "the expert-parallel exchanges run inside each MoE layer's own forward and backward (not overlapped with "
+    "another microbatch's compute as Megatron's combined 1F1B schedule does), and no weight gradients are delayed "
+    "to overlap them";
 constexpr std::string_view kGluHalves =
     "the experts' linear_fc1 holds the GLU halves as [gate; up] (Megatron's default layout); an interleaved layout "
     "is not built";
@@ -124,7 +125,7 @@ constexpr RefusedMegatronFlag kUndeclaredRefused[] = {
     {"--moe-use-upcycling", kNoUpcycling},
     {"--overlap-dispatch-backward-with-experts-wgrad", kNoOverlap},
     {"--overlap-moe-expert-parallel-comm", kNoOverlap},
-    {"--rl-inference-expert-model-parallel-size", "this program has no RL inference engine (and no expert parallelism)"},
+    {"--rl-inference-expert-model-parallel-size", "this program has no RL inference engine"},
     {"--rl-inference-expert-tensor-model-parallel-size", "this program has no RL inference engine"},
     {"--save-tokens-per-expert-interval", "this program does not save the per-expert token counts (the log line has "
      "the load-balancing losses)"},

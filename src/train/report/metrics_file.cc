@@ -1,5 +1,7 @@
 #include "train/report/metrics_file.h"
 
+#include "train/report/expert_load.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -137,11 +139,16 @@ std::string iteration_record(const IterationMetrics& m) {
       const double max = tokens.empty() ? 0.0 : *std::max_element(tokens.begin(), tokens.end());
       const double mean =
           tokens.empty() ? 0.0 : std::accumulate(tokens.begin(), tokens.end(), 0.0) / static_cast<double>(tokens.size());
-      loads.add(absl::StrCat("layer_", load.layer), JsonObject()
-                                                        .add("tokens_per_expert", tokens)
-                                                        .add("max", max)
-                                                        .add("mean", mean)
-                                                        .add("max_over_mean", mean > 0 ? max / mean : NAN));
+      JsonObject layer = JsonObject()
+                             .add("tokens_per_expert", tokens)
+                             .add("max", max)
+                             .add("mean", mean)
+                             .add("max_over_mean", mean > 0 ? max / mean : NAN);
+      if (!load.tokens_per_expert_parallel_rank.empty()) {
+        layer.add("tokens_per_expert_parallel_rank", load.tokens_per_expert_parallel_rank)
+            .add("expert_parallel_max_over_mean", busiest_over_mean(load.tokens_per_expert_parallel_rank));
+      }
+      loads.add(absl::StrCat("layer_", load.layer), layer);
     }
     o.add("expert_load", loads);
   }

@@ -64,6 +64,7 @@ struct PhaseTiming {
 struct ExpertLoad {
   int64_t layer = 0;  // global, 0-based
   std::vector<double> tokens_per_expert;
+  std::vector<double> tokens_per_expert_parallel_rank;  // [EP] with EP > 1 (train/report/expert_load.h), else empty
 };
 
 // A training log line's record: the line's fields plus what is not on it.

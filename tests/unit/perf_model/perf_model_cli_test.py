@@ -64,6 +64,17 @@ def main():
                  [a for a in MODEL if a != "--use-distributed-optimizer"])
     check(result.returncode == 0 and result.stdout.count("TP ") == 3, f"--search: {result.stdout} {result.stderr}")
 
+    # MoE (issue 41): the expert grid in the layout, EP comm in the report, --memory's items.
+    moe = ["--cluster", "dgx-h100", "--world-size", "16"] + MODEL + [
+        "--num-experts", "8", "--moe-router-topk", "2", "--moe-token-dispatcher-type", "alltoall",
+        "--disable-bias-linear", "--expert-model-parallel-size", "8"]
+    result = run(binary, moe)
+    check(result.returncode == 0 and "experts ETP 1 x EP 8 x EDP 2 alltoall" in result.stdout and
+          "of which EP comm" in result.stdout, f"MoE report: {result.stdout} {result.stderr}")
+    result = run(binary, moe + ["--memory"])
+    check(result.returncode == 0 and "optimizer state" in result.stdout and "routed-expert parameters" in result.stdout
+          and "Iteration time" not in result.stdout, f"--memory: {result.stdout} {result.stderr}")
+
     with tempfile.TemporaryDirectory() as tmp:
         broken = os.path.join(tmp, "broken.conf")
         with open(broken, "w") as f:
@@ -91,6 +102,13 @@ def main():
             "offload without a host": (["--cluster", os.path.join(tmp, "hostless.conf"), "--world-size", "48",
                                         "--optimizer-cpu-offload", "--use-precision-aware-optimizer"] + MODEL,
                                        "host_link_bandwidth_GBps"),
+            "EP not dividing the experts": (moe[:-1] + ["3"], "--num-experts (8) must be divisible by "
+                                                                "--expert-model-parallel-size (3)"),
+            "expert grid not dividing the world": (moe[:-1] + ["4", "--pipeline-model-parallel-size", "8"],
+                                                   "--expert-model-parallel-size (4) x --pipeline-model-parallel-size (8)"),
+            "imbalance below 1": (moe + ["--moe-imbalance", "0.5"], "--moe-imbalance: must be from 1"),
+            "imbalance not a number": (moe + ["--moe-imbalance", "nan"], "--moe-imbalance: expected a finite"),
+            "--memory with --search": (moe + ["--memory", "--search", "--global-batch-size", "64"], "--memory"),
         }
         for name, (args, needle) in bad.items():
             result = run(binary, args)

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "gtest/gtest.h"
+#include "train/report/expert_load.h"
 
 namespace gpt {
 namespace {
@@ -129,6 +130,20 @@ TEST(MetricsFile, TruncatesOrAppendsAndFlushesEachLine) {
   EXPECT_NE(missing.status().message().find("No such file or directory"), std::string::npos);
   std::remove(path.c_str());
   rmdir(dir);
+}
+
+// Expert-parallel load: EP rank r sums its experts [r E / EP, (r + 1) E / EP).
+TEST(ExpertLoad, BusiestExpertParallelRankOverMean) {
+  const std::vector<double> tokens = {10, 30, 20, 20, 5, 15, 0, 60};  // E = 8
+  EXPECT_EQ(tokens_per_expert_parallel_rank(tokens, 2), (std::vector<double>{80, 80}));
+  EXPECT_EQ(tokens_per_expert_parallel_rank(tokens, 4), (std::vector<double>{40, 40, 20, 60}));
+  EXPECT_DOUBLE_EQ(busiest_over_mean(tokens_per_expert_parallel_rank(tokens, 4)), 60.0 / 40.0);
+  EXPECT_TRUE(std::isnan(busiest_over_mean({0, 0})));
+  const std::string line = expert_parallel_load_line({{1, tokens}, {3, {1, 1, 1, 1, 1, 1, 1, 1}}}, 4, 7);
+  EXPECT_NE(line.find("over 7 iterations (EP 4)"), std::string::npos) << line;
+  EXPECT_NE(line.find("mean 1.500 (layer 1)"), std::string::npos) << line;
+  EXPECT_NE(line.find("per MoE layer: 1.500 1.000"), std::string::npos) << line;
+  EXPECT_EQ(expert_parallel_load_line({}, 4, 7), "");
 }
 
 }  // namespace
