@@ -31,6 +31,9 @@ struct ShardedTensor {
   // Set when every data-parallel rank holds this piece (parameters; optimizer state without the
   // distributed optimizer): the saver then spreads these pieces over the data-parallel ranks.
   bool replicated_over_data_parallel = false;
+  // A routed expert's piece laid out apart from the dense parameters (model/shard_plan.h's expert
+  // domain): its replicas are the expert data-parallel group's ranks instead of data x context's.
+  bool expert_data_parallel = false;
   // The piece's elements, row-major in local_shape, contiguous: a view into the rank's buffers (on
   // the device or the host); its dtype is the stored dtype.
   Tensor data;

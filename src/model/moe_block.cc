@@ -179,7 +179,9 @@ void MoeBlock::route(Context& ctx, int slot, const MlpActivations& a, const Tens
   ctx.synchronize();
   const int64_t segments = moe_.dropless() ? 1 : (tp_.sequence_parallel() ? tp_.size() : 1);
   ExpertDispatch d = plan_expert_dispatch(indices, weights, tokens, moe_, segments);
-  GPT_CHECK_LE(d.rows(), shapes_.moe_rows) << "expert-major rows of layer " << metrics_.layer;
+  // (Under expert parallelism only its drops are used: the experts' rows are planned over the
+  // dispatcher group's rows, dispatch_exchange.)
+  GPT_CHECK(exchange_ || d.rows() <= shapes_.moe_rows) << "expert-major rows of layer " << metrics_.layer;
   SlotRouting& routing = slots_[static_cast<size_t>(slot)];
   copy_to_device(ctx, a.expert_weights, std::span<const float>(d.weights));  // dropped pairs 0
   if (exchange_) {

@@ -1,5 +1,6 @@
 #include "model/param_registry.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -87,6 +88,7 @@ void add_moe(std::vector<ParamSpec>& specs, const ModelConfig& c, const std::str
   for (int64_t e = 0; e < moe.num_experts; ++e) {
     const std::string index = std::to_string(e), fc1 = mlp + ".experts.linear_fc1.", fc2 = mlp + ".experts.linear_fc2.";
     const int64_t ffn = moe.ffn_hidden_size;
+    const size_t first = specs.size();
     specs.push_back(make(fc1 + "weight" + index, {gate * ffn, h}, fc1_split, ParamInit::kNormal, std, section, layer));
     if (c.add_bias_linear) {
       specs.push_back(make(fc1 + "bias" + index, {gate * ffn}, fc1_split, ParamInit::kZeros, 0, section, layer));
@@ -96,6 +98,7 @@ void add_moe(std::vector<ParamSpec>& specs, const ModelConfig& c, const std::str
     if (c.add_bias_linear) {
       specs.push_back(make(fc2 + "bias" + index, {h}, TensorSplit::kReplicated, ParamInit::kZeros, 0, section, layer));
     }
+    for (size_t i = first; i < specs.size(); ++i) specs[i].expert = e;
   }
   if (moe.shared_expert_size > 0) {
     const int64_t ffn = moe.shared_expert_size;
@@ -168,6 +171,20 @@ std::vector<ParamSpec> build_param_specs(const ModelConfig& c) {
     specs.back().embedding_or_output = true;
   }
   return specs;
+}
+
+bool holds_param(const ParamSpec& spec, int64_t num_experts, ExpertShare share) {
+  if (spec.expert < 0 || share.size == 1) return true;
+  GPT_CHECK(share.size > 0 && share.rank >= 0 && share.rank < share.size && num_experts % share.size == 0)
+      << num_experts << " experts over expert-parallel rank " << share.rank << " of " << share.size;
+  const int64_t local = num_experts / share.size;
+  return spec.expert / local == share.rank;
+}
+
+int64_t routed_experts(const std::vector<ParamSpec>& specs) {
+  int64_t largest = -1;
+  for (const ParamSpec& spec : specs) largest = std::max(largest, spec.expert);
+  return largest + 1;
 }
 
 std::vector<std::string> model_buffer_names(const ModelConfig& c) {

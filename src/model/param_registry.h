@@ -42,6 +42,10 @@ struct ParamSpec {
   bool embedding_or_output = false;
   ParamSection section = ParamSection::kLayer;
   int64_t layer = -1;                // global layer index for kLayer
+  // A routed expert's global index e (decoder.layers.L.mlp.experts.linear_fc*.*<e>), -1 for every
+  // other parameter. Under expert parallelism EP rank ep holds experts [ep E/EP, (ep+1) E/EP), each
+  // split over the expert tensor-parallel group (not TP) and reduced over expert data parallelism.
+  int64_t expert = -1;
   // Replicated across TP but fed by rows of the sequence-split stream under sequence parallelism:
   // its gradient must be all-reduced over TP in that case (LayerNorm, row-parallel bias, positions).
   bool sequence_parallel_grad = false;
@@ -62,6 +66,18 @@ struct ParamSpec {
 // All parameters of the model in order of first use in forward (embedding, layers, final norm,
 // output layer).
 std::vector<ParamSpec> build_param_specs(const ModelConfig& config);
+
+// An expert-parallel rank's share of the routed experts (Megatron's local experts): EP rank `rank`
+// of `size` holds experts [rank E / size, (rank + 1) E / size).
+struct ExpertShare {
+  int rank = 0;
+  int size = 1;
+};
+// Whether a rank with `share` holds `spec`: every parameter but other ranks' experts. `num_experts`
+// must be divisible by share.size (the arguments refuse anything else).
+bool holds_param(const ParamSpec& spec, int64_t num_experts, ExpertShare share);
+// The number of routed experts among `specs` (1 + the largest ParamSpec::expert; 0 without any).
+int64_t routed_experts(const std::vector<ParamSpec>& specs);
 
 // The model's persistent tensors that are not parameters (no gradient, no optimizer state), which
 // checkpoints keep beside the parameters under the same "model/" names: each MoE layer's expert

@@ -191,6 +191,7 @@ std::vector<ShardedTensor> ParamStore::sharded_tensors() const {
           piece.local_shape = rectangle.counts;
           piece.replica_id = param.counts_in_grad_norm ? 0 : 1;
           piece.replicated_over_data_parallel = false;
+          piece.expert_data_parallel = param.placement->domain == ParamDomain::kExpert;
           piece.data = values_in({rectangle.flat_begin, rectangle.flat_begin + rectangle.numel()});
           result.push_back(std::move(piece));
         }
@@ -211,6 +212,7 @@ std::vector<ShardedTensor> ParamStore::sharded_tensors() const {
       if (param.local_shape.rank() == 2) piece.local_shape.push_back(cols);
       piece.replica_id = param.counts_in_grad_norm ? 0 : 1;
       piece.replicated_over_data_parallel = true;
+      piece.expert_data_parallel = param.placement->domain == ParamDomain::kExpert;
       piece.data = param.value.flat_range(block.local_row * cols, block.rows * cols);
       result.push_back(std::move(piece));
     }

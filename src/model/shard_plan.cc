@@ -73,21 +73,55 @@ ShardPlan::ShardPlan(std::vector<ParamSpec> specs, ShardPlanConfig config)
   GPT_CHECK(config_.data_parallel_size >= 1 && config_.data_parallel_rank >= 0 &&
             config_.data_parallel_rank < config_.data_parallel_size)
       << "data-parallel rank " << config_.data_parallel_rank << " of " << config_.data_parallel_size;
-  const bool sharded = config_.distributed_optimizer && config_.data_parallel_size > 1;
-  const int64_t bucket_multiple = sharded ? std::lcm(int64_t{config_.data_parallel_size}, int64_t{128}) : 1;
+  GPT_CHECK(config_.expert_data_parallel_size >= 1 && config_.expert_data_parallel_rank >= 0 &&
+            config_.expert_data_parallel_rank < config_.expert_data_parallel_size)
+      << "expert data-parallel rank " << config_.expert_data_parallel_rank << " of "
+      << config_.expert_data_parallel_size;
+  GPT_CHECK(config_.expert_tensor_parallel_size == 0 ||
+            (config_.expert_tensor_parallel_rank >= 0 &&
+             config_.expert_tensor_parallel_rank < config_.expert_tensor_parallel_size))
+      << "expert tensor-parallel rank " << config_.expert_tensor_parallel_rank << " of "
+      << config_.expert_tensor_parallel_size;
   params_.reserve(specs_.size());
-  int64_t total = 0;
+  // The dense parameters first (all of them when experts are not apart), then the experts: each
+  // domain's gradients become final front to back within its own buckets.
+  int64_t total = lay_out(ParamDomain::kDense, 0);
+  if (config_.separate_experts) total = lay_out(ParamDomain::kExpert, total);
+  flat_elements_ = total;
+}
+
+int ShardPlan::tensor_rank(const ParamSpec& spec) const {
+  return spec.expert >= 0 && config_.expert_tensor_parallel_size > 0 ? config_.expert_tensor_parallel_rank
+                                                                     : config_.tensor_parallel_rank;
+}
+
+SliceLayout ShardPlan::slice_of(const ParamSpec& spec) const {
+  if (spec.expert >= 0 && config_.expert_tensor_parallel_size > 0) {
+    return slice_layout(spec, config_.expert_tensor_parallel_rank, config_.expert_tensor_parallel_size);
+  }
+  return slice_layout(spec, config_.tensor_parallel_rank, config_.tensor_parallel_size);
+}
+
+int64_t ShardPlan::lay_out(ParamDomain domain, int64_t total) {
+  const auto in_domain = [&](const ParamSpec& spec) {
+    return !config_.separate_experts || (spec.expert >= 0) == (domain == ParamDomain::kExpert);
+  };
+  const DomainGroup grouped = group(domain);
+  const bool sharded = config_.distributed_optimizer && grouped.size > 1;
+  const int64_t bucket_multiple = sharded ? std::lcm(int64_t{grouped.size}, int64_t{128}) : 1;
+  const size_t first_bucket = buckets_.size();
   auto close_bucket = [&] {
-    if (buckets_.empty() || buckets_.back().params.empty()) return;
+    if (buckets_.size() == first_bucket || buckets_.back().params.empty()) return;
     total = round_up(total, bucket_multiple);
     buckets_.back().range.end = total;
   };
   auto open_bucket = [&] {
-    if (!buckets_.empty() && buckets_.back().params.empty()) return;
-    buckets_.push_back({Range{total, total}, {}});
+    if (buckets_.size() > first_bucket && buckets_.back().params.empty()) return;
+    buckets_.push_back({Range{total, total}, {}, domain});
   };
   open_bucket();
   for (auto it = specs_.rbegin(); it != specs_.rend(); ++it) {
+    if (!in_domain(*it)) continue;
     const bool alone = std::find(config_.own_bucket.begin(), config_.own_bucket.end(), it->name) !=
                        config_.own_bucket.end();
     if (alone) {
@@ -96,17 +130,19 @@ ShardPlan::ShardPlan(std::vector<ParamSpec> specs, ShardPlanConfig config)
     }
     ParamPlacement param;
     param.spec = &*it;
-    param.slice = slice_layout(*it, config_.tensor_parallel_rank, config_.tensor_parallel_size);
+    param.domain = domain;
+    param.slice = slice_of(*it);
     param.flat_offset = total;
     param.bucket = static_cast<int>(buckets_.size()) - 1;
-    param.counts_in_grad_norm = (it->split != TensorSplit::kReplicated || config_.tensor_parallel_rank == 0) &&
+    param.counts_in_grad_norm = (it->split != TensorSplit::kReplicated || tensor_rank(*it) == 0) &&
                                 (it->name != kWordEmbeddingName || config_.first_pipeline_stage);
     total += round_up(param.numel(), kParamAlignment);
     buckets_.back().params.push_back(params_.size());
     buckets_.back().range.end = total;
     params_.push_back(param);
     const int64_t bucket_elements = total - buckets_.back().range.begin;
-    const auto next = std::next(it);
+    auto next = std::next(it);
+    while (next != specs_.rend() && !in_domain(*next)) ++next;
     // Without units a bucket may end after any parameter; with them (bucket_size 0: every unit
     // alone) only after a unit's last.
     const bool unit_ends =
@@ -119,8 +155,32 @@ ShardPlan::ShardPlan(std::vector<ParamSpec> specs, ShardPlanConfig config)
     }
   }
   close_bucket();
-  if (buckets_.size() > 1 && buckets_.back().params.empty()) buckets_.pop_back();
-  flat_elements_ = total;
+  // An empty last bucket goes, unless it is the plan's only one (a plan of no parameters).
+  if (buckets_.size() > std::max<size_t>(first_bucket, 1) && buckets_.back().params.empty()) buckets_.pop_back();
+  return total;
+}
+
+DomainGroup ShardPlan::group(ParamDomain domain) const {
+  if (domain == ParamDomain::kExpert && config_.separate_experts) {
+    return {config_.expert_data_parallel_rank, config_.expert_data_parallel_size};
+  }
+  return {config_.data_parallel_rank, config_.data_parallel_size};
+}
+
+std::vector<int> ShardPlan::bucket_group_sizes() const {
+  std::vector<int> sizes;
+  for (int b = 0; b < static_cast<int>(buckets_.size()); ++b) sizes.push_back(bucket_group(b).size);
+  return sizes;
+}
+
+int ShardPlan::smallest_group() const {
+  const std::vector<int> sizes = bucket_group_sizes();
+  return sizes.empty() ? config_.data_parallel_size : *std::min_element(sizes.begin(), sizes.end());
+}
+
+bool ShardPlan::has_expert_domain() const {
+  return std::any_of(buckets_.begin(), buckets_.end(),
+                     [](const BucketPlan& b) { return b.domain == ParamDomain::kExpert; });
 }
 
 int64_t ShardPlan::padding_elements() const {
@@ -131,16 +191,18 @@ int64_t ShardPlan::padding_elements() const {
 
 Range ShardPlan::shard(int bucket, int data_parallel_rank) const {
   const Range& b = buckets_.at(static_cast<size_t>(bucket)).range;
-  if (!config_.distributed_optimizer || config_.data_parallel_size == 1) return b;
-  const int64_t n = b.size() / config_.data_parallel_size;
-  GPT_CHECK_EQ(n * config_.data_parallel_size, b.size()) << "bucket " << bucket << " does not split over DP";
+  const int size = bucket_group(bucket).size;
+  if (!config_.distributed_optimizer || size == 1) return b;
+  const int64_t n = b.size() / size;
+  GPT_CHECK_EQ(n * size, b.size()) << "bucket " << bucket << " does not split over its data-parallel group";
   return {b.begin + data_parallel_rank * n, b.begin + (data_parallel_rank + 1) * n};
 }
 
 std::vector<BucketShard> ShardPlan::bucket_shards() const {
   std::vector<BucketShard> result;
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    result.push_back({buckets_[b].range, shard(static_cast<int>(b), config_.data_parallel_rank)});
+    const int bucket = static_cast<int>(b);
+    result.push_back({buckets_[b].range, shard(bucket, bucket_group(bucket).rank)});
   }
   return result;
 }
@@ -153,7 +215,8 @@ std::vector<Range> ShardPlan::owned() const {
 }
 
 bool ShardPlan::sharded_gradients() const {
-  return config_.shard_gradients && config_.distributed_optimizer && config_.data_parallel_size > 1;
+  const bool several = config_.data_parallel_size > 1 || (has_expert_domain() && config_.expert_data_parallel_size > 1);
+  return config_.shard_gradients && config_.distributed_optimizer && several;
 }
 
 bool ShardPlan::sharded_parameters() const { return config_.shard_parameters && sharded_gradients(); }

@@ -16,6 +16,11 @@
 // - with the distributed optimizer every bucket is padded to a multiple of lcm(DP, 128) elements
 //   and data-parallel rank r owns the r-th of DP equal parts of each; otherwise every rank owns
 //   every element.
+// - under expert parallelism (EP-DESIGN.md) the routed experts' parameters (ParamSpec::expert) are
+//   sliced over the expert tensor-parallel group; when their expert data-parallel group is not the
+//   dense data x context group they form their own domain (Megatron's expert-parallel buffers): laid
+//   out after every dense parameter, in buckets of their own, padded to lcm(EDP, 128) and sharded
+//   over EDP. With EP = 1 and ETP = TP nothing of this changes the plan.
 #pragma once
 
 #include <cstdint>
@@ -60,13 +65,25 @@ struct GlobalRectangle {
   int64_t numel() const;
 };
 
+// Which group a bucket is reduced and sharded over: the dense data x context group (or the
+// optimizer instance), or the expert data-parallel group (expert parameters kept apart).
+enum class ParamDomain { kDense, kExpert };
+
+// A data-parallel group's size and this rank's place in it.
+struct DomainGroup {
+  int rank = 0;
+  int size = 1;
+};
+
 struct ParamPlacement {
   const ParamSpec* spec = nullptr;
+  ParamDomain domain = ParamDomain::kDense;
   SliceLayout slice;
   int64_t flat_offset = 0;  // elements, in the flat buffers
   int bucket = 0;
-  // Duplicates (replicated parameters on TP ranks other than 0, the last stage's copy of the tied
-  // word embedding) are counted once in the gradient norm and written once to checkpoints.
+  // Duplicates (replicated parameters on TP ranks other than 0, replicated expert parameters on
+  // expert-TP ranks other than 0, the last stage's copy of the tied word embedding) are counted once
+  // in the gradient norm and written once to checkpoints.
   bool counts_in_grad_norm = true;
 
   int64_t numel() const { return slice.local_shape.numel(); }
@@ -80,6 +97,7 @@ struct ParamPlacement {
 struct BucketPlan {
   Range range;                 // elements of the flat buffers, padding included
   std::vector<size_t> params;  // indices into ShardPlan::params()
+  ParamDomain domain = ParamDomain::kDense;
 };
 
 // The data-parallel configuration a plan is made from.
@@ -102,6 +120,16 @@ struct ShardPlanConfig {
   bool shard_parameters = false;
   // A later pipeline stage's copy of the tied word embedding counts once, on the first stage.
   bool first_pipeline_stage = true;
+  // Expert parallelism: the expert tensor-parallel rank and size routed experts' parameters are
+  // sliced over (size 0: the tensor-parallel rank and size).
+  int expert_tensor_parallel_rank = 0;
+  int expert_tensor_parallel_size = 0;
+  // Expert parameters form their own domain (the expert grid's data-parallel group is not the
+  // dense one: GridShape::expert_groups_are_dense() false), reduced and, with the distributed
+  // optimizer, sharded over the expert data-parallel group: this rank's place in it and its size.
+  bool separate_experts = false;
+  int expert_data_parallel_rank = 0;
+  int expert_data_parallel_size = 1;
 };
 
 class ShardPlan {
@@ -123,14 +151,30 @@ class ShardPlan {
   // Elements of the flat buffers that belong to no parameter (alignment and bucket padding).
   int64_t padding_elements() const;
 
-  // Data-parallel rank r's part of bucket b: the r-th equal part with the distributed optimizer,
-  // else the whole bucket.
+  // The group bucket b is reduced and sharded over: this rank's place in it and its size.
+  DomainGroup group(ParamDomain domain) const;
+  DomainGroup bucket_group(int bucket) const { return group(buckets_.at(static_cast<size_t>(bucket)).domain); }
+  // [bucket] the size of its group; the smallest of them.
+  std::vector<int> bucket_group_sizes() const;
+  int smallest_group() const;
+  // Whether some bucket is of the expert domain.
+  bool has_expert_domain() const;
+  // Whether routed experts are laid out apart (config().separate_experts): the same on every rank,
+  // also where a pipeline stage holds no expert (collectives decide by this, not by the buckets).
+  bool experts_apart() const { return config_.separate_experts; }
+  // The slice of `spec` this rank holds: over the expert tensor-parallel group for a routed
+  // expert's parameter, else over TP.
+  SliceLayout slice_of(const ParamSpec& spec) const;
+
+  // Rank r (of the bucket's group) part of bucket b: the r-th equal part with the distributed
+  // optimizer, else the whole bucket.
   Range shard(int bucket, int data_parallel_rank) const;
   // This rank's shard of every bucket.
   std::vector<BucketShard> bucket_shards() const;
   // What this rank's optimizer updates: its shards, or the whole buffer.
   std::vector<Range> owned() const;
-  // Gradients held as this rank's shards only (ZeRO-2 over more than one data-parallel rank).
+  // Gradients held as this rank's shards only (ZeRO-2 over more than one data-parallel rank, in
+  // some domain).
   bool sharded_gradients() const;
   // Parameter values held as this rank's shards only (ZeRO-3 over more than one data-parallel rank).
   bool sharded_parameters() const;
@@ -148,6 +192,11 @@ class ShardPlan {
   std::vector<ParamPlacement> params_;
   std::vector<BucketPlan> buckets_;
   int64_t flat_elements_ = 0;
+
+  // Lays out the parameters of one domain from `total` on (specs in reverse order), appending to
+  // params_ and buckets_; returns the end of its last bucket.
+  int64_t lay_out(ParamDomain domain, int64_t total);
+  int tensor_rank(const ParamSpec& spec) const;
 };
 
 }  // namespace gpt

@@ -261,6 +261,7 @@ std::vector<ShardedTensor> AdamW::sharded_tensors(bool sharded) const {
           piece.local_shape = rectangle.counts;
           piece.replica_id = param->counts_in_grad_norm ? 0 : 1;
           piece.replicated_over_data_parallel = !sharded;
+          piece.expert_data_parallel = param->placement->domain == ParamDomain::kExpert;
           piece.data = state.tensor->flat_range(state_offset, rectangle.numel());
           result.push_back(std::move(piece));
         }

@@ -4,6 +4,7 @@
 // then summed over the groups that hold different parameters or shards (passed in by the caller).
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -13,6 +14,20 @@
 #include "parallel/data_parallel/range.h"
 
 namespace gpt {
+
+// Which parameters a norm counts: every one, or one domain of a plan that keeps the routed
+// experts apart (model/shard_plan.h), whose sums are reduced over different groups.
+enum class NormPart { kAll, kDense, kExpert };
+
+// The groups a norm's sums are reduced over, by domain: the dense parameters' (the model-parallel
+// group, and the optimizer instance with the distributed optimizer) and, when the plan keeps the
+// experts apart, the expert parameters' (Megatron's 'tp-ep-pp' group, and the expert data-parallel
+// group with the distributed optimizer). Each domain's sum is reduced over its own groups and the
+// two are added (Megatron's get_grad_norm_fp32 over dense and expert parameters): every element once.
+struct NormGroups {
+  std::vector<Communicator*> dense;
+  std::vector<Communicator*> expert;
+};
 
 // Sums `scratch` in place over each of `groups` that has more than one rank.
 void sum_over_groups(Context& ctx, const Tensor& scratch, std::span<Communicator* const> groups);
@@ -29,7 +44,8 @@ struct CountedSlice {
 };
 // The parts of the parameters that count in norms (TP duplicates and the last stage's copy of the
 // tied embedding excluded) inside `owned`, in flat order; empty `owned` means the whole buffer.
-std::vector<CountedSlice> counted_slices(const ParamStore& params, std::span<const Range> owned = {});
+std::vector<CountedSlice> counted_slices(const ParamStore& params, std::span<const Range> owned = {},
+                                        NormPart part = NormPart::kAll);
 
 // Square root of the sum of squares of the gradients this rank counts (TP duplicates and the last
 // stage's copy of the tied embedding excluded) inside `owned` (empty: the whole buffer), summed over
@@ -37,6 +53,16 @@ std::vector<CountedSlice> counted_slices(const ParamStore& params, std::span<con
 // the float32 scalar `scratch` [1].
 double global_grad_norm(Context& ctx, const ParamStore& params, const Tensor& scratch,
                         std::span<Communicator* const> groups, std::span<const Range> owned = {});
+// The same with each domain's sum reduced over its own groups (the dense ones only when the plan
+// keeps no experts apart).
+double domain_grad_norm(Context& ctx, const ParamStore& params, const Tensor& scratch, const NormGroups& groups,
+                        std::span<const Range> owned = {});
+// Square root of (the dense part's sum of squares reduced over groups.dense + the expert part's
+// reduced over groups.expert), each part's squares added by `add_squares(scratch, slice)`: how every
+// norm here is taken once the plan keeps experts apart.
+double domain_norm(Context& ctx, const ParamStore& params, const Tensor& scratch, const NormGroups& groups,
+                   std::span<const Range> owned,
+                   const std::function<void(const Tensor& scratch, const CountedSlice& slice)>& add_squares);
 
 // The first parameter (in flat order) with a non-finite gradient inside `owned`, or nullptr.
 // For messages after a non-finite norm: one reduction per parameter.

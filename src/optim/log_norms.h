@@ -13,6 +13,7 @@
 #include "core/context.h"
 #include "model/param_store.h"
 #include "optim/adamw.h"
+#include "optim/grad_clip.h"
 #include "parallel/comm/communicator.h"
 
 namespace gpt {
@@ -25,5 +26,12 @@ double global_params_norm(Context& ctx, const ParamStore& params, const AdamW& o
 // scales them; a zero stays zero).
 int64_t count_zero_gradients(Context& ctx, const ParamStore& params, std::span<const Range> owned,
                              const Tensor& scratch, std::span<Communicator* const> groups);
+
+// The same with each domain's part reduced over its own groups (optim/grad_clip.h's NormGroups:
+// the dense groups alone when the plan keeps no experts apart).
+double domain_params_norm(Context& ctx, const ParamStore& params, const AdamW& optimizer, const Tensor& scratch,
+                          const NormGroups& groups);
+int64_t domain_zero_gradients(Context& ctx, const ParamStore& params, std::span<const Range> owned,
+                              const Tensor& scratch, const NormGroups& groups);
 
 }  // namespace gpt

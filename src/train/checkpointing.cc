@@ -57,10 +57,13 @@ void print_rank0(const ProcessGrid& grid, const std::string& text) {
 // split them), so the choice is over the data x context group.
 // A piece of this rank's own shard (the distributed optimizer's state) is held alike by the rank at
 // the same place of every distributed-optimizer instance: the same choice over those ranks.
+// An expert's pieces laid out apart (expert parallelism) are replicated over the expert
+// data-parallel group instead: one of its ranks writes each (instances are refused with them).
 bool writes_piece(const ShardedTensor& piece, const ProcessGrid& grid, bool fully_parallel) {
   if (piece.replica_id != 0) return false;
+  const Communicator& data_replicas = piece.expert_data_parallel ? grid.expert_data() : grid.data_context();
   const Communicator& replicas =
-      piece.replicated_over_data_parallel ? grid.data_context() : grid.across_optimizer_instances();
+      piece.replicated_over_data_parallel ? data_replicas : grid.across_optimizer_instances();
   if (replicas.size() == 1) return true;
   if (!fully_parallel) return replicas.rank() == 0;
   const uint64_t hash = fnv1a_64(absl::StrCat(piece.key, "@", absl::StrJoin(piece.offsets, ",")));

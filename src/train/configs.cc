@@ -258,6 +258,15 @@ ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& s
                          .data_parallel_size = instance,
                          .distributed_optimizer = shards_optimizer(args),
                          .first_pipeline_stage = coordinates.pipeline == 0};
+  // Routed experts (EP-DESIGN.md): sliced over the expert tensor-parallel group; apart from the
+  // dense parameters, reduced and sharded over the expert data-parallel group, unless the expert
+  // groups are the dense ones.
+  const ExpertCoordinates expert = expert_coordinates(shape, grid_rank(shape, coordinates));
+  config.expert_tensor_parallel_rank = expert.tensor;
+  config.expert_tensor_parallel_size = shape.expert_tensor_size();
+  config.separate_experts = !shape.expert_groups_are_dense();
+  config.expert_data_parallel_rank = config.separate_experts ? expert.data : 0;
+  config.expert_data_parallel_size = config.separate_experts ? shape.expert_data_size() : 1;
   if (args.use_megatron_fsdp || args.use_torch_fsdp2) {
     // Megatron-FSDP's units on every stage: a layer, the embedding, the output layer, merged up
     // to --suggested-communication-unit-size (FSDP2: each alone, as fully_shard wraps them).
@@ -270,6 +279,10 @@ ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& s
   }
   if (tied_across_stages(args)) config.own_bucket.push_back(kWordEmbeddingName);
   return config;
+}
+
+ExpertShare expert_share_from(const GridShape& shape, const GridCoordinates& coordinates) {
+  return {expert_coordinates(shape, grid_rank(shape, coordinates)).model, shape.expert_model};
 }
 
 DataParallelConfig data_parallel_config_from(const Arguments& args) {

@@ -75,8 +75,12 @@ ContextParallel context_parallel_from(const Arguments& args, ProcessGrid& grid);
 // Megatron's buckets (--ddp-bucket-size, default max(4e7, 1e6 x DP) elements, with
 // --overlap-grad-reduce only and on the first pipeline stage only; otherwise one bucket), the
 // distributed optimizer's sharding, the tied word embedding alone when it spans pipeline stages.
+// Routed experts: sliced over the expert tensor-parallel group and, when the expert grid's groups
+// are not the dense ones, laid out apart and reduced / sharded over expert data parallelism.
 ShardPlanConfig shard_plan_config_from(const Arguments& args, const GridShape& shape,
                                        const GridCoordinates& coordinates);
+// The routed experts the rank at `coordinates` holds: its expert-parallel rank's share.
+ExpertShare expert_share_from(const GridShape& shape, const GridCoordinates& coordinates);
 
 // What DataParallel does besides the shard plan's layout.
 DataParallelConfig data_parallel_config_from(const Arguments& args);

@@ -26,13 +26,16 @@ bool PipelineLayout::holds_output() const {
   return std::any_of(chunks.begin(), chunks.end(), [](const ChunkLayout& c) { return c.has_output; });
 }
 
-std::vector<ParamSpec> rank_param_specs(const std::vector<ParamSpec>& all, const PipelineLayout& layout) {
+std::vector<ParamSpec> rank_param_specs(const std::vector<ParamSpec>& all, const PipelineLayout& layout,
+                                        ExpertShare experts) {
   // A rank whose chunks hold both ends (ZB-V's rank 0) has one word embedding, shared by its
   // first chunk's embedding and its last chunk's tied head, as on one rank.
+  const int64_t num_experts = routed_experts(all);
   std::vector<ParamSpec> specs;
   std::set<std::string> names;
   for (const ChunkLayout& chunk : layout.chunks) {
     for (ParamSpec& spec : chunk_param_specs(all, chunk)) {
+      if (!holds_param(spec, num_experts, experts)) continue;
       if (names.insert(spec.name).second) specs.push_back(std::move(spec));
     }
   }

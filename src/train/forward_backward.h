@@ -39,8 +39,10 @@ struct PipelineLayout {
   bool holds_output() const;     // the last one (the loss) is
 };
 // From validated arguments: pipeline_layout (train/configs.h).
-// The parameters of this rank's chunks, each name once.
-std::vector<ParamSpec> rank_param_specs(const std::vector<ParamSpec>& all, const PipelineLayout& layout);
+// The parameters of this rank's chunks, each name once; of the routed experts only those of the
+// rank's expert-parallel share (its local experts).
+std::vector<ParamSpec> rank_param_specs(const std::vector<ParamSpec>& all, const PipelineLayout& layout,
+                                        ExpertShare experts = {});
 
 class ForwardBackward {
  public:

@@ -133,7 +133,21 @@ std::vector<int64_t> stage_stash_slots(const Arguments& a, int64_t world_size, i
 struct SectionElements {
   Bytes layer = 0, embedding = 0, final = 0, word_embedding = 0;
   Bytes moe_layer = 0;  // an MoE layer's (router, experts, shared expert), 0 without MoE
+  // Of moe_layer, the routed experts this rank holds (its E / EP experts, each split over ETP).
+  Bytes moe_layer_experts = 0;
 };
+
+// Expert parallelism's sizes of validated arguments (EP-DESIGN.md): ETP (TP unless given) and EP.
+struct ExpertSizes {
+  int64_t tensor = 1, model = 1;
+};
+ExpertSizes expert_sizes(const Arguments& a) {
+  ExpertSizes e;
+  e.tensor = a.num_experts > 0 && a.expert_tensor_parallel_size >= 1 ? a.expert_tensor_parallel_size
+                                                                    : a.tensor_model_parallel_size;
+  e.model = a.num_experts > 0 ? a.expert_model_parallel_size : 1;
+  return e;
+}
 
 SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
   ModelConfig c;
@@ -168,24 +182,36 @@ SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
     if (spec.name == kWordEmbeddingName) elements.word_embedding = local;
   }
   if (moe.enabled()) {
-    // The same list for one MoE layer, affine in the experts (each expert's tensors, the router's
-    // [E, h] and [E]): listed for 1 and 2 experts, never for E (10^9 experts' list exhausted the host).
+    // The same list for one MoE layer.
     c.moe = moe;
     c.moe.moe_layers = {true};
     c.moe.topk = 1;
     c.moe.num_groups = c.moe.group_topk = 0;
     c.moe.expert_model_parallel = 1;
-    auto moe_layer = [&](int64_t experts) {
-      c.moe.num_experts = experts;
-      int64_t sum = 0;  // one or two experts: bounded by `largest`
+    // The routed experts: this rank's E / EP of them, each split over ETP (not TP). The list is
+    // affine in E (each expert's tensors alike; the router's [E, h] and [E]): taken for one and two
+    // experts, never for E (10^9 experts' list exhausted the host before any refusal).
+    const ExpertSizes expert = expert_sizes(a);
+    struct Parts {
+      int64_t shared = 0, expert = 0;  // one or two experts: bounded by `largest`
+    };
+    auto moe_layer = [&](int64_t count) {
+      c.moe.num_experts = count;
+      Parts parts;
       for (const ParamSpec& spec : build_param_specs(c)) {
         if (spec.section != ParamSection::kLayer) continue;
-        sum += spec.split == TensorSplit::kReplicated ? spec.global_numel() : spec.global_numel() / tp;
+        const int64_t split = spec.expert >= 0 ? expert.tensor : tp;
+        const int64_t local = spec.split == TensorSplit::kReplicated ? spec.global_numel() : spec.global_numel() / split;
+        (spec.expert >= 0 ? parts.expert : parts.shared) += local;
       }
-      return sum;
+      return parts;
     };
-    const int64_t one = moe_layer(1);
-    elements.moe_layer = Bytes(one) + Bytes(moe.num_experts - 1) * Bytes(moe_layer(2) - one);
+    const Parts one = moe_layer(1), two = moe_layer(2);
+    elements.moe_layer = Bytes(one.shared) + Bytes(moe.num_experts - 1) * Bytes(two.shared - one.shared);
+    Bytes experts = Bytes(moe.num_experts) * Bytes(one.expert);
+    if (experts.value()) experts = Bytes(*experts.value() / expert.model);
+    elements.moe_layer_experts = experts;
+    elements.moe_layer = elements.moe_layer + experts;
   }
   return elements;
 }
@@ -267,7 +293,8 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
   for (int stage = 0; stage < pp; ++stage) {
     const GridCoordinates coordinates{.tensor = 0, .pipeline = stage, .data = 0};
     const PipelineLayout pipeline = pipeline_layout(a, shape, coordinates, m);
-    const ShardPlan plan(rank_param_specs(specs, pipeline), shard_plan_config_from(a, shape, coordinates));
+    const ShardPlan plan(rank_param_specs(specs, pipeline, expert_share_from(shape, coordinates)),
+                         shard_plan_config_from(a, shape, coordinates));
     const ForwardBackward schedules(pipeline);
     const RankMemory mine = rank_memory(plan, config, shapes, sequence_parallel, pipeline, schedules.stash_slots(),
                                         schedules.deferral_depths(), data_parallel_config_from(a), offload_fraction(a));
@@ -408,11 +435,26 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
   const Bytes schedule_bytes =
       Bytes(3) * pp * m * v * static_cast<int64_t>(sizeof(pipeline::Step) + sizeof(pipeline::Instruction));
 
-  auto stage_plan = [&](const Bytes& elements, const Bytes& activations) -> absl::StatusOr<MemoryPlan> {
+  // Expert parameters apart (expert parallelism): their shards over the expert data-parallel
+  // group, EDP = world / (ETP x EP x PP), the dense ones' over data x context.
+  const ExpertSizes expert = expert_sizes(a);
+  const int64_t expert_shards = std::max<int64_t>(1, world_size / (expert.tensor * expert.model * pp));
+  // Apart as the shard plan lays them out (configs.cc: the expert groups are not the dense ones).
+  const bool experts_apart = !grid_shape_from(a, world_size).expert_groups_are_dense();
+  auto stage_plan = [&](const Bytes& elements, const Bytes& expert_elements,
+                        const Bytes& activations) -> absl::StatusOr<MemoryPlan> {
     // ZeRO shards over the data x context group, or over one distributed-optimizer instance of it.
     const int64_t shards = optimizer_instance_size(a, dp * cp);
-    const Bytes owned = shards_optimizer(a) ? Bytes(elements.value() ? (*elements.value() + shards - 1) / shards : 0)
-                                            : elements;
+    auto shard_of = [](const Bytes& n, int64_t over) { return Bytes(n.value() ? (*n.value() + over - 1) / over : 0); };
+    Bytes owned = elements;
+    if (shards_optimizer(a) && !experts_apart) owned = shard_of(elements, shards);
+    if (shards_optimizer(a) && experts_apart) {
+      owned = Bytes(std::nullopt);
+      if (elements.value() && expert_elements.value()) {
+        owned = shard_of(Bytes(*elements.value() - *expert_elements.value()), shards) +
+                shard_of(expert_elements, expert_shards);
+      }
+    }
     // Offloaded optimizer state lives in host memory (the exact plan counts it there).
     const Bytes device_owned =
         owned.value() ? Bytes(*owned.value() - AdamW::offloaded_elements(*owned.value(), offload_fraction(a))) : owned;
@@ -438,10 +480,12 @@ absl::StatusOr<MemoryPlan> plan_memory(const Arguments& a, int64_t world_size, i
     }
     return plan;
   };
-  GPT_ASSIGN_OR_RETURN(MemoryPlan first, stage_plan(first_elements, first_activations));
+  GPT_ASSIGN_OR_RETURN(MemoryPlan first,
+                       stage_plan(first_elements, Bytes(first_moe) * elements.moe_layer_experts, first_activations));
   MemoryPlan worst = std::move(first);
   if (pp > 1) {
-    GPT_ASSIGN_OR_RETURN(MemoryPlan last, stage_plan(last_elements, last_activations));
+    GPT_ASSIGN_OR_RETURN(MemoryPlan last,
+                         stage_plan(last_elements, Bytes(last_moe) * elements.moe_layer_experts, last_activations));
     if (last.total_bytes() > worst.total_bytes()) worst = std::move(last);
   }
   // The closed form has bounded every figure: a layout it lets through and that is small enough is
@@ -461,10 +505,12 @@ int64_t data_parallel_buffer_bytes(const ShardPlan& plan, DType dtype, bool sequ
   int64_t bytes = 0;
   if (c.distributed_optimizer) {
     // The strategies build these two exactly so (train/data_parallel/make_data_parallel.cc).
+    // Each bucket over its own group (expert buckets over expert data parallelism).
+    const std::vector<int> groups = plan.bucket_group_sizes();
     if (!plan.sharded_gradients()) {
-      bytes += GradientSync::buffer_bytes(plan.bucket_shards(), c.data_parallel_size, GradientReduction::kReduceScatter);
+      bytes += GradientSync::buffer_bytes(plan.bucket_shards(), groups, GradientReduction::kReduceScatter);
     }
-    if (!plan.sharded_parameters()) bytes += ParamGather::buffer_bytes(plan.bucket_shards(), c.data_parallel_size, dtype);
+    if (!plan.sharded_parameters()) bytes += ParamGather::buffer_bytes(plan.bucket_shards(), groups, dtype);
   }
   int64_t summed_over_tensor_parallel = 0;
   for (const ParamPlacement& param : plan.params()) {
@@ -490,8 +536,7 @@ RankMemory rank_memory(const ShardPlan& plan, const ModelConfig& config, const L
   m.parameters = Arena::aligned_bytes(config.dtype, Shape{plan.sharded_parameters() ? owned : plan.flat_elements()});
   m.gradients = ParamStore::bytes(plan, config.dtype) - m.parameters;
   if (plan.sharded_gradients()) {
-    m.gradients += GradientShards::bytes(plan.bucket_shards(), plan.config().data_parallel_size,
-                                         data_parallel.gradient_buffers);
+    m.gradients += GradientShards::bytes(plan.bucket_shards(), plan.smallest_group(), data_parallel.gradient_buffers);
   }
   if (plan.sharded_parameters()) {
     m.parameters += ParamUnits::bytes(plan.bucket_shards(), config.dtype, data_parallel.parameter_buffers);

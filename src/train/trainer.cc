@@ -253,18 +253,29 @@ std::vector<PhaseTiming> Trainer::phase_timings(int64_t iterations, bool reset) 
   return out;
 }
 
-std::vector<Communicator*> Trainer::norm_groups() {
+NormGroups Trainer::norm_groups() {
   // With sharded gradients each data-parallel rank holds the sums of its shards only; each
   // distributed-optimizer instance holds every shard once (and every instance the same sums).
-  std::vector<Communicator*> groups = {&grid_.model_parallel()};
-  if (data_parallel_->distributed_optimizer()) groups.push_back(&grid_.optimizer_instance());
+  // Expert parameters apart (EP-DESIGN.md): each expert once over 'tp-ep-pp', its shards over the
+  // expert data-parallel group.
+  NormGroups groups{.dense = {&grid_.model_parallel()}};
+  if (data_parallel_->distributed_optimizer()) groups.dense.push_back(&grid_.optimizer_instance());
+  if (params_->plan().experts_apart()) {
+    groups.expert = {&grid_.expert_tensor_model_pipeline()};
+    if (data_parallel_->distributed_optimizer()) groups.expert.push_back(&grid_.expert_data());
+  }
   return groups;
 }
 
-double Trainer::params_norm() { return global_params_norm(ctx_, *params_, *optimizer_, norm_scratch_, norm_groups()); }
+std::vector<Communicator*> Trainer::overflow_groups() {
+  if (params_->plan().experts_apart()) return {&grid_.world()};
+  return norm_groups().dense;
+}
+
+double Trainer::params_norm() { return domain_params_norm(ctx_, *params_, *optimizer_, norm_scratch_, norm_groups()); }
 
 int64_t Trainer::zero_gradients() {
-  return count_zero_gradients(ctx_, *params_, optimizer_->owned(), zeros_scratch_, norm_groups());
+  return domain_zero_gradients(ctx_, *params_, optimizer_->owned(), zeros_scratch_, norm_groups());
 }
 
 void Trainer::maybe_inject_gradient_fault() {
@@ -290,9 +301,9 @@ StepResult Trainer::apply_update(bool skip_update) {
   // Megatron's mixed-precision step: unscale the main gradients and check them over every rank
   // that holds gradients; an overflow anywhere skips the update everywhere, before the norm.
   result.overflow = loss_scaling_ && loss_scaling_->unscale_and_check(ctx_, *params_, optimizer_->owned(),
-                                                                      zeros_scratch_, norm_scratch_, norm_groups());
+                                                                      zeros_scratch_, norm_scratch_, overflow_groups());
   result.grad_norm =
-      result.overflow ? NAN : global_grad_norm(ctx_, *params_, norm_scratch_, norm_groups(), optimizer_->owned());
+      result.overflow ? NAN : domain_grad_norm(ctx_, *params_, norm_scratch_, norm_groups(), optimizer_->owned());
   if (result.overflow || skip_update) {
     result.skipped = true;
   } else if (std::isfinite(result.grad_norm)) {

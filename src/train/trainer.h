@@ -19,6 +19,7 @@
 #include "data/sample_source.h"
 #include "model/gpt_model.h"
 #include "optim/adamw.h"
+#include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "parallel/process_grid.h"
 #include "train/args/arguments.h"
@@ -214,8 +215,11 @@ class Trainer final : public TrainingProgress {
 
   // Ends a phase started at `since`: adds its seconds to `total` and restarts the clock.
   void end_phase(Stopwatch& since, double& total);
-  // The groups the gradient norm (and the diagnostics below) are summed over.
-  std::vector<Communicator*> norm_groups();
+  // The groups the gradient norm (and the diagnostics below) are summed over, by domain.
+  NormGroups norm_groups();
+  // The groups the loss scaler's overflow count is summed over: the dense norm groups, or the world
+  // when expert parameters are apart (their holders are not those of the dense groups).
+  std::vector<Communicator*> overflow_groups();
   // --log-params-norm: the L2 norm of the FP32 main weights over the whole model (collective).
   double params_norm();
   // --log-num-zeros-in-grad: zero gradient elements over the whole model (collective).

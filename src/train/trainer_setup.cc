@@ -98,7 +98,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   // This rank's chunks, their parameters (one store, so the flat buffers cover every chunk) and
   // the schedules that drive them.
   const PipelineLayout pipeline = pipeline_layout(args, shape, grid.coordinates(), t->eval_microbatches_);
-  std::vector<ParamSpec> specs = rank_param_specs(t->specs_, pipeline);
+  std::vector<ParamSpec> specs =
+      rank_param_specs(t->specs_, pipeline, expert_share_from(shape, grid.coordinates()));
   t->loss_on_first_stage_ = pipeline.placement == pipeline::Placement::kV;
   const size_t params_begin = t->arena_.used_bytes();
   t->params_ = std::make_unique<ParamStore>(
@@ -232,10 +233,16 @@ Trainer::~Trainer() {
 
 MemoryFigures Trainer::memory_figures(const PipelineLayout& pipeline, double chunk_bytes) const {
   MemoryFigures f;
-  int64_t elements = 0;
-  for (const Param& param : params_->params()) elements += param.numel();
+  // Expert parameters laid out apart are sharded over the expert data-parallel group instead.
+  int64_t elements = 0, expert_elements = 0;
+  for (const Param& param : params_->params()) {
+    elements += param.numel();
+    if (param.placement->domain == ParamDomain::kExpert) expert_elements += param.numel();
+  }
+  const double dense = static_cast<double>(elements - expert_elements), experts = static_cast<double>(expert_elements);
   const double owned = data_parallel_->distributed_optimizer()
-                           ? static_cast<double>(elements) / static_cast<double>(grid_.optimizer_instance().size())
+                           ? dense / static_cast<double>(grid_.optimizer_instance().size()) +
+                                 experts / static_cast<double>(grid_.expert_data().size())
                            : static_cast<double>(elements);
   const bool separate_master = optimizer_->has_separate_master();
   // In theory the memory plan's items (memory_items.h) of this rank's elements: ZeRO-2/3 hold the

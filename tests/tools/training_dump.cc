@@ -47,7 +47,8 @@ std::vector<int64_t> shape_of(const Tensor& t) {
 // With the distributed optimizer each data-parallel rank holds the reduced gradient of its shards
 // only, and under ZeRO-3 the values of its shards only: the whole is the sum over the group (data x
 // context; with several distributed-optimizer instances, this rank's instance, which holds each
-// shard once) of every rank's shards (zero elsewhere). Host copies, so the MPI group takes them as
+// shard once; for expert parameters apart, the expert data-parallel group) of every rank's shards
+// (zero elsewhere). Host copies, so the MPI group takes them as
 // they are (the dumps run on the CPU backend).
 std::vector<float> whole_from_shards(Trainer& trainer, ProcessGrid& grid, bool gradients) {
   const int64_t elements = trainer.params().plan().flat_elements();
@@ -57,8 +58,21 @@ std::vector<float> whole_from_shards(Trainer& trainer, ProcessGrid& grid, bool g
     const std::vector<float> mine = to_float32(trainer.context(), part);
     std::copy(mine.begin(), mine.end(), whole.begin() + range.begin);
   }
-  grid.optimizer_instance().all_reduce(trainer.context(),
-                                 Tensor(whole.data(), DType::kFloat32, Shape({elements}), Device::kCpu), ReduceOp::kSum);
+  // Expert parameters laid out apart (after every dense one) are sharded over the expert
+  // data-parallel group instead.
+  const ShardPlan& plan = trainer.params().plan();
+  int64_t dense_end = elements;
+  for (const BucketPlan& bucket : plan.buckets()) {
+    if (bucket.domain == ParamDomain::kExpert) dense_end = std::min(dense_end, bucket.range.begin);
+  }
+  grid.optimizer_instance().all_reduce(
+      trainer.context(), Tensor(whole.data(), DType::kFloat32, Shape({dense_end}), Device::kCpu), ReduceOp::kSum);
+  if (dense_end < elements) {
+    grid.expert_data().all_reduce(trainer.context(),
+                                  Tensor(whole.data() + dense_end, DType::kFloat32, Shape({elements - dense_end}),
+                                         Device::kCpu),
+                                  ReduceOp::kSum);
+  }
   return whole;
 }
 

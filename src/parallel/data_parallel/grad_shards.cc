@@ -20,14 +20,25 @@ int64_t GradientShards::bytes(std::span<const BucketShard> buckets, int data_par
 
 GradientShards::GradientShards(Communicator& data_parallel, Tensor shards, std::vector<BucketShard> buckets,
                                int buffers, bool overlap, PointGrads point_grads, Arena& arena)
-    : group_(data_parallel),
+    : GradientShards(std::vector<Communicator*>(buckets.size(), &data_parallel), std::move(shards), buckets,
+                     buffers, overlap, std::move(point_grads), arena) {}
+
+GradientShards::GradientShards(std::vector<Communicator*> groups, Tensor shards, std::vector<BucketShard> buckets,
+                               int buffers, bool overlap, PointGrads point_grads, Arena& arena)
+    : groups_(std::move(groups)),
       shards_(std::move(shards)),
       buckets_(std::move(buckets)),
       overlap_(overlap),
       point_grads_(std::move(point_grads)),
       buffers_(static_cast<size_t>(buffers)),
       held_(buckets_.size(), -1) {
-  GPT_CHECK(group_.size() > 1) << "gradient shards over one data-parallel rank";
+  GPT_CHECK_EQ(groups_.size(), buckets_.size()) << "a group for every bucket";
+  int smallest = 0, largest = 0;
+  for (const Communicator* group : groups_) {
+    smallest = smallest == 0 ? group->size() : std::min(smallest, group->size());
+    largest = std::max(largest, group->size());
+  }
+  GPT_CHECK(largest > 1) << "gradient shards over one data-parallel rank";
   GPT_CHECK(buffers >= 2) << "ZeRO-2 needs at least two working gradient buffers";
   GPT_CHECK(shards_.dtype() == DType::kFloat32) << "gradients are float32";
   int64_t elements = 0;
@@ -38,11 +49,13 @@ GradientShards::GradientShards(Communicator& data_parallel, Tensor shards, std::
   GPT_CHECK_EQ(elements, shards_.numel()) << "gradient shards for another shard plan";
   int64_t flat_end = 0;
   for (const BucketShard& b : buckets_) flat_end = std::max(flat_end, b.bucket.end);
-  check_bucket_shards(buckets_, group_, flat_end, /*sharded=*/true);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    check_bucket_shards(std::span(&buckets_[b], 1), *groups_[b], flat_end, /*sharded=*/true);
+  }
   const std::vector<int64_t> sizes = working_buffer_sizes(buckets_, buffers);
   for (size_t i = 0; i < buffers_.size(); ++i) {
     buffers_[i].gradients = arena.allocate(DType::kFloat32, {sizes[i]});
-    buffers_[i].scattered = arena.allocate(DType::kFloat32, {sizes[i] / group_.size()});
+    buffers_[i].scattered = arena.allocate(DType::kFloat32, {sizes[i] / smallest});
   }
   buffer_sizes_ = sizes;
   std::sort(buffer_sizes_.begin(), buffer_sizes_.end());
@@ -112,8 +125,8 @@ void GradientShards::release(Context& ctx, Buffer& buffer) {
   point_grads_(buffer.bucket, Tensor());
   held_[b] = -1;
   const BucketShard& part = buckets_[b];
-  buffer.handle = group_.start_reduce_scatter(ctx, buffer.scattered.flat_range(0, part.shard.size()),
-                                              buffer.gradients.flat_range(0, part.bucket.size()), ReduceOp::kSum);
+  buffer.handle = groups_[b]->start_reduce_scatter(ctx, buffer.scattered.flat_range(0, part.shard.size()),
+                                                  buffer.gradients.flat_range(0, part.bucket.size()), ReduceOp::kSum);
   buffer.state = State::kReducing;
   buffer.since = ++clock_;
   if (!overlap_) complete(ctx, buffer);

@@ -37,7 +37,12 @@ class GradientShards {
   // `overlap`: a released bucket's reduce-scatter is left in flight (else waited for at once).
   GradientShards(Communicator& data_parallel, Tensor shards, std::vector<BucketShard> buckets, int buffers,
                  bool overlap, PointGrads point_grads, Arena& arena);
-  // The working buffers and the reduce-scatter results they need from the arena.
+  // Each bucket over its own group (`groups`, one per bucket: grad_sync.h's BucketGroups); a bucket
+  // over one rank is its own shard. The reduce-scatter results are sized for the smallest group.
+  GradientShards(std::vector<Communicator*> groups, Tensor shards, std::vector<BucketShard> buckets, int buffers,
+                 bool overlap, PointGrads point_grads, Arena& arena);
+  // The working buffers and the reduce-scatter results they need from the arena (`data_parallel_size`:
+  // the smallest group's size).
   static int64_t bytes(std::span<const BucketShard> buckets, int data_parallel_size, int buffers);
 
   // A unit is about to write bucket b's gradients: its working buffer (zeroed when newly taken)
@@ -56,7 +61,7 @@ class GradientShards {
   enum class State { kFree, kHeld, kReducing };
   struct Buffer {
     Tensor gradients;  // [largest bucket] for the first buffer, [second largest] for the others
-    Tensor scattered;  // [its size / DP] the reduce-scatter's result
+    Tensor scattered;  // [its size / the smallest group] the reduce-scatter's result
     State state = State::kFree;
     int bucket = -1;
     int pins = 0;      // units writing it now
@@ -67,7 +72,7 @@ class GradientShards {
   void release(Context& ctx, Buffer& buffer);
   void complete(Context& ctx, Buffer& buffer);
 
-  Communicator& group_;
+  std::vector<Communicator*> groups_;  // [bucket]
   Tensor shards_;
   std::vector<BucketShard> buckets_;
   std::vector<int64_t> shard_offsets_;  // [bucket] in shards_

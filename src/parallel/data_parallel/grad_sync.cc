@@ -30,6 +30,14 @@ std::vector<int64_t> working_buffer_sizes(std::span<const BucketShard> buckets, 
   return result;
 }
 
+BucketGroups same_group(Communicator& group, size_t buckets) { return BucketGroups(buckets, &group); }
+
+std::vector<int> group_sizes(const BucketGroups& groups) {
+  std::vector<int> sizes;
+  for (const Communicator* group : groups) sizes.push_back(group->size());
+  return sizes;
+}
+
 void check_bucket_shards(std::span<const BucketShard> buckets, const Communicator& group, int64_t elements,
                          bool sharded) {
   for (const BucketShard& b : buckets) {
@@ -48,27 +56,46 @@ void check_bucket_shards(std::span<const BucketShard> buckets, const Communicato
 
 GradientSync::GradientSync(Communicator& data_parallel, Tensor flat_grads, std::vector<BucketShard> buckets,
                            GradientReduction reduction, Arena& arena, Communicator* across_instances)
-    : group_(data_parallel),
+    // `buckets` copied, not moved: the groups are sized from it in the same call.
+    : GradientSync(same_group(data_parallel, buckets.size()), std::move(flat_grads), buckets, reduction,
+                   arena, across_instances) {}
+
+GradientSync::GradientSync(BucketGroups groups, Tensor flat_grads, std::vector<BucketShard> buckets,
+                           GradientReduction reduction, Arena& arena, Communicator* across_instances)
+    : groups_(std::move(groups)),
       across_(across_instances && across_instances->size() > 1 ? across_instances : nullptr),
       flat_grads_(std::move(flat_grads)),
       buckets_(std::move(buckets)),
       reduction_(reduction),
+      scattered_(buckets_.size()),
       handles_(buckets_.size()),
       across_handles_(buckets_.size()),
       started_(buckets_.size(), false) {
   GPT_CHECK(flat_grads_.dtype() == DType::kFloat32) << "gradients are float32";
+  GPT_CHECK_EQ(groups_.size(), buckets_.size()) << "a group for every bucket";
   const bool sharded = reduction_ == GradientReduction::kReduceScatter;
   GPT_CHECK(across_ == nullptr || sharded) << "distributed-optimizer instances need the reduce-scatter";
-  check_bucket_shards(buckets_, group_, flat_grads_.numel(), sharded && group_.size() > 1);
-  for (const BucketShard& b : buckets_) {
-    if (scatters(reduction_, group_.size())) scattered_.push_back(arena.allocate(DType::kFloat32, {b.shard.size()}));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    check_bucket_shards(std::span(&buckets_[b], 1), group(b), flat_grads_.numel(), sharded && group(b).size() > 1);
+    if (scatters(reduction_, group(b).size())) {
+      scattered_[b] = arena.allocate(DType::kFloat32, {buckets_[b].shard.size()});
+    }
   }
 }
 
 int64_t GradientSync::buffer_bytes(std::span<const BucketShard> buckets, int group_size, GradientReduction reduction) {
+  const std::vector<int> sizes(buckets.size(), group_size);
+  return buffer_bytes(buckets, sizes, reduction);
+}
+
+int64_t GradientSync::buffer_bytes(std::span<const BucketShard> buckets, std::span<const int> group_sizes,
+                                   GradientReduction reduction) {
+  GPT_CHECK_EQ(buckets.size(), group_sizes.size()) << "a group size for every bucket";
   int64_t bytes = 0;
-  for (const BucketShard& b : buckets) {
-    if (scatters(reduction, group_size)) bytes += Arena::aligned_bytes(DType::kFloat32, Shape{b.shard.size()});
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (scatters(reduction, group_sizes[b])) {
+      bytes += Arena::aligned_bytes(DType::kFloat32, Shape{buckets[b].shard.size()});
+    }
   }
   return bytes;
 }
@@ -82,7 +109,7 @@ std::vector<Range> GradientSync::shards() const {
 }
 
 Tensor GradientSync::reduced(int bucket) const {
-  if (group_.size() > 1) return scattered_[static_cast<size_t>(bucket)];
+  if (group(static_cast<size_t>(bucket)).size() > 1) return scattered_[static_cast<size_t>(bucket)];
   const Range s = shard(bucket);
   return flat_grads_.flat_range(s.begin, s.size());
 }
@@ -91,7 +118,7 @@ void GradientSync::start(Context& ctx, int bucket) {
   const size_t b = static_cast<size_t>(bucket);
   if (started_[b]) return;
   started_[b] = true;
-  if (group_.size() == 1) {
+  if (group(b).size() == 1) {
     // Instances of one rank each: the whole bucket is the shard, all-reduced across them at once.
     if (across_) across_handles_[b] = across_->start_all_reduce(ctx, reduced(bucket), ReduceOp::kSum);
     return;
@@ -99,8 +126,8 @@ void GradientSync::start(Context& ctx, int bucket) {
   const Range& bucket_range = buckets_[b].bucket;
   const Tensor grads = flat_grads_.flat_range(bucket_range.begin, bucket_range.size());
   handles_[b] = reduction_ == GradientReduction::kAllReduce
-                    ? group_.start_all_reduce(ctx, grads, ReduceOp::kSum)
-                    : group_.start_reduce_scatter(ctx, scattered_[b], grads, ReduceOp::kSum);
+                    ? group(b).start_all_reduce(ctx, grads, ReduceOp::kSum)
+                    : group(b).start_reduce_scatter(ctx, scattered_[b], grads, ReduceOp::kSum);
 }
 
 void GradientSync::progress() {
@@ -111,10 +138,11 @@ void GradientSync::progress() {
 double GradientSync::finish(Context& ctx) {
   for (int b = 0; b < num_buckets(); ++b) start(ctx, b);
   const auto waiting = std::chrono::steady_clock::now();
-  if (across_ && group_.size() > 1) {
+  if (across_) {
     // Each instance's reduce-scatter sums its ranks' gradients; the all-reduce of the shard across
     // instances adds the other instances' sums (Megatron's order: reduce-scatter, then all-reduce).
     for (size_t b = 0; b < buckets_.size(); ++b) {
+      if (group(b).size() == 1) continue;  // started with the bucket
       handles_[b].wait(ctx);
       across_handles_[b] = across_->start_all_reduce(ctx, reduced(static_cast<int>(b)), ReduceOp::kSum);
     }
@@ -122,7 +150,7 @@ double GradientSync::finish(Context& ctx) {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     handles_[b].wait(ctx);
     across_handles_[b].wait(ctx);
-    if (reduction_ == GradientReduction::kReduceScatter && group_.size() > 1) {
+    if (scatters(reduction_, group(b).size())) {
       const Range s = shard(static_cast<int>(b));
       ops::copy(ctx, flat_grads_.flat_range(s.begin, s.size()), scattered_[b]);
     }

@@ -21,6 +21,14 @@ namespace gpt {
 
 enum class GradientReduction { kAllReduce, kReduceScatter };
 
+// [bucket] the group a bucket is reduced (and sharded) over: the data x context group (or the
+// optimizer instance) for dense buckets, the expert data-parallel group for expert ones.
+using BucketGroups = std::vector<Communicator*>;
+// The same group for every one of `buckets` buckets.
+BucketGroups same_group(Communicator& group, size_t buckets);
+// [bucket] the size of each bucket's group.
+std::vector<int> group_sizes(const BucketGroups& groups);
+
 // Fatal unless every bucket lies in a buffer of `elements` and its shard is what the collectives
 // over `group` give this rank: the rank-th equal part when `sharded`, else the whole bucket.
 void check_bucket_shards(std::span<const BucketShard> buckets, const Communicator& group, int64_t elements,
@@ -41,9 +49,14 @@ class GradientSync {
   // group of one without instances): the ranks holding this rank's shards in the other instances.
   GradientSync(Communicator& data_parallel, Tensor flat_grads, std::vector<BucketShard> buckets,
                GradientReduction reduction, Arena& arena, Communicator* across_instances = nullptr);
+  // Each bucket over its own group (`groups`, one per bucket): expert parallelism's buckets.
+  GradientSync(BucketGroups groups, Tensor flat_grads, std::vector<BucketShard> buckets, GradientReduction reduction,
+               Arena& arena, Communicator* across_instances = nullptr);
   // The reduce-scatter outputs the constructor takes from its arena (one FP32 shard per bucket when
   // it reduce-scatters over more than one rank): the memory plan's count of them.
   static int64_t buffer_bytes(std::span<const BucketShard> buckets, int group_size, GradientReduction reduction);
+  static int64_t buffer_bytes(std::span<const BucketShard> buckets, std::span<const int> group_sizes,
+                              GradientReduction reduction);
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   GradientReduction reduction() const { return reduction_; }
@@ -69,13 +82,14 @@ class GradientSync {
   // This rank's reduced shard of bucket b: the reduce-scatter's result, or the bucket itself when
   // the group is one rank.
   Tensor reduced(int bucket) const;
+  Communicator& group(size_t bucket) const { return *groups_[bucket]; }
 
-  Communicator& group_;
+  BucketGroups groups_;
   Communicator* across_;  // null unless there are several distributed-optimizer instances
   Tensor flat_grads_;
   std::vector<BucketShard> buckets_;
   GradientReduction reduction_;
-  std::vector<Tensor> scattered_;  // [bucket] this rank's reduce-scatter result, copied back into its shard
+  std::vector<Tensor> scattered_;  // [bucket] this rank's reduce-scatter result (empty over one rank)
   std::vector<CollectiveHandle> handles_;         // [bucket] the reduction over the group
   std::vector<CollectiveHandle> across_handles_;  // [bucket] the all-reduce across instances
   std::vector<bool> started_;

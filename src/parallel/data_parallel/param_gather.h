@@ -18,9 +18,14 @@ class ParamGather {
   // `buckets`: ranges of `flat_values` and this rank's shard of each, as the shard plan cut them (the
   // rank-th equal part: what an all-gather takes from it). Staging for the shards comes from `arena`.
   ParamGather(Communicator& data_parallel, Tensor flat_values, std::vector<BucketShard> buckets, Arena& arena);
+  // Each bucket over its own group (`groups`, one per bucket: grad_sync.h's BucketGroups).
+  ParamGather(std::vector<Communicator*> groups, Tensor flat_values, std::vector<BucketShard> buckets, Arena& arena);
   // The staging copies of the owned shards the constructor takes from its arena (one per bucket
   // over more than one rank): the memory plan's count of them.
   static int64_t buffer_bytes(std::span<const BucketShard> buckets, int group_size, DType dtype);
+  static int64_t buffer_bytes(std::span<const BucketShard> buckets, std::span<const int> group_sizes, DType dtype);
+  // Whether some bucket's group has more than one rank (else there is nothing to gather).
+  bool gathers() const;
 
   // Starts gathering every bucket (after the optimizer step).
   void start(Context& ctx);
@@ -31,10 +36,12 @@ class ParamGather {
   bool in_flight() const;
 
  private:
-  Communicator& group_;
+  Communicator& group(size_t bucket) const { return *groups_[bucket]; }
+
+  std::vector<Communicator*> groups_;  // [bucket]
   Tensor flat_values_;
   std::vector<BucketShard> buckets_;
-  std::vector<Tensor> staging_;  // [bucket] this rank's part, gathered from
+  std::vector<Tensor> staging_;  // [bucket] this rank's part, gathered from (empty over one rank)
   std::vector<CollectiveHandle> handles_;
 };
 

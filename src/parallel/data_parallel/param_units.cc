@@ -17,13 +17,20 @@ int64_t ParamUnits::bytes(std::span<const BucketShard> buckets, DType dtype, int
 
 ParamUnits::ParamUnits(Communicator& data_parallel, Tensor shards, std::vector<BucketShard> buckets, int buffers,
                        PointValues point_values, Arena& arena)
-    : group_(data_parallel),
+    : ParamUnits(std::vector<Communicator*>(buckets.size(), &data_parallel), std::move(shards), buckets,
+                 buffers, std::move(point_values), arena) {}
+
+ParamUnits::ParamUnits(std::vector<Communicator*> groups, Tensor shards, std::vector<BucketShard> buckets, int buffers,
+                       PointValues point_values, Arena& arena)
+    : groups_(std::move(groups)),
       shards_(std::move(shards)),
       buckets_(std::move(buckets)),
       point_values_(std::move(point_values)),
       buffers_(static_cast<size_t>(buffers)),
       held_(buckets_.size(), -1) {
-  GPT_CHECK(group_.size() > 1) << "parameter shards over one data-parallel rank";
+  GPT_CHECK_EQ(groups_.size(), buckets_.size()) << "a group for every bucket";
+  GPT_CHECK(std::any_of(groups_.begin(), groups_.end(), [](const Communicator* g) { return g->size() > 1; }))
+      << "parameter shards over one data-parallel rank";
   GPT_CHECK(buffers >= 2) << "ZeRO-3 needs at least two working parameter buffers";
   int64_t elements = 0;
   for (const BucketShard& b : buckets_) {
@@ -33,7 +40,9 @@ ParamUnits::ParamUnits(Communicator& data_parallel, Tensor shards, std::vector<B
   GPT_CHECK_EQ(elements, shards_.numel()) << "parameter shards for another shard plan";
   int64_t flat_end = 0;
   for (const BucketShard& b : buckets_) flat_end = std::max(flat_end, b.bucket.end);
-  check_bucket_shards(buckets_, group_, flat_end, /*sharded=*/true);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    check_bucket_shards(std::span(&buckets_[b], 1), *groups_[b], flat_end, /*sharded=*/true);
+  }
   const std::vector<int64_t> sizes = working_buffer_sizes(buckets_, buffers);
   for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].values = arena.allocate(shards_.dtype(), {sizes[i]});
   sizes_ = sizes;
@@ -75,7 +84,7 @@ void ParamUnits::evict(Context& ctx, Buffer& buffer) {
 void ParamUnits::start_gather(Context& ctx, Buffer& buffer, int bucket, bool prefetch) {
   const size_t b = static_cast<size_t>(bucket);
   const BucketShard& part = buckets_[b];
-  buffer.handle = group_.start_all_gather(ctx, buffer.values.flat_range(0, part.bucket.size()),
+  buffer.handle = groups_[b]->start_all_gather(ctx, buffer.values.flat_range(0, part.bucket.size()),
                                           shards_.flat_range(shard_offsets_[b], part.shard.size()));
   buffer.state = State::kGathering;
   buffer.bucket = bucket;

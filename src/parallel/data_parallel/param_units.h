@@ -44,6 +44,9 @@ class ParamUnits {
   // and the tied word embedding's).
   ParamUnits(Communicator& data_parallel, Tensor shards, std::vector<BucketShard> buckets, int buffers,
              PointValues point_values, Arena& arena);
+  // Each bucket over its own group (`groups`, one per bucket: grad_sync.h's BucketGroups).
+  ParamUnits(std::vector<Communicator*> groups, Tensor shards, std::vector<BucketShard> buckets, int buffers,
+             PointValues point_values, Arena& arena);
   // The working buffers' bytes, as the constructor takes them from its arena.
   static int64_t bytes(std::span<const BucketShard> buckets, DType dtype, int buffers);
 
@@ -86,7 +89,7 @@ class ParamUnits {
   void wait(Context& ctx, Buffer& buffer);
   void evict(Context& ctx, Buffer& buffer);
 
-  Communicator& group_;
+  std::vector<Communicator*> groups_;  // [bucket]
   Tensor shards_;
   std::vector<BucketShard> buckets_;
   std::vector<int64_t> shard_offsets_;  // [bucket] in shards_

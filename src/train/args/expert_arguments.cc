@@ -23,8 +23,9 @@ absl::Status check_expert_groups(const Arguments& a, int64_t world_size, int64_t
   if (expert_model_pipeline == 0 || world_size % expert_model_pipeline != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "world size (", world_size, ") must be divisible by ", flag_name(&A::expert_tensor_parallel_size), " (", etp,
-        etp_given ? "" : ", from --tensor-model-parallel-size", ") x ", flag_name(&A::expert_model_parallel_size), " (",
-        ep, ") x ", flag_name(&A::pipeline_model_parallel_size), " (", a.pipeline_model_parallel_size,
+        etp_given ? "" : ", from --tensor-model-parallel-size", ")",
+        ep > 1 ? absl::StrCat(" x ", flag_name(&A::expert_model_parallel_size), " (", ep, ")") : "", " x ",
+        flag_name(&A::pipeline_model_parallel_size), " (", a.pipeline_model_parallel_size,
         "), as Megatron's expert grid"));
   }
   // Its assertion for an order that is not pipeline-last ("When not using pp-last rank ordering, the
@@ -34,8 +35,9 @@ absl::Status check_expert_groups(const Arguments& a, int64_t world_size, int64_t
   const int64_t expert_dp = world_size / expert_model_pipeline;
   if (a.use_tp_pp_dp_mapping && a.pipeline_model_parallel_size > 1 && expert_dp != dp) {
     return absl::InvalidArgumentError(absl::StrCat(
-        flag_name(&A::expert_tensor_parallel_size), " ", etp, " x ", flag_name(&A::expert_model_parallel_size), " ", ep,
-        " with ", flag_name(&A::use_tp_pp_dp_mapping), " and ", flag_name(&A::pipeline_model_parallel_size), " ",
+        flag_name(&A::expert_tensor_parallel_size), " ", etp,
+        ep > 1 ? absl::StrCat(" x ", flag_name(&A::expert_model_parallel_size), " ", ep) : "", " with ",
+        flag_name(&A::use_tp_pp_dp_mapping), " and ", flag_name(&A::pipeline_model_parallel_size), " ",
         a.pipeline_model_parallel_size, ": the expert data-parallel size (", expert_dp,
         ") must equal the data-parallel size (", dp, "), as Megatron requires without the pipeline-last rank order"));
   }

@@ -132,6 +132,19 @@ absl::Status validate_optimizer_instances(const Arguments& a) {
                                 " (Megatron: partial DistOpt cannot be used "
                                 "without DistOpt)"));
   }
+  // Expert parameters are reduced and sharded over the expert data-parallel group
+  // (EP-DESIGN.md), which this program does not cut into instances.
+  const bool experts_apart = a.num_experts > 0 && (a.expert_model_parallel_size > 1 ||
+                                                   (a.expert_tensor_parallel_size >= 1 &&
+                                                    a.expert_tensor_parallel_size != a.tensor_model_parallel_size));
+  if (experts_apart) {
+    return invalid(absl::StrCat(
+        flag_name(&A::num_distributed_optimizer_instances), " ", n, " with ", flag_name(&A::expert_model_parallel_size),
+        " ", a.expert_model_parallel_size, " and ", flag_name(&A::expert_tensor_parallel_size), " ",
+        a.expert_tensor_parallel_size >= 1 ? a.expert_tensor_parallel_size : a.tensor_model_parallel_size,
+        ": the expert parameters' optimizer state is sharded over the expert data-parallel group, which this program "
+        "does not cut into distributed-optimizer instances; use one instance"));
+  }
   return absl::OkStatus();
 }
 

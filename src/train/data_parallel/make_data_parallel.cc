@@ -18,6 +18,8 @@ std::unique_ptr<DataParallel> make_data_parallel(const DataParallelConfig& confi
   GPT_CHECK_EQ(plan.config().data_parallel_rank, shard_group.rank()) << "shard plan of another data-parallel rank";
   GPT_CHECK(grid.across_optimizer_instances().size() == 1 || !(plan.sharded_gradients() || plan.sharded_parameters()))
       << "distributed-optimizer instances with ZeRO-2/3 (hybrid sharding) are refused by the arguments";
+  GPT_CHECK(grid.across_optimizer_instances().size() == 1 || !plan.experts_apart())
+      << "distributed-optimizer instances with expert parallelism are refused by the arguments";
   if (plan.sharded_parameters()) return std::make_unique<ShardedParameters>(config, grid, params, tp, arena);
   if (plan.sharded_gradients()) return std::make_unique<ShardedGradients>(config, grid, params, tp, arena);
   return std::make_unique<ReplicatedGradients>(config, grid, params, tp, arena);

@@ -1,5 +1,7 @@
 #include "train/data_parallel/replicated_gradients.h"
 
+#include "train/data_parallel/bucket_groups.h"
+
 namespace gpt {
 namespace {
 
@@ -20,15 +22,17 @@ ReplicatedGradients::ReplicatedGradients(const DataParallelConfig& config, Proce
       overlap_grad_reduce_(config.overlap_grad_reduce),
       overlap_param_gather_(config.overlap_param_gather),
       // The distributed optimizer shards over this rank's instance; its reduce-scatter's result
-      // is then all-reduced across the instances.
+      // is then all-reduced across the instances. Expert buckets go over the expert data-parallel
+      // group (bucket_groups.h).
       grads_(std::make_unique<GradientSync>(
-          distributed_optimizer() ? grid.optimizer_instance() : grid.data_context(), params.flat_grads(),
-          params.plan().bucket_shards(),
+          bucket_groups(params.plan(), distributed_optimizer() ? grid.optimizer_instance() : grid.data_context(), grid),
+          params.flat_grads(), params.plan().bucket_shards(),
           distributed_optimizer() ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce, arena,
           &grid.across_optimizer_instances())),
-      gather_(distributed_optimizer() ? std::make_unique<UpdatedShardGather>(grid.optimizer_instance(), params,
-                                                                             overlap_param_gather_, arena)
-                                      : nullptr),
+      gather_(distributed_optimizer()
+                  ? std::make_unique<UpdatedShardGather>(bucket_groups(params.plan(), grid.optimizer_instance(), grid),
+                                                         params, overlap_param_gather_, arena)
+                  : nullptr),
       tensor_parallel_(tp, params, whole_parameters(params, tp), arena),
       tied_(grid, params, config.tied_across_stages, /*in_shards=*/false) {
   if (config.tied_across_stages) {

@@ -1,6 +1,7 @@
 #include "train/data_parallel/sharded_gradients.h"
 
 #include "core/check.h"
+#include "train/data_parallel/bucket_groups.h"
 
 namespace gpt {
 namespace {
@@ -19,7 +20,8 @@ std::unique_ptr<GradientShards> make_shards(const DataParallelConfig& config, Pr
   GPT_CHECK(params.plan().sharded_gradients()) << "ShardedGradients over a plan without sharded gradients";
   const size_t before = arena.used_bytes();
   auto point_grads = [&params](int bucket, const Tensor& buffer) { params.set_bucket_grads(bucket, buffer); };
-  auto shards = std::make_unique<GradientShards>(grid.data_context(), params.gradient_storage(),
+  auto shards = std::make_unique<GradientShards>(bucket_groups(params.plan(), grid.data_context(), grid),
+                                                 params.gradient_storage(),
                                                  params.plan().bucket_shards(), config.gradient_buffers,
                                                  config.overlap_grad_reduce, point_grads, arena);
   bytes = static_cast<int64_t>(arena.used_bytes() - before);
@@ -35,8 +37,8 @@ ShardedGradients::ShardedGradients(const DataParallelConfig& config, ProcessGrid
       shards_(make_shards(config, grid, params, arena, gradient_buffer_bytes_)),
       gather_(params.plan().sharded_parameters() ? nullptr
                                                  : std::make_unique<UpdatedShardGather>(
-                                                       grid.optimizer_instance(), params,
-                                                       config.overlap_param_gather, arena)),
+                                                       bucket_groups(params.plan(), grid.optimizer_instance(), grid),
+                                                       params, config.overlap_param_gather, arena)),
       tensor_parallel_(tp, params, owned_parts(params, tp), arena),
       tied_(grid, params, config.tied_across_stages, /*in_shards=*/true) {}
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/check.h"
+#include "train/data_parallel/bucket_groups.h"
 
 namespace gpt {
 namespace {
@@ -11,7 +12,8 @@ std::unique_ptr<ParamUnits> make_units(const DataParallelConfig& config, Process
   GPT_CHECK(params.plan().sharded_parameters()) << "ShardedParameters over a plan without sharded parameters";
   const size_t before = arena.used_bytes();
   auto point_values = [&params](int bucket, const Tensor& buffer) { params.set_bucket_values(bucket, buffer); };
-  auto units = std::make_unique<ParamUnits>(grid.data_context(), params.value_storage(), params.plan().bucket_shards(),
+  auto units = std::make_unique<ParamUnits>(bucket_groups(params.plan(), grid.data_context(), grid),
+                                            params.value_storage(), params.plan().bucket_shards(),
                                             config.parameter_buffers, point_values, arena);
   bytes = static_cast<int64_t>(arena.used_bytes() - before);
   return units;

@@ -3,11 +3,13 @@
 namespace gpt {
 
 UpdatedShardGather::UpdatedShardGather(Communicator& instance, const ParamStore& params, bool overlap, Arena& arena)
-    : instance_(instance), gather_(instance, params.flat_values(), params.plan().bucket_shards(), arena),
-      overlap_(overlap) {}
+    : UpdatedShardGather(same_group(instance, params.plan().buckets().size()), params, overlap, arena) {}
+
+UpdatedShardGather::UpdatedShardGather(BucketGroups groups, const ParamStore& params, bool overlap, Arena& arena)
+    : gather_(std::move(groups), params.flat_values(), params.plan().bucket_shards(), arena), overlap_(overlap) {}
 
 void UpdatedShardGather::after_step(Context& ctx) {
-  if (instance_.size() == 1) return;
+  if (!gather_.gathers()) return;
   gather_.start(ctx);
   if (!overlap_) gather_.wait_all(ctx);
 }

@@ -10,6 +10,7 @@
 #include "core/context.h"
 #include "model/param_store.h"
 #include "parallel/comm/communicator.h"
+#include "parallel/data_parallel/grad_sync.h"
 #include "parallel/data_parallel/param_gather.h"
 
 namespace gpt {
@@ -19,6 +20,8 @@ class UpdatedShardGather {
   // `instance`: the group the shards are laid out over (the optimizer instance). `overlap`: the
   // gathers stay in flight after the step until a forward reads their buckets.
   UpdatedShardGather(Communicator& instance, const ParamStore& params, bool overlap, Arena& arena);
+  // Each bucket over its own group (the expert buckets over the expert data-parallel group).
+  UpdatedShardGather(BucketGroups groups, const ParamStore& params, bool overlap, Arena& arena);
 
   // After the optimizer step: starts the gathers (nothing over one rank).
   void after_step(Context& ctx);
@@ -28,7 +31,6 @@ class UpdatedShardGather {
   void settle(Context& ctx) { gather_.wait_all(ctx); }
 
  private:
-  Communicator& instance_;
   ParamGather gather_;
   bool overlap_;
 };

@@ -119,13 +119,15 @@ absl::StatusOr<std::string> TrainingSampler::sample(const RankParameters& parame
   }
   // This rank's share: the parameter pieces a checkpoint would take from it (every element once;
   // data-parallel replicas, and the context-parallel ranks that hold the same parameters, send only
-  // from rank 0 of their data x context group).
+  // from rank 0 of their data x context group; experts apart from rank 0 of their expert
+  // data-parallel group).
   parameters.settle();
   parameters.ctx.synchronize();
   std::string mine;
   for (const ShardedTensor& piece : parameters.params.sharded_tensors()) {
     if (piece.replica_id != 0) continue;
-    if (piece.replicated_over_data_parallel && grid_.data_context().rank() != 0) continue;
+    const Communicator& replicas = piece.expert_data_parallel ? grid_.expert_data() : grid_.data_context();
+    if (piece.replicated_over_data_parallel && replicas.rank() != 0) continue;
     append_piece(mine, piece);
   }
   // Bounded by --distributed-timeout-minutes, like every agreement over the world.

@@ -61,7 +61,8 @@ TEST(CollectiveOrderArguments, MoePipelineLayoutsPassStartUp) {
                                  "--moe-token-dispatcher-type", "alltoall", "--tensor-model-parallel-size", "2",
                                  "--sequence-parallel"},
         std::vector<std::string>{"--pipeline-model-parallel-size", "2", "--moe-layer-freq", "2",
-                                 "--use-tp-pp-dp-mapping", "--context-parallel-size", "2"}}) {
+                                 "--use-tp-pp-dp-mapping", "--context-parallel-size", "2",
+                                 "--expert-model-parallel-size", "2"}}) {
     Arguments a = moe_arguments(flags);
     const absl::Status status = prepare_for_world(a, 8);
     EXPECT_TRUE(status.ok()) << status << " for " << flags[2];
