@@ -92,6 +92,13 @@ struct RouterOptions {
   float scaling = 1.0f;      // the weights' factor (--moe-router-topk-scaling-factor)
 };
 
+// Megatron's sinkhorn (moe_utils.sinkhorn): its tolerance on the mean change of the column
+// scaling, its epsilon, and this program's bound on its rounds (Megatron's loop has none; a
+// positive matrix converges long before).
+inline constexpr double kSinkhornTolerance = 1e-4;
+inline constexpr double kSinkhornEpsilon = 1e-8;
+inline constexpr int kSinkhornMaxRounds = 10000;
+
 #define GPT_OP(name, parameters, arguments, tensors) void name parameters;
 #define GPT_OP_CUSTOM GPT_OP
 #include "kernels/op_list.inc"
