@@ -99,6 +99,8 @@ absl::StatusOr<MoeConfig> saved_moe_config(const std::map<std::string, std::stri
   m.expert_bias = flag_true(args, "--moe-router-enable-expert-bias");
   GPT_ASSIGN_OR_RETURN(m.capacity_factor, number(args, "--moe-expert-capacity-factor", -1.0));
   m.losses = saved_losses(args);
+  // Megatron routes by sinkhorn only when it is the one type; in evaluation, the top-k of its weights.
+  m.sinkhorn = items(args, "--moe-router-load-balancing-type", "aux_loss") == std::vector<std::string>{"sinkhorn"};
   GPT_ASSIGN_OR_RETURN(m.z_loss_coeff, number(args, "--moe-z-loss-coeff", 0.0));
   // What pretrain_gpt's validation guarantees; checked again so that a damaged file stops here.
   if (m.topk < 1 || m.topk > m.num_experts) {

@@ -59,15 +59,21 @@ void InferenceMoe::forward(int64_t layer, const Tensor& b, const Tensor& out, co
   ops::matmul(ctx_, logits, b.as_matrix(), weight(prefix + "router.weight", {experts, h}), router);
   const Tensor indices = scratch(indices_, DType::kInt32, {n, k}), weights = scratch(weights_, DType::kFloat32, {n, k});
   Tensor bias;
-  if (auto it = expert_bias_.find(layer); it != expert_bias_.end()) bias = it->second.as_tensor(DType::kFloat32, {experts});
   const MoeConfig& m = config_.moe;
-  ops::moe_route(ctx_, indices, weights, logits, bias,
-                 ops::RouterOptions{.topk = k,
-                                    .sigmoid = m.score == RouterScore::kSigmoid,
-                                    .pre_softmax = m.pre_softmax,
-                                    .num_groups = m.num_groups,
-                                    .group_topk = m.group_topk,
-                                    .scaling = static_cast<float>(m.topk_scaling_factor)});
+  if (auto it = expert_bias_.find(layer); it != expert_bias_.end() && !m.sinkhorn) {
+    bias = it->second.as_tensor(DType::kFloat32, {experts});
+  }
+  // Sinkhorn's evaluation routing (MoeBlock::router_options): the top-k of sigmoid (k = 1) or of the
+  // full softmax (k > 1) of the logits, those values the weights.
+  const ops::RouterOptions options =
+      m.sinkhorn ? ops::RouterOptions{.topk = k, .sigmoid = k == 1, .pre_softmax = k > 1}
+                 : ops::RouterOptions{.topk = k,
+                                      .sigmoid = m.score == RouterScore::kSigmoid,
+                                      .pre_softmax = m.pre_softmax,
+                                      .num_groups = m.num_groups,
+                                      .group_topk = m.group_topk,
+                                      .scaling = static_cast<float>(m.topk_scaling_factor)};
+  ops::moe_route(ctx_, indices, weights, logits, bias, options);
   routed_experts(prefix, b, out, weight);
   if (m.shared_expert_size > 0) shared_expert(prefix, b, out, weight);
 }

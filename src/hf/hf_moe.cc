@@ -80,6 +80,7 @@ absl::StatusOr<HfFamily> hf_moe_family(const ModelConfig& c) {
   if (m.group_topk > 0) problems.push_back("group-limited routing (--moe-router-num-groups / --moe-router-group-topk)");
   if (m.topk_scaling_factor != 1.0) problems.push_back("a routing-weight scale (--moe-router-topk-scaling-factor)");
   if (m.expert_bias) problems.push_back("an expert bias (--moe-router-enable-expert-bias)");
+  if (m.sinkhorn) problems.push_back("sinkhorn routing (--moe-router-load-balancing-type sinkhorn)");
   if (m.shared_expert_size > 0) {
     problems.push_back("a shared expert (--moe-shared-expert-intermediate-size; Qwen2-MoE has one, not exported here)");
   }

@@ -87,6 +87,21 @@ void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, c
                   (&out, &a, &b, &options.bias, &options.pre_gelu));
 }
 
+void grouped_matmul(Context& ctx, const Tensor& out, const Tensor& a, std::span<const Tensor> b,
+                    std::span<const int64_t> group_rows, const GroupedMatmulOptions& options) {
+  for (const Tensor& t : b) check_devices(ctx, "grouped_matmul", {&t});
+  for (const Tensor& t : options.bias) check_devices(ctx, "grouped_matmul", {&t});
+  GPT_DISPATCH_AS("grouped matmul (forward or input gradient)", grouped_matmul, (ctx, out, a, b, group_rows, options),
+                  (&out, &a, &options.pre_gelu));
+}
+
+void grouped_matmul_weight_grad(Context& ctx, std::span<const Tensor> out, const Tensor& dy, const Tensor& x,
+                                std::span<const int64_t> group_rows) {
+  for (const Tensor& t : out) check_devices(ctx, "grouped_matmul_weight_grad", {&t});
+  GPT_DISPATCH_AS("grouped matmul (weight gradient)", grouped_matmul_weight_grad, (ctx, out, dy, x, group_rows),
+                  (&dy, &x));
+}
+
 void adamw_update_segments(Context& ctx, const AdamWStep& step, const Tensor& master, const Tensor& grad,
                            const Tensor& exp_avg, const Tensor& exp_avg_sq, const Tensor& param_out,
                            std::span<const AdamWSegment> segments) {

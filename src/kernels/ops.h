@@ -41,6 +41,16 @@ struct MatmulOptions {
   } fp8;
 };
 
+// The per-group epilogues of grouped_matmul (model/moe_block.h's expert GEMMs): group g's bias is
+// bias[g] when bias is not empty (an undefined entry: none); pre_gelu, when defined, is a tensor
+// like the output whose rows take each group's product + bias (the output then its GeLU), as
+// MatmulOptions' pre_gelu.
+struct GroupedMatmulOptions {
+  bool transpose_b = false;
+  std::span<const Tensor> bias;
+  Tensor pre_gelu;
+};
+
 struct AdamWStep {
   float learning_rate = 0.0f;
   float beta1 = 0.9f;
@@ -81,6 +91,13 @@ struct RouterOptions {
   int64_t group_topk = 0;    //   the top group_topk groups by the sum of their top (topk / group_topk) scores
   float scaling = 1.0f;      // the weights' factor (--moe-router-topk-scaling-factor)
 };
+
+// Megatron's sinkhorn (moe_utils.sinkhorn): its tolerance on the mean change of the column
+// scaling, its epsilon, and this program's bound on its rounds (Megatron's loop has none; a
+// positive matrix converges long before).
+inline constexpr double kSinkhornTolerance = 1e-4;
+inline constexpr double kSinkhornEpsilon = 1e-8;
+inline constexpr int kSinkhornMaxRounds = 10000;
 
 #define GPT_OP(name, parameters, arguments, tensors) void name parameters;
 #define GPT_OP_CUSTOM GPT_OP

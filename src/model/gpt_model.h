@@ -116,6 +116,9 @@ class GptModel {
   // update, model/moe_block.h; a collective over `data_context`), and the layers' figures since the
   // last take, in layer order.
   void finish_moe_iteration(Context& ctx, Communicator& data_context);
+  // The data x context-parallel group the MoE layers' global_aux_loss sums its counts over (every
+  // rank of the group runs the same microbatches through the same layers in the same order).
+  void set_moe_data_context(Communicator* group) { moe_pass_.data_context = group; }
   // Forgets what the MoE layers counted since the last finish (a forward-backward run again).
   void restart_moe_iteration();
   std::vector<MoeLayerMetrics> take_moe_metrics();

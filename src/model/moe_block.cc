@@ -20,6 +20,16 @@ Param* optional_param(ParamStore& params, const std::string& name, bool present)
 // Rows [first, first + count) of a matrix view of t.
 Tensor rows_of(const Tensor& t, int64_t first, int64_t count) { return t.as_matrix().slice(first, first + count); }
 
+// One tensor per local expert, in expert order (the groups of ops::grouped_matmul): get(expert),
+// undefined where the expert has none (no bias).
+template <typename Experts, typename Get>
+std::vector<Tensor> per_expert(const Experts& experts, Get&& get) {
+  std::vector<Tensor> tensors;
+  tensors.reserve(experts.size());
+  for (const auto& e : experts) tensors.push_back(get(e));
+  return tensors;
+}
+
 }  // namespace
 
 std::unique_ptr<FeedForwardBlock> make_feed_forward_block(const BlockBuild& build, const MoePass& pass) {
@@ -66,6 +76,7 @@ MoeBlock::MoeBlock(const BlockBuild& b, const MoePass& pass)
   // Starts at zero (Megatron's buffer); a checkpoint's value is loaded over it.
   if (moe_.expert_bias) expert_bias_ = b.arena.allocate_zeroed(DType::kFloat32, {moe_.num_experts});
   iteration_tokens_.assign(static_cast<size_t>(moe_.num_experts), 0.0);
+  global_tokens_.assign(static_cast<size_t>(moe_.num_experts), 0.0f);
   slots_.resize(b.positions.size());
   metrics_.layer = b.layer;
   layer_ = b.layer;
@@ -96,6 +107,8 @@ int64_t MoeBlock::deferral_bytes(const ModelConfig& config, const LayerShapes& s
 }
 
 ops::RouterOptions MoeBlock::router_options() const {
+  // Sinkhorn's weights: the selected sigmoid (k = 1) or softmax over all E of the logits.
+  if (moe_.sinkhorn) return ops::RouterOptions{.topk = moe_.topk, .sigmoid = moe_.topk == 1, .pre_softmax = moe_.topk > 1};
   return ops::RouterOptions{.topk = moe_.topk,
                             .sigmoid = moe_.score == RouterScore::kSigmoid,
                             .pre_softmax = moe_.pre_softmax,
@@ -157,8 +170,17 @@ void MoeBlock::route(Context& ctx, int slot, const MlpActivations& a, const Tens
     ops::cast(ctx, logits.bias, router_bias_->value);
   }
   ops::matmul(ctx, a.router_logits, x.as_matrix(), router_weight_.value, logits);  // [T, E] float32
-  ops::moe_route(ctx, a.expert_indices, a.expert_weights, a.router_logits,
-                 moe_.expert_bias ? expert_bias_ : Tensor(), router_options());
+  bias32.reset();
+  if (moe_.sinkhorn && pass_.loss_gradient_scale) {
+    // Megatron's sinkhorn in training, over each rank's rows (SP's shards); in evaluation the
+    // top-k of its activation (router_options()). The expert bias, if any, is only counted.
+    const Borrow balanced(ws_.moe_dlogits, "MoE block: the sinkhorn-balanced scores");
+    ops::moe_sinkhorn_route(ctx, a.expert_indices, a.expert_weights, *balanced, a.router_logits,
+                            tp_.sequence_parallel() ? tp_.size() : 1);
+  } else {
+    ops::moe_route(ctx, a.expert_indices, a.expert_weights, a.router_logits,
+                   moe_.expert_bias && !moe_.sinkhorn ? expert_bias_ : Tensor(), router_options());
+  }
   // The dispatch, on the host.
   std::vector<int32_t> indices(static_cast<size_t>(tokens * k));
   std::vector<float> weights(indices.size());
@@ -212,26 +234,42 @@ void MoeBlock::load_balancing(Context& ctx, SlotRouting& routing, const MlpActiv
     if (loss.coefficient <= 0) continue;
     any_loss = true;
     // Per sequence: row t of [s, b] belongs to sequence t % b, over the whole sequence S; else one
-    // group of the microbatch's tokens (both over every CP rank's rows).
-    const bool sequence = loss.type == LoadBalancing::kSeqAuxLoss;
+    // group of the microbatch's tokens (both over every CP rank's rows); global: every data- and
+    // context-parallel rank's tokens of this microbatch.
+    const bool sequence = loss.type == LoadBalancing::kSeqAuxLoss, global = loss.type == LoadBalancing::kGlobalAuxLoss;
+    Communicator* group = global && pass_.data_context ? pass_.data_context : context_group_;
+    const int64_t ranks = group ? group->size() : 1;
     const int64_t groups = sequence ? shapes_.batch : 1;
-    const auto total = static_cast<double>(sequence ? shapes_.sequence * cp : tokens * cp);
+    const auto total = static_cast<double>(sequence ? shapes_.sequence * cp : tokens * ranks);
     const Borrow scratch(ws_.moe_dlogits, "MoE block: the load-balancing statistics");
     const Tensor sums = scratch->flat_range(0, groups * experts).view({groups, experts});
     const Tensor counts = scratch->flat_range(groups * experts, groups * experts).view({groups, experts});
     ops::moe_aux_statistics(ctx, sums, counts, a.router_logits, k, sigmoid);
-    if (cp > 1) context_group_->all_reduce(ctx, counts, ReduceOp::kSum);  // the whole sequence's counts
+    // Full recompute's second forward takes the first one's running mean (nothing counted again).
+    const bool replay = global && recomputing_;
+    if (ranks > 1 && !replay) group->all_reduce(ctx, counts, ReduceOp::kSum);  // the whole sequence's (batch's) counts
     std::vector<float> host_sums(static_cast<size_t>(groups * experts)), host_counts(host_sums.size());
     copy_to_host(ctx, host_sums.data(), sums);
     copy_to_host(ctx, host_counts.data(), counts);
     ctx.synchronize();
+    if (replay) {
+      GPT_CHECK_EQ(routing.global_mean.size(), host_counts.size()) << "MoE layer " << layer_ << ": a recompute before its forward";
+      host_counts = routing.global_mean;
+    } else if (global) {  // Megatron's running mean over the iteration's microbatches so far, in float32
+      global_steps_ += 1.0f;
+      for (size_t e = 0; e < host_counts.size(); ++e) host_counts[e] = (global_tokens_[e] += host_counts[e]) / global_steps_;
+      routing.global_mean = host_counts;
+    }
     // L = c E / (k total^2) sum_e (sum_t s_te) count_e, per sequence averaged over the b sequences;
     // the sum over CP ranks of this rank's L is the whole loss (its counts are the whole sequence's).
     const double factor = static_cast<double>(experts) / (static_cast<double>(k) * total * total) /
                           static_cast<double>(groups);
     double value = 0.0;
     for (size_t i = 0; i < host_sums.size(); ++i) value += double{host_sums[i]} * host_counts[i] * factor;
-    if (!recomputing_) (sequence ? metrics_.seq_load_balancing_loss : metrics_.load_balancing_loss) += value;
+    if (!recomputing_) {
+      (sequence ? metrics_.seq_load_balancing_loss
+                : global ? metrics_.global_load_balancing_loss : metrics_.load_balancing_loss) += value;
+    }
     for (int64_t g = 0; g < routing.groups; ++g) {
       for (int64_t e = 0; e < experts; ++e) {
         const size_t from = static_cast<size_t>((sequence ? g : 0) * experts + e);
@@ -242,14 +280,8 @@ void MoeBlock::load_balancing(Context& ctx, SlotRouting& routing, const MlpActiv
   }
   if (!any_loss) routing.coefficients.clear();
   if (moe_.z_loss_coeff > 0) {
-    // z = c / CP mean_t lse_t^2 over this rank's T rows (summed over CP: the sequence's mean).
-    ops::moe_logsumexp(ctx, ws_.moe_lse, a.router_logits);
-    std::vector<float> lse(static_cast<size_t>(tokens));
-    copy_to_host(ctx, lse.data(), ws_.moe_lse);
-    ctx.synchronize();
-    double squares = 0.0;
-    for (float v : lse) squares += double{v} * v;
-    if (!recomputing_) metrics_.z_loss += squares / static_cast<double>(tokens) / static_cast<double>(cp);
+    // z = c / CP mean_t lse_t^2 over this rank's T rows (summed over CP: the sequence's mean): its
+    // value from the logsumexp router_backward computes for the gradient (computed once).
     routing.z_scale = scale * moe_.z_loss_coeff / static_cast<double>(cp) * 2.0 / static_cast<double>(tokens);
   }
 }
@@ -262,22 +294,22 @@ void MoeBlock::experts_up(Context& ctx, const SlotRouting& routing, const MlpAct
   ops::moe_permute(ctx, perm, x.as_matrix(), a.source.flat_range(0, m), Tensor());
   mlp_up_forward(ctx, activation_, rows_of(a.expert_fc1_pre, 0, m), rows_of(a.expert_fc1_act, 0, m),
                  [&](const Tensor& out, const Tensor& pre_gelu) {
-                   for_each_expert(routing.expert_rows, [&](const Expert& e, int64_t first, int64_t rows) {
-                     ops::MatmulOptions o{.transpose_b = true};
-                     if (e.fc1_bias) o.bias = e.fc1_bias->value;
-                     if (pre_gelu.defined()) o.pre_gelu = rows_of(pre_gelu, first, rows);
-                     ops::matmul(ctx, rows_of(out, first, rows), rows_of(perm, first, rows), e.fc1_weight->value, o);
-                   });
+                   const std::vector<Tensor> weights =
+                       per_expert(experts_, [](const Expert& e) { return e.fc1_weight->value; });
+                   const std::vector<Tensor> biases =
+                       per_expert(experts_, [](const Expert& e) { return e.fc1_bias ? e.fc1_bias->value : Tensor(); });
+                   ops::grouped_matmul(ctx, out, perm, weights, routing.expert_rows,
+                                       {.transpose_b = true, .bias = biases, .pre_gelu = pre_gelu});
                  });
 }
 
 void MoeBlock::experts_down(Context& ctx, int slot, const MlpActivations& a) {
-  for_each_expert(slots_[static_cast<size_t>(slot)].expert_rows, [&](const Expert& e, int64_t first, int64_t rows) {
-    ops::MatmulOptions o{.transpose_b = true};
-    if (e.fc2_bias) o.bias = e.fc2_bias->value;
-    ops::matmul(ctx, rows_of(a.expert_out, first, rows), rows_of(a.expert_fc1_act, first, rows), e.fc2_weight->value,
-                o);
-  });
+  const SlotRouting& routing = slots_[static_cast<size_t>(slot)];
+  const std::vector<Tensor> weights = per_expert(experts_, [](const Expert& e) { return e.fc2_weight->value; });
+  const std::vector<Tensor> biases =
+      per_expert(experts_, [](const Expert& e) { return e.fc2_bias ? e.fc2_bias->value : Tensor(); });
+  ops::grouped_matmul(ctx, rows_of(a.expert_out, 0, routing.rows), rows_of(a.expert_fc1_act, 0, routing.rows), weights,
+                      routing.expert_rows, {.transpose_b = true, .bias = biases});
 }
 
 BlockOutput MoeBlock::forward_down(Context& ctx, int slot, const MlpActivations& a) {
@@ -301,20 +333,19 @@ BlockOutput MoeBlock::forward_down(Context& ctx, int slot, const MlpActivations&
 void MoeBlock::fc2_weight_grads(Context& ctx, const std::vector<int64_t>& expert_rows, const Tensor& d_out,
                                 const Tensor& act) const {
   for_each_expert(expert_rows, [&](const Expert& e, int64_t first, int64_t n) {
-    const Tensor dy = rows_of(d_out, first, n);
-    if (e.fc2_bias) ops::bias_grad(ctx, e.fc2_bias->grad, dy);
-    ops::matmul(ctx, e.fc2_weight->grad, dy, rows_of(act, first, n), ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});
+    if (e.fc2_bias) ops::bias_grad(ctx, e.fc2_bias->grad, rows_of(d_out, first, n));
   });
+  ops::grouped_matmul_weight_grad(ctx, per_expert(experts_, [](const Expert& e) { return e.fc2_weight->grad; }), d_out,
+                                  act, expert_rows);
 }
 
 void MoeBlock::fc1_weight_grads(Context& ctx, const std::vector<int64_t>& expert_rows, const Tensor& d_fc1,
                                 const Tensor& input) const {
   for_each_expert(expert_rows, [&](const Expert& e, int64_t first, int64_t n) {
-    const Tensor dy = rows_of(d_fc1, first, n);
-    if (e.fc1_bias) ops::bias_grad(ctx, e.fc1_bias->grad, dy);
-    ops::matmul(ctx, e.fc1_weight->grad, dy, rows_of(input, first, n),
-                ops::MatmulOptions{.transpose_a = true, .beta = 1.0f});
+    if (e.fc1_bias) ops::bias_grad(ctx, e.fc1_bias->grad, rows_of(d_fc1, first, n));
   });
+  ops::grouped_matmul_weight_grad(ctx, per_expert(experts_, [](const Expert& e) { return e.fc1_weight->grad; }), d_fc1,
+                                  input, expert_rows);
 }
 
 Tensor MoeBlock::experts_backward(Context& ctx, const SlotRouting& routing, const MlpActivations& a, const Tensor& x,
@@ -333,9 +364,8 @@ Tensor MoeBlock::experts_backward(Context& ctx, const SlotRouting& routing, cons
   if (m == 0) return d_rows;
   ops::moe_permute(ctx, d_rows, grad_y_full.as_matrix(), a.source.flat_range(0, m), a.row_weights.flat_range(0, m));
   const Tensor d_act = rows_of(ws_.moe_ffn, 0, m);
-  for_each_expert(routing.expert_rows, [&](const Expert& e, int64_t first, int64_t rows) {
-    ops::matmul(ctx, rows_of(d_act, first, rows), rows_of(d_rows, first, rows), e.fc2_weight->value);  // [n, h] [h, ffn_l]
-  });
+  ops::grouped_matmul(ctx, d_act, d_rows, per_expert(experts_, [](const Expert& e) { return e.fc2_weight->value; }),
+                      routing.expert_rows, {});  // [n, h] [h, ffn_l] per expert
   const Tensor act = rows_of(a.expert_fc1_act, 0, m);
   if (lease) {
     ops::copy(ctx, rows_of((*lease)[0], 0, m), d_rows);
@@ -355,9 +385,8 @@ Tensor MoeBlock::experts_backward(Context& ctx, const SlotRouting& routing, cons
   } else {
     fc1_weight_grads(ctx, routing.expert_rows, d_fc1, perm);
   }
-  for_each_expert(routing.expert_rows, [&](const Expert& e, int64_t first, int64_t rows) {
-    ops::matmul(ctx, rows_of(d_rows, first, rows), rows_of(d_fc1, first, rows), e.fc1_weight->value);  // [n, fc1_l] [fc1_l, h]
-  });
+  ops::grouped_matmul(ctx, d_rows, d_fc1, per_expert(experts_, [](const Expert& e) { return e.fc1_weight->value; }),
+                      routing.expert_rows, {});  // [n, fc1_l] [fc1_l, h] per expert
   return d_rows;
 }
 
@@ -375,6 +404,14 @@ void MoeBlock::router_backward(Context& ctx, const SlotRouting& routing, const M
   if (routing.z_scale != 0.0) {
     ops::moe_logsumexp(ctx, ws_.moe_lse, a.router_logits);
     ops::moe_z_loss_backward(ctx, dlogits, a.router_logits, ws_.moe_lse, static_cast<float>(routing.z_scale));
+    // The z-loss's value for the log line (each slot's backward runs once, in microbatch order).
+    const int64_t tokens = shapes_.rows(), cp = context_group_ ? context_group_->size() : 1;
+    std::vector<float> lse(static_cast<size_t>(tokens));
+    copy_to_host(ctx, lse.data(), ws_.moe_lse);
+    ctx.synchronize();
+    double squares = 0.0;
+    for (float v : lse) squares += double{v} * v;
+    metrics_.z_loss += squares / static_cast<double>(tokens) / static_cast<double>(cp);
   }
   // The router's GEMMs in the model's dtype (a copy in FP32 training).
   ops::cast(ctx, ws_.moe_dlogits_t, dlogits);
@@ -472,10 +509,14 @@ void MoeBlock::finish_iteration(Context& ctx, Communicator& data_context) {
     copy_to_device(ctx, expert_bias_, std::span<const float>(bias));
   }
   std::fill(iteration_tokens_.begin(), iteration_tokens_.end(), 0.0);
+  std::fill(global_tokens_.begin(), global_tokens_.end(), 0.0f);  // Megatron's reset_global_aux_loss_tracker
+  global_steps_ = 0.0f;
 }
 
 void MoeBlock::restart_iteration() {
   std::fill(iteration_tokens_.begin(), iteration_tokens_.end(), 0.0);
+  std::fill(global_tokens_.begin(), global_tokens_.end(), 0.0f);
+  global_steps_ = 0.0f;
   take_metrics();
 }
 

@@ -21,7 +21,7 @@
 // backward_weight from a lease holding what they read (the rows' output and fc1 gradients, the
 // activations and the permuted input: [M, h], [M, ffn_e_l], [M, fc1_e_l], [M, h]), as a Linear's.
 //
-// Load balancing: the auxiliary losses (aux_loss, seq_aux_loss) and the z-loss add their
+// Load balancing: the auxiliary losses (aux_loss, seq_aux_loss, global_aux_loss) and the z-loss add their
 // gradients to the logits in backward, scaled as the LM loss of one microbatch (MoePass); their
 // values are kept per layer for the log line. The expert bias (sigmoid routing) is moved once per
 // iteration by finish_iteration from the iteration's token counts over data x context parallelism.
@@ -44,6 +44,9 @@ namespace gpt {
 // one microbatch's loss (the LM loss's per-token scale times its tokens); absent in evaluation.
 struct MoePass {
   std::optional<float> loss_gradient_scale;
+  // The data x context-parallel group (global_aux_loss sums each microbatch's counts over it; null:
+  // this rank alone, with its context group).
+  Communicator* data_context = nullptr;
 };
 
 // One MoE layer's load-balancing figures, summed over the microbatches since the last take().
@@ -51,6 +54,7 @@ struct MoeLayerMetrics {
   int64_t layer = 0;
   double load_balancing_loss = 0.0;      // aux_loss / its coefficient
   double seq_load_balancing_loss = 0.0;  // seq_aux_loss / its coefficient
+  double global_load_balancing_loss = 0.0;  // global_aux_loss / its coefficient (this rank's share)
   double z_loss = 0.0;                   // this rank's share of the mean logsumexp^2 (summed over CP: the mean)
   std::vector<double> tokens_per_expert; // routed pairs kept per expert (this rank's rows)
   int64_t microbatches = 0;
@@ -106,6 +110,7 @@ class MoeBlock final : public FeedForwardBlock {
     std::vector<float> coefficients;   // [groups, E] the auxiliary losses' d loss / d score
     int64_t groups = 1;
     double z_scale = 0.0;              // the z-loss's gradient factor (0: none)
+    std::vector<float> global_mean;    // [E] global_aux_loss's running mean of the counts (full recompute reads it)
     // The alltoall dispatcher's row counts per member (model/moe_all_to_all.h) and each sent
     // row's pair (row k + j of this rank's rows).
     std::vector<int64_t> send_rows, receive_rows;
@@ -185,6 +190,10 @@ class MoeBlock final : public FeedForwardBlock {
   bool recomputing_ = false;
   int64_t layer_ = 0;                       // the global layer number
   std::vector<double> iteration_tokens_;    // [E] kept pairs this iteration (expert bias)
+  // global_aux_loss: the iteration's counts summed over data x context parallelism and the
+  // microbatches so far (float32 as Megatron's global_tokens_per_expert buffer), and their number.
+  std::vector<float> global_tokens_;
+  float global_steps_ = 0.0f;
   std::vector<SlotRouting> slots_;
   MoeLayerMetrics metrics_;
   LeaseRing expert_leases_;  // the deferred weight gradients' inputs

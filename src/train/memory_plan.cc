@@ -86,6 +86,10 @@ int64_t physical_memory_bytes() {
 // Layouts up to these sizes get the exact plan: enumerating the parameters and building the
 // schedules takes milliseconds there.
 constexpr int64_t kExactPlanMaxLayers = 4096;
+// ... and up to this many experts over all MoE layers (each expert is its own weight tensors, one
+// entry each in the enumerated list: 10^9 experts exhausted the host before any refusal; DeepSeek-V3
+// has 256 x 58). Past it the closed form alone plans (and refuses what does not fit).
+constexpr int64_t kExactPlanMaxExpertLayers = 1 << 20;
 constexpr int64_t kExactPlanMaxScheduleSteps = 1 << 16;
 
 }  // namespace
@@ -181,19 +185,30 @@ SectionElements section_elements(const Arguments& a, int64_t padded_vocab) {
     // The same list for one MoE layer.
     c.moe = moe;
     c.moe.moe_layers = {true};
-    // The routed experts: this rank's E / EP of them, each split over ETP (not TP).
+    c.moe.topk = 1;
+    c.moe.num_groups = c.moe.group_topk = 0;
+    c.moe.expert_model_parallel = 1;
+    // The routed experts: this rank's E / EP of them, each split over ETP (not TP). The list is
+    // affine in E (each expert's tensors alike; the router's [E, h] and [E]): taken for one and two
+    // experts, never for E (10^9 experts' list exhausted the host before any refusal).
     const ExpertSizes expert = expert_sizes(a);
-    Bytes experts = 0;
-    for (const ParamSpec& spec : build_param_specs(c)) {
-      if (spec.section != ParamSection::kLayer) continue;
-      const int64_t split = spec.expert >= 0 ? expert.tensor : tp;
-      const int64_t local = spec.split == TensorSplit::kReplicated ? spec.global_numel() : spec.global_numel() / split;
-      if (spec.expert >= 0) {
-        experts = experts + local;
-      } else {
-        elements.moe_layer = elements.moe_layer + local;
+    struct Parts {
+      int64_t shared = 0, expert = 0;  // one or two experts: bounded by `largest`
+    };
+    auto moe_layer = [&](int64_t count) {
+      c.moe.num_experts = count;
+      Parts parts;
+      for (const ParamSpec& spec : build_param_specs(c)) {
+        if (spec.section != ParamSection::kLayer) continue;
+        const int64_t split = spec.expert >= 0 ? expert.tensor : tp;
+        const int64_t local = spec.split == TensorSplit::kReplicated ? spec.global_numel() : spec.global_numel() / split;
+        (spec.expert >= 0 ? parts.expert : parts.shared) += local;
       }
-    }
+      return parts;
+    };
+    const Parts one = moe_layer(1), two = moe_layer(2);
+    elements.moe_layer = Bytes(one.shared) + Bytes(moe.num_experts - 1) * Bytes(two.shared - one.shared);
+    Bytes experts = Bytes(moe.num_experts) * Bytes(one.expert);
     if (experts.value()) experts = Bytes(*experts.value() / expert.model);
     elements.moe_layer_experts = experts;
     elements.moe_layer = elements.moe_layer + experts;
@@ -262,6 +277,9 @@ std::optional<RankMemory> exact_worst_stage(const Arguments& a, int64_t world_si
   const int64_t tp = a.tensor_model_parallel_size, pp = a.pipeline_model_parallel_size;
   const int64_t m = num_microbatches(a, world_size);
   if (a.num_layers > kExactPlanMaxLayers || !schedule_small_enough(a, world_size)) return std::nullopt;
+  if (a.num_experts > kExactPlanMaxExpertLayers / std::max<int64_t>(1, moe_config_from(a).moe_layer_count())) {
+    return std::nullopt;
+  }
   Arguments sized = a;
   sized.vocab_size = vocab_size;
   const ModelConfig config = model_config_from(sized);

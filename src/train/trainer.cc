@@ -327,10 +327,11 @@ StepResult Trainer::apply_update(bool skip_update) {
 }
 
 void Trainer::finish_moe_iteration(StepResult& result) {
-  // Per layer, over this rank's MoE layers and microbatches: the three losses and the tokens per
-  // expert, at [layer (3 + E)], then summed over every rank: each TP rank holds the whole value
-  // (it routes every row), CP ranks hold parts of it, PP stages hold other layers.
-  const int64_t layers = config_.num_layers, experts = config_.moe.num_experts, width = 3 + experts;
+  // Per layer, over this rank's MoE layers and microbatches: the four losses and the tokens per
+  // expert, at [layer (4 + E)], then summed over every rank: each TP rank holds the whole value
+  // (it routes every row), CP (and, for global_aux_loss, DP) ranks hold parts of it, PP stages hold
+  // other layers.
+  const int64_t layers = config_.num_layers, experts = config_.moe.num_experts, width = 4 + experts;
   std::vector<float> sums(static_cast<size_t>(layers * width), 0.0f);
   for (auto& chunk : chunks_) {
     chunk->finish_moe_iteration(ctx_, grid_.data_context());
@@ -339,43 +340,52 @@ void Trainer::finish_moe_iteration(StepResult& result) {
       row[0] = static_cast<float>(layer.load_balancing_loss);
       row[1] = static_cast<float>(layer.seq_load_balancing_loss);
       row[2] = static_cast<float>(layer.z_loss);
-      for (int64_t e = 0; e < experts; ++e) row[3 + e] = static_cast<float>(layer.tokens_per_expert[static_cast<size_t>(e)]);
+      row[3] = static_cast<float>(layer.global_load_balancing_loss);
+      for (int64_t e = 0; e < experts; ++e) row[4 + e] = static_cast<float>(layer.tokens_per_expert[static_cast<size_t>(e)]);
     }
   }
   copy_to_device(ctx_, moe_scratch_, std::span<const float>(sums));
   grid_.world().all_reduce(ctx_, moe_scratch_, ReduceOp::kSum);
   copy_to_host(ctx_, sums.data(), moe_scratch_);
   ctx_.synchronize();
-  // Megatron's scaling: summed over TP x CP, averaged over DP and the microbatches; the log line's
-  // value averaged over the MoE layers.
+  // Megatron's scaling: summed over TP x CP, averaged over DP (global_aux_loss: summed over DP too,
+  // its ranks' shares making the global batch's loss) and the microbatches; the log line's value
+  // averaged over the MoE layers.
   const double tp = static_cast<double>(grid_.shape().tensor);
   const double per_layer = tp * static_cast<double>(data_parallel_size_) * static_cast<double>(microbatches_);
+  const double per_layer_global = tp * static_cast<double>(microbatches_);
   const double moe_layers = static_cast<double>(config_.moe.moe_layer_count());
   struct Tracked {
     const char* name;
     int index;
+    double divisor;
   };
   std::vector<Tracked> tracked;
   for (const MoeLoss& loss : config_.moe.losses) {
     if (loss.coefficient <= 0) continue;
-    const bool sequence = loss.type == LoadBalancing::kSeqAuxLoss;
-    tracked.push_back({sequence ? "seq_load_balancing_loss" : "load_balancing_loss", sequence ? 1 : 0});
+    if (loss.type == LoadBalancing::kSeqAuxLoss) {
+      tracked.push_back({"seq_load_balancing_loss", 1, per_layer});
+    } else if (loss.type == LoadBalancing::kGlobalAuxLoss) {
+      tracked.push_back({"global_load_balancing_loss", 3, per_layer_global});
+    } else {
+      tracked.push_back({"load_balancing_loss", 0, per_layer});
+    }
   }
-  if (config_.moe.z_loss_coeff > 0) tracked.push_back({"z_loss", 2});
+  if (config_.moe.z_loss_coeff > 0) tracked.push_back({"z_loss", 2, per_layer});
   for (const Tracked& t : tracked) {
     double sum = 0.0;
     for (int64_t l = 0; l < layers; ++l) sum += sums[static_cast<size_t>(l * width + t.index)];
-    result.moe_losses.emplace_back(t.name, sum / (per_layer * moe_layers));
+    result.moe_losses.emplace_back(t.name, sum / (t.divisor * moe_layers));
     if (!config_.moe.per_layer_logging) continue;
     for (int64_t l = 0; l < layers; ++l) {
       result.moe_layer_losses.emplace_back(absl::StrCat("moe/", t.name, "_layer_", l),
-                                           sums[static_cast<size_t>(l * width + t.index)] / per_layer);
+                                           sums[static_cast<size_t>(l * width + t.index)] / t.divisor);
     }
   }
   for (int64_t l = 0; l < layers; ++l) {
     if (!config_.moe.is_moe_layer(l)) continue;
     std::vector<double> tokens(static_cast<size_t>(experts));
-    for (int64_t e = 0; e < experts; ++e) tokens[static_cast<size_t>(e)] = sums[static_cast<size_t>(l * width + 3 + e)] / tp;
+    for (int64_t e = 0; e < experts; ++e) tokens[static_cast<size_t>(e)] = sums[static_cast<size_t>(l * width + 4 + e)] / tp;
     result.moe_tokens_per_expert.emplace_back(l, std::move(tokens));
   }
 }

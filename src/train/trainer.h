@@ -231,7 +231,7 @@ class Trainer final : public TrainingProgress {
   // line, as Megatron).
   std::vector<PhaseTiming> phase_timings(int64_t iterations, bool reset);
   Tensor timing_scratch_;  // float32 [2 x phases], for the min/max over ranks
-  Tensor moe_scratch_;     // float32 [layers x (3 + E)] with MoE: the per-layer figures summed over ranks
+  Tensor moe_scratch_;     // float32 [layers x (4 + E)] with MoE: the per-layer figures summed over ranks
   MemoryFigures memory_;
   RankMemory allocated_;  // what the arena gave each item of the memory plan
   std::vector<CheckpointRecords*> record_owners_;

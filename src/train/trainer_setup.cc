@@ -125,6 +125,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
                                                     pipeline.chunks[c], t->arena_,
                                                     t->forward_backward_->deferral_depths()[c], context,
                                                     t->fp8_.get(), experts));
+    t->chunks_.back()->set_moe_data_context(&grid.data_context());
     t->stages_.push_back(std::make_unique<ModelStage>(*t->chunks_.back(), t->config_.dtype, *t->feed_));
     stages.push_back(t->stages_.back().get());
   }
@@ -171,7 +172,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const Arguments& given,
   t->timing_scratch_ = t->arena_.allocate_zeroed(DType::kFloat32, {2 * (3 + phase_timer::kPhases)});
   if (t->config_.moe.enabled()) {
     t->moe_scratch_ =
-        t->arena_.allocate_zeroed(DType::kFloat32, {t->config_.num_layers * (3 + t->config_.moe.num_experts)});
+        t->arena_.allocate_zeroed(DType::kFloat32, {t->config_.num_layers * (4 + t->config_.moe.num_experts)});
   }
   t->timing_ = args.timing_log_level >= 1;
   t->phase_clock_ = t->timing_ || args.log_straggler;

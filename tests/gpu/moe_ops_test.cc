@@ -76,6 +76,26 @@ TEST_F(MoeOpsTest, RouteAndItsGradientMatchTheCpu) {
   }
 }
 
+// Sinkhorn routing: the balanced scores, the selection and the weights as the CPU's (both in
+// double), over one run and over SP-like runs, for k = 1 (sigmoid) and k > 1 (softmax); repeatable.
+TEST_F(MoeOpsTest, SinkhornRouteMatchesTheCpu) {
+  for (auto [tokens, experts, k, segments] : {std::tuple{512, 8, 1, 1}, std::tuple{1000, 64, 2, 2},
+                                               std::tuple{768, 130, 6, 3}, std::tuple{64, 5, 5, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "T=" << tokens << " E=" << experts << " k=" << k << " runs=" << segments);
+    Twin logits = make(DType::kFloat32, {tokens, experts}, 2.0f);
+    Twin indices = output(DType::kInt32, {tokens, k}), weights = output(DType::kFloat32, {tokens, k});
+    Twin balanced = output(DType::kFloat32, {tokens, experts});
+    ops::moe_sinkhorn_route(cpu_, indices.cpu, weights.cpu, balanced.cpu, logits.cpu, segments);
+    ops::moe_sinkhorn_route(*gpu_, indices.gpu, weights.gpu, balanced.gpu, logits.gpu, segments);
+    EXPECT_LE(error(balanced), 1e-6);
+    EXPECT_TRUE(identical(indices)) << "selections differ";
+    EXPECT_LE(error(weights), 1e-6);
+    const std::vector<uint8_t> first = download(balanced.gpu);
+    ops::moe_sinkhorn_route(*gpu_, indices.gpu, weights.gpu, balanced.gpu, logits.gpu, segments);
+    EXPECT_EQ(download(balanced.gpu), first);
+  }
+}
+
 // Ties: equal logits everywhere pick the lowest experts on both backends.
 TEST_F(MoeOpsTest, RouteTiesGoToTheLowerExpert) {
   Twin logits = output(DType::kFloat32, {64, 32});

@@ -69,6 +69,10 @@ MODELS = {
     "qwen3_moe": (LLAMA + ["--qk-layernorm", "--num-layers", "3", "--ffn-hidden-size", "96", "--num-experts", "4",
                            "--moe-router-topk", "2", "--moe-router-pre-softmax", "--moe-layer-freq", "[1,0,1]",
                            "--moe-ffn-hidden-size", "32", "--moe-aux-loss-coeff", "1e-2"], "Qwen3MoeForCausalLM"),
+    # Sinkhorn-trained (top-1): generate routes as Megatron's evaluation, by the top sigmoid score,
+    # weighted by it; no Hugging Face family holds it.
+    "mixtral_sinkhorn_top1": (LLAMA + ["--num-experts", "4", "--moe-router-topk", "1", "--moe-ffn-hidden-size", "48",
+                                       "--moe-router-load-balancing-type", "sinkhorn"], "refused: sinkhorn"),
 }
 PROMPTS = [[1, 2, 3, 4, 5], [17], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50]]
 NEW_TOKENS = 6

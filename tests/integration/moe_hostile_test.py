@@ -5,6 +5,7 @@ the flag, quickly, before anything trains or allocates a model (hostile_input_te
 
   * the router: top-k > experts, top-k < 1, groups not dividing the experts, group top-k > groups,
     groups without group top-k, expert bias with softmax scores, an unknown score function
+  * sinkhorn with an auxiliary-loss coefficient, in a list of types, or with a capacity factor
   * numbers: NaN / inf / negative / overflowing coefficients, capacity factors and sizes
   * --moe-layer-freq: a list of the wrong length, values other than 0/1, a huge list expression,
     unbalanced brackets, a frequency past the layers
@@ -80,8 +81,14 @@ CASES = [
     (["--moe-router-load-balancing-type", "aux_loss", "seq_aux_loss", "--moe-aux-loss-coeff", "1e-2", "nan"],
      "--moe-aux-loss-coeff"),
     (["--moe-router-load-balancing-type", "balanced"], "--moe-router-load-balancing-type"),
-    (["--moe-router-load-balancing-type", "sinkhorn"], "--moe-router-load-balancing-type"),
-    (["--moe-router-load-balancing-type", "global_aux_loss"], "--moe-router-load-balancing-type"),
+    (["--moe-router-load-balancing-type", "sinkhorn", "--moe-aux-loss-coeff", "1e-2"], "--moe-aux-loss-coeff"),
+    (["--moe-router-load-balancing-type", "sinkhorn", "aux_loss", "--moe-aux-loss-coeff", "0", "1e-2"],
+     "--moe-router-load-balancing-type"),
+    (["--moe-router-load-balancing-type", "sinkhorn", "--moe-expert-capacity-factor", "1"],
+     "--moe-expert-capacity-factor"),
+    (["--moe-router-load-balancing-type", "global_aux_loss", "--moe-aux-loss-coeff", "-1"], "--moe-aux-loss-coeff"),
+    (["--moe-router-load-balancing-type", "global_aux_loss", "aux_loss", "--moe-aux-loss-coeff", "1e-2", "1e-3",
+      "1e-4"], "--moe-aux-loss-coeff"),
     (["--moe-router-load-balancing-type", "quantile_balancing"], "--moe-router-load-balancing-type"),
     (["--moe-z-loss-coeff", "nan"], "--moe-z-loss-coeff"),
     (["--moe-z-loss-coeff", "inf"], "--moe-z-loss-coeff"),
@@ -155,10 +162,14 @@ NOT_BUILT = [
 ]
 
 # Expert counts and sizes too large for the machine: the memory plan refuses them before the
-# model's memory is allocated. (Not yet here: --num-experts 1000000000, whose memory plan lists one
-# parameter per expert and runs out of host memory before it refuses; 10^5 experts take 6 s.)
+# model's memory is allocated (past 2^20 experts over the MoE layers from its closed form alone,
+# which counts an MoE layer's tensors for one and two experts: it listed every expert's before).
 TOO_LARGE = [
     ["--num-experts", "100000", "--moe-router-topk", "2"],
+    ["--num-experts", "1000000000", "--moe-router-topk", "2"],
+    ["--num-experts", "10000000", "--moe-router-topk", "2", "--moe-layer-freq", "[1,0]"],
+    ["--num-experts", "100000000000", "--moe-router-topk", "2"],
+    ["--num-experts", "1000000000", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "1"],
     ["--num-experts", "4", "--moe-ffn-hidden-size", "1000000000"],
     ["--num-experts", "4", "--moe-shared-expert-intermediate-size", "1000000000", "--disable-bias-linear"],
 ]

@@ -74,7 +74,25 @@ VARIANTS = {
     "pre_softmax_top1": (["--num-experts", "4", "--moe-router-topk", "1", "--moe-router-pre-softmax",
                           "--moe-router-load-balancing-type", "aux_loss", "--moe-aux-loss-coeff", "1e-2"], 1e-5, True),
     "bf16": (GPT_MOE + ["--bf16"], 2e-2, False),
+    # Sinkhorn routing (no aux loss): top-2 with softmax weights and a z-loss; top-1 with sigmoid
+    # weights (no --moe-router-pre-softmax needed).
+    "sinkhorn_top2_z": (["--num-experts", "4", "--moe-router-topk", "2", "--moe-router-load-balancing-type", "sinkhorn",
+                         "--moe-z-loss-coeff", "1e-3"], 1e-5, True),
+    # Megatron's global_aux_loss on one rank: each microbatch's switch loss with the running mean of
+    # the iteration's counts so far (4 microbatches a step), plus a z-loss.
+    "global_aux_z": (["--num-experts", "4", "--moe-router-topk", "2", "--moe-router-load-balancing-type",
+                      "global_aux_loss", "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3"], 1e-5, True),
+    # The same over two data-parallel ranks: each microbatch's counts summed over both ranks' k-th
+    # microbatches (T = both ranks' tokens), the reference running every rank's microbatches.
+    "global_aux_z_dp2": (["--num-experts", "4", "--moe-router-topk", "2", "--moe-router-load-balancing-type",
+                          "global_aux_loss", "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3"], 1e-5, True),
+    "sinkhorn_top1": (["--num-experts", "4", "--moe-router-topk", "1", "--moe-router-load-balancing-type", "sinkhorn"],
+                      1e-5, True),
 }
+
+
+# Variants run on several data-parallel ranks (the others: one rank).
+DATA_PARALLEL = {"global_aux_z_dp2": 2}
 
 
 def moe_settings(flags, num_layers):
@@ -158,6 +176,20 @@ def group_limited_top_k(scores, k, groups, group_topk):
     return top_k(scores.detach().masked_fill(~eligible, float("-inf")), k)
 
 
+def sinkhorn(logits):
+    """Megatron's moe_utils.sinkhorn (S-BASE): the cost exp(logits) [T, E] scaled by rows d0 [T] and
+    columns d1 [E] toward row sums 1/T and column sums 1/E, until the mean change of d1 <= 1e-4."""
+    cost = torch.exp(logits)
+    T, E = cost.shape
+    d1, error = torch.ones(E), 1e9
+    while error > 1e-4:
+        d0 = (1.0 / T) / (cost @ d1 + 1e-8)
+        new_d1 = (1.0 / E) / (d0 @ cost + 1e-8)
+        error = (new_d1 - d1).abs().mean().item()
+        d1 = new_d1
+    return d1[None, :] * cost * d0[:, None]
+
+
 class MoeGpt(go.Gpt):
     """gpt_oracle's model with Megatron's MoE layer in the layers of the pattern."""
 
@@ -170,6 +202,11 @@ class MoeGpt(go.Gpt):
         self.expert_bias = expert_bias or {}
         self.counts = {}
         self.dropped = {}  # per layer, each training microbatch's dropped [token, expert] pairs
+        self.sinkhorn_moved = 0  # training tokens whose sinkhorn selection differs from the plain top-k
+        self.global_counts, self.global_steps = {}, {}  # global_aux_loss: per layer, reset each iteration
+        # global_aux_loss over data-parallel ranks: the microbatch index, the counts a first pass
+        # collects per (layer, index), and the running means the second pass uses.
+        self.microbatch, self.collect, self.global_override = 0, None, None
 
     def select(self, logits):
         """(combine probabilities [T, k] with gradient, expert indices [T, k]) of Megatron's
@@ -182,6 +219,16 @@ class MoeGpt(go.Gpt):
                 return group_limited_top_k(scores, k, m["groups"], m["group_topk"])
             return top_k(scores, k)
 
+        if m["balancing"] == "sinkhorn":
+            # Router.sinkhorn_load_balancing: the activation's weights (sigmoid for k = 1, else the
+            # full softmax), not renormalised; in training the selection (no gradient) from the
+            # sinkhorn-balanced logits, in evaluation from the activation.
+            act = torch.sigmoid(logits) if k == 1 else torch.softmax(logits, dim=-1)
+            idx = top_k(act, k)
+            if self.training and not m.get("sinkhorn_off"):
+                plain, idx = idx, top_k(sinkhorn(logits.detach()), k)
+                self.sinkhorn_moved += int((plain.sort(-1).values != idx.sort(-1).values).any(-1).sum())
+            return act.gather(1, idx), idx
         if m["score"] == "softmax":
             if m["pre_softmax"]:
                 scores = torch.softmax(logits, dim=-1)
@@ -231,7 +278,7 @@ class MoeGpt(go.Gpt):
         total = logits.new_zeros(())
         if m["z_coeff"] > 0:
             total = total + m["z_coeff"] * (torch.logsumexp(logits, dim=-1) ** 2).mean()
-        if m["aux_coeff"] > 0 and m["balancing"] in ("aux_loss", "seq_aux_loss"):
+        if m["aux_coeff"] > 0 and m["balancing"] in ("aux_loss", "seq_aux_loss", "global_aux_loss"):
             if m["score"] == "softmax":
                 scores = torch.softmax(logits, dim=-1)
             else:
@@ -240,6 +287,20 @@ class MoeGpt(go.Gpt):
             counts = torch.zeros(T, E).scatter(1, top_k(scores, k), 1.0)  # no gradient
             if m["balancing"] == "aux_loss":
                 total = total + m["aux_coeff"] * E / (k * T * T) * (scores.sum(0) * counts.sum(0)).sum()
+            elif m["balancing"] == "global_aux_loss":
+                if self.collect is not None:
+                    key = (self.layer, self.microbatch)
+                    self.collect[key] = self.collect.get(key, 0) + counts.sum(0)
+                if self.global_override is not None:  # several ranks: T over all of them
+                    mean, tokens = self.global_override[(self.layer, self.microbatch)], T * m["ranks"]
+                else:
+                    # The iteration's counts so far over the microbatches seen (Router._apply_global_aux_loss's
+                    # global_tokens_per_expert / ga_steps; one rank: T tokens a microbatch).
+                    seen = self.global_counts.get(self.layer, torch.zeros(E)) + counts.sum(0)
+                    steps = self.global_steps.get(self.layer, 0) + 1
+                    self.global_counts[self.layer], self.global_steps[self.layer] = seen, steps
+                    mean, tokens = seen / steps, T
+                total = total + m["aux_coeff"] * E / (k * tokens * tokens) * (scores.sum(0) * mean).sum()
             else:  # per sequence: [s, b, E], summed over positions, mean over the b sequences
                 per_seq = (scores.view(s, b, E).sum(0) * counts.view(s, b, E).sum(0)).sum(-1)  # [b]
                 total = total + m["aux_coeff"] / b * (E / (k * s * s) * per_seq).sum()
@@ -301,10 +362,38 @@ class MoeGpt(go.Gpt):
         return lm + sum(self.aux_terms, lm.new_zeros(())), lm
 
 
+def global_running_counts(model, tokens, targets, step):
+    """global_aux_loss over data-parallel ranks: per (layer, microbatch index j), the mean over the
+    indices 0..j of the counts summed over the ranks' microbatches of that index (no gradient: a
+    first forward of every rank's microbatches collects them)."""
+    per_rank = tokens.shape[1] // model.moe["ranks"]
+    model.collect = {}
+    with torch.no_grad():
+        for column in range(tokens.shape[1]):
+            model.microbatch = column % per_rank
+            model.objective(tokens[step, column], targets[step, column])
+    collected, model.collect = model.collect, None
+    running = {}
+    for layer in {layer for layer, _ in collected}:
+        seen = 0
+        for j in range(per_rank):
+            seen = seen + collected[(layer, j)]
+            running[(layer, j)] = seen / (j + 1)
+    return running
+
+
 def batch(model, tokens, targets, step):
-    """(objective, LM loss): each the mean over the step's microbatches."""
+    """(objective, LM loss): each the mean over the step's microbatches (of every data-parallel rank:
+    rank r's microbatch j is column r * m + j)."""
     model.training = True
-    pairs = [model.objective(tokens[step, j], targets[step, j]) for j in range(tokens.shape[1])]
+    model.global_override = None
+    if model.moe["ranks"] > 1 and model.moe["balancing"] == "global_aux_loss":
+        model.global_override = global_running_counts(model, tokens, targets, step)
+    model.global_counts, model.global_steps = {}, {}
+    pairs = []
+    for column in range(tokens.shape[1]):
+        model.microbatch = column % (tokens.shape[1] // model.moe["ranks"])
+        pairs.append(model.objective(tokens[step, column], targets[step, column]))
     return torch.stack([o for o, _ in pairs]).mean(), torch.stack([lm for _, lm in pairs]).mean()
 
 
@@ -354,11 +443,14 @@ def main():
     parser.add_argument("--dump-binary", required=True)
     parser.add_argument("--variant", choices=sorted(VARIANTS), required=True)
     parser.add_argument("--work-dir", default=".")
+    parser.add_argument("--mpirun", default="mpirun", help="for the data-parallel variants")
     args = parser.parse_args()
     extra, tolerance, compare_final = VARIANTS[args.variant]
+    ranks = DATA_PARALLEL.get(args.variant, 1)
     prefix = os.path.join(args.work_dir, f"oracle_moe_{args.variant}")
     flags = go.merge_flags(BASE_FLAGS, extra)
-    subprocess.run([args.dump_binary, "--output", prefix, "--steps", str(STEPS)] + flags, check=True)
+    launcher = [args.mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(ranks)] if ranks > 1 else []
+    subprocess.run(launcher + [args.dump_binary, "--output", prefix, "--steps", str(STEPS)] + flags, check=True)
 
     torch.set_default_dtype(torch.float64)
     failures, report = [], []
@@ -378,6 +470,10 @@ def main():
         targets = torch.tensor(f["targets"][()], dtype=torch.long)
         ours_logits0, ours_loss0 = f["logits0"][()], float(f["loss0"][()])
         ours_losses, ours_norms, ours_lrs = f["losses"][()], f["grad_norms"][()], f["learning_rates"][()]
+    for rank in range(1, ranks):  # the other data-parallel ranks' microbatches, after rank 0's
+        with h5py.File(f"{prefix}_rank{rank}.h5", "r") as f:
+            tokens = torch.cat([tokens, torch.tensor(f["tokens"][()], dtype=torch.long)], dim=1)
+            targets = torch.cat([targets, torch.tensor(f["targets"][()], dtype=torch.long)], dim=1)
 
     # 0. The configuration the flags ask for, and Megatron's parameter names and shapes for it.
     for key, wanted in go.resolve_from_flags(flags).items():
@@ -391,6 +487,7 @@ def main():
         cfg[key] = wanted
     moe = moe_settings(flags, cfg["num_layers"])
     moe["ffn"] = moe["ffn"] or cfg["ffn_hidden_size"]
+    moe["ranks"] = ranks
     shapes = expected_shapes(cfg, moe)
     dumped_shapes = {name: tuple(value.shape) for name, value in initial.items()}
     if dumped_shapes != shapes:
@@ -434,6 +531,30 @@ def main():
         if not to_plain > 10 * mine:
             failures.append(f"router gradients are not nearer this reference ({mine:.3e}) than the one without "
                             f"{what} ({to_plain:.3e}) by a factor of 10")
+    if moe["balancing"] == "global_aux_loss":
+        # The running mean of the counts must be seen: the router's gradients are much nearer this
+        # reference than the microbatch-level aux_loss one.
+        local = first_gradients(initial, cfg, dict(moe, balancing="aux_loss"), tokens, targets)[0]
+        mine = max(go.relative_error(ours_grads[n], ref_grads[n]) for n in router)
+        to_local = max(go.relative_error(ours_grads[n], local[n]) for n in router)
+        print(f"  router gradients: max relative error {mine:.3e} to this reference, {to_local:.3e} to aux_loss's")
+        if not to_local > 10 * max(mine, 1e-12):
+            failures.append(f"router gradients are not nearer this reference ({mine:.3e}) than aux_loss's "
+                            f"({to_local:.3e}) by a factor of 10")
+    if moe["balancing"] == "sinkhorn":
+        # Sinkhorn must be seen: it moves selections, and the gradients are much nearer this reference
+        # than one selecting by the plain top-k of the same activation.
+        print(f"  tokens whose sinkhorn selection differs from the plain top-k (ref, first global batch): "
+              f"{model.sinkhorn_moved}")
+        if model.sinkhorn_moved == 0:
+            failures.append("sinkhorn never changed a selection in the reference: the test cannot see it")
+        plain = first_gradients(initial, cfg, dict(moe, sinkhorn_off=True), tokens, targets)[0]
+        mine = max(go.relative_error(ours_grads[n], ref_grads[n]) for n in names)
+        to_plain = max(go.relative_error(ours_grads[n], plain[n]) for n in names)
+        print(f"  gradients: max relative error {mine:.3e} to this reference, {to_plain:.3e} to the plain top-k one")
+        if not to_plain > 10 * max(mine, 1e-12):
+            failures.append(f"gradients are not nearer this reference ({mine:.3e}) than the plain top-k one "
+                            f"({to_plain:.3e}) by a factor of 10")
     if moe["capacity_factor"] is not None:
         # Which pairs were dropped is not in the dump: the gradients must tell this policy from the
         # other and from no dropping at all.

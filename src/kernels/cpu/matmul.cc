@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/blas_threads.h"
+#include "kernels/cpu/gemm_epilogue.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/gemm_shape.h"
 #include "kernels/cpu/element.h"
@@ -137,6 +138,36 @@ void matmul(Context& ctx, const Tensor& out, const Tensor& a, const Tensor& b, c
       });
     } else if constexpr (!std::is_same_v<T, float>) {
       for (int64_t i = 0; i < m * n; ++i) store(result, i, c32[i]);
+    }
+  });
+}
+
+void gemm_rows_epilogue(const Tensor& out, const Tensor& pre_gelu, const Tensor& bias, float* c32, int64_t first_row,
+                        int64_t rows) {
+  const int64_t n = out.cols();
+  if (bias.defined()) {
+    dispatch_float_type(bias.dtype(), [&](auto tag) {
+      using B = decltype(tag);
+      const B* b = bias.data_as<B>();
+      for (int64_t row = 0; row < rows; ++row) {
+        for (int64_t col = 0; col < n; ++col) c32[row * n + col] += load(b, col);
+      }
+    });
+  }
+  dispatch_float_type(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* result = out.data_as<T>() + first_row * n;
+    if (pre_gelu.defined()) {
+      T* pre = pre_gelu.data_as<T>() + first_row * n;
+      if constexpr (std::is_same_v<T, float>) {
+        gelu_epilogue_f32(result, pre, c32, 0, rows * n);
+      } else if constexpr (std::is_same_v<T, bf16>) {
+        gelu_epilogue_bf16(result, pre, c32, 0, rows * n);
+      } else {
+        gelu_epilogue_fp16(result, pre, c32, 0, rows * n);
+      }
+    } else if constexpr (!std::is_same_v<T, float>) {
+      for (int64_t i = 0; i < rows * n; ++i) store(result, i, c32[i]);
     }
   });
 }

@@ -172,6 +172,67 @@ void moe_route_backward(Context& ctx, const Tensor& dlogits, const Tensor& dweig
   });
 }
 
+void moe_sinkhorn_route(Context& ctx, const Tensor& indices, const Tensor& weights, const Tensor& balanced,
+                        const Tensor& logits, int64_t segments) {
+  const int64_t rows = logits.rows(), experts = logits.cols(), k = indices.cols();
+  GPT_CHECK(logits.dtype() == DType::kFloat32) << "router logits " << logits.to_string();
+  check_router(logits, indices, k, DType::kInt32, "indices");
+  check_router(logits, weights, k, DType::kFloat32, "weights");
+  check_router(logits, balanced, experts, DType::kFloat32, "sinkhorn scores");
+  GPT_CHECK(k >= 1 && k <= experts && segments >= 1 && rows % segments == 0)
+      << "sinkhorn top-" << k << " of " << experts << " experts over " << rows << " rows in " << segments << " runs";
+  const int64_t run = rows / segments;
+  const float* in = logits.data_as<float>();
+  for (int64_t s = 0; s < segments && run > 0; ++s) {
+    // Megatron's moe_utils.sinkhorn on rows [s run, (s + 1) run), in double.
+    const float* first = in + s * run * experts;
+    std::vector<double> cost(static_cast<size_t>(run * experts));
+    for (size_t i = 0; i < cost.size(); ++i) cost[i] = std::exp(double{first[i]});
+    std::vector<double> d0(static_cast<size_t>(run), 1.0), d1(static_cast<size_t>(experts), 1.0), previous = d1;
+    double error = 1e9;
+    for (int round = 0; error > ops::kSinkhornTolerance && round < ops::kSinkhornMaxRounds; ++round) {
+      previous = d1;
+      for (int64_t t = 0; t < run; ++t) {
+        double sum = 0.0;
+        for (int64_t e = 0; e < experts; ++e) sum += d1[static_cast<size_t>(e)] * cost[static_cast<size_t>(t * experts + e)];
+        d0[static_cast<size_t>(t)] = (1.0 / static_cast<double>(run)) * (1.0 / (sum + ops::kSinkhornEpsilon));
+      }
+      std::vector<double> columns(static_cast<size_t>(experts), 0.0);
+      for (int64_t t = 0; t < run; ++t) {
+        for (int64_t e = 0; e < experts; ++e) columns[static_cast<size_t>(e)] += d0[static_cast<size_t>(t)] * cost[static_cast<size_t>(t * experts + e)];
+      }
+      error = 0.0;
+      for (int64_t e = 0; e < experts; ++e) {
+        const auto i = static_cast<size_t>(e);
+        d1[i] = (1.0 / static_cast<double>(experts)) * (1.0 / (columns[i] + ops::kSinkhornEpsilon));
+        error += std::abs(previous[i] - d1[i]);
+      }
+      error /= static_cast<double>(experts);
+    }
+    for (int64_t t = 0; t < run; ++t) {
+      const int64_t row = s * run + t;
+      std::vector<double> n(static_cast<size_t>(experts));
+      for (int64_t e = 0; e < experts; ++e) {
+        const auto i = static_cast<size_t>(e);
+        n[i] = d1[i] * cost[static_cast<size_t>(t * experts + e)] * d0[static_cast<size_t>(t)];
+        balanced.data_as<float>()[row * experts + e] = static_cast<float>(n[i]);
+      }
+      // The weights: the activation of the logits (sigmoid for k = 1, else softmax over all E).
+      std::vector<double> act = row_of(in, row, experts);
+      if (k == 1) {
+        for (double& x : act) x = sigmoid(x);
+      } else {
+        softmax(act);
+      }
+      const std::vector<int64_t> chosen = top_indices(n, k, {});
+      for (int64_t j = 0; j < k; ++j) {
+        indices.data_as<int32_t>()[row * k + j] = static_cast<int32_t>(chosen[static_cast<size_t>(j)]);
+        weights.data_as<float>()[row * k + j] = static_cast<float>(act[static_cast<size_t>(chosen[static_cast<size_t>(j)])]);
+      }
+    }
+  }
+}
+
 void moe_aux_statistics(Context& ctx, const Tensor& score_sums, const Tensor& counts, const Tensor& logits,
                         int64_t topk, bool use_sigmoid) {
   const int64_t rows = logits.rows(), experts = logits.cols(), groups = score_sums.rows();

@@ -387,6 +387,91 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kLanes) logsumexp_kernel(RowL
   }
 }
 
+struct SinkhornArgs {
+  int32_t* indices;  // [T, k]
+  float* weights;    // [T, k]
+  float* balanced;   // [T, E]
+  const float* logits;
+  int64_t run;       // rows of one segment (one block each)
+  int experts, k, max_rounds;
+  double tolerance, epsilon;
+};
+
+// One block per segment (kWarpsPerBlock warps). Shared: d1 [E], the previous round's d1 [E], the
+// warps' column partial sums [warps, E] (row pass: warp w sums its rows t = w mod warps in order,
+// lane e mod 32 owning column e: no atomics, a fixed order), then per warp sel [E] and chosen [k]
+// ints for the top-k. The cost exp(logits) is recomputed each round (not stored).
+__global__ void __launch_bounds__(kWarpsPerBlock * kLanes) sinkhorn_kernel(SinkhornArgs a) {
+  const int lane = threadIdx.x % kLanes, warp = threadIdx.x / kLanes, warps = blockDim.x / kLanes;
+  const int experts = a.experts;
+  extern __shared__ double shared[];
+  double* d1 = shared;
+  double* previous = d1 + experts;
+  double* partial = previous + experts;  // [warps, E]
+  double* sel = partial + static_cast<int64_t>(warps) * experts + static_cast<int64_t>(warp) * (experts + a.k);
+  int* chosen = reinterpret_cast<int*>(sel + experts);
+  __shared__ double error;
+  const int64_t first = blockIdx.x * a.run;
+  const float* logits = a.logits + first * experts;
+  const double row_share = 1.0 / static_cast<double>(a.run), column_share = 1.0 / static_cast<double>(experts);
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) d1[e] = previous[e] = 1.0;
+  if (threadIdx.x == 0) error = 1e9;
+  __syncthreads();
+  for (int round = 0; error > a.tolerance && round < a.max_rounds; ++round) {
+    double* own = partial + static_cast<int64_t>(warp) * experts;
+    for (int e = lane; e < experts; e += kLanes) own[e] = 0.0;
+    for (int64_t t = warp; t < a.run; t += warps) {  // d0_t, then its share of the column sums
+      const float* row = logits + t * experts;
+      double sum = 0.0;
+      for (int e = lane; e < experts; e += kLanes) sum += d1[e] * exp(static_cast<double>(row[e]));
+      const double d0 = row_share * (1.0 / (warp_sum_double(sum) + a.epsilon));
+      for (int e = lane; e < experts; e += kLanes) own[e] += d0 * exp(static_cast<double>(row[e]));
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+      double column = 0.0;
+      for (int w = 0; w < warps; ++w) column += partial[static_cast<int64_t>(w) * experts + e];
+      previous[e] = d1[e];
+      d1[e] = column_share * (1.0 / (column + a.epsilon));
+    }
+    __syncthreads();
+    if (warp == 0) {  // mean |previous - d1|, in a fixed order
+      double sum = 0.0;
+      for (int e = lane; e < experts; e += kLanes) sum += fabs(previous[e] - d1[e]);
+      sum = warp_sum_double(sum);
+      if (lane == 0) error = sum / static_cast<double>(experts);
+    }
+    __syncthreads();
+  }
+  // balanced = d1 C d0 with the last round's d0 (from the previous d1); the top-k; the weights.
+  for (int64_t t = warp; t < a.run; t += warps) {
+    const float* row = logits + t * experts;
+    double sum = 0.0, top = -INFINITY;
+    for (int e = lane; e < experts; e += kLanes) {
+      sum += previous[e] * exp(static_cast<double>(row[e]));
+      top = fmax(top, static_cast<double>(row[e]));
+    }
+    const double d0 = row_share * (1.0 / (warp_sum_double(sum) + a.epsilon));
+    float* out = a.balanced + (first + t) * experts;
+    for (int e = lane; e < experts; e += kLanes) {
+      const double n = d1[e] * exp(static_cast<double>(row[e])) * d0;
+      out[e] = static_cast<float>(n);
+      sel[e] = n;
+    }
+    top = warp_max_double(top);
+    double total = 0.0;
+    for (int e = lane; e < experts; e += kLanes) total += exp(row[e] - top);
+    total = warp_sum_double(total);
+    warp_top_k(sel, experts, a.k, chosen);
+    for (int j = lane; j < a.k; j += kLanes) {
+      const double logit = row[chosen[j]];
+      a.indices[(first + t) * a.k + j] = chosen[j];
+      a.weights[(first + t) * a.k + j] = static_cast<float>(a.k == 1 ? sigmoid(logit) : exp(logit - top) / total);
+    }
+    __syncwarp();  // the next row reuses the scratch
+  }
+}
+
 #undef GPT_FOR_EACH_WARP_ROW
 
 void check_router(const Tensor& logits, const Tensor& t, int64_t cols, DType dtype, const char* what) {
@@ -428,6 +513,25 @@ void moe_route(Context& ctx, const Tensor& indices, const Tensor& weights, const
                     static_cast<int>(grouped ? o.group_topk : 0), o.sigmoid, o.pre_softmax,
                     static_cast<double>(o.scaling)};
   route_kernel<<<row_grid(rows, warps), warps * kLanes, warps * per_warp, stream_of(ctx)>>>(a);
+  GPT_CUDA_CHECK_LAUNCH();
+}
+
+void moe_sinkhorn_route(Context& ctx, const Tensor& indices, const Tensor& weights, const Tensor& balanced,
+                        const Tensor& logits, int64_t segments) {
+  const int64_t rows = logits.rows(), experts = logits.cols(), k = indices.cols();
+  check_router(logits, indices, k, DType::kInt32, "indices");
+  check_router(logits, weights, k, DType::kFloat32, "weights");
+  check_router(logits, balanced, experts, DType::kFloat32, "sinkhorn scores");
+  GPT_CHECK(k >= 1 && k <= experts && segments >= 1 && rows % segments == 0)
+      << "sinkhorn top-" << k << " of " << experts << " experts over " << rows << " rows in " << segments << " runs";
+  if (rows == 0) return;
+  const size_t bytes = (static_cast<size_t>(2 + kWarpsPerBlock) * experts +
+                        static_cast<size_t>(kWarpsPerBlock) * (experts + k)) * sizeof(double);
+  GPT_CHECK(bytes <= kSharedLimit) << "MoE sinkhorn kernel: " << experts << " experts exceed its shared memory";
+  const SinkhornArgs a{indices.data_as<int32_t>(), weights.data_as<float>(), balanced.data_as<float>(),
+                       logits.data_as<float>(), rows / segments, static_cast<int>(experts), static_cast<int>(k),
+                       ops::kSinkhornMaxRounds, ops::kSinkhornTolerance, ops::kSinkhornEpsilon};
+  sinkhorn_kernel<<<static_cast<unsigned int>(segments), kWarpsPerBlock * kLanes, bytes, stream_of(ctx)>>>(a);
   GPT_CUDA_CHECK_LAUNCH();
 }
 

@@ -83,8 +83,8 @@ constexpr FlagRow kRows[] = {
         "with its --moe-aux-loss-coeff")
         .takes(Nargs::kOneOrMore)
         .shown(load_balancing_value)
-        .megatron(kRefusedAtValues, "aux_loss, seq_aux_loss and none; sinkhorn, global_aux_loss and "
-                                    "quantile_balancing are refused (not built)"),
+        .megatron(kRefusedAtValues, "aux_loss, seq_aux_loss, global_aux_loss, sinkhorn and none; "
+                                    "quantile_balancing is refused (not built)"),
     row("--moe-aux-loss-coeff", &A::moe_aux_loss_coeff,
         "Scale of the auxiliary load-balancing loss (one per --moe-router-load-balancing-type)")
         .takes(Nargs::kOneOrMore)

@@ -80,18 +80,25 @@ absl::Status validate_load_balancing(const Arguments& a) {
   for (const std::string& type : a.moe_router_load_balancing_type) {
     if (type == "quantile_balancing") {  // one of Megatron's choices, not built here
       return invalid(absl::StrCat(flag_name(&A::moe_router_load_balancing_type),
-                                  " quantile_balancing is not available in this program (aux_loss, seq_aux_loss or none)"));
+                                  " quantile_balancing is not available in this program (aux_loss, seq_aux_loss, global_aux_loss, "
+                                  "sinkhorn or none)"));
     }
     if (!parse_flag_enum<LoadBalancing>(type)) {
       return invalid(absl::StrCat(flag_name(&A::moe_router_load_balancing_type), " must be ",
                                   names_for_message(flag_enum_names<LoadBalancing>()), " (got ", type, ")"));
     }
-    if (type == "sinkhorn" || type == "global_aux_loss") {
-      return invalid(absl::StrCat(flag_name(&A::moe_router_load_balancing_type), " ", type,
-                                  " is not available in this program (aux_loss, seq_aux_loss or none)"));
+    // Megatron routes by sinkhorn only when it is the one type (a list containing it routes by top-k).
+    if (type == "sinkhorn" && a.moe_router_load_balancing_type.size() > 1) {
+      return invalid(absl::StrCat(flag_name(&A::moe_router_load_balancing_type),
+                                  " sinkhorn stands alone (it is a routing, not a loss to combine)"));
     }
   }
-  GPT_RETURN_IF_ERROR(moe_aux_loss_coefficients(a).status());
+  const absl::StatusOr<std::vector<double>> coefficients = moe_aux_loss_coefficients(a);
+  GPT_RETURN_IF_ERROR(coefficients.status());
+  if (a.moe_router_load_balancing_type == std::vector<std::string>{"sinkhorn"} && coefficients->front() != 0) {
+    return invalid(absl::StrCat(flag_name(&A::moe_router_load_balancing_type), " sinkhorn has no auxiliary loss: ",
+                                flag_name(&A::moe_aux_loss_coeff), " must be 0, as Megatron requires"));
+  }
   return absl::OkStatus();
 }
 
@@ -108,6 +115,10 @@ absl::Status validate_dropping(const Arguments& a) {
     return invalid(absl::StrCat(flag_name(&A::moe_expert_capacity_factor), " (", a.moe_expert_capacity_factor,
                                 ") must be at most ", flag_name(&A::num_experts), " (", a.num_experts,
                                 "): from num_experts / topk on, every token fits"));
+  }
+  if (capacity && a.moe_router_load_balancing_type == std::vector<std::string>{"sinkhorn"}) {
+    return invalid(absl::StrCat(flag_name(&A::moe_expert_capacity_factor), " does not work with ",
+                                flag_name(&A::moe_router_load_balancing_type), " sinkhorn, as in Megatron"));
   }
   for (ArgumentField field : {ArgumentField(&A::moe_token_drop_policy), ArgumentField(&A::moe_pad_expert_input_to_capacity)}) {
     if (flag_given(a, field) && !capacity) {

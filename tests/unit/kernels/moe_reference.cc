@@ -95,6 +95,34 @@ Vec aux_scores(const Vec& logits, bool use_sigmoid) {
   return s;
 }
 
+Vec sinkhorn(const Vec& logits, int64_t rows, int64_t experts) {
+  auto at = [experts](int64_t t, int64_t e) { return static_cast<size_t>(t * experts + e); };
+  Vec cost(logits.size());
+  for (size_t i = 0; i < cost.size(); ++i) cost[i] = std::exp(logits[i]);
+  Vec d0(static_cast<size_t>(rows), 1.0), d1(static_cast<size_t>(experts), 1.0), d1_old = d1;
+  for (double error = 1e9; error > 1e-4;) {
+    for (int64_t t = 0; t < rows; ++t) {  // d0 = (1 / rows) / (cost @ d1 + eps)
+      double dot = 0;
+      for (int64_t e = 0; e < experts; ++e) dot += cost[at(t, e)] * d1[static_cast<size_t>(e)];
+      d0[static_cast<size_t>(t)] = 1.0 / static_cast<double>(rows) / (dot + 1e-8);
+    }
+    for (int64_t e = 0; e < experts; ++e) {  // d1 = (1 / E) / (d0 @ cost + eps)
+      double dot = 0;
+      for (int64_t t = 0; t < rows; ++t) dot += d0[static_cast<size_t>(t)] * cost[at(t, e)];
+      d1[static_cast<size_t>(e)] = 1.0 / static_cast<double>(experts) / (dot + 1e-8);
+    }
+    error = 0;
+    for (int64_t e = 0; e < experts; ++e) error += std::abs(d1_old[static_cast<size_t>(e)] - d1[static_cast<size_t>(e)]);
+    error /= static_cast<double>(experts);
+    d1_old = d1;
+  }
+  Vec out(cost.size());
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t e = 0; e < experts; ++e) out[at(t, e)] = d1[static_cast<size_t>(e)] * cost[at(t, e)] * d0[static_cast<size_t>(t)];
+  }
+  return out;
+}
+
 Vec combine(const Vec& rows, const std::vector<int32_t>& destination, const Vec& weights, int64_t tokens, int64_t k,
             int64_t h) {
   Vec y(static_cast<size_t>(tokens * h), 0.0);

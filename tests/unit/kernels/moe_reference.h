@@ -37,6 +37,11 @@ Vec route_weights(const Vec& logits, const std::vector<int64_t>& indices, const 
 // sum over E (+ 1e-20).
 Vec aux_scores(const Vec& logits, bool sigmoid);
 
+// Megatron's moe_utils.sinkhorn of logits [rows, E] (row-major), as it is written there: the cost
+// exp(logits), the row and column scalings d0 [rows], d1 [E] alternated until the mean change of d1
+// is at most 1e-4; returns d1_e cost_te d0_t [rows, E].
+Vec sinkhorn(const Vec& logits, int64_t rows, int64_t experts);
+
 // y [T, h] = sum_j weights[t, j] rows[destination[t, j]] (weights empty: 1; negative destinations
 // skipped).
 Vec combine(const Vec& rows, const std::vector<int32_t>& destination, const Vec& weights, int64_t tokens, int64_t k,
