@@ -1,6 +1,9 @@
-// The mixture-of-experts block (Megatron-Core's MoELayer with the allgather dispatcher), the second
-// FeedForwardBlock beside the dense MlpBlock (model/mlp_block.h), from the second norm's output to
-// what it adds to the residual stream (model/moe_config.h states the math):
+// The mixture-of-experts block (Megatron-Core's MoELayer), the second FeedForwardBlock beside the
+// dense MlpBlock (model/mlp_block.h), from the second norm's output to what it adds to the residual
+// stream (model/moe_config.h states the math). Without expert parallelism (EP 1, ETP = TP) every TP
+// rank computes its slice of every expert over the TP-gathered rows, as below; with it the rows go
+// to their experts' ranks over the dispatcher group and back (model/moe_block_exchange.cc: the
+// allgather and alltoall dispatchers), the router staying as below:
 //
 //   b [s_l, b, h] -gather(SP)-> x [T = s b, h] -> logits = x W_r^T (+ b_r) [T, E] float32
 //     -> moe_route: each token's k experts and weights p [T, k] -> the dispatch (host: which
