@@ -44,6 +44,7 @@ struct MlpActivations {
   Tensor received_row;    // [M] int32
   Tensor return_rows;     // [s_l b, k ETP] int32
   Tensor return_weights;  // [s_l b, k ETP] float32
+  Tensor pair_rows;       // [s_l b k, ETP] int32 (allocated as [s_l b, k ETP])
 
   // Calls visit(member, dtype, dims...) for each tensor: the one list behind the allocation and the
   // byte count, the dims in the arithmetic of `s` (LayerShapes or CheckedLayerShapes).
@@ -69,6 +70,7 @@ struct MlpActivations {
       visit(a.received_row, DType::kInt32, s.moe_rows);
       visit(a.return_rows, DType::kInt32, s.local_rows(), s.moe_return_width);
       visit(a.return_weights, DType::kFloat32, s.local_rows(), s.moe_return_width);
+      visit(a.pair_rows, DType::kInt32, s.local_rows(), s.moe_return_width);
       return;
     }
     visit(a.exchange_destination, DType::kInt32, s.moe_exchange_rows, s.moe_topk);

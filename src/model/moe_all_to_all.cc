@@ -62,12 +62,15 @@ AllToAllPlan plan_all_to_all(std::span<const int32_t> group_indices, std::span<c
   plan.return_width = k * expert_tensor_size;
   plan.return_rows.assign(static_cast<size_t>(r * plan.return_width), -1);
   plan.return_weights.assign(plan.return_rows.size(), 0.0f);
-  std::vector<int64_t> filled(static_cast<size_t>(r), 0);
+  plan.pair_rows.assign(plan.return_rows.size(), -1);
+  std::vector<int64_t> filled(static_cast<size_t>(r), 0), pair_filled(static_cast<size_t>(r * k), 0);
   for (size_t q = 0; q < plan.send_source.size(); ++q) {
-    const int64_t t = plan.send_source[q];
+    const int64_t t = plan.send_source[q], pair = plan.send_pair[q];
     const auto at = static_cast<size_t>(t * plan.return_width + filled[static_cast<size_t>(t)]++);
     plan.return_rows[at] = static_cast<int32_t>(q);
-    plan.return_weights[at] = group_weights[pair_at(member, 0, 0) + static_cast<size_t>(plan.send_pair[q])];
+    plan.return_weights[at] = group_weights[pair_at(member, 0, 0) + static_cast<size_t>(pair)];
+    plan.pair_rows[static_cast<size_t>(pair * expert_tensor_size + pair_filled[static_cast<size_t>(pair)]++)] =
+        static_cast<int32_t>(q);
   }
   return plan;
 }

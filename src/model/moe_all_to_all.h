@@ -25,7 +25,7 @@ struct AllToAllPlan {
   std::vector<int64_t> send_rows;     // [G] rows sent to each member (and returned by it)
   std::vector<int64_t> receive_rows;  // [G] rows received from each member (and returned to it)
   std::vector<int32_t> send_source;   // [S] this member's row of each sent row
-  std::vector<int32_t> send_pair;     // [S] its pair, row k + j (the weights' gradients come back per pair)
+  std::vector<int32_t> send_pair;     // [S] its pair, row k + j
   // The experts' rows: expert_rows [E_l]; source [M]: the received row each expert row reads;
   // row_weights [M]: its pair's weight.
   ExpertDispatch experts;
@@ -33,6 +33,9 @@ struct AllToAllPlan {
   int64_t return_width = 0;           // k ETP: returned rows per own row at most
   std::vector<int32_t> return_rows;   // [R, k ETP] the returned rows of each own row (-1: none)
   std::vector<float> return_weights;  // [R, k ETP] their pairs' weights
+  // [R k, ETP] each pair's returned rows (its expert's ETP slices; -1: none): the combine weights'
+  // gradients come back per sent row and are summed per pair.
+  std::vector<int32_t> pair_rows;
 };
 
 // group_indices / group_weights: [G R, k] (member-major; -1 where a router dropped the pair).

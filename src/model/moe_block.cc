@@ -193,10 +193,10 @@ void MoeBlock::route(Context& ctx, int slot, const MlpActivations& a, const Tens
   // dispatcher group's rows, dispatch_exchange.)
   GPT_CHECK(exchange_ || d.rows() <= shapes_.moe_rows) << "expert-major rows of layer " << metrics_.layer;
   SlotRouting& routing = slots_[static_cast<size_t>(slot)];
-  copy_to_device(ctx, a.expert_weights, std::span<const float>(d.weights));  // dropped pairs 0
   if (exchange_) {
     dispatch_exchange(ctx, routing, a, indices, d);
   } else {
+    copy_to_device(ctx, a.expert_weights, std::span<const float>(d.weights));  // dropped pairs 0
     routing.expert_rows = d.expert_rows;
     routing.rows = d.rows();
     copy_to_device(ctx, a.destination, std::span<const int32_t>(d.destination));
@@ -508,15 +508,17 @@ void MoeBlock::finish_iteration(Context& ctx, Communicator& data_context) {
     }
     copy_to_device(ctx, expert_bias_, std::span<const float>(bias));
   }
+  reset_iteration_counts();
+}
+
+void MoeBlock::reset_iteration_counts() {
   std::fill(iteration_tokens_.begin(), iteration_tokens_.end(), 0.0);
   std::fill(global_tokens_.begin(), global_tokens_.end(), 0.0f);  // Megatron's reset_global_aux_loss_tracker
   global_steps_ = 0.0f;
 }
 
 void MoeBlock::restart_iteration() {
-  std::fill(iteration_tokens_.begin(), iteration_tokens_.end(), 0.0);
-  std::fill(global_tokens_.begin(), global_tokens_.end(), 0.0f);
-  global_steps_ = 0.0f;
+  reset_iteration_counts();
   take_metrics();
 }
 

@@ -114,10 +114,8 @@ class MoeBlock final : public FeedForwardBlock {
     int64_t groups = 1;
     double z_scale = 0.0;              // the z-loss's gradient factor (0: none)
     std::vector<float> global_mean;    // [E] global_aux_loss's running mean of the counts (full recompute reads it)
-    // The alltoall dispatcher's row counts per member (model/moe_all_to_all.h) and each sent
-    // row's pair (row k + j of this rank's rows).
+    // The alltoall dispatcher's row counts per member (model/moe_all_to_all.h).
     std::vector<int64_t> send_rows, receive_rows;
-    std::vector<int32_t> send_pair;
     int64_t sent() const;
   };
 
@@ -171,6 +169,8 @@ class MoeBlock final : public FeedForwardBlock {
                         const Tensor& input) const;
   // The lease's parts for `shapes` (what deferral_bytes counts).
   static std::vector<std::pair<DType, Shape>> lease_parts(const LayerShapes& shapes, DType dtype);
+  // The iteration's token counts (expert bias, global_aux_loss) back to zero.
+  void reset_iteration_counts();
   ops::RouterOptions router_options() const;
 
   const ModelConfig& config_;

@@ -63,7 +63,6 @@ void MoeBlock::dispatch_exchange(Context& ctx, SlotRouting& routing, const MlpAc
     experts = &plan.experts;
     routing.send_rows = plan.send_rows;
     routing.receive_rows = plan.receive_rows;
-    routing.send_pair = plan.send_pair;
     if (!plan.send_source.empty()) {
       copy_to_device(ctx, a.send_source.flat_range(0, routing.sent()), std::span<const int32_t>(plan.send_source));
     }
@@ -72,6 +71,7 @@ void MoeBlock::dispatch_exchange(Context& ctx, SlotRouting& routing, const MlpAc
     }
     copy_to_device(ctx, a.return_rows, std::span<const int32_t>(plan.return_rows));
     copy_to_device(ctx, a.return_weights, std::span<const float>(plan.return_weights));
+    copy_to_device(ctx, a.pair_rows, std::span<const int32_t>(plan.pair_rows));
   } else {
     gathered = plan_local_expert_dispatch(group_indices, group_weights, rows, k, first_expert_, local_experts_);
     experts = &gathered;
@@ -152,17 +152,15 @@ Tensor MoeBlock::exchanged_backward(Context& ctx, int slot, const MlpActivations
     if (sent > 0) ops::moe_permute(ctx, send, input.as_matrix(), a.send_source.flat_range(0, sent), Tensor());
     all_to_all_rows(*exchange_, ctx, send, routing.send_rows, x, routing.receive_rows);
     // Each received row's weight gradient <dy, expert output> ([M, 1], by its expert row), back to
-    // the owner, who adds the expert-TP slices' partial sums per pair on the host.
+    // the owner, who adds the expert-TP slices' partial sums per pair.
     const Tensor received_dweights = ws_.moe_received_dweights.flat_range(0, m).view({m, 1});
     const Tensor d_perm = experts_backward(ctx, routing, a, x, dy, timing,
                                            a.received_row.flat_range(0, m).view({m, 1}), received_dweights);
     const Tensor returned_dweights = ws_.moe_returned_dweights.flat_range(0, sent).view({sent, 1});
     all_to_all_rows(*exchange_, ctx, received_dweights, routing.receive_rows, returned_dweights, routing.send_rows);
-    std::vector<float> returned(static_cast<size_t>(sent)), pairs(static_cast<size_t>(own_dweights.numel()), 0.0f);
-    if (sent > 0) copy_to_host(ctx, returned.data(), returned_dweights);
-    ctx.synchronize();
-    for (size_t q = 0; q < returned.size(); ++q) pairs[static_cast<size_t>(routing.send_pair[q])] += returned[q];
-    copy_to_device(ctx, own_dweights, std::span<const float>(pairs));
+    const int64_t pairs = own_dweights.numel(), slices = shapes_.moe_return_width / moe_.topk;
+    ops::moe_combine(ctx, own_dweights.flat_range(0, pairs).view({pairs, 1}), returned_dweights,
+                     a.pair_rows.flat_range(0, pairs * slices).view({pairs, slices}), Tensor());
     // The input's gradient: each received row's back to its sender, summed onto the owner's rows.
     if (m > 0) ops::moe_permute(ctx, dy, d_perm, a.received_row.flat_range(0, m), Tensor());
     all_to_all_rows(*exchange_, ctx, dy, routing.receive_rows, send, routing.send_rows);

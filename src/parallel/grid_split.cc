@@ -62,10 +62,7 @@ std::unique_ptr<ProcessGrid> build_split_grid(const GridShape& shape, int world_
     context_outer = split(c.context % inner + inner * position, c.context / inner, "context-parallel-p2p");
   }
   ProcessGrid::ExpertGroups expert;
-  if (shape.expert_layers) {
-    check_expert_grid(shape);
-    expert = split_expert_groups(shape, world_rank, split);
-  }
+  if (shape.expert_layers) expert = split_expert_groups(shape, world_rank, split);  // checked by ProcessGrid
   auto grid = std::make_unique<ProcessGrid>(shape, world_rank, std::move(world), std::move(tensor), std::move(data),
                                             std::move(pipeline), std::move(embedding), std::move(model_parallel),
                                             std::move(context), std::move(data_context), std::move(optimizer_instance),

@@ -8,8 +8,9 @@ z-loss, a shared expert, a dense first layer):
     checkpoints identical bit for bit in every tensor);
   * its checkpoint at 5 continued at EP2 (4 ranks, allgather) and on one rank: losses 6..10 within
     1e-5 (relative) of the uninterrupted EP4 x DP2 run's, and the final expert bias equal to it;
-  * every expert's tensors written once: each model/...experts... tensor of the EP4 x DP2
-    checkpoint has the global shape of one whole expert, all E of them present."""
+  * every expert under its global name: each MoE layer's linear_fc1.weight<e> of the EP4 x DP2
+    checkpoint present with one whole expert's shape, for all E experts (that each is written by one
+    rank only is ep_checkpoint_sharded_test.py's ckpt_tool check)."""
 
 import argparse
 import os
@@ -27,7 +28,8 @@ from checkpoint_test import (Checks, Runner, compare_bitwise, iteration_dir, loa
 from moe_checkpoint_test import BASE as MOE_BASE, EXPERTS, HIDDEN, MOE_FFN, MOE_LAYERS, expert_bias_key  # noqa: E402
 
 # Eight data-parallel replicas need a global batch of at least 8.
-BASE = [v if i == 0 or MOE_BASE[i - 1] != "--global-batch-size" else "8" for i, v in enumerate(MOE_BASE)]
+BASE = list(MOE_BASE)
+BASE[BASE.index("--global-batch-size") + 1] = "8"
 EP4_DP2 = ["--expert-model-parallel-size", "4", "--moe-token-dispatcher-type", "alltoall"]
 EP2 = ["--expert-model-parallel-size", "2"]
 
